@@ -1,0 +1,112 @@
+"""The consumer loop shared by every service.
+
+One durable pull consumer per service; replicas bind to the same durable and the server hands each message to
+one of them. Batches are fetched, then processed grouped by run (``ce-subject``): one run's events in stream
+order, different runs concurrently. Outcome → verb: return → ack; ``PermanentError`` → copy to DLQ, then term;
+``TemporaryError`` → nak with its delay; any other exception → nak with backoff (the server's max-deliver
+advisory then lands in the DLQ stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
+
+from taugrid.bus import tracing
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event, from_message
+from taugrid.core.errors import PermanentError, TemporaryError
+
+log = logging.getLogger("taugrid.consumer")
+
+Handler = Callable[[Event], Awaitable[None]]
+
+
+async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
+    """Copy a poison message to ``dlq.<stream>.<durable>`` with the error, deduplicated by stream sequence."""
+    meta = msg.metadata
+    headers = dict(msg.headers or {})
+    headers.pop("Nats-Msg-Id", None)
+    headers.update({
+        "Nats-Msg-Id": f"dlq.{meta.stream}.{durable}.{meta.sequence.stream}",
+        "x-dlq-consumer": durable,
+        "x-dlq-subject": msg.subject,
+        "x-dlq-stream-seq": str(meta.sequence.stream),
+        "x-dlq-error": error[:2000],
+    })
+    await bus.js.publish(f"dlq.{meta.stream}.{durable}", msg.data, headers=headers)
+
+
+class ConsumerLoop:
+    def __init__(self, bus: Bus, *, stream: str, durable: str, handler: Handler, batch: int = 32,
+                 fetch_timeout: float = 1.0) -> None:
+        self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
+        self.batch, self.fetch_timeout = batch, fetch_timeout
+        self.stopping = asyncio.Event()
+        self.handled = 0
+
+    async def run(self) -> None:
+        psub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.stream)
+        while not self.stopping.is_set():
+            try:
+                msgs = await psub.fetch(self.batch, timeout=self.fetch_timeout)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except (nats.errors.ConnectionClosedError, nats.js.errors.ServiceUnavailableError,
+                    nats.errors.ConnectionReconnectingError, nats.js.errors.APIError, nats.errors.Error) as exc:
+                if self.bus.nc.is_closed:
+                    return
+                log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
+                await asyncio.sleep(0.5)
+                continue
+            await self._process(msgs)
+
+    async def _process(self, msgs: list[Msg]) -> None:
+        groups: dict[str, list[Msg]] = {}
+        for m in msgs:
+            key = (m.headers or {}).get("ce-subject") or m.subject
+            groups.setdefault(key, []).append(m)
+        await asyncio.gather(*(self._sequential(g) for g in groups.values()))
+
+    async def _sequential(self, msgs: list[Msg]) -> None:
+        for m in msgs:
+            await self._one(m)
+
+    async def _one(self, msg: Msg) -> None:
+        meta = msg.metadata
+        event = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+        attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": msg.subject,
+                                 "messaging.consumer.group.name": self.durable}
+        try:
+            with tracing.span(f"process {event.type}", parent=event.traceparent, kind=SpanKind.CONSUMER,
+                              attributes=attrs):
+                await self.handler(event)
+        except PermanentError as exc:
+            log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, msg.subject, meta.sequence.stream, exc)
+            await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=str(exc)))
+            await self._safe(msg.term())
+        except TemporaryError as exc:
+            log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
+                     exc.delay, exc)
+            await self._safe(msg.nak(delay=exc.delay))
+        except Exception as exc:  # unknown: never treated as a run failure, never retried hot
+            delay = min(30.0, 0.5 * 2 ** min(meta.num_delivered, 6))
+            log.exception("%s: handler error on %s seq=%s (delivery %s); retry in %.1fs: %r", self.durable,
+                          msg.subject, meta.sequence.stream, meta.num_delivered, delay, exc)
+            await self._safe(msg.nak(delay=delay))
+        else:
+            self.handled += 1
+            await self._safe(msg.ack())
+
+    @staticmethod
+    async def _safe(aw: Awaitable[Any]) -> None:
+        try:
+            await aw
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("ack/nak failed: %r", exc)

@@ -1,0 +1,109 @@
+"""Process runner for a service: logging, tracing, uvloop, connect, run its loops, drain on SIGTERM.
+
+A service module provides ``async def start(bus) -> list[Awaitable]`` (its consumer loops and timers). On
+SIGTERM/SIGINT the loops stop fetching, in-flight handlers finish and acks are flushed by ``drain``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from taugrid.bus import tracing
+from taugrid.bus.connection import Bus, connect
+from taugrid.bus.consumer import ConsumerLoop, Handler
+from taugrid.core.errors import TemporaryError
+
+log = logging.getLogger("taugrid.service")
+
+
+class Service:
+    """What a service's ``start`` uses to declare its work."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.loops: list[ConsumerLoop] = []
+        self.tasks: list[Coroutine[Any, Any, None]] = []
+        self.stopping = asyncio.Event()
+
+    def consume(self, durable: str, handler: Handler, *, batch: int = 32) -> ConsumerLoop:
+        from taugrid.bus.topology import CONSUMERS
+
+        loop = ConsumerLoop(self.bus, stream=CONSUMERS[durable].stream, durable=durable, handler=handler,
+                            batch=batch)
+        self.loops.append(loop)
+        return loop
+
+    def every(self, seconds: float, fn: Callable[[], Awaitable[None]]) -> None:
+        async def timer() -> None:
+            while not self.stopping.is_set():
+                try:
+                    await fn()
+                except Exception:
+                    log.exception("timer %s failed", getattr(fn, "__name__", fn))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
+
+        self.tasks.append(timer())
+
+    def background(self, coro: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(coro)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for loop in self.loops:
+            loop.stopping.set()
+
+
+StartFn = Callable[[Service], Awaitable[None]]
+
+
+async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
+    tracing.setup(name)
+    bus = None
+    while bus is None:
+        try:
+            bus = await connect(url, name=name)
+        except TemporaryError as exc:
+            log.warning("%s; retrying", exc)
+            await asyncio.sleep(1.0)
+    svc = Service(bus)
+    await start(svc)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, svc.stop)
+    log.info("%s started (pid %s) with %d consumer(s)", name, os.getpid(), len(svc.loops))
+    tasks = [asyncio.create_task(lp.run()) for lp in svc.loops] + [asyncio.create_task(t) for t in svc.tasks]
+    stop_wait = asyncio.create_task(svc.stopping.wait())
+    done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+    for t in done:
+        if t is not stop_wait and t.exception() is not None:
+            log.error("%s: task died: %r", name, t.exception())
+            svc.stop()
+    svc.stop()
+    await asyncio.wait(tasks, timeout=10)
+    await bus.close()
+    log.info("%s drained and stopped", name)
+    if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
+        sys.exit(1)
+
+
+def main(name: str, start: StartFn) -> None:
+    """Entry point for ``python -m taugrid_services.<name>``."""
+    logging.basicConfig(
+        level=os.environ.get("TAU_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # uvloop is optional on platforms without it
+        pass
+    asyncio.run(run(name, start))

@@ -1,0 +1,79 @@
+"""What exists on the bus: streams, KV buckets, the object store and one durable consumer per service.
+
+Provisioned by one bootstrap step (``tau up`` / ``python -m taugrid.bus.bootstrap``), never by services at
+will, so services can run with least-privilege credentials that only bind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: list[str]
+    max_age: float
+    duplicate_window: float = 600.0
+    max_bytes: int = -1
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    durable: str
+    stream: str
+    filters: list[str]
+    max_deliver: int = 8
+    ack_wait: float = 60.0
+    max_ack_pending: int = 2000
+    description: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+STREAMS = [
+    StreamSpec("RUNS", ["run.>"], max_age=30 * DAY),
+    StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY),
+    StreamSpec("NODES", ["node.>"], max_age=3 * DAY),
+    StreamSpec("LOGS", ["log.>"], max_age=14 * DAY, duplicate_window=120.0),
+    StreamSpec("BACKEND", ["backend.>"], max_age=7 * DAY),
+    # Poison messages we terminated, plus the server's max-deliveries advisories, so nothing is lost silently.
+    StreamSpec("DLQ", ["dlq.>", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"], max_age=30 * DAY),
+]
+
+AUDIT_STREAM = "AUDIT"
+AUDIT_MAX_AGE = 365 * DAY
+
+KV_BUCKETS = {
+    "run_state": 5,  # bucket → history depth
+    "platform": 64,
+    "node_state": 5,
+    "local_cluster": 1,
+    "bridge": 1,
+    "submissions": 1,
+}
+OBJECT_STORE = "evidence"
+
+CONSUMERS = {
+    c.durable: c
+    for c in [
+        ConsumerSpec("submitter", "RUNS", ["run.*.*.submit.requested"], description="create-once run records"),
+        ConsumerSpec("runstate", "RUNS", ["run.>"], description="projects RUNS into the run_state KV"),
+        ConsumerSpec("policy", "RUNS", ["run.*.*.submit.accepted"]),
+        ConsumerSpec(
+            "renderer", "RUNS",
+            ["run.*.*.policy.approved", "run.*.*.recovery.retrying", "run.*.*.cancel.requested"],
+            max_deliver=50,  # retries wait out their backoff by nak(delay), which counts as a delivery
+        ),
+        ConsumerSpec("admission-watcher", "K8S", ["k8s.>"]),
+        ConsumerSpec(
+            "recovery", "RUNS",
+            ["run.*.*.exec.failed", "run.*.*.admission.preempted", "run.*.*.render.failed",
+             "run.*.*.health.degraded"],
+        ),
+        ConsumerSpec("evidence", "RUNS", ["run.>"]),
+        ConsumerSpec("health-monitor", "NODES", ["node.*.sample"]),
+        ConsumerSpec("local-cluster", "BACKEND", ["backend.local.>"], max_deliver=20),
+    ]
+}

@@ -1,0 +1,211 @@
+"""YAML with line numbers, and the translation of every config problem into ``ConfigError`` issues.
+
+Shared by ``tau.yaml`` and ``platform.yaml`` so both speak the same way: each issue is a dict
+``{field, message, fix, file, line}`` (the shape of ``core.contracts.Issue``) and ``str(ConfigError)`` reads
+``tau.yaml:7: compute.gpuz: unknown key; did you mean 'gpus'?``, one problem per line.
+
+Invariants: YAML is parsed with ``SafeLoader`` only (no arbitrary tags); a field path is dotted with list indexes
+in brackets (``cluster_queues[0].cohort``); the line is that of the key (or list item) named by the path, or of
+its nearest parent that has one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any
+
+import pydantic
+import yaml
+
+from taugrid.core.errors import ConfigError
+
+Path = tuple[str | int, ...]
+Lines = dict[Path, int]
+
+
+def field_path(path: Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def line_of(lines: Lines, path: Path) -> int | None:
+    for end in range(len(path), -1, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return None
+
+
+def make_issue(path: Path | str, message: str, fix: str = "", *, file: str, lines: Lines) -> dict[str, object]:
+    if isinstance(path, str):
+        return {"field": path, "message": message, "fix": fix, "file": file, "line": None}
+    return {"field": field_path(path), "message": message, "fix": fix, "file": file, "line": line_of(lines, path)}
+
+
+def format_issue(issue: dict[str, object]) -> str:
+    where = str(issue.get("file") or "")
+    if issue.get("line") is not None:
+        where += f":{issue['line']}"
+    head = f"{where}: " if where else ""
+    field = f"{issue['field']}: " if issue.get("field") else ""
+    text = f"{head}{field}{issue['message']}"
+    if issue.get("fix"):
+        text += f"\n    fix: {issue['fix']}"
+    return text
+
+
+def raise_issues(issues: list[dict[str, object]]) -> None:
+    """Raise one ``ConfigError`` carrying every issue (deduplicated, sorted by line), or return if none."""
+    if not issues:
+        return
+    seen: set[tuple[object, object]] = set()
+    unique = []
+    for issue in issues:
+        key = (issue["field"], issue["message"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(issue)
+    unique.sort(key=lambda i: (i["line"] is None, i["line"] or 0, str(i["field"])))
+    raise ConfigError("\n".join(format_issue(i) for i in unique), issues=unique)
+
+
+def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines]:
+    """Parse one YAML mapping and record the line of every key and list item. Raises ``ConfigError``."""
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}",
+            issues=[{"field": "", "message": f"not valid YAML: {problem}",
+                     "fix": "fix the YAML syntax (indentation, quotes, colons)", "file": path, "line": line}],
+        ) from None
+    if data is None or not isinstance(data, dict):
+        got = "empty" if data is None else f"a {type(data).__name__}"
+        message = f"{what} must be a YAML mapping of keys to values; this file is {got}"
+        raise ConfigError(f"{path}: {message}", issues=[{
+            "field": "", "message": message, "fix": f"start the file with top-level keys, e.g. {_EXAMPLE[what]}",
+            "file": path, "line": 1}])
+    lines: Lines = {}
+    duplicates: list[dict[str, object]] = []
+    _walk(node, (), lines, duplicates, path)
+    raise_issues(duplicates)
+    return {str(k): v for k, v in data.items()}, lines
+
+
+_EXAMPLE = {"tau.yaml": "'name: train' and 'entrypoint: train.py'", "platform.yaml": "'workspaces:'"}
+
+
+def _walk(node: yaml.Node, path: Path, lines: Lines, issues: list[dict[str, object]], file: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            sub = (*path, key)
+            if key in seen and key != "<<":
+                issues.append({"field": field_path(sub), "message": "duplicate key; YAML keeps only the last one",
+                               "fix": "remove one of the two entries", "file": file,
+                               "line": key_node.start_mark.line + 1})
+            seen.add(key)
+            lines.setdefault(sub, key_node.start_mark.line + 1)
+            _walk(value_node, sub, lines, issues, file)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines.setdefault((*path, index), item.start_mark.line + 1)
+            _walk(item, (*path, index), lines, issues, file)
+
+
+# ---- pydantic errors → issues ----
+
+
+def _candidates(tp: Any) -> list[Any]:
+    """The concrete types inside an annotation (unwrapping Optional, Annotated and unions)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _candidates(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [c for arg in typing.get_args(tp) for c in _candidates(arg)]
+    return [tp]
+
+
+def _model_at(model: type[pydantic.BaseModel], loc: Path) -> type[pydantic.BaseModel] | None:
+    """Follow a pydantic error location through nested models, lists and dicts to the enclosing model."""
+    current: list[Any] = [model]
+    for part in loc:
+        nxt: list[Any] = []
+        for tp in current:
+            if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+                field = tp.model_fields.get(str(part))
+                if field is not None:
+                    nxt.extend(_candidates(field.annotation))
+            elif typing.get_origin(tp) in (list, tuple) and isinstance(part, int):
+                nxt.extend(c for a in typing.get_args(tp)[:1] for c in _candidates(a))
+            elif typing.get_origin(tp) is dict:
+                nxt.extend(_candidates(typing.get_args(tp)[1]))
+        current = nxt
+    for tp in current:
+        if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+            return tp
+    return None
+
+
+def suggest(word: str, options: list[str]) -> str | None:
+    found = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def pydantic_issues(
+    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], *, file: str, lines: Lines,
+) -> list[dict[str, object]]:
+    issues = []
+    for err in exc.errors(include_url=False):
+        loc: Path = tuple(p for p in err["loc"] if isinstance(p, int) or not _is_union_tag(p))
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            parent = _model_at(model, loc[:-1])
+            valid = sorted(parent.model_fields) if parent else []
+            guess = suggest(str(loc[-1]), valid)
+            message = "unknown key" + (f"; did you mean '{guess}'?" if guess else "")
+            fix = (f"rename '{loc[-1]}' to '{guess}'" if guess
+                   else f"remove it; valid keys here: {', '.join(valid)}" if valid else "remove it")
+        elif kind == "missing":
+            message, fix = "required key is missing", f"add '{loc[-1]}'"
+        else:
+            value = err.get("input")
+            shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+            message = f"{_plain(err['msg'])} (got {shown})"
+            fix = _FIXES.get(kind, "")
+            if kind == "literal_error":
+                fix = "use " + err["msg"].removeprefix("Input should be ")
+        issues.append(make_issue(loc, message, fix, file=file, lines=lines))
+    return issues
+
+
+def _is_union_tag(part: str | int) -> bool:
+    # pydantic adds the union member (``str``, ``function-after[...]``) to the location of a union error
+    return isinstance(part, str) and (part in {"str", "int", "float", "bool", "list", "dict", "none"}
+                                      or "[" in part)
+
+
+def _plain(msg: str) -> str:
+    return msg.removeprefix("Value error, ")
+
+
+_FIXES = {
+    "int_parsing": "use a whole number", "int_type": "use a whole number", "int_from_float": "use a whole number",
+    "float_parsing": "use a number", "float_type": "use a number", "bool_parsing": "use true or false",
+    "bool_type": "use true or false", "string_type": "quote the value as a string", "list_type": "use a YAML list",
+    "dict_type": "use a YAML mapping (key: value)", "model_type": "use a YAML mapping (key: value)",
+    "greater_than": "use a larger value", "less_than": "use a smaller value",
+    "greater_than_equal": "use a larger value", "less_than_equal": "use a smaller value",
+}

@@ -1,0 +1,234 @@
+"""Input model of the admission engine: flavors, queues, cohorts, workloads, nodes.
+
+Role: plain, frozen descriptions of what an operator configured (Kueue ClusterQueue/Cohort/ResourceFlavor/
+LocalQueue) and what a researcher asked for (a Workload with gang pod sets, KAI-style GPU fractions).
+
+Invariants:
+- Quantities are plain numbers: ``cpu`` in cores (float), ``memory`` in bytes, ``nvidia.com/gpu`` in devices.
+  The engine converts them to integer milli-units once (``to_units``) so no float drift enters the ledger.
+- ``borrowing_limit``/``lending_limit`` ``None`` means unlimited, as in Kueue.
+- A pod set asks for whole GPUs (``requests["nvidia.com/gpu"]``) or for a share of one GPU
+  (``gpu_fraction`` in (0, 1) or ``gpu_memory_mb``), never both (KAI's validation rule).
+
+KAI's hierarchical queues map onto the cohort tree: a department is a ``Cohort`` (its ``resource_groups``
+hold department-level quota, ``parent`` points at the org cohort), a project is a ``ClusterQueue`` whose
+``nominal_quota`` is KAI's *deserved* quota, whose ``borrowing_limit`` is KAI's ``limit - quota`` and whose
+``fair_weight`` is KAI's ``overQuotaWeight``. KAI's ``priority >= 100`` non-preemptible class maps to
+``Workload.preemptible=False`` (priority and preemptibility are kept apart).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from taugrid.core.errors import PermanentError
+
+GPU = "nvidia.com/gpu"
+UNIT = 1000  # milli-units: cpu millicores, milli-GPU (fractions are charged in m-GPU), memory in milli-bytes
+
+
+def to_units(value: float) -> int:
+    """Convert a user quantity to integer milli-units (rounding away float noise like 0.1+0.2)."""
+    return int(round(value * UNIT))
+
+
+def from_units(units: int) -> float | int:
+    """Back to the user's unit; whole numbers print without a trailing ``.0``."""
+    if units % UNIT == 0:
+        return units // UNIT
+    return units / UNIT
+
+
+class QueueingStrategy(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+class WithinClusterQueue(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class BorrowWithinCohortPolicy(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+class PlacementStrategy(StrEnum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty key with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty = all effects
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
+    """First NoSchedule/NoExecute taint none of the tolerations accepts (Kueue ignores PreferNoSchedule)."""
+    for taint in taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFlavor:
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuota:
+    nominal_quota: float
+    borrowing_limit: float | None = None
+    lending_limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuotas:
+    name: str  # a ResourceFlavor name
+    resources: Mapping[str, ResourceQuota]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]  # order = preference
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowWithinCohort:
+    policy: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
+    max_priority_threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    borrow_within_cohort: BorrowWithinCohort = field(default_factory=BorrowWithinCohort)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueue:
+    name: str
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    cohort: str | None = None
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    fair_weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    """A node of the cohort tree; ``resource_groups`` is extra shared quota on top of its children's."""
+
+    name: str
+    parent: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueue:
+    name: str
+    cluster_queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    name: str = "main"
+    count: int = 1
+    requests: Mapping[str, float] = field(default_factory=dict)
+    gpu_fraction: float = 0.0
+    gpu_memory_mb: int = 0
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.gpu_fraction > 0 or self.gpu_memory_mb > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    queue: str  # a LocalQueue name, or a ClusterQueue name
+    pod_sets: tuple[PodSet, ...] = (PodSet(),)
+    priority: int = 0
+    preemptible: bool = True
+    created_at: float = 0.0
+    tolerations: tuple[Toleration, ...] = ()
+    placement: PlacementStrategy = PlacementStrategy.BINPACK
+
+    def validate(self) -> None:
+        """Reject requests KAI/Kueue would reject; the message names the field and the fix."""
+        if not self.pod_sets:
+            raise PermanentError(f"workload {self.name}: pod_sets is empty; give at least one pod set")
+        for ps in self.pod_sets:
+            where = f"workload {self.name} pod set {ps.name}"
+            if ps.count < 1:
+                raise PermanentError(f"{where}: count={ps.count}; count must be >= 1")
+            if not 0 <= ps.gpu_fraction < 1:
+                raise PermanentError(f"{where}: gpu_fraction={ps.gpu_fraction}; use 0 < f < 1 or whole GPUs")
+            if ps.gpu_fraction and ps.gpu_memory_mb:
+                raise PermanentError(f"{where}: gpu_fraction and gpu_memory_mb both set; choose one")
+            if ps.shares_gpu and ps.requests.get(GPU, 0):
+                raise PermanentError(f"{where}: a shared GPU cannot be combined with {GPU}; drop one")
+            if any(v < 0 for v in ps.requests.values()):
+                raise PermanentError(f"{where}: negative request; requests must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    index: int
+    memory_mb: int = 81920
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    gpus: tuple[GpuDevice, ...] = ()
+    cpu: float = 0.0
+    memory: float = 0.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+def fraction_units(pod_set: PodSet, gpu_memory_mb: int) -> int:
+    """m-GPU one pod of a sharing pod set takes on a GPU with ``gpu_memory_mb`` of memory (rounded up)."""
+    if pod_set.gpu_fraction:
+        return math.ceil(pod_set.gpu_fraction * UNIT - 1e-9)
+    if pod_set.gpu_memory_mb:
+        return min(UNIT, math.ceil(pod_set.gpu_memory_mb * UNIT / gpu_memory_mb - 1e-9))
+    return 0

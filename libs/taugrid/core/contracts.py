@@ -1,0 +1,313 @@
+"""Wire contracts: every payload that crosses the bus, as frozen msgspec Structs.
+
+Invariants: fields are only ever added, with defaults (old readers ignore them, new readers default them);
+a payload never carries secrets' values (``env_secret`` holds ``secret:key`` references only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+
+class Struct(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False, forbid_unknown_fields=False):
+    """Base for wire structs."""
+
+
+class Issue(Struct):
+    """One problem with a config or request, phrased for the person who has to fix it."""
+
+    field: str
+    message: str
+    fix: str = ""
+    file: str = ""
+    line: int | None = None
+
+
+class Resources(Struct):
+    """Requests of one pod. ``gpu_fraction``/``gpu_memory_mb`` describe a shared (fractional) GPU."""
+
+    cpu: float = 1.0
+    memory: int = 1 << 30
+    gpu: int = 0
+    gpu_fraction: float = 0.0
+    gpu_memory_mb: int = 0
+
+
+class Resilience(Struct):
+    max_retries: int = 0
+    retry_on: list[str] = msgspec.field(default_factory=lambda: ["Preempted", "Evicted"])
+    backoff_initial_s: float = 30.0
+    backoff_max_s: float = 300.0
+    checkpoint_path: str = ""
+
+
+class ResolvedRun(Struct):
+    """A run after platform policy: everything a renderer needs, nothing it must look up."""
+
+    run_id: str
+    submission_id: str
+    workspace: str
+    namespace: str
+    name: str
+    engine: str = "job"  # job | ray
+    launcher: str = "python"  # python | torchrun | command | ray-train | ray-tune
+    entrypoint: str = ""
+    args: list[str] = msgspec.field(default_factory=list)
+    command: list[str] = msgspec.field(default_factory=list)
+    image: str = ""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    env_secret: dict[str, str] = msgspec.field(default_factory=dict)
+    working_dir: str = ""
+    local_queue: str = ""
+    cluster_queue: str = ""
+    priority_class: str = ""
+    priority: int = 0
+    preemptible: bool = True
+    profile: str = ""
+    resources: Resources = msgspec.field(default_factory=Resources)
+    limits: Resources | None = None
+    nodes: int = 1
+    processes_per_node: int = 1
+    workers: int = 0
+    gpus_per_worker: int = 0
+    pip: list[str] = msgspec.field(default_factory=list)
+    resilience: Resilience = msgspec.field(default_factory=Resilience)
+    output_dir: str = ""
+    checkpoint_dir: str = ""
+    source_object: str = ""
+    source_digest: str = ""
+    config_hash: str = ""
+    platform_revision: int = 0
+    active_deadline_s: int | None = None
+    ttl_seconds_after_finished: int = 28800
+    termination_grace_s: int = 30
+    security_restricted: bool = False
+    node_selector: dict[str, str] = msgspec.field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    placement: str = "binpack"  # binpack | spread
+    gang: bool = True
+    data_pvc: str = ""
+    experiment: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+# ---- run lifecycle payloads (subject run.<ws>.<run>.<stage>.<outcome>) ----
+
+
+class SubmitRequested(Struct):
+    submission_id: str
+    config_text: str
+    config_path: str = "tau.yaml"
+    workspace: str = ""
+    target: str = ""
+    source_object: str = ""
+    source_digest: str = ""
+    user: str = ""
+
+
+class SubmitAccepted(Struct):
+    submission_id: str
+    config: dict[str, Any]
+    config_hash: str
+    config_text: str = ""
+    config_path: str = "tau.yaml"
+    source_object: str = ""
+    source_digest: str = ""
+    user: str = ""
+
+
+class Rejected(Struct):
+    """``submit.rejected`` and ``policy.rejected``: every reason, each naming its field and fix."""
+
+    reasons: list[Issue]
+    message: str = ""
+
+
+class PolicyApproved(Struct):
+    run: ResolvedRun
+    platform_revision: int = 0
+
+
+class RenderApplied(Struct):
+    attempt: int
+    backend: str
+    kind: str
+    object_name: str
+    manifests: list[dict[str, Any]]
+    digest: str
+
+
+class RenderFailed(Struct):
+    attempt: int
+    reason: str
+    message: str
+    permanent: bool = True
+
+
+class AdmissionQueued(Struct):
+    reason: str
+    message: str = ""
+    cluster_queue: str = ""
+    position: int | None = None
+    waiting_for: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class AdmissionAdmitted(Struct):
+    cluster_queue: str = ""
+    flavors: dict[str, str] = msgspec.field(default_factory=dict)
+    node: str = ""
+
+
+class AdmissionPreempted(Struct):
+    reason: str
+    message: str = ""
+    preemptor: str = ""
+
+
+class ExecRunning(Struct):
+    node: str = ""
+    pod: str = ""
+    pid: int | None = None
+    gpus: list[str] = msgspec.field(default_factory=list)
+
+
+class ExecFinished(Struct):
+    """``exec.succeeded``, ``exec.failed`` and ``exec.cancelled``."""
+
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    node: str = ""
+    duration_s: float | None = None
+
+
+class CancelRequested(Struct):
+    reason: str = "cancelled by user"
+    requested_by: str = ""
+
+
+class RecoveryRetrying(Struct):
+    attempt: int  # the attempt about to start
+    reason: str
+    classification: str
+    delay_s: float
+    not_before: float  # unix seconds; the renderer holds the re-apply until then
+    resume_from: str = ""
+    exclude_nodes: list[str] = msgspec.field(default_factory=list)
+    run: ResolvedRun | None = None
+
+
+class RecoveryGaveUp(Struct):
+    reason: str
+    classification: str
+    attempts: int
+    message: str = ""
+
+
+class HealthDegraded(Struct):
+    node: str
+    condition: str
+    message: str = ""
+
+
+class EvidenceSealed(Struct):
+    attempt: int
+    terminal_state: str
+    bundle: str
+    digest: str
+    ledger_head: str
+    entries: int
+
+
+# ---- backend, Kubernetes-shaped and node payloads ----
+
+
+class BackendApply(Struct):
+    """A request to a backend to create objects (``backend.<cluster>.apply``)."""
+
+    run_id: str
+    workspace: str
+    attempt: int
+    manifests: list[dict[str, Any]]
+    source_object: str = ""
+    exclude_nodes: list[str] = msgspec.field(default_factory=list)
+
+
+class BackendDelete(Struct):
+    run_id: str
+    workspace: str
+    attempt: int
+    kind: str
+    namespace: str
+    name: str
+    grace_s: int = 30
+    reason: str = ""
+
+
+class WatchEvent(Struct):
+    """One Kubernetes watch change, as ``k8s.<cluster>.<kind>.<ns>.<name>.<added|modified|deleted>`` carries it."""
+
+    type: str  # ADDED | MODIFIED | DELETED
+    object: dict[str, Any]
+    cluster: str = "local"
+
+
+class GpuSample(Struct):
+    index: int
+    uuid: str = ""
+    name: str = ""
+    memory_total_mb: int = 0
+    memory_used_mb: int = 0
+    utilization_pct: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    pcie_replay_count: int | None = None
+    xid_events: list[int] = msgspec.field(default_factory=list)
+    throttle_reasons: list[str] = msgspec.field(default_factory=list)
+
+
+class NodeSample(Struct):
+    node: str
+    time: float
+    cpus: int
+    memory_bytes: int
+    memory_available_bytes: int = 0
+    load_1m: float = 0.0
+    gpus: list[GpuSample] = msgspec.field(default_factory=list)
+    gpu_source: str = "none"  # nvml | declared | none
+    message: str = ""
+
+
+class NodeCondition(Struct):
+    node: str
+    type: str  # e.g. GpuXidError, GpuEccError, GpuThermal, GpuMissing
+    status: str  # "True" | "False"
+    reason: str
+    message: str = ""
+    gpu: int | None = None
+    time: float = 0.0
+
+
+class LogChunk(Struct):
+    run_id: str
+    attempt: int
+    pod: str
+    seq: int
+    lines: list[str]
+    stream: str = "stdout"
+
+
+def encode(payload: msgspec.Struct) -> bytes:
+    return msgspec.json.encode(payload)
+
+
+T = TypeVar("T")
+
+
+def decode(data: bytes, kind: type[T]) -> T:
+    return msgspec.json.decode(data, type=kind)

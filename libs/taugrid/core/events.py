@@ -1,0 +1,88 @@
+"""The event catalogue: which ``<stage>.<outcome>`` exists, what payload it carries, and where it is published.
+
+Subjects: ``run.<workspace>.<run_id>.<stage>.<outcome>``. The CloudEvents type adds a version suffix
+(``io.taugrid.run.policy.approved.v1``); versions live in the type, never in the subject.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from taugrid.core import contracts as c
+from taugrid.core.ids import token
+
+CE_PREFIX = "io.taugrid."
+
+RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
+    "submit.requested": c.SubmitRequested,
+    "submit.accepted": c.SubmitAccepted,
+    "submit.rejected": c.Rejected,
+    "policy.approved": c.PolicyApproved,
+    "policy.rejected": c.Rejected,
+    "render.applied": c.RenderApplied,
+    "render.failed": c.RenderFailed,
+    "admission.queued": c.AdmissionQueued,
+    "admission.admitted": c.AdmissionAdmitted,
+    "admission.preempted": c.AdmissionPreempted,
+    "exec.running": c.ExecRunning,
+    "exec.succeeded": c.ExecFinished,
+    "exec.failed": c.ExecFinished,
+    "exec.cancelled": c.ExecFinished,
+    "cancel.requested": c.CancelRequested,
+    "recovery.retrying": c.RecoveryRetrying,
+    "recovery.gave_up": c.RecoveryGaveUp,
+    "health.degraded": c.HealthDegraded,
+    "evidence.sealed": c.EvidenceSealed,
+}
+
+# Events after which a run never changes state again (evidence.sealed follows them).
+TERMINAL_EVENTS = frozenset(
+    {"submit.rejected", "policy.rejected", "exec.succeeded", "exec.cancelled", "recovery.gave_up"}
+)
+
+
+def run_subject(workspace: str, run_id: str, event_type: str) -> str:
+    return f"run.{token(workspace)}.{token(run_id)}.{event_type}"
+
+
+def parse_run_subject(subject: str) -> tuple[str, str, str]:
+    """``run.ws.id.stage.outcome`` → (workspace, run_id, "stage.outcome")."""
+    parts = subject.split(".")
+    if len(parts) != 5 or parts[0] != "run":
+        raise ValueError(f"not a run subject: {subject!r}")
+    return parts[1], parts[2], f"{parts[3]}.{parts[4]}"
+
+
+def ce_type(event_type: str, *, family: str = "run", version: int = 1) -> str:
+    return f"{CE_PREFIX}{family}.{event_type}.v{version}"
+
+
+def short_type(ce: str) -> str:
+    """``io.taugrid.run.policy.approved.v1`` → ``policy.approved``."""
+    body = ce.removeprefix(CE_PREFIX)
+    parts = body.split(".")
+    if parts and parts[-1].startswith("v") and parts[-1][1:].isdigit():
+        parts = parts[:-1]
+    return ".".join(parts[1:]) if len(parts) > 2 else ".".join(parts)
+
+
+def k8s_subject(cluster: str, kind: str, namespace: str, name: str, change: str) -> str:
+    return f"k8s.{token(cluster)}.{token(kind.lower())}.{token(namespace or '_')}.{token(name)}.{change.lower()}"
+
+
+def node_subject(node: str, what: str) -> str:
+    return f"node.{token(node)}.{what}"
+
+
+def log_subject(workspace: str, run_id: str, attempt: int) -> str:
+    return f"log.{token(workspace)}.{token(run_id)}.{attempt}"
+
+
+def backend_subject(cluster: str, verb: str) -> str:
+    return f"backend.{token(cluster)}.{verb}"
+
+
+def message_id(run_id: str, attempt: int, event_type: str, *, suffix: str = "") -> str:
+    """Deterministic ``Nats-Msg-Id``: a redelivered handler that publishes again is deduplicated."""
+    base = f"{run_id}.{attempt}.{event_type}"
+    return f"{base}.{suffix}" if suffix else base

@@ -1,0 +1,44 @@
+"""Identifiers and subject-safe tokens.
+
+Invariant: every id that lands in a NATS subject or a Kubernetes name matches ``[a-z0-9-]`` (runs) or
+``[A-Za-z0-9_-]`` (other tokens), so subjects never gain extra tokens and object names stay DNS-1123.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from typing import NewType
+
+RunId = NewType("RunId", str)
+NodeName = NewType("NodeName", str)
+Workspace = NewType("Workspace", str)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_DNS = re.compile(r"[^a-z0-9-]")
+
+
+def token(value: str) -> str:
+    """Sanitise a value for use as one NATS subject token."""
+    cleaned = _UNSAFE.sub("_", value)
+    return cleaned or "_"
+
+
+def dns_label(value: str, *, max_len: int = 63) -> str:
+    """Lower-case DNS-1123 label: letters, digits and dashes, starting and ending alphanumeric."""
+    cleaned = _DNS.sub("-", value.lower()).strip("-")
+    cleaned = re.sub(r"-{2,}", "-", cleaned)
+    return (cleaned[:max_len].rstrip("-")) or "run"
+
+
+def new_run_id(name: str, submission_id: str) -> RunId:
+    """Run ids read as ``<name>-<6 hex>``: stable for one submission id, so a repeated submission maps to one run."""
+    digest = hashlib.sha256(submission_id.encode()).hexdigest()[:6]
+    return RunId(f"{dns_label(name, max_len=40)}-{digest}")
+
+
+def new_submission_id() -> str:
+    """Time-ordered random id for a client submission (clients may supply their own for idempotency)."""
+    return f"{int(time.time() * 1000):x}{secrets.token_hex(6)}"

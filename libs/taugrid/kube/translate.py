@@ -1,0 +1,379 @@
+"""Kubernetes-shaped watch events → run lifecycle events (``admission.*``, ``exec.*``).
+
+Pure: no I/O, no clock, no state of its own. Used by both backends, because the embedded local backend
+publishes exactly Kubernetes-shaped objects (Workload, Job, RayJob, Pod).
+
+Which run an object belongs to:
+  * Job, RayJob (and our pods, whose template the renderer labels) carry the tau labels
+    ``taugrid.io/run-id``, ``taugrid.io/workspace``, ``taugrid.io/attempt`` — ``run_ref(obj)`` reads them.
+  * A real Kueue Workload does NOT copy our labels. It carries ``kueue.x-k8s.io/job-uid`` and an
+    ownerReference to the Job/RayJob. So ``translate`` takes ``owners``: job uid → RunRef, which the caller
+    fills from Job/RayJob events (``remember_owner(ev, owners)`` does exactly that). Pods without tau labels
+    resolve the same way through their ownerReferences / ``controller-uid`` labels.
+
+Invariants:
+  * Same object state ⇒ same output, including ``dedup``; a changed fact (a new queue reason, a new
+    admission after eviction) ⇒ a new ``dedup``. ``dedup`` is the suffix of the deterministic Nats-Msg-Id.
+  * Terminal events (``exec.succeeded|failed|cancelled``) and ``exec.running`` use ``dedup=""``: one per
+    attempt, whichever source (pod or job) reports it first wins; the pod usually does, with the exit code.
+  * Succeeded comes only from the Job/RayJob (one pod of a multi-node job finishing is not the run
+    finishing); failed may come from a pod, since the renderer sets ``backoffLimit: 0`` (retries are
+    recovery's business, per run attempt).
+  * Only a container named ``main`` speaks for the run's process; Ray head/worker/submitter pods report
+    scheduling and image problems only (the RayJob status speaks for the Ray job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, MutableMapping
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import msgspec
+
+from taugrid.core import contracts as c
+
+LABEL_RUN_ID = "taugrid.io/run-id"
+LABEL_WORKSPACE = "taugrid.io/workspace"
+LABEL_ATTEMPT = "taugrid.io/attempt"
+ANNOTATION_QUEUE_POSITION = "taugrid.io/queue-position"
+LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
+MAIN_CONTAINER = "main"
+
+# Waiting reasons that will not fix themselves within one attempt.
+FATAL_WAITING = frozenset({"ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull"})
+# Waiting reasons that are just a pod starting; not worth an event.
+BENIGN_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
+
+_EXIT_CODE_IN_MESSAGE = re.compile(r"exit code (\d+)")
+_PREEMPTOR_JOB_UID = re.compile(r"JobUID: ([0-9a-fA-F-]+)")
+_INSUFFICIENT = re.compile(r"insufficient (?:unused )?quota for (\S+) in flavor (\S+), (\S+) more needed")
+
+
+class RunRef(NamedTuple):
+    workspace: str
+    run_id: str
+    attempt: int
+
+
+class RunEventOut(msgspec.Struct, frozen=True):
+    """One run event to publish on ``run.<workspace>.<run_id>.<event_type>`` with id suffix ``dedup``."""
+
+    workspace: str
+    run_id: str
+    attempt: int
+    event_type: str
+    payload: msgspec.Struct
+    dedup: str = ""
+
+
+def run_ref(obj: Mapping[str, Any]) -> RunRef | None:
+    """The run an object is labelled with, or None when it carries no (complete) tau labels."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    run_id, workspace = labels.get(LABEL_RUN_ID), labels.get(LABEL_WORKSPACE)
+    if not run_id or not workspace:
+        return None
+    try:
+        attempt = int(labels.get(LABEL_ATTEMPT, 1))
+    except ValueError:
+        attempt = 1
+    return RunRef(workspace=workspace, run_id=run_id, attempt=attempt)
+
+
+def owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    """Uids of the objects this one hangs off: Kueue's job-uid label, ownerReferences, Job pod labels."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    uids = [labels[k] for k in (LABEL_JOB_UID, "batch.kubernetes.io/controller-uid", "controller-uid") if k in labels]
+    uids += [ref["uid"] for ref in meta.get("ownerReferences") or [] if ref.get("uid")]
+    return list(dict.fromkeys(uids))
+
+
+def remember_owner(ev: c.WatchEvent, owners: MutableMapping[str, RunRef]) -> None:
+    """Keep ``owners`` (uid → RunRef) current from a Job/RayJob (or any tau-labelled) watch event."""
+    uid = (ev.object.get("metadata") or {}).get("uid")
+    ref = run_ref(ev.object)
+    if not uid or ref is None:
+        return
+    if ev.type == "DELETED":
+        owners.pop(uid, None)
+    else:
+        owners[uid] = ref
+
+
+def resolve(obj: Mapping[str, Any], owners: Mapping[str, RunRef]) -> RunRef | None:
+    ref = run_ref(obj)
+    if ref is not None:
+        return ref
+    for uid in owner_uids(obj):
+        if uid in owners:
+            return owners[uid]
+    return None
+
+
+def translate(ev: c.WatchEvent, owners: Mapping[str, RunRef] | None = None) -> list[RunEventOut]:
+    """The run events one watch event implies; [] for objects of no run or changes that mean nothing."""
+    owners = owners or {}
+    ref = resolve(ev.object, owners)
+    if ref is None:
+        return []
+    kind = ev.object.get("kind", "")
+    handler = _HANDLERS.get(kind)
+    if handler is None:
+        return []
+    return [
+        RunEventOut(ref.workspace, ref.run_id, ref.attempt, event_type, payload, dedup)
+        for event_type, payload, dedup in handler(ev, owners)
+    ]
+
+
+_Out = list[tuple[str, msgspec.Struct, str]]
+
+
+# ---------------------------------------------------------------- Workload (kueue.x-k8s.io)
+
+
+def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
+    if ev.type == "DELETED":
+        return []  # the Job/RayJob's own deletion says whether the run was cancelled
+    obj = ev.object
+    status = obj.get("status") or {}
+    conds = _conditions(obj)
+    finished = conds.get("Finished")
+    if finished and finished.get("status") == "True":
+        return []  # the Job/RayJob reports the outcome, with exit code and reason
+    evicted = conds.get("Evicted")
+    if evicted and evicted.get("status") == "True":
+        return [_preempted(evicted, conds.get("Preempted"), owners)]
+    admission = status.get("admission") or {}
+    cluster_queue = admission.get("clusterQueue", "")
+    admitted = conds.get("Admitted")
+    if admitted and admitted.get("status") == "True":
+        payload = c.AdmissionAdmitted(cluster_queue=cluster_queue, flavors=_flavors(admission))
+        return [("admission.admitted", payload, _digest(admitted.get("lastTransitionTime"), cluster_queue))]
+    reserved = conds.get("QuotaReserved")
+    if reserved and reserved.get("status") == "True":
+        checks = {ch.get("name", ""): ch.get("state", "") for ch in status.get("admissionChecks") or []}
+        pending = {name: state for name, state in checks.items() if state != "Ready"}
+        return [_queued(obj, "WaitingForAdmissionChecks", _check_message(pending), cluster_queue,
+                        {"admission_checks": pending} if pending else {})]
+    requeued = conds.get("Requeued")
+    if requeued and requeued.get("status") == "False":
+        requeue_at = (status.get("requeueState") or {}).get("requeueAt")
+        return [_queued(obj, requeued.get("reason") or "Requeued", requeued.get("message", ""), cluster_queue,
+                        {"requeue_at": requeue_at} if requeue_at else {})]
+    if reserved and reserved.get("status") == "False":
+        message = reserved.get("message", "")
+        return [_queued(obj, reserved.get("reason") or "Pending", message, cluster_queue, _waiting_for(message))]
+    if not conds:
+        return [_queued(obj, "Pending", "waiting for Kueue to consider the workload", cluster_queue, {})]
+    return []
+
+
+def _preempted(evicted: Mapping[str, Any], preempted: Mapping[str, Any] | None,
+               owners: Mapping[str, RunRef]) -> tuple[str, msgspec.Struct, str]:
+    kueue_reason = evicted.get("reason") or "Evicted"
+    message = evicted.get("message", "")
+    preemptor = ""
+    if kueue_reason == "Preempted":
+        reason = "Preempted"
+        if preempted and preempted.get("status") == "True":
+            message = f"{preempted.get('reason', '')}: {preempted.get('message') or message}".strip(": ")
+            match = _PREEMPTOR_JOB_UID.search(preempted.get("message", ""))
+            if match:
+                by = owners.get(match.group(1))
+                preemptor = by.run_id if by else match.group(1)
+    else:
+        # PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped, Deactivated, NodeFailures, ...
+        reason = "Evicted"
+        message = f"{kueue_reason}: {message}".strip(": ")
+    payload = c.AdmissionPreempted(reason=reason, message=message, preemptor=preemptor)
+    return "admission.preempted", payload, _digest(evicted.get("lastTransitionTime"), kueue_reason)
+
+
+def _queued(obj: Mapping[str, Any], reason: str, message: str, cluster_queue: str,
+            waiting_for: dict[str, Any]) -> tuple[str, msgspec.Struct, str]:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    position: int | None = None
+    raw = annotations.get(ANNOTATION_QUEUE_POSITION)
+    if raw is not None:
+        try:
+            position = int(raw)
+        except ValueError:
+            position = None
+    queue = (obj.get("spec") or {}).get("queueName")
+    if queue and obj.get("kind") == "Workload":
+        waiting_for = {"queue": queue, **waiting_for}
+    payload = c.AdmissionQueued(reason=reason, message=message, cluster_queue=cluster_queue,
+                                position=position, waiting_for=waiting_for)
+    return "admission.queued", payload, _digest(reason, message, position, cluster_queue)
+
+
+def _flavors(admission: Mapping[str, Any]) -> dict[str, str]:
+    """resource → flavor; a resource assigned different flavors in different podsets is keyed podset/resource."""
+    out: dict[str, str] = {}
+    for psa in admission.get("podSetAssignments") or []:
+        for resource, flavor in (psa.get("flavors") or {}).items():
+            if out.get(resource, flavor) != flavor:
+                out[f"{psa.get('name', '')}/{resource}"] = flavor
+            else:
+                out[resource] = flavor
+    return out
+
+
+def _waiting_for(message: str) -> dict[str, Any]:
+    match = _INSUFFICIENT.search(message)
+    if not match:
+        return {}
+    return {"resource": match.group(1), "flavor": match.group(2), "more_needed": match.group(3)}
+
+
+def _check_message(pending: Mapping[str, str]) -> str:
+    if not pending:
+        return "quota reserved; waiting for admission checks"
+    return "quota reserved; waiting for admission checks: " + ", ".join(f"{k}={v}" for k, v in pending.items())
+
+
+# ---------------------------------------------------------------- batch/v1 Job
+
+
+def _job(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
+    obj = ev.object
+    status = obj.get("status") or {}
+    conds = _conditions(obj)
+    complete, failed = conds.get("Complete"), conds.get("Failed")
+    if complete and complete.get("status") == "True":
+        end = status.get("completionTime") or complete.get("lastTransitionTime")
+        payload = c.ExecFinished(exit_code=0, reason="Completed", duration_s=_duration(status.get("startTime"), end))
+        return [("exec.succeeded", payload, "")]
+    if failed and failed.get("status") == "True":
+        message = failed.get("message", "")
+        match = _EXIT_CODE_IN_MESSAGE.search(message)
+        payload = c.ExecFinished(
+            exit_code=int(match.group(1)) if match else None,
+            reason=failed.get("reason") or "Failed",  # BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy
+            message=message,
+            duration_s=_duration(status.get("startTime"), failed.get("lastTransitionTime")),
+        )
+        return [("exec.failed", payload, "")]
+    if ev.type == "DELETED":
+        return [_deleted(obj)]
+    return []  # suspended → the Workload reports the queue; active → the pods report running
+
+
+# ---------------------------------------------------------------- ray.io/v1 RayJob
+
+
+def _rayjob(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
+    obj = ev.object
+    status = obj.get("status") or {}
+    deployment = status.get("jobDeploymentStatus", "")
+    job_status = status.get("jobStatus", "")
+    message = status.get("message", "")
+    duration = _duration(status.get("startTime"), status.get("endTime"))
+    if deployment == "Complete" or (deployment == "Failed" and job_status == "STOPPED"):
+        if job_status == "SUCCEEDED":
+            return [("exec.succeeded", c.ExecFinished(exit_code=0, reason="Succeeded", message=message,
+                                                      duration_s=duration), "")]
+        if job_status == "STOPPED":
+            return [("exec.cancelled", c.ExecFinished(reason="Stopped", message=message, duration_s=duration), "")]
+    if deployment in ("Complete", "Failed", "ValidationFailed"):
+        reason = status.get("reason") or ("ValidationFailed" if deployment == "ValidationFailed" else "AppFailed")
+        return [("exec.failed", c.ExecFinished(reason=reason, message=message, duration_s=duration), "")]
+    if ev.type == "DELETED":
+        return [_deleted(obj)]
+    if deployment == "Running":
+        return [("exec.running", c.ExecRunning(), "")]
+    return []  # New/Initializing/Suspending/Suspended/Retrying/Waiting: the Workload and pods tell more
+
+
+def _deleted(obj: Mapping[str, Any]) -> tuple[str, msgspec.Struct, str]:
+    name = (obj.get("metadata") or {}).get("name", "")
+    message = f"{obj.get('kind', 'object')} {name} was deleted before it finished"
+    return "exec.cancelled", c.ExecFinished(reason="Deleted", message=message), ""
+
+
+# ---------------------------------------------------------------- core/v1 Pod
+
+
+def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
+    if ev.type == "DELETED":
+        return []  # a deleted pod is replaced or its Job reports the outcome
+    obj = ev.object
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    pod, node = meta.get("name", ""), spec.get("nodeName", "")
+    has_main = any(ct.get("name") == MAIN_CONTAINER for ct in spec.get("containers") or [])
+    statuses = list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+    main = next((cs for cs in status.get("containerStatuses") or [] if cs.get("name") == MAIN_CONTAINER), None)
+    phase = status.get("phase", "")
+    conds = _conditions(obj)
+
+    if phase == "Failed" and has_main:
+        return [("exec.failed", _pod_failure(status, main, conds, node), "")]
+    for cs in statuses:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason", "")
+        if reason in FATAL_WAITING:
+            message = f"container {cs.get('name', '')}: {waiting.get('message', '')}".rstrip(": ")
+            return [("exec.failed", c.ExecFinished(reason=reason, message=message, node=node), "")]
+        if reason and reason not in BENIGN_WAITING:
+            hint = {"pod": pod, "container": cs.get("name", ""), "node": node}
+            payload = c.AdmissionQueued(reason=reason, message=waiting.get("message", ""), waiting_for=hint)
+            return [("admission.queued", payload, _digest(reason, pod, cs.get("name")))]
+    if phase == "Running" and has_main:
+        return [("exec.running", c.ExecRunning(node=node, pod=pod), "")]
+    scheduled = conds.get("PodScheduled")
+    if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        message = scheduled.get("message", "")
+        payload = c.AdmissionQueued(reason="Unschedulable", message=message, waiting_for={"pod": pod})
+        return [("admission.queued", payload, _digest("Unschedulable", message))]
+    return []
+
+
+def _pod_failure(status: Mapping[str, Any], main: Mapping[str, Any] | None,
+                 conds: Mapping[str, Mapping[str, Any]], node: str) -> c.ExecFinished:
+    terminated = ((main or {}).get("state") or {}).get("terminated") or {}
+    if not terminated:  # restarted containers keep the failure in lastState
+        terminated = ((main or {}).get("lastState") or {}).get("terminated") or {}
+    disruption = conds.get("DisruptionTarget")
+    reason = terminated.get("reason") or status.get("reason") or "Error"  # OOMKilled, Error, Evicted, ...
+    message = terminated.get("message") or status.get("message") or ""
+    if disruption and disruption.get("status") == "True" and reason in ("Error", ""):
+        # PreemptionByScheduler, DeletionByTaintManager, TerminationByKubelet: the node, not the code
+        reason, message = disruption.get("reason") or reason, disruption.get("message") or message
+    return c.ExecFinished(
+        exit_code=terminated.get("exitCode"),
+        reason=reason,
+        message=message,
+        node=node,
+        duration_s=_duration(terminated.get("startedAt"), terminated.get("finishedAt")),
+    )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {cond.get("type", ""): cond for cond in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _duration(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    try:
+        return (_ts(end) - _ts(start)).total_seconds()
+    except ValueError:
+        return None
+
+
+def _ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(msgspec.json.encode([str(p) if p is not None else None for p in parts])).hexdigest()[:12]
+
+
+_HANDLERS = {"Workload": _workload, "Job": _job, "RayJob": _rayjob, "Pod": _pod}

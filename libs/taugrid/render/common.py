@@ -1,0 +1,232 @@
+"""Pieces every renderer shares: object names, tau metadata, quantities, env, resources, pod security.
+
+Invariants: every function here is pure and deterministic (same ResolvedRun + attempt ⇒ same output, key
+order included); nothing reads the clock, the environment or the network; secrets appear only as
+``secretKeyRef`` references, never as values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from taugrid.core.contracts import ResolvedRun, Resources
+from taugrid.core.errors import PermanentError
+
+Manifest = dict[str, Any]
+
+# Documented local default: a slim CPython that can run a plain script; users pin their own for real work.
+DEFAULT_IMAGE = "python:3.11-slim"
+MANAGED_BY = "taugrid"
+LABEL_PREFIX = "taugrid.io/"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+GPU_RESOURCE = "nvidia.com/gpu"
+DATA_MOUNT = "/data"
+# Restricted PSS: a fixed non-root identity (distroless "nonroot") when the image does not choose one.
+NONROOT_ID = 65532
+
+_GI = 1 << 30
+_MI = 1 << 20
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def object_name(run_id: str, attempt: int, *, max_len: int = 63) -> str:
+    """``<run_id>-a<attempt>`` as a DNS-1035 label of at most ``max_len`` characters.
+
+    Stable for one run and attempt. A run id starting with a digit gets an ``r`` prefix (Services and
+    RayJobs need a leading letter); a name that is too long keeps the attempt suffix and replaces the
+    tail of the run id with 6 hex of its hash, so two long run ids never collide by truncation.
+    """
+    suffix = f"-a{attempt}"
+    base = run_id if run_id[:1].isalpha() else f"r{run_id}"
+    if len(base) + len(suffix) <= max_len:
+        name = base + suffix
+    else:
+        digest = hashlib.sha256(run_id.encode()).hexdigest()[:6]
+        keep = max_len - len(suffix) - len(digest) - 1
+        name = f"{base[:keep].rstrip('-')}-{digest}{suffix}"
+    if not _DNS1035.match(name):
+        raise PermanentError(
+            f"run id {run_id!r} does not give a valid object name ({name!r}); run ids must be lower-case "
+            "letters, digits and dashes"
+        )
+    return name
+
+
+def tau_labels(run: ResolvedRun, *, attempt: int) -> dict[str, str]:
+    return {
+        f"{LABEL_PREFIX}managed-by": MANAGED_BY,
+        f"{LABEL_PREFIX}run-id": run.run_id,
+        f"{LABEL_PREFIX}workspace": run.workspace,
+        f"{LABEL_PREFIX}attempt": str(attempt),
+    }
+
+
+def kueue_labels(run: ResolvedRun) -> dict[str, str]:
+    """Labels on the top-level object only: Kueue reads them there, not on pod templates."""
+    if not run.local_queue:
+        raise PermanentError(
+            f"run {run.run_id} has no local queue; policy must resolve `policy.queue` to a LocalQueue"
+        )
+    labels = {QUEUE_LABEL: run.local_queue}
+    if run.priority_class:
+        labels[PRIORITY_LABEL] = run.priority_class
+    return labels
+
+
+def tau_annotations(run: ResolvedRun) -> dict[str, str]:
+    annotations = {
+        f"{LABEL_PREFIX}config-hash": run.config_hash,
+        f"{LABEL_PREFIX}source-digest": run.source_digest,
+        f"{LABEL_PREFIX}submission-id": run.submission_id,
+        f"{LABEL_PREFIX}workspace": run.workspace,
+        f"{LABEL_PREFIX}run-name": run.name,
+    }
+    if run.experiment:
+        annotations[f"{LABEL_PREFIX}experiment"] = json.dumps(run.experiment, sort_keys=True)
+    return annotations
+
+
+def cpu_quantity(cpu: float) -> str:
+    millis = round(cpu * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def memory_quantity(size: int) -> str:
+    if size % _GI == 0:
+        return f"{size // _GI}Gi"
+    if size % _MI == 0:
+        return f"{size // _MI}Mi"
+    return str(size)
+
+
+def is_fractional(res: Resources) -> bool:
+    return res.gpu == 0 and (res.gpu_fraction > 0 or res.gpu_memory_mb > 0)
+
+
+def resources_block(requests: Resources, limits: Resources | None, *, gpus: int) -> dict[str, Any]:
+    """Container ``resources``. Whole GPUs go in requests and limits (extended resources need both equal);
+    fractional GPUs request no ``nvidia.com/gpu`` at all (see ``gpu_share_annotations``)."""
+    req: dict[str, str] = {"cpu": cpu_quantity(requests.cpu), "memory": memory_quantity(requests.memory)}
+    lim: dict[str, str] = {}
+    if limits is not None:
+        if limits.cpu > 0:
+            lim["cpu"] = cpu_quantity(limits.cpu)
+        if limits.memory > 0:
+            lim["memory"] = memory_quantity(limits.memory)
+    if gpus > 0:
+        req[GPU_RESOURCE] = str(gpus)
+        lim[GPU_RESOURCE] = str(gpus)
+    block: dict[str, Any] = {"requests": req}
+    if lim:
+        block["limits"] = lim
+    return block
+
+
+def gpu_share_annotations(res: Resources) -> dict[str, str]:
+    """KAI-style pod annotations for a shared GPU, plus our own copies that the local scheduler reads.
+
+    KAI accepts either ``gpu-fraction`` or ``gpu-memory``, not both; the fraction wins when both are set.
+    """
+    if not is_fractional(res):
+        return {}
+    out: dict[str, str] = {}
+    if res.gpu_fraction > 0:
+        if not 0 < res.gpu_fraction < 1:
+            raise PermanentError(f"gpu fraction must be between 0 and 1, got {res.gpu_fraction}")
+        out["gpu-fraction"] = f"{res.gpu_fraction:g}"
+        out[f"{LABEL_PREFIX}gpu-fraction"] = f"{res.gpu_fraction:g}"
+    if res.gpu_memory_mb > 0:
+        if "gpu-fraction" not in out:
+            out["gpu-memory"] = str(res.gpu_memory_mb)
+        out[f"{LABEL_PREFIX}gpu-memory"] = str(res.gpu_memory_mb)
+    return out
+
+
+def tolerations(run: ResolvedRun, *, gpu: bool) -> list[dict[str, Any]]:
+    out = [dict(t) for t in run.tolerations]
+    gpu_toleration = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    if gpu and gpu_toleration not in out:
+        out.append(gpu_toleration)
+    return out
+
+
+def tau_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> dict[str, str]:
+    """Variables the platform injects; they win over user ``env`` entries of the same name."""
+    env = {
+        "TAU_RUN_ID": run.run_id,
+        "TAU_RETRY_ATTEMPT": str(attempt),
+        "TAU_RETRY_MAX": str(run.resilience.max_retries),
+    }
+    if run.output_dir:
+        env["TAU_OUTPUT_DIR"] = run.output_dir
+    if run.checkpoint_dir:
+        env["TAU_CHECKPOINT_DIR"] = run.checkpoint_dir
+    resume = resume_from or run.resilience.checkpoint_path
+    if resume:
+        env["TAU_RESUME_FROM"] = resume
+    return env
+
+
+def literal_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> dict[str, str]:
+    injected = tau_env(run, attempt=attempt, resume_from=resume_from)
+    merged = {k: v for k, v in run.env.items() if k not in injected and k not in run.env_secret}
+    merged.update(injected)
+    return merged
+
+
+def secret_env(run: ResolvedRun) -> list[dict[str, Any]]:
+    """``env_secret`` ``NAME: "secret:key"`` entries as ``secretKeyRef`` references."""
+    out: list[dict[str, Any]] = []
+    for name, ref in run.env_secret.items():
+        secret, sep, key = ref.partition(":")
+        if not (sep and secret and key):
+            raise PermanentError(
+                f"runtime.env_secret.{name}: {ref!r} is not a secret reference; write it as \"<secret>:<key>\""
+            )
+        out.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return out
+
+
+def container_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[dict[str, Any]]:
+    literal = literal_env(run, attempt=attempt, resume_from=resume_from)
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in literal.items()]
+    return env + secret_env(run)
+
+
+def pod_security(run: ResolvedRun) -> dict[str, Any] | None:
+    if not run.security_restricted:
+        return None
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": NONROOT_ID,
+        "runAsGroup": NONROOT_ID,
+        "fsGroup": NONROOT_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security(run: ResolvedRun) -> dict[str, Any] | None:
+    if not run.security_restricted:
+        return None
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": NONROOT_ID,
+        "runAsGroup": NONROOT_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def data_volume(run: ResolvedRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for ``storage.data_pvc``: an existing PVC at ``/data`` (never created by us)."""
+    if not run.data_pvc:
+        return [], []
+    return (
+        [{"name": "data", "persistentVolumeClaim": {"claimName": run.data_pvc}}],
+        [{"name": "data", "mountPath": DATA_MOUNT}],
+    )

@@ -1,0 +1,189 @@
+"""Render a ResolvedRun with ``engine: job`` into a suspended ``batch/v1`` Job (plus a headless Service
+for multi-node torchrun).
+
+Invariants: the Job is created suspended with the Kueue queue label, so nothing runs before admission;
+``backoffLimit`` is 0 because our recovery service, not the Job controller, decides on retries (each retry
+is a new attempt with a new object name); Kueue counts ``min(parallelism, completions)`` pods, which equals
+``run.nodes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taugrid.core.contracts import ResolvedRun
+from taugrid.core.errors import PermanentError
+from taugrid.render.common import (
+    DEFAULT_IMAGE,
+    Manifest,
+    container_env,
+    container_security,
+    data_volume,
+    gpu_share_annotations,
+    is_fractional,
+    kueue_labels,
+    memory_quantity,
+    object_name,
+    pod_security,
+    resources_block,
+    tau_annotations,
+    tau_labels,
+    tolerations,
+)
+
+RDZV_PORT = 29500
+HEADLESS_SUFFIX = "-headless"
+# Service names are DNS labels (≤ 63) and carry the suffix; index hostnames add "-<index>" to the Job name.
+MULTI_NODE_NAME_MAX = 63 - len(HEADLESS_SUFFIX)
+SHM_MAX = 16 << 30
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def render_job(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[Manifest]:
+    """Manifests for one attempt: ``[Job]`` or, for ``nodes > 1``, ``[Service, Job]`` (Service first so
+    the rendezvous host resolves as soon as pod 0 starts)."""
+    multi_node = run.nodes > 1
+    if multi_node and run.launcher != "torchrun":
+        raise PermanentError(
+            f"execution.nodes={run.nodes} needs `execution.launcher: torchrun` (got {run.launcher!r})"
+        )
+    name = object_name(run.run_id, attempt, max_len=MULTI_NODE_NAME_MAX if multi_node else 63)
+    labels = tau_labels(run, attempt=attempt)
+    annotations = tau_annotations(run)
+    share = gpu_share_annotations(run.resources)
+    job_annotations = {**annotations, **{k: v for k, v in share.items() if k.startswith("taugrid.io/")}}
+
+    spec: dict[str, Any] = {
+        "suspend": True,
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": run.ttl_seconds_after_finished,
+    }
+    if run.active_deadline_s is not None:
+        spec["activeDeadlineSeconds"] = run.active_deadline_s
+    if multi_node:
+        spec.update(completionMode="Indexed", completions=run.nodes, parallelism=run.nodes)
+    else:
+        spec.update(completions=1, parallelism=1)
+    spec["template"] = {
+        "metadata": {"labels": dict(labels), "annotations": {**annotations, **share}},
+        "spec": _pod_spec(run, name=name, attempt=attempt, resume_from=resume_from),
+    }
+    job: Manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": run.namespace,
+            "labels": {**labels, **kueue_labels(run)},
+            "annotations": job_annotations,
+        },
+        "spec": spec,
+    }
+    if not multi_node:
+        return [job]
+    return [_headless_service(run, name=name, labels=labels, annotations=annotations), job]
+
+
+def job_command(run: ResolvedRun, *, name: str) -> list[str]:
+    """The container command. Single-node shapes arrive precomputed in ``run.command``."""
+    if run.nodes > 1:
+        if not run.entrypoint:
+            raise PermanentError("multi-node torchrun needs an `entrypoint` (a .py script)")
+        return [
+            "python3",
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={run.nodes}",
+            f"--nproc_per_node={run.processes_per_node}",
+            # Expanded by the kubelet from the env var the Job controller (and we) define.
+            "--node_rank=$(JOB_COMPLETION_INDEX)",
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={name}-0.{name}{HEADLESS_SUFFIX}:{RDZV_PORT}",
+            f"--rdzv_id={name}",
+            run.entrypoint,
+            *run.args,
+        ]
+    if run.command:
+        return list(run.command)
+    if run.entrypoint:
+        return ["python3", run.entrypoint, *run.args]
+    raise PermanentError(f"run {run.run_id} has neither a command nor an entrypoint")
+
+
+def _pod_spec(run: ResolvedRun, *, name: str, attempt: int, resume_from: str) -> dict[str, Any]:
+    multi_node = run.nodes > 1
+    gpu_pod = run.resources.gpu > 0 or is_fractional(run.resources)
+    env = container_env(run, attempt=attempt, resume_from=resume_from)
+    if multi_node:
+        env.append(
+            {
+                "name": "JOB_COMPLETION_INDEX",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
+                },
+            }
+        )
+    volumes, mounts = data_volume(run)
+    if run.launcher == "torchrun" and run.processes_per_node > 1:
+        # torch workers exchange tensors through /dev/shm; the container runtime default is 64 MiB.
+        shm = min(SHM_MAX, run.resources.memory // 2)
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory_quantity(shm)}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": run.image or DEFAULT_IMAGE,
+        "command": job_command(run, name=name),
+        "env": env,
+        "resources": resources_block(run.resources, run.limits, gpus=run.resources.gpu),
+    }
+    if run.working_dir:
+        container["workingDir"] = run.working_dir
+    if multi_node:
+        container["ports"] = [{"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"}]
+    if mounts:
+        container["volumeMounts"] = mounts
+    if (csec := container_security(run)) is not None:
+        container["securityContext"] = csec
+
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": run.termination_grace_s,
+        "automountServiceAccountToken": False,
+        "containers": [container],
+    }
+    if multi_node:
+        # Indexed pods get hostname <job>-<index>; with subdomain = the headless Service they resolve as
+        # <job>-<index>.<service>, which is how every node finds the c10d store on node 0.
+        pod["subdomain"] = f"{name}{HEADLESS_SUFFIX}"
+    if run.node_selector:
+        pod["nodeSelector"] = dict(run.node_selector)
+    if tols := tolerations(run, gpu=gpu_pod):
+        pod["tolerations"] = tols
+    if volumes:
+        pod["volumes"] = volumes
+    if (psec := pod_security(run)) is not None:
+        pod["securityContext"] = psec
+    return pod
+
+
+def _headless_service(
+    run: ResolvedRun, *, name: str, labels: dict[str, str], annotations: dict[str, str]
+) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{name}{HEADLESS_SUFFIX}",
+            "namespace": run.namespace,
+            "labels": dict(labels),
+            "annotations": dict(annotations),
+        },
+        "spec": {
+            "clusterIP": "None",
+            # Rendezvous must resolve before pods report Ready.
+            "publishNotReadyAddresses": True,
+            "selector": {"batch.kubernetes.io/job-name": name},
+            "ports": [{"name": "c10d", "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}],
+        },
+    }

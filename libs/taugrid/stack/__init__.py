@@ -1,0 +1,1 @@
+"""The embedded stack: a private nats-server and every service as its own supervised process."""

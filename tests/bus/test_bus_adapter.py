@@ -1,0 +1,127 @@
+"""The bus adapter against a real nats-server: bootstrap, envelope, dedup, consumer verbs, DLQ, AUDIT."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import msgspec
+import nats
+import pytest
+
+from taugrid.bus import Bus, connect
+from taugrid.bus.bootstrap import bootstrap, ensure_consumer
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.envelope import Event
+from taugrid.bus.topology import ConsumerSpec
+from taugrid.core.contracts import CancelRequested
+from taugrid.core.errors import PermanentError, TemporaryError
+
+
+async def test_bootstrap_is_idempotent_and_audit_denies_purge(bus: Bus) -> None:
+    await bootstrap(bus)
+    info = await bus.js.stream_info("AUDIT")
+    assert info.config.deny_purge and info.config.deny_delete
+    with pytest.raises(nats.js.errors.APIError):
+        await bus.js.purge_stream("AUDIT")
+
+
+async def test_emit_is_deduplicated_by_deterministic_id(bus: Bus) -> None:
+    run = f"r-{uuid.uuid4().hex[:6]}"
+    s1 = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="cancel.requested",
+                        payload=CancelRequested(reason="x"))
+    s2 = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="cancel.requested",
+                        payload=CancelRequested(reason="x"))
+    assert s1 == s2
+    msg = await bus.js.get_msg("RUNS", seq=s1)
+    assert msg.headers["ce-type"] == "io.taugrid.run.cancel.requested.v1"
+    assert msg.headers["ce-subject"] == run
+    assert msg.headers["Nats-Msg-Id"] == f"{run}.1.cancel.requested"
+
+
+async def _loop_for(bus: Bus, name: str, subject: str, handler, max_deliver: int = 3) -> ConsumerLoop:
+    await ensure_consumer(bus, ConsumerSpec(name, "RUNS", [subject], max_deliver=max_deliver, ack_wait=5))
+    return ConsumerLoop(bus, stream="RUNS", durable=name, handler=handler, fetch_timeout=0.2)
+
+
+async def test_verbs_ack_nak_term_and_dlq(bus: Bus) -> None:
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    seen: dict[str, int] = {}
+
+    async def handler(ev: Event) -> None:
+        seen[ev.subject] = seen.get(ev.subject, 0) + 1
+        if ev.subject == "poison":
+            raise PermanentError("bad payload: field 'x' missing")
+        if ev.subject == "flaky" and seen["flaky"] < 2:
+            raise TemporaryError("later", delay=0.1)
+
+    loop = await _loop_for(bus, f"t-{ws}", f"run.{ws}.*.cancel.requested", handler)
+    for run in ("ok", "poison", "flaky"):
+        await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                       payload=CancelRequested())
+    task = asyncio.create_task(loop.run())
+    for _ in range(100):
+        if loop.handled >= 2:
+            break
+        await asyncio.sleep(0.05)
+    loop.stopping.set()
+    await task
+    assert seen == {"ok": 1, "poison": 1, "flaky": 2}
+    dlq = await bus.js.get_last_msg("DLQ", f"dlq.RUNS.t-{ws}")
+    assert "field 'x' missing" in dlq.headers["x-dlq-error"]
+
+
+async def test_max_deliveries_advisory_is_captured_in_dlq(bus: Bus) -> None:
+    ws = f"w{uuid.uuid4().hex[:6]}"
+
+    async def handler(ev: Event) -> None:
+        raise TemporaryError("always", delay=0.05)
+
+    loop = await _loop_for(bus, f"m-{ws}", f"run.{ws}.*.cancel.requested", handler, max_deliver=2)
+    await bus.emit(workspace=ws, run_id="x", attempt=1, event_type="cancel.requested", payload=CancelRequested())
+    task = asyncio.create_task(loop.run())
+    subject = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.RUNS.m-{ws}"
+    msg = None
+    for _ in range(60):
+        try:
+            msg = await bus.js.get_last_msg("DLQ", subject)
+            break
+        except nats.js.errors.NotFoundError:
+            await asyncio.sleep(0.1)
+    loop.stopping.set()
+    await task
+    assert msg is not None
+    assert msgspec.json.decode(msg.data)["deliveries"] == 2
+
+
+async def test_two_replicas_share_one_durable(bus: Bus, bootstrapped: str) -> None:
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    got: list[tuple[int, str]] = []
+
+    def make(i: int):
+        async def handler(ev: Event) -> None:
+            got.append((i, ev.subject))
+            await asyncio.sleep(0.01)
+        return handler
+
+    other = await connect(bootstrapped, name="replica-2")
+    try:
+        a = await _loop_for(bus, f"s-{ws}", f"run.{ws}.*.cancel.requested", make(1))
+        b = ConsumerLoop(other, stream="RUNS", durable=f"s-{ws}", handler=make(2), fetch_timeout=0.2, batch=4)
+        a.batch = 4
+        tasks = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
+        for n in range(60):
+            await bus.emit(workspace=ws, run_id=f"r{n}", attempt=1, event_type="cancel.requested",
+                           payload=CancelRequested())
+        for _ in range(100):
+            if len(got) >= 60:
+                break
+            await asyncio.sleep(0.05)
+        a.stopping.set()
+        b.stopping.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await other.close()
+    runs = [r for _, r in got]
+    assert sorted(runs) == sorted(f"r{n}" for n in range(60))  # each exactly once
+    assert {i for i, _ in got} == {1, 2}  # both replicas worked

@@ -1,0 +1,53 @@
+"""Shared fixtures: a real nats-server per test session on a free port with a temp JetStream store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from taugrid.bus import Bus, connect
+from taugrid.bus.bootstrap import bootstrap
+from taugrid.stack import natsserver
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    store = tmp_path_factory.mktemp("nats")
+    proc, port = natsserver.start(store, log_file=store / "nats.log")
+    url = f"nats://127.0.0.1:{port}"
+    os.environ["TAU_NATS_URL"] = url
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+async def bootstrapped(nats_url: str) -> str:
+    bus = await connect(nats_url, name="test-bootstrap")
+    await bootstrap(bus)
+    await bus.close()
+    return nats_url
+
+
+@pytest.fixture
+async def bus(bootstrapped: str) -> AsyncIterator[Bus]:
+    b = await connect(bootstrapped, name="test")
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+def fresh_nats(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
+    """A private server for fault tests (kill and restart)."""
+    proc, port = natsserver.start(tmp_path / "nats", log_file=tmp_path / "nats.log")
+    yield proc, port, tmp_path / "nats"
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
