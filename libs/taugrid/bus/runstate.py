@@ -88,6 +88,8 @@ def _enrich(record: states.RunRecord, ev: Event) -> None:
         record.queue = pa.run.local_queue
         record.cluster_queue = pa.run.cluster_queue
         record.name = pa.run.name
+    elif ev.type == "recovery.retrying":
+        record.exclude_nodes = list(ev.as_dict().get("exclude_nodes", []))
     elif ev.type == "evidence.sealed":
         record.evidence_digest = str(ev.as_dict().get("digest", ""))
 

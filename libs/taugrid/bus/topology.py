@@ -52,6 +52,7 @@ KV_BUCKETS = {
     "local_cluster": 1,
     "bridge": 1,
     "submissions": 1,
+    "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
 }
 OBJECT_STORE = "evidence"
 

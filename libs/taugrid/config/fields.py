@@ -1,8 +1,8 @@
 """Reusable pydantic field types for the human-edited configs: quantities, durations, lenient scalars.
 
-Invariants: quantities are stored as the string the person wrote (numbers become their decimal string) after being
-checked by ``core.quantity``; durations are stored as float seconds; JSON Schema for both admits a string or a
-number, so editors accept ``"64Gi"``, ``16``, ``"30s"`` and ``90`` alike.
+Invariants: quantities are stored as the string the person wrote (numbers become their decimal string) after
+being checked by ``core.quantity``; durations are stored as float seconds; JSON Schema for both admits a
+string or a number, so editors accept ``"64Gi"``, ``16``, ``"30s"`` and ``90`` alike.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _duration(value: Any) -> Any:
 
 
 def _scalar_text(value: Any) -> Any:
-    """Numbers in YAML (``LOG_LEVEL: 1``, ``--epochs 3``) read as the text the person meant; booleans spell out."""
+    """YAML numbers (``LOG_LEVEL: 1``, ``--epochs 3``) read as the text meant; booleans spell out."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value) if isinstance(value, (int, float)) else value
@@ -55,15 +55,20 @@ def _scalar_text(value: Any) -> Any:
 _QTY_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]}
 
 CpuQuantity = Annotated[
-    str, BeforeValidator(_cpu),
+    str,
+    BeforeValidator(_cpu),
     WithJsonSchema({**_QTY_SCHEMA, "description": "CPU cores: 2, 0.5 or 500m"}),
 ]
 MemoryQuantity = Annotated[
-    str, BeforeValidator(_memory),
+    str,
+    BeforeValidator(_memory),
     WithJsonSchema({**_QTY_SCHEMA, "description": "bytes, or a quantity like 64Gi, 512Mi"}),
 ]
 Duration = Annotated[
-    float, BeforeValidator(_duration),
+    float,
+    BeforeValidator(_duration),
     WithJsonSchema({**_QTY_SCHEMA, "description": "seconds, or 30s, 5m, 1h, 1h30m, 2d"}),
 ]
-Text = Annotated[str, BeforeValidator(_scalar_text), WithJsonSchema({"type": ["string", "number", "boolean"]})]
+Text = Annotated[
+    str, BeforeValidator(_scalar_text), WithJsonSchema({"type": ["string", "number", "boolean"]})
+]

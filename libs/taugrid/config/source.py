@@ -1,12 +1,12 @@
 """YAML with line numbers, and the translation of every config problem into ``ConfigError`` issues.
 
-Shared by ``tau.yaml`` and ``platform.yaml`` so both speak the same way: each issue is a dict
-``{field, message, fix, file, line}`` (the shape of ``core.contracts.Issue``) and ``str(ConfigError)`` reads
+Shared by ``tau.yaml`` and ``platform.yaml`` so both speak the same way: each issue is a dict ``{field,
+message, fix, file, line}`` (the shape of ``core.contracts.Issue``) and ``str(ConfigError)`` reads
 ``tau.yaml:7: compute.gpuz: unknown key; did you mean 'gpus'?``, one problem per line.
 
-Invariants: YAML is parsed with ``SafeLoader`` only (no arbitrary tags); a field path is dotted with list indexes
-in brackets (``cluster_queues[0].cohort``); the line is that of the key (or list item) named by the path, or of
-its nearest parent that has one.
+Invariants: YAML is parsed with ``SafeLoader`` only (no arbitrary tags); a field path is dotted with list
+indexes in brackets (``cluster_queues[0].cohort``); the line is that of the key (or list item) named by the
+path, or of its nearest parent that has one.
 """
 
 from __future__ import annotations
@@ -39,10 +39,18 @@ def line_of(lines: Lines, path: Path) -> int | None:
     return None
 
 
-def make_issue(path: Path | str, message: str, fix: str = "", *, file: str, lines: Lines) -> dict[str, object]:
+def make_issue(
+    path: Path | str, message: str, fix: str = "", *, file: str, lines: Lines
+) -> dict[str, object]:
     if isinstance(path, str):
         return {"field": path, "message": message, "fix": fix, "file": file, "line": None}
-    return {"field": field_path(path), "message": message, "fix": fix, "file": file, "line": line_of(lines, path)}
+    return {
+        "field": field_path(path),
+        "message": message,
+        "fix": fix,
+        "file": file,
+        "line": line_of(lines, path),
+    }
 
 
 def format_issue(issue: dict[str, object]) -> str:
@@ -87,15 +95,31 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(
             f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}",
-            issues=[{"field": "", "message": f"not valid YAML: {problem}",
-                     "fix": "fix the YAML syntax (indentation, quotes, colons)", "file": path, "line": line}],
+            issues=[
+                {
+                    "field": "",
+                    "message": f"not valid YAML: {problem}",
+                    "fix": "fix the YAML syntax (indentation, quotes, colons)",
+                    "file": path,
+                    "line": line,
+                }
+            ],
         ) from None
     if data is None or not isinstance(data, dict):
         got = "empty" if data is None else f"a {type(data).__name__}"
         message = f"{what} must be a YAML mapping of keys to values; this file is {got}"
-        raise ConfigError(f"{path}: {message}", issues=[{
-            "field": "", "message": message, "fix": f"start the file with top-level keys, e.g. {_EXAMPLE[what]}",
-            "file": path, "line": 1}])
+        raise ConfigError(
+            f"{path}: {message}",
+            issues=[
+                {
+                    "field": "",
+                    "message": message,
+                    "fix": f"start the file with top-level keys, e.g. {_EXAMPLE[what]}",
+                    "file": path,
+                    "line": 1,
+                }
+            ],
+        )
     lines: Lines = {}
     duplicates: list[dict[str, object]] = []
     _walk(node, (), lines, duplicates, path)
@@ -113,9 +137,15 @@ def _walk(node: yaml.Node, path: Path, lines: Lines, issues: list[dict[str, obje
             key = str(key_node.value)
             sub = (*path, key)
             if key in seen and key != "<<":
-                issues.append({"field": field_path(sub), "message": "duplicate key; YAML keeps only the last one",
-                               "fix": "remove one of the two entries", "file": file,
-                               "line": key_node.start_mark.line + 1})
+                issues.append(
+                    {
+                        "field": field_path(sub),
+                        "message": "duplicate key; YAML keeps only the last one",
+                        "fix": "remove one of the two entries",
+                        "file": file,
+                        "line": key_node.start_mark.line + 1,
+                    }
+                )
             seen.add(key)
             lines.setdefault(sub, key_node.start_mark.line + 1)
             _walk(value_node, sub, lines, issues, file)
@@ -165,7 +195,11 @@ def suggest(word: str, options: list[str]) -> str | None:
 
 
 def pydantic_issues(
-    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], *, file: str, lines: Lines,
+    exc: pydantic.ValidationError,
+    model: type[pydantic.BaseModel],
+    *,
+    file: str,
+    lines: Lines,
 ) -> list[dict[str, object]]:
     issues = []
     for err in exc.errors(include_url=False):
@@ -176,14 +210,21 @@ def pydantic_issues(
             valid = sorted(parent.model_fields) if parent else []
             guess = suggest(str(loc[-1]), valid)
             message = "unknown key" + (f"; did you mean '{guess}'?" if guess else "")
-            fix = (f"rename '{loc[-1]}' to '{guess}'" if guess
-                   else f"remove it; valid keys here: {', '.join(valid)}" if valid else "remove it")
+            fix = (
+                f"rename '{loc[-1]}' to '{guess}'"
+                if guess
+                else f"remove it; valid keys here: {', '.join(valid)}"
+                if valid
+                else "remove it"
+            )
         elif kind == "missing":
             message, fix = "required key is missing", f"add '{loc[-1]}'"
         else:
             value = err.get("input")
             shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-            message = f"{_plain(err['msg'])} (got {shown})"
+            message = _plain(err["msg"])
+            if shown not in message:
+                message += f" (got {shown})"
             fix = _FIXES.get(kind, "")
             if kind == "literal_error":
                 fix = "use " + err["msg"].removeprefix("Input should be ")
@@ -193,8 +234,9 @@ def pydantic_issues(
 
 def _is_union_tag(part: str | int) -> bool:
     # pydantic adds the union member (``str``, ``function-after[...]``) to the location of a union error
-    return isinstance(part, str) and (part in {"str", "int", "float", "bool", "list", "dict", "none"}
-                                      or "[" in part)
+    return isinstance(part, str) and (
+        part in {"str", "int", "float", "bool", "list", "dict", "none"} or "[" in part
+    )
 
 
 def _plain(msg: str) -> str:
@@ -202,10 +244,19 @@ def _plain(msg: str) -> str:
 
 
 _FIXES = {
-    "int_parsing": "use a whole number", "int_type": "use a whole number", "int_from_float": "use a whole number",
-    "float_parsing": "use a number", "float_type": "use a number", "bool_parsing": "use true or false",
-    "bool_type": "use true or false", "string_type": "quote the value as a string", "list_type": "use a YAML list",
-    "dict_type": "use a YAML mapping (key: value)", "model_type": "use a YAML mapping (key: value)",
-    "greater_than": "use a larger value", "less_than": "use a smaller value",
-    "greater_than_equal": "use a larger value", "less_than_equal": "use a smaller value",
+    "int_parsing": "use a whole number",
+    "int_type": "use a whole number",
+    "int_from_float": "use a whole number",
+    "float_parsing": "use a number",
+    "float_type": "use a number",
+    "bool_parsing": "use true or false",
+    "bool_type": "use true or false",
+    "string_type": "quote the value as a string",
+    "list_type": "use a YAML list",
+    "dict_type": "use a YAML mapping (key: value)",
+    "model_type": "use a YAML mapping (key: value)",
+    "greater_than": "use a larger value",
+    "less_than": "use a smaller value",
+    "greater_than_equal": "use a larger value",
+    "less_than_equal": "use a smaller value",
 }

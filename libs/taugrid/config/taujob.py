@@ -8,8 +8,9 @@ A drop-in for TauGrid's direct config (reference ``taugrid.md`` §1.2–1.3). Ou
 - ``run.active_deadline``: wall-clock limit of one attempt (``"2h"`` or seconds), capped by the workspace.
 
 Invariants: every model forbids unknown keys; after validation the aliases are folded into one canonical place
-(``name``/``engine``/``entrypoint`` at top level, the image in ``runtime.image``), so readers never look twice;
-``engine`` is always set (inferred when absent); ``config_hash`` is a pure function of the validated model.
+(``name``/``engine``/``entrypoint`` at top level, the image in ``runtime.image``), so readers never look
+twice; ``engine`` is always set (inferred when absent); ``config_hash`` is a pure function of the validated
+model.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from pydantic import Field, field_validator, model_validator
 
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
 from taugrid.config.source import Lines, line_of, load_yaml, make_issue, pydantic_issues, raise_issues
-
-RETRY_REASONS = ("Preempted", "Evicted", "OOMKilled", "NodeFailure", "GpuFailure", "Hang", "DeadlineExceeded", "Error")
 
 
 class RunSource(Strict):
@@ -44,10 +43,15 @@ class RunBlock(Strict):
     workload_kind: Literal["job", "rayjob", "ray-train", "ray_train"] | None = None
     source: RunSource | None = None
     ttl_seconds_after_finished: int | None = Field(default=None, ge=1, le=2**31 - 1)
-    working_dir: str | None = Field(default=None, description="project dir shipped as Ray runtime_env; Ray only")
+    working_dir: str | None = Field(
+        default=None, description="project dir shipped as Ray runtime_env; Ray only"
+    )
     working_dir_excludes: list[str] = Field(default_factory=list)
     active_deadline: Duration | None = Field(
-        default=None, gt=0, description="taugrid: wall-clock limit of one attempt, e.g. 2h; capped by the workspace")
+        default=None,
+        gt=0,
+        description="taugrid: wall-clock limit of one attempt, e.g. 2h; capped by the workspace",
+    )
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -89,7 +93,9 @@ class Compute(Strict):
     gpu_resource_mode: Literal["device-plugin", "nvidia", "dra", "mig"] | None = None
     mig_profile: str | None = Field(default=None, description="e.g. 1g.18gb; needs gpu_resource_mode: mig")
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1, description="taugrid: share of one GPU")
-    gpu_memory: MemoryQuantity | None = Field(default=None, description="taugrid: GPU memory share, e.g. 20Gi")
+    gpu_memory: MemoryQuantity | None = Field(
+        default=None, description="taugrid: GPU memory share, e.g. 20Gi"
+    )
     placement: Literal["binpack", "spread"] | None = Field(default=None, description="taugrid: pod packing")
     gang: bool | None = Field(default=None, description="taugrid: start all pods together or none")
 
@@ -114,7 +120,9 @@ class Policy(Strict):
     node_selector: dict[str, Text] = Field(default_factory=dict)
     clear_node_selector: bool = False
     disable_default_priorities: bool = False
-    preemptible: bool | None = Field(default=None, description="taugrid: false asks for a non-preemptible class")
+    preemptible: bool | None = Field(
+        default=None, description="taugrid: false asks for a non-preemptible class"
+    )
 
 
 class ImageAsset(Strict):
@@ -127,7 +135,9 @@ class ImageAsset(Strict):
 class Storage(Strict):
     data_pvc: str | None = Field(default=None, description="existing PVC mounted at /data")
     result_pvc: str | None = None
-    output: str | None = Field(default=None, description="durable output path under the workspace output root")
+    output: str | None = Field(
+        default=None, description="durable output path under the workspace output root"
+    )
     checkpoint: str | None = None
     publish: Literal["staged"] | None = None
     volumes: list[dict[str, Any]] = Field(default_factory=list)
@@ -223,13 +233,23 @@ class TauConfig(Strict):
         c = self.compute
         ray_kind = self.run.workload_kind not in (None, "job")
         ray_launcher = self.execution.launcher in ("ray-train", "ray-tune")
-        if c.workers is not None or c.gpus_per_worker is not None or self.runtime.pip or ray_kind or ray_launcher:
+        if (
+            c.workers is not None
+            or c.gpus_per_worker is not None
+            or self.runtime.pip
+            or ray_kind
+            or ray_launcher
+        ):
             return "ray"
         return "job"
 
     @property
     def source_path(self) -> str:
         return self._path
+
+    def written(self, *path: str | int) -> bool:
+        """Whether the source file spelled out this key (as opposed to a default)."""
+        return tuple(path) in self._lines
 
     def line(self, *path: str | int) -> int | None:
         """The line of a key in the source file (or its nearest parent), for issues raised after loading."""
@@ -243,15 +263,22 @@ def _engine_value(value: Any) -> Any:
 
 
 def load_tau_config(text: str, *, path: str = "tau.yaml") -> TauConfig:
-    """Parse and validate a direct ``tau.yaml``. Raises ``ConfigError`` listing every problem with file:line."""
+    """Parse and validate a direct ``tau.yaml``; raises ``ConfigError`` listing each problem at file:line."""
     from taugrid.config.taurules import check_rules
 
     data, lines = load_yaml(text, path=path, what="tau.yaml")
     if "schema_version" in data and "engine" not in data:
-        raise_issues([make_issue(("schema_version",),
-                                 "this is a managed workflow manifest (schema_version); taugrid reads direct configs",
-                                 "remove schema_version and write a direct config (name, entrypoint, compute, ...)",
-                                 file=path, lines=lines)])
+        raise_issues(
+            [
+                make_issue(
+                    ("schema_version",),
+                    "this is a managed workflow manifest (schema_version); taugrid reads direct configs",
+                    "remove schema_version and write a direct config (name, entrypoint, compute, ...)",
+                    file=path,
+                    lines=lines,
+                )
+            ]
+        )
     try:
         cfg = TauConfig.model_validate(data)
     except pydantic.ValidationError as exc:
@@ -272,6 +299,8 @@ def tau_json_schema() -> dict[str, Any]:
 
 
 def config_hash(cfg: TauConfig) -> str:
-    """Hex sha256 of the canonical JSON of the validated config (sorted keys, no whitespace, defaults included)."""
-    canonical = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Hex sha256 of the validated config's canonical JSON (sorted keys, no spaces, defaults included)."""
+    canonical = json.dumps(
+        cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,8 +1,9 @@
 """Kubernetes-style quantities and human durations, parsed without any I/O.
 
-Invariants: CPU parses to cores (``"500m"`` → 0.5), memory to whole bytes (``"64Gi"`` → 68719476736), durations
-to seconds (``"5m"`` → 300.0). Every parser raises ``ValueError`` with a message a person can act on, so pydantic
-validators can pass it straight through. ``bool`` is never a quantity (YAML ``yes`` must not become 1 core).
+Invariants: CPU parses to cores (``"500m"`` → 0.5), memory to whole bytes (``"64Gi"`` → 68719476736),
+durations to seconds (``"5m"`` → 300.0). Every parser raises ``ValueError`` with a message a person can act
+on, so pydantic validators can pass it straight through. ``bool`` is never a quantity (YAML ``yes`` must not
+become 1 core).
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def parse_duration(value: Number) -> float:
             raise ValueError(f"a duration must be non-negative, got {value!r}")
         return float(value)
     if not isinstance(value, str):
-        raise ValueError(f"a duration must be seconds or a string like 30s, 5m, 1h, got {type(value).__name__}")
+        raise ValueError(
+            f"a duration must be seconds or a string like 30s, 5m, 1h, got {type(value).__name__}"
+        )
     text = value.strip()
     try:
         seconds = float(text)

@@ -70,6 +70,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     cluster_queue: str = ""
     position: int | None = None
     cancel_requested: bool = False
+    exclude_nodes: list[str] = msgspec.field(default_factory=list)
     resolved: ResolvedRun | None = None
     object_kind: str = ""
     object_name: str = ""

@@ -43,7 +43,9 @@ LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 MAIN_CONTAINER = "main"
 
 # Waiting reasons that will not fix themselves within one attempt.
-FATAL_WAITING = frozenset({"ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull"})
+FATAL_WAITING = frozenset(
+    {"ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull"}
+)
 # Waiting reasons that are just a pod starting; not worth an event.
 BENIGN_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
 
@@ -86,7 +88,11 @@ def owner_uids(obj: Mapping[str, Any]) -> list[str]:
     """Uids of the objects this one hangs off: Kueue's job-uid label, ownerReferences, Job pod labels."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    uids = [labels[k] for k in (LABEL_JOB_UID, "batch.kubernetes.io/controller-uid", "controller-uid") if k in labels]
+    uids = [
+        labels[k]
+        for k in (LABEL_JOB_UID, "batch.kubernetes.io/controller-uid", "controller-uid")
+        if k in labels
+    ]
     uids += [ref["uid"] for ref in meta.get("ownerReferences") or [] if ref.get("uid")]
     return list(dict.fromkeys(uids))
 
@@ -157,23 +163,40 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     if reserved and reserved.get("status") == "True":
         checks = {ch.get("name", ""): ch.get("state", "") for ch in status.get("admissionChecks") or []}
         pending = {name: state for name, state in checks.items() if state != "Ready"}
-        return [_queued(obj, "WaitingForAdmissionChecks", _check_message(pending), cluster_queue,
-                        {"admission_checks": pending} if pending else {})]
+        return [
+            _queued(
+                obj,
+                "WaitingForAdmissionChecks",
+                _check_message(pending),
+                cluster_queue,
+                {"admission_checks": pending} if pending else {},
+            )
+        ]
     requeued = conds.get("Requeued")
     if requeued and requeued.get("status") == "False":
         requeue_at = (status.get("requeueState") or {}).get("requeueAt")
-        return [_queued(obj, requeued.get("reason") or "Requeued", requeued.get("message", ""), cluster_queue,
-                        {"requeue_at": requeue_at} if requeue_at else {})]
+        return [
+            _queued(
+                obj,
+                requeued.get("reason") or "Requeued",
+                requeued.get("message", ""),
+                cluster_queue,
+                {"requeue_at": requeue_at} if requeue_at else {},
+            )
+        ]
     if reserved and reserved.get("status") == "False":
         message = reserved.get("message", "")
-        return [_queued(obj, reserved.get("reason") or "Pending", message, cluster_queue, _waiting_for(message))]
+        return [
+            _queued(obj, reserved.get("reason") or "Pending", message, cluster_queue, _waiting_for(message))
+        ]
     if not conds:
         return [_queued(obj, "Pending", "waiting for Kueue to consider the workload", cluster_queue, {})]
     return []
 
 
-def _preempted(evicted: Mapping[str, Any], preempted: Mapping[str, Any] | None,
-               owners: Mapping[str, RunRef]) -> tuple[str, msgspec.Struct, str]:
+def _preempted(
+    evicted: Mapping[str, Any], preempted: Mapping[str, Any] | None, owners: Mapping[str, RunRef]
+) -> tuple[str, msgspec.Struct, str]:
     kueue_reason = evicted.get("reason") or "Evicted"
     message = evicted.get("message", "")
     preemptor = ""
@@ -193,8 +216,9 @@ def _preempted(evicted: Mapping[str, Any], preempted: Mapping[str, Any] | None,
     return "admission.preempted", payload, _digest(evicted.get("lastTransitionTime"), kueue_reason)
 
 
-def _queued(obj: Mapping[str, Any], reason: str, message: str, cluster_queue: str,
-            waiting_for: dict[str, Any]) -> tuple[str, msgspec.Struct, str]:
+def _queued(
+    obj: Mapping[str, Any], reason: str, message: str, cluster_queue: str, waiting_for: dict[str, Any]
+) -> tuple[str, msgspec.Struct, str]:
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     position: int | None = None
     raw = annotations.get(ANNOTATION_QUEUE_POSITION)
@@ -206,8 +230,13 @@ def _queued(obj: Mapping[str, Any], reason: str, message: str, cluster_queue: st
     queue = (obj.get("spec") or {}).get("queueName")
     if queue and obj.get("kind") == "Workload":
         waiting_for = {"queue": queue, **waiting_for}
-    payload = c.AdmissionQueued(reason=reason, message=message, cluster_queue=cluster_queue,
-                                position=position, waiting_for=waiting_for)
+    payload = c.AdmissionQueued(
+        reason=reason,
+        message=message,
+        cluster_queue=cluster_queue,
+        position=position,
+        waiting_for=waiting_for,
+    )
     return "admission.queued", payload, _digest(reason, message, position, cluster_queue)
 
 
@@ -233,7 +262,9 @@ def _waiting_for(message: str) -> dict[str, Any]:
 def _check_message(pending: Mapping[str, str]) -> str:
     if not pending:
         return "quota reserved; waiting for admission checks"
-    return "quota reserved; waiting for admission checks: " + ", ".join(f"{k}={v}" for k, v in pending.items())
+    return "quota reserved; waiting for admission checks: " + ", ".join(
+        f"{k}={v}" for k, v in pending.items()
+    )
 
 
 # ---------------------------------------------------------------- batch/v1 Job
@@ -246,14 +277,17 @@ def _job(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     complete, failed = conds.get("Complete"), conds.get("Failed")
     if complete and complete.get("status") == "True":
         end = status.get("completionTime") or complete.get("lastTransitionTime")
-        payload = c.ExecFinished(exit_code=0, reason="Completed", duration_s=_duration(status.get("startTime"), end))
+        payload = c.ExecFinished(
+            exit_code=0, reason="Completed", duration_s=_duration(status.get("startTime"), end)
+        )
         return [("exec.succeeded", payload, "")]
     if failed and failed.get("status") == "True":
         message = failed.get("message", "")
         match = _EXIT_CODE_IN_MESSAGE.search(message)
         payload = c.ExecFinished(
             exit_code=int(match.group(1)) if match else None,
-            reason=failed.get("reason") or "Failed",  # BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy
+            reason=failed.get("reason")
+            or "Failed",  # BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy
             message=message,
             duration_s=_duration(status.get("startTime"), failed.get("lastTransitionTime")),
         )
@@ -275,12 +309,21 @@ def _rayjob(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     duration = _duration(status.get("startTime"), status.get("endTime"))
     if deployment == "Complete" or (deployment == "Failed" and job_status == "STOPPED"):
         if job_status == "SUCCEEDED":
-            return [("exec.succeeded", c.ExecFinished(exit_code=0, reason="Succeeded", message=message,
-                                                      duration_s=duration), "")]
+            return [
+                (
+                    "exec.succeeded",
+                    c.ExecFinished(exit_code=0, reason="Succeeded", message=message, duration_s=duration),
+                    "",
+                )
+            ]
         if job_status == "STOPPED":
-            return [("exec.cancelled", c.ExecFinished(reason="Stopped", message=message, duration_s=duration), "")]
+            return [
+                ("exec.cancelled", c.ExecFinished(reason="Stopped", message=message, duration_s=duration), "")
+            ]
     if deployment in ("Complete", "Failed", "ValidationFailed"):
-        reason = status.get("reason") or ("ValidationFailed" if deployment == "ValidationFailed" else "AppFailed")
+        reason = status.get("reason") or (
+            "ValidationFailed" if deployment == "ValidationFailed" else "AppFailed"
+        )
         return [("exec.failed", c.ExecFinished(reason=reason, message=message, duration_s=duration), "")]
     if ev.type == "DELETED":
         return [_deleted(obj)]
@@ -306,7 +349,9 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     pod, node = meta.get("name", ""), spec.get("nodeName", "")
     has_main = any(ct.get("name") == MAIN_CONTAINER for ct in spec.get("containers") or [])
     statuses = list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
-    main = next((cs for cs in status.get("containerStatuses") or [] if cs.get("name") == MAIN_CONTAINER), None)
+    main = next(
+        (cs for cs in status.get("containerStatuses") or [] if cs.get("name") == MAIN_CONTAINER), None
+    )
     phase = status.get("phase", "")
     conds = _conditions(obj)
 
@@ -332,8 +377,12 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     return []
 
 
-def _pod_failure(status: Mapping[str, Any], main: Mapping[str, Any] | None,
-                 conds: Mapping[str, Mapping[str, Any]], node: str) -> c.ExecFinished:
+def _pod_failure(
+    status: Mapping[str, Any],
+    main: Mapping[str, Any] | None,
+    conds: Mapping[str, Mapping[str, Any]],
+    node: str,
+) -> c.ExecFinished:
     terminated = ((main or {}).get("state") or {}).get("terminated") or {}
     if not terminated:  # restarted containers keep the failure in lastState
         terminated = ((main or {}).get("lastState") or {}).get("terminated") or {}
@@ -369,11 +418,13 @@ def _duration(start: str | None, end: str | None) -> float | None:
 
 
 def _ts(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.fromisoformat(value)  # Python 3.11 parses the trailing Z
 
 
 def _digest(*parts: object) -> str:
-    return hashlib.sha256(msgspec.json.encode([str(p) if p is not None else None for p in parts])).hexdigest()[:12]
+    return hashlib.sha256(
+        msgspec.json.encode([str(p) if p is not None else None for p in parts])
+    ).hexdigest()[:12]
 
 
 _HANDLERS = {"Workload": _workload, "Job": _job, "RayJob": _rayjob, "Pod": _pod}

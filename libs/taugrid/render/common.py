@@ -185,7 +185,7 @@ def secret_env(run: ResolvedRun) -> list[dict[str, Any]]:
         secret, sep, key = ref.partition(":")
         if not (sep and secret and key):
             raise PermanentError(
-                f"runtime.env_secret.{name}: {ref!r} is not a secret reference; write it as \"<secret>:<key>\""
+                f'runtime.env_secret.{name}: {ref!r} is not a secret reference; write it as "<secret>:<key>"'
             )
         out.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     return out

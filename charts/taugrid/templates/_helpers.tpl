@@ -1,0 +1,109 @@
+{{/* Names, labels and the pieces every workload shares. */}}
+
+{{- define "taugrid.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Kept to 40 characters so "<fullname>-admission-watcher" and friends stay valid object names. */}}
+{{- define "taugrid.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "taugrid.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "taugrid.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "taugrid.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Call with (dict "root" $ "component" "renderer"). */}}
+{{- define "taugrid.labels" -}}
+{{ include "taugrid.selectorLabels" . }}
+app.kubernetes.io/part-of: taugrid
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ include "taugrid.chart" .root }}
+{{- end -}}
+
+{{- define "taugrid.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* ServiceAccount name of a component. */}}
+{{- define "taugrid.sa" -}}
+{{- printf "%s-%s" (include "taugrid.fullname" .root) .component -}}
+{{- end -}}
+
+{{- define "taugrid.natsUrl" -}}
+{{- if .Values.nats.embedded.enabled -}}
+{{- printf "nats://%s-nats.%s.svc:4222" (include "taugrid.fullname" .) .Release.Namespace -}}
+{{- else -}}
+{{- .Values.nats.url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The env every taugrid container gets. */}}
+{{- define "taugrid.commonEnv" -}}
+{{- if and (not .Values.nats.embedded.enabled) .Values.nats.urlSecret.name }}
+- name: TAU_NATS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.nats.urlSecret.name }}
+      key: {{ .Values.nats.urlSecret.key }}
+{{- else }}
+- name: TAU_NATS_URL
+  value: {{ include "taugrid.natsUrl" . | quote }}
+{{- end }}
+- name: TAU_BACKEND
+  value: kubernetes
+- name: TAU_CLUSTER
+  value: {{ .Values.backend.cluster | quote }}
+- name: TAU_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+{{- with .Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod Security Standard "restricted". */}}
+{{- define "taugrid.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "taugrid.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{/* The parts of a bootstrap Job container that do not depend on its step. */}}
+{{- define "taugrid.bootstrapContainer" -}}
+image: {{ include "taugrid.image" .root }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+env:
+  {{- include "taugrid.commonEnv" .root | trim | nindent 2 }}
+resources:
+  {{- toYaml .root.Values.bootstrap.resources | nindent 2 }}
+securityContext:
+  {{- include "taugrid.containerSecurityContext" .root | nindent 2 }}
+{{- end -}}

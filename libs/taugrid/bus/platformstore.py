@@ -1,0 +1,31 @@
+"""The platform policy in the ``platform`` KV bucket, versioned by KV revision.
+
+Every resolved run records the revision it was resolved against; old revisions stay readable (history 64).
+"""
+
+from __future__ import annotations
+
+import nats
+
+from taugrid.bus.connection import Bus
+from taugrid.core.errors import TemporaryError
+
+KEY = "current"
+
+
+async def put_text(bus: Bus, text: str) -> int:
+    kv = await bus.kv("platform")
+    return int(await kv.put(KEY, text.encode()))
+
+
+async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | None:
+    kv = await bus.kv("platform")
+    try:
+        entry = await kv.get(KEY, revision=revision)
+    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+        return None
+    except nats.errors.TimeoutError as exc:
+        raise TemporaryError("platform KV unavailable", delay=1.0) from exc
+    if entry.value is None:
+        return None
+    return entry.value.decode(), int(entry.revision or 0)

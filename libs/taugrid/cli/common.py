@@ -1,0 +1,80 @@
+"""Shared CLI plumbing: output modes, exit codes, error rendering, connecting to the stack."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from taugrid.core.errors import ConfigError, NotFound, PermanentError, TauError, TemporaryError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Exit codes: 0 ok, 1 the run failed / check failed, 2 usage or invalid input, 3 not found,
+# 4 the platform is unreachable, 5 rejected by policy.
+EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_REJECTED = 1, 2, 3, 4, 5
+
+output_option = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
+                             show_default=True, help="Output format; json for scripts.")
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau")).expanduser()
+
+
+def nats_url() -> str:
+    if os.environ.get("TAU_NATS_URL"):
+        return os.environ["TAU_NATS_URL"]
+    state = data_dir() / "stack.json"
+    try:
+        info = json.loads(state.read_text())
+        if info.get("phase") == "ready":
+            return str(info["nats_url"])
+    except (OSError, ValueError, KeyError):
+        pass
+    return "nats://127.0.0.1:4222"
+
+
+def color(text: str, fg: str) -> str:
+    return click.style(text, fg=fg) if sys.stdout.isatty() else text
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=None, default=str))
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(color("error: ", "red") + message, err=True)
+    sys.exit(code)
+
+
+def run_async(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
+    """Run an async command; turn library errors into a message and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return asyncio.run(fn(*args, **kwargs))  # type: ignore[arg-type]
+        except ConfigError as err:
+            fail(str(err), EXIT_USAGE)
+        except NotFound as err:
+            fail(str(err), EXIT_NOT_FOUND)
+        except TemporaryError as err:
+            fail(f"{err}\n  is the stack up? start it with `tau up` (or set TAU_NATS_URL)", EXIT_UNAVAILABLE)
+        except PermanentError as err:
+            fail(str(err), EXIT_USAGE)
+        except TauError as err:
+            fail(str(err), EXIT_FAILED)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        raise AssertionError("unreachable")
+
+    return wrapper

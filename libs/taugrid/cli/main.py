@@ -1,0 +1,28 @@
+"""Entry point: ``tau``."""
+
+from __future__ import annotations
+
+import click
+
+from taugrid import __version__
+from taugrid.cli.platform_cmd import platform
+from taugrid.cli.runs import cancel, events, list_runs, logs, run, status
+from taugrid.cli.stack import down, up
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tau")
+def cli() -> None:
+    """taugrid: run AI workloads on GPU clusters. Start with `tau up`, then `tau run tau.yaml --follow`."""
+
+
+for command in (up, down, run, status, logs, list_runs, cancel, events, platform):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""``tau platform apply|show|render``: the platform policy (workspaces, queues, quotas, profiles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from taugrid.cli.common import EXIT_NOT_FOUND, emit_json, fail, nats_url, output_option, run_async
+from taugrid.client import open_client
+from taugrid.config.platform import load_platform
+
+
+@click.group(help="Govern workspaces, queues, quotas, compute profiles and priorities.")
+def platform() -> None:
+    pass
+
+
+@platform.command(help="Validate FILE and store it as the next platform revision.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--backend", type=click.Choice(["local", "kubernetes"]), default="local", show_default=True,
+              help="kubernetes also applies the rendered Kueue objects to the cluster.")
+@output_option
+@run_async
+async def apply(file: Path, backend: str, output: str) -> None:
+    text = file.read_text()
+    load_platform(text, path=str(file))
+    if backend == "kubernetes":
+        from taugrid.kube.platform import apply_platform
+
+        await apply_platform(load_platform(text, path=str(file)))
+    client = await open_client(nats_url())
+    try:
+        revision = await client.platform_apply(text, path=str(file))
+    finally:
+        await client.close()
+    if output == "json":
+        emit_json({"revision": revision, "file": str(file)})
+    else:
+        click.echo(f"platform revision {revision} applied from {file}")
+
+
+@platform.command(help="Print the current platform policy and its revision.")
+@output_option
+@run_async
+async def show(output: str) -> None:
+    client = await open_client(nats_url())
+    try:
+        got = await client.platform_get()
+    finally:
+        await client.close()
+    if got is None:
+        fail("no platform applied yet", EXIT_NOT_FOUND)
+        return
+    text, revision = got
+    if output == "json":
+        emit_json({"revision": revision, "platform": load_platform(text).model_dump(mode="json")})
+    else:
+        click.echo(f"# revision {revision}\n{text}")
+
+
+@platform.command(help="Render FILE as Kueue objects (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, "
+                  "WorkloadPriorityClass, kueue.x-k8s.io/v1beta2) as YAML.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def render(file: Path) -> None:
+    from taugrid.render import to_yaml
+    from taugrid.render.kueue import render_platform
+    from taugrid.render.validate import validate
+
+    objs = render_platform(load_platform(file.read_text(), path=str(file)))
+    for o in objs:
+        validate(o)
+    click.echo(to_yaml(objs), nl=False)

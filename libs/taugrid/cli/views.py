@@ -1,0 +1,76 @@
+"""Human views of runs: the phase tree, tables, event lines. JSON views are the records themselves."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from taugrid.bus.envelope import Event
+from taugrid.cli.common import color
+from taugrid.core.states import PHASE_NAMES, RunRecord
+
+_MARK = {"done": ("✔", "green"), "active": ("●", "yellow"), "pending": ("○", "white"),
+         "warning": ("!", "yellow"), "failed": ("✘", "red"), "skipped": ("-", "white")}
+_STATE_COLOR = {"succeeded": "green", "failed": "red", "rejected": "red", "cancelled": "magenta"}
+
+STATUS_SCHEMA = "taugrid.io/status/v1"
+
+
+def elapsed(start: float | None, end: float | None) -> str:
+    if not start:
+        return ""
+    secs = max(0.0, (end or time.time()) - start)
+    return f"{secs:.1f}s" if secs < 120 else f"{secs / 60:.1f}m"
+
+
+def phase_tree(record: RunRecord) -> str:
+    state = color(record.state, _STATE_COLOR.get(record.state, "yellow"))
+    lines = [f"run {record.run_id}  ({record.name or '?'}, workspace {record.workspace})  state {state}  "
+             f"attempt {record.attempt}"]
+    by_name = {p.name: p for p in record.phases}
+    for name in PHASE_NAMES:
+        p = by_name.get(name)
+        status = p.status if p else "pending"
+        mark, fg = _MARK.get(status, ("?", "white"))
+        detail = p.detail if p else ""
+        took = elapsed(p.started, p.finished) if p else ""
+        lines.append(f"  {color(mark, fg)} {name:<10} {took:>7}  {detail}".rstrip())
+        if p and p.hint:
+            lines.append(f"      tip: {p.hint}")
+    if record.state == "queued" and record.position is not None:
+        lines.append(f"  waiting: {record.position} run(s) ahead in ClusterQueue {record.cluster_queue}")
+    if record.reason and record.state in ("failed", "rejected", "cancelled", "failing", "retrying"):
+        lines.append(f"  reason: {record.reason}" + (f" — {record.message}" if record.message else ""))
+    if record.exit_code is not None:
+        lines.append(f"  exit code: {record.exit_code}")
+    if record.evidence_digest:
+        lines.append(f"  evidence: {record.evidence_digest}")
+    return "\n".join(lines)
+
+
+def status_json(record: RunRecord) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(record)
+    data.pop("history", None)
+    return {"schemaVersion": STATUS_SCHEMA, **data}
+
+
+def table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    out = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=False))]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    return "\n".join(out)
+
+
+def event_line(ev: Event) -> str:
+    data = ev.as_dict()
+    detail = ""
+    for key in ("reason", "message", "node", "exit_code", "digest", "object_name", "cluster_queue"):
+        if data.get(key) not in (None, "", []):
+            detail = f"{key}={data[key]}"
+            break
+    if ev.type.endswith("rejected"):
+        reasons = data.get("reasons") or []
+        detail = "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]
+    return f"{ev.time}  {ev.subject:<28} a{ev.attempt}  {ev.type:<20} {ev.source:<24} {detail}"

@@ -1,0 +1,185 @@
+"""Client operations over NATS only: submit, status, list, cancel, events (replay and follow), logs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import getpass
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from taugrid.bus import platformstore, runstate, tracing
+from taugrid.bus.connection import Bus, connect
+from taugrid.bus.envelope import Event, from_message
+from taugrid.client.snapshot import snapshot
+from taugrid.config.platform import load_platform
+from taugrid.config.taujob import TauConfig, load_tau_config
+from taugrid.core.contracts import CancelRequested, LogChunk, SubmitRequested
+from taugrid.core.errors import NotFound
+from taugrid.core.events import TERMINAL_EVENTS, run_subject
+from taugrid.core.ids import new_run_id, new_submission_id, token
+from taugrid.core.states import RunRecord
+
+
+class Client:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def close(self) -> None:
+        await self.bus.close()
+
+    # ---------------------------------------------------------------- submission
+    async def submit(self, config_path: Path, *, workspace: str | None = None, submission_id: str | None = None,
+                     config: TauConfig | None = None) -> str:
+        """Publish ``submit.requested`` and return the run id (known before any service answers)."""
+        text = config_path.read_text()
+        cfg = config or load_tau_config(text, path=str(config_path))
+        ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "default")
+        sid = submission_id or new_submission_id()
+        run_id = new_run_id(cfg.name, sid)
+        excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
+        data, digest = snapshot(config_path.parent.resolve(), extra_excludes=excludes)
+        name = f"sources/{digest.removeprefix('sha256:')}.tar.gz"
+        obs = await self.bus.objects()
+        try:
+            await obs.get_info(name)
+        except nats.js.errors.ObjectNotFoundError:
+            await obs.put(name, data)
+        req = SubmitRequested(submission_id=sid, config_text=text, config_path=config_path.name, workspace=ws,
+                              source_object=name, source_digest=digest, user=_user())
+        with tracing.span("tau run", attributes={"taugrid.run_id": run_id}):
+            await self.bus.emit(workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req)
+        return run_id
+
+    async def submit_text(self, text: str, *, workspace: str = "default", path: str = "tau.yaml",
+                          submission_id: str | None = None, name: str = "run") -> str:
+        """Submit raw config text with no project snapshot (what a non-Python client would publish)."""
+        sid = submission_id or new_submission_id()
+        run_id = new_run_id(name, sid)
+        req = SubmitRequested(submission_id=sid, config_text=text, config_path=path, workspace=workspace,
+                              user=_user())
+        await self.bus.emit(workspace=workspace, run_id=run_id, attempt=1, event_type="submit.requested",
+                            payload=req)
+        return run_id
+
+    async def cancel(self, run_id: str, *, reason: str = "cancelled by user") -> None:
+        record = await self.status(run_id)
+        await self.bus.emit(workspace=record.workspace, run_id=run_id, attempt=record.attempt,
+                            event_type="cancel.requested", payload=CancelRequested(reason=reason, requested_by=_user()))
+
+    # ---------------------------------------------------------------- reading
+    async def status(self, run_id: str) -> RunRecord:
+        record, _ = await runstate.get(self.bus, run_id)
+        if record is None:
+            raise NotFound(f"run {run_id} not found (see `tau list`)")
+        return record
+
+    async def list(self) -> list[RunRecord]:
+        return sorted(await runstate.list_records(self.bus), key=lambda r: r.created)
+
+    async def replay(self, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None,
+                     follow: bool = False, idle_timeout: float = 1.0) -> AsyncIterator[Event]:
+        """Events on ``subject`` in stream order; with ``follow``, keep going with live ones."""
+        cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
+                             opt_start_time=since.isoformat() if since else None)
+        try:
+            sub = await self.bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
+        except nats.js.errors.NotFoundError:
+            return
+        try:
+            info = await self.bus.js.stream_info(stream)
+            if not follow and info.state.messages == 0:
+                return
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=idle_timeout if not follow else 3600)
+                except nats.errors.TimeoutError:
+                    if follow:
+                        continue
+                    return
+                meta = msg.metadata
+                yield from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+                if not follow and meta.num_pending == 0:
+                    return
+        finally:
+            await sub.unsubscribe()
+
+    async def events(self, *, run_id: str | None = None, since: dt.datetime | None = None,
+                     follow: bool = False) -> AsyncIterator[Event]:
+        subject = f"run.*.{token(run_id)}.>" if run_id else "run.>"
+        async for ev in self.replay(subject, since=since, follow=follow):
+            yield ev
+
+    async def follow(self, run_id: str) -> AsyncIterator[Event]:
+        """Every event of a run from the start until its evidence is sealed (or it ends without one)."""
+        terminal_seen = False
+        async for ev in self.replay(f"run.*.{token(run_id)}.>", follow=True):
+            yield ev
+            if ev.type == "evidence.sealed":
+                return
+            if ev.type in TERMINAL_EVENTS:
+                terminal_seen = True
+            if terminal_seen and ev.type not in TERMINAL_EVENTS:
+                return
+
+    async def logs(self, run_id: str, *, follow: bool = False) -> AsyncIterator[LogChunk]:
+        record = await self.status(run_id)
+        subject = f"log.{token(record.workspace)}.{token(run_id)}.*"
+        if not follow:
+            async for ev in self.replay(subject, stream="LOGS"):
+                yield ev.payload(LogChunk)
+            return
+        stop = asyncio.Event()
+
+        async def watch_end() -> None:
+            while True:
+                rec = await self.status(run_id)
+                if rec.finished:
+                    await asyncio.sleep(1.5)  # let the last chunks land
+                    stop.set()
+                    return
+                await asyncio.sleep(0.5)
+
+        watcher = asyncio.create_task(watch_end())
+        try:
+            it = self.replay(subject, stream="LOGS", follow=True).__aiter__()
+            while not stop.is_set():
+                nxt = asyncio.ensure_future(it.__anext__())
+                done, _ = await asyncio.wait({nxt, asyncio.ensure_future(stop.wait())},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if nxt in done:
+                    yield nxt.result().payload(LogChunk)
+                else:
+                    nxt.cancel()
+        finally:
+            watcher.cancel()
+
+    # ---------------------------------------------------------------- platform
+    async def platform_apply(self, text: str, *, path: str = "platform.yaml") -> int:
+        load_platform(text, path=path)  # refuse an invalid policy before anything sees it
+        return await platformstore.put_text(self.bus, text)
+
+    async def platform_get(self) -> tuple[str, int] | None:
+        return await platformstore.get_text(self.bus)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except OSError:
+        return "unknown"
+
+
+async def open_client(url: str | None = None) -> Client:
+    return Client(await connect(url, name="client", max_reconnect_attempts=3))
+
+
+def record_json(record: RunRecord) -> dict[str, object]:
+    return msgspec.to_builtins(record)  # type: ignore[no-any-return]
+
+
+__all__ = ["Client", "open_client", "record_json", "run_subject"]

@@ -1,0 +1,211 @@
+"""``platform.yaml``: the administrator's policy — flavors, cohorts, queues, priorities, profiles, workspaces.
+
+Shapes follow Kueue (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass) in snake_case,
+plus taugrid's compute profiles and workspaces. Invariants: every model forbids unknown keys;
+``load_platform`` returns only a platform whose cross-references all resolve (see ``platformcheck``); the
+platform carries no revision — the KV store assigns one when it is applied. Quantities are kept as written
+(``"64Gi"``, ``16``) and parsed on use.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+from pydantic import Field
+
+from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
+from taugrid.config.source import load_yaml, pydantic_issues, raise_issues
+from taugrid.core.quantity import parse_cpu, parse_memory
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class Taint(Strict):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Toleration(Strict):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] = ""
+
+
+class ResourceFlavor(Strict):
+    name: str
+    node_labels: dict[str, Text] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
+class Cohort(Strict):
+    name: str
+    parent: str | None = None
+    fair_weight: float = Field(default=1.0, ge=0)
+
+
+class ResourceQuota(Strict):
+    name: str = Field(description="cpu, memory, nvidia.com/gpu, ...")
+    nominal_quota: Text
+    borrowing_limit: Text | None = None
+    lending_limit: Text | None = None
+
+
+class FlavorQuotas(Strict):
+    name: str
+    resources: list[ResourceQuota]
+
+
+class ResourceGroup(Strict):
+    covered_resources: list[str] = Field(min_length=1)
+    flavors: list[FlavorQuotas] = Field(min_length=1)
+
+
+class BorrowWithinCohort(Strict):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: int | None = None
+
+
+class Preemption(Strict):
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+    borrow_within_cohort: BorrowWithinCohort = Field(default_factory=BorrowWithinCohort)
+
+
+class FairSharing(Strict):
+    weight: float = Field(default=1.0, ge=0)
+
+
+class ClusterQueue(Strict):
+    name: str
+    cohort: str | None = None
+    namespace_selector: dict[str, Text] | None = Field(
+        default=None, description="matchLabels; absent or {} admits every namespace"
+    )
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    resource_groups: list[ResourceGroup] = Field(default_factory=list)
+    preemption: Preemption = Field(default_factory=Preemption)
+    fair_sharing: FairSharing = Field(default_factory=FairSharing)
+
+    def nominal(self, resource: str) -> float:
+        """Sum of a resource's nominal quota over all flavors (cores, bytes or a count)."""
+        return sum(
+            amount(q.name, q.nominal_quota)
+            for g in self.resource_groups
+            for f in g.flavors
+            for q in f.resources
+            if q.name == resource
+        )
+
+
+class LocalQueue(Strict):
+    name: str
+    namespace: str
+    cluster_queue: str
+
+
+class PriorityClass(Strict):
+    name: str
+    value: int
+    description: str = ""
+    preemptible: bool = True
+
+
+class ComputeProfile(Strict):
+    name: str = Field(description="e.g. a100-1")
+    description: str = ""
+    gpu: int = Field(default=0, ge=0)
+    cpu: CpuQuantity = "1"
+    memory: MemoryQuantity = "1Gi"
+    gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
+    gpu_memory: MemoryQuantity | None = None
+    node_selector: dict[str, Text] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
+class Workspace(Strict):
+    name: str
+    namespace: str
+    local_queue: str
+    description: str = ""
+    allowed_images: list[str] = Field(
+        default_factory=list, description="glob patterns; empty allows any image"
+    )
+    allow_local_process: bool = Field(
+        default=False,
+        description="allow runs without an image (a host process on the local backend) even when "
+        "allowed_images is set; with allowed_images empty they are always allowed",
+    )
+    max_gpus_per_run: int | None = Field(default=None, ge=0)
+    default_priority: str | None = Field(default=None, description="a priority class name")
+    default_profile: str | None = None
+    allowed_profiles: list[str] = Field(default_factory=list, description="empty allows every profile")
+    output_root: str = "/data/runs"
+    max_retries: int | None = Field(default=None, ge=0, description="cap on resilience.max_retries")
+    active_deadline: Duration | None = Field(
+        default=None, gt=0, description="cap on run.active_deadline; also the default when a run sets none"
+    )
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=600)
+
+
+class Platform(Strict):
+    resource_flavors: list[ResourceFlavor] = Field(default_factory=list)
+    cohorts: list[Cohort] = Field(default_factory=list)
+    cluster_queues: list[ClusterQueue] = Field(default_factory=list)
+    local_queues: list[LocalQueue] = Field(default_factory=list)
+    priority_classes: list[PriorityClass] = Field(default_factory=list)
+    compute_profiles: list[ComputeProfile] = Field(default_factory=list)
+    workspaces: list[Workspace] = Field(default_factory=list)
+
+    def workspace(self, name: str) -> Workspace | None:
+        return next((w for w in self.workspaces if w.name == name), None)
+
+    def local_queue(self, name: str, namespace: str) -> LocalQueue | None:
+        return next((q for q in self.local_queues if q.name == name and q.namespace == namespace), None)
+
+    def cluster_queue(self, name: str) -> ClusterQueue | None:
+        return next((q for q in self.cluster_queues if q.name == name), None)
+
+    def priority_class(self, name: str) -> PriorityClass | None:
+        return next((p for p in self.priority_classes if p.name == name), None)
+
+    def profile(self, name: str) -> ComputeProfile | None:
+        return next((p for p in self.compute_profiles if p.name == name), None)
+
+    def flavor(self, name: str) -> ResourceFlavor | None:
+        return next((f for f in self.resource_flavors if f.name == name), None)
+
+    def cohort_root(self, cohort: str | None) -> str | None:
+        """The top of a cohort's tree (the cohort itself when it has no parent); ``None`` for no cohort."""
+        parents = {c.name: c.parent for c in self.cohorts}
+        seen: set[str] = set()
+        while cohort is not None and parents.get(cohort) and cohort not in seen:
+            seen.add(cohort)
+            cohort = parents[cohort]
+        return cohort
+
+
+def amount(resource: str, value: str | int | float) -> float:
+    """A quota value in base units: cores for ``cpu``, bytes for ``memory``, a count for anything else."""
+    if resource == "cpu":
+        return parse_cpu(value)
+    if resource == "memory" or resource.endswith("memory") or resource == "ephemeral-storage":
+        return float(parse_memory(value))
+    return parse_cpu(value)  # plain counts ("8", 8); suffixes like 1k still read as Kubernetes does
+
+
+def load_platform(text: str, *, path: str = "platform.yaml") -> Platform:
+    """Parse, validate and cross-check a ``platform.yaml``. Raises ``ConfigError`` listing every problem."""
+    from taugrid.config.platformcheck import check_platform
+
+    data, lines = load_yaml(text, path=path, what="platform.yaml")
+    try:
+        platform = Platform.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise_issues(pydantic_issues(exc, Platform, file=path, lines=lines))
+        raise
+    raise_issues(check_platform(platform, file=path, lines=lines))
+    return platform

@@ -1,0 +1,212 @@
+"""Cross-reference checks of a ``Platform``: every name it mentions must exist, every quota must parse.
+
+Invariant: ``check_platform`` never raises; it returns every problem at once, each naming the field path
+(``workspaces[1].local_queue``), its line when known, and the fix — usually the list of names that do exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
+from taugrid.config.source import Lines, make_issue, suggest
+
+Issues = list[dict[str, object]]
+Add = Callable[..., None]
+
+
+def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Lines | None = None) -> Issues:
+    issues: Issues = []
+    known_lines = lines or {}
+
+    def add(path: tuple[str | int, ...], message: str, fix: str = "") -> None:
+        issues.append(make_issue(path, message, fix, file=file, lines=known_lines))
+
+    for section in (
+        "resource_flavors",
+        "cohorts",
+        "cluster_queues",
+        "priority_classes",
+        "compute_profiles",
+        "workspaces",
+    ):
+        _unique(add, section, [item.name for item in getattr(platform, section)])
+    _unique(add, "local_queues", [f"{q.namespace}/{q.name}" for q in platform.local_queues])
+    _cohorts(platform, add)
+    _cluster_queues(platform, add)
+    _local_queues(platform, add)
+    _profiles(platform, add)
+    _workspaces(platform, add)
+    return issues
+
+
+def _unique(add: Add, section: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            add((section, i, "name"), f"duplicate name {name!r}", "give each entry a distinct name")
+        seen.add(name)
+
+
+def _missing(add: Add, path: tuple[str | int, ...], kind: str, name: str, known: Iterable[str]) -> None:
+    options = sorted(set(known))
+    guess = suggest(name, options)
+    add(
+        path,
+        f"unknown {kind} {name!r}" + (f"; did you mean '{guess}'?" if guess else ""),
+        f"use one of: {', '.join(options)}" if options else f"define the {kind} first",
+    )
+
+
+def _cohorts(platform: Platform, add: Add) -> None:
+    names = {c.name for c in platform.cohorts}
+    parents = {c.name: c.parent for c in platform.cohorts}
+    for i, cohort in enumerate(platform.cohorts):
+        if cohort.parent is not None and cohort.parent not in names:
+            _missing(add, ("cohorts", i, "parent"), "cohort", cohort.parent, names)
+        seen, node = {cohort.name}, cohort.parent
+        while node is not None and node in parents:
+            if node in seen:
+                add(
+                    ("cohorts", i, "parent"),
+                    f"cohort {cohort.name!r} is part of a parent cycle",
+                    "cohorts form a tree; remove one parent link",
+                )
+                break
+            seen.add(node)
+            node = parents[node]
+
+
+def _cluster_queues(platform: Platform, add: Add) -> None:
+    cohorts = {c.name for c in platform.cohorts}
+    flavors = {f.name for f in platform.resource_flavors}
+    for i, cq in enumerate(platform.cluster_queues):
+        base: tuple[str | int, ...] = ("cluster_queues", i)
+        if cq.cohort is not None and cq.cohort not in cohorts:
+            _missing(add, (*base, "cohort"), "cohort", cq.cohort, cohorts)
+        covered_anywhere: set[str] = set()
+        flavors_anywhere: set[str] = set()
+        for g, group in enumerate(cq.resource_groups):
+            gpath = (*base, "resource_groups", g)
+            covered = set(group.covered_resources)
+            for resource in covered & covered_anywhere:
+                add(
+                    (*gpath, "covered_resources"),
+                    f"{resource!r} is covered by two resource groups",
+                    "list each resource in one group only",
+                )
+            covered_anywhere |= covered
+            for f, fq in enumerate(group.flavors):
+                fpath = (*gpath, "flavors", f)
+                if fq.name not in flavors:
+                    _missing(add, (*fpath, "name"), "resource flavor", fq.name, flavors)
+                if fq.name in flavors_anywhere:
+                    add((*fpath, "name"), f"flavor {fq.name!r} appears in two resource groups", "use it once")
+                flavors_anywhere.add(fq.name)
+                listed = [q.name for q in fq.resources]
+                if set(listed) != covered or len(listed) != len(set(listed)):
+                    add(
+                        (*fpath, "resources"),
+                        f"lists {sorted(listed)} but the group covers {sorted(covered)}",
+                        "give every covered resource exactly one quota entry per flavor",
+                    )
+                for r, quota in enumerate(fq.resources):
+                    _quota(add, (*fpath, "resources", r), quota, has_cohort=cq.cohort is not None)
+
+
+def _quota(add: Add, path: tuple[str | int, ...], quota: ResourceQuota, *, has_cohort: bool) -> None:
+    values: dict[str, float] = {}
+    for key in ("nominal_quota", "borrowing_limit", "lending_limit"):
+        raw = getattr(quota, key)
+        if raw is None:
+            continue
+        try:
+            values[key] = amount(quota.name, raw)
+        except ValueError as exc:
+            add((*path, key), str(exc), "write a quantity such as 16, 500m or 64Gi")
+            continue
+        if quota.name == GPU_RESOURCE and values[key] != int(values[key]):
+            add((*path, key), f"GPUs are whole devices, got {raw!r}", "use a whole number")
+    if not has_cohort:
+        for key in ("borrowing_limit", "lending_limit"):
+            if getattr(quota, key) is not None:
+                add(
+                    (*path, key), "only meaningful for a ClusterQueue in a cohort", "set cohort, or remove it"
+                )
+    if (
+        "lending_limit" in values
+        and "nominal_quota" in values
+        and values["lending_limit"] > values["nominal_quota"]
+    ):
+        add((*path, "lending_limit"), "exceeds the nominal quota", "lend at most the nominal quota")
+
+
+def _local_queues(platform: Platform, add: Add) -> None:
+    cqs = {q.name for q in platform.cluster_queues}
+    for i, lq in enumerate(platform.local_queues):
+        if lq.cluster_queue not in cqs:
+            _missing(add, ("local_queues", i, "cluster_queue"), "cluster queue", lq.cluster_queue, cqs)
+
+
+def _profiles(platform: Platform, add: Add) -> None:
+    for i, profile in enumerate(platform.compute_profiles):
+        share = profile.gpu_fraction is not None or profile.gpu_memory is not None
+        if share and profile.gpu > 0:
+            add(
+                ("compute_profiles", i, "gpu"),
+                "a GPU share (gpu_fraction/gpu_memory) is part of one GPU",
+                "set gpu: 0 for a shared-GPU profile",
+            )
+        if profile.gpu_fraction is not None and profile.gpu_memory is not None:
+            add(
+                ("compute_profiles", i, "gpu_memory"),
+                "set either gpu_fraction or gpu_memory, not both",
+                "remove one",
+            )
+
+
+def _workspaces(platform: Platform, add: Add) -> None:
+    profiles = {p.name for p in platform.compute_profiles}
+    priorities = {p.name for p in platform.priority_classes}
+    for i, ws in enumerate(platform.workspaces):
+        base: tuple[str | int, ...] = ("workspaces", i)
+        if platform.local_queue(ws.local_queue, ws.namespace) is None:
+            in_ns = [q.name for q in platform.local_queues if q.namespace == ws.namespace]
+            if in_ns:
+                _missing(
+                    add,
+                    (*base, "local_queue"),
+                    f"local queue in namespace {ws.namespace!r}",
+                    ws.local_queue,
+                    in_ns,
+                )
+            else:
+                add(
+                    (*base, "local_queue"),
+                    f"no local queue {ws.local_queue!r} in namespace {ws.namespace!r}",
+                    f"add a local_queues entry with namespace: {ws.namespace}",
+                )
+        if ws.default_priority is not None and ws.default_priority not in priorities:
+            _missing(add, (*base, "default_priority"), "priority class", ws.default_priority, priorities)
+        for p, name in enumerate(ws.allowed_profiles):
+            if name not in profiles:
+                _missing(add, (*base, "allowed_profiles", p), "compute profile", name, profiles)
+        if ws.default_profile is not None:
+            if ws.default_profile not in profiles:
+                _missing(add, (*base, "default_profile"), "compute profile", ws.default_profile, profiles)
+            elif ws.allowed_profiles and ws.default_profile not in ws.allowed_profiles:
+                add(
+                    (*base, "default_profile"),
+                    f"{ws.default_profile!r} is not in allowed_profiles",
+                    "add it to allowed_profiles or pick an allowed one",
+                )
+            else:
+                profile = platform.profile(ws.default_profile)
+                if profile and ws.max_gpus_per_run is not None and profile.gpu > ws.max_gpus_per_run:
+                    add(
+                        (*base, "default_profile"),
+                        f"asks for {profile.gpu} GPUs but max_gpus_per_run is {ws.max_gpus_per_run}",
+                        "pick a smaller default profile or raise the limit",
+                    )
+        if not ws.output_root.startswith("/"):
+            add((*base, "output_root"), f"{ws.output_root!r} is not an absolute path", "use an absolute path")

@@ -1,0 +1,398 @@
+"""Policy resolution: a validated ``tau.yaml`` plus the platform → one ``ResolvedRun``, or every reason
+it is refused.
+
+Precedence (reference ``taugrid.md`` §2.6): the platform wins and fails closed. The workspace fixes namespace,
+queue, output root and caps; the run may ask only for what the workspace allows (image, profile, GPUs,
+retries, deadline, priority); resources come from explicit ``compute.*`` requests, else the profile, else 1
+CPU / 1Gi / no GPU.
+
+Invariants: ``resolve_run`` is pure (no I/O, no clock); the same inputs give the same ``ResolvedRun``; on
+rejection it raises one ``ConfigError`` carrying every issue, each naming the field a person must change.
+TAU_* variables are not added here — the backend sets them per attempt.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+
+from taugrid.config.launch import build_command
+from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
+from taugrid.config.source import make_issue, raise_issues
+from taugrid.config.taujob import TauConfig
+from taugrid.config.taurules import check_rules
+from taugrid.core.contracts import Resilience, ResolvedRun, Resources
+from taugrid.core.quantity import format_cpu, format_memory, parse_cpu, parse_memory
+
+DEFAULT_TTL_S = 28800
+_MiB = 1 << 20
+
+
+class _Issues:
+    def __init__(self, cfg: TauConfig) -> None:
+        self.cfg = cfg
+        self.items: list[dict[str, object]] = []
+
+    def add(self, path: tuple[str | int, ...], message: str, fix: str = "") -> None:
+        self.items.append(make_issue(path, message, fix, file=self.cfg.source_path, lines=self.cfg._lines))
+
+
+def resolve_run(
+    cfg: TauConfig,
+    platform: Platform,
+    *,
+    run_id: str,
+    submission_id: str,
+    workspace: str | None,
+    platform_revision: int,
+    config_hash: str,
+    source_object: str = "",
+    source_digest: str = "",
+    user: str = "",
+) -> ResolvedRun:
+    issues = _Issues(cfg)
+    issues.items.extend(check_rules(cfg))  # a config built without load_tau_config gets the same checks
+    if not cfg.name or not cfg.entrypoint or not cfg.engine:
+        raise_issues(issues.items)
+    ws_name = workspace or cfg.policy.workspace or "default"
+    ws = platform.workspace(ws_name)
+    if ws is None:
+        known = ", ".join(sorted(w.name for w in platform.workspaces)) or "(none defined)"
+        message, fix = f"unknown workspace {ws_name!r}; known workspaces: {known}", "use one of them"
+        if workspace:  # chosen on the command line, so no line in the file to point at
+            issues.items.append(make_issue("policy.workspace", message, fix, file=cfg.source_path, lines={}))
+        else:
+            issues.add(
+                ("policy", "workspace"), message, "set policy.workspace (or --workspace) to one of them"
+            )
+        raise_issues(issues.items)
+        raise AssertionError("unreachable")
+    assert cfg.name and cfg.entrypoint and cfg.engine  # checked above
+    if cfg.policy.namespace and cfg.policy.namespace != ws.namespace:
+        issues.add(
+            ("policy", "namespace"),
+            f"workspace {ws.name!r} runs in namespace {ws.namespace!r}",
+            "remove policy.namespace; the workspace decides it",
+        )
+    image = _image(cfg, ws, issues)
+    profile = _profile(cfg, platform, ws, issues)
+    requests, limits, pods = _resources(cfg, profile, issues)
+    local_queue, cluster_queue = _queue(cfg, platform, ws, issues)
+    _capacity(cfg, platform, ws, profile, requests, pods, cluster_queue, issues)
+    priority_class, priority, preemptible = _priority(cfg, platform, ws, issues)
+    node_selector = _node_selector(cfg, profile, issues)
+    output_dir = _output_dir(cfg, ws, run_id, issues)
+    checkpoint_dir = f"{output_dir}/checkpoints"
+    r = cfg.resilience
+    if ws.max_retries is not None and r.max_retries > ws.max_retries:
+        issues.add(
+            ("resilience", "max_retries"),
+            f"{r.max_retries} exceeds the cap of {ws.max_retries} in workspace {ws.name!r}",
+            f"set resilience.max_retries to {ws.max_retries} or fewer",
+        )
+    deadline = _deadline(cfg, ws, issues)
+    launcher, command, nproc = build_command(cfg, requests.gpu, issues.add)
+    raise_issues(issues.items)
+    return ResolvedRun(
+        run_id=run_id,
+        submission_id=submission_id,
+        workspace=ws.name,
+        namespace=ws.namespace,
+        name=cfg.name,
+        engine=cfg.engine,
+        launcher=launcher,
+        entrypoint=cfg.entrypoint,
+        args=list(cfg.args),
+        command=command,
+        image=image,
+        env=dict(cfg.runtime.env),
+        env_secret=dict(cfg.runtime.env_secret),
+        working_dir=(cfg.runtime.working_dir if cfg.engine == "job" else cfg.run.working_dir) or "",
+        local_queue=local_queue,
+        cluster_queue=cluster_queue,
+        priority_class=priority_class,
+        priority=priority,
+        preemptible=preemptible,
+        profile=profile.name if profile else "",
+        resources=requests,
+        limits=limits,
+        nodes=cfg.execution.nodes if cfg.engine == "job" else 1,
+        processes_per_node=nproc,
+        workers=pods if cfg.engine == "ray" else 0,
+        gpus_per_worker=requests.gpu if cfg.engine == "ray" else 0,
+        pip=list(cfg.runtime.pip),
+        resilience=Resilience(
+            max_retries=r.max_retries,
+            retry_on=list(r.retry_on),
+            backoff_initial_s=r.backoff_initial,
+            backoff_max_s=r.backoff_max,
+            checkpoint_path=r.checkpoint_path or checkpoint_dir,
+        ),
+        output_dir=output_dir,
+        checkpoint_dir=checkpoint_dir,
+        source_object=source_object,
+        source_digest=source_digest,
+        config_hash=config_hash,
+        platform_revision=platform_revision,
+        active_deadline_s=deadline,
+        ttl_seconds_after_finished=cfg.run.ttl_seconds_after_finished
+        or ws.ttl_seconds_after_finished
+        or DEFAULT_TTL_S,
+        security_restricted=cfg.runtime.security.mode == "restricted",
+        node_selector=node_selector,
+        tolerations=[t.model_dump(exclude_defaults=False) for t in profile.tolerations] if profile else [],
+        placement=cfg.compute.placement or "binpack",
+        gang=True if cfg.compute.gang is None else cfg.compute.gang,
+        data_pvc=cfg.storage.data_pvc or "",
+        experiment={k: v for k, v in cfg.experiment.model_dump().items() if isinstance(v, str) and v},
+    )
+
+
+def _image(cfg: TauConfig, ws: Workspace, issues: _Issues) -> str:
+    image = cfg.runtime.image or ""
+    # point at the spelling that won: runtime.image, then run.image, then the top-level alias
+    written = [p for p in (("runtime", "image"), ("run", "image"), ("image",)) if cfg.written(*p)]
+    field = written[0] if written else ("runtime", "image")
+    patterns = ws.allowed_images
+    if image and patterns and not any(fnmatch.fnmatchcase(image, p) for p in patterns):
+        issues.add(
+            field,
+            f"image {image!r} is not allowed in workspace {ws.name!r}",
+            f"use an image matching one of: {', '.join(patterns)}",
+        )
+    if not image and patterns and not ws.allow_local_process:
+        issues.add(
+            ("runtime", "image"),
+            f"workspace {ws.name!r} requires a container image",
+            f"set runtime.image to an image matching one of: {', '.join(patterns)}",
+        )
+    return image
+
+
+def _profile(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues) -> ComputeProfile | None:
+    name = cfg.policy.profile or ws.default_profile
+    if not name:
+        return None
+    field = ("policy", "profile")
+    allowed = ws.allowed_profiles or [p.name for p in platform.compute_profiles]
+    profile = platform.profile(name)
+    if profile is None:
+        issues.add(field, f"unknown compute profile {name!r}", f"use one of: {', '.join(allowed)}")
+    elif ws.allowed_profiles and name not in ws.allowed_profiles:
+        issues.add(
+            field,
+            f"profile {name!r} is not allowed in workspace {ws.name!r}",
+            f"use one of: {', '.join(allowed)}",
+        )
+        return None
+    return profile
+
+
+def _resources(
+    cfg: TauConfig, profile: ComputeProfile | None, issues: _Issues
+) -> tuple[Resources, Resources | None, int]:
+    """Per-pod requests and limits, and the pod count (nodes for a Job, workers for Ray)."""
+    c, ray = cfg.compute, cfg.engine == "ray"
+    cpu_req, mem_req = (
+        (c.worker_cpu_request, c.worker_memory_request) if ray else (c.cpu_request, c.memory_request)
+    )
+    cpu_lim, mem_lim = (c.worker_cpu_limit, c.worker_memory_limit) if ray else (c.cpu_limit, c.memory_limit)
+    cpu = parse_cpu(cpu_req) if cpu_req is not None else parse_cpu(profile.cpu) if profile else 1.0
+    memory = (
+        parse_memory(mem_req) if mem_req is not None else parse_memory(profile.memory) if profile else 1 << 30
+    )
+    explicit_gpu = (
+        (c.gpus_per_worker if ray else c.gpus) is not None
+        or c.gpu_fraction is not None
+        or c.gpu_memory is not None
+    )
+    if explicit_gpu:
+        gpu = (c.gpus_per_worker if ray else c.gpus) or 0
+        fraction, gpu_memory = c.gpu_fraction or 0.0, c.gpu_memory
+    elif profile is not None:
+        gpu, fraction, gpu_memory = profile.gpu, profile.gpu_fraction or 0.0, profile.gpu_memory
+    else:
+        gpu, fraction, gpu_memory = 0, 0.0, None
+    memory_mb = parse_memory(gpu_memory) // _MiB if gpu_memory else 0
+    shared = fraction > 0 or memory_mb > 0
+    if (
+        shared
+        and not explicit_gpu
+        and (ray or cfg.execution.nodes > 1 or cfg.execution.launcher == "torchrun")
+    ):
+        issues.add(
+            ("policy", "profile"),
+            f"profile {profile.name if profile else ''!r} shares one GPU; distributed runs need whole GPUs",
+            "pick a whole-GPU profile or set compute.gpus",
+        )
+    requests = Resources(cpu=cpu, memory=memory, gpu=gpu, gpu_fraction=fraction, gpu_memory_mb=memory_mb)
+    limits = None
+    if cpu_lim is not None or mem_lim is not None:
+        lcpu = parse_cpu(cpu_lim) if cpu_lim is not None else cpu
+        lmem = parse_memory(mem_lim) if mem_lim is not None else memory
+        prefix = "worker_" if ray else ""
+        if lcpu < cpu:
+            issues.add(
+                ("compute", f"{prefix}cpu_limit"),
+                f"limit {format_cpu(lcpu)} is below the request {format_cpu(cpu)}",
+                "raise the limit or lower the request",
+            )
+        if lmem < memory:
+            issues.add(
+                ("compute", f"{prefix}memory_limit"),
+                f"limit {format_memory(lmem)} is below the request {format_memory(memory)}",
+                "raise the limit or lower the request",
+            )
+        limits = Resources(cpu=lcpu, memory=lmem, gpu=gpu, gpu_fraction=fraction, gpu_memory_mb=memory_mb)
+    pods = (c.workers or 1) if ray else cfg.execution.nodes
+    return requests, limits, pods
+
+
+def _queue(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues) -> tuple[str, str]:
+    name = cfg.policy.queue
+    if not name or name == "auto":
+        name = ws.local_queue
+    lq = platform.local_queue(name, ws.namespace)
+    if lq is None:
+        known = [q.name for q in platform.local_queues if q.namespace == ws.namespace]
+        issues.add(
+            ("policy", "queue"),
+            f"no local queue {name!r} in workspace {ws.name!r} (namespace {ws.namespace!r})",
+            f"use one of: {', '.join(known)}, or 'auto'",
+        )
+        return name, ""
+    return lq.name, lq.cluster_queue
+
+
+def _capacity(
+    cfg: TauConfig,
+    platform: Platform,
+    ws: Workspace,
+    profile: ComputeProfile | None,
+    req: Resources,
+    pods: int,
+    cluster_queue: str,
+    issues: _Issues,
+) -> None:
+    """Refuse what can never run: over the workspace GPU cap, or over a queue that cannot borrow."""
+    ray = cfg.engine == "ray"
+    gpu_keys = ("gpus_per_worker" if ray else "gpus", "gpu_fraction", "gpu_memory")
+    gpu_field = next(
+        (("compute", k) for k in gpu_keys if cfg.written("compute", k)),
+        ("policy", "profile") if profile else ("compute", gpu_keys[0]),
+    )
+    shared = req.gpu_fraction > 0 or req.gpu_memory_mb > 0
+    total_gpus = req.gpu * pods + (1 if shared and req.gpu == 0 else 0)
+    if ws.max_gpus_per_run is not None and total_gpus > ws.max_gpus_per_run:
+        issues.add(
+            gpu_field,
+            f"asks for {total_gpus} GPU(s); workspace {ws.name!r} allows at most "
+            f"{ws.max_gpus_per_run} per run",
+            "ask for fewer GPUs, or ask the platform team to raise the cap",
+        )
+    cq = platform.cluster_queue(cluster_queue)
+    if cq is None:
+        return
+    # a queue in a cohort may borrow, at most everything its cohort tree holds; admission decides the rest
+    root = platform.cohort_root(cq.cohort)
+    pool = [
+        q for q in platform.cluster_queues if q is cq or (root and platform.cohort_root(q.cohort) == root)
+    ]
+    need = {"cpu": req.cpu * pods, "memory": float(req.memory * pods), GPU_RESOURCE: float(total_gpus)}
+    prefix = "worker_" if ray else ""
+    fields = {GPU_RESOURCE: gpu_field}
+    for resource in ("cpu", "memory"):
+        key = f"{prefix}{resource}_request"
+        fields[resource] = (
+            ("compute", key) if cfg.written("compute", key) or not profile else ("policy", "profile")
+        )
+    for resource, amount in need.items():
+        have = sum(q.nominal(resource) for q in pool)
+        if amount > have:
+            shown = (
+                (format_cpu(amount), format_cpu(have))
+                if resource == "cpu"
+                else (format_memory(int(amount)), format_memory(int(have)))
+                if resource == "memory"
+                else (f"{amount:g}", f"{have:g}")
+            )
+            where = f"cluster queue {cq.name!r}" + (f" and its cohort {root!r}" if root else "")
+            issues.add(
+                fields[resource],
+                f"asks for {shown[0]} {resource} in total; {where} can never hold more "
+                f"than {shown[1]}, so the run would never start",
+                "ask for less",
+            )
+
+
+def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues) -> tuple[str, int, bool]:
+    p = cfg.policy
+    choices = [
+        (("policy", "workload_priority_class"), p.workload_priority_class),
+        (("policy", "priority_tier"), p.priority_tier),
+        (("policy", "priority"), p.priority),
+    ]
+    field, name = next(
+        ((f, n) for f, n in choices if n and n != "default"), (("policy", "priority_tier"), None)
+    )
+    name = name or ws.default_priority
+    if not name:
+        return "", 0, p.preemptible is not False
+    pc = platform.priority_class(name)
+    if pc is None:
+        known = ", ".join(
+            f"{c.name} ({c.value})" for c in sorted(platform.priority_classes, key=lambda c: c.value)
+        )
+        issues.add(field, f"unknown priority class {name!r}", f"use one of: {known}")
+        return name, 0, True
+    if p.preemptible is False and pc.preemptible:
+        fixed = [c.name for c in platform.priority_classes if not c.preemptible]
+        issues.add(
+            ("policy", "preemptible"),
+            f"priority class {pc.name!r} is preemptible",
+            f"set policy.workload_priority_class to one of: {', '.join(fixed)}"
+            if fixed
+            else "this platform has no non-preemptible priority class; remove policy.preemptible",
+        )
+    preemptible = pc.preemptible or p.preemptible is True
+    return pc.name, pc.value, preemptible
+
+
+def _node_selector(cfg: TauConfig, profile: ComputeProfile | None, issues: _Issues) -> dict[str, str]:
+    merged = dict(cfg.policy.node_selector)
+    for key, value in (profile.node_selector if profile else {}).items():
+        if key in merged and merged[key] != value:
+            issues.add(
+                ("policy", "node_selector", key),
+                f"profile {profile.name!r} pins {key}={value}",  # type: ignore[union-attr]
+                "remove the key; the profile decides placement",
+            )
+        merged[key] = value
+    return merged
+
+
+def _output_dir(cfg: TauConfig, ws: Workspace, run_id: str, issues: _Issues) -> str:
+    root = ws.output_root.rstrip("/") or "/"
+    wanted = cfg.storage.output
+    if wanted:
+        normal = wanted.rstrip("/")
+        if not normal.startswith(root + "/") or "/../" in normal + "/":
+            issues.add(
+                ("storage", "output"),
+                f"{wanted!r} is outside the output root {root!r} of workspace {ws.name!r}",
+                f"put it under {root}/{ws.name}/ or remove storage.output",
+            )
+        return normal
+    return f"{root}/{ws.name}/{run_id}"
+
+
+def _deadline(cfg: TauConfig, ws: Workspace, issues: _Issues) -> int | None:
+    asked, cap = cfg.run.active_deadline, ws.active_deadline
+    if asked is not None and cap is not None and asked > cap:
+        issues.add(
+            ("run", "active_deadline"),
+            f"{asked:g}s exceeds the cap of {cap:g}s in workspace {ws.name!r}",
+            f"set run.active_deadline to {cap:g} seconds or less",
+        )
+    chosen = asked if asked is not None else cap
+    return math.ceil(chosen) if chosen is not None else None

@@ -1,0 +1,39 @@
+"""Pure admission engine: Kueue-compatible queueing and quota with KAI-style GPU fractions, gangs and placement.
+
+Imports no I/O library and reads no clock; callers pass ``now``. See ``engine`` for the cycle, ``quota`` for
+the cohort-tree arithmetic, ``model`` for how KAI's hierarchical queues map onto cohorts.
+"""
+
+from .engine import Engine
+from .model import (
+    GPU,
+    BorrowWithinCohort,
+    BorrowWithinCohortPolicy,
+    ClusterQueue,
+    Cohort,
+    FlavorQuotas,
+    GpuDevice,
+    LocalQueue,
+    Node,
+    PlacementStrategy,
+    PodSet,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    Taint,
+    Toleration,
+    WithinClusterQueue,
+    Workload,
+)
+from .results import Admission, CycleResult, Pending, PodPlacement, PodSetAdmission, Preemption
+
+__all__ = [
+    "GPU", "Admission", "BorrowWithinCohort", "BorrowWithinCohortPolicy", "ClusterQueue", "Cohort",
+    "CycleResult", "Engine", "FlavorQuotas", "GpuDevice", "LocalQueue", "Node", "Pending", "PlacementStrategy",
+    "PodPlacement", "PodSet", "PodSetAdmission", "Preemption", "PreemptionPolicy", "QueueingStrategy",
+    "ReclaimWithinCohort", "ResourceFlavor", "ResourceGroup", "ResourceQuota", "Taint", "Toleration",
+    "WithinClusterQueue", "Workload",
+]

@@ -1,0 +1,126 @@
+"""Per-ClusterQueue pending heaps and the engine's record of each workload.
+
+Role: keep pending workloads ordered by (priority desc, queue timestamp asc) in a heap per ClusterQueue so a
+cycle pops one head per queue in O(log n), never scanning all pending workloads.
+
+Invariants:
+- a heap entry is live only while its ``version`` equals the workload's ``version`` and the workload is
+  pending and not parked; anything else is a stale entry skipped on pop (lazy deletion);
+- BestEffortFIFO parks a head that did not fit (``parked``) until a capacity event in its cohort tree;
+  StrictFIFO keeps the head in place and marks the queue ``blocked`` until such an event or a new arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from .model import ClusterQueue, QueueingStrategy, Workload
+from .quota import FR, QNode
+from .results import Admission, Pending, PodPlacement
+
+PENDING = "pending"
+ADMITTED = "admitted"
+
+HeapEntry = tuple[int, float, int, str, int]  # (-priority, queue_ts, seq, name, version)
+
+
+@dataclass(slots=True, eq=False)
+class WState:
+    workload: Workload
+    cq: str
+    requests: list[dict[str, int]]  # per pod set, resource -> m-units for all pods of the set
+    queue_ts: float
+    status: str = PENDING
+    version: int = 0
+    parked: bool = False
+    preempting: bool = False  # victims were evicted for it; it goes first next cycle
+    evicting: bool = False  # chosen as a victim this cycle; released at the end of the cycle
+    requeue_at: float | None = None
+    requeue_count: int = 0
+    admitted_at: float = 0.0
+    admit_seq: int = 0
+    usage: dict[FR, int] = field(default_factory=dict)
+    admission: Admission | None = None
+    placements: tuple[PodPlacement, ...] = ()
+    pending: Pending | None = None
+
+
+class CQQueue:
+    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "_seq")
+
+    def __init__(self, spec: ClusterQueue, node: QNode) -> None:
+        self.spec = spec
+        self.node = node
+        self.heap: list[HeapEntry] = []
+        self.parked: list[HeapEntry] = []
+        self.admitted: dict[str, WState] = {}
+        self.blocked = False
+        self._seq = 0
+
+    @property
+    def strict(self) -> bool:
+        return self.spec.queueing_strategy == QueueingStrategy.STRICT_FIFO
+
+    def push(self, ws: WState) -> None:
+        self._seq += 1
+        ws.parked = False
+        heapq.heappush(self.heap, (-ws.workload.priority, ws.queue_ts, self._seq, ws.workload.name, ws.version))
+
+    @staticmethod
+    def live(entry: HeapEntry, states: dict[str, WState]) -> WState | None:
+        ws = states.get(entry[3])
+        if ws is None or ws.version != entry[4] or ws.status != PENDING or ws.requeue_at is not None:
+            return None
+        return ws
+
+    def pop_head(self, states: dict[str, WState]) -> WState | None:
+        while self.heap:
+            ws = self.live(heapq.heappop(self.heap), states)
+            if ws is not None and not ws.parked:
+                return ws
+        return None
+
+    def park(self, ws: WState) -> None:
+        """BestEffortFIFO: set the head aside until capacity frees up; StrictFIFO: keep it and block."""
+        if self.strict:
+            self.push(ws)
+            self.blocked = True
+            return
+        self._seq += 1
+        ws.parked = True
+        self.parked.append((-ws.workload.priority, ws.queue_ts, self._seq, ws.workload.name, ws.version))
+
+    def unpark(self, states: dict[str, WState]) -> None:
+        self.blocked = False
+        if not self.parked:
+            return
+        for entry in self.parked:
+            ws = states.get(entry[3])
+            if ws is not None and ws.version == entry[4]:
+                ws.parked = False
+        self.heap.extend(self.parked)
+        self.parked = []
+        heapq.heapify(self.heap)
+
+    def ordered(self, states: dict[str, WState]) -> list[WState]:
+        """Pending workloads of this queue in admission order (for positions; O(n log n), on request only)."""
+        seen: set[str] = set()
+        out: list[tuple[HeapEntry, WState]] = []
+        for entry in sorted(self.heap + self.parked):
+            ws = states.get(entry[3])
+            if ws is None or ws.version != entry[4] or ws.status != PENDING or entry[3] in seen:
+                continue
+            seen.add(entry[3])
+            out.append((entry, ws))
+        return [ws for _, ws in out]
+
+    def has_active(self, states: dict[str, WState]) -> bool:
+        if self.blocked:
+            return False
+        while self.heap:
+            ws = self.live(self.heap[0], states)
+            if ws is not None and not ws.parked:
+                return True
+            heapq.heappop(self.heap)
+        return False

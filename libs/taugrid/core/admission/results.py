@@ -1,0 +1,108 @@
+"""What the admission engine answers: admissions, preemptions, pending reasons.
+
+Role: frozen msgspec Structs (they may be put on the bus as they are) and the reason strings, which follow
+Kueue's ``QuotaReserved``/``Preempted`` condition reasons and message wording so a researcher who knows
+Kueue reads the same words locally.
+
+Invariant: a ``CycleResult`` lists every decision of one cycle; an admission appears once, with all of its
+pods (gang), and a preemption names both sides and one of the ``PREEMPTED_*`` reasons.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+# QuotaReserved=False reasons (Kueue wording, plus Unschedulable/Backoff for the local node layer).
+PENDING = "Pending"
+WAITING_FOR_QUOTA = "WaitingForQuota"
+EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+UNSCHEDULABLE = "Unschedulable"
+BACKOFF = "Backoff"
+
+# Preempted reasons (Kueue).
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+
+# Messages (Kueue wording where Kueue has one).
+MSG_NO_LONGER_FITS = "Workload no longer fits after processing another workload"
+MSG_OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
+MSG_QUEUED = "Waiting for the next scheduling cycle"
+
+
+def msg_pending_preemption(n: int) -> str:
+    return f"Pending the preemption of {n} workload(s)"
+
+
+def msg_strict_fifo(head: str, cq: str) -> str:
+    return f"Waiting for workload {head} at the head of StrictFIFO ClusterQueue {cq}"
+
+
+def msg_couldnt_assign(pod_set: str, reasons: list[str]) -> str:
+    return f"couldn't assign flavors to pod set {pod_set}: {', '.join(reasons)}"
+
+
+class Struct(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class PodPlacement(Struct):
+    """Where one pod of a gang goes: a node and GPU indices (``gpu_fraction`` set for a shared GPU)."""
+
+    pod_set: str
+    index: int
+    node: str
+    gpus: tuple[int, ...] = ()
+    gpu_fraction: float = 0.0
+
+
+class PodSetAdmission(Struct):
+    name: str
+    count: int
+    flavors: dict[str, str]  # resource -> flavor
+    resource_usage: dict[str, float]  # resource -> total for the pod set
+
+
+class Admission(Struct):
+    workload: str
+    cluster_queue: str
+    flavors: dict[str, str]  # resource -> flavor, merged over pod sets (first pod set using it wins)
+    borrowing: bool
+    pod_sets: tuple[PodSetAdmission, ...] = ()
+    placements: tuple[PodPlacement, ...] = ()  # empty when the engine runs without nodes
+    admitted_at: float = 0.0
+
+
+class Preemption(Struct):
+    victim: str
+    preemptor: str
+    reason: str  # one of IN_CLUSTER_QUEUE, IN_COHORT_RECLAMATION, IN_COHORT_RECLAIM_WHILE_BORROWING
+    victim_cluster_queue: str = ""
+    preemptor_cluster_queue: str = ""
+    message: str = ""
+
+
+class Pending(Struct):
+    workload: str
+    cluster_queue: str
+    reason: str
+    message: str
+    position: int  # 1-based rank among the pending workloads of its ClusterQueue
+    ahead: int
+    requeue_at: float | None = None
+    waiting_for: tuple[str, ...] = ()  # victims being preempted, or the StrictFIFO head
+
+
+class CycleResult(Struct):
+    now: float
+    admitted: list[Admission]
+    preempted: list[Preemption]
+    heads: int  # how many ClusterQueue heads this cycle considered
+    violations: list[str] = msgspec.field(default_factory=list)  # audit mode only
+
+    @property
+    def progressed(self) -> bool:
+        return bool(self.heads)

@@ -1,0 +1,230 @@
+"""Assemble a run's evidence bundle from its events, its log chunks, its output directories and its ledger.
+
+Invariant: the bundle is a pure function of its inputs — no wall-clock, host or ordering-by-arrival values —
+so collecting the same run twice yields byte-identical canonical JSON and therefore the same digest. Times in
+the bundle are the events' own ``ce-time`` values. Only ``scan_dir`` touches the filesystem (the run's output
+and checkpoint directories, when they exist on this machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import taugrid
+from taugrid.bus.envelope import Event
+from taugrid.core import contracts as c
+from taugrid.core.states import TRANSITIONS
+from taugrid.evidence.ledger import Entry, Seal, canonical, sha256
+
+SCHEMA = "taugrid.evidence.bundle/v1"
+INLINE_LOG_BYTES = 256 * 1024  # an attempt's log larger than this is stored as its own object
+METRICS_BUDGET = 1 << 20  # metrics*.jsonl text carried inline, all files together
+MAX_FILES = 10_000
+
+_EXITS = ("exec.succeeded", "exec.failed", "exec.cancelled")
+
+
+def terminal_state(event_type: str) -> str:
+    return TRANSITIONS[event_type][1] if event_type in TRANSITIONS else event_type
+
+
+def bundle_name(run_id: str) -> str:
+    return f"runs/{run_id}/bundle.json"
+
+
+def log_name(run_id: str, attempt: int) -> str:
+    return f"runs/{run_id}/attempt-{attempt}.log"
+
+
+def render_logs(chunks: Iterable[c.LogChunk]) -> tuple[str, int]:
+    """One attempt's log text in (pod, seq) order, each chunk once; lines are prefixed by pod when several."""
+    unique: dict[tuple[str, str, int], c.LogChunk] = {}
+    for ch in chunks:
+        unique.setdefault((ch.pod, ch.stream, ch.seq), ch)
+    ordered = sorted(unique.values(), key=lambda ch: (ch.pod, ch.seq, ch.stream))
+    several = len({ch.pod for ch in ordered}) > 1
+    lines = [f"{ch.pod}| {line}" if several else line for ch in ordered for line in ch.lines]
+    return ("\n".join(lines) + "\n") if lines else "", len(unique)
+
+
+def log_section(run_id: str, attempt: int, text: str, chunks: int) -> tuple[dict[str, Any], bytes | None]:
+    """The bundle's record of one attempt's log, and the bytes to store separately when it is large."""
+    data = text.encode()
+    section: dict[str, Any] = {
+        "chunks": chunks,
+        "lines": text.count("\n"),
+        "bytes": len(data),
+        "sha256": sha256(data),
+    }
+    if len(data) > INLINE_LOG_BYTES:
+        section["object"] = log_name(run_id, attempt)
+        return section, data
+    section["text"] = text
+    return section, None
+
+
+def scan_dir(path: str, *, metrics: bool) -> dict[str, Any]:
+    """Files under ``path`` (relative path, size, sha256) and, when asked, metrics*.jsonl contents."""
+    out: dict[str, Any] = {"path": path, "present": False, "files": [], "truncated": False}
+    if metrics:
+        out["metrics"] = []
+    root = Path(path) if path else None
+    if root is None or not root.is_dir():
+        return out
+    out["present"] = True
+    files: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        files.extend(Path(dirpath) / f for f in sorted(filenames))
+    files = [f for f in files if f.is_file() and not f.is_symlink()]
+    files.sort(key=lambda f: f.relative_to(root).as_posix())
+    if len(files) > MAX_FILES:
+        files, out["truncated"] = files[:MAX_FILES], True
+    budget = METRICS_BUDGET
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        try:
+            size, digest = _hash_file(f)
+        except OSError as exc:
+            out["files"].append({"path": rel, "error": str(exc)})
+            continue
+        out["files"].append({"path": rel, "size": size, "sha256": digest})
+        if metrics and f.name.startswith("metrics") and f.name.endswith(".jsonl"):
+            raw = f.read_bytes()[: max(budget, 0)]
+            budget -= len(raw)
+            out["metrics"].append(
+                {"path": rel, "text": raw.decode(errors="replace"), "truncated": len(raw) < size}
+            )
+    return out
+
+
+def _hash_file(f: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    with f.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return size, h.hexdigest()
+
+
+def event_record(ev: Event) -> dict[str, Any]:
+    return {
+        "seq": ev.seq,
+        "id": ev.id,
+        "type": ev.type,
+        "attempt": ev.attempt,
+        "time": ev.time,
+        "source": ev.source,
+        "workspace": ev.workspace,
+        "payload_sha256": sha256(ev.data or b""),
+        "data": ev.as_dict(),
+    }
+
+
+def build(
+    *,
+    run_id: str,
+    workspace: str,
+    seal: Seal,
+    ledger: tuple[Entry, ...],
+    events: list[Event],
+    logs: dict[int, dict[str, Any]],
+    outputs: dict[str, Any],
+) -> dict[str, Any]:
+    """The bundle as plain JSON values. ``events``: the run's events up to the terminal one, inclusive."""
+    terminal = ledger[seal.index]
+    config: dict[str, Any] = {}
+    resolved: c.ResolvedRun | None = None
+    platform_revision = 0
+    source = {"object": "", "digest": ""}
+    attempts: dict[int, dict[str, Any]] = {}
+    recovery: list[dict[str, Any]] = []
+
+    def attempt(n: int) -> dict[str, Any]:
+        return attempts.setdefault(
+            n,
+            {
+                "attempt": n,
+                "render": None,
+                "render_failed": None,
+                "admitted": None,
+                "running": None,
+                "exit": None,
+            },
+        )
+
+    for ev in events:
+        data = ev.as_dict()
+        if ev.type == "submit.requested":
+            req: c.SubmitRequested = ev.payload(c.SubmitRequested)
+            config.setdefault("text", req.config_text)
+            config.setdefault("path", req.config_path)
+            config.update(submission_id=req.submission_id, user=req.user)
+            source = {"object": req.source_object, "digest": req.source_digest}
+        elif ev.type == "submit.accepted":
+            acc: c.SubmitAccepted = ev.payload(c.SubmitAccepted)
+            if acc.config_text:  # the submitter's copy is authoritative when both carry it
+                config.update(text=acc.config_text, path=acc.config_path)
+            config.update(config_hash=acc.config_hash, parsed=acc.config)
+            source = {
+                "object": acc.source_object or source["object"],
+                "digest": acc.source_digest or source["digest"],
+            }
+        elif ev.type == "policy.approved":
+            pa: c.PolicyApproved = ev.payload(c.PolicyApproved)
+            resolved, platform_revision = pa.run, pa.platform_revision or pa.run.platform_revision
+            source = {
+                "object": pa.run.source_object or source["object"],
+                "digest": pa.run.source_digest or source["digest"],
+            }
+        elif ev.type == "render.applied":
+            ra: c.RenderApplied = ev.payload(c.RenderApplied)
+            attempt(ra.attempt)["render"] = msgspec.to_builtins(ra)
+        elif ev.type == "render.failed":
+            rf: c.RenderFailed = ev.payload(c.RenderFailed)
+            attempt(rf.attempt)["render_failed"] = msgspec.to_builtins(rf)
+        elif ev.type == "admission.admitted":
+            attempt(ev.attempt)["admitted"] = data
+        elif ev.type == "exec.running":
+            attempt(ev.attempt)["running"] = data
+        elif ev.type in _EXITS:
+            attempt(ev.attempt)["exit"] = {"event": ev.type, "seq": ev.seq, "time": ev.time, **data}
+        elif ev.type in ("recovery.retrying", "recovery.gave_up"):
+            recovery.append({"event": ev.type, "attempt": ev.attempt, "seq": ev.seq, **data})
+    for n in logs:
+        attempt(n)
+    if "text" in config:
+        config["sha256"] = sha256(str(config["text"]).encode())
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "workspace": workspace,
+        "terminal": {
+            "event_id": terminal.event_id,
+            "type": terminal.type,
+            "state": terminal_state(terminal.type),
+            "attempt": terminal.attempt,
+            "seq": terminal.seq,
+            "time": terminal.time,
+        },
+        "config": config,
+        "resolved": msgspec.to_builtins(resolved) if resolved is not None else None,
+        "source": source,
+        "platform": {"revision": platform_revision, "taugrid_version": taugrid.__version__},
+        "attempts": [{**attempts[n], "logs": logs.get(n)} for n in sorted(attempts)],
+        "recovery": recovery,
+        "outputs": outputs,
+        "events": [event_record(ev) for ev in events],
+        "ledger": {"head": terminal.hash, "entries": [msgspec.to_builtins(e) for e in ledger]},
+    }
+
+
+def encode(bundle: dict[str, Any]) -> bytes:
+    return canonical(bundle)

@@ -1,0 +1,62 @@
+"""Read every stored message on a subject filter, in stream order, with a short-lived pull consumer.
+
+The consumer is ephemeral (no durable name, no acks, memory state, removed afterwards and by the server's
+inactivity threshold should we crash), so replays never disturb service consumers and leave nothing behind.
+Reading stops at the pending count taken when the consumer is created: a replay is a snapshot, it never waits
+for messages that are still to come.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import nats
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from taugrid.bus.connection import Bus
+from taugrid.core.errors import TemporaryError
+
+_BATCH = 256
+
+
+async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -> list[Msg]:
+    """All messages of ``stream`` matching ``subject`` (oldest first), at most ``limit``."""
+    config = ConsumerConfig(
+        ack_policy=AckPolicy.NONE,
+        deliver_policy=DeliverPolicy.ALL,
+        mem_storage=True,
+        inactive_threshold=30.0,
+        filter_subject=subject,
+    )
+    try:
+        psub = await bus.js.pull_subscribe(subject, stream=stream, config=config)
+    except nats.js.errors.NotFoundError as exc:
+        raise TemporaryError(f"stream {stream} not found (is the bus bootstrapped?)", delay=2.0) from exc
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
+    out: list[Msg] = []
+    name = ""
+    try:
+        info = await psub.consumer_info()
+        name = info.name
+        want = min(int(info.num_pending or 0), limit)
+        idle = 0
+        while len(out) < want and idle < 5:
+            try:
+                msgs = await psub.fetch(min(_BATCH, want - len(out)), timeout=1.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                idle += 1
+                continue
+            out.extend(msgs)
+        if len(out) < want:
+            raise TemporaryError(f"replay of {subject} from {stream} stalled at {len(out)}/{want}", delay=1.0)
+    except nats.errors.Error as exc:
+        raise TemporaryError(f"replay of {subject} from {stream} failed: {exc!r}", delay=1.0) from exc
+    finally:
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await psub.unsubscribe()
+        if name:
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, TimeoutError):
+                await bus.js.delete_consumer(stream, name)
+    return out

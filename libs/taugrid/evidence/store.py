@@ -1,0 +1,240 @@
+"""The ledger in the ``ledger`` KV bucket and the sealed bundle in the ``evidence`` object store.
+
+Invariants:
+- One KV key per run (``run.<run_id>``); every write is a compare-and-set on the revision read, and a lost
+  race re-reads and re-applies the (idempotent) change, so concurrent replicas never fork or drop entries.
+- A run is sealed once: the first terminal event to claim the seal wins (``ledger.claim_seal`` under CAS).
+- Sealing is idempotent: a bundle already stored for the winning terminal event is reused as it is, never
+  rebuilt or overwritten; a fresh collection of the same stream contents yields identical bytes.
+- ``digest`` = sha256 (hex) of the stored bundle bytes; large attempt logs are separate objects whose sha256
+  the bundle records, so the bundle digest covers them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import nats
+
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event, from_message
+from taugrid.core.contracts import EvidenceSealed, LogChunk, PolicyApproved
+from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject
+from taugrid.core.ids import token
+from taugrid.evidence import bundle as b
+from taugrid.evidence import ledger as lg
+from taugrid.evidence.replay import replay
+
+BUCKET = "ledger"
+_CAS_TRIES = 30
+
+
+def key(run_id: str) -> str:
+    return f"run.{token(run_id)}"
+
+
+def run_of(ev: Event) -> tuple[str, str]:
+    """(workspace, run_id) of a run event, from its CloudEvents attributes or else its subject."""
+    ws, run, _ = parse_run_subject(ev.nats_subject) if ev.nats_subject.count(".") == 4 else ("", "", "")
+    return ev.workspace or ws, ev.subject or run
+
+
+async def load(bus: Bus, run_id: str) -> tuple[lg.Ledger | None, int]:
+    kv = await bus.kv(BUCKET)
+    try:
+        entry = await kv.get(key(run_id))
+    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+        return None, 0
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"ledger read for {run_id} failed: {exc!r}", delay=1.0) from exc
+    if not entry.value:
+        return None, 0
+    return lg.decode(entry.value), int(entry.revision or 0)
+
+
+async def update(
+    bus: Bus, run_id: str, change: Callable[[lg.Ledger], lg.Ledger], *, workspace: str = ""
+) -> lg.Ledger:
+    """Apply ``change`` to the run's ledger with compare-and-set; a no-op change writes nothing."""
+    kv = await bus.kv(BUCKET)
+    for _ in range(_CAS_TRIES):
+        current, revision = await load(bus, run_id)
+        base = current if current is not None else lg.Ledger(run_id=run_id, workspace=workspace)
+        new = change(base)
+        if current is not None and new == current:
+            return current
+        try:
+            if revision:
+                await kv.update(key(run_id), lg.encode(new), last=revision)
+            else:
+                await kv.create(key(run_id), lg.encode(new))
+            return new
+        except nats.js.errors.KeyWrongLastSequenceError:
+            await asyncio.sleep(0.005)
+            continue
+        except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+            raise TemporaryError(f"ledger write for {run_id} failed: {exc!r}", delay=1.0) from exc
+    raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
+
+
+async def record(bus: Bus, ev: Event) -> lg.Ledger:
+    """Append ``ev`` (once), claim the seal if it is the first terminal event, note an ``evidence.sealed``."""
+    workspace, run_id = run_of(ev)
+
+    def change(ledger: lg.Ledger) -> lg.Ledger:
+        ledger = lg.append(ledger, ev)
+        if ev.type in TERMINAL_EVENTS:
+            ledger = lg.claim_seal(ledger, ev)
+        elif ev.type == "evidence.sealed":
+            ledger = lg.mark_emitted(ledger)
+        return ledger
+
+    return await update(bus, run_id, change, workspace=workspace)
+
+
+async def mark_emitted(bus: Bus, run_id: str) -> lg.Ledger:
+    return await update(bus, run_id, lg.mark_emitted)
+
+
+def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
+    seal = ledger.seal
+    if seal is None or not seal.digest:
+        raise ValueError(f"run {ledger.run_id} is not sealed")
+    return EvidenceSealed(
+        attempt=seal.attempt,
+        terminal_state=b.terminal_state(seal.type),
+        bundle=seal.bundle,
+        digest=seal.digest,
+        ledger_head=ledger.entries[seal.index].hash,
+        entries=seal.index + 1,
+    )
+
+
+async def read_object(bus: Bus, name: str) -> bytes | None:
+    obs = await bus.objects()
+    try:
+        result = await obs.get(name)
+    except (
+        nats.js.errors.ObjectNotFoundError,
+        nats.js.errors.NotFoundError,
+        nats.js.errors.ObjectDeletedError,
+    ):
+        return None
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
+    return bytes(result.data or b"")
+
+
+async def put_object(bus: Bus, name: str, data: bytes) -> None:
+    obs = await bus.objects()
+    try:
+        await obs.put(name, data)
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"object store write of {name} failed: {exc!r}", delay=1.0) from exc
+
+
+async def read_bundle(bus: Bus, run_id: str) -> tuple[bytes, dict[str, Any]] | None:
+    """The stored bundle's bytes and its decoded JSON (for ``tau evidence RUN``), or None when not sealed."""
+    data = await read_object(bus, b.bundle_name(run_id))
+    if data is None:
+        return None
+    return data, msgspec.json.decode(data)
+
+
+async def collect(bus: Bus, ledger: lg.Ledger) -> tuple[bytes, dict[str, bytes]]:
+    """The canonical bundle bytes for the ledger's seal, and the separate log objects it references."""
+    seal = ledger.seal
+    if seal is None:
+        raise ValueError(f"run {ledger.run_id} has no terminal event yet")
+    run_id = ledger.run_id
+    terminal = ledger.entries[seal.index]
+    msgs = await replay(bus, stream="RUNS", subject=f"run.*.{token(run_id)}.>")
+    events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    # The bundle covers the run up to its terminal event; later events (evidence.sealed, a losing terminal
+    # event) must not change the bytes of a bundle that is collected again.
+    events = [ev for ev in events if ev.seq <= terminal.seq] if terminal.seq else events
+    workspace = ledger.workspace or next((ev.workspace for ev in events if ev.workspace), "")
+
+    chunks: dict[int, list[LogChunk]] = {}
+    for m in await replay(bus, stream="LOGS", subject=f"log.*.{token(run_id)}.*"):
+        try:
+            chunk = msgspec.json.decode(m.data, type=LogChunk)
+        except msgspec.DecodeError:
+            continue  # not a LogChunk: nothing we can order or attribute
+        tail = m.subject.rsplit(".", 1)[-1]
+        chunks.setdefault(chunk.attempt or (int(tail) if tail.isdigit() else 0), []).append(chunk)
+    logs: dict[int, dict[str, Any]] = {}
+    extra: dict[str, bytes] = {}
+    for attempt in sorted(chunks):
+        text, count = b.render_logs(chunks[attempt])
+        section, blob = b.log_section(run_id, attempt, text, count)
+        logs[attempt] = section
+        if blob is not None:
+            extra[section["object"]] = blob
+
+    approved: list[PolicyApproved] = [
+        ev.payload(PolicyApproved) for ev in events if ev.type == "policy.approved"
+    ]
+    resolved = approved[-1].run if approved else None
+
+    def scan() -> dict[str, Any]:
+        return {
+            "output_dir": b.scan_dir(resolved.output_dir if resolved else "", metrics=True),
+            "checkpoint_dir": b.scan_dir(resolved.checkpoint_dir if resolved else "", metrics=False),
+        }
+
+    outputs = await asyncio.to_thread(scan)
+    doc = b.build(
+        run_id=run_id,
+        workspace=workspace,
+        seal=seal,
+        ledger=lg.prefix(ledger, seal.index),
+        events=events,
+        logs=logs,
+        outputs=outputs,
+    )
+    return b.encode(doc), extra
+
+
+def _commits_to(data: bytes, seal: lg.Seal) -> bool:
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(doc, dict) and doc.get("terminal", {}).get("event_id") == seal.event_id
+
+
+async def seal(bus: Bus, run_id: str, terminal_event: Event) -> EvidenceSealed:
+    """Seal the run: store its bundle once and return the ``evidence.sealed`` payload (the caller publishes).
+
+    When another terminal event already won the seal, the bundle describes that one (first wins).
+    """
+    if terminal_event.type not in TERMINAL_EVENTS:
+        raise PermanentError(
+            f"{terminal_event.type} is not terminal; a run is sealed on one of " f"{sorted(TERMINAL_EVENTS)}"
+        )
+    ledger = await record(bus, terminal_event)
+    claim = ledger.seal
+    assert claim is not None  # record() claims on a terminal event when nobody has
+    name = b.bundle_name(run_id)
+    existing = await read_object(bus, name)
+    if existing is not None and _commits_to(existing, claim):
+        digest = lg.sha256(existing)  # already sealed (maybe by a replica that died before the KV write)
+    else:
+        data, extra = await collect(bus, ledger)
+        for obj, blob in sorted(extra.items()):
+            await put_object(bus, obj, blob)
+        await put_object(bus, name, data)
+        digest = lg.sha256(data)
+
+    def settle(current: lg.Ledger) -> lg.Ledger:
+        s = current.seal
+        if s is None or s.event_id != claim.event_id or (s.bundle, s.digest) == (name, digest):
+            return current
+        return msgspec.structs.replace(current, seal=msgspec.structs.replace(s, bundle=name, digest=digest))
+
+    return sealed_payload(await update(bus, run_id, settle))

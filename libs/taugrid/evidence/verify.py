@@ -1,0 +1,180 @@
+"""Independent re-verification of a run's evidence, for ``tau verify RUN`` and ``tau evidence RUN``.
+
+Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
+1. the ledger in KV is an unbroken hash chain;
+2. the stored bundle's sha256 equals the digest the ledger's seal and the ``evidence.sealed`` event announce;
+3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger, ending at the announced head;
+4. every separately stored attempt log matches the sha256 the bundle records;
+5. against AUDIT (the append-only mirror of RUNS): every ledger entry is an event there with the same type and
+   payload hash, and every AUDIT event up to the sealing terminal event is in the ledger.
+Reads only; never repairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import from_message
+from taugrid.bus.topology import AUDIT_STREAM
+from taugrid.core.contracts import EvidenceSealed
+from taugrid.core.ids import token
+from taugrid.evidence import bundle as b
+from taugrid.evidence import ledger as lg
+from taugrid.evidence import store
+from taugrid.evidence.replay import replay
+
+
+class VerifyReport(msgspec.Struct, kw_only=True):
+    run_id: str
+    ok: bool
+    sealed: bool
+    bundle: str = ""
+    digest: str = ""  # sha256 of the stored bundle bytes, recomputed now
+    announced_digest: str = ""  # from evidence.sealed (or the ledger's seal when the event is missing)
+    ledger_head: str = ""
+    entries: int = 0
+    audit_events: int = 0
+    problems: list[str] = msgspec.field(default_factory=list)
+
+
+class _Audited(msgspec.Struct, frozen=True):
+    event_type: str
+    payload_sha256: str
+    order: int
+
+
+async def _audit(bus: Bus, run_id: str) -> tuple[dict[str, _Audited], EvidenceSealed | None]:
+    msgs = await replay(bus, stream=AUDIT_STREAM, subject=f"run.*.{token(run_id)}.>")
+    seen: dict[str, _Audited] = {}
+    sealed: EvidenceSealed | None = None
+    for i, m in enumerate(msgs):
+        ev = from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+        seen.setdefault(ev.id, _Audited(ev.type, lg.sha256(ev.data or b""), i))
+        if ev.type == "evidence.sealed" and sealed is None:
+            sealed = ev.payload(EvidenceSealed)
+    return seen, sealed
+
+
+def _check_audit(ledger: lg.Ledger, audit: dict[str, _Audited]) -> list[str]:
+    problems = []
+    for e in ledger.entries:
+        got = audit.get(e.event_id)
+        if got is None:
+            problems.append(f"ledger entry {e.index} ({e.type}, {e.event_id}) is not in {AUDIT_STREAM}")
+        elif (got.event_type, got.payload_sha256) != (e.type, e.payload_sha256):
+            problems.append(
+                f"ledger entry {e.index} ({e.event_id}) differs from {AUDIT_STREAM}: "
+                f"type {e.type}/{got.event_type}, payload {e.payload_sha256[:12]}…/"
+                f"{got.payload_sha256[:12]}…"
+            )
+    if ledger.seal is not None and ledger.seal.event_id in audit:
+        horizon = audit[ledger.seal.event_id].order
+        in_ledger = {e.event_id for e in ledger.entries}
+        for event_id, got in sorted(audit.items(), key=lambda kv: kv[1].order):
+            if got.order <= horizon and event_id not in in_ledger:
+                problems.append(
+                    f"{AUDIT_STREAM} event {event_id} ({got.event_type}) is missing from the ledger"
+                )
+    return problems
+
+
+def _check_bundle(doc: dict[str, Any], ledger: lg.Ledger, announced_head: str) -> list[str]:
+    problems = []
+    try:
+        entries = msgspec.convert(doc.get("ledger", {}).get("entries", []), type=list[lg.Entry])
+    except msgspec.ValidationError as exc:
+        return [f"bundle ledger is malformed: {exc}"]
+    problems += [f"bundle ledger: {p}" for p in lg.verify_entries(entries)]
+    if entries and announced_head and entries[-1].hash != announced_head:
+        problems.append(
+            f"bundle ledger ends at {entries[-1].hash[:12]}…, evidence.sealed announced "
+            f"{announced_head[:12]}…"
+        )
+    if doc.get("ledger", {}).get("head") != (entries[-1].hash if entries else None):
+        problems.append("bundle ledger head does not match its last entry")
+    if tuple(entries) != ledger.entries[: len(entries)]:
+        problems.append("bundle ledger is not a prefix of the run's ledger (one of them was rewritten)")
+    return problems
+
+
+async def _check_logs(bus: Bus, doc: dict[str, Any]) -> list[str]:
+    problems = []
+    for att in doc.get("attempts", []):
+        logs = att.get("logs") or {}
+        if "object" in logs:
+            data = await store.read_object(bus, logs["object"])
+            if data is None:
+                problems.append(f"attempt {att.get('attempt')}: log object {logs['object']} is missing")
+            elif lg.sha256(data) != logs.get("sha256"):
+                problems.append(f"attempt {att.get('attempt')}: log object {logs['object']} was modified")
+        elif "text" in logs and lg.sha256(str(logs["text"]).encode()) != logs.get("sha256"):
+            problems.append(f"attempt {att.get('attempt')}: inline log does not match its sha256")
+    return problems
+
+
+async def verify_run(bus: Bus, run_id: str, *, audit_wait_s: float = 2.0) -> VerifyReport:
+    """Re-read and re-check everything recorded for ``run_id``; see the module docstring for the checks."""
+    ledger, _ = await store.load(bus, run_id)
+    report = VerifyReport(run_id=run_id, ok=False, sealed=False)
+    if ledger is None:
+        report.problems.append(
+            f"no ledger for run {run_id} (unknown run, or the evidence service never saw it)"
+        )
+        return report
+    report.entries, report.ledger_head = len(ledger.entries), ledger.head
+    report.problems += lg.verify(ledger)
+
+    # AUDIT is an asynchronous mirror: give it a moment to catch up before calling an event missing.
+    deadline = asyncio.get_running_loop().time() + audit_wait_s
+    while True:
+        audit, announced = await _audit(bus, run_id)
+        audit_problems = _check_audit(ledger, audit)
+        if not audit_problems or asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.2)
+    report.audit_events = len(audit)
+    report.problems += audit_problems
+
+    seal = ledger.seal
+    if seal is None or not seal.digest:
+        report.problems.append("run is not sealed yet (no terminal event, or sealing has not finished)")
+        report.ok = False
+        return report
+    report.sealed = True
+    report.bundle = seal.bundle or b.bundle_name(run_id)
+    report.announced_digest = announced.digest if announced else seal.digest
+    if announced is None:
+        report.problems.append(f"no evidence.sealed event for {run_id} in {AUDIT_STREAM}")
+    elif announced.digest != seal.digest:
+        report.problems.append(
+            f"evidence.sealed announced {announced.digest[:12]}…, the ledger records " f"{seal.digest[:12]}…"
+        )
+    data = await store.read_object(bus, report.bundle)
+    if data is None:
+        report.problems.append(f"bundle {report.bundle} is missing from the evidence object store")
+        return report
+    report.digest = lg.sha256(data)
+    if report.digest != report.announced_digest:
+        report.problems.append(
+            f"bundle {report.bundle} hashes to {report.digest[:12]}…, sealed as "
+            f"{report.announced_digest[:12]}… (the bundle was modified)"
+        )
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        report.problems.append(f"bundle {report.bundle} is not JSON: {exc}")
+        return report
+    head = announced.ledger_head if announced else ledger.entries[seal.index].hash
+    report.problems += _check_bundle(doc, ledger, head)
+    report.problems += await _check_logs(bus, doc)
+    report.ok = not report.problems
+    return report
+
+
+def as_dict(report: VerifyReport) -> dict[str, Any]:
+    """The report as plain JSON values, for ``--output json``."""
+    return {"schema": "taugrid.verify/v1", **msgspec.to_builtins(report)}

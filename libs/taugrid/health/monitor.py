@@ -1,0 +1,181 @@
+"""The health-monitor's handler: fold ``node.<node>.sample`` into ``node_state`` and act on what changed.
+
+Per sample: read the node's state (KV ``node_state``, key ``node.<node>``), evaluate the pure rules, publish
+condition transitions, cordon/uncordon decisions and ``health.degraded`` for the runs on a node being drained,
+then write the new state with a compare-and-set.
+
+Idempotent, because: samples not newer than the state's ``last_sample`` are ignored; every publish carries a
+Nats-Msg-Id derived from the state it was computed from (condition transition number, cordon sequence), and we
+publish *before* the CAS write, so a crash in between leads to a redelivery that recomputes the same ids and is
+deduplicated by the stream; a lost CAS race re-reads and re-evaluates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import msgspec
+import nats
+
+from taugrid.bus import runstate
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event
+from taugrid.core.contracts import HealthDegraded, NodeSample
+from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.events import node_subject
+from taugrid.core.ids import token
+from taugrid.core.states import TERMINAL
+from taugrid.health import rules
+from taugrid.health.wire import NodeCordon, NodeState, NodeUncordon, NodeValidation, condition_key
+
+log = logging.getLogger("taugrid.health.monitor")
+
+BUCKET = "node_state"
+STREAM = "NODES"
+
+
+def state_key(node: str) -> str:
+    return f"node.{token(node)}"
+
+
+def policy_from_env(env: dict[str, str] | None = None) -> rules.Policy:
+    e = os.environ if env is None else env
+    d = rules.Policy()
+    expected = e.get("TAU_HEALTH_EXPECTED_GPUS")
+    return rules.Policy(
+        thermal_raise_c=int(e.get("TAU_HEALTH_THERMAL_C", d.thermal_raise_c)),
+        thermal_clear_c=int(e.get("TAU_HEALTH_THERMAL_CLEAR_C", d.thermal_clear_c)),
+        clean_samples_to_release=int(e.get("TAU_HEALTH_CLEAN_SAMPLES", d.clean_samples_to_release)),
+        max_cordoned=int(e.get("TAU_HEALTH_MAX_CORDONED", d.max_cordoned)),
+        max_cordoned_fraction=float(e.get("TAU_HEALTH_MAX_CORDONED_FRACTION", d.max_cordoned_fraction)),
+        min_cordon_budget=int(e.get("TAU_HEALTH_MIN_CORDON_BUDGET", d.min_cordon_budget)),
+        pcie_replays_per_min=float(e.get("TAU_HEALTH_PCIE_REPLAYS_PER_MIN", d.pcie_replays_per_min)),
+        expected_gpus=int(expected) if expected else None,
+    )
+
+
+async def read_state(bus: Bus, node: str) -> tuple[NodeState | None, int]:
+    kv = await bus.kv(BUCKET)
+    try:
+        entry = await kv.get(state_key(node))
+    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+        return None, 0
+    if not entry.value:
+        return None, 0
+    return msgspec.json.decode(entry.value, type=NodeState), int(entry.revision or 0)
+
+
+async def list_states(bus: Bus) -> list[NodeState]:
+    kv = await bus.kv(BUCKET)
+    try:
+        keys = await kv.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    out = []
+    for k in keys:
+        try:
+            entry = await kv.get(k)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            continue
+        if entry.value:
+            out.append(msgspec.json.decode(entry.value, type=NodeState))
+    return out
+
+
+class HealthMonitor:
+    def __init__(self, bus: Bus, *, policy: rules.Policy | None = None) -> None:
+        self.bus = bus
+        self.policy = policy or rules.Policy()
+
+    async def handle(self, ev: Event) -> None:
+        """Consumer handler for ``node.*.sample`` (durable ``health-monitor``)."""
+        try:
+            sample = ev.payload(NodeSample)
+        except msgspec.ValidationError as exc:
+            raise PermanentError(f"{ev.nats_subject}: not a NodeSample: {exc}") from exc
+        await self.process(sample)
+
+    async def process(self, sample: NodeSample) -> rules.Plan | None:
+        kv = await self.bus.kv(BUCKET)
+        for _ in range(10):
+            prev, revision = await read_state(self.bus, sample.node)
+            if prev is not None and sample.time <= prev.last_sample:
+                return None  # redelivery or an older sample: already folded in
+            validation = await self.last_validation(sample.node) if prev and prev.validation_wanted_since else None
+            ev = rules.evaluate(prev, sample, policy=self.policy, validation=validation)
+            fleet = await self.fleet(sample.node) if rules.wants_cordon(ev) else None
+            plan = rules.plan(ev, policy=self.policy, fleet=fleet)
+            await self._publish(plan)
+            body = msgspec.json.encode(plan.state)
+            try:
+                if revision:
+                    await kv.update(state_key(sample.node), body, last=revision)
+                else:
+                    await kv.create(state_key(sample.node), body)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            if plan.state.guard_blocked:
+                log.warning("%s: cordon withheld: %s", sample.node, plan.state.guard_blocked)
+            return plan
+        raise TemporaryError(f"node_state contention on {sample.node}", delay=0.2)
+
+    async def fleet(self, node: str) -> rules.Fleet:
+        states = await list_states(self.bus)
+        names = {s.node for s in states} | {node}
+        return rules.Fleet(total=len(names), cordoned=frozenset(s.node for s in states if s.cordoned))
+
+    async def last_validation(self, node: str) -> NodeValidation | None:
+        try:
+            msg = await self.bus.js.get_last_msg(STREAM, node_subject(node, "validation"))
+        except nats.js.errors.NotFoundError:
+            return None
+        try:
+            return msgspec.json.decode(msg.data or b"", type=NodeValidation)
+        except msgspec.DecodeError:
+            log.warning("%s: undecodable validation result ignored", node)
+            return None
+
+    async def _publish(self, plan: rules.Plan) -> None:
+        st = plan.state
+        node = token(st.node)
+        for cond in plan.transitions:
+            n = st.conditions[condition_key(cond.type, cond.gpu)].transitions
+            gpu = "node" if cond.gpu is None else f"g{cond.gpu}"
+            await self.bus.publish(
+                node_subject(st.node, f"condition.{cond.type}"), cond, event_type="condition", family="node",
+                ce_subject=st.node, msg_id=f"{node}.condition.{cond.type}.{gpu}.{n}")
+            log.info("%s: %s%s %s (%s)", st.node, cond.type, "" if cond.gpu is None else f"[gpu {cond.gpu}]",
+                     cond.status, cond.reason)
+        for action in plan.actions:
+            if action.kind == "uncordon":
+                await self.bus.publish(
+                    node_subject(st.node, "uncordon"), NodeUncordon(node=st.node, reason=action.reason,
+                                                                    time=st.last_sample),
+                    event_type="uncordon", family="node", ce_subject=st.node,
+                    msg_id=f"{node}.uncordon.{action.seq}")
+                log.info("%s: uncordon: %s", st.node, action.reason)
+                continue
+            types = sorted({c.type for c in rules.faults(st)})
+            await self.bus.publish(
+                node_subject(st.node, "cordon"),
+                NodeCordon(node=st.node, reason=action.reason, drain=action.drain, conditions=types,
+                           time=st.last_sample),
+                event_type="cordon", family="node", ce_subject=st.node,
+                msg_id=f"{node}.cordon.{action.seq}{'.drain' if action.drain else ''}")
+            log.warning("%s: cordon%s: %s", st.node, " + drain" if action.drain else "", action.reason)
+            if action.drain:
+                await self._degrade_runs(st, action)
+
+    async def _degrade_runs(self, st: NodeState, action: rules.Action) -> None:
+        """Tell recovery about every live run on the node; it decides retry/resume with the node excluded."""
+        worst = max(rules.faults(st), key=lambda c: c.severity, default=None)
+        condition = worst.type if worst is not None else "Unknown"
+        for rec in await runstate.list_records(self.bus):
+            if rec.node != st.node or rec.state in TERMINAL:
+                continue
+            await self.bus.emit(
+                workspace=rec.workspace, run_id=rec.run_id, attempt=rec.attempt, event_type="health.degraded",
+                payload=HealthDegraded(node=st.node, condition=condition, message=action.reason),
+                dedup=f"{token(st.node)}.{action.seq}")
+            log.warning("%s: run %s (attempt %d) told health.degraded", st.node, rec.run_id, rec.attempt)

@@ -1,0 +1,75 @@
+"""Node-health payloads that ``core/contracts.py`` does not define yet, and the ``node_state`` KV record.
+
+Subjects (stream NODES): ``node.<node>.cordon`` (NodeCordon), ``node.<node>.uncordon`` (NodeUncordon),
+``node.<node>.validation`` (NodeValidation, from the node agent). Like every wire struct, fields are only added,
+with defaults. ``NodeState`` is the health-monitor's per-node projection: it can be rebuilt by replaying
+``node.*.sample`` (it holds only what the rules derived from samples, plus our own cordon decisions).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from taugrid.core.contracts import Struct
+
+
+class NodeCordon(Struct):
+    """Stop placing new work on ``node``; with ``drain`` also move running work off it."""
+
+    node: str
+    reason: str
+    drain: bool = False
+    conditions: list[str] = msgspec.field(default_factory=list)
+    time: float = 0.0
+
+
+class NodeUncordon(Struct):
+    node: str
+    reason: str
+    time: float = 0.0
+
+
+class NodeValidation(Struct):
+    """The result of ``validate_node`` run by the node's agent on the monitor's request."""
+
+    node: str
+    ok: bool
+    detail: str
+    time: float
+    gpus: int = 0
+
+
+class ConditionState(msgspec.Struct, kw_only=True):
+    type: str
+    gpu: int | None = None
+    status: str = "False"
+    reason: str = ""
+    message: str = ""
+    severity: int = 0
+    latched: bool = False  # event-born: cleared only by a passed validation, never by one quiet sample
+    since: float = 0.0
+    transitions: int = 0  # numbers the transitions, so each has a deterministic Nats-Msg-Id
+
+
+class NodeState(msgspec.Struct, kw_only=True):
+    node: str
+    last_sample: float = 0.0
+    gpu_source: str = "none"
+    expected_gpus: int = 0  # high-water mark of GPUs seen (or the policy's override)
+    conditions: dict[str, ConditionState] = msgspec.field(default_factory=dict)
+    verdict: str = "healthy"  # healthy | degraded | unhealthy
+    cordoned: bool = False  # by us; a node a human cordoned is never ours to uncordon
+    drained: bool = False
+    cordon_seq: int = 0
+    cordon_reason: str = ""
+    cordon_time: float = 0.0
+    guard_blocked: str = ""
+    clean_samples: int = 0
+    validation_wanted_since: float = 0.0  # the agent validates when this is set and newer than its last run
+    last_validation: str = ""
+    pcie_base: dict[str, list[float]] = msgspec.field(default_factory=dict)  # gpu → [time, count]
+    ecc_aggregate: dict[str, int] = msgspec.field(default_factory=dict)  # gpu → last aggregate count
+
+
+def condition_key(ctype: str, gpu: int | None) -> str:
+    return ctype if gpu is None else f"{ctype}/{gpu}"

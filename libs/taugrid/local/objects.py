@@ -1,0 +1,159 @@
+"""Kubernetes-shaped objects the local cluster publishes: Workload (kueue.x-k8s.io/v1beta2), Job, RayJob, Pod.
+
+They carry the fields a real watch would, so the same translator reads both backends. Pure functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
+TAU_LABELS = ("taugrid.io/run-id", "taugrid.io/workspace", "taugrid.io/attempt", "taugrid.io/managed-by")
+
+
+def ts(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(obj: dict[str, Any], ctype: str, status: str, reason: str, message: str, at: float) -> None:
+    conds: list[dict[str, Any]] = obj.setdefault("status", {}).setdefault("conditions", [])
+    for c in conds:
+        if c["type"] == ctype:
+            if c["status"] != status:
+                c["lastTransitionTime"] = ts(at)
+            c.update(status=status, reason=reason, message=message)
+            return
+    conds.append({"type": ctype, "status": status, "reason": reason, "message": message,
+                  "lastTransitionTime": ts(at)})
+
+
+def _tau_labels(owner: dict[str, Any]) -> dict[str, str]:
+    labels = owner["metadata"].get("labels", {})
+    return {k: v for k, v in labels.items() if k in TAU_LABELS}
+
+
+def workload(owner: dict[str, Any], *, uid: str, queue: str, priority: int, priority_class: str,
+             pod_sets: list[dict[str, Any]], at: float) -> dict[str, Any]:
+    meta = owner["metadata"]
+    kind = owner["kind"].lower()
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"{kind}-{meta['name']}"[:63],
+            "namespace": meta.get("namespace", "default"),
+            "uid": f"wl-{uid}",
+            "labels": {LABEL_JOB_UID: uid, **_tau_labels(owner)},
+            "annotations": {},
+            "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+                                 "uid": uid, "controller": True}],
+            "creationTimestamp": ts(at),
+        },
+        "spec": {"queueName": queue, "priority": priority, "priorityClassName": priority_class,
+                 "podSets": pod_sets},
+        "status": {},
+    }
+
+
+def admit(wl: dict[str, Any], *, cluster_queue: str, flavors: dict[str, str], pod_counts: dict[str, int],
+          at: float) -> None:
+    wl["status"]["admission"] = {
+        "clusterQueue": cluster_queue,
+        "podSetAssignments": [{"name": name, "flavors": flavors, "count": n} for name, n in pod_counts.items()],
+    }
+    wl["metadata"]["annotations"].pop("taugrid.io/queue-position", None)
+    wl["status"].pop("requeueState", None)
+    set_condition(wl, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cluster_queue}", at)
+    set_condition(wl, "Admitted", "True", "Admitted", "The workload is admitted", at)
+    set_condition(wl, "Evicted", "False", "Admitted", "", at) if _has(wl, "Evicted") else None
+    set_condition(wl, "Requeued", "True", "Admitted", "", at) if _has(wl, "Requeued") else None
+
+
+def pending(wl: dict[str, Any], *, reason: str, message: str, position: int | None, at: float) -> None:
+    if position is not None:
+        wl["metadata"]["annotations"]["taugrid.io/queue-position"] = str(position)
+    set_condition(wl, "QuotaReserved", "False", reason, message, at)
+
+
+def evict(wl: dict[str, Any], *, reason: str, message: str, preemptor_uid: str, at: float) -> None:
+    wl["status"].pop("admission", None)
+    set_condition(wl, "Evicted", "True", "Preempted" if preemptor_uid else reason, message, at)
+    if preemptor_uid:
+        set_condition(wl, "Preempted", "True", reason, f"{message} (JobUID: {preemptor_uid})", at)
+    set_condition(wl, "QuotaReserved", "False", "Pending", "Preempted; requeued", at)
+    set_condition(wl, "Admitted", "False", "NoReservation", "The workload has no reservation", at)
+
+
+def finish(wl: dict[str, Any], *, succeeded: bool, message: str, at: float) -> None:
+    set_condition(wl, "Finished", "True", "Succeeded" if succeeded else "Failed", message, at)
+
+
+def _has(obj: dict[str, Any], ctype: str) -> bool:
+    return any(c["type"] == ctype for c in obj.get("status", {}).get("conditions", []))
+
+
+def pod(owner: dict[str, Any], *, name: str, node: str, index: int, at: float) -> dict[str, Any]:
+    template = owner.get("spec", {}).get("template", {})
+    spec = copy.deepcopy(template.get("spec", {}))
+    spec["nodeName"] = node
+    labels = {**template.get("metadata", {}).get("labels", {}), **_tau_labels(owner),
+              "batch.kubernetes.io/job-completion-index": str(index)}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": owner["metadata"].get("namespace", "default"),
+                     "uid": f"pod-{name}", "labels": labels, "creationTimestamp": ts(at),
+                     "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                          "name": owner["metadata"]["name"],
+                                          "uid": owner["metadata"].get("uid", "")}]},
+        "spec": spec,
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True",
+                                                       "lastTransitionTime": ts(at)}]},
+    }
+
+
+def pod_running(p: dict[str, Any], *, at: float) -> None:
+    p["status"].update(phase="Running", startTime=ts(at), containerStatuses=[
+        {"name": "main", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": ts(at)}}}])
+
+
+def pod_terminated(p: dict[str, Any], *, exit_code: int, reason: str, message: str, started: float,
+                   at: float) -> None:
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    p["status"].update(phase=phase, reason=reason if reason == "DeadlineExceeded" else None, containerStatuses=[
+        {"name": "main", "ready": False, "restartCount": 0, "state": {"terminated": {
+            "exitCode": exit_code, "reason": reason, "message": message,
+            "startedAt": ts(started), "finishedAt": ts(at)}}}])
+    if p["status"]["reason"] is None:
+        del p["status"]["reason"]
+
+
+def job_started(job: dict[str, Any], *, active: int, at: float) -> None:
+    job["spec"]["suspend"] = False
+    job.setdefault("status", {}).update(active=active, startTime=ts(at))
+    if job["kind"] == "RayJob":
+        job["status"].update(jobDeploymentStatus="Running", jobStatus="RUNNING")
+
+
+def job_suspended(job: dict[str, Any]) -> None:
+    job["spec"]["suspend"] = True
+    job.setdefault("status", {})["active"] = 0
+    if job["kind"] == "RayJob":
+        job["status"].update(jobDeploymentStatus="Suspended", jobStatus="")
+
+
+def job_finished(job: dict[str, Any], *, succeeded: bool, reason: str, message: str, at: float) -> None:
+    st = job.setdefault("status", {})
+    st.update(active=0, completionTime=ts(at) if succeeded else None)
+    if job["kind"] == "RayJob":
+        st.update(jobDeploymentStatus="Complete" if succeeded else "Failed",
+                  jobStatus="SUCCEEDED" if succeeded else "FAILED", message=message, endTime=ts(at),
+                  reason=None if succeeded else reason)
+        return
+    if succeeded:
+        st["succeeded"] = int(job["spec"].get("completions") or 1)
+        set_condition(job, "Complete", "True", "", "", at)
+    else:
+        st["failed"] = 1
+        set_condition(job, "Failed", "True", reason, message, at)

@@ -1,0 +1,184 @@
+"""Render a ResolvedRun with ``engine: ray`` into a suspended KubeRay ``ray.io/v1`` RayJob.
+
+Invariants: the name is a DNS-1035 label of at most 47 characters (KubeRay derives longer names from it);
+``suspend: true`` always comes with ``shutdownAfterJobFinishes: true`` (KubeRay rejects one without the
+other); the worker group sets ``replicas == minReplicas == maxReplicas == run.workers`` explicitly, because
+KubeRay defaults a missing ``replicas`` to 0 while Kueue counts it as 1; the head is CPU-only so that the
+GPUs Kueue admits are exactly ``workers × gpus_per_worker``. Secret values never enter ``runtimeEnvYAML``;
+secrets reach Ray processes through container env (``secretKeyRef``), which raylets pass on.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import yaml
+
+from taugrid.core.contracts import ResolvedRun, Resources
+from taugrid.core.errors import PermanentError
+from taugrid.render.common import (
+    Manifest,
+    container_env,
+    container_security,
+    data_volume,
+    kueue_labels,
+    literal_env,
+    object_name,
+    pod_security,
+    resources_block,
+    tau_annotations,
+    tau_labels,
+    tolerations,
+)
+
+RAYJOB_NAME_MAX = 47
+RAY_VERSION = "2.46.0"
+DEFAULT_RAY_IMAGE = f"rayproject/ray:{RAY_VERSION}-py311"
+DEFAULT_RAY_GPU_IMAGE = f"rayproject/ray:{RAY_VERSION}-py311-gpu"
+WORKER_GROUP = "workers"
+HEAD_RESOURCES = Resources(cpu=1.0, memory=4 << 30)
+# After the job ends Kueue releases quota at once, but the RayCluster keeps its GPUs until this TTL runs out;
+# keep that window short whatever the run's Job TTL says.
+RAY_TTL_CAP_S = 60
+HEAD_PORTS = [
+    {"name": "gcs-server", "containerPort": 6379, "protocol": "TCP"},
+    {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
+    {"name": "client", "containerPort": 10001, "protocol": "TCP"},
+]
+
+
+def render_rayjob(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[Manifest]:
+    if run.workers < 1:
+        raise PermanentError(f"compute.workers must be at least 1 for a Ray run (got {run.workers})")
+    name = object_name(run.run_id, attempt, max_len=RAYJOB_NAME_MAX)
+    labels = tau_labels(run, attempt=attempt)
+    annotations = tau_annotations(run)
+    spec: dict[str, Any] = {
+        "suspend": True,
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": min(run.ttl_seconds_after_finished, RAY_TTL_CAP_S),
+        # Our recovery service retries with a fresh attempt; KubeRay must not retry on its own.
+        "backoffLimit": 0,
+        "submissionMode": "K8sJobMode",
+        "entrypoint": ray_entrypoint(run),
+    }
+    if run.active_deadline_s is not None:
+        spec["activeDeadlineSeconds"] = run.active_deadline_s
+    runtime_env = _runtime_env(run, attempt=attempt, resume_from=resume_from)
+    if runtime_env:
+        spec["runtimeEnvYAML"] = yaml.safe_dump(runtime_env, sort_keys=True, default_flow_style=False)
+    spec["rayClusterSpec"] = _cluster_spec(run, attempt=attempt, resume_from=resume_from)
+    return [
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {
+                "name": name,
+                "namespace": run.namespace,
+                "labels": {**labels, **kueue_labels(run)},
+                "annotations": annotations,
+            },
+            "spec": spec,
+        }
+    ]
+
+
+def ray_entrypoint(run: ResolvedRun) -> str:
+    """The shell command ``ray job submit`` runs on the head; quoted so arguments survive the shell."""
+    if run.launcher == "command" and run.command:
+        return shlex.join(run.command)
+    if not run.entrypoint:
+        raise PermanentError("a Ray run needs an `entrypoint` script")
+    return shlex.join(["python", run.entrypoint, *run.args])
+
+
+def _runtime_env(run: ResolvedRun, *, attempt: int, resume_from: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"env_vars": literal_env(run, attempt=attempt, resume_from=resume_from)}
+    if run.pip:
+        out["pip"] = list(run.pip)
+    if run.working_dir:
+        out["working_dir"] = run.working_dir
+    return out
+
+
+def _image(run: ResolvedRun) -> str:
+    if run.image:
+        return run.image
+    return DEFAULT_RAY_GPU_IMAGE if run.gpus_per_worker > 0 else DEFAULT_RAY_IMAGE
+
+
+def _cluster_spec(run: ResolvedRun, *, attempt: int, resume_from: str) -> dict[str, Any]:
+    head_container = _container(run, "ray-head", HEAD_RESOURCES, HEAD_RESOURCES, 0, attempt, resume_from)
+    head_container["ports"] = [dict(p) for p in HEAD_PORTS]
+    worker_container = _container(
+        run, "ray-worker", run.resources, run.limits, run.gpus_per_worker, attempt, resume_from
+    )
+    worker_pod = _pod(run, worker_container)
+    if run.node_selector:
+        worker_pod["nodeSelector"] = dict(run.node_selector)
+    if tols := tolerations(run, gpu=run.gpus_per_worker > 0):
+        worker_pod["tolerations"] = tols
+    cluster: dict[str, Any] = {
+        "headGroupSpec": {
+            # Values are strings in the CRD. No CPUs/GPUs on the head: tasks land on workers only.
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
+            "template": _template(run, attempt, _pod(run, head_container)),
+        },
+        "workerGroupSpecs": [
+            {
+                "groupName": WORKER_GROUP,
+                "replicas": run.workers,
+                "minReplicas": run.workers,
+                "maxReplicas": run.workers,
+                "rayStartParams": {},
+                "template": _template(run, attempt, worker_pod),
+            }
+        ],
+    }
+    if not run.image:
+        cluster = {"rayVersion": RAY_VERSION, **cluster}
+    return cluster
+
+
+def _container(
+    run: ResolvedRun,
+    name: str,
+    requests: Resources,
+    limits: Resources | None,
+    gpus: int,
+    attempt: int,
+    resume_from: str,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name,
+        "image": _image(run),
+        "env": container_env(run, attempt=attempt, resume_from=resume_from),
+        "resources": resources_block(requests, limits, gpus=gpus),
+    }
+    _, mounts = data_volume(run)
+    if mounts:
+        container["volumeMounts"] = mounts
+    if (csec := container_security(run)) is not None:
+        container["securityContext"] = csec
+    return container
+
+
+def _pod(run: ResolvedRun, container: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "terminationGracePeriodSeconds": run.termination_grace_s,
+        "containers": [container],
+    }
+    volumes, _ = data_volume(run)
+    if volumes:
+        pod["volumes"] = volumes
+    if (psec := pod_security(run)) is not None:
+        pod["securityContext"] = psec
+    return pod
+
+
+def _template(run: ResolvedRun, attempt: int, pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": tau_labels(run, attempt=attempt), "annotations": tau_annotations(run)},
+        "spec": pod,
+    }

@@ -1,0 +1,199 @@
+"""The embedded stack's supervisor: a private nats-server, the bus bootstrap, a default platform, and every
+service as its own OS process, each restarted (with backoff) when it dies.
+
+``python -m taugrid.stack.supervisor --data-dir D [--scale renderer=2]`` runs in the foreground; ``tau up``
+starts it detached and waits for ``D/stack.json`` to say ``ready``. SIGTERM stops services first (so they
+drain), then the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from taugrid.stack import natsserver
+
+log = logging.getLogger("taugrid.stack")
+
+SERVICES = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "health_monitor",
+            "node_agent", "local_cluster"]
+SINGLETONS = {"local_cluster", "node_agent"}  # they own this machine's resources
+
+
+@dataclass
+class Proc:
+    service: str
+    replica: int
+    popen: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    started: float = 0.0
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    scale: dict[str, int]
+    port: int = 0
+    nats: subprocess.Popen[bytes] | None = None
+    procs: list[Proc] = field(default_factory=list)
+    stopping: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def state_file(self) -> Path:
+        return self.data_dir / "stack.json"
+
+    def write_state(self, phase: str) -> None:
+        state = {
+            "phase": phase, "pid": os.getpid(), "nats_url": self.url, "nats_pid": self.nats.pid if self.nats else None,
+            "data_dir": str(self.data_dir), "updated": time.time(),
+            "services": [{"service": p.service, "replica": p.replica,
+                          "pid": p.popen.pid if p.popen and p.popen.poll() is None else None,
+                          "restarts": p.restarts} for p in self.procs],
+        }
+        tmp = self.state_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file())
+
+    def spawn(self, p: Proc) -> None:
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        out = open(logs / f"{p.service}-{p.replica}.log", "ab")  # noqa: SIM115 - owned by the child
+        env = {**os.environ, "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
+               "TAU_REPLICA": str(p.replica)}
+        p.popen = subprocess.Popen([sys.executable, "-m", f"taugrid_services.{p.service}"], stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        p.started = time.time()
+        log.info("started %s[%d] pid %d", p.service, p.replica, p.popen.pid)
+
+
+async def _prepare(stack: Stack) -> None:
+    from taugrid.bus.bootstrap import bootstrap
+    from taugrid.bus.connection import connect
+    from taugrid.bus.platformstore import get_text, put_text
+
+    bus = await connect(stack.url, name="supervisor")
+    try:
+        await bootstrap(bus)
+        if await get_text(bus) is None:
+            await put_text(bus, machine_platform_yaml(stack.data_dir))
+    finally:
+        await bus.close()
+
+
+def machine_platform_yaml(data_dir: Path) -> str:
+    """The default policy for this one machine, with run outputs kept under the data directory."""
+    import psutil
+    import yaml
+
+    from taugrid.config.machine import default_platform
+    from taugrid.local.machine import declared_gpus, nvml_gpus
+
+    count, _ = declared_gpus() or nvml_gpus()
+    platform = default_platform(os.cpu_count() or 1, psutil.virtual_memory().total,
+                                [f"gpu{i}" for i in range(count)], output_root=str(data_dir / "outputs"))
+    data = platform.model_dump(mode="json", exclude_none=True)
+    return "# derived from this machine by `tau up`; replace with `tau platform apply FILE`\n" + yaml.safe_dump(
+        data, sort_keys=False)
+
+
+def run(stack: Stack) -> int:
+    stack.data_dir.mkdir(parents=True, exist_ok=True)
+    stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
+                                              port=int(os.environ.get("TAU_NATS_PORT", "0")) or None)
+    asyncio.run(_prepare(stack))
+    for svc in SERVICES:
+        n = 1 if svc in SINGLETONS else max(1, stack.scale.get(svc, 1))
+        stack.procs.extend(Proc(svc, i) for i in range(n))
+    for p in stack.procs:
+        stack.spawn(p)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stack.stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stack.write_state("ready")
+    while not stack.stopping:
+        now = time.time()
+        changed = False
+        for p in stack.procs:
+            if p.popen is not None and p.popen.poll() is not None:
+                log.warning("%s[%d] exited with %s; restarting", p.service, p.replica, p.popen.returncode)
+                # Back off only if it keeps dying right after start.
+                quick = now - p.started < 5
+                p.next_start = now + (min(10.0, 0.5 * 2 ** min(p.restarts, 5)) if quick else 0.2)
+                p.restarts += 1
+                p.popen = None
+                changed = True
+            if p.popen is None and now >= p.next_start:
+                stack.spawn(p)
+                changed = True
+        if stack.nats.poll() is not None:
+            log.error("nats-server exited; restarting it on the same port and store")
+            stack.nats, _ = natsserver.start(stack.data_dir / "nats", port=stack.port,
+                                             log_file=stack.data_dir / "nats.log")
+        if changed:
+            stack.write_state("ready")
+        time.sleep(0.2)
+    shutdown(stack)
+    return 0
+
+
+def shutdown(stack: Stack) -> None:
+    stack.write_state("stopping")
+    for p in stack.procs:
+        if p.popen and p.popen.poll() is None:
+            p.popen.terminate()
+    deadline = time.time() + 15
+    for p in stack.procs:
+        if p.popen:
+            try:
+                p.popen.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+    if stack.nats and stack.nats.poll() is None:
+        stack.nats.terminate()
+        try:
+            stack.nats.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            stack.nats.kill()
+    stack.write_state("stopped")
+
+
+def parse_scale(items: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, n = item.partition("=")
+        svc = name.replace("-", "_")
+        if not sep or svc not in SERVICES or not n.isdigit():
+            raise SystemExit(f"--scale {item!r}: expected SERVICE=N with SERVICE one of {', '.join(SERVICES)}")
+        if svc in SINGLETONS and int(n) != 1:
+            raise SystemExit(f"--scale {item!r}: {svc} owns this machine's resources and runs once")
+        out[svc] = int(n)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data-dir", type=Path, required=True)
+    ap.add_argument("--scale", action="append", default=[])
+    args = ap.parse_args()
+    logging.basicConfig(level="INFO", format="%(asctime)s supervisor %(levelname)s %(message)s")
+    sys.exit(run(Stack(data_dir=args.data_dir.resolve(), scale=parse_scale(args.scale))))
+
+
+if __name__ == "__main__":
+    main()

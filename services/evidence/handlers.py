@@ -1,0 +1,49 @@
+"""Evidence handler: every run event goes into the run's hash-chained ledger; the terminal event seals it.
+
+Idempotent, because redelivery happens (also after a successful ack when the server dies):
+- the ledger append is keyed by event id and written with compare-and-set (``taugrid.evidence.store``);
+- the seal is claimed once per run in the same CAS write, so a duplicate terminal event or a second, racing
+  terminal event (cancelled vs. gave_up) never seals again — first wins;
+- a bundle already stored for the winning event is reused, not rebuilt;
+- ``evidence.sealed`` carries the deterministic id ``<run>.<attempt>.evidence.sealed`` (the stream drops a
+  republish) and, once it is on the bus, the ledger records that it was emitted.
+``evidence.sealed`` itself arrives on ``run.>``: it is appended to the ledger like any event, never sealed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event
+from taugrid.core.events import TERMINAL_EVENTS
+from taugrid.evidence import store
+
+log = logging.getLogger("taugrid.evidence")
+
+
+class Evidence:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def on_event(self, ev: Event) -> None:
+        ledger = await store.record(self.bus, ev)
+        if ev.type not in TERMINAL_EVENTS:
+            return
+        claim = ledger.seal
+        if claim is None or claim.event_id != ev.id or claim.emitted:
+            return  # another terminal event won the seal, or this one is already announced
+        workspace, run_id = store.run_of(ev)
+        sealed = await store.seal(self.bus, run_id, ev)
+        await self.bus.emit(
+            workspace=workspace,
+            run_id=run_id,
+            attempt=sealed.attempt,
+            event_type="evidence.sealed",
+            payload=sealed,
+            dedup="",
+        )
+        await store.mark_emitted(self.bus, run_id)
+        log.info(
+            "sealed %s (%s, attempt %s): %s", run_id, sealed.terminal_state, sealed.attempt, sealed.digest
+        )

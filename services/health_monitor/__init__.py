@@ -1,0 +1,1 @@
+"""Health monitor: turns node samples into conditions, cordon/uncordon decisions and ``health.degraded``."""

@@ -1,0 +1,20 @@
+import os
+from pathlib import Path
+
+from taugrid.bus.service import Service, main
+from taugrid_services.local_cluster.cluster import LocalCluster
+from taugrid.local.machine import inventory
+
+
+async def start(svc: Service) -> None:
+    node, capacity, gpus, gpu_mem = inventory()
+    data = Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau"))
+    cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
+                           gpu_memory_mb=gpu_mem)
+    await cluster.load()
+    svc.consume("local-cluster", cluster.on_backend)
+    svc.every(0.2, cluster.tick)
+
+
+if __name__ == "__main__":
+    main("local-cluster", start)

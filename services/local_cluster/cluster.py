@@ -1,0 +1,404 @@
+"""The local cluster controller: backend requests in, admission, pod supervision, watch events out.
+
+Idempotent: an apply for a workload it already knows is ignored (same run+attempt ⇒ same name); every
+published object change carries ``Nats-Msg-Id = <uid>.<resourceVersion>``; log chunks are keyed by byte
+offset. State is written to KV before the request is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+
+from taugrid.bus import platformstore
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event
+from taugrid.config.platform import Platform, load_platform
+from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
+from taugrid.core.events import k8s_subject, log_subject
+from taugrid.core.quantity import parse_cpu, parse_memory
+from taugrid.local import objects
+from taugrid.local.admit import GPU, LocalAdmitter, Request
+from taugrid.local.pods import PodRunner
+from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
+
+log = logging.getLogger("taugrid.local")
+BUCKET = "local_cluster"
+
+
+def _qty(resource: str, value: Any) -> float:
+    if resource == "cpu":
+        return parse_cpu(value)
+    if resource == "memory":
+        return float(parse_memory(value))
+    return float(value)
+
+
+class LocalCluster:
+    def __init__(self, bus: Bus, *, data_dir: Path, node: str, capacity: dict[str, float], gpu_count: int,
+                 gpu_memory_mb: int = 0) -> None:
+        self.bus, self.node = bus, node
+        self.pods = PodRunner(data_dir / "pods")
+        self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
+        self.wls: dict[str, LocalWorkload] = {}
+        self.platform: Platform | None = None
+        self.platform_rev = -1
+        self.admitter = LocalAdmitter(quotas={}, capacity=capacity, gpu_count=gpu_count)
+        self.lq: dict[tuple[str, str], str] = {}
+        self.priorities: dict[str, tuple[int, bool]] = {}
+        self._versions: dict[str, int] = {}
+        self.python = os.environ.get("TAU_LOCAL_PYTHON", sys.executable)
+        # Backend requests and the control loop interleave at awaits; one lock keeps a workload's
+        # transitions (start, delete, finish) from crossing.
+        self.lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- platform and restart
+    async def refresh_platform(self) -> None:
+        got = await platformstore.get_text(self.bus)
+        if got is None or got[1] == self.platform_rev:
+            return
+        text, rev = got
+        p = load_platform(text, path=f"platform.yaml@{rev}")
+        quotas: dict[str, dict[str, float]] = {}
+        for cq in p.cluster_queues:
+            q = quotas.setdefault(cq.name, {})
+            for group in cq.resource_groups:
+                for fl in group.flavors:
+                    for r in fl.resources:
+                        q[r.name] = q.get(r.name, 0.0) + _qty(r.name, r.nominal_quota)
+        self.admitter.quotas = quotas
+        self.lq = {(lq.namespace, lq.name): lq.cluster_queue for lq in p.local_queues}
+        self.priorities = {pc.name: (pc.value, pc.preemptible) for pc in p.priority_classes}
+        self.platform, self.platform_rev = p, rev
+
+    async def load(self) -> None:
+        await self.refresh_platform()
+        kv = await self.bus.kv(BUCKET)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            keys = []
+        for k in keys:
+            entry = await kv.get(k)
+            if not entry.value:
+                continue
+            wl = msgspec.json.decode(entry.value, type=LocalWorkload)
+            self.wls[wl.name] = wl
+            self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
+            req = self._request(wl)
+            if wl.state == "pending":
+                self.admitter.submit(req)
+            elif wl.state in ("running", "deleted"):
+                self.admitter.submit(req)
+                self.admitter.cycle()  # re-reserve what it held (it fitted before)
+        log.info("local cluster loaded %d workload(s)", len(self.wls))
+
+    async def save(self, wl: LocalWorkload) -> None:
+        kv = await self.bus.kv(BUCKET)
+        if wl.state == "finished":
+            await kv.delete(f"wl.{wl.name}")
+        else:
+            await kv.put(f"wl.{wl.name}", msgspec.json.encode(wl))
+
+    # ---------------------------------------------------------------- backend requests
+    async def on_backend(self, ev: Event) -> None:
+        async with self.lock:
+            if ev.nats_subject.endswith(".apply"):
+                await self.apply(ev.payload(BackendApply))
+            elif ev.nats_subject.endswith(".delete"):
+                await self.delete(ev.payload(BackendDelete))
+
+    async def apply(self, req: BackendApply) -> None:
+        await self.refresh_platform()
+        main = next((m for m in req.manifests if m.get("kind") in ("Job", "RayJob")), None)
+        if main is None:
+            return
+        name = main["metadata"]["name"]
+        if name in self.wls:
+            return  # redelivered apply: the same run+attempt is the same object
+        wl = self._workload_from(req, main)
+        self.wls[name] = wl
+        await self.save(wl)
+        await self.publish(wl, "Job" if main["kind"] == "Job" else "RayJob", wl.job, "added")
+        await self.publish(wl, "Workload", wl.workload, "added")
+        self.admitter.submit(self._request(wl))
+
+    def _workload_from(self, req: BackendApply, main: dict[str, Any]) -> LocalWorkload:
+        now = time.time()
+        meta = main["metadata"]
+        labels = meta.get("labels", {})
+        uid = f"{req.run_id}-a{req.attempt}"
+        meta["uid"] = uid
+        meta["resourceVersion"] = "1"
+        meta["creationTimestamp"] = objects.ts(now)
+        queue = labels.get("kueue.x-k8s.io/queue-name", "")
+        ns = meta.get("namespace", "default")
+        prio_name = labels.get("kueue.x-k8s.io/priority-class", "")
+        prio, preemptible = self.priorities.get(prio_name, (0, True))
+        per_pod, pods_wanted, memory_limit = self._requests(main)
+        ann = {**meta.get("annotations", {}), **_template(main).get("metadata", {}).get("annotations", {})}
+        fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
+        gpu_mem = int(float(ann.get("taugrid.io/gpu-memory-mb", 0) or 0))
+        if gpu_mem and not fraction and self.gpu_memory_mb:
+            fraction = min(1.0, gpu_mem / self.gpu_memory_mb)
+        if fraction:
+            per_pod[GPU] = 0.0
+        pod_sets = [{"name": "main", "count": pods_wanted,
+                     "template": {"spec": {"containers": [{"name": "main", "resources": {"requests": {
+                         k: str(v) for k, v in per_pod.items()}}}]}}}]
+        wl_obj = objects.workload(main, uid=uid, queue=queue, priority=prio, priority_class=prio_name,
+                                  pod_sets=pod_sets, at=now)
+        wl_obj["metadata"]["resourceVersion"] = "1"
+        return LocalWorkload(
+            name=meta["name"], namespace=ns, uid=uid, run_id=req.run_id, workspace=req.workspace,
+            attempt=req.attempt, job=main, workload=wl_obj, cluster_queue=self.lq.get((ns, queue), ""),
+            priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, gpu_fraction=fraction,
+            gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
+            source_object=req.source_object,
+        )
+
+    def _requests(self, main: dict[str, Any]) -> tuple[dict[str, float], int, int]:
+        if main["kind"] == "RayJob":
+            spec = main["spec"].get("rayClusterSpec", {})
+            total: dict[str, float] = {}
+            memory_limit = 0
+            groups = [(1, spec.get("headGroupSpec", {}))] + [
+                (int(g.get("replicas", 1)), g) for g in spec.get("workerGroupSpecs", [])]
+            for n, g in groups:
+                c = (g.get("template", {}).get("spec", {}).get("containers") or [{}])[0]
+                for r, v in (c.get("resources", {}).get("requests") or {}).items():
+                    total[r] = total.get(r, 0.0) + n * _qty(r, v)
+                lim = (c.get("resources", {}).get("limits") or {}).get("memory")
+                memory_limit += n * int(parse_memory(lim)) if lim else 0
+            return total, 1, memory_limit
+        c = next(x for x in _template(main)["spec"]["containers"] if x.get("name") == "main")
+        res = c.get("resources", {})
+        per_pod = {r: _qty(r, v) for r, v in (res.get("requests") or {}).items()}
+        lim = (res.get("limits") or {}).get("memory")
+        return per_pod, int(main["spec"].get("parallelism") or 1), int(parse_memory(lim)) if lim else 0
+
+    def _request(self, wl: LocalWorkload) -> Request:
+        return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority, created=wl.created,
+                       pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
+                       preemptible=wl.preemptible)
+
+    async def delete(self, req: BackendDelete) -> None:
+        wl = self.wls.get(req.name)
+        if wl is None or wl.state in ("finished", "deleted"):
+            return
+        if wl.state == "pending":
+            self.admitter.release(wl.name)
+            await self._gone(wl)
+            return
+        wl.state = "deleted"
+        await self.save(wl)
+        for p in wl.pods:
+            self.pods.stop(p.name, "Cancelled")
+
+    async def _gone(self, wl: LocalWorkload) -> None:
+        wl.state = "finished"
+        await self.save(wl)
+        for p in wl.pods:
+            await self.publish(wl, "Pod", p.obj, "deleted")
+        await self.publish(wl, wl.job["kind"], wl.job, "deleted")
+        await self.publish(wl, "Workload", wl.workload, "deleted")
+        self.wls.pop(wl.name, None)
+
+    # ---------------------------------------------------------------- the control loop
+    async def tick(self) -> None:
+        async with self.lock:
+            await self._tick()
+
+    async def _tick(self) -> None:
+        await self.refresh_platform()
+        granted = self.admitter.cycle()
+        now = time.time()
+        await asyncio.gather(*(self._start(self.wls[g.name], g.flavors, g.gpus, now) for g in granted
+                               if g.name in self.wls))
+        await asyncio.gather(*(self._report_pending(wl, now) for wl in list(self.wls.values())
+                               if wl.state == "pending"))
+        await asyncio.gather(*(self._supervise(wl) for wl in list(self.wls.values())
+                               if wl.state in ("running", "deleted")))
+
+    async def _report_pending(self, wl: LocalWorkload, now: float) -> None:
+        info = self.admitter.info(wl.name)
+        if info is None:
+            return
+        key = f"{info.reason}|{info.message}|{info.position}"
+        if key == wl.last_pending:
+            return
+        wl.last_pending = key
+        objects.pending(wl.workload, reason=info.reason, message=info.message, position=info.position, at=now)
+        await self.publish(wl, "Workload", wl.workload, "modified")
+
+    async def _start(self, wl: LocalWorkload, flavors: dict[str, str], gpus: list[list[int]], now: float) -> None:
+        objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors,
+                      pod_counts={"main": wl.pods_wanted}, at=now)
+        await self.publish(wl, "Workload", wl.workload, "modified")
+        source = await self._source(wl.source_object)
+        wl.pods = []
+        for i in range(wl.pods_wanted):
+            name = f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod"
+            wl.pods.append(LocalPod(name=name, index=i, obj=objects.pod(wl.job, name=name, node=self.node,
+                                                                       index=i, at=now),
+                                    gpus=gpus[i] if i < len(gpus) else []))
+        wl.state = "running"
+        objects.job_started(wl.job, active=len(wl.pods), at=now)
+        await self.save(wl)
+        await self.publish(wl, wl.job["kind"], wl.job, "modified")
+        for p in wl.pods:
+            await self.publish(wl, "Pod", p.obj, "added")
+            problem = self._launch(wl, p, source)
+            if problem:
+                objects.pod_terminated(p.obj, exit_code=128, reason=problem[0], message=problem[1],
+                                       started=now, at=now)
+                p.phase = "Failed"
+                await self.publish(wl, "Pod", p.obj, "modified")
+                continue
+            p.phase, p.started = "Running", now
+            objects.pod_running(p.obj, at=now)
+            await self.publish(wl, "Pod", p.obj, "modified")
+        await self.save(wl)
+
+    async def _source(self, name: str) -> bytes | None:
+        if not name:
+            return None
+        obs = await self.bus.objects()
+        try:
+            return bytes((await obs.get(name)).data or b"")
+        except nats.js.errors.ObjectNotFoundError:
+            log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
+            return None
+
+    def _launch(self, wl: LocalWorkload, p: LocalPod, source: bytes | None) -> tuple[str, str] | None:
+        container = _main_container(wl.job)
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "USER",
+                                                            "PYTHONPATH", "VIRTUAL_ENV")}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = str(item["value"])
+            elif "valueFrom" in item:
+                ref = item["valueFrom"].get("secretKeyRef", {})
+                var = f"TAU_SECRET_{ref.get('name', '')}_{ref.get('key', '')}".upper().replace("-", "_")
+                if var not in os.environ:
+                    return ("CreateContainerConfigError",
+                            f"secret {ref.get('name')}/{ref.get('key')} not found: locally, export {var}")
+                env[item["name"]] = os.environ[var]
+        gpus = ",".join(str(g) for g in p.gpus)
+        env.update({"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void",
+                    "JOB_COMPLETION_INDEX": str(p.index), "TAU_LOCAL": "1", "TAU_NODE_NAME": self.node,
+                    "PYTHONUNBUFFERED": "1"})
+        if wl.gpu_fraction:
+            env["TAU_GPU_FRACTION"] = f"{wl.gpu_fraction:g}"
+            mem = wl.gpu_memory_mb or int(wl.gpu_fraction * self.gpu_memory_mb)
+            if mem:
+                env["TAU_GPU_MEMORY_MB"] = str(mem)
+        for key in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR"):
+            if env.get(key):
+                try:
+                    Path(env[key]).mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    return "CreateContainerError", f"cannot create {key}={env[key]}: {exc}"
+        work = self.pods.prepare(p.name, source)
+        wd = container.get("workingDir")
+        cwd = work / wd if wd and not os.path.isabs(wd) else work
+        if wl.job["kind"] == "RayJob":
+            command = ["/bin/sh", "-c", str(wl.job["spec"].get("entrypoint", ""))]
+        else:
+            command = [*container.get("command", []), *container.get("args", [])]
+        if command and command[0] in ("python", "python3"):
+            command = [self.python, *command[1:]]
+        if wl.job["kind"] == "RayJob" and "python " in command[-1]:
+            command[-1] = command[-1].replace("python ", f"{self.python} ", 1)
+        deadline = wl.job["spec"].get("activeDeadlineSeconds")
+        grace = _template(wl.job).get("spec", {}).get("terminationGracePeriodSeconds", 30)
+        self.pods.start(p.name, command=command, env=env, cwd=cwd, memory_limit=wl.memory_limit,
+                        deadline_s=float(deadline) if deadline else None, grace_s=float(grace))
+        return None
+
+    async def _supervise(self, wl: LocalWorkload) -> None:
+        for p in wl.pods:
+            if p.phase != "Running":
+                continue
+            status = self.pods.status(p.name)
+            if status is None:
+                await self._ship_logs(wl, p, final=False)
+                if not self.pods.alive(p.name) and time.time() - p.started > 10:
+                    status = {"exit_code": 255, "reason": "Error", "message": "pod shim lost"}
+                else:
+                    continue
+            await self._ship_logs(wl, p, final=True)
+            p.phase = "Succeeded" if status["exit_code"] == 0 else "Failed"
+            if wl.state == "deleted":
+                continue
+            objects.pod_terminated(p.obj, exit_code=int(status["exit_code"]), reason=str(status["reason"]),
+                                   message=str(status.get("message", "")), started=p.started, at=time.time())
+            await self.publish(wl, "Pod", p.obj, "modified")
+        if any(p.phase == "Running" for p in wl.pods):
+            return
+        self.admitter.release(wl.name)
+        if wl.state == "deleted":
+            await self._gone(wl)
+            return
+        failed = [p for p in wl.pods if p.phase != "Succeeded"]
+        now = time.time()
+        if failed:
+            term = failed[0].obj["status"]["containerStatuses"][0]["state"]["terminated"]
+            reason = "DeadlineExceeded" if term["reason"] == "DeadlineExceeded" else "BackoffLimitExceeded"
+            msg = f"pod {failed[0].name} failed: {term['reason']} (exit code {term['exitCode']})"
+            objects.job_finished(wl.job, succeeded=False, reason=reason, message=msg, at=now)
+        else:
+            objects.job_finished(wl.job, succeeded=True, reason="Completed", message="", at=now)
+        await self.publish(wl, wl.job["kind"], wl.job, "modified")
+        objects.finish(wl.workload, succeeded=not failed, message="Job finished", at=now)
+        await self.publish(wl, "Workload", wl.workload, "modified")
+        wl.state = "finished"
+        await self.save(wl)
+        self.wls.pop(wl.name, None)
+
+    async def _ship_logs(self, wl: LocalWorkload, p: LocalPod, *, final: bool) -> None:
+        reader = self.pods.read_rest if final else self.pods.read_log
+        while True:
+            start = p.log_offset
+            lines, offset = reader(p.name, p.log_offset)
+            if not lines:
+                return
+            chunk = LogChunk(run_id=wl.run_id, attempt=wl.attempt, pod=p.name, seq=p.log_seq, lines=lines)
+            await self.bus.publish(log_subject(wl.workspace, wl.run_id, wl.attempt), chunk, event_type="chunk",
+                                   ce_subject=wl.run_id, msg_id=f"{p.name}.{start}", workspace=wl.workspace,
+                                   attempt=wl.attempt, family="log")
+            p.log_offset, p.log_seq = offset, p.log_seq + 1
+            if not final:
+                return
+
+    async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None:
+        meta = obj["metadata"]
+        uid = meta.get("uid", meta["name"])
+        version = self._versions.get(uid, int(meta.get("resourceVersion", "0") or 0)) + 1
+        self._versions[uid] = version
+        meta["resourceVersion"] = str(version)
+        watch = WatchEvent(type=change.upper(), object=obj, cluster="local")
+        await self.bus.publish(
+            k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change), watch,
+            event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
+            workspace=wl.workspace, attempt=wl.attempt, family="k8s",
+        )
+
+
+def _template(main: dict[str, Any]) -> dict[str, Any]:
+    if main["kind"] == "RayJob":
+        return main["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]  # type: ignore[no-any-return]
+    return main["spec"]["template"]  # type: ignore[no-any-return]
+
+
+def _main_container(main: dict[str, Any]) -> dict[str, Any]:
+    containers = _template(main)["spec"]["containers"]
+    return next((c for c in containers if c.get("name") == "main"), containers[0])  # type: ignore[no-any-return]

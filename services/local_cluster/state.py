@@ -1,0 +1,43 @@
+"""Persistent per-workload state of the local cluster (KV ``local_cluster``, key ``wl.<name>``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class LocalPod(msgspec.Struct, kw_only=True):
+    name: str
+    index: int
+    obj: dict[str, Any]
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Deleted
+    gpus: list[int] = msgspec.field(default_factory=list)
+    started: float = 0.0
+    log_offset: int = 0
+    log_seq: int = 0
+
+
+class LocalWorkload(msgspec.Struct, kw_only=True):
+    name: str
+    namespace: str
+    uid: str
+    run_id: str
+    workspace: str
+    attempt: int
+    job: dict[str, Any]
+    workload: dict[str, Any]
+    cluster_queue: str
+    priority: int
+    created: float
+    pods_wanted: int
+    per_pod: dict[str, float]
+    gpu_fraction: float = 0.0
+    gpu_memory_mb: int = 0
+    memory_limit: int = 0
+    preemptible: bool = True
+    source_object: str = ""
+    state: str = "pending"  # pending | running | finished | deleted
+    pods: list[LocalPod] = msgspec.field(default_factory=list)
+    requeues: int = 0
+    last_pending: str = ""

@@ -1,0 +1,33 @@
+"""``python -m taugrid_services.node_agent``.
+
+Environment: ``TAU_NODE_NAME`` (default: hostname), ``TAU_NODE_SAMPLE_INTERVAL`` seconds (default 5),
+``TAU_DECLARED_GPUS`` ("2" or "2x80000": declared GPUs instead of NVML, for simulation).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from taugrid.bus.service import Service, main
+from taugrid.health.agent import NodeAgent, node_name, probe_from_env
+
+log = logging.getLogger("taugrid.node_agent")
+
+
+async def start(svc: Service) -> None:
+    probe = probe_from_env()
+    agent = NodeAgent(svc.bus, probe, node_name())
+    interval = float(os.environ.get("TAU_NODE_SAMPLE_INTERVAL", "5"))
+    first = await agent.sample()
+    if first is not None:
+        log.info("node %s: %d GPU(s) via %s %s", agent.node, len(first.gpus), first.gpu_source, first.message)
+
+    async def tick() -> None:
+        await agent.tick()
+
+    svc.every(interval, tick)
+
+
+if __name__ == "__main__":
+    main("node-agent", start)

@@ -1,0 +1,10 @@
+from taugrid.bus.service import Service, main
+from taugrid_services.recovery.handlers import Recovery
+
+
+async def start(svc: Service) -> None:
+    svc.consume("recovery", Recovery(svc.bus).on_event)
+
+
+if __name__ == "__main__":
+    main("recovery", start)

@@ -1,0 +1,72 @@
+"""The retry decision on the bus. Idempotent: a decision is keyed by the failed attempt (the message id of
+``recovery.retrying`` names the next attempt), and the run record's attempt guards against stale events."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from taugrid.bus import runstate
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event
+from taugrid.core.classify import decide
+from taugrid.core.contracts import ExecFinished, HealthDegraded, RecoveryGaveUp, RecoveryRetrying, RenderFailed
+from taugrid.core.errors import TemporaryError
+from taugrid.core.states import TERMINAL
+
+
+class Recovery:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def on_event(self, ev: Event) -> None:
+        if ev.type == "admission.preempted":
+            return  # the queue (Kueue or the local cluster) requeues a preempted workload itself
+        record, _ = await runstate.get(self.bus, ev.subject)
+        if record is None or record.resolved is None:
+            raise TemporaryError("run record not projected yet", delay=0.5)
+        if record.state in TERMINAL or record.cancel_requested or ev.attempt < record.attempt:
+            return
+        if record.state == "retrying" and ev.attempt <= record.attempt - 1:
+            return
+        node, exit_code, reason, message = "", None, "", ""
+        if ev.type == "exec.failed":
+            fin = ev.payload(ExecFinished)
+            node, exit_code, reason, message = fin.node, fin.exit_code, fin.reason, fin.message
+        elif ev.type == "render.failed":
+            rf = ev.payload(RenderFailed)
+            reason, message = "InvalidManifest" if rf.permanent else rf.reason, rf.message
+            if rf.permanent:
+                await self._give_up(ev, "config", reason, message, record.attempt)
+                return
+        elif ev.type == "health.degraded":
+            hd = ev.payload(HealthDegraded)
+            node, reason, message = hd.node, "GpuFault", f"{hd.condition}: {hd.message}"
+            if record.state not in ("running", "admitted"):
+                return
+        run = record.resolved
+        d = decide(reason=reason, exit_code=exit_code, attempt=ev.attempt, resilience=run.resilience,
+                   event_type=ev.type)
+        if not d.retry:
+            await self._give_up(ev, d.classification, d.reason, message, ev.attempt)
+            return
+        resume = run.resilience.checkpoint_path or run.checkpoint_dir
+        env = {**run.env, "TAU_RETRY_REASON": reason or d.classification, "TAU_RESUME_FROM": resume}
+        exclude = sorted({*record.exclude_nodes, *([node] if d.exclude_node and node else [])})
+        nxt = ev.attempt + 1
+        await self.bus.emit(
+            workspace=ev.workspace, run_id=ev.subject, attempt=nxt, event_type="recovery.retrying",
+            payload=RecoveryRetrying(
+                attempt=nxt, reason=reason or d.classification, classification=d.classification,
+                delay_s=d.delay_s, not_before=time.time() + d.delay_s, resume_from=resume, exclude_nodes=exclude,
+                run=msgspec.structs.replace(run, env=env),
+            ),
+        )
+
+    async def _give_up(self, ev: Event, cls: str, reason: str, message: str, attempts: int) -> None:
+        await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=ev.attempt,
+                            event_type="recovery.gave_up",
+                            payload=RecoveryGaveUp(reason=reason, classification=cls, attempts=attempts,
+                                                   message=message))
+

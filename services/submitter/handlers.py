@@ -1,0 +1,67 @@
+"""Submission handling and the run-state projection.
+
+Idempotent: the run id derives from the submission id, the submission is claimed with a KV create (once), and
+``submit.accepted`` has a deterministic message id; a redelivery either re-emits the same (deduplicated) event
+or, when the run already moved on, does nothing.
+"""
+
+from __future__ import annotations
+
+import nats
+
+from taugrid.bus import runstate
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event
+from taugrid.config.taujob import config_hash, load_tau_config
+from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested
+from taugrid.core.errors import ConfigError
+
+
+def issues_of(err: ConfigError, path: str) -> list[Issue]:
+    out = []
+    for i in err.issues or [{"field": "", "message": str(err)}]:
+        line = i.get("line")
+        out.append(Issue(field=str(i.get("field", "")), message=str(i.get("message", "")),
+                         fix=str(i.get("fix", "") or ""), file=str(i.get("file", "") or path),
+                         line=int(line) if isinstance(line, int) else None))
+    return out
+
+
+class Submitter:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def on_requested(self, ev: Event) -> None:
+        try:
+            req = ev.payload(SubmitRequested)
+        except Exception as exc:  # malformed payload: reject the run with the reason, don't poison the consumer
+            await self._reject(ev, [Issue(field="payload", message=f"malformed submission: {exc}",
+                                          fix="publish a SubmitRequested JSON body (see docs/events.md)")])
+            return
+        kv = await self.bus.kv("submissions")
+        try:
+            await kv.create(req.submission_id, ev.subject.encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            record, _ = await runstate.get(self.bus, ev.subject)
+            if record is not None and record.state not in ("new", "submitted"):
+                return  # a repeated submission: the run already exists and moved on
+        try:
+            cfg = load_tau_config(req.config_text, path=req.config_path)
+        except ConfigError as err:
+            await self._reject(ev, issues_of(err, req.config_path), message=str(err))
+            return
+        await self.bus.emit(
+            workspace=ev.workspace, run_id=ev.subject, attempt=1, event_type="submit.accepted",
+            payload=SubmitAccepted(
+                submission_id=req.submission_id, config=cfg.model_dump(mode="json", exclude_none=True),
+                config_hash=config_hash(cfg), config_text=req.config_text, config_path=req.config_path,
+                source_object=req.source_object, source_digest=req.source_digest, user=req.user,
+            ),
+        )
+
+    async def _reject(self, ev: Event, reasons: list[Issue], message: str = "") -> None:
+        await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=1, event_type="submit.rejected",
+                            payload=Rejected(reasons=reasons, message=message or reasons[0].message))
+
+    async def on_any(self, ev: Event) -> None:
+        await runstate.project(self.bus, ev)

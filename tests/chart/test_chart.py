@@ -1,0 +1,294 @@
+"""The Helm chart renders what operators and the services need, and nothing invalid.
+
+Runs the real `helm` (extracted by tests/chart/tools.py) on charts/taugrid and validates every rendered object
+against the Kubernetes 1.30 OpenAPI schemas (kubernetes-validate, strict: unknown fields fail).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from .tools import REPO, tool
+
+CHART = REPO / "charts" / "taugrid"
+K8S_VERSION = "1.30.0"
+SERVICES = ["submitter", "policy", "renderer", "admission-watcher", "health-monitor", "recovery", "evidence",
+            "kube-bridge"]
+WITH_API_ACCESS = {"renderer", "kube-bridge", "health-monitor"}
+
+Obj = dict[str, Any]
+Render = Callable[..., list[Obj]]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return tool("helm")  # raises (test error, not skip) when the binary cannot be extracted
+
+
+def _helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def render(helm: Path) -> Render:
+    def _render(*sets: str) -> list[Obj]:
+        args = ["template", "t", str(CHART), "--namespace", "taugrid", "--kube-version", K8S_VERSION]
+        for s in sets:
+            args += ["--set", s]
+        proc = _helm(helm, *args)
+        assert proc.returncode == 0, proc.stderr
+        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+    return _render
+
+
+def find(objs: list[Obj], kind: str, name: str | None = None) -> list[Obj]:
+    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objs: list[Obj], kind: str, name: str) -> Obj:
+    found = find(objs, kind, name)
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+def pod_specs(objs: list[Obj]) -> list[tuple[str, Obj]]:
+    return [(f'{o["kind"]}/{o["metadata"]["name"]}', o["spec"]["template"]["spec"])
+            for o in objs if o["kind"] in {"Deployment", "DaemonSet", "StatefulSet", "Job"}]
+
+
+def env_of(container: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_helm_lint_passes_strict(helm: Path) -> None:
+    proc = _helm(helm, "lint", str(CHART), "--strict")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_kubectl_is_extracted_alongside_helm() -> None:
+    proc = subprocess.run([str(tool("kubectl")), "version", "--client"], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert proc.returncode == 0 and "Client Version: v1." in proc.stdout, proc.stderr
+
+
+def test_each_service_gets_its_own_deployment_running_its_module(render: Render) -> None:
+    objs = render()
+    deployments = {d["metadata"]["name"]: d for d in find(objs, "Deployment")}
+    assert set(deployments) == {f"t-taugrid-{s}" for s in SERVICES}
+    for svc in SERVICES:
+        d = deployments[f"t-taugrid-{svc}"]
+        (container,) = d["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["python", "-m", f"taugrid_services.{svc.replace('-', '_')}"]
+        assert container["image"] == "ghcr.io/taugrid/taugrid:0.1.0"
+        assert d["spec"]["template"]["spec"]["serviceAccountName"] == f"t-taugrid-{svc}"
+        assert d["spec"]["replicas"] == 1
+        env = env_of(container)
+        assert env["TAU_NATS_URL"] == "nats://t-taugrid-nats.taugrid.svc:4222"
+        assert env["TAU_BACKEND"] == "kubernetes" and env["TAU_CLUSTER"] == "default"
+        assert "livenessProbe" not in container  # see serviceDefaults.livenessProbe in values.yaml for why
+    assert not find(objs, "PodDisruptionBudget"), "no PDB for single-replica services"
+
+
+def test_replicas_override_scales_one_service_and_adds_its_pdb(render: Render) -> None:
+    objs = render("services.renderer.replicas=3", "services.evidence.enabled=false")
+    assert one(objs, "Deployment", "t-taugrid-renderer")["spec"]["replicas"] == 3
+    assert one(objs, "Deployment", "t-taugrid-policy")["spec"]["replicas"] == 1
+    assert not find(objs, "Deployment", "t-taugrid-evidence")
+    (pdb,) = find(objs, "PodDisruptionBudget")
+    assert pdb["metadata"]["name"] == "t-taugrid-renderer" and pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "renderer"
+
+
+def test_embedded_nats_is_a_single_statefulset_with_jetstream_on_a_pvc(render: Render) -> None:
+    objs = render()
+    sts = one(objs, "StatefulSet", "t-taugrid-nats")
+    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    conf = one(objs, "ConfigMap", "t-taugrid-nats")["data"]["nats.conf"]
+    assert "store_dir: /data" in conf and "max_payload: 8MB" in conf
+    assert one(objs, "Service", "t-taugrid-nats")["spec"]["ports"][0]["port"] == 4222
+
+
+def test_external_nats_renders_no_server_and_points_every_service_at_it(render: Render) -> None:
+    objs = render("nats.embedded.enabled=false", "nats.url=nats://bus.nats-system.svc:4222")
+    assert not find(objs, "StatefulSet") and not find(objs, "ConfigMap", "t-taugrid-nats")
+    for where, spec in pod_specs(objs):
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert env_of(c)["TAU_NATS_URL"] == "nats://bus.nats-system.svc:4222", where
+
+
+def test_nats_url_from_a_secret_stays_out_of_the_manifests(render: Render) -> None:
+    objs = render("nats.embedded.enabled=false", "nats.urlSecret.name=bus-creds")
+    env = env_of(one(objs, "Deployment", "t-taugrid-policy")["spec"]["template"]["spec"]["containers"][0])
+    assert env["TAU_NATS_URL"] == {"secretKeyRef": {"name": "bus-creds", "key": "url"}}
+
+
+VARIANTS = {
+    "default": (),
+    "external-nats": ("nats.embedded.enabled=false", "nats.url=nats://bus:4222"),
+    "scaled": ("services.renderer.replicas=3", "services.policy.replicas=2", "rbac.workspaceNamespaces={ws-a,ws-b}"),
+    "cluster-wide+platform": ("rbac.clusterWide=true", "platform.enabled=true",
+                              "platform.config.workspaces[0].name=ml", "nodeAgent.kmsg.enabled=true",
+                              "nodeAgent.runtimeClassName=nvidia", "otel.endpoint=http://otel:4318"),
+    "kmsg-privileged": ("nodeAgent.kmsg.enabled=true", "nodeAgent.kmsg.privileged=true"),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_rendered_object_is_valid_kubernetes(render: Render, variant: str) -> None:
+    objs = render(*VARIANTS[variant])
+    assert len(objs) > 20
+    for o in objs:
+        try:
+            kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f'{o["kind"]}/{o["metadata"]["name"]}: {exc.message} at {list(exc.path)}')
+
+
+def test_pods_meet_the_restricted_profile(render: Render) -> None:
+    for where, spec in pod_specs(render()):
+        psc = spec["securityContext"]
+        assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 65532, where
+        assert psc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+
+
+@pytest.mark.parametrize("bad", [
+    "services.renderer.replicas=three",  # --set keeps non-numbers as strings
+    "services.rendrer.replicas=2",
+    "nats.embedded.enabled=false",  # and no url
+    "nats.url=http://bus:4222",
+    "backend.cluster=prod.eu",  # would split the k8s.<cluster>.* subject
+    "image.pullPolicy=Sometimes",
+    "logLevel=LOUD",
+    "rbac.workspaceNamespaces={Team_A}",
+    "platform.enabled=true",  # with an empty platform.yaml
+    "services.renderer.resources.requests.cpu=lots",
+])
+def test_bad_values_fail_the_schema(helm: Path, bad: str) -> None:
+    proc = _helm(helm, "template", "t", str(CHART), "--kube-version", K8S_VERSION, "--set", bad)
+    assert proc.returncode != 0, f"{bad} rendered"
+    assert "don't meet the specifications of the schema" in proc.stderr, proc.stderr
+
+
+def test_bad_values_also_fail_lint(helm: Path) -> None:
+    proc = _helm(helm, "lint", str(CHART), "--set-string", "services.renderer.replicas=three")
+    assert proc.returncode != 0 and "want integer" in proc.stdout + proc.stderr
+
+
+def rules_of(objs: list[Obj], role: str) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in one(objs, "ClusterRole", role)["rules"]
+            for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def bindings_for(objs: list[Obj], sa: str) -> list[Obj]:
+    return [b for b in find(objs, "RoleBinding") + find(objs, "ClusterRoleBinding")
+            if any(s["name"] == sa for s in b["subjects"])]
+
+
+def test_renderer_rbac_has_exactly_the_verbs_it_needs(render: Render) -> None:
+    objs = render("rbac.workspaceNamespaces={ws-a,ws-b}")
+    write = {"create", "patch", "delete"}
+    assert rules_of(objs, "t-taugrid-renderer") == {
+        (g, r, v) for g, r in [("batch", "jobs"), ("", "services"), ("ray.io", "rayjobs")] for v in write}
+    bindings = bindings_for(objs, "t-taugrid-renderer")
+    assert sorted((b["kind"], b["metadata"]["namespace"]) for b in bindings) == [
+        ("RoleBinding", "ws-a"), ("RoleBinding", "ws-b")]
+    assert all(b["roleRef"]["name"] == "t-taugrid-renderer" for b in bindings)
+
+
+def test_cluster_wide_rbac_binds_with_cluster_role_bindings(render: Render) -> None:
+    objs = render("rbac.clusterWide=true", "rbac.workspaceNamespaces={ws-a}")
+    assert not find(objs, "RoleBinding")
+    assert [b["kind"] for b in bindings_for(objs, "t-taugrid-renderer")] == ["ClusterRoleBinding"]
+
+
+def test_kube_bridge_and_health_monitor_get_only_their_grants(render: Render) -> None:
+    objs = render("rbac.workspaceNamespaces={ws-a}")
+    watch = {"list", "watch"}
+    assert rules_of(objs, "t-taugrid-kube-bridge") == {
+        (g, r, v) for g, r in [("batch", "jobs"), ("", "pods"), ("", "events"), ("ray.io", "rayjobs"),
+                               ("kueue.x-k8s.io", "workloads")] for v in watch}
+    assert rules_of(objs, "t-taugrid-kube-bridge-nodes") == {("", "nodes", v) for v in watch}
+    assert rules_of(objs, "t-taugrid-kube-bridge-leases") == {("coordination.k8s.io", "leases", v) for v in watch}
+    leases = one(objs, "RoleBinding", "t-taugrid-kube-bridge-leases")
+    assert leases["metadata"]["namespace"] == "kube-node-lease"
+    assert rules_of(objs, "t-taugrid-health-monitor-nodes") == {("", "nodes", "patch")}
+    assert rules_of(objs, "t-taugrid-health-monitor") == {("", "pods/eviction", "create")}
+    bridge = one(objs, "Deployment", "t-taugrid-kube-bridge")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(bridge)["TAU_WATCH_NAMESPACES"] == "ws-a"
+
+
+def test_other_services_get_no_api_access(render: Render) -> None:
+    objs = render("rbac.workspaceNamespaces={ws-a}")
+    for svc in SERVICES:
+        spec = one(objs, "Deployment", f"t-taugrid-{svc}")["spec"]["template"]["spec"]
+        has_bindings = bool(bindings_for(objs, f"t-taugrid-{svc}"))
+        assert spec["automountServiceAccountToken"] is (svc in WITH_API_ACCESS), svc
+        assert has_bindings is (svc in WITH_API_ACCESS), svc
+    assert not bindings_for(objs, "t-taugrid-node-agent") and not bindings_for(objs, "t-taugrid-bootstrap")
+    assert {sa["metadata"]["name"] for sa in find(objs, "ServiceAccount")} == {
+        f"t-taugrid-{c}" for c in [*SERVICES, "node-agent", "bootstrap"]}
+
+
+def test_bootstrap_is_a_post_install_hook_running_the_bus_bootstrap(render: Render) -> None:
+    job = one(render(), "Job", "t-taugrid-bootstrap")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    spec = job["spec"]["template"]["spec"]
+    assert [c["command"] for c in spec["containers"]] == [["python", "-m", "taugrid.bus.bootstrap"]]
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_platform_is_rendered_and_applied_after_the_bus_bootstrap(render: Render) -> None:
+    objs = render("platform.enabled=true", "platform.config.workspaces[0].name=ml",
+                  "platform.config.workspaces[0].namespace=team-ml")
+    cm = one(objs, "ConfigMap", "t-taugrid-platform")
+    assert yaml.safe_load(cm["data"]["platform.yaml"]) == {"workspaces": [{"name": "ml", "namespace": "team-ml"}]}
+    spec = one(objs, "Job", "t-taugrid-bootstrap")["spec"]["template"]["spec"]
+    assert [c["command"] for c in spec["initContainers"]] == [["python", "-m", "taugrid.bus.bootstrap"]]
+    (apply,) = spec["containers"]
+    assert apply["command"] == ["tau", "platform", "apply", "/etc/taugrid/platform.yaml", "--backend", "kubernetes"]
+    assert {"name": "platform", "mountPath": "/etc/taugrid", "readOnly": True} in apply["volumeMounts"]
+    assert bindings_for(objs, "t-taugrid-bootstrap")[0]["kind"] == "ClusterRoleBinding"
+    assert ("kueue.x-k8s.io", "clusterqueues", "patch") in rules_of(objs, "t-taugrid-bootstrap-platform")
+
+
+def test_node_agent_runs_on_gpu_nodes_with_its_node_name(render: Render) -> None:
+    ds = one(render(), "DaemonSet", "t-taugrid-node-agent")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    (c,) = spec["containers"]
+    assert c["command"] == ["python", "-m", "taugrid_services.node_agent"]
+    assert env_of(c)["TAU_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "runtimeClassName" not in spec and all(v["name"] != "kmsg" for v in spec["volumes"])
+
+
+def test_node_agent_kmsg_is_mounted_read_only_when_enabled(render: Render) -> None:
+    objs = render("nodeAgent.kmsg.enabled=true", "nodeAgent.runtimeClassName=nvidia")
+    spec = one(objs, "DaemonSet", "t-taugrid-node-agent")["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    (c,) = spec["containers"]
+    assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in c["volumeMounts"]
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_a_missing_tool_package_is_an_error_not_a_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    from . import tools
+
+    monkeypatch.setattr(tools, "PACKAGE", "no-such-package-taugrid")
+    with pytest.raises(tools.ToolError, match="is not installed"):
+        tools.tool("helm")

@@ -1,0 +1,121 @@
+"""platform.yaml: strict models, quantities, cross-references with lines; the sample in deploy/ loads."""
+
+from pathlib import Path
+
+import pytest
+from taugrid.config.platform import GPU_RESOURCE, load_platform
+from taugrid.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+resource_flavors:
+  - name: a100
+cohorts:
+  - name: research
+cluster_queues:
+  - name: team-a
+    cohort: research
+    resource_groups:
+      - covered_resources: [cpu, memory, nvidia.com/gpu]
+        flavors:
+          - name: a100
+            resources:
+              - {name: cpu, nominal_quota: 32}
+              - {name: memory, nominal_quota: 256Gi}
+              - {name: nvidia.com/gpu, nominal_quota: 8, borrowing_limit: 4}
+local_queues:
+  - {name: q, namespace: team-a, cluster_queue: team-a}
+priority_classes:
+  - {name: normal, value: 100}
+compute_profiles:
+  - {name: a100-1, gpu: 1, cpu: 16, memory: 64Gi}
+workspaces:
+  - name: team-a
+    namespace: team-a
+    local_queue: q
+    default_priority: normal
+    default_profile: a100-1
+"""
+
+
+def fields(text: str) -> dict[str, dict]:
+    with pytest.raises(ConfigError) as info:
+        load_platform(text)
+    return {str(i["field"]): i for i in info.value.issues}
+
+
+def test_a_consistent_platform_loads_with_quantities_parsed_on_use():
+    platform = load_platform(GOOD)
+    cq = platform.cluster_queue("team-a")
+    assert cq.nominal("cpu") == 32 and cq.nominal("memory") == 256 << 30 and cq.nominal(GPU_RESOURCE) == 8
+    assert platform.workspace("team-a").output_root == "/data/runs"
+    assert platform.priority_class("normal").preemptible is True
+
+
+def test_the_sample_platform_in_deploy_loads():
+    platform = load_platform((ROOT / "deploy" / "platform.yaml").read_text(), path="deploy/platform.yaml")
+    assert {w.name for w in platform.workspaces} == {"vision", "language"}
+    assert platform.profile("a100-1").gpu == 1 and platform.profile("a100-half").gpu_fraction == 0.5
+
+
+def test_unknown_key_suggests_the_nearest():
+    found = fields(GOOD.replace("    default_profile: a100-1", "    default_profle: a100-1"))
+    issue = found["workspaces[0].default_profle"]
+    assert "did you mean 'default_profile'?" in issue["message"] and issue["line"] == 28
+
+
+def test_dangling_references_name_their_field_and_the_known_names():
+    text = (
+        GOOD.replace("cluster_queue: team-a}", "cluster_queue: team-b}")
+        .replace("default_priority: normal", "default_priority: urgent")
+        .replace("cohort: research", "cohort: nope")
+        .replace("          - name: a100\n", "          - name: h100\n")
+        .replace("default_profile: a100-1", "default_profile: a100-2")
+    )
+    found = fields(text)
+    assert "team-a" in found["local_queues[0].cluster_queue"]["fix"]
+    assert found["local_queues[0].cluster_queue"]["line"] == 18
+    assert "normal" in found["workspaces[0].default_priority"]["fix"]
+    assert "cluster_queues[0].cohort" in found
+    assert "cluster_queues[0].resource_groups[0].flavors[0].name" in found
+    assert "did you mean 'a100-1'?" in found["workspaces[0].default_profile"]["message"]
+
+
+def test_workspace_queue_must_live_in_the_workspace_namespace():
+    found = fields(
+        GOOD.replace("    namespace: team-a\n    local_queue: q", "    namespace: team-b\n    local_queue: q")
+    )
+    assert "team-b" in found["workspaces[0].local_queue"]["message"]
+
+
+def test_quota_entries_must_match_covered_resources_and_parse():
+    found = fields(
+        GOOD.replace("{name: memory, nominal_quota: 256Gi}", "{name: memory, nominal_quota: 256Gb}").replace(
+            "nominal_quota: 8, borrowing_limit: 4", "nominal_quota: 1.5"
+        )
+    )
+    base = "cluster_queues[0].resource_groups[0].flavors[0].resources"
+    assert f"{base}[1].nominal_quota" in found and f"{base}[2].nominal_quota" in found
+    found = fields(GOOD.replace("              - {name: cpu, nominal_quota: 32}\n", ""))
+    assert "cluster_queues[0].resource_groups[0].flavors[0].resources" in found
+
+
+def test_enum_values_are_checked():
+    found = fields(GOOD.replace("    cohort: research\n", "    queueing_strategy: Fifo\n"))
+    assert "StrictFIFO" in found["cluster_queues[0].queueing_strategy"]["fix"]
+
+
+def test_borrowing_needs_a_cohort():
+    found = fields(GOOD.replace("    cohort: research\n", ""))
+    assert "cluster_queues[0].resource_groups[0].flavors[0].resources[2].borrowing_limit" in found
+
+
+def test_duplicate_names_and_cohort_cycles_are_rejected():
+    found = fields(
+        GOOD.replace(
+            "  - name: research\n",
+            "  - {name: research, parent: x}\n  - {name: x, parent: research}\n  - name: research\n",
+        )
+    )
+    assert "cohorts[2].name" in found and "cohorts[0].parent" in found

@@ -1,0 +1,256 @@
+"""The evidence service against a real nats-server: ledger, seal exactly once, bundle contents, verify_run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import msgspec
+from taugrid.bus import Bus, connect
+from taugrid.bus.bootstrap import ensure_consumer
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.topology import ConsumerSpec
+from taugrid.core import contracts as c
+from taugrid.core.events import log_subject
+from taugrid.evidence import ledger as lg
+from taugrid.evidence import store
+from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
+from taugrid.evidence.replay import replay
+from taugrid.evidence.verify import verify_run
+from taugrid_services.evidence.handlers import Evidence
+
+TAU_YAML = "name: train\nengine: job\nentrypoint: train.py\ncompute:\n  gpus: 1\n"
+
+
+async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list[str]) -> None:
+    """A realistic run up to exec.running, with its logs on LOGS."""
+    resolved = c.ResolvedRun(
+        run_id=run,
+        submission_id="sub-1",
+        workspace=ws,
+        namespace=f"ns-{ws}",
+        name="train",
+        entrypoint="train.py",
+        image="python:3.12",
+        output_dir=str(out / "output"),
+        checkpoint_dir=str(out / "ckpt"),
+        source_object=f"sources/{run}.tar",
+        source_digest="sha256:abc",
+        config_hash="cfg123",
+        platform_revision=7,
+    )
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{run}-a1", "namespace": f"ns-{ws}"},
+    }
+    steps: list[tuple[str, msgspec.Struct]] = [
+        (
+            "submit.requested",
+            c.SubmitRequested(
+                submission_id="sub-1",
+                config_text=TAU_YAML,
+                workspace=ws,
+                source_object=f"sources/{run}.tar",
+                source_digest="sha256:abc",
+                user="ada",
+            ),
+        ),
+        (
+            "submit.accepted",
+            c.SubmitAccepted(
+                submission_id="sub-1", config={"name": "train"}, config_hash="cfg123", config_text=TAU_YAML
+            ),
+        ),
+        ("policy.approved", c.PolicyApproved(run=resolved, platform_revision=7)),
+        (
+            "render.applied",
+            c.RenderApplied(
+                attempt=1,
+                backend="local",
+                kind="Job",
+                object_name=f"{run}-a1",
+                manifests=[manifest],
+                digest="sha256:m1",
+            ),
+        ),
+        ("exec.running", c.ExecRunning(node="box", pod=f"{run}-a1-0", pid=42)),
+    ]
+    for kind, payload in steps:
+        await bus.emit(workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    per_chunk = max(1, len(log_lines) // 2)
+    for seq, start in enumerate(range(0, len(log_lines), per_chunk)):
+        chunk = c.LogChunk(
+            run_id=run, attempt=1, pod=f"{run}-a1-0", seq=seq, lines=log_lines[start : start + per_chunk]
+        )
+        await bus.publish(
+            log_subject(ws, run, 1),
+            chunk,
+            event_type="log.chunk",
+            ce_subject=run,
+            msg_id=f"{run}.1.log.{seq}",
+            workspace=ws,
+            family="log",
+        )
+
+
+async def drain(bus: Bus, durable: str, ws: str, until) -> None:  # type: ignore[no-untyped-def]
+    """Run the evidence handler on its own durable (as the service would) until ``until()`` holds."""
+    await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
+    # Its own connection, closed without draining: ConsumerLoop leaves its pull subscription open and
+    # draining that waits out the 5 s drain timeout.
+    own = await connect(os.environ["TAU_NATS_URL"], name="evidence-test")
+    loop = ConsumerLoop(
+        own, stream="RUNS", durable=durable, handler=Evidence(own).on_event, fetch_timeout=0.2
+    )
+    task = asyncio.create_task(loop.run())
+    try:
+        for _ in range(150):
+            if await until():
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        loop.stopping.set()
+        await task
+        await own.nc.close()
+
+
+async def sealed_events(bus: Bus, ws: str, run: str) -> list[Event]:
+    msgs = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run}.evidence.sealed")
+    return [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+
+
+def announced(ws: str, run: str, bus: Bus):  # type: ignore[no-untyped-def]
+    async def check() -> bool:
+        led, _ = await store.load(bus, run)
+        return bool(led and led.seal and led.seal.emitted and led.entries[-1].type == "evidence.sealed")
+
+    return check
+
+
+async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: Path) -> None:
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "output").mkdir()
+    (tmp_path / "output" / "metrics-000.jsonl").write_text('{"step":1,"loss":0.5}\n')
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "step-1.pt").write_bytes(b"\0" * 1000)
+    await publish_run(bus, ws, run, tmp_path, log_lines=["epoch 1", "loss 0.5", "done"])
+    await bus.emit(
+        workspace=ws,
+        run_id=run,
+        attempt=1,
+        event_type="exec.succeeded",
+        payload=c.ExecFinished(exit_code=0, reason="Completed", node="box", duration_s=3.0),
+    )
+
+    await drain(bus, f"evidence-{ws}", ws, announced(ws, run, bus))
+
+    sealed = await sealed_events(bus, ws, run)
+    assert len(sealed) == 1
+    payload = sealed[0].payload(c.EvidenceSealed)
+    assert (payload.terminal_state, payload.attempt, payload.entries) == ("succeeded", 1, 6)
+    assert payload.bundle == bundle_name(run)
+
+    report = await verify_run(bus, run)
+    assert report.problems == [] and report.ok and report.digest == payload.digest
+    assert report.entries == 7 and report.audit_events == 7  # six run events + evidence.sealed
+
+    data, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
+    assert lg.sha256(data) == payload.digest
+    assert doc["config"]["text"] == TAU_YAML and doc["config"]["path"] == "tau.yaml"
+    assert doc["resolved"]["output_dir"] == str(tmp_path / "output") and doc["platform"]["revision"] == 7
+    assert doc["source"] == {"object": f"sources/{run}.tar", "digest": "sha256:abc"}
+    [att] = doc["attempts"]
+    assert att["render"]["manifests"][0]["kind"] == "Job" and att["render"]["digest"] == "sha256:m1"
+    assert att["exit"]["event"] == "exec.succeeded" and att["exit"]["exit_code"] == 0
+    assert att["logs"]["text"] == "epoch 1\nloss 0.5\ndone\n"
+    assert doc["outputs"]["output_dir"]["metrics"][0]["text"] == '{"step":1,"loss":0.5}\n'
+    assert doc["outputs"]["checkpoint_dir"]["files"] == [
+        {"path": "step-1.pt", "size": 1000, "sha256": lg.sha256(b"\0" * 1000)}
+    ]
+    assert [e["type"] for e in doc["events"]][-1] == "exec.succeeded"
+    assert doc["ledger"]["head"] == payload.ledger_head and len(doc["ledger"]["entries"]) == 6
+
+    # Deterministic: collecting again gives the same bytes; sealing again gives the same object.
+    led, _ = await store.load(bus, run)
+    assert led is not None
+    again, _ = await store.collect(bus, led)
+    assert again == data
+    terminal = next(ev for ev in await _events(bus, ws, run) if ev.type == "exec.succeeded")
+    assert await store.seal(bus, run, terminal) == payload
+
+    # Redelivery of everything (a fresh durable replays the whole run) and a late racing terminal event.
+    await Evidence(bus).on_event(terminal)
+    await bus.emit(
+        workspace=ws,
+        run_id=run,
+        attempt=1,
+        event_type="recovery.gave_up",
+        payload=c.RecoveryGaveUp(reason="late", classification="unknown", attempts=1),
+    )
+
+    async def eight_entries() -> bool:
+        current, _ = await store.load(bus, run)
+        return current is not None and len(current.entries) == 8
+
+    await drain(bus, f"evidence2-{ws}", ws, eight_entries)
+    after, _ = await store.load(bus, run)
+    assert after is not None and len(after.entries) == 8 and after.entries[:7] == led.entries[:7]
+    assert after.seal == led.seal
+    assert len(await sealed_events(bus, ws, run)) == 1
+    assert (await verify_run(bus, run)).ok
+
+
+async def _events(bus: Bus, ws: str, run: str) -> list[Event]:
+    msgs = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run}.>")
+    return [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+
+
+async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: Bus, tmp_path: Path) -> None:
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"big-{uuid.uuid4().hex[:6]}"
+    lines = [f"line {i:06d} " + "x" * 60 for i in range(INLINE_LOG_BYTES // 60)]
+    await publish_run(bus, ws, run, tmp_path, log_lines=lines)
+    await bus.emit(
+        workspace=ws,
+        run_id=run,
+        attempt=1,
+        event_type="exec.cancelled",
+        payload=c.ExecFinished(exit_code=143, reason="Cancelled"),
+    )
+    await bus.emit(
+        workspace=ws,
+        run_id=run,
+        attempt=1,
+        event_type="recovery.gave_up",
+        payload=c.RecoveryGaveUp(reason="x", classification="app", attempts=1),
+    )
+
+    await drain(bus, f"evidence-{ws}", ws, announced(ws, run, bus))
+
+    [sealed] = [ev.payload(c.EvidenceSealed) for ev in await sealed_events(bus, ws, run)]
+    assert sealed.terminal_state == "cancelled" and sealed.entries == 6
+    _, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
+    logs = doc["attempts"][0]["logs"]
+    assert "text" not in logs and logs["object"] == f"runs/{run}/attempt-1.log"
+    assert logs["lines"] == len(lines) and not doc["outputs"]["output_dir"]["present"]
+    assert (await verify_run(bus, run)).ok
+
+    # A modified log object, then a modified bundle, then a rewritten ledger entry: each is reported.
+    await store.put_object(bus, logs["object"], b"forged\n")
+    assert any("log object" in p and "modified" in p for p in (await verify_run(bus, run)).problems)
+    await store.put_object(bus, bundle_name(run), msgspec.json.encode({**doc, "config": {"text": "forged"}}))
+    report = await verify_run(bus, run)
+    assert not report.ok and any("the bundle was modified" in p for p in report.problems)
+
+    led, _ = await store.load(bus, run)
+    assert led is not None
+    bad = msgspec.structs.replace(led.entries[1], payload_sha256="0" * 64)
+    await store.update(
+        bus, run, lambda cur: msgspec.structs.replace(cur, entries=(cur.entries[0], bad, *cur.entries[2:]))
+    )
+    problems = (await verify_run(bus, run, audit_wait_s=0)).problems
+    assert any(p.startswith("entry 1") and "modified" in p for p in problems)
+    assert any("differs from AUDIT" in p for p in problems)

@@ -1,0 +1,81 @@
+"""The pure hash-chained ledger: chaining, idempotent append, tamper detection, first-wins seal."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from taugrid.bus.envelope import Event
+from taugrid.evidence import ledger as lg
+
+
+def ev(n: int, kind: str = "exec.running", data: bytes = b"{}") -> Event:
+    return Event(
+        id=f"r.1.{kind}.{n}",
+        type=kind,
+        source="/svc/test",
+        subject="r",
+        time=f"2025-01-01T00:00:0{n}Z",
+        data=data,
+        attempt=1,
+        seq=n,
+        traceparent="",
+    )
+
+
+def chain(n: int) -> lg.Ledger:
+    led = lg.Ledger(run_id="r", workspace="w")
+    for i in range(n):
+        led = lg.append(led, ev(i, data=f'{{"i":{i}}}'.encode()))
+    return led
+
+
+def test_entries_chain_from_genesis_and_verify_clean() -> None:
+    led = chain(4)
+    assert led.entries[0].prev == lg.GENESIS
+    assert [e.prev for e in led.entries[1:]] == [e.hash for e in led.entries[:-1]]
+    assert led.head == led.entries[-1].hash and len(led.head) == 64
+    assert lg.verify(led) == []
+    assert lg.decode(lg.encode(led)) == led
+
+
+def test_append_is_idempotent_by_event_id() -> None:
+    led = chain(3)
+    again = lg.append(led, ev(1, data=b'{"i":1}'))
+    assert again is led
+    assert lg.append(lg.append(led, ev(9)), ev(9)).entries == lg.append(led, ev(9)).entries
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("type", "exec.succeeded"), ("payload_sha256", "0" * 64), ("time", "2030-01-01T00:00:00Z")],
+)
+def test_modified_entry_is_reported_with_its_index(field: str, value: str) -> None:
+    led = chain(4)
+    bad = msgspec.structs.replace(led.entries[2], **{field: value})
+    tampered = msgspec.structs.replace(led, entries=(*led.entries[:2], bad, *led.entries[3:]))
+    problems = lg.verify(tampered)
+    assert problems and all(p.startswith("entry 2") for p in problems)
+    assert "modified" in problems[0]
+
+
+def test_rehashed_entry_breaks_the_next_link() -> None:
+    led = chain(4)
+    bad = msgspec.structs.replace(led.entries[1], payload_sha256="f" * 64)
+    bad = msgspec.structs.replace(bad, hash=lg.entry_hash(bad))
+    tampered = msgspec.structs.replace(led, entries=(led.entries[0], bad, *led.entries[2:]))
+    problems = lg.verify(tampered)
+    assert len(problems) == 1 and problems[0].startswith("entry 2") and "prev" in problems[0]
+    dropped = msgspec.structs.replace(led, entries=(led.entries[0], *led.entries[2:]))
+    assert any("index is 2, expected 1" in p for p in lg.verify(dropped))
+
+
+def test_first_terminal_event_wins_the_seal() -> None:
+    led = chain(2)
+    cancelled, gave_up = ev(5, "exec.cancelled"), ev(6, "recovery.gave_up")
+    led = lg.claim_seal(lg.append(led, cancelled), cancelled)
+    led = lg.claim_seal(lg.append(led, gave_up), gave_up)
+    assert led.seal is not None and led.seal.event_id == cancelled.id and led.seal.index == 2
+    assert lg.claim_seal(led, ev(1)) is led  # non-terminal events never claim
+    with pytest.raises(ValueError):
+        lg.claim_seal(chain(1), ev(7, "exec.succeeded"))
+    assert lg.mark_emitted(led).seal.emitted  # type: ignore[union-attr]
