@@ -112,11 +112,11 @@ class LocalCluster:
     async def on_backend(self, ev: Event) -> None:
         async with self.lock:
             if ev.nats_subject.endswith(".apply"):
-                await self.apply(ev.payload(BackendApply))
+                await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent)
             elif ev.nats_subject.endswith(".delete"):
                 await self.delete(ev.payload(BackendDelete))
 
-    async def apply(self, req: BackendApply) -> None:
+    async def apply(self, req: BackendApply, *, traceparent: str = "") -> None:
         await self.refresh_platform()
         main = next((m for m in req.manifests if m.get("kind") in ("Job", "RayJob")), None)
         if main is None:
@@ -125,6 +125,7 @@ class LocalCluster:
         if name in self.wls:
             return  # redelivered apply: the same run+attempt is the same object
         wl = self._workload_from(req, main)
+        wl.traceparent = traceparent
         self.wls[name] = wl
         await self.save(wl)
         await self.publish(wl, "Job" if main["kind"] == "Job" else "RayJob", wl.job, "added")
@@ -374,7 +375,7 @@ class LocalCluster:
             chunk = LogChunk(run_id=wl.run_id, attempt=wl.attempt, pod=p.name, seq=p.log_seq, lines=lines)
             await self.bus.publish(log_subject(wl.workspace, wl.run_id, wl.attempt), chunk, event_type="chunk",
                                    ce_subject=wl.run_id, msg_id=f"{p.name}.{start}", workspace=wl.workspace,
-                                   attempt=wl.attempt, family="log")
+                                   attempt=wl.attempt, family="log", traceparent=wl.traceparent)
             p.log_offset, p.log_seq = offset, p.log_seq + 1
             if not final:
                 return
@@ -389,7 +390,7 @@ class LocalCluster:
         await self.bus.publish(
             k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change), watch,
             event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
-            workspace=wl.workspace, attempt=wl.attempt, family="k8s",
+            workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent,
         )
 
 

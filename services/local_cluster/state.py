@@ -37,6 +37,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     memory_limit: int = 0
     preemptible: bool = True
     source_object: str = ""
+    traceparent: str = ""  # the trace of the apply, continued by every event this workload causes
     state: str = "pending"  # pending | running | finished | deleted
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0

@@ -8,6 +8,8 @@ from typing import Any
 
 
 
+import logging
+
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
@@ -25,6 +27,8 @@ from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.states import TERMINAL
 from taugrid.render import manifest_digest, render
 from taugrid.render.validate import validate
+
+log = logging.getLogger("taugrid.renderer")
 
 # Objects the backend must delete to stop a run (the Service of a multi-node Job goes with its owner).
 _WORKLOAD_KINDS = ("Job", "RayJob")
@@ -60,6 +64,7 @@ class Renderer:
             run_id=run.run_id, workspace=run.workspace, attempt=attempt, manifests=manifests,
             source_object=run.source_object, exclude_nodes=exclude,
         ))
+        log.info("applied %s attempt %d via %s", run.run_id, attempt, self.backend.name)
         main = next((m for m in manifests if m.get("kind") in _WORKLOAD_KINDS), manifests[0])
         await self.bus.emit(
             workspace=ev.workspace, run_id=run.run_id, attempt=attempt, event_type="render.applied",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import msgspec
-
 from taugrid.core.contracts import GpuSample, NodeSample
 from taugrid.health.rules import Fleet, Policy, evaluate, guard, plan, wants_cordon
 from taugrid.health.wire import NodeState, NodeValidation
@@ -12,13 +11,15 @@ POLICY = Policy(clean_samples_to_release=2)
 
 
 def gpu(i: int = 0, **kw: object) -> GpuSample:
-    base = dict(memory_total_mb=80000, temperature_c=40, ecc_volatile_uncorrected=0, ecc_aggregate_uncorrected=0,
-                remapped_rows_pending=False, remapped_rows_failure=False, pcie_replay_count=0)
+    base = dict(memory_total_mb=80000, temperature_c=40, ecc_volatile_uncorrected=0,
+                ecc_aggregate_uncorrected=0, remapped_rows_pending=False, remapped_rows_failure=False,
+                pcie_replay_count=0)
     base.update(kw)
     return GpuSample(index=i, **base)  # type: ignore[arg-type]
 
 
-def sample(t: float, gpus: list[GpuSample] | None = None, source: str = "declared", node: str = "n1") -> NodeSample:
+def sample(t: float, gpus: list[GpuSample] | None = None, source: str = "declared",
+           node: str = "n1") -> NodeSample:
     return NodeSample(node=node, time=t, cpus=8, memory_bytes=1 << 34,
                       gpus=[gpu(0), gpu(1)] if gpus is None else gpus, gpu_source=source)
 
@@ -123,7 +124,8 @@ def test_ecc_volatile_raises_and_aggregate_history_does_not() -> None:
     p = node.feed(sample(1, [gpu(0, ecc_aggregate_uncorrected=7), gpu(1)]))  # lifetime history only
     assert p.transitions == []
     p = node.feed(sample(2, [gpu(0, ecc_aggregate_uncorrected=8), gpu(1)]))  # growth we watched
-    assert [(t.type, t.reason) for t in p.transitions] == [("GpuEccUncorrectable", "AggregateUncorrectedEccRising")]
+    assert [(t.type, t.reason) for t in p.transitions] == [
+        ("GpuEccUncorrectable", "AggregateUncorrectedEccRising")]
     node2 = Node()
     p = node2.feed(sample(1, [gpu(0, ecc_volatile_uncorrected=2), gpu(1)]))
     assert [(t.type, t.status) for t in p.transitions] == [("GpuEccUncorrectable", "True")]
@@ -149,8 +151,8 @@ def test_remapped_rows_pending_and_failure_follow_the_signal() -> None:
 
 def test_thermal_hysteresis() -> None:
     node = Node()
-    temps_and_status = [(89, "absent"), (90, "True"), (88, "True"), (86, "True"), (85, "False"), (88, "False"),
-                        (None, "False"), (93, "True")]
+    temps_and_status = [(89, "absent"), (90, "True"), (88, "True"), (86, "True"), (85, "False"),
+                        (88, "False"), (None, "False"), (93, "True")]
     for t, (temp, want) in enumerate(temps_and_status, start=1):
         node.feed(sample(t, [gpu(0, temperature_c=temp), gpu(1)]))
         assert node.status("GpuThermal/0") == want, (temp, want)

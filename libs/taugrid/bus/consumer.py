@@ -53,6 +53,15 @@ class ConsumerLoop:
 
     async def run(self) -> None:
         psub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.stream)
+        try:
+            await self._loop(psub)
+        finally:
+            try:
+                await psub.unsubscribe()
+            except (nats.errors.Error, TimeoutError):
+                pass
+
+    async def _loop(self, psub: Any) -> None:
         while not self.stopping.is_set():
             try:
                 msgs = await psub.fetch(self.batch, timeout=self.fetch_timeout)

@@ -10,7 +10,6 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -46,8 +45,8 @@ def tracer() -> trace.Tracer:
 @contextlib.contextmanager
 def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
          attributes: dict[str, str] | None = None) -> Iterator[Span]:
-    """A span that continues ``parent`` (a traceparent string) when given, else starts a new trace."""
-    ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else otel_context.Context()
+    """A span that continues ``parent`` (a traceparent string) when given, else the current span's trace."""
+    ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
     with tracer().start_as_current_span(name, context=ctx, kind=kind, attributes=attributes or {}) as s:
         yield s
 

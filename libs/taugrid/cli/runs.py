@@ -120,7 +120,7 @@ async def _follow(client: Any, run_id: str, output: str) -> None:
             click.echo(f"[{elapsed(start, None):>6}] " + event_line(ev))
         if ev.type in TERMINAL_EVENTS and not outcome:
             outcome = ev.type
-    record = await client.status(run_id)
+    record = await client.settled(run_id)
     if output != "json":
         click.echo(phase_tree(record))
     if record.state != "succeeded":

@@ -78,6 +78,15 @@ class Client:
             raise NotFound(f"run {run_id} not found (see `tau list`)")
         return record
 
+    async def settled(self, run_id: str, *, timeout: float = 10.0) -> RunRecord:
+        """The record once the projection has caught up with a finished run (or the latest after ``timeout``)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            record = await self.status(run_id)
+            if record.finished or asyncio.get_running_loop().time() > deadline:
+                return record
+            await asyncio.sleep(0.1)
+
     async def list(self) -> list[RunRecord]:
         return sorted(await runstate.list_records(self.bus), key=lambda r: r.created)
 
@@ -175,6 +184,7 @@ def _user() -> str:
 
 
 async def open_client(url: str | None = None) -> Client:
+    tracing.setup("client")
     return Client(await connect(url, name="client", max_reconnect_attempts=3))
 
 

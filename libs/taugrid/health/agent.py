@@ -1,9 +1,9 @@
 """The node agent's work per tick: sample the node, publish ``node.<node>.sample``, validate when asked.
 
-The monitor asks for validation by setting ``validation_wanted_since`` in the node's ``node_state`` record; the
-agent answers once per request on ``node.<node>.validation``. Probe calls run in a worker thread with a timeout
-(a degrading GPU can hang NVML, gpu-health.md §8); while one is still stuck, later ticks skip instead of
-piling up threads.
+The monitor asks for validation by setting ``validation_wanted_since`` in the node's ``node_state`` record;
+the agent answers once per request on ``node.<node>.validation``. Probe calls run in a worker thread with a
+timeout (a degrading GPU can hang NVML, gpu-health.md §8); while one is still stuck, later ticks skip instead
+of piling up threads.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def probe_from_env(env: dict[str, str] | None = None) -> HealthProbe:
 
 async def publish_sample(bus: Bus, sample: NodeSample) -> int:
     return await bus.publish(
-        node_subject(sample.node, "sample"), sample, event_type="sample", family="node", ce_subject=sample.node,
+        node_subject(sample.node, "sample"), sample, event_type="sample", family="node",
+        ce_subject=sample.node,
         msg_id=f"{token(sample.node)}.sample.{int(sample.time * 1000)}")
 
 
@@ -57,7 +58,8 @@ class NodeAgent:
 
     async def sample(self) -> NodeSample | None:
         if self._inflight is not None and not self._inflight.done():
-            log.warning("previous GPU probe still running after %.0fs; skipping this sample", self.probe_timeout_s)
+            log.warning("previous GPU probe still running after %.0fs; skipping this sample",
+                        self.probe_timeout_s)
             return None
         self._inflight = asyncio.ensure_future(asyncio.to_thread(self.probe.sample, self.node))
         try:
@@ -68,13 +70,15 @@ class NodeAgent:
 
     async def validate_if_asked(self) -> NodeValidation | None:
         state, _ = await read_state(self.bus, self.node)
-        if state is None or not state.validation_wanted_since or state.validation_wanted_since <= self._validated_for:
+        wanted = state.validation_wanted_since if state is not None else 0.0
+        if state is None or not wanted or wanted <= self._validated_for:
             return None
         ok, detail = await asyncio.to_thread(validate_node, self.probe, expected_gpus=state.expected_gpus)
-        result = NodeValidation(node=self.node, ok=ok, detail=detail, time=time.time(), gpus=state.expected_gpus)
+        result = NodeValidation(node=self.node, ok=ok, detail=detail, time=time.time(),
+                                gpus=state.expected_gpus)
         await self.bus.publish(
             node_subject(self.node, "validation"), result, event_type="validation", family="node",
-            ce_subject=self.node, msg_id=f"{token(self.node)}.validation.{int(state.validation_wanted_since * 1000)}")
-        self._validated_for = state.validation_wanted_since
+            ce_subject=self.node, msg_id=f"{token(self.node)}.validation.{int(wanted * 1000)}")
+        self._validated_for = wanted
         log.info("validation %s: %s", "passed" if ok else "FAILED", detail)
         return result

@@ -1,4 +1,4 @@
-"""XID records from the kernel log: a pure parser for ``NVRM: Xid`` lines and an optional ``/dev/kmsg`` reader.
+"""XID records from the kernel log: a pure parser for ``NVRM: Xid`` lines, an optional ``/dev/kmsg`` reader.
 
 NVML misses some XIDs (79/119/120 on some drivers, gpu-health.md §0), so the node agent reads the kernel log
 too — but only when it may: ``/dev/kmsg`` needs root or CAP_SYSLOG. ``KmsgReader.open_if_readable`` returns

@@ -5,9 +5,9 @@ condition transitions, cordon/uncordon decisions and ``health.degraded`` for the
 then write the new state with a compare-and-set.
 
 Idempotent, because: samples not newer than the state's ``last_sample`` are ignored; every publish carries a
-Nats-Msg-Id derived from the state it was computed from (condition transition number, cordon sequence), and we
-publish *before* the CAS write, so a crash in between leads to a redelivery that recomputes the same ids and is
-deduplicated by the stream; a lost CAS race re-reads and re-evaluates.
+Nats-Msg-Id derived from the state it was computed from (condition transition number, cordon sequence), and
+we publish *before* the CAS write, so a crash in between leads to a redelivery that recomputes the same ids
+and is deduplicated by the stream; a lost CAS race re-reads and re-evaluates.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class HealthMonitor:
     async def handle(self, ev: Event) -> None:
         """Consumer handler for ``node.*.sample`` (durable ``health-monitor``)."""
         try:
-            sample = ev.payload(NodeSample)
+            sample: NodeSample = ev.payload(NodeSample)
         except msgspec.ValidationError as exc:
             raise PermanentError(f"{ev.nats_subject}: not a NodeSample: {exc}") from exc
         await self.process(sample)
@@ -102,7 +102,8 @@ class HealthMonitor:
             prev, revision = await read_state(self.bus, sample.node)
             if prev is not None and sample.time <= prev.last_sample:
                 return None  # redelivery or an older sample: already folded in
-            validation = await self.last_validation(sample.node) if prev and prev.validation_wanted_since else None
+            asked = prev is not None and prev.validation_wanted_since > 0
+            validation = await self.last_validation(sample.node) if asked else None
             ev = rules.evaluate(prev, sample, policy=self.policy, validation=validation)
             fleet = await self.fleet(sample.node) if rules.wants_cordon(ev) else None
             plan = rules.plan(ev, policy=self.policy, fleet=fleet)

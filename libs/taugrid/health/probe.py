@@ -1,13 +1,13 @@
 """Probes that read a node's GPUs and machine facts into a ``NodeSample``.
 
-``NvmlProbe`` reads NVML (nvidia-ml-py) plus, when readable, the kernel log for XIDs; ``DeclaredProbe`` reports
-declared GPUs for tests and simulation and lets them inject faults. ``validate_node`` is the active check the
-health-monitor requires before it lets a cordoned node back.
+``NvmlProbe`` reads NVML (nvidia-ml-py) plus, when readable, the kernel log for XIDs; ``DeclaredProbe``
+reports declared GPUs for tests and simulation and lets them inject faults. ``validate_node`` is the active
+check the health-monitor requires before it lets a cordoned node back.
 
 Invariants: ``sample`` never raises. NVML missing, failing to initialise or finding no devices gives
-``gpu_source="none"`` and the message ``"no GPUs: <why>"``. A counter NVML does not support on this GPU is None
-(unknown), never 0 (healthy). A GPU that stops answering (GPU_IS_LOST) is left out of ``gpus`` and named in
-``message``, so the rules see the count drop.
+``gpu_source="none"`` and the message ``"no GPUs: <why>"``. A counter NVML does not support on this GPU is
+None (unknown), never 0 (healthy). A GPU that stops answering (GPU_IS_LOST) is left out of ``gpus`` and
+named in ``message``, so the rules see the count drop.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def take_sample(probe: HealthProbe, node: str) -> NodeSample:
     except Exception as exc:  # a probe bug must not stop the node from reporting
         log.exception("GPU probe failed")
         reading = GpuReading(source="none", message=f"no GPUs: probe failed: {exc!r}")
-    return msgspec.structs.replace(base, gpus=reading.gpus, gpu_source=reading.source, message=reading.message)
+    return msgspec.structs.replace(base, gpus=reading.gpus, gpu_source=reading.source,
+                                   message=reading.message)
 
 
 def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, str]:
@@ -102,7 +103,7 @@ def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, 
 
 
 class DeclaredProbe:
-    """Reports ``count`` healthy GPUs of ``memory_mb`` each; tests inject faults with the ``inject_*`` methods."""
+    """Reports ``count`` healthy GPUs of ``memory_mb`` each; tests inject faults with ``inject_*``."""
 
     def __init__(self, count: int, memory_mb: int = 81920, *, name: str = "Declared GPU") -> None:
         self.gpus = [GpuSample(index=i, uuid=f"GPU-declared-{i:04d}", name=name, memory_total_mb=memory_mb,
@@ -114,10 +115,11 @@ class DeclaredProbe:
 
     @classmethod
     def from_spec(cls, spec: str) -> DeclaredProbe:
-        """``"2"`` or ``"2x80000"`` (count × memory MB), as in ``TAU_DECLARED_GPUS``."""
+        """``"2"`` or ``"2x80000"`` (count x memory MB), as in ``TAU_DECLARED_GPUS``."""
         m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", spec)
         if m is None:
-            raise ValueError(f"TAU_DECLARED_GPUS={spec!r}: expected a count like '2' or count×MB like '2x80000'")
+            raise ValueError(f"TAU_DECLARED_GPUS={spec!r}: expected a GPU count like '2' or count x "
+                             "memory MB like '2x80000'")
         return cls(int(m.group(1)), int(m.group(2) or 81920))
 
     def _set(self, gpu: int, **fields: Any) -> None:
@@ -127,7 +129,8 @@ class DeclaredProbe:
         self._xids.setdefault(gpu, []).append(code)
 
     def inject_ecc(self, gpu: int, *, volatile: int = 1, aggregate: int | None = None) -> None:
-        agg = aggregate if aggregate is not None else (self.gpus[gpu].ecc_aggregate_uncorrected or 0) + volatile
+        before = self.gpus[gpu].ecc_aggregate_uncorrected or 0
+        agg = aggregate if aggregate is not None else before + volatile
         self._set(gpu, ecc_volatile_uncorrected=volatile, ecc_aggregate_uncorrected=agg)
 
     def inject_temperature(self, gpu: int, celsius: int) -> None:
@@ -181,9 +184,10 @@ def _text(value: Any) -> str:
 
 
 class NvmlProbe:
-    """NVML-backed probe. ``nvml`` is the ``pynvml`` module (tests may pass a stand-in with the same names)."""
+    """NVML-backed probe. ``nvml`` is the ``pynvml`` module (tests pass a stand-in with the same names)."""
 
-    def __init__(self, *, kmsg: KmsgReader | None = None, nvml: Any = None, retry_init_s: float = 60.0) -> None:
+    def __init__(self, *, kmsg: KmsgReader | None = None, nvml: Any = None,
+                 retry_init_s: float = 60.0) -> None:
         self._kmsg = kmsg
         self._nvml = nvml
         self._retry_init_s = retry_init_s
@@ -261,7 +265,8 @@ class NvmlProbe:
                     uuid = _text(self._q(n.nvmlDeviceGetUUID, ev.device) or "")
                 except n.NVMLError:  # the GPU that raised it is gone (XID 79); attribute to the first
                     uuid = ""
-                out.setdefault(index_of.get(uuid, min(index_of.values(), default=0)), []).append(int(ev.eventData))
+                index = index_of.get(uuid, min(index_of.values(), default=0))
+                out.setdefault(index, []).append(int(ev.eventData))
         return out
 
     def _gpu(self, i: int) -> tuple[GpuSample, str]:
@@ -317,7 +322,8 @@ class NvmlProbe:
             return GpuReading(source="none", message=f"no GPUs: NVML cannot count devices: {exc}"
                                                      f"{self._kmsg_note(with_events)}")
         if count == 0:
-            return GpuReading(source="none", message=f"no GPUs: NVML found 0 devices{self._kmsg_note(with_events)}")
+            return GpuReading(source="none",
+                              message=f"no GPUs: NVML found 0 devices{self._kmsg_note(with_events)}")
         gpus: list[GpuSample] = []
         by_pci: dict[str, int] = {}
         notes: list[str] = []
@@ -333,7 +339,9 @@ class NvmlProbe:
         if with_events:
             xids = self._drain_events({g.uuid: g.index for g in gpus})
             for rec in self._kmsg.read_new() if self._kmsg is not None else []:
-                xids.setdefault(by_pci.get(pci_key(rec.bdf), gpus[0].index if gpus else 0), []).append(rec.xid)
+                # An address NVML does not list (the GPU fell off the bus) is pinned on the first GPU.
+                index = by_pci.get(pci_key(rec.bdf), gpus[0].index if gpus else 0)
+                xids.setdefault(index, []).append(rec.xid)
             gpus = [msgspec.structs.replace(g, xid_events=sorted(set(xids.get(g.index, []))))
                     if g.index in xids else g for g in gpus]
         return GpuReading(source="nvml", gpus=gpus, message="; ".join(notes))

@@ -6,8 +6,9 @@ comes out. Conditions use problem polarity (``status "True"`` = fault).
 Invariants:
 * Level conditions (remapped rows, thermal, missing GPUs, PCIe replays, NVML unavailable) follow their signal;
   an unknown reading (``None``, NVML NotSupported) never raises or clears one.
-* Latched conditions (XIDs, uncorrectable ECC, failed validation) are born from events; they clear only when the
-  node has had ``clean_samples_to_release`` clean samples in a row AND a validation requested after that passed.
+* Latched conditions (XIDs, uncorrectable ECC, failed validation) are born from events; they clear only when
+  the node has had ``clean_samples_to_release`` clean samples in a row AND a validation requested after that
+  passed.
 * A node we cordoned is uncordoned only through that same validation gate.
 * A cordon is never issued past the blast-radius budget: at most ``max_cordoned`` nodes and at most
   ``max_cordoned_fraction`` of the fleet (but at least ``min_cordon_budget``, so a one-machine fleet can still
@@ -168,8 +169,8 @@ def _latched_signals(sample: NodeSample, st: NodeState) -> list[Signal]:
                               f"bucket {worst.bucket}): {worst.action}", worst.severity))
         if g.ecc_volatile_uncorrected:
             out.append(Signal("GpuEccUncorrectable", g.index, True, "VolatileUncorrectedEcc",
-                              f"GPU {g.index}: {g.ecc_volatile_uncorrected} uncorrected ECC error(s) since the "
-                              "last reset; drain, reset, validate", SEVERITY["GpuEccUncorrectable"]))
+                              f"GPU {g.index}: {g.ecc_volatile_uncorrected} uncorrected ECC error(s) since "
+                              "the last reset; drain, reset, validate", SEVERITY["GpuEccUncorrectable"]))
         if g.ecc_aggregate_uncorrected is not None:
             before = st.ecc_aggregate.get(str(g.index))
             st.ecc_aggregate[str(g.index)] = g.ecc_aggregate_uncorrected
@@ -241,15 +242,16 @@ def _revalidate(ev: Evaluation, policy: Policy, validation: NodeValidation | Non
     if validation.ok:
         for cond in list(st.conditions.values()):
             if cond.status == "True" and cond.latched:
-                ev.transitions.append(_transition(
-                    st, Signal(cond.type, cond.gpu, False, message=f"cleared after validation: {validation.detail}"),
-                    "False", now))
+                cleared = Signal(cond.type, cond.gpu, False,
+                                 message=f"cleared after validation: {validation.detail}")
+                ev.transitions.append(_transition(st, cleared, "False", now))
         ev.released = True
     else:
         st.clean_samples = 0
-        ev.transitions.append(_transition(st, Signal(
-            "GpuValidationFailed", None, True, "ValidationFailed",
-            f"validation failed: {validation.detail}; stays cordoned", SEVERITY["GpuValidationFailed"]), "True", now))
+        failed = Signal("GpuValidationFailed", None, True, "ValidationFailed",
+                        f"validation failed: {validation.detail}; stays cordoned",
+                        SEVERITY["GpuValidationFailed"])
+        ev.transitions.append(_transition(st, failed, "True", now))
 
 
 def cordon_budget(total: int, policy: Policy) -> int:

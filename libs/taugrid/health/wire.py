@@ -1,9 +1,9 @@
 """Node-health payloads that ``core/contracts.py`` does not define yet, and the ``node_state`` KV record.
 
 Subjects (stream NODES): ``node.<node>.cordon`` (NodeCordon), ``node.<node>.uncordon`` (NodeUncordon),
-``node.<node>.validation`` (NodeValidation, from the node agent). Like every wire struct, fields are only added,
-with defaults. ``NodeState`` is the health-monitor's per-node projection: it can be rebuilt by replaying
-``node.*.sample`` (it holds only what the rules derived from samples, plus our own cordon decisions).
+``node.<node>.validation`` (NodeValidation, from the node agent). Like every wire struct, fields are only
+added, with defaults. ``NodeState`` is the health-monitor's per-node projection: it can be rebuilt by
+replaying ``node.*.sample`` (it holds what the rules derived from samples, plus our own cordon decisions).
 """
 
 from __future__ import annotations

@@ -112,6 +112,8 @@ class Engine:
         q.admitted.pop(ws.workload.name, None)
         ws.usage, ws.admission, ws.placements = {}, None, ()
         self._dirty.add(self.tree.root(q.node))
+        if self.cluster is not None:
+            self._dirty.update(self._tree_queues)  # nodes are shared by every cohort tree
 
     def finish(self, name: str, now: float) -> None:
         """The workload completed (or was deleted): free its quota and forget it."""
@@ -134,6 +136,7 @@ class Engine:
         ws.status, ws.evicting, ws.preempting = PENDING, False, False
         ws.version += 1
         ws.queue_ts = now  # Kueue's default requeuing timestamp is the eviction time
+        ws.seq = 0  # it re-enters FIFO order behind workloads already waiting at the same timestamp
         ws.requeue_count += 1
         q = self.queues[ws.cq]
         if backoff:
@@ -166,8 +169,6 @@ class Engine:
         self._violations = []
         entries: list[_Entry] = []
         for q in self.queues.values():
-            if q.blocked:
-                continue
             ws = q.pop_head(self.states)
             if ws is not None:
                 entries.append((ws, q, self._nominate(ws, q)))
@@ -252,6 +253,7 @@ class Engine:
                 message=f"Preempted to accommodate a workload ({ws.workload.name}) due to "
                         f"{plan.reasons[v.name]}"))
         ws.preempting = True
+        q.waiting = ws
         self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.msg_pending_preemption(len(names)), tuple(names))
         q.push(ws)
 

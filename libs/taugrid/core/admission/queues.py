@@ -33,6 +33,7 @@ class WState:
     queue_ts: float
     status: str = PENDING
     version: int = 0
+    seq: int = 0  # FIFO tie-break, kept across re-pushes so a head keeps its place (0 = not yet given)
     parked: bool = False
     preempting: bool = False  # victims were evicted for it; it goes first next cycle
     evicting: bool = False  # chosen as a victim this cycle; released at the end of the cycle
@@ -47,7 +48,7 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "_seq")
+    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "waiting", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
@@ -56,6 +57,7 @@ class CQQueue:
         self.parked: list[HeapEntry] = []
         self.admitted: dict[str, WState] = {}
         self.blocked = False
+        self.waiting: WState | None = None  # preemptor whose victims were evicted: this queue's next entry
         self._seq = 0
 
     @property
@@ -63,9 +65,11 @@ class CQQueue:
         return self.spec.queueing_strategy == QueueingStrategy.STRICT_FIFO
 
     def push(self, ws: WState) -> None:
-        self._seq += 1
+        if not ws.seq:
+            self._seq += 1
+            ws.seq = self._seq
         ws.parked = False
-        heapq.heappush(self.heap, (-ws.workload.priority, ws.queue_ts, self._seq, ws.workload.name, ws.version))
+        heapq.heappush(self.heap, (-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
 
     @staticmethod
     def live(entry: HeapEntry, states: dict[str, WState]) -> WState | None:
@@ -75,6 +79,11 @@ class CQQueue:
         return ws
 
     def pop_head(self, states: dict[str, WState]) -> WState | None:
+        waiting, self.waiting = self.waiting, None
+        if waiting is not None and waiting.status == PENDING and waiting.preempting:
+            return waiting  # Kueue processes a preemptor whose victims are gone before new heads
+        if self.blocked:
+            return None
         while self.heap:
             ws = self.live(heapq.heappop(self.heap), states)
             if ws is not None and not ws.parked:
@@ -87,9 +96,8 @@ class CQQueue:
             self.push(ws)
             self.blocked = True
             return
-        self._seq += 1
         ws.parked = True
-        self.parked.append((-ws.workload.priority, ws.queue_ts, self._seq, ws.workload.name, ws.version))
+        self.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
 
     def unpark(self, states: dict[str, WState]) -> None:
         self.blocked = False
@@ -116,6 +124,8 @@ class CQQueue:
         return [ws for _, ws in out]
 
     def has_active(self, states: dict[str, WState]) -> bool:
+        if self.waiting is not None:
+            return True
         if self.blocked:
             return False
         while self.heap:

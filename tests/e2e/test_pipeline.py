@@ -1,0 +1,145 @@
+"""End to end through the CLI against the embedded stack: every stage, real processes, real bus."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tests.e2e.conftest import Stack, write_project
+
+REPO = Path(__file__).resolve().parents[2]
+STAGES = ["submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.admitted",
+          "exec.running", "exec.succeeded", "evidence.sealed"]
+
+
+def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stack) -> None:
+    proc = stack.tau("run", str(REPO / "examples" / "quickstart"), "--follow", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    status = stack.json("status", run_id)
+    assert status["state"] == "succeeded" and status["attempt"] == 1
+    assert [p["name"] for p in status["phases"]] == ["submitted", "policy", "rendered", "queued", "admitted",
+                                                     "running", "finished"]
+    events = stack.wait_sealed(run_id)
+    types = [e["short_type"] for e in events]
+    assert [t for t in types if t in STAGES] == STAGES
+    assert {"id", "type", "source", "subject", "time", "traceparent", "data"} <= set(events[0])
+    trace_ids = {e["traceparent"].split("-")[1] for e in events}
+    assert len(trace_ids) == 1, trace_ids
+    sources = {e["source"] for e in events}
+    assert {"/svc/client", "/svc/submitter", "/svc/policy", "/svc/renderer", "/svc/admission-watcher",
+            "/svc/evidence"} <= sources
+    sealed = events[-1]["data"]
+    assert sealed["terminal_state"] == "succeeded" and len(sealed["digest"]) == 64
+    logs = stack.tau("logs", run_id, check=True).stdout
+    assert "final test accuracy" in logs
+    verify = stack.json("verify", run_id)
+    assert verify["ok"] is True, verify
+
+
+def test_failing_script_is_retried_per_resilience_then_gives_up(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "flaky", (
+        "import os, sys\n"
+        "print('attempt', os.environ['TAU_RETRY_ATTEMPT'], 'of', os.environ['TAU_RETRY_MAX'],"
+        " 'reason', os.environ.get('TAU_RETRY_REASON', '-'), 'resume', os.environ.get('TAU_RESUME_FROM', '-'))\n"
+        "sys.exit(3)\n"
+    ), "name: flaky\nentrypoint: main.py\ncompute: {gpus: 0}\n"
+       "resilience: {max_retries: 2, retry_on: [Error], backoff_initial: 200ms, backoff_max: 1s}\n")
+    proc = stack.tau("run", str(cfg), "--follow", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    status = stack.json("status", run_id)
+    assert status["state"] == "failed" and status["attempt"] == 3
+    assert "no retries left" in status["reason"]
+    types = [e["short_type"] for e in stack.wait_sealed(run_id)]
+    assert types.count("exec.failed") == 3
+    assert types.count("recovery.retrying") == 2
+    assert types.count("recovery.gave_up") == 1 and types[-1] == "evidence.sealed"
+    logs = stack.tau("logs", run_id, check=True).stdout
+    assert "attempt 1 of 2 reason -" in logs
+    assert "attempt 3 of 2 reason Error resume" in logs
+
+
+def test_cancel_stops_the_process(stack: Stack, tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    cfg = write_project(tmp_path, "sleeper", (
+        "import os, time\n"
+        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "print('sleeping', flush=True)\n"
+        "time.sleep(600)\n"
+    ), "name: sleeper\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    run_id = stack.tau("run", str(cfg), check=True).stdout.strip()
+    stack.wait_state(run_id, {"running"})
+    for _ in range(50):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(marker.read_text())
+    os.kill(pid, 0)  # alive
+    stack.tau("cancel", run_id, check=True)
+    status = stack.wait_state(run_id, {"cancelled"}, timeout=60)
+    assert status["state"] == "cancelled"
+    gone = False
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            gone = True
+            break
+        time.sleep(0.1)
+    assert gone, "the workload process survived cancel"
+    types = [e["short_type"] for e in stack.wait_sealed(run_id)]
+    assert "cancel.requested" in types and "exec.cancelled" in types
+
+
+def test_bad_input_gets_clear_errors_and_no_service_dies(stack: Stack, tmp_path: Path) -> None:
+    before = {(s["service"], s["replica"]): s["pid"] for s in stack.state()["services"]}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "tau.yaml").write_text("name: bad\nentrypoint: main.py\ncompute:\n  gpuz: 1\n")
+    proc = stack.tau("run", str(bad / "tau.yaml"))
+    assert proc.returncode == 2
+    assert "compute.gpuz" in proc.stderr and ":4" in proc.stderr and "gpus" in proc.stderr
+
+    cfg = write_project(tmp_path, "nows", "print('hi')\n",
+                        "name: nows\nentrypoint: main.py\npolicy: {workspace: nowhere}\n")
+    proc = stack.tau("run", str(cfg), "--follow", timeout=60)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    status = stack.json("status", run_id)
+    assert status["state"] == "rejected" and "nowhere" in status["message"]
+    rejected = [e for e in stack.events(run_id) if e["short_type"] == "policy.rejected"][0]
+    assert rejected["data"]["reasons"][0]["field"] == "policy.workspace"
+
+    # A client that skips validation and publishes garbage gets a rejection, not a dead service.
+    import asyncio
+
+    from taugrid.client import open_client
+
+    async def raw() -> str:
+        client = await open_client(stack.state()["nats_url"])
+        try:
+            return await client.submit_text("name: [unclosed\n", workspace="default", name="garbage")
+        finally:
+            await client.close()
+
+    garbage = asyncio.run(raw())
+    assert stack.wait_state(garbage, {"rejected"})["state"] == "rejected"
+    after = {(s["service"], s["replica"]): s["pid"] for s in stack.state()["services"]}
+    assert after == before
+
+
+def test_two_renderer_replicas_share_the_work_without_duplicates(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "tiny", "print('ok')\n", "name: tiny\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    runs = [stack.tau("run", str(cfg), check=True).stdout.strip() for _ in range(12)]
+    for r in runs:
+        stack.wait_state(r, {"succeeded"}, timeout=120)
+    for r in runs:
+        types = [e["short_type"] for e in stack.wait_sealed(r)]
+        assert types.count("render.applied") == 1 and types.count("exec.succeeded") == 1
+        assert types.count("evidence.sealed") == 1
+    logs = {i: (stack.data_dir / "logs" / f"renderer-{i}.log").read_text() for i in (0, 1)}
+    handled = {i: {r for r in runs if f"applied {r} " in text} for i, text in logs.items()}
+    assert handled[0] and handled[1], "both replicas should have rendered some runs"
+    assert handled[0].isdisjoint(handled[1]) and handled[0] | handled[1] == set(runs)
