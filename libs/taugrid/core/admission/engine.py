@@ -71,6 +71,7 @@ class Engine:
         self._dirty: set[QNode] = set()
         self._violations: list[str] = []
         self._admit_seq = 0
+        self._reserved: list[tuple[QNode, dict[FR, int]]] = []
 
     # -- inputs ------------------------------------------------------------------------------------------
 
@@ -175,8 +176,11 @@ class Engine:
         admitted: list[R.Admission] = []
         preempted: list[R.Preemption] = []
         claimed: set[str] = set()
+        self._reserved = []
         for entry in self._ordered(entries):
             self._process(entry, now, admitted, preempted, claimed)
+        for node, usage in self._reserved:
+            self.tree.charge(node, usage, -1)
         for p in preempted:
             victim = self.states[p.victim]
             self._requeue_evicted(victim, now, "Preempted", backoff=self.backoff_preempted)
@@ -194,6 +198,8 @@ class Engine:
         if not self.fair_sharing:
             yield from sorted(entries, key=self._classic_key)
             return
+        yield from (e for e in entries if e[0].preempting)  # their victims are gone: they go first
+        entries = [e for e in entries if not e[0].preempting]
         # Fair sharing: per cohort tree, re-run the tournament after each decision (DRS changes with usage).
         by_root: dict[QNode, dict[str, _Entry]] = {}
         for e in sorted(entries, key=self._classic_key):
@@ -254,6 +260,10 @@ class Engine:
                         f"{plan.reasons[v.name]}"))
         ws.preempting = True
         q.waiting = ws
+        # Hold the preemptor's quota for the rest of the cycle, so a later head cannot take what the victims
+        # free (Kueue keeps such heads out of the cohort in the cycle); dropped when the cycle ends.
+        self.tree.charge(q.node, a.usage)
+        self._reserved.append((q.node, a.usage))
         self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.msg_pending_preemption(len(names)), tuple(names))
         q.push(ws)
 
