@@ -2,7 +2,8 @@
 
 Environment: ``TAU_CLUSTER`` (name in subjects, default ``default``), ``TAU_KUBECONFIG``/``KUBECONFIG`` and
 ``TAU_KUBE_CONTEXT`` (else the in-cluster service account), ``TAU_KUBE_HOST`` (explicit API URL, tests),
-``TAU_BRIDGE_LEASE_TTL`` (seconds, default 15).
+``TAU_BRIDGE_LEASE_TTL`` (seconds, default 15), ``TAU_WATCH_NAMESPACES`` (comma list of namespaces to watch
+namespaced kinds in; empty = all namespaces — the Helm chart sets it when RBAC is namespaced).
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ import os
 from taugrid.bus.service import Service, main
 from taugrid.kube.client import KubeApi, make_api_client
 from taugrid_services.kube_bridge.bridge import Bridge
+
+
+def watch_namespaces(value: str) -> list[str]:
+    """``"a, b,,a"`` → ``["a", "b"]``; empty → [] (every namespace)."""
+    return sorted({n.strip() for n in value.split(",") if n.strip()})
 
 
 async def start(svc: Service) -> None:
@@ -25,6 +31,7 @@ async def start(svc: Service) -> None:
         KubeApi(api_client),
         cluster=os.environ.get("TAU_CLUSTER", "default"),
         lease_ttl_s=float(os.environ.get("TAU_BRIDGE_LEASE_TTL", "15")),
+        namespaces=watch_namespaces(os.environ.get("TAU_WATCH_NAMESPACES", "")),
     )
 
     async def run() -> None:

@@ -5,6 +5,11 @@ for deletions, whose relist-synthesised form repeats the last resourceVersion), 
 reconnect, a relist or a takeover are dropped by the K8S stream's dedup window. The resourceVersion per
 resource is checkpointed to the ``bridge`` KV bucket only after the events up to it were stored, so a
 restart resumes without a gap. Only the lease holder watches; losing the lease stops the watchers at once.
+
+``namespaces`` (``TAU_WATCH_NAMESPACES``, set by the Helm chart when RBAC is namespaced): empty watches every
+namespace with one watcher per resource; otherwise each namespaced resource gets one watcher per namespace
+(keyed and checkpointed as ``<plural>.<namespace>``), since namespaced RBAC forbids cluster-wide lists.
+Cluster-scoped kinds (Nodes) are always watched cluster-wide.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Bridge:
         checkpoint_every_s: float = 2.0,
         watch_timeout_s: int = 300,
         backoff_max_s: float = 30.0,
+        namespaces: list[str] | None = None,
     ) -> None:
         self.bus, self.api, self.cluster = bus, api, cluster
         self.holder = holder or f"{socket.gethostname()}-{os.getpid()}"
@@ -72,6 +78,7 @@ class Bridge:
         self.checkpoint_every_s = checkpoint_every_s
         self.watch_timeout_s = watch_timeout_s
         self.backoff_max_s = backoff_max_s
+        self.namespaces = sorted({n.strip() for n in namespaces or [] if n.strip()})
         self.watchers: dict[str, Watcher] = {}
         self.published = 0
         self._saved: dict[str, str] = {}
@@ -101,18 +108,19 @@ class Bridge:
     async def _lead(self, stopping: asyncio.Event) -> None:
         assert self.lease is not None and self.checkpoints is not None
         tasks = []
-        for resource, selector in self.resources:
+        for key, resource, selector, namespace in self._scopes():
             watcher = Watcher(
                 self.api,
                 resource,
                 cluster=self.cluster,
+                namespace=namespace,
                 label_selector=selector,
-                resource_version=await self.checkpoints.get(resource.plural),
+                resource_version=await self.checkpoints.get(key),
                 timeout_s=self.watch_timeout_s,
                 backoff_max_s=self.backoff_max_s,
             )
-            self.watchers[resource.plural] = watcher
-            tasks.append(asyncio.create_task(self._pump(watcher), name=f"watch-{resource.plural}"))
+            self.watchers[key] = watcher
+            tasks.append(asyncio.create_task(self._pump(key, watcher), name=f"watch-{key}"))
         try:
             while not stopping.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -137,8 +145,17 @@ class Bridge:
             if self.lease.held and stopping.is_set():
                 await self.lease.release()
 
-    async def _pump(self, watcher: Watcher) -> None:
-        plural = watcher.resource.plural
+    def _scopes(self) -> list[tuple[str, Resource, str | None, str | None]]:
+        """(watcher key, resource, label selector, namespace or None for all) for every watch to run."""
+        out: list[tuple[str, Resource, str | None, str | None]] = []
+        for resource, selector in self.resources:
+            if resource.namespaced and self.namespaces:
+                out += [(f"{resource.plural}.{ns}", resource, selector, ns) for ns in self.namespaces]
+            else:
+                out.append((resource.plural, resource, selector, None))
+        return out
+
+    async def _pump(self, plural: str, watcher: Watcher) -> None:
         async for ev in watcher:
             # The watcher's resourceVersion already covers ``ev``; it is safe to checkpoint only once stored.
             self._inflight.add(plural)

@@ -51,7 +51,8 @@ class LocalCluster:
         self.wls: dict[str, LocalWorkload] = {}
         self.platform: Platform | None = None
         self.platform_rev = -1
-        self.admitter = LocalAdmitter(quotas={}, capacity=capacity, gpu_count=gpu_count)
+        self.admitter = LocalAdmitter(node=node, capacity=capacity, gpu_count=gpu_count,
+                                      gpu_memory_mb=gpu_memory_mb or 81920)
         self.lq: dict[tuple[str, str], str] = {}
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}
@@ -67,17 +68,12 @@ class LocalCluster:
             return
         text, rev = got
         p = load_platform(text, path=f"platform.yaml@{rev}")
-        quotas: dict[str, dict[str, float]] = {}
-        for cq in p.cluster_queues:
-            q = quotas.setdefault(cq.name, {})
-            for group in cq.resource_groups:
-                for fl in group.flavors:
-                    for r in fl.resources:
-                        q[r.name] = q.get(r.name, 0.0) + _qty(r.name, r.nominal_quota)
-        self.admitter.quotas = quotas
         self.lq = {(lq.namespace, lq.name): lq.cluster_queue for lq in p.local_queues}
         self.priorities = {pc.name: (pc.value, pc.preemptible) for pc in p.priority_classes}
         self.platform, self.platform_rev = p, rev
+        for wl in self.wls.values():  # a new revision may move a LocalQueue to another ClusterQueue
+            wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
+        self.admitter.configure(p)
 
     async def load(self) -> None:
         await self.refresh_platform()
@@ -88,17 +84,17 @@ class LocalCluster:
             keys = []
         for k in keys:
             entry = await kv.get(k)
-            if not entry.value:
-                continue
-            wl = msgspec.json.decode(entry.value, type=LocalWorkload)
-            self.wls[wl.name] = wl
-            self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
-            req = self._request(wl)
+            if entry.value:
+                wl = msgspec.json.decode(entry.value, type=LocalWorkload)
+                self.wls[wl.name] = wl
+                self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
+        # What was running is re-admitted first (it holds its devices); then the queue as it was.
+        for wl in self.wls.values():
+            if wl.state in ("running", "deleted"):
+                self.admitter.restore(self._request(wl), [p.gpus for p in wl.pods])
+        for wl in self.wls.values():
             if wl.state == "pending":
-                self.admitter.submit(req)
-            elif wl.state in ("running", "deleted"):
-                self.admitter.submit(req)
-                self.admitter.cycle()  # re-reserve what it held (it fitted before)
+                self.admitter.submit(self._request(wl))
         log.info("local cluster loaded %d workload(s)", len(self.wls))
 
     async def save(self, wl: LocalWorkload) -> None:
@@ -148,9 +144,7 @@ class LocalCluster:
         ann = {**meta.get("annotations", {}), **_template(main).get("metadata", {}).get("annotations", {})}
         fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
         gpu_mem = int(float(ann.get("taugrid.io/gpu-memory-mb", 0) or 0))
-        if gpu_mem and not fraction and self.gpu_memory_mb:
-            fraction = min(1.0, gpu_mem / self.gpu_memory_mb)
-        if fraction:
+        if fraction or gpu_mem:
             per_pod[GPU] = 0.0
         pod_sets = [{"name": "main", "count": pods_wanted,
                      "template": {"spec": {"containers": [{"name": "main", "resources": {"requests": {
@@ -189,7 +183,7 @@ class LocalCluster:
     def _request(self, wl: LocalWorkload) -> Request:
         return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority, created=wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
-                       preemptible=wl.preemptible)
+                       gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible)
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
@@ -222,12 +216,30 @@ class LocalCluster:
         await self.refresh_platform()
         granted = self.admitter.cycle()
         now = time.time()
+        for ev in self.admitter.preempted:
+            if ev.victim in self.wls:
+                await self._preempt(self.wls[ev.victim], ev.reason, ev.message, ev.preemptor, now)
         await asyncio.gather(*(self._start(self.wls[g.name], g.flavors, g.gpus, now) for g in granted
                                if g.name in self.wls))
         await asyncio.gather(*(self._report_pending(wl, now) for wl in list(self.wls.values())
                                if wl.state == "pending"))
         await asyncio.gather(*(self._supervise(wl) for wl in list(self.wls.values())
                                if wl.state in ("running", "deleted")))
+
+    async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:
+        """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""
+        for p in wl.pods:
+            await self._ship_logs(wl, p, final=False)
+            self.pods.stop(p.name, "Preempted")
+            await self.publish(wl, "Pod", p.obj, "deleted")
+        by = self.wls.get(preemptor)
+        objects.evict(wl.workload, reason=reason, message=message, preemptor_uid=by.uid if by else preemptor, at=now)
+        await self.publish(wl, "Workload", wl.workload, "modified")
+        objects.job_suspended(wl.job)
+        await self.publish(wl, wl.job["kind"], wl.job, "modified")
+        wl.pods, wl.state, wl.last_pending = [], "pending", ""
+        wl.requeues += 1
+        await self.save(wl)
 
     async def _report_pending(self, wl: LocalWorkload, now: float) -> None:
         info = self.admitter.info(wl.name)
@@ -248,6 +260,7 @@ class LocalCluster:
         wl.pods = []
         for i in range(wl.pods_wanted):
             name = f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod"
+            name += f"-r{wl.requeues}" if wl.requeues else ""  # a requeued pod is a new pod
             wl.pods.append(LocalPod(name=name, index=i, obj=objects.pod(wl.job, name=name, node=self.node,
                                                                        index=i, at=now),
                                     gpus=gpus[i] if i < len(gpus) else []))
@@ -297,11 +310,15 @@ class LocalCluster:
         env.update({"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void",
                     "JOB_COMPLETION_INDEX": str(p.index), "TAU_LOCAL": "1", "TAU_NODE_NAME": self.node,
                     "PYTHONUNBUFFERED": "1"})
-        if wl.gpu_fraction:
-            env["TAU_GPU_FRACTION"] = f"{wl.gpu_fraction:g}"
-            mem = wl.gpu_memory_mb or int(wl.gpu_fraction * self.gpu_memory_mb)
+        if wl.gpu_fraction or wl.gpu_memory_mb:
+            fraction = wl.gpu_fraction or min(1.0, wl.gpu_memory_mb / (self.gpu_memory_mb or 81920))
+            env["TAU_GPU_FRACTION"] = f"{fraction:g}"
+            mem = wl.gpu_memory_mb or int(fraction * self.gpu_memory_mb)
             if mem:
                 env["TAU_GPU_MEMORY_MB"] = str(mem)
+        if wl.requeues:  # restarted after preemption: same attempt, resume from the last checkpoint
+            env["TAU_RETRY_REASON"] = "Preempted"
+            env.setdefault("TAU_RESUME_FROM", env.get("TAU_CHECKPOINT_DIR", ""))
         for key in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR"):
             if env.get(key):
                 try:

@@ -101,7 +101,7 @@ def check_cycle(engine: Engine, cqs: list[ClusterQueue], workloads: dict[str, Wo
             assert a.placements == ()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario())
 def test_engine_keeps_every_invariant(case: tuple[list[ClusterQueue], list[Node] | None, list[Arrival], bool]) -> None:
     cqs, nodes, arrivals, fair = case

@@ -368,7 +368,7 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
             payload = c.AdmissionQueued(reason=reason, message=waiting.get("message", ""), waiting_for=hint)
             return [("admission.queued", payload, _digest(reason, pod, cs.get("name")))]
     if phase == "Running" and has_main:
-        return [("exec.running", c.ExecRunning(node=node, pod=pod), "")]
+        return [("exec.running", c.ExecRunning(node=node, pod=pod), _digest(pod))]  # a requeued pod runs again
     scheduled = conds.get("PodScheduled")
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         message = scheduled.get("message", "")

@@ -1,27 +1,36 @@
-"""Admission for the local cluster: ClusterQueue quota and priority, FIFO within a priority, whole and
-fractional GPUs accounted per device. The full Kueue/KAI engine (cohorts, borrowing, preemption) plugs in
-behind the same three calls: ``submit``, ``release``, ``cycle``.
+"""Admission for the local cluster, backed by the pure Kueue/KAI engine (``taugrid.core.admission``).
+
+Translates the platform policy into engine objects (flavors, cohorts, ClusterQueues with quota per flavor,
+LocalQueues), this machine into one engine Node (its GPUs as devices; CPU is time-shared by processes, so
+only quota bounds it), and each workload into an engine Workload. ``cycle`` returns the admissions (with the
+GPU devices each pod got) and records preemptions for the cluster to carry out.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from taugrid.core.quantity import format_memory
+from taugrid.config.platform import Platform
+from taugrid.core import admission as adm
+from taugrid.core.quantity import parse_cpu, parse_memory
 
 GPU = "nvidia.com/gpu"
+_UNLIMITED_CPU = 1e6
 
 
 @dataclass
 class Request:
     name: str
-    cluster_queue: str
+    cluster_queue: str  # resolved ClusterQueue ("" when the LocalQueue is unknown)
     priority: int
     created: float
     pods: int
     per_pod: dict[str, float]
-    gpu_fraction: float = 0.0  # >0: each pod takes this share of one GPU instead of whole GPUs
+    gpu_fraction: float = 0.0
+    gpu_memory_mb: int = 0
     preemptible: bool = True
+    placement: str = "binpack"
 
 
 @dataclass
@@ -40,114 +49,124 @@ class Pending:
 
 
 @dataclass
+class Evicted:
+    victim: str
+    preemptor: str
+    reason: str
+    message: str
+
+
+def _amount(resource: str, value: object) -> float:
+    if resource == "cpu":
+        return parse_cpu(value)  # type: ignore[arg-type]
+    if resource == "memory":
+        return float(parse_memory(value))  # type: ignore[arg-type]
+    return float(value)  # type: ignore[arg-type]
+
+
+def engine_objects(p: Platform) -> tuple[list[adm.ClusterQueue], list[adm.Cohort], list[adm.ResourceFlavor]]:
+    flavors = [adm.ResourceFlavor(f.name, dict(f.node_labels),
+                                  tuple(adm.Taint(t.key, t.value, t.effect) for t in f.taints))
+               for f in p.resource_flavors]
+    cohorts = [adm.Cohort(c.name, parent=c.parent, fair_weight=c.fair_weight) for c in p.cohorts]
+    cqs = []
+    for cq in p.cluster_queues:
+        groups = tuple(
+            adm.ResourceGroup(tuple(g.covered_resources), tuple(
+                adm.FlavorQuotas(fq.name, {r.name: adm.ResourceQuota(
+                    _amount(r.name, r.nominal_quota),
+                    None if r.borrowing_limit is None else _amount(r.name, r.borrowing_limit),
+                    None if r.lending_limit is None else _amount(r.name, r.lending_limit),
+                ) for r in fq.resources}) for fq in g.flavors))
+            for g in cq.resource_groups)
+        pre = cq.preemption
+        policy = adm.PreemptionPolicy(
+            adm.WithinClusterQueue(pre.within_cluster_queue), adm.ReclaimWithinCohort(pre.reclaim_within_cohort),
+            adm.BorrowWithinCohort(adm.BorrowWithinCohortPolicy(pre.borrow_within_cohort.policy),
+                                   pre.borrow_within_cohort.max_priority_threshold))
+        cqs.append(adm.ClusterQueue(cq.name, groups, cohort=cq.cohort,
+                                    queueing_strategy=adm.QueueingStrategy(cq.queueing_strategy),
+                                    preemption=policy, fair_weight=cq.fair_sharing.weight))
+    return cqs, cohorts, flavors
+
+
+@dataclass
 class LocalAdmitter:
-    quotas: dict[str, dict[str, float]]  # cluster queue → resource → nominal quota
-    capacity: dict[str, float]  # the machine: cpu, memory, nvidia.com/gpu
+    node: str
+    capacity: dict[str, float]
     gpu_count: int = 0
-    flavor: str = "default"
-    pending: dict[str, Request] = field(default_factory=dict)
-    admitted: dict[str, tuple[Request, Granted]] = field(default_factory=dict)
-    gpu_used: dict[int, float] = field(default_factory=dict)  # device → fraction in use
-    why: dict[str, Pending] = field(default_factory=dict)
+    gpu_memory_mb: int = 81920
+    engine: adm.Engine | None = None
+    requests: dict[str, Request] = field(default_factory=dict)
+    preempted: list[Evicted] = field(default_factory=list)
+    quotas: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def configure(self, p: Platform) -> None:
+        """(Re)build the engine for a platform revision; running workloads are re-admitted first."""
+        cqs, cohorts, flavors = engine_objects(p)
+        node = adm.Node(self.node, tuple(adm.GpuDevice(i, self.gpu_memory_mb or 81920) for i in range(self.gpu_count)),
+                        cpu=_UNLIMITED_CPU, memory=self.capacity.get("memory", 0.0))
+        fair = any(cq.fair_sharing.weight != 1.0 for cq in p.cluster_queues)
+        self.engine = adm.Engine(cqs, cohorts, flavors, [node], fair_sharing=fair,
+                                 gpu_memory_mb=self.gpu_memory_mb or 81920)
+        self.quotas = {cq.name: {} for cq in p.cluster_queues}
+        old = self.requests
+        self.requests = {}
+        for req in old.values():
+            self.submit(req)
+
+    def _workload(self, req: Request) -> adm.Workload:
+        requests = {r: v for r, v in req.per_pod.items() if not (r == GPU and (req.gpu_fraction or req.gpu_memory_mb))}
+        return adm.Workload(
+            req.name, req.cluster_queue,
+            (adm.PodSet("main", req.pods, requests, gpu_fraction=req.gpu_fraction, gpu_memory_mb=req.gpu_memory_mb),),
+            priority=req.priority, preemptible=req.preemptible, created_at=req.created,
+            placement=adm.PlacementStrategy(req.placement if req.placement in ("binpack", "spread") else "binpack"),
+        )
 
     def submit(self, req: Request) -> None:
-        if req.name not in self.admitted:
-            self.pending[req.name] = req
+        self.requests[req.name] = req
+        if self.engine is not None and req.cluster_queue in self.engine.queues and req.name not in self.engine.states:
+            self.engine.submit(self._workload(req), req.created)
+
+    def restore(self, req: Request, gpus: list[list[int]]) -> None:
+        """A workload that was running before a restart: submit and admit it ahead of everything else."""
+        self.submit(req)
+        if self.engine is not None:
+            self.engine.cycle(time.time())
 
     def release(self, name: str) -> None:
-        self.pending.pop(name, None)
-        self.why.pop(name, None)
-        got = self.admitted.pop(name, None)
-        if got is None:
-            return
-        req, grant = got
-        for devices in grant.gpus:
-            for d in devices:
-                left = self.gpu_used.get(d, 0.0) - (req.gpu_fraction or 1.0)
-                self.gpu_used[d] = max(0.0, left)
-
-    def _used(self, cq: str | None) -> dict[str, float]:
-        used: dict[str, float] = {}
-        for req, _ in self.admitted.values():
-            if cq is None or req.cluster_queue == cq:
-                for r, v in req.per_pod.items():
-                    used[r] = used.get(r, 0.0) + v * req.pods
-        return used
-
-    def _assign_gpus(self, req: Request) -> list[list[int]] | None:
-        whole = int(req.per_pod.get(GPU, 0))
-        free = dict(self.gpu_used)
-        out: list[list[int]] = []
-        for _ in range(req.pods):
-            if req.gpu_fraction:
-                fits = [d for d in range(self.gpu_count) if free.get(d, 0.0) + req.gpu_fraction <= 1.0 + 1e-9]
-                if not fits:
-                    return None
-                d = max(fits, key=lambda i: free.get(i, 0.0))  # binpack: the fullest GPU that fits
-                free[d] = free.get(d, 0.0) + req.gpu_fraction
-                out.append([d])
-            elif whole:
-                idle = [d for d in range(self.gpu_count) if free.get(d, 0.0) == 0.0][:whole]
-                if len(idle) < whole:
-                    return None
-                for d in idle:
-                    free[d] = 1.0
-                out.append(idle)
-            else:
-                out.append([])
-        return out
+        self.requests.pop(name, None)
+        if self.engine is not None and name in self.engine.states:
+            self.engine.finish(name, time.time())
 
     def cycle(self) -> list[Granted]:
-        granted: list[Granted] = []
-        self.why.clear()
-        order = sorted(self.pending.values(), key=lambda r: (-r.priority, r.created))
-        blocked: set[str] = set()
-        positions: dict[str, int] = {}
-        for req in order:
-            pos = positions.get(req.cluster_queue, 0)
-            positions[req.cluster_queue] = pos + 1
-            if req.cluster_queue in blocked:
-                self.why[req.name] = Pending("Pending", "waiting behind earlier workloads in the queue", pos)
-                continue
-            problem = self._fits(req)
-            gpus = self._assign_gpus(req) if problem is None else None
-            if problem is None and gpus is None:
-                problem = ("Pending", "no GPU has room for this request on the node")
-            if problem is not None:
-                blocked.add(req.cluster_queue)  # FIFO within priority: nobody overtakes the head
-                self.why[req.name] = Pending(problem[0], problem[1], pos)
-                continue
-            assert gpus is not None
-            grant = Granted(req.name, req.cluster_queue, {r: self.flavor for r in req.per_pod}, gpus)
-            for devices in gpus:
-                for d in devices:
-                    self.gpu_used[d] = self.gpu_used.get(d, 0.0) + (req.gpu_fraction or 1.0)
-            self.admitted[req.name] = (req, grant)
-            del self.pending[req.name]
-            positions[req.cluster_queue] = pos
-            granted.append(grant)
+        self.preempted = []
+        if self.engine is None:
+            return []
+        result = self.engine.cycle(time.time())
+        granted = []
+        for a in result.admitted:
+            per_pod: dict[int, list[int]] = {}
+            for pl in a.placements:
+                per_pod.setdefault(pl.index, []).extend(pl.gpus)
+            req = self.requests.get(a.workload)
+            n = req.pods if req else len(per_pod)
+            granted.append(Granted(a.workload, a.cluster_queue, dict(a.flavors),
+                                   [per_pod.get(i, []) for i in range(n)]))
+        self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted
 
-    def _fits(self, req: Request) -> tuple[str, str] | None:
-        quota = self.quotas.get(req.cluster_queue)
-        if quota is None:
-            return "Inadmissible", f"ClusterQueue {req.cluster_queue} doesn't exist"
-        used, node_used = self._used(req.cluster_queue), self._used(None)
-        for r, v in req.per_pod.items():
-            need = v * req.pods
-            if r == GPU and req.gpu_fraction:
-                continue
-            if r not in quota and need > 0:
-                return "Inadmissible", f"resource {r} is not covered by ClusterQueue {req.cluster_queue}"
-            if used.get(r, 0.0) + need > quota.get(r, 0.0) + 1e-9:
-                more = used.get(r, 0.0) + need - quota.get(r, 0.0)
-                shown = format_memory(int(more)) if r == "memory" else f"{more:g}"
-                return ("Pending", f"couldn't assign flavors to pod set main: insufficient unused quota for {r} "
-                        f"in flavor {self.flavor}, {shown} more needed")
-            # CPU is time-shared by processes, so only quota bounds it; memory and GPUs are physical.
-            if r != "cpu" and node_used.get(r, 0.0) + need > self.capacity.get(r, 0.0) + 1e-9:
-                return "Pending", f"insufficient {r} on the node"
-        return None
-
     def info(self, name: str) -> Pending | None:
-        return self.why.get(name)
+        req = self.requests.get(name)
+        if req is not None and (self.engine is None or req.cluster_queue not in self.engine.queues):
+            return Pending("Inadmissible", f"ClusterQueue {req.cluster_queue or '?'} doesn't exist", 0)
+        if self.engine is None:
+            return None
+        p = self.engine.pending_info(name)
+        if p is None:
+            return None
+        return Pending(p.reason, p.message, p.position)
+
+    def explain(self, name: str) -> str:
+        return self.engine.explain(name) if self.engine and name in self.engine.states else ""

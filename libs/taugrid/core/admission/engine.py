@@ -198,11 +198,12 @@ class Engine:
         if not self.fair_sharing:
             yield from sorted(entries, key=self._classic_key)
             return
-        yield from (e for e in entries if e[0].preempting)  # their victims are gone: they go first
-        entries = [e for e in entries if not e[0].preempting]
+        first = [e for e in entries if e[0].preempting]  # their victims are gone: they go first
+        rest = [e for e in entries if not e[0].preempting]  # split before processing flips the flag
+        yield from first
         # Fair sharing: per cohort tree, re-run the tournament after each decision (DRS changes with usage).
         by_root: dict[QNode, dict[str, _Entry]] = {}
-        for e in sorted(entries, key=self._classic_key):
+        for e in sorted(rest, key=self._classic_key):
             by_root.setdefault(self.tree.root(e[1].node), {})[e[1].spec.name] = e
         for root, heads in by_root.items():
             while heads:

@@ -53,7 +53,8 @@ def explain(engine: Engine, name: str) -> str:
             lines.append(f"  It can never fit: ask for at most {fmt(s.potential)} {s.resource}, or ask an admin "
                          f"to raise the quota of {ws.cq} or its cohort.")
     if a.mode == Mode.FIT and ws.requeue_at is None:
-        lines.append("It fits now and should be admitted at the next cycle.")
+        lines.append("It fits now and should be admitted at the next cycle." if not info.ahead else
+                     f"There is room for it now, but the {info.ahead} workload(s) ahead of it go first.")
     elif a.mode != Mode.NO_FIT:
         plan = plan_preemption(tree=engine.tree, cluster=engine.cluster, states=engine.states,
                                queues=engine.queues, tree_queues=engine._tree_queues[engine.tree.root(node)],

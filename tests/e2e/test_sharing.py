@@ -1,0 +1,62 @@
+"""Fractional GPUs and preemption on the embedded stack (2 declared GPUs, quota 2)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tests.e2e.conftest import Stack, write_project
+
+SCRIPT = (
+    "import json, os, sys, time\n"
+    "start = time.time()\n"
+    "print(json.dumps({'gpus': os.environ.get('CUDA_VISIBLE_DEVICES'), 'fraction': os.environ.get('TAU_GPU_FRACTION'),"
+    " 'mem': os.environ.get('TAU_GPU_MEMORY_MB'), 'reason': os.environ.get('TAU_RETRY_REASON', '')}), flush=True)\n"
+    "time.sleep(float(sys.argv[1]))\n"
+    "print(json.dumps({'start': start, 'end': time.time()}), flush=True)\n"
+)
+
+
+def _facts(stack: Stack, run_id: str) -> list[dict[str, object]]:
+    out = stack.tau("logs", run_id, check=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_two_half_gpu_runs_share_one_gpu_at_once(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "half", SCRIPT,
+                        "name: half\nentrypoint: main.py\nargs: ['3']\ncompute: {gpu_fraction: 0.5}\n")
+    runs = [stack.tau("run", str(cfg), check=True).stdout.strip() for _ in range(2)]
+    for r in runs:
+        assert stack.wait_state(r, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
+    a, b = (_facts(stack, r) for r in runs)
+    assert a[0]["gpus"] == b[0]["gpus"] and a[0]["gpus"] in ("0", "1")  # binpack: the same physical GPU
+    assert a[0]["fraction"] == "0.5" and a[0]["mem"] == "8000"
+    assert a[1]["start"] < b[1]["end"] and b[1]["start"] < a[1]["end"], "the two runs did not overlap"
+
+
+def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, tmp_path: Path) -> None:
+    low = write_project(tmp_path, "low", SCRIPT, "name: low\nentrypoint: main.py\nargs: ['6']\n"
+                        "compute: {gpus: 2}\npolicy: {workload_priority_class: low}\n")
+    peer = write_project(tmp_path, "peer", SCRIPT, "name: peer\nentrypoint: main.py\nargs: ['1']\n"
+                         "compute: {gpus: 1}\npolicy: {workload_priority_class: low}\n")
+    high = write_project(tmp_path, "high", SCRIPT, "name: high\nentrypoint: main.py\nargs: ['1']\n"
+                         "compute: {gpus: 1}\npolicy: {workload_priority_class: high}\n")
+    low_run = stack.tau("run", str(low), check=True).stdout.strip()
+    stack.wait_state(low_run, {"running"})
+    peer_run = stack.tau("run", str(peer), check=True).stdout.strip()
+    stack.wait_state(peer_run, {"queued"})
+    time.sleep(1.0)
+    status = stack.json("status", peer_run)
+    assert stack.json("status", low_run)["state"] == "running"  # equal priority never preempts
+    assert "insufficient unused quota for nvidia.com/gpu" in json.dumps(status["phases"])
+
+    high_run = stack.tau("run", str(high), check=True).stdout.strip()
+    assert stack.wait_state(high_run, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
+    low_events = [e["short_type"] for e in stack.events(low_run)]
+    assert "admission.preempted" in low_events
+    assert stack.wait_state(low_run, {"succeeded", "failed"}, timeout=120)["state"] == "succeeded"
+    assert stack.wait_state(peer_run, {"succeeded", "failed"}, timeout=120)["state"] == "succeeded"
+    facts = _facts(stack, low_run)
+    assert any(f.get("reason") == "Preempted" for f in facts)  # the restarted process knows why
+    assert "admission.preempted" not in [e["short_type"] for e in stack.events(peer_run)]
