@@ -60,6 +60,10 @@ class LocalCluster:
         # Backend requests and the control loop interleave at awaits; one lock keeps a workload's
         # transitions (start, delete, finish) from crossing.
         self.lock = asyncio.Lock()
+        # Simulated node pool (as Kueue's performance tests do): pods complete after SIMULATED_DURATION seconds
+        # from their env, and no process is spawned.
+        self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
+        self._snapshot_at = 0.0
 
     # ---------------------------------------------------------------- platform and restart
     async def refresh_platform(self) -> None:
@@ -225,6 +229,18 @@ class LocalCluster:
                                if wl.state == "pending"))
         await asyncio.gather(*(self._supervise(wl) for wl in list(self.wls.values())
                                if wl.state in ("running", "deleted")))
+        if now - self._snapshot_at > 1.0:
+            self._snapshot_at = now
+            await self._publish_queues(now)
+
+    async def _publish_queues(self, now: float) -> None:
+        """`tau queue` reads this: quota use per ClusterQueue and the pending runs in order."""
+        snap = self.admitter.snapshot(now)
+        for q in snap:
+            q["pending"] = [{"run_id": self.wls[n].run_id, "workload": n, "position": i}
+                            for i, n in enumerate(q["pending"]) if n in self.wls]  # type: ignore[union-attr]
+        kv = await self.bus.kv(BUCKET)
+        await kv.put("queues", msgspec.json.encode({"time": now, "node": self.node, "queues": snap}))
 
     async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:
         """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""
@@ -294,6 +310,10 @@ class LocalCluster:
 
     def _launch(self, wl: LocalWorkload, p: LocalPod, source: bytes | None) -> tuple[str, str] | None:
         container = _main_container(wl.job)
+        if self.simulate:
+            env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+            p.sim_end = time.time() + float(env.get("SIMULATED_DURATION", "1") or 1)
+            return None
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "USER",
                                                             "PYTHONPATH", "VIRTUAL_ENV")}
         for item in container.get("env", []):
@@ -345,6 +365,17 @@ class LocalCluster:
     async def _supervise(self, wl: LocalWorkload) -> None:
         for p in wl.pods:
             if p.phase != "Running":
+                continue
+            if p.sim_end:
+                if time.time() < p.sim_end and wl.state != "deleted":
+                    continue
+                status = {"exit_code": 0, "reason": "Completed"} if wl.state != "deleted" else {
+                    "exit_code": 143, "reason": "Cancelled"}
+                p.phase = "Succeeded" if status["exit_code"] == 0 else "Failed"
+                if wl.state != "deleted":
+                    objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started,
+                                           at=time.time())
+                    await self.publish(wl, "Pod", p.obj, "modified")
                 continue
             status = self.pods.status(p.name)
             if status is None:

@@ -16,6 +16,7 @@ class LocalPod(msgspec.Struct, kw_only=True):
     started: float = 0.0
     log_offset: int = 0
     log_seq: int = 0
+    sim_end: float = 0.0  # simulated pool: the pod "completes" at this time, no process
 
 
 class LocalWorkload(msgspec.Struct, kw_only=True):

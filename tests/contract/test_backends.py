@@ -92,7 +92,8 @@ SUCCESS = [
     "submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.queued",
     "admission.admitted", "exec.running", "exec.succeeded",
 ]
-JOBS, PODS, WORKLOADS = ("batch", "v1", "jobs"), ("", "v1", "pods"), ("kueue.x-k8s.io", "v1beta2", "workloads")
+JOBS, PODS = ("batch", "v1", "jobs"), ("", "v1", "pods")
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 TERMINAL = {"exec.succeeded", "exec.cancelled", "recovery.gave_up"}
 
 
@@ -168,7 +169,8 @@ class ScriptedKueue:
             t = now()
             o["status"] = {
                 "conditions": [
-                    {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "lastTransitionTime": t},
+                    {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                     "lastTransitionTime": t},
                     {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": t},
                 ],
                 "admission": {"clusterQueue": "lab", "podSetAssignments": [
@@ -220,10 +222,10 @@ class ScriptedKueue:
         ok = exit_code == 0
 
         def terminated(o: dict[str, Any]) -> None:
-            o["status"] = {"phase": "Succeeded" if ok else "Failed", "startTime": start, "containerStatuses": [
-                {"name": "main", "ready": False, "state": {"terminated": {
-                    "exitCode": exit_code, "reason": "Completed" if ok else "Error",
-                    "startedAt": start, "finishedAt": end}}}]}
+            state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if ok else "Error",
+                                    "startedAt": start, "finishedAt": end}}
+            o["status"] = {"phase": "Succeeded" if ok else "Failed", "startTime": start,
+                           "containerStatuses": [{"name": "main", "ready": False, "state": state}]}
 
         def finished(o: dict[str, Any]) -> None:
             cond = ({"type": "Complete", "status": "True", "reason": "Completed", "lastTransitionTime": end}
@@ -323,7 +325,8 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             consume("RUNS", "renderer",
                     Renderer(bus, KubernetesBackend(KubeBackend(api_client), "kc")).on_event)
             bridge = Bridge(bus, KubeApi(api_client), cluster="kc", holder="contract",
-                            resources=[(resource_for("Workload"), None), (resource_for("Job"), MANAGED_SELECTOR),
+                            resources=[(resource_for("Workload"), None),
+                                       (resource_for("Job"), MANAGED_SELECTOR),
                                        (resource_for("Pod"), MANAGED_SELECTOR)],
                             lease_ttl_s=3.0, checkpoint_every_s=0.2, backoff_max_s=0.3)
             tasks.append(asyncio.create_task(bridge.run(stopping)))

@@ -50,6 +50,10 @@ def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, t
     status = stack.json("status", peer_run)
     assert stack.json("status", low_run)["state"] == "running"  # equal priority never preempts
     assert "insufficient unused quota for nvidia.com/gpu" in json.dumps(status["phases"])
+    time.sleep(1.2)  # the local cluster refreshes its queue snapshot every second
+    queues = {q["cluster_queue"]: q for q in stack.json("queue")["queues"]}
+    assert queues["local"]["used"]["nvidia.com/gpu"] == 2.0
+    assert peer_run in [p["run_id"] for p in queues["local"]["pending"]]
 
     high_run = stack.tau("run", str(high), check=True).stdout.strip()
     assert stack.wait_state(high_run, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"

@@ -75,7 +75,8 @@ def test_machine_default_platform_renders_valid_with_open_namespace_selector() -
         validate(o)
     cq = next(o for o in objs if o["kind"] == "ClusterQueue")
     assert cq["spec"]["namespaceSelector"] == {}  # {} admits every namespace; null would admit none
-    resources = {r["name"]: r["nominalQuota"] for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]
+    resources = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
     assert resources["cpu"] == "8" and resources["nvidia.com/gpu"] == "1"
     assert {o["kind"] for o in objs} == {"ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
                                          "WorkloadPriorityClass"}

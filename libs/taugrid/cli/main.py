@@ -7,6 +7,7 @@ import click
 from taugrid import __version__
 from taugrid.cli.evidence_cmd import evidence, verify
 from taugrid.cli.platform_cmd import platform
+from taugrid.cli.queue_cmd import queue
 from taugrid.cli.runs import cancel, events, list_runs, logs, run, status
 from taugrid.cli.stack import down, up
 
@@ -17,7 +18,7 @@ def cli() -> None:
     """taugrid: run AI workloads on GPU clusters. Start with `tau up`, then `tau run tau.yaml --follow`."""
 
 
-for command in (up, down, run, status, logs, list_runs, cancel, events, platform, evidence, verify):
+for command in (up, down, run, status, logs, list_runs, cancel, events, platform, evidence, verify, queue):
     cli.add_command(command)
 
 

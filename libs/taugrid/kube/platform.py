@@ -31,9 +31,9 @@ async def apply_platform(p: Platform, *, api_client: Any = None) -> list[str]:
     """Server-side apply every Kueue object of ``p``; returns their refs in the order applied.
 
     Without ``api_client`` the client comes from the environment as for the renderer (``TAU_KUBE_HOST``,
-    ``TAU_KUBECONFIG``/``KUBECONFIG`` + ``TAU_KUBE_CONTEXT``, else in-cluster) and is closed afterwards; a
-    passed ``api_client`` stays open (it is the caller's). Raises ``PermanentError`` for an invalid object or a
-    rejected apply (missing CRD, RBAC), ``TemporaryError`` when the API cannot be reached.
+    ``TAU_KUBECONFIG``/``KUBECONFIG`` + ``TAU_KUBE_CONTEXT``, else in-cluster) and is closed afterwards;
+    a passed ``api_client`` stays open (it is the caller's). Raises ``PermanentError`` for an invalid
+    object or a rejected apply (missing CRD, RBAC), ``TemporaryError`` when the API cannot be reached.
     """
     objs = render_platform(p)
     for obj in objs:

@@ -100,6 +100,7 @@ class LocalAdmitter:
     requests: dict[str, Request] = field(default_factory=dict)
     preempted: list[Evicted] = field(default_factory=list)
     quotas: dict[str, dict[str, float]] = field(default_factory=dict)
+    cohort_of: dict[str, str] = field(default_factory=dict)
 
     def configure(self, p: Platform) -> None:
         """(Re)build the engine for a platform revision; running workloads are re-admitted first."""
@@ -109,7 +110,14 @@ class LocalAdmitter:
         fair = any(cq.fair_sharing.weight != 1.0 for cq in p.cluster_queues)
         self.engine = adm.Engine(cqs, cohorts, flavors, [node], fair_sharing=fair,
                                  gpu_memory_mb=self.gpu_memory_mb or 81920)
-        self.quotas = {cq.name: {} for cq in p.cluster_queues}
+        self.quotas = {}
+        self.cohort_of = {cq.name: cq.cohort or "" for cq in cqs}
+        for cq in cqs:
+            q = self.quotas.setdefault(cq.name, {})
+            for g in cq.resource_groups:
+                for fq in g.flavors:
+                    for r, rq in fq.resources.items():
+                        q[r] = q.get(r, 0.0) + rq.nominal_quota
         old = self.requests
         self.requests = {}
         for req in old.values():
@@ -170,3 +178,30 @@ class LocalAdmitter:
 
     def explain(self, name: str) -> str:
         return self.engine.explain(name) if self.engine and name in self.engine.states else ""
+
+    def snapshot(self, now: float) -> list[dict[str, object]]:
+        """Per ClusterQueue: nominal, used, borrowed and lent quota, and the pending queue in admission order."""
+        if self.engine is None:
+            return []
+        used_by: dict[str, dict[str, float]] = {}
+        for cq in self.quotas:
+            used: dict[str, float] = {}
+            for (_flavor, res), v in self.engine.usage(cq).items():
+                used[res] = used.get(res, 0.0) + v / 1000.0
+            used_by[cq] = used
+        borrowed = {cq: {r: max(0.0, u - self.quotas[cq].get(r, 0.0)) for r, u in used_by[cq].items()}
+                    for cq in self.quotas}
+        out = []
+        for cq, nominal in self.quotas.items():
+            cohort = self.cohort_of.get(cq, "")
+            # What others in the cohort borrow comes out of members' unused nominal quota.
+            borrowing_peers = {r: sum(borrowed[o].get(r, 0.0) for o in self.quotas
+                                      if o != cq and cohort and self.cohort_of.get(o) == cohort) for r in nominal}
+            lent = {r: min(max(0.0, nominal[r] - used_by[cq].get(r, 0.0)), borrowing_peers[r]) for r in nominal}
+            order = sorted(self.engine.queue_order(cq, now), key=lambda t: (-t[1], t[2]))
+            out.append({"cluster_queue": cq, "cohort": cohort, "nominal": nominal, "used": used_by[cq],
+                        "borrowed": {r: v for r, v in borrowed[cq].items() if v}, "lent": {r: v for r, v in lent.items() if v},
+                        "pending": [name for name, _, _ in order],
+                        "admitted": sum(1 for n in self.engine.admitted_names()
+                                        if self.engine.states[n].cq == cq)})
+        return out

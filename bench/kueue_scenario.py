@@ -1,0 +1,162 @@
+"""Kueue's baseline scheduler-performance scenario, replayed through the whole taugrid pipeline.
+
+The embedded stack (nats-server, every service as its own process) runs with the local cluster's simulated
+node pool (pods complete after the duration in their env; no process is spawned, as Kueue's own performance
+tests simulate jobs). Shape, per Kueue's test/performance/scheduler baseline: 5 cohorts × 6 ClusterQueues,
+nominalQuota 20, borrowingLimit 100, reclaimWithinCohort Any, withinClusterQueue LowerPriority; per
+ClusterQueue 350 small (1 unit, 200 ms, priority 50, one every 100 ms), 100 medium (5 units, 500 ms,
+priority 100, every 500 ms), 50 large (20 units, 1000 ms, priority 200, every 1200 ms) = 15,000 runs.
+
+Prints wall time, average ClusterQueue usage and mean time to admission per class beside Kueue's limits.
+``--fraction 0.1`` shrinks the run counts (not the rates) for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+import nats
+
+from taugrid.client import open_client
+from taugrid.core.ids import new_run_id, new_submission_id
+
+COHORTS, CQS = 5, 6
+CLASSES = {  # name: (count per CQ, units, seconds, priority class, interval)
+    "small": (350, 1, 0.2, "p50", 0.1),
+    "medium": (100, 5, 0.5, "p100", 0.5),
+    "large": (50, 20, 1.0, "p200", 1.2),
+}
+KUEUE_LIMITS = {"wall_s": 425.0, "usage_pct": 50.0, "large": 23.0, "medium": 90.0, "small": 260.0}
+
+
+def platform_yaml() -> str:
+    lines = ["resource_flavors: [{name: default}]", "cohorts:"]
+    lines += [f"  - {{name: cohort-{c}}}" for c in range(COHORTS)]
+    lines.append("cluster_queues:")
+    for c in range(COHORTS):
+        for q in range(CQS):
+            lines += [
+                f"  - name: cq-{c}-{q}", f"    cohort: cohort-{c}",
+                "    preemption: {within_cluster_queue: LowerPriority, reclaim_within_cohort: Any}",
+                "    resource_groups:", "      - covered_resources: [cpu, memory]", "        flavors:",
+                "          - name: default", "            resources:",
+                '              - {name: cpu, nominal_quota: "20", borrowing_limit: "100"}',
+                '              - {name: memory, nominal_quota: "1000Gi"}',
+            ]
+    lines.append("local_queues:")
+    lines += [f"  - {{name: lq-{c}-{q}, namespace: default, cluster_queue: cq-{c}-{q}}}"
+              for c in range(COHORTS) for q in range(CQS)]
+    lines += ["priority_classes: [{name: p50, value: 50}, {name: p100, value: 100}, {name: p200, value: 200}]",
+              "compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]", "workspaces:"]
+    lines += [f"  - {{name: ws-{c}-{q}, namespace: default, local_queue: lq-{c}-{q}, default_profile: unit, "
+              f"default_priority: p50}}" for c in range(COHORTS) for q in range(CQS)]
+    return "\n".join(lines) + "\n"
+
+
+def run_yaml(cls: str) -> str:
+    _, units, secs, prio, _ = CLASSES[cls]
+    return (f"name: {cls}\nentrypoint: sim.py\ncompute: {{gpus: 0, cpu_request: '{units}', memory_request: 1Mi}}\n"
+            f"policy: {{workload_priority_class: {prio}}}\nruntime: {{env: {{SIMULATED_DURATION: '{secs}'}}}}\n")
+
+
+async def drive(url: str, fraction: float) -> dict[str, object]:
+    client = await open_client(url)
+    nc = client.bus.nc
+    submitted: dict[str, tuple[str, float]] = {}
+    admitted: dict[str, float] = {}
+    finished: dict[str, float] = {}
+
+    async def on_admitted(msg: nats.aio.msg.Msg) -> None:
+        admitted.setdefault(msg.headers.get("ce-subject", ""), time.time())
+
+    async def on_terminal(msg: nats.aio.msg.Msg) -> None:
+        finished.setdefault(msg.headers.get("ce-subject", ""), time.time())
+
+    await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)
+    for t in ("exec.succeeded", "recovery.gave_up", "submit.rejected", "policy.rejected", "exec.cancelled"):
+        await nc.subscribe(f"run.*.*.{t}", cb=on_terminal)
+    texts = {cls: run_yaml(cls) for cls in CLASSES}
+    total = sum(max(1, int(n * fraction)) for n, *_ in CLASSES.values()) * COHORTS * CQS
+    start = time.time()
+
+    async def feed(ws: str, cls: str) -> None:
+        n, _, _, _, every = CLASSES[cls]
+        for i in range(max(1, int(n * fraction))):
+            await asyncio.sleep(max(0.0, start + i * every - time.time()))
+            sid = new_submission_id()
+            run_id = new_run_id(cls, sid)
+            submitted[run_id] = (cls, time.time())
+            await client.submit_text(texts[cls], workspace=ws, submission_id=sid, name=cls)
+
+    usage: list[float] = []
+
+    async def sample() -> None:
+        kv = await client.bus.kv("local_cluster")
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                snap = msgspec.json.decode((await kv.get("queues")).value)
+                used = sum(q["used"].get("cpu", 0.0) for q in snap["queues"])
+                usage.append(100.0 * used / (20 * COHORTS * CQS))
+            except (nats.js.errors.KeyNotFoundError, TypeError):
+                pass
+            print(f"  t={time.time() - start:6.1f}s submitted {len(submitted):5d}/{total}  admitted {len(admitted):5d}"
+                  f"  finished {len(finished):5d}  usage {usage[-1] if usage else 0:5.1f}%", flush=True)
+
+    sampler = asyncio.create_task(sample())
+    feeders = [feed(f"ws-{c}-{q}", cls) for c in range(COHORTS) for q in range(CQS) for cls in CLASSES]
+    await asyncio.gather(*feeders)
+    deadline = time.time() + 1800
+    while len([r for r in submitted if r in finished]) < len(submitted) and time.time() < deadline:
+        await asyncio.sleep(0.5)
+    sampler.cancel()
+    wall = max(finished.values(), default=start) - start
+    by_class: dict[str, list[float]] = {c: [] for c in CLASSES}
+    for run_id, (cls, at) in submitted.items():
+        if run_id in admitted:
+            by_class[cls].append(admitted[run_id] - at)
+    await client.close()
+    # Usage is averaged over the busy period (until the last run finished), as Kueue's test reports it.
+    busy = usage[: max(1, int(wall))]
+    return {"runs": len(submitted), "finished": sum(1 for r in submitted if r in finished), "wall_s": wall,
+            "usage_pct": sum(busy) / max(1, len(busy)),
+            **{c: (sum(v) / len(v) if v else float("nan")) for c, v in by_class.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fraction", type=float, default=1.0, help="share of Kueue's run counts (rates unchanged)")
+    ap.add_argument("--scale", action="append", default=[], help="SERVICE=N replicas (repeatable)")
+    args = ap.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="tau-bench-"))
+    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
+    env.pop("TAU_NATS_URL", None)
+    tau = [sys.executable, "-m", "taugrid.cli.main"]
+    up = [*tau, "up"] + [a for s in args.scale for a in ("--scale", s)]
+    subprocess.run(up, env=env, check=True)
+    try:
+        (data / "platform.yaml").write_text(platform_yaml())
+        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True)
+        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
+        print(f"Kueue baseline scenario through the full pipeline, fraction {args.fraction:g}", flush=True)
+        result = asyncio.run(drive(url, args.fraction))
+    finally:
+        subprocess.run([*tau, "down"], env=env)
+    print("\nmetric                      taugrid      Kueue limit")
+    print(f"runs finished               {result['finished']}/{result['runs']}")
+    print(f"wall time (s)               {result['wall_s']:8.1f}    ≤ {KUEUE_LIMITS['wall_s']:.0f}")
+    print(f"avg ClusterQueue usage (%)  {result['usage_pct']:8.1f}    ≥ {KUEUE_LIMITS['usage_pct']:.0f}")
+    for cls in ("large", "medium", "small"):
+        print(f"mean time to admission {cls:<6}{result[cls]:8.2f}s   ≤ {KUEUE_LIMITS[cls]:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
