@@ -36,7 +36,7 @@ class Submitter:
             req = ev.payload(SubmitRequested)
         except Exception as exc:  # malformed payload: reject the run with the reason, don't poison the consumer
             await self._reject(ev, [Issue(field="payload", message=f"malformed submission: {exc}",
-                                          fix="publish a SubmitRequested JSON body (see docs/events.md)")])
+                                          fix="publish a SubmitRequested JSON body (see docs/architecture.md)")])
             return
         kv = await self.bus.kv("submissions")
         try:

@@ -152,8 +152,17 @@ async def collect(bus: Bus, ledger: lg.Ledger) -> tuple[bytes, dict[str, bytes]]
         raise ValueError(f"run {ledger.run_id} has no terminal event yet")
     run_id = ledger.run_id
     terminal = ledger.entries[seal.index]
-    msgs = await replay(bus, stream="RUNS", subject=f"run.*.{token(run_id)}.>")
-    events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    # Direct gets by the sequences the ledger recorded: O(entries), where a filtered replay would make the
+    # server scan every subject of RUNS for each sealed run.
+    events = []
+    for entry in ledger.entries:
+        if not entry.seq:
+            continue
+        try:
+            m = await bus.js.get_msg("RUNS", seq=entry.seq)
+        except nats.js.errors.NotFoundError:
+            continue  # aged out of RUNS (max_age); the ledger still proves it existed
+        events.append(from_message(m.subject or "", m.headers, m.data or b"", seq=entry.seq))
     # The bundle covers the run up to its terminal event; later events (evidence.sealed, a losing terminal
     # event) must not change the bytes of a bundle that is collected again.
     events = [ev for ev in events if ev.seq <= terminal.seq] if terminal.seq else events
