@@ -87,10 +87,17 @@ class LocalCluster:
         except nats.js.errors.NoKeysError:
             keys = []
         for k in keys:
+            if not k.startswith("wl."):
+                continue  # e.g. the `queues` snapshot shares the bucket
             entry = await kv.get(k)
-            if entry.value:
+            if not entry.value:
+                continue
+            try:
                 wl = msgspec.json.decode(entry.value, type=LocalWorkload)
-                self.wls[wl.name] = wl
+            except msgspec.ValidationError as exc:  # never crash-loop on one bad record
+                log.error("skipping unreadable workload record %s: %s", k, exc)
+                continue
+            self.wls[wl.name] = wl
                 self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
         # What was running is re-admitted first (it holds its devices); then the queue as it was.
         for wl in self.wls.values():
