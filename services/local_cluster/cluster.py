@@ -98,7 +98,7 @@ class LocalCluster:
                 log.error("skipping unreadable workload record %s: %s", k, exc)
                 continue
             self.wls[wl.name] = wl
-                self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
+            self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
         # What was running is re-admitted first (it holds its devices); then the queue as it was.
         for wl in self.wls.values():
             if wl.state in ("running", "deleted"):
