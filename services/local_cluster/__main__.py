@@ -13,6 +13,7 @@ async def start(svc: Service) -> None:
                            gpu_memory_mb=gpu_mem)
     await cluster.load()
     svc.consume("local-cluster", cluster.on_backend)
+    svc.consume("local-cluster-nodes", cluster.on_node)
     svc.every(0.2, cluster.tick)
 
 

@@ -28,6 +28,8 @@ from taugrid.core.quantity import parse_cpu, parse_memory
 from taugrid.local import objects
 from taugrid.local.admit import GPU, LocalAdmitter, Request
 from taugrid.local.pods import PodRunner
+from taugrid.local.rendezvous import local_command
+from taugrid.stack.natsserver import free_port
 from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
 
 log = logging.getLogger("taugrid.local")
@@ -106,7 +108,12 @@ class LocalCluster:
         for wl in self.wls.values():
             if wl.state == "pending":
                 self.admitter.submit(self._request(wl))
-        log.info("local cluster loaded %d workload(s)", len(self.wls))
+        try:
+            self.admitter.cordoned = (await kv.get("cordon")).value.decode()  # type: ignore[union-attr]
+        except (nats.js.errors.KeyNotFoundError, AttributeError):
+            self.admitter.cordoned = ""
+        log.info("local cluster loaded %d workload(s)%s", len(self.wls),
+                 f"; node cordoned: {self.admitter.cordoned}" if self.admitter.cordoned else "")
 
     async def save(self, wl: LocalWorkload) -> None:
         kv = await self.bus.kv(BUCKET)
@@ -116,6 +123,21 @@ class LocalCluster:
             await kv.put(f"wl.{wl.name}", msgspec.json.encode(wl))
 
     # ---------------------------------------------------------------- backend requests
+    async def on_node(self, ev: Event) -> None:
+        """The health monitor cordoned or uncordoned a node; only this machine's decisions matter here."""
+        data = ev.as_dict()
+        if data.get("node") != self.node:
+            return
+        async with self.lock:
+            cordon = ev.nats_subject.endswith(".cordon")
+            self.admitter.cordoned = str(data.get("reason") or "unhealthy") if cordon else ""
+            kv = await self.bus.kv(BUCKET)
+            await kv.put("cordon", self.admitter.cordoned.encode())
+            for wl in self.wls.values():
+                wl.last_pending = ""  # re-announce every waiting run's reason
+            log.warning("node %s %s", self.node, f"cordoned: {self.admitter.cordoned}" if self.admitter.cordoned
+                        else "uncordoned")
+
     async def on_backend(self, ev: Event) -> None:
         async with self.lock:
             if ev.nats_subject.endswith(".apply"):
@@ -281,6 +303,8 @@ class LocalCluster:
         await self.publish(wl, "Workload", wl.workload, "modified")
         source = await self._source(wl.source_object)
         wl.pods = []
+        if wl.pods_wanted > 1 and not wl.rdzv_port:
+            wl.rdzv_port = free_port()
         for i in range(wl.pods_wanted):
             name = f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod"
             name += f"-r{wl.requeues}" if wl.requeues else ""  # a requeued pod is a new pod
@@ -361,6 +385,11 @@ class LocalCluster:
             command = [*container.get("command", []), *container.get("args", [])]
         if command and command[0] in ("python", "python3"):
             command = [self.python, *command[1:]]
+        if wl.pods_wanted > 1:  # an Indexed Job (multi-node torchrun): rendezvous on loopback
+            subdomain = str(_template(wl.job).get("spec", {}).get("subdomain", ""))
+            command = local_command(command, job=wl.name, subdomain=subdomain, port=wl.rdzv_port)
+            env.setdefault("MASTER_ADDR", "127.0.0.1")
+            env["MASTER_PORT"] = str(wl.rdzv_port)
         if wl.job["kind"] == "RayJob" and "python " in command[-1]:
             command[-1] = command[-1].replace("python ", f"{self.python} ", 1)
         deadline = wl.job["spec"].get("activeDeadlineSeconds")

@@ -42,4 +42,5 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     state: str = "pending"  # pending | running | finished | deleted
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0
+    rdzv_port: int = 0  # multi-node torchrun: the loopback rendezvous port of this workload
     last_pending: str = ""

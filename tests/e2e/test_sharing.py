@@ -13,7 +13,13 @@ SCRIPT = (
     "start = time.time()\n"
     "print(json.dumps({'gpus': os.environ.get('CUDA_VISIBLE_DEVICES'), 'fraction': os.environ.get('TAU_GPU_FRACTION'),"
     " 'mem': os.environ.get('TAU_GPU_MEMORY_MB'), 'reason': os.environ.get('TAU_RETRY_REASON', '')}), flush=True)\n"
-    "time.sleep(float(sys.argv[1]))\n"
+    "arg = sys.argv[1]\n"
+    "if arg.startswith('until:'):\n"  # hold until the test says so (robust to a slow, loaded machine)
+    "    deadline = time.time() + 120\n"
+    "    while not os.path.exists(arg[6:]) and time.time() < deadline:\n"
+    "        time.sleep(0.1)\n"
+    "else:\n"
+    "    time.sleep(float(arg))\n"
     "print(json.dumps({'start': start, 'end': time.time()}), flush=True)\n"
 )
 
@@ -36,7 +42,8 @@ def test_two_half_gpu_runs_share_one_gpu_at_once(stack: Stack, tmp_path: Path) -
 
 
 def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, tmp_path: Path) -> None:
-    low = write_project(tmp_path, "low", SCRIPT, "name: low\nentrypoint: main.py\nargs: ['6']\n"
+    release = tmp_path / "release-low"
+    low = write_project(tmp_path, "low", SCRIPT, f"name: low\nentrypoint: main.py\nargs: ['until:{release}']\n"
                         "compute: {gpus: 2}\npolicy: {workload_priority_class: low}\n")
     peer = write_project(tmp_path, "peer", SCRIPT, "name: peer\nentrypoint: main.py\nargs: ['1']\n"
                          "compute: {gpus: 1}\npolicy: {workload_priority_class: low}\n")
@@ -59,8 +66,38 @@ def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, t
     assert stack.wait_state(high_run, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
     low_events = [e["short_type"] for e in stack.events(low_run)]
     assert "admission.preempted" in low_events
+    release.touch()
     assert stack.wait_state(low_run, {"succeeded", "failed"}, timeout=120)["state"] == "succeeded"
     assert stack.wait_state(peer_run, {"succeeded", "failed"}, timeout=120)["state"] == "succeeded"
     facts = _facts(stack, low_run)
     assert any(f.get("reason") == "Preempted" for f in facts)  # the restarted process knows why
     assert "admission.preempted" not in [e["short_type"] for e in stack.events(peer_run)]
+
+
+def test_a_cordoned_node_admits_nothing_until_uncordoned(stack: Stack, tmp_path: Path) -> None:
+    import asyncio
+
+    from taugrid.client import open_client
+    from taugrid.health.wire import NodeCordon, NodeUncordon
+
+    async def decide(subject: str, payload: object, msg_id: str) -> None:
+        client = await open_client(stack.state()["nats_url"])
+        try:
+            await client.bus.publish(subject, payload, event_type=subject.rsplit(".", 1)[-1],  # type: ignore[arg-type]
+                                     ce_subject="e2e-node", msg_id=msg_id, family="node")
+        finally:
+            await client.close()
+
+    asyncio.run(decide("node.e2e-node.cordon", NodeCordon(node="e2e-node", reason="GpuXidError: XID 79"),
+                       f"cordon-{time.time()}"))
+    time.sleep(0.5)
+    cfg = write_project(tmp_path, "wait", "print('ran')\n", "name: wait\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    run_id = stack.tau("run", str(cfg), check=True).stdout.strip()
+    stack.wait_state(run_id, {"queued"})
+    time.sleep(1.0)
+    status = stack.json("status", run_id)
+    assert status["state"] == "queued"
+    assert "cordoned (GpuXidError: XID 79)" in json.dumps(status["phases"])
+    asyncio.run(decide("node.e2e-node.uncordon", NodeUncordon(node="e2e-node", reason="validated"),
+                       f"uncordon-{time.time()}"))
+    assert stack.wait_state(run_id, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"

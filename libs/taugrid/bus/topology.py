@@ -76,5 +76,7 @@ CONSUMERS = {
         ConsumerSpec("evidence", "RUNS", ["run.>"]),
         ConsumerSpec("health-monitor", "NODES", ["node.*.sample"]),
         ConsumerSpec("local-cluster", "BACKEND", ["backend.local.>"], max_deliver=20),
+        ConsumerSpec("local-cluster-nodes", "NODES", ["node.*.cordon", "node.*.uncordon"],
+                     description="the health monitor's cordon decisions for this machine"),
     ]
 }

@@ -101,6 +101,7 @@ class LocalAdmitter:
     preempted: list[Evicted] = field(default_factory=list)
     quotas: dict[str, dict[str, float]] = field(default_factory=dict)
     cohort_of: dict[str, str] = field(default_factory=dict)
+    cordoned: str = ""  # why the node is cordoned; nothing new is admitted until it is re-validated
 
     def configure(self, p: Platform) -> None:
         """(Re)build the engine for a platform revision; running workloads are re-admitted first."""
@@ -150,7 +151,7 @@ class LocalAdmitter:
 
     def cycle(self) -> list[Granted]:
         self.preempted = []
-        if self.engine is None:
+        if self.engine is None or self.cordoned:
             return []
         result = self.engine.cycle(time.time())
         granted = []
@@ -172,6 +173,9 @@ class LocalAdmitter:
         if self.engine is None:
             return None
         p = self.engine.pending_info(name)
+        if self.cordoned and name in self.requests and not self.engine.is_admitted(name):
+            return Pending("Unschedulable", f"node {self.node} is cordoned ({self.cordoned}); runs wait until it "
+                           "passes re-validation", p.position if p else 0)
         if p is None:
             return None
         return Pending(p.reason, p.message, p.position)
