@@ -171,7 +171,7 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
         record.phases.append(phase)
     failed = event_type.endswith(("rejected", "failed", "gave_up", "cancelled")) or event_type == "render.failed"
     if event_type == "admission.queued":
-        phase.status, phase.detail = "active", _queued_detail(data)
+        phase.status, phase.detail, phase.hint = "active", _queued_detail(data), queued_hint(data)
     elif event_type == "admission.preempted":
         phase.status, phase.detail = "warning", f"preempted: {data.get('reason', '')}"
     elif failed:
@@ -196,3 +196,23 @@ def _queued_detail(data: dict[str, Any]) -> str:
     if data.get("message"):
         parts.append(str(data["message"]))
     return " — ".join(p for p in parts if p)
+
+
+def queued_hint(data: dict[str, Any]) -> str:
+    """Why a run waits, in a researcher's words: which resource, which flavor, how far back in line."""
+    reason = str(data.get("reason", ""))
+    wf = data.get("waiting_for") or {}
+    ahead = data.get("position")
+    line = f"; {ahead} run(s) ahead of it" if isinstance(ahead, int) and ahead > 0 else ""
+    if wf.get("resource"):
+        return (f"the queue needs {wf.get('more_needed')} more {wf['resource']} in flavor {wf.get('flavor')} "
+                f"free before this run fits{line}")
+    if reason == "Unschedulable":
+        return "no node can take it now (full, or cordoned until it passes re-validation)" + line
+    if reason == "WaitingForPreemptedWorkloads":
+        return "lower-priority runs are being preempted to make room" + line
+    if reason in ("Backoff", "Requeued"):
+        return "requeued after an eviction; it is retried after a backoff" + line
+    if reason == "Inadmissible":
+        return "it can never fit this queue as configured: ask the platform team or change compute.*"
+    return line.removeprefix("; ")

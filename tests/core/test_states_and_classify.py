@@ -1,0 +1,78 @@
+"""The run state machine and the retry decision (pure)."""
+
+from __future__ import annotations
+
+from taugrid.core import states
+from taugrid.core.classify import classify, decide
+from taugrid.core.contracts import Resilience
+
+
+def _record() -> states.RunRecord:
+    r = states.RunRecord(run_id="r1", workspace="ws")
+    for t in ("submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.admitted",
+              "exec.running"):
+        assert states.apply(r, t, 1, {}, 1.0), t
+    return r
+
+
+def test_a_run_reaches_a_terminal_state_exactly_once() -> None:
+    r = _record()
+    assert states.apply(r, "exec.succeeded", 1, {"exit_code": 0}, 2.0)
+    assert r.state == "succeeded" and r.finished == 2.0
+    assert not states.apply(r, "exec.succeeded", 1, {}, 3.0)  # duplicate
+    assert not states.apply(r, "exec.cancelled", 1, {}, 3.0)  # a racing terminal event loses
+    assert r.state == "succeeded" and r.finished == 2.0
+
+
+def test_events_of_a_superseded_attempt_are_ignored() -> None:
+    r = _record()
+    assert states.apply(r, "exec.failed", 1, {"reason": "Error", "exit_code": 1}, 2.0)
+    assert states.apply(r, "recovery.retrying", 2, {}, 3.0) and r.attempt == 2
+    assert not states.apply(r, "exec.running", 1, {}, 4.0)  # the old attempt's pod
+    assert not states.apply(r, "recovery.retrying", 2, {}, 4.0)  # redelivered decision
+    assert states.apply(r, "render.applied", 2, {}, 5.0)
+
+
+def test_out_of_order_queue_event_after_running_does_not_move_the_run_back() -> None:
+    r = _record()
+    assert not states.apply(r, "admission.queued", 1, {"reason": "Pending"}, 2.0)
+    assert r.state == "running"
+
+
+def test_queued_phase_explains_what_the_run_waits_for() -> None:
+    r = states.RunRecord(run_id="r1", workspace="ws")
+    for t in ("submit.requested", "submit.accepted", "policy.approved", "render.applied"):
+        states.apply(r, t, 1, {}, 1.0)
+    states.apply(r, "admission.queued", 1, {"reason": "Pending", "position": 2, "waiting_for": {
+        "resource": "nvidia.com/gpu", "flavor": "a100", "more_needed": "2"}}, 2.0)
+    queued = next(p for p in r.phases if p.name == "queued")
+    assert queued.status == "active" and "2 more nvidia.com/gpu in flavor a100" in queued.hint
+    assert "2 run(s) ahead" in queued.hint
+
+
+def test_classification_of_failures() -> None:
+    assert classify("OOMKilled", 137) == "oom"
+    assert classify("Error", 1) == "app_error"
+    assert classify("DeadlineExceeded") == "timeout"
+    assert classify("", 3) == "app_error"
+    assert classify("InCohortReclamation") == "preempted"
+    assert classify("anything", event_type="health.degraded") == "gpu_fault"
+
+
+def test_retry_decision_follows_retry_on_and_backs_off_exponentially() -> None:
+    res = Resilience(max_retries=3, retry_on=["Error"], backoff_initial_s=10, backoff_max_s=25)
+    first = decide(reason="Error", exit_code=1, attempt=1, resilience=res)
+    second = decide(reason="Error", exit_code=1, attempt=2, resilience=res)
+    third = decide(reason="Error", exit_code=1, attempt=3, resilience=res)
+    assert (first.retry, first.delay_s) == (True, 10) and second.delay_s == 20 and third.delay_s == 25
+    assert not decide(reason="Error", exit_code=1, attempt=4, resilience=res).retry
+    oom = decide(reason="OOMKilled", exit_code=137, attempt=1, resilience=res)
+    assert not oom.retry and "not in resilience.retry_on" in oom.reason
+
+
+def test_platform_faults_retry_elsewhere_even_if_not_listed() -> None:
+    res = Resilience(max_retries=1, retry_on=[])
+    d = decide(reason="GpuFault", exit_code=None, attempt=1, resilience=res, event_type="health.degraded")
+    assert d.retry and d.exclude_node and d.classification == "gpu_fault"
+    assert not decide(reason="Cancelled", exit_code=None, attempt=1, resilience=Resilience(max_retries=5,
+                                                                                           retry_on=["Any"])).retry
