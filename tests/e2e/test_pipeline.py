@@ -143,3 +143,15 @@ def test_two_renderer_replicas_share_the_work_without_duplicates(stack: Stack, t
     handled = {i: {r for r in runs if f"applied {r} " in text} for i, text in logs.items()}
     assert handled[0] and handled[1], "both replicas should have rendered some runs"
     assert handled[0].isdisjoint(handled[1]) and handled[0] | handled[1] == set(runs)
+
+
+def test_dry_run_prints_the_manifests_that_would_be_applied(stack: Stack) -> None:
+    import yaml
+
+    proc = stack.tau("run", str(REPO / "examples" / "quickstart"), "--dry-run", check=True)
+    docs = list(yaml.safe_load_all(proc.stdout))
+    job = next(d for d in docs if d["kind"] == "Job")
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert job["spec"]["template"]["spec"]["containers"][0]["name"] == "main"
+    assert all("quickstart-dryrun" not in r["run_id"] for r in stack.json("list"))
