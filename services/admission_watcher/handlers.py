@@ -1,5 +1,12 @@
 """Watch events → run events. Idempotent: translation is a pure function of the object, each output has a
-deterministic message id, and events for stale attempts or finished runs are dropped."""
+deterministic message id, and events for stale attempts or finished runs are dropped.
+
+A real Kueue Workload resolves to its run only through its job's uid (see ``owners``: memory, then the
+``bridge`` KV bucket). When one of our Workloads arrives before any replica has recorded its Job/RayJob, the
+event is retried (``TemporaryError``, 0.5 s) until the owner lands; after ``max_tries`` deliveries seen here
+it goes to the DLQ with a message naming the Workload and the job uid it waited for. (Spread over replicas,
+the server's max-deliveries advisory may land in the DLQ first.)
+"""
 
 from __future__ import annotations
 
@@ -8,27 +15,57 @@ from collections import OrderedDict
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.bus.topology import CONSUMERS
 from taugrid.core.contracts import WatchEvent
+from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.states import TERMINAL
-from taugrid.kube.translate import RunRef, remember_owner, translate
+from taugrid.kube.translate import RunRef, awaits_owner, owner_uids, preemptor_uid, translate
+from taugrid_services.admission_watcher.owners import Owners
 
-_OWNER_MEMORY = 50_000
+OWNER_WAIT_S = 0.5
+_TRIES_MEMORY = 10_000
 
 
 class AdmissionWatcher:
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, *, max_tries: int | None = None) -> None:
         self.bus = bus
-        # job uid → run; refilled from Job/RayJob events after a restart (kube-bridge relists on start).
-        self.owners: OrderedDict[str, RunRef] = OrderedDict()
+        self.known = Owners(bus)
+        self.max_tries = max_tries if max_tries is not None else CONSUMERS["admission-watcher"].max_deliver
+        self._tries: OrderedDict[str, int] = OrderedDict()  # event id → deliveries waiting for an owner here
+
+    @property
+    def owners(self) -> OrderedDict[str, RunRef]:
+        """job uid → run, as far as this replica knows (a cache of the ``bridge`` KV entries)."""
+        return self.known.memory
 
     async def on_event(self, ev: Event) -> None:
         watch = ev.payload(WatchEvent)
-        remember_owner(watch, self.owners)
-        while len(self.owners) > _OWNER_MEMORY:
-            self.owners.popitem(last=False)
+        await self.known.remember(watch)
+        if watch.object.get("kind") == "Workload":
+            await self.known.recall([*owner_uids(watch.object), preemptor_uid(watch.object)])
+            if awaits_owner(watch, self.owners):
+                self._wait_for_owner(ev, watch)
+            self._tries.pop(ev.id, None)
         for out in translate(watch, self.owners):
             record, _ = await runstate.get(self.bus, out.run_id)
             if record is not None and (record.state in TERMINAL or out.attempt < record.attempt):
                 continue  # a finished run or a superseded attempt: history is already decided
             await self.bus.emit(workspace=out.workspace, run_id=out.run_id, attempt=out.attempt,
                                 event_type=out.event_type, payload=out.payload, dedup=out.dedup)
+
+    def _wait_for_owner(self, ev: Event, watch: WatchEvent) -> None:
+        meta = watch.object.get("metadata") or {}
+        what = f"Workload {meta.get('namespace', '')}/{meta.get('name', '')}"
+        uids = ", ".join(owner_uids(watch.object))
+        tries = self._tries.pop(ev.id, 0) + 1
+        if tries >= self.max_tries:
+            raise PermanentError(
+                f"{what}: its Job/RayJob (uid {uids}) was never seen, neither by this replica nor in the "
+                f"`bridge` KV bucket (owner.<uid>), after {tries} deliveries; is kube-bridge watching Jobs "
+                "and RayJobs with the taugrid.io/managed-by label, and was the job deleted before it was seen?"
+            )
+        self._tries[ev.id] = tries
+        while len(self._tries) > _TRIES_MEMORY:
+            self._tries.popitem(last=False)
+        raise TemporaryError(f"{what}: waiting for its Job/RayJob (uid {uids}) to be recorded",
+                             delay=OWNER_WAIT_S)

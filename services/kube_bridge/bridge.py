@@ -6,6 +6,11 @@ reconnect, a relist or a takeover are dropped by the K8S stream's dedup window. 
 resource is checkpointed to the ``bridge`` KV bucket only after the events up to it were stored, so a
 restart resumes without a gap. Only the lease holder watches; losing the lease stops the watchers at once.
 
+Trace continuity: each change is published with the ``traceparent`` of the run it belongs to — the
+``taugrid.io/traceparent`` annotation the renderer stamps on our objects and pod templates (so Pods carry it,
+and Kueue Workloads on their copied pod templates); objects without it (Nodes, Events, foreign objects) are
+published with no trace context rather than the bridge's own.
+
 ``namespaces`` (``TAU_WATCH_NAMESPACES``, set by the Helm chart when RBAC is namespaced): empty watches every
 namespace with one watcher per resource; otherwise each namespaced resource gets one watcher per namespace
 (keyed and checkpointed as ``<plural>.<namespace>``), since namespaced RBAC forbids cluster-wide lists.
@@ -27,7 +32,7 @@ from taugrid.core.errors import TauError, TemporaryError
 from taugrid.core.events import k8s_subject
 from taugrid.core.ids import token
 from taugrid.kube.client import KubeApi, Resource
-from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID
+from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, traceparent_of
 from taugrid.kube.watch import DEFAULT_RESOURCES, Watcher
 from taugrid_services.kube_bridge.lease import Checkpoints, Lease
 
@@ -178,6 +183,7 @@ class Bridge:
                     ce_subject=ordering_key(ev.object),
                     msg_id=message_id(ev),
                     family="k8s",
+                    traceparent=traceparent_of(ev.object),
                 )
                 break
             except TemporaryError as exc:  # NATS is down: hold the watch, do not skip the change

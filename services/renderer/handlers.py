@@ -1,14 +1,20 @@
 """Render, validate, apply. Idempotent: the same run and attempt always give the same object name and
-manifests; the backend apply is keyed by run+attempt and ``render.applied`` by its deterministic id."""
+manifests; the backend apply is keyed by run+attempt and ``render.applied`` by its deterministic id.
+
+A retry renders the attempt with the ``exclude_nodes`` that recovery chose (a required node anti-affinity).
+Trace continuity on Kubernetes: the objects handed to the backend carry ``taugrid.io/traceparent`` (on their
+metadata and pod templates), which kube-bridge puts back on every watch event it republishes. The value is
+the triggering event's own ``traceparent`` header, not this delivery's span: it is the same on every
+redelivery, so a re-apply stays a no-op (a Job's pod template is immutable once it has started). The
+annotation is stamped after rendering and validating, onto copies: ``render.applied`` carries the manifests
+as rendered, without it, and its ``digest`` is ``manifest_digest`` of exactly those.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
-
-
-
-import logging
 
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
@@ -25,7 +31,7 @@ from taugrid.core.contracts import (
 )
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.states import TERMINAL
-from taugrid.render import manifest_digest, render
+from taugrid.render import TRACEPARENT_ANNOTATION, manifest_digest, render, with_annotation
 from taugrid.render.validate import validate
 
 log = logging.getLogger("taugrid.renderer")
@@ -52,7 +58,7 @@ class Renderer:
         if record is not None and (record.cancel_requested or record.state in TERMINAL):
             return
         try:
-            manifests = render(run, attempt=attempt, resume_from=resume_from)
+            manifests = render(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude)
             for m in manifests:
                 validate(m)
         except PermanentError as err:
@@ -60,8 +66,12 @@ class Renderer:
                                 event_type="render.failed",
                                 payload=RenderFailed(attempt=attempt, reason="InvalidManifest", message=str(err)))
             return
+        digest = manifest_digest(manifests)
+        applied = manifests
+        if ev.traceparent:
+            applied = with_annotation(manifests, TRACEPARENT_ANNOTATION, ev.traceparent)
         await self.backend.apply(BackendApply(
-            run_id=run.run_id, workspace=run.workspace, attempt=attempt, manifests=manifests,
+            run_id=run.run_id, workspace=run.workspace, attempt=attempt, manifests=applied,
             source_object=run.source_object, exclude_nodes=exclude,
         ))
         log.info("applied %s attempt %d via %s", run.run_id, attempt, self.backend.name)
@@ -70,7 +80,7 @@ class Renderer:
             workspace=ev.workspace, run_id=run.run_id, attempt=attempt, event_type="render.applied",
             payload=RenderApplied(attempt=attempt, backend=self.backend.name, kind=str(main["kind"]),
                                   object_name=str(main["metadata"]["name"]), manifests=manifests,
-                                  digest=manifest_digest(manifests)),
+                                  digest=digest),
         )
 
     async def retry(self, ev: Event, req: RecoveryRetrying) -> None:
@@ -110,5 +120,3 @@ class Renderer:
                     namespace=str(m["metadata"].get("namespace", "")), name=str(m["metadata"]["name"]),
                     grace_s=run.termination_grace_s, reason=reason,
                 ))
-
-

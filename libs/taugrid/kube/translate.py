@@ -9,7 +9,11 @@ Which run an object belongs to:
   * A real Kueue Workload does NOT copy our labels. It carries ``kueue.x-k8s.io/job-uid`` and an
     ownerReference to the Job/RayJob. So ``translate`` takes ``owners``: job uid → RunRef, which the caller
     fills from Job/RayJob events (``remember_owner(ev, owners)`` does exactly that). Pods without tau labels
-    resolve the same way through their ownerReferences / ``controller-uid`` labels.
+    resolve the same way through their ownerReferences / ``controller-uid`` labels. ``awaits_owner`` tells
+    a caller whose map lacks the owner of one of our Workloads to wait for it rather than drop the event.
+
+Trace: ``traceparent_of(obj)`` reads the run's ``taugrid.io/traceparent`` annotation (stamped by the renderer
+service on objects and pod templates; a Workload has it on the pod templates Kueue copied).
 
 Invariants:
   * Same object state ⇒ same output, including ``dedup``; a changed fact (a new queue reason, a new
@@ -38,6 +42,10 @@ from taugrid.core import contracts as c
 LABEL_RUN_ID = "taugrid.io/run-id"
 LABEL_WORKSPACE = "taugrid.io/workspace"
 LABEL_ATTEMPT = "taugrid.io/attempt"
+LABEL_MANAGED_BY = "taugrid.io/managed-by"
+# Stamped by the renderer service on what it applies (objects and pod templates); same key as
+# ``taugrid.render.TRACEPARENT_ANNOTATION``, repeated here so this module stays free of the renderer.
+ANNOTATION_TRACEPARENT = "taugrid.io/traceparent"
 ANNOTATION_QUEUE_POSITION = "taugrid.io/queue-position"
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 MAIN_CONTAINER = "main"
@@ -51,6 +59,7 @@ BENIGN_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
 
 _EXIT_CODE_IN_MESSAGE = re.compile(r"exit code (\d+)")
 _PREEMPTOR_JOB_UID = re.compile(r"JobUID: ([0-9a-fA-F-]+)")
+_OUR_OBJECT_NAME = re.compile(r"-a\d+$")  # render.object_name: <run>-a<attempt>
 _INSUFFICIENT = re.compile(r"insufficient (?:unused )?quota for (\S+) in flavor (\S+), (\S+) more needed")
 
 
@@ -107,6 +116,57 @@ def remember_owner(ev: c.WatchEvent, owners: MutableMapping[str, RunRef]) -> Non
         owners.pop(uid, None)
     else:
         owners[uid] = ref
+
+
+def pod_templates(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod templates a Workload copied from its job (``spec.podSets[*].template``)."""
+    podsets = (obj.get("spec") or {}).get("podSets") or []
+    templates = [ps.get("template") for ps in podsets if isinstance(ps, Mapping)]
+    return [t for t in templates if isinstance(t, Mapping)]
+
+
+def traceparent_of(obj: Mapping[str, Any]) -> str:
+    """The run's W3C ``traceparent`` an object carries: its own annotation or, for a Workload, the one on
+    the pod templates Kueue copied from our Job/RayJob; "" when it has none."""
+    for meta in [obj.get("metadata") or {}, *(t.get("metadata") or {} for t in pod_templates(obj))]:
+        value = (meta.get("annotations") or {}).get(ANNOTATION_TRACEPARENT)
+        if value:
+            return str(value)
+    return ""
+
+
+def looks_managed(obj: Mapping[str, Any]) -> bool:
+    """Whether an object without tau labels (a real Kueue Workload) belongs to a job we rendered: its
+    copied pod templates carry our managed-by label, or it hangs off a Job/RayJob named ``<run>-a<n>``."""
+    if any(
+        ((t.get("metadata") or {}).get("labels") or {}).get(LABEL_MANAGED_BY) == "taugrid"
+        for t in pod_templates(obj)
+    ):
+        return True
+    return any(
+        ref.get("kind") in ("Job", "RayJob") and _OUR_OBJECT_NAME.search(str(ref.get("name", "")))
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def awaits_owner(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> bool:
+    """True when ``ev`` is one of our Workloads whose owning job is not in ``owners`` yet, and knowing it
+    would produce run events: the caller should wait for the Job/RayJob event rather than drop this one."""
+    obj = ev.object
+    if obj.get("kind") != "Workload" or resolve(obj, owners) is not None or not looks_managed(obj):
+        return False
+    uids = owner_uids(obj)
+    if not uids:
+        return False
+    stand_in = RunRef(workspace="?", run_id="?", attempt=0)
+    return bool(translate(ev, {**owners, **{uid: stand_in for uid in uids}}))
+
+
+def preemptor_uid(obj: Mapping[str, Any]) -> str:
+    """The job uid Kueue names in a Workload's ``Preempted`` condition, or ""."""
+    preempted = _conditions(obj).get("Preempted") or {}
+    match = _PREEMPTOR_JOB_UID.search(preempted.get("message", ""))
+    return match.group(1) if match else ""
 
 
 def resolve(obj: Mapping[str, Any], owners: Mapping[str, RunRef]) -> RunRef | None:

@@ -2,27 +2,40 @@
 
 Public API:
 
-* ``render(run, *, attempt, resume_from="")`` → list of manifests (Job [+ headless Service] or RayJob);
+* ``render(run, *, attempt, resume_from="", exclude_nodes=())`` → list of manifests (Job [+ headless
+  Service] or RayJob); ``exclude_nodes`` (a retry after a GPU/node fault) adds a required
+  ``kubernetes.io/hostname NotIn`` node affinity to every pod template;
 * ``manifest_digest(manifests)`` → ``sha256:<hex>`` of canonical JSON (sorted keys, no whitespace);
 * ``to_yaml(manifests)`` → multi-document YAML with sorted keys, for ``tau run --dry-run``;
 * ``validate(manifest)`` → None, or ``PermanentError`` listing every schema problem;
-* ``object_name(run_id, attempt)`` → the stable object name of an attempt.
+* ``object_name(run_id, attempt)`` → the stable object name of an attempt;
+* ``with_annotation(manifests, key, value)`` → annotated copies (objects and pod templates), for what the
+  renderer service stamps after digesting (``TRACEPARENT_ANNOTATION``).
 
-Invariants: rendering is pure and deterministic (same run + attempt ⇒ byte-identical manifests and digest);
-every top-level object is created suspended with the Kueue queue label and the ``taugrid.io/*`` metadata.
+Invariants: rendering is pure and deterministic (same run + attempt + resume point + exclusions ⇒
+byte-identical manifests and digest); every top-level object is created suspended with the Kueue queue label
+and the ``taugrid.io/*`` metadata. Nothing per-delivery (the trace context) is rendered: the renderer service
+stamps ``taugrid.io/traceparent`` onto the objects it applies, after computing the digest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from taugrid.core.contracts import ResolvedRun
 from taugrid.core.errors import PermanentError
-from taugrid.render.common import DEFAULT_IMAGE, Manifest, object_name
+from taugrid.render.common import (
+    DEFAULT_IMAGE,
+    TRACEPARENT_ANNOTATION,
+    Manifest,
+    object_name,
+    with_annotation,
+)
 from taugrid.render.job import render_job
 from taugrid.render.rayjob import render_rayjob
 from taugrid.render.validate import KUBERNETES_VERSION, validate
@@ -31,6 +44,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "KUBERNETES_VERSION",
     "Manifest",
+    "TRACEPARENT_ANNOTATION",
     "manifest_digest",
     "object_name",
     "render",
@@ -38,17 +52,20 @@ __all__ = [
     "render_rayjob",
     "to_yaml",
     "validate",
+    "with_annotation",
 ]
 
 
-def render(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[Manifest]:
+def render(
+    run: ResolvedRun, *, attempt: int, resume_from: str = "", exclude_nodes: Sequence[str] = ()
+) -> list[Manifest]:
     """Manifests for one attempt of ``run``, dispatched on ``run.engine``."""
     if attempt < 0:
         raise PermanentError(f"attempt must be ≥ 0, got {attempt}")
     if run.engine == "job":
-        return render_job(run, attempt=attempt, resume_from=resume_from)
+        return render_job(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes)
     if run.engine == "ray":
-        return render_rayjob(run, attempt=attempt, resume_from=resume_from)
+        return render_rayjob(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes)
     raise PermanentError(f"engine {run.engine!r} is not supported; use `engine: job` or `engine: ray`")
 
 

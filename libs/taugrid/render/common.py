@@ -7,9 +7,11 @@ order included); nothing reads the clock, the environment or the network; secret
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from taugrid.core.contracts import ResolvedRun, Resources
@@ -24,7 +26,10 @@ LABEL_PREFIX = "taugrid.io/"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 DATA_MOUNT = "/data"
+# Set by the renderer service on what it applies (never by ``render``), read back by kube-bridge.
+TRACEPARENT_ANNOTATION = f"{LABEL_PREFIX}traceparent"
 # Restricted PSS: a fixed non-root identity (distroless "nonroot") when the image does not choose one.
 NONROOT_ID = 65532
 
@@ -154,6 +159,19 @@ def tolerations(run: ResolvedRun, *, gpu: bool) -> list[dict[str, Any]]:
     return out
 
 
+def node_exclusion(exclude_nodes: Iterable[str]) -> dict[str, Any] | None:
+    """Pod ``affinity`` that keeps a retry off the nodes an earlier attempt failed on, or None.
+
+    Required, not preferred: a retry after a GPU or node fault must not land on the faulty node again.
+    Names are deduplicated and sorted so the same exclusions always render the same bytes.
+    """
+    nodes = sorted({n for n in exclude_nodes if n})
+    if not nodes:
+        return None
+    term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": nodes}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def tau_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> dict[str, str]:
     """Variables the platform injects; they win over user ``env`` entries of the same name."""
     env = {
@@ -230,3 +248,29 @@ def data_volume(run: ResolvedRun) -> tuple[list[dict[str, Any]], list[dict[str, 
         [{"name": "data", "persistentVolumeClaim": {"claimName": run.data_pvc}}],
         [{"name": "data", "mountPath": DATA_MOUNT}],
     )
+
+
+def with_annotation(manifests: list[Manifest], key: str, value: str) -> list[Manifest]:
+    """Copies of ``manifests`` with ``key: value`` on each object's metadata and on every pod template in it
+    (a Job's ``spec.template``, each RayJob group's ``template``), so pods carry it too. The input is not
+    changed: callers digest the rendered manifests, then apply the annotated copies."""
+    out = copy.deepcopy(manifests)
+    for manifest in out:
+        _annotate(manifest, key, value)
+    return out
+
+
+def _annotate(node: Any, key: str, value: str, *, top: bool = True) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _annotate(item, key, value, top=False)
+        return
+    if not isinstance(node, dict):
+        return
+    if top and isinstance(node.get("metadata"), dict):
+        node["metadata"].setdefault("annotations", {})[key] = value
+    for field, child in node.items():
+        if field == "template" and isinstance(child, dict):
+            child.setdefault("metadata", {}).setdefault("annotations", {})[key] = value
+        if field != "metadata":
+            _annotate(child, key, value, top=False)

@@ -9,6 +9,7 @@ is a new attempt with a new object name); Kueue counts ``min(parallelism, comple
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from taugrid.core.contracts import ResolvedRun
@@ -23,6 +24,7 @@ from taugrid.render.common import (
     is_fractional,
     kueue_labels,
     memory_quantity,
+    node_exclusion,
     object_name,
     pod_security,
     resources_block,
@@ -39,9 +41,12 @@ SHM_MAX = 16 << 30
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
-def render_job(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[Manifest]:
+def render_job(
+    run: ResolvedRun, *, attempt: int, resume_from: str = "", exclude_nodes: Sequence[str] = ()
+) -> list[Manifest]:
     """Manifests for one attempt: ``[Job]`` or, for ``nodes > 1``, ``[Service, Job]`` (Service first so
-    the rendezvous host resolves as soon as pod 0 starts)."""
+    the rendezvous host resolves as soon as pod 0 starts). ``exclude_nodes`` become a required node
+    anti-affinity on the pod template."""
     multi_node = run.nodes > 1
     if multi_node and run.launcher != "torchrun":
         raise PermanentError(
@@ -66,7 +71,9 @@ def render_job(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list
         spec.update(completions=1, parallelism=1)
     spec["template"] = {
         "metadata": {"labels": dict(labels), "annotations": {**annotations, **share}},
-        "spec": _pod_spec(run, name=name, attempt=attempt, resume_from=resume_from),
+        "spec": _pod_spec(
+            run, name=name, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes
+        ),
     }
     job: Manifest = {
         "apiVersion": "batch/v1",
@@ -110,7 +117,9 @@ def job_command(run: ResolvedRun, *, name: str) -> list[str]:
     raise PermanentError(f"run {run.run_id} has neither a command nor an entrypoint")
 
 
-def _pod_spec(run: ResolvedRun, *, name: str, attempt: int, resume_from: str) -> dict[str, Any]:
+def _pod_spec(
+    run: ResolvedRun, *, name: str, attempt: int, resume_from: str, exclude_nodes: Sequence[str]
+) -> dict[str, Any]:
     multi_node = run.nodes > 1
     gpu_pod = run.resources.gpu > 0 or is_fractional(run.resources)
     env = container_env(run, attempt=attempt, resume_from=resume_from)
@@ -160,6 +169,8 @@ def _pod_spec(run: ResolvedRun, *, name: str, attempt: int, resume_from: str) ->
         pod["nodeSelector"] = dict(run.node_selector)
     if tols := tolerations(run, gpu=gpu_pod):
         pod["tolerations"] = tols
+    if (affinity := node_exclusion(exclude_nodes)) is not None:
+        pod["affinity"] = affinity
     if volumes:
         pod["volumes"] = volumes
     if (psec := pod_security(run)) is not None:

@@ -11,6 +11,7 @@ secrets reach Ray processes through container env (``secretKeyRef``), which rayl
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -24,6 +25,7 @@ from taugrid.render.common import (
     data_volume,
     kueue_labels,
     literal_env,
+    node_exclusion,
     object_name,
     pod_security,
     resources_block,
@@ -48,7 +50,10 @@ HEAD_PORTS = [
 ]
 
 
-def render_rayjob(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[Manifest]:
+def render_rayjob(
+    run: ResolvedRun, *, attempt: int, resume_from: str = "", exclude_nodes: Sequence[str] = ()
+) -> list[Manifest]:
+    """``[RayJob]`` for one attempt; ``exclude_nodes`` keep the head and every worker off those nodes."""
     if run.workers < 1:
         raise PermanentError(f"compute.workers must be at least 1 for a Ray run (got {run.workers})")
     name = object_name(run.run_id, attempt, max_len=RAYJOB_NAME_MAX)
@@ -68,7 +73,9 @@ def render_rayjob(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> l
     runtime_env = _runtime_env(run, attempt=attempt, resume_from=resume_from)
     if runtime_env:
         spec["runtimeEnvYAML"] = yaml.safe_dump(runtime_env, sort_keys=True, default_flow_style=False)
-    spec["rayClusterSpec"] = _cluster_spec(run, attempt=attempt, resume_from=resume_from)
+    spec["rayClusterSpec"] = _cluster_spec(
+        run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes
+    )
     return [
         {
             "apiVersion": "ray.io/v1",
@@ -108,13 +115,15 @@ def _image(run: ResolvedRun) -> str:
     return DEFAULT_RAY_GPU_IMAGE if run.gpus_per_worker > 0 else DEFAULT_RAY_IMAGE
 
 
-def _cluster_spec(run: ResolvedRun, *, attempt: int, resume_from: str) -> dict[str, Any]:
+def _cluster_spec(
+    run: ResolvedRun, *, attempt: int, resume_from: str, exclude_nodes: Sequence[str]
+) -> dict[str, Any]:
     head_container = _container(run, "ray-head", HEAD_RESOURCES, HEAD_RESOURCES, 0, attempt, resume_from)
     head_container["ports"] = [dict(p) for p in HEAD_PORTS]
     worker_container = _container(
         run, "ray-worker", run.resources, run.limits, run.gpus_per_worker, attempt, resume_from
     )
-    worker_pod = _pod(run, worker_container)
+    worker_pod = _pod(run, worker_container, exclude_nodes)
     if run.node_selector:
         worker_pod["nodeSelector"] = dict(run.node_selector)
     if tols := tolerations(run, gpu=run.gpus_per_worker > 0):
@@ -123,7 +132,7 @@ def _cluster_spec(run: ResolvedRun, *, attempt: int, resume_from: str) -> dict[s
         "headGroupSpec": {
             # Values are strings in the CRD. No CPUs/GPUs on the head: tasks land on workers only.
             "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
-            "template": _template(run, attempt, _pod(run, head_container)),
+            "template": _template(run, attempt, _pod(run, head_container, exclude_nodes)),
         },
         "workerGroupSpecs": [
             {
@@ -164,7 +173,7 @@ def _container(
     return container
 
 
-def _pod(run: ResolvedRun, container: dict[str, Any]) -> dict[str, Any]:
+def _pod(run: ResolvedRun, container: dict[str, Any], exclude_nodes: Sequence[str]) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "terminationGracePeriodSeconds": run.termination_grace_s,
         "containers": [container],
@@ -174,6 +183,8 @@ def _pod(run: ResolvedRun, container: dict[str, Any]) -> dict[str, Any]:
         pod["volumes"] = volumes
     if (psec := pod_security(run)) is not None:
         pod["securityContext"] = psec
+    if (affinity := node_exclusion(exclude_nodes)) is not None:
+        pod["affinity"] = affinity
     return pod
 
 

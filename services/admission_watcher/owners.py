@@ -1,0 +1,101 @@
+"""Which run a job uid belongs to, shared by every admission-watcher replica and surviving restarts.
+
+A real Kueue Workload names its job only by uid (``kueue.x-k8s.io/job-uid``, ownerReferences), so resolving
+it needs the Job/RayJob event seen earlier — possibly by another replica or before a restart. Each Job/RayJob
+uid is therefore written once to the ``bridge`` KV bucket as ``owner.<uid>`` → ``{workspace, run_id,
+attempt}``; an in-process LRU caches what this replica has seen or read.
+
+Invariants: entries are write-once (create; an existing key is left alone — a uid never changes run) and are
+never deleted (a late Workload event for a deleted job still resolves); only Job/RayJob uids are persisted.
+Note: like ``kube_bridge.lease``, this module touches nats-py directly; it belongs in ``taugrid.bus``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+from taugrid.bus.connection import Bus
+from taugrid.core.contracts import WatchEvent
+from taugrid.core.errors import TemporaryError
+from taugrid.kube.translate import RunRef, remember_owner, run_ref
+
+BUCKET = "bridge"
+OWNER_KINDS = frozenset({"Job", "RayJob"})
+MEMORY = 50_000
+
+
+class StoredRef(msgspec.Struct, frozen=True):
+    workspace: str
+    run_id: str
+    attempt: int
+
+
+def key(uid: str) -> str:
+    return f"owner.{uid}"
+
+
+class Owners:
+    """``memory`` is the uid → RunRef map ``translate`` reads; ``remember``/``recall`` keep it filled."""
+
+    def __init__(self, bus: Bus, *, memory: int = MEMORY) -> None:
+        self.bus, self.limit = bus, memory
+        self.memory: OrderedDict[str, RunRef] = OrderedDict()
+        self._kv: KeyValue | None = None
+
+    async def remember(self, ev: WatchEvent) -> None:
+        """Learn from a tau-labelled object; persist a Job/RayJob owner the first time this process sees it."""
+        meta = ev.object.get("metadata") or {}
+        uid, ref = meta.get("uid"), run_ref(ev.object)
+        if uid and ref is not None and ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS:
+            if self.memory.get(uid) != ref:
+                await self._store(uid, ref)
+        remember_owner(ev, self.memory)
+        if uid in self.memory:
+            self.memory.move_to_end(uid)
+        self._trim()
+
+    async def recall(self, uids: Iterable[str]) -> None:
+        """Load any of ``uids`` this replica does not know from KV into memory (unknown ones stay unknown)."""
+        for uid in uids:
+            if not uid or uid in self.memory:
+                continue
+            ref = await self._load(uid)
+            if ref is not None:
+                self.memory[uid] = ref
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self.memory) > self.limit:
+            self.memory.popitem(last=False)
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self.bus.kv(BUCKET)
+        return self._kv
+
+    async def _store(self, uid: str, ref: RunRef) -> None:
+        body = msgspec.json.encode(StoredRef(workspace=ref.workspace, run_id=ref.run_id, attempt=ref.attempt))
+        try:
+            await (await self._bucket()).create(key(uid), body)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass  # already recorded (by another replica, or by us before a restart)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise TemporaryError(f"recording the owner of job {uid}: {exc!r}", delay=1.0) from exc
+
+    async def _load(self, uid: str) -> RunRef | None:
+        try:
+            entry = await (await self._bucket()).get(key(uid))
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            return None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise TemporaryError(f"looking up the owner of job {uid}: {exc!r}", delay=1.0) from exc
+        try:
+            stored = msgspec.json.decode(entry.value or b"", type=StoredRef)
+        except msgspec.DecodeError:
+            return None
+        return RunRef(workspace=stored.workspace, run_id=stored.run_id, attempt=stored.attempt)
