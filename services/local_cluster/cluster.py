@@ -190,6 +190,7 @@ class LocalCluster:
             attempt=req.attempt, job=main, workload=wl_obj, cluster_queue=self.lq.get((ns, queue), ""),
             priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
+            placement=str(ann.get("taugrid.io/placement", "binpack")),
             source_object=req.source_object,
         )
 
@@ -216,7 +217,7 @@ class LocalCluster:
     def _request(self, wl: LocalWorkload) -> Request:
         return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority, created=wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
-                       gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible)
+                       gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement)
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)

@@ -37,6 +37,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     gpu_memory_mb: int = 0
     memory_limit: int = 0
     preemptible: bool = True
+    placement: str = "binpack"
     source_object: str = ""
     traceparent: str = ""  # the trace of the apply, continued by every event this workload causes
     state: str = "pending"  # pending | running | finished | deleted

@@ -86,7 +86,7 @@ class Renderer:
     async def retry(self, ev: Event, req: RecoveryRetrying) -> None:
         wait = req.not_before - time.time()
         if wait > 0.05:
-            raise TemporaryError(f"backoff before attempt {req.attempt}", delay=min(wait, 60.0))
+            raise TemporaryError(f"backoff before attempt {req.attempt}", delay=min(wait, 600.0))
         run = req.run
         if run is None:
             record, _ = await runstate.get(self.bus, ev.subject)

@@ -102,3 +102,12 @@ def test_a_cordoned_node_admits_nothing_until_uncordoned(stack: Stack, tmp_path:
     asyncio.run(decide("node.e2e-node.uncordon", NodeUncordon(node="e2e-node", reason="validated"),
                        f"uncordon-{time.time()}"))
     assert stack.wait_state(run_id, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"
+
+
+def test_spread_placement_puts_shared_runs_on_different_gpus(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "spread", SCRIPT, "name: spread\nentrypoint: main.py\nargs: ['5']\n"
+                        "compute: {gpu_fraction: 0.5, placement: spread}\n")
+    runs = [stack.tau("run", str(cfg), check=True).stdout.strip() for _ in range(2)]
+    for r in runs:
+        assert stack.wait_state(r, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
+    assert {_facts(stack, r)[0]["gpus"] for r in runs} == {"0", "1"}

@@ -92,6 +92,8 @@ def tau_annotations(run: ResolvedRun) -> dict[str, str]:
     }
     if run.experiment:
         annotations[f"{LABEL_PREFIX}experiment"] = json.dumps(run.experiment, sort_keys=True)
+    if run.placement != "binpack":  # the default is implied; spread is asked for
+        annotations[f"{LABEL_PREFIX}placement"] = run.placement
     return annotations
 
 
