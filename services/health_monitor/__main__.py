@@ -1,19 +1,109 @@
 """``python -m taugrid_services.health_monitor``: consumes ``node.*.sample`` with durable ``health-monitor``.
 
+With ``TAU_BACKEND=kubernetes`` it also carries its decisions out on the cluster (durable ``health-actuator``,
+``node.*.cordon`` / ``node.*.uncordon`` / ``node.*.condition.>``): cordon + taint, drain by eviction, node
+conditions, through ``taugrid.kube.nodes.NodeActuator``. In local mode (the default) the local cluster
+consumes the cordon decisions itself, so nothing more runs here.
+
+A decision older than the node's latest of its kind (a drain retried past a later uncordon, a condition
+retried past its next transition) is stale and skipped, so retries never undo a newer decision.
+
 Tunables (environment): ``TAU_HEALTH_THERMAL_C``, ``TAU_HEALTH_THERMAL_CLEAR_C``,
 ``TAU_HEALTH_CLEAN_SAMPLES``, ``TAU_HEALTH_MAX_CORDONED``, ``TAU_HEALTH_MAX_CORDONED_FRACTION``,
-``TAU_HEALTH_MIN_CORDON_BUDGET``, ``TAU_HEALTH_PCIE_REPLAYS_PER_MIN``, ``TAU_HEALTH_EXPECTED_GPUS``.
+``TAU_HEALTH_MIN_CORDON_BUDGET``, ``TAU_HEALTH_PCIE_REPLAYS_PER_MIN``, ``TAU_HEALTH_EXPECTED_GPUS``;
+Kubernetes mode: ``TAU_KUBE_HOST`` / ``TAU_KUBECONFIG`` (or ``KUBECONFIG``) + ``TAU_KUBE_CONTEXT`` or
+in-cluster credentials, ``TAU_HEALTH_DRAIN_GRACE_S`` (default 30).
 """
 
 from __future__ import annotations
 
+import os
+
+import msgspec
+import nats
+
+from taugrid.bus.connection import Bus
+from taugrid.bus.consumer import Handler
+from taugrid.bus.envelope import Event
 from taugrid.bus.service import Service, main
-from taugrid.health.monitor import HealthMonitor, policy_from_env
+from taugrid.core.contracts import NodeCondition
+from taugrid.core.errors import PermanentError
+from taugrid.core.events import node_subject
+from taugrid.health.monitor import STREAM, HealthMonitor, policy_from_env
+from taugrid.health.wire import NodeCordon, NodeUncordon
+from taugrid.kube.client import KubeApi, make_api_client
+from taugrid.kube.nodes import NodeActuator
+
+
+async def actuator_from_env() -> NodeActuator:
+    api_client = await make_api_client(
+        kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
+        context=os.environ.get("TAU_KUBE_CONTEXT") or None,
+        host=os.environ.get("TAU_KUBE_HOST") or None,
+    )
+    return NodeActuator(KubeApi(api_client))
+
+
+async def _last_seq(bus: Bus, subject: str) -> tuple[int, bytes]:
+    try:
+        msg = await bus.js.get_last_msg(STREAM, subject)
+    except nats.js.errors.NotFoundError:
+        return 0, b""
+    return int(msg.seq or 0), msg.data or b""
+
+
+async def _superseded(bus: Bus, ev: Event, node: str, *, gpu: int | None = None) -> bool:
+    """Whether a newer decision of the same kind exists (a retried message must not undo a later one)."""
+    if not ev.seq:
+        return False
+    if ev.nats_subject.split(".")[2] == "condition":  # one subject per type; the GPU is in the payload
+        seq, data = await _last_seq(bus, ev.nats_subject)
+        if seq <= ev.seq:
+            return False
+        try:
+            return msgspec.json.decode(data, type=NodeCondition).gpu == gpu
+        except msgspec.DecodeError:
+            return False
+    latest = max([(await _last_seq(bus, node_subject(node, what)))[0] for what in ("cordon", "uncordon")])
+    return latest > ev.seq
+
+
+def actuate(bus: Bus, actuator: NodeActuator, *, grace_s: int = 30) -> Handler:
+    """The ``health-actuator`` handler: one node decision → one cluster action."""
+
+    async def handle(ev: Event) -> None:
+        parts = ev.nats_subject.split(".")
+        what = parts[2] if len(parts) > 2 else ""
+        if what not in ("condition", "cordon", "uncordon"):
+            raise PermanentError(f"{ev.nats_subject}: not a node decision subject")
+        try:
+            decision: NodeCondition | NodeCordon | NodeUncordon = (
+                ev.payload(NodeCondition) if what == "condition"
+                else ev.payload(NodeCordon) if what == "cordon" else ev.payload(NodeUncordon))
+        except msgspec.DecodeError as exc:  # also a ValidationError: JSON of the wrong shape
+            raise PermanentError(f"{ev.nats_subject}: undecodable payload: {exc}") from exc
+        gpu = decision.gpu if isinstance(decision, NodeCondition) else None
+        if await _superseded(bus, ev, decision.node, gpu=gpu):
+            return  # a newer decision for this node exists; it is the one to act on
+        if isinstance(decision, NodeCondition):
+            await actuator.set_condition(decision)
+        elif isinstance(decision, NodeCordon):
+            await actuator.cordon(decision.node, decision.reason, conditions=decision.conditions)
+            if decision.drain:
+                await actuator.drain(decision.node, grace_s=grace_s)
+        else:
+            await actuator.uncordon(decision.node, decision.reason)
+
+    return handle
 
 
 async def start(svc: Service) -> None:
     monitor = HealthMonitor(svc.bus, policy=policy_from_env())
     svc.consume("health-monitor", monitor.handle)
+    if os.environ.get("TAU_BACKEND", "local") == "kubernetes":
+        actuator = await actuator_from_env()
+        grace_s = int(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30"))
+        svc.consume("health-actuator", actuate(svc.bus, actuator, grace_s=grace_s))
 
 
 if __name__ == "__main__":

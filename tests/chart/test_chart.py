@@ -225,7 +225,9 @@ def test_kube_bridge_and_health_monitor_get_only_their_grants(render: Render) ->
     assert rules_of(objs, "t-taugrid-kube-bridge-leases") == {("coordination.k8s.io", "leases", v) for v in watch}
     leases = one(objs, "RoleBinding", "t-taugrid-kube-bridge-leases")
     assert leases["metadata"]["namespace"] == "kube-node-lease"
-    assert rules_of(objs, "t-taugrid-health-monitor-nodes") == {("", "nodes", "patch")}
+    # cordon (read-modify-write of the node), Node conditions, and listing the node's pods to drain them
+    assert rules_of(objs, "t-taugrid-health-monitor-nodes") == {("", "nodes", "get"), ("", "nodes", "patch"),
+                                                                 ("", "nodes/status", "patch"), ("", "pods", "list")}
     assert rules_of(objs, "t-taugrid-health-monitor") == {("", "pods/eviction", "create")}
     bridge = one(objs, "Deployment", "t-taugrid-kube-bridge")["spec"]["template"]["spec"]["containers"][0]
     assert env_of(bridge)["TAU_WATCH_NAMESPACES"] == "ws-a"

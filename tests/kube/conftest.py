@@ -33,6 +33,8 @@ class FakeKube:
         self.watch_requests: list[dict[str, str]] = []
         self.deletes: list[dict[str, Any]] = []
         self.applies: list[dict[str, Any]] = []
+        self.evictions: list[dict[str, Any]] = []
+        self.pdb_blocked: set[tuple[str | None, str]] = set()  # (namespace, pod): evictions answer 429
 
     # ---- scripting from tests
 
@@ -108,11 +110,96 @@ class FakeKube:
 
     @staticmethod
     def _selected(obj: dict[str, Any], params: dict[str, str]) -> bool:
-        selector = params.get("labelSelector")
+        fields, labels = params.get("fieldSelector") or "", params.get("labelSelector") or ""
+        return FakeKube._fields_selected(obj, fields) and FakeKube._labels_selected(obj, labels)
+
+    @staticmethod
+    def _labels_selected(obj: dict[str, Any], selector: str) -> bool:
         if not selector:
             return True
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return all(labels.get(k) == v for k, v in (term.split("=", 1) for term in selector.split(",")))
+
+    @staticmethod
+    def _fields_selected(obj: dict[str, Any], selector: str) -> bool:
+        for term in filter(None, selector.split(",")):
+            path, want = term.split("=", 1)
+            value: Any = obj
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if str(value if value is not None else "") != want:
+                return False
+        return True
+
+    @staticmethod
+    def _merge_patch(target: Any, patch: Any) -> Any:
+        """RFC 7386 JSON merge patch."""
+        if not isinstance(patch, dict):
+            return copy.deepcopy(patch)
+        out = copy.deepcopy(target) if isinstance(target, dict) else {}
+        for k, v in patch.items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = FakeKube._merge_patch(out.get(k), v)
+        return out
+
+    @staticmethod
+    def _conflict(name: str) -> Any:
+        return kmock.Response(
+            status=409,
+            payload={"kind": "Status", "code": 409, "reason": "Conflict",
+                     "message": f'Operation cannot be fulfilled on "{name}": the object has been modified; '
+                                "please apply your changes to the latest version and try again"},
+        )
+
+    def _subresource(
+        self, method: str, res: ResKey, ns: str | None, name: str, sub: str, request: Any
+    ) -> Any:
+        key = (res, ns, name)
+        if method == "PATCH" and sub == "status":
+            self.applies.append({"params": dict(request.params), "subresource": sub, "body": request.data,
+                                 "content_type": request.headers.get("Content-Type", "")})
+            old = self.objects.get(key)
+            if old is None:
+                return self._not_found(name)
+            merged = copy.deepcopy(old)
+            status = merged.setdefault("status", {})
+            for field, value in ((request.data or {}).get("status") or {}).items():
+                if field == "conditions":
+                    by_type = {c.get("type"): c for c in status.get("conditions") or []}
+                    by_type.update({c.get("type"): c for c in value})
+                    status["conditions"] = list(by_type.values())
+                else:
+                    status[field] = value
+            return old if merged == old else self._commit(res, key, merged, "MODIFIED")
+        if method == "POST" and sub == "eviction":
+            self.evictions.append({"namespace": ns, "name": name, "body": request.data})
+            if key not in self.objects:
+                return self._not_found(name)
+            if (ns, name) in self.pdb_blocked:
+                return kmock.Response(
+                    status=429,
+                    payload={"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                             "message": "Cannot evict pod as it would violate the pod's disruption budget."},
+                )
+            self.remove(res, ns, name)
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+        return kmock.Response(status=405, payload={"kind": "Status", "code": 405, "message": "not supported"})
+
+    def _merge_patch_object(self, res: ResKey, ns: str | None, name: str, request: Any) -> Any:
+        self.applies.append({"params": dict(request.params), "body": request.data,
+                             "content_type": request.headers.get("Content-Type", "")})
+        key = (res, ns, name)
+        old = self.objects.get(key)
+        if old is None:
+            return self._not_found(name)
+        patch = copy.deepcopy(request.data or {})
+        want_rv = (patch.get("metadata") or {}).pop("resourceVersion", None)
+        if want_rv is not None and str(want_rv) != old["metadata"]["resourceVersion"]:
+            return self._conflict(name)
+        merged = self._merge_patch(old, patch)
+        return old if merged == old else self._commit(res, key, merged, "MODIFIED")
 
     def _in_scope(
         self,
@@ -152,6 +239,10 @@ class FakeKube:
             request.resource.plural or "",
         )
         ns, name, params = request.namespace, request.name, dict(request.params)
+        if name and request.subresource:
+            return self._subresource(method, res, ns, name, request.subresource, request)
+        if method == "PATCH" and name and "merge-patch" in request.headers.get("Content-Type", ""):
+            return self._merge_patch_object(res, ns, name, request)
         if method == "GET" and params.get("watch") in ("true", "1"):
             self.watch_requests.append(params)
             return self._watch(request, res, ns, params)

@@ -78,5 +78,10 @@ CONSUMERS = {
         ConsumerSpec("local-cluster", "BACKEND", ["backend.local.>"], max_deliver=20),
         ConsumerSpec("local-cluster-nodes", "NODES", ["node.*.cordon", "node.*.uncordon"],
                      description="the health monitor's cordon decisions for this machine"),
+        ConsumerSpec(
+            "health-actuator", "NODES", ["node.*.cordon", "node.*.uncordon", "node.*.condition.>"],
+            max_deliver=50,  # a drain blocked by a PodDisruptionBudget waits it out by nak(delay)
+            description="cordon/drain/conditions on Kubernetes nodes (TAU_BACKEND=kubernetes)",
+        ),
     ]
 }
