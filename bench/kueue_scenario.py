@@ -67,9 +67,22 @@ def run_yaml(cls: str) -> str:
             f"policy: {{workload_priority_class: {prio}}}\nruntime: {{env: {{SIMULATED_DURATION: '{secs}'}}}}\n")
 
 
-async def drive(url: str, fraction: float) -> dict[str, object]:
+STAGES = ("submit.accepted", "policy.approved", "render.applied", "admission.admitted", "exec.succeeded",
+          "evidence.sealed")
+
+
+async def drive(url: str, fraction: float, *, stages: bool = False) -> dict[str, object]:
     client = await open_client(url)
     nc = client.bus.nc
+    reached: dict[str, int] = dict.fromkeys(STAGES, 0)
+
+    async def on_stage(msg: nats.aio.msg.Msg) -> None:
+        kind = ".".join(msg.subject.rsplit(".", 2)[-2:])
+        if kind in reached:
+            reached[kind] += 1
+
+    if stages:  # per-stage progress: how many runs each stage has passed, to see where a backlog builds
+        await nc.subscribe("run.>", cb=on_stage)
     submitted: dict[str, tuple[str, float]] = {}
     admitted: dict[str, float] = {}
     finished: dict[str, float] = {}
@@ -110,6 +123,8 @@ async def drive(url: str, fraction: float) -> dict[str, object]:
                 pass
             print(f"  t={time.time() - start:6.1f}s submitted {len(submitted):5d}/{total}  admitted {len(admitted):5d}"
                   f"  finished {len(finished):5d}  usage {usage[-1] if usage else 0:5.1f}%", flush=True)
+            if stages:
+                print("           " + "  ".join(f"{k.split('.')[0]} {v:5d}" for k, v in reached.items()), flush=True)
 
     sampler = asyncio.create_task(sample())
     feeders = [feed(f"ws-{c}-{q}", cls) for c in range(COHORTS) for q in range(CQS) for cls in CLASSES]
@@ -135,6 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fraction", type=float, default=1.0, help="share of Kueue's run counts (rates unchanged)")
     ap.add_argument("--scale", action="append", default=[], help="SERVICE=N replicas (repeatable)")
+    ap.add_argument("--stages", action="store_true", help="print how many runs passed each stage, every second")
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp(prefix="tau-bench-"))
     env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
@@ -146,8 +162,9 @@ def main() -> None:
         (data / "platform.yaml").write_text(platform_yaml())
         subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True)
         url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
-        print(f"Kueue baseline scenario through the full pipeline, fraction {args.fraction:g}", flush=True)
-        result = asyncio.run(drive(url, args.fraction))
+        print(f"Kueue baseline scenario through the full pipeline, fraction {args.fraction:g} (data dir {data})",
+              flush=True)
+        result = asyncio.run(drive(url, args.fraction, stages=args.stages))
     finally:
         subprocess.run([*tau, "down"], env=env)
     print("\nmetric                      taugrid      Kueue limit")

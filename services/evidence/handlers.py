@@ -8,11 +8,15 @@ Idempotent, because redelivery happens (also after a successful ack when the ser
 - ``evidence.sealed`` carries the deterministic id ``<run>.<attempt>.evidence.sealed`` (the stream drops a
   republish) and, once it is on the bus, the ledger records that it was emitted.
 ``evidence.sealed`` itself arrives on ``run.>``: it is appended to the ledger like any event, never sealed.
+
+Kept in memory, both rebuilt from the bus when missing: the ledgers last written (their revision is only the
+CAS precondition) and the events of runs not yet sealed (the bundle's events, else fetched back from RUNS).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
@@ -22,19 +26,37 @@ from taugrid.evidence import store
 log = logging.getLogger("taugrid.evidence")
 
 
+_RUNS_HELD = 1024  # runs whose events are held for their seal
+
+
 class Evidence:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self.ledgers = store.LedgerCache()
+        self.held: OrderedDict[str, dict[int, Event]] = OrderedDict()  # run → stream seq → event
+
+    def _hold(self, run_id: str, ev: Event) -> dict[int, Event]:
+        events = self.held.pop(run_id, None) or {}
+        self.held[run_id] = events
+        if ev.seq:
+            events[ev.seq] = ev
+        while len(self.held) > _RUNS_HELD:
+            self.held.popitem(last=False)
+        return events
 
     async def on_event(self, ev: Event) -> None:
-        ledger = await store.record(self.bus, ev)
+        ledger = await store.record(self.bus, ev, cache=self.ledgers)
+        workspace, run_id = store.run_of(ev)
+        if ev.type == "evidence.sealed":
+            self.held.pop(run_id, None)
+            return
+        held = self._hold(run_id, ev)
         if ev.type not in TERMINAL_EVENTS:
             return
         claim = ledger.seal
         if claim is None or claim.event_id != ev.id or claim.emitted:
             return  # another terminal event won the seal, or this one is already announced
-        workspace, run_id = store.run_of(ev)
-        sealed = await store.seal(self.bus, run_id, ev)
+        sealed = await store.seal(self.bus, run_id, ev, cache=self.ledgers, known=held)
         await self.bus.emit(
             workspace=workspace,
             run_id=run_id,
@@ -43,7 +65,8 @@ class Evidence:
             payload=sealed,
             dedup="",
         )
-        await store.mark_emitted(self.bus, run_id)
+        await store.mark_emitted(self.bus, run_id, cache=self.ledgers)
+        self.held.pop(run_id, None)
         log.info(
             "sealed %s (%s, attempt %s): %s", run_id, sealed.terminal_state, sealed.attempt, sealed.digest
         )

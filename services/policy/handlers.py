@@ -8,7 +8,7 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
 from taugrid.config.resolve import resolve_run
-from taugrid.config.taujob import load_tau_config
+from taugrid.config.taujob import load_tau_config_shared
 from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted
 from taugrid.core.errors import ConfigError, TemporaryError
 
@@ -31,7 +31,7 @@ class Policy:
         acc = ev.payload(SubmitAccepted)
         platform, revision = await self.platform()
         try:
-            cfg = load_tau_config(acc.config_text, path=acc.config_path)
+            cfg = load_tau_config_shared(acc.config_text, path=acc.config_path)
             run = resolve_run(
                 cfg, platform, run_id=ev.subject, submission_id=acc.submission_id,
                 workspace=ev.workspace or None, platform_revision=revision, config_hash=acc.config_hash,

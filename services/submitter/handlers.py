@@ -7,12 +7,15 @@ or, when the run already moved on, does nothing.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import nats
 
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.config.taujob import config_hash, load_tau_config
+from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested
 from taugrid.core.errors import ConfigError
 
@@ -27,9 +30,18 @@ def issues_of(err: ConfigError, path: str) -> list[Issue]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def parsed(config_text: str, config_path: str) -> tuple[dict[str, Any], str]:
+    """The accepted config as JSON values and its hash; both pure functions of the text, so memoised (read-only:
+    the dict is shared by every run with the same text). Raises ``ConfigError`` (never cached)."""
+    cfg = load_tau_config_shared(config_text, path=config_path)
+    return cfg.model_dump(mode="json", exclude_none=True), config_hash(cfg)
+
+
 class Submitter:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self.records = runstate.RecordCache()
 
     async def on_requested(self, ev: Event) -> None:
         try:
@@ -46,15 +58,15 @@ class Submitter:
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on
         try:
-            cfg = load_tau_config(req.config_text, path=req.config_path)
+            config, digest = parsed(req.config_text, req.config_path)
         except ConfigError as err:
             await self._reject(ev, issues_of(err, req.config_path), message=str(err))
             return
         await self.bus.emit(
             workspace=ev.workspace, run_id=ev.subject, attempt=1, event_type="submit.accepted",
             payload=SubmitAccepted(
-                submission_id=req.submission_id, config=cfg.model_dump(mode="json", exclude_none=True),
-                config_hash=config_hash(cfg), config_text=req.config_text, config_path=req.config_path,
+                submission_id=req.submission_id, config=config, config_hash=digest, config_text=req.config_text,
+                config_path=req.config_path,
                 source_object=req.source_object, source_digest=req.source_digest, user=req.user,
             ),
         )
@@ -64,4 +76,4 @@ class Submitter:
                             payload=Rejected(reasons=reasons, message=message or reasons[0].message))
 
     async def on_any(self, ev: Event) -> None:
-        await runstate.project(self.bus, ev)
+        await runstate.project(self.bus, ev, cache=self.records)

@@ -1,8 +1,10 @@
 """The consumer loop shared by every service.
 
 One durable pull consumer per service; replicas bind to the same durable and the server hands each message to
-one of them. Batches are fetched, then processed grouped by run (``ce-subject``): one run's events in stream
-order, different runs concurrently. Outcome → verb: return → ack; ``PermanentError`` → copy to DLQ, then term;
+one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
+stream order (each waits for the previous one of its key), different runs concurrently. Fetching is pipelined:
+the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
+one slow run never holds the others back. Outcome → verb: return → ack; ``PermanentError`` → copy to DLQ, then term;
 ``TemporaryError`` → nak with its delay; any other exception → nak with backoff (the server's max-deliver
 advisory then lands in the DLQ stream).
 """
@@ -62,30 +64,49 @@ class ConsumerLoop:
                 pass
 
     async def _loop(self, psub: Any) -> None:
-        while not self.stopping.is_set():
-            try:
-                msgs = await psub.fetch(self.batch, timeout=self.fetch_timeout)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except (nats.errors.ConnectionClosedError, nats.js.errors.ServiceUnavailableError,
-                    nats.errors.ConnectionReconnectingError, nats.js.errors.APIError, nats.errors.Error) as exc:
-                if self.bus.nc.is_closed:
-                    return
-                log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
-                await asyncio.sleep(0.5)
-                continue
-            await self._process(msgs)
+        limit = 2 * self.batch
+        inflight: set[asyncio.Task[None]] = set()
+        tails: dict[str, asyncio.Task[None]] = {}  # key → its latest task; the next one of that key waits on it
+        room = asyncio.Event()
+        room.set()
 
-    async def _process(self, msgs: list[Msg]) -> None:
-        groups: dict[str, list[Msg]] = {}
-        for m in msgs:
-            key = (m.headers or {}).get("ce-subject") or m.subject
-            groups.setdefault(key, []).append(m)
-        await asyncio.gather(*(self._sequential(g) for g in groups.values()))
+        def done(task: asyncio.Task[None], key: str) -> None:
+            inflight.discard(task)
+            if tails.get(key) is task:
+                del tails[key]
+            if len(inflight) <= limit - self.batch:
+                room.set()
 
-    async def _sequential(self, msgs: list[Msg]) -> None:
-        for m in msgs:
-            await self._one(m)
+        try:
+            while not self.stopping.is_set():
+                await room.wait()
+                try:
+                    msgs = await psub.fetch(min(self.batch, limit - len(inflight)), timeout=self.fetch_timeout)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    continue
+                except (nats.errors.ConnectionClosedError, nats.js.errors.ServiceUnavailableError,
+                        nats.errors.ConnectionReconnectingError, nats.js.errors.APIError, nats.errors.Error) as exc:
+                    if self.bus.nc.is_closed:
+                        return
+                    log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for m in msgs:
+                    key = (m.headers or {}).get("ce-subject") or m.subject
+                    task = asyncio.create_task(self._after(tails.get(key), m))
+                    tails[key] = task
+                    inflight.add(task)
+                    task.add_done_callback(lambda t, k=key: done(t, k))
+                if len(inflight) > limit - self.batch:
+                    room.clear()
+        finally:
+            if inflight:  # stopping: let in-flight handlers finish so their acks go out before the drain
+                await asyncio.wait(inflight)
+
+    async def _after(self, previous: asyncio.Task[None] | None, msg: Msg) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])  # never raises: _one catches every handler outcome
+        await self._one(msg)
 
     async def _one(self, msg: Msg) -> None:
         meta = msg.metadata

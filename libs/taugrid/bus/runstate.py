@@ -2,11 +2,14 @@
 
 Every write is a compare-and-set against the revision just read; a lost race re-reads and re-applies, and an
 invalid transition (duplicate, stale attempt, after terminal) is a no-op, so the projection is idempotent.
+A projector may keep a ``RecordCache`` of the records it last wrote: the cached revision is only the CAS
+precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import msgspec
 import nats
@@ -45,15 +48,39 @@ async def create(bus: Bus, record: states.RunRecord) -> bool:
     return True
 
 
-async def project(bus: Bus, ev: Event) -> bool:
+class RecordCache:
+    """The records one projector last wrote, with their revisions (bounded, least recently used out).
+
+    An entry is taken out while an event is applied to it (``take``) and put back only after its write
+    succeeded (``put``), so a failed or abandoned write never leaves a record in the cache that the bucket
+    does not hold.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: OrderedDict[str, tuple[states.RunRecord, int]] = OrderedDict()
+
+    def take(self, run_id: str) -> tuple[states.RunRecord, int] | None:
+        return self._entries.pop(run_id, None)
+
+    def put(self, run_id: str, record: states.RunRecord, revision: int) -> None:
+        self._entries[run_id] = (record, revision)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
+async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> bool:
     """Apply one RUNS event to its record. Returns whether the record changed."""
     kv = await bus.kv(BUCKET)
     run_id = ev.subject
     for _ in range(20):
-        record, revision = await get(bus, run_id)
+        cached = cache.take(run_id) if cache is not None else None
+        record, revision = cached if cached is not None else await get(bus, run_id)
         if record is None:
             record = states.RunRecord(run_id=run_id, workspace=ev.workspace, created=time.time())
         if ev.seq and any(h.get("seq") == ev.seq for h in record.history):
+            if cache is not None and revision:
+                cache.put(run_id, record, revision)
             return False  # already projected (redelivery)
         data = ev.as_dict()
         changed = states.apply(record, ev.type, ev.attempt, data, time.time())
@@ -65,12 +92,14 @@ async def project(bus: Bus, ev: Event) -> bool:
         try:
             body = msgspec.json.encode(record)
             if revision:
-                await kv.update(key(run_id), body, last=revision)
+                written = await kv.update(key(run_id), body, last=revision)
             else:
-                await kv.create(key(run_id), body)
-            return changed
+                written = await kv.create(key(run_id), body)
         except nats.js.errors.KeyWrongLastSequenceError:
-            continue
+            continue  # another writer (a replica) got there first; the cache entry is gone, so re-read
+        if cache is not None:
+            cache.put(run_id, record, int(written))
+        return changed
     raise TemporaryError(f"run_state contention on {run_id}", delay=0.2)
 
 

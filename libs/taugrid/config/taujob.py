@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from typing import Any, Literal
 
 import pydantic
@@ -286,6 +287,26 @@ def load_tau_config(text: str, *, path: str = "tau.yaml") -> TauConfig:
         raise  # unreachable: pydantic never reports zero errors
     cfg._path, cfg._lines = path, lines
     raise_issues(check_rules(cfg, raw=data))
+    return cfg
+
+
+_PARSED: OrderedDict[tuple[str, str], TauConfig] = OrderedDict()
+_PARSED_MAX = 256
+
+
+def load_tau_config_shared(text: str, *, path: str = "tau.yaml") -> TauConfig:
+    """``load_tau_config`` memoised by (sha256 of the text, path): services see the same few configs again and
+    again. The result is shared between callers, so it must be treated as read-only. Configs that fail to
+    load are not cached (each call raises afresh, with the same issues)."""
+    key = (hashlib.sha256(text.encode()).hexdigest(), path)
+    cfg = _PARSED.get(key)
+    if cfg is not None:
+        _PARSED.move_to_end(key)
+        return cfg
+    cfg = load_tau_config(text, path=path)
+    _PARSED[key] = cfg
+    if len(_PARSED) > _PARSED_MAX:
+        _PARSED.popitem(last=False)
     return cfg
 
 

@@ -8,12 +8,16 @@ Invariants:
   rebuilt or overwritten; a fresh collection of the same stream contents yields identical bytes.
 - ``digest`` = sha256 (hex) of the stored bundle bytes; large attempt logs are separate objects whose sha256
   the bundle records, so the bundle digest covers them too.
+- A ``LedgerCache`` only saves the read before a write: its revision is the CAS precondition, so an entry made
+  stale by another replica fails the write and the ledger is re-read. ``Event``s remembered from the consumer
+  are the same messages ``collect`` would otherwise fetch back from RUNS by sequence.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -56,32 +60,56 @@ async def load(bus: Bus, run_id: str) -> tuple[lg.Ledger | None, int]:
     return lg.decode(entry.value), int(entry.revision or 0)
 
 
+class LedgerCache:
+    """The ledgers this process last wrote, with their KV revisions (bounded, least recently used out)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: OrderedDict[str, tuple[lg.Ledger, int]] = OrderedDict()
+
+    def take(self, run_id: str) -> tuple[lg.Ledger, int] | None:
+        return self._entries.pop(run_id, None)
+
+    def put(self, run_id: str, ledger: lg.Ledger, revision: int) -> None:
+        self._entries[run_id] = (ledger, revision)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
 async def update(
-    bus: Bus, run_id: str, change: Callable[[lg.Ledger], lg.Ledger], *, workspace: str = ""
+    bus: Bus, run_id: str, change: Callable[[lg.Ledger], lg.Ledger], *, workspace: str = "",
+    cache: LedgerCache | None = None,
 ) -> lg.Ledger:
     """Apply ``change`` to the run's ledger with compare-and-set; a no-op change writes nothing."""
     kv = await bus.kv(BUCKET)
     for _ in range(_CAS_TRIES):
-        current, revision = await load(bus, run_id)
+        cached = cache.take(run_id) if cache is not None else None
+        current, revision = cached if cached is not None else await load(bus, run_id)
         base = current if current is not None else lg.Ledger(run_id=run_id, workspace=workspace)
         new = change(base)
         if current is not None and new == current:
+            if cached is not None:
+                continue  # a redelivery: decide on the stored ledger, never on a copy another replica outdated
+            if cache is not None:
+                cache.put(run_id, current, revision)
             return current
         try:
             if revision:
-                await kv.update(key(run_id), lg.encode(new), last=revision)
+                written = await kv.update(key(run_id), lg.encode(new), last=revision)
             else:
-                await kv.create(key(run_id), lg.encode(new))
-            return new
+                written = await kv.create(key(run_id), lg.encode(new))
         except nats.js.errors.KeyWrongLastSequenceError:
             await asyncio.sleep(0.005)
             continue
         except (nats.errors.TimeoutError, nats.errors.Error) as exc:
             raise TemporaryError(f"ledger write for {run_id} failed: {exc!r}", delay=1.0) from exc
+        if cache is not None:
+            cache.put(run_id, new, int(written))
+        return new
     raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
 
 
-async def record(bus: Bus, ev: Event) -> lg.Ledger:
+async def record(bus: Bus, ev: Event, *, cache: LedgerCache | None = None) -> lg.Ledger:
     """Append ``ev`` (once), claim the seal if it is the first terminal event, note an ``evidence.sealed``."""
     workspace, run_id = run_of(ev)
 
@@ -93,11 +121,11 @@ async def record(bus: Bus, ev: Event) -> lg.Ledger:
             ledger = lg.mark_emitted(ledger)
         return ledger
 
-    return await update(bus, run_id, change, workspace=workspace)
+    return await update(bus, run_id, change, workspace=workspace, cache=cache)
 
 
-async def mark_emitted(bus: Bus, run_id: str) -> lg.Ledger:
-    return await update(bus, run_id, lg.mark_emitted)
+async def mark_emitted(bus: Bus, run_id: str, *, cache: LedgerCache | None = None) -> lg.Ledger:
+    return await update(bus, run_id, lg.mark_emitted, cache=cache)
 
 
 def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
@@ -145,8 +173,13 @@ async def read_bundle(bus: Bus, run_id: str) -> tuple[bytes, dict[str, Any]] | N
     return data, msgspec.json.decode(data)
 
 
-async def collect(bus: Bus, ledger: lg.Ledger) -> tuple[bytes, dict[str, bytes]]:
-    """The canonical bundle bytes for the ledger's seal, and the separate log objects it references."""
+async def collect(
+    bus: Bus, ledger: lg.Ledger, *, known: Mapping[int, Event] | None = None
+) -> tuple[bytes, dict[str, bytes]]:
+    """The canonical bundle bytes for the ledger's seal, and the separate log objects it references.
+
+    ``known``: events already in hand, by stream sequence (the consumer delivered them); the rest are fetched.
+    """
     seal = ledger.seal
     if seal is None:
         raise ValueError(f"run {ledger.run_id} has no terminal event yet")
@@ -157,6 +190,10 @@ async def collect(bus: Bus, ledger: lg.Ledger) -> tuple[bytes, dict[str, bytes]]
     events = []
     for entry in ledger.entries:
         if not entry.seq:
+            continue
+        held = known.get(entry.seq) if known is not None else None
+        if held is not None and held.id == entry.event_id:
+            events.append(held)
             continue
         try:
             m = await bus.js.get_msg("RUNS", seq=entry.seq)
@@ -169,7 +206,9 @@ async def collect(bus: Bus, ledger: lg.Ledger) -> tuple[bytes, dict[str, bytes]]
     workspace = ledger.workspace or next((ev.workspace for ev in events if ev.workspace), "")
 
     chunks: dict[int, list[LogChunk]] = {}
-    for m in await replay(bus, stream="LOGS", subject=f"log.*.{token(run_id)}.*"):
+    log_subject = f"log.*.{token(run_id)}.*"
+    log_msgs = await replay(bus, stream="LOGS", subject=log_subject) if await _any_in(bus, "LOGS", log_subject) else []
+    for m in log_msgs:
         try:
             chunk = msgspec.json.decode(m.data, type=LogChunk)
         except msgspec.DecodeError:
@@ -209,6 +248,18 @@ async def collect(bus: Bus, ledger: lg.Ledger) -> tuple[bytes, dict[str, bytes]]
     return b.encode(doc), extra
 
 
+async def _any_in(bus: Bus, stream: str, subject: str) -> bool:
+    """Whether ``stream`` holds any message on ``subject``: one direct lookup, where a replay of nothing would
+    create and delete a consumer."""
+    try:
+        await bus.js.get_msg(stream, seq=1, subject=subject, next=True)
+    except nats.js.errors.NotFoundError:
+        return False
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"lookup of {subject} in {stream} failed: {exc!r}", delay=1.0) from exc
+    return True
+
+
 def _commits_to(data: bytes, seal: lg.Seal) -> bool:
     try:
         doc = msgspec.json.decode(data)
@@ -217,7 +268,10 @@ def _commits_to(data: bytes, seal: lg.Seal) -> bool:
     return isinstance(doc, dict) and doc.get("terminal", {}).get("event_id") == seal.event_id
 
 
-async def seal(bus: Bus, run_id: str, terminal_event: Event) -> EvidenceSealed:
+async def seal(
+    bus: Bus, run_id: str, terminal_event: Event, *, cache: LedgerCache | None = None,
+    known: Mapping[int, Event] | None = None,
+) -> EvidenceSealed:
     """Seal the run: store its bundle once and return the ``evidence.sealed`` payload (the caller publishes).
 
     When another terminal event already won the seal, the bundle describes that one (first wins).
@@ -226,7 +280,7 @@ async def seal(bus: Bus, run_id: str, terminal_event: Event) -> EvidenceSealed:
         raise PermanentError(
             f"{terminal_event.type} is not terminal; a run is sealed on one of " f"{sorted(TERMINAL_EVENTS)}"
         )
-    ledger = await record(bus, terminal_event)
+    ledger = await record(bus, terminal_event, cache=cache)
     claim = ledger.seal
     assert claim is not None  # record() claims on a terminal event when nobody has
     name = b.bundle_name(run_id)
@@ -234,7 +288,7 @@ async def seal(bus: Bus, run_id: str, terminal_event: Event) -> EvidenceSealed:
     if existing is not None and _commits_to(existing, claim):
         digest = lg.sha256(existing)  # already sealed (maybe by a replica that died before the KV write)
     else:
-        data, extra = await collect(bus, ledger)
+        data, extra = await collect(bus, ledger, known=known)
         for obj, blob in sorted(extra.items()):
             await put_object(bus, obj, blob)
         await put_object(bus, name, data)
@@ -246,4 +300,4 @@ async def seal(bus: Bus, run_id: str, terminal_event: Event) -> EvidenceSealed:
             return current
         return msgspec.structs.replace(current, seal=msgspec.structs.replace(s, bundle=name, digest=digest))
 
-    return sealed_payload(await update(bus, run_id, settle))
+    return sealed_payload(await update(bus, run_id, settle, cache=cache))
