@@ -34,6 +34,7 @@ from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
 
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"
+PENDING_REFRESH_S = 3.0
 
 
 def _qty(resource: str, value: Any) -> float:
@@ -291,10 +292,15 @@ class LocalCluster:
         info = self.admitter.info(wl.name)
         if info is None:
             return
+        # A new reason is news at once; a moving queue position or a shrinking shortfall is refreshed at most
+        # every few seconds, or every pending run would republish its Workload on every tick.
         key = f"{info.reason}|{info.message}|{info.position}"
         if key == wl.last_pending:
             return
-        wl.last_pending = key
+        same_reason = wl.last_pending.split("|", 1)[0] == info.reason
+        if same_reason and now - wl.last_pending_at < PENDING_REFRESH_S:
+            return
+        wl.last_pending, wl.last_pending_at = key, now
         objects.pending(wl.workload, reason=info.reason, message=info.message, position=info.position, at=now)
         await self.publish(wl, "Workload", wl.workload, "modified")
 

@@ -45,3 +45,4 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     requeues: int = 0
     rdzv_port: int = 0  # multi-node torchrun: the loopback rendezvous port of this workload
     last_pending: str = ""
+    last_pending_at: float = 0.0
