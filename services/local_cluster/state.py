@@ -43,6 +43,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     state: str = "pending"  # pending | running | finished | deleted
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0
+    announced: bool = True  # the admission (Workload + Job) has been published; False while it still must be
     rdzv_port: int = 0  # multi-node torchrun: the loopback rendezvous port of this workload
     last_pending: str = ""
     last_pending_at: float = 0.0
