@@ -27,7 +27,7 @@ from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchE
 from taugrid.core.events import k8s_subject, log_subject
 from taugrid.core.quantity import parse_cpu, parse_memory
 from taugrid.local import objects
-from taugrid.local.admit import GPU, LocalAdmitter, Request
+from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request
 from taugrid.local.pods import PodRunner
 from taugrid.local.rendezvous import local_command
 from taugrid.stack.natsserver import free_port
@@ -68,6 +68,7 @@ class LocalCluster:
         # from their env, and no process is spawned.
         self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
         self._snapshot_at = 0.0
+        self._pending_at = 0.0
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
 
     # ---------------------------------------------------------------- platform and restart
@@ -194,6 +195,7 @@ class LocalCluster:
             priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
             placement=str(ann.get("taugrid.io/placement", "binpack")),
+            hang_timeout_s=float(ann.get("taugrid.io/hang-timeout", 0) or 0),
             source_object=req.source_object,
         )
 
@@ -262,9 +264,13 @@ class LocalCluster:
                          if g.name in self.wls)
         await self._each(self._launch_pending(wl) for wl in list(self.wls.values())
                          if wl.state == "running" and (not wl.announced or any(p.phase == "Pending" for p in wl.pods)))
-        await self._each(self._report_pending(wl, now) for wl in list(self.wls.values()) if wl.state == "pending")
+        if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue
+            self._pending_at = now
+            why = self.admitter.pending_all()
+            await self._each(self._report_pending(wl, why.get(wl.name), now) for wl in list(self.wls.values())
+                             if wl.state == "pending")
         await self._each(self._supervise(wl) for wl in list(self.wls.values()) if wl.state in ("running", "deleted"))
-        if now - self._snapshot_at > 1.0:
+        if now - self._snapshot_at > 2.0:
             self._snapshot_at = now
             await self._publish_queues(now)
 
@@ -300,8 +306,7 @@ class LocalCluster:
         wl.requeues += 1
         await self.save(wl)
 
-    async def _report_pending(self, wl: LocalWorkload, now: float) -> None:
-        info = self.admitter.info(wl.name)
+    async def _report_pending(self, wl: LocalWorkload, info: Pending | None, now: float) -> None:
         if info is None:
             return
         # A new reason is news at once; a moving queue position or a shrinking shortfall is refreshed at most
@@ -425,7 +430,8 @@ class LocalCluster:
         deadline = wl.job["spec"].get("activeDeadlineSeconds")
         grace = _template(wl.job).get("spec", {}).get("terminationGracePeriodSeconds", 30)
         self.pods.start(p.name, command=command, env=env, cwd=cwd, memory_limit=wl.memory_limit,
-                        deadline_s=float(deadline) if deadline else None, grace_s=float(grace))
+                        deadline_s=float(deadline) if deadline else None, grace_s=float(grace),
+                        hang_s=wl.hang_timeout_s)
         return None
 
     async def _supervise(self, wl: LocalWorkload) -> None:

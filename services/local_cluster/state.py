@@ -38,6 +38,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     memory_limit: int = 0
     preemptible: bool = True
     placement: str = "binpack"
+    hang_timeout_s: float = 0.0
     source_object: str = ""
     traceparent: str = ""  # the trace of the apply, continued by every event this workload causes
     state: str = "pending"  # pending | running | finished | deleted

@@ -155,3 +155,20 @@ def test_dry_run_prints_the_manifests_that_would_be_applied(stack: Stack) -> Non
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
     assert job["spec"]["template"]["spec"]["containers"][0]["name"] == "main"
     assert all("quickstart-dryrun" not in r["run_id"] for r in stack.json("list"))
+
+
+def test_a_silent_run_is_stopped_as_hung_and_retried_per_policy(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "hung", (
+        "import os, time\n"
+        "print('started attempt', os.environ['TAU_RETRY_ATTEMPT'], flush=True)\n"
+        "time.sleep(300)\n"
+    ), "name: hung\nentrypoint: main.py\ncompute: {gpus: 0}\n"
+       "resilience: {max_retries: 1, retry_on: [Hang], hang_timeout: 2s, backoff_initial: 100ms}\n")
+    proc = stack.tau("run", str(cfg), "--follow", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    events = stack.wait_sealed(run_id)
+    failed = [e["data"] for e in events if e["short_type"] == "exec.failed"]
+    assert [f["reason"] for f in failed] == ["Hang", "Hang"]
+    gave_up = next(e["data"] for e in events if e["short_type"] == "recovery.gave_up")
+    assert gave_up["classification"] == "hang"

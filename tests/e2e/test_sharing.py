@@ -58,7 +58,7 @@ def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, t
     assert stack.json("status", low_run)["state"] == "running"  # equal priority never preempts
     assert "insufficient unused quota for nvidia.com/gpu" in json.dumps(status["phases"])
     assert "needs 1 more nvidia.com/gpu in flavor default" in json.dumps(status["phases"])  # the hint
-    time.sleep(1.2)  # the local cluster refreshes its queue snapshot every second
+    time.sleep(2.5)  # the local cluster refreshes its queue snapshot every 2 s
     queues = {q["cluster_queue"]: q for q in stack.json("queue")["queues"]}
     assert queues["local"]["used"]["nvidia.com/gpu"] == 2.0
     assert peer_run in [p["run_id"] for p in queues["local"]["pending"]]

@@ -127,6 +127,7 @@ def resolve_run(
             backoff_initial_s=r.backoff_initial,
             backoff_max_s=r.backoff_max,
             checkpoint_path=r.checkpoint_path or checkpoint_dir,
+            hang_timeout_s=r.hang_timeout,
         ),
         output_dir=output_dir,
         checkpoint_dir=checkpoint_dir,

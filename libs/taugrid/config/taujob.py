@@ -189,6 +189,9 @@ class Resilience(Strict):
     checkpoint_path: str | None = Field(default=None, description="exported as TAU_RESUME_FROM on a retry")
     backoff_initial: Duration = 30.0
     backoff_max: Duration = 300.0
+    hang_timeout: Duration | None = Field(
+        default=None, description="taugrid: a run that prints nothing for this long is stopped as hung (reason Hang)"
+    )
 
 
 class TauConfig(Strict):

@@ -41,6 +41,7 @@ class Resilience(Struct):
     backoff_initial_s: float = 30.0
     backoff_max_s: float = 300.0
     checkpoint_path: str = ""
+    hang_timeout_s: float | None = None  # no output for this long ⇒ the pod is stopped as hung
 
 
 class ResolvedRun(Struct):

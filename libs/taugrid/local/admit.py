@@ -166,6 +166,22 @@ class LocalAdmitter:
         self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted
 
+    def pending_all(self) -> dict[str, Pending]:
+        """Why every pending workload waits, with its position: one pass per queue (for the control loop)."""
+        out: dict[str, Pending] = {}
+        for name, req in self.requests.items():
+            if self.engine is None or req.cluster_queue not in self.engine.queues:
+                out[name] = Pending("Inadmissible", f"ClusterQueue {req.cluster_queue or '?'} doesn't exist", 0)
+        if self.engine is None:
+            return out
+        for name, p in self.engine.pending_all().items():
+            if self.cordoned:
+                out[name] = Pending("Unschedulable", f"node {self.node} is cordoned ({self.cordoned}); runs wait "
+                                    "until it passes re-validation", p.position)
+            else:
+                out[name] = Pending(p.reason, p.message, p.position)
+        return out
+
     def info(self, name: str) -> Pending | None:
         req = self.requests.get(name)
         if req is not None and (self.engine is None or req.cluster_queue not in self.engine.queues):

@@ -35,13 +35,13 @@ class PodRunner:
         return work
 
     def start(self, pod: str, *, command: list[str], env: dict[str, str], cwd: Path, memory_limit: int,
-              deadline_s: float | None, grace_s: float) -> None:
+              deadline_s: float | None, grace_s: float, hang_s: float = 0.0) -> None:
         d = self.dir(pod)
         for stale in ("status.json", "stop", "pid"):
             (d / stale).unlink(missing_ok=True)
         (d / "spec.json").write_text(json.dumps({
             "command": command, "env": env, "cwd": str(cwd), "memory_limit": memory_limit,
-            "deadline_s": deadline_s, "grace_s": grace_s,
+            "deadline_s": deadline_s, "grace_s": grace_s, "hang_s": hang_s,
         }))
         subprocess.Popen([sys.executable, "-m", "taugrid.local.shim", str(d)], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(d / "shim.log", "ab"))

@@ -58,6 +58,9 @@ def run(pod_dir: Path) -> int:
     memory_limit = int(spec.get("memory_limit") or 0)
     deadline = float(spec.get("deadline_s") or 0)
     grace = float(spec.get("grace_s") or 30)
+    hang = float(spec.get("hang_s") or 0)
+    log_path = pod_dir / "output.log"
+    last_size, last_progress = -1, started
     reason, message, stop_at = "", "", 0.0
     last_mem_check = 0.0
     while child.poll() is None:
@@ -69,6 +72,12 @@ def run(pod_dir: Path) -> int:
                 message = f"stopped: {reason}"
             elif deadline and now - started > deadline:
                 reason, message = "DeadlineExceeded", f"active deadline of {deadline:.0f}s exceeded"
+            elif hang:
+                size = log_path.stat().st_size if log_path.exists() else 0
+                if size != last_size:
+                    last_size, last_progress = size, now
+                elif now - last_progress > hang:
+                    reason, message = "Hang", f"no output for {hang:.0f}s (resilience.hang_timeout)"
             if reason:
                 _kill_group(child.pid, signal.SIGTERM)
                 stop_at = now + grace

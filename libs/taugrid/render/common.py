@@ -94,6 +94,8 @@ def tau_annotations(run: ResolvedRun) -> dict[str, str]:
         annotations[f"{LABEL_PREFIX}experiment"] = json.dumps(run.experiment, sort_keys=True)
     if run.placement != "binpack":  # the default is implied; spread is asked for
         annotations[f"{LABEL_PREFIX}placement"] = run.placement
+    if run.resilience.hang_timeout_s:
+        annotations[f"{LABEL_PREFIX}hang-timeout"] = f"{run.resilience.hang_timeout_s:g}"
     return annotations
 
 

@@ -306,6 +306,19 @@ class Engine:
         q = self.queues[ws.cq]
         order = q.ordered(self.states)
         pos = next((i for i, x in enumerate(order) if x is ws), len(order)) + 1
+        return self._pending_at(ws, q, order, pos)
+
+    def pending_all(self) -> dict[str, R.Pending]:
+        """``pending_info`` for every pending workload at once: one sort per queue, not one per workload."""
+        out: dict[str, R.Pending] = {}
+        for q in self.queues.values():
+            order = q.ordered(self.states)
+            for i, ws in enumerate(order):
+                out[ws.workload.name] = self._pending_at(ws, q, order, i + 1)
+        return out
+
+    def _pending_at(self, ws: WState, q: CQQueue, order: list[WState], pos: int) -> R.Pending:
+        name = ws.workload.name
         base = ws.pending or R.Pending(workload=name, cluster_queue=ws.cq, reason=R.PENDING, message=R.MSG_QUEUED,
                                        position=0, ahead=0)
         reason, message, waiting = base.reason, base.message, base.waiting_for
