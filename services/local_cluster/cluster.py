@@ -36,6 +36,7 @@ from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"
 PENDING_REFRESH_S = 3.0
+FRONT_OF_LINE = 10
 
 
 def _qty(resource: str, value: Any) -> float:
@@ -267,8 +268,9 @@ class LocalCluster:
         if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue
             self._pending_at = now
             why = self.admitter.pending_all()
-            await self._each(self._report_pending(wl, why.get(wl.name), now) for wl in list(self.wls.values())
-                             if wl.state == "pending")
+            news = [wl for wl in list(self.wls.values())
+                    if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)]
+            await self._each(self.publish(wl, "Workload", wl.workload, "modified") for wl in news)
         await self._each(self._supervise(wl) for wl in list(self.wls.values()) if wl.state in ("running", "deleted"))
         if now - self._snapshot_at > 2.0:
             self._snapshot_at = now
@@ -306,20 +308,26 @@ class LocalCluster:
         wl.requeues += 1
         await self.save(wl)
 
-    async def _report_pending(self, wl: LocalWorkload, info: Pending | None, now: float) -> None:
+    def _pending_news(self, wl: LocalWorkload, info: Pending | None, now: float) -> bool:
+        """Is this waiting run's status worth a Workload update? A new reason is news at once. A changed message
+        or position is refreshed at most every few seconds, and a position only near the front of the line
+        (deeper positions move with every admission; `tau queue` lists them): otherwise every pending run
+        would republish on every tick and the updates alone would swamp a long queue."""
         if info is None:
-            return
-        # A new reason is news at once; a moving queue position or a shrinking shortfall is refreshed at most
-        # every few seconds, or every pending run would republish its Workload on every tick.
+            return False
         key = f"{info.reason}|{info.message}|{info.position}"
         if key == wl.last_pending:
-            return
-        same_reason = wl.last_pending.split("|", 1)[0] == info.reason
-        if same_reason and now - wl.last_pending_at < PENDING_REFRESH_S:
-            return
+            return False
+        last_reason, _, rest = wl.last_pending.partition("|")
+        last_message = rest.rpartition("|")[0]
+        if last_reason == info.reason:
+            if now - wl.last_pending_at < PENDING_REFRESH_S:
+                return False
+            if last_message == info.message and info.position > FRONT_OF_LINE:
+                return False
         wl.last_pending, wl.last_pending_at = key, now
         objects.pending(wl.workload, reason=info.reason, message=info.message, position=info.position, at=now)
-        await self.publish(wl, "Workload", wl.workload, "modified")
+        return True
 
     async def _start(self, wl: LocalWorkload, flavors: dict[str, str], gpus: list[list[int]], now: float) -> None:
         """Admitted: persist the pods first, then announce and launch them. Resumable: a tick that fails half
