@@ -410,9 +410,9 @@ async def test_cancel_while_running(stack: Stack) -> None:
     assert record_ is not None and record_.state == "cancelled"
 
 
+@pytest.mark.parametrize("stack", ["kubernetes"], indirect=True)  # only Kubernetes has watch connections
 async def test_watch_cuts_mid_run_lose_no_transition(stack: Stack) -> None:
-    if stack.backend != "kubernetes":
-        pytest.skip("watch connections exist only on the Kubernetes backend")
+    assert stack.backend == "kubernetes"
     assert stack.kueue is not None and stack.fake is not None
     stack.kueue.drop_after_writes = True
     try:
