@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
@@ -22,8 +23,30 @@ R = TypeVar("R")
 # 4 the platform is unreachable, 5 rejected by policy.
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_REJECTED = 1, 2, 3, 4, 5
 
-output_option = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
-                             show_default=True, help="Output format; json for scripts.")
+if TYPE_CHECKING:
+    from taugrid.client import Client
+
+
+@contextlib.asynccontextmanager
+async def connected() -> AsyncIterator[Client]:
+    """A client of the stack (``TAU_NATS_URL``, else the running stack's ``stack.json``), closed after use."""
+    from taugrid.client import open_client
+
+    client = await open_client(nats_url())
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+output_option = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format; json for scripts.",
+)
 
 
 def data_dir() -> Path:

@@ -7,24 +7,34 @@ from pathlib import Path
 
 import click
 
-from taugrid.cli.common import EXIT_FAILED, EXIT_NOT_FOUND, emit_json, fail, nats_url, output_option, run_async
-from taugrid.client import open_client
+from taugrid.cli.common import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    connected,
+    emit_json,
+    fail,
+    output_option,
+    run_async,
+)
 from taugrid.evidence.store import read_bundle
 from taugrid.evidence.verify import as_dict, verify_run
 
 
-@click.command(help="Show a run's sealed evidence bundle (config, resolved spec, manifests, logs, exit, history).")
+@click.command(
+    help="Show a run's sealed evidence bundle (config, resolved spec, manifests, logs, exit, history)."
+)
 @click.argument("run_id")
-@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the exact sealed bytes to this file.")
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the exact sealed bytes to this file.",
+)
 @output_option
 @run_async
 async def evidence(run_id: str, save: Path | None, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         got = await read_bundle(client.bus, run_id)
-    finally:
-        await client.close()
     if got is None:
         fail(f"no sealed evidence for {run_id} yet (runs are sealed when they finish)", EXIT_NOT_FOUND)
         return
@@ -36,14 +46,21 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
         return
     term = bundle.get("terminal", {})
     click.echo(f"run {run_id}: {term.get('state')} (attempt {term.get('attempt')})")
-    click.echo(f"  config      {bundle.get('config', {}).get('path')}  hash {bundle.get('config', {}).get('config_hash')}")
+    config = bundle.get("config", {})
+    click.echo(
+        f"  config      {config.get('path')}  hash {config.get('config_hash')}"
+    )
     click.echo(f"  source      {bundle.get('source', {}).get('digest')}")
     click.echo(f"  platform    revision {bundle.get('platform', {}).get('revision')}")
     for a in bundle.get("attempts", []):
         exit_ = a.get("exit") or {}
-        click.echo(f"  attempt {a.get('attempt')}: {exit_.get('event', '-')} exit={exit_.get('exit_code')} "
-                   f"reason={exit_.get('reason', '')} log lines={a.get('logs', {}).get('lines', 0)}")
-    click.echo(f"  events      {len(bundle.get('events', []))}, ledger head {bundle.get('ledger', {}).get('head')}")
+        click.echo(
+            f"  attempt {a.get('attempt')}: {exit_.get('event', '-')} exit={exit_.get('exit_code')} "
+            f"reason={exit_.get('reason', '')} log lines={a.get('logs', {}).get('lines', 0)}"
+        )
+    click.echo(
+        f"  events      {len(bundle.get('events', []))}, ledger head {bundle.get('ledger', {}).get('head')}"
+    )
 
 
 @click.command(help="Re-verify a run's evidence: bundle digest, hash chain, and every event against AUDIT.")
@@ -51,16 +68,15 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
 @output_option
 @run_async
 async def verify(run_id: str, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         report = await verify_run(client.bus, run_id)
-    finally:
-        await client.close()
     if output == "json":
         emit_json(as_dict(report))
     else:
-        click.echo(f"{run_id}: {'verified' if report.ok else 'NOT verified'} ({report.entries} entries, "
-                   f"digest {report.digest})")
+        click.echo(
+            f"{run_id}: {'verified' if report.ok else 'NOT verified'} ({report.entries} entries, "
+            f"digest {report.digest})"
+        )
         for p in report.problems:
             click.echo(f"  - {p}")
     if not report.ok:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from taugrid.cli.common import EXIT_NOT_FOUND, emit_json, fail, nats_url, output_option, run_async
-from taugrid.client import open_client
+from taugrid.cli.common import EXIT_NOT_FOUND, connected, emit_json, fail, output_option, run_async
 from taugrid.config.platform import load_platform
 
 
@@ -18,8 +17,13 @@ def platform() -> None:
 
 @platform.command(help="Validate FILE and store it as the next platform revision.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--backend", type=click.Choice(["local", "kubernetes"]), default="local", show_default=True,
-              help="kubernetes also applies the rendered Kueue objects to the cluster.")
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "kubernetes"]),
+    default="local",
+    show_default=True,
+    help="kubernetes also applies the rendered Kueue objects to the cluster.",
+)
 @output_option
 @run_async
 async def apply(file: Path, backend: str, output: str) -> None:
@@ -29,11 +33,8 @@ async def apply(file: Path, backend: str, output: str) -> None:
         from taugrid.kube.platform import apply_platform
 
         await apply_platform(load_platform(text, path=str(file)))
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         revision = await client.platform_apply(text, path=str(file))
-    finally:
-        await client.close()
     if output == "json":
         emit_json({"revision": revision, "file": str(file)})
     else:
@@ -44,11 +45,8 @@ async def apply(file: Path, backend: str, output: str) -> None:
 @output_option
 @run_async
 async def show(output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         got = await client.platform_get()
-    finally:
-        await client.close()
     if got is None:
         fail("no platform applied yet", EXIT_NOT_FOUND)
         return
@@ -59,8 +57,10 @@ async def show(output: str) -> None:
         click.echo(f"# revision {revision}\n{text}")
 
 
-@platform.command(help="Render FILE as Kueue objects (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, "
-                  "WorkloadPriorityClass, kueue.x-k8s.io/v1beta2) as YAML.")
+@platform.command(
+    help="Render FILE as Kueue objects (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, "
+    "WorkloadPriorityClass, kueue.x-k8s.io/v1beta2) as YAML."
+)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def render(file: Path) -> None:
     from taugrid.render import to_yaml

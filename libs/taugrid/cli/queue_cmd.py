@@ -1,4 +1,4 @@
-"""``tau queue``: each ClusterQueue's nominal, used, borrowed and lent quota, and its pending runs in order."""
+"""``tau queue``: each ClusterQueue's nominal, used, borrowed and lent quota, and its pending runs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import click
 import msgspec
 import nats
 
-from taugrid.cli.common import EXIT_NOT_FOUND, emit_json, fail, nats_url, output_option, run_async
+from taugrid.cli.common import EXIT_NOT_FOUND, connected, emit_json, fail, output_option, run_async
 from taugrid.cli.views import table
-from taugrid.client import open_client
 
 
 def _fmt(values: dict[str, float]) -> str:
@@ -21,20 +20,21 @@ def _fmt(values: dict[str, float]) -> str:
     return " ".join(parts) or "-"
 
 
-@click.command(help="Show ClusterQueues: nominal, used, borrowed and lent quota, and pending runs with positions.")
-@click.option("--pending", "show_pending", default=5, show_default=True, help="Pending runs to list per queue.")
+@click.command(
+    help="Show ClusterQueues: nominal, used, borrowed and lent quota, and pending runs with positions."
+)
+@click.option(
+    "--pending", "show_pending", default=5, show_default=True, help="Pending runs to list per queue."
+)
 @output_option
 @run_async
 async def queue(show_pending: int, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         kv = await client.bus.kv("local_cluster")
         try:
             entry = await kv.get("queues")
         except nats.js.errors.KeyNotFoundError:
             entry = None
-    finally:
-        await client.close()
     if entry is None or not entry.value:
         fail("no queue snapshot yet: is the local cluster running (`tau up`)?", EXIT_NOT_FOUND)
         return
@@ -42,9 +42,22 @@ async def queue(show_pending: int, output: str) -> None:
     if output == "json":
         emit_json(snap)
         return
-    rows = [[q["cluster_queue"], q["cohort"] or "-", _fmt(q["nominal"]), _fmt(q["used"]), _fmt(q["borrowed"]),
-             _fmt(q["lent"]), str(q["admitted"]), str(len(q["pending"]))] for q in snap["queues"]]
-    click.echo(table(rows, ["clusterqueue", "cohort", "nominal", "used", "borrowed", "lent", "admitted", "pending"]))
+    rows = [
+        [
+            q["cluster_queue"],
+            q["cohort"] or "-",
+            _fmt(q["nominal"]),
+            _fmt(q["used"]),
+            _fmt(q["borrowed"]),
+            _fmt(q["lent"]),
+            str(q["admitted"]),
+            str(len(q["pending"])),
+        ]
+        for q in snap["queues"]
+    ]
+    click.echo(
+        table(rows, ["clusterqueue", "cohort", "nominal", "used", "borrowed", "lent", "admitted", "pending"])
+    )
     for q in snap["queues"]:
         for p in q["pending"][:show_pending]:
             click.echo(f"  {q['cluster_queue']} #{p['position'] + 1}: {p['run_id']}")

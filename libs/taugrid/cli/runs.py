@@ -15,15 +15,13 @@ from taugrid.cli.common import (
     EXIT_FAILED,
     EXIT_REJECTED,
     EXIT_USAGE,
-    color,
+    connected,
     emit_json,
     fail,
-    nats_url,
     output_option,
     run_async,
 )
 from taugrid.cli.views import elapsed, event_line, phase_tree, status_json, table
-from taugrid.client import open_client
 from taugrid.config.taujob import load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
 from taugrid.core.events import TERMINAL_EVENTS
@@ -48,8 +46,11 @@ def resolve_target(target: str) -> Path:
     named = Path("tau") / f"{target}.yaml"
     if named.is_file():
         return named
-    fail(f"no config at {target!r}: pass a tau.yaml path, a directory holding one, or a target name "
-         f"with tau/{target}.yaml", EXIT_USAGE)
+    fail(
+        f"no config at {target!r}: pass a tau.yaml path, a directory holding one, or a target name "
+        f"with tau/{target}.yaml",
+        EXIT_USAGE,
+    )
     raise AssertionError
 
 
@@ -61,20 +62,26 @@ def run() -> None:
 @run.command("submit", help="Submit FILE (a tau.yaml, a directory with one, or a target name).")
 @click.argument("target", default="tau.yaml")
 @click.option("--follow", "-f", is_flag=True, help="Show the stages live; exit 0 only if the run succeeded.")
-@click.option("--workspace", "-w", default=None, help="Workspace (default: policy.workspace, else 'default').")
-@click.option("--dry-run", is_flag=True, help="Print the manifests that would be applied, as YAML; submit nothing.")
-@click.option("--submission-id", default=None, help="Idempotency key: the same id always yields the same run.")
+@click.option(
+    "--workspace", "-w", default=None, help="Workspace (default: policy.workspace, else 'default')."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the manifests that would be applied, as YAML; submit nothing."
+)
+@click.option(
+    "--submission-id", default=None, help="Idempotency key: the same id always yields the same run."
+)
 @output_option
 @run_async
-async def submit(target: str, follow: bool, workspace: str | None, dry_run: bool, submission_id: str | None,
-                 output: str) -> None:
+async def submit(
+    target: str, follow: bool, workspace: str | None, dry_run: bool, submission_id: str | None, output: str
+) -> None:
     path = resolve_target(target)
     cfg = load_tau_config(path.read_text(), path=str(path))
     if dry_run:
         await _dry_run(path, cfg, workspace)
         return
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         run_id = await client.submit(path, workspace=workspace, submission_id=submission_id, config=cfg)
         if output == "json" and not follow:
             emit_json({"run_id": run_id})
@@ -82,8 +89,6 @@ async def submit(target: str, follow: bool, workspace: str | None, dry_run: bool
         click.echo(run_id)
         if follow:
             await _follow(client, run_id, output)
-    finally:
-        await client.close()
 
 
 async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
@@ -92,18 +97,22 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
     from taugrid.render import render, to_yaml
     from taugrid.render.validate import validate
 
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         got = await client.platform_get()
-    finally:
-        await client.close()
     if got is None:
         fail("no platform policy applied yet: run `tau up` or `tau platform apply FILE`", EXIT_USAGE)
     from taugrid.config.platform import load_platform
 
     text, rev = got  # type: ignore[misc]
-    run_spec = resolve_run(cfg, load_platform(text), run_id=f"{cfg.name}-dryrun", submission_id="dry-run",
-                           workspace=workspace, platform_revision=rev, config_hash=config_hash(cfg))
+    run_spec = resolve_run(
+        cfg,
+        load_platform(text),
+        run_id=f"{cfg.name}-dryrun",
+        submission_id="dry-run",
+        workspace=workspace,
+        platform_revision=rev,
+        config_hash=config_hash(cfg),
+    )
     manifests = render(run_spec, attempt=1)
     for m in manifests:
         validate(m)
@@ -150,16 +159,15 @@ def schema() -> None:
     click.echo(json.dumps(tau_json_schema(), indent=2))
 
 
-@click.command(help="Show a run's phase tree: submitted → policy → rendered → queued → admitted → running → finished.")
+@click.command(
+    help="Show a run's phase tree: submitted → policy → rendered → queued → admitted → running → finished."
+)
 @click.argument("run_id")
 @output_option
 @run_async
 async def status(run_id: str, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         record = await client.status(run_id)
-    finally:
-        await client.close()
     if output == "json":
         emit_json(status_json(record))
     else:
@@ -171,16 +179,17 @@ async def status(run_id: str, output: str) -> None:
 @output_option
 @run_async
 async def list_runs(workspace: str | None, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         records = [r for r in await client.list() if not workspace or r.workspace == workspace]
-    finally:
-        await client.close()
     if output == "json":
-        emit_json([{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases")} for r in records])
+        emit_json(
+            [{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases")} for r in records]
+        )
         return
-    rows = [[r.run_id, r.workspace, r.state, str(r.attempt), elapsed(r.created, r.finished), r.reason[:50]]
-            for r in records]
+    rows = [
+        [r.run_id, r.workspace, r.state, str(r.attempt), elapsed(r.created, r.finished), r.reason[:50]]
+        for r in records
+    ]
     click.echo(table(rows, ["run", "workspace", "state", "attempt", "age", "reason"]))
 
 
@@ -189,11 +198,8 @@ async def list_runs(workspace: str | None, output: str) -> None:
 @output_option
 @run_async
 async def cancel(run_id: str, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         await client.cancel(run_id)
-    finally:
-        await client.close()
     if output == "json":
         emit_json({"run_id": run_id, "cancel": "requested"})
     else:
@@ -206,16 +212,13 @@ async def cancel(run_id: str, output: str) -> None:
 @output_option
 @run_async
 async def logs(run_id: str, follow: bool, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+    async with connected() as client:
         async for chunk in client.logs(run_id, follow=follow):
             for line in chunk.lines:
                 if output == "json":
                     emit_json({"run_id": run_id, "attempt": chunk.attempt, "pod": chunk.pod, "line": line})
                 else:
                     click.echo(line)
-    finally:
-        await client.close()
 
 
 def _parse_since(value: str | None) -> dt.datetime | None:
@@ -227,28 +230,31 @@ def _parse_since(value: str | None) -> dt.datetime | None:
     try:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise click.BadParameter("use a duration like 10m / 2h or an ISO time like 2026-11-29T10:00:00Z") from exc
+        raise click.BadParameter(
+            "use a duration like 10m / 2h or an ISO time like 2026-11-29T10:00:00Z"
+        ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 @click.command(help="Replay run events from the stream (the audit history), optionally filtered.")
 @click.option("--run", "run_id", default=None, help="Only this run.")
 @click.option("--since", default=None, help="Only events after this (10m, 2h, or an ISO time).")
-@click.option("--type", "types", multiple=True, help="Only these types, e.g. exec.failed (repeatable; prefix ok).")
+@click.option(
+    "--type", "types", multiple=True, help="Only these types, e.g. exec.failed (repeatable; prefix ok)."
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
 @output_option
 @run_async
-async def events(run_id: str | None, since: str | None, types: tuple[str, ...], follow: bool, output: str) -> None:
-    client = await open_client(nats_url())
-    try:
+async def events(
+    run_id: str | None, since: str | None, types: tuple[str, ...], follow: bool, output: str
+) -> None:
+    async with connected() as client:
         async for ev in client.events(run_id=run_id, since=_parse_since(since), follow=follow):
-            if types and not any(ev.type == t or ev.type.startswith(t.rstrip("*").rstrip(".") + ".") for t in types):
+            if types and not any(
+                ev.type == t or ev.type.startswith(t.rstrip("*").rstrip(".") + ".") for t in types
+            ):
                 continue
             if output == "json":
                 emit_json(ev.to_json())
             else:
                 click.echo(event_line(ev))
-    finally:
-        await client.close()
-
-

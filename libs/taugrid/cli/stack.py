@@ -48,8 +48,9 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
     for s in scale:
         cmd += ["--scale", s]
     log = open(d / "supervisor.log", "ab")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.time() + timeout
     shown = False
     while time.time() < deadline:
@@ -58,7 +59,9 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
             _report(state, output, "up")
             return
         if proc.poll() is not None:
-            fail(f"the stack failed to start (exit {proc.returncode}); see {d / 'supervisor.log'}", EXIT_FAILED)
+            fail(
+                f"the stack failed to start (exit {proc.returncode}); see {d / 'supervisor.log'}", EXIT_FAILED
+            )
         if not shown and output != "json":
             click.echo("starting nats-server and services …", err=True)
             shown = True

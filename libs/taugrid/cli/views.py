@@ -11,8 +11,14 @@ from taugrid.bus.envelope import Event
 from taugrid.cli.common import color
 from taugrid.core.states import PHASE_NAMES, RunRecord
 
-_MARK = {"done": ("✔", "green"), "active": ("●", "yellow"), "pending": ("○", "white"),
-         "warning": ("!", "yellow"), "failed": ("✘", "red"), "skipped": ("-", "white")}
+_MARK = {
+    "done": ("✔", "green"),
+    "active": ("●", "yellow"),
+    "pending": ("○", "white"),
+    "warning": ("!", "yellow"),
+    "failed": ("✘", "red"),
+    "skipped": ("-", "white"),
+}
 _STATE_COLOR = {"succeeded": "green", "failed": "red", "rejected": "red", "cancelled": "magenta"}
 
 STATUS_SCHEMA = "taugrid.io/status/v1"
@@ -27,8 +33,10 @@ def elapsed(start: float | None, end: float | None) -> str:
 
 def phase_tree(record: RunRecord) -> str:
     state = color(record.state, _STATE_COLOR.get(record.state, "yellow"))
-    lines = [f"run {record.run_id}  ({record.name or '?'}, workspace {record.workspace})  state {state}  "
-             f"attempt {record.attempt}"]
+    lines = [
+        f"run {record.run_id}  ({record.name or '?'}, workspace {record.workspace})  state {state}  "
+        f"attempt {record.attempt}"
+    ]
     by_name = {p.name: p for p in record.phases}
     for name in PHASE_NAMES:
         p = by_name.get(name)
