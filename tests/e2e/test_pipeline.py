@@ -36,6 +36,10 @@ def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stac
     assert "final test accuracy" in logs
     verify = stack.json("verify", run_id)
     assert verify["ok"] is True, verify
+    bundle = stack.json("evidence", run_id)
+    assert bundle["terminal"]["state"] == "succeeded" and "train.py" in bundle["config"]["text"]
+    human = stack.tau("evidence", run_id, check=True).stdout
+    assert "succeeded" in human and "attempt 1: exec.succeeded exit=0" in human
 
 
 def test_failing_script_is_retried_per_resilience_then_gives_up(stack: Stack, tmp_path: Path) -> None:
