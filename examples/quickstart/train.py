@@ -52,6 +52,11 @@ def main() -> None:
         print(f"resumed from {resume} at epoch {start}", flush=True)
 
     train, test = dataset(600), dataset(200, seed=11)
+
+    def accuracy() -> float:
+        return sum((sigmoid(sum(w * f for w, f in zip(weights, x))) > 0.5) == bool(y) for x, y in test) / len(test)
+
+    acc = accuracy()
     rng = random.Random(start)
     with open(out / "metrics.jsonl", "a") as metrics:
         for epoch in range(start, args.epochs):
@@ -62,7 +67,7 @@ def main() -> None:
                 loss -= math.log(p + 1e-12) if label else math.log(1 - p + 1e-12)
                 for i, f in enumerate(feats):
                     weights[i] -= args.lr * (p - label) * f
-            acc = sum((sigmoid(sum(w * f for w, f in zip(weights, x))) > 0.5) == bool(y) for x, y in test) / len(test)
+            acc = accuracy()
             row = {"_step": epoch + 1, "_timestamp": time.time(), "loss": loss / len(train), "accuracy": acc}
             metrics.write(json.dumps(row) + "\n")
             print(f"epoch {epoch + 1:3d}  loss {row['loss']:.4f}  test accuracy {acc:.3f}", flush=True)

@@ -3,6 +3,7 @@ with a deterministic message id; the platform is re-read per event so a new revi
 
 from __future__ import annotations
 
+import msgspec
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
@@ -21,7 +22,9 @@ class Policy:
     async def platform(self) -> tuple[Platform, int]:
         got = await platformstore.get_text(self.bus)
         if got is None:
-            raise TemporaryError("no platform policy applied yet (run `tau platform apply` or `tau up`)", delay=2.0)
+            raise TemporaryError(
+                "no platform policy applied yet (run `tau platform apply` or `tau up`)", delay=2.0
+            )
         text, revision = got
         if self._cache is None or self._cache[0] != revision:
             self._cache = (revision, load_platform(text, path=f"platform.yaml@{revision}"))
@@ -33,16 +36,42 @@ class Policy:
         try:
             cfg = load_tau_config_shared(acc.config_text, path=acc.config_path)
             run = resolve_run(
-                cfg, platform, run_id=ev.subject, submission_id=acc.submission_id,
-                workspace=ev.workspace or None, platform_revision=revision, config_hash=acc.config_hash,
-                source_object=acc.source_object, source_digest=acc.source_digest, user=acc.user,
+                cfg,
+                platform,
+                run_id=ev.subject,
+                submission_id=acc.submission_id,
+                workspace=ev.workspace or None,
+                platform_revision=revision,
+                config_hash=acc.config_hash,
+                source_object=acc.source_object,
+                source_digest=acc.source_digest,
+                user=acc.user,
             )
         except ConfigError as err:
-            reasons = [Issue(field=str(i.get("field", "")), message=str(i.get("message", "")),
-                             fix=str(i.get("fix", "") or "")) for i in err.issues] or [
-                Issue(field="", message=str(err))]
-            await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=1,
-                                event_type="policy.rejected", payload=Rejected(reasons=reasons, message=str(err)))
+            reasons = [
+                Issue(
+                    field=str(i.get("field", "")),
+                    message=str(i.get("message", "")),
+                    fix=str(i.get("fix", "") or ""),
+                )
+                for i in err.issues
+            ] or [Issue(field="", message=str(err))]
+            await self.bus.emit(
+                workspace=ev.workspace,
+                run_id=ev.subject,
+                attempt=1,
+                event_type="policy.rejected",
+                payload=Rejected(reasons=reasons, message=str(err)),
+            )
             return
-        await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=1, event_type="policy.approved",
-                            payload=PolicyApproved(run=run, platform_revision=revision))
+        if acc.resume_from:  # a manual resume: start from the given checkpoint (exported as TAU_RESUME_FROM)
+            run = msgspec.structs.replace(
+                run, resilience=msgspec.structs.replace(run.resilience, checkpoint_path=acc.resume_from)
+            )
+        await self.bus.emit(
+            workspace=ev.workspace,
+            run_id=ev.subject,
+            attempt=1,
+            event_type="policy.approved",
+            payload=PolicyApproved(run=run, platform_revision=revision),
+        )

@@ -11,7 +11,6 @@ import functools
 from typing import Any
 
 import nats
-
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
@@ -24,9 +23,15 @@ def issues_of(err: ConfigError, path: str) -> list[Issue]:
     out = []
     for i in err.issues or [{"field": "", "message": str(err)}]:
         line = i.get("line")
-        out.append(Issue(field=str(i.get("field", "")), message=str(i.get("message", "")),
-                         fix=str(i.get("fix", "") or ""), file=str(i.get("file", "") or path),
-                         line=int(line) if isinstance(line, int) else None))
+        out.append(
+            Issue(
+                field=str(i.get("field", "")),
+                message=str(i.get("message", "")),
+                fix=str(i.get("fix", "") or ""),
+                file=str(i.get("file", "") or path),
+                line=int(line) if isinstance(line, int) else None,
+            )
+        )
     return out
 
 
@@ -46,9 +51,19 @@ class Submitter:
     async def on_requested(self, ev: Event) -> None:
         try:
             req = ev.payload(SubmitRequested)
-        except Exception as exc:  # malformed payload: reject the run with the reason, don't poison the consumer
-            await self._reject(ev, [Issue(field="payload", message=f"malformed submission: {exc}",
-                                          fix="publish a SubmitRequested JSON body (see docs/architecture.md)")])
+        except (
+            Exception
+        ) as exc:  # malformed payload: reject the run with the reason, don't poison the consumer
+            await self._reject(
+                ev,
+                [
+                    Issue(
+                        field="payload",
+                        message=f"malformed submission: {exc}",
+                        fix="publish a SubmitRequested JSON body (see docs/architecture.md)",
+                    )
+                ],
+            )
             return
         kv = await self.bus.kv("submissions")
         try:
@@ -63,17 +78,32 @@ class Submitter:
             await self._reject(ev, issues_of(err, req.config_path), message=str(err))
             return
         await self.bus.emit(
-            workspace=ev.workspace, run_id=ev.subject, attempt=1, event_type="submit.accepted",
+            workspace=ev.workspace,
+            run_id=ev.subject,
+            attempt=1,
+            event_type="submit.accepted",
             payload=SubmitAccepted(
-                submission_id=req.submission_id, config=config, config_hash=digest, config_text=req.config_text,
+                submission_id=req.submission_id,
+                config=config,
+                config_hash=digest,
+                config_text=req.config_text,
                 config_path=req.config_path,
-                source_object=req.source_object, source_digest=req.source_digest, user=req.user,
+                source_object=req.source_object,
+                source_digest=req.source_digest,
+                user=req.user,
+                resume_from=req.resume_from,
+                resumes=req.resumes,
             ),
         )
 
     async def _reject(self, ev: Event, reasons: list[Issue], message: str = "") -> None:
-        await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=1, event_type="submit.rejected",
-                            payload=Rejected(reasons=reasons, message=message or reasons[0].message))
+        await self.bus.emit(
+            workspace=ev.workspace,
+            run_id=ev.subject,
+            attempt=1,
+            event_type="submit.rejected",
+            payload=Rejected(reasons=reasons, message=message or reasons[0].message),
+        )
 
     async def on_any(self, ev: Event) -> None:
         await runstate.project(self.bus, ev, cache=self.records)

@@ -176,3 +176,18 @@ def test_a_silent_run_is_stopped_as_hung_and_retried_per_policy(stack: Stack, tm
     assert [f["reason"] for f in failed] == ["Hang", "Hang"]
     gave_up = next(e["data"] for e in events if e["short_type"] == "recovery.gave_up")
     assert gave_up["classification"] == "hang"
+
+
+def test_resume_starts_a_new_run_from_the_last_checkpoint(stack: Stack) -> None:
+    first = stack.tau("run", str(REPO / "examples" / "quickstart"), "--follow", timeout=180)
+    assert first.returncode == 0, first.stdout + first.stderr
+    old = first.stdout.splitlines()[0].strip()
+    proc = stack.tau("run", "resume", old, "--follow", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = proc.stdout.splitlines()[0].strip()
+    assert new != old
+    old_ckpt = stack.json("status", old)["resolved"]["checkpoint_dir"]
+    logs = stack.tau("logs", new, check=True).stdout
+    assert f"resumed from {old_ckpt}/last.json at epoch 30" in logs
+    running = stack.tau("run", "resume", "no-such-run")
+    assert running.returncode == 3

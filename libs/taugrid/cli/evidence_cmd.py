@@ -47,9 +47,7 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
     term = bundle.get("terminal", {})
     click.echo(f"run {run_id}: {term.get('state')} (attempt {term.get('attempt')})")
     config = bundle.get("config", {})
-    click.echo(
-        f"  config      {config.get('path')}  hash {config.get('config_hash')}"
-    )
+    click.echo(f"  config      {config.get('path')}  hash {config.get('config_hash')}")
     click.echo(f"  source      {bundle.get('source', {}).get('digest')}")
     click.echo(f"  platform    revision {bundle.get('platform', {}).get('revision')}")
     for a in bundle.get("attempts", []):

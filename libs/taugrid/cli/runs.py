@@ -136,6 +136,28 @@ async def _follow(client: Any, run_id: str, output: str) -> None:
         sys.exit(EXIT_REJECTED if record.state == "rejected" else EXIT_FAILED)
 
 
+@run.command(
+    "resume",
+    help="Start a new run with RUN's config and code from its last checkpoint "
+    "(TAU_RESUME_FROM); prints the new run id.",
+)
+@click.argument("run_id")
+@click.option("--from", "from_path", default="", help="Checkpoint directory (default: RUN's checkpoint dir).")
+@click.option("--force", is_flag=True, help="Resume even though RUN was OOMKilled.")
+@click.option("--follow", "-f", is_flag=True, help="Show the stages live; exit 0 only if the run succeeded.")
+@output_option
+@run_async
+async def resume(run_id: str, from_path: str, force: bool, follow: bool, output: str) -> None:
+    async with connected() as client:
+        new_id = await client.resume(run_id, from_path=from_path, force=force)
+        if output == "json" and not follow:
+            emit_json({"run_id": new_id, "resumes": run_id})
+            return
+        click.echo(new_id)
+        if follow:
+            await _follow(client, new_id, output)
+
+
 @run.command("validate", help="Check a tau.yaml offline; exit 2 with every problem if it is invalid.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @output_option

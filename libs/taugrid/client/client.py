@@ -19,9 +19,10 @@ from taugrid.client.snapshot import snapshot
 from taugrid.config.platform import load_platform
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelRequested, LogChunk, SubmitRequested
-from taugrid.core.errors import NotFound
+from taugrid.core.errors import NotFound, PermanentError
 from taugrid.core.events import TERMINAL_EVENTS, run_subject
 from taugrid.core.ids import new_run_id, new_submission_id, token
+from taugrid.core.states import TERMINAL as TERMINAL_STATES
 from taugrid.core.states import RunRecord
 
 
@@ -33,8 +34,14 @@ class Client:
         await self.bus.close()
 
     # ---------------------------------------------------------------- submission
-    async def submit(self, config_path: Path, *, workspace: str | None = None, submission_id: str | None = None,
-                     config: TauConfig | None = None) -> str:
+    async def submit(
+        self,
+        config_path: Path,
+        *,
+        workspace: str | None = None,
+        submission_id: str | None = None,
+        config: TauConfig | None = None,
+    ) -> str:
         """Publish ``submit.requested`` and return the run id (known before any service answers)."""
         text = config_path.read_text()
         cfg = config or load_tau_config(text, path=str(config_path))
@@ -49,27 +56,87 @@ class Client:
             await obs.get_info(name)
         except nats.js.errors.ObjectNotFoundError:
             await obs.put(name, data)
-        req = SubmitRequested(submission_id=sid, config_text=text, config_path=config_path.name, workspace=ws,
-                              source_object=name, source_digest=digest, user=_user())
+        req = SubmitRequested(
+            submission_id=sid,
+            config_text=text,
+            config_path=config_path.name,
+            workspace=ws,
+            source_object=name,
+            source_digest=digest,
+            user=_user(),
+        )
         with tracing.span("tau run", attributes={"taugrid.run_id": run_id}):
-            await self.bus.emit(workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req)
+            await self.bus.emit(
+                workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req
+            )
         return run_id
 
-    async def submit_text(self, text: str, *, workspace: str = "default", path: str = "tau.yaml",
-                          submission_id: str | None = None, name: str = "run") -> str:
+    async def submit_text(
+        self,
+        text: str,
+        *,
+        workspace: str = "default",
+        path: str = "tau.yaml",
+        submission_id: str | None = None,
+        name: str = "run",
+    ) -> str:
         """Submit raw config text with no project snapshot (what a non-Python client would publish)."""
         sid = submission_id or new_submission_id()
         run_id = new_run_id(name, sid)
-        req = SubmitRequested(submission_id=sid, config_text=text, config_path=path, workspace=workspace,
-                              user=_user())
-        await self.bus.emit(workspace=workspace, run_id=run_id, attempt=1, event_type="submit.requested",
-                            payload=req)
+        req = SubmitRequested(
+            submission_id=sid, config_text=text, config_path=path, workspace=workspace, user=_user()
+        )
+        await self.bus.emit(
+            workspace=workspace, run_id=run_id, attempt=1, event_type="submit.requested", payload=req
+        )
         return run_id
+
+    async def resume(
+        self, run_id: str, *, from_path: str = "", force: bool = False, submission_id: str | None = None
+    ) -> str:
+        """Submit a new run with the same config and code as ``run_id``, starting from its last checkpoint
+        (or ``from_path``); returns the new run id. A run that died OOMKilled resumes only with ``force``,
+        since the same config will likely die the same way."""
+        record = await self.status(run_id)
+        if record.state not in TERMINAL_STATES:
+            raise PermanentError(
+                f"run {run_id} is still {record.state}: cancel it first (`tau cancel {run_id}`)"
+            )
+        if record.reason == "OOMKilled" and not force:
+            raise PermanentError(f"run {run_id} was OOMKilled; raise compute.memory_limit, or pass --force")
+        original = None
+        async for ev in self.replay(f"run.*.{token(run_id)}.submit.requested"):
+            original = ev.payload(SubmitRequested)
+            break
+        if original is None:
+            raise NotFound(f"the submission of {run_id} is no longer in the RUNS stream")
+        resume_from = from_path or (record.resolved.checkpoint_dir if record.resolved else "")
+        if not resume_from:
+            raise PermanentError(f"run {run_id} has no checkpoint directory; pass --from PATH")
+        sid = submission_id or new_submission_id()
+        new_id = new_run_id(record.name or run_id, sid)
+        req = msgspec.structs.replace(
+            original, submission_id=sid, resume_from=resume_from, resumes=run_id, user=_user()
+        )
+        with tracing.span("tau run resume", attributes={"taugrid.run_id": new_id}):
+            await self.bus.emit(
+                workspace=record.workspace,
+                run_id=new_id,
+                attempt=1,
+                event_type="submit.requested",
+                payload=req,
+            )
+        return new_id
 
     async def cancel(self, run_id: str, *, reason: str = "cancelled by user") -> None:
         record = await self.status(run_id)
-        await self.bus.emit(workspace=record.workspace, run_id=run_id, attempt=record.attempt,
-                            event_type="cancel.requested", payload=CancelRequested(reason=reason, requested_by=_user()))
+        await self.bus.emit(
+            workspace=record.workspace,
+            run_id=run_id,
+            attempt=record.attempt,
+            event_type="cancel.requested",
+            payload=CancelRequested(reason=reason, requested_by=_user()),
+        )
 
     # ---------------------------------------------------------------- reading
     async def status(self, run_id: str) -> RunRecord:
@@ -90,11 +157,20 @@ class Client:
     async def list(self) -> list[RunRecord]:
         return sorted(await runstate.list_records(self.bus), key=lambda r: r.created)
 
-    async def replay(self, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None,
-                     follow: bool = False, idle_timeout: float = 1.0) -> AsyncIterator[Event]:
+    async def replay(
+        self,
+        subject: str,
+        *,
+        stream: str = "RUNS",
+        since: dt.datetime | None = None,
+        follow: bool = False,
+        idle_timeout: float = 1.0,
+    ) -> AsyncIterator[Event]:
         """Events on ``subject`` in stream order; with ``follow``, keep going with live ones."""
-        cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
-                             opt_start_time=since.isoformat() if since else None)
+        cfg = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
+            opt_start_time=since.isoformat() if since else None,
+        )
         try:
             sub = await self.bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
         except nats.js.errors.NotFoundError:
@@ -117,8 +193,9 @@ class Client:
         finally:
             await sub.unsubscribe()
 
-    async def events(self, *, run_id: str | None = None, since: dt.datetime | None = None,
-                     follow: bool = False) -> AsyncIterator[Event]:
+    async def events(
+        self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False
+    ) -> AsyncIterator[Event]:
         subject = f"run.*.{token(run_id)}.>" if run_id else "run.>"
         async for ev in self.replay(subject, since=since, follow=follow):
             yield ev
@@ -158,8 +235,9 @@ class Client:
             it = self.replay(subject, stream="LOGS", follow=True).__aiter__()
             while not stop.is_set():
                 nxt = asyncio.ensure_future(it.__anext__())
-                done, _ = await asyncio.wait({nxt, asyncio.ensure_future(stop.wait())},
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {nxt, asyncio.ensure_future(stop.wait())}, return_when=asyncio.FIRST_COMPLETED
+                )
                 if nxt in done:
                     yield nxt.result().payload(LogChunk)
                 else:

@@ -15,8 +15,20 @@ from pathlib import Path
 
 from taugrid.core.errors import PermanentError
 
-EXCLUDED_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".tau", ".mypy_cache", ".pytest_cache",
-                 ".ruff_cache", ".hypothesis", "outputs", "checkpoints"}
+EXCLUDED_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "node_modules",
+    ".tau",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "outputs",
+    "checkpoints",
+}
 MAX_BYTES = 64 << 20
 
 
@@ -36,7 +48,8 @@ def snapshot(root: Path, *, extra_excludes: list[str] | None = None) -> tuple[by
                 if total > MAX_BYTES:
                     raise PermanentError(
                         f"project directory {root} is larger than {MAX_BYTES >> 20} MiB; keep data out of it "
-                        "(use storage.data_pvc) or add the directory to run.working_dir_excludes")
+                        "(use storage.data_pvc) or add the directory to run.working_dir_excludes"
+                    )
                 info = tar.gettarinfo(str(path), arcname=str(path.relative_to(root)))
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
                 with open(path, "rb") as f:

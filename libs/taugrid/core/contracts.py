@@ -105,6 +105,8 @@ class SubmitRequested(Struct):
     source_object: str = ""
     source_digest: str = ""
     user: str = ""
+    resume_from: str = ""  # `tau run resume`: the checkpoint the new run starts from (TAU_RESUME_FROM)
+    resumes: str = ""  # the run id this one resumes
 
 
 class SubmitAccepted(Struct):
@@ -116,6 +118,8 @@ class SubmitAccepted(Struct):
     source_object: str = ""
     source_digest: str = ""
     user: str = ""
+    resume_from: str = ""
+    resumes: str = ""
 
 
 class Rejected(Struct):
