@@ -2,8 +2,8 @@ import os
 from pathlib import Path
 
 from taugrid.bus.service import Service, main
-from taugrid_services.local_cluster.cluster import LocalCluster
 from taugrid.local.machine import inventory
+from taugrid_services.local_cluster.cluster import LocalCluster
 
 
 async def start(svc: Service) -> None:

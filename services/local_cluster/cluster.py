@@ -12,22 +12,21 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import Awaitable, Iterable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import nats
-
-from taugrid.bus import platformstore
+from taugrid.bus import kvread, platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
 from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
 from taugrid.core.events import k8s_subject, log_subject
-from taugrid.core.quantity import parse_cpu, parse_memory
+from taugrid.core.quantity import parse_memory
 from taugrid.local import objects
-from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request
+from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request, amount
 from taugrid.local.pods import PodRunner
 from taugrid.local.rendezvous import local_command
 from taugrid.stack.natsserver import free_port
@@ -36,15 +35,8 @@ from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"
 PENDING_REFRESH_S = 3.0
+PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
-
-
-def _qty(resource: str, value: Any) -> float:
-    if resource == "cpu":
-        return parse_cpu(value)
-    if resource == "memory":
-        return float(parse_memory(value))
-    return float(value)
 
 
 class LocalCluster:
@@ -69,11 +61,17 @@ class LocalCluster:
         # from their env, and no process is spawned.
         self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
         self._snapshot_at = 0.0
+        self._platform_checked = 0.0
         self._pending_at = 0.0
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
 
     # ---------------------------------------------------------------- platform and restart
     async def refresh_platform(self) -> None:
+        """Pick up a new platform revision; looked up at most once a second (it sits on every tick and apply)."""
+        now = time.time()
+        if now - self._platform_checked < PLATFORM_CHECK_S:
+            return
+        self._platform_checked = now
         got = await platformstore.get_text(self.bus)
         if got is None or got[1] == self.platform_rev:
             return
@@ -85,34 +83,21 @@ class LocalCluster:
         for wl in self.wls.values():  # a new revision may move a LocalQueue to another ClusterQueue
             wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
         self.admitter.configure(p)
+        self._refill()
+
+    def _refill(self) -> None:
+        """Give a fresh engine every workload this cluster holds, running ones first."""
+        held = list(self.wls.values())
+        self.admitter.rebuild([self._request(w) for w in held if w.state in ("running", "deleted")],
+                              [self._request(w) for w in held if w.state == "pending"])
 
     async def load(self) -> None:
         await self.refresh_platform()
-        kv = await self.bus.kv(BUCKET)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            keys = []
-        for k in keys:
-            if not k.startswith("wl."):
-                continue  # e.g. the `queues` snapshot shares the bucket
-            entry = await kv.get(k)
-            if not entry.value:
-                continue
-            try:
-                wl = msgspec.json.decode(entry.value, type=LocalWorkload)
-            except msgspec.ValidationError as exc:  # never crash-loop on one bad record
-                log.error("skipping unreadable workload record %s: %s", k, exc)
-                continue
+        for wl in await kvread.values(self.bus, BUCKET, LocalWorkload, prefix="wl."):
             self.wls[wl.name] = wl
             self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
-        # What was running is re-admitted first (it holds its devices); then the queue as it was.
-        for wl in self.wls.values():
-            if wl.state in ("running", "deleted"):
-                self.admitter.restore(self._request(wl), [p.gpus for p in wl.pods])
-        for wl in self.wls.values():
-            if wl.state == "pending":
-                self.admitter.submit(self._request(wl))
+        self._refill()
+        kv = await self.bus.kv(BUCKET)
         try:
             self.admitter.cordoned = (await kv.get("cordon")).value.decode()  # type: ignore[union-attr]
         except (nats.js.errors.KeyNotFoundError, AttributeError):
@@ -210,13 +195,13 @@ class LocalCluster:
             for n, g in groups:
                 c = (g.get("template", {}).get("spec", {}).get("containers") or [{}])[0]
                 for r, v in (c.get("resources", {}).get("requests") or {}).items():
-                    total[r] = total.get(r, 0.0) + n * _qty(r, v)
+                    total[r] = total.get(r, 0.0) + n * amount(r, v)
                 lim = (c.get("resources", {}).get("limits") or {}).get("memory")
                 memory_limit += n * int(parse_memory(lim)) if lim else 0
             return total, 1, memory_limit
         c = next(x for x in _template(main)["spec"]["containers"] if x.get("name") == "main")
         res = c.get("resources", {})
-        per_pod = {r: _qty(r, v) for r, v in (res.get("requests") or {}).items()}
+        per_pod = {r: amount(r, v) for r, v in (res.get("requests") or {}).items()}
         lim = (res.get("limits") or {}).get("memory")
         return per_pod, int(main["spec"].get("parallelism") or 1), int(parse_memory(lim)) if lim else 0
 
@@ -262,7 +247,7 @@ class LocalCluster:
             if ev.victim in self.wls:
                 await self._preempt(self.wls[ev.victim], ev.reason, ev.message, ev.preemptor, now)
         await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now) for g in granted
-                         if g.name in self.wls)
+                         if g.name in self.wls and self.wls[g.name].state == "pending")
         await self._each(self._launch_pending(wl) for wl in list(self.wls.values())
                          if wl.state == "running" and (not wl.announced or any(p.phase == "Pending" for p in wl.pods)))
         if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue

@@ -10,7 +10,7 @@ from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config_shared
-from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted
+from taugrid.core.contracts import PolicyApproved, Rejected, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
 
 
@@ -48,14 +48,7 @@ class Policy:
                 user=acc.user,
             )
         except ConfigError as err:
-            reasons = [
-                Issue(
-                    field=str(i.get("field", "")),
-                    message=str(i.get("message", "")),
-                    fix=str(i.get("fix", "") or ""),
-                )
-                for i in err.issues
-            ] or [Issue(field="", message=str(err))]
+            reasons = issues_of(err)
             await self.bus.emit(
                 workspace=ev.workspace,
                 run_id=ev.subject,

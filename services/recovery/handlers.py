@@ -6,12 +6,17 @@ from __future__ import annotations
 import time
 
 import msgspec
-
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.classify import decide
-from taugrid.core.contracts import ExecFinished, HealthDegraded, RecoveryGaveUp, RecoveryRetrying, RenderFailed
+from taugrid.core.contracts import (
+    ExecFinished,
+    HealthDegraded,
+    RecoveryGaveUp,
+    RecoveryRetrying,
+    RenderFailed,
+)
 from taugrid.core.errors import TemporaryError
 from taugrid.core.states import TERMINAL
 
@@ -27,8 +32,6 @@ class Recovery:
         if record is None or record.resolved is None:
             raise TemporaryError("run record not projected yet", delay=0.5)
         if record.state in TERMINAL or record.cancel_requested or ev.attempt < record.attempt:
-            return
-        if record.state == "retrying" and ev.attempt <= record.attempt - 1:
             return
         node, exit_code, reason, message = "", None, "", ""
         if ev.type == "exec.failed":

@@ -15,24 +15,8 @@ from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.taujob import config_hash, load_tau_config_shared
-from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested
+from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError
-
-
-def issues_of(err: ConfigError, path: str) -> list[Issue]:
-    out = []
-    for i in err.issues or [{"field": "", "message": str(err)}]:
-        line = i.get("line")
-        out.append(
-            Issue(
-                field=str(i.get("field", "")),
-                message=str(i.get("message", "")),
-                fix=str(i.get("fix", "") or ""),
-                file=str(i.get("file", "") or path),
-                line=int(line) if isinstance(line, int) else None,
-            )
-        )
-    return out
 
 
 @functools.lru_cache(maxsize=256)
@@ -75,7 +59,7 @@ class Submitter:
         try:
             config, digest = parsed(req.config_text, req.config_path)
         except ConfigError as err:
-            await self._reject(ev, issues_of(err, req.config_path), message=str(err))
+            await self._reject(ev, issues_of(err, file=req.config_path), message=str(err))
             return
         await self.bus.emit(
             workspace=ev.workspace,

@@ -14,6 +14,7 @@ from collections import OrderedDict
 import msgspec
 import nats
 
+from taugrid.bus import kvread
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core import states
@@ -124,17 +125,4 @@ def _enrich(record: states.RunRecord, ev: Event) -> None:
 
 
 async def list_records(bus: Bus) -> list[states.RunRecord]:
-    kv = await bus.kv(BUCKET)
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []
-    out = []
-    for k in keys:
-        try:
-            entry = await kv.get(k)
-        except nats.js.errors.KeyNotFoundError:
-            continue
-        if entry.value:
-            out.append(msgspec.json.decode(entry.value, type=states.RunRecord))
-    return out
+    return await kvread.values(bus, BUCKET, states.RunRecord, prefix="run.")

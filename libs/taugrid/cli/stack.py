@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from taugrid.cli.common import EXIT_FAILED, data_dir, emit_json, fail, output_option
+from taugrid.local.pods import pid_alive
 
 
 def _state(d: Path) -> dict[str, object] | None:
@@ -20,16 +21,6 @@ def _state(d: Path) -> dict[str, object] | None:
         return json.loads((d / "stack.json").read_text())  # type: ignore[no-any-return]
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 @click.command(help="Start the embedded stack in the background: nats-server and every service as a process.")
@@ -40,7 +31,7 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
     d = data_dir()
     d.mkdir(parents=True, exist_ok=True)
     state = _state(d)
-    if state and state.get("phase") == "ready" and _alive(state.get("pid")):
+    if state and state.get("phase") == "ready" and pid_alive(state.get("pid")):
         _report(state, output, "already running")
         return
     (d / "stack.json").unlink(missing_ok=True)
@@ -85,13 +76,13 @@ def _report(state: dict[str, object], output: str, what: str) -> None:
 def down(timeout: float) -> None:
     d = data_dir()
     state = _state(d)
-    if not state or not _alive(state.get("pid")):
+    if not state or not pid_alive(state.get("pid")):
         click.echo("the stack is not running")
         return
     os.kill(int(state["pid"]), signal.SIGTERM)  # type: ignore[call-overload]
     deadline = time.time() + timeout
-    while time.time() < deadline and _alive(state.get("pid")):
+    while time.time() < deadline and pid_alive(state.get("pid")):
         time.sleep(0.2)
-    if _alive(state.get("pid")):
+    if pid_alive(state.get("pid")):
         fail("the stack did not stop in time", EXIT_FAILED)
     click.echo("taugrid stack stopped")

@@ -20,7 +20,7 @@ from taugrid.config.platform import load_platform
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelRequested, LogChunk, SubmitRequested
 from taugrid.core.errors import NotFound, PermanentError
-from taugrid.core.events import TERMINAL_EVENTS, run_subject
+from taugrid.core.events import TERMINAL_EVENTS
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import TERMINAL as TERMINAL_STATES
 from taugrid.core.states import RunRecord
@@ -266,8 +266,4 @@ async def open_client(url: str | None = None) -> Client:
     return Client(await connect(url, name="client", max_reconnect_attempts=3))
 
 
-def record_json(record: RunRecord) -> dict[str, object]:
-    return msgspec.to_builtins(record)  # type: ignore[no-any-return]
-
-
-__all__ = ["Client", "open_client", "record_json", "run_subject"]
+__all__ = ["Client", "open_client"]

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from taugrid.core.errors import ConfigError
+
 
 class Struct(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False, forbid_unknown_fields=False):
     """Base for wire structs."""
@@ -23,6 +25,17 @@ class Issue(Struct):
     fix: str = ""
     file: str = ""
     line: int | None = None
+
+
+def issues_of(err: ConfigError, *, file: str = "") -> list[Issue]:
+    """A ``ConfigError``'s problems as wire ``Issue``s (one naming the error itself when it lists none)."""
+    out = []
+    for i in err.issues or [{"field": "", "message": str(err)}]:
+        line = i.get("line")
+        out.append(Issue(field=str(i.get("field", "")), message=str(i.get("message", "")),
+                         fix=str(i.get("fix", "") or ""), file=str(i.get("file", "") or file),
+                         line=line if isinstance(line, int) else None))
+    return out
 
 
 class Resources(Struct):

@@ -163,7 +163,7 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
             p = Phase(name=earlier, status="skipped", started=at, finished=at)
             record.phases.append(p)
             by_name[earlier] = p
-        elif p.status in ("active", "pending", "warning") and earlier != "queued" or p.status == "active":
+        elif p.status in ("active", "pending", "warning"):
             p.status, p.finished = "done", at
     phase = by_name.get(name)
     if phase is None:

@@ -18,7 +18,7 @@ import os
 import msgspec
 import nats
 
-from taugrid.bus import runstate
+from taugrid.bus import kvread, runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import HealthDegraded, NodeSample
@@ -67,20 +67,7 @@ async def read_state(bus: Bus, node: str) -> tuple[NodeState | None, int]:
 
 
 async def list_states(bus: Bus) -> list[NodeState]:
-    kv = await bus.kv(BUCKET)
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []
-    out = []
-    for k in keys:
-        try:
-            entry = await kv.get(k)
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-            continue
-        if entry.value:
-            out.append(msgspec.json.decode(entry.value, type=NodeState))
-    return out
+    return await kvread.values(bus, BUCKET, NodeState, prefix="node.")
 
 
 class HealthMonitor:

@@ -56,7 +56,8 @@ class Evicted:
     message: str
 
 
-def _amount(resource: str, value: object) -> float:
+def amount(resource: str, value: object) -> float:
+    """A Kubernetes quantity in the engine's units: cores, bytes, or a count."""
     if resource == "cpu":
         return parse_cpu(value)  # type: ignore[arg-type]
     if resource == "memory":
@@ -74,9 +75,9 @@ def engine_objects(p: Platform) -> tuple[list[adm.ClusterQueue], list[adm.Cohort
         groups = tuple(
             adm.ResourceGroup(tuple(g.covered_resources), tuple(
                 adm.FlavorQuotas(fq.name, {r.name: adm.ResourceQuota(
-                    _amount(r.name, r.nominal_quota),
-                    None if r.borrowing_limit is None else _amount(r.name, r.borrowing_limit),
-                    None if r.lending_limit is None else _amount(r.name, r.lending_limit),
+                    amount(r.name, r.nominal_quota),
+                    None if r.borrowing_limit is None else amount(r.name, r.borrowing_limit),
+                    None if r.lending_limit is None else amount(r.name, r.lending_limit),
                 ) for r in fq.resources}) for fq in g.flavors))
             for g in cq.resource_groups)
         pre = cq.preemption
@@ -104,7 +105,7 @@ class LocalAdmitter:
     cordoned: str = ""  # why the node is cordoned; nothing new is admitted until it is re-validated
 
     def configure(self, p: Platform) -> None:
-        """(Re)build the engine for a platform revision; running workloads are re-admitted first."""
+        """Build an empty engine for a platform revision; ``rebuild`` refills it."""
         cqs, cohorts, flavors = engine_objects(p)
         node = adm.Node(self.node, tuple(adm.GpuDevice(i, self.gpu_memory_mb or 81920) for i in range(self.gpu_count)),
                         cpu=_UNLIMITED_CPU, memory=self.capacity.get("memory", 0.0))
@@ -119,9 +120,16 @@ class LocalAdmitter:
                 for fq in g.flavors:
                     for r, rq in fq.resources.items():
                         q[r] = q.get(r, 0.0) + rq.nominal_quota
-        old = self.requests
         self.requests = {}
-        for req in old.values():
+
+    def rebuild(self, running: list[Request], pending: list[Request]) -> None:
+        """Refill a fresh engine: what runs now is re-admitted first (it holds its resources; the grants of
+        that cycle are not news), then the waiting queue as it was."""
+        for req in running:
+            self.submit(req)
+        if self.engine is not None and running:
+            self.engine.cycle(time.time())
+        for req in pending:
             self.submit(req)
 
     def _workload(self, req: Request) -> adm.Workload:
@@ -137,12 +145,6 @@ class LocalAdmitter:
         self.requests[req.name] = req
         if self.engine is not None and req.cluster_queue in self.engine.queues and req.name not in self.engine.states:
             self.engine.submit(self._workload(req), req.created)
-
-    def restore(self, req: Request, gpus: list[list[int]]) -> None:
-        """A workload that was running before a restart: submit and admit it ahead of everything else."""
-        self.submit(req)
-        if self.engine is not None:
-            self.engine.cycle(time.time())
 
     def release(self, name: str) -> None:
         self.requests.pop(name, None)

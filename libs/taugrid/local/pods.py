@@ -18,6 +18,17 @@ from typing import Any
 MAX_LOG_CHUNK = 256 * 1024
 
 
+def pid_alive(pid: object) -> bool:
+    """Whether a process with this pid exists (signal 0 probes without signalling)."""
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 class PodRunner:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -64,14 +75,7 @@ class PodRunner:
             (d / "stop").write_text(reason)
 
     def alive(self, pod: str) -> bool:
-        pid = self.pid(pod)
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return pid_alive(self.pid(pod))
 
     def read_log(self, pod: str, offset: int) -> tuple[list[str], int]:
         """Complete lines written since ``offset``; a partial last line waits for its newline."""
