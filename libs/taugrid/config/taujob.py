@@ -47,7 +47,10 @@ class RunBlock(Strict):
     working_dir: str | None = Field(
         default=None, description="project dir shipped as Ray runtime_env; Ray only"
     )
-    working_dir_excludes: list[str] = Field(default_factory=list)
+    working_dir_excludes: list[str] = Field(
+        default_factory=list,
+        description="gitignore patterns left out of the project snapshot (after .gitignore), e.g. data/, *.pt",
+    )
     active_deadline: Duration | None = Field(
         default=None,
         gt=0,
