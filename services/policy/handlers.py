@@ -57,6 +57,8 @@ class Policy:
                 payload=Rejected(reasons=reasons, message=str(err)),
             )
             return
+        if acc.python:  # the submitting environment's interpreter: the local backend runs `python` with it
+            run = msgspec.structs.replace(run, python=acc.python, python_source=acc.python_source)
         if acc.resume_from:  # a manual resume: start from the given checkpoint (exported as TAU_RESUME_FROM)
             run = msgspec.structs.replace(
                 run, resilience=msgspec.structs.replace(run.resilience, checkpoint_path=acc.resume_from)

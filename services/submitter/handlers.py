@@ -77,6 +77,8 @@ class Submitter:
                 user=req.user,
                 resume_from=req.resume_from,
                 resumes=req.resumes,
+                python=req.python,
+                python_source=req.python_source,
             ),
         )
 

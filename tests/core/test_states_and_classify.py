@@ -76,3 +76,36 @@ def test_platform_faults_retry_elsewhere_even_if_not_listed() -> None:
     assert d.retry and d.exclude_node and d.classification == "gpu_fault"
     assert not decide(reason="Cancelled", exit_code=None, attempt=1, resilience=Resilience(max_retries=5,
                                                                                            retry_on=["Any"])).retry
+
+
+def _admitted() -> states.RunRecord:
+    r = states.RunRecord(run_id="r1", workspace="ws")
+    for t in ("submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.admitted"):
+        assert states.apply(r, t, 1, {}, 1.0), t
+    return r
+
+
+def test_environment_phase_shows_progress_and_the_interpreter_is_recorded() -> None:
+    r = _admitted()
+    assert states.apply(r, "exec.preparing", 1, {"message": "installing requirements.txt with uv"}, 2.0)
+    env = next(p for p in r.phases if p.name == "environment")
+    assert r.state == "admitted" and env.status == "active" and env.detail == "installing requirements.txt with uv"
+    assert r.message == ""  # progress is the phase's, not the run's message
+    assert states.apply(r, "exec.running", 1, {"environment": {"python": "/e/bin/python"}}, 3.0)
+    assert env.status == "done" and env.finished == 3.0 and r.environment == {"python": "/e/bin/python"}
+    assert [p.name for p in r.phases][-2:] == ["environment", "running"]
+
+
+def test_a_run_without_an_environment_build_has_no_environment_phase() -> None:
+    assert "environment" not in [p.name for p in _record().phases]
+
+
+def test_a_failed_environment_build_marks_the_phase_failed_and_is_not_retried() -> None:
+    r = _admitted()
+    states.apply(r, "exec.preparing", 1, {"message": "installing"}, 2.0)
+    assert states.apply(r, "exec.failed", 1, {"reason": "EnvironmentFailed", "message": "uv failed"}, 3.0)
+    assert next(p for p in r.phases if p.name == "environment").status == "failed"
+    assert classify("EnvironmentFailed", 1) == "config"
+    decision = decide(reason="EnvironmentFailed", exit_code=1, attempt=1,
+                      resilience=Resilience(max_retries=3, retry_on=["Any"]))
+    assert decision == type(decision)(False, "config", 0.0, "EnvironmentFailed: not retryable", False)

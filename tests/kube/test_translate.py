@@ -424,6 +424,23 @@ def test_running_pod_reports_node_and_pod() -> None:
     assert out.payload == c.ExecRunning(node="gpu-node-7", pod="train-3f2a1b-a2-xk2p9")
 
 
+def test_a_pod_preparing_its_environment_reports_progress_then_runs_with_it() -> None:
+    waiting = {"waiting": {"reason": "PreparingEnvironment", "message": "installing requirements.txt with uv"}}
+    out = only(translate(ev(pod("Pending", cs={"state": waiting})), OWNERS))
+    assert out.event_type == "exec.preparing"
+    assert out.payload == c.ExecPreparing(step="environment", message="installing requirements.txt with uv",
+                                          node="gpu-node-7", pod="train-3f2a1b-a2-xk2p9")
+    other = copy.deepcopy(waiting)
+    other["waiting"]["message"] = "environment ready"
+    assert only(translate(ev(pod("Pending", cs={"state": other})), OWNERS)).dedup != out.dedup
+    running = pod("Running", cs={"state": {"running": {}}})
+    running["metadata"]["annotations"] = {"environment.taugrid.io/python": "/envs/ab/bin/python",
+                                          "environment.taugrid.io/python_version": "3.11.2",
+                                          "taugrid.io/traceparent": "00-x"}
+    got = only(translate(ev(running), OWNERS))
+    assert got.payload.environment == {"python": "/envs/ab/bin/python", "python_version": "3.11.2"}
+
+
 def test_oom_killed_main_container_fails_with_exit_code() -> None:
     term = {
         "terminated": {

@@ -9,7 +9,7 @@ import msgspec
 
 from taugrid.bus.envelope import Event
 from taugrid.cli.common import color
-from taugrid.core.states import PHASE_NAMES, RunRecord
+from taugrid.core.states import OPTIONAL_PHASES, PHASE_NAMES, RunRecord
 
 _MARK = {
     "done": ("✔", "green"),
@@ -40,6 +40,8 @@ def phase_tree(record: RunRecord) -> str:
     by_name = {p.name: p for p in record.phases}
     for name in PHASE_NAMES:
         p = by_name.get(name)
+        if p is None and name in OPTIONAL_PHASES:
+            continue
         status = p.status if p else "pending"
         mark, fg = _MARK.get(status, ("?", "white"))
         detail = p.detail if p else ""
@@ -53,9 +55,24 @@ def phase_tree(record: RunRecord) -> str:
         lines.append(f"  reason: {record.reason}" + (f" — {record.message}" if record.message else ""))
     if record.exit_code is not None:
         lines.append(f"  exit code: {record.exit_code}")
+    if record.environment:
+        lines.append(f"  python: {environment_line(record.environment)}")
     if record.evidence_digest:
         lines.append(f"  evidence: {record.evidence_digest}")
     return "\n".join(lines)
+
+
+def environment_line(env: dict[str, str]) -> str:
+    """``/path/to/python (3.12.3, environment ab12… reused)`` from what the backend reported."""
+    parts = [env.get("python_version", "")]
+    if env.get("env"):
+        parts.append(f"environment {env['env']} " + ("reused" if env.get("env_cached") == "true" else "built"))
+    if env.get("source"):
+        parts.append(f"from {env['source']}")
+    if env.get("container"):
+        parts.append(f"in container {env['container']}")
+    inner = ", ".join(p for p in parts if p)
+    return f"{env.get('python', '?')}" + (f" ({inner})" if inner else "")
 
 
 def status_json(record: RunRecord) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from taugrid.bus import platformstore, runstate, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event, from_message
+from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot
 from taugrid.config.platform import load_platform
 from taugrid.config.taujob import TauConfig, load_tau_config
@@ -56,6 +57,7 @@ class Client:
             await obs.get_info(name)
         except nats.js.errors.ObjectNotFoundError:
             await obs.put(name, data)
+        python, python_source = submitting_python(config_path.parent.resolve())
         req = SubmitRequested(
             submission_id=sid,
             config_text=text,
@@ -64,6 +66,8 @@ class Client:
             source_object=name,
             source_digest=digest,
             user=_user(),
+            python=python,
+            python_source=python_source,
         )
         with tracing.span("tau run", attributes={"taugrid.run_id": run_id}):
             await self.bus.emit(

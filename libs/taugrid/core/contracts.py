@@ -104,6 +104,10 @@ class ResolvedRun(Struct):
     gang: bool = True
     data_pvc: str = ""
     experiment: dict[str, str] = msgspec.field(default_factory=dict)
+    # The interpreter of the environment that submitted (a host path; the local backend runs `python` with it)
+    # and where the client found it: TAU_PYTHON, project .venv, VIRTUAL_ENV, CONDA_PREFIX or PATH.
+    python: str = ""
+    python_source: str = ""
 
 
 # ---- run lifecycle payloads (subject run.<ws>.<run>.<stage>.<outcome>) ----
@@ -120,6 +124,8 @@ class SubmitRequested(Struct):
     user: str = ""
     resume_from: str = ""  # `tau run resume`: the checkpoint the new run starts from (TAU_RESUME_FROM)
     resumes: str = ""  # the run id this one resumes
+    python: str = ""  # the submitting environment's interpreter (see ResolvedRun.python)
+    python_source: str = ""
 
 
 class SubmitAccepted(Struct):
@@ -133,6 +139,8 @@ class SubmitAccepted(Struct):
     user: str = ""
     resume_from: str = ""
     resumes: str = ""
+    python: str = ""
+    python_source: str = ""
 
 
 class Rejected(Struct):
@@ -188,6 +196,19 @@ class ExecRunning(Struct):
     pod: str = ""
     pid: int | None = None
     gpus: list[str] = msgspec.field(default_factory=list)
+    # What the process runs with, where the backend knows it (locally: python, python_version, source,
+    # env = the cached environment's hash or "", container = the image when it runs in one).
+    environment: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ExecPreparing(Struct):
+    """``exec.preparing``: admitted, the pod is being prepared before its process starts (locally: building the
+    run's Python environment). Repeated with each new progress message; a failure arrives as ``exec.failed``."""
+
+    step: str = "environment"
+    message: str = ""
+    node: str = ""
+    pod: str = ""
 
 
 class ExecFinished(Struct):
@@ -250,6 +271,12 @@ class BackendApply(Struct):
     manifests: list[dict[str, Any]]
     source_object: str = ""
     exclude_nodes: list[str] = msgspec.field(default_factory=list)
+    # For backends that run pods on this machine: the submitter's interpreter, the image the researcher asked
+    # for ("" = the platform default) and runtime.pip. A cluster backend reads the manifests instead.
+    python: str = ""
+    python_source: str = ""
+    image: str = ""
+    pip: list[str] = msgspec.field(default_factory=list)
 
 
 class BackendDelete(Struct):

@@ -24,6 +24,7 @@ RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
     "admission.queued": c.AdmissionQueued,
     "admission.admitted": c.AdmissionAdmitted,
     "admission.preempted": c.AdmissionPreempted,
+    "exec.preparing": c.ExecPreparing,
     "exec.running": c.ExecRunning,
     "exec.succeeded": c.ExecFinished,
     "exec.failed": c.ExecFinished,

@@ -27,6 +27,8 @@ TRANSITIONS: dict[str, tuple[frozenset[str] | str, str]] = {
     "admission.queued": (frozenset({"rendered", "queued", "preempted"}), "queued"),
     "admission.admitted": (frozenset({"rendered", "queued", "preempted"}), "admitted"),
     "admission.preempted": (frozenset({"admitted", "running", "queued"}), "preempted"),
+    # Preparing the pod (locally: building its Python environment) keeps the run admitted.
+    "exec.preparing": (frozenset({"admitted"}), "admitted"),
     "exec.running": (frozenset({"rendered", "queued", "admitted"}), "running"),
     "exec.succeeded": ("*", "succeeded"),
     "exec.failed": ("*", "failing"),
@@ -38,7 +40,7 @@ TRANSITIONS: dict[str, tuple[frozenset[str] | str, str]] = {
 # Events that belong to one attempt; stale attempts are ignored for these.
 ATTEMPT_SCOPED = frozenset(
     {"render.applied", "render.failed", "admission.queued", "admission.admitted", "admission.preempted",
-     "exec.running", "exec.succeeded", "exec.failed"}
+     "exec.preparing", "exec.running", "exec.succeeded", "exec.failed"}
 )
 
 
@@ -75,12 +77,16 @@ class RunRecord(msgspec.Struct, kw_only=True):
     object_kind: str = ""
     object_name: str = ""
     evidence_digest: str = ""
+    # What the current attempt runs with, as the backend reported it (ExecRunning.environment).
+    environment: dict[str, str] = msgspec.field(default_factory=dict)
     last_seq: int = 0
     phases: list[Phase] = msgspec.field(default_factory=list)
     history: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
-PHASE_NAMES = ("submitted", "policy", "rendered", "queued", "admitted", "running", "finished")
+PHASE_NAMES = ("submitted", "policy", "rendered", "queued", "admitted", "environment", "running", "finished")
+# Phases a run only has when it goes through them (never filled in as skipped).
+OPTIONAL_PHASES = frozenset({"environment"})
 
 _PHASE_OF = {
     "submit.requested": "submitted",
@@ -93,6 +99,7 @@ _PHASE_OF = {
     "admission.queued": "queued",
     "admission.admitted": "admitted",
     "admission.preempted": "admitted",
+    "exec.preparing": "environment",
     "exec.running": "running",
     "exec.succeeded": "finished",
     "exec.failed": "finished",
@@ -132,7 +139,12 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if event_type == "recovery.retrying":
         record.attempt = attempt
         record.phases = [p for p in record.phases if p.name in ("submitted", "policy")]
+        record.environment = {}
     _update_phases(record, event_type, data, at)
+    if event_type == "exec.preparing":
+        return True  # progress lives in the phase; the run's reason and message stay as they were
+    if event_type == "exec.running" and data.get("environment"):
+        record.environment = {str(k): str(v) for k, v in data["environment"].items()}
     for key in ("reason", "message"):
         if data.get(key):
             setattr(record, key, str(data[key]))
@@ -157,20 +169,26 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
         return
     by_name = {p.name: p for p in record.phases}
     idx = PHASE_NAMES.index(name)
+    failed = event_type.endswith(("rejected", "failed", "gave_up", "cancelled")) or event_type == "render.failed"
     for earlier in PHASE_NAMES[:idx]:
         p = by_name.get(earlier)
+        if p is None and earlier in OPTIONAL_PHASES:
+            continue
         if p is None:
             p = Phase(name=earlier, status="skipped", started=at, finished=at)
             record.phases.append(p)
             by_name[earlier] = p
+        elif p.status == "active" and failed and earlier in OPTIONAL_PHASES:
+            p.status, p.finished = "failed", at  # e.g. the environment build is what failed
         elif p.status in ("active", "pending", "warning"):
             p.status, p.finished = "done", at
     phase = by_name.get(name)
     if phase is None:
         phase = Phase(name=name, started=at)
         record.phases.append(phase)
-    failed = event_type.endswith(("rejected", "failed", "gave_up", "cancelled")) or event_type == "render.failed"
-    if event_type == "admission.queued":
+    if event_type == "exec.preparing":
+        phase.status, phase.detail = "active", str(data.get("message", ""))
+    elif event_type == "admission.queued":
         phase.status, phase.detail, phase.hint = "active", _queued_detail(data), queued_hint(data)
     elif event_type == "admission.preempted":
         phase.status, phase.detail = "warning", f"preempted: {data.get('reason', '')}"

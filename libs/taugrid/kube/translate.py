@@ -56,6 +56,11 @@ FATAL_WAITING = frozenset(
 )
 # Waiting reasons that are just a pod starting; not worth an event.
 BENIGN_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
+# The local backend prepares a pod's Python environment before its process starts; its waiting message is the
+# progress, published as ``exec.preparing``.
+WAITING_ENVIRONMENT = "PreparingEnvironment"
+# Pod annotations ``environment.taugrid.io/<key>`` say what the process runs with (ExecRunning.environment).
+ENVIRONMENT_ANNOTATION_PREFIX = "environment.taugrid.io/"
 
 _EXIT_CODE_IN_MESSAGE = re.compile(r"exit code (\d+)")
 _PREEMPTOR_JOB_UID = re.compile(r"JobUID: ([0-9a-fA-F-]+)")
@@ -420,6 +425,10 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     for cs in statuses:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason", "")
+        if reason == WAITING_ENVIRONMENT:
+            message = str(waiting.get("message", ""))
+            payload = c.ExecPreparing(step="environment", message=message, node=node, pod=pod)
+            return [("exec.preparing", payload, _digest(pod, message))]
         if reason in FATAL_WAITING:
             message = f"container {cs.get('name', '')}: {waiting.get('message', '')}".rstrip(": ")
             return [("exec.failed", c.ExecFinished(reason=reason, message=message, node=node), "")]
@@ -428,7 +437,13 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
             payload = c.AdmissionQueued(reason=reason, message=waiting.get("message", ""), waiting_for=hint)
             return [("admission.queued", payload, _digest(reason, pod, cs.get("name")))]
     if phase == "Running" and has_main:
-        return [("exec.running", c.ExecRunning(node=node, pod=pod), _digest(pod))]  # a requeued pod runs again
+        environment = {
+            k.removeprefix(ENVIRONMENT_ANNOTATION_PREFIX): str(v)
+            for k, v in (meta.get("annotations") or {}).items()
+            if k.startswith(ENVIRONMENT_ANNOTATION_PREFIX)
+        }
+        payload = c.ExecRunning(node=node, pod=pod, environment=environment)
+        return [("exec.running", payload, _digest(pod))]  # a requeued pod runs again
     scheduled = conds.get("PodScheduled")
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         message = scheduled.get("message", "")

@@ -1,0 +1,273 @@
+"""The Python a local pod runs with: the researcher's interpreter, or a per-run environment built with uv.
+
+``requirements(work, pip)`` reads what a project asks for (``runtime.pip``, ``requirements.txt``,
+``pyproject.toml``'s ``[project].dependencies``); ``EnvironmentBuilder.prepare`` returns the interpreter to run:
+the base interpreter itself when nothing is asked for, else ``<root>/<hash>/bin/python`` of a virtualenv built
+with ``uv venv`` + ``uv pip install`` on top of that base. Pure of the bus; ``prepare`` blocks (run it in a thread).
+
+Invariants:
+  * The cache key is the base interpreter's path and version plus the requirement texts; a second run with
+    the same key reuses ``<root>/<hash>/`` without running the installer.
+  * ``<root>/<hash>/`` is complete or absent: it is built in ``<root>/.tmp-<hash>-<random>/`` and renamed into
+    place; a file lock keeps concurrent builds of one hash from duplicating work, and a lost rename race
+    discards the loser's copy. A failed build leaves nothing behind.
+  * Files a requirement points at (``./wheels/x.whl``, ``-e .``) resolve against the project directory, but their
+    content is not part of the key: change the requirement text to force a rebuild.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REQUIREMENTS_FILE = "requirements.txt"
+PYPROJECT_FILE = "pyproject.toml"
+TAIL_LINES = 12
+VERSION_TIMEOUT_S = 20.0
+BUILD_TIMEOUT_S = 1800.0
+META_FILE = "tau-env.json"
+HINT = ("fix the requirement named above in runtime.pip, requirements.txt or pyproject.toml "
+        "(a private index: set UV_INDEX_URL before `tau up`; offline: pre-fill uv's cache and set UV_OFFLINE=1)")
+
+Progress = Callable[[str], None]
+
+
+class EnvironmentFailed(Exception):
+    """The environment could not be prepared; ``str()`` is the reason, ``tail`` the installer's last lines."""
+
+    def __init__(self, reason: str, *, tail: list[str] | None = None, hint: str = HINT) -> None:
+        self.reason, self.tail, self.hint = reason, tail or [], hint
+        super().__init__(reason)
+
+    @property
+    def message(self) -> str:
+        """One message for a run's failure: the reason, the installer's last lines, the hint."""
+        lines = [self.reason, *(f"  {line}" for line in self.tail)]
+        return "\n".join([*lines, f"hint: {self.hint}"] if self.hint else lines)
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a project asks to have installed, as texts (they make the cache key)."""
+
+    pip: tuple[str, ...] = ()
+    requirements_txt: str = ""
+    pyproject: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.pip or self.requirements_txt.strip() or self.pyproject)
+
+    def describe(self) -> str:
+        parts = []
+        if self.pip:
+            parts.append(f"runtime.pip ({len(self.pip)})")
+        if self.requirements_txt.strip():
+            parts.append(REQUIREMENTS_FILE)
+        if self.pyproject:
+            parts.append(f"{PYPROJECT_FILE} ({len(self.pyproject)})")
+        return " + ".join(parts)
+
+
+def requirements(work: Path, pip: list[str] | tuple[str, ...] = ()) -> Requirements:
+    """What the project in ``work`` asks for. A malformed ``pyproject.toml`` is an error that names the file."""
+    req_txt = work / REQUIREMENTS_FILE
+    text = req_txt.read_text() if req_txt.is_file() else ""
+    deps: tuple[str, ...] = ()
+    pyproject = work / PYPROJECT_FILE
+    if pyproject.is_file():
+        try:
+            project = tomllib.loads(pyproject.read_text()).get("project") or {}
+        except tomllib.TOMLDecodeError as exc:
+            raise EnvironmentFailed(f"{PYPROJECT_FILE} is not valid TOML: {exc}",
+                                    hint=f"fix {PYPROJECT_FILE}, or remove it from the project") from exc
+        raw = project.get("dependencies") or []
+        if not isinstance(raw, list) or not all(isinstance(d, str) for d in raw):
+            raise EnvironmentFailed(f"{PYPROJECT_FILE}: [project].dependencies must be a list of strings",
+                                    hint='write dependencies = ["six>=1.16"]')
+        deps = tuple(raw)
+    return Requirements(pip=tuple(pip), requirements_txt=text, pyproject=deps)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The interpreter a pod runs with, and how it came to be."""
+
+    python: str
+    version: str
+    base: str  # the interpreter the environment is built on (== python without requirements)
+    env_hash: str = ""  # "" when no environment was needed
+    cached: bool = False  # the environment existed already: no installer ran
+
+    def describe(self) -> dict[str, str]:
+        out = {"python": self.python, "python_version": self.version}
+        if self.env_hash:
+            out.update(base_python=self.base, env=self.env_hash, env_cached=str(self.cached).lower())
+        return out
+
+
+@dataclass
+class EnvironmentBuilder:
+    """Builds and caches per-run environments under ``root`` (``$TAU_DATA_DIR/envs``) with ``uv``."""
+
+    root: Path
+    uv: str = ""
+    _versions: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.uv = self.uv or find_uv()
+
+    # ---------------------------------------------------------------- the interpreter
+    def version(self, python: str) -> str:
+        """``3.12.3`` for an interpreter that runs; EnvironmentFailed names the path otherwise."""
+        if python in self._versions:
+            return self._versions[python]
+        try:
+            out = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                                 capture_output=True, text=True, timeout=VERSION_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EnvironmentFailed(f"interpreter {python} does not run: {exc}",
+                                    hint="set TAU_PYTHON to a working interpreter before `tau run`") from exc
+        if out.returncode != 0:
+            raise EnvironmentFailed(f"interpreter {python} exited {out.returncode}",
+                                    tail=_tail(out.stderr),
+                                    hint="set TAU_PYTHON to a working interpreter before `tau run`")
+        self._versions[python] = out.stdout.strip()
+        return self._versions[python]
+
+    # ---------------------------------------------------------------- the environment
+    def key(self, base: str, version: str, reqs: Requirements) -> str:
+        blob = json.dumps({"python": base, "version": version, "pip": list(reqs.pip),
+                           "requirements.txt": reqs.requirements_txt, "pyproject": list(reqs.pyproject),
+                           "platform": sys.platform}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+    def cached(self, base: str, reqs: Requirements) -> Path | None:
+        """The ready environment for these requirements, or None (cheap: no installer, one version probe)."""
+        env = self.root / self.key(base, self.version(base), reqs)
+        return env if _python_of(env).exists() else None
+
+    def prepare(self, *, base: str, reqs: Requirements, project: Path, progress: Progress | None = None
+                ) -> Prepared:
+        """The interpreter for a pod: ``base`` itself, or the cached/built environment for ``reqs``."""
+        say = progress or (lambda _msg: None)
+        version = self.version(base)
+        if reqs.empty:
+            return Prepared(python=base, version=version, base=base)
+        digest = self.key(base, version, reqs)
+        final = self.root / digest
+        if _python_of(final).exists():
+            return Prepared(python=str(_python_of(final)), version=version, base=base, env_hash=digest,
+                            cached=True)
+        with _locked(self.root / f".{digest}.lock",
+                     on_wait=lambda: say(f"waiting for another build of environment {digest}")):
+            if _python_of(final).exists():  # another builder finished while we waited
+                return Prepared(python=str(_python_of(final)), version=version, base=base, env_hash=digest,
+                                cached=True)
+            self._build(final, base=base, version=version, reqs=reqs, project=project, say=say)
+        return Prepared(python=str(_python_of(final)), version=version, base=base, env_hash=digest)
+
+    def _build(self, final: Path, *, base: str, version: str, reqs: Requirements, project: Path,
+               say: Progress) -> None:
+        if not self.uv:
+            raise EnvironmentFailed("the installer `uv` is not available to the local cluster",
+                                    hint="install taugrid with its dependencies (uv ships with it)")
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=self.root))
+        try:
+            say(f"creating a virtualenv on Python {version} ({base})")
+            self._uv(["venv", "--quiet", "--relocatable", "--allow-existing", "--python", base, str(tmp)],
+                     cwd=project, say=say, what="uv venv")
+            args = ["pip", "install", "--python", str(_python_of(tmp))]
+            spec_dir = tmp / ".tau-requirements"
+            spec_dir.mkdir()
+            if reqs.requirements_txt.strip():
+                # Installed from the project's own file, so its relative paths resolve against the project.
+                args += ["-r", str(project / REQUIREMENTS_FILE)]
+            listed = [*reqs.pip, *reqs.pyproject]
+            if listed:
+                extra = spec_dir / "listed.txt"
+                extra.write_text("\n".join(listed) + "\n")
+                args += ["-r", str(extra)]
+            say(f"installing {reqs.describe()} with uv")
+            self._uv(args, cwd=project, say=say, what="uv pip install")
+            (tmp / META_FILE).write_text(json.dumps({
+                "base": base, "version": version, "pip": list(reqs.pip), "pyproject": list(reqs.pyproject),
+                "requirements.txt": reqs.requirements_txt, "built": time.time()}, indent=1))
+            try:
+                tmp.rename(final)
+            except OSError:
+                if not _python_of(final).exists():
+                    raise
+                # Lost a race with a builder outside our lock (another machine sharing the dir): theirs stands.
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        say("environment ready")
+
+    def _uv(self, args: list[str], *, cwd: Path, say: Progress, what: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}  # never the cluster's own venv
+        env.update(UV_NO_PROGRESS="1", NO_COLOR="1")
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        try:
+            proc = subprocess.Popen([self.uv, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+        except OSError as exc:
+            raise EnvironmentFailed(f"{what} could not start: {exc}") from exc
+        assert proc.stdout is not None
+        started = time.monotonic()
+        for line in proc.stdout:
+            line = line.rstrip()
+            if line:
+                tail.append(line)
+                say(line)
+            if time.monotonic() - started > BUILD_TIMEOUT_S:
+                proc.kill()
+                raise EnvironmentFailed(f"{what} took longer than {BUILD_TIMEOUT_S:.0f}s", tail=list(tail))
+        code = proc.wait()
+        if code != 0:
+            raise EnvironmentFailed(f"{what} failed (exit code {code})", tail=list(tail))
+
+
+def find_uv() -> str:
+    """The ``uv`` binary: the one installed with taugrid (the ``uv`` wheel), else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv") or ""
+
+
+def _python_of(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def _tail(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()][-TAIL_LINES:]
+
+
+@contextlib.contextmanager
+def _locked(path: Path, *, on_wait: Callable[[], None]) -> Iterator[None]:
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
