@@ -146,3 +146,18 @@ def test_the_environment_survives_its_rename_scripts_included(tmp_path: Path) ->
     assert os.path.realpath(got.python) == os.path.realpath(
         subprocess.run([got.python, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
                        check=True).stdout.strip())
+
+
+def test_requirements_layer_over_the_interpreters_own_virtualenv(tmp_path: Path) -> None:
+    """A researcher's venv keeps its packages; the requirements come on top of them."""
+    builder = EnvironmentBuilder(tmp_path / "envs")
+    theirs = tmp_path / "theirs"
+    subprocess.run([builder.uv, "venv", "-q", "--python", BASE, str(theirs)], check=True)
+    make_wheel(tmp_path / "w", name="theirpkg")
+    subprocess.run([builder.uv, "pip", "install", "-q", "--python", str(theirs / "bin" / "python"),
+                    str(tmp_path / "w" / "theirpkg-1.0-py3-none-any.whl")], check=True)
+    project = project_with_wheel(tmp_path)
+    got = builder.prepare(base=str(theirs / "bin" / "python"), reqs=requirements(project), project=project)
+    out = subprocess.run([got.python, "-c", "import theirpkg, tauprobe; print(theirpkg.VALUE, tauprobe.VALUE)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "42 42"

@@ -204,6 +204,7 @@ class EnvironmentBuilder:
                 args += ["-r", str(extra)]
             say(f"installing {reqs.describe()} with uv")
             self._uv(args, cwd=project, say=say, what="uv pip install")
+            self._layer_over(base, tmp)
             (tmp / META_FILE).write_text(json.dumps({
                 "base": base, "version": version, "pip": list(reqs.pip), "pyproject": list(reqs.pyproject),
                 "requirements.txt": reqs.requirements_txt, "built": time.time()}, indent=1))
@@ -216,6 +217,21 @@ class EnvironmentBuilder:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         say("environment ready")
+
+    def _layer_over(self, base: str, env: Path) -> None:
+        """When ``base`` lives in a virtualenv or conda env, its packages stay importable underneath the
+        requirements: a ``.pth`` appends its site-packages after the new environment's own."""
+        probe = ("import json, sys, sysconfig; p = sysconfig.get_paths(); "
+                 "print(json.dumps([p['purelib'], p['platlib']] if sys.prefix != sys.base_prefix else []))")
+        out = subprocess.run([base, "-c", probe], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+                             check=False)
+        try:
+            paths = list(dict.fromkeys(json.loads(out.stdout))) if out.returncode == 0 else []
+        except ValueError:
+            paths = []
+        site = next(iter(env.glob("lib/python*/site-packages")), None)
+        if paths and site is not None:
+            (site / "_tau_base_env.pth").write_text("\n".join(paths) + "\n")
 
     def _uv(self, args: list[str], *, cwd: Path, say: Progress, what: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}  # never the cluster's own venv

@@ -1,0 +1,190 @@
+"""What a local pod runs with, prepared off the control loop: the interpreter, its environment, or a container.
+
+The controller calls ``begin(pod, work=…, request=…)`` once the pod's work directory holds the project, then
+``poll(pod)`` on each tick: ``Preparing`` (a progress message), ``Ready`` (the interpreter, what to report, and
+the container to run in, if any) or ``Failed`` (reason and message). Preparation runs in a thread, because
+building an environment blocks for seconds to minutes; the control loop never waits for it. After a restart the
+controller simply begins again: a finished environment is a cache hit, an interrupted one is rebuilt.
+
+Which interpreter, in order: the run's explicit pin (``TAU_PYTHON`` when it ran ``tau run``), the machine's pin
+(``TAU_LOCAL_PYTHON`` when ``tau up`` ran), the interpreter the submission recorded (project ``.venv``,
+``VIRTUAL_ENV``, ``CONDA_PREFIX`` or ``python3`` on ``PATH``), else the local cluster's own.
+
+``runtime.image`` runs the pod in a container when a container engine answers (``docker info`` / ``podman info``);
+otherwise the run goes ahead on the host interpreter with a warning saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
+
+ENGINES = ("docker", "podman")
+ENGINE_PROBE_TIMEOUT_S = 10.0
+# Host variables that mean nothing inside a container.
+HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
+
+
+@dataclass(frozen=True)
+class RuntimeRequest:
+    """What the submission asked for (``BackendApply``'s python, python_source, pip, image)."""
+
+    python: str = ""
+    python_source: str = ""
+    pip: tuple[str, ...] = ()
+    image: str = ""
+
+
+@dataclass(frozen=True)
+class Preparing:
+    message: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    python: str
+    environment: dict[str, str]  # reported as ExecRunning.environment (pod annotations)
+    engine: str = ""  # docker | podman when the pod runs in ``image``
+    image: str = ""
+    warning: str = ""
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+    message: str
+
+
+Outcome = Preparing | Ready | Failed
+
+
+def choose_python(request: RuntimeRequest, *, machine_pin: str, fallback: str) -> tuple[str, str, str]:
+    """(interpreter, where it came from, a warning or "")."""
+    if request.python and request.python_source == "TAU_PYTHON":
+        return request.python, "TAU_PYTHON", ""
+    if machine_pin:
+        return machine_pin, "TAU_LOCAL_PYTHON", ""
+    if request.python and os.access(request.python, os.X_OK):
+        return request.python, request.python_source or "submission", ""
+    if request.python:
+        return fallback, "local cluster", (f"the submitting interpreter {request.python} is not on this machine; "
+                                           f"the run uses {fallback}")
+    return fallback, "local cluster", ""
+
+
+def container_command(command: list[str], *, engine: str, image: str, pod: str, cwd: Path, env: dict[str, str],
+                      mounts: list[str], memory_limit: int) -> list[str]:
+    """``<engine> run`` for one pod: the project and output directories mounted at their host paths (so the
+    paths in TAU_* variables hold inside), the pod's variables passed by name (values come from the engine
+    client's environment), host networking (rendezvous on loopback), GPUs by index."""
+    out = [engine, "run", "--rm", "--init", "--name", pod, "--network", "host", "-w", str(cwd)]
+    for path in dict.fromkeys([str(cwd), *mounts]):
+        out += ["-v", f"{path}:{path}"]
+    for name in sorted(env):
+        if name not in HOST_ONLY_ENV:
+            out += ["-e", name]
+    gpus = env.get("CUDA_VISIBLE_DEVICES", "")
+    if gpus:
+        out += (["--gpus", f"device={gpus}"] if engine == "docker"
+                else [arg for g in gpus.split(",") for arg in ("--device", f"nvidia.com/gpu={g}")])
+    if memory_limit:
+        out += ["--memory", str(memory_limit)]
+    return [*out, image, *command]
+
+
+@dataclass
+class _Job:
+    message: str = "preparing the pod's environment"
+    outcome: Ready | Failed | None = None
+
+
+@dataclass
+class PodRuntimes:
+    """Prepares pods' runtimes in threads; ``data_dir/envs`` caches built environments."""
+
+    data_dir: Path
+    machine_pin: str = field(default_factory=lambda: os.environ.get("TAU_LOCAL_PYTHON", ""))
+    fallback: str = sys.executable
+    engines: tuple[str, ...] = ENGINES
+    _jobs: dict[str, _Job] = field(default_factory=dict)
+    _engine: str | None = None
+    _engine_probed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.builder = EnvironmentBuilder(self.data_dir / "envs")
+
+    def begin(self, pod: str, *, work: Path, request: RuntimeRequest) -> None:
+        """Start preparing ``pod`` (once; a second call for the same pod does nothing)."""
+        if pod in self._jobs:
+            return
+        job = self._jobs[pod] = _Job()
+        threading.Thread(target=self._prepare, args=(job, work, request), name=f"runtime-{pod}",
+                         daemon=True).start()
+
+    def poll(self, pod: str) -> Outcome | None:
+        """None for a pod never begun (e.g. after a restart: begin it again)."""
+        job = self._jobs.get(pod)
+        if job is None:
+            return None
+        return job.outcome or Preparing(job.message)
+
+    def forget(self, pod: str) -> None:
+        self._jobs.pop(pod, None)
+
+    def engine(self) -> str:
+        """The first container engine whose ``info`` succeeds ("" for none); probed once per process."""
+        with self._lock:
+            if not self._engine_probed:
+                self._engine = next((e for e in self.engines if _engine_answers(e)), "")
+                self._engine_probed = True
+            return self._engine or ""
+
+    def _prepare(self, job: _Job, work: Path, request: RuntimeRequest) -> None:
+        python, source, warning = choose_python(request, machine_pin=self.machine_pin, fallback=self.fallback)
+
+        def say(message: str) -> None:
+            job.message = message
+
+        try:
+            if request.image:
+                engine = self.engine()
+                if engine:
+                    job.outcome = Ready(python="python", engine=engine, image=request.image,
+                                        environment={"container": request.image, "engine": engine})
+                    return
+                warning = (f"runtime.image {request.image!r} is ignored locally: no container engine "
+                           f"(`docker info`/`podman info` failed); the run uses {python}")
+                say(warning)
+            reqs = requirements(work, request.pip)
+            if not reqs.empty:
+                say(f"preparing a Python environment for {reqs.describe()}")
+            got = self.builder.prepare(base=python, reqs=reqs, project=work, progress=say)
+        except EnvironmentFailed as err:
+            job.outcome = Failed("EnvironmentFailed", err.message)
+            return
+        except Exception as exc:  # noqa: BLE001 - a failed preparation fails its pod, never the cluster
+            job.outcome = Failed("EnvironmentFailed", f"preparing the environment failed: {exc!r}")
+            return
+        environment = {**got.describe(), "source": source}
+        if warning:
+            environment["warning"] = warning
+        job.outcome = Ready(python=got.python, environment=environment, warning=warning)
+
+
+def _engine_answers(engine: str) -> bool:
+    path = shutil.which(engine)
+    if not path:
+        return False
+    try:
+        return subprocess.run([path, "info"], capture_output=True, timeout=ENGINE_PROBE_TIMEOUT_S,
+                              check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

@@ -1,0 +1,110 @@
+"""Preparing a pod's runtime off the control loop: which interpreter, environment builds in threads, images."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from taugrid.local.runtime import (
+    Failed,
+    PodRuntimes,
+    Preparing,
+    Ready,
+    RuntimeRequest,
+    choose_python,
+    container_command,
+)
+
+from tests.local.wheels import make_wheel
+
+FALLBACK = sys.executable
+
+
+def wait(runtimes: PodRuntimes, pod: str, timeout: float = 120) -> Ready | Failed:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = runtimes.poll(pod)
+        if isinstance(got, Ready | Failed):
+            return got
+        assert isinstance(got, Preparing)
+        time.sleep(0.05)
+    raise AssertionError(f"{pod} still preparing: {runtimes.poll(pod)}")
+
+
+def test_explicit_pins_beat_the_recorded_interpreter_and_a_missing_one_falls_back_with_a_warning() -> None:
+    recorded = RuntimeRequest(python=sys.executable, python_source="VIRTUAL_ENV")
+    pinned = RuntimeRequest(python="/opt/pinned/python", python_source="TAU_PYTHON")
+    assert choose_python(pinned, machine_pin="/m/python", fallback=FALLBACK) == ("/opt/pinned/python", "TAU_PYTHON", "")
+    assert choose_python(recorded, machine_pin="/m/python", fallback=FALLBACK) == ("/m/python", "TAU_LOCAL_PYTHON", "")
+    assert choose_python(recorded, machine_pin="", fallback="/fb") == (sys.executable, "VIRTUAL_ENV", "")
+    gone = RuntimeRequest(python="/nonexistent/bin/python", python_source="PATH")
+    warning = "the submitting interpreter /nonexistent/bin/python is not on this machine; the run uses /fb"
+    assert choose_python(gone, machine_pin="", fallback="/fb") == ("/fb", "local cluster", warning)
+    assert choose_python(RuntimeRequest(), machine_pin="", fallback="/fb") == ("/fb", "local cluster", "")
+
+
+def test_container_command_mounts_the_project_and_outputs_and_passes_the_pods_variables() -> None:
+    cmd = container_command(["python", "train.py"], engine="docker", image="pytorch/pytorch:2.4", pod="p-0",
+                            cwd=Path("/d/pods/p-0/work"), env={"PATH": "/usr/bin", "TAU_RUN_ID": "r1",
+                                                               "CUDA_VISIBLE_DEVICES": "0,1"},
+                            mounts=["/d/outputs/r1"], memory_limit=1 << 30)
+    assert cmd == ["docker", "run", "--rm", "--init", "--name", "p-0", "--network", "host",
+                   "-w", "/d/pods/p-0/work", "-v", "/d/pods/p-0/work:/d/pods/p-0/work",
+                   "-v", "/d/outputs/r1:/d/outputs/r1", "-e", "CUDA_VISIBLE_DEVICES", "-e", "TAU_RUN_ID",
+                   "--gpus", "device=0,1", "--memory", str(1 << 30), "pytorch/pytorch:2.4", "python", "train.py"]
+
+
+def test_no_requirements_is_ready_with_the_interpreter_and_its_version(tmp_path: Path) -> None:
+    runtimes = PodRuntimes(tmp_path, machine_pin="", fallback=FALLBACK)
+    runtimes.begin("p", work=tmp_path, request=RuntimeRequest(python=sys.executable, python_source="PATH"))
+    got = wait(runtimes, "p")
+    version = ".".join(str(n) for n in sys.version_info[:3])
+    assert got == Ready(python=sys.executable, environment={"python": sys.executable, "python_version": version,
+                                                            "source": "PATH"})
+
+
+def test_requirements_build_once_and_the_next_pod_reuses_the_environment(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    make_wheel(work / "wheels")
+    (work / "requirements.txt").write_text("./wheels/tauprobe-1.0-py3-none-any.whl\n")
+    runtimes = PodRuntimes(tmp_path / "data", machine_pin="", fallback=FALLBACK)
+    runtimes.begin("a", work=work, request=RuntimeRequest())
+    first = wait(runtimes, "a")
+    assert isinstance(first, Ready) and first.environment["env_cached"] == "false"
+    assert first.python == str(tmp_path / "data" / "envs" / first.environment["env"] / "bin" / "python")
+    runtimes.begin("b", work=work, request=RuntimeRequest())
+    second = wait(runtimes, "b")
+    assert isinstance(second, Ready) and second.environment["env_cached"] == "true"
+    assert second.python == first.python
+    runtimes.forget("a")
+    assert runtimes.poll("a") is None
+
+
+def test_a_bad_requirement_fails_the_pod_with_the_installers_words(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("./nowhere/missing-1.0-py3-none-any.whl\n")
+    runtimes = PodRuntimes(tmp_path / "data", machine_pin="", fallback=FALLBACK)
+    runtimes.begin("p", work=tmp_path, request=RuntimeRequest())
+    got = wait(runtimes, "p")
+    assert isinstance(got, Failed) and got.reason == "EnvironmentFailed"
+    assert got.message.startswith("uv pip install failed (exit code 1)") and "missing-1.0" in got.message
+
+
+def test_an_image_without_a_container_engine_is_ignored_with_a_clear_warning(tmp_path: Path) -> None:
+    runtimes = PodRuntimes(tmp_path, machine_pin="", fallback=FALLBACK, engines=("tau-no-such-engine",))
+    runtimes.begin("p", work=tmp_path, request=RuntimeRequest(image="pytorch/pytorch:2.4"))
+    got = wait(runtimes, "p")
+    expected = (f"runtime.image 'pytorch/pytorch:2.4' is ignored locally: no container engine "
+                f"(`docker info`/`podman info` failed); the run uses {FALLBACK}")
+    assert isinstance(got, Ready) and got.warning == expected and got.engine == ""
+    assert got.environment["warning"] == expected and got.python == FALLBACK
+
+
+def test_an_image_with_a_working_engine_runs_in_a_container(tmp_path: Path) -> None:
+    engine = tmp_path / "engine"
+    engine.write_text('#!/bin/sh\n[ "$1" = info ] && exit 0\nexit 1\n')
+    engine.chmod(0o755)
+    runtimes = PodRuntimes(tmp_path, machine_pin="", fallback=FALLBACK, engines=("tau-no-such-engine", str(engine)))
+    runtimes.begin("p", work=tmp_path, request=RuntimeRequest(image="python:3.12-slim"))
+    assert wait(runtimes, "p") == Ready(python="python", engine=str(engine), image="python:3.12-slim",
+                                        environment={"container": "python:3.12-slim", "engine": str(engine)})
