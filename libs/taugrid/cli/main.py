@@ -9,7 +9,7 @@ from taugrid.cli.evidence_cmd import evidence, verify
 from taugrid.cli.platform_cmd import platform
 from taugrid.cli.queue_cmd import queue
 from taugrid.cli.runs import cancel, events, list_runs, logs, run, status
-from taugrid.cli.stack import down, up
+from taugrid.cli.stack import down, scale, stack_status, up
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,7 +18,9 @@ def cli() -> None:
     """taugrid: run AI workloads on GPU clusters. Start with `tau up`, then `tau run tau.yaml --follow`."""
 
 
-for command in (up, down, run, status, logs, list_runs, cancel, events, platform, evidence, verify, queue):
+for command in (
+    up, down, scale, stack_status, run, status, logs, list_runs, cancel, events, platform, evidence, verify, queue,
+):
     cli.add_command(command)
 
 

@@ -1,4 +1,5 @@
-"""``tau up`` / ``tau down``: the embedded stack (private nats-server + every service as its own process)."""
+"""``tau up`` / ``tau down`` / ``tau scale`` / ``tau stack``: the embedded stack (private nats-server + every
+service as its own process, replica counts changeable while it runs)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import click
 
-from taugrid.cli.common import EXIT_FAILED, data_dir, emit_json, fail, output_option
+from taugrid.cli.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, data_dir, emit_json, fail, output_option
 from taugrid.local.pods import pid_alive
+from taugrid.stack import scaling
 
 
 def _state(d: Path) -> dict[str, object] | None:
@@ -23,15 +25,39 @@ def _state(d: Path) -> dict[str, object] | None:
         return None
 
 
-@click.command(help="Start the embedded stack in the background: nats-server and every service as a process.")
-@click.option("--scale", multiple=True, help="SERVICE=N replicas, e.g. --scale renderer=3 (repeatable).")
+def _parse_scale(items: tuple[str, ...]) -> dict[str, int]:
+    try:
+        return scaling.parse_scale(items)
+    except scaling.ScaleError as err:
+        fail(f"--scale {err}", EXIT_USAGE)
+        raise AssertionError from err
+
+
+def _running(d: Path) -> dict[str, object] | None:
+    state = _state(d)
+    if state and state.get("phase") == "ready" and pid_alive(state.get("pid")):
+        return state
+    return None
+
+
+@click.command(
+    help="Start the embedded stack in the background: nats-server and every service as a process. "
+    "On a running stack, --scale changes replica counts live (like `tau scale`)."
+)
+@click.option(
+    "--scale", multiple=True, help="SERVICE=N replicas, e.g. --scale renderer=3 (repeatable)."
+)
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the stack to be ready.")
 @output_option
 def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
+    wanted = _parse_scale(scale)  # refuse a typo before anything starts
     d = data_dir()
     d.mkdir(parents=True, exist_ok=True)
-    state = _state(d)
-    if state and state.get("phase") == "ready" and pid_alive(state.get("pid")):
+    state = _running(d)
+    if state and wanted:
+        _report(_apply_scale(d, wanted, timeout), output, "rescaled")
+        return
+    if state:
         _report(state, output, "already running")
         return
     (d / "stack.json").unlink(missing_ok=True)
@@ -60,15 +86,89 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
     fail(f"the stack did not become ready within {timeout:.0f}s; see {d / 'supervisor.log'}", EXIT_FAILED)
 
 
+def _apply_scale(d: Path, wanted: dict[str, int], timeout: float) -> dict[str, object]:
+    """Write the request to the control file and wait until the supervisor reports it applied and every
+    wanted replica has a live process."""
+    request = scaling.write_request(d, wanted)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = _state(d)
+        if state and int(state.get("scale_request") or 0) >= request and _settled(state, wanted):
+            return state
+        if state is None or not pid_alive(state.get("pid")):
+            fail(f"the stack stopped while scaling; see {d / 'supervisor.log'}", EXIT_FAILED)
+        time.sleep(0.2)
+    fail(f"the stack did not apply the new replica counts within {timeout:.0f}s; see {d / 'supervisor.log'}",
+         EXIT_FAILED)
+    raise AssertionError
+
+
+def _settled(state: dict[str, object], wanted: dict[str, int]) -> bool:
+    """Every wanted replica runs and no surplus one of those services is still draining."""
+    services = state.get("services") or []
+    retiring = state.get("retiring") or []
+    assert isinstance(services, list) and isinstance(retiring, list)
+    if any(r["service"] in wanted for r in retiring):
+        return False
+    for svc, n in wanted.items():
+        live = [s for s in services if s["service"] == svc and s["pid"]]
+        if len(live) != n:
+            return False
+    return True
+
+
 def _report(state: dict[str, object], output: str, what: str) -> None:
     if output == "json":
         emit_json(state)
         return
+    click.echo(f"taugrid stack {what}: {state['nats_url']} (data in {state['data_dir']})")
+    click.echo(replica_table(state))
+
+
+def replica_table(state: dict[str, object]) -> str:
+    """One line per service: replica count, pids, restarts."""
     services = state.get("services") or []
     assert isinstance(services, list)
-    click.echo(f"taugrid stack {what}: {state['nats_url']} (data in {state['data_dir']})")
-    for s in services:
-        click.echo(f"  {s['service']:<18} replica {s['replica']}  pid {s['pid']}")
+    lines = [f"  {'SERVICE':<18} {'REPLICAS':>8}  {'RESTARTS':>8}  PIDS"]
+    for svc in scaling.SERVICES:
+        procs = sorted((s for s in services if s["service"] == svc), key=lambda s: s["replica"])
+        if not procs:
+            continue
+        pids = ", ".join(str(s["pid"]) if s["pid"] else "(restarting)" for s in procs)
+        restarts = sum(int(s.get("restarts") or 0) for s in procs)
+        lines.append(f"  {svc:<18} {len(procs):>8}  {restarts:>8}  {pids}")
+    return "\n".join(lines)
+
+
+@click.command(
+    help="Change replica counts of a running stack's services live, e.g. `tau scale renderer=2 policy=2`. "
+    f"Services: {', '.join(scaling.SERVICES)}; {' and '.join(sorted(scaling.SINGLETONS))} run once."
+)
+@click.argument("replicas", nargs=-1, required=True, metavar="SERVICE=N...")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the new replicas.")
+@output_option
+def scale(replicas: tuple[str, ...], timeout: float, output: str) -> None:
+    try:
+        wanted = scaling.parse_scale(replicas)
+    except scaling.ScaleError as err:
+        fail(str(err), EXIT_USAGE)
+        return
+    d = data_dir()
+    if _running(d) is None:
+        fail(f"the stack is not running (data dir {d}): start it with `tau up --scale "
+             + " ".join(replicas) + "`", EXIT_UNAVAILABLE)
+    _report(_apply_scale(d, wanted, timeout), output, "rescaled")
+
+
+@click.command("stack", help="Show the embedded stack: NATS URL, data dir, and replicas per service with pids.")
+@output_option
+def stack_status(output: str) -> None:
+    d = data_dir()
+    state = _running(d)
+    if state is None:
+        fail(f"the stack is not running (data dir {d}): start it with `tau up`", EXIT_UNAVAILABLE)
+        return
+    _report(state, output, "running")
 
 
 @click.command(help="Stop the embedded stack: services drain, then nats-server stops.")

@@ -3,7 +3,8 @@ service as its own OS process, each restarted (with backoff) when it dies.
 
 ``python -m taugrid.stack.supervisor --data-dir D [--scale renderer=2]`` runs in the foreground; ``tau up``
 starts it detached and waits for ``D/stack.json`` to say ``ready``. SIGTERM stops services first (so they
-drain), then the server.
+drain), then the server. Replica counts change live through the control file ``D/scale.json``
+(``stack/scaling.py``, written by ``tau scale``): new replicas start, surplus ones get SIGTERM and drain.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from taugrid.stack import natsserver
+from taugrid.stack import natsserver, scaling
+from taugrid.stack.scaling import SERVICES, SINGLETONS
 
 log = logging.getLogger("taugrid.stack")
-
-SERVICES = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "health_monitor",
-            "node_agent", "local_cluster"]
-SINGLETONS = {"local_cluster", "node_agent"}  # they own this machine's resources
+RETIRE_GRACE_S = 15.0  # a surplus replica drains for this long after SIGTERM, then gets SIGKILL
 
 
 @dataclass
@@ -47,6 +46,9 @@ class Stack:
     nats: subprocess.Popen[bytes] | None = None
     procs: list[Proc] = field(default_factory=list)
     stopping: bool = False
+    retiring: list[tuple[Proc, float]] = field(default_factory=list)  # (surplus replica, SIGKILL deadline)
+    scale_request: int = 0  # the last control-file request applied
+    control_mtime: int = 0
 
     @property
     def url(self) -> str:
@@ -58,7 +60,10 @@ class Stack:
     def write_state(self, phase: str) -> None:
         state = {
             "phase": phase, "pid": os.getpid(), "nats_url": self.url, "nats_pid": self.nats.pid if self.nats else None,
-            "data_dir": str(self.data_dir), "updated": time.time(),
+            "data_dir": str(self.data_dir), "updated": time.time(), "scale_request": self.scale_request,
+            "replicas": {svc: sum(1 for p in self.procs if p.service == svc) for svc in SERVICES},
+            "retiring": [{"service": p.service, "replica": p.replica, "pid": p.popen.pid}
+                         for p, _ in self.retiring if p.popen is not None],
             "services": [{"service": p.service, "replica": p.replica,
                           "pid": p.popen.pid if p.popen and p.popen.poll() is None else None,
                           "restarts": p.restarts} for p in self.procs],
@@ -114,6 +119,7 @@ def run(stack: Stack) -> int:
     stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
                                               port=int(os.environ.get("TAU_NATS_PORT", "0")) or None)
     asyncio.run(_prepare(stack))
+    scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     for svc in SERVICES:
         n = 1 if svc in SINGLETONS else max(1, stack.scale.get(svc, 1))
         stack.procs.extend(Proc(svc, i) for i in range(n))
@@ -128,7 +134,7 @@ def run(stack: Stack) -> int:
     stack.write_state("ready")
     while not stack.stopping:
         now = time.time()
-        changed = False
+        changed = apply_control(stack) | reap_retiring(stack, now)
         for p in stack.procs:
             if p.popen is not None and p.popen.poll() is not None:
                 log.warning("%s[%d] exited with %s; restarting", p.service, p.replica, p.popen.returncode)
@@ -152,8 +158,60 @@ def run(stack: Stack) -> int:
     return 0
 
 
+def apply_control(stack: Stack) -> bool:
+    """Apply a new request in the control file, if any: start missing replicas, retire surplus ones (the
+    highest replica numbers first). Returns whether anything changed."""
+    path = scaling.control_path(stack.data_dir)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return False
+    if mtime == stack.control_mtime:
+        return False
+    stack.control_mtime = mtime
+    request, wanted, problems = scaling.read_request(path)
+    for problem in problems:
+        log.error("ignoring a scale request entry: %s", problem)
+    if not request or request == stack.scale_request:
+        return False
+    for svc, n in wanted.items():
+        current = sorted((p for p in stack.procs if p.service == svc), key=lambda p: p.replica)
+        for replica in range(len(current), n):
+            p = Proc(svc, replica)
+            stack.procs.append(p)
+            stack.spawn(p)
+        for p in current[n:]:
+            stack.procs.remove(p)
+            if p.popen is not None and p.popen.poll() is None:
+                p.popen.terminate()
+                stack.retiring.append((p, time.time() + RETIRE_GRACE_S))
+            log.info("retiring %s[%d]", p.service, p.replica)
+        stack.scale[svc] = n
+    stack.scale_request = request
+    return True
+
+
+def reap_retiring(stack: Stack, now: float) -> bool:
+    """Forget surplus replicas that have exited; SIGKILL those still draining past their grace."""
+    before = len(stack.retiring)
+    kept = []
+    for p, kill_at in stack.retiring:
+        assert p.popen is not None
+        if p.popen.poll() is not None:
+            log.info("%s[%d] retired (exit %s)", p.service, p.replica, p.popen.returncode)
+            continue
+        if now >= kill_at:
+            p.popen.kill()
+        kept.append((p, kill_at))
+    stack.retiring = kept
+    return len(kept) != before
+
+
 def shutdown(stack: Stack) -> None:
     stack.write_state("stopping")
+    for p, _ in stack.retiring:
+        if p.popen and p.popen.poll() is None:
+            p.popen.kill()
     for p in stack.procs:
         if p.popen and p.popen.poll() is None:
             p.popen.terminate()
@@ -174,16 +232,10 @@ def shutdown(stack: Stack) -> None:
 
 
 def parse_scale(items: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in items:
-        name, sep, n = item.partition("=")
-        svc = name.replace("-", "_")
-        if not sep or svc not in SERVICES or not n.isdigit():
-            raise SystemExit(f"--scale {item!r}: expected SERVICE=N with SERVICE one of {', '.join(SERVICES)}")
-        if svc in SINGLETONS and int(n) != 1:
-            raise SystemExit(f"--scale {item!r}: {svc} owns this machine's resources and runs once")
-        out[svc] = int(n)
-    return out
+    try:
+        return scaling.parse_scale(items)
+    except scaling.ScaleError as err:
+        raise SystemExit(f"--scale {err}") from err
 
 
 def main() -> None:

@@ -1,0 +1,101 @@
+"""Replica counts of the embedded stack's services: which names exist, what counts are allowed, and the control
+file through which ``tau scale`` (and ``tau up --scale`` on a running stack) asks the supervisor for new ones.
+
+The control channel is a desired-state file, ``$TAU_DATA_DIR/scale.json`` = ``{"request": <id>, "replicas":
+{service: n}}``, written atomically by the CLI and polled by the supervisor (every loop, by mtime). The
+supervisor applies it and echoes ``scale_request`` = the id in ``stack.json``, so the CLI can wait for it. No
+bus is needed, so scaling works even when NATS is unhealthy. Validation lives here so the CLI refuses a bad
+request (exit 2, naming the service and the valid ones) before anything is written or started, and the
+supervisor ignores a hand-edited bad entry with the same message in its log.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import time
+from pathlib import Path
+
+SERVICES = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "health_monitor",
+            "node_agent", "local_cluster"]
+SINGLETONS = {
+    "local_cluster": "it owns this machine's pods and GPUs",
+    "node_agent": "it samples this machine's GPUs",
+}
+MAX_REPLICAS = 32  # one machine: a typo like renderer=200 should not fork two hundred processes
+CONTROL_FILE = "scale.json"
+
+
+class ScaleError(ValueError):
+    """A replica request that cannot be applied; the message names the item and the fix."""
+
+
+def parse_scale(items: list[str] | tuple[str, ...]) -> dict[str, int]:
+    """``["renderer=2", "policy=3"]`` → ``{"renderer": 2, "policy": 3}``; ``-`` and ``_`` are the same."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, count = item.partition("=")
+        out[check_service(name, item)] = check_count(name.replace("-", "_"), count, item, sep=bool(sep))
+    return out
+
+
+def check_service(name: str, item: str) -> str:
+    svc = name.strip().replace("-", "_")
+    if svc in SERVICES:
+        return svc
+    near = difflib.get_close_matches(svc, SERVICES, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    raise ScaleError(
+        f"{item!r}: unknown service {name!r}{hint}; services are {', '.join(SERVICES)}"
+    )
+
+
+def check_count(svc: str, count: str, item: str, *, sep: bool = True) -> int:
+    if not sep or not count.strip().isdigit():
+        raise ScaleError(f"{item!r}: expected SERVICE=N with N a whole number, e.g. {svc}=2")
+    n = int(count)
+    if svc in SINGLETONS and n != 1:
+        raise ScaleError(f"{item!r}: {svc} runs exactly once per machine: {SINGLETONS[svc]}")
+    if n < 1:
+        raise ScaleError(
+            f"{item!r}: at least 1 replica (with none, runs would stop at this stage); `tau down` stops the stack"
+        )
+    if n > MAX_REPLICAS:
+        raise ScaleError(f"{item!r}: at most {MAX_REPLICAS} replicas of a service on one machine")
+    return n
+
+
+def control_path(data_dir: Path) -> Path:
+    return data_dir / CONTROL_FILE
+
+
+def write_request(data_dir: Path, replicas: dict[str, int]) -> int:
+    """Ask the supervisor for these replica counts (the services not named keep theirs); returns the id the
+    supervisor echoes as ``scale_request`` in ``stack.json`` once applied."""
+    request = time.time_ns()
+    path = control_path(data_dir)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"request": request, "replicas": replicas}))
+    tmp.replace(path)
+    return request
+
+
+def read_request(path: Path) -> tuple[int, dict[str, int], list[str]]:
+    """(request id, valid replica counts, problems) from the control file; a missing or garbled file is no
+    request (id 0)."""
+    try:
+        doc = json.loads(path.read_text())
+        request = int(doc["request"])
+        wanted = dict(doc["replicas"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, {}, []
+    valid: dict[str, int] = {}
+    problems: list[str] = []
+    for name, count in wanted.items():
+        try:
+            svc = check_service(str(name), f"{name}={count}")
+            valid[svc] = check_count(svc, str(count), f"{name}={count}")
+        except ScaleError as err:
+            problems.append(str(err))
+    return request, valid, problems
