@@ -29,6 +29,7 @@ from taugrid.local import objects
 from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request, amount
 from taugrid.local.pods import PodRunner
 from taugrid.local.rendezvous import local_command
+from taugrid.render.source import SOURCE_DIR
 from taugrid.stack.natsserver import free_port
 from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
 
@@ -406,6 +407,9 @@ class LocalCluster:
                     return "CreateContainerError", f"cannot create {key}={env[key]}: {exc}"
         work = self.pods.prepare(p.name, source)
         wd = container.get("workingDir")
+        # The project the Kubernetes source fetch puts at /tau/source is ``work`` here (unpacked above).
+        if wd and (wd == SOURCE_DIR or wd.startswith(SOURCE_DIR + "/")):
+            wd = wd[len(SOURCE_DIR):].lstrip("/")
         cwd = work / wd if wd and not os.path.isabs(wd) else work
         if wl.job["kind"] == "RayJob":
             command = ["/bin/sh", "-c", str(wl.job["spec"].get("entrypoint", ""))]

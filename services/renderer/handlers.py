@@ -31,7 +31,13 @@ from taugrid.core.contracts import (
 )
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.states import TERMINAL
-from taugrid.render import TRACEPARENT_ANNOTATION, manifest_digest, render, with_annotation
+from taugrid.render import (
+    TRACEPARENT_ANNOTATION,
+    RenderSettings,
+    manifest_digest,
+    render,
+    with_annotation,
+)
 from taugrid.render.validate import validate
 
 log = logging.getLogger("taugrid.renderer")
@@ -41,8 +47,10 @@ _WORKLOAD_KINDS = ("Job", "RayJob")
 
 
 class Renderer:
-    def __init__(self, bus: Bus, backend: Any) -> None:
+    def __init__(self, bus: Bus, backend: Any, settings: RenderSettings | None = None) -> None:
         self.bus, self.backend = bus, backend
+        # Where the source-fetch init container comes from (TAU_SOURCE_FETCH_* from the chart).
+        self.settings = settings or RenderSettings.from_env()
 
     async def on_event(self, ev: Event) -> None:
         if ev.type == "policy.approved":
@@ -58,7 +66,8 @@ class Renderer:
         if record is not None and (record.cancel_requested or record.state in TERMINAL):
             return
         try:
-            manifests = render(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude)
+            manifests = render(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude,
+                               settings=self.settings)
             for m in manifests:
                 validate(m)
         except PermanentError as err:

@@ -132,6 +132,28 @@ def test_nats_url_from_a_secret_stays_out_of_the_manifests(render: Render) -> No
     assert env["TAU_NATS_URL"] == {"secretKeyRef": {"name": "bus-creds", "key": "url"}}
 
 
+def test_the_renderer_knows_where_the_source_fetch_comes_from(render: Render) -> None:
+    renderer = one(render(), "Deployment", "t-taugrid-renderer")["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(renderer)
+    assert (env["TAU_SOURCE_FETCH_IMAGE"], env["TAU_SOURCE_FETCH_NATS_URL"], env["TAU_SOURCE_FETCH_CREDS_SECRET"]) == (
+        "ghcr.io/taugrid/taugrid:0.1.0", "nats://t-taugrid-nats.taugrid.svc:4222", "")
+    objs = render("sourceFetch.natsUrl=nats://bus.example:4222", "sourceFetch.credsSecret=tau-fetch",
+                  "image.tag=1.2.3")
+    env = env_of(one(objs, "Deployment", "t-taugrid-renderer")["spec"]["template"]["spec"]["containers"][0])
+    assert (env["TAU_SOURCE_FETCH_IMAGE"], env["TAU_SOURCE_FETCH_NATS_URL"], env["TAU_SOURCE_FETCH_CREDS_SECRET"]) == (
+        "ghcr.io/taugrid/taugrid:1.2.3", "nats://bus.example:4222", "tau-fetch")
+    for name in SERVICES:
+        if name != "renderer":
+            container = one(objs, "Deployment", f"t-taugrid-{name}")["spec"]["template"]["spec"]["containers"][0]
+            assert "TAU_SOURCE_FETCH_IMAGE" not in env_of(container), name
+
+
+def test_embedded_nats_admits_run_pods_from_any_namespace_for_the_source_fetch(render: Render) -> None:
+    policy = one(render(), "NetworkPolicy", "t-taugrid-nats")
+    assert {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"taugrid.io/managed-by": "taugrid"}}}],
+            "ports": [{"port": 4222}]} in policy["spec"]["ingress"]
+
+
 VARIANTS = {
     "default": (),
     "external-nats": ("nats.embedded.enabled=false", "nats.url=nats://bus:4222"),

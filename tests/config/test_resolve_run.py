@@ -145,6 +145,17 @@ def test_image_rules():
     )
 
 
+def test_a_source_image_job_runs_in_its_source_image_at_its_path():
+    code = "registry.example/code@sha256:" + "1f" * 32
+    box = default_platform(4, 16 << 30, [])
+    run = resolve(f"name: t\nentrypoint: t.py\nrun: {{source: {{image: '{code}', path: /opt/p}}}}\n", box)
+    assert (run.image, run.source_image, run.source_path) == (code, code, "/opt/p")
+    found = rejected(f"name: t\nentrypoint: t.py\nimage: other:1\nrun: {{source: {{image: '{code}'}}}}\n", box)
+    assert found["image"]["message"] == (
+        f"a source-image job runs in run.source.image ({code!r}), not 'other:1'"
+    )
+
+
 def test_profile_must_be_allowed_in_the_workspace():
     found = rejected(
         f"name: t\nentrypoint: t.py\nimage: {IMAGE}\npolicy: {{workspace: language, profile: a100-half}}\n"

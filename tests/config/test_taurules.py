@@ -102,3 +102,12 @@ def test_all_rule_violations_come_back_together():
         "name: Bad_Name\nentrypoint: x.sh\nruntime: {env: {TAU_A: b}}\nexecution: {launcher: torchrun}\n"
     )
     assert {"name", "runtime.env.TAU_A", "entrypoint"} <= set(found)
+
+
+@pytest.mark.parametrize("wd", ["/home/ada/project", "../shared", "src/../../x"])
+def test_ray_working_dir_must_stay_inside_the_shipped_project(wd: str) -> None:
+    found = fields(MINIMAL + f"engine: ray\nrun: {{working_dir: '{wd}'}}\n")
+    assert found["run.working_dir"]["message"] == (
+        f"{wd!r} is outside the project directory that is shipped (the config file's directory)"
+    )
+    assert load_tau_config(MINIMAL + "engine: ray\nrun: {working_dir: src}\n").run.working_dir == "src"

@@ -469,6 +469,22 @@ def test_disrupted_pod_reports_the_disruption_not_a_generic_error() -> None:
     assert out.payload.reason == "DeletionByTaintManager" and out.payload.exit_code == 143
 
 
+def test_a_failed_source_fetch_fails_the_run_with_its_termination_message() -> None:
+    message = "source fetch failed: source snapshot sources/ab.tar.gz has digest sha256:ab, but this pod expects sha256:cd"
+    failed = pod("Failed", cs={"state": {"waiting": {"reason": "PodInitializing"}}})
+    failed["status"]["initContainerStatuses"] = [{
+        "name": "tau-source-fetch", "ready": False, "restartCount": 0, "image": "taugrid",
+        "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": message + "\n",
+                                 "startedAt": "2025-06-01T10:00:00Z", "finishedAt": "2025-06-01T10:00:02Z"}},
+    }]
+    out = only(translate(ev(failed), OWNERS))
+    assert out.event_type == "exec.failed"
+    assert out.payload == c.ExecFinished(
+        exit_code=1, reason="InitContainerFailed", message=f"init container tau-source-fetch: {message}",
+        node="gpu-node-7", duration_s=2.0,
+    )
+
+
 def test_image_pull_backoff_is_fatal_but_err_image_pull_is_a_hint() -> None:
     fatal = pod(
         "Pending",

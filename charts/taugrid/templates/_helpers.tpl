@@ -54,6 +54,16 @@ helm.sh/chart: {{ include "taugrid.chart" .root }}
 {{- end -}}
 {{- end -}}
 
+{{/* What the renderer stamps on every run pod's source-fetch init container (libs/taugrid/render/source.py). */}}
+{{- define "taugrid.sourceFetchEnv" -}}
+- name: TAU_SOURCE_FETCH_IMAGE
+  value: {{ include "taugrid.image" . | quote }}
+- name: TAU_SOURCE_FETCH_NATS_URL
+  value: {{ default (include "taugrid.natsUrl" .) .Values.sourceFetch.natsUrl | quote }}
+- name: TAU_SOURCE_FETCH_CREDS_SECRET
+  value: {{ .Values.sourceFetch.credsSecret | quote }}
+{{- end -}}
+
 {{/* The env every taugrid container gets. */}}
 {{- define "taugrid.commonEnv" -}}
 {{- if and (not .Values.nats.embedded.enabled) .Values.nats.urlSecret.name }}

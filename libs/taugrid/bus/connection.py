@@ -93,9 +93,15 @@ class Bus:
                 await self.nc.close()
 
 
+def default_creds() -> str | None:
+    """A NATS credentials file (``TAU_NATS_CREDS``), e.g. mounted from a Secret; None connects without."""
+    return os.environ.get("TAU_NATS_CREDS") or None
+
+
 async def connect(url: str | None = None, *, name: str, connect_timeout: float = 5.0,
-                  max_reconnect_attempts: int = -1) -> Bus:
-    """Connect with endless reconnects: a restarting server must not kill services."""
+                  max_reconnect_attempts: int = -1, creds: str | None = None) -> Bus:
+    """Connect with endless reconnects: a restarting server must not kill services. ``creds`` (default
+    ``TAU_NATS_CREDS``) is a credentials file path."""
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats error (%s): %r", name, exc)
@@ -111,7 +117,7 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
             url or default_url(), name=f"taugrid-{name}", connect_timeout=connect_timeout,
             max_reconnect_attempts=max_reconnect_attempts, reconnect_time_wait=0.5,
             error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect,
-            allow_reconnect=True,
+            allow_reconnect=True, user_credentials=creds or default_creds(),
         )
     except (OSError, nats.errors.Error) as exc:
         raise TemporaryError(f"cannot reach NATS at {url or default_url()}: {exc}", delay=1.0) from exc

@@ -104,6 +104,11 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
     from taugrid.config.platform import load_platform
 
     text, rev = got  # type: ignore[misc]
+    from taugrid.client.snapshot import snapshot, source_object
+    from taugrid.render import RenderSettings
+
+    # The snapshot a real submission would ship (computed, not uploaded), so the manifests show its fetch.
+    _, digest = snapshot(path.parent.resolve(), extra_excludes=list(cfg.run.working_dir_excludes or []))
     run_spec = resolve_run(
         cfg,
         load_platform(text),
@@ -112,8 +117,10 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
         workspace=workspace,
         platform_revision=rev,
         config_hash=config_hash(cfg),
+        source_object=source_object(digest),
+        source_digest=digest,
     )
-    manifests = render(run_spec, attempt=1)
+    manifests = render(run_spec, attempt=1, settings=RenderSettings.from_env())
     for m in manifests:
         validate(m)
     click.echo(to_yaml(manifests), nl=False)

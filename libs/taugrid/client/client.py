@@ -16,7 +16,7 @@ from taugrid.bus import platformstore, runstate, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event, from_message
 from taugrid.client.interpreter import submitting_python
-from taugrid.client.snapshot import snapshot
+from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import load_platform
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelRequested, LogChunk, SubmitRequested
@@ -51,7 +51,7 @@ class Client:
         run_id = new_run_id(cfg.name, sid)
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
         data, digest = snapshot(config_path.parent.resolve(), extra_excludes=excludes)
-        name = f"sources/{digest.removeprefix('sha256:')}.tar.gz"
+        name = source_object(digest)
         obs = await self.bus.objects()
         try:
             await obs.get_info(name)

@@ -130,3 +130,8 @@ def snapshot(root: Path, *, extra_excludes: list[str] | None = None) -> tuple[by
                 tar.addfile(info, f)
     data = buf.getvalue()
     return data, "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def source_object(digest: str) -> str:
+    """The object store name of a snapshot: ``sources/<hex>.tar.gz`` (what the pods' source fetcher reads)."""
+    return f"sources/{digest.removeprefix('sha256:')}.tar.gz"

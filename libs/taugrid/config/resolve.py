@@ -133,6 +133,8 @@ def resolve_run(
         checkpoint_dir=checkpoint_dir,
         source_object=source_object,
         source_digest=source_digest,
+        source_image=cfg.run.source.image if cfg.run.source else "",
+        source_path=cfg.run.source.path if cfg.run.source else "",
         config_hash=config_hash,
         platform_revision=platform_revision,
         active_deadline_s=deadline,
@@ -154,6 +156,15 @@ def _image(cfg: TauConfig, ws: Workspace, issues: _Issues) -> str:
     # point at the spelling that won: runtime.image, then run.image, then the top-level alias
     written = [p for p in (("runtime", "image"), ("run", "image"), ("image",)) if cfg.written(*p)]
     field = written[0] if written else ("runtime", "image")
+    if cfg.run.source is not None:
+        # A source-image job runs in its source image: the code is already there.
+        if image and image != cfg.run.source.image:
+            issues.add(
+                field,
+                f"a source-image job runs in run.source.image ({cfg.run.source.image!r}), not {image!r}",
+                "remove the image key, or set it to the same image as run.source.image",
+            )
+        image, field = cfg.run.source.image, ("run", "source", "image")
     patterns = ws.allowed_images
     if image and patterns and not any(fnmatch.fnmatchcase(image, p) for p in patterns):
         issues.add(

@@ -182,6 +182,15 @@ def _engine(cfg: TauConfig, add: Any) -> None:
         for path, present, fix in job_only:
             if present:
                 add(path, "Job-only; this run uses engine: ray", fix)
+        wd = cfg.run.working_dir
+        if wd and (wd.startswith("/") or ".." in wd.replace("\\", "/").split("/")):
+            # The shipped project is the config file's directory; Ray runs the entrypoint from this directory
+            # inside it, so it must not leave it (a path on the submitter's machine means nothing in a pod).
+            add(
+                ("run", "working_dir"),
+                f"{wd!r} is outside the project directory that is shipped (the config file's directory)",
+                "write it relative to the config file, e.g. `.` or `src`",
+            )
 
 
 def _launcher(cfg: TauConfig, add: Any) -> None:

@@ -92,6 +92,9 @@ class ResolvedRun(Struct):
     checkpoint_dir: str = ""
     source_object: str = ""
     source_digest: str = ""
+    # run.source (TauGrid's source-image jobs): the code is already in this image, at source_path; no fetch.
+    source_image: str = ""
+    source_path: str = ""
     config_hash: str = ""
     platform_revision: int = 0
     active_deadline_s: int | None = None

@@ -421,6 +421,9 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     conds = _conditions(obj)
 
     if phase == "Failed" and has_main:
+        init_failure = _init_failure(status)
+        if init_failure is not None and not ((main or {}).get("state") or {}).get("terminated"):
+            return [("exec.failed", msgspec.structs.replace(init_failure, node=node), "")]
         return [("exec.failed", _pod_failure(status, main, conds, node), "")]
     for cs in statuses:
         waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -450,6 +453,22 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         payload = c.AdmissionQueued(reason="Unschedulable", message=message, waiting_for={"pod": pod})
         return [("admission.queued", payload, _digest("Unschedulable", message))]
     return []
+
+
+def _init_failure(status: Mapping[str, Any]) -> c.ExecFinished | None:
+    """The first init container that failed (e.g. the source fetch refusing a snapshot whose digest does not
+    match): the pod never ran its main container, and the init container's termination message says why."""
+    for cs in status.get("initContainerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        if terminated and terminated.get("exitCode", 0) != 0:
+            message = (terminated.get("message") or "").strip()
+            return c.ExecFinished(
+                exit_code=terminated.get("exitCode"),
+                reason="InitContainerFailed",
+                message=f"init container {cs.get('name', '')}: {message or terminated.get('reason') or 'failed'}",
+                duration_s=_duration(terminated.get("startedAt"), terminated.get("finishedAt")),
+            )
+    return None
 
 
 def _pod_failure(

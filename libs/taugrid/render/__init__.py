@@ -2,9 +2,11 @@
 
 Public API:
 
-* ``render(run, *, attempt, resume_from="", exclude_nodes=())`` → list of manifests (Job [+ headless
-  Service] or RayJob); ``exclude_nodes`` (a retry after a GPU/node fault) adds a required
-  ``kubernetes.io/hostname NotIn`` node affinity to every pod template;
+* ``render(run, *, attempt, resume_from="", exclude_nodes=(), settings=RenderSettings())`` → list of
+  manifests (Job [+ headless Service] or RayJob); ``exclude_nodes`` (a retry after a GPU/node fault) adds a
+  required ``kubernetes.io/hostname NotIn`` node affinity to every pod template; every pod of a run with a
+  source snapshot gets the source-fetch init container described in ``render/source.py``, built from
+  ``settings`` (``RenderSettings.from_env()`` in the renderer service);
 * ``manifest_digest(manifests)`` → ``sha256:<hex>`` of canonical JSON (sorted keys, no whitespace);
 * ``to_yaml(manifests)`` → multi-document YAML with sorted keys, for ``tau run --dry-run``;
 * ``validate(manifest)`` → None, or ``PermanentError`` listing every schema problem;
@@ -38,12 +40,15 @@ from taugrid.render.common import (
 )
 from taugrid.render.job import render_job
 from taugrid.render.rayjob import render_rayjob
+from taugrid.render.source import DEFAULT_SETTINGS, SOURCE_DIR, RenderSettings
 from taugrid.render.validate import KUBERNETES_VERSION, validate
 
 __all__ = [
     "DEFAULT_IMAGE",
     "KUBERNETES_VERSION",
     "Manifest",
+    "RenderSettings",
+    "SOURCE_DIR",
     "TRACEPARENT_ANNOTATION",
     "manifest_digest",
     "object_name",
@@ -57,15 +62,24 @@ __all__ = [
 
 
 def render(
-    run: ResolvedRun, *, attempt: int, resume_from: str = "", exclude_nodes: Sequence[str] = ()
+    run: ResolvedRun,
+    *,
+    attempt: int,
+    resume_from: str = "",
+    exclude_nodes: Sequence[str] = (),
+    settings: RenderSettings = DEFAULT_SETTINGS,
 ) -> list[Manifest]:
-    """Manifests for one attempt of ``run``, dispatched on ``run.engine``."""
+    """Manifests for one attempt of ``run``, dispatched on ``run.engine``; ``settings`` say where the
+    source-fetch init container comes from and how it reaches the bus."""
     if attempt < 0:
         raise PermanentError(f"attempt must be ≥ 0, got {attempt}")
+    kw: dict[str, Any] = dict(
+        attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes, settings=settings
+    )
     if run.engine == "job":
-        return render_job(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes)
+        return render_job(run, **kw)
     if run.engine == "ray":
-        return render_rayjob(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes)
+        return render_rayjob(run, **kw)
     raise PermanentError(f"engine {run.engine!r} is not supported; use `engine: job` or `engine: ray`")
 
 

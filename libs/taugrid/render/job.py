@@ -32,6 +32,7 @@ from taugrid.render.common import (
     tau_labels,
     tolerations,
 )
+from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source
 
 RDZV_PORT = 29500
 HEADLESS_SUFFIX = "-headless"
@@ -42,11 +43,16 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 def render_job(
-    run: ResolvedRun, *, attempt: int, resume_from: str = "", exclude_nodes: Sequence[str] = ()
+    run: ResolvedRun,
+    *,
+    attempt: int,
+    resume_from: str = "",
+    exclude_nodes: Sequence[str] = (),
+    settings: RenderSettings = DEFAULT_SETTINGS,
 ) -> list[Manifest]:
     """Manifests for one attempt: ``[Job]`` or, for ``nodes > 1``, ``[Service, Job]`` (Service first so
     the rendezvous host resolves as soon as pod 0 starts). ``exclude_nodes`` become a required node
-    anti-affinity on the pod template."""
+    anti-affinity on the pod template; every pod fetches the run's source snapshot (``render/source.py``)."""
     multi_node = run.nodes > 1
     if multi_node and run.launcher != "torchrun":
         raise PermanentError(
@@ -72,7 +78,12 @@ def render_job(
     spec["template"] = {
         "metadata": {"labels": dict(labels), "annotations": {**annotations, **share}},
         "spec": _pod_spec(
-            run, name=name, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes
+            run,
+            name=name,
+            attempt=attempt,
+            resume_from=resume_from,
+            exclude_nodes=exclude_nodes,
+            settings=settings,
         ),
     }
     job: Manifest = {
@@ -118,7 +129,13 @@ def job_command(run: ResolvedRun, *, name: str) -> list[str]:
 
 
 def _pod_spec(
-    run: ResolvedRun, *, name: str, attempt: int, resume_from: str, exclude_nodes: Sequence[str]
+    run: ResolvedRun,
+    *,
+    name: str,
+    attempt: int,
+    resume_from: str,
+    exclude_nodes: Sequence[str],
+    settings: RenderSettings,
 ) -> dict[str, Any]:
     multi_node = run.nodes > 1
     gpu_pod = run.resources.gpu > 0 or is_fractional(run.resources)
@@ -146,8 +163,9 @@ def _pod_spec(
         "env": env,
         "resources": resources_block(run.resources, run.limits, gpus=run.resources.gpu),
     }
-    if run.working_dir:
-        container["workingDir"] = run.working_dir
+    # A source-image job runs its entrypoint from run.source.path inside the image, unless it names a directory.
+    if workdir := run.working_dir or run.source_path:
+        container["workingDir"] = workdir
     if multi_node:
         container["ports"] = [{"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"}]
     if mounts:
@@ -173,6 +191,7 @@ def _pod_spec(
         pod["affinity"] = affinity
     if volumes:
         pod["volumes"] = volumes
+    add_source(pod, [container], run, settings)
     if (psec := pod_security(run)) is not None:
         pod["securityContext"] = psec
     return pod

@@ -33,6 +33,7 @@ from taugrid.render.common import (
     tau_labels,
     tolerations,
 )
+from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source, needs_fetch, source_layout
 
 RAYJOB_NAME_MAX = 47
 RAY_VERSION = "2.46.0"
@@ -43,6 +44,7 @@ HEAD_RESOURCES = Resources(cpu=1.0, memory=4 << 30)
 # After the job ends Kueue releases quota at once, but the RayCluster keeps its GPUs until this TTL runs out;
 # keep that window short whatever the run's Job TTL says.
 RAY_TTL_CAP_S = 60
+SOURCE_DIR_ENV = "TAU_SOURCE_DIR"
 HEAD_PORTS = [
     {"name": "gcs-server", "containerPort": 6379, "protocol": "TCP"},
     {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
@@ -51,9 +53,16 @@ HEAD_PORTS = [
 
 
 def render_rayjob(
-    run: ResolvedRun, *, attempt: int, resume_from: str = "", exclude_nodes: Sequence[str] = ()
+    run: ResolvedRun,
+    *,
+    attempt: int,
+    resume_from: str = "",
+    exclude_nodes: Sequence[str] = (),
+    settings: RenderSettings = DEFAULT_SETTINGS,
 ) -> list[Manifest]:
-    """``[RayJob]`` for one attempt; ``exclude_nodes`` keep the head and every worker off those nodes."""
+    """``[RayJob]`` for one attempt; ``exclude_nodes`` keep the head and every worker off those nodes. The
+    head and every worker fetch the run's source snapshot (``render/source.py``); the entrypoint runs from the
+    project directory on the head, and Ray workers import from it (``PYTHONPATH``)."""
     if run.workers < 1:
         raise PermanentError(f"compute.workers must be at least 1 for a Ray run (got {run.workers})")
     name = object_name(run.run_id, attempt, max_len=RAYJOB_NAME_MAX)
@@ -74,7 +83,7 @@ def render_rayjob(
     if runtime_env:
         spec["runtimeEnvYAML"] = yaml.safe_dump(runtime_env, sort_keys=True, default_flow_style=False)
     spec["rayClusterSpec"] = _cluster_spec(
-        run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes
+        run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes, settings=settings
     )
     return [
         {
@@ -92,20 +101,32 @@ def render_rayjob(
 
 
 def ray_entrypoint(run: ResolvedRun) -> str:
-    """The shell command ``ray job submit`` runs on the head; quoted so arguments survive the shell."""
+    """The shell command ``ray job submit`` runs on the head; quoted so arguments survive the shell. With a
+    fetched project it starts in the project directory (``TAU_SOURCE_DIR``, set in the job's runtime_env; a
+    backend that runs the entrypoint without it, like the local one, starts in the unpacked project)."""
     if run.launcher == "command" and run.command:
-        return shlex.join(run.command)
-    if not run.entrypoint:
+        command = shlex.join(run.command)
+    elif run.entrypoint:
+        command = shlex.join(["python", run.entrypoint, *run.args])
+    else:
         raise PermanentError("a Ray run needs an `entrypoint` script")
-    return shlex.join(["python", run.entrypoint, *run.args])
+    if needs_fetch(run):
+        return f'cd "${{{SOURCE_DIR_ENV}:-.}}" && {command}'
+    return command
 
 
 def _runtime_env(run: ResolvedRun, *, attempt: int, resume_from: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"env_vars": literal_env(run, attempt=attempt, resume_from=resume_from)}
+    """No ``working_dir``: the project is not uploaded by Ray (TauGrid's 45 KiB archive limit) but fetched
+    into every pod by the init container; Ray processes find it through ``PYTHONPATH``."""
+    env = literal_env(run, attempt=attempt, resume_from=resume_from)
+    if needs_fetch(run):
+        project = source_layout(run).working_dir
+        env[SOURCE_DIR_ENV] = project
+        # Ray expands ${VAR} in runtime_env env_vars from the node's environment.
+        env["PYTHONPATH"] = ":".join([project, env.get("PYTHONPATH") or "${PYTHONPATH}"])
+    out: dict[str, Any] = {"env_vars": env}
     if run.pip:
         out["pip"] = list(run.pip)
-    if run.working_dir:
-        out["working_dir"] = run.working_dir
     return out
 
 
@@ -116,14 +137,22 @@ def _image(run: ResolvedRun) -> str:
 
 
 def _cluster_spec(
-    run: ResolvedRun, *, attempt: int, resume_from: str, exclude_nodes: Sequence[str]
+    run: ResolvedRun,
+    *,
+    attempt: int,
+    resume_from: str,
+    exclude_nodes: Sequence[str],
+    settings: RenderSettings,
 ) -> dict[str, Any]:
     head_container = _container(run, "ray-head", HEAD_RESOURCES, HEAD_RESOURCES, 0, attempt, resume_from)
     head_container["ports"] = [dict(p) for p in HEAD_PORTS]
     worker_container = _container(
         run, "ray-worker", run.resources, run.limits, run.gpus_per_worker, attempt, resume_from
     )
+    head_pod = _pod(run, head_container, exclude_nodes)
     worker_pod = _pod(run, worker_container, exclude_nodes)
+    add_source(head_pod, [head_container], run, settings)
+    add_source(worker_pod, [worker_container], run, settings)
     if run.node_selector:
         worker_pod["nodeSelector"] = dict(run.node_selector)
     if tols := tolerations(run, gpu=run.gpus_per_worker > 0):
@@ -132,7 +161,7 @@ def _cluster_spec(
         "headGroupSpec": {
             # Values are strings in the CRD. No CPUs/GPUs on the head: tasks land on workers only.
             "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
-            "template": _template(run, attempt, _pod(run, head_container, exclude_nodes)),
+            "template": _template(run, attempt, head_pod),
         },
         "workerGroupSpecs": [
             {

@@ -1,0 +1,139 @@
+"""``python -m taugrid.sourcefetch``: the init container that puts a run's submitted project into its pod.
+
+Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the object store over NATS (``TAU_NATS_URL``, optional
+credentials file ``TAU_NATS_CREDS``), checks its SHA-256 against ``TAU_SOURCE_DIGEST`` (the pod's
+``taugrid.io/source-digest`` annotation, through the downward API) and unpacks it into ``TAU_SOURCE_DIR`` (an
+``emptyDir`` that the main containers mount as their working directory).
+
+Invariants: nothing is unpacked unless the whole archive matched the digest; the archive is streamed to disk,
+so memory does not grow with the project; entries that would land outside the directory (absolute paths,
+``..``, links, devices) are refused by the tar ``data`` filter. On failure the process exits 1 with one line
+saying why, on stderr and in the container's termination message (``TAU_TERMINATION_MESSAGE_PATH``), which
+Kubernetes puts in the pod status and ``tau status`` shows. An unreachable bus is retried for
+``TAU_SOURCE_FETCH_TIMEOUT`` seconds (default 120) before that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+from taugrid.bus.connection import Bus, connect
+from taugrid.bus.objects import download
+from taugrid.core.errors import NotFound, TemporaryError
+
+ARCHIVE_NAME = ".tau-source.tar.gz"
+
+
+class FetchFailed(Exception):
+    """The project cannot be put in place; the message is the one line the pod fails with."""
+
+
+class _HashingWriter:
+    """A file that hashes what is written to it (nats-py writes chunk by chunk)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+
+async def fetch(bus: Bus, *, object_name: str, digest: str, dest: Path) -> int:
+    """Download, verify and unpack; returns the number of files unpacked. Raises ``FetchFailed``."""
+    if not digest.startswith("sha256:") or len(digest) != len("sha256:") + 64:
+        raise FetchFailed(f"source digest {digest!r} is not sha256:<64 hex> (taugrid.io/source-digest annotation)")
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = dest / ARCHIVE_NAME
+    try:
+        with open(archive, "wb") as f:
+            writer = _HashingWriter(f)
+            try:
+                await download(bus, object_name, writer)  # type: ignore[arg-type]
+            except NotFound as exc:
+                raise FetchFailed(
+                    f"source snapshot {object_name} not found in the object store ({exc}); submit the run again"
+                ) from exc
+        got = "sha256:" + writer.sha.hexdigest()
+        if got != digest:
+            raise FetchFailed(
+                f"source snapshot {object_name} has digest {got}, but this pod expects {digest}; "
+                "refusing to run code that is not what was submitted"
+            )
+        try:
+            with tarfile.open(archive, mode="r:gz") as tar:
+                members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
+                tar.extractall(dest, members=members, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise FetchFailed(f"source snapshot {object_name} cannot be unpacked into {dest}: {exc}") from exc
+        return sum(1 for m in members if m.isfile())
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+async def _connect_within(url: str, timeout_s: float) -> Bus:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await connect(url, name="sourcefetch", max_reconnect_attempts=3)
+        except TemporaryError as exc:
+            if time.monotonic() >= deadline:
+                raise FetchFailed(f"cannot reach the bus at {url} after {timeout_s:g}s: {exc}") from exc
+            await asyncio.sleep(1.0)
+
+
+async def run(env: dict[str, str]) -> str:
+    """Fetch as the environment says; returns the success line."""
+    missing = [k for k in ("TAU_SOURCE_OBJECT", "TAU_SOURCE_DIGEST", "TAU_SOURCE_DIR") if not env.get(k)]
+    if missing:
+        raise FetchFailed(f"source fetch misconfigured: {', '.join(missing)} not set")
+    url = env.get("TAU_NATS_URL", "nats://127.0.0.1:4222")
+    timeout_s = float(env.get("TAU_SOURCE_FETCH_TIMEOUT") or 120)
+    bus = await _connect_within(url, timeout_s)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                files = await fetch(
+                    bus, object_name=env["TAU_SOURCE_OBJECT"], digest=env["TAU_SOURCE_DIGEST"],
+                    dest=Path(env["TAU_SOURCE_DIR"]),
+                )
+                break
+            except TemporaryError as exc:
+                if time.monotonic() >= deadline:
+                    raise FetchFailed(f"source snapshot {env['TAU_SOURCE_OBJECT']}: {exc}") from exc
+                await asyncio.sleep(1.0)
+    finally:
+        await bus.close()
+    return f"source {env['TAU_SOURCE_DIGEST']}: {files} files in {env['TAU_SOURCE_DIR']}"
+
+
+def _report(line: str, env: dict[str, str]) -> None:
+    print(line, file=sys.stderr, flush=True)
+    path = env.get("TAU_TERMINATION_MESSAGE_PATH", "")
+    if path:
+        try:
+            Path(path).write_text(line + "\n")
+        except OSError:
+            pass  # not in a pod (or no writable termination log): stderr carries it
+
+
+def main() -> int:
+    env = dict(os.environ)
+    try:
+        print(asyncio.run(run(env)), flush=True)
+    except FetchFailed as exc:
+        _report(f"source fetch failed: {exc}", env)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
