@@ -20,8 +20,8 @@ from .tools import REPO, tool
 CHART = REPO / "charts" / "taugrid"
 K8S_VERSION = "1.30.0"
 SERVICES = ["submitter", "policy", "renderer", "admission-watcher", "health-monitor", "recovery", "evidence",
-            "kube-bridge"]
-WITH_API_ACCESS = {"renderer", "kube-bridge", "health-monitor"}
+            "kube-bridge", "log-shipper"]
+WITH_API_ACCESS = {"renderer", "kube-bridge", "health-monitor", "log-shipper"}
 
 Obj = dict[str, Any]
 Render = Callable[..., list[Obj]]
@@ -253,6 +253,15 @@ def test_kube_bridge_and_health_monitor_get_only_their_grants(render: Render) ->
     assert rules_of(objs, "t-taugrid-health-monitor") == {("", "pods/eviction", "create")}
     bridge = one(objs, "Deployment", "t-taugrid-kube-bridge")["spec"]["template"]["spec"]["containers"][0]
     assert env_of(bridge)["TAU_WATCH_NAMESPACES"] == "ws-a"
+
+
+def test_log_shipper_may_only_list_pods_and_read_their_logs(render: Render) -> None:
+    objs = render("rbac.workspaceNamespaces={ws-a,ws-b}")
+    assert rules_of(objs, "t-taugrid-log-shipper") == {("", "pods", "list"), ("", "pods", "watch"),
+                                                       ("", "pods/log", "get")}
+    assert {b["metadata"]["namespace"] for b in bindings_for(objs, "t-taugrid-log-shipper")} == {"ws-a", "ws-b"}
+    shipper = one(objs, "Deployment", "t-taugrid-log-shipper")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(shipper)["TAU_WATCH_NAMESPACES"] == "ws-a,ws-b"
 
 
 def test_other_services_get_no_api_access(render: Render) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import kmock
 import pytest
+from fakelogs import FakeLogs
 from taugrid.kube.client import make_api_client
 
 ResKey = tuple[str, str, str]  # group, version, plural
@@ -35,6 +36,7 @@ class FakeKube:
         self.applies: list[dict[str, Any]] = []
         self.evictions: list[dict[str, Any]] = []
         self.pdb_blocked: set[tuple[str | None, str]] = set()  # (namespace, pod): evictions answer 429
+        self.logs = FakeLogs()  # the pod log endpoint (tests/kube/fakelogs.py)
 
     # ---- scripting from tests
 
@@ -185,6 +187,16 @@ class FakeKube:
                 )
             self.remove(res, ns, name)
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+        if method == "GET" and sub == "log":
+            if key not in self.objects:
+                return self._not_found(name)
+            stream = self.logs.serve(ns, name, request)
+            if stream is None:
+                container = request.params.get("container", "")
+                return kmock.Response(status=400, payload={
+                    "kind": "Status", "code": 400, "reason": "BadRequest",
+                    "message": f'container "{container}" in pod "{name}" is waiting to start: PodInitializing'})
+            return stream
         return kmock.Response(status=405, payload={"kind": "Status", "code": 405, "message": "not supported"})
 
     def _merge_patch_object(self, res: ResKey, ns: str | None, name: str, request: Any) -> Any:

@@ -53,6 +53,7 @@ KV_BUCKETS = {
     "bridge": 1,
     "submissions": 1,
     "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
+    "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
 }
 OBJECT_STORE = "evidence"
 

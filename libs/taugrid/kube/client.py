@@ -307,3 +307,55 @@ class KubeApi:
             ) from exc
         finally:
             response.release()
+
+    async def log_lines(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str,
+        since_time: str | None = None,
+        follow: bool = True,
+        read_timeout_s: float = 600.0,
+    ) -> AsyncIterator[str]:
+        """Yield a container's log lines with their timestamps (``<RFC3339Nano> <text>``), following until the
+        container stops or the server closes the stream; ``since_time`` (RFC3339) starts there.
+
+        The pod log API (``GET .../pods/<pod>/log``) through the ApiClient: the generated
+        ``read_namespaced_pod_log`` has no ``sinceTime`` parameter. 400 (container not started yet) →
+        ``PermanentError`` with the server's message; 404 → ``NotFound``; a broken stream → ``TemporaryError``.
+        """
+        query: dict[str, str] = {"container": container, "timestamps": "true", "follow": str(follow).lower()}
+        if since_time:
+            query["sinceTime"] = since_time
+        what = f"logs of {namespace}/{pod}/{container}"
+        try:
+            response = await self.api_client.call_api(
+                f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
+                "GET",
+                query_params=list(query.items()),
+                header_params={"Accept": "*/*"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout_s),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise translate_exception(exc, what=what) from exc
+        try:
+            if not 200 <= response.status <= 299:
+                data = await response.read()
+                raise error_for(response.status, status_message(data), what=what, headers=dict(response.headers))
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace").removesuffix("\r")
+            if buffer:
+                yield buffer.decode("utf-8", "replace")
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise TemporaryError(f"{what}: log stream broke ({type(exc).__name__}: {exc})", delay=0.5) from exc
+        finally:
+            response.release()

@@ -1,0 +1,39 @@
+"""``python -m taugrid_services.log_shipper``: follow the logs of every tau pod (Kubernetes backend only).
+
+Environment: as kube-bridge — ``TAU_KUBECONFIG``/``KUBECONFIG`` and ``TAU_KUBE_CONTEXT`` (else the in-cluster
+service account), ``TAU_KUBE_HOST`` (explicit API URL, tests), ``TAU_WATCH_NAMESPACES`` (comma list; empty =
+every namespace). Run one replica: a second would follow the same streams (its writes lose the
+compare-and-set and nothing is doubled, but the work is).
+"""
+
+from __future__ import annotations
+
+import os
+
+from taugrid.bus.service import Service, main
+from taugrid.kube.client import KubeApi, make_api_client
+from taugrid_services.log_shipper.shipper import LogShipper
+
+
+async def start(svc: Service) -> None:
+    api_client = await make_api_client(
+        kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
+        context=os.environ.get("TAU_KUBE_CONTEXT") or None,
+        host=os.environ.get("TAU_KUBE_HOST") or None,
+    )
+    namespaces = sorted({n.strip() for n in os.environ.get("TAU_WATCH_NAMESPACES", "").split(",") if n.strip()})
+    shipper = LogShipper(KubeApi(api_client), svc.bus, namespaces=namespaces)
+
+    async def run() -> None:
+        await shipper.start()
+        try:
+            await shipper.wait(svc.stopping)  # raises if a watch failed for good (RBAC): the pod restarts
+        finally:
+            await shipper.stop()
+            await api_client.close()
+
+    svc.background(run())
+
+
+if __name__ == "__main__":
+    main("log-shipper", start)
