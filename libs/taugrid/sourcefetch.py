@@ -2,8 +2,8 @@
 
 Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the object store over NATS (``TAU_NATS_URL``, optional
 credentials file ``TAU_NATS_CREDS``), checks its SHA-256 against ``TAU_SOURCE_DIGEST`` (the pod's
-``taugrid.io/source-digest`` annotation, through the downward API) and unpacks it into ``TAU_SOURCE_DIR`` (an
-``emptyDir`` that the main containers mount as their working directory).
+``taugrid.io/source-digest`` annotation, through the downward API) and unpacks it into ``TAU_SOURCE_DIR``, by
+default its working directory (the ``emptyDir`` that the main containers mount as theirs).
 
 Invariants: nothing is unpacked unless the whole archive matched the digest; the archive is streamed to disk,
 so memory does not grow with the project; entries that would land outside the directory (absolute paths,
@@ -91,9 +91,10 @@ async def _connect_within(url: str, timeout_s: float) -> Bus:
 
 async def run(env: dict[str, str]) -> str:
     """Fetch as the environment says; returns the success line."""
-    missing = [k for k in ("TAU_SOURCE_OBJECT", "TAU_SOURCE_DIGEST", "TAU_SOURCE_DIR") if not env.get(k)]
+    missing = [k for k in ("TAU_SOURCE_OBJECT", "TAU_SOURCE_DIGEST") if not env.get(k)]
     if missing:
         raise FetchFailed(f"source fetch misconfigured: {', '.join(missing)} not set")
+    dest = Path(env.get("TAU_SOURCE_DIR") or os.getcwd())
     url = env.get("TAU_NATS_URL", "nats://127.0.0.1:4222")
     timeout_s = float(env.get("TAU_SOURCE_FETCH_TIMEOUT") or 120)
     bus = await _connect_within(url, timeout_s)
@@ -102,8 +103,7 @@ async def run(env: dict[str, str]) -> str:
         while True:
             try:
                 files = await fetch(
-                    bus, object_name=env["TAU_SOURCE_OBJECT"], digest=env["TAU_SOURCE_DIGEST"],
-                    dest=Path(env["TAU_SOURCE_DIR"]),
+                    bus, object_name=env["TAU_SOURCE_OBJECT"], digest=env["TAU_SOURCE_DIGEST"], dest=dest
                 )
                 break
             except TemporaryError as exc:
@@ -112,7 +112,7 @@ async def run(env: dict[str, str]) -> str:
                 await asyncio.sleep(1.0)
     finally:
         await bus.close()
-    return f"source {env['TAU_SOURCE_DIGEST']}: {files} files in {env['TAU_SOURCE_DIR']}"
+    return f"source {env['TAU_SOURCE_DIGEST']}: {files} files in {dest}"
 
 
 def _report(line: str, env: dict[str, str]) -> None:

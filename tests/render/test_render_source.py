@@ -64,12 +64,12 @@ def test_every_pod_fetches_the_snapshot_into_its_working_directory(shape: str) -
             "name": FETCH_CONTAINER,
             "image": "registry.example/taugrid:1.2.3",
             "command": ["python", "-m", "taugrid.sourcefetch"],
+            "workingDir": "/tau/source",
             "env": [
                 {"name": "TAU_NATS_URL", "value": "nats://nats.bus.svc:4222"},
                 {"name": "TAU_SOURCE_OBJECT", "value": OBJECT},
                 {"name": "TAU_SOURCE_DIGEST", "valueFrom": {"fieldRef": {
                     "fieldPath": "metadata.annotations['taugrid.io/source-digest']"}}},
-                {"name": "TAU_SOURCE_DIR", "value": "/tau/source"},
                 {"name": "TAU_TERMINATION_MESSAGE_PATH", "value": "/dev/termination-log"},
                 {"name": "TAU_NATS_CREDS", "value": "/etc/taugrid/nats/creds"},
             ],
@@ -101,7 +101,7 @@ def test_without_credentials_nothing_is_mounted_for_them() -> None:
     (pod,) = _all_pods(SHAPES["job"], RenderSettings(fetch_image="img:1", nats_url="nats://n:4222"))
     (fetch,) = pod["initContainers"]
     assert [e["name"] for e in fetch["env"]] == [
-        "TAU_NATS_URL", "TAU_SOURCE_OBJECT", "TAU_SOURCE_DIGEST", "TAU_SOURCE_DIR", "TAU_TERMINATION_MESSAGE_PATH"]
+        "TAU_NATS_URL", "TAU_SOURCE_OBJECT", "TAU_SOURCE_DIGEST", "TAU_TERMINATION_MESSAGE_PATH"]
     assert fetch["volumeMounts"] == [{"name": "tau-source", "mountPath": "/tau/source"}]
     assert pod["volumes"] == [{"name": "tau-source", "emptyDir": {}}]
 

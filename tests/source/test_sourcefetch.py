@@ -28,17 +28,18 @@ async def _stored(bus: Bus, root: Path) -> tuple[str, str]:
 
 
 async def _fetch(nats_url: str, *, obj: str, digest: str, dest: Path, term: Path) -> tuple[int, str, str]:
+    """As the init container runs: in the volume (its workingDir), with the pod's env."""
     env = {
         "PATH": "/usr/bin:/bin",
         "TAU_NATS_URL": nats_url,
         "TAU_SOURCE_OBJECT": obj,
         "TAU_SOURCE_DIGEST": digest,
-        "TAU_SOURCE_DIR": str(dest),
         "TAU_TERMINATION_MESSAGE_PATH": str(term),
         "TAU_SOURCE_FETCH_TIMEOUT": "5",
     }
+    dest.mkdir(parents=True, exist_ok=True)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "taugrid.sourcefetch", env=env,
+        sys.executable, "-m", "taugrid.sourcefetch", env=env, cwd=dest,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)

@@ -120,7 +120,6 @@ def fetch_container(run: ResolvedRun, settings: RenderSettings) -> dict[str, Any
             "name": "TAU_SOURCE_DIGEST",
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{SOURCE_DIGEST_ANNOTATION}']"}},
         },
-        {"name": "TAU_SOURCE_DIR", "value": SOURCE_DIR},
         {"name": "TAU_TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
     ]
     mounts: list[dict[str, Any]] = [{"name": SOURCE_VOLUME, "mountPath": SOURCE_DIR}]
@@ -131,6 +130,9 @@ def fetch_container(run: ResolvedRun, settings: RenderSettings) -> dict[str, Any
         "name": FETCH_CONTAINER,
         "image": settings.fetch_image,
         "command": ["python", "-m", "taugrid.sourcefetch"],
+        # The fetcher unpacks into its working directory, the volume: a kubelet that maps volumes to host
+        # directories (the local one) needs nothing but workingDir to run it.
+        "workingDir": SOURCE_DIR,
         "env": env,
         "resources": {k: dict(v) for k, v in FETCH_RESOURCES.items()},
         "volumeMounts": mounts,
