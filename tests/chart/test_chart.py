@@ -325,3 +325,20 @@ def test_a_missing_tool_package_is_an_error_not_a_skip(monkeypatch: pytest.Monke
     monkeypatch.setattr(tools, "PACKAGE", "no-such-package-taugrid")
     with pytest.raises(tools.ToolError, match="is not installed"):
         tools.tool("helm")
+
+
+def test_evidence_mounts_the_outputs_volume_read_only_and_keeps_small_outputs(render: Render) -> None:
+    plain = one(render(), "Deployment", "t-taugrid-evidence")["spec"]["template"]["spec"]
+    assert [v["name"] for v in plain["volumes"]] == ["tmp"]
+    env = {e["name"]: e.get("value") for e in plain["containers"][0]["env"]}
+    assert env["TAU_EVIDENCE_KEEP_OUTPUTS"] == "64Mi"
+    objs = render("services.evidence.outputs.claimName=results", "services.evidence.keepOutputs=0")
+    spec = one(objs, "Deployment", "t-taugrid-evidence")["spec"]["template"]["spec"]
+    assert {"name": "outputs", "persistentVolumeClaim": {"claimName": "results", "readOnly": True}} in spec["volumes"]
+    mounts = spec["containers"][0]["volumeMounts"]
+    assert {"name": "outputs", "mountPath": "/data", "readOnly": True} in mounts
+    assert {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}["TAU_EVIDENCE_KEEP_OUTPUTS"] == "0"
+    policy = one(objs, "Deployment", "t-taugrid-policy")["spec"]["template"]["spec"]
+    assert [v["name"] for v in policy["volumes"]] == ["tmp"]
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

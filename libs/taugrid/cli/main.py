@@ -6,6 +6,7 @@ import click
 
 from taugrid import __version__
 from taugrid.cli.evidence_cmd import evidence, verify
+from taugrid.cli.outputs_cmd import outputs
 from taugrid.cli.platform_cmd import platform
 from taugrid.cli.queue_cmd import queue
 from taugrid.cli.runs import cancel, events, list_runs, logs, run, status
@@ -19,7 +20,8 @@ def cli() -> None:
 
 
 for command in (
-    up, down, scale, stack_status, run, status, logs, list_runs, cancel, events, platform, evidence, verify, queue,
+    up, down, scale, stack_status, run, status, outputs, logs, list_runs, cancel, events, platform, evidence,
+    verify, queue,
 ):
     cli.add_command(command)
 

@@ -21,6 +21,7 @@ from taugrid.cli.common import (
     output_option,
     run_async,
 )
+from taugrid.cli.outputs_cmd import listing, summary_lines
 from taugrid.cli.views import elapsed, event_line, phase_tree, status_json, table
 from taugrid.config.taujob import load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
@@ -139,6 +140,8 @@ async def _follow(client: Any, run_id: str, output: str) -> None:
     record = await client.settled(run_id)
     if output != "json":
         click.echo(phase_tree(record))
+        for line in summary_lines(await listing(client, record)):
+            click.echo(line)
     if record.state != "succeeded":
         sys.exit(EXIT_REJECTED if record.state == "rejected" else EXIT_FAILED)
 
@@ -197,10 +200,13 @@ def schema() -> None:
 async def status(run_id: str, output: str) -> None:
     async with connected() as client:
         record = await client.status(run_id)
+        found = await listing(client, record)
     if output == "json":
-        emit_json(status_json(record))
+        emit_json({**status_json(record), "outputs": found})
     else:
         click.echo(phase_tree(record))
+        for line in summary_lines(found):
+            click.echo(line)
 
 
 @click.command("list", help="List runs, oldest first.")

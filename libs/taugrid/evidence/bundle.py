@@ -69,8 +69,34 @@ def log_section(run_id: str, attempt: int, text: str, chunks: int) -> tuple[dict
     return section, None
 
 
-def scan_dir(path: str, *, metrics: bool) -> dict[str, Any]:
-    """Files under ``path`` (relative path, size, sha256) and, when asked, metrics*.jsonl contents."""
+class Keeper:
+    """Copies of small output files for the object store, within a byte budget shared by one run's directories
+    (``TAU_EVIDENCE_KEEP_OUTPUTS``; 0 keeps none). Named by content, so a file listed twice is stored once.
+    Where the outputs live on a volume the CLI cannot reach (Kubernetes), these copies are what
+    ``tau outputs --copy`` fetches."""
+
+    def __init__(self, run_id: str, budget: int) -> None:
+        self.run_id, self.budget = run_id, budget
+        self.blobs: dict[str, bytes] = {}
+
+    def offer(self, f: Path, size: int, digest: str) -> str:
+        """The object name the file is kept under, or "" when it does not fit the budget."""
+        name = f"runs/{self.run_id}/outputs/{digest}"
+        if name in self.blobs:
+            return name
+        if size > self.budget:
+            return ""
+        data = f.read_bytes()
+        if sha256(data) != digest:
+            return ""  # changed since it was hashed: keep nothing rather than a copy the listing does not match
+        self.blobs[name] = data
+        self.budget -= size
+        return name
+
+
+def scan_dir(path: str, *, metrics: bool, keeper: Keeper | None = None) -> dict[str, Any]:
+    """Files under ``path`` (relative path, size, sha256, and the object holding a copy when ``keeper`` kept
+    one) and, when asked, metrics*.jsonl contents."""
     out: dict[str, Any] = {"path": path, "present": False, "files": [], "truncated": False}
     if metrics:
         out["metrics"] = []
@@ -94,7 +120,11 @@ def scan_dir(path: str, *, metrics: bool) -> dict[str, Any]:
         except OSError as exc:
             out["files"].append({"path": rel, "error": str(exc)})
             continue
-        out["files"].append({"path": rel, "size": size, "sha256": digest})
+        entry: dict[str, Any] = {"path": rel, "size": size, "sha256": digest}
+        kept = keeper.offer(f, size, digest) if keeper is not None else ""
+        if kept:
+            entry["object"] = kept
+        out["files"].append(entry)
         if metrics and f.name.startswith("metrics") and f.name.endswith(".jsonl"):
             raw = f.read_bytes()[: max(budget, 0)]
             budget -= len(raw)

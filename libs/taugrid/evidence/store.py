@@ -16,8 +16,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,14 +28,17 @@ import nats
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
-from taugrid.core.contracts import EvidenceSealed, LogChunk, PolicyApproved
+from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject
 from taugrid.core.ids import token
+from taugrid.core.quantity import parse_memory
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.evidence.replay import replay
+from taugrid.local import scratch
 
+log = logging.getLogger(__name__)
 BUCKET = "ledger"
 _CAS_TRIES = 30
 
@@ -229,13 +235,22 @@ async def collect(
     ]
     resolved = approved[-1].run if approved else None
 
+    pods = sorted({ev.payload(ExecRunning).pod for ev in events if ev.type == "exec.running"} - {""})
+    keeper = b.Keeper(run_id, keep_outputs_budget())
+
     def scan() -> dict[str, Any]:
-        return {
-            "output_dir": b.scan_dir(resolved.output_dir if resolved else "", metrics=True),
-            "checkpoint_dir": b.scan_dir(resolved.checkpoint_dir if resolved else "", metrics=False),
+        found = {
+            "output_dir": b.scan_dir(resolved.output_dir if resolved else "", metrics=True, keeper=keeper),
+            "checkpoint_dir": b.scan_dir(resolved.checkpoint_dir if resolved else "", metrics=False,
+                                         keeper=keeper),
         }
+        written = scratch_writes(pods)
+        if written:
+            found["scratch"] = written
+        return found
 
     outputs = await asyncio.to_thread(scan)
+    extra.update(keeper.blobs)
     doc = b.build(
         run_id=run_id,
         workspace=workspace,
@@ -246,6 +261,33 @@ async def collect(
         outputs=outputs,
     )
     return b.encode(doc), extra
+
+
+def keep_outputs_budget() -> int:
+    """Bytes of small output files copied into the object store per run (``TAU_EVIDENCE_KEEP_OUTPUTS``, a
+    quantity such as 64Mi; default 0: locally the files are on this machine already)."""
+    raw = os.environ.get("TAU_EVIDENCE_KEEP_OUTPUTS", "").strip()
+    if not raw:
+        return 0
+    try:
+        return max(0, parse_memory(raw))
+    except ValueError:
+        log.error("TAU_EVIDENCE_KEEP_OUTPUTS=%r is not a quantity (e.g. 64Mi); keeping no outputs", raw)
+        return 0
+
+
+def scratch_writes(pods: list[str]) -> list[dict[str, Any]]:
+    """What local pods of the run wrote under their scratch working directory (``taugrid.local.scratch``),
+    read from the embedded stack's data dir; nothing elsewhere (Kubernetes has no such files)."""
+    data_dir = os.environ.get("TAU_DATA_DIR")
+    if not data_dir:
+        return []
+    out = []
+    for pod in pods:
+        doc = scratch.read(Path(data_dir) / "pods" / pod)
+        if doc is not None:
+            out.append({"pod": pod, **doc})
+    return out
 
 
 async def _any_in(bus: Bus, stream: str, subject: str) -> bool:

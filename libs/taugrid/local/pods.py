@@ -48,7 +48,7 @@ class PodRunner:
     def start(self, pod: str, *, command: list[str], env: dict[str, str], cwd: Path, memory_limit: int,
               deadline_s: float | None, grace_s: float, hang_s: float = 0.0) -> None:
         d = self.dir(pod)
-        for stale in ("status.json", "stop", "pid"):
+        for stale in ("status.json", "stop", "pid", "scratch.json"):
             (d / stale).unlink(missing_ok=True)
         (d / "spec.json").write_text(json.dumps({
             "command": command, "env": env, "cwd": str(cwd), "memory_limit": memory_limit,

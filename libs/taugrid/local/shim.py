@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from taugrid.local import scratch
+
 POLL_S = 0.1
 
 
@@ -46,6 +48,8 @@ def run(pod_dir: Path) -> int:
     spec = json.loads((pod_dir / "spec.json").read_text())
     log = open(pod_dir / "output.log", "ab", buffering=0)  # noqa: SIM115 - the child writes into it
     started = time.time()
+    work = pod_dir / "work"
+    before = scratch.inventory(work)
     try:
         child = subprocess.Popen(spec["command"], cwd=spec["cwd"], env=spec["env"], stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -98,6 +102,9 @@ def run(pod_dir: Path) -> int:
         reason, message = "OOMKilled", "killed by SIGKILL (the kernel OOM killer)"
     if not reason:
         reason = "Completed" if code == 0 else "Error"
+    warning = scratch.report(pod_dir, work, scratch.written(before, work), spec["env"].get("TAU_OUTPUT_DIR", ""))
+    if warning:
+        log.write(f"{warning}\n".encode())
     _write_status(pod_dir, exit_code=exit_code, reason=reason, message=message, started=started)
     return 0
 
