@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from taugrid.bus import Bus, kvcas
 from taugrid.core.contracts import LogChunk
+from taugrid.evidence.bundle import render_logs
 from taugrid.evidence.replay import replay
 from taugrid.kube.podlogs import Position
 from taugrid_services.log_shipper.shipper import BUCKET, LogShipper, position_key
@@ -118,6 +119,9 @@ async def test_init_and_main_logs_ship_in_order_across_restarts_without_gap_or_d
     chunks = await shipped(bus, run_id)
     assert [(c.run_id, c.attempt, c.pod, c.stream) for c in chunks] == [(run_id, 1, pod, "stdout")] * len(chunks)
     assert [c.seq for c in chunks] == list(range(len(chunks)))
+    # The evidence bundle reads them as it reads the local backend's.
+    text, count = render_logs(chunks)
+    assert (text, count) == ("\n".join(await lines_of(bus, run_id)) + "\n", len(chunks))
     assert any(r.get("sinceTime") == ts(2) for r in logs.requests)  # resumed from the second, not from 0
     assert all(r["timestamps"] == "true" for r in logs.requests)
 
