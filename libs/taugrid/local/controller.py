@@ -1,4 +1,4 @@
-"""The local cluster controller: backend requests in, admission, pod supervision, watch events out.
+"""The local cluster controller: backend requests in, Kueue-like admission, pods, watch events out.
 
 Idempotent: an apply for a workload it already knows is ignored (same run+attempt ⇒ same name); every
 published object change carries ``Nats-Msg-Id = <uid>.<resourceVersion>``; log chunks are keyed by byte
@@ -29,9 +29,9 @@ from taugrid.local import objects
 from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request, amount
 from taugrid.local.pods import PodRunner
 from taugrid.local.rendezvous import local_command
+from taugrid.local.state import LocalPod, LocalWorkload
+from taugrid.ports import free_port
 from taugrid.render.source import SOURCE_DIR
-from taugrid.stack.natsserver import free_port
-from taugrid_services.local_cluster.state import LocalPod, LocalWorkload
 
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"

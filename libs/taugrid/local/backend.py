@@ -1,0 +1,29 @@
+"""The local adapter of the ``Backend`` port (``taugrid.backend``): rendered objects go to the local cluster's
+controller through the BACKEND stream, which is durable, so requests survive the controller's restarts."""
+
+from __future__ import annotations
+
+from taugrid.bus.connection import Bus
+from taugrid.core.contracts import BackendApply, BackendDelete
+from taugrid.core.events import backend_subject
+
+
+class LocalBackend:
+    """Hands objects to the local cluster through the BACKEND stream (durable: survives its restarts)."""
+
+    def __init__(self, bus: Bus, cluster: str = "local") -> None:
+        self.bus, self.name = bus, cluster
+
+    async def apply(self, req: BackendApply) -> None:
+        await self.bus.publish(
+            backend_subject(self.name, "apply"), req, event_type="apply", ce_subject=req.run_id,
+            msg_id=f"{req.run_id}.{req.attempt}.apply", workspace=req.workspace, attempt=req.attempt,
+            family="backend",
+        )
+
+    async def delete(self, req: BackendDelete) -> None:
+        await self.bus.publish(
+            backend_subject(self.name, "delete"), req, event_type="delete", ce_subject=req.run_id,
+            msg_id=f"{req.run_id}.{req.attempt}.delete", workspace=req.workspace, attempt=req.attempt,
+            family="backend",
+        )
