@@ -17,7 +17,7 @@ from typing import Any
 
 import kmock
 import pytest
-from fakelogs import FakeLogs
+from tests.kube.fakelogs import FakeLogs
 from taugrid.kube.client import make_api_client
 
 ResKey = tuple[str, str, str]  # group, version, plural
