@@ -1,5 +1,9 @@
 """Policy resolution. Idempotent: the same config and platform revision resolve to the same spec, published
-with a deterministic message id; the platform is re-read per event so a new revision applies immediately."""
+with a deterministic message id; the platform is re-read per event so a new revision applies immediately.
+
+Authorization the bus cannot express: on a platform that lists users, the submission's verified user (stamped
+by the submitter) must be a member of the workspace; the priority class must be one the workspace allows
+(``resolve_run``)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config_shared
-from taugrid.core.contracts import PolicyApproved, Rejected, SubmitAccepted, issues_of
+from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
 
 
@@ -33,6 +37,9 @@ class Policy:
     async def on_accepted(self, ev: Event) -> None:
         acc = ev.payload(SubmitAccepted)
         platform, revision = await self.platform()
+        if (problem := _not_member(platform, acc.user, ev.workspace)) is not None:
+            await self._reject(ev, [problem])
+            return
         try:
             cfg = load_tau_config_shared(acc.config_text, path=acc.config_path)
             run = resolve_run(
@@ -48,14 +55,7 @@ class Policy:
                 user=acc.user,
             )
         except ConfigError as err:
-            reasons = issues_of(err)
-            await self.bus.emit(
-                workspace=ev.workspace,
-                run_id=ev.subject,
-                attempt=1,
-                event_type="policy.rejected",
-                payload=Rejected(reasons=reasons, message=str(err)),
-            )
+            await self._reject(ev, issues_of(err), message=str(err))
             return
         if acc.python:  # the submitting environment's interpreter: the local backend runs `python` with it
             run = msgspec.structs.replace(run, python=acc.python, python_source=acc.python_source)
@@ -70,3 +70,25 @@ class Policy:
             event_type="policy.approved",
             payload=PolicyApproved(run=run, platform_revision=revision),
         )
+
+    async def _reject(self, ev: Event, reasons: list[Issue], message: str = "") -> None:
+        await self.bus.emit(
+            workspace=ev.workspace,
+            run_id=ev.subject,
+            attempt=1,
+            event_type="policy.rejected",
+            payload=Rejected(reasons=reasons, message=message or reasons[0].message),
+        )
+
+
+def _not_member(platform: Platform, user: str, workspace: str) -> Issue | None:
+    """Why ``user`` may not submit into ``workspace`` (None when they may, or when the platform lists no
+    users; an unknown workspace is left to ``resolve_run``, which names the known ones)."""
+    if not platform.users or platform.workspace(workspace) is None:
+        return None
+    if user in platform.workspace_members(workspace):
+        return None
+    mine = ", ".join(platform.workspaces_of(user)) or "none"
+    return Issue(field="policy.workspace",
+                 message=f"user {user or '(unverified)'!r} is not a member of workspace {workspace!r}",
+                 fix=f"submit to a workspace you belong to ({mine}), or ask its admin to add you to members")

@@ -8,20 +8,33 @@ the triggering event's own ``traceparent`` header, not this delivery's span: it 
 redelivery, so a re-apply stays a no-op (a Job's pod template is immutable once it has started). The
 annotation is stamped after rendering and validating, onto copies: ``render.applied`` carries the manifests
 as rendered, without it, and its ``digest`` is ``manifest_digest`` of exactly those.
+
+Authorization. A ``cancel.requested`` is acted on only when its signature checks out and the signer is the
+run's own submitter, an admin of its workspace or a platform admin: the answer is ``cancel.accepted`` (which
+sets the run's cancel flag) or ``cancel.refused`` with the reason. A ``recovery.retrying`` is applied only when
+the run record shows that the attempt it replaces actually failed (or was preempted or degraded); the spec it
+applies is the run's own approved spec, with only the retry variables recovery adds taken from the event.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
+import msgspec
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.bus.signers import Refused, Signers
+from taugrid.config.platform import Platform
 from taugrid.core.contracts import (
     BackendApply,
     BackendDelete,
+    CancelDecision,
+    CancelRequested,
     ExecFinished,
     PolicyApproved,
     RecoveryRetrying,
@@ -30,7 +43,7 @@ from taugrid.core.contracts import (
     ResolvedRun,
 )
 from taugrid.core.errors import PermanentError, TemporaryError
-from taugrid.core.states import TERMINAL
+from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.render import (
     TRACEPARENT_ANNOTATION,
     RenderSettings,
@@ -44,6 +57,10 @@ log = logging.getLogger("taugrid.renderer")
 
 # Objects the backend must delete to stop a run (the Service of a multi-node Job goes with its owner).
 _WORKLOAD_KINDS = ("Job", "RayJob")
+# What a retry may change in the approved spec: the variables recovery adds (see recovery's handler).
+_RETRY_ENV = ("TAU_RETRY_REASON", "TAU_RESUME_FROM")
+# How long a retry may wait for the projection to record the failure it names before it is refused.
+_PROJECTION_GRACE_S = 15.0
 
 
 class Renderer:
@@ -51,6 +68,8 @@ class Renderer:
         self.bus, self.backend = bus, backend
         # Where the source-fetch init container comes from (TAU_SOURCE_FETCH_* from the chart).
         self.settings = settings or RenderSettings.from_env()
+        self.signers = Signers(bus)
+        self.cancelled: OrderedDict[str, None] = OrderedDict()  # runs this replica cancelled (bounded)
 
     async def on_event(self, ev: Event) -> None:
         if ev.type == "policy.approved":
@@ -63,6 +82,8 @@ class Renderer:
     async def apply(self, ev: Event, run: ResolvedRun, *, attempt: int, exclude: list[str],
                     resume_from: str = "") -> None:
         record, _ = await runstate.get(self.bus, run.run_id)
+        if run.run_id in self.cancelled:
+            return
         if record is not None and (record.cancel_requested or record.state in TERMINAL):
             return
         try:
@@ -97,21 +118,52 @@ class Renderer:
         wait = req.not_before - time.time()
         if wait > 0.05:
             raise TemporaryError(f"backoff before attempt {req.attempt}", delay=min(wait, 600.0))
-        run = req.run
-        if run is None:
-            record, _ = await runstate.get(self.bus, ev.subject)
-            if record is None or record.resolved is None:
-                raise TemporaryError("run record not projected yet", delay=0.5)
-            run = record.resolved
-        await self._delete_attempt(ev, run, req.attempt - 1, reason="superseded by a retry")
+        record, _ = await runstate.get(self.bus, ev.subject)
+        if record is None or record.resolved is None:
+            raise TemporaryError("run record not projected yet", delay=0.5)
+        if record.attempt > req.attempt or record.state in TERMINAL:
+            return  # superseded by a later attempt, or the run is over
+        previous = req.attempt - 1
+        if not _failed(record, previous):
+            waited = time.time() - req.not_before
+            if waited < _PROJECTION_GRACE_S:  # the failure may not be projected yet
+                raise TemporaryError(f"attempt {previous} of {ev.subject} not recorded as failed yet", delay=1.0)
+            raise PermanentError(
+                f"refused recovery.retrying for attempt {req.attempt} of {ev.subject}: the run record shows "
+                f"attempt {previous} did not fail (state {record.state}, attempt {record.attempt})")
+        run = record.resolved
+        if req.run is not None:
+            extra = {k: req.run.env[k] for k in _RETRY_ENV if k in req.run.env}
+            run = msgspec.structs.replace(run, env={**run.env, **extra})
+        await self._delete_attempt(ev, run, previous, reason="superseded by a retry")
         await self.apply(ev, run, attempt=req.attempt, exclude=req.exclude_nodes, resume_from=req.resume_from)
 
     async def cancel(self, ev: Event) -> None:
         record, _ = await runstate.get(self.bus, ev.subject)
         if record is None:
             raise TemporaryError("run record not projected yet", delay=0.5)
+        request = _request(ev)
+        answer = hashlib.sha256(ev.id.encode()).hexdigest()[:12]  # one answer per request
+        try:
+            user, signer = await self.signers.identify(ev)
+        except Refused as refused:
+            await self._refuse(ev, record, answer, CancelDecision(
+                request_id=ev.id, signer=ev.signer, reason=refused.issue.message, field=refused.issue.field))
+            return
+        if not _may_cancel(await self.signers.platform(), user, record):
+            await self._refuse(ev, record, answer, CancelDecision(
+                request_id=ev.id, by=user, signer=signer, field="user",
+                reason=f"{user!r} may not cancel run {record.run_id} of {record.user!r}: only its submitter, an "
+                       f"admin of workspace {record.workspace!r} or a platform admin may"))
+            return
         if record.state in TERMINAL:
             return
+        self.cancelled[record.run_id] = None
+        while len(self.cancelled) > 4096:
+            self.cancelled.popitem(last=False)
+        await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=record.attempt,
+                            event_type="cancel.accepted", dedup=answer,
+                            payload=CancelDecision(request_id=ev.id, by=user, signer=signer, reason=request.reason))
         if record.resolved is not None and record.object_name:
             await self._delete_attempt(ev, record.resolved, record.attempt, reason="cancelled")
             return
@@ -119,6 +171,11 @@ class Renderer:
         await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=record.attempt,
                             event_type="exec.cancelled",
                             payload=ExecFinished(reason="Cancelled", message="cancelled before it was applied"))
+
+    async def _refuse(self, ev: Event, record: RunRecord, answer: str, decision: CancelDecision) -> None:
+        log.warning("refused cancel of %s: %s", record.run_id, decision.reason)
+        await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=record.attempt,
+                            event_type="cancel.refused", dedup=answer, payload=decision)
 
     async def _delete_attempt(self, ev: Event, run: ResolvedRun, attempt: int, *, reason: str) -> None:
         if attempt < 1:
@@ -130,3 +187,24 @@ class Renderer:
                     namespace=str(m["metadata"].get("namespace", "")), name=str(m["metadata"]["name"]),
                     grace_s=run.termination_grace_s, reason=reason,
                 ))
+
+
+def _request(ev: Event) -> CancelRequested:
+    try:
+        return ev.payload(CancelRequested)
+    except msgspec.DecodeError:
+        return CancelRequested(reason="")
+
+
+def _failed(record: RunRecord, attempt: int) -> bool:
+    """Does the record show that ``attempt`` ended badly? (The projection moves a record past an attempt
+    only after recording its failure, see ``states.allowed``.)"""
+    return record.failed_attempt == attempt or record.attempt > attempt
+
+
+def _may_cancel(platform: Platform | None, user: str, record: RunRecord) -> bool:
+    """The run's submitter, an admin of its workspace, or a platform admin; on a platform with no users the
+    only accepted signer is the local user, who runs the stack."""
+    if user == record.user or platform is None or not platform.users:
+        return True
+    return user in platform.workspace_admins(record.workspace)

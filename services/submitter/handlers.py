@@ -1,5 +1,10 @@
 """Submission handling and the run-state projection.
 
+Identity: a submission is accepted only with a valid signature by a known user (``signers.Signers``); the
+verified name — never the client's claim — goes on ``submit.accepted`` (payload ``user`` and ``ce-tauuser``), from
+where every later event of the run carries it. The workspace is taken from the signed body and must match the
+signed subject, so a re-routed copy cannot land in another workspace.
+
 Idempotent: the run id derives from the submission id, the submission is claimed with a KV create (once), and
 ``submit.accepted`` has a deterministic message id; a redelivery either re-emits the same (deduplicated) event
 or, when the run already moved on, does nothing.
@@ -14,9 +19,11 @@ import nats
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.bus.signers import Refused, Signers
 from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError
+from taugrid.core.ids import token
 
 
 @functools.lru_cache(maxsize=256)
@@ -31,6 +38,7 @@ class Submitter:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.records = runstate.RecordCache()
+        self.signers = Signers(bus)
 
     async def on_requested(self, ev: Event) -> None:
         try:
@@ -49,6 +57,18 @@ class Submitter:
                 ],
             )
             return
+        try:
+            user, signer = await self.signers.identify(ev)
+        except Refused as refused:
+            await self._reject(ev, [refused.issue])
+            return
+        workspace = req.workspace or ev.workspace
+        if token(workspace) != ev.nats_subject.split(".")[1]:
+            await self._reject(ev, [Issue(
+                field="workspace", message=f"the signed submission names workspace {workspace!r}, but was "
+                f"published on {ev.nats_subject}", fix="publish on run.<workspace>.<run>.submit.requested",
+            )], user=user)
+            return
         kv = await self.bus.kv("submissions")
         try:
             await kv.create(req.submission_id, ev.subject.encode())
@@ -59,13 +79,14 @@ class Submitter:
         try:
             config, digest = parsed(req.config_text, req.config_path)
         except ConfigError as err:
-            await self._reject(ev, issues_of(err, file=req.config_path), message=str(err))
+            await self._reject(ev, issues_of(err, file=req.config_path), message=str(err), user=user)
             return
         await self.bus.emit(
-            workspace=ev.workspace,
+            workspace=workspace,
             run_id=ev.subject,
             attempt=1,
             event_type="submit.accepted",
+            user=user,
             payload=SubmitAccepted(
                 submission_id=req.submission_id,
                 config=config,
@@ -74,21 +95,25 @@ class Submitter:
                 config_path=req.config_path,
                 source_object=req.source_object,
                 source_digest=req.source_digest,
-                user=req.user,
+                user=user,
                 resume_from=req.resume_from,
                 resumes=req.resumes,
                 python=req.python,
                 python_source=req.python_source,
+                signer=signer,
+                signature=ev.signature,
             ),
         )
 
-    async def _reject(self, ev: Event, reasons: list[Issue], message: str = "") -> None:
+    async def _reject(self, ev: Event, reasons: list[Issue], message: str = "", user: str = "") -> None:
+        """``user`` is the verified submitter when the signature checked out, else empty."""
         await self.bus.emit(
             workspace=ev.workspace,
             run_id=ev.subject,
             attempt=1,
             event_type="submit.rejected",
             payload=Rejected(reasons=reasons, message=message or reasons[0].message),
+            user=user,
         )
 
     async def on_any(self, ev: Event) -> None:

@@ -47,7 +47,7 @@ from typing import Any
 import kmock
 import pytest
 
-from taugrid.bus import Bus, connect, platformstore, runstate
+from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.client.client import Client
@@ -284,32 +284,43 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 ) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp(f"contract-{request.param}")
     proc, port = natsserver.start(tmp / "nats", log_file=tmp / "nats.log")  # private: durables are per server
-    bus = await connect(f"nats://127.0.0.1:{port}", name=f"contract-{request.param}")
+    url = f"nats://127.0.0.1:{port}"
+    bus = await connect(url, name=f"contract-{request.param}")
     await bootstrap(bus)
     await platformstore.put_text(bus, PLATFORM.replace("OUTPUTS", str(tmp / "outputs")))
+    # The person submitting: the platform lists no users, so the local user's key is the accepted one.
+    bus.seed = identity.new_user_seed()
+    await platformstore.put_local_user(bus, platformstore.LocalUser("tester", identity.public_key(bus.seed)))
+    # Each service on its own connection under its own name, as in production: consumers check ce-source.
+    svc: dict[str, Bus] = {}
+    for name in ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
+                 "kube-bridge"):
+        svc[name] = await connect(url, name=name)
+        svc[name].user_lookup = runstate.VerifiedUsers(svc[name])
     loops: list[ConsumerLoop] = []
     tasks: list[asyncio.Task[Any]] = []
     stopping = asyncio.Event()
 
-    def consume(stream: str, durable: str, handler: Any) -> None:
-        loop = ConsumerLoop(bus, stream=stream, durable=durable, handler=handler, fetch_timeout=0.5)
+    def consume(stream: str, durable: str, handler: Any, service: str) -> None:
+        loop = ConsumerLoop(svc[service], stream=stream, durable=durable, handler=handler, fetch_timeout=0.5)
         loops.append(loop)
         tasks.append(asyncio.create_task(loop.run(), name=durable))
 
-    sub = Submitter(bus)
-    consume("RUNS", "submitter", sub.on_requested)
-    consume("RUNS", "runstate", sub.on_any)
-    consume("RUNS", "policy", Policy(bus).on_accepted)
-    consume("K8S", "admission-watcher", AdmissionWatcher(bus).on_event)
-    consume("RUNS", "recovery", Recovery(bus).on_event)
+    sub = Submitter(svc["submitter"])
+    consume("RUNS", "submitter", sub.on_requested, "submitter")
+    consume("RUNS", "runstate", sub.on_any, "submitter")
+    consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
+    consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
+    consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
     stack = Stack(request.param, bus, Client(bus))
     async with kmock.RawHandler() as handler, kmock.Server(handler) as server:
         if request.param == "local":
-            cluster = LocalCluster(bus, data_dir=tmp, node="node-1",
+            cluster = LocalCluster(svc["local-cluster"], data_dir=tmp, node="node-1",
                                    capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0)
             await cluster.load()
-            consume("RUNS", "renderer", Renderer(bus, LocalBackend(bus)).on_event)
-            consume("BACKEND", "local-cluster", cluster.on_backend)
+            consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
+                    "renderer")
+            consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
 
             async def ticks() -> None:
                 while not stopping.is_set():
@@ -323,8 +334,9 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             handler << (lambda req: _with_status(fake.handle(req)))
             api_client = await make_api_client(host=str(server.url).rstrip("/"))
             consume("RUNS", "renderer",
-                    Renderer(bus, KubernetesBackend(KubeBackend(api_client), "kc")).on_event)
-            bridge = Bridge(bus, KubeApi(api_client), cluster="kc", holder="contract",
+                    Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client), "kc")).on_event,
+                    "renderer")
+            bridge = Bridge(svc["kube-bridge"], KubeApi(api_client), cluster="kc", holder="contract",
                             resources=[(resource_for("Workload"), None),
                                        (resource_for("Job"), MANAGED_SELECTOR),
                                        (resource_for("Pod"), MANAGED_SELECTOR)],
@@ -346,6 +358,8 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             await asyncio.gather(*tasks, *(stack.kueue.tasks if stack.kueue else []), return_exceptions=True)
             if api_client is not None:
                 await api_client.close()
+            for b in svc.values():
+                await b.close()
             await bus.close()
             proc.terminate()
             try:
@@ -405,7 +419,7 @@ async def test_cancel_while_running(stack: Stack) -> None:
     assert evs[-1][1] == "exec.running", evs
     await stack.client.cancel(run_id)
     got = record("cancel", stack, await stack.events(run_id))
-    assert [t for _, t in got][-3:] == ["exec.running", "cancel.requested", "exec.cancelled"], got
+    assert [t for _, t in got][-4:] == ["exec.running", "cancel.requested", "cancel.accepted", "exec.cancelled"], got
     record_, _ = await runstate.get(stack.bus, run_id)
     assert record_ is not None and record_.state == "cancelled"
 

@@ -83,6 +83,7 @@ def test_a_cordoned_node_admits_nothing_until_uncordoned(stack: Stack, tmp_path:
 
     async def decide(subject: str, payload: object, msg_id: str) -> None:
         client = await open_client(stack.state()["nats_url"])
+        client.bus.source = "health-monitor"  # standing in for the health monitor's decision
         try:
             await client.bus.publish(subject, payload, event_type=subject.rsplit(".", 1)[-1],  # type: ignore[arg-type]
                                      ce_subject="e2e-node", msg_id=msg_id, family="node")

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import msgspec
-from taugrid.bus import Bus, connect
+from taugrid.bus import Bus, connect, identity
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
@@ -22,11 +22,14 @@ from taugrid.evidence.replay import replay
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
 
+from tests.owners import emit_as_owner
+
 TAU_YAML = "name: train\nengine: job\nentrypoint: train.py\ncompute:\n  gpus: 1\n"
 
 
 async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list[str]) -> None:
-    """A realistic run up to exec.running, with its logs on LOGS."""
+    """A realistic run up to exec.running, with its logs on LOGS; the submission is signed, as the client does."""
+    bus.seed = identity.new_user_seed()
     resolved = c.ResolvedRun(
         run_id=run,
         submission_id="sub-1",
@@ -62,7 +65,8 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
         (
             "submit.accepted",
             c.SubmitAccepted(
-                submission_id="sub-1", config={"name": "train"}, config_hash="cfg123", config_text=TAU_YAML
+                submission_id="sub-1", config={"name": "train"}, config_hash="cfg123", config_text=TAU_YAML,
+                user="ada", signer=identity.public_key(bus.seed),
             ),
         ),
         ("policy.approved", c.PolicyApproved(run=resolved, platform_revision=7)),
@@ -80,7 +84,7 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
         ("exec.running", c.ExecRunning(node="box", pod=f"{run}-a1-0", pid=42)),
     ]
     for kind, payload in steps:
-        await bus.emit(workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
     per_chunk = max(1, len(log_lines) // 2)
     for seq, start in enumerate(range(0, len(log_lines), per_chunk)):
         chunk = c.LogChunk(
@@ -102,7 +106,7 @@ async def drain(bus: Bus, durable: str, ws: str, until) -> None:  # type: ignore
     await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
     # Its own connection, closed without draining: ConsumerLoop leaves its pull subscription open and
     # draining that waits out the 5 s drain timeout.
-    own = await connect(os.environ["TAU_NATS_URL"], name="evidence-test")
+    own = await connect(os.environ["TAU_NATS_URL"], name="evidence")
     loop = ConsumerLoop(
         own, stream="RUNS", durable=durable, handler=Evidence(own).on_event, fetch_timeout=0.2
     )
@@ -138,7 +142,8 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "step-1.pt").write_bytes(b"\0" * 1000)
     await publish_run(bus, ws, run, tmp_path, log_lines=["epoch 1", "loss 0.5", "done"])
-    await bus.emit(
+    await emit_as_owner(
+        bus,
         workspace=ws,
         run_id=run,
         attempt=1,
@@ -184,7 +189,8 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     # Redelivery of everything (a fresh durable replays the whole run) and a late racing terminal event.
     await Evidence(bus).on_event(terminal)
-    await bus.emit(
+    await emit_as_owner(
+        bus,
         workspace=ws,
         run_id=run,
         attempt=1,
@@ -213,14 +219,16 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
     ws, run = f"ev{uuid.uuid4().hex[:6]}", f"big-{uuid.uuid4().hex[:6]}"
     lines = [f"line {i:06d} " + "x" * 60 for i in range(INLINE_LOG_BYTES // 60)]
     await publish_run(bus, ws, run, tmp_path, log_lines=lines)
-    await bus.emit(
+    await emit_as_owner(
+        bus,
         workspace=ws,
         run_id=run,
         attempt=1,
         event_type="exec.cancelled",
         payload=c.ExecFinished(exit_code=143, reason="Cancelled"),
     )
-    await bus.emit(
+    await emit_as_owner(
+        bus,
         workspace=ws,
         run_id=run,
         attempt=1,

@@ -4,12 +4,13 @@ clean samples + validation → uncordon; idempotent redelivery; the blast-radius
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import msgspec
 import nats
 import pytest
-from taugrid.bus import Bus, runstate
+from taugrid.bus import Bus, connect, runstate
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.service import Service
 from taugrid.core.contracts import HealthDegraded, NodeCondition
@@ -37,7 +38,8 @@ async def test_xid_79_cordons_and_degrades_runs_then_validation_uncordons(bus: B
                                                 attempt=2))
     assert await runstate.create(bus, RunRecord(run_id=done, workspace=ws, state="succeeded", node=node))
     probe = DeclaredProbe(2, 80000)
-    agent = NodeAgent(bus, probe, node)
+    agent_bus = await connect(os.environ["TAU_NATS_URL"], name="node-agent")  # samples come from the agent
+    agent = NodeAgent(agent_bus, probe, node)
     monitor = HealthMonitor(bus, policy=ROOMY)
     svc = Service(bus)
     from taugrid_services.health_monitor.__main__ import start
@@ -97,6 +99,7 @@ async def test_xid_79_cordons_and_degrades_runs_then_validation_uncordons(bus: B
     finally:
         loop.stopping.set()
         await task
+        await agent_bus.close()
 
 
 async def test_redelivered_sample_is_ignored_and_republish_is_deduplicated(bus: Bus) -> None:

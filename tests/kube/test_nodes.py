@@ -17,6 +17,7 @@ from taugrid.health.wire import NodeCordon, NodeUncordon
 from taugrid.kube.client import KubeApi
 from taugrid.kube.nodes import TAINT_KEY, NodeActuator
 from taugrid_services.health_monitor.__main__ import actuate
+from tests.owners import acting_as
 
 NODES = ("", "v1", "nodes")
 PODS = ("", "v1", "pods")
@@ -174,10 +175,11 @@ async def test_a_cordon_with_drain_on_the_bus_cordons_and_evicts(fake_kube: Any,
                         handler=actuate(bus, actuator(api_client)), fetch_timeout=0.2)
     task = asyncio.create_task(loop.run())
     try:
-        await bus.publish(
-            node_subject("n1", "cordon"),
-            NodeCordon(node="n1", reason="XID 79", drain=True, conditions=["GpuXidError"], time=1.0),
-            event_type="cordon", family="node", ce_subject="n1", msg_id=f"n1.cordon.{uuid.uuid4().hex}")
+        with acting_as(bus, "health-monitor"):
+            await bus.publish(
+                node_subject("n1", "cordon"),
+                NodeCordon(node="n1", reason="XID 79", drain=True, conditions=["GpuXidError"], time=1.0),
+                event_type="cordon", family="node", ce_subject="n1", msg_id=f"n1.cordon.{uuid.uuid4().hex}")
         for _ in range(200):
             if fake.evictions:
                 break
@@ -201,8 +203,9 @@ async def test_a_cordon_superseded_by_an_uncordon_is_skipped(fake_kube: Any, bus
         ("cordon", NodeCordon(node=name, reason="XID 79", drain=True, conditions=["GpuXidError"], time=1.0)),
         ("uncordon", NodeUncordon(node=name, reason="validation passed", time=2.0)),
     ]:
-        await bus.publish(node_subject(name, what), payload, event_type=what, family="node", ce_subject=name,
-                          msg_id=f"{name}.{what}.{uuid.uuid4().hex}")
+        with acting_as(bus, "health-monitor"):
+            await bus.publish(node_subject(name, what), payload, event_type=what, family="node", ce_subject=name,
+                              msg_id=f"{name}.{what}.{uuid.uuid4().hex}")
     loop = ConsumerLoop(bus, stream="NODES", durable="health-actuator",
                         handler=actuate(bus, actuator(api_client)), fetch_timeout=0.2)
     task = asyncio.create_task(loop.run())

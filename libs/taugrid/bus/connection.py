@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -18,8 +19,8 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
-from taugrid.bus import tracing
-from taugrid.bus.envelope import Event, headers_for
+from taugrid.bus import identity, tracing
+from taugrid.bus.envelope import SIGNED_TYPES, Event, headers_for, sign_headers
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import message_id, run_subject
 
@@ -41,6 +42,11 @@ class Bus:
         self.source = source
         self._kv: dict[str, KeyValue] = {}
         self._obs: ObjectStore | None = None
+        # A person's nkey seed: their submit/cancel requests are signed with it (the client sets it).
+        self.seed: bytes | None = None
+        # run id → its verified submitter, for events emitted outside a run event's handler (a service sets
+        # it: ``runstate.verified_user``); None leaves ``ce-tauuser`` off unless the caller names the user.
+        self.user_lookup: Callable[[str], Awaitable[str]] | None = None
 
     async def kv(self, bucket: str) -> KeyValue:
         if bucket not in self._kv:
@@ -57,15 +63,19 @@ class Bus:
     async def publish(
         self, subject: str, payload: msgspec.Struct | bytes, *, event_type: str, ce_subject: str,
         msg_id: str, workspace: str = "", attempt: int = 1, family: str = "run",
-        traceparent: str | None = None,
+        traceparent: str | None = None, user: str = "",
     ) -> int:
-        """Publish one CloudEvent into a stream and return its stream sequence."""
+        """Publish one CloudEvent into a stream and return its stream sequence. A person's request
+        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one."""
         data = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
         headers = headers_for(
             event_id=msg_id, event_type=event_type, source=f"/svc/{self.source}", subject=ce_subject,
             workspace=workspace, attempt=attempt,
             traceparent=tracing.current_traceparent() if traceparent is None else traceparent, family=family,
+            user=user,
         )
+        if self.seed is not None and family == "run" and event_type in SIGNED_TYPES:
+            sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
         try:
             ack = await self.js.publish(subject, data, headers=headers)
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.js.errors.NoStreamResponseError,
@@ -75,15 +85,28 @@ class Bus:
 
     async def emit(
         self, *, workspace: str, run_id: str, attempt: int, event_type: str, payload: msgspec.Struct,
-        dedup: str = "",
+        dedup: str = "", user: str | None = None,
     ) -> int:
-        """Publish a run lifecycle event with its deterministic id ``<run>.<attempt>.<type>[.<dedup>]``."""
+        """Publish a run lifecycle event with its deterministic id ``<run>.<attempt>.<type>[.<dedup>]``.
+
+        ``ce-tauuser`` is ``user`` when given, else the verified submitter of the run event being handled
+        (``identity.run_user``), else what ``user_lookup`` finds for the run."""
+        if user is None:
+            user = await self._run_user(run_id)
         with tracing.span(f"publish {event_type}", attributes={"taugrid.run_id": run_id}):
             return await self.publish(
                 run_subject(workspace, run_id, event_type), payload, event_type=event_type, ce_subject=run_id,
                 msg_id=message_id(run_id, attempt, event_type, suffix=dedup), workspace=workspace,
-                attempt=attempt,
+                attempt=attempt, user=user,
             )
+
+    async def _run_user(self, run_id: str) -> str:
+        handling = identity.run_user.get()
+        if handling is not None and handling[0] == run_id:
+            return handling[1]
+        if self.user_lookup is not None:
+            return await self.user_lookup(run_id)
+        return ""
 
     async def close(self) -> None:
         if not self.nc.is_closed:

@@ -7,6 +7,11 @@ the next batch is fetched while earlier ones are still being handled, up to ``2 
 one slow run never holds the others back. Outcome → verb: return → ack; ``PermanentError`` → copy to DLQ, then term;
 ``TemporaryError`` → nak with its delay; any other exception → nak with backoff (the server's max-deliver
 advisory then lands in the DLQ stream).
+
+Before a handler sees an event, its ``ce-source`` is checked against ``sources.SERVICE_PUBLISH``: an event
+from a service not allowed to publish its subject is dead-lettered with the reason and never handled. While a
+handler runs, ``identity.run_user`` holds the run's verified submitter from a service-published run event, so
+what the handler emits names the same person.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import nats
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
-from taugrid.bus import tracing
+from taugrid.bus import identity, sources, tracing
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.core.errors import PermanentError, TemporaryError
@@ -113,6 +118,15 @@ class ConsumerLoop:
         event = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
         attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": msg.subject,
                                  "messaging.consumer.group.name": self.durable}
+        if self.stream in sources.CHECKED_STREAMS:
+            problem = sources.source_problem(msg.subject, event.source)
+            if problem is not None:
+                log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
+                await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
+                await self._safe(msg.term())
+                return
+            if event.user and event.subject and not sources.is_person_request(msg.subject):
+                identity.run_user.set((event.subject, event.user))
         try:
             with tracing.span(f"process {event.type}", parent=event.traceparent, kind=SpanKind.CONSUMER,
                               attributes=attrs):

@@ -1,22 +1,52 @@
-"""CloudEvents 1.0 in NATS binary mode.
+"""CloudEvents 1.0 in NATS binary mode, and the signature that says who authored a request.
 
 The payload is the message body (JSON from a msgspec Struct); the attributes travel as ``ce-*`` headers beside
 the W3C ``traceparent``. ``Nats-Msg-Id`` equals ``ce-id`` and is deterministic, so a republish by a redelivered
 handler is dropped by the stream's dedup window.
+
+Identity. ``ce-tauuser`` (a CloudEvents extension) names the run's *verified* submitter on every event a
+service publishes after the submitter checked the submission; a client's own value is never trusted.
+A request a person makes (``submit.requested``, ``cancel.requested``) is signed with their NATS user nkey
+(ed25519): ``tau-signer`` carries the public key (``U…``, 56 characters) and ``tau-signature`` the
+64-byte signature, base64url without padding (RFC 4648 §5), over the UTF-8 bytes of ``canonical_form``:
+seven lines joined by ``\n`` with no trailing newline::
+
+    tau-sig-v1
+    <NATS subject, e.g. run.default.hello-3f2a.submit.requested>
+    <ce-id>
+    <ce-type>
+    <ce-subject>
+    <ce-time>
+    <sha256 of the message body, 64 lowercase hex digits>
+
+Any client that can compute ed25519 over these bytes with an nkey can submit (``docs/architecture.md`` §4).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import hashlib
 from typing import Any, TypeVar
 
 import msgspec
+import nacl.exceptions
+import nacl.signing
+import nkeys
 
 from taugrid.core.events import RUN_EVENTS, ce_type, short_type
 
 T = TypeVar("T")
 
 SPEC_VERSION = "1.0"
+
+USER_HEADER = "ce-tauuser"
+SIGNER_HEADER = "tau-signer"
+SIGNATURE_HEADER = "tau-signature"
+SIGNATURE_SCHEME = "tau-sig-v1"
+# Requests people publish; every other run event comes from a service and is never signed.
+SIGNED_TYPES = frozenset({"submit.requested", "cancel.requested"})
 
 
 class Event(msgspec.Struct, kw_only=True):
@@ -33,6 +63,10 @@ class Event(msgspec.Struct, kw_only=True):
     attempt: int = 1
     traceparent: str = ""
     seq: int = 0
+    ce_type: str = ""  # the full CloudEvents type as received (part of the signed form)
+    user: str = ""  # ce-tauuser: the run's verified submitter (trust it only from a service, see consumer)
+    signer: str = ""  # tau-signer: the author's public nkey on a signed request
+    signature: str = ""  # tau-signature
 
     def payload(self, kind: type[T]) -> T:
         return msgspec.json.decode(self.data, type=kind)
@@ -59,6 +93,8 @@ class Event(msgspec.Struct, kw_only=True):
             "attempt": self.attempt,
             "traceparent": self.traceparent,
             "seq": self.seq,
+            "user": self.user,
+            "signer": self.signer,
             "data": self.as_dict(),
         }
 
@@ -69,7 +105,7 @@ def now_iso() -> str:
 
 def headers_for(
     *, event_id: str, event_type: str, source: str, subject: str, workspace: str, attempt: int,
-    traceparent: str, family: str = "run",
+    traceparent: str, family: str = "run", user: str = "",
 ) -> dict[str, str]:
     headers = {
         "ce-specversion": SPEC_VERSION,
@@ -85,6 +121,8 @@ def headers_for(
     }
     if traceparent:
         headers["traceparent"] = traceparent
+    if user:
+        headers[USER_HEADER] = user
     return headers
 
 
@@ -109,4 +147,71 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         attempt=attempt,
         traceparent=h.get("traceparent", ""),
         seq=seq,
+        ce_type=ce,
+        user=h.get(USER_HEADER, ""),
+        signer=h.get(SIGNER_HEADER, ""),
+        signature=h.get(SIGNATURE_HEADER, ""),
     )
+
+
+# ---------------------------------------------------------------- signatures
+
+
+class SignatureInvalid(ValueError):
+    """A request whose signature is missing, malformed or does not match; the message says which."""
+
+
+def canonical_form(*, nats_subject: str, event_id: str, event_type: str, subject: str, time: str,
+                   body: bytes | None = None, body_sha256: str = "") -> bytes:
+    """The exact bytes a request's author signs (see the module docstring); the body, or its sha256 hex."""
+    digest = hashlib.sha256(body).hexdigest() if body is not None else body_sha256
+    return "\n".join([SIGNATURE_SCHEME, nats_subject, event_id, event_type, subject, time, digest]).encode()
+
+
+def sign_headers(seed: bytes, *, nats_subject: str, headers: dict[str, str], body: bytes) -> None:
+    """Add ``tau-signer`` and ``tau-signature`` to ``headers`` (which already hold the ``ce-*`` attributes)."""
+    key = nkeys.from_seed(seed)
+    form = canonical_form(nats_subject=nats_subject, event_id=headers["ce-id"], event_type=headers["ce-type"],
+                          subject=headers["ce-subject"], time=headers["ce-time"], body=body)
+    headers[SIGNER_HEADER] = key.public_key.decode()
+    headers[SIGNATURE_HEADER] = base64.urlsafe_b64encode(key.sign(form)).rstrip(b"=").decode()
+
+
+def public_key_bytes(public_key: str) -> bytes:
+    """The raw ed25519 key inside a user nkey (``U…``); raises ``SignatureInvalid`` if it is not one."""
+    try:
+        raw = base64.b32decode(public_key + "=" * (-len(public_key) % 8))
+    except (binascii.Error, ValueError) as exc:
+        raise SignatureInvalid(f"signer {public_key!r} is not a NATS user public key") from exc
+    if len(raw) != 35 or raw[0] != nkeys.PREFIX_BYTE_USER:
+        raise SignatureInvalid(f"signer {public_key!r} is not a NATS user public key (U…)")
+    if bytes(nkeys.crc16_checksum(raw[:33])) != raw[33:]:
+        raise SignatureInvalid(f"signer {public_key!r} has a bad checksum")
+    return raw[1:33]
+
+
+def verify_form(form: bytes, *, public_key: str, signature: str) -> None:
+    """Check ``signature`` (base64url) over ``form`` by ``public_key``; raises ``SignatureInvalid``."""
+    if not public_key or not signature:
+        raise SignatureInvalid(f"unsigned request: no {SIGNER_HEADER}/{SIGNATURE_HEADER} header")
+    raw_key = public_key_bytes(public_key)
+    try:
+        sig = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise SignatureInvalid(f"{SIGNATURE_HEADER} is not base64url") from exc
+    try:
+        nacl.signing.VerifyKey(raw_key).verify(form, sig)
+    except (nacl.exceptions.BadSignatureError, ValueError) as exc:
+        raise SignatureInvalid("signature does not match the request (tampered, or signed by another key)") \
+            from exc
+
+
+def signed_form(event: Event) -> bytes:
+    return canonical_form(nats_subject=event.nats_subject, event_id=event.id, event_type=event.ce_type,
+                          subject=event.subject, time=event.time, body=event.data)
+
+
+def verify_signature(event: Event) -> str:
+    """Check a request's signature against its own headers and body; returns the signer's public key."""
+    verify_form(signed_form(event), public_key=event.signer, signature=event.signature)
+    return event.signer

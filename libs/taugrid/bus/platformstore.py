@@ -1,10 +1,12 @@
 """The platform policy in the ``platform`` KV bucket, versioned by KV revision.
 
 Every resolved run records the revision it was resolved against; old revisions stay readable (history 64).
+Beside it, ``local_user`` names the embedded stack's own person (written by ``tau up``).
 """
 
 from __future__ import annotations
 
+import msgspec
 import nats
 
 from taugrid.bus.connection import Bus
@@ -29,3 +31,31 @@ async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | N
     if entry.value is None:
         return None
     return entry.value.decode(), int(entry.revision or 0)
+
+
+LOCAL_USER_KEY = "local_user"
+
+
+class LocalUser(msgspec.Struct, frozen=True):
+    """The person who ran ``tau up``: the one signer a platform with no ``users`` accepts."""
+
+    name: str
+    nkey: str
+
+
+async def put_local_user(bus: Bus, user: LocalUser) -> None:
+    kv = await bus.kv("platform")
+    await kv.put(LOCAL_USER_KEY, msgspec.json.encode(user))
+
+
+async def get_local_user(bus: Bus) -> LocalUser | None:
+    kv = await bus.kv("platform")
+    try:
+        entry = await kv.get(LOCAL_USER_KEY)
+    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+        return None
+    except nats.errors.TimeoutError as exc:
+        raise TemporaryError("platform KV unavailable", delay=1.0) from exc
+    if not entry.value:
+        return None
+    return msgspec.json.decode(entry.value, type=LocalUser)

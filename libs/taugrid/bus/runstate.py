@@ -106,12 +106,13 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
 
 def _enrich(record: states.RunRecord, ev: Event) -> None:
     if ev.type == "submit.requested":
-        req = ev.payload(SubmitRequested)
-        record.submission_id = req.submission_id
-        record.user = req.user
+        record.submission_id = ev.payload(SubmitRequested).submission_id  # its `user` is only a claim
     elif ev.type == "submit.accepted":
         acc = ev.payload(SubmitAccepted)
         record.name = str(acc.config.get("name", record.name))
+        record.user, record.signer = acc.user, acc.signer  # verified by the submitter
+    elif ev.type == "submit.rejected" and not record.user:
+        record.user = ev.user
     elif ev.type == "policy.approved":
         pa = ev.payload(PolicyApproved)
         record.resolved = pa.run
@@ -122,6 +123,31 @@ def _enrich(record: states.RunRecord, ev: Event) -> None:
         record.exclude_nodes = list(ev.as_dict().get("exclude_nodes", []))
     elif ev.type == "evidence.sealed":
         record.evidence_digest = str(ev.as_dict().get("digest", ""))
+
+
+class VerifiedUsers:
+    """run id → its verified submitter, read from the run record once and then cached (it never changes).
+
+    Used by services for events they emit outside a run event's handler (watch events, node samples).
+    A run the submitter has not decided yet has no verified user: that is a ``TemporaryError``, so the
+    event waits rather than going out unattributed."""
+
+    def __init__(self, bus: Bus, size: int = 8192) -> None:
+        self.bus, self.size = bus, size
+        self._known: OrderedDict[str, str] = OrderedDict()
+
+    async def __call__(self, run_id: str) -> str:
+        if run_id in self._known:
+            self._known.move_to_end(run_id)
+            return self._known[run_id]
+        record, _ = await get(self.bus, run_id)
+        if record is None or record.state in ("new", "submitted"):
+            raise TemporaryError(f"run {run_id} has no verified submitter yet", delay=0.5)
+        if record.user:
+            self._known[run_id] = record.user
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+        return record.user
 
 
 async def list_records(bus: Bus) -> list[states.RunRecord]:

@@ -73,6 +73,9 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
         except TemporaryError as exc:
             log.warning("%s; retrying", exc)
             await asyncio.sleep(1.0)
+    from taugrid.bus.runstate import VerifiedUsers
+
+    bus.user_lookup = VerifiedUsers(bus)  # every run event this service emits names the run's submitter
     svc = Service(bus)
     await start(svc)
     loop = asyncio.get_running_loop()

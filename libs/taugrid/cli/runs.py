@@ -228,17 +228,31 @@ async def list_runs(workspace: str | None, output: str) -> None:
     click.echo(table(rows, ["run", "workspace", "state", "attempt", "age", "reason"]))
 
 
-@click.command(help="Cancel a run: its process gets SIGTERM, then SIGKILL after the grace period.")
+@click.command(help="Cancel a run: its process gets SIGTERM, then SIGKILL after the grace period. Only the "
+               "run's submitter, an admin of its workspace or a platform admin may; exit 5 with the reason "
+               "when the platform refuses.")
 @click.argument("run_id")
 @output_option
 @run_async
 async def cancel(run_id: str, output: str) -> None:
+    from taugrid.client import CancelRefused
+
     async with connected() as client:
-        await client.cancel(run_id)
+        try:
+            decision = await client.cancel(run_id)
+        except CancelRefused as refused:
+            if output == "json":
+                emit_json({"run_id": run_id, "cancel": "refused", "reason": str(refused),
+                           "field": refused.decision.field, "by": refused.decision.by})
+            fail(f"cancel refused: {refused}", EXIT_REJECTED)
+            return
+    outcome = "accepted" if decision is not None else "requested"
     if output == "json":
-        emit_json({"run_id": run_id, "cancel": "requested"})
+        emit_json({"run_id": run_id, "cancel": outcome, "by": decision.by if decision else ""})
+    elif decision is not None:
+        click.echo(f"cancel accepted for {run_id} (by {decision.by})")
     else:
-        click.echo(f"cancel requested for {run_id}")
+        click.echo(f"cancel requested for {run_id} (it had finished, or no answer yet: see `tau status {run_id}`)")
 
 
 @click.command(help="Print a run's logs (all attempts); -f follows until the run ends.")

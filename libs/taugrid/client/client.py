@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import getpass
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,19 +13,27 @@ import msgspec
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from taugrid.bus import platformstore, runstate, tracing
+from taugrid.bus import identity, platformstore, runstate, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event, from_message
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import load_platform
 from taugrid.config.taujob import TauConfig, load_tau_config
-from taugrid.core.contracts import CancelRequested, LogChunk, SubmitRequested
+from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
 from taugrid.core.errors import NotFound, PermanentError
-from taugrid.core.events import TERMINAL_EVENTS
+from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import TERMINAL as TERMINAL_STATES
 from taugrid.core.states import RunRecord
+
+
+class CancelRefused(PermanentError):
+    """The renderer refused a cancel (bad signature, or not the run's submitter or a workspace admin)."""
+
+    def __init__(self, message: str, decision: CancelDecision) -> None:
+        super().__init__(message)
+        self.decision = decision
 
 
 class Client:
@@ -132,15 +141,40 @@ class Client:
             )
         return new_id
 
-    async def cancel(self, run_id: str, *, reason: str = "cancelled by user") -> None:
+    async def cancel(self, run_id: str, *, reason: str = "cancelled by user", wait_s: float = 20.0
+                     ) -> CancelDecision | None:
+        """Ask to cancel ``run_id`` (a signed request) and wait for the renderer's answer. Returns the
+        ``cancel.accepted`` decision, None when the run had already finished or no answer came within
+        ``wait_s``; raises ``CancelRefused`` with the reason when the renderer refused."""
         record = await self.status(run_id)
+        if record.finished:
+            return None
+        nonce = uuid.uuid4().hex[:12]  # every request is its own event: a refused one must not hide the next
         await self.bus.emit(
             workspace=record.workspace,
             run_id=run_id,
             attempt=record.attempt,
             event_type="cancel.requested",
             payload=CancelRequested(reason=reason, requested_by=_user()),
+            dedup=nonce,
         )
+        request_id = message_id(run_id, record.attempt, "cancel.requested", suffix=nonce)
+        try:
+            return await asyncio.wait_for(self._cancel_answer(run_id, request_id), timeout=wait_s)
+        except TimeoutError:
+            return None
+
+    async def _cancel_answer(self, run_id: str, request_id: str) -> CancelDecision:
+        async for ev in self.replay(f"run.*.{token(run_id)}.cancel.*", follow=True):
+            if ev.type not in ("cancel.accepted", "cancel.refused"):
+                continue
+            decision = ev.payload(CancelDecision)
+            if decision.request_id != request_id:
+                continue
+            if ev.type == "cancel.refused":
+                raise CancelRefused(decision.reason, decision)
+            return decision
+        raise AssertionError("unreachable: a followed replay only ends when cancelled")
 
     # ---------------------------------------------------------------- reading
     async def status(self, run_id: str) -> RunRecord:
@@ -266,8 +300,11 @@ def _user() -> str:
 
 
 async def open_client(url: str | None = None) -> Client:
+    """A client that signs its submissions and cancels with this person's nkey (``identity.load_user_seed``)."""
     tracing.setup("client")
-    return Client(await connect(url, name="client", max_reconnect_attempts=3))
+    bus = await connect(url, name="client", max_reconnect_attempts=3)
+    bus.seed = identity.load_user_seed()
+    return Client(bus)
 
 
-__all__ = ["Client", "open_client"]
+__all__ = ["CancelRefused", "Client", "open_client"]

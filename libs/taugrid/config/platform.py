@@ -1,7 +1,9 @@
-"""``platform.yaml``: the administrator's policy — flavors, cohorts, queues, priorities, profiles, workspaces.
+"""``platform.yaml``: the administrator's policy — flavors, cohorts, queues, priorities, profiles, workspaces,
+and the people allowed on the bus (users, groups, workspace members and admins).
 
 Shapes follow Kueue (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass) in snake_case,
-plus taugrid's compute profiles and workspaces. Invariants: every model forbids unknown keys;
+plus taugrid's compute profiles and workspaces. A platform with no ``users`` is single-user (embedded) mode: the
+person who ran ``tau up`` is its platform admin. Invariants: every model forbids unknown keys;
 ``load_platform`` returns only a platform whose cross-references all resolve (see ``platformcheck``); the
 platform carries no revision — the KV store assigns one when it is applied. Quantities are kept as written
 (``"64Gi"``, ``16``) and parsed on use.
@@ -9,7 +11,7 @@ platform carries no revision — the KV store assigns one when it is applied. Qu
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field
@@ -19,6 +21,9 @@ from taugrid.config.source import load_yaml, pydantic_issues, raise_issues
 from taugrid.core.quantity import parse_cpu, parse_memory
 
 GPU_RESOURCE = "nvidia.com/gpu"
+Role = Literal["researcher", "platform-admin"]
+# A person's or group's name: one token, so it can name a credentials file and never splits a NATS subject.
+PrincipalName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
 
 
 class Taint(Strict):
@@ -126,6 +131,19 @@ class ComputeProfile(Strict):
     tolerations: list[Toleration] = Field(default_factory=list)
 
 
+class User(Strict):
+    name: PrincipalName
+    nkey: str = Field(description="the user's public NATS nkey (U…, 56 characters), from `tau admin user add`")
+    groups: list[str] = Field(default_factory=list, description="names of groups this user belongs to")
+    role: Role = Field(default="researcher", description="platform-admin may apply the platform and manage users")
+    description: str = ""
+
+
+class Group(Strict):
+    name: PrincipalName
+    description: str = ""
+
+
 class Workspace(Strict):
     name: str
     namespace: str
@@ -149,6 +167,15 @@ class Workspace(Strict):
         default=None, gt=0, description="cap on run.active_deadline; also the default when a run sets none"
     )
     ttl_seconds_after_finished: int | None = Field(default=None, ge=600)
+    members: list[str] = Field(
+        default_factory=list, description="users or groups who may submit here and read this workspace's runs"
+    )
+    admins: list[str] = Field(
+        default_factory=list, description="users or groups who may also cancel anyone's run here (implies member)"
+    )
+    allowed_priority_classes: list[str] = Field(
+        default_factory=list, description="priority class names runs here may use; empty allows every class"
+    )
 
 
 class Platform(Strict):
@@ -159,6 +186,45 @@ class Platform(Strict):
     priority_classes: list[PriorityClass] = Field(default_factory=list)
     compute_profiles: list[ComputeProfile] = Field(default_factory=list)
     workspaces: list[Workspace] = Field(default_factory=list)
+    users: list[User] = Field(default_factory=list, description="people on the bus; none = single-user mode")
+    groups: list[Group] = Field(default_factory=list)
+
+    @property
+    def single_user(self) -> bool:
+        """No users declared: the embedded stack's own person is the only (platform-admin) user."""
+        return not self.users
+
+    def user(self, name: str) -> User | None:
+        return next((u for u in self.users if u.name == name), None)
+
+    def user_by_nkey(self, public_key: str) -> User | None:
+        return next((u for u in self.users if u.nkey == public_key), None)
+
+    def principals(self, names: list[str]) -> set[str]:
+        """User names behind a list of user and group names."""
+        out: set[str] = set()
+        for name in names:
+            out |= {u.name for u in self.users if u.name == name or name in u.groups}
+        return out
+
+    def workspace_members(self, workspace: str) -> set[str]:
+        """Users who belong to ``workspace`` (members and admins; platform admins belong everywhere)."""
+        ws = self.workspace(workspace)
+        admins = {u.name for u in self.users if u.role == "platform-admin"}
+        return admins | (self.principals([*ws.members, *ws.admins]) if ws else set())
+
+    def workspace_admins(self, workspace: str) -> set[str]:
+        ws = self.workspace(workspace)
+        admins = {u.name for u in self.users if u.role == "platform-admin"}
+        return admins | (self.principals(ws.admins) if ws else set())
+
+    def workspaces_of(self, user: str) -> list[str]:
+        """Workspaces ``user`` may submit to and read, in platform order."""
+        return [w.name for w in self.workspaces if user in self.workspace_members(w.name)]
+
+    def allows_priority(self, workspace: str, priority_class: str) -> bool:
+        ws = self.workspace(workspace)
+        return ws is None or not ws.allowed_priority_classes or priority_class in ws.allowed_priority_classes
 
     def workspace(self, name: str) -> Workspace | None:
         return next((w for w in self.workspaces if w.name == name), None)

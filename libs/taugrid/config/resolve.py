@@ -357,6 +357,10 @@ def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues
         )
         issues.add(field, f"unknown priority class {name!r}", f"use one of: {known}")
         return name, 0, True
+    if not platform.allows_priority(ws.name, pc.name):
+        allowed = ", ".join(ws.allowed_priority_classes)
+        issues.add(field, f"priority class {pc.name!r} is not allowed in workspace {ws.name!r}",
+                   f"use one of the workspace's allowed_priority_classes: {allowed}")
     if p.preemptible is False and pc.preemptible:
         fixed = [c.name for c in platform.priority_classes if not c.preemptible]
         issues.add(

@@ -124,7 +124,7 @@ class SubmitRequested(Struct):
     target: str = ""
     source_object: str = ""
     source_digest: str = ""
-    user: str = ""
+    user: str = ""  # what the client claims; the submitter replaces it with the verified signer's name
     resume_from: str = ""  # `tau run resume`: the checkpoint the new run starts from (TAU_RESUME_FROM)
     resumes: str = ""  # the run id this one resumes
     python: str = ""  # the submitting environment's interpreter (see ResolvedRun.python)
@@ -139,11 +139,13 @@ class SubmitAccepted(Struct):
     config_path: str = "tau.yaml"
     source_object: str = ""
     source_digest: str = ""
-    user: str = ""
+    user: str = ""  # the verified submitter (never the client's claim)
     resume_from: str = ""
     resumes: str = ""
     python: str = ""
     python_source: str = ""
+    signer: str = ""  # the public nkey whose signature the submitter verified
+    signature: str = ""  # that signature (base64url), so evidence can re-check it
 
 
 class Rejected(Struct):
@@ -226,7 +228,17 @@ class ExecFinished(Struct):
 
 class CancelRequested(Struct):
     reason: str = "cancelled by user"
-    requested_by: str = ""
+    requested_by: str = ""  # what the client claims; the renderer decides from the signature
+
+
+class CancelDecision(Struct):
+    """``cancel.accepted`` / ``cancel.refused``: the renderer's answer to one signed ``cancel.requested``."""
+
+    request_id: str  # ce-id of the cancel.requested it answers
+    by: str = ""  # the verified canceller ("" when the signature did not check out)
+    signer: str = ""  # the public nkey that signed the request
+    reason: str = ""  # accepted: the request's reason; refused: why
+    field: str = ""  # refused: what was wrong (tau-signature, tau-signer, user)
 
 
 class RecoveryRetrying(Struct):

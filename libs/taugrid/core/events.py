@@ -30,6 +30,8 @@ RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
     "exec.failed": c.ExecFinished,
     "exec.cancelled": c.ExecFinished,
     "cancel.requested": c.CancelRequested,
+    "cancel.accepted": c.CancelDecision,
+    "cancel.refused": c.CancelDecision,
     "recovery.retrying": c.RecoveryRetrying,
     "recovery.gave_up": c.RecoveryGaveUp,
     "health.degraded": c.HealthDegraded,

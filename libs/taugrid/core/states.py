@@ -60,7 +60,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     state: str = "new"
     attempt: int = 1
     submission_id: str = ""
-    user: str = ""
+    user: str = ""  # the verified submitter (the submitter checked the signature); "" until accepted
+    signer: str = ""  # the public nkey that signed the submission
     created: float = 0.0
     updated: float = 0.0
     finished: float | None = None
@@ -72,6 +73,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     cluster_queue: str = ""
     position: int | None = None
     cancel_requested: bool = False
+    failed_attempt: int = 0  # the latest attempt recorded as failed, preempted or degraded (a retry replaces it)
     exclude_nodes: list[str] = msgspec.field(default_factory=list)
     resolved: ResolvedRun | None = None
     object_kind: str = ""
@@ -113,12 +115,14 @@ def allowed(record: RunRecord, event_type: str, attempt: int) -> bool:
     if record.state in TERMINAL:
         return False
     rule = TRANSITIONS.get(event_type)
-    if rule is None:
-        return event_type in ("cancel.requested", "health.degraded") and not record.cancel_requested
+    if rule is None:  # a cancel counts once the renderer authorized it; a request alone changes nothing
+        return event_type in ("cancel.accepted", "health.degraded") and not record.cancel_requested
     if event_type in ATTEMPT_SCOPED and attempt != record.attempt:
         return False
-    if event_type == "recovery.retrying" and attempt <= record.attempt:
-        return False
+    if event_type == "recovery.retrying":
+        # Only the next attempt, and only after the current one is recorded as having ended badly: a retry
+        # for a healthy run is never applied, whoever claims to have sent it.
+        return attempt == record.attempt + 1 and record.failed_attempt == record.attempt
     sources, _ = rule
     return sources == "*" or record.state in sources
 
@@ -128,14 +132,18 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if not allowed(record, event_type, attempt):
         return False
     record.updated = at
-    if event_type == "cancel.requested":
+    if event_type == "cancel.accepted":
         record.cancel_requested = True
         return True
     if event_type == "health.degraded":
         record.message = str(data.get("message", ""))
+        if attempt == record.attempt and record.state in ("running", "admitted"):
+            record.failed_attempt = attempt  # recovery retries a run drained off a faulty node
         return True
     _, target = TRANSITIONS[event_type]
     record.state = target
+    if event_type in ("exec.failed", "render.failed", "admission.preempted"):
+        record.failed_attempt = attempt
     if event_type == "recovery.retrying":
         record.attempt = attempt
         record.phases = [p for p in record.phases if p.name in ("submitted", "policy")]

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 import taugrid
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import SIGNATURE_SCHEME, Event
 from taugrid.core import contracts as c
 from taugrid.core.states import TRANSITIONS
 from taugrid.evidence.ledger import Entry, Seal, canonical, sha256
@@ -176,6 +176,7 @@ def build(
     source = {"object": "", "digest": ""}
     attempts: dict[int, dict[str, Any]] = {}
     recovery: list[dict[str, Any]] = []
+    identity: dict[str, Any] = {}
 
     def attempt(n: int) -> dict[str, Any]:
         return attempts.setdefault(
@@ -196,13 +197,15 @@ def build(
             req: c.SubmitRequested = ev.payload(c.SubmitRequested)
             config.setdefault("text", req.config_text)
             config.setdefault("path", req.config_path)
-            config.update(submission_id=req.submission_id, user=req.user)
+            config.update(submission_id=req.submission_id)
             source = {"object": req.source_object, "digest": req.source_digest}
+            identity.update(signer=ev.signer, signature=ev.signature, signed=signed_attributes(ev))
         elif ev.type == "submit.accepted":
             acc: c.SubmitAccepted = ev.payload(c.SubmitAccepted)
             if acc.config_text:  # the submitter's copy is authoritative when both carry it
                 config.update(text=acc.config_text, path=acc.config_path)
-            config.update(config_hash=acc.config_hash, parsed=acc.config)
+            config.update(config_hash=acc.config_hash, parsed=acc.config, user=acc.user)
+            identity.update(user=acc.user, verified_signer=acc.signer)
             source = {
                 "object": acc.source_object or source["object"],
                 "digest": acc.source_digest or source["digest"],
@@ -245,6 +248,7 @@ def build(
             "time": terminal.time,
         },
         "config": config,
+        "identity": identity,
         "resolved": msgspec.to_builtins(resolved) if resolved is not None else None,
         "source": source,
         "platform": {"revision": platform_revision, "taugrid_version": taugrid.__version__},
@@ -254,6 +258,13 @@ def build(
         "events": [event_record(ev) for ev in events],
         "ledger": {"head": terminal.hash, "entries": [msgspec.to_builtins(e) for e in ledger]},
     }
+
+
+def signed_attributes(ev: Event) -> dict[str, str]:
+    """What the submission's signature covers (``envelope.canonical_form``), so ``tau verify`` can re-check it
+    against the sealed public key without the original message."""
+    return {"scheme": SIGNATURE_SCHEME, "nats_subject": ev.nats_subject, "id": ev.id, "type": ev.ce_type,
+            "subject": ev.subject, "time": ev.time, "body_sha256": sha256(ev.data)}
 
 
 def encode(bundle: dict[str, Any]) -> bytes:

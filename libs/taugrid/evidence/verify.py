@@ -6,7 +6,10 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
 3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger, ending at the announced head;
 4. every separately stored attempt log matches the sha256 the bundle records;
 5. against AUDIT (the append-only mirror of RUNS): every ledger entry is an event there with the same type and
-   payload hash, and every AUDIT event up to the sealing terminal event is in the ledger.
+   payload hash, and every AUDIT event up to the sealing terminal event is in the ledger (events the consumers
+   refused for a wrong ``ce-source`` were never acted on, so they are counted apart, not required);
+6. the submission's signature sealed in the bundle verifies against the sealed public key, covers the
+   ``submit.requested`` that AUDIT holds, and is the key the submitter verified.
 Reads only; never repairs.
 """
 
@@ -18,7 +21,8 @@ from typing import Any
 import msgspec
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import from_message
+from taugrid.bus.envelope import SignatureInvalid, canonical_form, from_message, verify_form
+from taugrid.bus.sources import source_problem
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
@@ -38,6 +42,9 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     ledger_head: str = ""
     entries: int = 0
     audit_events: int = 0
+    refused_events: int = 0  # AUDIT events from a service not allowed to publish them (dead-lettered)
+    user: str = ""  # the verified submitter sealed in the bundle
+    signer: str = ""  # the public key whose submission signature was re-checked
     problems: list[str] = msgspec.field(default_factory=list)
 
 
@@ -47,16 +54,48 @@ class _Audited(msgspec.Struct, frozen=True):
     order: int
 
 
-async def _audit(bus: Bus, run_id: str) -> tuple[dict[str, _Audited], EvidenceSealed | None]:
+async def _audit(bus: Bus, run_id: str) -> tuple[dict[str, _Audited], EvidenceSealed | None, int]:
     msgs = await replay(bus, stream=AUDIT_STREAM, subject=f"run.*.{token(run_id)}.>")
     seen: dict[str, _Audited] = {}
     sealed: EvidenceSealed | None = None
+    refused = 0
     for i, m in enumerate(msgs):
         ev = from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+        if source_problem(m.subject, ev.source) is not None:
+            refused += 1  # every consumer dead-lettered it: not part of the run's history
+            continue
         seen.setdefault(ev.id, _Audited(ev.type, lg.sha256(ev.data or b""), i))
         if ev.type == "evidence.sealed" and sealed is None:
             sealed = ev.payload(EvidenceSealed)
-    return seen, sealed
+    return seen, sealed, refused
+
+
+def _check_identity(doc: dict[str, Any], audit: dict[str, _Audited]) -> list[str]:
+    """Re-check the sealed submission signature (see the module docstring, check 6)."""
+    ident = doc.get("identity")
+    if ident is None:
+        return []  # sealed before identities were recorded
+    signed = ident.get("signed") or {}
+    signer, signature = str(ident.get("signer", "")), str(ident.get("signature", ""))
+    if not signed or not signature:
+        return ["no submission signature is sealed in the bundle (the run was submitted unsigned)"]
+    form = canonical_form(nats_subject=str(signed.get("nats_subject", "")), event_id=str(signed.get("id", "")),
+                          event_type=str(signed.get("type", "")), subject=str(signed.get("subject", "")),
+                          time=str(signed.get("time", "")), body_sha256=str(signed.get("body_sha256", "")))
+    problems = []
+    try:
+        verify_form(form, public_key=signer, signature=signature)
+    except SignatureInvalid as exc:
+        problems.append(f"the sealed submission signature does not verify against the sealed key {signer}: {exc}")
+    got = audit.get(str(signed.get("id", "")))
+    if got is None:
+        problems.append(f"the signed submission {signed.get('id')} is not in {AUDIT_STREAM}")
+    elif got.payload_sha256 != signed.get("body_sha256"):
+        problems.append(f"the sealed signature covers a different submission body than {AUDIT_STREAM} holds")
+    verified = ident.get("verified_signer")
+    if verified is not None and verified != signer:
+        problems.append(f"the submitter verified key {verified}, but the sealed signature is by {signer}")
+    return problems
 
 
 def _check_audit(ledger: lg.Ledger, audit: dict[str, _Audited]) -> list[str]:
@@ -131,12 +170,12 @@ async def verify_run(bus: Bus, run_id: str, *, audit_wait_s: float = 2.0) -> Ver
     # AUDIT is an asynchronous mirror: give it a moment to catch up before calling an event missing.
     deadline = asyncio.get_running_loop().time() + audit_wait_s
     while True:
-        audit, announced = await _audit(bus, run_id)
+        audit, announced, refused = await _audit(bus, run_id)
         audit_problems = _check_audit(ledger, audit)
         if not audit_problems or asyncio.get_running_loop().time() >= deadline:
             break
         await asyncio.sleep(0.2)
-    report.audit_events = len(audit)
+    report.audit_events, report.refused_events = len(audit), refused
     report.problems += audit_problems
 
     seal = ledger.seal
@@ -170,6 +209,9 @@ async def verify_run(bus: Bus, run_id: str, *, audit_wait_s: float = 2.0) -> Ver
         return report
     head = announced.ledger_head if announced else ledger.entries[seal.index].hash
     report.problems += _check_bundle(doc, ledger, head)
+    ident = doc.get("identity") or {}
+    report.user, report.signer = str(ident.get("user", "")), str(ident.get("signer", ""))
+    report.problems += _check_identity(doc, audit)
     report.problems += await _check_logs(bus, doc)
     report.ok = not report.problems
     return report

@@ -88,10 +88,12 @@ async def _prepare(stack: Stack) -> None:
     from taugrid.bus.bootstrap import bootstrap
     from taugrid.bus.connection import connect
     from taugrid.bus.platformstore import get_text, put_text
+    from taugrid.stack.localuser import ensure_local_user
 
     bus = await connect(stack.url, name="supervisor")
     try:
         await bootstrap(bus)
+        await ensure_local_user(bus, stack.data_dir)
         if await get_text(bus) is None:
             await put_text(bus, machine_platform_yaml(stack.data_dir))
     finally:

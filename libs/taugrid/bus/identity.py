@@ -1,0 +1,62 @@
+"""Who is acting: the person's signing key on the client side, the run's verified submitter on the service side.
+
+Client side: ``load_user_seed`` finds the nkey seed a person signs requests with (``envelope.sign_headers``).
+Service side: while a consumer handles an event that a service published for a run, ``run_user`` holds that
+run's verified submitter (from the event's ``ce-tauuser``), so every event emitted in the handler carries it
+on without each handler passing it along. The value is only ever taken from service-published events whose
+``ce-source`` passed the permission check (``consumer``), never from a person's request.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextvars import ContextVar
+from pathlib import Path
+
+import nkeys
+
+_SEED = re.compile(rb"SU[A-Z2-7]{56}")
+
+# (run id, verified user) of the event being handled in this task, if a service published it.
+run_user: ContextVar[tuple[str, str] | None] = ContextVar("taugrid_run_user", default=None)
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau")).expanduser()
+
+
+def seed_in(text: bytes) -> bytes | None:
+    """The first user nkey seed in a seed file or a ``.creds`` file (``-----BEGIN USER NKEY SEED-----``)."""
+    m = _SEED.search(text)
+    return m.group(0) if m else None
+
+
+def load_user_seed() -> bytes | None:
+    """The seed this person signs with: ``TAU_NKEY_SEED``, else the file ``TAU_NKEY_FILE``, else the first
+    ``*.nk`` then ``*.creds`` file in ``$TAU_DATA_DIR/creds/`` (written by ``tau up``). None when there is none."""
+    if os.environ.get("TAU_NKEY_SEED"):
+        return seed_in(os.environ["TAU_NKEY_SEED"].encode())
+    candidates: list[Path] = []
+    if os.environ.get("TAU_NKEY_FILE"):
+        candidates.append(Path(os.environ["TAU_NKEY_FILE"]).expanduser())
+    creds = data_dir() / "creds"
+    if creds.is_dir():
+        candidates += sorted(creds.glob("*.nk")) + sorted(creds.glob("*.creds"))
+    for path in candidates:
+        try:
+            seed = seed_in(path.read_bytes())
+        except OSError:
+            continue
+        if seed:
+            return seed
+    return None
+
+
+def new_user_seed() -> bytes:
+    """A fresh user nkey seed (``SU…``)."""
+    return bytes(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+
+
+def public_key(seed: bytes) -> str:
+    return str(nkeys.from_seed(seed).public_key.decode())

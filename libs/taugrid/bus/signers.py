@@ -1,0 +1,65 @@
+"""Who signed a request: the signature checked (``envelope.verify_signature``), the key looked up among the
+platform's users — or, on a platform that lists none (the embedded stack), compared with the local user's key
+``tau up`` registered. Used by the submitter (submissions) and the renderer (cancels).
+"""
+
+from __future__ import annotations
+
+from taugrid.bus import platformstore
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import SIGNATURE_HEADER, SIGNER_HEADER, Event, SignatureInvalid, verify_signature
+from taugrid.config.platform import Platform, load_platform
+from taugrid.core.contracts import Issue
+
+
+class Refused(Exception):
+    """A request that is not authorized; ``issue`` names the header or field and the fix."""
+
+    def __init__(self, issue: Issue) -> None:
+        super().__init__(issue.message)
+        self.issue = issue
+
+
+class Signers:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._cache: tuple[int, Platform] | None = None
+
+    async def platform(self) -> Platform | None:
+        """The current platform (parsed once per revision); None before any is applied."""
+        got = await platformstore.get_text(self.bus)
+        if got is None:
+            return None
+        text, revision = got
+        if self._cache is None or self._cache[0] != revision:
+            self._cache = (revision, load_platform(text, path=f"platform.yaml@{revision}"))
+        return self._cache[1]
+
+    async def identify(self, ev: Event) -> tuple[str, str]:
+        """(verified user name, signer public key) of a signed request; raises ``Refused`` with the reason."""
+        try:
+            signer = verify_signature(ev)
+        except SignatureInvalid as exc:
+            raise Refused(Issue(
+                field=SIGNATURE_HEADER, message=f"{ev.type} refused: {exc}",
+                fix="sign requests with your nkey (the tau CLI and taugrid.client do; see docs/architecture.md §4)",
+            )) from exc
+        platform = await self.platform()
+        if platform is not None and platform.users:
+            user = platform.user_by_nkey(signer)
+            if user is None:
+                raise Refused(Issue(
+                    field=SIGNER_HEADER,
+                    message=f"{ev.type} refused: unknown signer {signer}: no user in the platform has this key",
+                    fix="ask a platform admin to add your public key to platform.yaml users",
+                ))
+            return user.name, signer
+        local = await platformstore.get_local_user(self.bus)
+        if local is not None and local.nkey == signer:
+            return local.name, signer
+        raise Refused(Issue(
+            field=SIGNER_HEADER,
+            message=f"{ev.type} refused: unknown signer {signer}: the platform lists no users, so only the "
+                    "local user `tau up` created may submit",
+            fix="sign with the key under $TAU_DATA_DIR/creds/, or list users in platform.yaml",
+        ))

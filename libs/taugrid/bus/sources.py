@@ -1,0 +1,78 @@
+"""Which service may publish which subjects, as the ``ce-source`` check every consumer makes sees it
+(and, with server authentication on, behind each service user's NATS publish permissions).
+
+A service names itself in ``ce-source`` as ``/svc/<service>``. Events people publish (``PERSON_REQUESTS``)
+carry a signature instead (``envelope.verify_signature``): the submitter and the renderer check it, so their
+``ce-source`` is not what authorizes them. Everything else on a checked stream must come from a service that
+this table allows to publish that subject, or the consumer dead-letters it with the reason and never acts on
+it. Without server permissions anyone can still *claim* a ``ce-source``; the check stops events from the wrong
+stage (a test harness, a misrouted service, a careless forgery), the server's permissions stop the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# service (as in ce-source /svc/<service>) → subjects it publishes (NATS wildcards).
+SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
+    "submitter": ("run.*.*.submit.accepted", "run.*.*.submit.rejected"),
+    "policy": ("run.*.*.policy.approved", "run.*.*.policy.rejected"),
+    "renderer": ("run.*.*.render.applied", "run.*.*.render.failed", "run.*.*.exec.cancelled",
+                 "run.*.*.cancel.accepted", "run.*.*.cancel.refused", "backend.>"),
+    "admission-watcher": ("run.*.*.admission.>", "run.*.*.exec.>"),
+    "recovery": ("run.*.*.recovery.retrying", "run.*.*.recovery.gave_up"),
+    "evidence": ("run.*.*.evidence.sealed",),
+    "health-monitor": ("run.*.*.health.degraded", "node.*.condition.>", "node.*.cordon", "node.*.uncordon"),
+    "node-agent": ("node.*.sample", "node.*.validation"),
+    "local-cluster": ("k8s.local.>", "log.>"),
+    "kube-bridge": ("k8s.>",),
+}
+
+# Requests a person publishes, signed with their nkey; authorized by the signature, not by ce-source.
+PERSON_REQUESTS: tuple[str, ...] = ("run.*.*.submit.requested", "run.*.*.cancel.requested")
+
+# Streams whose consumers check ce-source (LOGS is only read by people; DLQ is never acted on).
+CHECKED_STREAMS = frozenset({"RUNS", "K8S", "NODES", "BACKEND"})
+
+SOURCE_PREFIX = "/svc/"
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a trailing ``>`` one or more."""
+    pat, sub = pattern.split("."), subject.split(".")
+    for i, token in enumerate(pat):
+        if token == ">":
+            return len(sub) > i
+        if i >= len(sub) or (token != "*" and token != sub[i]):
+            return False
+    return len(pat) == len(sub)
+
+
+def matches_any(patterns: Iterable[str], subject: str) -> bool:
+    return any(subject_matches(p, subject) for p in patterns)
+
+
+def may_publish(service: str, subject: str) -> bool:
+    return matches_any(SERVICE_PUBLISH.get(service, ()), subject)
+
+
+def publishers(subject: str) -> list[str]:
+    """The services allowed to publish ``subject`` (sorted)."""
+    return sorted(s for s in SERVICE_PUBLISH if may_publish(s, subject))
+
+
+def is_person_request(subject: str) -> bool:
+    return matches_any(PERSON_REQUESTS, subject)
+
+
+def source_problem(subject: str, source: str) -> str | None:
+    """Why an event on ``subject`` claiming ``ce-source: source`` must not be acted on; None when it may be.
+    Person requests always pass here (their signature is checked where they are handled)."""
+    if is_person_request(subject):
+        return None
+    allowed = publishers(subject)
+    service = source.removeprefix(SOURCE_PREFIX) if source.startswith(SOURCE_PREFIX) else ""
+    if service and service in allowed:
+        return None
+    expected = ", ".join(f"{SOURCE_PREFIX}{s}" for s in allowed) or "no service"
+    return f"ce-source {source or '(none)'!r} may not publish {subject}; only {expected} may"

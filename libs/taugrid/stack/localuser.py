@@ -1,0 +1,43 @@
+"""The embedded stack's own person: an nkey seed in ``$TAU_DATA_DIR/creds/`` and its public key in the
+platform bucket, so the submitter accepts this person's signed requests while the platform lists no users."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+
+from taugrid.bus import identity, platformstore
+from taugrid.bus.connection import Bus
+
+
+def login_name() -> str:
+    try:
+        name = getpass.getuser()
+    except OSError:
+        name = "local"
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name.lower()) or "local"
+
+
+def ensure_seed(data_dir: Path) -> tuple[str, bytes]:
+    """The local user's (name, seed): an existing ``creds/*.nk`` / ``*.creds`` file, else a new
+    ``creds/<login>.nk`` written 0600."""
+    creds = data_dir / "creds"
+    for path in sorted(creds.glob("*.nk")) + sorted(creds.glob("*.creds")) if creds.is_dir() else []:
+        seed = identity.seed_in(path.read_bytes())
+        if seed:
+            return path.stem, seed
+    name, seed = login_name(), identity.new_user_seed()
+    creds.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = creds / f"{name}.nk"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(b"# taugrid signing key of " + name.encode() + b"; keep private\n" + seed + b"\n")
+    return name, seed
+
+
+async def ensure_local_user(bus: Bus, data_dir: Path) -> platformstore.LocalUser:
+    name, seed = ensure_seed(data_dir)
+    user = platformstore.LocalUser(name=name, nkey=identity.public_key(seed))
+    await platformstore.put_local_user(bus, user)
+    return user
