@@ -60,6 +60,6 @@ class Signers:
         raise Refused(Issue(
             field=SIGNER_HEADER,
             message=f"{ev.type} refused: unknown signer {signer}: the platform lists no users, so only the "
-                    "local user `tau up` created may submit",
+                    "local user that `tau up` created is accepted",
             fix="sign with the key under $TAU_DATA_DIR/creds/, or list users in platform.yaml",
         ))

