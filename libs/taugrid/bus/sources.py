@@ -25,6 +25,7 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
     "health-monitor": ("run.*.*.health.degraded", "node.*.condition.>", "node.*.cordon", "node.*.uncordon"),
     "node-agent": ("node.*.sample", "node.*.validation"),
     "local-cluster": ("k8s.local.>", "log.>"),
+    "log-shipper": ("log.>",),
     "kube-bridge": ("k8s.>",),
 }
 
