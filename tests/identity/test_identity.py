@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from taugrid.backend import LocalBackend
+from taugrid.local.backend import LocalBackend
 from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
@@ -32,7 +32,7 @@ from taugrid.evidence.verify import verify_run
 from taugrid.stack import natsserver
 from taugrid_services.admission_watcher.__main__ import start as admission_watcher
 from taugrid_services.evidence.__main__ import start as evidence
-from taugrid_services.local_cluster.cluster import LocalCluster
+from taugrid.local.controller import LocalCluster
 from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
