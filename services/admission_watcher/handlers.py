@@ -1,4 +1,5 @@
-"""Watch events → run events. Idempotent: translation is a pure function of the object, each output has a
+"""Watch events → run events (``translate``: queued, admitted, running, finished; ``progress``: the pod-level
+phases, ``exec.progress``). Idempotent: translation is a pure function of the object, each output has a
 deterministic message id, and events for stale attempts or finished runs are dropped.
 
 A real Kueue Workload resolves to its run only through its job's uid (see ``owners``: memory, then the
@@ -19,6 +20,7 @@ from taugrid.bus.topology import CONSUMERS
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.states import TERMINAL
+from taugrid.kube.progress import progress
 from taugrid.kube.translate import RunRef, awaits_owner, owner_uids, preemptor_uid, translate
 from taugrid_services.admission_watcher.owners import Owners
 
@@ -46,7 +48,8 @@ class AdmissionWatcher:
             if awaits_owner(watch, self.owners):
                 self._wait_for_owner(ev, watch)
             self._tries.pop(ev.id, None)
-        for out in translate(watch, self.owners):
+        # Progress first: a pod's detail (why its image cannot be pulled) lands before the failure it explains.
+        for out in [*progress(watch, self.owners), *translate(watch, self.owners)]:
             record, _ = await runstate.get(self.bus, out.run_id)
             if record is not None and (record.state in TERMINAL or out.attempt < record.attempt):
                 continue  # a finished run or a superseded attempt: history is already decided

@@ -45,7 +45,7 @@ def test_queued_phase_explains_what_the_run_waits_for() -> None:
         states.apply(r, t, 1, {}, 1.0)
     states.apply(r, "admission.queued", 1, {"reason": "Pending", "position": 2, "waiting_for": {
         "resource": "nvidia.com/gpu", "flavor": "a100", "more_needed": "2"}}, 2.0)
-    queued = next(p for p in r.phases if p.name == "queued")
+    queued = next(p for p in r.phases if p.name == "admission")
     assert queued.status == "active" and "2 more nvidia.com/gpu in flavor a100" in queued.hint
     assert "2 run(s) ahead" in queued.hint
 

@@ -19,8 +19,12 @@ def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stac
     run_id = proc.stdout.splitlines()[0].strip()
     status = stack.json("status", run_id)
     assert status["state"] == "succeeded" and status["attempt"] == 1
-    assert [p["name"] for p in status["phases"]] == ["submitted", "policy", "rendered", "queued", "admitted",
-                                                     "running", "finished"]
+    assert [(p["name"], p["status"]) for p in status["phases"]] == [
+        ("submitted", "done"), ("policy", "done"), ("rendered", "done"), ("admission", "done"),
+        ("raycluster", "skipped"), ("scheduling", "done"), ("image-pull", "done"), ("init", "skipped"),
+        ("container-start", "done"), ("running", "done"), ("finished", "done")]
+    assert [(p["name"], p["phase"], [c["state"] for c in p["containers"]]) for p in status["pods"]] == [
+        (status["pods"][0]["name"], "Succeeded", ["terminated"])]
     events = stack.wait_sealed(run_id)
     types = [e["short_type"] for e in events]
     assert [t for t in types if t in STAGES] == STAGES

@@ -192,7 +192,9 @@ def schema() -> None:
 
 
 @click.command(
-    help="Show a run's phase tree: submitted → policy → rendered → queued → admitted → running → finished."
+    help="Show a run's phase tree: submitted → policy → rendered → Kueue admission → RayCluster (RayJobs) → "
+    "pod scheduling → image pull → init containers → container start → running → finished, with a tip per "
+    "problem, and its pods."
 )
 @click.argument("run_id")
 @output_option
@@ -218,7 +220,7 @@ async def list_runs(workspace: str | None, output: str) -> None:
         records = [r for r in await client.list() if not workspace or r.workspace == workspace]
     if output == "json":
         emit_json(
-            [{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases")} for r in records]
+            [{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases", "pods")} for r in records]
         )
         return
     rows = [

@@ -22,6 +22,7 @@ _MARK = {
 _STATE_COLOR = {"succeeded": "green", "failed": "red", "rejected": "red", "cancelled": "magenta"}
 
 STATUS_SCHEMA = "taugrid.io/status/v1"
+_LABEL = {"admission": "kueue admission", "image-pull": "image pull", "container-start": "container start"}
 
 
 def elapsed(start: float | None, end: float | None) -> str:
@@ -42,13 +43,16 @@ def phase_tree(record: RunRecord) -> str:
         p = by_name.get(name)
         if p is None and name in OPTIONAL_PHASES:
             continue
+        if name == "raycluster" and record.object_kind != "RayJob" and (p is None or p.status == "skipped"):
+            continue  # only a RayJob has a RayCluster
         status = p.status if p else "pending"
         mark, fg = _MARK.get(status, ("?", "white"))
         detail = p.detail if p else ""
         took = elapsed(p.started, p.finished) if p else ""
-        lines.append(f"  {color(mark, fg)} {name:<10} {took:>7}  {detail}".rstrip())
+        lines.append(f"  {color(mark, fg)} {_LABEL.get(name, name):<16} {took:>7}  {detail}".rstrip())
         if p and p.hint:
             lines.append(f"      tip: {p.hint}")
+    lines += pod_lines(record)
     if record.state == "queued" and record.position is not None:
         lines.append(f"  waiting: {record.position} run(s) ahead in ClusterQueue {record.cluster_queue}")
     if record.reason and record.state in ("failed", "rejected", "cancelled", "failing", "retrying"):
@@ -73,6 +77,25 @@ def environment_line(env: dict[str, str]) -> str:
         parts.append(f"in container {env['container']}")
     inner = ", ".join(p for p in parts if p)
     return f"{env.get('python', '?')}" + (f" ({inner})" if inner else "")
+
+
+def pod_lines(record: RunRecord) -> list[str]:
+    """The current attempt's pods and their containers (init first), as TauGrid's status tables show them."""
+    if not record.pods:
+        return []
+    lines = ["  pods:"]
+    for pod in record.pods:
+        lines.append(f"    {pod.name}  {pod.phase or '?'}  node {pod.node or '-'}")
+        for ct in pod.containers:
+            state = ct.state or "-"
+            if ct.reason:
+                state += f" ({ct.reason})"
+            if ct.exit_code is not None:
+                state += f" exit {ct.exit_code}"
+            if ct.restarts:
+                state += f", {ct.restarts} restarts"
+            lines.append(f"      {ct.kind:<4} {ct.name:<16} {state}")
+    return lines
 
 
 def status_json(record: RunRecord) -> dict[str, Any]:

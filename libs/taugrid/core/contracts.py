@@ -226,6 +226,42 @@ class ExecFinished(Struct):
     duration_s: float | None = None
 
 
+class PhaseReport(Struct):
+    """One pod-level phase as one object shows it (``raycluster``, ``scheduling``, ``image-pull``, ``init``,
+    ``container-start``); ``status`` is pending | active | done | warning | failed | skipped."""
+
+    name: str
+    status: str
+    detail: str = ""
+    hint: str = ""
+
+
+class ContainerReport(Struct):
+    """One container of a pod, as ``kubectl describe`` would list it."""
+
+    name: str
+    kind: str = "app"  # app | init
+    state: str = ""  # waiting | running | terminated | ""
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    restarts: int = 0
+
+
+class ExecProgress(Struct):
+    """``exec.progress``: how far one pod (or the RayCluster) got towards running, from its status or an Event.
+
+    ``source`` is ``pod`` (the pod's full status: its phases replace what was known of that pod), ``event``
+    (a Kubernetes Event about the pod: adds a warning, never undoes progress) or ``rayjob``."""
+
+    source: str = "pod"
+    pod: str = ""
+    node: str = ""
+    pod_phase: str = ""
+    phases: list[PhaseReport] = msgspec.field(default_factory=list)
+    containers: list[ContainerReport] = msgspec.field(default_factory=list)
+
+
 class CancelRequested(Struct):
     reason: str = "cancelled by user"
     requested_by: str = ""  # what the client claims; the renderer decides from the signature

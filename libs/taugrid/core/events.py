@@ -26,6 +26,7 @@ RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
     "admission.preempted": c.AdmissionPreempted,
     "exec.preparing": c.ExecPreparing,
     "exec.running": c.ExecRunning,
+    "exec.progress": c.ExecProgress,
     "exec.succeeded": c.ExecFinished,
     "exec.failed": c.ExecFinished,
     "exec.cancelled": c.ExecFinished,

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from taugrid.core.contracts import ResolvedRun
+from taugrid.core.contracts import ContainerReport, ResolvedRun
 
 TERMINAL = frozenset({"succeeded", "failed", "rejected", "cancelled"})
 
@@ -53,6 +53,16 @@ class Phase(msgspec.Struct, kw_only=True):
     hint: str = ""
 
 
+class PodView(msgspec.Struct, kw_only=True):
+    """One pod of the current attempt as ``exec.progress`` last showed it: its own pod-level phases."""
+
+    name: str
+    node: str = ""
+    phase: str = ""  # the pod's status.phase: Pending | Running | Succeeded | Failed
+    phases: list[Phase] = msgspec.field(default_factory=list)
+    containers: list[ContainerReport] = msgspec.field(default_factory=list)
+
+
 class RunRecord(msgspec.Struct, kw_only=True):
     run_id: str
     workspace: str
@@ -83,12 +93,19 @@ class RunRecord(msgspec.Struct, kw_only=True):
     environment: dict[str, str] = msgspec.field(default_factory=dict)
     last_seq: int = 0
     phases: list[Phase] = msgspec.field(default_factory=list)
+    pods: list[PodView] = msgspec.field(default_factory=list)
     history: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
-PHASE_NAMES = ("submitted", "policy", "rendered", "queued", "admitted", "environment", "running", "finished")
+# TauGrid's phase tree: our own stages, then Kueue admission, then what the pods went through; ``environment``
+# (the local backend building the run's Python environment) sits where a container would start.
+PHASE_NAMES = ("submitted", "policy", "rendered", "admission", "raycluster", "scheduling", "image-pull", "init",
+               "environment", "container-start", "running", "finished")
 # Phases a run only has when it goes through them (never filled in as skipped).
 OPTIONAL_PHASES = frozenset({"environment"})
+# Phases that ``exec.progress`` reports (per pod, or for the RayCluster) rather than a state transition.
+PROGRESS_PHASES = ("raycluster", "scheduling", "image-pull", "init", "container-start")
+POD_PHASES = PROGRESS_PHASES[1:]
 
 _PHASE_OF = {
     "submit.requested": "submitted",
@@ -98,9 +115,9 @@ _PHASE_OF = {
     "policy.rejected": "policy",
     "render.applied": "rendered",
     "render.failed": "rendered",
-    "admission.queued": "queued",
-    "admission.admitted": "admitted",
-    "admission.preempted": "admitted",
+    "admission.queued": "admission",
+    "admission.admitted": "admission",
+    "admission.preempted": "admission",
     "exec.preparing": "environment",
     "exec.running": "running",
     "exec.succeeded": "finished",
@@ -108,6 +125,8 @@ _PHASE_OF = {
     "exec.cancelled": "finished",
     "recovery.gave_up": "finished",
 }
+# How bad a phase status is, to tell one phase's story from several pods: the worst pod speaks.
+_SEVERITY = {"skipped": 0, "done": 1, "pending": 2, "active": 3, "warning": 4, "failed": 5}
 
 
 def allowed(record: RunRecord, event_type: str, attempt: int) -> bool:
@@ -115,6 +134,8 @@ def allowed(record: RunRecord, event_type: str, attempt: int) -> bool:
     if record.state in TERMINAL:
         return False
     rule = TRANSITIONS.get(event_type)
+    if event_type == "exec.progress":
+        return attempt == record.attempt and record.state not in ("new", "submitted", "accepted", "approved")
     if rule is None:  # a cancel counts once the renderer authorized it; a request alone changes nothing
         return event_type in ("cancel.accepted", "health.degraded") and not record.cancel_requested
     if event_type in ATTEMPT_SCOPED and attempt != record.attempt:
@@ -140,6 +161,9 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         if attempt == record.attempt and record.state in ("running", "admitted"):
             record.failed_attempt = attempt  # recovery retries a run drained off a faulty node
         return True
+    if event_type == "exec.progress":
+        _apply_progress(record, data, at)
+        return True
     _, target = TRANSITIONS[event_type]
     record.state = target
     if event_type in ("exec.failed", "render.failed", "admission.preempted"):
@@ -148,6 +172,10 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.attempt = attempt
         record.phases = [p for p in record.phases if p.name in ("submitted", "policy")]
         record.environment = {}
+        record.pods = []
+    elif event_type == "admission.preempted":  # the pods are gone; the requeued workload gets new ones
+        record.pods = []
+        record.phases = [p for p in record.phases if PHASE_NAMES.index(p.name) <= PHASE_NAMES.index("admission")]
     _update_phases(record, event_type, data, at)
     if event_type == "exec.preparing":
         return True  # progress lives in the phase; the run's reason and message stay as they were
@@ -188,7 +216,9 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
             by_name[earlier] = p
         elif p.status == "active" and failed and earlier in OPTIONAL_PHASES:
             p.status, p.finished = "failed", at  # e.g. the environment build is what failed
-        elif p.status in ("active", "pending", "warning"):
+        elif p.status in ("active", "pending", "warning") and not (failed and earlier in POD_PHASES):
+            # reaching a later phase means this one was passed; a failure does not (a pod that never
+            # started its container stays where it stopped)
             p.status, p.finished = "done", at
     phase = by_name.get(name)
     if phase is None:
@@ -198,11 +228,14 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
         phase.status, phase.detail = "active", str(data.get("message", ""))
     elif event_type == "admission.queued":
         phase.status, phase.detail, phase.hint = "active", _queued_detail(data), queued_hint(data)
+        phase.finished = None
     elif event_type == "admission.preempted":
         phase.status, phase.detail = "warning", f"preempted: {data.get('reason', '')}"
     elif failed:
         phase.status, phase.finished = "failed", at
         phase.detail = str(data.get("reason") or data.get("message") or "")
+        if name == "finished":
+            phase.hint = failure_hint(data)
     elif name == "running":
         phase.status = "active"
         phase.detail = f"node {data.get('node', '')}".strip()
@@ -210,9 +243,94 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
         phase.status, phase.finished = "done", at
         if name == "finished":
             phase.detail = "succeeded"
-        elif name == "admitted":
+        elif name == "admission":
             phase.detail = f"clusterqueue {data.get('cluster_queue', '')}".strip()
+            phase.hint = ""
     record.phases.sort(key=lambda p: PHASE_NAMES.index(p.name))
+
+
+def _apply_progress(record: RunRecord, data: dict[str, Any], at: float) -> None:
+    """Fold one ``exec.progress`` into the pod it names, then retell each pod-level phase from all pods."""
+    reports = [Phase(name=str(r.get("name", "")), status=str(r.get("status", "pending")),
+                     detail=str(r.get("detail", "")), hint=str(r.get("hint", "")))
+               for r in data.get("phases") or [] if r.get("name") in PROGRESS_PHASES]
+    pod_name = str(data.get("pod", ""))
+    if not pod_name:  # the RayCluster: one per run, not per pod
+        for report in reports:
+            _set_phase(record, report, at)
+        return
+    pod = next((p for p in record.pods if p.name == pod_name), None)
+    if pod is None:
+        pod = PodView(name=pod_name)
+        record.pods.append(pod)
+    by_name = {p.name: p for p in pod.phases}
+    from_event = data.get("source") == "event"
+    for report in reports:
+        known = by_name.get(report.name)
+        if from_event and known is not None and known.status in ("done", "failed", "skipped"):
+            continue  # an Event is a warning about a moment; it never undoes what the pod's status showed
+        if not from_event and known is not None and known.status == "warning" and report.status in (
+                "active", "pending"):
+            continue  # keep the warning until the pod gets past the phase
+        by_name[report.name] = report
+    pod.phases = [by_name[n] for n in POD_PHASES if n in by_name]
+    if not from_event:
+        pod.node = str(data.get("node", "")) or pod.node
+        pod.phase = str(data.get("pod_phase", "")) or pod.phase
+        pod.containers = [ContainerReport(**c) for c in data.get("containers") or []]
+    for name in POD_PHASES:
+        told = _across_pods(record.pods, name)
+        if told is not None:
+            _set_phase(record, told, at)
+
+
+def _across_pods(pods: list[PodView], name: str) -> Phase | None:
+    """One phase's status over every pod: the worst pod's status, detail and hint, with a count when several."""
+    seen = [(pod, p) for pod in pods for p in pod.phases if p.name == name]
+    if not seen:
+        return None
+    pod, worst = max(seen, key=lambda pp: _SEVERITY.get(pp[1].status, 0))
+    if len(pods) == 1:
+        return Phase(name=name, status=worst.status, detail=worst.detail, hint=worst.hint)
+    through = sum(1 for _, p in seen if p.status in ("done", "skipped"))
+    detail = f"{through}/{len(pods)} pods"
+    if worst.status not in ("done", "skipped") and worst.detail:
+        detail += f"; {pod.name}: {worst.detail}"
+    return Phase(name=name, status=worst.status, detail=detail, hint=worst.hint)
+
+
+def _set_phase(record: RunRecord, told: Phase, at: float) -> None:
+    phase = next((p for p in record.phases if p.name == told.name), None)
+    if phase is None:
+        phase = Phase(name=told.name)
+        record.phases.append(phase)
+        record.phases.sort(key=lambda p: PHASE_NAMES.index(p.name))
+    if phase.started is None and told.status != "pending":
+        phase.started = at
+    phase.status, phase.detail, phase.hint = told.status, told.detail, told.hint
+    phase.finished = (phase.finished or at) if told.status in ("done", "failed", "skipped") else None
+
+
+def failure_hint(data: dict[str, Any]) -> str:
+    """What to do about a finished attempt's failure, from its reason and exit code."""
+    reason = str(data.get("reason", ""))
+    code = data.get("exit_code")
+    if reason == "OOMKilled":
+        return "the process used more memory than compute.memory allows: raise it or use less (smaller batches)"
+    if reason == "DeadlineExceeded":
+        return "the run hit its time limit (run.active_deadline, capped by the platform): raise it or checkpoint"
+    if reason == "Hang":
+        return "the run printed nothing for resilience.hang_timeout: check for a deadlock or raise the timeout"
+    if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"):
+        return "the image cannot be pulled: check the image name and the namespace's imagePullSecrets"
+    if reason == "CreateContainerConfigError":
+        return "a Secret or ConfigMap the pod references is missing or lacks the key: create it in the namespace"
+    if reason in ("Evicted", "PreemptionByScheduler", "DeletionByTaintManager", "TerminationByKubelet",
+                  "NodeFailure", "GpuFault"):
+        return "the node, not the code, ended the pod: recovery retries it elsewhere while retries remain"
+    if isinstance(code, int) and code != 0:
+        return f"the code exited with status {code}: `tau logs RUN` shows its output"
+    return ""
 
 
 def _queued_detail(data: dict[str, Any]) -> str:

@@ -95,12 +95,15 @@ def _has(obj: dict[str, Any], ctype: str) -> bool:
 
 
 def pod(owner: dict[str, Any], *, name: str, node: str, index: int, at: float) -> dict[str, Any]:
+    """A scheduled, not yet started pod, with the conditions and container statuses a kubelet would report
+    (``taugrid.kube.progress`` reads its pod-level phases from them on both backends)."""
     template = owner.get("spec", {}).get("template", {})
     spec = copy.deepcopy(template.get("spec", {}))
     spec["nodeName"] = node
     labels = {**template.get("metadata", {}).get("labels", {}), **_tau_labels(owner),
               "batch.kubernetes.io/job-completion-index": str(index)}
-    return {
+    inits = bool(spec.get("initContainers"))
+    p: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": owner["metadata"].get("namespace", "default"),
                      "uid": f"pod-{name}", "labels": labels, "creationTimestamp": ts(at),
@@ -108,25 +111,54 @@ def pod(owner: dict[str, Any], *, name: str, node: str, index: int, at: float) -
                                           "name": owner["metadata"]["name"],
                                           "uid": owner["metadata"].get("uid", "")}]},
         "spec": spec,
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True",
-                                                       "lastTransitionTime": ts(at)}]},
+        "status": {"phase": "Pending", "conditions": []},
     }
+    set_condition(p, "PodScheduled", "True", "", "", at)
+    set_condition(p, "Initialized", "False" if inits else "True", "ContainersNotInitialized" if inits else "", "", at)
+    set_condition(p, "ContainersReady", "False", "ContainersNotReady", "", at)
+    set_condition(p, "Ready", "False", "ContainersNotReady", "", at)
+    _statuses(p, init={"waiting": {"reason": "PodInitializing"}},
+              app={"waiting": {"reason": "PodInitializing" if inits else "ContainerCreating"}})
+    return p
+
+
+def _statuses(p: dict[str, Any], *, init: dict[str, Any], app: dict[str, Any],
+              main: dict[str, Any] | None = None) -> None:
+    """``initContainerStatuses``/``containerStatuses`` for every container of the spec, in spec order."""
+    spec = p["spec"]
+
+    def one(ct: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        return {"name": ct.get("name", ""), "image": ct.get("image", ""), "ready": "running" in state,
+                "started": "running" in state, "restartCount": 0, "state": state}
+
+    if spec.get("initContainers"):
+        p["status"]["initContainerStatuses"] = [one(ct, init) for ct in spec["initContainers"]]
+    p["status"]["containerStatuses"] = [
+        one(ct, main if main is not None and ct.get("name") == "main" else app)
+        for ct in spec.get("containers") or [{"name": "main"}]]
 
 
 def pod_running(p: dict[str, Any], *, at: float) -> None:
-    p["status"].update(phase="Running", startTime=ts(at), containerStatuses=[
-        {"name": "main", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": ts(at)}}}])
+    p["status"].update(phase="Running", startTime=ts(at))
+    for ctype in ("Initialized", "ContainersReady", "Ready"):
+        set_condition(p, ctype, "True", "", "", at)
+    done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": ts(at), "finishedAt": ts(at)}}
+    _statuses(p, init=done, app={"running": {"startedAt": ts(at)}})
 
 
 def pod_terminated(p: dict[str, Any], *, exit_code: int, reason: str, message: str, started: float,
                    at: float) -> None:
     phase = "Succeeded" if exit_code == 0 else "Failed"
-    p["status"].update(phase=phase, reason=reason if reason == "DeadlineExceeded" else None, containerStatuses=[
-        {"name": "main", "ready": False, "restartCount": 0, "state": {"terminated": {
-            "exitCode": exit_code, "reason": reason, "message": message,
-            "startedAt": ts(started), "finishedAt": ts(at)}}}])
+    p["status"].update(phase=phase, reason=reason if reason == "DeadlineExceeded" else None)
     if p["status"]["reason"] is None:
         del p["status"]["reason"]
+    set_condition(p, "Initialized", "True", "", "", at)
+    for ctype in ("ContainersReady", "Ready"):
+        set_condition(p, ctype, "False", "PodCompleted" if exit_code == 0 else "PodFailed", "", at)
+    done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": ts(started), "finishedAt": ts(at)}}
+    main = {"terminated": {"exitCode": exit_code, "reason": reason, "message": message,
+                           "startedAt": ts(started), "finishedAt": ts(at)}}
+    _statuses(p, init=done, app=done, main=main)
 
 
 def job_started(job: dict[str, Any], *, active: int, at: float) -> None:
