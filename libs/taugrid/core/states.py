@@ -98,9 +98,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
 
 
 # TauGrid's phase tree: our own stages, then Kueue admission, then what the pods went through; ``environment``
-# (the local backend building the run's Python environment) sits where a container would start.
+# (the local backend building the run's Python environment inside the started pod) comes before running.
 PHASE_NAMES = ("submitted", "policy", "rendered", "admission", "raycluster", "scheduling", "image-pull", "init",
-               "environment", "container-start", "running", "finished")
+               "container-start", "environment", "running", "finished")
 # Phases a run only has when it goes through them (never filled in as skipped).
 OPTIONAL_PHASES = frozenset({"environment"})
 # Phases that ``exec.progress`` reports (per pod, or for the RayCluster) rather than a state transition.

@@ -163,7 +163,8 @@ def _start(statuses: list[Mapping[str, Any]], conds: Mapping[str, Mapping[str, A
             return c.PhaseReport(name="container-start", status="warning",
                                  detail=f"container {name}: CrashLoopBackOff, {cs.get('restartCount', 0)} "
                                         f"restarts, {why}", hint=start_hint(reason, last.get("reason", "")))
-    if statuses and all(_state(cs, "running") or _state(cs, "terminated") for cs in statuses):
+    if statuses and all(_state(cs, "running") or _state(cs, "terminated")
+                        or _state(cs, "waiting").get("reason") == WAITING_ENVIRONMENT for cs in statuses):
         return c.PhaseReport(name="container-start", status="done")
     if not pulled or not init_done:
         return c.PhaseReport(name="container-start", status="pending")
