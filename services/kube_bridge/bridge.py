@@ -14,7 +14,13 @@ published with no trace context rather than the bridge's own.
 ``namespaces`` (``TAU_WATCH_NAMESPACES``, set by the Helm chart when RBAC is namespaced): empty watches every
 namespace with one watcher per resource; otherwise each namespaced resource gets one watcher per namespace
 (keyed and checkpointed as ``<plural>.<namespace>``), since namespaced RBAC forbids cluster-wide lists.
-Cluster-scoped kinds (Nodes) are always watched cluster-wide.
+Cluster-scoped kinds (Nodes, ClusterQueues) are always watched cluster-wide.
+
+Queue snapshot: while it leads, the bridge keeps the ClusterQueues and LocalQueues it watches and, every
+``queue_every_s``, asks Kueue's pending-workloads visibility API (``visibility.kueue.x-k8s.io``, where
+served and allowed; re-probed every ``VISIBILITY_RETRY_S`` otherwise) for each ClusterQueue's pending
+workloads in order, then writes ``taugrid.kube.queues.snapshot`` to the ``local_cluster`` KV bucket under
+``queues`` — the key the local cluster writes — so ``tau queue`` reads one place on both backends.
 """
 
 from __future__ import annotations
@@ -24,13 +30,17 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import Any
+
+import msgspec
 
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import WatchEvent
-from taugrid.core.errors import TauError, TemporaryError
+from taugrid.core.errors import NotFound, PermanentError, TauError, TemporaryError
 from taugrid.core.events import k8s_subject
 from taugrid.core.ids import token
+from taugrid.kube import queues
 from taugrid.kube.client import KubeApi, Resource
 from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, traceparent_of
 from taugrid.kube.watch import DEFAULT_RESOURCES, Watcher
@@ -39,6 +49,11 @@ from taugrid_services.kube_bridge.lease import Checkpoints, Lease
 log = logging.getLogger("taugrid.kube_bridge")
 
 BUCKET = "bridge"
+QUEUES_BUCKET, QUEUES_KEY = "local_cluster", "queues"  # where `tau queue` reads, on both backends
+QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")  # newest first; Kueue has served v1beta1 since 0.6
+VISIBILITY_RETRY_S = 60.0
 
 
 def message_id(ev: WatchEvent) -> str:
@@ -75,6 +90,7 @@ class Bridge:
         watch_timeout_s: int = 300,
         backoff_max_s: float = 30.0,
         namespaces: list[str] | None = None,
+        queue_every_s: float = 2.0,
     ) -> None:
         self.bus, self.api, self.cluster = bus, api, cluster
         self.holder = holder or f"{socket.gethostname()}-{os.getpid()}"
@@ -91,6 +107,10 @@ class Bridge:
         self._inflight: set[str] = set()
         self.lease: Lease | None = None
         self.checkpoints: Checkpoints | None = None
+        self.queue_every_s = queue_every_s
+        self.queue_objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {k: {} for k in QUEUE_KINDS}
+        self.visibility_version: str | None = None
+        self._visibility_probed_at = -VISIBILITY_RETRY_S
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Until ``stopping``: stand by, take the lease when free, watch while holding it."""
@@ -126,6 +146,8 @@ class Bridge:
             )
             self.watchers[key] = watcher
             tasks.append(asyncio.create_task(self._pump(key, watcher), name=f"watch-{key}"))
+        if any(resource.kind == "ClusterQueue" for resource, _ in self.resources):
+            tasks.append(asyncio.create_task(self._snapshot_queues(stopping), name="queue-snapshot"))
         try:
             while not stopping.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -167,6 +189,64 @@ class Bridge:
             await self.publish(ev)
             self._inflight.discard(plural)
             self._safe[plural] = watcher.resource_version
+            self._keep_queue(ev)
+
+    def _keep_queue(self, ev: WatchEvent) -> None:
+        kind = str(ev.object.get("kind") or "")
+        if kind not in self.queue_objects:
+            return
+        meta = ev.object.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if ev.type == "DELETED":
+            self.queue_objects[kind].pop(key, None)
+        else:
+            self.queue_objects[kind][key] = ev.object
+
+    async def _snapshot_queues(self, stopping: asyncio.Event) -> None:
+        """Every ``queue_every_s``: the queue snapshot into KV (nothing until a ClusterQueue was seen)."""
+        kv = await self.bus.kv(QUEUES_BUCKET)
+        while not stopping.is_set():
+            cqs = list(self.queue_objects["ClusterQueue"].values())
+            if cqs:
+                pending = await self._pending([str(cq["metadata"]["name"]) for cq in cqs])
+                snap = queues.snapshot(cqs, self.queue_objects["LocalQueue"].values(), pending=pending,
+                                       cluster=self.cluster, now=time.time())
+                try:
+                    await kv.put(QUEUES_KEY, msgspec.json.encode(snap))
+                except Exception as exc:  # NATS briefly away: the next round writes a fresher one
+                    log.warning("kube-bridge: queue snapshot not written: %r", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=self.queue_every_s)
+
+    async def _pending(self, names: list[str]) -> dict[str, dict[str, Any]] | None:
+        """ClusterQueue → its PendingWorkloadsSummary, or None where the visibility API is not served/allowed."""
+        if self.visibility_version is None:
+            if time.monotonic() - self._visibility_probed_at < VISIBILITY_RETRY_S:
+                return None
+            self._visibility_probed_at = time.monotonic()
+        versions = [self.visibility_version] if self.visibility_version else list(VISIBILITY_VERSIONS)
+        out: dict[str, dict[str, Any]] = {}
+        for name in names:
+            for version in versions:
+                path = f"/apis/{VISIBILITY_GROUP}/{version}/clusterqueues/{name}/pendingworkloads"
+                try:
+                    out[name] = await self.api.request("GET", path, what=f"pending workloads of {name}",
+                                                       query={"limit": 1000})
+                except NotFound:
+                    continue  # this version is not served (or the queue just went away)
+                except (PermanentError, TemporaryError) as exc:  # 403: RBAC lacks visibility get
+                    log.warning("kube-bridge: visibility API: %s", exc)
+                    self.visibility_version = None
+                    return None
+                self.visibility_version = version
+                versions = [version]
+                break
+            if self.visibility_version is None:
+                break  # no version answered for the first queue: the API is not served here
+        if self.visibility_version is None:
+            log.info("kube-bridge: Kueue's visibility API is not served; `tau queue` shows counts only")
+            return None
+        return out
 
     async def publish(self, ev: WatchEvent) -> None:
         meta = ev.object.get("metadata") or {}

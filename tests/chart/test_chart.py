@@ -242,8 +242,12 @@ def test_kube_bridge_and_health_monitor_get_only_their_grants(render: Render) ->
     watch = {"list", "watch"}
     assert rules_of(objs, "t-taugrid-kube-bridge") == {
         (g, r, v) for g, r in [("batch", "jobs"), ("", "pods"), ("", "events"), ("ray.io", "rayjobs"),
-                               ("kueue.x-k8s.io", "workloads")] for v in watch}
-    assert rules_of(objs, "t-taugrid-kube-bridge-nodes") == {("", "nodes", v) for v in watch}
+                               ("kueue.x-k8s.io", "workloads")] for v in watch} | {
+        ("kueue.x-k8s.io", "localqueues", v) for v in ("get", "list", "watch")}
+    # `tau queue`: ClusterQueue status and the pending-workloads visibility API are cluster-scoped
+    assert rules_of(objs, "t-taugrid-kube-bridge-nodes") == {("", "nodes", v) for v in watch} | {
+        ("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list", "watch")} | {
+        ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get")}
     assert rules_of(objs, "t-taugrid-kube-bridge-leases") == {("coordination.k8s.io", "leases", v) for v in watch}
     leases = one(objs, "RoleBinding", "t-taugrid-kube-bridge-leases")
     assert leases["metadata"]["namespace"] == "kube-node-lease"

@@ -21,10 +21,11 @@ def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stac
     assert status["state"] == "succeeded" and status["attempt"] == 1
     assert [(p["name"], p["status"]) for p in status["phases"]] == [
         ("submitted", "done"), ("policy", "done"), ("rendered", "done"), ("admission", "done"),
-        ("raycluster", "skipped"), ("scheduling", "done"), ("image-pull", "done"), ("init", "skipped"),
+        ("raycluster", "skipped"), ("scheduling", "done"), ("image-pull", "done"), ("init", "done"),
         ("container-start", "done"), ("running", "done"), ("finished", "done")]
-    assert [(p["name"], p["phase"], [c["state"] for c in p["containers"]]) for p in status["pods"]] == [
-        (status["pods"][0]["name"], "Succeeded", ["terminated"])]
+    assert [(p["phase"], [(c["kind"], c["name"], c["state"], c["exit_code"]) for c in p["containers"]])
+            for p in status["pods"]] == [  # the source fetch init container, then the run's own
+        ("Succeeded", [("init", "tau-source-fetch", "terminated", 0), ("app", "main", "terminated", 0)])]
     events = stack.wait_sealed(run_id)
     types = [e["short_type"] for e in events]
     assert [t for t in types if t in STAGES] == STAGES

@@ -37,6 +37,11 @@ class FakeKube:
         self.evictions: list[dict[str, Any]] = []
         self.pdb_blocked: set[tuple[str | None, str]] = set()  # (namespace, pod): evictions answer 429
         self.logs = FakeLogs()  # the pod log endpoint (tests/kube/fakelogs.py)
+        # Kueue's pending-workloads visibility API (visibility.kueue.x-k8s.io/<version>), per ClusterQueue:
+        # name → PendingWorkloadsSummary items. None = not served (404, as on a Kueue without it).
+        self.pending_workloads: dict[str, list[dict[str, Any]]] | None = None
+        self.visibility_version = "v1beta1"
+        self.visibility_requests: list[dict[str, Any]] = []
 
     # ---- scripting from tests
 
@@ -175,6 +180,15 @@ class FakeKube:
                 else:
                     status[field] = value
             return old if merged == old else self._commit(res, key, merged, "MODIFIED")
+        if method == "GET" and sub == "pendingworkloads" and res[0] == "visibility.kueue.x-k8s.io":
+            self.visibility_requests.append({"version": res[1], "queue": name, "params": dict(request.params)})
+            if self.pending_workloads is None or res[1] != self.visibility_version:
+                return kmock.Response(status=404, payload={"kind": "Status", "code": 404, "reason": "NotFound",
+                                                           "message": "the server could not find the requested "
+                                                                      "resource"})
+            items = self.pending_workloads.get(name, [])[: int(request.params.get("limit", 1000))]
+            return {"kind": "PendingWorkloadsSummary", "apiVersion": f"{res[0]}/{res[1]}", "metadata": {},
+                    "items": copy.deepcopy(items)}
         if method == "POST" and sub == "eviction":
             self.evictions.append({"namespace": ns, "name": name, "body": request.data})
             if key not in self.objects:

@@ -1,4 +1,8 @@
-"""``tau queue``: each ClusterQueue's nominal, used, borrowed and lent quota, and its pending runs."""
+"""``tau queue``: each ClusterQueue's nominal, used, borrowed and lent quota, and its pending runs.
+
+It reads one KV key on both backends (``local_cluster``/``queues``): the local cluster writes it, and on
+Kubernetes kube-bridge writes it from Kueue's ClusterQueue/LocalQueue status and the pending-workloads
+visibility API (``taugrid.kube.queues``), so the CLI never needs Kubernetes credentials."""
 
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ async def queue(show_pending: int, output: str) -> None:
         except nats.js.errors.KeyNotFoundError:
             entry = None
     if entry is None or not entry.value:
-        fail("no queue snapshot yet: is the local cluster running (`tau up`)?", EXIT_NOT_FOUND)
+        fail("no queue snapshot yet: is the local cluster running (`tau up`), or on Kubernetes kube-bridge "
+             "(it writes one once it sees a ClusterQueue)?", EXIT_NOT_FOUND)
         return
     snap = msgspec.json.decode(entry.value)
     if output == "json":
@@ -51,7 +56,7 @@ async def queue(show_pending: int, output: str) -> None:
             _fmt(q["borrowed"]),
             _fmt(q["lent"]),
             str(q["admitted"]),
-            str(len(q["pending"])),
+            str(q.get("pending_count", len(q["pending"]))),
         ]
         for q in snap["queues"]
     ]
@@ -61,4 +66,12 @@ async def queue(show_pending: int, output: str) -> None:
     for q in snap["queues"]:
         for p in q["pending"][:show_pending]:
             click.echo(f"  {q['cluster_queue']} #{p['position'] + 1}: {p['run_id']}")
-    click.echo(f"(snapshot {time.time() - snap['time']:.1f}s old from node {snap['node']})")
+    for lq in snap.get("local_queues") or []:
+        click.echo(f"  localqueue {lq['namespace']}/{lq['name']} → {lq['cluster_queue']}: "
+                   f"{lq['pending']} pending, {lq['admitted']} admitted")
+    if snap.get("backend") == "kubernetes":
+        if not snap.get("visibility"):
+            click.echo("(pending runs are listed only where Kueue's visibility API is served; counts shown)")
+        click.echo(f"(snapshot {time.time() - snap['time']:.1f}s old from cluster {snap['cluster']})")
+    else:
+        click.echo(f"(snapshot {time.time() - snap['time']:.1f}s old from node {snap['node']})")

@@ -78,7 +78,8 @@ def pod_report(pod: Mapping[str, Any]) -> c.ExecProgress:
     apps = list(status.get("containerStatuses") or [])
     scheduling = _scheduling(conds, node)
     scheduled = scheduling.status == "done"
-    init = _init(spec, conds, inits, scheduled)
+    app_started = any(_state(cs, "running") or _state(cs, "terminated") for cs in apps)
+    init = _init(spec, conds, inits, scheduled, app_started=app_started)
     image = _image_pull([*inits, *apps], images, scheduled)
     start = _start(apps, conds, scheduled and image.status == "done", init_done=init.status in ("done", "skipped"))
     phases = [scheduling, image, init, start]
@@ -119,7 +120,7 @@ def _image_pull(statuses: list[Mapping[str, Any]], images: Mapping[str, str], sc
 
 
 def _init(spec: Mapping[str, Any], conds: Mapping[str, Mapping[str, Any]], statuses: list[Mapping[str, Any]],
-          scheduled: bool) -> c.PhaseReport:
+          scheduled: bool, *, app_started: bool) -> c.PhaseReport:
     wanted = [ct.get("name", "") for ct in spec.get("initContainers") or []]
     if not wanted:
         return c.PhaseReport(name="init", status="skipped")
@@ -138,7 +139,7 @@ def _init(spec: Mapping[str, Any], conds: Mapping[str, Mapping[str, Any]], statu
                 hint=f"init container {name} failed before the run's code started: `tau logs RUN` shows its "
                      "output; a source fetch that fails means the snapshot is missing or does not match")
     finished = sum(1 for cs in statuses if _state(cs, "terminated").get("exitCode") == 0)
-    if (conds.get("Initialized") or {}).get("status") == "True" or finished >= total:
+    if (conds.get("Initialized") or {}).get("status") == "True" or finished >= total or app_started:
         return c.PhaseReport(name="init", status="done", detail=f"{total}/{total} init containers")
     if not scheduled:
         return c.PhaseReport(name="init", status="pending")

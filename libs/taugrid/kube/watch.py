@@ -36,6 +36,8 @@ DEFAULT_RESOURCES: list[tuple[Resource, str | None]] = [
     (resource_for("Pod"), MANAGED_SELECTOR),
     (resource_for("Node"), None),
     (resource_for("Event"), None),
+    (resource_for("ClusterQueue"), None),  # `tau queue` on Kubernetes (kube-bridge's queue snapshot)
+    (resource_for("LocalQueue"), None),
 ]
 
 

@@ -1,0 +1,180 @@
+"""`tau queue` on Kubernetes: kube-bridge turns Kueue's ClusterQueue/LocalQueue status and the pending-workloads
+visibility API (served by the kmock emulator over real HTTP) into the KV snapshot the CLI reads, the same key
+and shape the local cluster writes. The CLI runs as a real process with nothing but the NATS URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+import nats.js.errors
+import pytest
+from taugrid.bus import Bus
+from taugrid.kube.client import KubeApi, resource_for
+from taugrid.kube.queues import quantity, snapshot
+from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY, Bridge
+
+CQS, LQS = ("kueue.x-k8s.io", "v1beta2", "clusterqueues"), ("kueue.x-k8s.io", "v1beta2", "localqueues")
+
+
+def cluster_queue(name: str, *, gpus: str, used_gpus: str, borrowed_gpus: str, pending: int, admitted: int,
+                  ) -> dict[str, Any]:
+    """A ClusterQueue as `kubectl get clusterqueue -o json` shows it on Kueue v0.15 (v1beta2)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": name, "generation": 1, "creationTimestamp": "2026-11-30T09:00:00Z"},
+        "spec": {
+            "cohortName": "lab", "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [
+                {"name": "h200", "resources": [{"name": "cpu", "nominalQuota": "32"},
+                                               {"name": "memory", "nominalQuota": "256Gi"},
+                                               {"name": "nvidia.com/gpu", "nominalQuota": gpus}]},
+                {"name": "spot", "resources": [{"name": "cpu", "nominalQuota": "500m"},
+                                               {"name": "memory", "nominalQuota": "512Mi"},
+                                               {"name": "nvidia.com/gpu", "nominalQuota": 0}]}]}],
+        },
+        "status": {
+            "conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can admit new workloads",
+                            "lastTransitionTime": "2026-11-30T09:00:01Z", "observedGeneration": 1}],
+            "flavorsReservation": [{"name": "h200", "resources": [
+                {"name": "cpu", "total": "16", "borrowed": "0"},
+                {"name": "memory", "total": "128Gi", "borrowed": "0"},
+                {"name": "nvidia.com/gpu", "total": used_gpus, "borrowed": borrowed_gpus}]}],
+            "flavorsUsage": [{"name": "h200", "resources": [
+                {"name": "cpu", "total": "16", "borrowed": "0"},
+                {"name": "memory", "total": "128Gi", "borrowed": "0"},
+                {"name": "nvidia.com/gpu", "total": used_gpus, "borrowed": borrowed_gpus}]},
+                {"name": "spot", "resources": [{"name": "cpu", "total": "0", "borrowed": "0"},
+                                               {"name": "memory", "total": "0", "borrowed": "0"},
+                                               {"name": "nvidia.com/gpu", "total": "0", "borrowed": "0"}]}],
+            "pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
+            "fairSharing": {"weightedShare": 0},
+        },
+    }
+
+
+LOCAL_QUEUE = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+    "metadata": {"name": "default", "namespace": "team-vision"},
+    "spec": {"clusterQueue": "vision"},
+    "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can submit new "
+                               "workloads to localQueue", "lastTransitionTime": "2026-11-30T09:00:01Z"}],
+               "pendingWorkloads": 2, "reservingWorkloads": 1, "admittedWorkloads": 1,
+               "flavorsUsage": [{"name": "h200", "resources": [{"name": "nvidia.com/gpu", "total": "6"}]}]},
+}
+
+
+def pending_workload(run: str, position: int, priority: int) -> dict[str, Any]:
+    """One item of a visibility PendingWorkloadsSummary (kubectl get --raw .../pendingworkloads)."""
+    return {
+        "metadata": {"name": f"job-{run}-a1-3f2c1", "namespace": "team-vision",
+                     "creationTimestamp": "2026-11-30T10:00:00Z",
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{run}-a1",
+                                          "uid": str(uuid.uuid4()), "controller": True}]},
+        "priority": priority, "localQueueName": "default",
+        "positionInClusterQueue": position, "positionInLocalQueue": position,
+    }
+
+
+async def _tau_queue_json(nats_url: str) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from taugrid.cli.main import main; main()", "queue", "--output", "json",
+        env={**os.environ, "TAU_NATS_URL": nats_url}, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+async def _snapshot_written(bus: Bus, since: float, timeout: float = 15.0) -> dict[str, Any]:
+    kv = await bus.kv(QUEUES_BUCKET)
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                entry = await kv.get(QUEUES_KEY)
+                snap: dict[str, Any] = json.loads(entry.value or b"{}")
+                if snap.get("backend") == "kubernetes" and snap["time"] >= since:
+                    return snap
+            except nats.js.errors.KeyNotFoundError:
+                pass
+            await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("served", [True, False])
+async def test_clusterqueue_status_becomes_the_exact_tau_queue_json(
+        bus: Bus, bootstrapped: str, fake_kube: Any, served: bool) -> None:
+    fake, api_client = fake_kube
+    fake.put(CQS, cluster_queue("vision", gpus="8", used_gpus="6", borrowed_gpus="0", pending=2, admitted=1))
+    fake.put(CQS, cluster_queue("language", gpus="4", used_gpus="6", borrowed_gpus="2", pending=0, admitted=2))
+    fake.put(LQS, LOCAL_QUEUE)
+    if served:
+        fake.pending_workloads = {"vision": [pending_workload("big-9f1e", 1, 100),
+                                             pending_workload("eval-77a0", 0, 500)]}
+    cluster = f"c{uuid.uuid4().hex[:8]}"
+    bridge = Bridge(bus, KubeApi(api_client, retries=0), cluster=cluster, holder="q",
+                    resources=[(resource_for("ClusterQueue"), None), (resource_for("LocalQueue"), None)],
+                    lease_ttl_s=1.0, checkpoint_every_s=0.1, backoff_max_s=0.1, queue_every_s=0.2)
+    stop = asyncio.Event()
+    started = time.time()
+    task = asyncio.create_task(bridge.run(stop))
+    try:
+        written = await _snapshot_written(bus, started)
+        out = await _tau_queue_json(bootstrapped)
+    finally:
+        stop.set()
+        await task
+    gib = float(2**30)
+    assert started <= written["time"] <= out["time"] <= time.time()  # rewritten every queue_every_s
+    assert {**out, "time": 0} == {**written, "time": 0}
+    assert out == {
+        "time": out["time"], "node": cluster, "backend": "kubernetes", "cluster": cluster, "visibility": served,
+        "queues": [
+            {"cluster_queue": "language", "cohort": "lab",
+             "nominal": {"cpu": 32.5, "memory": 256 * gib + 512 * 2.0**20, "nvidia.com/gpu": 4.0},
+             "used": {"cpu": 16.0, "memory": 128 * gib, "nvidia.com/gpu": 6.0},
+             "borrowed": {"nvidia.com/gpu": 2.0},
+             "reserved": {"cpu": 16.0, "memory": 128 * gib, "nvidia.com/gpu": 6.0},
+             "admitted": 2, "reserving": 2, "pending": [], "pending_count": 0, "active": True, "message": "",
+             "lent": {}},
+            {"cluster_queue": "vision", "cohort": "lab",
+             "nominal": {"cpu": 32.5, "memory": 256 * gib + 512 * 2.0**20, "nvidia.com/gpu": 8.0},
+             "used": {"cpu": 16.0, "memory": 128 * gib, "nvidia.com/gpu": 6.0},
+             "borrowed": {},
+             "reserved": {"cpu": 16.0, "memory": 128 * gib, "nvidia.com/gpu": 6.0},
+             "admitted": 1, "reserving": 1,
+             "pending": [{"run_id": "eval-77a0", "workload": "job-eval-77a0-a1-3f2c1", "position": 0,
+                          "local_queue": "default", "priority": 500},
+                         {"run_id": "big-9f1e", "workload": "job-big-9f1e-a1-3f2c1", "position": 1,
+                          "local_queue": "default", "priority": 100}] if served else [],
+             "pending_count": 2, "active": True, "message": "",
+             "lent": {"nvidia.com/gpu": 2.0}},  # language borrows 2 GPUs out of vision's 2 unused ones
+        ],
+        "local_queues": [{"namespace": "team-vision", "name": "default", "cluster_queue": "vision", "pending": 2,
+                          "reserving": 1, "admitted": 1, "used": {"nvidia.com/gpu": 6.0}}],
+    }
+    asked = {r["version"] for r in fake.visibility_requests}
+    assert asked == ({"v1beta2", "v1beta1"})  # the newest version first, then the one Kueue serves
+    if not served:  # not served: asked once, then not again within VISIBILITY_RETRY_S
+        assert len(fake.visibility_requests) == 2
+
+
+def test_quantities_read_as_kubernetes_writes_them() -> None:
+    assert [quantity(v) for v in ("500m", "16Gi", "1e3", 4, "2k", "1.5", "x", "3Qi")] == [
+        0.5, 16 * 2.0**30, 1000.0, 4.0, 2000.0, 1.5, 0.0, 0.0]
+
+
+def test_a_stopped_clusterqueue_says_why_and_v1beta1_cohort_is_read() -> None:
+    cq = cluster_queue("vision", gpus="8", used_gpus="0", borrowed_gpus="0", pending=0, admitted=0)
+    cq["spec"]["cohort"] = cq["spec"].pop("cohortName")
+    cq["status"]["conditions"] = [{"type": "Active", "status": "False", "reason": "Stopped",
+                                   "message": "Can't admit new workloads: is stopped"}]
+    q = snapshot([cq], [], pending=None, cluster="prod", now=5.0)["queues"][0]
+    assert (q["cohort"], q["active"], q["message"]) == ("lab", False, "Can't admit new workloads: is stopped")
