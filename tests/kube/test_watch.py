@@ -136,6 +136,7 @@ async def test_dropped_connection_loses_no_transition(fake_kube: Any) -> None:
     c = Collector(watcher(api_client))
     try:
         await c.until(lambda: len(c.events) == 1)
+        await c.until(lambda: len(fake.watches) == 1)  # the ADDED came from the list: wait for the watch itself
         fake.drop_watches()
         fake.modify(JOBS, "team-a", "a", lambda o: o["status"].update(active=1))
         fake.modify(JOBS, "team-a", "a", lambda o: o["status"].update(active=0, succeeded=1))
@@ -156,6 +157,7 @@ async def test_bookmarks_advance_the_resource_version(fake_kube: Any) -> None:
     c = Collector(watcher(api_client))
     try:
         await c.until(lambda: len(c.events) == 1)
+        await c.until(lambda: len(fake.watches) == 1)  # a bookmark reaches only an open watch
         for i in range(3):  # other kinds move the cluster's resourceVersion on
             fake.put(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}"}})
         fake.bookmark()
