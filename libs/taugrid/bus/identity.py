@@ -17,6 +17,8 @@ from pathlib import Path
 import nkeys
 
 _SEED = re.compile(rb"SU[A-Z2-7]{56}")
+LOCAL_USER_FILE = "user.nk"  # the person who ran `tau up`, under $TAU_DATA_DIR/creds/
+_NOT_PEOPLE = ("bootstrap.", "svc-")  # the stack's own identities in the same directory
 
 # (run id, verified user) of the event being handled in this task, if a service published it.
 run_user: ContextVar[tuple[str, str] | None] = ContextVar("taugrid_run_user", default=None)
@@ -33,16 +35,21 @@ def seed_in(text: bytes) -> bytes | None:
 
 
 def load_user_seed() -> bytes | None:
-    """The seed this person signs with: ``TAU_NKEY_SEED``, else the file ``TAU_NKEY_FILE``, else the first
-    ``*.nk`` then ``*.creds`` file in ``$TAU_DATA_DIR/creds/`` (written by ``tau up``). None when there is none."""
+    """The seed this person signs with: ``TAU_NKEY_SEED``, else the file ``TAU_NKEY_FILE``, else the bus
+    credentials file ``TAU_NATS_CREDS``, else ``$TAU_DATA_DIR/creds/user.nk`` (the local user ``tau up``
+    created), else another ``*.nk``/``*.creds`` file there that is not a service's or the bootstrap's.
+    None when there is none."""
     if os.environ.get("TAU_NKEY_SEED"):
         return seed_in(os.environ["TAU_NKEY_SEED"].encode())
     candidates: list[Path] = []
-    if os.environ.get("TAU_NKEY_FILE"):
-        candidates.append(Path(os.environ["TAU_NKEY_FILE"]).expanduser())
+    for env in ("TAU_NKEY_FILE", "TAU_NATS_CREDS"):
+        if os.environ.get(env, "").strip():
+            candidates.append(Path(os.environ[env].strip()).expanduser())
     creds = data_dir() / "creds"
     if creds.is_dir():
-        candidates += sorted(creds.glob("*.nk")) + sorted(creds.glob("*.creds"))
+        candidates.append(creds / LOCAL_USER_FILE)
+        candidates += [p for p in sorted(creds.glob("*.nk")) + sorted(creds.glob("*.creds"))
+                       if not p.name.startswith(_NOT_PEOPLE)]
     for path in candidates:
         try:
             seed = seed_in(path.read_bytes())

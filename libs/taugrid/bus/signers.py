@@ -5,11 +5,16 @@ platform's users — or, on a platform that lists none (the embedded stack), com
 
 from __future__ import annotations
 
+import os
+
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_HEADER, SIGNER_HEADER, Event, SignatureInvalid, verify_signature
 from taugrid.config.platform import Platform, load_platform
 from taugrid.core.contracts import Issue
+
+
+LOCAL_ADMIN_ENV = "TAU_LOCAL_ADMIN"
 
 
 class Refused(Exception):
@@ -35,6 +40,14 @@ class Signers:
             self._cache = (revision, load_platform(text, path=f"platform.yaml@{revision}"))
         return self._cache[1]
 
+    async def local_user(self) -> platformstore.LocalUser | None:
+        """The embedded stack's person: ``TAU_LOCAL_ADMIN`` (``<name>:<public key>``, set by the supervisor for
+        its services) when set, else what ``tau up`` stored in the platform bucket."""
+        name, _, key = os.environ.get(LOCAL_ADMIN_ENV, "").partition(":")
+        if name and key:
+            return platformstore.LocalUser(name=name, nkey=key)
+        return await platformstore.get_local_user(self.bus)
+
     async def identify(self, ev: Event) -> tuple[str, str]:
         """(verified user name, signer public key) of a signed request; raises ``Refused`` with the reason."""
         try:
@@ -54,7 +67,7 @@ class Signers:
                     fix="ask a platform admin to add your public key to platform.yaml users",
                 ))
             return user.name, signer
-        local = await platformstore.get_local_user(self.bus)
+        local = await self.local_user()
         if local is not None and local.nkey == signer:
             return local.name, signer
         raise Refused(Issue(

@@ -20,19 +20,19 @@ def login_name() -> str:
 
 
 def ensure_seed(data_dir: Path) -> tuple[str, bytes]:
-    """The local user's (name, seed): an existing ``creds/*.nk`` / ``*.creds`` file, else a new
-    ``creds/<login>.nk`` written 0600."""
-    creds = data_dir / "creds"
-    for path in sorted(creds.glob("*.nk")) + sorted(creds.glob("*.creds")) if creds.is_dir() else []:
+    """The local user's (name, seed) from ``creds/user.nk``, written 0600 when it does not exist yet."""
+    path = data_dir / "creds" / identity.LOCAL_USER_FILE
+    try:
         seed = identity.seed_in(path.read_bytes())
-        if seed:
-            return path.stem, seed
+    except OSError:
+        seed = None
+    if seed:
+        return login_name(), seed
     name, seed = login_name(), identity.new_user_seed()
-    creds.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = creds / f"{name}.nk"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(b"# taugrid signing key of " + name.encode() + b"; keep private\n" + seed + b"\n")
+        fh.write(b"# taugrid credentials of " + name.encode() + b"; keep private\n" + seed + b"\n")
     return name, seed
 
 
