@@ -41,7 +41,8 @@ class Recovery:
             rf = ev.payload(RenderFailed)
             reason, message = "InvalidManifest" if rf.permanent else rf.reason, rf.message
             if rf.permanent:
-                await self._give_up(ev, "config", reason, message, record.attempt)
+                await self._give_up(ev, "config", reason, message, record.attempt,
+                                    hint="fix the config (see the message) and submit again")
                 return
         elif ev.type == "health.degraded":
             hd = ev.payload(HealthDegraded)
@@ -52,7 +53,7 @@ class Recovery:
         d = decide(reason=reason, exit_code=exit_code, attempt=ev.attempt, resilience=run.resilience,
                    event_type=ev.type)
         if not d.retry:
-            await self._give_up(ev, d.classification, d.reason, message, ev.attempt)
+            await self._give_up(ev, d.classification, d.reason, message, ev.attempt, hint=d.hint)
             return
         resume = run.resilience.checkpoint_path or run.checkpoint_dir
         env = {**run.env, "TAU_RETRY_REASON": reason or d.classification, "TAU_RESUME_FROM": resume}
@@ -67,9 +68,10 @@ class Recovery:
             ),
         )
 
-    async def _give_up(self, ev: Event, cls: str, reason: str, message: str, attempts: int) -> None:
+    async def _give_up(self, ev: Event, cls: str, reason: str, message: str, attempts: int, *,
+                       hint: str = "") -> None:
         await self.bus.emit(workspace=ev.workspace, run_id=ev.subject, attempt=ev.attempt,
                             event_type="recovery.gave_up",
                             payload=RecoveryGaveUp(reason=reason, classification=cls, attempts=attempts,
-                                                   message=message))
+                                                   message=message, hint=hint))
 

@@ -109,3 +109,47 @@ def test_a_failed_environment_build_marks_the_phase_failed_and_is_not_retried() 
     decision = decide(reason="EnvironmentFailed", exit_code=1, attempt=1,
                       resilience=Resilience(max_retries=3, retry_on=["Any"]))
     assert decision == type(decision)(False, "config", 0.0, "EnvironmentFailed: not retryable", False)
+
+
+def test_a_finished_run_carries_its_terminal_reason_not_a_queued_message() -> None:
+    r = states.RunRecord(run_id="r1", workspace="ws")
+    for t in ("submit.requested", "submit.accepted", "policy.approved", "render.applied"):
+        states.apply(r, t, 1, {}, 1.0)
+    states.apply(r, "admission.queued", 1, {"reason": "Pending", "message": "waiting for Kueue to consider the "
+                                            "workload", "cluster_queue": ""}, 1.5)
+    states.apply(r, "admission.admitted", 1, {"cluster_queue": "local"}, 2.0)
+    assert r.message == "" and r.cluster_queue == "local" and r.position is None
+    states.apply(r, "exec.failed", 1, {"reason": "Error", "exit_code": 1}, 3.0)
+    states.apply(r, "recovery.gave_up", 1, {"reason": "Error: not in resilience.retry_on (Preempted, Evicted)",
+                                            "hint": "add Error to resilience.retry_on to retry crashes"}, 4.0)
+    assert (r.state, r.reason, r.message, r.hint, r.cluster_queue) == (
+        "failed", "Error: not in resilience.retry_on (Preempted, Evicted)", "",
+        "add Error to resilience.retry_on to retry crashes", "local")
+
+
+def test_a_cancelled_run_says_who_cancelled_it() -> None:
+    r = _record()
+    assert states.apply(r, "cancel.accepted", 1, {"reason": "cancelled by user", "by": "ada"}, 2.0)
+    states.apply(r, "exec.cancelled", 1, {"reason": "Deleted", "message": "Job was deleted before it finished"}, 3.0)
+    assert (r.state, r.reason, r.message, r.phases[-1].detail) == (
+        "cancelled", "Cancelled", "cancelled by ada", "cancelled by ada")
+
+
+def test_a_rejected_run_carries_its_first_reason() -> None:
+    r = states.RunRecord(run_id="r1", workspace="ws")
+    states.apply(r, "submit.requested", 1, {}, 1.0)
+    states.apply(r, "submit.accepted", 1, {}, 1.0)
+    states.apply(r, "policy.rejected", 1, {"reasons": [
+        {"field": "policy.workspace", "message": "unknown workspace 'nowhere'"},
+        {"field": "compute.gpus", "message": "too many"}], "message": "all of it"}, 2.0)
+    assert (r.state, r.reason, r.message) == ("rejected", "policy.workspace: unknown workspace 'nowhere'",
+                                              "all of it")
+
+
+def test_giving_up_on_a_crash_says_how_to_retry_crashes() -> None:
+    wanted = decide(reason="Error", exit_code=1, attempt=1, resilience=Resilience(max_retries=1))
+    assert not wanted.retry and wanted.hint == "add Error to resilience.retry_on to retry crashes"
+    none_allowed = decide(reason="Error", exit_code=1, attempt=1, resilience=Resilience(max_retries=0))
+    assert none_allowed.hint == "the script raised or exited non-zero: fix the error in its output (`tau logs RUN`)"
+    oom = decide(reason="OOMKilled", exit_code=137, attempt=1, resilience=Resilience(max_retries=2))
+    assert oom.hint == "add OOMKilled to resilience.retry_on to retry oom failures"

@@ -7,6 +7,7 @@ deterministic ``Nats-Msg-Id``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -108,7 +109,13 @@ class Bus:
             return await self.user_lookup(run_id)
         return ""
 
-    async def close(self) -> None:
+    async def close(self, *, drain: bool = True) -> None:
+        """Drain (let subscriptions finish their messages) then close; ``drain=False`` closes at once, for a
+        client whose every publish already awaited its ack and that may stop reading mid-stream."""
+        if not self.nc.is_closed and not drain:
+            with contextlib.suppress(nats.errors.Error):
+                await self.nc.close()
+            return
         if not self.nc.is_closed:
             try:
                 await asyncio.wait_for(self.nc.drain(), timeout=5)
@@ -122,12 +129,16 @@ def default_creds() -> str | None:
 
 
 async def connect(url: str | None = None, *, name: str, connect_timeout: float = 5.0,
-                  max_reconnect_attempts: int = -1, creds: str | None = None) -> Bus:
+                  max_reconnect_attempts: int = -1, creds: str | None = None, quiet: bool = False) -> Bus:
     """Connect with endless reconnects: a restarting server must not kill services. ``creds`` (default
-    ``TAU_NATS_CREDS``) is a credentials file path."""
+    ``TAU_NATS_CREDS``) is a credentials file path.
+
+    ``quiet`` (the CLI) logs connection errors at debug level: a person gets one clear error from the
+    failed call instead of one warning per refused connection attempt.
+    """
 
     async def on_error(exc: Exception) -> None:
-        log.warning("nats error (%s): %r", name, exc)
+        log.log(logging.DEBUG if quiet else logging.WARNING, "nats error (%s): %r", name, exc)
 
     async def on_disconnect() -> None:
         log.info("nats disconnected (%s)", name)
@@ -143,7 +154,8 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
             allow_reconnect=True, user_credentials=creds or default_creds(),
         )
     except (OSError, nats.errors.Error) as exc:
-        raise TemporaryError(f"cannot reach NATS at {url or default_url()}: {exc}", delay=1.0) from exc
+        detail = "" if quiet else f": {exc}"
+        raise TemporaryError(f"cannot reach the taugrid stack at {url or default_url()}{detail}", delay=1.0) from exc
     return Bus(nc, name)
 
 

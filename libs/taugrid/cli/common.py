@@ -22,6 +22,7 @@ R = TypeVar("R")
 # Exit codes: 0 ok, 1 the run failed / check failed, 2 usage or invalid input, 3 not found,
 # 4 the platform is unreachable, 5 rejected by policy.
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_REJECTED = 1, 2, 3, 4, 5
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 if TYPE_CHECKING:
     from taugrid.client import Client
@@ -80,7 +81,7 @@ def fail(message: str, code: int) -> None:
 
 
 def run_async(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
-    """Run an async command; turn library errors into a message and an exit code."""
+    """Run an async command; turn library errors into one message and an exit code, never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -91,13 +92,23 @@ def run_async(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
         except NotFound as err:
             fail(str(err), EXIT_NOT_FOUND)
         except TemporaryError as err:
-            fail(f"{err}\n  is the stack up? start it with `tau up` (or set TAU_NATS_URL)", EXIT_UNAVAILABLE)
+            fail(f"{err} (is the stack up? start it with `tau up`, or set TAU_NATS_URL)", EXIT_UNAVAILABLE)
         except PermanentError as err:
             fail(str(err), EXIT_USAGE)
         except TauError as err:
             fail(str(err), EXIT_FAILED)
         except KeyboardInterrupt:
             sys.exit(130)
+        except BrokenPipeError:
+            closed_pipe()
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+def closed_pipe() -> None:
+    """The reader went away (``tau events | head``): stop quietly, as ``cat`` would."""
+    # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail loudly
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_CLOSED_PIPE)

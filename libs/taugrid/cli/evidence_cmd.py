@@ -34,9 +34,10 @@ from taugrid.evidence.verify import as_dict, verify_run
 @run_async
 async def evidence(run_id: str, save: Path | None, output: str) -> None:
     async with connected() as client:
+        record = await client.status(run_id)  # an unknown run is "not found", not "not sealed yet"
         got = await read_bundle(client.bus, run_id)
     if got is None:
-        fail(f"no sealed evidence for {run_id} yet (runs are sealed when they finish)", EXIT_NOT_FOUND)
+        fail(f"run {run_id} is {record.state}: its evidence is sealed when it finishes", EXIT_NOT_FOUND)
         return
     raw, bundle = got
     if save:
@@ -67,6 +68,7 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
 @run_async
 async def verify(run_id: str, output: str) -> None:
     async with connected() as client:
+        await client.status(run_id)  # an unknown run is "not found" (exit 3)
         report = await verify_run(client.bus, run_id)
     if output == "json":
         emit_json(as_dict(report))

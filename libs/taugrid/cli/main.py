@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from taugrid import __version__
+from taugrid.cli.completion import completion
 from taugrid.cli.evidence_cmd import evidence, verify
 from taugrid.cli.outputs_cmd import outputs
 from taugrid.cli.platform_cmd import platform
@@ -16,18 +17,19 @@ from taugrid.cli.stack import down, scale, stack_status, up
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tau")
 def cli() -> None:
-    """taugrid: run AI workloads on GPU clusters. Start with `tau up`, then `tau run tau.yaml --follow`."""
+    """taugrid: run AI workloads on GPU clusters. Start with `tau up`, then `tau run . --follow` in a
+    project folder holding a tau.yaml."""
 
 
 for command in (
     up, down, scale, stack_status, run, status, outputs, logs, list_runs, cancel, events, platform, evidence,
-    verify, queue,
+    verify, queue, completion,
 ):
     cli.add_command(command)
 
 
 def main() -> None:
-    cli()
+    cli(prog_name="tau")
 
 
 if __name__ == "__main__":

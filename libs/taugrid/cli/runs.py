@@ -12,29 +12,51 @@ from typing import Any
 import click
 
 from taugrid.cli.common import (
-    EXIT_FAILED,
-    EXIT_REJECTED,
     EXIT_USAGE,
+    color,
     connected,
     emit_json,
     fail,
+    nats_url,
     output_option,
     run_async,
 )
-from taugrid.cli.outputs_cmd import listing, summary_lines
-from taugrid.cli.views import elapsed, event_line, phase_tree, status_json, table
-from taugrid.config.taujob import load_tau_config, tau_json_schema
+from taugrid.cli.console import follow_run
+from taugrid.cli.views import (
+    attempt_separator,
+    elapsed,
+    event_line,
+    phase_tree,
+    status_json,
+    table,
+    terminal_reason,
+)
+from taugrid.config.project import advice, check_project
+from taugrid.config.source import raise_issues
+from taugrid.config.taujob import TauConfig, load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
-from taugrid.core.events import TERMINAL_EVENTS
+from taugrid.core.states import RunRecord
 
 
 class DefaultGroup(click.Group):
-    """``tau run FILE`` submits; ``tau run validate|schema`` are subcommands."""
+    """``tau run [TARGET]`` submits; ``tau run validate|schema|resume`` are subcommands. The group's help shows
+    the submit options too, since they are what ``tau run`` takes."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
             args = ["submit", *args]
         return super().parse_args(ctx, args)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        submit_cmd = self.commands["submit"]
+        rows = [
+            r
+            for p in submit_cmd.get_params(ctx)
+            if isinstance(p, click.Option) and (r := p.get_help_record(ctx)) is not None
+        ]
+        with formatter.section("Options (of `tau run [TARGET]`)"):
+            formatter.write_dl(rows)
+        self.format_commands(ctx, formatter)
 
 
 def resolve_target(target: str) -> Path:
@@ -43,6 +65,8 @@ def resolve_target(target: str) -> Path:
     if p.is_dir():
         p = p / "tau.yaml"
     if p.is_file():
+        if p.suffix not in (".yaml", ".yml"):
+            fail(f"tau run takes a project folder or a tau.yaml: try `tau run {_project_of(p)}`", EXIT_USAGE)
         return p
     named = Path("tau") / f"{target}.yaml"
     if named.is_file():
@@ -55,14 +79,39 @@ def resolve_target(target: str) -> Path:
     raise AssertionError
 
 
-@click.group(cls=DefaultGroup, help="Submit a run (`tau run FILE|DIR|TARGET`), or validate a config.")
+def _project_of(file: Path) -> str:
+    """How to name the folder holding ``file`` on the command line (``.`` for the current one)."""
+    parent = file.parent
+    return "." if parent.resolve() == Path.cwd().resolve() else str(parent)
+
+
+def _load_checked(path: Path) -> TauConfig:
+    """The config at ``path`` with the project checks applied; warnings go to stderr."""
+    cfg = load_tau_config(path.read_text(), path=str(path))
+    raise_issues(check_project(cfg, path.parent.resolve()))
+    for warning in advice(cfg):
+        click.echo(color("warning: ", "yellow") + warning, err=True)
+    return cfg
+
+
+@click.group(
+    cls=DefaultGroup,
+    subcommand_metavar="[TARGET] | COMMAND [ARGS]...",
+    help="Submit a run: `tau run [TARGET]` (a project folder, a tau.yaml or a target name; default: the "
+    "tau.yaml here), or validate a config.",
+)
 def run() -> None:
     pass
 
 
-@run.command("submit", help="Submit FILE (a tau.yaml, a directory with one, or a target name).")
+@run.command("submit", help="Submit TARGET (a project folder, a tau.yaml or a target name; default: ./tau.yaml).")
 @click.argument("target", default="tau.yaml")
-@click.option("--follow", "-f", is_flag=True, help="Show the stages live; exit 0 only if the run succeeded.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Show the stages and the script's output live; exit 0 only if the run succeeded.",
+)
 @click.option(
     "--workspace", "-w", default=None, help="Workspace (default: policy.workspace, else 'default')."
 )
@@ -78,7 +127,7 @@ async def submit(
     target: str, follow: bool, workspace: str | None, dry_run: bool, submission_id: str | None, output: str
 ) -> None:
     path = resolve_target(target)
-    cfg = load_tau_config(path.read_text(), path=str(path))
+    cfg = _load_checked(path)
     if dry_run:
         await _dry_run(path, cfg, workspace)
         return
@@ -89,7 +138,7 @@ async def submit(
             return
         click.echo(run_id)
         if follow:
-            await _follow(client, run_id, output)
+            await follow_run(client, run_id, output)
 
 
 async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
@@ -127,25 +176,6 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
     click.echo(to_yaml(manifests), nl=False)
 
 
-async def _follow(client: Any, run_id: str, output: str) -> None:
-    outcome = ""
-    start = time.time()
-    async for ev in client.follow(run_id):
-        if output == "json":
-            emit_json(ev.to_json())
-        else:
-            click.echo(f"[{elapsed(start, None):>6}] " + event_line(ev))
-        if ev.type in TERMINAL_EVENTS and not outcome:
-            outcome = ev.type
-    record = await client.settled(run_id)
-    if output != "json":
-        click.echo(phase_tree(record))
-        for line in summary_lines(await listing(client, record)):
-            click.echo(line)
-    if record.state != "succeeded":
-        sys.exit(EXIT_REJECTED if record.state == "rejected" else EXIT_FAILED)
-
-
 @run.command(
     "resume",
     help="Start a new run with RUN's config and code from its last checkpoint "
@@ -154,7 +184,12 @@ async def _follow(client: Any, run_id: str, output: str) -> None:
 @click.argument("run_id")
 @click.option("--from", "from_path", default="", help="Checkpoint directory (default: RUN's checkpoint dir).")
 @click.option("--force", is_flag=True, help="Resume even though RUN was OOMKilled.")
-@click.option("--follow", "-f", is_flag=True, help="Show the stages live; exit 0 only if the run succeeded.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Show the stages and the script's output live; exit 0 only if the run succeeded.",
+)
 @output_option
 @run_async
 async def resume(run_id: str, from_path: str, force: bool, follow: bool, output: str) -> None:
@@ -165,25 +200,75 @@ async def resume(run_id: str, from_path: str, force: bool, follow: bool, output:
             return
         click.echo(new_id)
         if follow:
-            await _follow(client, new_id, output)
+            await follow_run(client, new_id, output)
 
 
-@run.command("validate", help="Check a tau.yaml offline; exit 2 with every problem if it is invalid.")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@run.command(
+    "validate",
+    help="Check a tau.yaml (or a project folder): the file, the project (the entrypoint exists) and, when "
+    "the stack is reachable, the current platform (workspace, profiles, quotas). Exit 2 with every problem.",
+)
+@click.argument("target", default="tau.yaml")
+@click.option("--offline", is_flag=True, help="Do not contact the stack; check the file and project only.")
 @output_option
-def validate(file: Path, output: str) -> None:
+@run_async
+async def validate(target: str, offline: bool, output: str) -> None:
+    path = resolve_target(target)
     try:
-        cfg = load_tau_config(file.read_text(), path=str(file))
+        cfg = load_tau_config(path.read_text(), path=str(path))
+        raise_issues(check_project(cfg, path.parent.resolve()))
+        revision, unchecked = (
+            (None, "offline: the platform was not checked") if offline else await _check_against_platform(cfg)
+        )
     except ConfigError as err:
         if output == "json":
             emit_json({"valid": False, "issues": err.issues})
             sys.exit(EXIT_USAGE)
         fail(str(err), EXIT_USAGE)
         return
+    warnings = advice(cfg)
+    checked = f"against platform revision {revision}" if revision else f"({unchecked})"
     if output == "json":
-        emit_json({"valid": True, "name": cfg.name, "engine": cfg.engine})
-    else:
-        click.echo(f"{file}: valid ({cfg.engine} run {cfg.name!r})")
+        emit_json(
+            {"valid": True, "name": cfg.name, "engine": cfg.engine, "platform_revision": revision,
+             "warnings": warnings}
+        )
+        return
+    for warning in warnings:
+        click.echo(color("warning: ", "yellow") + warning, err=True)
+    click.echo(f"{path} ({cfg.engine} run {cfg.name!r}): valid {checked}")
+
+
+async def _check_against_platform(cfg: TauConfig) -> tuple[int | None, str]:
+    """Resolve ``cfg`` against the stack's current platform as the policy service would: the platform
+    revision checked, or None and why not (no stack answers, or it has no platform yet)."""
+    from taugrid.client import open_client
+    from taugrid.config.platform import load_platform
+    from taugrid.config.resolve import resolve_run
+    from taugrid.config.taujob import config_hash
+    from taugrid.core.errors import TemporaryError
+
+    try:
+        client = await open_client(nats_url(), connect_timeout=2.0, max_reconnect_attempts=1)
+    except TemporaryError:
+        return None, "offline: the platform was not checked"
+    try:
+        got = await client.platform_get()
+    finally:
+        await client.close()
+    if got is None:
+        return None, "no platform applied yet: the platform was not checked"
+    text, revision = got
+    resolve_run(
+        cfg,
+        load_platform(text),
+        run_id=f"{cfg.name}-validate",
+        submission_id="validate",
+        workspace=None,
+        platform_revision=revision,
+        config_hash=config_hash(cfg),
+    )
+    return revision, ""
 
 
 @run.command("schema", help="Print the tau.yaml JSON Schema (draft 2020-12).")
@@ -211,23 +296,58 @@ async def status(run_id: str, output: str) -> None:
             click.echo(line)
 
 
-@click.command("list", help="List runs, oldest first.")
-@click.option("--workspace", "-w", default=None)
+@click.command("list", help="List runs, newest first: AGE is the time since submission.")
+@click.option("--workspace", "-w", default=None, help="Only runs in this workspace.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    help="Only runs in this state (repeatable): submitted, queued, running, succeeded, failed, rejected, "
+    "cancelled, …; `active` means any unfinished state.",
+)
+@click.option("--user", "-u", default=None, help="Only runs submitted by this user.")
+@click.option("--limit", "-n", default=50, show_default=True, help="Show at most this many runs (0: all).")
 @output_option
 @run_async
-async def list_runs(workspace: str | None, output: str) -> None:
+async def list_runs(
+    workspace: str | None, states: tuple[str, ...], user: str | None, limit: int, output: str
+) -> None:
     async with connected() as client:
-        records = [r for r in await client.list() if not workspace or r.workspace == workspace]
+        records = await client.list()
+    wanted = set(states)
+    records = [
+        r
+        for r in sorted(records, key=lambda r: r.created, reverse=True)
+        if (not workspace or r.workspace == workspace)
+        and (not user or r.user == user)
+        and (not wanted or r.state in wanted or ("active" in wanted and r.finished is None))
+    ]
+    if limit > 0:
+        records = records[:limit]
     if output == "json":
         emit_json(
-            [{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases", "pods")} for r in records]
+            [
+                {**{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases", "pods")},
+                 "why": terminal_reason(r)}
+                for r in records
+            ]
         )
         return
+    now = time.time()
     rows = [
-        [r.run_id, r.workspace, r.state, str(r.attempt), elapsed(r.created, r.finished), r.reason[:50]]
+        [
+            r.run_id,
+            r.workspace,
+            r.user or "-",
+            r.state,
+            str(r.attempt),
+            elapsed(r.created, now),
+            elapsed(r.created, r.finished),
+            terminal_reason(r)[:60],
+        ]
         for r in records
     ]
-    click.echo(table(rows, ["run", "workspace", "state", "attempt", "age", "reason"]))
+    click.echo(table(rows, ["run", "workspace", "user", "state", "attempt", "age", "duration", "reason"]))
 
 
 @click.command(help="Cancel a run: its process gets SIGTERM, then SIGKILL after the grace period. Only the "
@@ -240,6 +360,14 @@ async def cancel(run_id: str, output: str) -> None:
     from taugrid.client import CancelRefused
 
     async with connected() as client:
+        record = await client.status(run_id)
+        already = _already_cancelled(record)
+        if already:
+            if output == "json":
+                emit_json({"run_id": run_id, "cancel": already, "state": record.state})
+            else:
+                click.echo(f"{run_id}: {already}")
+            return
         try:
             decision = await client.cancel(run_id)
         except CancelRefused as refused:
@@ -257,14 +385,27 @@ async def cancel(run_id: str, output: str) -> None:
         click.echo(f"cancel requested for {run_id} (it had finished, or no answer yet: see `tau status {run_id}`)")
 
 
-@click.command(help="Print a run's logs (all attempts); -f follows until the run ends.")
+def _already_cancelled(record: RunRecord) -> str:
+    """Why a cancel would do nothing (``already cancelling``, ``already cancelled``, ``already <state>``)."""
+    if record.state == "cancelled":
+        return "already cancelled"
+    if record.finished:
+        return f"already {record.state}"
+    return "already cancelling" if record.cancel_requested else ""
+
+
+@click.command(help="Print a run's output, every attempt (each after a separator); -f follows until it ends.")
 @click.argument("run_id")
-@click.option("--follow", "-f", is_flag=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the run has finished.")
 @output_option
 @run_async
 async def logs(run_id: str, follow: bool, output: str) -> None:
+    shown = 1
     async with connected() as client:
         async for chunk in client.logs(run_id, follow=follow):
+            if output != "json" and chunk.attempt != shown:
+                shown = chunk.attempt
+                click.echo(attempt_separator(shown))
             for line in chunk.lines:
                 if output == "json":
                     emit_json({"run_id": run_id, "attempt": chunk.attempt, "pod": chunk.pod, "line": line})
@@ -300,6 +441,8 @@ async def events(
     run_id: str | None, since: str | None, types: tuple[str, ...], follow: bool, output: str
 ) -> None:
     async with connected() as client:
+        if run_id:
+            await client.status(run_id)  # an unknown run is "not found" (exit 3), not an empty history
         async for ev in client.events(run_id=run_id, since=_parse_since(since), follow=follow):
             if types and not any(
                 ev.type == t or ev.type.startswith(t.rstrip("*").rstrip(".") + ".") for t in types

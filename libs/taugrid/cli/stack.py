@@ -172,7 +172,7 @@ def stack_status(output: str) -> None:
 
 
 @click.command(help="Stop the embedded stack: services drain, then nats-server stops.")
-@click.option("--timeout", default=30.0, show_default=True)
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the stack to stop.")
 def down(timeout: float) -> None:
     d = data_dir()
     state = _state(d)

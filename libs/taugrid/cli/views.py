@@ -106,19 +106,41 @@ def status_json(record: RunRecord) -> dict[str, Any]:
 
 def table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
-    out = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=False))]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    out = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(out)
 
 
-def event_line(ev: Event) -> str:
+def event_detail(ev: Event) -> str:
     data = ev.as_dict()
-    detail = ""
-    for key in ("reason", "message", "node", "exit_code", "digest", "object_name", "cluster_queue"):
-        if data.get(key) not in (None, "", []):
-            detail = f"{key}={data[key]}"
-            break
     if ev.type.endswith("rejected"):
         reasons = data.get("reasons") or []
-        detail = "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]
-    return f"{ev.time}  {ev.subject:<28} a{ev.attempt}  {ev.type:<20} {ev.source:<24} {detail}"
+        return "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]
+    for key in ("reason", "message", "node", "exit_code", "digest", "object_name", "cluster_queue"):
+        if data.get(key) not in (None, "", []):
+            return f"{key}={data[key]}"
+    return ""
+
+
+def event_line(ev: Event) -> str:
+    return f"{ev.time}  {ev.subject:<28} a{ev.attempt}  {ev.type:<20} {ev.source:<24} {event_detail(ev)}"
+
+
+def stage_line(ev: Event) -> str:
+    """One stage of a followed run, compact: the run id and time are already known to the reader."""
+    return f"{ev.type:<20} {event_detail(ev)}".rstrip()
+
+
+def attempt_separator(attempt: int, why: str = "") -> str:
+    return color(f"── attempt {attempt}" + (f" ({why})" if why else "") + " ──", "cyan")
+
+
+def terminal_reason(record: RunRecord) -> str:
+    """Why a run is where it is, one line: a rejection's first reason, who cancelled, the give-up message."""
+    if record.state == "cancelled":
+        if record.cancel_requested:
+            return f"cancelled by {record.cancelled_by or 'a user'}"
+        return record.message or record.reason
+    if record.state == "succeeded":
+        return ""
+    return record.reason or record.message

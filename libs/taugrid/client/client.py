@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import getpass
 import uuid
@@ -19,6 +20,8 @@ from taugrid.bus.envelope import Event, from_message
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import load_platform
+from taugrid.config.project import check_project
+from taugrid.config.source import raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
 from taugrid.core.errors import NotFound, PermanentError
@@ -41,7 +44,9 @@ class Client:
         self.bus = bus
 
     async def close(self) -> None:
-        await self.bus.close()
+        # every publish and KV write already awaited its ack; a drain would wait on subscriptions whose reader
+        # stopped early (`tau events | head`), so close at once
+        await self.bus.close(drain=False)
 
     # ---------------------------------------------------------------- submission
     async def submit(
@@ -55,6 +60,7 @@ class Client:
         """Publish ``submit.requested`` and return the run id (known before any service answers)."""
         text = config_path.read_text()
         cfg = config or load_tau_config(text, path=str(config_path))
+        raise_issues(check_project(cfg, config_path.parent.resolve()))
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "default")
         sid = submission_id or new_submission_id()
         run_id = new_run_id(cfg.name, sid)
@@ -229,7 +235,8 @@ class Client:
                 if not follow and meta.num_pending == 0:
                     return
         finally:
-            await sub.unsubscribe()
+            with contextlib.suppress(nats.errors.Error):  # a draining or closed connection drops it anyway
+                await sub.unsubscribe()
 
     async def events(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False
@@ -250,38 +257,30 @@ class Client:
             if terminal_seen and ev.type not in TERMINAL_EVENTS:
                 return
 
+    async def console(self, run_id: str, *, linger: float = 1.0) -> AsyncIterator[Event | LogChunk]:
+        """The run's events and its script's output (``LogChunk``s), interleaved as they arrive, from the start
+        until the run is sealed; output that lands up to ``linger`` seconds after that still comes."""
+        output = self.replay(f"log.*.{token(run_id)}.*", stream="LOGS", follow=True)
+        async for item in _interleave(self.follow(run_id), output, linger=linger):
+            yield item.payload(LogChunk) if item.type.startswith("log") else item
+
     async def logs(self, run_id: str, *, follow: bool = False) -> AsyncIterator[LogChunk]:
+        """A run's output, every attempt in order; with ``follow``, until the run has finished."""
         record = await self.status(run_id)
         subject = f"log.{token(record.workspace)}.{token(run_id)}.*"
         if not follow:
             async for ev in self.replay(subject, stream="LOGS"):
                 yield ev.payload(LogChunk)
             return
-        stop = asyncio.Event()
+        output = self.replay(subject, stream="LOGS", follow=True)
+        async for ev in _interleave(self._until_finished(run_id), output, linger=1.5):
+            yield ev.payload(LogChunk)
 
-        async def watch_end() -> None:
-            while True:
-                rec = await self.status(run_id)
-                if rec.finished:
-                    await asyncio.sleep(1.5)  # let the last chunks land
-                    stop.set()
-                    return
-                await asyncio.sleep(0.5)
-
-        watcher = asyncio.create_task(watch_end())
-        try:
-            it = self.replay(subject, stream="LOGS", follow=True).__aiter__()
-            while not stop.is_set():
-                nxt = asyncio.ensure_future(it.__anext__())
-                done, _ = await asyncio.wait(
-                    {nxt, asyncio.ensure_future(stop.wait())}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if nxt in done:
-                    yield nxt.result().payload(LogChunk)
-                else:
-                    nxt.cancel()
-        finally:
-            watcher.cancel()
+    async def _until_finished(self, run_id: str) -> AsyncIterator[Event]:
+        while not (await self.status(run_id)).finished:
+            await asyncio.sleep(0.5)
+        return
+        yield  # an async generator that yields nothing: it only ends
 
     # ---------------------------------------------------------------- platform
     async def platform_apply(self, text: str, *, path: str = "platform.yaml") -> int:
@@ -292,6 +291,52 @@ class Client:
         return await platformstore.get_text(self.bus)
 
 
+_END = object()
+
+
+async def _interleave(
+    main: AsyncIterator[Event], other: AsyncIterator[Event], *, linger: float
+) -> AsyncIterator[Event]:
+    """Items of both iterators as they arrive. Ends once ``main`` has ended and ``other`` has been quiet for
+    ``linger`` seconds; both are closed on the way out (so no subscription outlives the connection)."""
+    queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def pump(source: AsyncIterator[Event], *, is_main: bool) -> None:
+        try:
+            async for item in source:
+                await queue.put(item)
+        finally:
+            await source.aclose()  # type: ignore[attr-defined]
+        if is_main:
+            await queue.put(_END)
+
+    tasks = [
+        asyncio.create_task(pump(main, is_main=True)),
+        asyncio.create_task(pump(other, is_main=False)),
+    ]
+    try:
+        ended = False
+        while True:
+            for task in tasks:  # a failed pump (a lost connection) fails the caller, not silently
+                failure = task.exception() if task.done() and not task.cancelled() else None
+                if failure is not None:
+                    raise failure
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=linger if ended else 0.5)
+            except TimeoutError:
+                if ended:
+                    return
+                continue
+            if item is _END:
+                ended = True
+                continue
+            yield item  # type: ignore[misc]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -299,10 +344,16 @@ def _user() -> str:
         return "unknown"
 
 
-async def open_client(url: str | None = None) -> Client:
-    """A client that signs its submissions and cancels with this person's nkey (``identity.load_user_seed``)."""
+async def open_client(
+    url: str | None = None, *, connect_timeout: float = 5.0, max_reconnect_attempts: int = 3
+) -> Client:
+    """A client that signs its submissions and cancels with this person's nkey (``identity.load_user_seed``).
+    Its connection is quiet: a failure to connect is one ``TemporaryError``, not a warning per attempt."""
     tracing.setup("client")
-    bus = await connect(url, name="client", max_reconnect_attempts=3)
+    bus = await connect(
+        url, name="client", connect_timeout=connect_timeout, max_reconnect_attempts=max_reconnect_attempts,
+        quiet=True,
+    )
     bus.seed = identity.load_user_seed()
     return Client(bus)
 

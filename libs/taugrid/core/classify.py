@@ -76,6 +76,40 @@ class Decision:
     delay_s: float
     reason: str
     exclude_node: bool = False
+    hint: str = ""  # what the researcher can do about a give-up
+
+
+_RETRY_NAME_OF = {"app_error": "Error", "oom": "OOMKilled", "preempted": "Preempted", "evicted": "Evicted",
+                  "timeout": "DeadlineExceeded", "hang": "Hang"}
+_FIX = {
+    "app_error": "the script raised or exited non-zero: fix the error in its output (`tau logs RUN`)",
+    "oom": "the run used more memory than its limit: raise compute.memory_limit (or use less memory)",
+    "timeout": "the attempt ran past its deadline: raise run.active_deadline",
+    "hang": "the run printed nothing for resilience.hang_timeout: print progress more often or raise it",
+    "config": "fix the config (see the message) and submit again",
+}
+CRASH_HINT = "add Error to resilience.retry_on to retry crashes"
+
+
+def covers(retry_on: list[str], classification: str) -> bool:
+    """Whether ``resilience.retry_on`` names ``classification`` (platform faults are always covered)."""
+    names = set().union(*(_RETRY_NAMES.get(n.lower(), set()) for n in retry_on))
+    return classification in names | _PLATFORM_FAULTS
+
+
+def give_up_hint(classification: str, resilience: Resilience, *, retries_left: bool) -> str:
+    """What to do after a give-up: list the class in ``retry_on`` when retries were allowed but the class was
+    not, otherwise fix the cause (or allow more retries)."""
+    if retries_left and not covers(resilience.retry_on, classification):
+        if classification == "app_error":
+            return CRASH_HINT
+        name = _RETRY_NAME_OF.get(classification)
+        if name:
+            return f"add {name} to resilience.retry_on to retry {classification.replace('_', ' ')} failures"
+    fix = _FIX.get(classification, "")
+    if not retries_left and classification in ("preempted", "evicted", "gpu_fault", "node_failure", "unknown"):
+        fix = "raise resilience.max_retries to retry it"
+    return fix
 
 
 def decide(*, reason: str, exit_code: int | None, attempt: int, resilience: Resilience,
@@ -84,13 +118,14 @@ def decide(*, reason: str, exit_code: int | None, attempt: int, resilience: Resi
     cls = classify(reason, exit_code, event_type=event_type)
     exclude = cls in _PLATFORM_FAULTS
     if cls in _NEVER:
-        return Decision(False, cls, 0.0, f"{reason or cls}: not retryable", exclude)
+        return Decision(False, cls, 0.0, f"{reason or cls}: not retryable", exclude,
+                        _FIX.get(cls, "") if cls == "config" else "")
     if attempt > resilience.max_retries:
         why = f"{reason or cls}: no retries left ({resilience.max_retries} allowed)"
-        return Decision(False, cls, 0.0, why, exclude)
-    covered = set().union(*(_RETRY_NAMES.get(n.lower(), set()) for n in resilience.retry_on)) | _PLATFORM_FAULTS
-    if cls not in covered:
+        return Decision(False, cls, 0.0, why, exclude, give_up_hint(cls, resilience, retries_left=False))
+    if not covers(resilience.retry_on, cls):
         listed = ", ".join(resilience.retry_on) or "nothing"
-        return Decision(False, cls, 0.0, f"{reason or cls}: not in resilience.retry_on ({listed})", exclude)
+        return Decision(False, cls, 0.0, f"{reason or cls}: not in resilience.retry_on ({listed})", exclude,
+                        give_up_hint(cls, resilience, retries_left=True))
     delay = min(resilience.backoff_max_s, resilience.backoff_initial_s * 2 ** (attempt - 1))
     return Decision(True, cls, delay, reason or cls, exclude)

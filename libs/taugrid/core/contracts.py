@@ -293,6 +293,7 @@ class RecoveryGaveUp(Struct):
     classification: str
     attempts: int
     message: str = ""
+    hint: str = ""  # what the researcher can do about it (``classify.give_up_hint``)
 
 
 class HealthDegraded(Struct):

@@ -83,6 +83,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     cluster_queue: str = ""
     position: int | None = None
     cancel_requested: bool = False
+    cancelled_by: str = ""  # the verified canceller, from cancel.accepted
+    hint: str = ""  # what to do about a failure, in the user's words (recovery's give-up hint)
     failed_attempt: int = 0  # the latest attempt recorded as failed, preempted or degraded (a retry replaces it)
     exclude_nodes: list[str] = msgspec.field(default_factory=list)
     resolved: ResolvedRun | None = None
@@ -155,6 +157,7 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     record.updated = at
     if event_type == "cancel.accepted":
         record.cancel_requested = True
+        record.cancelled_by = str(data.get("by") or "")
         return True
     if event_type == "health.degraded":
         record.message = str(data.get("message", ""))
@@ -181,22 +184,40 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         return True  # progress lives in the phase; the run's reason and message stay as they were
     if event_type == "exec.running" and data.get("environment"):
         record.environment = {str(k): str(v) for k, v in data["environment"].items()}
-    for key in ("reason", "message"):
-        if data.get(key):
-            setattr(record, key, str(data[key]))
+    # reason and message describe the state just entered, so a finished run never keeps a queued message
+    record.reason, record.message = _why(record, event_type, data)
+    if event_type == "recovery.gave_up":
+        record.hint = str(data.get("hint") or "")
     if "exit_code" in data:
         record.exit_code = data["exit_code"]
     if data.get("node"):
         record.node = str(data["node"])
     if event_type == "admission.queued":
         record.position = data.get("position")
-        record.cluster_queue = str(data.get("cluster_queue", record.cluster_queue))
+    if event_type in ("admission.queued", "admission.admitted") and data.get("cluster_queue"):
+        record.cluster_queue = str(data["cluster_queue"])
+    if record.state != "queued":
+        record.position = None
     if event_type == "render.applied":
         record.object_kind = str(data.get("kind", ""))
         record.object_name = str(data.get("object_name", ""))
     if record.state in TERMINAL:
         record.finished = at
     return True
+
+
+def _why(record: RunRecord, event_type: str, data: dict[str, Any]) -> tuple[str, str]:
+    """(reason, message) of the state ``event_type`` just moved ``record`` into."""
+    if event_type.endswith("rejected"):
+        reasons = data.get("reasons") or []
+        first = reasons[0] if reasons else {}
+        field = f"{first.get('field')}: " if first.get("field") else ""
+        return (f"{field}{first.get('message', '')}" if first else "rejected"), str(data.get("message") or "")
+    if event_type == "exec.cancelled" and record.cancel_requested:
+        return "Cancelled", f"cancelled by {record.cancelled_by or 'a user'}"
+    if event_type == "recovery.gave_up" and not data.get("message"):
+        return str(data.get("reason") or ""), record.message  # keep the failed attempt's own message
+    return str(data.get("reason") or ""), str(data.get("message") or "")
 
 
 def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at: float) -> None:
@@ -234,8 +255,10 @@ def _update_phases(record: RunRecord, event_type: str, data: dict[str, Any], at:
     elif failed:
         phase.status, phase.finished = "failed", at
         phase.detail = str(data.get("reason") or data.get("message") or "")
-        if name == "finished":
-            phase.hint = failure_hint(data)
+        if name == "finished":  # recovery's advice first, then the attempt's own
+            phase.hint = str(data.get("hint") or "") or failure_hint(data) or phase.hint
+        if event_type == "exec.cancelled" and record.cancel_requested:
+            phase.detail = f"cancelled by {record.cancelled_by or 'a user'}"
     elif name == "running":
         phase.status = "active"
         phase.detail = f"node {data.get('node', '')}".strip()
