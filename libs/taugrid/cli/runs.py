@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from taugrid.cli.common import (
+    EXIT_REJECTED,
     EXIT_USAGE,
     color,
     connected,
@@ -22,6 +23,7 @@ from taugrid.cli.common import (
     run_async,
 )
 from taugrid.cli.console import follow_run
+from taugrid.cli.outputs_cmd import listing, summary_lines
 from taugrid.cli.views import (
     attempt_separator,
     elapsed,

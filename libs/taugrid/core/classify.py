@@ -86,7 +86,6 @@ _FIX = {
     "oom": "the run used more memory than its limit: raise compute.memory_limit (or use less memory)",
     "timeout": "the attempt ran past its deadline: raise run.active_deadline",
     "hang": "the run printed nothing for resilience.hang_timeout: print progress more often or raise it",
-    "config": "fix the config (see the message) and submit again",
 }
 CRASH_HINT = "add Error to resilience.retry_on to retry crashes"
 
@@ -118,8 +117,7 @@ def decide(*, reason: str, exit_code: int | None, attempt: int, resilience: Resi
     cls = classify(reason, exit_code, event_type=event_type)
     exclude = cls in _PLATFORM_FAULTS
     if cls in _NEVER:
-        return Decision(False, cls, 0.0, f"{reason or cls}: not retryable", exclude,
-                        _FIX.get(cls, "") if cls == "config" else "")
+        return Decision(False, cls, 0.0, f"{reason or cls}: not retryable", exclude)
     if attempt > resilience.max_retries:
         why = f"{reason or cls}: no retries left ({resilience.max_retries} allowed)"
         return Decision(False, cls, 0.0, why, exclude, give_up_hint(cls, resilience, retries_left=False))
