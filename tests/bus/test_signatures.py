@@ -162,3 +162,23 @@ async def test_a_bus_with_a_seed_signs_requests_and_only_requests(bus: Bus) -> N
     assert verify_signature(ev) == ev.signer and ev.signer.startswith("U")
     approved = await bus.js.get_last_msg("RUNS", f"run.{ws}.{r1}.policy.approved")
     assert approved.headers is not None and SIGNER_HEADER not in approved.headers
+
+
+def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> None:
+    from taugrid.core.events import RUN_EVENTS, run_subject
+
+    got = {t: publishers(run_subject("w", "r", t)) for t in RUN_EVENTS}
+    assert got == {
+        "submit.requested": [], "cancel.requested": [],  # people: signed, see PERSON_REQUESTS
+        "submit.accepted": ["submitter"], "submit.rejected": ["submitter"],
+        "policy.approved": ["policy"], "policy.rejected": ["policy"],
+        "render.applied": ["renderer"], "render.failed": ["renderer"],
+        "cancel.accepted": ["renderer"], "cancel.refused": ["renderer"],
+        "admission.queued": ["admission-watcher"], "admission.admitted": ["admission-watcher"],
+        "admission.preempted": ["admission-watcher"], "exec.preparing": ["admission-watcher"],
+        "exec.progress": ["admission-watcher"],
+        "exec.running": ["admission-watcher"], "exec.succeeded": ["admission-watcher"],
+        "exec.failed": ["admission-watcher"], "exec.cancelled": ["admission-watcher", "renderer"],
+        "recovery.retrying": ["recovery"], "recovery.gave_up": ["recovery"],
+        "health.degraded": ["health-monitor"], "evidence.sealed": ["evidence"],
+    }
