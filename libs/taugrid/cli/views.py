@@ -113,6 +113,10 @@ def table(rows: list[list[str]], headers: list[str]) -> str:
 
 def event_detail(ev: Event) -> str:
     data = ev.as_dict()
+    if ev.type == "exec.progress":  # where the pod is: its first phase not yet through, with the detail
+        ahead = [p for p in data.get("phases") or [] if p.get("status") not in ("done", "skipped")]
+        where = f"{ahead[0]['name']} {ahead[0]['status']} {ahead[0].get('detail', '')}" if ahead else "started"
+        return f"{data.get('pod') or 'raycluster'}: {where}".strip()
     if ev.type.endswith("rejected"):
         reasons = data.get("reasons") or []
         return "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]

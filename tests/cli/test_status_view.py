@@ -1,0 +1,69 @@
+"""`tau status` views of a run whose image cannot be pulled: the human tree with its tip and pods, and JSON."""
+
+from __future__ import annotations
+
+import msgspec
+
+from taugrid.bus.envelope import Event
+from taugrid.cli.views import event_line, phase_tree, status_json
+from taugrid.core.contracts import WatchEvent
+from taugrid.kube.progress import progress
+from tests.kube.test_progress import IMAGE_PULL_BACKOFF, RAYJOB_PROVISIONING, _feed, _running_record, pod
+
+
+def test_human_tree_names_the_phase_that_stopped_the_run_and_what_to_check() -> None:
+    record = _running_record()
+    _feed(record, pod(IMAGE_PULL_BACKOFF))
+    assert phase_tree(record).splitlines() == [  # not a TTY here: no colour
+        "run r1  (?, workspace ws)  state failing  attempt 1",
+        "  ✔ submitted           0.0s",
+        "  ✔ policy              0.0s",
+        "  ✔ rendered            0.0s",
+        "  ✔ kueue admission     0.0s  clusterqueue team-a",  # a Job has no RayCluster line
+        "  ✔ scheduling          0.0s  node gpu-node-3",
+        '  ✘ image pull          0.0s  container main: ImagePullBackOff: Back-off pulling image '
+        '"ghcr.io/lab/trian:1"',
+        "      tip: image 'ghcr.io/lab/trian:1' cannot be pulled: check the image name and the namespace's "
+        "imagePullSecrets",
+        "  - init                0.0s",
+        "  ○ container start",
+        "  - running             0.0s",
+        "  ✘ finished            0.0s  ImagePullBackOff",
+        "      tip: the image cannot be pulled: check the image name and the namespace's imagePullSecrets",
+        "  pods:",
+        "    r1-a1-0-x7k2p  Pending  node gpu-node-3",
+        "      app  main             waiting (ImagePullBackOff)",
+        '  reason: ImagePullBackOff — container main: Back-off pulling image "ghcr.io/lab/trian:1"',
+    ]
+
+
+def test_raycluster_phase_is_shown_for_a_rayjob() -> None:
+    record = _running_record()
+    record.object_kind = "RayJob"
+    _feed(record, RAYJOB_PROVISIONING)
+    line = next(line for line in phase_tree(record).splitlines() if "raycluster" in line)
+    assert line.strip().startswith("● raycluster") and line.endswith("head pod not ready; 0/2 workers ready")
+
+
+def test_json_status_carries_phases_and_pods_with_their_containers() -> None:
+    record = _running_record()
+    _feed(record, pod(IMAGE_PULL_BACKOFF))
+    data = status_json(record)
+    assert data["schemaVersion"] == "taugrid.io/status/v1" and "history" not in data
+    assert [(p["name"], p["status"]) for p in data["phases"]][6] == ("image-pull", "failed")
+    assert data["pods"] == [{
+        "name": "r1-a1-0-x7k2p", "node": "gpu-node-3", "phase": "Pending",
+        "phases": [msgspec.to_builtins(p) for p in record.pods[0].phases],
+        "containers": [{"name": "main", "kind": "app", "state": "waiting", "reason": "ImagePullBackOff",
+                        "message": 'Back-off pulling image "ghcr.io/lab/trian:1"', "exit_code": None,
+                        "restarts": 0}]}]
+    assert [p["status"] for p in data["pods"][0]["phases"]] == ["done", "failed", "skipped", "pending"]
+
+
+def test_follow_line_of_a_progress_event_says_where_the_pod_stopped() -> None:
+    report = progress(WatchEvent(type="MODIFIED", object=pod(IMAGE_PULL_BACKOFF), cluster="prod"))[0].payload
+    ev = Event(id="r1.1.exec.progress.x", type="exec.progress", source="/svc/admission-watcher", subject="r1",
+               time="2026-11-30T10:01:09Z", data=msgspec.json.encode(report))
+    assert event_line(ev).endswith(
+        'exec.progress        /svc/admission-watcher   r1-a1-0-x7k2p: image-pull failed container main: '
+        'ImagePullBackOff: Back-off pulling image "ghcr.io/lab/trian:1"')
