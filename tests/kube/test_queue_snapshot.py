@@ -17,6 +17,7 @@ import nats.js.errors
 import pytest
 from taugrid.bus import Bus
 from taugrid.kube.client import KubeApi, resource_for
+from taugrid.cli.queue_cmd import queue_view
 from taugrid.kube.queues import quantity, snapshot
 from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY, Bridge
 
@@ -178,3 +179,20 @@ def test_a_stopped_clusterqueue_says_why_and_v1beta1_cohort_is_read() -> None:
                                    "message": "Can't admit new workloads: is stopped"}]
     q = snapshot([cq], [], pending=None, cluster="prod", now=5.0)["queues"][0]
     assert (q["cohort"], q["active"], q["message"]) == ("lab", False, "Can't admit new workloads: is stopped")
+
+
+def test_human_tau_queue_of_a_kubernetes_snapshot_without_visibility() -> None:
+    cqs = [cluster_queue("vision", gpus="8", used_gpus="6", borrowed_gpus="0", pending=2, admitted=1),
+           cluster_queue("language", gpus="4", used_gpus="6", borrowed_gpus="2", pending=0, admitted=2)]
+    snap = snapshot(cqs, [LOCAL_QUEUE], pending=None, cluster="prod", now=100.0)
+    assert queue_view(snap, show_pending=5, now=102.5).splitlines() == [
+        "CLUSTERQUEUE  COHORT  NOMINAL                        USED                         BORROWED  LENT   "
+        "ADMITTED  PENDING",
+        "language      lab     cpu=32.5 memory=256.5Gi gpu=4  cpu=16 memory=128.0Gi gpu=6  gpu=2     -      "
+        "2         0",
+        "vision        lab     cpu=32.5 memory=256.5Gi gpu=8  cpu=16 memory=128.0Gi gpu=6  -         gpu=2  "
+        "1         2",
+        "  localqueue team-vision/default → vision: 2 pending, 1 admitted",
+        "(pending runs are listed only where Kueue's visibility API is served; counts shown)",
+        "(snapshot 2.5s old from cluster prod)",
+    ]

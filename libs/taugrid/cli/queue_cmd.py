@@ -7,6 +7,7 @@ visibility API (``taugrid.kube.queues``), so the CLI never needs Kubernetes cred
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 import msgspec
@@ -47,6 +48,11 @@ async def queue(show_pending: int, output: str) -> None:
     if output == "json":
         emit_json(snap)
         return
+    click.echo(queue_view(snap, show_pending=show_pending, now=time.time()))
+
+
+def queue_view(snap: dict[str, Any], *, show_pending: int, now: float) -> str:
+    """The human ``tau queue``: one row per ClusterQueue, its first pending runs, LocalQueues, the age."""
     rows = [
         [
             q["cluster_queue"],
@@ -60,18 +66,17 @@ async def queue(show_pending: int, output: str) -> None:
         ]
         for q in snap["queues"]
     ]
-    click.echo(
-        table(rows, ["clusterqueue", "cohort", "nominal", "used", "borrowed", "lent", "admitted", "pending"])
-    )
+    lines = [table(rows, ["clusterqueue", "cohort", "nominal", "used", "borrowed", "lent", "admitted", "pending"])]
     for q in snap["queues"]:
         for p in q["pending"][:show_pending]:
-            click.echo(f"  {q['cluster_queue']} #{p['position'] + 1}: {p['run_id']}")
+            lines.append(f"  {q['cluster_queue']} #{p['position'] + 1}: {p['run_id']}")
     for lq in snap.get("local_queues") or []:
-        click.echo(f"  localqueue {lq['namespace']}/{lq['name']} → {lq['cluster_queue']}: "
-                   f"{lq['pending']} pending, {lq['admitted']} admitted")
+        lines.append(f"  localqueue {lq['namespace']}/{lq['name']} → {lq['cluster_queue']}: "
+                     f"{lq['pending']} pending, {lq['admitted']} admitted")
     if snap.get("backend") == "kubernetes":
         if not snap.get("visibility"):
-            click.echo("(pending runs are listed only where Kueue's visibility API is served; counts shown)")
-        click.echo(f"(snapshot {time.time() - snap['time']:.1f}s old from cluster {snap['cluster']})")
+            lines.append("(pending runs are listed only where Kueue's visibility API is served; counts shown)")
+        lines.append(f"(snapshot {now - snap['time']:.1f}s old from cluster {snap['cluster']})")
     else:
-        click.echo(f"(snapshot {time.time() - snap['time']:.1f}s old from node {snap['node']})")
+        lines.append(f"(snapshot {now - snap['time']:.1f}s old from node {snap['node']})")
+    return "\n".join(lines)
