@@ -56,9 +56,13 @@ class Client:
         workspace: str | None = None,
         submission_id: str | None = None,
         config: TauConfig | None = None,
+        config_text: str | None = None,
     ) -> str:
-        """Publish ``submit.requested`` and return the run id (known before any service answers)."""
-        text = config_path.read_text()
+        """Publish ``submit.requested`` and return the run id (known before any service answers).
+
+        ``config_text`` submits that config instead of the file's (a sweep driver's variant of it); the
+        project snapshot is still ``config_path``'s folder."""
+        text = config_text if config_text is not None else config_path.read_text()
         cfg = config or load_tau_config(text, path=str(config_path))
         raise_issues(check_project(cfg, config_path.parent.resolve()))
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "default")

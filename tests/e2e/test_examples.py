@@ -1,0 +1,59 @@
+"""The README's example tau.yaml and every example under examples/ run on a CPU-only machine as written."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.config.test_readme_example import readme_example
+from tests.e2e.conftest import Stack
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_readme_example_validates_and_runs_as_written(stack: Stack, tmp_path: Path) -> None:
+    project = tmp_path / "readme"
+    project.mkdir()
+    shutil.copy(REPO / "examples" / "quickstart" / "train.py", project / "train.py")
+    (project / "tau.yaml").write_text(readme_example())
+    assert stack.tau("run", "validate", str(project / "tau.yaml"), check=True).returncode == 0
+    proc = stack.tau("run", str(project), "--follow", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    assert "done: final test accuracy" in stack.tau("logs", run_id, check=True).stdout
+
+
+def test_sweep_submits_one_run_per_value_and_tabulates_them(stack: Stack) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "sweep" / "sweep.py"), "--lr", "0.05", "0.3", "--epochs", "3"],
+        env=stack.env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("sweep-lr")]
+    assert [(r[1], r[2]) for r in rows] == [("0.05", "succeeded"), ("0.3", "succeeded")]
+    assert all(0.0 <= float(r[3]) <= 1.0 for r in rows)
+    assert proc.stdout.splitlines()[-1].startswith("best: lr=")
+
+
+def test_ray_example_runs_or_says_ray_is_missing(stack: Stack) -> None:
+    proc = stack.tau("run", str(REPO / "examples" / "ray"), "--follow", timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = stack.tau("logs", proc.stdout.splitlines()[0].strip(), check=True).stdout
+    if importlib.util.find_spec("ray") is None:
+        assert f"skipped: Ray is not installed in {sys.executable}; pip install ray, then run this again" in logs
+    else:
+        assert "done: sum of squares 0..9 = 285" in logs
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed in the test's Python: pip install torch==2.13.0 (CPU wheel)")
+def test_torchrun_example_trains_on_two_cpu_processes(stack: Stack) -> None:
+    proc = stack.tau("run", str(REPO / "examples" / "torchrun"), "--follow", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = stack.tau("logs", proc.stdout.splitlines()[0].strip(), check=True).stdout
+    assert "done: world 2, weights [2.0, -3.0]" in logs
