@@ -82,7 +82,7 @@ def test_control_file_round_trip_and_bad_entries(tmp_path: Path) -> None:
     assert scaling.read_request(scaling.control_path(tmp_path)) == (0, {}, [])
 
 
-@pytest.mark.parametrize("command", [["scale"], ["stack"], ["up"]])
-def test_scale_commands_have_help(command: list[str]) -> None:
+@pytest.mark.parametrize("command", [["scale"], ["stack"], ["up"], ["outputs"]])
+def test_stack_and_outputs_commands_have_help(command: list[str]) -> None:
     proc = subprocess.run([*TAU, *command, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "Usage:" in proc.stdout

@@ -170,6 +170,10 @@ async def outputs(run_id: str, copy_to: Path | None, output: str) -> None:
 
 def _print(found: dict[str, Any]) -> None:
     source = {"evidence": "the evidence bundle", "live": "this machine, now", "pending": "nowhere yet"}
+    if not found["output_dir"]["path"]:
+        click.echo(f"run {found['run_id']}  state {found['state']}: no output directory (the run was never "
+                   "resolved by the policy stage)")
+        return
     click.echo(f"run {found['run_id']}  state {found['state']}  (listing from {source[found['source']]})")
     for label, key in (("outputs", "output_dir"), ("checkpoints", "checkpoint_dir")):
         d = found[key]
