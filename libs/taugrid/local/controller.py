@@ -29,6 +29,7 @@ from taugrid.local import objects
 from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request, amount
 from taugrid.local.pods import PodRunner
 from taugrid.local.rendezvous import local_command
+from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest, container_command
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.ports import free_port
 from taugrid.render.source import SOURCE_DIR
@@ -38,6 +39,9 @@ BUCKET = "local_cluster"
 PENDING_REFRESH_S = 3.0
 PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
+PREPARING_REFRESH_S = 1.0  # environment progress is republished at most this often
+WAITING_ENVIRONMENT = "PreparingEnvironment"  # the Pod waiting reason kube/translate reads as exec.preparing
+ENVIRONMENT_ANNOTATION = "environment.taugrid.io/"
 
 
 class LocalCluster:
@@ -54,7 +58,10 @@ class LocalCluster:
         self.lq: dict[tuple[str, str], str] = {}
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}
-        self.python = os.environ.get("TAU_LOCAL_PYTHON", sys.executable)
+        # Which interpreter runs a pod's `python`, its per-run environment, or its container: prepared in
+        # threads, polled from the control loop (taugrid.local.runtime).
+        self.runtimes = PodRuntimes(data_dir)
+        self._prep_said: dict[str, tuple[str, float]] = {}
         # Backend requests and the control loop interleave at awaits; one lock keeps a workload's
         # transitions (start, delete, finish) from crossing.
         self.lock = asyncio.Lock()
@@ -183,7 +190,8 @@ class LocalCluster:
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
             placement=str(ann.get("taugrid.io/placement", "binpack")),
             hang_timeout_s=float(ann.get("taugrid.io/hang-timeout", 0) or 0),
-            source_object=req.source_object,
+            source_object=req.source_object, python=req.python, python_source=req.python_source,
+            pip=list(req.pip), image=req.image,
         )
 
     def _requests(self, main: dict[str, Any]) -> tuple[dict[str, float], int, int]:
@@ -223,6 +231,7 @@ class LocalCluster:
         for p in wl.pods:
             if p.phase == "Pending":
                 p.phase = "Deleted"  # never launched
+                self.runtimes.forget(p.name)
             self.pods.stop(p.name, "Cancelled")
         await self.save(wl)
 
@@ -283,6 +292,7 @@ class LocalCluster:
         """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""
         for p in wl.pods:
             await self._ship_logs(wl, p, final=False)
+            self.runtimes.forget(p.name)
             self.pods.stop(p.name, "Preempted")
             await self.publish(wl, "Pod", p.obj, "deleted")
         by = self.wls.get(preemptor)
@@ -343,20 +353,54 @@ class LocalCluster:
         for p in wl.pods:
             if p.phase != "Pending":
                 continue
+            outcome = None if self.simulate else self.runtimes.poll(p.name)
+            if outcome is None and not self.simulate:
+                # Unpack the project and prepare the pod's runtime in a thread; later ticks poll it. After a
+                # restart this simply begins again (a built environment is a cache hit).
+                if source is None and wl.source_object:
+                    source = await self._source(wl.source_object)
+                await self.publish(wl, "Pod", p.obj, "added")
+                work = self.pods.prepare(p.name, source)
+                self.runtimes.begin(p.name, work=work, request=RuntimeRequest(
+                    python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image))
+                continue
+            if isinstance(outcome, Preparing):
+                await self._say_preparing(wl, p, outcome.message)
+                continue
             now = time.time()
-            if source is None and wl.source_object:
-                source = await self._source(wl.source_object)
-            await self.publish(wl, "Pod", p.obj, "added")
-            problem = self._launch(wl, p, source)
+            if self.simulate:
+                await self.publish(wl, "Pod", p.obj, "added")
+            problem: tuple[str, str] | None
+            if isinstance(outcome, Failed):
+                problem = (outcome.reason, outcome.message)
+            else:
+                if outcome is not None and outcome.warning:
+                    await self._say_preparing(wl, p, outcome.warning, force=True)
+                problem = self._launch(wl, p, outcome)
             if problem:
                 objects.pod_terminated(p.obj, exit_code=128, reason=problem[0], message=problem[1],
                                        started=now, at=now)
                 p.phase = "Failed"
             else:
                 p.phase, p.started = "Running", now
+                if outcome is not None:
+                    p.obj["metadata"].setdefault("annotations", {}).update(
+                        {f"{ENVIRONMENT_ANNOTATION}{k}": v for k, v in outcome.environment.items()})
                 objects.pod_running(p.obj, at=now)
+            self.runtimes.forget(p.name)
+            self._prep_said.pop(p.name, None)
             await self.save(wl)  # the process exists now: never launch it twice
             await self.publish(wl, "Pod", p.obj, "modified")
+
+    async def _say_preparing(self, wl: LocalWorkload, p: LocalPod, message: str, *, force: bool = False) -> None:
+        """Publish the pod's preparation progress (``exec.preparing`` downstream), at most once a second."""
+        said, at = self._prep_said.get(p.name, ("", 0.0))
+        now = time.time()
+        if not message or message == said or (not force and now - at < PREPARING_REFRESH_S):
+            return
+        self._prep_said[p.name] = (message, now)
+        objects.pod_waiting(p.obj, reason=WAITING_ENVIRONMENT, message=message)
+        await self.publish(wl, "Pod", p.obj, "modified")
 
     async def _source(self, name: str) -> bytes | None:
         if not name:
@@ -368,8 +412,9 @@ class LocalCluster:
             log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
             return None
 
-    def _launch(self, wl: LocalWorkload, p: LocalPod, source: bytes | None) -> tuple[str, str] | None:
+    def _launch(self, wl: LocalWorkload, p: LocalPod, ready: Ready | None) -> tuple[str, str] | None:
         container = _main_container(wl.job)
+        python = ready.python if ready is not None and not ready.engine else ""
         if self.simulate:
             env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
             p.sim_end = time.time() + float(env.get("SIMULATED_DURATION", "1") or 1)
@@ -386,6 +431,9 @@ class LocalCluster:
                     return ("CreateContainerConfigError",
                             f"secret {ref.get('name')}/{ref.get('key')} not found: locally, export {var}")
                 env[item["name"]] = os.environ[var]
+        if python and python != sys.executable:  # as if the researcher's environment were activated
+            env.pop("VIRTUAL_ENV", None)
+            env["PATH"] = os.pathsep.join([str(Path(python).parent), *filter(None, [env.get("PATH")])])
         gpus = ",".join(str(g) for g in p.gpus)
         env.update({"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void",
                     "JOB_COMPLETION_INDEX": str(p.index), "TAU_LOCAL": "1", "TAU_NODE_NAME": self.node,
@@ -405,9 +453,9 @@ class LocalCluster:
                     Path(env[key]).mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     return "CreateContainerError", f"cannot create {key}={env[key]}: {exc}"
-        work = self.pods.prepare(p.name, source)
+        work = self.pods.dir(p.name) / "work"
         wd = container.get("workingDir")
-        # The project the Kubernetes source fetch puts at /tau/source is ``work`` here (unpacked above).
+        # The project the Kubernetes source fetch puts at /tau/source is ``work`` here (unpacked when the pod began).
         if wd and (wd == SOURCE_DIR or wd.startswith(SOURCE_DIR + "/")):
             wd = wd[len(SOURCE_DIR):].lstrip("/")
         cwd = work / wd if wd and not os.path.isabs(wd) else work
@@ -415,15 +463,19 @@ class LocalCluster:
             command = ["/bin/sh", "-c", str(wl.job["spec"].get("entrypoint", ""))]
         else:
             command = [*container.get("command", []), *container.get("args", [])]
-        if command and command[0] in ("python", "python3"):
-            command = [self.python, *command[1:]]
+        if python and command and command[0] in ("python", "python3"):
+            command = [python, *command[1:]]
         if wl.pods_wanted > 1:  # an Indexed Job (multi-node torchrun): rendezvous on loopback
             subdomain = str(_template(wl.job).get("spec", {}).get("subdomain", ""))
             command = local_command(command, job=wl.name, subdomain=subdomain, port=wl.rdzv_port)
             env.setdefault("MASTER_ADDR", "127.0.0.1")
             env["MASTER_PORT"] = str(wl.rdzv_port)
-        if wl.job["kind"] == "RayJob" and "python " in command[-1]:
-            command[-1] = command[-1].replace("python ", f"{self.python} ", 1)
+        if python and wl.job["kind"] == "RayJob" and "python " in command[-1]:
+            command[-1] = command[-1].replace("python ", f"{python} ", 1)
+        if ready is not None and ready.engine:
+            command = container_command(command, engine=ready.engine, image=ready.image, pod=p.name, cwd=cwd,
+                                        env=env, memory_limit=wl.memory_limit,
+                                        mounts=[env[k] for k in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR") if env.get(k)])
         deadline = wl.job["spec"].get("activeDeadlineSeconds")
         grace = _template(wl.job).get("spec", {}).get("terminationGracePeriodSeconds", 30)
         self.pods.start(p.name, command=command, env=env, cwd=cwd, memory_limit=wl.memory_limit,

@@ -138,6 +138,12 @@ def _statuses(p: dict[str, Any], *, init: dict[str, Any], app: dict[str, Any],
         for ct in spec.get("containers") or [{"name": "main"}]]
 
 
+def pod_waiting(p: dict[str, Any], *, reason: str, message: str) -> None:
+    """The main container has not started: ``reason`` (e.g. PreparingEnvironment) and what is happening."""
+    p["status"]["containerStatuses"] = [{"name": "main", "ready": False, "restartCount": 0,
+                                         "state": {"waiting": {"reason": reason, "message": message}}}]
+
+
 def pod_running(p: dict[str, Any], *, at: float) -> None:
     p["status"].update(phase="Running", startTime=ts(at))
     for ctype in ("Initialized", "ContainersReady", "Ready"):

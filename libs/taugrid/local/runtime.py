@@ -101,7 +101,7 @@ def container_command(command: list[str], *, engine: str, image: str, pod: str, 
 
 @dataclass
 class _Job:
-    message: str = "preparing the pod's environment"
+    message: str = ""  # "" until there is something worth saying (a quick preparation says nothing)
     outcome: Ready | Failed | None = None
 
 
@@ -130,7 +130,8 @@ class PodRuntimes:
                          daemon=True).start()
 
     def poll(self, pod: str) -> Outcome | None:
-        """None for a pod never begun (e.g. after a restart: begin it again)."""
+        """None for a pod never begun (e.g. after a restart: begin it again). ``Preparing("")`` means busy
+        with nothing to report yet."""
         job = self._jobs.get(pod)
         if job is None:
             return None

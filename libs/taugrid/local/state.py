@@ -40,6 +40,11 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     placement: str = "binpack"
     hang_timeout_s: float = 0.0
     source_object: str = ""
+    # What the submission asked the pods to run with (BackendApply): the interpreter, runtime.pip, runtime.image.
+    python: str = ""
+    python_source: str = ""
+    pip: list[str] = msgspec.field(default_factory=list)
+    image: str = ""
     traceparent: str = ""  # the trace of the apply, continued by every event this workload causes
     state: str = "pending"  # pending | running | finished | deleted
     pods: list[LocalPod] = msgspec.field(default_factory=list)

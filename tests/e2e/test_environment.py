@@ -1,0 +1,61 @@
+"""The researcher's environment, end to end through the CLI: a project whose requirements the taugrid venv lacks
+runs in a per-run environment built with uv, the next run reuses it, and a bad requirement fails with the
+installer's words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.conftest import Stack, write_project
+from tests.local.wheels import make_wheel
+
+SCRIPT = "import tauprobe\nprint('tauprobe says', tauprobe.VALUE)\n"
+CONFIG = "name: needs-deps\nentrypoint: main.py\ncompute: {gpus: 0}\n"
+
+
+def test_requirements_build_an_environment_once_and_the_next_run_reuses_it(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "needs-deps", SCRIPT, CONFIG)
+    make_wheel(cfg.parent / "wheels", value="7")
+    (cfg.parent / "requirements.txt").write_text("./wheels/tauprobe-1.0-py3-none-any.whl\n")
+
+    proc = stack.tau("run", str(cfg.parent), "--follow", timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0].strip()
+    assert "exec.preparing" in proc.stdout  # the build's progress is part of the run's story
+    status = stack.json("status", first)
+    assert status["state"] == "succeeded"
+    phases = {p["name"]: p for p in status["phases"]}
+    assert phases["environment"]["status"] == "done"
+    env = status["environment"]
+    assert env["env_cached"] == "false" and len(env["env"]) == 20
+    assert env["python"] == str(stack.data_dir / "envs" / env["env"] / "bin" / "python")
+    assert env["python_version"].count(".") == 2 and env["source"]
+    assert "tauprobe says 7" in stack.tau("logs", first, check=True).stdout
+    human = stack.tau("status", first, check=True).stdout
+    assert f"python: {env['python']} ({env['python_version']}, environment {env['env']} built" in human
+
+    proc = stack.tau("run", str(cfg.parent), "--follow", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    second = proc.stdout.splitlines()[0].strip()
+    again = stack.json("status", second)["environment"]
+    assert again["env"] == env["env"] and again["env_cached"] == "true" and again["python"] == env["python"]
+    types = [e["short_type"] for e in stack.wait_sealed(second)]
+    assert "exec.preparing" not in types  # nothing was rebuilt
+    assert "tauprobe says 7" in stack.tau("logs", second, check=True).stdout
+    bundle = stack.json("evidence", second)
+    assert bundle["attempts"][0]["running"]["environment"]["env"] == env["env"]
+
+
+def test_a_bad_requirement_fails_the_run_with_the_installers_reason(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "bad-deps", SCRIPT, CONFIG.replace("needs-deps", "bad-deps"))
+    (cfg.parent / "requirements.txt").write_text("./wheels/nosuchpkg-1.0-py3-none-any.whl\n")
+    proc = stack.tau("run", str(cfg.parent), "--follow", timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    status = stack.json("status", run_id)
+    assert status["state"] == "failed" and status["attempt"] == 1
+    assert status["reason"].startswith("EnvironmentFailed")
+    human = stack.tau("status", run_id, check=True).stdout
+    assert "uv pip install failed" in human and "nosuchpkg-1.0-py3-none-any.whl" in human
+    assert "hint: fix the requirement named above" in human
+    assert {p["name"]: p["status"] for p in status["phases"]}["environment"] == "failed"
