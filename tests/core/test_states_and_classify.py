@@ -153,3 +153,10 @@ def test_giving_up_on_a_crash_says_how_to_retry_crashes() -> None:
     assert none_allowed.hint == "the script raised or exited non-zero: fix the error in its output (`tau logs RUN`)"
     oom = decide(reason="OOMKilled", exit_code=137, attempt=1, resilience=Resilience(max_retries=2))
     assert oom.hint == "add OOMKilled to resilience.retry_on to retry oom failures"
+
+
+def test_a_pods_environment_arrives_after_the_job_already_said_running() -> None:
+    r = _record()
+    assert states.apply(r, "exec.running", 1, {"environment": {"python": "/e/bin/python"}}, 2.0)
+    assert r.state == "running" and r.environment == {"python": "/e/bin/python"}
+    assert not states.apply(r, "exec.running", 1, {}, 3.0)  # nothing new: still a duplicate

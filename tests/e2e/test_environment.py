@@ -59,3 +59,18 @@ def test_a_bad_requirement_fails_the_run_with_the_installers_reason(stack: Stack
     assert "uv pip install failed" in human and "nosuchpkg-1.0-py3-none-any.whl" in human
     assert "hint: fix the requirement named above" in human
     assert {p["name"]: p["status"] for p in status["phases"]}["environment"] == "failed"
+
+
+def test_runtime_pip_builds_the_environment_of_a_ray_run(stack: Stack, tmp_path: Path) -> None:
+    """runtime.pip makes a Ray run; locally its entrypoint runs on the host with the packages installed."""
+    project = tmp_path / "pipper"
+    make_wheel(project / "wheels", value="9")
+    cfg = write_project(tmp_path, "pipper", SCRIPT,
+                        'name: pipper\nentrypoint: main.py\nruntime: {pip: ["./wheels/tauprobe-1.0-py3-none-any.whl"]}\n')
+    proc = stack.tau("run", str(cfg.parent), "--follow", timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    status = stack.json("status", run_id)
+    assert status["object_kind"] == "RayJob" and status["environment"]["env_cached"] == "false"
+    assert "tauprobe says 9" in stack.tau("logs", run_id, check=True).stdout
+    assert "environment" in [p["name"] for p in status["phases"]]

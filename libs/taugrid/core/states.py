@@ -152,6 +152,12 @@ def allowed(record: RunRecord, event_type: str, attempt: int) -> bool:
 
 def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any], at: float) -> bool:
     """Advance ``record`` in place. Returns False (and changes nothing) for an invalid or stale transition."""
+    if (event_type == "exec.running" and record.state == "running" and attempt == record.attempt
+            and data.get("environment")):
+        # The job said running first; its pod adds what the process runs with.
+        record.environment = {str(k): str(v) for k, v in data["environment"].items()}
+        record.updated = at
+        return True
     if not allowed(record, event_type, attempt):
         return False
     record.updated = at

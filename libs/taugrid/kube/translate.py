@@ -393,7 +393,7 @@ def _rayjob(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     if ev.type == "DELETED":
         return [_deleted(obj)]
     if deployment == "Running":
-        return [("exec.running", c.ExecRunning(), "")]
+        return [("exec.running", c.ExecRunning(environment=_environment(obj)), "")]
     return []  # New/Initializing/Suspending/Suspended/Retrying/Waiting: the Workload and pods tell more
 
 
@@ -440,12 +440,7 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
             payload = c.AdmissionQueued(reason=reason, message=waiting.get("message", ""), waiting_for=hint)
             return [("admission.queued", payload, _digest(reason, pod, cs.get("name")))]
     if phase == "Running" and has_main:
-        environment = {
-            k.removeprefix(ENVIRONMENT_ANNOTATION_PREFIX): str(v)
-            for k, v in (meta.get("annotations") or {}).items()
-            if k.startswith(ENVIRONMENT_ANNOTATION_PREFIX)
-        }
-        payload = c.ExecRunning(node=node, pod=pod, environment=environment)
+        payload = c.ExecRunning(node=node, pod=pod, environment=_environment(obj))
         return [("exec.running", payload, _digest(pod))]  # a requeued pod runs again
     scheduled = conds.get("PodScheduled")
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
@@ -496,6 +491,16 @@ def _pod_failure(
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _environment(obj: Mapping[str, Any]) -> dict[str, str]:
+    """What the process runs with, from ``environment.taugrid.io/<key>`` annotations."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return {
+        k.removeprefix(ENVIRONMENT_ANNOTATION_PREFIX): str(v)
+        for k, v in annotations.items()
+        if k.startswith(ENVIRONMENT_ANNOTATION_PREFIX)
+    }
 
 
 def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

@@ -391,6 +391,12 @@ class LocalCluster:
             self._prep_said.pop(p.name, None)
             await self.save(wl)  # the process exists now: never launch it twice
             await self.publish(wl, "Pod", p.obj, "modified")
+            if p.phase == "Running" and wl.job["kind"] == "RayJob" and objects.rayjob_running(wl.job):
+                # The RayJob speaks for a Ray run's process (its pods are head/workers): it carries the environment.
+                wl.job["metadata"].setdefault("annotations", {}).update(
+                    {k: v for k, v in p.obj["metadata"].get("annotations", {}).items()
+                     if k.startswith(ENVIRONMENT_ANNOTATION)})
+                await self.publish(wl, "RayJob", wl.job, "modified")
 
     async def _say_preparing(self, wl: LocalWorkload, p: LocalPod, message: str, *, force: bool = False) -> None:
         """Publish the pod's preparation progress (``exec.preparing`` downstream), at most once a second."""
@@ -524,6 +530,8 @@ class LocalCluster:
             term = failed[0].obj["status"]["containerStatuses"][0]["state"]["terminated"]
             reason = "DeadlineExceeded" if term["reason"] == "DeadlineExceeded" else "BackoffLimitExceeded"
             msg = f"pod {failed[0].name} failed: {term['reason']} (exit code {term['exitCode']})"
+            if term["reason"] == "EnvironmentFailed":  # never ran: the installer's words are the reason (a RayJob's too)
+                reason, msg = term["reason"], term["message"]
             objects.job_finished(wl.job, succeeded=False, reason=reason, message=msg, at=now)
         else:
             objects.job_finished(wl.job, succeeded=True, reason="Completed", message="", at=now)

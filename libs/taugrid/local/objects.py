@@ -170,8 +170,17 @@ def pod_terminated(p: dict[str, Any], *, exit_code: int, reason: str, message: s
 def job_started(job: dict[str, Any], *, active: int, at: float) -> None:
     job["spec"]["suspend"] = False
     job.setdefault("status", {}).update(active=active, startTime=ts(at))
-    if job["kind"] == "RayJob":
-        job["status"].update(jobDeploymentStatus="Running", jobStatus="RUNNING")
+    if job["kind"] == "RayJob":  # Running once its process starts (rayjob_running), as KubeRay reports it
+        job["status"].update(jobDeploymentStatus="Initializing", jobStatus="")
+
+
+def rayjob_running(job: dict[str, Any]) -> bool:
+    """Mark a RayJob Running (its entrypoint started); False when it already was."""
+    st = job.setdefault("status", {})
+    if st.get("jobDeploymentStatus") == "Running":
+        return False
+    st.update(jobDeploymentStatus="Running", jobStatus="RUNNING")
+    return True
 
 
 def job_suspended(job: dict[str, Any]) -> None:
