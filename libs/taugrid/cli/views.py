@@ -61,20 +61,22 @@ def phase_tree(record: RunRecord) -> str:
         lines.append(f"  exit code: {record.exit_code}")
     if record.environment:
         lines.append(f"  python: {environment_line(record.environment)}")
+        if record.environment.get("warning"):
+            lines.append(f"  warning: {record.environment['warning']}")
     if record.evidence_digest:
         lines.append(f"  evidence: {record.evidence_digest}")
     return "\n".join(lines)
 
 
 def environment_line(env: dict[str, str]) -> str:
-    """``/path/to/python (3.12.3, environment ab12… reused)`` from what the backend reported."""
+    """``/path/to/python (3.12.3, environment ab12… reused, from VIRTUAL_ENV)`` from what the backend reported."""
+    if env.get("container"):
+        return f"the image's, in container {env['container']} ({env.get('engine', '')})".replace(" ()", "")
     parts = [env.get("python_version", "")]
     if env.get("env"):
         parts.append(f"environment {env['env']} " + ("reused" if env.get("env_cached") == "true" else "built"))
     if env.get("source"):
         parts.append(f"from {env['source']}")
-    if env.get("container"):
-        parts.append(f"in container {env['container']}")
     inner = ", ".join(p for p in parts if p)
     return f"{env.get('python', '?')}" + (f" ({inner})" if inner else "")
 

@@ -162,7 +162,8 @@ def _engine(cfg: TauConfig, add: Any) -> None:
             add(
                 ("runtime", "pip"),
                 "Ray-only (Ray runtime_env); a Job installs packages in its image",
-                "bake the packages into the image, or set engine: ray",
+                "list them in the project's requirements.txt (built per run on a local stack), bake them "
+                "into the image, or set engine: ray",
             )
         if cfg.run.working_dir:
             add(
