@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 import nats
+
 from taugrid.bus import kvread, platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
