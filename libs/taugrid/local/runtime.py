@@ -165,7 +165,7 @@ class PodRuntimes:
                            f"(`docker info`/`podman info` failed); the run uses {python}")
                 say(warning)
             reqs = requirements(work, request.pip)
-            if not reqs.empty:
+            if not reqs.empty and self.builder.cached(python, reqs) is None:  # a cache hit says nothing
                 say(f"preparing a Python environment for {reqs.describe()}")
             got = self.builder.prepare(base=python, reqs=reqs, project=work, progress=say)
         except EnvironmentFailed as err:
