@@ -77,6 +77,8 @@ async def verify(run_id: str, output: str) -> None:
             f"{run_id}: {'verified' if report.ok else 'NOT verified'} ({report.entries} entries, "
             f"digest {report.digest})"
         )
+        if report.user or report.signer:
+            click.echo(f"  submitted by {report.user or '(unverified)'}, signed by {report.signer or '(nobody)'}")
         for p in report.problems:
             click.echo(f"  - {p}")
     if not report.ok:
