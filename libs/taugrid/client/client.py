@@ -170,12 +170,14 @@ class Client:
         )
         request_id = message_id(run_id, record.attempt, "cancel.requested", suffix=nonce)
         try:
-            return await asyncio.wait_for(self._cancel_answer(run_id, request_id), timeout=wait_s)
+            return await asyncio.wait_for(self._cancel_answer(record.workspace, run_id, request_id),
+                                          timeout=wait_s)
         except TimeoutError:
             return None
 
-    async def _cancel_answer(self, run_id: str, request_id: str) -> CancelDecision:
-        async for ev in self.replay(f"run.*.{token(run_id)}.cancel.*", follow=True):
+    async def _cancel_answer(self, workspace: str, run_id: str, request_id: str) -> CancelDecision:
+        # Filtered on the run's own workspace: people may read only their workspaces' subjects.
+        async for ev in self.replay(f"run.{token(workspace)}.{token(run_id)}.cancel.*", follow=True):
             if ev.type not in ("cancel.accepted", "cancel.refused"):
                 continue
             decision = ev.payload(CancelDecision)
