@@ -55,7 +55,8 @@ class Stack:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.env = {**os.environ, "TAU_DATA_DIR": str(data_dir), "TAU_DECLARED_GPUS": "2x16000",
-                    "TAU_NODE_NAME": "e2e-node"}
+                    "TAU_NODE_NAME": "e2e-node",
+                    "TAU_CONTAINER_ENGINES": ""}  # runtime.image runs on the host, the same with or without docker
         self.env.pop("TAU_NATS_URL", None)
 
     def tau(self, *args: str, check: bool = False, timeout: float = 120, cwd: Path | None = None

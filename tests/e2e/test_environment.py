@@ -74,3 +74,20 @@ def test_runtime_pip_builds_the_environment_of_a_ray_run(stack: Stack, tmp_path:
     assert status["object_kind"] == "RayJob" and status["environment"]["env_cached"] == "false"
     assert "tauprobe says 9" in stack.tau("logs", run_id, check=True).stdout
     assert "environment" in [p["name"] for p in status["phases"]]
+
+
+def test_an_image_without_a_container_engine_is_ignored_with_one_clear_warning(stack: Stack, tmp_path: Path
+                                                                               ) -> None:
+    cfg = write_project(tmp_path, "imaged", "print('ran on the host')\n",
+                        "name: imaged\nentrypoint: main.py\ncompute: {gpus: 0}\nruntime: {image: python:3.12-slim}\n")
+    proc = stack.tau("run", str(cfg.parent), "--follow", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0].strip()
+    warning = "runtime.image 'python:3.12-slim' is ignored locally: container engines are switched off"
+    assert warning in proc.stdout
+    said = [e["data"]["message"] for e in stack.wait_sealed(run_id) if e["short_type"] == "exec.preparing"]
+    assert len(said) == 1 and said[0].startswith(warning)  # once
+    status = stack.json("status", run_id)
+    assert status["environment"]["warning"].startswith(warning)
+    assert f"  warning: {warning}" in stack.tau("status", run_id, check=True).stdout
+    assert "ran on the host" in stack.tau("logs", run_id, check=True).stdout

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from taugrid.local.runtime import (
+    ENGINES,
     Failed,
     PodRuntimes,
     Preparing,
@@ -14,6 +15,7 @@ from taugrid.local.runtime import (
     RuntimeRequest,
     choose_python,
     container_command,
+    engines_from_env,
 )
 
 from tests.local.wheels import make_wheel
@@ -94,8 +96,8 @@ def test_an_image_without_a_container_engine_is_ignored_with_a_clear_warning(tmp
     runtimes = PodRuntimes(tmp_path, machine_pin="", fallback=FALLBACK, engines=("tau-no-such-engine",))
     runtimes.begin("p", work=tmp_path, request=RuntimeRequest(image="pytorch/pytorch:2.4"))
     got = wait(runtimes, "p")
-    expected = (f"runtime.image 'pytorch/pytorch:2.4' is ignored locally: no container engine "
-                f"(`docker info`/`podman info` failed); the run uses {FALLBACK}")
+    expected = (f"runtime.image 'pytorch/pytorch:2.4' is ignored locally: no container engine answered "
+                f"(`tau-no-such-engine info` failed); the run uses {FALLBACK}")
     assert isinstance(got, Ready) and got.warning == expected and got.engine == ""
     assert got.environment["warning"] == expected and got.python == FALLBACK
 
@@ -108,3 +110,15 @@ def test_an_image_with_a_working_engine_runs_in_a_container(tmp_path: Path) -> N
     runtimes.begin("p", work=tmp_path, request=RuntimeRequest(image="python:3.12-slim"))
     assert wait(runtimes, "p") == Ready(python="python", engine=str(engine), image="python:3.12-slim",
                                         environment={"container": "python:3.12-slim", "engine": str(engine)})
+
+
+def test_container_engines_are_docker_then_podman_unless_the_machine_says_otherwise(tmp_path: Path) -> None:
+    assert engines_from_env({}) == ENGINES == ("docker", "podman")
+    assert engines_from_env({"TAU_CONTAINER_ENGINES": " podman , "}) == ("podman",)
+    assert engines_from_env({"TAU_CONTAINER_ENGINES": ""}) == ()
+    runtimes = PodRuntimes(tmp_path, machine_pin="", fallback=FALLBACK, engines=())
+    runtimes.begin("p", work=tmp_path, request=RuntimeRequest(image="x:1"))
+    got = wait(runtimes, "p")
+    assert isinstance(got, Ready) and got.warning == (
+        f"runtime.image 'x:1' is ignored locally: container engines are switched off (TAU_CONTAINER_ENGINES is "
+        f"empty); the run uses {FALLBACK}")

@@ -21,12 +21,14 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
 
 ENGINES = ("docker", "podman")
+ENGINES_ENV = "TAU_CONTAINER_ENGINES"  # comma-separated, tried in order; empty = never run pods in containers
 ENGINE_PROBE_TIMEOUT_S = 10.0
 # Host variables that mean nothing inside a container.
 HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
@@ -112,7 +114,7 @@ class PodRuntimes:
     data_dir: Path
     machine_pin: str = field(default_factory=lambda: os.environ.get("TAU_LOCAL_PYTHON", ""))
     fallback: str = sys.executable
-    engines: tuple[str, ...] = ENGINES
+    engines: tuple[str, ...] = field(default_factory=lambda: engines_from_env(os.environ))
     _jobs: dict[str, _Job] = field(default_factory=dict)
     _engine: str | None = None
     _engine_probed: bool = False
@@ -161,8 +163,9 @@ class PodRuntimes:
                     job.outcome = Ready(python="python", engine=engine, image=request.image,
                                         environment={"container": request.image, "engine": engine})
                     return
-                warning = (f"runtime.image {request.image!r} is ignored locally: no container engine "
-                           f"(`docker info`/`podman info` failed); the run uses {python}")
+                why = (f"no container engine answered ({', '.join(f'`{e} info`' for e in self.engines)} failed)"
+                       if self.engines else f"container engines are switched off ({ENGINES_ENV} is empty)")
+                warning = f"runtime.image {request.image!r} is ignored locally: {why}; the run uses {python}"
                 say(warning)
             reqs = requirements(work, request.pip)
             if not reqs.empty and self.builder.cached(python, reqs) is None:  # a cache hit says nothing
@@ -178,6 +181,12 @@ class PodRuntimes:
         if warning:
             environment["warning"] = warning
         job.outcome = Ready(python=got.python, environment=environment, warning=warning)
+
+
+def engines_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:
+    raw = environ.get(ENGINES_ENV)
+    names = ",".join(ENGINES) if raw is None else raw
+    return tuple(n.strip() for n in names.split(",") if n.strip())
 
 
 def _engine_answers(engine: str) -> bool:
