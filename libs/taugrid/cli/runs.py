@@ -430,7 +430,12 @@ def _parse_since(value: str | None) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
-@click.command(help="Replay run events from the stream (the audit history), optionally filtered.")
+@click.group(
+    invoke_without_command=True,
+    subcommand_metavar="[schema]",
+    help="Replay run events from the stream (the audit history), optionally filtered. `tau events schema` "
+    "prints the bus contract (AsyncAPI, JSON Schema) for clients in any language.",
+)
 @click.option("--run", "run_id", default=None, help="Only this run.")
 @click.option("--since", default=None, help="Only events after this (10m, 2h, or an ISO time).")
 @click.option(
@@ -438,8 +443,30 @@ def _parse_since(value: str | None) -> dt.datetime | None:
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
 @output_option
+@click.pass_context
+def events(
+    ctx: click.Context, run_id: str | None, since: str | None, types: tuple[str, ...], follow: bool, output: str
+) -> None:
+    if ctx.invoked_subcommand is None:
+        _replay_events(run_id, since, types, follow, output)
+
+
+@events.command("schema", help="Print the bus contract, generated from the code (no stack needed): the AsyncAPI "
+                "3.0 document of subjects, streams, headers and signing (docs/asyncapi.yaml), or the JSON Schema "
+                "of every event payload (docs/events.schema.json).")
+@click.option("--format", "fmt", type=click.Choice(["asyncapi", "jsonschema"]), default="asyncapi",
+              show_default=True, help="Which document.")
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default=None,
+              help="Serialisation [default: yaml for asyncapi, json for jsonschema].")
+def events_schema(fmt: str, output: str | None) -> None:
+    from taugrid.bus.asyncapi import asyncapi, dump, json_schema
+
+    document = asyncapi() if fmt == "asyncapi" else json_schema()
+    click.echo(dump(document, output or ("yaml" if fmt == "asyncapi" else "json")), nl=False)
+
+
 @run_async
-async def events(
+async def _replay_events(
     run_id: str | None, since: str | None, types: tuple[str, ...], follow: bool, output: str
 ) -> None:
     async with connected() as client:

@@ -1,0 +1,342 @@
+"""The bus contract for clients in any language, generated from the code that defines it.
+
+Two documents, both built here and nowhere else (``tau events schema``; committed as ``docs/asyncapi.yaml`` and
+``docs/events.schema.json``, and a test keeps the committed files equal to these):
+
+* a JSON Schema (draft 2020-12) of every payload, from the msgspec Structs in ``taugrid.core.contracts`` via
+  ``msgspec.json.schema_components`` — the Structs are the only definition;
+* an AsyncAPI 3.0 document: the subjects (``taugrid.core.events``), the streams that store them
+  (``taugrid.bus.topology``), the CloudEvents binary-mode headers (``taugrid.bus.envelope``) and how a person
+  signs ``submit.requested`` / ``cancel.requested``.
+
+Pure functions: nothing here touches the network or the disk.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import yaml
+
+from taugrid import __version__
+from taugrid.bus.envelope import (
+    SIGNATURE_HEADER,
+    SIGNATURE_SCHEME,
+    SIGNED_TYPES,
+    SIGNER_HEADER,
+    SPEC_VERSION,
+    USER_HEADER,
+)
+from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, STREAMS
+from taugrid.core import contracts as c
+from taugrid.core.events import CE_PREFIX, RUN_EVENTS, TERMINAL_EVENTS, ce_type
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+# Subjects outside the run lifecycle whose payloads are core contracts: (channel id, address, parameters,
+# payload, CloudEvents type short form, family, stream, who publishes it).
+OTHER_CHANNELS: list[tuple[str, str, dict[str, str], type[msgspec.Struct], str, str, str, str]] = [
+    ("log", "log.{workspace}.{run_id}.{attempt}", {"attempt": "the run's attempt, from 1"}, c.LogChunk,
+     "chunk", "log", "LOGS", "the log shipper: a run's output, in order per pod (`seq`)"),
+    ("backend.apply", "backend.{cluster}.apply", {}, c.BackendApply, "apply", "backend", "BACKEND",
+     "the renderer: a request to a backend (`local` on the embedded stack) to create a run's objects"),
+    ("backend.delete", "backend.{cluster}.delete", {}, c.BackendDelete, "delete", "backend", "BACKEND",
+     "the renderer: a request to a backend to delete a run's object"),
+    ("k8s", "k8s.{cluster}.{kind}.{namespace}.{name}.{change}",
+     {"kind": "lower-case object kind", "namespace": "`_` for cluster-scoped objects",
+      "name": "object name", "change": "added | modified | deleted"},
+     c.WatchEvent, "watch", "k8s", "K8S", "the Kubernetes bridge or the local cluster: one watch change"),
+    ("node.sample", "node.{node}.sample", {}, c.NodeSample, "sample", "node", "NODES",
+     "the node agent: one health sample of a machine"),
+    ("node.condition", "node.{node}.condition.{type}", {"type": "the condition, e.g. GpuXidError"},
+     c.NodeCondition, "condition", "node", "NODES", "the health monitor: a node condition changed"),
+]
+
+PARAMETERS = {
+    "workspace": "the workspace, one subject token ([A-Za-z0-9_-]); `default` when the config names none",
+    "run_id": "`<name>-<6 hex>` where the hex is the first 6 digits of sha256(submission_id); lower-case "
+              "letters, digits and dashes",
+    "cluster": "the backend's cluster name (`local` on the embedded stack)",
+    "node": "the machine's node name",
+}
+
+PUBLISHED_BY_CLIENT = "a person's client (tau CLI, taugrid.client, or any client that follows this document)"
+
+
+def _ref(name: str, *, asyncapi: bool) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}" if asyncapi else f"#/$defs/{name}"}
+
+
+def _payload_types() -> list[type[msgspec.Struct]]:
+    """Every payload type, each once, in catalogue order."""
+    seen: list[type[msgspec.Struct]] = []
+    for kind in [*RUN_EVENTS.values(), *(ch[3] for ch in OTHER_CHANNELS)]:
+        if kind not in seen:
+            seen.append(kind)
+    return seen
+
+
+def _components(*, asyncapi: bool) -> dict[str, Any]:
+    template = "#/components/schemas/{name}" if asyncapi else "#/$defs/{name}"
+    _, components = msgspec.json.schema_components(_payload_types(), ref_template=template)
+    return dict(sorted(components.items()))
+
+
+def json_schema() -> dict[str, Any]:
+    """One JSON Schema document: ``$defs`` holds every payload; ``x-taugrid-events`` maps each CloudEvents
+    type (``ce-type``) to the payload its body carries."""
+    events = {ce_type(kind): _ref(struct.__name__, asyncapi=False) for kind, struct in RUN_EVENTS.items()}
+    for _, _, _, struct, kind, family, _, _ in OTHER_CHANNELS:
+        events[ce_type(kind, family=family)] = _ref(struct.__name__, asyncapi=False)
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "$id": "https://taugrid.io/schemas/events.schema.json",
+        "title": "taugrid event payloads",
+        "description": (
+            "The JSON body of every CloudEvent on the taugrid bus (binary mode: the attributes are NATS "
+            "headers, see docs/asyncapi.yaml). Generated from taugrid.core.contracts by `tau events schema "
+            "--format jsonschema`; do not edit. Readers must ignore unknown fields: fields are only ever "
+            "added, with defaults."
+        ),
+        "x-taugrid-events": events,
+        "$defs": _components(asyncapi=False),
+    }
+
+
+def _string(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **extra}
+
+
+def _header_schemas() -> dict[str, Any]:
+    common = {
+        "ce-specversion": _string("CloudEvents version", const=SPEC_VERSION),
+        "ce-id": _string("event id, unique per event; equals Nats-Msg-Id. A run event's is "
+                         "`<run_id>.<attempt>.<stage>.<outcome>[.<suffix>]` (a cancel adds a random suffix so "
+                         "each request is its own event)"),
+        "ce-type": _string(f"`{CE_PREFIX}<family>.<stage>.<outcome>.v<version>`, e.g. "
+                           f"`{ce_type('submit.requested')}`; the version lives here, never in the subject",
+                           pattern=r"^io\.taugrid\.[a-z]+\.[a-z_.]+\.v[0-9]+$"),
+        "ce-source": _string("who published it: `/svc/<service>` (services), `/svc/client` (the tau CLI); a "
+                             "service's event is trusted only from the service the catalogue names"),
+        "ce-subject": _string("the run id for run events (the node or run for others)"),
+        "ce-time": _string("RFC 3339 UTC time with milliseconds, e.g. 2026-11-30T12:00:00.123Z"),
+        "ce-workspace": _string("the run's workspace (taugrid extension)"),
+        "ce-attempt": _string("the run's attempt, from 1, as decimal text (taugrid extension)",
+                              pattern="^[1-9][0-9]*$"),
+        "content-type": _string("the body's media type", const="application/json"),
+        "Nats-Msg-Id": _string("equals ce-id; JetStream drops a repeat within the stream's duplicate window"),
+        "traceparent": _string("W3C trace context (optional)"),
+    }
+    required = ["ce-specversion", "ce-id", "ce-type", "ce-source", "ce-subject", "ce-time", "content-type",
+                "Nats-Msg-Id"]
+    service = {
+        **common,
+        USER_HEADER: _string("the run's verified submitter (the user name whose signature the submitter "
+                             "checked), on every event a service publishes after submit.accepted"),
+    }
+    signed = {
+        **common,
+        SIGNER_HEADER: _string("the author's NATS user public nkey (`U…`, 56 characters)",
+                               pattern="^U[A-Z2-7]{55}$"),
+        SIGNATURE_HEADER: _string(f"ed25519 signature by {SIGNER_HEADER} over the canonical form (see "
+                                  "SignedRequest), 64 bytes as base64url without padding (86 characters)",
+                                  pattern="^[A-Za-z0-9_-]{86}$"),
+    }
+    return {
+        "CloudEventHeaders": {
+            "type": "object", "description": "headers of an event a service publishes",
+            "properties": service, "required": required,
+        },
+        "SignedRequestHeaders": {
+            "type": "object",
+            "description": "headers of a request a person publishes (submit.requested, cancel.requested): "
+                           "the CloudEvents headers plus the signature; a client's ce-tauuser is ignored",
+            "properties": signed,
+            "required": [*required, "ce-workspace", "ce-attempt", SIGNER_HEADER, SIGNATURE_HEADER],
+        },
+    }
+
+
+SIGNING = f"""\
+A person's requests (`submit.requested`, `cancel.requested`) are signed with their NATS user nkey (ed25519).
+The submitter refuses an unsigned or badly signed submission (`submit.rejected`, field `{SIGNATURE_HEADER}`)
+and the renderer answers a cancel with `cancel.accepted` / `cancel.refused`.
+
+1. Build the body: the JSON of the payload (`SubmitRequested` / `CancelRequested`), UTF-8.
+2. Set the CloudEvents headers (SignedRequestHeaders).
+3. The canonical form is these seven lines joined by `\\n`, no trailing newline, encoded as UTF-8:
+
+       {SIGNATURE_SCHEME}
+       <the NATS subject published to, e.g. run.default.quickstart-3f2a1b.submit.requested>
+       <ce-id>
+       <ce-type>
+       <ce-subject>
+       <ce-time>
+       <sha256 of the body, 64 lower-case hex digits>
+
+4. `{SIGNER_HEADER}` = the public key (`U…`); `{SIGNATURE_HEADER}` = base64url without padding (RFC 4648 §5)
+   of the 64-byte ed25519 signature of the canonical form by the user's seed (`SU…`).
+
+Who may sign: on a platform that lists users, a key listed in `platform.yaml` users; on the embedded stack
+(no users listed), the local user `tau up` created, whose seed is `$TAU_DATA_DIR/creds/user.nk` (default
+`~/.tau`; a text file holding one `SU…` seed). The verified user is then named in `ce-{USER_HEADER[3:]}` and
+in `SubmitAccepted.user` on every later event of the run; the body's own `user` field is only a claim.
+"""
+
+SUBMITTING = f"""\
+How to submit and follow a run (what tests/contract/node/submit.mjs does, from this document alone):
+
+1. Choose a `submission_id` (any unique string of subject-safe characters). The run id is
+   `<dns-label of the config's name>-<first 6 hex digits of sha256(submission_id)>`.
+2. The code: a tar.gz of the project directory (regular files with paths relative to the project root) put
+   into the JetStream object store `{OBJECT_STORE}` under the name `sources/<sha256 hex of the tar.gz>.tar.gz`;
+   `source_object` is that name and `source_digest` is `sha256:<hex>`. A config
+   whose entrypoint needs no project files (`command:`) may leave both empty.
+3. Publish `SubmitRequested` (signed) to `run.<workspace>.<run_id>.submit.requested` with ce-id
+   `<run_id>.1.submit.requested`, ce-subject `<run_id>`, ce-attempt `1`, and wait for the JetStream ack.
+4. Follow with a JetStream consumer (ordered, deliver all) on stream RUNS filtered to
+   `run.<workspace>.<run_id>.>`: events arrive in order; `{', '.join(sorted(TERMINAL_EVENTS))}` end the
+   run's lifecycle, and `evidence.sealed` comes last. A success reads: submit.requested, submit.accepted,
+   policy.approved, render.applied, admission.queued (optional), admission.admitted, exec.preparing
+   (optional, repeated), exec.running, exec.succeeded, evidence.sealed.
+
+Authentication: connect with the stack's NATS credentials when it requires them (`TAU_NATS_CREDS`, a
+`.creds` file, or the user nkey). An embedded stack without NATS authentication accepts any connection;
+the signature is what identifies the person.
+"""
+
+
+def _message(name: str, *, kind: str, family: str, payload: str, signed: bool, summary: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "title": ce_type(kind, family=family),
+        "summary": summary,
+        "contentType": "application/json",
+        "headers": {"$ref": "#/components/schemas/"
+                            + ("SignedRequestHeaders" if signed else "CloudEventHeaders")},
+        "payload": _ref(payload, asyncapi=True),
+    }
+
+
+def _run_summary(kind: str) -> str:
+    struct = RUN_EVENTS[kind]
+    doc = (struct.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+    base = f"`{kind}` ({struct.__name__})"
+    if kind in SIGNED_TYPES:
+        base += ", published by " + PUBLISHED_BY_CLIENT + ", signed"
+    if kind in TERMINAL_EVENTS:
+        base += "; terminal: the run's state never changes after it"
+    return f"{base}. {doc}" if doc and not doc.startswith("Base") else base
+
+
+def asyncapi() -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of the bus (a plain dict, ready for JSON or YAML)."""
+    stream_of = {s.subjects[0].split(".")[0]: s for s in STREAMS}
+    channels: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    messages: dict[str, Any] = {}
+    run_params = {p: {"description": PARAMETERS[p]} for p in ("workspace", "run_id")}
+    for kind in RUN_EVENTS:
+        stage, outcome = kind.split(".")
+        msg_id = f"run.{kind}"
+        signed = kind in SIGNED_TYPES
+        messages[msg_id] = _message(msg_id, kind=kind, family="run", payload=RUN_EVENTS[kind].__name__,
+                                    signed=signed, summary=_run_summary(kind))
+        channels[msg_id] = {
+            "address": f"run.{{workspace}}.{{run_id}}.{stage}.{outcome}",
+            "description": f"stream RUNS (mirrored to {AUDIT_STREAM})",
+            "parameters": run_params,
+            "messages": {msg_id: {"$ref": f"#/components/messages/{msg_id}"}},
+        }
+        operations[("submit" if kind == "submit.requested" else "cancel" if kind == "cancel.requested"
+                    else "on." + kind)] = {
+            "action": "send" if signed else "receive",
+            "channel": {"$ref": f"#/channels/{msg_id}"},
+            "summary": ("publish a signed request (see info.description: Signing)" if signed
+                        else f"follow `{kind}` with a JetStream consumer on stream RUNS"),
+            "messages": [{"$ref": f"#/channels/{msg_id}/messages/{msg_id}"}],
+        }
+    for chan_id, address, params, struct, kind, family, stream, who in OTHER_CHANNELS:
+        messages[chan_id] = _message(chan_id, kind=kind, family=family, payload=struct.__name__, signed=False,
+                                     summary=f"{struct.__name__}, published by {who}")
+        names = [p.strip("{}") for p in address.split(".") if p.startswith("{")]
+        channels[chan_id] = {
+            "address": address,
+            "description": f"stream {stream}",
+            "parameters": {p: {"description": params.get(p) or PARAMETERS[p]} for p in names},
+            "messages": {chan_id: {"$ref": f"#/components/messages/{chan_id}"}},
+        }
+        operations["on." + chan_id] = {
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/{chan_id}"},
+            "messages": [{"$ref": f"#/channels/{chan_id}/messages/{chan_id}"}],
+        }
+    streams = {
+        s.name: {"subjects": s.subjects, "max_age_s": s.max_age, "duplicate_window_s": s.duplicate_window,
+                 "storage": "file", "retention": "limits"}
+        for s in STREAMS
+    }
+    streams[AUDIT_STREAM] = {"mirror": "RUNS", "deny_delete": True, "deny_purge": True, "storage": "file"}
+    assert set(stream_of) >= {"run", "log", "backend", "k8s", "node"}  # every channel's stream exists
+    schemas = {**_header_schemas(), **_components(asyncapi=True)}
+    return {
+        "asyncapi": "3.0.0",
+        "info": {
+            "title": "taugrid bus",
+            "version": __version__,
+            "description": (
+                "Every event on the taugrid bus is a CloudEvent 1.0 in NATS binary mode: the JSON payload is "
+                "the message body, the attributes are `ce-*` headers. Every publish goes to a JetStream "
+                "stream (wait for its ack). Generated by `tau events schema`; do not edit.\n\n"
+                "## Signing\n\n" + SIGNING + "\n## Submitting from any client\n\n" + SUBMITTING
+            ),
+        },
+        "defaultContentType": "application/json",
+        "servers": {
+            "local": {
+                "host": "127.0.0.1:4222",
+                "protocol": "nats",
+                "description": "the embedded stack (`tau up`; `tau stack status` prints its URL)",
+                "security": [{"$ref": "#/components/securitySchemes/userNkey"}],
+            },
+        },
+        "channels": channels,
+        "operations": operations,
+        "components": {
+            "schemas": schemas,
+            "messages": messages,
+            "securitySchemes": {
+                "userNkey": {
+                    "type": "asymmetricEncryption",
+                    "description": "NATS nkey (ed25519) user authentication where the server requires it; the "
+                                   "same user key signs requests (see Signing)",
+                },
+            },
+        },
+        "x-taugrid-streams": streams,
+        "x-taugrid-object-store": {
+            "bucket": OBJECT_STORE,
+            "sources": "sources/<sha256 hex>.tar.gz: project snapshots a submission names in source_object",
+        },
+    }
+
+
+def dump(document: dict[str, Any], output: str) -> str:
+    """The text of a document as committed in docs/ (``yaml`` keeps key order; ``json`` is indented)."""
+    if output == "yaml":
+        return str(yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110))
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line text as YAML literal blocks, so the committed document reads like the prose it holds."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
