@@ -32,7 +32,13 @@ run: $(STAMP)
 down: $(STAMP)
 	$(BIN)/tau down
 
-test: $(TEST_STAMP)
+# The non-Python client of tests/e2e/test_node_client.py (the `nats` npm package, pinned by package-lock.json).
+NODE_CLIENT := tests/contract/node
+$(NODE_CLIENT)/node_modules/.package-lock.json: $(NODE_CLIENT)/package-lock.json
+	@echo "==> installing the Node.js contract client (npm ci)"
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --silent
+
+test: $(TEST_STAMP) $(NODE_CLIENT)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q
 	$(BIN)/lint-imports
 
