@@ -30,6 +30,10 @@ def test_follow_shows_the_scripts_output_and_a_failure_summary(stack: Stack, tmp
     status = stack.json("status", run_id)
     assert (status["state"], status["cluster_queue"], status["message"], status["hint"]) == (
         "failed", "local", "", "add Error to resilience.retry_on to retry crashes")
+    followed = stack.tau("logs", run_id, "-f", timeout=120)  # ends by itself: the run has finished
+    assert (followed.returncode, followed.stderr) == (0, "")
+    assert followed.stdout.splitlines()[0] == "hello from the script"
+    assert followed.stdout.splitlines()[-1] == "ValueError: learning rate must be positive"
 
 
 def test_logs_separate_attempts(stack: Stack, tmp_path: Path) -> None:
