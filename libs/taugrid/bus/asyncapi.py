@@ -298,7 +298,7 @@ def asyncapi() -> dict[str, Any]:
             "local": {
                 "host": "127.0.0.1:4222",
                 "protocol": "nats",
-                "description": "the embedded stack (`tau up`; `tau stack status` prints its URL)",
+                "description": "the embedded stack (`tau up`; `tau stack` prints its URL)",
                 "security": [{"$ref": "#/components/securitySchemes/userNkey"}],
             },
         },
