@@ -11,6 +11,7 @@ import msgspec
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.bus.signers import Signers
 from taugrid.config.platform import Platform, load_platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config_shared
@@ -21,6 +22,7 @@ from taugrid.core.errors import ConfigError, TemporaryError
 class Policy:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self.signers = Signers(bus)  # the stack's local admin belongs to every workspace
         self._cache: tuple[int, Platform] | None = None
 
     async def platform(self) -> tuple[Platform, int]:
@@ -37,7 +39,8 @@ class Policy:
     async def on_accepted(self, ev: Event) -> None:
         acc = ev.payload(SubmitAccepted)
         platform, revision = await self.platform()
-        if (problem := _not_member(platform, acc.user, ev.workspace)) is not None:
+        if (not await self.signers.is_local_admin(acc.signer)
+                and (problem := _not_member(platform, acc.user, ev.workspace)) is not None):
             await self._reject(ev, [problem])
             return
         try:

@@ -150,7 +150,8 @@ class Renderer:
             await self._refuse(ev, record, answer, CancelDecision(
                 request_id=ev.id, signer=ev.signer, reason=refused.issue.message, field=refused.issue.field))
             return
-        if not _may_cancel(await self.signers.platform(), user, record):
+        if not (await self.signers.is_local_admin(signer)
+                or _may_cancel(await self.signers.platform(), user, record)):
             await self._refuse(ev, record, answer, CancelDecision(
                 request_id=ev.id, by=user, signer=signer, field="user",
                 reason=f"{user!r} may not cancel run {record.run_id} of {record.user!r}: only its submitter, an "

@@ -40,7 +40,7 @@ from taugrid_services.submitter.__main__ import start as submitter
 
 from tests.owners import acting_as
 
-PEOPLE = ("alice", "bob", "carol", "root")
+PEOPLE = ("alice", "bob", "carol", "root", "owner")  # owner: the stack's local admin, not in `users`
 
 PLATFORM = """
 resource_flavors: [{name: default}]
@@ -115,6 +115,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     for p in PEOPLE:
         text = text.replace(f"nkey: {p.upper()}", f"nkey: {identity.public_key(seeds[p])}")
     await platformstore.put_text(admin, text)
+    await platformstore.put_local_user(admin, platformstore.LocalUser("owner", identity.public_key(seeds["owner"])))
 
     buses: list[Bus] = []
     tasks: list[asyncio.Task[Any]] = []
@@ -354,3 +355,10 @@ async def test_an_unsigned_cancel_is_refused(stack: Stack) -> None:
     await stack.wait_for(run_id, {"exec.cancelled"})
 
 
+
+
+async def test_the_stacks_local_admin_is_accepted_everywhere_without_being_listed(stack: Stack) -> None:
+    run_id = await stack.submit("owner", "mine", "echo mine", ws="team-b")
+    evs = await stack.wait_for(run_id, {"policy.approved", "policy.rejected", "submit.rejected"})
+    assert [e.type for e in evs][:3] == ["submit.requested", "submit.accepted", "policy.approved"]
+    assert all(e.user == "owner" for e in evs[1:])

@@ -1,6 +1,6 @@
 """Who signed a request: the signature checked (``envelope.verify_signature``), the key looked up among the
-platform's users — or, on a platform that lists none (the embedded stack), compared with the local user's key
-``tau up`` registered. Used by the submitter (submissions) and the renderer (cancels).
+platform's users, or compared with the local user's key ``tau up`` registered (the stack's owner, a platform
+admin whatever the platform lists). Used by the submitter (submissions) and the renderer (cancels).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ class Signers:
             return platformstore.LocalUser(name=name, nkey=key)
         return await platformstore.get_local_user(self.bus)
 
+    async def is_local_admin(self, signer: str) -> bool:
+        local = await self.local_user()
+        return local is not None and bool(signer) and local.nkey == signer
+
     async def identify(self, ev: Event) -> tuple[str, str]:
         """(verified user name, signer public key) of a signed request; raises ``Refused`` with the reason."""
         try:
@@ -58,6 +62,9 @@ class Signers:
                 fix="sign requests with your nkey (the tau CLI and taugrid.client do; see docs/architecture.md §4)",
             )) from exc
         platform = await self.platform()
+        local = await self.local_user()
+        if local is not None and local.nkey == signer:
+            return local.name, signer  # the stack's owner: platform admin whatever the platform lists
         if platform is not None and platform.users:
             user = platform.user_by_nkey(signer)
             if user is None:
@@ -67,9 +74,6 @@ class Signers:
                     fix="ask a platform admin to add your public key to platform.yaml users",
                 ))
             return user.name, signer
-        local = await self.local_user()
-        if local is not None and local.nkey == signer:
-            return local.name, signer
         raise Refused(Issue(
             field=SIGNER_HEADER,
             message=f"{ev.type} refused: unknown signer {signer}: the platform lists no users, so only the "
