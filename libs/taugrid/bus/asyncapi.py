@@ -202,9 +202,10 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
    policy.approved, render.applied, admission.queued (optional), admission.admitted, exec.preparing
    (optional, repeated), exec.running, exec.succeeded, evidence.sealed.
 
-Authentication: connect with the stack's NATS credentials when it requires them (`TAU_NATS_CREDS`, a
-`.creds` file, or the user nkey). An embedded stack without NATS authentication accepts any connection;
-the signature is what identifies the person.
+Authentication: connect as the same user nkey (NATS nkey authentication: the client signs the server's
+nonce with the seed; every NATS client library offers it), or with a `.creds` file the platform gave you
+(`TAU_NATS_CREDS`). A server that requires no authentication (the embedded stack today) accepts either;
+the request's signature is what identifies the person to taugrid.
 """
 
 
@@ -310,8 +311,8 @@ def asyncapi() -> dict[str, Any]:
             "securitySchemes": {
                 "userNkey": {
                     "type": "asymmetricEncryption",
-                    "description": "NATS nkey (ed25519) user authentication where the server requires it; the "
-                                   "same user key signs requests (see Signing)",
+                    "description": "NATS nkey (ed25519) user authentication (the client signs the server's "
+                                   "nonce); the same user key signs requests (see Signing)",
                 },
             },
         },

@@ -2,8 +2,8 @@
 // "Signing", SignedRequestHeaders): it uploads a project snapshot, publishes a signed submit.requested
 // CloudEvent and follows the run on run.<ws>.<run>.> until evidence.sealed, printing one JSON line per event.
 //
-//   node submit.mjs <project dir>      env: NATS_URL, TAU_DATA_DIR (its creds/user.nk signs), TAU_WORKSPACE,
-//                                      TAU_NATS_CREDS (a .creds file, when the server requires authentication)
+//   node submit.mjs <project dir>      env: NATS_URL, TAU_DATA_DIR (its creds/user.nk signs and authenticates),
+//                                      TAU_WORKSPACE, TAU_NATS_CREDS (a .creds file to authenticate with instead)
 // Exit 0 when the run succeeded and was sealed, 1 when it ended otherwise, 2 on bad input.
 //
 // Only the `nats` package is used: the ed25519 signing comes from the nkeys it re-exports (nkeys.js).
@@ -12,7 +12,7 @@ import { readFileSync, readdirSync, statSync } from "node:fs";
 import { homedir, userInfo } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { connect, credsAuthenticator, headers, nkeys } from "nats";
+import { connect, credsAuthenticator, headers, nkeyAuthenticator, nkeys } from "nats";
 
 const project = process.argv[2];
 if (!project) {
@@ -104,10 +104,13 @@ for (const [k, v] of Object.entries({
   "tau-signature": Buffer.from(user.sign(new TextEncoder().encode(canonical))).toString("base64url"),
 })) h.set(k, v);
 
-const options = { servers: process.env.NATS_URL || "nats://127.0.0.1:4222", name: "taugrid-node-client" };
-if (process.env.TAU_NATS_CREDS) {
-  options.authenticator = credsAuthenticator(readFileSync(process.env.TAU_NATS_CREDS));
-}
+// Authentication: as the same user nkey (a server that requires none accepts it as well), or a .creds file.
+const options = {
+  servers: process.env.NATS_URL || "nats://127.0.0.1:4222", name: "taugrid-node-client",
+  authenticator: process.env.TAU_NATS_CREDS
+    ? credsAuthenticator(readFileSync(process.env.TAU_NATS_CREDS))
+    : nkeyAuthenticator(new TextEncoder().encode(seed)),
+};
 const nc = await connect(options);
 const js = nc.jetstream();
 
