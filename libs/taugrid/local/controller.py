@@ -1,4 +1,6 @@
-"""The local cluster controller: backend requests in, Kueue-like admission, pods, watch events out.
+"""The local cluster controller: backend requests in, Kueue-like admission over the engine, workload records and
+platform revisions, the Job controller's part (pods for admitted workloads, run by the local kubelet through
+``podsync``), watch events out.
 
 Idempotent: an apply for a workload it already knows is ignored (same run+attempt ⇒ same name); every
 published object change carries ``Nats-Msg-Id = <uid>.<resourceVersion>``; log chunks are keyed by byte
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
 import time
 from collections.abc import Awaitable, Iterable
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any
 
 import msgspec
 import nats
-
 from taugrid.bus import kvread, platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
@@ -26,30 +26,28 @@ from taugrid.config.platform import Platform, load_platform
 from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
 from taugrid.core.events import k8s_subject, log_subject
 from taugrid.core.quantity import parse_memory
-from taugrid.local import objects
+from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, LocalAdmitter, Pending, Request, amount
-from taugrid.local.pods import PodRunner
-from taugrid.local.rendezvous import local_command
-from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest, container_command
+from taugrid.local.jobpods import template
+from taugrid.local.kubelet import Kubelet
+from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
+from taugrid.local.runtime import PodRuntimes
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.ports import free_port
-from taugrid.render.source import SOURCE_DIR
 
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"
 PENDING_REFRESH_S = 3.0
 PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
-PREPARING_REFRESH_S = 1.0  # environment progress is republished at most this often
-WAITING_ENVIRONMENT = "PreparingEnvironment"  # the Pod waiting reason kube/translate reads as exec.preparing
-ENVIRONMENT_ANNOTATION = "environment.taugrid.io/"
 
 
 class LocalCluster:
     def __init__(self, bus: Bus, *, data_dir: Path, node: str, capacity: dict[str, float], gpu_count: int,
-                 gpu_memory_mb: int = 0) -> None:
+                 gpu_memory_mb: int = 0, runtime: PodRuntime | None = None) -> None:
+        """``runtime`` decides which interpreter runs ``python``/``python3`` in a workload's pods (default: the
+        researcher's interpreter or a per-run environment, ``podsync.PreparedRuntimes``)."""
         self.bus, self.node = bus, node
-        self.pods = PodRunner(data_dir / "pods")
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
         self.wls: dict[str, LocalWorkload] = {}
         self.platform: Platform | None = None
@@ -59,13 +57,14 @@ class LocalCluster:
         self.lq: dict[tuple[str, str], str] = {}
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}
-        # Which interpreter runs a pod's `python`, its per-run environment, or its container: prepared in
-        # threads, polled from the control loop (taugrid.local.runtime).
-        self.runtimes = PodRuntimes(data_dir)
-        self._prep_said: dict[str, tuple[str, float]] = {}
-        # Backend requests and the control loop interleave at awaits; one lock keeps a workload's
-        # transitions (start, delete, finish) from crossing.
+        # Backend requests, the control loop and pod status reports interleave at awaits; one lock keeps a
+        # workload's transitions (start, delete, finish) from crossing.
         self.lock = asyncio.Lock()
+        self.kubelet = Kubelet(data_dir / "pods", resolve_secret=envrefs.secret_resolver(),
+                               resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims")
+        self.podsync = PodSync(bus, self.kubelet, node=node, gpu_memory_mb=gpu_memory_mb, lock=self.lock,
+                               publish=self.publish, save=self.save,
+                               runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir)))
         # Simulated node pool (as Kueue's performance tests do): pods complete after SIMULATED_DURATION seconds
         # from their env, and no process is spawned.
         self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
@@ -106,6 +105,10 @@ class LocalCluster:
             self.wls[wl.name] = wl
             self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
         self._refill()
+        for wl in self.wls.values():  # pods that kept running under their shims
+            for p in wl.pods:
+                if p.phase == "Running" and not p.sim_end:
+                    await self.podsync.adopt(wl, p)
         kv = await self.bus.kv(BUCKET)
         try:
             self.admitter.cordoned = (await kv.get("cordon")).value.decode()  # type: ignore[union-attr]
@@ -173,7 +176,7 @@ class LocalCluster:
         prio_name = labels.get("kueue.x-k8s.io/priority-class", "")
         prio, preemptible = self.priorities.get(prio_name, (0, True))
         per_pod, pods_wanted, memory_limit = self._requests(main)
-        ann = {**meta.get("annotations", {}), **_template(main).get("metadata", {}).get("annotations", {})}
+        ann = {**meta.get("annotations", {}), **template(main).get("metadata", {}).get("annotations", {})}
         fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
         gpu_mem = int(float(ann.get("taugrid.io/gpu-memory-mb", 0) or 0))
         if fraction or gpu_mem:
@@ -191,8 +194,8 @@ class LocalCluster:
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
             placement=str(ann.get("taugrid.io/placement", "binpack")),
             hang_timeout_s=float(ann.get("taugrid.io/hang-timeout", 0) or 0),
-            source_object=req.source_object, python=req.python, python_source=req.python_source,
-            pip=list(req.pip), image=req.image,
+            source_object=req.source_object, python=req.python, python_source=req.python_source, image=req.image,
+            pip=list(req.pip),
         )
 
     def _requests(self, main: dict[str, Any]) -> tuple[dict[str, float], int, int]:
@@ -209,7 +212,7 @@ class LocalCluster:
                 lim = (c.get("resources", {}).get("limits") or {}).get("memory")
                 memory_limit += n * int(parse_memory(lim)) if lim else 0
             return total, 1, memory_limit
-        c = next(x for x in _template(main)["spec"]["containers"] if x.get("name") == "main")
+        c = next(x for x in template(main)["spec"]["containers"] if x.get("name") == "main")
         res = c.get("resources", {})
         per_pod = {r: amount(r, v) for r, v in (res.get("requests") or {}).items()}
         lim = (res.get("limits") or {}).get("memory")
@@ -232,8 +235,9 @@ class LocalCluster:
         for p in wl.pods:
             if p.phase == "Pending":
                 p.phase = "Deleted"  # never launched
-                self.runtimes.forget(p.name)
-            self.pods.stop(p.name, "Cancelled")
+                self.podsync.forget(p)
+            elif p.phase == "Running" and not p.sim_end:
+                await self.podsync.stop(p, "Cancelled")
         await self.save(wl)
 
     async def _gone(self, wl: LocalWorkload) -> None:
@@ -292,9 +296,10 @@ class LocalCluster:
     async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:
         """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""
         for p in wl.pods:
-            await self._ship_logs(wl, p, final=False)
-            self.runtimes.forget(p.name)
-            self.pods.stop(p.name, "Preempted")
+            self.podsync.forget(p)
+            if p.phase == "Running" and not p.sim_end:
+                await self.podsync.ship_logs(wl, p, final=False)
+                await self.podsync.stop(p, "Preempted")
             await self.publish(wl, "Pod", p.obj, "deleted")
         by = self.wls.get(preemptor)
         objects.evict(wl.workload, reason=reason, message=message, preemptor_uid=by.uid if by else preemptor, at=now)
@@ -350,175 +355,39 @@ class LocalCluster:
             await self.publish(wl, "Workload", wl.workload, "modified")
             await self.publish(wl, wl.job["kind"], wl.job, "modified")
             wl.announced = True
-        source: bytes | None = None
         for p in wl.pods:
             if p.phase != "Pending":
                 continue
-            outcome = None if self.simulate else self.runtimes.poll(p.name)
-            if outcome is None and not self.simulate:
-                # Unpack the project and prepare the pod's runtime in a thread; later ticks poll it. After a
-                # restart this simply begins again (a built environment is a cache hit).
-                if source is None and wl.source_object:
-                    source = await self._source(wl.source_object)
-                await self.publish(wl, "Pod", p.obj, "added")
-                work = self.pods.prepare(p.name, source)
-                self.runtimes.begin(p.name, work=work, request=RuntimeRequest(
-                    python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image))
-                continue
-            if isinstance(outcome, Preparing):
-                await self._say_preparing(wl, p, outcome.message)
-                continue
-            now = time.time()
             if self.simulate:
-                await self.publish(wl, "Pod", p.obj, "added")
-            problem: tuple[str, str] | None
-            if isinstance(outcome, Failed):
-                problem = (outcome.reason, outcome.message)
+                await self._simulate(wl, p)
             else:
-                if outcome is not None and outcome.warning:
-                    await self._say_preparing(wl, p, outcome.warning, force=True)
-                problem = self._launch(wl, p, outcome)
-            if problem:
-                objects.pod_terminated(p.obj, exit_code=128, reason=problem[0], message=problem[1],
-                                       started=now, at=now)
-                p.phase = "Failed"
-            else:
-                p.phase, p.started = "Running", now
-                if outcome is not None:
-                    p.obj["metadata"].setdefault("annotations", {}).update(
-                        {f"{ENVIRONMENT_ANNOTATION}{k}": v for k, v in outcome.environment.items()})
-                objects.pod_running(p.obj, at=now)
-            self.runtimes.forget(p.name)
-            self._prep_said.pop(p.name, None)
-            await self.save(wl)  # the process exists now: never launch it twice
-            await self.publish(wl, "Pod", p.obj, "modified")
-            if p.phase == "Running" and wl.job["kind"] == "RayJob" and objects.rayjob_running(wl.job):
-                # The RayJob speaks for a Ray run's process (its pods are head/workers): it carries the environment.
-                wl.job["metadata"].setdefault("annotations", {}).update(
-                    {k: v for k, v in p.obj["metadata"].get("annotations", {}).items()
-                     if k.startswith(ENVIRONMENT_ANNOTATION)})
-                await self.publish(wl, "RayJob", wl.job, "modified")
+                await self.podsync.launch(wl, p)
 
-    async def _say_preparing(self, wl: LocalWorkload, p: LocalPod, message: str, *, force: bool = False) -> None:
-        """Publish the pod's preparation progress (``exec.preparing`` downstream), at most once a second."""
-        said, at = self._prep_said.get(p.name, ("", 0.0))
+    async def _simulate(self, wl: LocalWorkload, p: LocalPod) -> None:
+        """Simulated pool: no process; the pod "runs" for SIMULATED_DURATION seconds from its env."""
         now = time.time()
-        if not message or message == said or (not force and now - at < PREPARING_REFRESH_S):
-            return
-        self._prep_said[p.name] = (message, now)
-        objects.pod_waiting(p.obj, reason=WAITING_ENVIRONMENT, message=message)
+        await self.publish(wl, "Pod", p.obj, "added")
+        p.added = True
+        env = {e["name"]: e.get("value", "") for e in template(wl.job)["spec"]["containers"][0].get("env", [])}
+        p.sim_end = now + float(env.get("SIMULATED_DURATION", "1") or 1)
+        p.phase, p.started = "Running", now
+        objects.pod_running(p.obj, at=now)
+        await self.save(wl)
         await self.publish(wl, "Pod", p.obj, "modified")
 
-    async def _source(self, name: str) -> bytes | None:
-        if not name:
-            return None
-        obs = await self.bus.objects()
-        try:
-            return bytes((await obs.get(name)).data or b"")
-        except nats.js.errors.ObjectNotFoundError:
-            log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
-            return None
-
-    def _launch(self, wl: LocalWorkload, p: LocalPod, ready: Ready | None) -> tuple[str, str] | None:
-        container = _main_container(wl.job)
-        python = ready.python if ready is not None and not ready.engine else ""
-        if self.simulate:
-            env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
-            p.sim_end = time.time() + float(env.get("SIMULATED_DURATION", "1") or 1)
-            return None
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "USER",
-                                                            "PYTHONPATH", "VIRTUAL_ENV")}
-        for item in container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = str(item["value"])
-            elif "valueFrom" in item:
-                ref = item["valueFrom"].get("secretKeyRef", {})
-                var = f"TAU_SECRET_{ref.get('name', '')}_{ref.get('key', '')}".upper().replace("-", "_")
-                if var not in os.environ:
-                    return ("CreateContainerConfigError",
-                            f"secret {ref.get('name')}/{ref.get('key')} not found: locally, export {var}")
-                env[item["name"]] = os.environ[var]
-        if python and python != sys.executable:  # as if the researcher's environment were activated
-            env.pop("VIRTUAL_ENV", None)
-            env["PATH"] = os.pathsep.join([str(Path(python).parent), *filter(None, [env.get("PATH")])])
-        gpus = ",".join(str(g) for g in p.gpus)
-        env.update({"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void",
-                    "JOB_COMPLETION_INDEX": str(p.index), "TAU_LOCAL": "1", "TAU_NODE_NAME": self.node,
-                    "PYTHONUNBUFFERED": "1"})
-        if wl.gpu_fraction or wl.gpu_memory_mb:
-            fraction = wl.gpu_fraction or min(1.0, wl.gpu_memory_mb / (self.gpu_memory_mb or 81920))
-            env["TAU_GPU_FRACTION"] = f"{fraction:g}"
-            mem = wl.gpu_memory_mb or int(fraction * self.gpu_memory_mb)
-            if mem:
-                env["TAU_GPU_MEMORY_MB"] = str(mem)
-        if wl.requeues:  # restarted after preemption: same attempt, resume from the last checkpoint
-            env["TAU_RETRY_REASON"] = "Preempted"
-            env.setdefault("TAU_RESUME_FROM", env.get("TAU_CHECKPOINT_DIR", ""))
-        for key in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR"):
-            if env.get(key):
-                try:
-                    Path(env[key]).mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    return "CreateContainerError", f"cannot create {key}={env[key]}: {exc}"
-        work = self.pods.dir(p.name) / "work"
-        wd = container.get("workingDir")
-        # The project the Kubernetes source fetch puts at /tau/source is ``work`` here (unpacked when the pod began).
-        if wd and (wd == SOURCE_DIR or wd.startswith(SOURCE_DIR + "/")):
-            wd = wd[len(SOURCE_DIR):].lstrip("/")
-        cwd = work / wd if wd and not os.path.isabs(wd) else work
-        if wl.job["kind"] == "RayJob":
-            command = ["/bin/sh", "-c", str(wl.job["spec"].get("entrypoint", ""))]
-        else:
-            command = [*container.get("command", []), *container.get("args", [])]
-        if python and command and command[0] in ("python", "python3"):
-            command = [python, *command[1:]]
-        if wl.pods_wanted > 1:  # an Indexed Job (multi-node torchrun): rendezvous on loopback
-            subdomain = str(_template(wl.job).get("spec", {}).get("subdomain", ""))
-            command = local_command(command, job=wl.name, subdomain=subdomain, port=wl.rdzv_port)
-            env.setdefault("MASTER_ADDR", "127.0.0.1")
-            env["MASTER_PORT"] = str(wl.rdzv_port)
-        if python and wl.job["kind"] == "RayJob" and "python " in command[-1]:
-            command[-1] = command[-1].replace("python ", f"{python} ", 1)
-        if ready is not None and ready.engine:
-            command = container_command(command, engine=ready.engine, image=ready.image, pod=p.name, cwd=cwd,
-                                        env=env, memory_limit=wl.memory_limit,
-                                        mounts=[env[k] for k in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR") if env.get(k)])
-        deadline = wl.job["spec"].get("activeDeadlineSeconds")
-        grace = _template(wl.job).get("spec", {}).get("terminationGracePeriodSeconds", 30)
-        self.pods.start(p.name, command=command, env=env, cwd=cwd, memory_limit=wl.memory_limit,
-                        deadline_s=float(deadline) if deadline else None, grace_s=float(grace),
-                        hang_s=wl.hang_timeout_s)
-        return None
-
     async def _supervise(self, wl: LocalWorkload) -> None:
+        """Logs of running pods; simulated pods that are due; the Job's end once no pod runs."""
         for p in wl.pods:
             if p.phase != "Running":
                 continue
-            if p.sim_end:
-                if time.time() < p.sim_end and wl.state != "deleted":
-                    continue
-                status = {"exit_code": 0, "reason": "Completed"} if wl.state != "deleted" else {
-                    "exit_code": 143, "reason": "Cancelled"}
-                p.phase = "Succeeded" if status["exit_code"] == 0 else "Failed"
+            if not p.sim_end:
+                await self.podsync.ship_logs(wl, p, final=False)
+            elif time.time() >= p.sim_end or wl.state == "deleted":
+                p.phase = "Succeeded" if wl.state != "deleted" else "Failed"
                 if wl.state != "deleted":
                     objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started,
                                            at=time.time())
                     await self.publish(wl, "Pod", p.obj, "modified")
-                continue
-            status = self.pods.status(p.name)
-            if status is None:
-                await self._ship_logs(wl, p, final=False)
-                if not self.pods.alive(p.name) and time.time() - p.started > 10:
-                    status = {"exit_code": 255, "reason": "Error", "message": "pod shim lost"}
-                else:
-                    continue
-            await self._ship_logs(wl, p, final=True)
-            p.phase = "Succeeded" if status["exit_code"] == 0 else "Failed"
-            if wl.state == "deleted":
-                continue
-            objects.pod_terminated(p.obj, exit_code=int(status["exit_code"]), reason=str(status["reason"]),
-                                   message=str(status.get("message", "")), started=p.started, at=time.time())
-            await self.publish(wl, "Pod", p.obj, "modified")
         if any(p.phase in ("Running", "Pending") for p in wl.pods):
             return
         self.admitter.release(wl.name)
@@ -528,11 +397,11 @@ class LocalCluster:
         failed = [p for p in wl.pods if p.phase != "Succeeded"]
         now = time.time()
         if failed:
-            term = failed[0].obj["status"]["containerStatuses"][0]["state"]["terminated"]
-            reason = "DeadlineExceeded" if term["reason"] == "DeadlineExceeded" else "BackoffLimitExceeded"
-            msg = f"pod {failed[0].name} failed: {term['reason']} (exit code {term['exitCode']})"
-            if term["reason"] == "EnvironmentFailed":  # never ran: the installer's words are the reason (a RayJob's too)
-                reason, msg = term["reason"], term["message"]
+            reason, msg = failure(failed[0])
+            if reason == "EnvironmentFailed":  # never ran: the installer's words are the reason (a RayJob's too)
+                msg = failed[0].obj["status"]["containerStatuses"][0]["state"]["terminated"].get("message", msg)
+            else:
+                reason = "DeadlineExceeded" if reason == "DeadlineExceeded" else "BackoffLimitExceeded"
             objects.job_finished(wl.job, succeeded=False, reason=reason, message=msg, at=now)
         else:
             objects.job_finished(wl.job, succeeded=True, reason="Completed", message="", at=now)
@@ -542,21 +411,6 @@ class LocalCluster:
         wl.state = "finished"
         await self.save(wl)
         self.wls.pop(wl.name, None)
-
-    async def _ship_logs(self, wl: LocalWorkload, p: LocalPod, *, final: bool) -> None:
-        reader = self.pods.read_rest if final else self.pods.read_log
-        while True:
-            start = p.log_offset
-            lines, offset = reader(p.name, p.log_offset)
-            if not lines:
-                return
-            chunk = LogChunk(run_id=wl.run_id, attempt=wl.attempt, pod=p.name, seq=p.log_seq, lines=lines)
-            await self.bus.publish(log_subject(wl.workspace, wl.run_id, wl.attempt), chunk, event_type="chunk",
-                                   ce_subject=wl.run_id, msg_id=f"{p.name}.{start}", workspace=wl.workspace,
-                                   attempt=wl.attempt, family="log", traceparent=wl.traceparent)
-            p.log_offset, p.log_seq = offset, p.log_seq + 1
-            if not final:
-                return
 
     async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None:
         meta = obj["metadata"]
@@ -572,13 +426,3 @@ class LocalCluster:
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent,
             )
 
-
-def _template(main: dict[str, Any]) -> dict[str, Any]:
-    if main["kind"] == "RayJob":
-        return main["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]  # type: ignore[no-any-return]
-    return main["spec"]["template"]  # type: ignore[no-any-return]
-
-
-def _main_container(main: dict[str, Any]) -> dict[str, Any]:
-    containers = _template(main)["spec"]["containers"]
-    return next((c for c in containers if c.get("name") == "main"), containers[0])  # type: ignore[no-any-return]

@@ -1,7 +1,9 @@
-"""Pods as OS processes on this machine, each under its own shim (``taugrid.local.shim``).
+"""Pod directories on this machine and the shims that run them (``taugrid.local.shim``): files only, no policy.
 
-A pod directory holds ``spec.json``, ``work/`` (the snapshot of the submitted project), ``output.log``,
-``pid`` and, once finished, ``status.json``. Everything needed to re-adopt a pod after a restart is on disk.
+``<root>/<pod>/`` holds ``pod.json`` (the manifest as given), ``spec.json`` (what the shim runs), ``shim.pid``,
+``state.json`` (the shim's progress; ``done`` once finished), ``stop`` (a stop request), ``work/`` (the stand-in
+for the image's working directory), ``volumes/<name>/`` (``emptyDir``, ``configMap`` and ``secret`` volumes) and
+``logs/<container>.log`` (CRI log format). Everything needed to re-adopt a pod after a restart is on disk.
 """
 
 from __future__ import annotations
@@ -9,100 +11,162 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 MAX_LOG_CHUNK = 256 * 1024
 
 
 def pid_alive(pid: object) -> bool:
-    """Whether a process with this pid exists (signal 0 probes without signalling)."""
+    """Whether a process with this pid exists and is not a zombie (signal 0 probes without signalling)."""
     if not isinstance(pid, int):
         return False
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@dataclass(frozen=True)
+class LogLine:
+    time: str  # RFC3339 with nanoseconds, when the shim read the line
+    text: str
+
+
+def read_log_file(path: Path, offset: int, *, final: bool = False) -> tuple[list[LogLine], int]:
+    """Complete lines of a CRI-format log from byte ``offset``: partial (P) records are joined with the record that
+    completes them and wait for it unless ``final`` (the container has finished). Returns the lines and the offset
+    to read from next."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(MAX_LOG_CHUNK)
+    except OSError:
+        return [], offset
+    lines: list[LogLine] = []
+    pending: list[bytes] = []
+    pending_time = ""
+    consumed = 0
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        record = data[pos:nl]
+        pos = nl + 1
+        when, _, rest = record.partition(b" ")
+        _stream, _, rest = rest.partition(b" ")
+        tag, _, text = rest.partition(b" ")
+        pending_time = pending_time or when.decode()
+        pending.append(text)
+        if tag == b"P":
+            continue
+        lines.append(LogLine(pending_time, b"".join(pending).decode(errors="replace")))
+        pending, pending_time, consumed = [], "", pos
+    if final and pending:
+        lines.append(LogLine(pending_time, b"".join(pending).decode(errors="replace")))
+        consumed = pos
+    return lines, offset + consumed
 
 
 class PodRunner:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self._shims: dict[str, subprocess.Popen[bytes]] = {}
 
     def dir(self, pod: str) -> Path:
         return self.root / pod
 
-    def prepare(self, pod: str, source_tar: bytes | None) -> Path:
+    def work(self, pod: str) -> Path:
         work = self.dir(pod) / "work"
         work.mkdir(parents=True, exist_ok=True)
-        if source_tar:
-            with tarfile.open(fileobj=io.BytesIO(source_tar), mode="r:*") as tar:
-                tar.extractall(work, filter="data")
         return work
 
-    def start(self, pod: str, *, command: list[str], env: dict[str, str], cwd: Path, memory_limit: int,
-              deadline_s: float | None, grace_s: float, hang_s: float = 0.0) -> None:
+    def unpack(self, pod: str, tar: bytes) -> None:
+        with tarfile.open(fileobj=io.BytesIO(tar), mode="r:*") as archive:
+            archive.extractall(self.work(pod), filter="data")
+
+    def manifest(self, pod: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.dir(pod) / "pod.json").read_text())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return None
+
+    def write_manifest(self, pod: str, manifest: dict[str, Any]) -> None:
         d = self.dir(pod)
-        for stale in ("status.json", "stop", "pid", "scratch.json"):
-            (d / stale).unlink(missing_ok=True)
-        (d / "spec.json").write_text(json.dumps({
-            "command": command, "env": env, "cwd": str(cwd), "memory_limit": memory_limit,
-            "deadline_s": deadline_s, "grace_s": grace_s, "hang_s": hang_s,
-        }))
-        subprocess.Popen([sys.executable, "-m", "taugrid.local.shim", str(d)], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(d / "shim.log", "ab"))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "pod.json").write_text(json.dumps(manifest))
 
-    def pid(self, pod: str) -> int | None:
+    def clear(self, pod: str) -> None:
+        shutil.rmtree(self.dir(pod), ignore_errors=True)
+        self._shims.pop(pod, None)
+
+    def launch(self, pod: str, spec: dict[str, Any], dirs: list[str]) -> None:
+        d = self.dir(pod)
+        for path in dirs:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        (d / "spec.json").write_text(json.dumps(spec))
+        shim = subprocess.Popen([sys.executable, "-m", "taugrid.local.shim", str(d)], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=open(d / "shim.log", "ab"))  # noqa: SIM115 - owned by the child
+        self._shims[pod] = shim
+        (d / "shim.pid").write_text(str(shim.pid))
+
+    def launched(self, pod: str) -> bool:
+        return (self.dir(pod) / "shim.pid").exists()
+
+    def state(self, pod: str) -> dict[str, Any] | None:
         try:
-            return int((self.dir(pod) / "pid").read_text())
+            return json.loads((self.dir(pod) / "state.json").read_text())  # type: ignore[no-any-return]
         except (OSError, ValueError):
             return None
 
-    def status(self, pod: str) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.dir(pod) / "status.json").read_text())  # type: ignore[no-any-return]
-        except (OSError, ValueError):
-            return None
+    def write_state(self, pod: str, state: dict[str, Any]) -> None:
+        tmp = self.dir(pod) / "state.json.tmp"
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.dir(pod) / "state.json")
 
-    def stop(self, pod: str, reason: str) -> None:
+    def shim_alive(self, pod: str) -> bool:
+        shim = self._shims.get(pod)
+        if shim is not None:
+            return shim.poll() is None  # also reaps it
+        try:
+            return pid_alive(int((self.dir(pod) / "shim.pid").read_text()))
+        except (OSError, ValueError):
+            return False
+
+    def stop(self, pod: str, *, reason: str, grace_s: float | None) -> None:
         d = self.dir(pod)
         if d.exists() and not (d / "stop").exists():
-            (d / "stop").write_text(reason)
+            (d / "stop").write_text(json.dumps({"reason": reason, "grace_s": grace_s}))
 
-    def alive(self, pod: str) -> bool:
-        return pid_alive(self.pid(pod))
-
-    def read_log(self, pod: str, offset: int) -> tuple[list[str], int]:
-        """Complete lines written since ``offset``; a partial last line waits for its newline."""
-        path = self.dir(pod) / "output.log"
+    def stop_requested(self, pod: str) -> dict[str, Any] | None:
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(MAX_LOG_CHUNK)
-        except OSError:
-            return [], offset
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            return [], offset
-        chunk = data[: cut + 1]
-        return chunk.decode(errors="replace").splitlines(), offset + len(chunk)
+            return json.loads((self.dir(pod) / "stop").read_text() or "{}")  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return None
 
-    def read_rest(self, pod: str, offset: int) -> tuple[list[str], int]:
-        """Everything left, including a last line without a newline (the pod has finished)."""
-        lines, offset = self.read_log(pod, offset)
-        path = self.dir(pod) / "output.log"
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                tail = f.read()
-        except OSError:
-            tail = b""
-        if tail:
-            lines.extend(tail.decode(errors="replace").splitlines())
-            offset += len(tail)
-        return lines, offset
+    def kill_leftovers(self, state: dict[str, Any]) -> None:
+        """A shim died: its containers' process groups must not outlive it."""
+        for s in [*state.get("init", []), *state.get("containers", [])]:
+            if "running" in s and s.get("pid"):
+                try:
+                    os.killpg(int(s["pid"]), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def log_path(self, pod: str, container: str) -> Path:
+        return self.dir(pod) / "logs" / f"{container}.log"

@@ -1,10 +1,17 @@
-"""The pod shim: one per pod, like containerd's shim, so a pod outlives a restart of the local cluster.
+"""The pod shim: one per pod, like containerd's shim, so a pod outlives a restart of whoever started it.
 
-``python -m taugrid.local.shim POD_DIR`` reads ``spec.json``, runs the command in its own session with stdout and
-stderr merged into ``output.log``, and enforces what a kubelet would: the memory limit (the process tree is
-SIGKILLed and reported OOMKilled, as the cgroup OOM killer does), ``activeDeadlineSeconds`` (DeadlineExceeded),
-and a stop request (file ``stop``: SIGTERM, then SIGKILL after the grace period). It writes ``status.json`` last;
-its presence means the pod is finished.
+``python -m taugrid.local.shim POD_DIR`` reads ``spec.json`` (a :class:`taugrid.local.podspec.PodRun`), runs the
+init containers one after another, each to success, then all containers together, each in its own session. It
+enforces what a kubelet and the cgroup would: a container's memory limit (its process tree is SIGKILLed and
+reported ``OOMKilled``), the pod's ``activeDeadlineSeconds`` (``DeadlineExceeded``), a stop request (file
+``stop``: SIGTERM, then SIGKILL after the grace period) and, as a local extension, ``resilience.hang_timeout``
+(no output from any container for that long: ``Hang``).
+
+Output: each container's stdout and stderr, merged in arrival order, go to ``logs/<container>.log`` in the CRI
+log format (``<RFC3339Nano> stdout F|P <text>``), so every line carries its timestamp. ``state.json`` is
+rewritten atomically on every transition; ``"done": true`` in it means the pod has finished. Files the containers
+wrote under the first container's working directory, when that is the pod's own scratch copy of the project,
+are reported in ``scratch.json`` and as a last log line (``taugrid.local.scratch``).
 """
 
 from __future__ import annotations
@@ -14,14 +21,23 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO, Any
 
 import psutil
 
 from taugrid.local import scratch
 
 POLL_S = 0.1
+MAX_LINE = 16 * 1024  # longer lines are split into partial (P) records, as the CRI does
+START_ERROR_EXIT = 128
+
+
+def rfc3339(at_ns: int) -> str:
+    secs, nanos = divmod(at_ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{nanos:09d}Z"
 
 
 def _tree_rss(proc: psutil.Process) -> int:
@@ -37,82 +53,239 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def _kill_group(pid: int, sig: int) -> None:
+def kill_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def run(pod_dir: Path) -> int:
-    spec = json.loads((pod_dir / "spec.json").read_text())
-    log = open(pod_dir / "output.log", "ab", buffering=0)  # noqa: SIM115 - the child writes into it
-    started = time.time()
-    work = pod_dir / "work"
-    before = scratch.inventory(work)
-    try:
-        child = subprocess.Popen(spec["command"], cwd=spec["cwd"], env=spec["env"], stdout=log,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    except OSError as exc:
-        log.write(f"failed to start {spec['command'][:1]}: {exc}\n".encode())
-        _write_status(pod_dir, exit_code=127, reason="StartError", message=str(exc), started=started)
-        return 0
-    (pod_dir / "pid").write_text(str(child.pid))
-    ps = psutil.Process(child.pid)
-    memory_limit = int(spec.get("memory_limit") or 0)
-    deadline = float(spec.get("deadline_s") or 0)
-    grace = float(spec.get("grace_s") or 30)
-    hang = float(spec.get("hang_s") or 0)
-    log_path = pod_dir / "output.log"
-    last_size, last_progress = -1, started
-    reason, message, stop_at = "", "", 0.0
-    last_mem_check = 0.0
-    while child.poll() is None:
-        now = time.time()
-        if not reason:
-            stop_file = pod_dir / "stop"
-            if stop_file.exists():
-                reason = stop_file.read_text().strip() or "Stopped"
-                message = f"stopped: {reason}"
-            elif deadline and now - started > deadline:
-                reason, message = "DeadlineExceeded", f"active deadline of {deadline:.0f}s exceeded"
-            elif hang:
-                size = log_path.stat().st_size if log_path.exists() else 0
+def _pump(src: IO[bytes], log: IO[bytes]) -> None:
+    """Copy a container's output into its log, one timestamped record per line."""
+    while True:
+        raw = src.readline(MAX_LINE)
+        if not raw:
+            return
+        full = raw.endswith(b"\n")
+        text = raw[:-1] if full else raw
+        log.write(f"{rfc3339(time.time_ns())} stdout {'F' if full else 'P'} ".encode() + text + b"\n")
+
+
+class Container:
+    def __init__(self, pod_dir: Path, spec: dict[str, Any]) -> None:
+        self.spec, self.name = spec, str(spec["name"])
+        self.log_path = pod_dir / "logs" / f"{self.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ps: psutil.Process | None = None
+        self.pump: threading.Thread | None = None
+        self.started = 0.0
+        self.oom_message = ""
+
+    def start(self) -> str:
+        """Start the process; '' or the reason it could not start."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed by the pump's owner at exit
+        self.started = time.time()
+        try:
+            self.proc = subprocess.Popen(self.spec["command"], cwd=self.spec["cwd"], env=self.spec["env"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except OSError as exc:
+            log.write(f"{rfc3339(time.time_ns())} stderr F failed to start {self.spec['command'][0]}: {exc}\n"
+                      .encode())
+            return str(exc)
+        assert self.proc.stdout is not None
+        self.ps = psutil.Process(self.proc.pid)
+        self.pump = threading.Thread(target=_pump, args=(self.proc.stdout, log), daemon=True)
+        self.pump.start()
+        return ""
+
+    def over_memory(self) -> bool:
+        limit = int(self.spec.get("memory_limit") or 0)
+        if not limit or self.ps is None or self.oom_message:
+            return False
+        rss = _tree_rss(self.ps)
+        if rss <= limit:
+            return False
+        self.oom_message = f"memory {rss >> 20} MiB exceeded the limit {limit >> 20} MiB"
+        return True
+
+
+class Shim:
+    def __init__(self, pod_dir: Path) -> None:
+        self.dir = pod_dir
+        self.spec = json.loads((pod_dir / "spec.json").read_text())
+        self.init = [Container(pod_dir, c) for c in self.spec["init"]]
+        self.main = [Container(pod_dir, c) for c in self.spec["containers"]]
+        self.started = time.time()
+        self.deadline = float(self.spec.get("deadline_s") or 0)
+        self.grace = float(self.spec.get("grace_s") if self.spec.get("grace_s") is not None else 30)
+        self.hang = float(self.spec.get("hang_s") or 0)
+        self.reason, self.message, self.stop_at = "", "", 0.0  # a pod-level stop, once decided
+        self.named = False  # the stop names a reason the killed containers report (else Error/Completed)
+        waiting = "PodInitializing" if self.init else "ContainerCreating"
+        self.state: dict[str, Any] = {
+            "phase": "Pending", "startTime": self.started, "reason": "", "message": "", "done": False,
+            "init": [_waiting(c.name, "PodInitializing") for c in self.init],
+            "containers": [_waiting(c.name, waiting) for c in self.main],
+        }
+
+    def write(self) -> None:
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(self.state))
+        tmp.replace(self.dir / "state.json")
+
+    def run(self) -> None:
+        self.write()
+        for i, c in enumerate(self.init):
+            self._group([c], self.state["init"], offset=i)
+            term = self.state["init"][i]["terminated"]
+            if term["exitCode"] != 0 or self.reason:
+                self._finish("Failed", f"Init:{term['reason']}",
+                             f"init container {c.name} failed: {term['reason']} (exit code {term['exitCode']})"
+                             + (f": {term['message']}" if term.get("message") else ""))
+                return
+        if self.reason:
+            self._finish("Failed", self.reason, self.message)
+            return
+        self.state["phase"] = "Running"
+        first = self.main[0]
+        work = Path(first.spec["cwd"])
+        watch_scratch = work.is_relative_to(self.dir)  # the pod's copy of the project, not a host directory
+        before = scratch.inventory(work) if watch_scratch else {}
+        self._group(self.main, self.state["containers"], offset=0)
+        if watch_scratch:
+            warning = scratch.report(self.dir, work, scratch.written(before, work),
+                                     first.spec["env"].get("TAU_OUTPUT_DIR", ""))
+            if warning:
+                with open(first.log_path, "ab") as log:
+                    log.write(f"{rfc3339(time.time_ns())} stdout F {warning}\n".encode())
+        ok = all(s["terminated"]["exitCode"] == 0 for s in self.state["containers"])
+        self._finish("Succeeded" if ok else "Failed", "DeadlineExceeded" if self.reason == "DeadlineExceeded" else "",
+                     self.message if self.reason == "DeadlineExceeded" else "")
+
+    def _finish(self, phase: str, reason: str, message: str) -> None:
+        self.state.update(phase=phase, reason=reason, message=message, done=True, finished=time.time())
+        self.write()
+
+    def _group(self, group: list[Container], states: list[dict[str, Any]], *, offset: int) -> None:
+        """Run these containers together until every one has exited."""
+        if self._pod_stop(time.time()):
+            return  # stopped before they started: they stay waiting
+        for j, c in enumerate(group):
+            problem = c.start()
+            if problem:
+                states[offset + j] = _terminated(c.name, START_ERROR_EXIT, "StartError", problem, c.started)
+            else:
+                states[offset + j] = {"name": c.name, "running": {"startedAt": c.started},
+                                      "pid": c.proc.pid if c.proc else 0}
+        self.write()
+        live = [c for c in group if c.proc is not None]
+        last_size, last_progress, last_mem = -1, time.time(), 0.0
+        while live:
+            now = time.time()
+            if self.hang and not self.reason:
+                size = sum(c.log_path.stat().st_size for c in group if c.log_path.exists())
                 if size != last_size:
                     last_size, last_progress = size, now
-                elif now - last_progress > hang:
-                    reason, message = "Hang", f"no output for {hang:.0f}s (resilience.hang_timeout)"
-            if reason:
-                _kill_group(child.pid, signal.SIGTERM)
-                stop_at = now + grace
-        elif now >= stop_at:
-            _kill_group(child.pid, signal.SIGKILL)
-        if memory_limit and not reason and now - last_mem_check > 0.25:
-            last_mem_check = now
-            rss = _tree_rss(ps)
-            if rss > memory_limit:
-                _kill_group(child.pid, signal.SIGKILL)
-                reason = "OOMKilled"
-                message = f"memory {rss >> 20} MiB exceeded the limit {memory_limit >> 20} MiB"
-        time.sleep(POLL_S)
-    code = child.returncode
-    _kill_group(child.pid, signal.SIGKILL)  # leftovers of the process group
-    exit_code = 128 - code if code < 0 else code  # shell convention: 137 = SIGKILL, 143 = SIGTERM
-    if not reason and code == -signal.SIGKILL:
-        reason, message = "OOMKilled", "killed by SIGKILL (the kernel OOM killer)"
-    if not reason:
-        reason = "Completed" if code == 0 else "Error"
-    warning = scratch.report(pod_dir, work, scratch.written(before, work), spec["env"].get("TAU_OUTPUT_DIR", ""))
-    if warning:
-        log.write(f"{warning}\n".encode())
-    _write_status(pod_dir, exit_code=exit_code, reason=reason, message=message, started=started)
+                elif now - last_progress > self.hang:
+                    self.reason, self.named = "Hang", True
+                    self.message = f"no output for {self.hang:.0f}s (resilience.hang_timeout)"
+            if self._pod_stop(now):
+                if not self.stop_at:
+                    self.stop_at = now + self.grace
+                    for c in live:
+                        kill_group(c.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
+                elif now >= self.stop_at:
+                    for c in live:
+                        kill_group(c.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            if now - last_mem > 0.25:
+                last_mem = now
+                for c in live:
+                    if c.over_memory():
+                        kill_group(c.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            for c in list(live):
+                assert c.proc is not None
+                code = c.proc.poll()
+                if code is None:
+                    continue
+                live.remove(c)
+                kill_group(c.proc.pid, signal.SIGKILL)  # leftovers of its process group
+                if c.pump is not None:
+                    c.pump.join(timeout=5)
+                states[offset + group.index(c)] = self._exited(c, code)
+                self.write()
+            time.sleep(POLL_S)
+
+    def _pod_stop(self, now: float) -> bool:
+        """Has the pod been told to stop (stop file, deadline, hang)? Decided once."""
+        if self.reason:
+            return True
+        stop_file = self.dir / "stop"
+        if stop_file.exists():
+            try:
+                req = json.loads(stop_file.read_text() or "{}")
+            except ValueError:
+                req = {}
+            self.reason = str(req.get("reason") or "Stopped")
+            self.message = f"stopped: {self.reason}"
+            if req.get("grace_s") is not None:
+                self.grace = float(req["grace_s"])
+            self.named = bool(req.get("reason"))
+        elif self.deadline and now - self.started > self.deadline:
+            self.reason, self.named = "DeadlineExceeded", True
+            self.message = f"Pod was active on the node longer than the specified deadline ({self.deadline:.0f}s)"
+        return bool(self.reason)
+
+    def _exited(self, c: Container, code: int) -> dict[str, Any]:
+        out = self._exit_reason(c, code)
+        said = _termination_message(c, failed=code != 0)
+        if said:
+            out["terminated"]["message"] = said
+        return out
+
+    def _exit_reason(self, c: Container, code: int) -> dict[str, Any]:
+        exit_code = 128 - code if code < 0 else code  # shell convention: 137 = SIGKILL, 143 = SIGTERM
+        if c.oom_message:
+            return _terminated(c.name, exit_code, "OOMKilled", c.oom_message, c.started)
+        if self.named and code != 0:
+            return _terminated(c.name, exit_code, self.reason, self.message, c.started)
+        if code == -signal.SIGKILL and not self.reason:
+            return _terminated(c.name, exit_code, "OOMKilled", "killed by SIGKILL (the kernel OOM killer)", c.started)
+        return _terminated(c.name, exit_code, "Completed" if code == 0 else "Error", "", c.started)
+
+
+def _termination_message(c: Container, *, failed: bool) -> str:
+    """What the container wrote to its terminationMessagePath (at most 4 KiB), else, with the policy
+    FallbackToLogsOnError and a failure, the tail of its log (80 lines, 2 KiB), as the kubelet reports."""
+    path = c.spec.get("termination_path")
+    try:
+        text = Path(path).read_bytes()[:4096].decode(errors="replace") if path else ""
+    except OSError:
+        text = ""
+    if text or not failed or c.spec.get("termination_policy") != "FallbackToLogsOnError":
+        return text
+    try:
+        records = c.log_path.read_bytes().splitlines()[-80:]
+    except OSError:
+        return ""
+    lines = [r.split(b" ", 3)[3] if r.count(b" ") >= 3 else b"" for r in records]
+    return b"\n".join(lines)[-2048:].decode(errors="replace")
+
+
+def _waiting(name: str, reason: str) -> dict[str, Any]:
+    return {"name": name, "waiting": {"reason": reason}}
+
+
+def _terminated(name: str, exit_code: int, reason: str, message: str, started: float) -> dict[str, Any]:
+    return {"name": name, "terminated": {"exitCode": exit_code, "reason": reason, "message": message,
+                                         "startedAt": started, "finishedAt": time.time()}}
+
+
+def run(pod_dir: Path) -> int:
+    (pod_dir / "shim.pid").write_text(str(os.getpid()))
+    Shim(pod_dir).run()
     return 0
-
-
-def _write_status(pod_dir: Path, **status: object) -> None:
-    tmp = pod_dir / "status.json.tmp"
-    tmp.write_text(json.dumps({**status, "finished": time.time()}))
-    tmp.replace(pod_dir / "status.json")
 
 
 if __name__ == "__main__":

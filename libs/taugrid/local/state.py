@@ -1,4 +1,7 @@
-"""Persistent per-workload state of the local cluster (KV ``local_cluster``, key ``wl.<name>``)."""
+"""Persistent per-workload state of the local cluster's controller (KV ``local_cluster``, key ``wl.<name>``).
+
+A workload's admission request (``admit.Request``) is derived from it, never stored apart, so the two cannot
+disagree after a restart."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ class LocalPod(msgspec.Struct, kw_only=True):
     index: int
     obj: dict[str, Any]
     phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Deleted
+    added: bool = False  # the Pod's ADDED event has been published
     gpus: list[int] = msgspec.field(default_factory=list)
     started: float = 0.0
-    log_offset: int = 0
+    log_offsets: dict[str, int] = msgspec.field(default_factory=dict)  # per container: bytes of its log shipped
     log_seq: int = 0
     sim_end: float = 0.0  # simulated pool: the pod "completes" at this time, no process
 

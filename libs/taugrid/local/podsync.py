@@ -1,0 +1,341 @@
+"""The controller's side of an admitted workload's pods: started through the kubelet, their status published,
+their logs shipped. Knows the workload records and the bus, not the controller (it is handed ``publish`` and
+``save``), and the kubelet only through its face.
+
+Invariants: a pod is saved as ``Running`` once the kubelet has it, so a restart re-adopts it (``kubelet.start`` of
+a pod that runs is idempotent) and never runs it twice; a pod's last log lines reach the bus before its terminal
+status does (the evidence of a run that ends on that status must carry them); log chunks are keyed by
+``<pod>.<container>.<byte offset>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import io
+import logging
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import nats
+from taugrid.bus.connection import Bus
+from taugrid.core.contracts import LogChunk
+from taugrid.core.events import log_subject
+from taugrid.local import envrefs, objects
+from taugrid.local.jobpods import (
+    FETCH_CONTAINER,
+    SOURCE_VOLUME,
+    main_container,
+    pod_manifest,
+    replace_python,
+    template,
+)
+from taugrid.local.kubelet import Kubelet
+from taugrid.local.podspec import PodSpecError
+from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
+from taugrid.local.state import LocalPod, LocalWorkload
+
+log = logging.getLogger("taugrid.local")
+
+Publish = Callable[[LocalWorkload, str, dict[str, Any], str], Awaitable[None]]
+Save = Callable[[LocalWorkload], Awaitable[None]]
+TERMINAL = ("Succeeded", "Failed")
+PREPARING_REFRESH_S = 1.0  # preparation progress is republished at most this often
+SOURCE_PLACED = ".source-placed"
+
+
+class PodRuntime(Protocol):
+    """The one place that decides which interpreter runs ``python``/``python3`` in a workload's pods (the image
+    is ignored locally). Asked on every tick while the pod waits to start, with the workload, the pod's name
+    and its project directory (the snapshot is already there); it must not block: ``Preparing(message)``
+    while it works (published as the pod's ``PreparingEnvironment`` waiting message), then ``Ready(python,
+    environment)`` (``environment`` becomes ``environment.taugrid.io/<key>`` pod annotations) or
+    ``Failed(reason, message)``, which fails the pod."""
+
+    def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed: ...
+
+    def forget(self, pod: str) -> None:
+        """The pod started, failed or went away: drop what was prepared for it."""
+
+
+def host_python() -> str:
+    """``TAU_LOCAL_PYTHON`` if set, else the interpreter running the local cluster."""
+    return os.environ.get("TAU_LOCAL_PYTHON", sys.executable)
+
+
+class HostPython:
+    """:func:`host_python` for every pod, at once (for tests and simple embeddings)."""
+
+    def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed:
+        return Ready(python=host_python(), environment={})
+
+    def forget(self, pod: str) -> None:
+        return None
+
+
+class PreparedRuntimes:
+    """The local cluster's default: ``runtime.PodRuntimes`` (the researcher's interpreter or a per-run uv
+    environment, prepared in a thread) asked from the control loop. A runtime that wants a container engine is
+    refused: the local kubelet runs host processes only."""
+
+    def __init__(self, runtimes: PodRuntimes) -> None:
+        self.runtimes = runtimes
+
+    def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed:
+        outcome = self.runtimes.poll(pod)
+        if outcome is None:
+            self.runtimes.begin(pod, work=project, request=RuntimeRequest(
+                python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image))
+            return Preparing("")
+        if isinstance(outcome, Ready) and outcome.engine:
+            return Failed("CreateContainerError", f"runtime.image {outcome.image!r} would run in {outcome.engine}, "
+                          "which the local kubelet does not drive; set TAU_CONTAINER_ENGINES= (empty) before "
+                          "`tau up` to run on the host interpreter")
+        return outcome
+
+    def forget(self, pod: str) -> None:
+        self.runtimes.forget(pod)
+
+
+class PodSync:
+    def __init__(self, bus: Bus, kubelet: Kubelet, *, node: str, gpu_memory_mb: int, lock: asyncio.Lock,
+                 publish: Publish, save: Save, runtime: PodRuntime | None = None) -> None:
+        self.bus, self.kubelet, self.node, self.gpu_memory_mb = bus, kubelet, node, gpu_memory_mb
+        self.lock, self.publish, self.save = lock, publish, save
+        self.runtime: PodRuntime = runtime or HostPython()
+        self._said: dict[str, tuple[str, float]] = {}  # pod -> the last PreparingEnvironment message, when
+
+    async def launch(self, wl: LocalWorkload, p: LocalPod) -> None:
+        """One step towards starting a Pending pod: announce it, place the project, let the runtime prepare,
+        then hand it to the kubelet and record it as Running. A pod the host cannot start fails here."""
+        now = time.time()
+        if not p.added:
+            await self.publish(wl, "Pod", p.obj, "added")
+            p.added = True
+        try:
+            manifest = self._manifest(wl, p)
+            project = await self._place_source(wl, p, manifest)
+        except PodSpecError as exc:
+            await self._failed_to_start(wl, p, exc.reason, exc.message, now)
+            return
+        outcome = self.runtime.prepare(wl, p.name, project)
+        if isinstance(outcome, Preparing):
+            await self._say_preparing(wl, p, outcome.message)
+            return
+        self.forget(p)
+        if isinstance(outcome, Failed):
+            await self._failed_to_start(wl, p, outcome.reason, outcome.message, now)
+            return
+        if outcome.warning:
+            await self._say_preparing(wl, p, outcome.warning, force=True)
+        for key, value in outcome.environment.items():
+            p.obj["metadata"].setdefault("annotations", {})[f"environment.taugrid.io/{key}"] = str(value)
+        manifest = replace_python(_activated(manifest, outcome.python), outcome.python)
+        p.phase, p.started = "Running", now
+        await self.save(wl)  # the kubelet has it now: a restart re-adopts it, never launches it twice
+        await self.kubelet.start(manifest, lambda status: self._on_status(wl, p, status))
+
+    async def _place_source(self, wl: LocalWorkload, p: LocalPod, manifest: dict[str, Any]) -> Path:
+        """Put the submitted project where the pod's containers look for it, once: the source volume that the
+        rendered fetch init container would fill (locally the controller is the fetcher), else the pod's
+        working directory. Returns that directory."""
+        volumes = {v.get("name") for v in manifest["spec"].get("volumes") or []}
+        project = (self.kubelet.volume_dir(p.name, SOURCE_VOLUME) if SOURCE_VOLUME in volumes
+                   else self.kubelet.workdir(p.name))
+        marker = self.kubelet.pods.dir(p.name) / SOURCE_PLACED
+        if wl.source_object and not marker.exists():
+            data = await self.source(wl.source_object)
+            if data:
+                try:
+                    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+                        archive.extractall(project, filter="data")
+                except (tarfile.TarError, OSError) as exc:
+                    raise PodSpecError("CreateContainerError",
+                                       f"source snapshot {wl.source_object} cannot be unpacked: {exc}") from exc
+            marker.write_text(wl.source_object)
+        return project
+
+    async def adopt(self, wl: LocalWorkload, p: LocalPod) -> None:
+        """After a restart: watch a pod that was started before (the kubelet re-adopts it by name and uid and runs
+        what it stored; the manifest built here only matters if the restart came before the kubelet stored it)."""
+        try:
+            manifest = self._manifest(wl, p)
+        except PodSpecError:
+            manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": p.obj["metadata"], "spec": p.obj["spec"]}
+        manifest = replace_python(manifest, host_python())
+        await self.kubelet.start(manifest, lambda status: self._on_status(wl, p, status))
+
+    async def stop(self, p: LocalPod, reason: str) -> None:
+        await self.kubelet.stop(p.name, reason=reason)
+
+    def _manifest(self, wl: LocalWorkload, p: LocalPod) -> dict[str, Any]:
+        gpus = ",".join(str(g) for g in p.gpus)
+        env = {"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void", "TAU_LOCAL": "1",
+               "TAU_NODE_NAME": self.node, "PYTHONUNBUFFERED": "1"}
+        if wl.gpu_fraction or wl.gpu_memory_mb:
+            fraction = wl.gpu_fraction or min(1.0, wl.gpu_memory_mb / (self.gpu_memory_mb or 81920))
+            env["TAU_GPU_FRACTION"] = f"{fraction:g}"
+            mem = wl.gpu_memory_mb or int(fraction * self.gpu_memory_mb)
+            if mem:
+                env["TAU_GPU_MEMORY_MB"] = str(mem)
+        literal = _literal_env(wl)
+        if wl.requeues:  # restarted after preemption: same attempt, resume from the last checkpoint
+            env["TAU_RETRY_REASON"] = "Preempted"
+            env["TAU_RESUME_FROM"] = literal.get("TAU_RESUME_FROM") or literal.get("TAU_CHECKPOINT_DIR", "")
+        if wl.pods_wanted > 1:
+            env["MASTER_ADDR"] = literal.get("MASTER_ADDR", "127.0.0.1")
+            env["MASTER_PORT"] = str(wl.rdzv_port)
+        for key in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR"):  # the platform's host directories
+            if literal.get(key):
+                try:
+                    Path(literal[key]).mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise PodSpecError("CreateContainerError", f"cannot create {key}={literal[key]}: {exc}") from exc
+        return pod_manifest(wl.job, p.obj, index=p.index, pods=wl.pods_wanted, env=env, rdzv_port=wl.rdzv_port,
+                            memory_limit=wl.memory_limit, hang_timeout_s=wl.hang_timeout_s)
+
+    def forget(self, p: LocalPod) -> None:
+        self.runtime.forget(p.name)
+        self._said.pop(p.name, None)
+
+    async def _say_preparing(self, wl: LocalWorkload, p: LocalPod, message: str, *, force: bool = False) -> None:
+        """The pod's preparation progress (``exec.preparing`` downstream), at most once a second."""
+        said, at = self._said.get(p.name, ("", 0.0))
+        now = time.time()
+        if not message or message == said or (not force and now - at < PREPARING_REFRESH_S):
+            return
+        self._said[p.name] = (message, now)
+        await self._preparing(wl, p, message)
+
+    async def _preparing(self, wl: LocalWorkload, p: LocalPod, message: str) -> None:
+        waiting = {"waiting": {"reason": "PreparingEnvironment", "message": message}}
+        p.obj["status"]["containerStatuses"] = [{"name": "main", "ready": False, "restartCount": 0, "state": waiting}]
+        await self.publish(wl, "Pod", p.obj, "modified")
+
+    async def _failed_to_start(self, wl: LocalWorkload, p: LocalPod, reason: str, message: str, now: float) -> None:
+        objects.pod_terminated(p.obj, exit_code=128, reason=reason, message=message, started=now, at=now)
+        p.phase = "Failed"
+        await self.save(wl)
+        await self.publish(wl, "Pod", p.obj, "modified")
+
+    async def _on_status(self, wl: LocalWorkload, p: LocalPod, status: dict[str, Any]) -> None:
+        """The kubelet's report: publish the Pod as it now is (last logs first, when it has finished)."""
+        async with self.lock:
+            if not any(q is p for q in wl.pods) or p.phase in (*TERMINAL, "Deleted"):
+                return  # a pod of an earlier admission (preempted), or one already settled
+            terminal = status.get("phase") in TERMINAL
+            if terminal:
+                await self.ship_logs(wl, p, final=True)
+            status = _with_hint(copy.deepcopy(status), self.kubelet.pods.manifest(p.name))
+            p.obj["status"] = _with_fetch(status, p.obj["spec"])
+            if wl.state != "deleted":
+                await self.publish(wl, "Pod", p.obj, "modified")
+            if _config_error(status) and not terminal:
+                await self.kubelet.stop(p.name, reason="CreateContainerConfigError")  # locally it cannot appear
+            if status.get("phase") == "Running" and wl.job["kind"] == "RayJob" and objects.rayjob_running(wl.job):
+                # The RayJob speaks for a Ray run's process (its pods are head/workers): it carries the environment.
+                wl.job["metadata"].setdefault("annotations", {}).update(
+                    {k: v for k, v in p.obj["metadata"].get("annotations", {}).items()
+                     if k.startswith("environment.taugrid.io/")})
+                await self.publish(wl, "RayJob", wl.job, "modified")
+            if terminal:
+                p.phase = str(status["phase"])
+                await self.save(wl)
+
+    async def ship_logs(self, wl: LocalWorkload, p: LocalPod, *, final: bool) -> None:
+        """New complete lines of every container, init containers first, in chunks; all that is left if final."""
+        manifest = self.kubelet.pods.manifest(p.name) or {"spec": {}}
+        names = [str(c.get("name")) for c in [*(manifest["spec"].get("initContainers") or []),
+                                              *(manifest["spec"].get("containers") or [])]]
+        for container in names:
+            while True:
+                start = p.log_offsets.get(container, 0)
+                lines, offset = self.kubelet.read_log(p.name, container, offset=start, final=final)
+                if not lines:
+                    break
+                chunk = LogChunk(run_id=wl.run_id, attempt=wl.attempt, pod=p.name, seq=p.log_seq,
+                                 lines=[ln.text for ln in lines])
+                await self.bus.publish(log_subject(wl.workspace, wl.run_id, wl.attempt), chunk, event_type="chunk",
+                                       ce_subject=wl.run_id, msg_id=f"{p.name}.{container}.{start}",
+                                       workspace=wl.workspace, attempt=wl.attempt, family="log",
+                                       traceparent=wl.traceparent)
+                p.log_offsets[container], p.log_seq = offset, p.log_seq + 1
+                if not final:
+                    break
+
+    async def source(self, name: str) -> bytes | None:
+        if not name:
+            return None
+        obs = await self.bus.objects()
+        try:
+            return bytes((await obs.get(name)).data or b"")
+        except nats.js.errors.ObjectNotFoundError:
+            log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
+            return None
+
+
+def failure(p: LocalPod) -> tuple[str, str]:
+    """(reason, message) of a failed pod for its Job: the main container's termination, else the pod's own."""
+    status = p.obj.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode") != 0:
+            return str(term.get("reason") or "Error"), f"pod {p.name} failed: {term.get('reason')} " \
+                                                       f"(exit code {term.get('exitCode')})"
+    reason = str(status.get("reason") or "Error")
+    return reason, f"pod {p.name} failed: {status.get('message') or reason}"
+
+
+def _literal_env(wl: LocalWorkload) -> dict[str, str]:
+    c = main_container(template(wl.job).get("spec") or {})
+    return {e["name"]: str(e["value"]) for e in c.get("env") or [] if "value" in e}
+
+
+def _activated(manifest: dict[str, Any], python: str) -> dict[str, Any]:
+    """As if the researcher's environment were activated: its bin directory first on PATH, its VIRTUAL_ENV."""
+    if python == sys.executable:
+        return manifest
+    out = copy.deepcopy(manifest)
+    root = Path(python).parent.parent
+    env = {"PATH": os.pathsep.join(filter(None, [str(Path(python).parent), os.environ.get("PATH", "")])),
+           "VIRTUAL_ENV": str(root) if (root / "pyvenv.cfg").exists() else ""}
+    for c in [*(out["spec"].get("initContainers") or []), *(out["spec"].get("containers") or [])]:
+        c["env"] = [{"name": k, "value": v} for k, v in env.items()] + [
+            e for e in c.get("env") or [] if e.get("name") not in env]
+    return out
+
+
+def _config_error(status: dict[str, Any]) -> bool:
+    return any(((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CreateContainerConfigError"
+               for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])])
+
+
+def _with_fetch(status: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The published Pod keeps the rendered source-fetch init container, which the controller did in its place
+    before the kubelet started the pod: report it done, first, as a kubelet that ran it would."""
+    fetch = next((c for c in spec.get("initContainers") or [] if c.get("name") == FETCH_CONTAINER), None)
+    if fetch is None or status.get("phase") == "Pending" and not status.get("startTime"):
+        return status
+    at = status.get("startTime", "")
+    done = {"name": FETCH_CONTAINER, "image": fetch.get("image", ""), "imageID": "", "ready": False,
+            "started": False, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}}}
+    status["initContainerStatuses"] = [done, *(status.get("initContainerStatuses") or [])]
+    return status
+
+
+def _with_hint(status: dict[str, Any], manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """Say which variable to export for a missing secret or config map (there is no API server locally)."""
+    missing = envrefs.missing(manifest or {})
+    if not missing or not _config_error(status):
+        return status
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") == "CreateContainerConfigError" and "export" not in waiting.get("message", ""):
+            waiting["message"] = f"{waiting.get('message', '')}: locally, export {', '.join(missing)}"
+    return status

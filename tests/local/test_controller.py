@@ -1,0 +1,224 @@
+"""The local cluster's controller on its own, against the real nats-server of the test session: backend
+requests in, pods run through the kubelet, Kubernetes-shaped watch events and log chunks out."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from taugrid.bus import Bus, platformstore
+from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
+from taugrid.evidence.replay import replay
+from taugrid.local.controller import BUCKET, LocalCluster
+from taugrid.local.runtime import Preparing, Ready
+from taugrid.local.state import LocalWorkload
+
+PLATFORM = """
+resource_flavors: [{name: default}]
+cluster_queues:
+  - name: lab
+    resource_groups:
+      - covered_resources: [cpu, memory]
+        flavors:
+          - name: default
+            resources:
+              - {name: cpu, nominal_quota: "8"}
+              - {name: memory, nominal_quota: 16Gi}
+local_queues: [{name: default, namespace: default, cluster_queue: lab}]
+priority_classes: [{name: normal, value: 100}]
+compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
+workspaces:
+  - {name: default, namespace: default, local_queue: default, default_priority: normal,
+     default_profile: cpu-small, output_root: /tmp}
+"""
+
+
+def job(name: str, container: dict[str, Any], *, pods: int = 1, **pod_spec: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"suspend": True, "backoffLimit": 0, "completions": pods, "parallelism": pods,
+                            "template": {"metadata": {"labels": {}},
+                                         "spec": {"restartPolicy": "Never", "containers": [container], **pod_spec}}}
+    if pods > 1:
+        spec["completionMode"] = "Indexed"
+        spec["template"]["spec"]["subdomain"] = f"{name}-headless"
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"kueue.x-k8s.io/queue-name": "default", "taugrid.io/run-id": name[:-3],
+                                    "taugrid.io/workspace": "default", "taugrid.io/attempt": "1"}},
+            "spec": spec}
+
+
+def main(command: list[str], **extra: Any) -> dict[str, Any]:
+    return {"name": "main", "image": "python:3.11-slim", "command": command,
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}, **extra}
+
+
+def run_id() -> str:
+    return f"ctl-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def cluster(bus: Bus, tmp_path: Path) -> AsyncIterator[LocalCluster]:
+    await platformstore.put_text(bus, PLATFORM)
+    c = LocalCluster(bus, data_dir=tmp_path, node="node-1", capacity={"cpu": 4.0, "memory": float(8 << 30)},
+                     gpu_count=0)
+    await c.load()
+    yield c
+    await c.kubelet.close()
+
+
+async def until_finished(c: LocalCluster, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await c.tick()
+        if name not in c.wls:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{name} did not finish: {c.wls[name].state} {[p.phase for p in c.wls[name].pods]}")
+
+
+async def logs(bus: Bus, rid: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for msg in await replay(bus, stream="LOGS", subject=f"log.default.{rid}.1"):
+        chunk = msgspec.json.decode(msg.data, type=LogChunk)
+        out.setdefault(chunk.pod, []).extend(chunk.lines)
+    return out
+
+
+async def pod_events(bus: Bus, pod: str) -> list[dict[str, Any]]:
+    msgs = await replay(bus, stream="K8S", subject=f"k8s.local.pod.default.{pod}.>")
+    return [msgspec.json.decode(m.data, type=WatchEvent).object for m in msgs]
+
+
+async def test_a_two_pod_indexed_job_expands_its_completion_index_and_rendezvous_on_loopback(
+        bus: Bus, cluster: LocalCluster) -> None:
+    rid = run_id()
+    name = f"{rid}-a1"
+    index_env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
+    container = main(["python3", "-c", "import os, sys; print(*sys.argv[1:], os.environ['MASTER_ADDR'])",
+                      "--node_rank=$(JOB_COMPLETION_INDEX)", f"--rdzv_endpoint={name}-0.{name}-headless:29500"],
+                     env=[index_env])
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, container, pods=2)]))
+    while cluster.wls[name].state == "pending":
+        await cluster.tick()
+        await asyncio.sleep(0.05)
+    port = cluster.wls[name].rdzv_port
+    assert port > 0
+    await until_finished(cluster, name)
+    got = await logs(bus, rid)
+    assert got == {f"{name}-0": [f"--node_rank=0 --rdzv_endpoint=127.0.0.1:{port} 127.0.0.1"],
+                   f"{name}-1": [f"--node_rank=1 --rdzv_endpoint=127.0.0.1:{port} 127.0.0.1"]}
+
+
+async def test_the_project_reaches_the_source_volume_and_the_runtime_chooses_the_interpreter(
+        bus: Bus, cluster: LocalCluster) -> None:
+    rid = run_id()
+    name = f"{rid}-a1"
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        # Paths inside a program are not rewritten (only command, args, env and workingDir are): it reads its
+        # project relative to the working directory and the init container's note through an env variable.
+        body = b"import os; print(open('hello.txt').read().strip(), open(os.environ['NOTE']).read().strip())\n"
+        info = tarfile.TarInfo("train.py")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"hello\n"))
+    obs = await bus.objects()
+    await obs.put(f"sources/{rid}.tar.gz", archive.getvalue())
+
+    class SlowRuntime:
+        calls = 0
+
+        def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready:
+            SlowRuntime.calls += 1
+            assert (project / "train.py").exists()  # the snapshot is in place before the runtime looks
+            if SlowRuntime.calls < 3:
+                return Preparing("building the environment")
+            return Ready(python=sys.executable, environment={"python": sys.executable})
+
+        def forget(self, pod: str) -> None:
+            return None
+
+    cluster.podsync.runtime = SlowRuntime()
+    mounts = [{"name": "tau-source", "mountPath": "/tau/source"}, {"name": "scratch", "mountPath": "/scratch"}]
+    container = main(["python3", "train.py"], workingDir="/tau/source", volumeMounts=mounts,
+                     env=[{"name": "NOTE", "value": "/scratch/note"}])
+    fetch = {"name": "tau-source-fetch", "image": "taugrid", "command": ["python", "-m", "taugrid.sourcefetch"]}
+    note = {"name": "note", "image": "busybox", "command": ["/bin/sh", "-c", "echo from-init > /scratch/note"],
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    manifest = job(name, container, initContainers=[fetch, note],
+                   volumes=[{"name": "tau-source", "emptyDir": {}}, {"name": "scratch", "emptyDir": {}}])
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[manifest],
+                                     source_object=f"sources/{rid}.tar.gz"))
+    await until_finished(cluster, name)
+    assert (await logs(bus, rid)) == {f"{name}-pod": ["hello from-init"]}
+    events = await pod_events(bus, f"{name}-pod")
+    waiting = [cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
+               if "waiting" in cs["state"]]
+    assert {"reason": "PreparingEnvironment", "message": "building the environment"} in waiting
+    final = events[-1]
+    assert final["status"]["phase"] == "Succeeded"
+    # The controller fetched in the fetch container's place before the kubelet ran the pod's own init container.
+    assert [(c["name"], c["state"]["terminated"]["exitCode"]) for c in final["status"]["initContainerStatuses"]] == [
+        ("tau-source-fetch", 0), ("note", 0)]
+    assert [c["name"] for c in (cluster.kubelet.pods.manifest(f"{name}-pod") or {})["spec"]["initContainers"]] == [
+        "note"]
+    assert final["metadata"]["annotations"]["environment.taugrid.io/python"] == sys.executable
+
+
+async def test_a_missing_secret_fails_the_pod_with_the_variable_to_export(bus: Bus, cluster: LocalCluster) -> None:
+    rid = run_id()
+    name = f"{rid}-a1"
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}}]
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, main(["python3", "-c", "print(1)"], env=env))]))
+    await until_finished(cluster, name)
+    events = await pod_events(bus, f"{name}-pod")
+    waiting = next(cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
+                   if cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+    assert waiting["message"] == ('containers[main].env[TOKEN].valueFrom.secretKeyRef: secret "hf-credentials" not '
+                                  "found: locally, export TAU_SECRET_HF_CREDENTIALS_TOKEN")
+    assert events[-1]["status"]["phase"] == "Failed"
+    jobs = await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{name}.>")
+    status = msgspec.json.decode(jobs[-1].data, type=WatchEvent).object["status"]
+    assert status["failed"] == 1
+
+
+async def test_a_restarted_controller_readopts_a_running_pod_and_runs_it_once(bus: Bus, tmp_path: Path) -> None:
+    await platformstore.put_text(bus, PLATFORM)
+    kw: dict[str, Any] = {"data_dir": tmp_path, "node": "node-1", "gpu_count": 0,
+                          "capacity": {"cpu": 4.0, "memory": float(8 << 30)}}
+    first = LocalCluster(bus, **kw)
+    await first.load()
+    rid = run_id()
+    name = f"{rid}-a1"
+    script = "import time; print('started', flush=True); time.sleep(2); print('done')"
+    await first.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                   manifests=[job(name, main(["python3", "-c", script]))]))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (first.wls[name].pods and first.wls[name].pods[0].phase == "Running"):
+        await first.tick()
+        await asyncio.sleep(0.1)
+    await first.kubelet.close()  # the controller goes away; the pod's shim does not
+    second = LocalCluster(bus, **kw)
+    await second.load()
+    assert second.wls[name].pods[0].phase == "Running"
+    await until_finished(second, name)
+    await second.kubelet.close()
+    assert (await logs(bus, rid)) == {f"{name}-pod": ["started", "done"]}
+    kv = await bus.kv(BUCKET)
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await kv.get(f"wl.{name}")
