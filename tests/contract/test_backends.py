@@ -8,27 +8,15 @@ policy, renderer, admission-watcher, recovery. Only the renderer's backend diffe
 * **local**: ``LocalBackend`` → the local-cluster controller (its BACKEND durable plus ``tick()`` every
   0.1 s), which admits against the platform's quota and runs each pod as a real OS process (``sh -c``).
 * **kubernetes**: ``KubernetesBackend`` → server-side apply into ``FakeKube`` (kmock, real HTTP), the
-  kube-bridge (lease, list+watch, checkpoints) republishing its watch events on ``k8s.>``, and the scripted
-  "Kueue + kubelet" below.
+  kube-bridge (lease, list+watch, checkpoints) republishing its watch events on ``k8s.>``, the emulated cluster
+  (tests/kube/cluster.py: Kueue admission and the Job controller, every pod run by the real local kubelet as
+  host processes, its status PATCHed over HTTP) and the real log shipper following the pods' log endpoint onto
+  LOGS. The renderer points the source-fetch init container at this stack's nats-server, so the submitted
+  project reaches each pod through the real ``tau-source-fetch`` (``python -m taugrid.sourcefetch``).
 
-What the scripted Kueue + kubelet simulates, writing through FakeKube so that every step is a watch event:
-for each new suspended Job it creates the Workload the way Kueue does (name ``job-<job>-<hash>``, label
-``kueue.x-k8s.io/job-uid``, an ownerReference, ``spec.queueName``, one ``main`` PodSet), first pending
-(``QuotaReserved=False``, reason ``Pending``) and then admitted (``QuotaReserved=True``, ``Admitted=True``,
-``status.admission`` with the ClusterQueue and podSetAssignments); unsuspends the Job; creates its Pod
-(labels from the Job template, ``controller-uid``, ownerReference), Pending then Running; "runs" the
-container command by reading it (``sleep N`` sleeps, ``exit N`` sets the exit code); terminates the Pod
-(Succeeded/Completed or Failed/Error with the exit code) and sets the Job's ``Complete`` or ``Failed``
-(``BackoffLimitExceeded``) condition and the Workload's ``Finished``. A deleted Job takes its Pod and
-Workload with it (garbage collection).
-
-What it does NOT simulate: quota arithmetic, queue ordering, preemption, flavor assignment beyond one flavor,
-admission checks, node scheduling and the kubelet's restart policy, RayJobs. It also waits, before each
-next transition (and, for a failing pod, before marking the Job Failed), until the previous one has shown up
-as a run event: a real cluster takes seconds between admission and a running pod, while here all writes
-would otherwise land in the same millisecond and the bridge's per-kind watches (Workloads, Jobs, Pods) would
-race each other. Cross-kind order is not something the bridge promises: each kind has its own watch, and
-``ordering_key`` groups a Workload by job uid, not by run.
+Both run the same work for real: shell one-liners, ``examples/quickstart`` (its checkpoints, metrics and log
+lines compared file for file and line for line), a failing script, a two-pod Indexed Job that rendezvouses
+through the environment torchrun's agent would set, and a RayJob whose entrypoint is a plain script.
 """
 
 from __future__ import annotations
@@ -36,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import json
 import re
 import subprocess
+import shutil
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -57,14 +47,17 @@ from taugrid.kube.client import KubeApi, make_api_client, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
 from taugrid.local.backend import LocalBackend
 from taugrid.local.controller import LocalCluster
+from taugrid.render.source import RenderSettings
 from taugrid.stack import natsserver
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.kube_bridge.bridge import Bridge
+from taugrid_services.log_shipper.shipper import LogShipper
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
 
+from tests.kube.cluster import EmulatedCluster
 from tests.kube.conftest import FakeKube, _with_status
 
 PLATFORM = """
@@ -105,156 +98,6 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# ---------------------------------------------------------------- the scripted Kueue + kubelet
-
-
-@dataclass
-class ScriptedKueue:
-    fake: FakeKube
-    bus: Bus
-    drop_after_writes: bool = False  # cut every open watch right after each write (resume test)
-    seen: set[str] = field(default_factory=set)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    async def run(self) -> None:
-        while True:
-            for (res, ns, name), job in list(self.fake.objects.items()):
-                if res == JOBS and name not in self.seen:
-                    self.seen.add(name)
-                    self.tasks.append(asyncio.create_task(self._lifecycle(ns or "default", name, job)))
-            await asyncio.sleep(0.05)
-
-    def _exists(self, ns: str, name: str) -> bool:
-        return (JOBS, ns, name) in self.fake.objects
-
-    def _write(self, fn: Callable[[], Any]) -> Any:
-        out = fn()
-        if self.drop_after_writes:
-            self.fake.drop_watches()
-        return out
-
-    async def _shown(self, run_id: str, attempt: int, event_type: str, timeout: float = 10.0) -> None:
-        """Wait until the previous transition became a run event (a real cluster is that slow anyway)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            record, _ = await runstate.get(self.bus, run_id)
-            if record is not None and any(
-                h["type"] == event_type and h["attempt"] == attempt for h in record.history
-            ):
-                return
-            await asyncio.sleep(0.05)
-
-    async def _lifecycle(self, ns: str, name: str, job: dict[str, Any]) -> None:
-        meta = job["metadata"]
-        labels, uid = meta["labels"], meta["uid"]
-        run_id, attempt = labels["taugrid.io/run-id"], int(labels["taugrid.io/attempt"])
-        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
-        container = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "main")
-        wl_name = f"job-{name}-{hashlib.sha256(uid.encode()).hexdigest()[:5]}"
-        wl = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": wl_name, "namespace": ns, "labels": {"kueue.x-k8s.io/job-uid": uid},
-                         "ownerReferences": [owner]},
-            "spec": {"queueName": labels["kueue.x-k8s.io/queue-name"],
-                     "podSets": [{"name": "main", "count": 1, "template": job["spec"]["template"]}]},
-            "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
-                                       "message": "waiting for the scheduler", "lastTransitionTime": now()}]},
-        }
-        self._write(lambda: self.fake.put(WORKLOADS, wl))
-        await self._shown(run_id, attempt, "admission.queued")
-        if not self._exists(ns, name):
-            return await self._collect(ns, name, wl_name)
-
-        def admit(o: dict[str, Any]) -> None:
-            t = now()
-            o["status"] = {
-                "conditions": [
-                    {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                     "lastTransitionTime": t},
-                    {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": t},
-                ],
-                "admission": {"clusterQueue": "lab", "podSetAssignments": [
-                    {"name": "main", "count": 1, "flavors": {"cpu": "default", "memory": "default"}}]},
-            }
-
-        self._write(lambda: self.fake.modify(WORKLOADS, ns, wl_name, admit))
-        await self._shown(run_id, attempt, "admission.admitted")
-        if not self._exists(ns, name):
-            return await self._collect(ns, name, wl_name)
-
-        start = now()
-
-        def unsuspend(o: dict[str, Any]) -> None:
-            o["spec"]["suspend"] = False
-            o["status"] = {"startTime": start, "active": 1}
-
-        self._write(lambda: self.fake.modify(JOBS, ns, name, unsuspend))
-        pod_name = f"{name}-x{uuid.uuid4().hex[:4]}"
-        tmpl = copy.deepcopy(job["spec"]["template"])
-        pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns, "ownerReferences": [owner],
-                         "labels": {**tmpl["metadata"].get("labels", {}),
-                                    "batch.kubernetes.io/controller-uid": uid, "job-name": name}},
-            "spec": {**tmpl["spec"], "nodeName": "node-1"},
-            "status": {"phase": "Pending"},
-        }
-        self._write(lambda: self.fake.put(PODS, pod))
-
-        def running(o: dict[str, Any]) -> None:
-            o["status"] = {"phase": "Running", "startTime": start, "containerStatuses": [
-                {"name": "main", "ready": True, "state": {"running": {"startedAt": start}}}]}
-
-        self._write(lambda: self.fake.modify(PODS, ns, pod_name, running))
-        await self._shown(run_id, attempt, "exec.running")
-
-        command = " ".join([*container.get("command", []), *container.get("args", [])])
-        sleep = re.search(r"sleep (\d+(?:\.\d+)?)", command)
-        code = re.search(r"exit (\d+)", command)
-        exit_code = int(code.group(1)) if code else 0
-        deadline = time.monotonic() + (float(sleep.group(1)) if sleep else 0.0)
-        while time.monotonic() < deadline and self._exists(ns, name):
-            await asyncio.sleep(0.05)
-        if not self._exists(ns, name):
-            return await self._collect(ns, name, wl_name, pod_name)
-
-        end = now()
-        ok = exit_code == 0
-
-        def terminated(o: dict[str, Any]) -> None:
-            state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if ok else "Error",
-                                    "startedAt": start, "finishedAt": end}}
-            o["status"] = {"phase": "Succeeded" if ok else "Failed", "startTime": start,
-                           "containerStatuses": [{"name": "main", "ready": False, "state": state}]}
-
-        def finished(o: dict[str, Any]) -> None:
-            cond = ({"type": "Complete", "status": "True", "reason": "Completed", "lastTransitionTime": end}
-                    if ok else
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                     "message": "Job has reached the specified backoff limit",  # as real: no exit code
-                     "lastTransitionTime": end})
-            o["status"] = {"startTime": start, "conditions": [cond], **(
-                {"succeeded": 1, "completionTime": end} if ok else {"failed": 1})}
-
-        def wl_finished(o: dict[str, Any]) -> None:
-            o["status"]["conditions"].append({"type": "Finished", "status": "True",
-                                              "reason": "Succeeded" if ok else "Failed",
-                                              "lastTransitionTime": end})
-
-        self._write(lambda: self.fake.modify(PODS, ns, pod_name, terminated))
-        if not ok:  # the Job controller reacts to the pod's failure, so the pod's report comes first
-            await self._shown(run_id, attempt, "exec.failed")
-        self._write(lambda: self.fake.modify(JOBS, ns, name, finished))
-        self._write(lambda: self.fake.modify(WORKLOADS, ns, wl_name, wl_finished))
-
-    async def _collect(self, ns: str, name: str, wl_name: str, pod_name: str | None = None) -> None:
-        """Garbage collection after the Job was deleted: its Pod and Workload go too."""
-        if pod_name and (PODS, ns, pod_name) in self.fake.objects:
-            self._write(lambda: self.fake.remove(PODS, ns, pod_name))
-        if (WORKLOADS, ns, wl_name) in self.fake.objects:
-            self._write(lambda: self.fake.remove(WORKLOADS, ns, wl_name))
-
-
 # ---------------------------------------------------------------- the two stacks
 
 
@@ -263,8 +106,11 @@ class Stack:
     backend: str
     bus: Bus
     client: Client
+    tmp: Path
     fake: FakeKube | None = None
-    kueue: ScriptedKueue | None = None
+    cluster: EmulatedCluster | None = None
+    bridge: BridgeRunner | None = None
+    shipper: LogShipper | None = None
 
     async def submit(self, name: str, command: str, extra: str = "") -> str:
         return await self.client.submit_text(tau_yaml(name, command, extra), name=name)
@@ -278,6 +124,31 @@ class Stack:
             if until & {t for _, t in evs} or time.monotonic() > deadline:
                 return evs
             await asyncio.sleep(0.1)
+
+
+class BridgeRunner:
+    """The kube-bridge as its Deployment runs it, restartable mid-run (a new replica under a new name)."""
+
+    def __init__(self, bus: Bus, api: KubeApi) -> None:
+        self.bus, self.api, self.generation = bus, api, 0
+        self.stopping = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.generation += 1
+        self.stopping = asyncio.Event()
+        bridge = Bridge(self.bus, self.api, cluster="kc", holder=f"contract-{self.generation}",
+                        resources=[(resource_for("Workload"), None),
+                                   (resource_for("Job"), MANAGED_SELECTOR),
+                                   (resource_for("RayJob"), MANAGED_SELECTOR),
+                                   (resource_for("Pod"), MANAGED_SELECTOR)],
+                        lease_ttl_s=3.0, checkpoint_every_s=0.2, backoff_max_s=0.3)
+        self.task = asyncio.create_task(bridge.run(self.stopping), name=f"kube-bridge-{self.generation}")
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        if self.task is not None:
+            await asyncio.wait_for(self.task, 10)
 
 
 @pytest.fixture(scope="module", params=["local", "kubernetes"])
@@ -295,7 +166,7 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     # Each service on its own connection under its own name, as in production: consumers check ce-source.
     svc: dict[str, Bus] = {}
     for name in ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
-                 "kube-bridge"):
+                 "kube-bridge", "log-shipper"):
         svc[name] = await connect(url, name=name)
         svc[name].user_lookup = runstate.VerifiedUsers(svc[name])
     loops: list[ConsumerLoop] = []
@@ -313,7 +184,7 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
     consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
     consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
-    stack = Stack(request.param, bus, Client(bus))
+    stack = Stack(request.param, bus, Client(bus), tmp)
     async with kmock.RawHandler() as handler, kmock.Server(handler) as server:
         if request.param == "local":
             cluster = LocalCluster(svc["local-cluster"], data_dir=tmp, node="node-1",
@@ -334,17 +205,16 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             fake = FakeKube()
             handler << (lambda req: _with_status(fake.handle(req)))
             api_client = await make_api_client(host=str(server.url).rstrip("/"))
-            consume("RUNS", "renderer",
-                    Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client), "kc")).on_event,
-                    "renderer")
-            bridge = Bridge(svc["kube-bridge"], KubeApi(api_client), cluster="kc", holder="contract",
-                            resources=[(resource_for("Workload"), None),
-                                       (resource_for("Job"), MANAGED_SELECTOR),
-                                       (resource_for("Pod"), MANAGED_SELECTOR)],
-                            lease_ttl_s=3.0, checkpoint_every_s=0.2, backoff_max_s=0.3)
-            tasks.append(asyncio.create_task(bridge.run(stopping)))
-            stack.fake, stack.kueue = fake, ScriptedKueue(fake, bus)
-            tasks.append(asyncio.create_task(stack.kueue.run()))
+            # The source-fetch init container reaches this stack's nats-server.
+            renderer = Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client), "kc"),
+                                settings=RenderSettings(nats_url=url))
+            consume("RUNS", "renderer", renderer.on_event, "renderer")
+            stack.bridge = BridgeRunner(svc["kube-bridge"], KubeApi(api_client))
+            await stack.bridge.start()
+            stack.shipper = LogShipper(api_client, svc["log-shipper"], flush_s=0.1)
+            await stack.shipper.start()
+            stack.fake, stack.cluster = fake, EmulatedCluster(fake, str(server.url), tmp / "cluster", bus=bus)
+            await stack.cluster.start()
         try:
             yield stack
         finally:
@@ -353,10 +223,13 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 loop.stopping.set()
             for t in tasks:
                 t.cancel()
-            if stack.kueue:
-                for t in stack.kueue.tasks:
-                    t.cancel()
-            await asyncio.gather(*tasks, *(stack.kueue.tasks if stack.kueue else []), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if stack.cluster is not None:
+                await stack.cluster.stop()
+            if stack.shipper is not None:
+                await stack.shipper.stop()
+            if stack.bridge is not None:
+                await stack.bridge.stop()
             if api_client is not None:
                 await api_client.close()
             for b in svc.values():
@@ -428,13 +301,13 @@ async def test_cancel_while_running(stack: Stack) -> None:
 @pytest.mark.parametrize("stack", ["kubernetes"], indirect=True)  # only Kubernetes has watch connections
 async def test_watch_cuts_mid_run_lose_no_transition(stack: Stack) -> None:
     assert stack.backend == "kubernetes"
-    assert stack.kueue is not None and stack.fake is not None
-    stack.kueue.drop_after_writes = True
+    assert stack.cluster is not None and stack.fake is not None
+    stack.cluster.drop_after_writes = True
     try:
         run_id = await stack.submit("cut", "sleep 0.5")
         got = dedup_queued(await stack.events(run_id))
     finally:
-        stack.kueue.drop_after_writes = False
+        stack.cluster.drop_after_writes = False
     assert [t for _, t in got] == SUCCESS, got
     assert len(stack.fake.watch_requests) > 6  # the watches really were re-established
 
@@ -464,3 +337,246 @@ async def test_the_phase_tree_has_the_same_shape_on_both_backends(stack: Stack) 
 async def test_no_message_was_dead_lettered(stack: Stack) -> None:
     info = await stack.bus.js.stream_info("DLQ")
     assert info.state.messages == 0
+
+
+# ---------------------------------------------------------------- real projects, submitted as `tau run` does
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
+FAILING = {
+    "tau.yaml": "name: broken\nengine: job\nentrypoint: fail.py\nargs: ['--rows', '0']\ncompute: {gpus: 0}\n"
+                "resilience: {max_retries: 0}\n",
+    "fail.py": "import sys\n"
+               "print('loading', sys.argv[1:], flush=True)\n"
+               "print('ValueError: the data set is empty', file=sys.stderr, flush=True)\n"
+               "sys.exit(4)\n",
+}
+# The fetch names the directory it unpacked into: /tau/source in a container, the emptyDir's host directory here.
+FETCH_LINE = re.compile(r"^source sha256:[0-9a-f]{64}: \d+ files? in \S+/volumes/tau-source$")
+
+
+def project(stack: Stack, name: str, files: dict[str, str]) -> Path:
+    where = stack.tmp / "projects" / name
+    where.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        (where / rel).parent.mkdir(parents=True, exist_ok=True)
+        (where / rel).write_text(text)
+    return where
+
+
+async def log_lines(stack: Stack, run_id: str, *, last: str, timeout: float = 20.0) -> list[str]:
+    """Every line the run's pods printed, as LOGS holds them, once the line ``last`` has arrived."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [ln async for ch in stack.client.logs(run_id) for ln in ch.lines]
+        if any(last in ln for ln in lines) or time.monotonic() > deadline:
+            await asyncio.sleep(0.5)  # anything doubled would land now
+            return [ln async for ch in stack.client.logs(run_id) for ln in ch.lines]
+        await asyncio.sleep(0.1)
+
+
+def pod_lines(stack: Stack, lines: list[str], run_id: str) -> list[str]:
+    """The lines the run's own code printed (the run id as ``<run>``). On Kubernetes the first line is the
+    source fetch's, from the init container, which the local backend does not run: checked, then set aside."""
+    if stack.backend == "kubernetes":
+        assert lines and FETCH_LINE.match(lines[0]), lines[:2]
+        lines = lines[1:]
+    return [ln.replace(run_id, "<run>") for ln in lines]
+
+
+def outputs_of(stack: Stack, run_id: str) -> dict[str, str]:
+    """The files the run wrote under its output directory, relative to it, with their contents."""
+    [root] = [p for p in (stack.tmp / "outputs").rglob("*") if p.is_dir() and p.name == run_id]
+    return {str(f.relative_to(root)): f.read_text() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+OUTPUTS: dict[str, dict[str, dict[str, str]]] = {}
+LOGS: dict[str, dict[str, list[str]]] = {}
+
+
+def same_on_both(table: dict[str, dict[str, Any]], scenario: str, stack: Stack, value: Any) -> None:
+    table.setdefault(scenario, {})[stack.backend] = value
+    for backend, theirs in table[scenario].items():
+        assert value == theirs, f"{scenario}: {stack.backend} differs from {backend}:\n{value}\n{theirs}"
+
+
+async def test_the_quickstart_writes_the_same_checkpoints_metrics_and_logs(stack: Stack) -> None:
+    run_id = await stack.client.submit(QUICKSTART / "tau.yaml")
+    got = record("quickstart", stack, await stack.events(run_id, timeout=60))
+    assert [t for a, t in got if a == 1] == SUCCESS, got
+
+    lines = pod_lines(stack, await log_lines(stack, run_id, last="done: final test accuracy"), run_id)
+    assert lines[0] == "run <run> attempt 1"
+    assert [ln.split()[:2] for ln in lines[1:31]] == [["epoch", str(i)] for i in range(1, 31)]
+    assert lines[31].startswith("done: final test accuracy ") and len(lines) == 32, lines
+    same_on_both(LOGS, "quickstart", stack, lines)
+
+    files = outputs_of(stack, run_id)
+    assert sorted(files) == ["checkpoints/last.json", "metrics.jsonl"], sorted(files)
+    rows = [json.loads(r) for r in files["metrics.jsonl"].splitlines()]
+    assert [r["_step"] for r in rows] == list(range(1, 31))
+    assert json.loads(files["checkpoints/last.json"])["epoch"] == 30
+    # Same code, same data, same seed: the same weights and metrics on both backends (timestamps aside).
+    same_on_both(OUTPUTS, "quickstart", stack, {
+        "checkpoints/last.json": files["checkpoints/last.json"],
+        "metrics.jsonl": [{k: v for k, v in r.items() if k != "_timestamp"} for r in rows]})
+
+
+async def test_a_failing_script_fails_alike_with_its_exit_code_and_its_lines(stack: Stack) -> None:
+    run_id = await stack.client.submit(project(stack, "broken", FAILING) / "tau.yaml")
+    got = record("failing-script", stack, await stack.events(run_id, timeout=30))
+    assert [t for _, t in got] == [
+        "submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.queued",
+        "admission.admitted", "exec.running", "exec.failed", "recovery.gave_up"], got
+    failures = [e.as_dict() async for e in stack.client.events(run_id=run_id) if e.type == "exec.failed"]
+    assert [(f["exit_code"], f["reason"]) for f in failures] == [(4, "Error")]
+    lines = pod_lines(stack, await log_lines(stack, run_id, last="ValueError"), run_id)
+    assert lines == ["loading ['--rows', '0']", "ValueError: the data set is empty"]
+    same_on_both(LOGS, "failing-script", stack, lines)
+
+
+# A two-node torchrun job (2 pods x 1 process). torch is not installed here (its CPU wheel alone takes minutes
+# to install on the test machines), so the project ships a stand-in ``torch.distributed.run`` — found first,
+# as ``python -m`` puts the working directory (the fetched project) on sys.path — that reads the flags the
+# renderer wrote (``--node_rank=$(JOB_COMPLETION_INDEX)`` expanded by the kubelet, ``--rdzv_endpoint``) and sets
+# what torchrun sets for the script (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). The script then
+# all-reduces over plain sockets: rank 0 listens at MASTER_ADDR:MASTER_PORT, the others connect.
+TORCHRUN = {
+    "tau.yaml": "name: ddp\nengine: job\nentrypoint: allreduce.py\ncompute: {gpus: 0}\n"
+                "execution: {launcher: torchrun, nodes: 2, processes_per_node: 1}\nresilience: {max_retries: 0}\n",
+    "torch/__init__.py": "",
+    "torch/distributed/__init__.py": "",
+    "torch/distributed/run.py": """\
+import argparse, os, runpy, sys
+ap = argparse.ArgumentParser()
+ap.add_argument("--nnodes", type=int, default=1)
+ap.add_argument("--nproc_per_node", type=int, default=1)
+ap.add_argument("--node_rank", type=int, default=0)
+ap.add_argument("--rdzv_backend", default="c10d")
+ap.add_argument("--rdzv_endpoint", default="127.0.0.1:29500")
+ap.add_argument("--rdzv_id", default="")
+ap.add_argument("--standalone", action="store_true")
+ap.add_argument("script")
+ap.add_argument("args", nargs=argparse.REMAINDER)
+a = ap.parse_args()
+host, _, port = a.rdzv_endpoint.rpartition(":")
+os.environ.update(RANK=str(a.node_rank * a.nproc_per_node), LOCAL_RANK="0",
+                  WORLD_SIZE=str(a.nnodes * a.nproc_per_node), MASTER_ADDR=host, MASTER_PORT=port)
+sys.argv = [a.script, *a.args]
+runpy.run_path(a.script, run_name="__main__")
+""",
+    "allreduce.py": """\
+import os, pathlib, socket, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+value = 10 ** rank
+if rank == 0:
+    server = socket.create_server((addr, port))
+    server.settimeout(30)
+    peers = [server.accept()[0] for _ in range(world - 1)]
+    total = value + sum(int(p.makefile().readline()) for p in peers)
+    for p in peers:
+        p.sendall(f"{total}\\n".encode())
+else:
+    deadline = time.time() + 30
+    while True:
+        try:
+            conn = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
+    conn.sendall(f"{value}\\n".encode())
+    total = int(conn.makefile().readline())
+print(f"rank {rank}/{world}: all-reduce sum {total}", flush=True)
+out = pathlib.Path(os.environ["TAU_OUTPUT_DIR"])
+out.mkdir(parents=True, exist_ok=True)
+(out / f"rank{rank}.txt").write_text(f"{total}\\n")
+""",
+}
+
+
+async def test_a_two_node_torchrun_job_rendezvouses_across_its_two_pods(stack: Stack) -> None:
+    run_id = await stack.client.submit(project(stack, "ddp", TORCHRUN) / "tau.yaml")
+    got = record("torchrun-2x1", stack, await stack.events(run_id, timeout=60))
+    assert [t for a, t in got if a == 1] == [*SUCCESS[:-1], "exec.running", "exec.succeeded"], got  # per pod
+    await log_lines(stack, run_id, last="rank 1/2")
+    lines = await log_lines(stack, run_id, last="rank 0/2")
+    if stack.backend == "kubernetes":  # one source fetch per pod
+        fetched = [ln for ln in lines if FETCH_LINE.match(ln)]
+        assert len(fetched) == 2, lines
+        lines = [ln for ln in lines if ln not in fetched]
+    assert sorted(lines) == ["rank 0/2: all-reduce sum 11", "rank 1/2: all-reduce sum 11"], lines
+    assert outputs_of(stack, run_id) == {"rank0.txt": "11\n", "rank1.txt": "11\n"}
+    record_, _ = await runstate.get(stack.bus, run_id)
+    assert record_ is not None and len(record_.pods) == 2
+
+
+RAY = {
+    "tau.yaml": "name: raytask\nengine: ray\nentrypoint: task.py\nargs: ['--trials', '3']\n"
+                "compute: {workers: 1}\nresilience: {max_retries: 0}\n",
+    "task.py": """\
+import os, pathlib, sys
+trials = int(sys.argv[sys.argv.index("--trials") + 1])
+for t in range(trials):
+    print(f"trial {t}: score {t * t}", flush=True)
+out = pathlib.Path(os.environ["TAU_OUTPUT_DIR"])
+out.mkdir(parents=True, exist_ok=True)
+(out / "best.txt").write_text(f"{(trials - 1) ** 2}\\n")
+print("best score", (trials - 1) ** 2, flush=True)
+""",
+}
+
+
+async def test_a_rayjob_entrypoint_runs(stack: Stack) -> None:
+    run_id = await stack.client.submit(project(stack, "ray", RAY) / "tau.yaml")
+    got = record("rayjob", stack, await stack.events(run_id, timeout=60))
+    assert [t for a, t in got if a == 1] == SUCCESS, got
+    lines = await log_lines(stack, run_id, last="best score")
+    if stack.backend == "kubernetes":  # the head's and the worker's source fetch
+        fetched = [ln for ln in lines if FETCH_LINE.match(ln)]
+        assert len(fetched) == 2, lines
+        lines = [ln for ln in lines if ln not in fetched]
+    assert lines == ["trial 0: score 0", "trial 1: score 1", "trial 2: score 4", "best score 4"], lines
+    assert outputs_of(stack, run_id) == {"best.txt": "4\n"}
+
+
+# Restarts mid-run on Kubernetes: a real pod prints while the kube-bridge (a new replica, after the old one
+# released its lease) or the log shipper (resuming from its KV position) is replaced; LOGS holds every line
+# exactly once and the run's events are the same as without a restart.
+PRINTER = {
+    "tau.yaml": "name: printer\nengine: job\nentrypoint: printer.py\ncompute: {gpus: 0}\n"
+                "resilience: {max_retries: 0}\n",
+    "printer.py": "import time\nfor i in range(60):\n    print(f'line {i}', flush=True)\n    time.sleep(0.05)\n",
+}
+
+
+async def printed(stack: Stack, run_id: str, n: int) -> None:
+    async with asyncio.timeout(30):
+        while (await runstate.get(stack.bus, run_id))[0] is None or len(
+                [ln async for ch in stack.client.logs(run_id) for ln in ch.lines]) < n:
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("stack", ["kubernetes"], indirect=True)
+@pytest.mark.parametrize("restart", ["kube-bridge", "log-shipper"])
+async def test_a_restart_mid_run_loses_and_doubles_no_log_line(stack: Stack, restart: str) -> None:
+    assert stack.bridge is not None and stack.shipper is not None
+    run_id = await stack.client.submit(project(stack, f"printer-{restart}", PRINTER) / "tau.yaml")
+    await printed(stack, run_id, 10)  # the fetch's line and the first printed ones are on LOGS
+    assert "exec.succeeded" not in {t for _, t in await stack.events(run_id, until={"exec.running"})}
+    if restart == "kube-bridge":
+        await stack.bridge.stop()
+        await asyncio.sleep(0.5)
+        await stack.bridge.start()
+    else:
+        await stack.shipper.stop()
+        await asyncio.sleep(0.5)
+        stack.shipper = LogShipper(stack.shipper.api, stack.shipper.bus, flush_s=0.1)
+        await stack.shipper.start()
+    events = dedup_queued(await stack.events(run_id))
+    assert [t for _, t in events] == SUCCESS, events
+    lines = pod_lines(stack, await log_lines(stack, run_id, last="line 59"), run_id)
+    assert lines == [f"line {i}" for i in range(60)]
+    record_, _ = await runstate.get(stack.bus, run_id)
+    assert record_ is not None and record_.state == "succeeded"

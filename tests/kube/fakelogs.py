@@ -5,16 +5,21 @@ parameters: ``container``, ``timestamps`` (prefix ``<ts> ``), ``sinceTime`` (RFC
 compared at full precision like the kubelet), ``follow`` (keep the stream open and send new lines until the
 container is marked finished). ``drop()`` cuts every open log stream at the TCP level, as a failing
 apiserver or node would.
+
+``sources`` (set by the emulated cluster, tests/kube/cluster.py) serves the logs of pods a real kubelet runs:
+called with (namespace, pod, container, params), it returns a function giving the lines (already honouring
+``timestamps``/``sinceTime``/``follow``), or None for a pod or container it does not have.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 Key = tuple[str | None, str, str]
+Source = Callable[[str | None, str, str, dict[str, str]], Callable[[], AsyncIterator[str]] | None]
 
 
 def _instant(ts: str) -> tuple[int, int]:
@@ -30,6 +35,7 @@ class FakeLogs:
         self.requests: list[dict[str, str]] = []
         self._changed = asyncio.Event()
         self._drops = 0
+        self.sources: Source | None = None
 
     def write(self, namespace: str | None, pod: str, container: str, ts: str, text: str) -> None:
         self.lines.setdefault((namespace, pod, container), []).append((ts, text))
@@ -52,6 +58,9 @@ class FakeLogs:
         params = dict(request.params)
         self.requests.append({"pod": pod, **params})
         key = (namespace, pod, params.get("container", ""))
+        lines = self.sources(namespace, pod, key[2], params) if self.sources is not None else None
+        if lines is not None:
+            return self._relay(lines, request)
         if key not in self.lines:
             return None  # the caller answers 404/400
         return self._stream(key, params, request)
@@ -77,3 +86,39 @@ class FakeLogs:
                 if transport is not None:
                     transport.abort()
                 return
+
+    async def _relay(self, lines: Callable[[], AsyncIterator[str]], request: Any) -> AsyncIterator[bytes]:
+        """A source's lines, cut at the TCP level by ``drop()`` like the stored ones."""
+        drops = self._drops
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for line in lines():
+                    await queue.put(line)
+            finally:
+                await queue.put(None)
+
+        reader = asyncio.create_task(pump())
+        try:
+            yield b""  # headers now
+            while True:
+                changed = self._changed
+                get, woken = asyncio.ensure_future(queue.get()), asyncio.ensure_future(changed.wait())
+                await asyncio.wait([get, woken], return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                if self._drops != drops:
+                    get.cancel()
+                    transport = request._raw_request.transport if request._raw_request else None
+                    if transport is not None:
+                        transport.abort()
+                    return
+                if not get.done():
+                    get.cancel()
+                    continue
+                line = get.result()
+                if line is None:
+                    return
+                yield line.encode() + b"\n"
+        finally:
+            reader.cancel()
