@@ -14,10 +14,12 @@ What happens to a suspended Job (or RayJob) of ours, as on a cluster with Kueue 
   ``BackoffLimitExceeded``) follows its pods; a failed Job's other pods are stopped. Only ``backoffLimit: 0``
   (what taugrid renders: retries are recovery's) is modelled.
 * **KubeRay** (RayJob): a head pod from ``headGroupSpec`` whose first container runs the RayJob's
-  ``entrypoint`` through ``/bin/sh -c`` (without Ray installed, the entrypoint is a plain script; on a real
-  cluster the head runs ``ray start`` and a submitter runs the entrypoint), and ``replicas`` worker pods per
-  worker group that stay up (standing in for ``ray start --block``) until the head ends. ``status.jobStatus`` /
-  ``jobDeploymentStatus`` follow the head pod.
+  ``entrypoint`` through ``/bin/sh -c`` (without Ray installed, the entrypoint is a plain script), and
+  ``replicas`` worker pods per worker group that stay up (standing in for ``ray start --block``) until the head
+  ends, when they are deleted with the cluster (``shutdownAfterJobFinishes``). As on a real cluster, where the
+  driver runs on the head and its output goes to Ray's job log (tailed by KubeRay's submitter pod, which carries
+  no tau labels), the entrypoint's output goes to a driver log file (``ray_driver_log``), not to the head
+  container's log. ``status.jobStatus`` / ``jobDeploymentStatus`` follow the head pod.
 * **kubelet**: each pod goes to ``taugrid.local.kubelet.Kubelet`` (init containers, then containers, env with
   ``fieldRef``/``secretKeyRef`` resolved from FakeKube's Secrets and ConfigMaps, volumes as directories). Its
   status callback PATCHes ``pods/<pod>/status`` over real HTTP; the pod log endpoint streams the kubelet's
@@ -49,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
 from taugrid.bus import Bus, runstate
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.rendezvous import local_command
 from taugrid.ports import free_port
+
 from tests.kube.conftest import FakeKube
 
 log = logging.getLogger("tests.kube.cluster")
@@ -84,6 +86,7 @@ class EmulatedCluster:
     def __init__(self, fake: FakeKube, base_url: str, root: Path, *, bus: Bus | None = None,
                  poll_s: float = 0.05) -> None:
         self.fake, self.base_url, self.bus, self.poll_s = fake, base_url.rstrip("/"), bus, poll_s
+        self.root = root
         self.kubelet = Kubelet(root / "kubelet", resolve_secret=self._secret, resolve_config_map=self._config_map,
                                claims_dir=root / "claims", base_env=image_env(), poll_s=0.1)
         self.drop_after_writes = False  # cut every open watch right after each write (resume tests)
@@ -112,6 +115,10 @@ class EmulatedCluster:
             await self._session.close()
 
     # ---------------------------------------------------------------- scripting helpers
+
+    def ray_driver_log(self, rayjob: str) -> Path:
+        """Where a RayJob's driver output goes (Ray's ``job-driver-*.log`` on the head)."""
+        return self.root / "ray" / rayjob / "job-driver.log"
 
     def _write(self, fn: Callable[[], Any]) -> Any:
         out = fn()
@@ -262,12 +269,13 @@ class EmulatedCluster:
         out: list[dict[str, Any]] = []
         if job["kind"] == "RayJob":
             spec = job["spec"]["rayClusterSpec"]
-            head = ray_pod(spec["headGroupSpec"]["template"], entrypoint=str(job["spec"].get("entrypoint", "")))
+            head = ray_pod(spec["headGroupSpec"]["template"], entrypoint=str(job["spec"].get("entrypoint", "")),
+                           driver_log=self.ray_driver_log(name))
             out.append(self._pod(head, f"{name}-head-{_rand()}", ns, {"ray.io/node-type": "head",
                                                                      "ray.io/cluster": name}, owner))
             for group in spec.get("workerGroupSpecs") or []:
                 for _ in range(int(group.get("replicas") or 0)):
-                    worker = ray_pod(group["template"], entrypoint="")
+                    worker = ray_pod(group["template"], entrypoint="", driver_log=None)
                     out.append(self._pod(worker, f"{name}-{group.get('groupName', 'worker')}-{_rand()}", ns,
                                          {"ray.io/node-type": "worker", "ray.io/cluster": name}, owner))
             return out
@@ -435,15 +443,20 @@ def pod_groups(job: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     return [("main", int(spec.get("parallelism") or 1), spec["template"])]
 
 
-def ray_pod(tmpl: dict[str, Any], *, entrypoint: str) -> dict[str, Any]:
-    """A Ray node's pod without Ray: the head's first container runs the entrypoint, a worker's idles until it
-    is stopped (``ray start --block``)."""
+def ray_pod(tmpl: dict[str, Any], *, entrypoint: str, driver_log: Path | None) -> dict[str, Any]:
+    """A Ray node's pod without Ray: the head's first container runs the entrypoint with its output going to
+    ``driver_log`` (Ray's job log), a worker's idles until it is stopped (``ray start --block``)."""
     out = copy.deepcopy(tmpl)
     # KubeRay runs the entrypoint once (a submitter Job, restartPolicy Never); this kubelet runs each container
     # once too (it refuses Always), and a Ray node that dies here is not restarted either.
     out["spec"]["restartPolicy"] = "Never"
     main = out["spec"]["containers"][0]
-    main["command"] = ["/bin/sh", "-c", entrypoint or "exec sleep 3600"]
+    if driver_log is not None:
+        driver_log.parent.mkdir(parents=True, exist_ok=True)
+        main["command"] = ["/bin/sh", "-c", f'({entrypoint}) > "$TAU_RAY_DRIVER_LOG" 2>&1']
+        main.setdefault("env", []).append({"name": "TAU_RAY_DRIVER_LOG", "value": str(driver_log)})
+    else:
+        main["command"] = ["/bin/sh", "-c", "exec sleep 3600"]
     main.pop("args", None)
     return out
 

@@ -89,8 +89,10 @@ async def test_an_indexed_job_is_admitted_and_its_pods_run_through_the_kubelet(
     fake, api_client = fake_kube
     run_id = f"idx-{uuid.uuid4().hex[:6]}"
     py = sys.executable
-    job = tau_job(run_id, [py, "-c", "import os; print(open('greeting').read().strip(), "
-                                     "os.environ['JOB_COMPLETION_INDEX'], os.getcwd() == os.environ.get('PWD', os.getcwd()))"],
+    # The init container writes into the emptyDir that is both containers' working directory.
+    code = ("import os; print(open('greeting').read().strip(), os.environ['JOB_COMPLETION_INDEX'], "
+            "os.environ['GREETING'])")
+    job = tau_job(run_id, [py, "-c", code],
                   completions=2, init=["/bin/sh", "-c", "echo fetching; echo $(GREETING) > greeting"],
                   subdomain="svc")
     job["spec"]["template"]["spec"]["initContainers"][0]["env"] = [{"name": "GREETING", "value": "hello"}]
@@ -123,7 +125,7 @@ async def test_an_indexed_job_is_admitted_and_its_pods_run_through_the_kubelet(
         got = {c: [split_line(raw) async for raw in api.log_lines(NS, pod["metadata"]["name"], container=c)]
                for c in ("tau-source-fetch", "main")}
         assert [t for _, t in got["tau-source-fetch"]] == ["fetching"]
-        assert [t for _, t in got["main"]] == [f"hello {index} True"]
+        assert [t for _, t in got["main"]] == [f"hello {index} hi"]
         assert all(ts.endswith("Z") and "." in ts for lines in got.values() for ts, _ in lines)
     # The kubelet's status reached the API server as PATCHes over HTTP.
     patched = [a for a in fake.applies if a.get("subresource") == "status"]
