@@ -103,6 +103,8 @@ class EmulatedCluster:
         self._loop = asyncio.create_task(self._run(), name="emulated-cluster")
 
     async def stop(self) -> None:
+        # Open log streams of pods that will never finish now would keep the API server from shutting down.
+        self.fake.logs.drop()
         tasks = [t for t in [self._loop, *self.tasks] if t is not None]
         for t in tasks:
             t.cancel()
