@@ -13,6 +13,8 @@ from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver
 
+from tests.secure_nats import SecureNats
+
 
 @pytest.fixture(scope="session")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -51,3 +53,16 @@ def fresh_nats(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, P
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="session")
+async def secure_nats(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SecureNats]:
+    """A bootstrapped nats-server with authentication on (see tests/secure_nats.py); people alice (researcher
+    in vision), bob (researcher in language), carol (platform admin); a user per service."""
+    server = SecureNats(tmp_path_factory.mktemp("secure-nats"))
+    server.start()
+    try:
+        await server.bootstrap()
+        yield server
+    finally:
+        server.stop()

@@ -127,7 +127,8 @@ def test_bad_input_gets_clear_errors_and_no_service_dies(stack: Stack, tmp_path:
     from taugrid.client import open_client
 
     async def raw() -> str:
-        client = await open_client(stack.state()["nats_url"])
+        state = stack.state()  # the stack is authenticated: use the credentials `tau up` wrote for its user
+        client = await open_client(state["nats_url"], creds=state["user_creds"])
         try:
             return await client.submit_text("name: [unclosed\n", workspace="default", name="garbage")
         finally:

@@ -82,8 +82,10 @@ def test_a_cordoned_node_admits_nothing_until_uncordoned(stack: Stack, tmp_path:
     from taugrid.health.wire import NodeCordon, NodeUncordon
 
     async def decide(subject: str, payload: object, msg_id: str) -> None:
-        client = await open_client(stack.state()["nats_url"])
-        client.bus.source = "health-monitor"  # standing in for the health monitor's decision
+        # Stands in for the health monitor, with its credentials: only it may publish cordon decisions.
+        state = stack.state()
+        client = await open_client(state["nats_url"], creds=stack.data_dir / "creds" / "svc-health_monitor.nk")
+        client.bus.source = "health-monitor"
         try:
             await client.bus.publish(subject, payload, event_type=subject.rsplit(".", 1)[-1],  # type: ignore[arg-type]
                                      ce_subject="e2e-node", msg_id=msg_id, family="node")

@@ -1,7 +1,10 @@
-"""Connection to NATS with reconnect and error callbacks, and typed publish helpers.
+"""Connection to NATS with reconnect and error callbacks, credentials, and typed publish helpers.
 
-Invariant: every publish to a stream waits for the JetStream ack (so "published" means "stored") and carries a
-deterministic ``Nats-Msg-Id``.
+Invariants: every publish to a stream waits for the JetStream ack (so "published" means "stored") and carries a
+deterministic ``Nats-Msg-Id``. A connection authenticates with the nkey seed in ``creds`` (else the file named by
+``TAU_NATS_CREDS``; none means an open server). The server answers a forbidden publish or subscribe with an
+asynchronous permissions error, not a reply: it is matched to the waiting call here and raised as
+``PermissionDenied`` at once instead of a timeout.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 import nats
@@ -20,14 +25,17 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
+from taugrid.bus import creds as credentials
 from taugrid.bus import identity, tracing
 from taugrid.bus.envelope import SIGNED_TYPES, Event, headers_for, sign_headers
-from taugrid.core.errors import TemporaryError
+from taugrid.core.errors import PermissionDenied, TemporaryError
 from taugrid.core.events import message_id, run_subject
 
 log = logging.getLogger("taugrid.bus")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+T = TypeVar("T")
+_VIOLATION = re.compile(r'Permissions Violation for (Publish|Subscription) to "?([^"\s]+)"?', re.IGNORECASE)
 
 
 def default_url() -> str:
@@ -37,10 +45,11 @@ def default_url() -> str:
 class Bus:
     """One service's handle on NATS: JetStream, KV buckets, the evidence object store."""
 
-    def __init__(self, nc: Client, source: str) -> None:
+    def __init__(self, nc: Client, source: str, *, identity: credentials.Identity | None = None) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=10)
         self.source = source
+        self.identity = identity  # None on a server without authentication
         self._kv: dict[str, KeyValue] = {}
         self._obs: ObjectStore | None = None
         # A person's nkey seed: their submit/cancel requests are signed with it (the client sets it).
@@ -48,6 +57,33 @@ class Bus:
         # run id → its verified submitter, for events emitted outside a run event's handler (a service sets
         # it: ``runstate.verified_user``); None leaves ``ce-tauuser`` off unless the caller names the user.
         self.user_lookup: Callable[[str], Awaitable[str]] | None = None
+        self._denials: list[asyncio.Future[str]] = []
+
+    def denied(self, kind: str, subject: str) -> None:
+        """The server refused ``kind`` (publish or subscription) on ``subject``: fail every guarded call."""
+        log.warning("permission denied (%s): %s to %s", self.source, kind, subject)
+        for fut in self._denials:
+            if not fut.done():
+                fut.set_result(f"{kind.lower()} to {subject}")
+
+    async def guarded(self, call: Awaitable[T]) -> T:
+        """Await ``call``, but raise ``PermissionDenied`` as soon as the server refuses something on this
+        connection meanwhile (its refusal is asynchronous, so the call itself would only time out)."""
+        refusal: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._denials.append(refusal)
+        task = asyncio.ensure_future(call)
+        try:
+            await asyncio.wait({task, refusal}, return_when=asyncio.FIRST_COMPLETED)
+            if not refusal.done():
+                return task.result()
+            task.cancel()
+            who = self.identity.name if self.identity else "this connection"
+            raise PermissionDenied(f"the bus refused {refusal.result()} for {who}: "
+                                   "not allowed by your credentials (see `tau whoami`)")
+        finally:
+            self._denials.remove(refusal)
+            if not refusal.done():
+                refusal.cancel()
 
     async def kv(self, bucket: str) -> KeyValue:
         if bucket not in self._kv:
@@ -78,7 +114,7 @@ class Bus:
         if self.seed is not None and family == "run" and event_type in SIGNED_TYPES:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
         try:
-            ack = await self.js.publish(subject, data, headers=headers)
+            ack = await self.guarded(self.js.publish(subject, data, headers=headers))
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.js.errors.NoStreamResponseError,
                 nats.errors.NoRespondersError) as exc:
             raise TemporaryError(f"publish to {subject} failed: {exc!r}", delay=1.0) from exc
@@ -125,19 +161,33 @@ class Bus:
 
 def default_creds() -> str | None:
     """A NATS credentials file (``TAU_NATS_CREDS``), e.g. mounted from a Secret; None connects without."""
-    return os.environ.get("TAU_NATS_CREDS") or None
+    found = credentials.from_env()
+    return str(found) if found else None
 
 
 async def connect(url: str | None = None, *, name: str, connect_timeout: float = 5.0,
-                  max_reconnect_attempts: int = -1, creds: str | None = None, quiet: bool = False) -> Bus:
-    """Connect with endless reconnects: a restarting server must not kill services. ``creds`` (default
-    ``TAU_NATS_CREDS``) is a credentials file path.
+                  max_reconnect_attempts: int = -1, creds: Path | str | None = None, quiet: bool = False) -> Bus:
+    """Connect with endless reconnects (``max_reconnect_attempts=-1``): a restarting server must not kill
+    services. Raises ``TemporaryError`` when the server cannot be reached, ``PermissionDenied`` when it refuses
+    the credentials.
 
-    ``quiet`` (the CLI) logs connection errors at debug level: a person gets one clear error from the
+    ``creds`` is a credentials file (an nkey seed, ``creds.write``); without it ``TAU_NATS_CREDS`` is used if
+    set. ``quiet`` (the CLI) logs connection errors at debug level: a person gets one clear error from the
     failed call instead of one warning per refused connection attempt.
     """
+    creds_path = Path(creds).expanduser() if creds else credentials.from_env()
+    identity_ = credentials.load(creds_path, name=name) if creds_path else None
+    bus_ref: list[Bus] = []
+    refused = asyncio.Event()
 
     async def on_error(exc: Exception) -> None:
+        found = _VIOLATION.search(str(exc))
+        if found and bus_ref:
+            bus_ref[0].denied(found.group(1), found.group(2))
+            return
+        if not bus_ref and (isinstance(exc, nats.errors.AuthorizationError)
+                            or "authorization violation" in str(exc).lower()):
+            refused.set()
         log.log(logging.DEBUG if quiet else logging.WARNING, "nats error (%s): %r", name, exc)
 
     async def on_disconnect() -> None:
@@ -146,17 +196,44 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
     async def on_reconnect() -> None:
         log.info("nats reconnected (%s)", name)
 
+    # Replies and deliveries come only to this identity's own inbox (the server lets it subscribe nowhere else).
+    auth: dict[str, Any] = (
+        {"nkeys_seed_str": identity_.seed, "inbox_prefix": f"_INBOX.{identity_.public_key}"} if identity_ else {}
+    )
+    where = url or default_url()
+    nc = Client()
+    # A few tries to connect at all (callers retry unreachable servers themselves); once connected, reconnect
+    # as configured (forever for services). nats-py retries a refused login forever, so a refusal ends it here.
+    connecting = asyncio.ensure_future(nc.connect(
+        where, name=f"taugrid-{name}", connect_timeout=connect_timeout,
+        max_reconnect_attempts=2 if max_reconnect_attempts < 0 else max(1, max_reconnect_attempts),
+        reconnect_time_wait=0.5, error_cb=on_error, disconnected_cb=on_disconnect,
+        reconnected_cb=on_reconnect, allow_reconnect=True, **auth,
+    ))
+    refusal = asyncio.ensure_future(refused.wait())
     try:
-        nc = await nats.connect(
-            url or default_url(), name=f"taugrid-{name}", connect_timeout=connect_timeout,
-            max_reconnect_attempts=max_reconnect_attempts, reconnect_time_wait=0.5,
-            error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect,
-            allow_reconnect=True, user_credentials=creds or default_creds(),
+        await asyncio.wait({connecting, refusal}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        refusal.cancel()
+    if refused.is_set():
+        connecting.cancel()
+        await nc.close()
+        who = f"the credentials in {creds_path}" if creds_path else "a connection without credentials"
+        raise PermissionDenied(
+            f"NATS at {where} refused {who} (authorization violation): "
+            + ("ask your platform admin for valid credentials" if creds_path else
+               f"set {credentials.CREDS_ENV} or run `tau login --server URL --creds FILE`")
         )
+    try:
+        connecting.result()
     except (OSError, nats.errors.Error) as exc:
         detail = "" if quiet else f": {exc}"
-        raise TemporaryError(f"cannot reach the taugrid stack at {url or default_url()}{detail}", delay=1.0) from exc
-    return Bus(nc, name)
+        raise TemporaryError(f"cannot reach the taugrid stack at {where}{detail}", delay=1.0) from exc
+    # nats-py reads 0 as "forever"; ours is "-1 forever, else at least one more try".
+    nc.options["max_reconnect_attempts"] = -1 if max_reconnect_attempts < 0 else max(1, max_reconnect_attempts)
+    bus = Bus(nc, name, identity=identity_)
+    bus_ref.append(bus)
+    return bus
 
 
 def event_for_log(ev: Event) -> dict[str, Any]:

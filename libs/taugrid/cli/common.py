@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
-from taugrid.core.errors import ConfigError, NotFound, PermanentError, TauError, TemporaryError
+from taugrid.core.errors import ConfigError, NotFound, PermanentError, PermissionDenied, TauError, TemporaryError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 
 @contextlib.asynccontextmanager
 async def connected() -> AsyncIterator[Client]:
-    """A client of the stack (``TAU_NATS_URL``, else the running stack's ``stack.json``), closed after use."""
+    """A client of the bus (see ``taugrid.client.locate``: env, `tau login`, the running stack), closed after use."""
     from taugrid.client import open_client
 
     client = await open_client(nats_url())
@@ -51,20 +50,15 @@ output_option = click.option(
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau")).expanduser()
+    from taugrid.client.locate import data_dir as located
+
+    return located()
 
 
 def nats_url() -> str:
-    if os.environ.get("TAU_NATS_URL"):
-        return os.environ["TAU_NATS_URL"]
-    state = data_dir() / "stack.json"
-    try:
-        info = json.loads(state.read_text())
-        if info.get("phase") == "ready":
-            return str(info["nats_url"])
-    except (OSError, ValueError, KeyError):
-        pass
-    return "nats://127.0.0.1:4222"
+    from taugrid.client.locate import bus_url
+
+    return bus_url()
 
 
 def color(text: str, fg: str) -> str:
@@ -91,6 +85,8 @@ def run_async(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
             fail(str(err), EXIT_USAGE)
         except NotFound as err:
             fail(str(err), EXIT_NOT_FOUND)
+        except PermissionDenied as err:
+            fail(str(err), EXIT_REJECTED)
         except TemporaryError as err:
             fail(f"{err} (is the stack up? start it with `tau up`, or set TAU_NATS_URL)", EXIT_UNAVAILABLE)
         except PermanentError as err:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import getpass
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,6 +43,7 @@ class CancelRefused(PermanentError):
 class Client:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self._workspaces: dict[str, str] = {}  # run id → workspace, for runs this client submitted
 
     async def close(self) -> None:
         # every publish and KV write already awaited its ack; a drain would wait on subscriptions whose reader
@@ -92,6 +94,7 @@ class Client:
             await self.bus.emit(
                 workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req
             )
+        self._workspaces[run_id] = ws
         return run_id
 
     async def submit_text(
@@ -112,6 +115,7 @@ class Client:
         await self.bus.emit(
             workspace=workspace, run_id=run_id, attempt=1, event_type="submit.requested", payload=req
         )
+        self._workspaces[run_id] = workspace
         return run_id
 
     async def resume(
@@ -128,7 +132,7 @@ class Client:
         if record.reason == "OOMKilled" and not force:
             raise PermanentError(f"run {run_id} was OOMKilled; raise compute.memory_limit, or pass --force")
         original = None
-        async for ev in self.replay(f"run.*.{token(run_id)}.submit.requested"):
+        async for ev in self.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.requested"):
             original = ev.payload(SubmitRequested)
             break
         if original is None:
@@ -149,6 +153,7 @@ class Client:
                 event_type="submit.requested",
                 payload=req,
             )
+        self._workspaces[new_id] = record.workspace
         return new_id
 
     async def cancel(self, run_id: str, *, reason: str = "cancelled by user", wait_s: float = 20.0
@@ -204,6 +209,17 @@ class Client:
                 return record
             await asyncio.sleep(0.1)
 
+    async def workspace_of(self, run_id: str) -> str:
+        """The run's workspace (people may read only their workspaces' subjects, so filters must name it);
+        ``*`` when the run is not known yet, which only a platform admin may read."""
+        if run_id in self._workspaces:
+            return self._workspaces[run_id]
+        record, _ = await runstate.get(self.bus, run_id)
+        if record is None or not record.workspace:
+            return "*"
+        self._workspaces[run_id] = record.workspace
+        return record.workspace
+
     async def list(self) -> list[RunRecord]:
         return sorted(await runstate.list_records(self.bus), key=lambda r: r.created)
 
@@ -218,11 +234,17 @@ class Client:
     ) -> AsyncIterator[Event]:
         """Events on ``subject`` in stream order; with ``follow``, keep going with live ones."""
         cfg = ConsumerConfig(
+            # Named, so the create request's subject carries the filter and the server's permissions can
+            # confine it to the caller's workspaces.
+            name=f"tau-{secrets.token_hex(8)}",
             deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
             opt_start_time=since.isoformat() if since else None,
+            inactive_threshold=60.0,
         )
         try:
-            sub = await self.bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
+            sub = await self.bus.guarded(
+                self.bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
+            )
         except nats.js.errors.NotFoundError:
             return
         try:
@@ -247,14 +269,15 @@ class Client:
     async def events(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False
     ) -> AsyncIterator[Event]:
-        subject = f"run.*.{token(run_id)}.>" if run_id else "run.>"
+        subject = f"run.{token(await self.workspace_of(run_id))}.{token(run_id)}.>" if run_id else "run.>"
         async for ev in self.replay(subject, since=since, follow=follow):
             yield ev
 
     async def follow(self, run_id: str) -> AsyncIterator[Event]:
         """Every event of a run from the start until its evidence is sealed (or it ends without one)."""
         terminal_seen = False
-        async for ev in self.replay(f"run.*.{token(run_id)}.>", follow=True):
+        ws = token(await self.workspace_of(run_id))
+        async for ev in self.replay(f"run.{ws}.{token(run_id)}.>", follow=True):
             yield ev
             if ev.type == "evidence.sealed":
                 return
@@ -351,16 +374,21 @@ def _user() -> str:
 
 
 async def open_client(
-    url: str | None = None, *, connect_timeout: float = 5.0, max_reconnect_attempts: int = 3
+    url: str | None = None, *, creds: Path | str | None = None, connect_timeout: float = 5.0,
+    max_reconnect_attempts: int = 3,
 ) -> Client:
-    """A client that signs its submissions and cancels with this person's nkey (``identity.load_user_seed``).
-    Its connection is quiet: a failure to connect is one ``TemporaryError``, not a warning per attempt."""
+    """A client of the bus at ``url`` with ``creds`` (by default, found as ``taugrid.client.locate`` says). It
+    signs submissions and cancels with the same person's nkey (else ``identity.load_user_seed``). Its connection
+    is quiet: a failure to connect is one ``TemporaryError``, not a warning per attempt."""
+    from taugrid.client import locate
+
     tracing.setup("client")
+    where = url or locate.bus_url()
     bus = await connect(
-        url, name="client", connect_timeout=connect_timeout, max_reconnect_attempts=max_reconnect_attempts,
-        quiet=True,
+        where, name="client", connect_timeout=connect_timeout, max_reconnect_attempts=max_reconnect_attempts,
+        quiet=True, creds=creds or locate.bus_creds(where),
     )
-    bus.seed = identity.load_user_seed()
+    bus.seed = bus.identity.seed.encode() if bus.identity and bus.identity.seed else identity.load_user_seed()
     return Client(bus)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 
 from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
 from taugrid.config.source import Lines, make_issue, suggest
+from taugrid.core.identity import is_user_public_key
 
 Issues = list[dict[str, object]]
 Add = Callable[..., None]
@@ -32,11 +33,14 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     ):
         _unique(add, section, [item.name for item in getattr(platform, section)])
     _unique(add, "local_queues", [f"{q.namespace}/{q.name}" for q in platform.local_queues])
+    _unique(add, "users", [u.name for u in platform.users])
+    _unique(add, "groups", [g.name for g in platform.groups])
     _cohorts(platform, add)
     _cluster_queues(platform, add)
     _local_queues(platform, add)
     _profiles(platform, add)
     _workspaces(platform, add)
+    _people(platform, add)
     return issues
 
 
@@ -210,3 +214,40 @@ def _workspaces(platform: Platform, add: Add) -> None:
                     )
         if not ws.output_root.startswith("/"):
             add((*base, "output_root"), f"{ws.output_root!r} is not an absolute path", "use an absolute path")
+
+
+def _people(platform: Platform, add: Add) -> None:
+    """Users' keys and groups, and every workspace's members, admins and priority classes."""
+    users = {u.name for u in platform.users}
+    groups = {g.name for g in platform.groups}
+    keys: dict[str, str] = {}
+    for i, user in enumerate(platform.users):
+        if not is_user_public_key(user.nkey):
+            add(("users", i, "nkey"), f"{user.nkey[:12]!r}… is not a public user nkey",
+                "paste the public key printed by `tau admin user add` (56 characters starting with U)")
+        elif user.nkey in keys:
+            add(("users", i, "nkey"), f"the same key as user {keys[user.nkey]!r}", "give each person their own key")
+        keys.setdefault(user.nkey, user.name)
+        if user.name in groups:
+            add(("users", i, "name"), f"{user.name!r} is also a group name", "rename the user or the group")
+        for g, group in enumerate(user.groups):
+            if group not in groups:
+                _missing(add, ("users", i, "groups", g), "group", group, groups)
+    priorities = {p.name for p in platform.priority_classes}
+    for i, ws in enumerate(platform.workspaces):
+        for key in ("members", "admins"):
+            for m, name in enumerate(getattr(ws, key)):
+                if name in users or name in groups:
+                    continue
+                if not platform.users:
+                    add(("workspaces", i, key, m), f"{name!r} names a person but the platform has no users",
+                        "declare users (tau admin user add NAME) or remove the member list")
+                else:
+                    _missing(add, ("workspaces", i, key, m), "user or group", name, users | groups)
+        for p, name in enumerate(ws.allowed_priority_classes):
+            if name not in priorities:
+                _missing(add, ("workspaces", i, "allowed_priority_classes", p), "priority class", name, priorities)
+        if (ws.default_priority is not None and ws.allowed_priority_classes
+                and ws.default_priority not in ws.allowed_priority_classes):
+            add(("workspaces", i, "default_priority"), f"{ws.default_priority!r} is not in allowed_priority_classes",
+                "add it to allowed_priority_classes or pick an allowed one")

@@ -37,3 +37,7 @@ class NotFound(TauError):
 
 class BackendError(TauError):
     """A backend (Kubernetes, local cluster) refused or failed an operation."""
+
+
+class PermissionDenied(PermanentError):
+    """The bus (or a service) refused an action this identity is not allowed to take. Never retried."""

@@ -9,6 +9,7 @@ for messages that are still to come.
 from __future__ import annotations
 
 import contextlib
+import secrets
 
 import nats
 from nats.aio.msg import Msg
@@ -23,6 +24,9 @@ _BATCH = 256
 async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -> list[Msg]:
     """All messages of ``stream`` matching ``subject`` (oldest first), at most ``limit``."""
     config = ConsumerConfig(
+        # Named, so the create request's subject carries the filter (people's permissions allow only their
+        # workspaces' filters).
+        name=f"replay-{secrets.token_hex(8)}",
         ack_policy=AckPolicy.NONE,
         deliver_policy=DeliverPolicy.ALL,
         mem_storage=True,
@@ -30,7 +34,7 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
         filter_subject=subject,
     )
     try:
-        psub = await bus.js.pull_subscribe(subject, stream=stream, config=config)
+        psub = await bus.guarded(bus.js.pull_subscribe(subject, stream=stream, config=config))
     except nats.js.errors.NotFoundError as exc:
         raise TemporaryError(f"stream {stream} not found (is the bus bootstrapped?)", delay=2.0) from exc
     except (nats.errors.TimeoutError, nats.errors.Error) as exc:

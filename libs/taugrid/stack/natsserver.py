@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -37,8 +38,12 @@ def wait_port(port: int, *, timeout: float = 15.0) -> None:
 
 
 def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = None,
-          max_store: str = "8G") -> tuple[subprocess.Popen[bytes], int]:
-    """Start nats-server bound to loopback; returns the process and its client port."""
+          max_store: str = "8G", auth_conf: Path | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start nats-server bound to loopback; returns the process and its client port.
+
+    With ``auth_conf`` (an ``authorization {}`` block, see ``taugrid.bus.permissions``) every connection must
+    authenticate; ``reload`` applies a rewritten file without a restart.
+    """
     port = port or free_port()
     store_dir.mkdir(parents=True, exist_ok=True)
     conf = store_dir / "nats.conf"
@@ -46,6 +51,8 @@ def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = N
         f'listen: "127.0.0.1:{port}"\n'
         f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n  max_file_store: {max_store}\n  max_memory_store: 256M\n}}\n'
         "max_payload: 8MB\n"
+        # include paths are relative to this file
+        + (f'include "{os.path.relpath(auth_conf.resolve(), store_dir.resolve())}"\n' if auth_conf else "")
     )
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen([binary(), "-c", str(conf)], stdout=out, stderr=out,
@@ -56,3 +63,9 @@ def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = N
         proc.kill()
         raise
     return proc, port
+
+
+def reload(proc: subprocess.Popen[bytes]) -> None:
+    """Make nats-server re-read its configuration (new users, removed users, changed permissions). Clients
+    whose credentials no longer pass are disconnected by the server at once."""
+    proc.send_signal(signal.SIGHUP)

@@ -1,6 +1,11 @@
 """The embedded stack's supervisor: a private nats-server, the bus bootstrap, a default platform, and every
 service as its own OS process, each restarted (with backoff) when it dies.
 
+Authentication is always on: every service connects with its own nkey user (least privilege, see
+``taugrid.bus.permissions``), the person who ran ``tau up`` gets platform-admin credentials in
+``creds/user.nk`` (found by the CLI and ``taugrid.client`` through ``stack.json``), and a watcher of the platform KV
+rewrites the server's users and reloads it whenever the platform's people change (``tau admin user add|remove``).
+
 ``python -m taugrid.stack.supervisor --data-dir D [--scale renderer=2]`` runs in the foreground; ``tau up``
 starts it detached and waits for ``D/stack.json`` to say ``ready``. SIGTERM stops services first (so they
 drain), then the server. Replica counts change live through the control file ``D/scale.json``
@@ -17,11 +22,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from taugrid.stack import natsserver, scaling
+from taugrid.stack import auth, natsserver, scaling
 from taugrid.stack.scaling import SERVICES, SINGLETONS
 
 log = logging.getLogger("taugrid.stack")
@@ -49,6 +55,29 @@ class Stack:
     retiring: list[tuple[Proc, float]] = field(default_factory=list)  # (surplus replica, SIGKILL deadline)
     scale_request: int = 0  # the last control-file request applied
     control_mtime: int = 0
+    ids: auth.StackIdentities | None = None
+    platform_revision: int = 0
+
+    @property
+    def auth_conf(self) -> Path:
+        return self.data_dir / "nats" / "auth.conf"
+
+    def apply_people(self, platform_text: str | None, revision: int) -> None:
+        """Rewrite the server's users for this platform revision and reload the server if they changed."""
+        from taugrid.config.platform import load_platform
+        from taugrid.core.errors import ConfigError
+
+        assert self.ids is not None
+        try:
+            platform = load_platform(platform_text, path="platform (KV)") if platform_text else None
+        except ConfigError as exc:  # `tau platform apply` validates; never lock everyone out over a bad revision
+            log.error("platform revision %d is invalid, keeping the previous users: %s", revision, exc)
+            return
+        changed = auth.write_conf(self.auth_conf, auth.render(self.ids, platform))
+        self.platform_revision = revision
+        if changed and self.nats is not None and self.nats.poll() is None:
+            natsserver.reload(self.nats)
+            log.info("bus users updated for platform revision %d; nats-server reloaded", revision)
 
     @property
     def url(self) -> str:
@@ -64,6 +93,8 @@ class Stack:
             "replicas": {svc: sum(1 for p in self.procs if p.service == svc) for svc in SERVICES},
             "retiring": [{"service": p.service, "replica": p.replica, "pid": p.popen.pid}
                          for p, _ in self.retiring if p.popen is not None],
+            "user_creds": str(self.ids.person_creds) if self.ids else None,
+            "platform_revision": self.platform_revision,
             "services": [{"service": p.service, "replica": p.replica,
                           "pid": p.popen.pid if p.popen and p.popen.poll() is None else None,
                           "restarts": p.restarts} for p in self.procs],
@@ -76,8 +107,10 @@ class Stack:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{p.service}-{p.replica}.log", "ab")  # noqa: SIM115 - owned by the child
+        assert self.ids is not None
         env = {**os.environ, "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
-               "TAU_REPLICA": str(p.replica)}
+               "TAU_REPLICA": str(p.replica), "TAU_NATS_CREDS": str(self.ids.service_creds(p.service)),
+               auth.LOCAL_ADMIN_ENV: self.ids.local_admin}
         p.popen = subprocess.Popen([sys.executable, "-m", f"taugrid_services.{p.service}"], stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         p.started = time.time()
@@ -90,14 +123,45 @@ async def _prepare(stack: Stack) -> None:
     from taugrid.bus.platformstore import get_text, put_text
     from taugrid.stack.localuser import ensure_local_user
 
-    bus = await connect(stack.url, name="supervisor")
+    assert stack.ids is not None
+    bus = await connect(stack.url, name="supervisor", creds=stack.ids.bootstrap_creds)
     try:
         await bootstrap(bus)
         await ensure_local_user(bus, stack.data_dir)
         if await get_text(bus) is None:
             await put_text(bus, machine_platform_yaml(stack.data_dir))
+        got = await get_text(bus)
+        stack.apply_people(*(got or (None, 0)))
     finally:
         await bus.close()
+
+
+def _watch_platform(stack: Stack) -> None:
+    """Follow the platform KV (in a thread) and keep the server's users in step with every revision."""
+    import nats
+
+    from taugrid.bus.connection import connect
+    from taugrid.bus.platformstore import KEY
+
+    async def watch() -> None:
+        assert stack.ids is not None
+        while not stack.stopping:
+            try:
+                bus = await connect(stack.url, name="supervisor-users", creds=stack.ids.bootstrap_creds)
+                kv = await bus.kv("platform")
+                watcher = await kv.watch(KEY, include_history=False)
+                while not stack.stopping:
+                    try:
+                        entry = await watcher.updates(timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        continue
+                    if entry is not None and entry.value and int(entry.revision or 0) != stack.platform_revision:
+                        stack.apply_people(entry.value.decode(), int(entry.revision or 0))
+            except Exception as exc:  # noqa: BLE001 - keep following; a restarting server must not stop this
+                log.warning("platform watcher: %r; retrying", exc)
+                await asyncio.sleep(1.0)
+
+    threading.Thread(target=lambda: asyncio.run(watch()), name="platform-users", daemon=True).start()
 
 
 def machine_platform_yaml(data_dir: Path) -> str:
@@ -118,10 +182,15 @@ def machine_platform_yaml(data_dir: Path) -> str:
 
 def run(stack: Stack) -> int:
     stack.data_dir.mkdir(parents=True, exist_ok=True)
+    stack.ids = auth.ensure_identities(stack.data_dir / "creds", SERVICES)
+    if not stack.auth_conf.exists():  # else keep the last users until the platform is read again
+        auth.write_conf(stack.auth_conf, auth.render(stack.ids, None))
     stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
-                                              port=int(os.environ.get("TAU_NATS_PORT", "0")) or None)
+                                              port=int(os.environ.get("TAU_NATS_PORT", "0")) or None,
+                                              auth_conf=stack.auth_conf)
     asyncio.run(_prepare(stack))
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
+    _watch_platform(stack)
     for svc in SERVICES:
         n = 1 if svc in SINGLETONS else max(1, stack.scale.get(svc, 1))
         stack.procs.extend(Proc(svc, i) for i in range(n))
@@ -152,7 +221,7 @@ def run(stack: Stack) -> int:
         if stack.nats.poll() is not None:
             log.error("nats-server exited; restarting it on the same port and store")
             stack.nats, _ = natsserver.start(stack.data_dir / "nats", port=stack.port,
-                                             log_file=stack.data_dir / "nats.log")
+                                             log_file=stack.data_dir / "nats.log", auth_conf=stack.auth_conf)
         if changed:
             stack.write_state("ready")
         time.sleep(0.2)

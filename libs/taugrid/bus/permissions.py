@@ -1,0 +1,257 @@
+"""Who may publish and subscribe to what on the bus: one table, rendered into nats-server's configuration.
+
+Invariants:
+- Everything not allowed is refused by the server (allow lists; deny lists only carve holes out of them).
+- Each service publishes only its own stage's events, binds only its own durables, writes only the KV buckets
+  it owns; only ``policy`` publishes ``run.*.*.policy.*``, only ``recovery`` ``run.*.*.recovery.*``, only the
+  ``renderer`` ``backend.*.apply``; only the bootstrap identity creates or changes streams, consumers and
+  buckets.
+- Every identity receives replies only on its own inbox ``_INBOX.<its public key>.>`` (clients must set that
+  inbox prefix, see ``inbox_prefix``), so nobody can listen to another identity's replies or deliveries.
+  Nobody subscribes to stream subjects directly: streams are read through consumers, whose create subjects
+  name the filter (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``), which is what lets people's
+  permissions confine reads to their workspaces' subjects.
+
+``authorization_conf`` renders the nats-server ``authorization`` block; ``markdown_table`` renders the table
+in docs/architecture.md (a test keeps the doc current).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, STREAMS
+from taugrid.core.ids import token
+
+API = "$JS.API"
+READ_STREAMS = ("RUNS", "AUDIT", "LOGS")  # the streams people read, confined to their workspaces
+PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger")
+
+
+def inbox_prefix(public_key: str) -> str:
+    """The inbox prefix an identity must use; its permissions let it receive only there."""
+    return f"_INBOX.{public_key}"
+
+
+@dataclass(frozen=True)
+class ServiceRole:
+    """One service's grant, in the platform's own terms (turned into subjects by ``service_permissions``)."""
+
+    name: str
+    emits: tuple[str, ...] = ()  # stream subjects it publishes
+    durables: tuple[str, ...] = ()  # the durable consumers it binds (topology.CONSUMERS)
+    kv_writes: tuple[str, ...] = ()  # KV buckets it owns
+    objects: str = "none"  # evidence object store: none | read | write
+    replays: tuple[str, ...] = ()  # streams it reads with short-lived consumers (any subject)
+    why: str = ""
+
+
+SERVICE_ROLES: dict[str, ServiceRole] = {
+    r.name: r
+    for r in [
+        ServiceRole("submitter", ("run.*.*.submit.accepted", "run.*.*.submit.rejected"),
+                    ("submitter", "runstate"), ("submissions", "run_state"), "read",
+                    why="accepts submissions; projects RUNS into run_state"),
+        ServiceRole("policy", ("run.*.*.policy.*",), ("policy",), why="the only source of policy decisions"),
+        ServiceRole("renderer", ("run.*.*.render.*", "run.*.*.exec.cancelled", "backend.*.apply",
+                                 "backend.*.delete"), ("renderer",),
+                    why="the only identity that applies to a backend"),
+        ServiceRole("admission_watcher", ("run.*.*.admission.*", "run.*.*.exec.*"), ("admission-watcher",),
+                    ("bridge",), why="translates watch events into run events"),
+        ServiceRole("recovery", ("run.*.*.recovery.*",), ("recovery",), why="the only source of retries"),
+        ServiceRole("evidence", ("run.*.*.evidence.sealed",), ("evidence",), ("ledger",), "write",
+                    replays=("RUNS", "AUDIT", "LOGS"), why="ledger, sealed bundles"),
+        ServiceRole("health_monitor", ("node.*.condition.>", "node.*.cordon", "node.*.uncordon",
+                                       "node.*.validation", "run.*.*.health.degraded"),
+                    ("health-monitor", "health-actuator"), ("node_state",), why="node health decisions"),
+        ServiceRole("node_agent", ("node.*.sample", "node.*.validation"), why="samples this node"),
+        ServiceRole("local_cluster", ("k8s.local.>", "log.>"), ("local-cluster", "local-cluster-nodes"),
+                    ("local_cluster",), "read", why="the embedded cluster: runs pods, ships their logs"),
+        ServiceRole("kube_bridge", ("k8s.>",), (), ("bridge",), why="mirrors Kubernetes watch events"),
+        ServiceRole("source_fetch", objects="read",
+                    why="the run pod's init container: fetches the source snapshot, nothing else"),
+    ]
+}
+BOOTSTRAP = "bootstrap"
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    deny_publish: tuple[str, ...] = ()
+
+    def as_conf(self) -> dict[str, object]:
+        pub: dict[str, object] = {"allow": list(self.publish)}
+        if self.deny_publish:
+            pub["deny"] = list(self.deny_publish)
+        return {"publish": pub, "subscribe": {"allow": list(self.subscribe)}}
+
+
+@dataclass(frozen=True)
+class Person:
+    """A person as the bus sees them: their key, role and the workspaces they belong to."""
+
+    name: str
+    public_key: str
+    role: str = "researcher"  # researcher | platform-admin
+    workspaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    public_key: str
+    permissions: Permissions | None  # None: everything (the bootstrap identity)
+    comment: str = ""
+
+
+def _kv_read(bucket: str) -> list[str]:
+    stream = f"KV_{bucket}"
+    return [f"{API}.STREAM.INFO.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>",
+            f"{API}.STREAM.MSG.GET.{stream}", f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
+            f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
+
+
+def _objects_read() -> list[str]:
+    stream = f"OBJ_{OBJECT_STORE}"
+    return [f"{API}.STREAM.INFO.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>",
+            f"{API}.STREAM.MSG.GET.{stream}", f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
+            f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
+
+
+def _objects_write() -> list[str]:
+    return [f"$O.{OBJECT_STORE}.>", f"{API}.STREAM.PURGE.OBJ_{OBJECT_STORE}"]
+
+
+def _durable(stream: str, durable: str) -> list[str]:
+    return [f"{API}.CONSUMER.INFO.{stream}.{durable}", f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+            f"$JS.ACK.{stream}.{durable}.>", f"dlq.{stream}.{durable}"]
+
+
+def _common(public_key: str) -> tuple[list[str], list[str]]:
+    """What every identity needs: account info, stream metadata, flow control, its own inbox."""
+    return ([f"{API}.INFO", f"{API}.STREAM.INFO.*", f"{API}.STREAM.NAMES", "$JS.FC.>"],
+            [f"{inbox_prefix(public_key)}.>"])
+
+
+def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
+    pub, sub = _common(public_key)
+    pub += list(role.emits)
+    for durable in role.durables:
+        pub += _durable(CONSUMERS[durable].stream, durable)
+    for stream in role.replays:
+        pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>", f"{API}.CONSUMER.INFO.{stream}.*",
+                f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",
+                f"{API}.STREAM.MSG.GET.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>"]
+    if role.name != "source_fetch":
+        for bucket in KV_BUCKETS:
+            pub += _kv_read(bucket)
+    pub += [f"$KV.{bucket}.>" for bucket in role.kv_writes]
+    if role.objects in ("read", "write"):
+        pub += _objects_read()
+    if role.objects == "write":
+        pub += _objects_write()
+    return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub),
+                       deny_publish=_deny_durable_deletes() if role.replays else ())
+
+
+def _deny_durable_deletes() -> tuple[str, ...]:
+    """Short-lived consumers may be deleted by whoever made them; the services' durables never."""
+    return tuple(f"{API}.CONSUMER.DELETE.{spec.stream}.{spec.durable}" for spec in CONSUMERS.values())
+
+
+def person_permissions(person: Person) -> Permissions:
+    """A researcher submits and cancels only in their workspaces and reads only their workspaces' events and
+    logs; a platform admin does this everywhere and may also apply the platform (the ``platform`` KV)."""
+    pub, sub = _common(person.public_key)
+    admin = person.role == "platform-admin"
+    spaces = ["*"] if admin else [token(ws) for ws in person.workspaces]
+    for ws in spaces:
+        pub += [f"run.{ws}.*.submit.requested", f"run.{ws}.*.cancel.requested"]
+        for stream in READ_STREAMS:
+            prefix = "log" if stream == "LOGS" else "run"
+            pub.append(f"{API}.CONSUMER.CREATE.{stream}.*.{prefix}.{ws}.>")
+    if admin:  # all events of every workspace (`tau events` with no filter)
+        pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>" for stream in READ_STREAMS]
+        pub.append("$KV.platform.>")
+    for stream in READ_STREAMS:
+        pub += [f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
+                f"{API}.CONSUMER.DELETE.{stream}.*"]
+    for bucket in PEOPLE_KV_READ:
+        pub += _kv_read(bucket)
+    pub += _objects_read()
+    pub += [f"$O.{OBJECT_STORE}.C.>", f"$O.{OBJECT_STORE}.M.>"]  # source snapshots (puts only, never purge)
+    return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
+
+
+def accounts(*, bootstrap_key: str, service_keys: dict[str, str], people: Iterable[Person]) -> list[Account]:
+    """Every identity the server admits: bootstrap, each service that has a key, each person."""
+    out = [Account(BOOTSTRAP, bootstrap_key, None, "provisions streams, consumers, buckets")]
+    for name, key in sorted(service_keys.items()):
+        if name not in SERVICE_ROLES:
+            raise KeyError(f"no permission table entry for service {name!r}")
+        out.append(Account(name, key, service_permissions(SERVICE_ROLES[name], key), f"service {name}"))
+    for person in people:
+        out.append(Account(person.name, person.public_key, person_permissions(person),
+                           f"{person.role} {person.name}"))
+    return out
+
+
+def authorization_conf(accounts_: Sequence[Account]) -> str:
+    """The nats-server ``authorization { users = [...] }`` block for these identities."""
+    lines = ["# generated by taugrid.bus.permissions; do not edit (regenerated on every change of users)",
+             "authorization {", "  users = ["]
+    for acc in accounts_:
+        entry: dict[str, object] = {"nkey": acc.public_key}
+        if acc.permissions is not None:
+            entry["permissions"] = acc.permissions.as_conf()
+        lines.append(f"    # {acc.comment or acc.name}")
+        lines.append(f"    {json.dumps(entry)}")
+    lines += ["  ]", "}", ""]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Row:
+    who: str
+    publish: list[str] = field(default_factory=list)
+    why: str = ""
+
+
+def markdown_table() -> str:
+    """The permission table for docs/architecture.md, from the same code that renders the server config."""
+    key = "U" + "K" * 55
+    rows = ["| identity | may publish (besides `$JS.API.INFO`, `$JS.API.STREAM.INFO.*`, `$JS.API.STREAM.NAMES`, `$JS.FC.>`) | why |",
+            "|---|---|---|",
+            f"| `{BOOTSTRAP}` | everything (creates/updates streams, consumers, KV buckets, the object store) "
+            "| `tau up`, the chart's bootstrap Job |"]
+    common = set(_common(key)[0])
+    kv_read = {s for b in KV_BUCKETS for s in _kv_read(b)}
+    for role in SERVICE_ROLES.values():
+        perms = service_permissions(role, key)
+        parts = [f"`{s}`" for s in role.emits]
+        parts += [f"durable `{d}`" for d in role.durables]
+        parts += [f"KV put `{b}`" for b in role.kv_writes]
+        if role.objects != "none":
+            parts.append(f"object store {role.objects}")
+        if role.replays:
+            parts.append("replay " + "/".join(role.replays))
+        if any(s in kv_read for s in perms.publish):
+            parts.append("KV read all")
+        assert common <= set(perms.publish)
+        rows.append(f"| `{role.name}` | {', '.join(parts) or '—'} | {role.why} |")
+    rows.append("| researcher | `run.<ws>.*.submit.requested`, `run.<ws>.*.cancel.requested`, consumers filtered to "
+                "`run.<ws>.>` on RUNS/AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
+                f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ)}; object store read and put (source snapshots) "
+                "| people, from `platform.yaml` |")
+    rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
+                "`platform` | `tau platform apply`, `tau admin` |")
+    rows.append("| everyone | subscribe only `_INBOX.<own public key>.>`; never delete a service's durable | |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # python -m taugrid.bus.permissions: the table for docs/architecture.md
+    print(markdown_table(), end="")
