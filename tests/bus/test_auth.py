@@ -230,3 +230,9 @@ def test_the_rendered_config_admits_each_identity_by_key_only(secure_nats):
     assert "password" not in text
     assert not [name for name, i in secure_nats.identities.items() if i.seed in text]  # public keys only
 
+
+
+def test_every_publishing_service_has_credentials_and_a_grant():
+    from taugrid.bus.sources import SERVICE_PUBLISH
+
+    assert {s.replace("-", "_") for s in SERVICE_PUBLISH} <= set(permissions.SERVICE_ROLES)

@@ -25,7 +25,8 @@ def tau(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
                                      ["status"], ["logs"], ["list"], ["cancel"], ["events"], ["queue"],
                                      ["evidence"], ["verify"], ["up"], ["down"], ["platform", "apply"],
                                      ["platform", "render"], ["platform", "show"],
-                                     ["completion"]])
+                                     ["completion"], ["login"], ["whoami"], ["admin"], ["admin", "user"],
+                                     ["admin", "user", "add"], ["admin", "user", "remove"], ["admin", "user", "list"]])
 def test_every_command_has_help(command: list[str]) -> None:
     proc = tau(*command, "--help")
     assert proc.returncode == 0 and "Usage:" in proc.stdout

@@ -22,7 +22,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, STREAMS
+from taugrid.bus.sources import SERVICE_PUBLISH
+from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE
 from taugrid.core.ids import token
 
 API = "$JS.API"
@@ -37,39 +38,41 @@ def inbox_prefix(public_key: str) -> str:
 
 @dataclass(frozen=True)
 class ServiceRole:
-    """One service's grant, in the platform's own terms (turned into subjects by ``service_permissions``)."""
+    """One service's grant, in the platform's own terms (turned into subjects by ``service_permissions``).
+    What it publishes is ``sources.SERVICE_PUBLISH`` (the same table the consumers' ce-source check uses)."""
 
-    name: str
-    emits: tuple[str, ...] = ()  # stream subjects it publishes
+    name: str  # the service's module (taugrid_services.<name>) and its credentials' name
     durables: tuple[str, ...] = ()  # the durable consumers it binds (topology.CONSUMERS)
     kv_writes: tuple[str, ...] = ()  # KV buckets it owns
     objects: str = "none"  # evidence object store: none | read | write
     replays: tuple[str, ...] = ()  # streams it reads with short-lived consumers (any subject)
     why: str = ""
 
+    @property
+    def emits(self) -> tuple[str, ...]:
+        return SERVICE_PUBLISH.get(self.name.replace("_", "-"), ())
+
 
 SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
-        ServiceRole("submitter", ("run.*.*.submit.accepted", "run.*.*.submit.rejected"),
-                    ("submitter", "runstate"), ("submissions", "run_state"), "read",
+        ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), "read",
                     why="accepts submissions; projects RUNS into run_state"),
-        ServiceRole("policy", ("run.*.*.policy.*",), ("policy",), why="the only source of policy decisions"),
-        ServiceRole("renderer", ("run.*.*.render.*", "run.*.*.exec.cancelled", "backend.*.apply",
-                                 "backend.*.delete"), ("renderer",),
-                    why="the only identity that applies to a backend"),
-        ServiceRole("admission_watcher", ("run.*.*.admission.*", "run.*.*.exec.*"), ("admission-watcher",),
-                    ("bridge",), why="translates watch events into run events"),
-        ServiceRole("recovery", ("run.*.*.recovery.*",), ("recovery",), why="the only source of retries"),
-        ServiceRole("evidence", ("run.*.*.evidence.sealed",), ("evidence",), ("ledger",), "write",
-                    replays=("RUNS", "AUDIT", "LOGS"), why="ledger, sealed bundles"),
-        ServiceRole("health_monitor", ("node.*.condition.>", "node.*.cordon", "node.*.uncordon",
-                                       "node.*.validation", "run.*.*.health.degraded"),
-                    ("health-monitor", "health-actuator"), ("node_state",), why="node health decisions"),
-        ServiceRole("node_agent", ("node.*.sample", "node.*.validation"), why="samples this node"),
-        ServiceRole("local_cluster", ("k8s.local.>", "log.>"), ("local-cluster", "local-cluster-nodes"),
-                    ("local_cluster",), "read", why="the embedded cluster: runs pods, ships their logs"),
-        ServiceRole("kube_bridge", ("k8s.>",), (), ("bridge",), why="mirrors Kubernetes watch events"),
+        ServiceRole("policy", ("policy",), why="the only source of policy decisions"),
+        ServiceRole("renderer", ("renderer",), why="the only identity that applies to a backend"),
+        ServiceRole("admission_watcher", ("admission-watcher",), ("bridge",),
+                    why="translates watch events into run events"),
+        ServiceRole("recovery", ("recovery",), why="the only source of retries"),
+        ServiceRole("evidence", ("evidence",), ("ledger",), "write", replays=("RUNS", "AUDIT", "LOGS"),
+                    why="ledger, sealed bundles"),
+        ServiceRole("health_monitor", ("health-monitor", "health-actuator"), ("node_state",),
+                    why="node health decisions"),
+        ServiceRole("node_agent", why="samples this node"),
+        ServiceRole("local_cluster", ("local-cluster", "local-cluster-nodes"), ("local_cluster",), "read",
+                    why="the embedded cluster: runs pods, ships their logs"),
+        ServiceRole("kube_bridge", (), ("bridge", "local_cluster"),
+                    why="mirrors Kubernetes watch events; the queue snapshot for `tau queue`"),
+        ServiceRole("log_shipper", (), ("log_shipper",), why="ships Kubernetes pod logs"),
         ServiceRole("source_fetch", objects="read",
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
     ]

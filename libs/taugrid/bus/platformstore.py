@@ -17,7 +17,8 @@ KEY = "current"
 
 async def put_text(bus: Bus, text: str) -> int:
     kv = await bus.kv("platform")
-    return int(await kv.put(KEY, text.encode()))
+    # only a platform admin may put: a refusal is a PermissionDenied at once, not a timeout
+    return int(await bus.guarded(kv.put(KEY, text.encode())))
 
 
 async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | None:

@@ -7,6 +7,7 @@ import click
 from taugrid import __version__
 from taugrid.cli.completion import completion
 from taugrid.cli.evidence_cmd import evidence, verify
+from taugrid.cli.identity_cmd import admin, login, whoami
 from taugrid.cli.outputs_cmd import outputs
 from taugrid.cli.platform_cmd import platform
 from taugrid.cli.queue_cmd import queue
@@ -23,7 +24,7 @@ def cli() -> None:
 
 for command in (
     up, down, scale, stack_status, run, status, outputs, logs, list_runs, cancel, events, platform, evidence,
-    verify, queue, completion,
+    verify, queue, completion, login, whoami, admin,
 ):
     cli.add_command(command)
 

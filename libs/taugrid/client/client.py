@@ -220,6 +220,11 @@ class Client:
         self._workspaces[run_id] = record.workspace
         return record.workspace
 
+    async def _ws_filter(self, run_id: str) -> str:
+        """The workspace token for a subject filter on ``run_id``'s events (``*`` when unknown)."""
+        ws = await self.workspace_of(run_id)
+        return "*" if ws == "*" else token(ws)
+
     async def list(self) -> list[RunRecord]:
         return sorted(await runstate.list_records(self.bus), key=lambda r: r.created)
 
@@ -269,14 +274,14 @@ class Client:
     async def events(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False
     ) -> AsyncIterator[Event]:
-        subject = f"run.{token(await self.workspace_of(run_id))}.{token(run_id)}.>" if run_id else "run.>"
+        subject = f"run.{await self._ws_filter(run_id)}.{token(run_id)}.>" if run_id else "run.>"
         async for ev in self.replay(subject, since=since, follow=follow):
             yield ev
 
     async def follow(self, run_id: str) -> AsyncIterator[Event]:
         """Every event of a run from the start until its evidence is sealed (or it ends without one)."""
         terminal_seen = False
-        ws = token(await self.workspace_of(run_id))
+        ws = await self._ws_filter(run_id)
         async for ev in self.replay(f"run.{ws}.{token(run_id)}.>", follow=True):
             yield ev
             if ev.type == "evidence.sealed":
@@ -289,7 +294,8 @@ class Client:
     async def console(self, run_id: str, *, linger: float = 1.0) -> AsyncIterator[Event | LogChunk]:
         """The run's events and its script's output (``LogChunk``s), interleaved as they arrive, from the start
         until the run is sealed; output that lands up to ``linger`` seconds after that still comes."""
-        output = self.replay(f"log.*.{token(run_id)}.*", stream="LOGS", follow=True)
+        ws = await self._ws_filter(run_id)
+        output = self.replay(f"log.{ws}.{token(run_id)}.*", stream="LOGS", follow=True)
         async for item in _interleave(self.follow(run_id), output, linger=linger):
             yield item.payload(LogChunk) if item.type.startswith("log") else item
 

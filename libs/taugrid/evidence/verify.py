@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid, canonical_form, from_message, verify_form
 from taugrid.bus.sources import source_problem
@@ -54,8 +55,10 @@ class _Audited(msgspec.Struct, frozen=True):
     order: int
 
 
-async def _audit(bus: Bus, run_id: str) -> tuple[dict[str, _Audited], EvidenceSealed | None, int]:
-    msgs = await replay(bus, stream=AUDIT_STREAM, subject=f"run.*.{token(run_id)}.>")
+async def _audit(bus: Bus, run_id: str, *, workspace: str = "*"
+                 ) -> tuple[dict[str, _Audited], EvidenceSealed | None, int]:
+    # The workspace is named in the filter: people may read only their workspaces' subjects.
+    msgs = await replay(bus, stream=AUDIT_STREAM, subject=f"run.{workspace}.{token(run_id)}.>")
     seen: dict[str, _Audited] = {}
     sealed: EvidenceSealed | None = None
     refused = 0
@@ -167,10 +170,12 @@ async def verify_run(bus: Bus, run_id: str, *, audit_wait_s: float = 2.0) -> Ver
     report.entries, report.ledger_head = len(ledger.entries), ledger.head
     report.problems += lg.verify(ledger)
 
+    record, _ = await runstate.get(bus, run_id)
+    workspace = token(record.workspace) if record is not None and record.workspace else "*"
     # AUDIT is an asynchronous mirror: give it a moment to catch up before calling an event missing.
     deadline = asyncio.get_running_loop().time() + audit_wait_s
     while True:
-        audit, announced, refused = await _audit(bus, run_id)
+        audit, announced, refused = await _audit(bus, run_id, workspace=workspace)
         audit_problems = _check_audit(ledger, audit)
         if not audit_problems or asyncio.get_running_loop().time() >= deadline:
             break

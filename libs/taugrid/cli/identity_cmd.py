@@ -1,0 +1,226 @@
+"""``tau login``, ``tau whoami``, ``tau admin user add|remove|list``: people and their bus credentials.
+
+A person's credentials are one nkey seed file (``bus/creds.py``). ``tau admin user add`` creates the key pair,
+adds the public key to ``platform.yaml`` as a new platform revision (which the server's users follow without a
+restart) and writes the seed file to hand to that person, who stores it with ``tau login``. Removing a user is
+a new revision too; the server then drops their connections and refuses new ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from taugrid.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    connected,
+    data_dir,
+    emit_json,
+    fail,
+    output_option,
+    run_async,
+)
+from taugrid.config.platform import Platform, load_platform
+
+
+@click.command(help="Store credentials for a remote taugrid bus: later commands use this server and key.")
+@click.option("--server", required=True, help="NATS URL of the platform, e.g. tls://taugrid.example.org:4222.")
+@click.option("--creds", "creds_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The credentials file your platform admin gave you (from `tau admin user add`).")
+@click.option("--check/--no-check", default=True, show_default=True, help="Connect once to check the key.")
+@output_option
+def login(server: str, creds_file: Path, check: bool, output: str) -> None:
+    from taugrid.bus import creds
+    from taugrid.client import locate
+    from taugrid.core.errors import PermanentError
+
+    try:
+        identity = creds.load(creds_file)
+    except PermanentError as err:
+        fail(str(err), EXIT_USAGE)
+        return
+    stored = creds.write(locate.data_dir() / "creds" / "login.nk", identity,
+                        comment=f"taugrid credentials for {server} (tau login); keep private")
+    record = {"server": server, "creds": str(stored), "public_key": identity.public_key}
+    if check:
+        _check(server, stored)
+    tmp = locate.login_file().with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.chmod(tmp, 0o600)
+    tmp.replace(locate.login_file())
+    if output == "json":
+        emit_json(record)
+    else:
+        click.echo(f"logged in to {server} as {identity.public_key} (credentials in {stored})")
+
+
+@run_async
+async def _check(server: str, creds_file: Path) -> None:
+    from taugrid.client import open_client
+
+    client = await open_client(server, creds=creds_file)
+    await client.close()
+
+
+@click.command(help="Who the bus knows you as: user, role and workspaces.")
+@output_option
+@run_async
+async def whoami(output: str) -> None:
+    from taugrid.bus import platformstore
+
+    async with connected() as client:
+        me = client.bus.identity
+        got = await client.platform_get()
+        local = await platformstore.get_local_user(client.bus)
+        server = client.bus.nc.connected_url
+    platform = load_platform(got[0]) if got else Platform()
+    key = me.public_key if me else ""
+    info: dict[str, Any] = {"server": server.geturl() if server else None, "public_key": key or None}
+    user = platform.user_by_nkey(key) if key else None
+    if user is not None:
+        info.update(user=user.name, role=user.role, groups=user.groups,
+                    workspaces=platform.workspaces_of(user.name),
+                    admin_of=[w.name for w in platform.workspaces if user.name in platform.workspace_admins(w.name)])
+    elif local is not None and local.nkey == key:
+        info.update(user=local.name, role="platform-admin", groups=[], workspaces=[w.name for w in platform.workspaces],
+                    admin_of=[w.name for w in platform.workspaces], local=True)
+    elif not key:
+        info.update(user=None, role=None, workspaces=[], note="connected without credentials (open bus)")
+    else:
+        info.update(user=None, role=None, workspaces=[], note="this key is not among the platform's users")
+    if output == "json":
+        emit_json(info)
+        return
+    if info.get("user") is None:
+        click.echo(f"{info['note']}; public key {key or '-'} on {info['server']}")
+        return
+    click.echo(f"{info['user']} ({info['role']}{', local stack owner' if info.get('local') else ''}) "
+               f"on {info['server']}")
+    click.echo(f"  workspaces: {', '.join(info['workspaces']) or '-'}")
+    if info["admin_of"]:
+        click.echo(f"  admin of:   {', '.join(info['admin_of'])}")
+    click.echo(f"  public key: {key}")
+
+
+@click.group(help="Platform administration: people and their credentials.")
+def admin() -> None:
+    pass
+
+
+@admin.group(help="Add, remove and list the people allowed on the bus.")
+def user() -> None:
+    pass
+
+
+async def _platform_data(client: Any) -> dict[str, Any]:
+    got = await client.platform_get()
+    if got is None:
+        fail("no platform applied yet: `tau platform apply FILE` first", EXIT_NOT_FOUND)
+    data = yaml.safe_load(got[0]) or {}
+    return data if isinstance(data, dict) else {}
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return "# edited by `tau admin user`\n" + yaml.safe_dump(data, sort_keys=False)
+
+
+@user.command("add", help="Create NAME's key pair, add them to the platform (a new revision) and write their "
+                          "credentials file to hand over.")
+@click.argument("name")
+@click.option("--workspace", "-w", "workspaces", multiple=True, help="Make NAME a member of this workspace "
+              "(repeatable).")
+@click.option("--role", type=click.Choice(["researcher", "platform-admin"]), default="researcher",
+              show_default=True)
+@click.option("--admin-of", "admin_of", multiple=True, help="Make NAME an admin of this workspace (repeatable).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the credentials (default ./NAME.nk, mode 0600).")
+@output_option
+@run_async
+async def add_user(name: str, workspaces: tuple[str, ...], role: str, admin_of: tuple[str, ...], out: Path | None,
+                   output: str) -> None:
+    from taugrid.bus import creds
+
+    out = out or Path(f"{name}.nk")
+    if out.exists():
+        fail(f"{out} exists; choose another --out (credentials are never overwritten)", EXIT_USAGE)
+    identity = creds.new_identity(name)
+    async with connected() as client:
+        data = await _platform_data(client)
+        users = data.setdefault("users", [])
+        if any(isinstance(u, dict) and u.get("name") == name for u in users):
+            fail(f"user {name!r} already exists; remove them first to issue a new key", EXIT_USAGE)
+        users.append({"name": name, "nkey": identity.public_key, "role": role})
+        known = {w.get("name"): w for w in data.get("workspaces", []) if isinstance(w, dict)}
+        for key, wanted in (("members", workspaces), ("admins", admin_of)):
+            for ws in wanted:
+                if ws not in known:
+                    fail(f"no workspace {ws!r}; use one of: {', '.join(sorted(map(str, known))) or '(none)'}",
+                         EXIT_NOT_FOUND)
+                known[ws].setdefault(key, []).append(name)
+        text = _dump(data)
+        load_platform(text, path="platform (tau admin user add)")  # refuses an invalid result with the fix
+        revision = await client.platform_apply(text, path="platform (tau admin user add)")
+    creds.write(out, identity, comment=f"taugrid credentials for {name}; give them only to {name}; "
+                                       "use with `tau login --server URL --creds FILE`")
+    result = {"user": name, "public_key": identity.public_key, "role": role, "workspaces": list(workspaces),
+              "creds": str(out), "revision": revision}
+    if output == "json":
+        emit_json(result)
+    else:
+        click.echo(f"user {name} added (platform revision {revision}); credentials in {out} (hand them over "
+                   "privately; they log in with `tau login --server URL --creds FILE`)")
+
+
+@user.command("remove", help="Remove NAME from the platform (a new revision): their connections are closed and "
+                             "their key refused at once.")
+@click.argument("name")
+@output_option
+@run_async
+async def remove_user(name: str, output: str) -> None:
+    async with connected() as client:
+        data = await _platform_data(client)
+        users = data.get("users") or []
+        kept = [u for u in users if not (isinstance(u, dict) and u.get("name") == name)]
+        if len(kept) == len(users):
+            fail(f"no user {name!r} (see `tau admin user list`)", EXIT_NOT_FOUND)
+        data["users"] = kept
+        for ws in data.get("workspaces", []):
+            for key in ("members", "admins"):
+                if isinstance(ws, dict) and name in (ws.get(key) or []):
+                    ws[key] = [m for m in ws[key] if m != name]
+        text = _dump(data)
+        load_platform(text, path="platform (tau admin user remove)")
+        revision = await client.platform_apply(text, path="platform (tau admin user remove)")
+    if output == "json":
+        emit_json({"user": name, "removed": True, "revision": revision})
+    else:
+        click.echo(f"user {name} removed (platform revision {revision})")
+
+
+@user.command("list", help="The platform's users with role, groups and workspaces.")
+@output_option
+@run_async
+async def list_users(output: str) -> None:
+    async with connected() as client:
+        got = await client.platform_get()
+    platform = load_platform(got[0]) if got else Platform()
+    rows = [{"user": u.name, "role": u.role, "groups": u.groups, "workspaces": platform.workspaces_of(u.name),
+             "public_key": u.nkey} for u in platform.users]
+    if output == "json":
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no users: single-user mode (only the person who ran `tau up`)")
+        return
+    click.echo(f"{'USER':<16} {'ROLE':<15} {'WORKSPACES':<30} PUBLIC KEY")
+    for r in rows:
+        click.echo(f"{r['user']:<16} {r['role']:<15} {','.join(r['workspaces']) or '-':<30} {r['public_key']}")
+
+
+__all__ = ["admin", "login", "whoami"]

@@ -1,0 +1,47 @@
+"""People on the embedded stack: `tau admin user add` admits a colleague at once (the supervisor follows the
+platform and reloads nats-server), `tau admin user remove` refuses them at once; nothing restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tests.e2e.conftest import TAU, Stack
+
+
+def _as(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAU_")}
+    return subprocess.run([*TAU, *args], env={**env, "TAU_DATA_DIR": str(data_dir)}, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _until(check, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while True:
+        result = check()
+        if result or time.time() > deadline:
+            return result
+        time.sleep(0.3)
+
+
+def test_a_colleague_is_admitted_and_revoked_without_restarts(stack: Stack, tmp_path: Path) -> None:
+    pids = {s["service"]: s["pid"] for s in stack.state()["services"]}
+    me = stack.json("whoami")
+    assert me["role"] == "platform-admin" and me.get("local") is True
+    added = stack.tau("admin", "user", "add", "gwen", "--workspace", "default", "--out", str(tmp_path / "gwen.nk"),
+                      "--output", "json", check=True)
+    assert json.loads(added.stdout)["workspaces"] == ["default"]
+    home = tmp_path / "gwen-home"
+    assert _as(home, "login", "--server", stack.state()["nats_url"], "--creds", str(tmp_path / "gwen.nk"),
+               "--no-check").returncode == 0
+    who = _until(lambda: (p := _as(home, "whoami", "--output", "json")).returncode == 0 and json.loads(p.stdout))
+    assert who and (who["user"], who["role"], who["workspaces"]) == ("gwen", "researcher", ["default"])
+    assert _as(home, "platform", "apply", str(stack.data_dir / "platform.yaml")).returncode == 5
+
+    stack.tau("admin", "user", "remove", "gwen", check=True)
+    refused = _until(lambda: (p := _as(home, "whoami")).returncode == 5 and p)
+    assert refused and "authorization violation" in refused.stderr
+    assert {s["service"]: s["pid"] for s in stack.state()["services"]} == pids  # no service restarted
