@@ -136,7 +136,7 @@ def _dump(data: dict[str, Any]) -> str:
 @click.option("--workspace", "-w", "workspaces", multiple=True, help="Make NAME a member of this workspace "
               "(repeatable).")
 @click.option("--role", type=click.Choice(["researcher", "platform-admin"]), default="researcher",
-              show_default=True)
+              show_default=True, help="platform-admin may also apply the platform and manage users.")
 @click.option("--admin-of", "admin_of", multiple=True, help="Make NAME an admin of this workspace (repeatable).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the credentials (default ./NAME.nk, mode 0600).")
