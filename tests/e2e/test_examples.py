@@ -43,9 +43,12 @@ def test_sweep_submits_one_run_per_value_and_tabulates_them(stack: Stack) -> Non
 def test_ray_example_runs_or_says_ray_is_missing(stack: Stack) -> None:
     proc = stack.tau("run", str(REPO / "examples" / "ray"), "--follow", timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    logs = stack.tau("logs", proc.stdout.splitlines()[0].strip(), check=True).stdout
+    run_id = proc.stdout.splitlines()[0].strip()
+    logs = stack.tau("logs", run_id, check=True).stdout
     if importlib.util.find_spec("ray") is None:
-        assert f"skipped: Ray is not installed in {sys.executable}; pip install ray, then run this again" in logs
+        # the run uses the submitter's interpreter (here the first python3 on PATH), named by the example itself
+        assert "skipped: Ray is not installed in " in logs and "; pip install ray, then run this again" in logs
+        assert stack.json("status", run_id)["environment"]["source"] in ("PATH", "VIRTUAL_ENV", "TAU_PYTHON")
     else:
         assert "done: sum of squares 0..9 = 285" in logs
 

@@ -51,7 +51,7 @@ def test_files_written_to_the_scratch_working_directory_are_called_out(stack: St
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = proc.stdout.splitlines()[0].strip()
     stack.wait_sealed(run_id)
-    work = stack.data_dir / "pods" / f"{run_id}-a1-pod" / "work"
+    work = stack.data_dir / "pods" / f"{run_id}-a1-pod" / "volumes" / "tau-source"  # the source volume
     out_dir = stack.data_dir / "outputs" / "default" / run_id
     warning = (
         f"wrote 1 file(s) under the run's working directory, which is scratch ({work}): model.pt; "

