@@ -13,6 +13,7 @@ retrying cannot fix) → ``PermanentError`` carrying the server's message; 429/5
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import AsyncIterator, Mapping
@@ -268,16 +269,19 @@ class KubeApi:
             raise TemporaryError(f"{what}: the API answered with non-JSON ({data[:200]!r})") from exc
         return result
 
-    async def stream(
-        self, path: str, *, what: str, query: Mapping[str, Any], read_timeout_s: float
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Yield the JSON lines of a watch. Ends when the server closes it; a broken stream → TemporaryError."""
+    async def _lines(
+        self, path: str, *, what: str, query: Mapping[str, Any], accept: str, kind: str, read_timeout_s: float
+    ) -> AsyncIterator[bytes]:
+        """Yield the lines (without their newline) of a streaming GET until the server closes it.
+
+        Both the watch and the pod log API stream this way; a refused request → the error for its status,
+        a broken stream → ``TemporaryError`` naming ``kind`` ("watch", "log")."""
         try:
             response = await self.api_client.call_api(
                 path,
                 "GET",
                 query_params=list(query.items()),
-                header_params={"Accept": "application/json"},
+                header_params={"Accept": accept},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout_s),
@@ -289,24 +293,36 @@ class KubeApi:
         try:
             if not 200 <= response.status <= 299:
                 data = await response.read()
-                raise error_for(
-                    response.status, status_message(data), what=what, headers=dict(response.headers)
-                )
+                raise error_for(response.status, status_message(data), what=what, headers=dict(response.headers))
             buffer = b""
             async for chunk in response.content.iter_any():
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
-                    if line.strip():
-                        yield json.loads(line)
-            if buffer.strip():
-                yield json.loads(buffer)
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-            raise TemporaryError(
-                f"{what}: watch stream broke ({type(exc).__name__}: {exc})", delay=0.5
-            ) from exc
+                    yield line
+            if buffer:
+                yield buffer
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise TemporaryError(f"{what}: {kind} stream broke ({type(exc).__name__}: {exc})", delay=0.5) from exc
         finally:
             response.release()
+
+    async def stream(
+        self, path: str, *, what: str, query: Mapping[str, Any], read_timeout_s: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield the JSON lines of a watch. Ends when the server closes it; a broken stream → TemporaryError."""
+        # aclosing: a consumer that stops early releases the response now, not when the generator is collected.
+        lines = self._lines(
+            path, what=what, query=query, accept="application/json", kind="watch", read_timeout_s=read_timeout_s
+        )
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line)
+                except ValueError as exc:
+                    raise TemporaryError(f"{what}: watch stream broke (ValueError: {exc})", delay=0.5) from exc
 
     async def log_lines(
         self,
@@ -329,33 +345,8 @@ class KubeApi:
         if since_time:
             query["sinceTime"] = since_time
         what = f"logs of {namespace}/{pod}/{container}"
-        try:
-            response = await self.api_client.call_api(
-                f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
-                "GET",
-                query_params=list(query.items()),
-                header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout_s),
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            raise translate_exception(exc, what=what) from exc
-        try:
-            if not 200 <= response.status <= 299:
-                data = await response.read()
-                raise error_for(response.status, status_message(data), what=what, headers=dict(response.headers))
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", "replace").removesuffix("\r")
-            if buffer:
-                yield buffer.decode("utf-8", "replace")
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise TemporaryError(f"{what}: log stream broke ({type(exc).__name__}: {exc})", delay=0.5) from exc
-        finally:
-            response.release()
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        lines = self._lines(path, what=what, query=query, accept="*/*", kind="log", read_timeout_s=read_timeout_s)
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                yield line.decode("utf-8", "replace").removesuffix("\r")
