@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 import nats
-from taugrid.bus import runstate
+from taugrid.bus import ratelimit, runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
@@ -24,6 +24,7 @@ from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError
 from taugrid.core.ids import token
+from taugrid.core.limits import DEFAULT_SUBMISSIONS_PER_MINUTE, SUBMISSION_MAX_BYTES, size_text
 
 
 @functools.lru_cache(maxsize=256)
@@ -41,6 +42,15 @@ class Submitter:
         self.signers = Signers(bus)
 
     async def on_requested(self, ev: Event) -> None:
+        if len(ev.data) > SUBMISSION_MAX_BYTES:
+            # refused before decoding: the rejection is small whatever was sent, so the run never sticks in
+            # `submitted` on a derived event the server would refuse
+            await self._reject(ev, [Issue(
+                field="config_text",
+                message=f"the submission is {len(ev.data)} bytes; the limit is {size_text(SUBMISSION_MAX_BYTES)}",
+                fix="keep large data out of tau.yaml: ship it in the project folder or as a file the run reads",
+            )])
+            return
         try:
             req = ev.payload(SubmitRequested)
         except (
@@ -76,6 +86,17 @@ class Submitter:
             record, _ = await runstate.get(self.bus, ev.subject)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on
+        else:
+            limit = await self._rate_limit(workspace)
+            if not await ratelimit.admit(self.bus, workspace, per_minute=limit):
+                await self._reject(ev, [Issue(
+                    field="workspace",
+                    message=f"workspace {workspace!r} accepts at most {limit} new submissions per minute; "
+                            "this one is over the limit",
+                    fix="submit again in a minute, or ask a platform admin to raise "
+                        "workspaces[].submissions_per_minute in platform.yaml",
+                )], user=user)
+                return
         try:
             config, digest = parsed(req.config_text, req.config_path)
         except ConfigError as err:
@@ -104,6 +125,13 @@ class Submitter:
                 signature=ev.signature,
             ),
         )
+
+    async def _rate_limit(self, workspace: str) -> int:
+        platform = await self.signers.platform()
+        ws = platform.workspace(workspace) if platform is not None else None
+        if ws is None or ws.submissions_per_minute is None:
+            return DEFAULT_SUBMISSIONS_PER_MINUTE
+        return ws.submissions_per_minute
 
     async def _reject(self, ev: Event, reasons: list[Issue], message: str = "", user: str = "") -> None:
         """``user`` is the verified submitter when the signature checked out, else empty."""

@@ -28,14 +28,19 @@ from nats.js.object_store import ObjectStore
 from taugrid.bus import creds as credentials
 from taugrid.bus import identity, tracing
 from taugrid.bus.envelope import SIGNED_TYPES, Event, headers_for, sign_headers
-from taugrid.core.errors import PermissionDenied, TemporaryError
+from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import message_id, run_subject
+from taugrid.core.limits import EVENT_MAX_BYTES, size_text
 
 log = logging.getLogger("taugrid.bus")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 T = TypeVar("T")
 _VIOLATION = re.compile(r'Permissions Violation for (Publish|Subscription) to "?([^"\s]+)"?', re.IGNORECASE)
+
+
+class PayloadTooLarge(PermanentError):
+    """An event over ``EVENT_MAX_BYTES``: refused before it reaches the server, with its size and the limit."""
 
 
 def default_url() -> str:
@@ -105,6 +110,11 @@ class Bus:
         """Publish one CloudEvent into a stream and return its stream sequence. A person's request
         (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one."""
         data = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
+        if len(data) > EVENT_MAX_BYTES:
+            raise PayloadTooLarge(
+                f"{event_type} for {ce_subject} is {len(data)} bytes; events are limited to "
+                f"{size_text(EVENT_MAX_BYTES)} (the server's max_payload is 8 MB)"
+            )
         headers = headers_for(
             event_id=msg_id, event_type=event_type, source=f"/svc/{self.source}", subject=ce_subject,
             workspace=workspace, attempt=attempt,

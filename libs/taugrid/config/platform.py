@@ -176,6 +176,10 @@ class Workspace(Strict):
     allowed_priority_classes: list[str] = Field(
         default_factory=list, description="priority class names runs here may use; empty allows every class"
     )
+    submissions_per_minute: int | None = Field(
+        default=None, ge=0,
+        description="new submissions accepted per minute in this workspace (default 120; 0 = unlimited)",
+    )
 
 
 class Platform(Strict):

@@ -4,7 +4,10 @@ Shared by ``tau.yaml`` and ``platform.yaml`` so both speak the same way: each is
 message, fix, file, line}`` (the shape of ``core.contracts.Issue``) and ``str(ConfigError)`` reads
 ``tau.yaml:7: compute.gpuz: unknown key; did you mean 'gpus'?``, one problem per line.
 
-Invariants: YAML is parsed with ``SafeLoader`` only (no arbitrary tags); a field path is dotted with list
+Invariants: YAML is parsed with ``SafeLoader`` only (no arbitrary tags); a document is refused before it is
+parsed when it is over its size limit, and before anything is constructed when its aliases expand to more than
+``YAML_MAX_NODES`` nodes (the composed graph shares aliased nodes, so counting is linear in the text while a
+"billion laughs" would expand exponentially); a field path is dotted with list
 indexes in brackets (``cluster_queues[0].cohort``); the line is that of the key (or list item) named by the
 path, or of its nearest parent that has one.
 """
@@ -20,6 +23,7 @@ import pydantic
 import yaml
 
 from taugrid.core.errors import ConfigError
+from taugrid.core.limits import PLATFORM_YAML_MAX_BYTES, TAU_YAML_MAX_BYTES, YAML_MAX_NODES, size_text
 
 Path = tuple[str | int, ...]
 Lines = dict[Path, int]
@@ -82,13 +86,26 @@ def raise_issues(issues: list[dict[str, object]]) -> None:
 
 def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines]:
     """Parse one YAML mapping and record the line of every key and list item. Raises ``ConfigError``."""
+    limit = _MAX_BYTES.get(what, TAU_YAML_MAX_BYTES)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        _refuse(path, f"the document is {size} bytes; the limit for a {what} is {size_text(limit)}",
+                "keep large data out of the config: ship it in the project folder or as a file the run reads")
     try:
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
+            if node is not None:
+                expanded = _expanded_nodes(node)
+                if expanded > YAML_MAX_NODES:
+                    _refuse(path, f"YAML aliases expand this document to more than {YAML_MAX_NODES} nodes "
+                            f"(at least {expanded}): nested anchors and aliases (a \"billion laughs\") are "
+                            "refused", "write the values out, or use fewer nested anchors (*alias)")
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
+    except RecursionError:
+        _refuse(path, "the document nests too deeply to read", "flatten the nested lists and mappings")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -125,6 +142,49 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
     _walk(node, (), lines, duplicates, path)
     raise_issues(duplicates)
     return {str(k): v for k, v in data.items()}, lines
+
+
+_MAX_BYTES = {"tau.yaml": TAU_YAML_MAX_BYTES, "platform.yaml": PLATFORM_YAML_MAX_BYTES}
+
+
+def _refuse(path: str, message: str, fix: str) -> None:
+    raise ConfigError(
+        f"{path}: {message}",
+        issues=[{"field": "", "message": message, "fix": fix, "file": path, "line": None}],
+    )
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """How many nodes the document holds once every alias is expanded, stopping just past the limit.
+
+    The composer returns an aliased node as the same object each time, so sizes are memoised by identity: the
+    count costs one visit per distinct node, however far the aliases would expand."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if id(node) in on_path:  # a recursive alias (&a [*a]) expands forever
+            return YAML_MAX_NODES + 1
+        on_path.add(id(node))
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                total += size(key_node) + size(value_node)
+                if total > YAML_MAX_NODES:
+                    break
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                total += size(item)
+                if total > YAML_MAX_NODES:
+                    break
+        on_path.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
 
 
 _EXAMPLE = {"tau.yaml": "'name: train' and 'entrypoint: train.py'", "platform.yaml": "'workspaces:'"}

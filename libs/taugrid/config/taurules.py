@@ -12,9 +12,8 @@ from typing import Any
 from taugrid.config.source import make_issue, suggest
 from taugrid.config.taujob import TauConfig
 from taugrid.core.classify import RETRY_ON_VALUES as RETRY_REASONS  # recovery's vocabulary
+from taugrid.core.limits import ENV_TOTAL_MAX, ENV_VALUE_MAX
 
-ENV_VALUE_MAX = 64 * 1024
-ENV_TOTAL_MAX = 128 * 1024
 RAYJOB_NAME_MAX = 47
 TAU_ENV_ALLOWED = frozenset({"TAU_RESUME_FROM", "TAU_RETRY_ATTEMPT", "TAU_RETRY_MAX", "TAU_RETRY_REASON"})
 RAY_ONLY_COMPUTE = (

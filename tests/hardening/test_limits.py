@@ -1,0 +1,134 @@
+"""Input limits: a YAML bomb and oversize documents refused before they cost anything, oversize submissions
+rejected with a reason (never stuck in `submitted`), events bounded below the server's max_payload, and a
+per-workspace submission rate limit."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+
+import msgspec
+import pytest
+from taugrid.bus.connection import PayloadTooLarge
+from taugrid.config.platform import load_platform
+from taugrid.config.taujob import load_tau_config
+from taugrid.core.contracts import Rejected, SubmitRequested
+from taugrid.core.errors import ConfigError
+from taugrid.core.limits import EVENT_MAX_BYTES
+
+from tests.hardening.conftest import Stack
+
+
+def yaml_bomb(levels: int = 7) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]")
+    return "name: bomb\nentrypoint: train.py\nexecution:\n  configs:\n    " + "\n    ".join(lines) + "\n"
+
+
+def test_a_seven_level_yaml_bomb_is_refused_fast_with_bounded_memory() -> None:
+    text = yaml_bomb()
+    assert len(text) < 500
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        load_tau_config(text)
+    elapsed = time.monotonic() - start
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert elapsed < 0.5
+    assert grown_kib < 50 * 1024
+    assert str(err.value).startswith(
+        "tau.yaml: YAML aliases expand this document to more than 20000 nodes (at least "
+    )
+    assert 'a "billion laughs") are refused' in str(err.value)
+    assert err.value.issues[0]["fix"] == "write the values out, or use fewer nested anchors (*alias)"
+
+
+def test_a_few_aliases_still_work() -> None:
+    text = "name: ok\nentrypoint: t.py\nruntime:\n  env: &e {A: '1'}\nexecution:\n  configs: {x: *e}\n"
+    assert load_tau_config(text).execution.configs == {"x": {"A": "1"}}
+
+
+def test_a_recursive_alias_is_refused() -> None:
+    with pytest.raises(ConfigError, match="YAML aliases expand this document to more than 20000 nodes"):
+        load_tau_config("name: r\nentrypoint: t.py\nexecution:\n  configs: &a {x: [*a]}\n")
+
+
+def test_an_oversize_document_is_refused_naming_the_limit() -> None:
+    text = "name: big\nentrypoint: t.py\n# " + "x" * (300 * 1024) + "\n"
+    with pytest.raises(ConfigError) as err:
+        load_tau_config(text)
+    assert str(err.value).splitlines()[0] == (
+        f"tau.yaml: the document is {len(text)} bytes; the limit for a tau.yaml is 256 KiB"
+    )
+    with pytest.raises(ConfigError, match="the limit for a platform.yaml is 1 MiB"):
+        load_platform("workspaces: []\n# " + "x" * (1100 * 1024))
+
+
+def test_a_literal_env_value_over_64_kib_names_the_field() -> None:
+    text = f"name: e\nentrypoint: t.py\nruntime:\n  env:\n    BIG: '{'x' * (64 * 1024 + 1)}'\n"
+    with pytest.raises(ConfigError) as err:
+        load_tau_config(text)
+    assert err.value.issues[0]["field"] == "runtime.env.BIG"
+    assert err.value.issues[0]["message"] == "value is 65537 bytes; the limit is 65536 (64 KiB)"
+
+
+async def test_an_oversize_event_is_refused_before_the_server(stack: Stack) -> None:
+    with pytest.raises(PayloadTooLarge) as err:
+        await stack.admin.publish("run.team-a.x.submit.requested", b"x" * (EVENT_MAX_BYTES + 1),
+                                  event_type="submit.requested", ce_subject="x", msg_id="x")
+    assert str(err.value) == (f"submit.requested for x is {EVENT_MAX_BYTES + 1} bytes; events are limited to "
+                              "2 MiB (the server's max_payload is 8 MB)")
+
+
+async def test_an_oversize_submission_is_rejected_with_its_size(stack: Stack) -> None:
+    text = "name: huge\nentrypoint: t.py\nruntime:\n  env:\n    X: '" + "y" * (900 * 1024) + "'\n"
+    run_id = await stack.client.submit_text(text, workspace="team-a", name="huge")
+    evs = await stack.wait_for(run_id, {"submit.rejected"})
+    assert [e.type for e in evs] == ["submit.requested", "submit.rejected"]
+    size = len(evs[0].data)
+    rejected = evs[1].payload(Rejected)
+    assert (rejected.reasons[0].field, rejected.reasons[0].message) == (
+        "config_text", f"the submission is {size} bytes; the limit is 512 KiB")
+    assert len(evs[1].data) < 1024
+    assert (await stack.client.status(run_id)).state == "rejected"
+
+
+async def test_a_config_over_the_document_limit_is_rejected_not_stuck(stack: Stack) -> None:
+    text = "name: big\nentrypoint: t.py\n# " + "z" * (300 * 1024) + "\n"
+    run_id = await stack.client.submit_text(text, workspace="team-a", name="big")
+    evs = await stack.wait_for(run_id, {"submit.rejected"})
+    rejected = evs[-1].payload(Rejected)
+    assert rejected.reasons[0].message == (
+        f"the document is {len(text)} bytes; the limit for a tau.yaml is 256 KiB")
+    assert (await stack.client.status(run_id)).state == "rejected"
+
+
+async def test_stored_events_grow_by_a_bounded_factor_over_the_submission(stack: Stack) -> None:
+    env = "\n".join(f"    V{i}: '{'q' * 60000}'" for i in range(2))
+    text = f"name: sized\nentrypoint: t.py\nruntime:\n  env:\n{env}\n"
+    run_id = await stack.client.submit_text(text, workspace="team-a", name="sized")
+    evs = await stack.wait_for(run_id, {"policy.approved", "policy.rejected"})
+    submitted = len(evs[0].data)
+    assert evs[0].payload(SubmitRequested).config_text == text
+    for ev in evs[1:]:
+        assert len(ev.data) <= 2 * submitted + 16 * 1024, (ev.type, len(ev.data), submitted)
+
+
+async def test_a_workspace_over_its_submission_rate_is_refused(stack: Stack) -> None:
+    while time.time() % 60 > 45:  # all five in one minute window
+        await asyncio.sleep(1)
+    runs = [await stack.client.submit_text("name: r\nentrypoint: t.py\n", workspace="slow", name="r")
+            for _ in range(5)]
+    outcomes = []
+    for run_id in runs:
+        evs = await stack.wait_for(run_id, {"submit.accepted", "submit.rejected"})
+        outcomes.append(evs[1].type)
+    assert outcomes == ["submit.accepted"] * 3 + ["submit.rejected"] * 2
+    refused = [r for r, o in zip(runs, outcomes, strict=True) if o == "submit.rejected"]
+    evs = await stack.events(refused[0])
+    issue = msgspec.json.decode(evs[1].data, type=Rejected).reasons[0]
+    assert (issue.field, issue.message) == (
+        "workspace", "workspace 'slow' accepts at most 3 new submissions per minute; this one is over the limit")
+    assert "submissions_per_minute" in issue.fix
