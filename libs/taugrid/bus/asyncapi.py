@@ -56,7 +56,7 @@ OTHER_CHANNELS: list[tuple[str, str, dict[str, str], type[msgspec.Struct], str, 
 
 PARAMETERS = {
     "workspace": "the workspace, one subject token ([A-Za-z0-9_-]); `default` when the config names none",
-    "run_id": "`<name>-<6 hex>` where the hex is the first 6 digits of sha256(submission_id); lower-case "
+    "run_id": "`<name>-<16 hex>` where the hex is the first 16 digits of sha256(submission_id); lower-case "
               "letters, digits and dashes",
     "cluster": "the backend's cluster name (`local` on the embedded stack)",
     "node": "the machine's node name",
@@ -189,7 +189,7 @@ SUBMITTING = f"""\
 How to submit and follow a run (what tests/contract/node/submit.mjs does, from this document alone):
 
 1. Choose a `submission_id` (any unique string of subject-safe characters). The run id is
-   `<dns-label of the config's name>-<first 6 hex digits of sha256(submission_id)>`.
+   `<dns-label of the config's name, at most 40 characters>-<first 16 hex digits of sha256(submission_id)>`.
 2. The code: a tar.gz of the project directory (regular files with paths relative to the project root) put
    into the JetStream object store `{OBJECT_STORE}` under the name `sources/<sha256 hex of the tar.gz>.tar.gz`;
    `source_object` is that name and `source_digest` is `sha256:<hex>`. A config

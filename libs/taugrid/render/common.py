@@ -43,14 +43,15 @@ def object_name(run_id: str, attempt: int, *, max_len: int = 63) -> str:
 
     Stable for one run and attempt. A run id starting with a digit gets an ``r`` prefix (Services and
     RayJobs need a leading letter); a name that is too long keeps the attempt suffix and replaces the
-    tail of the run id with 6 hex of its hash, so two long run ids never collide by truncation.
+    tail of the run id with 16 hex of its hash (64 bits, as wide as the run id's own digest), so two long run
+    ids never collide by truncation.
     """
     suffix = f"-a{attempt}"
     base = run_id if run_id[:1].isalpha() else f"r{run_id}"
     if len(base) + len(suffix) <= max_len:
         name = base + suffix
     else:
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:6]
+        digest = hashlib.sha256(run_id.encode()).hexdigest()[:16]
         keep = max_len - len(suffix) - len(digest) - 1
         name = f"{base[:keep].rstrip('-')}-{digest}{suffix}"
     if not _DNS1035.match(name):

@@ -72,13 +72,13 @@ const archive = gzipSync(Buffer.concat(parts));
 const digestHex = createHash("sha256").update(archive).digest("hex");
 const sourceObject = `sources/${digestHex}.tar.gz`;
 
-// The submission: the run id is <dns label of the config's name>-<first 6 hex of sha256(submission_id)>.
+// The submission: the run id is <dns label of the config's name>-<first 16 hex of sha256(submission_id)>.
 const configText = readFileSync(join(project, "tau.yaml"), "utf8");
 const name = (configText.match(/^name:\s*["']?([^"'\s#]+)/m)?.[1] || "run")
   .toLowerCase().replace(/[^a-z0-9-]/g, "-").replace(/-{2,}/g, "-").replace(/^-+|-+$/g, "").slice(0, 40)
   .replace(/-+$/, "") || "run";
 const submissionId = `node${Date.now().toString(16)}${Math.random().toString(16).slice(2, 10)}`;
-const runId = `${name}-${createHash("sha256").update(submissionId).digest("hex").slice(0, 6)}`;
+const runId = `${name}-${createHash("sha256").update(submissionId).digest("hex").slice(0, 16)}`;
 const subject = `run.${workspace}.${runId}.submit.requested`;
 const body = new TextEncoder().encode(JSON.stringify({
   submission_id: submissionId,
