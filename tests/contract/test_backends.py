@@ -22,9 +22,9 @@ through the environment torchrun's agent would set, and a RayJob whose entrypoin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,8 +33,7 @@ from typing import Any
 
 import kmock
 import pytest
-from taugrid.bus import Bus, connect, identity, platformstore, runstate
-from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus import Bus, identity, platformstore, runstate
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.client.client import Client
 from taugrid.kube.apply import KubeBackend
@@ -42,9 +41,7 @@ from taugrid.kube.backend import KubernetesBackend
 from taugrid.kube.client import KubeApi, make_api_client, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
 from taugrid.local.backend import LocalBackend
-from taugrid.local.controller import LocalCluster
 from taugrid.render.source import RenderSettings
-from taugrid.stack import natsserver
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.kube_bridge.bridge import Bridge
 from taugrid_services.log_shipper.shipper import LogShipper
@@ -53,6 +50,7 @@ from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
 
+from tests.inprocess import one_node_cluster, private_server, service_bus
 from tests.kube.cluster import EmulatedCluster
 from tests.kube.conftest import FakeKube, _with_status
 
@@ -148,11 +146,15 @@ class BridgeRunner:
 @pytest.fixture(scope="module", params=["local", "kubernetes"])
 async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                 ) -> AsyncIterator[Stack]:
-    tmp = tmp_path_factory.mktemp(f"contract-{request.param}")
-    proc, port = natsserver.start(tmp / "nats", log_file=tmp / "nats.log")  # private: durables are per server
-    url = f"nats://127.0.0.1:{port}"
-    bus = await connect(url, name=f"contract-{request.param}")
-    await bootstrap(bus)
+    backend: str = request.param
+    tmp = tmp_path_factory.mktemp(f"contract-{backend}")
+    async with private_server(tmp, name=f"contract-{backend}") as (url, bus):
+        async with _running_stack(backend, tmp, url, bus) as stack:
+            yield stack
+
+
+@contextlib.asynccontextmanager
+async def _running_stack(backend: str, tmp: Path, url: str, bus: Bus) -> AsyncIterator[Stack]:
     await platformstore.put_text(bus, PLATFORM.replace("OUTPUTS", str(tmp / "outputs")))
     # The person submitting: the platform lists no users, so the local user's key is the accepted one.
     bus.seed = identity.new_user_seed()
@@ -161,8 +163,7 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     svc: dict[str, Bus] = {}
     for name in ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
                  "kube-bridge", "log-shipper"):
-        svc[name] = await connect(url, name=name)
-        svc[name].user_lookup = runstate.VerifiedUsers(svc[name])
+        svc[name] = await service_bus(url, name)
     loops: list[ConsumerLoop] = []
     tasks: list[asyncio.Task[Any]] = []
     stopping = asyncio.Event()
@@ -178,12 +179,10 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
     consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
     consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
-    stack = Stack(request.param, bus, Client(bus), tmp)
+    stack = Stack(backend, bus, Client(bus), tmp)
     async with kmock.RawHandler() as handler, kmock.Server(handler) as server:
-        if request.param == "local":
-            cluster = LocalCluster(svc["local-cluster"], data_dir=tmp, node="node-1",
-                                   capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0)
-            await cluster.load()
+        if backend == "local":
+            cluster = await one_node_cluster(svc["local-cluster"], tmp)
             consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
                     "renderer")
             consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
@@ -228,12 +227,6 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 await api_client.close()
             for b in svc.values():
                 await b.close()
-            await bus.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 # One result per (scenario, backend), to compare the backends with each other at the end.

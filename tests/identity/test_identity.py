@@ -9,18 +9,18 @@ themselves, beside the subject permissions of an authenticated server.
 from __future__ import annotations
 
 import asyncio
-import subprocess
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from taugrid.local.backend import LocalBackend
 from taugrid.bus import Bus, connect, identity, platformstore, runstate
-from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
 from taugrid.bus.service import Service
 from taugrid.client import CancelRefused, Client
@@ -29,15 +29,14 @@ from taugrid.core.events import message_id, run_subject
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
-from taugrid.stack import natsserver
 from taugrid_services.admission_watcher.__main__ import start as admission_watcher
 from taugrid_services.evidence.__main__ import start as evidence
-from taugrid.local.controller import LocalCluster
 from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.__main__ import start as submitter
 
+from tests.inprocess import one_node_cluster, private_server, service_bus
 from tests.owners import acting_as
 
 PEOPLE = ("alice", "bob", "carol", "root", "owner")  # owner: the stack's local admin, not in `users`
@@ -106,10 +105,13 @@ class Stack:
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp("identity")
-    proc, port = natsserver.start(tmp / "nats", log_file=tmp / "nats.log")  # private: durables are per server
-    url = f"nats://127.0.0.1:{port}"
-    admin = await connect(url, name="bootstrap")
-    await bootstrap(admin)
+    async with private_server(tmp) as (url, admin):
+        async with _running_stack(tmp, url, admin) as st:
+            yield st
+
+
+@contextlib.asynccontextmanager
+async def _running_stack(tmp: Path, url: str, admin: Bus) -> AsyncIterator[Stack]:
     seeds = {p: identity.new_user_seed() for p in PEOPLE}
     text = PLATFORM.replace("OUTPUTS", str(tmp / "outputs"))
     for p in PEOPLE:
@@ -122,8 +124,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     services: list[Service] = []
 
     async def service(name: str) -> Service:
-        b = await connect(url, name=name)
-        b.user_lookup = runstate.VerifiedUsers(b)  # as taugrid.bus.service.run does
+        b = await service_bus(url, name)
         buses.append(b)
         svc = Service(b)
         services.append(svc)
@@ -135,9 +136,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     rsvc = await service("renderer")
     rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
     csvc = await service("local-cluster")
-    cluster = LocalCluster(csvc.bus, data_dir=tmp, node="node-1", capacity={"cpu": 4.0, "memory": float(8 << 30)},
-                           gpu_count=0)
-    await cluster.load()
+    cluster = await one_node_cluster(csvc.bus, tmp)
     csvc.consume("local-cluster", cluster.on_backend)
     csvc.every(0.1, cluster.tick)
     for svc in services:
@@ -162,12 +161,14 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             t.cancel()
         for b in buses:
             await b.close()
-        await admin.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+
+
+async def until_dead_lettered(bus: Bus, reason: str, durables: tuple[str, ...]) -> None:
+    """Wait until each durable has refused an event with exactly this reason."""
+    deadline = time.monotonic() + 10
+    while not all([reason in await dead_letters(bus, d) for d in durables]):
+        assert time.monotonic() < deadline, f"{reason!r} not dead-lettered by all of {durables}"
+        await asyncio.sleep(0.1)
 
 
 async def dead_letters(bus: Bus, durable: str) -> list[str]:
@@ -279,12 +280,7 @@ async def test_a_forged_policy_approved_from_the_wrong_source_is_not_applied(sta
                    payload=PolicyApproved(run=evil))
     reason = (f"refused: ce-source '/svc/client' may not publish run.team-a.{run_id}.policy.approved; "
               "only /svc/policy may")
-    for _ in range(100):
-        if reason in await dead_letters(stack.bus, "renderer"):
-            break
-        await asyncio.sleep(0.1)
-    assert reason in await dead_letters(stack.bus, "renderer")
-    assert reason in await dead_letters(stack.bus, "runstate")  # the record never sees it either
+    await until_dead_lettered(stack.bus, reason, ("renderer", "runstate"))  # the record never sees it either
     await asyncio.sleep(0.5)
     assert [e.type for e in await stack.events(run_id)] == ["policy.approved"]  # nothing acted on it
     assert (await runstate.get(stack.bus, run_id))[0] is None
@@ -309,11 +305,7 @@ async def test_a_forged_retry_for_a_running_run_does_not_restart_it(stack: Stack
                                 run=msgspec.structs.replace(spec, command=["sh", "-c", "echo pwned"])))
     reason = (f"refused recovery.retrying for attempt 2 of {run_id}: the run record shows attempt 1 did not fail "
               "(state running, attempt 1)")
-    for _ in range(100):
-        if reason in await dead_letters(stack.bus, "renderer"):
-            break
-        await asyncio.sleep(0.1)
-    assert reason in await dead_letters(stack.bus, "renderer")
+    await until_dead_lettered(stack.bus, reason, ("renderer",))
     record = await stack.people["alice"].status(run_id)
     assert (record.state, record.attempt) == ("running", 1)
     assert [e.attempt for e in await stack.events(run_id) if e.type == "render.applied"] == [1]

@@ -23,6 +23,8 @@ from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.runtime import Preparing, Ready
 from taugrid.local.state import LocalWorkload
 
+from tests.inprocess import one_node_cluster
+
 PLATFORM = """
 resource_flavors: [{name: default}]
 cluster_queues:
@@ -69,9 +71,7 @@ def run_id() -> str:
 @pytest.fixture
 async def cluster(bus: Bus, tmp_path: Path) -> AsyncIterator[LocalCluster]:
     await platformstore.put_text(bus, PLATFORM)
-    c = LocalCluster(bus, data_dir=tmp_path, node="node-1", capacity={"cpu": 4.0, "memory": float(8 << 30)},
-                     gpu_count=0)
-    await c.load()
+    c = await one_node_cluster(bus, tmp_path)
     yield c
     await c.kubelet.close()
 
