@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import posixpath
 
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
@@ -84,6 +85,10 @@ def resolve_run(
     output_dir = _output_dir(cfg, ws, run_id, issues)
     checkpoint_dir = f"{output_dir}/checkpoints"
     r = cfg.resilience
+    checkpoint_path = (
+        _inside_workspace(r.checkpoint_path, ws, ("resilience", "checkpoint_path"), issues)
+        if r.checkpoint_path else checkpoint_dir
+    )
     if ws.max_retries is not None and r.max_retries > ws.max_retries:
         issues.add(
             ("resilience", "max_retries"),
@@ -126,7 +131,7 @@ def resolve_run(
             retry_on=list(r.retry_on),
             backoff_initial_s=r.backoff_initial,
             backoff_max_s=r.backoff_max,
-            checkpoint_path=r.checkpoint_path or checkpoint_dir,
+            checkpoint_path=checkpoint_path,
             hang_timeout_s=r.hang_timeout,
         ),
         output_dir=output_dir,
@@ -391,15 +396,23 @@ def _output_dir(cfg: TauConfig, ws: Workspace, run_id: str, issues: _Issues) -> 
     root = ws.output_root.rstrip("/") or "/"
     wanted = cfg.storage.output
     if wanted:
-        normal = wanted.rstrip("/")
-        if not normal.startswith(root + "/") or "/../" in normal + "/":
-            issues.add(
-                ("storage", "output"),
-                f"{wanted!r} is outside the output root {root!r} of workspace {ws.name!r}",
-                f"put it under {root}/{ws.name}/ or remove storage.output",
-            )
-        return normal
+        return _inside_workspace(wanted, ws, ("storage", "output"), issues)
     return f"{root}/{ws.name}/{run_id}"
+
+
+def _inside_workspace(wanted: str, ws: Workspace, field: tuple[str, ...], issues: _Issues) -> str:
+    """``wanted`` normalised, when it lies strictly inside ``<output root>/<workspace>/``; else an issue naming
+    ``field`` (a path elsewhere under the root could be another workspace's, or nobody's to write)."""
+    base = posixpath.join(ws.output_root.rstrip("/") or "/", ws.name)
+    normal = posixpath.normpath(wanted) if wanted.startswith("/") else ""
+    if not normal or not normal.startswith(base + "/"):
+        issues.add(
+            field,
+            f"{wanted!r} is outside {base}/, the output directory of workspace {ws.name!r}",
+            f"use an absolute path under {base}/ (e.g. {base}/<name>) or remove {'.'.join(field)}",
+        )
+        return wanted.rstrip("/")
+    return normal
 
 
 def _deadline(cfg: TauConfig, ws: Workspace, issues: _Issues) -> int | None:

@@ -6,7 +6,9 @@ the fix, so a researcher fixes the whole file in one pass.
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 from typing import Any
 
 from taugrid.config.source import make_issue, suggest
@@ -48,6 +50,7 @@ def check_rules(cfg: TauConfig, *, raw: dict[str, Any] | None = None) -> Issues:
     _launcher(cfg, add)
     _gpu_share(cfg, add)
     _misc(cfg, add)
+    _paths(cfg, add)
     return issues
 
 
@@ -308,3 +311,58 @@ def _misc(cfg: TauConfig, add: Any) -> None:
             "the metrics sidecar runs on a single-pod Job or a Ray head only",
             "disable offload for multi-node runs",
         )
+
+
+_INTERPRETERS = frozenset({"python", "python3", "sh", "bash"})
+_ENTRYPOINT_KEYS: tuple[tuple[str, ...], ...] = (
+    ("entrypoint",), ("script",), ("run", "entrypoint"), ("run", "script"), ("run", "main_script"),
+)
+
+
+def _escapes(path: str) -> bool:
+    """Whether a path leaves the directory it is relative to (absolute, or ``..`` past its start)."""
+    if path.startswith(("/", "~")) or "\\" in path:
+        return True
+    normal = posixpath.normpath(path)
+    return normal == ".." or normal.startswith("../")
+
+
+def _program_paths(entrypoint: str) -> list[str]:
+    """The words of an entrypoint that name what runs: the program, and an interpreter's script."""
+    try:
+        words = shlex.split(entrypoint)
+    except ValueError:
+        words = entrypoint.split()
+    if not words:
+        return []
+    named = [words[0]]
+    if posixpath.basename(words[0]) in _INTERPRETERS:
+        script = next((w for w in words[1:] if not w.startswith("-")), None)
+        if script is not None and "-c" not in words[1:] and "-m" not in words[1:]:
+            named.append(script)
+    return [w for w in named if "/" in w or w.startswith("~")]
+
+
+def _paths(cfg: TauConfig, add: Any) -> None:
+    """Entrypoints and working directories stay inside the project snapshot (a source image's own paths are
+    the image's business)."""
+    if cfg.entrypoint and cfg.run.source is None:
+        key = next((k for k in _ENTRYPOINT_KEYS if cfg.written(*k)), ("entrypoint",))
+        for word in _program_paths(cfg.entrypoint):
+            if _escapes(word):
+                add(
+                    key,
+                    f"{word!r} is outside the project snapshot: an entrypoint runs a file of the project "
+                    "(relative to the folder holding tau.yaml) or a command on PATH",
+                    "copy the script into the project folder and name it relatively, e.g. scripts/run.sh",
+                )
+    wd = cfg.runtime.working_dir
+    if wd and cfg.run.source is None:
+        normal = posixpath.normpath(wd)
+        if ".." in wd.replace("\\", "/").split("/") or normal == "/" or "\\" in wd:
+            add(
+                ("runtime", "working_dir"),
+                f"{wd!r} is outside the project snapshot: an absolute runtime.working_dir is where the project "
+                "is mounted, a relative one a directory inside it",
+                "use a directory inside the project (e.g. src) or a mount point such as /workspace; no '..'",
+            )
