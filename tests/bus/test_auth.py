@@ -236,3 +236,28 @@ def test_every_publishing_service_has_credentials_and_a_grant():
     from taugrid.bus.sources import SERVICE_PUBLISH
 
     assert {s.replace("-", "_") for s in SERVICE_PUBLISH} <= set(permissions.SERVICE_ROLES)
+
+
+async def test_a_platform_admin_lists_dead_letters_but_only_the_bootstrap_identity_replays(secure_nats):
+    from taugrid.bus import dlq
+    from taugrid.core.errors import PermissionDenied
+
+    admin = await secure_nats.connect("carol")
+    researcher = await secure_nats.connect("alice")
+    try:
+        boot = await secure_nats.connect("bootstrap")
+        try:
+            await boot.js.publish("dlq.RUNS.nobody", b"{}", headers={"x-dlq-stream-seq": "1",
+                                                                    "x-dlq-subject": "run.vision.r.submit.accepted",
+                                                                    "x-dlq-error": "test"})
+        finally:
+            await boot.close()
+        [letter] = [x for x in await dlq.dead_letters(admin) if x.durable == "nobody"]
+        with pytest.raises(PermissionDenied):
+            await dlq.dead_letters(researcher)
+        with pytest.raises(PermissionDenied) as refused:
+            await dlq.replay(admin, [letter.seq])
+        assert "not allowed by your credentials" in str(refused.value)
+    finally:
+        await admin.close()
+        await researcher.close()

@@ -4,9 +4,9 @@ One durable pull consumer per service; replicas bind to the same durable and the
 one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
 stream order (each waits for the previous one of its key), different runs concurrently. Fetching is pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
-one slow run never holds the others back. Outcome → verb: return → ack; ``PermanentError`` → copy to DLQ, then term;
-``TemporaryError`` → nak with its delay; any other exception → nak with backoff (the server's max-deliver
-advisory then lands in the DLQ stream).
+one slow run never holds the others back. Outcome → verb: return → ack; ``PermanentError`` or a payload that does
+not decode (``msgspec.DecodeError``: it never will) → copy to DLQ, then term; ``TemporaryError`` → nak with its
+delay; any other exception → nak with backoff (the server's max-deliver advisory then lands in the DLQ stream).
 
 Before a handler sees an event, its ``ce-source`` is checked against ``sources.SERVICE_PUBLISH``: an event
 from a service not allowed to publish its subject is dead-lettered with the reason and never handled. While a
@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import nats
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
@@ -131,9 +132,11 @@ class ConsumerLoop:
             with tracing.span(f"process {event.type}", parent=event.traceparent, kind=SpanKind.CONSUMER,
                               attributes=attrs):
                 await self.handler(event)
-        except PermanentError as exc:
-            log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, msg.subject, meta.sequence.stream, exc)
-            await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=str(exc)))
+        except (PermanentError, msgspec.DecodeError) as exc:
+            error = str(exc) if isinstance(exc, PermanentError) else f"undecodable {event.type} payload: {exc}"
+            log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, msg.subject, meta.sequence.stream,
+                      error)
+            await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=error))
             await self._safe(msg.term())
         except TemporaryError as exc:
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,

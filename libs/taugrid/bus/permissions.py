@@ -180,6 +180,8 @@ def person_permissions(person: Person) -> Permissions:
     if admin:  # all events of every workspace (`tau events` with no filter)
         pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>" for stream in READ_STREAMS]
         pub.append("$KV.platform.>")
+        # `tau dlq list`: the dead letters and the subjects of their originals (replay needs the bootstrap identity)
+        pub += [f"{API}.STREAM.MSG.GET.{stream}" for stream in ("DLQ", *READ_STREAMS)]
     for stream in READ_STREAMS:
         pub += [f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
                 f"{API}.CONSUMER.DELETE.{stream}.*"]
@@ -251,7 +253,7 @@ def markdown_table() -> str:
                 f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ)}; object store read and put (source snapshots) "
                 "| people, from `platform.yaml` |")
     rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
-                "`platform` | `tau platform apply`, `tau admin` |")
+                "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")
     rows.append("| everyone | subscribe only `_INBOX.<own public key>.>`; never delete a service's durable | |")
     return "\n".join(rows) + "\n"
 

@@ -6,6 +6,7 @@ import click
 
 from taugrid import __version__
 from taugrid.cli.completion import completion
+from taugrid.cli.dlq_cmd import dlq
 from taugrid.cli.evidence_cmd import evidence, verify
 from taugrid.cli.identity_cmd import admin, login, whoami
 from taugrid.cli.outputs_cmd import outputs
@@ -24,7 +25,7 @@ def cli() -> None:
 
 for command in (
     up, down, scale, stack_status, run, status, outputs, logs, list_runs, cancel, events, platform, evidence,
-    verify, queue, completion, login, whoami, admin,
+    verify, queue, completion, login, whoami, admin, dlq,
 ):
     cli.add_command(command)
 
