@@ -14,7 +14,8 @@ async def start(svc: Service) -> None:
     await cluster.load()
     svc.consume("local-cluster", cluster.on_backend)
     svc.consume("local-cluster-nodes", cluster.on_node)
-    svc.every(0.2, cluster.tick)
+    svc.background(cluster.admission_loop(svc.stopping))  # cycles on new work or freed capacity
+    svc.every(0.2, cluster.housekeep)  # pods to launch and supervise, reasons, the queue snapshot
 
 
 if __name__ == "__main__":

@@ -222,3 +222,42 @@ async def test_a_restarted_controller_readopts_a_running_pod_and_runs_it_once(bu
     kv = await bus.kv(BUCKET)
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await kv.get(f"wl.{name}")
+
+
+async def test_a_submission_on_an_idle_cluster_is_admitted_by_its_wake_up_not_the_safety_timer(
+        cluster: LocalCluster) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.create_task(cluster.admission_loop(stopping, safety_s=3600))  # the timer never fires here
+    await asyncio.sleep(0.05)  # the loop is now waiting for work
+    cycles = cluster.cycles
+    rid = run_id()
+    name = f"{rid}-a1"
+    cluster.simulate = True
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, main(["true"]))]))
+    assert cluster.work.is_set()  # the apply woke the admission loop
+    await asyncio.wait_for(_until(lambda: cluster.wls[name].state == "running"), timeout=10)
+    stopping.set()
+    cluster.wake()
+    await loop
+    assert cluster.cycles - cycles == 2  # one cycle admitted it, the next found nothing more; then it slept
+
+
+async def test_a_burst_on_one_cluster_queue_is_admitted_one_head_per_cycle_back_to_back(
+        cluster: LocalCluster) -> None:
+    cluster.simulate = True
+    names = []
+    for _ in range(5):
+        rid = run_id()
+        names.append(f"{rid}-a1")
+        await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                         manifests=[job(names[-1], main(["true"]))]))
+    cycles = cluster.cycles
+    await cluster.tick()
+    assert [cluster.wls[n].state for n in names] == ["running"] * 5
+    assert cluster.cycles - cycles == 6  # five cycles of one admission each (one ClusterQueue), then an empty one
+
+
+async def _until(check: Any) -> None:
+    while not check():
+        await asyncio.sleep(0.01)

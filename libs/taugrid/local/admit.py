@@ -168,6 +168,10 @@ class LocalAdmitter:
         self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted
 
+    def next_requeue(self) -> float | None:
+        """When a backed-off workload returns to its queue, so the admission loop can wake for it."""
+        return self.engine.next_requeue() if self.engine is not None else None
+
     def pending_all(self) -> dict[str, Pending]:
         """Why every pending workload waits, with its position: one pass per queue (for the control loop)."""
         out: dict[str, Pending] = {}

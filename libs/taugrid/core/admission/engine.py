@@ -337,6 +337,10 @@ class Engine:
     def admission(self, name: str) -> R.Admission | None:
         return self._get(name).admission
 
+    def next_requeue(self) -> float | None:
+        """When the earliest backed-off workload returns to its queue (a cycle then has work), or None."""
+        return self._backoff[0][0] if self._backoff else None
+
     def is_admitted(self, name: str) -> bool:
         ws = self.states.get(name)
         return ws is not None and ws.status == ADMITTED
