@@ -38,7 +38,8 @@ OFFLINE = {"TAU_NATS_URL": "nats://127.0.0.1:1"}
 def test_validate_and_schema() -> None:
     ok = tau("run", "validate", "examples/quickstart/tau.yaml", "--offline", "--output", "json")
     assert ok.returncode == 0 and json.loads(ok.stdout) == {
-        "valid": True, "name": "quickstart", "engine": "job", "platform_revision": None, "warnings": []}
+        "valid": True, "name": "quickstart", "engine": "job", "platform_revision": None,
+        "platform": "machine-default", "warnings": []}
     schema = json.loads(tau("run", "schema").stdout)
     assert schema["additionalProperties"] is False and "resilience" in schema["properties"]
 
@@ -125,10 +126,30 @@ def test_validate_says_when_the_platform_was_not_checked(tmp_path: Path) -> None
     (tmp_path / "tau.yaml").write_text("name: t\nentrypoint: main.py\nresilience: {max_retries: 1}\n")
     proc = tau("run", "validate", str(tmp_path), env=OFFLINE)
     assert proc.returncode == 0
-    assert proc.stdout == f"{tmp_path / 'tau.yaml'} (job run 't'): valid (offline: the platform was not checked)\n"
+    assert proc.stdout == (f"{tmp_path / 'tau.yaml'} (job run 't'): valid against this machine's default platform, "
+                           "the one `tau up` creates (no stack answered)\n")
     assert proc.stderr == (
         "warning: resilience.max_retries is 1 but resilience.retry_on (Preempted, Evicted) does not cover Error, "
         "so a crash is not retried: add Error to resilience.retry_on to retry crashes\n")
+
+
+def test_offline_validate_refuses_what_this_machine_cannot_run_and_says_which_platform(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("print('hi')\n")
+    (tmp_path / "tau.yaml").write_text("name: t\nentrypoint: main.py\ncompute: {gpus: 2}\n")
+    machine = {**OFFLINE, "TAU_DECLARED_GPUS": "1x80000", "TAU_DATA_DIR": str(tmp_path / "data")}
+    proc = tau("run", "validate", str(tmp_path), env=machine)
+    assert proc.returncode == 2
+    assert proc.stderr.endswith("(checked against this machine's default platform, the one `tau up` creates "
+                                "(no stack answered))\n")
+    assert "can never hold more than 1, so the run would never start" in proc.stderr
+    as_json = tau("run", "validate", str(tmp_path), "--offline", "-o", "json", env=machine)
+    assert as_json.returncode == 2
+    issues = json.loads(as_json.stdout)["issues"]
+    assert {(i["field"], i["platform"]) for i in issues} == {("compute.gpus", "machine-default")}
+    (tmp_path / "tau.yaml").write_text("name: t\nentrypoint: main.py\ncompute: {gpus: 1}\n")
+    fits = tau("run", "validate", str(tmp_path), "--offline", env=machine)
+    assert fits.returncode == 0 and fits.stdout.endswith(
+        "valid against this machine's default platform, the one `tau up` creates (--offline)\n")
 
 
 def test_unreachable_stack_is_one_line_and_exit_4(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from taugrid.client.interpreter import submitting_python
 
 from tests.config.test_readme_example import readme_example
 from tests.e2e.conftest import Stack
@@ -46,9 +47,12 @@ def test_ray_example_runs_or_says_ray_is_missing(stack: Stack) -> None:
     run_id = proc.stdout.splitlines()[0].strip()
     logs = stack.tau("logs", run_id, check=True).stdout
     if importlib.util.find_spec("ray") is None:
-        # the run uses the submitter's interpreter (here the first python3 on PATH), named by the example itself
+        # the run uses the interpreter the client records for this project and environment (the test's own
+        # environment decides which: TAU_PYTHON, VIRTUAL_ENV or the first python3 on PATH)
+        python, source = submitting_python(REPO / "examples" / "ray", stack.env)
         assert "skipped: Ray is not installed in " in logs and "; pip install ray, then run this again" in logs
-        assert stack.json("status", run_id)["environment"]["source"] in ("PATH", "VIRTUAL_ENV", "TAU_PYTHON")
+        environment = stack.json("status", run_id)["environment"]
+        assert (environment["source"], environment["python"]) == (source, python)
     else:
         assert "done: sum of squares 0..9 = 285" in logs
 

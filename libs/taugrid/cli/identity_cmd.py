@@ -76,10 +76,9 @@ async def whoami(output: str) -> None:
 
     async with connected() as client:
         me = client.bus.identity
-        got = await client.platform_get()
+        platform = await _current_platform(client)
         local = await platformstore.get_local_user(client.bus)
         server = client.bus.nc.connected_url
-    platform = load_platform(got[0]) if got else Platform()
     key = me.public_key if me else ""
     info: dict[str, Any] = {"server": server.geturl() if server else None, "public_key": key or None}
     user = platform.user_by_nkey(key) if key else None
@@ -126,8 +125,18 @@ async def _platform_data(client: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _dump(data: dict[str, Any]) -> str:
-    return "# edited by `tau admin user`\n" + yaml.safe_dump(data, sort_keys=False)
+async def _apply(client: Any, data: dict[str, Any], command: str) -> int:
+    """Apply the edited platform as a new revision (its number); an invalid result is refused with the fix."""
+    text = "# edited by `tau admin user`\n" + yaml.safe_dump(data, sort_keys=False)
+    where = f"platform ({command})"
+    load_platform(text, path=where)
+    return int(await client.platform_apply(text, path=where))
+
+
+async def _current_platform(client: Any) -> Platform:
+    """The stack's platform, or an empty one (single-user mode) before any was applied."""
+    got = await client.platform_get()
+    return load_platform(got[0]) if got else Platform()
 
 
 @user.command("add", help="Create NAME's key pair, add them to the platform (a new revision) and write their "
@@ -163,9 +172,7 @@ async def add_user(name: str, workspaces: tuple[str, ...], role: str, admin_of: 
                     fail(f"no workspace {ws!r}; use one of: {', '.join(sorted(map(str, known))) or '(none)'}",
                          EXIT_NOT_FOUND)
                 known[ws].setdefault(key, []).append(name)
-        text = _dump(data)
-        load_platform(text, path="platform (tau admin user add)")  # refuses an invalid result with the fix
-        revision = await client.platform_apply(text, path="platform (tau admin user add)")
+        revision = await _apply(client, data, "tau admin user add")
     creds.write(out, identity, comment=f"taugrid credentials for {name}; give them only to {name}; "
                                        "use with `tau login --server URL --creds FILE`")
     result = {"user": name, "public_key": identity.public_key, "role": role, "workspaces": list(workspaces),
@@ -194,9 +201,7 @@ async def remove_user(name: str, output: str) -> None:
             for key in ("members", "admins"):
                 if isinstance(ws, dict) and name in (ws.get(key) or []):
                     ws[key] = [m for m in ws[key] if m != name]
-        text = _dump(data)
-        load_platform(text, path="platform (tau admin user remove)")
-        revision = await client.platform_apply(text, path="platform (tau admin user remove)")
+        revision = await _apply(client, data, "tau admin user remove")
     if output == "json":
         emit_json({"user": name, "removed": True, "revision": revision})
     else:
@@ -208,8 +213,7 @@ async def remove_user(name: str, output: str) -> None:
 @run_async
 async def list_users(output: str) -> None:
     async with connected() as client:
-        got = await client.platform_get()
-    platform = load_platform(got[0]) if got else Platform()
+        platform = await _current_platform(client)
     rows = [{"user": u.name, "role": u.role, "groups": u.groups, "workspaces": platform.workspaces_of(u.name),
              "public_key": u.nkey} for u in platform.users]
     if output == "json":

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,15 +89,20 @@ def _where(d: dict[str, Any], source: str) -> str:
     return ""
 
 
+def _directories(found: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], list[dict[str, Any]], str]]:
+    """(label, directory, its files, a note on where the listing stands) for the output directory (without the
+    checkpoints nested in it) and the checkpoint directory, each only when the run has one."""
+    for label, key in (("outputs", "output_dir"), ("checkpoints", "checkpoint_dir")):
+        d = found[key]
+        if d["path"]:
+            files = _own_files(found) if key == "output_dir" else d["files"]
+            yield label, d, files, _where(d, found["source"])
+
+
 def summary_lines(found: dict[str, Any]) -> list[str]:
     """Lines for ``tau status``: each directory with its file count and first names, then scratch warnings."""
     lines = []
-    for label, key in (("outputs", "output_dir"), ("checkpoints", "checkpoint_dir")):
-        d = found[key]
-        if not d["path"]:
-            continue
-        files = _own_files(found) if key == "output_dir" else d["files"]
-        note = _where(d, found["source"])
+    for label, d, files, note in _directories(found):
         if not note:
             total = sum(int(f.get("size") or 0) for f in files)
             names = ", ".join(f["path"] for f in files[:_SHOWN]) + (", …" if len(files) > _SHOWN else "")
@@ -175,12 +181,7 @@ def _print(found: dict[str, Any]) -> None:
                    "resolved by the policy stage)")
         return
     click.echo(f"run {found['run_id']}  state {found['state']}  (listing from {source[found['source']]})")
-    for label, key in (("outputs", "output_dir"), ("checkpoints", "checkpoint_dir")):
-        d = found[key]
-        if not d["path"]:
-            continue
-        files = _own_files(found) if key == "output_dir" else d["files"]
-        note = _where(d, found["source"])
+    for label, d, files, note in _directories(found):
         click.echo(f"{label:<12} {d['path']}" + (f"  ({note})" if note else ""))
         width = max((len(f["path"]) for f in files), default=0)
         for f in files:

@@ -16,6 +16,7 @@ from taugrid.cli.common import (
     EXIT_USAGE,
     color,
     connected,
+    data_dir,
     emit_json,
     fail,
     nats_url,
@@ -38,6 +39,13 @@ from taugrid.config.source import raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
 from taugrid.core.states import RunRecord
+
+follow_option = click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Show the stages and the script's output live; exit 0 only if the run succeeded.",
+)
 
 
 class DefaultGroup(click.Group):
@@ -108,12 +116,7 @@ def run() -> None:
 
 @run.command("submit", help="Submit TARGET (a project folder, a tau.yaml or a target name; default: ./tau.yaml).")
 @click.argument("target", default="tau.yaml")
-@click.option(
-    "--follow",
-    "-f",
-    is_flag=True,
-    help="Show the stages and the script's output live; exit 0 only if the run succeeded.",
-)
+@follow_option
 @click.option(
     "--workspace", "-w", default=None, help="Workspace (default: policy.workspace, else 'default')."
 )
@@ -144,8 +147,6 @@ async def submit(
 
 
 async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
-    from taugrid.config.resolve import resolve_run
-    from taugrid.config.taujob import config_hash
     from taugrid.render import render, to_yaml
     from taugrid.render.validate import validate
 
@@ -153,25 +154,14 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
         got = await client.platform_get()
     if got is None:
         fail("no platform policy applied yet: run `tau up` or `tau platform apply FILE`", EXIT_USAGE)
-    from taugrid.config.platform import load_platform
-
     text, rev = got  # type: ignore[misc]
     from taugrid.client.snapshot import snapshot, source_object
     from taugrid.render import RenderSettings
 
     # The snapshot a real submission would ship (computed, not uploaded), so the manifests show its fetch.
     _, digest = snapshot(path.parent.resolve(), extra_excludes=list(cfg.run.working_dir_excludes or []))
-    run_spec = resolve_run(
-        cfg,
-        load_platform(text),
-        run_id=f"{cfg.name}-dryrun",
-        submission_id="dry-run",
-        workspace=workspace,
-        platform_revision=rev,
-        config_hash=config_hash(cfg),
-        source_object=source_object(digest),
-        source_digest=digest,
-    )
+    run_spec = _resolve(cfg, text, rev, purpose="dry-run", workspace=workspace,
+                        source_object=source_object(digest), source_digest=digest)
     manifests = render(run_spec, attempt=1, settings=RenderSettings.from_env())
     for m in manifests:
         validate(m)
@@ -186,12 +176,7 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
 @click.argument("run_id")
 @click.option("--from", "from_path", default="", help="Checkpoint directory (default: RUN's checkpoint dir).")
 @click.option("--force", is_flag=True, help="Resume even though RUN was OOMKilled.")
-@click.option(
-    "--follow",
-    "-f",
-    is_flag=True,
-    help="Show the stages and the script's output live; exit 0 only if the run succeeded.",
-)
+@follow_option
 @output_option
 @run_async
 async def resume(run_id: str, from_path: str, force: bool, follow: bool, output: str) -> None:
@@ -207,11 +192,13 @@ async def resume(run_id: str, from_path: str, force: bool, follow: bool, output:
 
 @run.command(
     "validate",
-    help="Check a tau.yaml (or a project folder): the file, the project (the entrypoint exists) and, when "
-    "the stack is reachable, the current platform (workspace, profiles, quotas). Exit 2 with every problem.",
+    help="Check a tau.yaml (or a project folder): the file, the project (the entrypoint exists) and the platform "
+    "(workspace, profiles, quotas): the stack's current one when it answers, else this machine's default (the "
+    "one `tau up` creates), saying which. Exit 2 with every problem.",
 )
 @click.argument("target", default="tau.yaml")
-@click.option("--offline", is_flag=True, help="Do not contact the stack; check the file and project only.")
+@click.option("--offline", is_flag=True, help="Do not contact the stack; check against this machine's default "
+              "platform (the one `tau up` creates).")
 @output_option
 @run_async
 async def validate(target: str, offline: bool, output: str) -> None:
@@ -219,8 +206,8 @@ async def validate(target: str, offline: bool, output: str) -> None:
     try:
         cfg = load_tau_config(path.read_text(), path=str(path))
         raise_issues(check_project(cfg, path.parent.resolve()))
-        revision, unchecked = (
-            (None, "offline: the platform was not checked") if offline else await _check_against_platform(cfg)
+        revision, checked = (
+            (None, _check_against_machine(cfg, "--offline")) if offline else await _check_against_platform(cfg)
         )
     except ConfigError as err:
         if output == "json":
@@ -229,11 +216,11 @@ async def validate(target: str, offline: bool, output: str) -> None:
         fail(str(err), EXIT_USAGE)
         return
     warnings = advice(cfg)
-    checked = f"against platform revision {revision}" if revision else f"({unchecked})"
+    checked = f"against platform revision {revision}" if revision else checked
     if output == "json":
         emit_json(
             {"valid": True, "name": cfg.name, "engine": cfg.engine, "platform_revision": revision,
-             "warnings": warnings}
+             "platform": "stack" if revision else "machine-default", "warnings": warnings}
         )
         return
     for warning in warnings:
@@ -242,35 +229,57 @@ async def validate(target: str, offline: bool, output: str) -> None:
 
 
 async def _check_against_platform(cfg: TauConfig) -> tuple[int | None, str]:
-    """Resolve ``cfg`` against the stack's current platform as the policy service would: the platform
-    revision checked, or None and why not (no stack answers, or it has no platform yet)."""
+    """Resolve ``cfg`` as the policy service would: against the stack's current platform (its revision, "")
+    when a stack answers, else against this machine's default platform, the one `tau up` creates (None, and
+    a note saying so)."""
     from taugrid.client import open_client
-    from taugrid.config.platform import load_platform
-    from taugrid.config.resolve import resolve_run
-    from taugrid.config.taujob import config_hash
     from taugrid.core.errors import TemporaryError
 
     try:
         client = await open_client(nats_url(), connect_timeout=2.0, max_reconnect_attempts=1)
     except TemporaryError:
-        return None, "offline: the platform was not checked"
+        got = None
+        why = "no stack answered"
+    else:
+        try:
+            got = await client.platform_get()
+        finally:
+            await client.close()
+        why = "the stack has no platform yet"
+    if got is not None:
+        text, revision = got
+        _resolve(cfg, text, revision, purpose="validate")
+        return revision, ""
+    return None, _check_against_machine(cfg, why)
+
+
+MACHINE_CHECKED = "against this machine's default platform, the one `tau up` creates ({why})"
+
+
+def _check_against_machine(cfg: TauConfig, why: str) -> str:
+    """Resolve ``cfg`` against this machine's default platform; the note that says so. A problem raises the
+    ConfigError with that note added, so the reader knows which platform refused it."""
+    from taugrid.stack.machine_platform import machine_platform_yaml
+
+    note = MACHINE_CHECKED.format(why=why)
     try:
-        got = await client.platform_get()
-    finally:
-        await client.close()
-    if got is None:
-        return None, "no platform applied yet: the platform was not checked"
-    text, revision = got
-    resolve_run(
-        cfg,
-        load_platform(text),
-        run_id=f"{cfg.name}-validate",
-        submission_id="validate",
-        workspace=None,
-        platform_revision=revision,
-        config_hash=config_hash(cfg),
-    )
-    return revision, ""
+        _resolve(cfg, machine_platform_yaml(data_dir()), 0, purpose="validate")
+    except ConfigError as err:
+        raise ConfigError(f"{err}\n(checked {note})",
+                          issues=[{**i, "platform": "machine-default"} for i in err.issues]) from err
+    return note
+
+
+def _resolve(cfg: TauConfig, platform_text: str, revision: int, *, purpose: str, workspace: str | None = None,
+             source_object: str = "", source_digest: str = "") -> Any:
+    """``cfg`` resolved against a platform's text as the policy service would (a ConfigError if it refuses)."""
+    from taugrid.config.platform import load_platform
+    from taugrid.config.resolve import resolve_run
+    from taugrid.config.taujob import config_hash
+
+    return resolve_run(cfg, load_platform(platform_text), run_id=f"{cfg.name}-{purpose}", submission_id=purpose,
+                       workspace=workspace, platform_revision=revision, config_hash=config_hash(cfg),
+                       source_object=source_object, source_digest=source_digest)
 
 
 @run.command("schema", help="Print the tau.yaml JSON Schema (draft 2020-12).")

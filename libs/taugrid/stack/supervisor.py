@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.stack import auth, natsserver, scaling
+from taugrid.stack.machine_platform import machine_platform_yaml
 from taugrid.stack.scaling import SERVICES, SINGLETONS
 
 log = logging.getLogger("taugrid.stack")
@@ -162,22 +163,6 @@ def _watch_platform(stack: Stack) -> None:
                 await asyncio.sleep(1.0)
 
     threading.Thread(target=lambda: asyncio.run(watch()), name="platform-users", daemon=True).start()
-
-
-def machine_platform_yaml(data_dir: Path) -> str:
-    """The default policy for this one machine, with run outputs kept under the data directory."""
-    import psutil
-    import yaml
-
-    from taugrid.config.machine import default_platform
-    from taugrid.local.machine import declared_gpus, nvml_gpus
-
-    count, _ = declared_gpus() or nvml_gpus()
-    platform = default_platform(os.cpu_count() or 1, psutil.virtual_memory().total,
-                                [f"gpu{i}" for i in range(count)], output_root=str(data_dir / "outputs"))
-    data = platform.model_dump(mode="json", exclude_none=True)
-    return "# derived from this machine by `tau up`; replace with `tau platform apply FILE`\n" + yaml.safe_dump(
-        data, sort_keys=False)
 
 
 def run(stack: Stack) -> int:
