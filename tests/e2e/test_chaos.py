@@ -1,10 +1,17 @@
-"""SIGKILL of any single service while 50 runs are in flight: the supervisor restarts it, and every run reaches
-exactly one terminal state, sealed once."""
+"""SIGKILL of each service while 50 runs are in flight, and again while it is starting up: the supervisor restarts
+it, and every run reaches exactly the terminal state its script decides (a quarter exit 1 and fail, the rest
+succeed), once, sealed once.
+
+Submitting and watching go through one client process each (`taugrid.client`), not one `tau` process per run:
+what is under test is the services' recovery, and 50 CLI start-ups per poll would measure the CLI instead."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,35 +20,94 @@ from tests.e2e.conftest import Stack, write_project
 
 KILL_ORDER = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "local_cluster"]
 
+SUBMIT = """
+import asyncio, sys
+from pathlib import Path
+from taugrid.client import open_client
 
-def test_sigkill_each_service_mid_flight_every_run_ends_exactly_once(stack: Stack, tmp_path: Path) -> None:
+async def main():
+    client = await open_client()
+    try:
+        for _ in range(int(sys.argv[2])):
+            print(await client.submit(Path(sys.argv[1])), flush=True)
+    finally:
+        await client.close()
+
+asyncio.run(main())
+"""
+
+WAIT_SEALED = """
+import asyncio, json, sys, time
+from taugrid.client import open_client
+from taugrid.core.errors import NotFound
+
+async def main():
+    runs, deadline = sys.argv[1].split(","), time.time() + float(sys.argv[2])
+    client = await open_client()
+    try:
+        pending = set(runs)
+        while pending and time.time() < deadline:  # the run record carries the sealed digest
+            for run in sorted(pending):
+                try:
+                    if (await client.status(run)).evidence_digest:
+                        pending.discard(run)
+                except NotFound:  # not projected yet (the submitter may just have been killed)
+                    pass
+            await asyncio.sleep(0.5)
+        types = {run: [e.type async for e in client.events(run_id=run)] for run in runs}
+        states = {run: (await client.status(run)).state for run in runs}
+    finally:
+        await client.close()
+    print(json.dumps({"types": types, "states": states, "pending": sorted(pending)}))
+
+asyncio.run(main())
+"""
+
+
+def pid_of(stack: Stack, service: str) -> int:
+    return next(s["pid"] for s in stack.state()["services"] if s["service"] == service and s["replica"] == 0)
+
+
+def respawned(stack: Stack, service: str, old: int, timeout: float = 30) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pid = pid_of(stack, service)
+        if pid and pid != old:
+            return pid
+        time.sleep(0.05)
+    raise AssertionError(f"{service} was not restarted after pid {old} was killed")
+
+
+def expected_state(run_id: str) -> str:
+    return "succeeded" if int(run_id[-1], 16) % 4 else "failed"  # what the script below decides
+
+
+def test_sigkill_each_service_mid_flight_and_at_start_up_every_run_ends_as_its_script_decides(
+        stack: Stack, tmp_path: Path) -> None:
     cfg = write_project(tmp_path, "chaos", (
         "import os, sys, time\n"
         "time.sleep(1.5)\n"
-        "sys.exit(0 if int(os.environ['TAU_RUN_ID'][-1], 16) % 4 else 1)\n"  # a quarter fail (and give up)
+        "sys.exit(0 if int(os.environ['TAU_RUN_ID'][-1], 16) % 4 else 1)\n"
     ), "name: chaos\nentrypoint: main.py\ncompute: {gpus: 0}\n")
-    runs = [stack.tau("run", str(cfg), check=True).stdout.strip() for _ in range(50)]
-    killed: dict[str, int] = {}
+    submitted = subprocess.run([sys.executable, "-c", SUBMIT, str(cfg), "50"], env=stack.env, capture_output=True,
+                               text=True, timeout=120, check=True)
+    runs = submitted.stdout.split()
+    assert len(set(runs)) == 50
     for svc in KILL_ORDER:
-        entry = next(s for s in stack.state()["services"] if s["service"] == svc and s["pid"])
-        os.kill(entry["pid"], signal.SIGKILL)
-        killed[svc] = entry["pid"]
-        time.sleep(0.7)
-    deadline = time.time() + 240
-    pending = set(runs)
-    while pending and time.time() < deadline:
-        for r in list(pending):
-            evs = stack.events(r)
-            if any(e["short_type"] == "evidence.sealed" for e in evs):
-                pending.discard(r)
-        time.sleep(1)
-    assert not pending, f"{len(pending)} run(s) never finished: {sorted(pending)[:5]}"
-    for r in runs:
-        types = [e["short_type"] for e in stack.events(r)]
-        terminal = [t for t in types if t in TERMINAL_EVENTS]
-        assert len(terminal) == 1, (r, types)
-        assert types.count("evidence.sealed") == 1, (r, types)
-        assert stack.json("status", r)["state"] in ("succeeded", "failed")
-    restarted = {s["service"]: s["pid"] for s in stack.state()["services"] if s["replica"] == 0}
-    for svc, old in killed.items():
-        assert restarted[svc] and restarted[svc] != old, f"{svc} was not restarted"
+        first = pid_of(stack, svc)
+        os.kill(first, signal.SIGKILL)  # mid-flight
+        second = respawned(stack, svc, first)
+        os.kill(second, signal.SIGKILL)  # while it starts up (its imports alone take longer than this)
+        respawned(stack, svc, second)
+        time.sleep(0.3)
+    watched = subprocess.run([sys.executable, "-c", WAIT_SEALED, ",".join(runs), "240"], env=stack.env,
+                             capture_output=True, text=True, timeout=300)
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    result = json.loads(watched.stdout)
+    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: {result['pending'][:5]}"
+    for run in runs:
+        types = result["types"][run]
+        assert [t for t in types if t in TERMINAL_EVENTS] == [
+            "exec.succeeded" if expected_state(run) == "succeeded" else "recovery.gave_up"], (run, types)
+        assert types.count("evidence.sealed") == 1, (run, types)
+    assert result["states"] == {run: expected_state(run) for run in runs}

@@ -25,7 +25,7 @@ from taugrid.config.project import check_project
 from taugrid.config.source import raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
-from taugrid.core.errors import NotFound, PermanentError
+from taugrid.core.errors import NotFound, PermanentError, PermissionDenied
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import TERMINAL as TERMINAL_STATES
@@ -270,6 +270,10 @@ class Client:
         finally:
             with contextlib.suppress(nats.errors.Error):  # a draining or closed connection drops it anyway
                 await sub.unsubscribe()
+            # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
+            # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
+            with contextlib.suppress(nats.errors.Error, PermissionDenied):
+                await self.bus.guarded(self.bus.js.delete_consumer(stream, cfg.name))
 
     async def events(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False
