@@ -16,11 +16,14 @@ CAS precondition) and the events of runs not yet sealed (the bundle's events, el
 from __future__ import annotations
 
 import logging
+import os
 from collections import OrderedDict
+from pathlib import Path
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.events import TERMINAL_EVENTS
+from taugrid.local.cleanup import remove_finished_pods
 from taugrid.evidence import store
 
 log = logging.getLogger("taugrid.evidence")
@@ -67,6 +70,11 @@ class Evidence:
         )
         await store.mark_emitted(self.bus, run_id, cache=self.ledgers)
         self.held.pop(run_id, None)
+        data_dir = os.environ.get("TAU_DATA_DIR")
+        if data_dir:  # the embedded stack: what the pods left on disk is sealed now (outputs stay)
+            removed = remove_finished_pods(Path(data_dir) / "pods", run_id)
+            if removed:
+                log.info("removed pod directories of %s: %s", run_id, ", ".join(removed))
         log.info(
             "sealed %s (%s, attempt %s): %s", run_id, sealed.terminal_state, sealed.attempt, sealed.digest
         )

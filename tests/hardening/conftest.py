@@ -55,7 +55,7 @@ class Stack:
     async def events(self, run_id: str) -> list[Event]:
         return [e async for e in self.client.events(run_id=run_id)]
 
-    async def wait_for(self, run_id: str, kinds: set[str], timeout: float = 20.0) -> list[Event]:
+    async def wait_for(self, run_id: str, kinds: set[str], timeout: float = 60.0) -> list[Event]:
         deadline = time.monotonic() + timeout
         while True:
             evs = await self.events(run_id)

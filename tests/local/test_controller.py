@@ -4,6 +4,7 @@ requests in, pods run through the kubelet, Kubernetes-shaped watch events and lo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import sys
 import tarfile
@@ -19,6 +20,7 @@ import pytest
 from taugrid.bus import Bus, platformstore
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
 from taugrid.evidence.replay import replay
+from taugrid.local.secrets import write_secret
 from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.runtime import Preparing, Ready
 from taugrid.local.state import LocalWorkload
@@ -179,9 +181,12 @@ async def test_the_project_reaches_the_source_volume_and_the_runtime_chooses_the
     assert final["metadata"]["annotations"]["environment.taugrid.io/python"] == sys.executable
 
 
-async def test_a_missing_secret_fails_the_pod_with_the_variable_to_export(bus: Bus, cluster: LocalCluster) -> None:
+async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, cluster: LocalCluster,
+                                                                      tmp_path: Path) -> None:
     rid = run_id()
     name = f"{rid}-a1"
+    # another workspace's file holds it: this workspace must not see it
+    write_secret(tmp_path / "secrets", "team-b", "hf-credentials", {"token": "not-yours-123"})
     env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}}]
     await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
                                      manifests=[job(name, main(["python3", "-c", "print(1)"], env=env))]))
@@ -190,11 +195,34 @@ async def test_a_missing_secret_fails_the_pod_with_the_variable_to_export(bus: B
     waiting = next(cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
                    if cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
     assert waiting["message"] == ('containers[main].env[TOKEN].valueFrom.secretKeyRef: secret "hf-credentials" not '
-                                  "found: locally, export TAU_SECRET_HF_CREDENTIALS_TOKEN")
+                                  f"found: locally, add hf-credentials.token (secret.key) to "
+                                  f"{tmp_path / 'secrets' / 'default.yaml'} (mode 0600)")
     assert events[-1]["status"]["phase"] == "Failed"
     jobs = await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{name}.>")
     status = msgspec.json.decode(jobs[-1].data, type=WatchEvent).object["status"]
     assert status["failed"] == 1
+
+
+async def test_a_workspace_secret_reaches_only_the_process_never_disk_logs_or_events(
+        bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
+    rid = run_id()
+    name = f"{rid}-a1"
+    value = f"hf_{uuid.uuid4().hex}"
+    path = write_secret(tmp_path / "secrets", "default", "hf-credentials", {"token": value})
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}}]
+    script = ("import os, hashlib; t = os.environ['HF_TOKEN']; print('token', t); "
+              "print(hashlib.sha256(t.encode()).hexdigest())")
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, main(["python3", "-c", script], env=env))]))
+    await until_finished(cluster, name)
+    lines = (await logs(bus, rid))[f"{name}-pod"]
+    assert lines[:2] == ["token [REDACTED]", hashlib.sha256(value.encode()).hexdigest()]
+    on_disk = [p for p in (tmp_path / "pods").rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
+    assert on_disk == []
+    for stream in ("K8S", "LOGS"):
+        for msg in await replay(bus, stream=stream, subject=f"log.default.{rid}.>" if stream == "LOGS" else "k8s.local.>"):
+            assert value.encode() not in msg.data
 
 
 async def test_a_restarted_controller_readopts_a_running_pod_and_runs_it_once(bus: Bus, tmp_path: Path) -> None:

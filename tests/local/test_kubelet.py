@@ -97,11 +97,16 @@ async def test_env_from_secrets_config_maps_and_the_downward_api(kubelet: Kubele
             "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
         {"name": "GONE", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "x", "optional": True}}},
     ]
-    main = sh("main", 'echo "$TOKEN $MODE $POD $NS $INDEX ${GONE-unset} $CFG_level"', env=env,
+    main = sh("main", 'echo "$TOKEN $MODE $POD $NS $INDEX ${GONE-unset} $CFG_level"; '
+                      'test "${TOKEN#s3}" = cret && echo "token ${#TOKEN} chars, as stored"', env=env,
               envFrom=[{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}])
     final, _ = await run(kubelet, pod("env", [main]))
     assert final["phase"] == "Succeeded"
-    assert log_text(kubelet, "env", "main") == ["s3cret fast env team-a 1 unset 3"]
+    # the process got the secret; its log shows it redacted, and the pod's files on disk never held it
+    assert log_text(kubelet, "env", "main") == ["[REDACTED] fast env team-a 1 unset 3", "token 6 chars, as stored"]
+    pod_dir = kubelet.pods.dir("env")
+    assert [p.name for p in pod_dir.rglob("*") if p.is_file() and b"s3cret" in p.read_bytes()] == []
+    assert oct(pod_dir.stat().st_mode & 0o777) == "0o700"
 
 
 async def test_dollar_paren_references_expand_as_the_kubelet_expands_them(kubelet: Kubelet) -> None:

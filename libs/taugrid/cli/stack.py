@@ -16,6 +16,7 @@ import click
 from taugrid.cli.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, data_dir, emit_json, fail, output_option
 from taugrid.local.pods import pid_alive
 from taugrid.stack import scaling
+from taugrid.stack.natsserver import SECRET_ENV_PREFIX, without_secrets
 
 
 def _state(d: Path) -> dict[str, object] | None:
@@ -65,8 +66,13 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
     for s in scale:
         cmd += ["--scale", s]
     log = open(d / "supervisor.log", "ab")  # noqa: SIM115 - owned by the child
+    if any(k.startswith(SECRET_ENV_PREFIX) for k in os.environ):
+        click.echo(f"warning: {SECRET_ENV_PREFIX}* variables are not passed to the stack nor to runs (every "
+                   f"process would inherit them): put each secret in {d / 'secrets'}/<workspace>.yaml "
+                   "(mode 0600) as `secret-name: {key: value}`", err=True)
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        env=without_secrets(os.environ),
     )
     deadline = time.time() + timeout
     shown = False

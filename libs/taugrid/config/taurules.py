@@ -33,6 +33,11 @@ RAY_ONLY_COMPUTE = (
 
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names that say "credential": a literal value here would sit in RUNS, AUDIT (a year), KV and evidence.
+_CREDENTIAL_NAME = re.compile(
+    r"(^|_)(PASSWORD|PASSWD|PASS|TOKEN|SECRET|APIKEY|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?|AUTH)($|_)"
+    r"|SECRET"
+)
 _SECRET_REF = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?:[-._a-zA-Z0-9]+$")
 
 Issues = list[dict[str, object]]
@@ -125,6 +130,16 @@ def _env(cfg: TauConfig, add: Any) -> None:
                     "NCCL_* variables are reserved: the platform tunes NCCL for the fabric",
                     "remove it, or set execution.allow_nccl_override: true if you must",
                 )
+    for key in cfg.runtime.env:
+        if _CREDENTIAL_NAME.search(key.upper()):
+            ref = key.lower().replace("_", "-")
+            add(
+                ("runtime", "env", key),
+                f"{key} looks like a credential: a literal value would be stored in the run's events, the audit "
+                "trail and its evidence",
+                f'move it to runtime.env_secret, e.g. {key}: "{ref}:value" (locally the secret lives in '
+                "$TAU_DATA_DIR/secrets/<workspace>.yaml; on Kubernetes in a Secret of the workspace's namespace)",
+            )
     for key, value in cfg.runtime.env.items():
         size = len(value.encode())
         total += size

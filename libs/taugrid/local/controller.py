@@ -29,6 +29,7 @@ from taugrid.core.events import k8s_subject, log_subject
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount
+from taugrid.local.secrets import SecretStore
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
@@ -63,8 +64,10 @@ class LocalCluster:
         # Backend requests, the control loop and pod status reports interleave at awaits; one lock keeps a
         # workload's transitions (start, delete, finish) from crossing.
         self.lock = asyncio.Lock()
-        self.kubelet = Kubelet(data_dir / "pods", resolve_secret=envrefs.secret_resolver(),
-                               resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims")
+        # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
+        self.kubelet = Kubelet(data_dir / "pods", resolve_secret=SecretStore(data_dir / "secrets").resolver(),
+                               resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims",
+                               secret_scope=objects.workspace_of)
         self.podsync = PodSync(bus, self.kubelet, node=node, gpu_memory_mb=gpu_memory_mb, lock=self.lock,
                                publish=self.publish, save=self.save,
                                runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir)))

@@ -1,8 +1,9 @@
-"""Secrets and config maps for local pods, from the local cluster's own environment.
+"""Config maps for local pods, from the local cluster's own environment; and what a pod misses.
 
-There is no API server here: ``secretKeyRef {name: hf-credentials, key: token}`` reads
-``TAU_SECRET_HF_CREDENTIALS_TOKEN`` and ``configMapKeyRef`` reads ``TAU_CONFIGMAP_<NAME>_<KEY>`` (upper case,
-``-`` and ``.`` as ``_``). An object exists when at least one variable carries its prefix.
+There is no API server here: ``configMapKeyRef`` reads ``TAU_CONFIGMAP_<NAME>_<KEY>`` (upper case, ``-`` and
+``.`` as ``_``). An object exists when at least one variable carries its prefix. Secrets are not read from the
+environment (every service would inherit them): they come from the workspace's secrets file
+(``local/secrets.py``).
 """
 
 from __future__ import annotations
@@ -48,28 +49,29 @@ def _resolver(kind: str, environ: Mapping[str, str] | None) -> Resolver:
     return resolve
 
 
-def secret_resolver(environ: Mapping[str, str] | None = None) -> Resolver:
-    """``resolve_secret`` for the kubelet, from ``TAU_SECRET_*`` (``environ`` defaults to the process's)."""
-    return _resolver("SECRET", environ)
-
-
 def config_map_resolver(environ: Mapping[str, str] | None = None) -> Resolver:
     """``resolve_config_map`` for the kubelet, from ``TAU_CONFIGMAP_*``."""
     return _resolver("CONFIGMAP", environ)
 
 
-def missing(pod: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> list[str]:
-    """The variables this pod's required secret and config-map key references need and do not find."""
+def missing(pod: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+            secrets: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
+    """What this pod's required key references need and do not find: ``TAU_CONFIGMAP_*`` variables to export,
+    and ``<secret>.<key>`` entries of the workspace's secrets file (``secrets``: that file's content)."""
     env = os.environ if environ is None else environ
     out: list[str] = []
     spec = pod.get("spec") or {}
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         for item in c.get("env") or []:
             ref = item.get("valueFrom") or {}
-            for field, kind in (("secretKeyRef", "SECRET"), ("configMapKeyRef", "CONFIGMAP")):
-                sel = ref.get(field)
-                if sel and not sel.get("optional"):
-                    var = env_name(kind, str(sel.get("name") or ""), str(sel.get("key") or ""))
-                    if var not in env and var not in out:
-                        out.append(var)
+            sel = ref.get("configMapKeyRef")
+            if sel and not sel.get("optional"):
+                var = env_name("CONFIGMAP", str(sel.get("name") or ""), str(sel.get("key") or ""))
+                if var not in env and var not in out:
+                    out.append(var)
+            sel = ref.get("secretKeyRef")
+            if sel and not sel.get("optional"):
+                name, key = str(sel.get("name") or ""), str(sel.get("key") or "")
+                if key not in (secrets or {}).get(name, {}) and f"{name}.{key}" not in out:
+                    out.append(f"{name}.{key}")
     return out

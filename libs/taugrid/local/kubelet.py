@@ -32,6 +32,7 @@ from typing import Any
 
 from taugrid.local.podspec import PodSpecError, Resolver, plan
 from taugrid.local.pods import LogLine, PodRunner, read_log_file
+from taugrid.local.secrets import Recording, seal
 
 log = logging.getLogger("taugrid.local.kubelet")
 
@@ -69,8 +70,11 @@ class PodHandle:
 class Kubelet:
     def __init__(self, root_dir: Path, *, resolve_secret: Resolver = _none, resolve_config_map: Resolver = _none,
                  claims_dir: Path | None = None, base_env: Mapping[str, str] | None = None,
-                 poll_s: float = 0.2) -> None:
+                 poll_s: float = 0.2, secret_scope: Callable[[Mapping[str, Any]], str] | None = None) -> None:
         self.pods = PodRunner(root_dir)
+        # what a secretKeyRef resolves in: the pod's namespace, or what ``secret_scope(pod)`` says (locally, the
+        # run's workspace, so one workspace never reads another's secrets)
+        self.secret_scope = secret_scope
         self.claims_dir = claims_dir or root_dir.parent / "claims"
         self.resolve_secret, self.resolve_config_map = resolve_secret, resolve_config_map
         self.base_env = dict(base_env) if base_env is not None else {
@@ -229,14 +233,21 @@ class Kubelet:
 
     def _launch(self, pod: dict[str, Any]) -> PodSpecError | None:
         name = str(pod["metadata"]["name"])
+        seen: list[str] = []  # every secret value the pod's spec holds: kept off disk, redacted from its logs
+        scope = self.secret_scope(pod) if self.secret_scope is not None else None
+
+        def resolve_secret(namespace: str, secret: str) -> Mapping[str, str] | None:
+            data = self.resolve_secret(scope or namespace, secret)
+            return None if data is None else Recording(data, seen)
+
         try:
             run = plan(pod, pod_dir=self.pods.dir(name), claims_dir=self.claims_dir, base_env=self.base_env,
-                       resolve_secret=self.resolve_secret, resolve_config_map=self.resolve_config_map)
+                       resolve_secret=resolve_secret, resolve_config_map=self.resolve_config_map)
         except PodSpecError as exc:
             if exc.reason != "CreateContainerConfigError":
                 self.pods.write_state(name, _failed_to_create(pod, exc))
             return exc
-        self.pods.launch(name, run.to_json(), run.volume_dirs)
+        self.pods.launch(name, seal(run.to_json(), seen), run.volume_dirs, secrets=seen)
         return None
 
     def _lost(self, name: str, state: dict[str, Any]) -> dict[str, Any]:

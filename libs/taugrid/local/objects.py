@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
@@ -204,3 +205,10 @@ def job_finished(job: dict[str, Any], *, succeeded: bool, reason: str, message: 
     else:
         st["failed"] = 1
         set_condition(job, "Failed", "True", reason, message, at)
+
+
+def workspace_of(obj: Mapping[str, Any]) -> str:
+    """The run's workspace (label ``taugrid.io/workspace``); a pod without one is scoped by its namespace."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return str(labels.get("taugrid.io/workspace") or meta.get("namespace") or "default")

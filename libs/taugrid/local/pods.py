@@ -84,7 +84,8 @@ def read_log_file(path: Path, offset: int, *, final: bool = False) -> tuple[list
 class PodRunner:
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(root, 0o700)  # pods of every workspace live here: only the stack's user may look
         self._shims: dict[str, subprocess.Popen[bytes]] = {}
 
     def dir(self, pod: str) -> Path:
@@ -107,21 +108,30 @@ class PodRunner:
 
     def write_manifest(self, pod: str, manifest: dict[str, Any]) -> None:
         d = self.dir(pod)
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
         (d / "pod.json").write_text(json.dumps(manifest))
 
     def clear(self, pod: str) -> None:
         shutil.rmtree(self.dir(pod), ignore_errors=True)
         self._shims.pop(pod, None)
 
-    def launch(self, pod: str, spec: dict[str, Any], dirs: list[str]) -> None:
+    def launch(self, pod: str, spec: dict[str, Any], dirs: list[str], *, secrets: list[str] | None = None) -> None:
+        """Start the pod's shim on ``spec`` (sealed: secret values replaced by placeholders); the ``secrets``
+        go to the shim on its stdin, never to disk nor to its environment."""
         d = self.dir(pod)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
         for path in dirs:
             Path(path).mkdir(parents=True, exist_ok=True)
         (d / "spec.json").write_text(json.dumps(spec))
         shim = subprocess.Popen([sys.executable, "-m", "taugrid.local.shim", str(d)], start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=open(d / "shim.log", "ab"))  # noqa: SIM115 - owned by the child
+        assert shim.stdin is not None
+        try:
+            shim.stdin.write(json.dumps(secrets or []).encode())
+            shim.stdin.close()
+        except BrokenPipeError:
+            pass  # the shim died at once: it is reported lost like any other
         self._shims[pod] = shim
         (d / "shim.pid").write_text(str(shim.pid))
 

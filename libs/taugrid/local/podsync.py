@@ -27,6 +27,8 @@ from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
 from taugrid.core.events import log_subject
 from taugrid.local import envrefs, objects
+from taugrid.local.podspec import PodSpecError
+from taugrid.local.secrets import SecretStore
 from taugrid.local.jobpods import (
     FETCH_CONTAINER,
     SOURCE_VOLUME,
@@ -231,7 +233,8 @@ class PodSync:
             terminal = status.get("phase") in TERMINAL
             if terminal:
                 await self.ship_logs(wl, p, final=True)
-            status = _with_hint(copy.deepcopy(status), self.kubelet.pods.manifest(p.name))
+            status = _with_hint(copy.deepcopy(status), self.kubelet.pods.manifest(p.name),
+                                self.kubelet.pods.root.parent / "secrets")
             p.obj["status"] = _with_fetch(status, p.obj["spec"])
             if wl.state != "deleted":
                 await self.publish(wl, "Pod", p.obj, "modified")
@@ -329,11 +332,31 @@ def _with_fetch(status: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
-def _with_hint(status: dict[str, Any], manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """Say which variable to export for a missing secret or config map (there is no API server locally)."""
-    missing = envrefs.missing(manifest or {})
-    if not missing or not _config_error(status):
+def _with_hint(status: dict[str, Any], manifest: dict[str, Any] | None, secrets_dir: Path) -> dict[str, Any]:
+    """Say what to add for a missing secret or config map (there is no API server locally): the config-map
+    variable to export, or the entry of the workspace's secrets file."""
+    if not _config_error(status):
         return status
+    scope = objects.workspace_of(manifest or {})
+    store = SecretStore(secrets_dir)
+    try:
+        known = store.load(scope)
+    except PodSpecError:
+        known = {}
+    missing = envrefs.missing(manifest or {}, secrets=known)
+    if not missing:
+        return status
+    entries = [m for m in missing if not m.startswith("TAU_CONFIGMAP_")]
+    hint = (f"locally, add {', '.join(entries)} (secret.key) to {store.path(scope)} (mode 0600)"
+            if entries else "")
+    exports = [m for m in missing if m.startswith("TAU_CONFIGMAP_")]
+    if exports:
+        hint = "; ".join(h for h in (hint, f"locally, export {', '.join(exports)}") if h)
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") == "CreateContainerConfigError" and "locally," not in waiting.get("message", ""):
+            waiting["message"] = f"{waiting.get('message', '')}: {hint}"
+    return status
     for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == "CreateContainerConfigError" and "export" not in waiting.get("message", ""):

@@ -24,11 +24,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Any
 
 import psutil
 
 from taugrid.local import scratch
+from taugrid.local.secrets import redactor, unseal
 
 POLL_S = 0.1
 MAX_LINE = 16 * 1024  # longer lines are split into partial (P) records, as the CRI does
@@ -60,20 +62,20 @@ def kill_group(pid: int, sig: int) -> None:
         pass
 
 
-def _pump(src: IO[bytes], log: IO[bytes]) -> None:
-    """Copy a container's output into its log, one timestamped record per line."""
+def _pump(src: IO[bytes], log: IO[bytes], redact: Callable[[bytes], bytes]) -> None:
+    """Copy a container's output into its log, one timestamped record per line, secret values redacted."""
     while True:
         raw = src.readline(MAX_LINE)
         if not raw:
             return
         full = raw.endswith(b"\n")
-        text = raw[:-1] if full else raw
+        text = redact(raw[:-1] if full else raw)
         log.write(f"{rfc3339(time.time_ns())} stdout {'F' if full else 'P'} ".encode() + text + b"\n")
 
 
 class Container:
-    def __init__(self, pod_dir: Path, spec: dict[str, Any]) -> None:
-        self.spec, self.name = spec, str(spec["name"])
+    def __init__(self, pod_dir: Path, spec: dict[str, Any], redact: Callable[[bytes], bytes]) -> None:
+        self.spec, self.name, self.redact = spec, str(spec["name"]), redact
         self.log_path = pod_dir / "logs" / f"{self.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.ps: psutil.Process | None = None
@@ -96,7 +98,7 @@ class Container:
             return str(exc)
         assert self.proc.stdout is not None
         self.ps = psutil.Process(self.proc.pid)
-        self.pump = threading.Thread(target=_pump, args=(self.proc.stdout, log), daemon=True)
+        self.pump = threading.Thread(target=_pump, args=(self.proc.stdout, log, self.redact), daemon=True)
         self.pump.start()
         return ""
 
@@ -112,11 +114,13 @@ class Container:
 
 
 class Shim:
-    def __init__(self, pod_dir: Path) -> None:
+    def __init__(self, pod_dir: Path, secrets: list[str] | None = None) -> None:
         self.dir = pod_dir
-        self.spec = json.loads((pod_dir / "spec.json").read_text())
-        self.init = [Container(pod_dir, c) for c in self.spec["init"]]
-        self.main = [Container(pod_dir, c) for c in self.spec["containers"]]
+        # spec.json is sealed (secret values replaced by placeholders); the values came on stdin
+        self.spec = unseal(json.loads((pod_dir / "spec.json").read_text()), secrets or [])
+        redact = redactor(secrets or [])
+        self.init = [Container(pod_dir, c, redact) for c in self.spec["init"]]
+        self.main = [Container(pod_dir, c, redact) for c in self.spec["containers"]]
         self.started = time.time()
         self.deadline = float(self.spec.get("deadline_s") or 0)
         self.grace = float(self.spec.get("grace_s") if self.spec.get("grace_s") is not None else 30)
@@ -239,7 +243,7 @@ class Shim:
 
     def _exited(self, c: Container, code: int) -> dict[str, Any]:
         out = self._exit_reason(c, code)
-        said = _termination_message(c, failed=code != 0)
+        said = c.redact(_termination_message(c, failed=code != 0).encode()).decode(errors="replace")
         if said:
             out["terminated"]["message"] = said
         return out
@@ -284,7 +288,11 @@ def _terminated(name: str, exit_code: int, reason: str, message: str, started: f
 
 def run(pod_dir: Path) -> int:
     (pod_dir / "shim.pid").write_text(str(os.getpid()))
-    Shim(pod_dir).run()
+    secrets: list[str] = []
+    if sys.stdin is not None and not sys.stdin.isatty():
+        raw = sys.stdin.read()
+        secrets = [str(v) for v in json.loads(raw)] if raw.strip() else []
+    Shim(pod_dir, secrets).run()
     return 0
 
 

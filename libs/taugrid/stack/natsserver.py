@@ -9,10 +9,20 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from taugrid.core.errors import TauError
 from taugrid.ports import free_port
+
+
+SECRET_ENV_PREFIX = "TAU_SECRET_"
+
+
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` less every ``TAU_SECRET_*`` variable: the bus and the services never hold a run's secrets
+    (local secrets live in ``$TAU_DATA_DIR/secrets/<workspace>.yaml``, read as each pod starts)."""
+    return {k: v for k, v in environ.items() if not k.startswith(SECRET_ENV_PREFIX)}
 
 
 def binary() -> str:
@@ -56,7 +66,7 @@ def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = N
     )
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen([binary(), "-c", str(conf)], stdout=out, stderr=out,
-                            start_new_session=True, env={**os.environ})
+                            start_new_session=True, env=without_secrets(os.environ))
     try:
         wait_port(port)
     except TauError:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from taugrid.stack import auth, natsserver, scaling
 from taugrid.stack.machine_platform import machine_platform_yaml
+from taugrid.stack.natsserver import without_secrets
 from taugrid.stack.scaling import SERVICES, SINGLETONS
 
 log = logging.getLogger("taugrid.stack")
@@ -109,7 +110,7 @@ class Stack:
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{p.service}-{p.replica}.log", "ab")  # noqa: SIM115 - owned by the child
         assert self.ids is not None
-        env = {**os.environ, "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
+        env = {**without_secrets(os.environ), "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
                "TAU_REPLICA": str(p.replica), "TAU_NATS_CREDS": str(self.ids.service_creds(p.service)),
                auth.LOCAL_ADMIN_ENV: self.ids.local_admin}
         p.popen = subprocess.Popen([sys.executable, "-m", f"taugrid_services.{p.service}"], stdout=out,

@@ -1,0 +1,149 @@
+"""Local secrets: the per-workspace secrets file, and keeping secret values off disk and out of logs.
+
+The store is ``$TAU_DATA_DIR/secrets/<workspace>.yaml``, a mapping of secret name → key → value, mode 0600 (a
+file others may read is refused, naming the ``chmod``). It is read when a pod starts, never copied: the pod's
+``spec.json`` holds a placeholder (``\\0tau-secret-<n>\\0``; NUL cannot occur in an argument or env value, so it
+never collides) where a secret value stood, and the real values reach the pod's shim on its stdin, which puts them
+back in memory just before the processes start. The shim redacts every known value (4 bytes or longer) from the
+logs it writes and from termination messages.
+
+A workspace's pods resolve ``secretKeyRef`` only from that workspace's file: another workspace's secrets are
+"not found".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from taugrid.local.podspec import PodSpecError, Resolver
+
+REDACTED = "[REDACTED]"
+REDACT_MIN = 4  # shorter values would blank out ordinary words of the log
+_PLACEHOLDER = re.compile("\x00tau-secret-([0-9]+)\x00")
+_SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SecretStore:
+    """``<root>/<scope>.yaml`` per workspace (``scope``); read on every resolve, so an edit applies to the next
+    pod without a restart."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, scope: str) -> Path:
+        return self.root / f"{scope}.yaml"
+
+    def load(self, scope: str) -> dict[str, dict[str, str]]:
+        if not _SCOPE.match(scope):
+            return {}
+        path = self.path(scope)
+        try:
+            st = path.stat()
+        except OSError:
+            return {}
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise PodSpecError("CreateContainerConfigError",
+                               f"secrets file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+                               f"run `chmod 600 {path}`")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise PodSpecError("CreateContainerConfigError", f"secrets file {path} cannot be read: {exc}") from None
+        if not isinstance(data, dict):
+            raise PodSpecError("CreateContainerConfigError",
+                               f"secrets file {path} must map secret names to key: value mappings")
+        return {str(name): {str(k): str(v) for k, v in (keys or {}).items()}
+                for name, keys in data.items() if isinstance(keys, dict) or keys is None}
+
+    def resolver(self) -> Resolver:
+        """``resolve_secret`` for the kubelet, whose first argument is the scope (the pod's workspace)."""
+        def resolve(scope: str, name: str) -> Mapping[str, str] | None:
+            return self.load(scope).get(name)
+        return resolve
+
+
+def write_secret(root: Path, scope: str, name: str, values: Mapping[str, str]) -> Path:
+    """Add or replace one secret in ``scope``'s file, created 0600 (for ``tau secret set`` and tests)."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = SecretStore(root)
+    current = store.load(scope) if store.path(scope).exists() else {}
+    current[name] = dict(values)
+    path = store.path(scope)
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        yaml.safe_dump(current, out)
+    os.replace(path.with_suffix(".tmp"), path)
+    return path
+
+
+class Recording(Mapping[str, str]):
+    """A resolved secret that remembers every value read from it (what the pod's spec must not hold)."""
+
+    def __init__(self, data: Mapping[str, str], seen: list[str]) -> None:
+        self.data, self.seen = data, seen
+
+    def __getitem__(self, key: str) -> str:
+        value = self.data[key]
+        if value not in self.seen:
+            self.seen.append(value)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def seal(doc: Any, values: list[str]) -> Any:
+    """``doc`` with every occurrence of a secret value replaced by its placeholder (longest values first)."""
+    order = sorted(range(len(values)), key=lambda i: -len(values[i]))
+
+    def one(text: str) -> str:
+        for i in order:
+            if values[i]:
+                text = text.replace(values[i], f"\x00tau-secret-{i}\x00")
+        return text
+
+    return _walk(doc, one)
+
+
+def unseal(doc: Any, values: list[str]) -> Any:
+    def one(text: str) -> str:
+        return _PLACEHOLDER.sub(lambda m: values[int(m.group(1))], text) if "\x00" in text else text
+
+    return _walk(doc, one)
+
+
+def _walk(doc: Any, fn: Any) -> Any:
+    if isinstance(doc, str):
+        return fn(doc)
+    if isinstance(doc, list):
+        return [_walk(v, fn) for v in doc]
+    if isinstance(doc, dict):
+        return {k: _walk(v, fn) for k, v in doc.items()}
+    return doc
+
+
+def redactor(values: list[str]) -> Any:
+    """``bytes → bytes`` that blanks every value of at least ``REDACT_MIN`` bytes, longest first."""
+    needles = sorted({v.encode() for v in values if len(v.encode()) >= REDACT_MIN}, key=len, reverse=True)
+
+    def redact(data: bytes) -> bytes:
+        for needle in needles:
+            data = data.replace(needle, REDACTED.encode())
+        return data
+
+    return redact
+
+
+def encode_for_shim(values: list[str]) -> bytes:
+    return json.dumps(values).encode()
