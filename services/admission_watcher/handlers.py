@@ -50,7 +50,7 @@ class AdmissionWatcher:
             self._tries.pop(ev.id, None)
         # Progress first: a pod's detail (why its image cannot be pulled) lands before the failure it explains.
         for out in [*progress(watch, self.owners), *translate(watch, self.owners)]:
-            record, _ = await runstate.get(self.bus, out.run_id)
+            record, _ = await runstate.get(self.bus, out.workspace, out.run_id)
             if record is not None and (record.state in TERMINAL or out.attempt < record.attempt):
                 continue  # a finished run or a superseded attempt: history is already decided
             await self.bus.emit(workspace=out.workspace, run_id=out.run_id, attempt=out.attempt,

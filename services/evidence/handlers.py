@@ -59,7 +59,7 @@ class Evidence:
         claim = ledger.seal
         if claim is None or claim.event_id != ev.id or claim.emitted:
             return  # another terminal event won the seal, or this one is already announced
-        sealed = await store.seal(self.bus, run_id, ev, cache=self.ledgers, known=held)
+        sealed = await store.seal(self.bus, workspace, run_id, ev, cache=self.ledgers, known=held)
         await self.bus.emit(
             workspace=workspace,
             run_id=run_id,
@@ -68,7 +68,7 @@ class Evidence:
             payload=sealed,
             dedup="",
         )
-        await store.mark_emitted(self.bus, run_id, cache=self.ledgers)
+        await store.mark_emitted(self.bus, workspace, run_id, cache=self.ledgers)
         self.held.pop(run_id, None)
         data_dir = os.environ.get("TAU_DATA_DIR")
         if data_dir:  # the embedded stack: what the pods left on disk is sealed now (outputs stay)

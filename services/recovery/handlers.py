@@ -28,7 +28,7 @@ class Recovery:
     async def on_event(self, ev: Event) -> None:
         if ev.type == "admission.preempted":
             return  # the queue (Kueue or the local cluster) requeues a preempted workload itself
-        record, _ = await runstate.get(self.bus, ev.subject)
+        record, _ = await runstate.get_for(self.bus, ev)
         if record is None or record.resolved is None:
             raise TemporaryError("run record not projected yet", delay=0.5)
         if record.state in TERMINAL or record.cancel_requested or ev.attempt < record.attempt:

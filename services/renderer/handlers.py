@@ -81,7 +81,7 @@ class Renderer:
 
     async def apply(self, ev: Event, run: ResolvedRun, *, attempt: int, exclude: list[str],
                     resume_from: str = "") -> None:
-        record, _ = await runstate.get(self.bus, run.run_id)
+        record, _ = await runstate.get(self.bus, run.workspace, run.run_id)
         if run.run_id in self.cancelled:
             return
         if record is not None and (record.cancel_requested or record.state in TERMINAL):
@@ -118,7 +118,7 @@ class Renderer:
         wait = req.not_before - time.time()
         if wait > 0.05:
             raise TemporaryError(f"backoff before attempt {req.attempt}", delay=min(wait, 600.0))
-        record, _ = await runstate.get(self.bus, ev.subject)
+        record, _ = await runstate.get_for(self.bus, ev)
         if record is None or record.resolved is None:
             raise TemporaryError("run record not projected yet", delay=0.5)
         if record.attempt > req.attempt or record.state in TERMINAL:
@@ -139,7 +139,7 @@ class Renderer:
         await self.apply(ev, run, attempt=req.attempt, exclude=req.exclude_nodes, resume_from=req.resume_from)
 
     async def cancel(self, ev: Event) -> None:
-        record, _ = await runstate.get(self.bus, ev.subject)
+        record, _ = await runstate.get_for(self.bus, ev)
         if record is None:
             raise TemporaryError("run record not projected yet", delay=0.5)
         request = _request(ev)

@@ -83,7 +83,7 @@ class Submitter:
         try:
             await kv.create(req.submission_id, ev.subject.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
-            record, _ = await runstate.get(self.bus, ev.subject)
+            record, _ = await runstate.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on
         else:

@@ -270,7 +270,7 @@ async def test_a_failing_run_is_retried_once_then_given_up(stack: Stack) -> None
     assert [a for a, t in got if t == "render.applied"] == [1, 2]
     failures = [e.as_dict() async for e in stack.client.events(run_id=run_id) if e.type == "exec.failed"]
     assert [(f["exit_code"], f["reason"]) for f in failures] == [(3, "Error"), (3, "Error")]
-    record_, _ = await runstate.get(stack.bus, run_id)
+    record_ = await runstate.find(stack.bus, run_id)
     assert record_ is not None and record_.state == "failed" and record_.attempt == 2
 
 
@@ -281,7 +281,7 @@ async def test_cancel_while_running(stack: Stack) -> None:
     await stack.client.cancel(run_id)
     got = record("cancel", stack, await stack.events(run_id))
     assert [t for _, t in got][-4:] == ["exec.running", "cancel.requested", "cancel.accepted", "exec.cancelled"], got
-    record_, _ = await runstate.get(stack.bus, run_id)
+    record_ = await runstate.find(stack.bus, run_id)
     assert record_ is not None and record_.state == "cancelled"
 
 
@@ -307,7 +307,7 @@ async def test_the_phase_tree_has_the_same_shape_on_both_backends(stack: Stack) 
     await stack.events(run_id)
     deadline = time.monotonic() + 10
     while True:
-        record_, _ = await runstate.get(stack.bus, run_id)
+        record_ = await runstate.find(stack.bus, run_id)
         if (record_ is not None and record_.state == "succeeded") or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.1)
@@ -495,7 +495,7 @@ async def test_a_two_node_torchrun_job_rendezvouses_across_its_two_pods(stack: S
         lines = [ln for ln in lines if ln not in fetched]
     assert sorted(lines) == ["rank 0/2: all-reduce sum 11", "rank 1/2: all-reduce sum 11"], lines
     assert outputs_of(stack, run_id) == {"rank0.txt": "11\n", "rank1.txt": "11\n"}
-    record_, _ = await runstate.get(stack.bus, run_id)
+    record_ = await runstate.find(stack.bus, run_id)
     assert record_ is not None and len(record_.pods) == 2
 
 
@@ -548,7 +548,7 @@ PRINTER = {
 
 async def printed(stack: Stack, run_id: str, n: int) -> None:
     async with asyncio.timeout(30):
-        while (await runstate.get(stack.bus, run_id))[0] is None or len(
+        while (await runstate.find(stack.bus, run_id)) is None or len(
                 [ln async for ch in stack.client.logs(run_id) for ln in ch.lines]) < n:
             await asyncio.sleep(0.05)
 
@@ -573,5 +573,5 @@ async def test_a_restart_mid_run_loses_and_doubles_no_log_line(stack: Stack, res
     assert [t for _, t in events] == SUCCESS, events
     lines = pod_lines(stack, await log_lines(stack, run_id, last="line 59"), run_id)
     assert lines == [f"line {i}" for i in range(60)]
-    record_, _ = await runstate.get(stack.bus, run_id)
+    record_ = await runstate.find(stack.bus, run_id)
     assert record_ is not None and record_.state == "succeeded"

@@ -129,7 +129,7 @@ async def sealed_events(bus: Bus, ws: str, run: str) -> list[Event]:
 
 def announced(ws: str, run: str, bus: Bus):  # type: ignore[no-untyped-def]
     async def check() -> bool:
-        led, _ = await store.load(bus, run)
+        led, _ = await store.load(bus, ws, run)
         return bool(led and led.seal and led.seal.emitted and led.entries[-1].type == "evidence.sealed")
 
     return check
@@ -180,12 +180,12 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert doc["ledger"]["head"] == payload.ledger_head and len(doc["ledger"]["entries"]) == 6
 
     # Deterministic: collecting again gives the same bytes; sealing again gives the same object.
-    led, _ = await store.load(bus, run)
+    led, _ = await store.load(bus, ws, run)
     assert led is not None
     again, _ = await store.collect(bus, led)
     assert again == data
     terminal = next(ev for ev in await _events(bus, ws, run) if ev.type == "exec.succeeded")
-    assert await store.seal(bus, run, terminal) == payload
+    assert await store.seal(bus, ws, run, terminal) == payload
 
     # Redelivery of everything (a fresh durable replays the whole run) and a late racing terminal event.
     await Evidence(bus).on_event(terminal)
@@ -199,11 +199,11 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     )
 
     async def eight_entries() -> bool:
-        current, _ = await store.load(bus, run)
+        current, _ = await store.load(bus, ws, run)
         return current is not None and len(current.entries) == 8
 
     await drain(bus, f"evidence2-{ws}", ws, eight_entries)
-    after, _ = await store.load(bus, run)
+    after, _ = await store.load(bus, ws, run)
     assert after is not None and len(after.entries) == 8 and after.entries[:7] == led.entries[:7]
     assert after.seal == led.seal
     assert len(await sealed_events(bus, ws, run)) == 1
@@ -253,11 +253,11 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
     report = await verify_run(bus, run)
     assert not report.ok and any("the bundle was modified" in p for p in report.problems)
 
-    led, _ = await store.load(bus, run)
+    led, _ = await store.load(bus, ws, run)
     assert led is not None
     bad = msgspec.structs.replace(led.entries[1], payload_sha256="0" * 64)
     await store.update(
-        bus, run, lambda cur: msgspec.structs.replace(cur, entries=(cur.entries[0], bad, *cur.entries[2:]))
+        bus, ws, run, lambda cur: msgspec.structs.replace(cur, entries=(cur.entries[0], bad, *cur.entries[2:]))
     )
     problems = (await verify_run(bus, run, audit_wait_s=0)).problems
     assert any(p.startswith("entry 1") and "modified" in p for p in problems)

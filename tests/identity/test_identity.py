@@ -283,7 +283,7 @@ async def test_a_forged_policy_approved_from_the_wrong_source_is_not_applied(sta
     await until_dead_lettered(stack.bus, reason, ("renderer", "runstate"))  # the record never sees it either
     await asyncio.sleep(0.5)
     assert [e.type for e in await stack.events(run_id)] == ["policy.approved"]  # nothing acted on it
-    assert (await runstate.get(stack.bus, run_id))[0] is None
+    assert await runstate.find(stack.bus, run_id) is None
 
 
 async def _approved_spec(stack: Stack) -> Any:

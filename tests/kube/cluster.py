@@ -137,7 +137,7 @@ class EmulatedCluster:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            record, _ = await runstate.get(self.bus, run_id)
+            record = await runstate.find(self.bus, run_id)
             if record is not None and any(
                 h["type"] == event_type and h["attempt"] == attempt for h in record.history
             ):

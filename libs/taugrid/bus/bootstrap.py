@@ -7,6 +7,7 @@ existing consumers are left as they are (JetStream does not allow changing most 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 
 import nats
@@ -66,6 +67,14 @@ async def ensure_consumer(bus: Bus, spec: ConsumerSpec) -> None:
         await bus.js.add_consumer(spec.stream, consumer_config(spec))
 
 
+async def _allow_direct(bus: Bus, stream: str) -> None:
+    """Reads by key must be direct gets (the key in the request subject) so permissions can confine them to
+    some keys; buckets made before that get it turned on."""
+    info = await bus.js.stream_info(stream)
+    if not info.config.allow_direct:
+        await bus.js.update_stream(dataclasses.replace(info.config, allow_direct=True))
+
+
 async def bootstrap(bus: Bus) -> None:
     for s in STREAMS:
         await _ensure_stream(bus, StreamConfig(
@@ -82,7 +91,9 @@ async def bootstrap(bus: Bus) -> None:
         try:
             await bus.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE))
+            await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
+                                                         direct=True))
+        await _allow_direct(bus, f"KV_{bucket}")
     try:
         await bus.js.object_store(OBJECT_STORE)
     except nats.js.errors.BucketNotFoundError:

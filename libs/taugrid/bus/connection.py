@@ -61,7 +61,7 @@ class Bus:
         self.seed: bytes | None = None
         # run id → its verified submitter, for events emitted outside a run event's handler (a service sets
         # it: ``runstate.verified_user``); None leaves ``ce-tauuser`` off unless the caller names the user.
-        self.user_lookup: Callable[[str], Awaitable[str]] | None = None
+        self.user_lookup: Callable[[str, str], Awaitable[str]] | None = None  # (workspace, run id) → user
         self._denials: list[asyncio.Future[str]] = []
 
     def denied(self, kind: str, subject: str) -> None:
@@ -139,7 +139,7 @@ class Bus:
         ``ce-tauuser`` is ``user`` when given, else the verified submitter of the run event being handled
         (``identity.run_user``), else what ``user_lookup`` finds for the run."""
         if user is None:
-            user = await self._run_user(run_id)
+            user = await self._run_user(workspace, run_id)
         with tracing.span(f"publish {event_type}", attributes={"taugrid.run_id": run_id}):
             return await self.publish(
                 run_subject(workspace, run_id, event_type), payload, event_type=event_type, ce_subject=run_id,
@@ -147,12 +147,12 @@ class Bus:
                 attempt=attempt, user=user,
             )
 
-    async def _run_user(self, run_id: str) -> str:
+    async def _run_user(self, workspace: str, run_id: str) -> str:
         handling = identity.run_user.get()
         if handling is not None and handling[0] == run_id:
             return handling[1]
         if self.user_lookup is not None:
-            return await self.user_lookup(run_id)
+            return await self.user_lookup(workspace, run_id)
         return ""
 
     async def close(self, *, drain: bool = True) -> None:

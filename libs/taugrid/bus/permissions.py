@@ -29,6 +29,8 @@ from taugrid.core.ids import token
 API = "$JS.API"
 READ_STREAMS = ("RUNS", "AUDIT", "LOGS")  # the streams people read, confined to their workspaces
 PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger")
+# Buckets whose keys are ``run.<workspace>.<run>``: people read only their workspaces' keys there.
+WORKSPACE_KV = ("run_state", "ledger")
 
 
 def inbox_prefix(public_key: str) -> str:
@@ -118,6 +120,16 @@ def _kv_read(bucket: str) -> list[str]:
             f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
 
 
+def _kv_read_workspace(bucket: str, ws: str) -> list[str]:
+    """Reads of one workspace's keys (``run.<ws>.>``) only: direct gets name the key in their subject, and
+    listing goes through a named consumer whose create subject names the filter (``kvread``). The forms that
+    carry the key in the request body (``DIRECT.GET.<stream>`` alone, ``STREAM.MSG.GET``, an unnamed consumer
+    create) are not granted, since the server cannot see what they read."""
+    stream, keys = f"KV_{bucket}", f"$KV.{bucket}.run.{ws}.>"
+    return [f"{API}.DIRECT.GET.{stream}.{keys}", f"{API}.CONSUMER.CREATE.{stream}.*.{keys}",
+            f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
+
+
 def _objects_read() -> list[str]:
     stream = f"OBJ_{OBJECT_STORE}"
     return [f"{API}.STREAM.INFO.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>",
@@ -186,7 +198,11 @@ def person_permissions(person: Person) -> Permissions:
         pub += [f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
                 f"{API}.CONSUMER.DELETE.{stream}.*"]
     for bucket in PEOPLE_KV_READ:
-        pub += _kv_read(bucket)
+        if admin or bucket not in WORKSPACE_KV:
+            pub += _kv_read(bucket)
+        else:
+            for ws in spaces:
+                pub += _kv_read_workspace(bucket, ws)
     pub += _objects_read()
     pub += [f"$O.{OBJECT_STORE}.C.>", f"$O.{OBJECT_STORE}.M.>"]  # source snapshots (puts only, never purge)
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
@@ -250,7 +266,9 @@ def markdown_table() -> str:
         rows.append(f"| `{role.name}` | {', '.join(parts) or '—'} | {role.why} |")
     rows.append("| researcher | `run.<ws>.*.submit.requested`, `run.<ws>.*.cancel.requested`, consumers filtered to "
                 "`run.<ws>.>` on RUNS/AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
-                f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ)}; object store read and put (source snapshots) "
+                f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ if b not in WORKSPACE_KV)}, and "
+                f"{', '.join(f'`{b}`' for b in WORKSPACE_KV)} only under `run.<ws>.>` (direct gets and named "
+                "consumers, whose subjects name the key); object store read and put (source snapshots) "
                 "| people, from `platform.yaml` |")
     rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")

@@ -68,8 +68,8 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
 @run_async
 async def verify(run_id: str, output: str) -> None:
     async with connected() as client:
-        await client.status(run_id)  # an unknown run is "not found" (exit 3)
-        report = await verify_run(client.bus, run_id)
+        record = await client.status(run_id)  # an unknown run is "not found" (exit 3)
+        report = await verify_run(client.bus, run_id, workspace=record.workspace)
     if output == "json":
         emit_json(as_dict(report))
     else:

@@ -43,7 +43,8 @@ class CancelRefused(PermanentError):
 class Client:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self._workspaces: dict[str, str] = {}  # run id → workspace, for runs this client submitted
+        self._workspaces: dict[str, str] = {}  # run id → workspace, for runs this client submitted or read
+        self._readable: tuple[list[str] | None] | None = None  # cached ``readable_workspaces``
 
     async def close(self) -> None:
         # every publish and KV write already awaited its ack; a drain would wait on subscriptions whose reader
@@ -194,10 +195,40 @@ class Client:
         raise AssertionError("unreachable: a followed replay only ends when cancelled")
 
     # ---------------------------------------------------------------- reading
-    async def status(self, run_id: str) -> RunRecord:
-        record, _ = await runstate.get(self.bus, run_id)
+    async def readable_workspaces(self) -> list[str] | None:
+        """The workspaces whose runs this connection may read: None for every workspace (a platform admin, the
+        local stack's owner, or a bus without authentication), else the person's workspaces from the
+        platform (the same list their bus permissions are rendered from)."""
+        if self._readable is None:
+            self._readable = (await self._find_readable(),)
+        return self._readable[0]
+
+    async def _find_readable(self) -> list[str] | None:
+        me = self.bus.identity
+        if me is None:
+            return None
+        local = await platformstore.get_local_user(self.bus)
+        if local is not None and local.nkey == me.public_key:
+            return None
+        got = await platformstore.get_text(self.bus)
+        platform = load_platform(got[0]) if got else None
+        user = platform.user_by_nkey(me.public_key) if platform is not None else None
+        if user is None:
+            return []
+        if user.role == "platform-admin":
+            return None
+        return list(platform.workspaces_of(user.name)) if platform is not None else []
+
+    async def status(self, run_id: str, *, workspace: str | None = None) -> RunRecord:
+        """The run's record; by id alone, it is looked for in the workspaces this connection may read."""
+        ws = workspace or self._workspaces.get(run_id)
+        if ws is not None:
+            record, _ = await runstate.get(self.bus, ws, run_id)
+        else:
+            record = await runstate.find(self.bus, run_id, workspaces=await self.readable_workspaces())
         if record is None:
-            raise NotFound(f"run {run_id} not found (see `tau list`)")
+            raise NotFound(f"run {run_id} not found in your workspaces (see `tau list`)")
+        self._workspaces.setdefault(run_id, record.workspace)
         return record
 
     async def settled(self, run_id: str, *, timeout: float = 10.0) -> RunRecord:
@@ -214,7 +245,7 @@ class Client:
         ``*`` when the run is not known yet, which only a platform admin may read."""
         if run_id in self._workspaces:
             return self._workspaces[run_id]
-        record, _ = await runstate.get(self.bus, run_id)
+        record = await runstate.find(self.bus, run_id, workspaces=await self.readable_workspaces())
         if record is None or not record.workspace:
             return "*"
         self._workspaces[run_id] = record.workspace
@@ -226,7 +257,9 @@ class Client:
         return "*" if ws == "*" else token(ws)
 
     async def list(self) -> list[RunRecord]:
-        return sorted(await runstate.list_records(self.bus), key=lambda r: r.created)
+        """The runs of the workspaces this connection may read (a person: only their own workspaces)."""
+        records = await runstate.list_records(self.bus, workspaces=await self.readable_workspaces())
+        return sorted(records, key=lambda r: r.created)
 
     async def replay(
         self,

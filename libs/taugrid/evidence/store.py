@@ -1,7 +1,8 @@
 """The ledger in the ``ledger`` KV bucket and the sealed bundle in the ``evidence`` object store.
 
 Invariants:
-- One KV key per run (``run.<run_id>``); every write is a compare-and-set on the revision read, and a lost
+- One KV key per run (``run.<workspace>.<run_id>``, so people's permissions can confine reads to their
+  workspaces' ledgers); every write is a compare-and-set on the revision read, and a lost
   race re-reads and re-applies the (idempotent) change, so concurrent replicas never fork or drop entries.
 - A run is sealed once: the first terminal event to claim the seal wins (``ledger.claim_seal`` under CAS).
 - Sealing is idempotent: a bundle already stored for the winning terminal event is reused as it is, never
@@ -26,6 +27,7 @@ from typing import Any
 import msgspec
 import nats
 
+from taugrid.bus import kvread
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
@@ -43,20 +45,21 @@ BUCKET = "ledger"
 _CAS_TRIES = 30
 
 
-def key(run_id: str) -> str:
-    return f"run.{token(run_id)}"
+def key(workspace: str, run_id: str) -> str:
+    return f"run.{token(workspace)}.{token(run_id)}"
 
 
 def run_of(ev: Event) -> tuple[str, str]:
-    """(workspace, run_id) of a run event, from its CloudEvents attributes or else its subject."""
+    """(workspace, run_id) of a run event: the workspace its subject names (what the server's permissions
+    vouch for), else its ``ce-workspace``; the run from ``ce-subject``, else the subject."""
     ws, run, _ = parse_run_subject(ev.nats_subject) if ev.nats_subject.count(".") == 4 else ("", "", "")
-    return ev.workspace or ws, ev.subject or run
+    return ws or ev.workspace, ev.subject or run
 
 
-async def load(bus: Bus, run_id: str) -> tuple[lg.Ledger | None, int]:
+async def load(bus: Bus, workspace: str, run_id: str) -> tuple[lg.Ledger | None, int]:
     kv = await bus.kv(BUCKET)
     try:
-        entry = await kv.get(key(run_id))
+        entry = await kv.get(key(workspace, run_id))
     except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
         return None, 0
     except (nats.errors.TimeoutError, nats.errors.Error) as exc:
@@ -66,51 +69,62 @@ async def load(bus: Bus, run_id: str) -> tuple[lg.Ledger | None, int]:
     return lg.decode(entry.value), int(entry.revision or 0)
 
 
+async def find(bus: Bus, run_id: str) -> lg.Ledger | None:
+    """The ledger of ``run_id`` in whichever workspace holds it (one wildcard direct get: services and
+    platform admins; people name the workspace, ``load``)."""
+    try:
+        raw = await kvread.last_by_wildcard(bus, BUCKET, f"run.*.{token(run_id)}")
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"ledger lookup for {run_id} failed: {exc!r}", delay=1.0) from exc
+    return lg.decode(raw) if raw else None
+
+
 class LedgerCache:
-    """The ledgers this process last wrote, with their KV revisions (bounded, least recently used out)."""
+    """The ledgers this process last wrote, by KV key, with their revisions (bounded, least recently used out)."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._entries: OrderedDict[str, tuple[lg.Ledger, int]] = OrderedDict()
 
-    def take(self, run_id: str) -> tuple[lg.Ledger, int] | None:
-        return self._entries.pop(run_id, None)
+    def take(self, ledger_key: str) -> tuple[lg.Ledger, int] | None:
+        return self._entries.pop(ledger_key, None)
 
-    def put(self, run_id: str, ledger: lg.Ledger, revision: int) -> None:
-        self._entries[run_id] = (ledger, revision)
+    def put(self, ledger_key: str, ledger: lg.Ledger, revision: int) -> None:
+        self._entries[ledger_key] = (ledger, revision)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
 
 async def update(
-    bus: Bus, run_id: str, change: Callable[[lg.Ledger], lg.Ledger], *, workspace: str = "",
+    bus: Bus, workspace: str, run_id: str, change: Callable[[lg.Ledger], lg.Ledger], *,
     cache: LedgerCache | None = None,
 ) -> lg.Ledger:
     """Apply ``change`` to the run's ledger with compare-and-set; a no-op change writes nothing."""
     kv = await bus.kv(BUCKET)
+    k = key(workspace, run_id)
     for _ in range(_CAS_TRIES):
-        cached = cache.take(run_id) if cache is not None else None
-        current, revision = cached if cached is not None else await load(bus, run_id)
+        cached = cache.take(k) if cache is not None else None
+        current, revision = cached if cached is not None else await load(bus, workspace, run_id)
         base = current if current is not None else lg.Ledger(run_id=run_id, workspace=workspace)
         new = change(base)
         if current is not None and new == current:
             if cached is not None:
                 continue  # a redelivery: decide on the stored ledger, never on a copy another replica outdated
             if cache is not None:
-                cache.put(run_id, current, revision)
+                cache.put(k, current, revision)
             return current
         try:
             if revision:
-                written = await kv.update(key(run_id), lg.encode(new), last=revision)
+                written = await kv.update(k, lg.encode(new), last=revision)
             else:
-                written = await kv.create(key(run_id), lg.encode(new))
+                written = await kv.create(k, lg.encode(new))
         except nats.js.errors.KeyWrongLastSequenceError:
             await asyncio.sleep(0.005)
             continue
         except (nats.errors.TimeoutError, nats.errors.Error) as exc:
             raise TemporaryError(f"ledger write for {run_id} failed: {exc!r}", delay=1.0) from exc
         if cache is not None:
-            cache.put(run_id, new, int(written))
+            cache.put(k, new, int(written))
         return new
     raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
 
@@ -127,11 +141,11 @@ async def record(bus: Bus, ev: Event, *, cache: LedgerCache | None = None) -> lg
             ledger = lg.mark_emitted(ledger)
         return ledger
 
-    return await update(bus, run_id, change, workspace=workspace, cache=cache)
+    return await update(bus, workspace, run_id, change, cache=cache)
 
 
-async def mark_emitted(bus: Bus, run_id: str, *, cache: LedgerCache | None = None) -> lg.Ledger:
-    return await update(bus, run_id, lg.mark_emitted, cache=cache)
+async def mark_emitted(bus: Bus, workspace: str, run_id: str, *, cache: LedgerCache | None = None) -> lg.Ledger:
+    return await update(bus, workspace, run_id, lg.mark_emitted, cache=cache)
 
 
 def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
@@ -311,7 +325,7 @@ def _commits_to(data: bytes, seal: lg.Seal) -> bool:
 
 
 async def seal(
-    bus: Bus, run_id: str, terminal_event: Event, *, cache: LedgerCache | None = None,
+    bus: Bus, workspace: str, run_id: str, terminal_event: Event, *, cache: LedgerCache | None = None,
     known: Mapping[int, Event] | None = None,
 ) -> EvidenceSealed:
     """Seal the run: store its bundle once and return the ``evidence.sealed`` payload (the caller publishes).
@@ -342,4 +356,4 @@ async def seal(
             return current
         return msgspec.structs.replace(current, seal=msgspec.structs.replace(s, bundle=name, digest=digest))
 
-    return sealed_payload(await update(bus, run_id, settle, cache=cache))
+    return sealed_payload(await update(bus, workspace, run_id, settle, cache=cache))

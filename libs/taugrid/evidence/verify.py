@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid, canonical_form, from_message, verify_form
 from taugrid.bus.sources import source_problem
@@ -158,9 +157,16 @@ async def _check_logs(bus: Bus, doc: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def verify_run(bus: Bus, run_id: str, *, audit_wait_s: float = 2.0) -> VerifyReport:
-    """Re-read and re-check everything recorded for ``run_id``; see the module docstring for the checks."""
-    ledger, _ = await store.load(bus, run_id)
+async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
+                     audit_wait_s: float = 2.0) -> VerifyReport:
+    """Re-read and re-check everything recorded for ``run_id``; see the module docstring for the checks.
+    ``workspace``: the run's (people pass it: they may read only their workspaces' records); None looks the
+    run up by id in every workspace."""
+    if workspace is None:
+        ledger = await store.find(bus, run_id)
+        workspace = ledger.workspace if ledger is not None else ""
+    else:
+        ledger, _ = await store.load(bus, workspace, run_id)
     report = VerifyReport(run_id=run_id, ok=False, sealed=False)
     if ledger is None:
         report.problems.append(
@@ -170,12 +176,10 @@ async def verify_run(bus: Bus, run_id: str, *, audit_wait_s: float = 2.0) -> Ver
     report.entries, report.ledger_head = len(ledger.entries), ledger.head
     report.problems += lg.verify(ledger)
 
-    record, _ = await runstate.get(bus, run_id)
-    workspace = token(record.workspace) if record is not None and record.workspace else "*"
     # AUDIT is an asynchronous mirror: give it a moment to catch up before calling an event missing.
     deadline = asyncio.get_running_loop().time() + audit_wait_s
     while True:
-        audit, announced, refused = await _audit(bus, run_id, workspace=workspace)
+        audit, announced, refused = await _audit(bus, run_id, workspace=token(workspace))
         audit_problems = _check_audit(ledger, audit)
         if not audit_problems or asyncio.get_running_loop().time() >= deadline:
             break

@@ -1,0 +1,116 @@
+"""People read only their workspaces' run records and ledgers: enforced by a real nats-server with auth on
+(tests/secure_nats.py: alice researches in `vision`, bob in `language`, carol is a platform admin)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+from taugrid.bus import Bus, kvread, platformstore, runstate
+from taugrid.client import Client
+from taugrid.core.errors import NotFound, PermissionDenied
+from taugrid.core.states import RunRecord
+from taugrid.evidence import ledger as lg
+from taugrid.evidence import store
+
+from tests.secure_nats import SecureNats
+
+PLATFORM = """
+resource_flavors: [{name: default}]
+cohorts: [{name: lab}]
+cluster_queues:
+  - name: lab
+    cohort: lab
+    resource_groups:
+      - covered_resources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominal_quota: "8"}]}]
+local_queues: [{name: default, namespace: default, cluster_queue: lab}]
+priority_classes: [{name: normal, value: 100}]
+users:
+  - {name: alice, nkey: ALICE}
+  - {name: bob, nkey: BOB}
+  - {name: carol, nkey: CAROL, role: platform-admin}
+workspaces:
+  - {name: vision, namespace: default, local_queue: default, default_priority: normal, members: [alice]}
+  - {name: language, namespace: default, local_queue: default, default_priority: normal, members: [bob]}
+"""
+
+
+@pytest.fixture
+async def runs(secure_nats: SecureNats) -> AsyncIterator[tuple[str, str]]:
+    """One run record and one ledger in `vision` and in `language`, written by the services that own them;
+    the platform names the people as secure_nats admits them."""
+    text = PLATFORM
+    for who in ("alice", "bob", "carol"):
+        text = text.replace(f"nkey: {who.upper()}", f"nkey: {secure_nats.identity(who).public_key}")
+    boot, submitter, evidence = [await secure_nats.connect(n) for n in ("bootstrap", "submitter", "evidence")]
+    try:
+        await platformstore.put_text(boot, text)
+        mine, theirs = f"mine-{uuid.uuid4().hex[:6]}", f"theirs-{uuid.uuid4().hex[:6]}"
+        for ws, run in (("vision", mine), ("language", theirs)):
+            assert await runstate.create(submitter, RunRecord(run_id=run, workspace=ws, state="running"))
+            await store.update(evidence, ws, run, lambda led: led)  # a fresh ledger
+        yield mine, theirs
+    finally:
+        for b in (boot, submitter, evidence):
+            await b.close()
+
+
+async def _person(secure_nats: SecureNats, name: str) -> tuple[Bus, Client]:
+    bus = await secure_nats.connect(name)
+    return bus, Client(bus)
+
+
+async def test_a_researcher_reads_only_their_workspaces_records(secure_nats, runs):
+    mine, theirs = runs
+    alice, client = await _person(secure_nats, "alice")
+    try:
+        assert await client.readable_workspaces() == ["vision"]
+        assert (await client.status(mine)).workspace == "vision"
+        with pytest.raises(NotFound, match=f"run {theirs} not found in your workspaces"):
+            await client.status(theirs)
+        listed = await client.list()
+        assert mine in {r.run_id for r in listed} and theirs not in {r.run_id for r in listed}
+        assert {r.workspace for r in listed} == {"vision"}
+        # The server itself refuses the reads, whatever the client would ask.
+        with pytest.raises(PermissionDenied, match=r"kv_run_state\.\$kv\.run_state\.run\.language\."):
+            await alice.guarded(runstate.get(alice, "language", theirs))
+        with pytest.raises(PermissionDenied, match=r"direct\.get\.kv_run_state\.\$kv\.run_state\.run\.\*\."):
+            await alice.guarded(runstate.find(alice, theirs))  # a wildcard lookup by id alone
+        with pytest.raises(PermissionDenied, match=r"consumer\.create\.kv_run_state"):
+            await alice.guarded(kvread.values(alice, "run_state", RunRecord, prefix="run."))
+        with pytest.raises(PermissionDenied, match=r"consumer\.create\.kv_run_state\..*run\.language"):
+            await alice.guarded(runstate.list_records(alice, workspaces=["language"]))
+    finally:
+        await alice.close()
+
+
+async def test_a_researcher_reads_only_their_workspaces_ledgers(secure_nats, runs):
+    mine, theirs = runs
+    alice = await secure_nats.connect("alice")
+    try:
+        led, revision = await store.load(alice, "vision", mine)
+        assert led == lg.Ledger(run_id=mine, workspace="vision") and revision > 0
+        with pytest.raises(PermissionDenied, match=r"kv_ledger\.\$kv\.ledger\.run\.language\."):
+            await alice.guarded(store.load(alice, "language", theirs))
+        with pytest.raises(PermissionDenied, match=r"kv_ledger"):
+            await alice.guarded(store.find(alice, theirs))
+        with pytest.raises(PermissionDenied, match=r"kv\.ledger"):  # and writes none
+            await alice.guarded((await alice.kv("ledger")).put(f"run.vision.{mine}", msgspec.json.encode({})))
+    finally:
+        await alice.close()
+
+
+async def test_a_platform_admin_finds_any_run_by_id_and_lists_every_workspace(secure_nats, runs):
+    mine, theirs = runs
+    carol, client = await _person(secure_nats, "carol")
+    try:
+        assert await client.readable_workspaces() is None
+        assert (await client.status(theirs)).workspace == "language"
+        assert {mine, theirs} <= {r.run_id for r in await client.list()}
+        found = await store.find(carol, theirs)
+        assert found is not None and found.workspace == "language"
+    finally:
+        await carol.close()
