@@ -6,7 +6,9 @@ calls ``on_status`` with the pod's ``status`` whenever it changes. As Kubernetes
 each to success (a failing one fails the pod, reason ``Init:<reason>``), then the containers together; ``env``
 with ``secretKeyRef``/``configMapKeyRef``/``fieldRef``/``resourceFieldRef`` and ``envFrom``; ``$(VAR)`` expansion;
 ``workingDir``; volumes as host directories (see ``podspec``); a container's memory limit (``OOMKilled``);
-``activeDeadlineSeconds`` (``DeadlineExceeded``); exit codes and reasons. The image is ignored.
+``activeDeadlineSeconds`` (``DeadlineExceeded``); exit codes and reasons. The image is ignored, unless the pod is
+annotated ``taugrid.io/container-engine``: then each container runs in its image through that engine
+(``taugrid.local.containers``).
 
 Missing secrets or config maps leave the pod ``Pending`` with the container waiting in
 ``CreateContainerConfigError`` (retried, as the kubelet retries) until they appear, the pod is stopped or its

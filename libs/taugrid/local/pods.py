@@ -177,6 +177,11 @@ class PodRunner:
                     os.killpg(int(s["pid"]), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            if "running" in s and s.get("engine_remove"):  # the engine's container outlives its client
+                try:
+                    subprocess.run(s["engine_remove"], capture_output=True, timeout=30, check=False)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
 
     def log_path(self, pod: str, container: str) -> Path:
         return self.dir(pod) / "logs" / f"{container}.log"

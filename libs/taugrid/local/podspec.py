@@ -11,7 +11,9 @@ What a kubelet and a container runtime would do before starting a container, don
   values (``/data/x``, ``--out=/data/x``, ``sh -c 'ls /data'``), not inside files or programs. ``emptyDir`` at
   ``/dev/shm`` is the host's own. ``terminationMessagePath`` becomes ``<pod>/termination/<container>`` the same way.
 - the image is ignored: the pod's ``work/`` directory stands in for the image's working directory (an absolute
-  ``workingDir`` outside every volume is ``work/``; a relative one resolves under it).
+  ``workingDir`` outside every volume is ``work/``; a relative one resolves under it); with the
+  ``taugrid.io/container-engine`` annotation each command becomes ``<engine> run … <image> <command>`` with those
+  directories mounted (``taugrid.local.containers``).
 
 Anything the host cannot honour is refused with :class:`PodSpecError` (reason ``CreateContainerConfigError``
 for missing config, as the kubelet reports it, else ``CreateContainerError``), naming the field.
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from taugrid.core.quantity import parse_cpu, parse_memory
+from taugrid.local import containers
+from taugrid.local.containers import ENGINE_ANNOTATION
 
 # (namespace, name) -> the object's data, or None when it does not exist.
 Resolver = Callable[[str, str], Mapping[str, str] | None]
@@ -52,11 +56,15 @@ class ContainerRun:
     memory_limit: int = 0  # bytes; 0 = none
     termination_path: str = ""  # host file standing in for terminationMessagePath
     termination_policy: str = "File"  # or FallbackToLogsOnError
+    # Run through a container engine (``containers``): the engine and the container's name there; else "".
+    engine: str = ""
+    engine_name: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "command": self.command, "env": self.env, "cwd": self.cwd,
                 "memory_limit": self.memory_limit, "termination_path": self.termination_path,
-                "termination_policy": self.termination_policy}
+                "termination_policy": self.termination_policy, "engine": self.engine,
+                "engine_name": self.engine_name}
 
 
 @dataclass
@@ -294,6 +302,8 @@ def plan(pod: Mapping[str, Any], *, pod_dir: Path, claims_dir: Path, base_env: M
                            f"spec.restartPolicy={policy}: the local kubelet runs each container once; use Never")
     created: list[str] = []
     work = pod_dir / "work"
+    meta = pod.get("metadata") or {}
+    engine = str((meta.get("annotations") or {}).get(ENGINE_ANNOTATION) or "")
 
     def one(c: Mapping[str, Any]) -> ContainerRun:
         mounts = mounts_of(pod, c, pod_dir=pod_dir, claims_dir=claims_dir, resolve_secret=resolve_secret,
@@ -305,7 +315,7 @@ def plan(pod: Mapping[str, Any], *, pod_dir: Path, claims_dir: Path, base_env: M
         command = [expand(str(a), env.get) for a in [*(c.get("command") or []), *(c.get("args") or [])]]
         if not command:
             raise PodSpecError("CreateContainerError",
-                               f"containers[{c.get('name')}]: no command; the image (and its entrypoint) is ignored "
+                               f"containers[{c.get('name')}]: no command; the image's entrypoint is not read "
                                "locally, so command or args must name the program")
         command = [rewrite_paths(a, mounts) for a in command]
         env = {k: rewrite_paths(v, mounts) for k, v in env.items()}
@@ -318,10 +328,14 @@ def plan(pod: Mapping[str, Any], *, pod_dir: Path, claims_dir: Path, base_env: M
         elif cwd == wd and not any(wd == m or wd.startswith(m.rstrip("/") + "/") for m, _ in mounts):
             cwd = str(work)  # a directory of the image: work/ stands in for it
         limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
-        return ContainerRun(name=str(c.get("name")), command=command, env={**base_env, **env}, cwd=cwd,
-                            memory_limit=int(parse_memory(limit)) if limit else 0,
-                            termination_path=str(termination),
-                            termination_policy=str(c.get("terminationMessagePolicy") or "File"))
+        run = ContainerRun(name=str(c.get("name")), command=command, env={**base_env, **env}, cwd=cwd,
+                           memory_limit=int(parse_memory(limit)) if limit else 0,
+                           termination_path=str(termination),
+                           termination_policy=str(c.get("terminationMessagePolicy") or "File"))
+        if engine:
+            _in_engine(run, engine=engine, image=str(c.get("image") or ""), pod=str(meta.get("name")),
+                       volumes=mounts[1:], extra=[str(termination.parent), str(work)])
+        return run
 
     run = PodRun(init=[one(c) for c in spec.get("initContainers") or []],
                  containers=[one(c) for c in spec.get("containers") or []])
@@ -337,3 +351,15 @@ def plan(pod: Mapping[str, Any], *, pod_dir: Path, claims_dir: Path, base_env: M
         if c.cwd not in run.volume_dirs:
             run.volume_dirs.append(c.cwd)
     return run
+
+
+def _in_engine(run: ContainerRun, *, engine: str, image: str, pod: str, volumes: list[tuple[str, str]],
+               extra: list[str]) -> None:
+    """Make ``run`` start its command in ``image`` through ``engine`` (see ``containers``)."""
+    if not image:
+        raise PodSpecError("CreateContainerError", f"containers[{run.name}]: no image to run in {engine}")
+    name = containers.container_name(pod, run.name)
+    mounts = containers.mounts_for(volumes=volumes, env=run.env, extra=extra)
+    run.command = containers.run_argv(run.command, engine=engine, image=image, name=name, cwd=run.cwd, env=run.env,
+                                      mounts=mounts, memory_limit=run.memory_limit)
+    run.engine, run.engine_name = engine, name

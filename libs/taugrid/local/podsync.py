@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import nats
+
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
 from taugrid.core.events import log_subject
 from taugrid.local import envrefs, objects
+from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.podspec import PodSpecError
 from taugrid.local.secrets import SecretStore
 from taugrid.local.jobpods import (
@@ -52,11 +54,13 @@ SOURCE_PLACED = ".source-placed"
 
 
 class PodRuntime(Protocol):
-    """The one place that decides which interpreter runs ``python``/``python3`` in a workload's pods (the image
-    is ignored locally). Asked on every tick while the pod waits to start, with the workload, the pod's name
-    and its project directory (the snapshot is already there); it must not block: ``Preparing(message)``
+    """The one place that decides which interpreter runs ``python``/``python3`` in a workload's pods, or the
+    container engine that runs them in their image. Asked on every tick while the pod waits to start, with the
+    workload, the pod's name and its project directory (the snapshot is already there); it must not block:
+    ``Preparing(message)``
     while it works (published as the pod's ``PreparingEnvironment`` waiting message), then ``Ready(python,
-    environment)`` (``environment`` becomes ``environment.taugrid.io/<key>`` pod annotations) or
+    environment[, engine, image])`` (``environment`` becomes ``environment.taugrid.io/<key>`` pod annotations;
+    with an ``engine`` the pod carries ``taugrid.io/container-engine`` and its python is the image's) or
     ``Failed(reason, message)``, which fails the pod."""
 
     def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed: ...
@@ -82,8 +86,8 @@ class HostPython:
 
 class PreparedRuntimes:
     """The local cluster's default: ``runtime.PodRuntimes`` (the researcher's interpreter or a per-run uv
-    environment, prepared in a thread) asked from the control loop. A runtime that wants a container engine is
-    refused: the local kubelet runs host processes only."""
+    environment, prepared in a thread, or the container engine that runs ``runtime.image``) asked from the
+    control loop."""
 
     def __init__(self, runtimes: PodRuntimes) -> None:
         self.runtimes = runtimes
@@ -94,10 +98,6 @@ class PreparedRuntimes:
             self.runtimes.begin(pod, work=project, request=RuntimeRequest(
                 python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image))
             return Preparing("")
-        if isinstance(outcome, Ready) and outcome.engine:
-            return Failed("CreateContainerError", f"runtime.image {outcome.image!r} would run in {outcome.engine}, "
-                          "which the local kubelet does not drive; set TAU_CONTAINER_ENGINES= (empty) before "
-                          "`tau up` to run on the host interpreter")
         return outcome
 
     def forget(self, pod: str) -> None:
@@ -137,7 +137,10 @@ class PodSync:
             await self._say_preparing(wl, p, outcome.warning, force=True)
         for key, value in outcome.environment.items():
             p.obj["metadata"].setdefault("annotations", {})[f"environment.taugrid.io/{key}"] = str(value)
-        manifest = replace_python(_activated(manifest, outcome.python), outcome.python)
+        if outcome.engine:  # the image is the environment: its own python, run by the engine (see containers)
+            manifest["metadata"].setdefault("annotations", {})[ENGINE_ANNOTATION] = outcome.engine
+        else:
+            manifest = replace_python(_activated(manifest, outcome.python), outcome.python)
         p.phase, p.started = "Running", now
         await self.save(wl)  # the kubelet has it now: a restart re-adopts it, never launches it twice
         await self.kubelet.start(manifest, lambda status: self._on_status(wl, p, status))

@@ -10,8 +10,9 @@ Which interpreter, in order: the run's explicit pin (``TAU_PYTHON`` when it ran 
 (``TAU_LOCAL_PYTHON`` when ``tau up`` ran), the interpreter the submission recorded (project ``.venv``,
 ``VIRTUAL_ENV``, ``CONDA_PREFIX`` or ``python3`` on ``PATH``), else the local cluster's own.
 
-``runtime.image`` runs the pod in a container when a container engine answers (``docker info`` / ``podman info``);
-otherwise the run goes ahead on the host interpreter with a warning saying so.
+``runtime.image`` runs the pod in a container when a container engine answers (``docker info`` / ``podman info``,
+probed once per process): ``Ready.engine`` names it and the kubelet runs the pod's containers through it
+(``taugrid.local.containers``); otherwise the run goes ahead on the host interpreter with a warning saying so.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, req
 ENGINES = ("docker", "podman")
 ENGINES_ENV = "TAU_CONTAINER_ENGINES"  # comma-separated, tried in order; empty = never run pods in containers
 ENGINE_PROBE_TIMEOUT_S = 10.0
-# Host variables that mean nothing inside a container.
-HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
 
 
 @dataclass(frozen=True)
@@ -79,26 +78,6 @@ def choose_python(request: RuntimeRequest, *, machine_pin: str, fallback: str) -
         return fallback, "local cluster", (f"the submitting interpreter {request.python} is not on this machine; "
                                            f"the run uses {fallback}")
     return fallback, "local cluster", ""
-
-
-def container_command(command: list[str], *, engine: str, image: str, pod: str, cwd: Path, env: dict[str, str],
-                      mounts: list[str], memory_limit: int) -> list[str]:
-    """``<engine> run`` for one pod: the project and output directories mounted at their host paths (so the
-    paths in TAU_* variables hold inside), the pod's variables passed by name (values come from the engine
-    client's environment), host networking (rendezvous on loopback), GPUs by index."""
-    out = [engine, "run", "--rm", "--init", "--name", pod, "--network", "host", "-w", str(cwd)]
-    for path in dict.fromkeys([str(cwd), *mounts]):
-        out += ["-v", f"{path}:{path}"]
-    for name in sorted(env):
-        if name not in HOST_ONLY_ENV:
-            out += ["-e", name]
-    gpus = env.get("CUDA_VISIBLE_DEVICES", "")
-    if gpus:
-        out += (["--gpus", f"device={gpus}"] if engine == "docker"
-                else [arg for g in gpus.split(",") for arg in ("--device", f"nvidia.com/gpu={g}")])
-    if memory_limit:
-        out += ["--memory", str(memory_limit)]
-    return [*out, image, *command]
 
 
 @dataclass

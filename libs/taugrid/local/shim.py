@@ -29,12 +29,13 @@ from typing import IO, Any
 
 import psutil
 
-from taugrid.local import scratch
+from taugrid.local import containers, scratch
 from taugrid.local.secrets import redactor, unseal
 
 POLL_S = 0.1
 MAX_LINE = 16 * 1024  # longer lines are split into partial (P) records, as the CRI does
 START_ERROR_EXIT = 128
+ENGINE_COMMAND_TIMEOUT_S = 30.0
 
 
 def rfc3339(at_ns: int) -> str:
@@ -83,9 +84,18 @@ class Container:
         self.started = 0.0
         self.oom_message = ""
 
+    @property
+    def in_engine(self) -> bool:
+        return bool(self.spec.get("engine"))
+
+    def _engine(self, argv: list[str], *, wait: bool) -> None:
+        _engine(argv, self.spec["env"], wait=wait)
+
     def start(self) -> str:
         """Start the process; '' or the reason it could not start."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.in_engine:  # a container of this name left by a shim that died
+            self._engine(containers.remove_argv(self.spec["engine"], self.spec["engine_name"]), wait=True)
         log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed by the pump's owner at exit
         self.started = time.time()
         try:
@@ -101,6 +111,20 @@ class Container:
         self.pump = threading.Thread(target=_pump, args=(self.proc.stdout, log, self.redact), daemon=True)
         self.pump.start()
         return ""
+
+    def terminate(self, grace_s: float) -> None:
+        """SIGTERM: to the process group, or ``<engine> stop`` (which sends SIGKILL itself after the grace)."""
+        assert self.proc is not None
+        if self.in_engine:
+            self._engine(containers.stop_argv(self.spec["engine"], self.spec["engine_name"], grace_s), wait=False)
+        else:
+            kill_group(self.proc.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        if self.in_engine:
+            self._engine(containers.kill_argv(self.spec["engine"], self.spec["engine_name"]), wait=False)
+        kill_group(self.proc.pid, signal.SIGKILL)
 
     def over_memory(self) -> bool:
         limit = int(self.spec.get("memory_limit") or 0)
@@ -183,6 +207,9 @@ class Shim:
             else:
                 states[offset + j] = {"name": c.name, "running": {"startedAt": c.started},
                                       "pid": c.proc.pid if c.proc else 0}
+                if c.in_engine:  # whoever finds this shim dead clears its container too
+                    states[offset + j]["engine_remove"] = containers.remove_argv(c.spec["engine"],
+                                                                                 c.spec["engine_name"])
         self.write()
         live = [c for c in group if c.proc is not None]
         last_size, last_progress, last_mem = -1, time.time(), 0.0
@@ -199,15 +226,15 @@ class Shim:
                 if not self.stop_at:
                     self.stop_at = now + self.grace
                     for c in live:
-                        kill_group(c.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
+                        c.terminate(self.grace)
                 elif now >= self.stop_at:
                     for c in live:
-                        kill_group(c.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                        c.kill()
             if now - last_mem > 0.25:
                 last_mem = now
                 for c in live:
                     if c.over_memory():
-                        kill_group(c.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                        c.kill()
             for c in list(live):
                 assert c.proc is not None
                 code = c.proc.poll()
@@ -250,6 +277,10 @@ class Shim:
 
     def _exit_reason(self, c: Container, code: int) -> dict[str, Any]:
         exit_code = 128 - code if code < 0 else code  # shell convention: 137 = SIGKILL, 143 = SIGTERM
+        engine_says = containers.exit_reason(code, stopped=bool(self.reason),
+                                             memory_limit=int(c.spec.get("memory_limit") or 0)) if c.in_engine else None
+        if engine_says is not None:
+            return _terminated(c.name, exit_code, *engine_says, c.started)
         if c.oom_message:
             return _terminated(c.name, exit_code, "OOMKilled", c.oom_message, c.started)
         if self.named and code != 0:
@@ -257,6 +288,18 @@ class Shim:
         if code == -signal.SIGKILL and not self.reason:
             return _terminated(c.name, exit_code, "OOMKilled", "killed by SIGKILL (the kernel OOM killer)", c.started)
         return _terminated(c.name, exit_code, "Completed" if code == 0 else "Error", "", c.started)
+
+
+def _engine(argv: list[str], env: dict[str, str], *, wait: bool) -> None:
+    """Run a container engine command (stop, kill, rm) beside the container; its failure changes nothing (the
+    container has gone already, or the process-group signal and the exit code tell the rest)."""
+    try:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        if wait:
+            proc.wait(timeout=ENGINE_COMMAND_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def _termination_message(c: Container, *, failed: bool) -> str:

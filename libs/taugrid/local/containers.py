@@ -1,0 +1,115 @@
+"""A pod's containers run through a container engine (docker or podman): the command lines, and what their exits
+mean. No processes (the shim runs them); the one look at the filesystem is whether a ``TAU_*`` variable names a
+directory to mount.
+
+The local cluster marks a pod whose run names ``runtime.image`` and finds an engine that answers with the
+annotation ``taugrid.io/container-engine: <engine>``; the kubelet then runs every container of that pod as
+``<engine> run --rm --init --name <pod>-<container> … <image> <command>`` instead of a host process:
+
+- the working directory and every volume's host directory are mounted at their host paths (the kubelet has
+  already rewritten ``mountPath`` references in command, args and env to those paths) and, for volumes, at their
+  ``mountPath`` too, so a program that hard-codes ``/data/x`` finds it; so are the directories named by ``TAU_*``
+  variables (output, checkpoint and resume directories of the local platform);
+- the container's variables are passed by name (``-e NAME``: the value comes from the engine client's own
+  environment, which the shim sets to the container's), except the host's own (``PATH``, ``HOME``, …, which mean
+  nothing inside an image);
+- GPUs: ``CUDA_VISIBLE_DEVICES`` chooses the devices (``--gpus device=…`` for docker, CDI ``--device
+  nvidia.com/gpu=N`` for podman) and is renumbered from 0 inside, as the devices are;
+- host networking (the rendezvous of a multi-pod run is on loopback); the memory limit as ``--memory``;
+- stop: ``<engine> stop -t <grace> <name>`` (SIGTERM, then the engine's SIGKILL after the grace period; the
+  shim builds it when the stop comes, with that stop's grace),
+  ``<engine> kill <name>`` when the shim's own grace runs out, ``<engine> rm -f <name>`` before a start (a
+  container left by a shim that died) and when a lost shim's pod is cleaned up.
+
+Exit codes are the container's own, as ``<engine> run`` passes them on, except 125 (the engine could not run the
+container: no such image, a bad option): ``StartError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+ENGINE_ANNOTATION = "taugrid.io/container-engine"
+# Host variables that mean nothing inside a container.
+HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+ENGINE_FAILED_EXIT = 125  # docker/podman run: the engine itself failed, the container never ran
+SIGKILL_EXIT = 137
+# Directories never mounted, even when a variable names them.
+_SYSTEM = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr", "/var")
+
+
+def container_name(pod: str, container: str) -> str:
+    return f"{pod}-{container}"
+
+
+def run_argv(command: list[str], *, engine: str, image: str, name: str, cwd: str, env: Mapping[str, str],
+             mounts: Iterable[tuple[str, str]], memory_limit: int) -> list[str]:
+    """``<engine> run`` for one container. ``mounts`` are (host directory, path inside) pairs; ``env`` is the
+    container's environment, passed by name (the engine client must run with it)."""
+    out = [engine, "run", "--rm", "--init", "--name", name, "--network", "host", "-w", cwd]
+    seen: set[str] = set()
+    for host, inside in [(cwd, cwd), *mounts]:
+        spec = f"{host}:{inside}"
+        if spec not in seen:
+            seen.add(spec)
+            out += ["-v", spec]
+    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    for key in sorted(env):
+        if key in HOST_ONLY_ENV or key in GPU_ENV:
+            continue
+        out += ["-e", key]
+    if gpus:
+        out += ["-e", "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(len(gpus)))]
+        out += (["--gpus", "device=" + ",".join(gpus)] if Path(engine).name == "docker"
+                else [arg for g in gpus for arg in ("--device", f"nvidia.com/gpu={g}")])
+    elif "NVIDIA_VISIBLE_DEVICES" in env:
+        out += ["-e", "NVIDIA_VISIBLE_DEVICES"]  # "void": none, whatever the image's own setting says
+    if memory_limit:
+        out += ["--memory", str(memory_limit)]
+    return [*out, image, *command]
+
+
+def mounts_for(*, volumes: Iterable[tuple[str, str]], env: Mapping[str, str],
+               extra: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(host, inside) pairs: each volume at its host path and at its ``mountPath``, ``extra`` host directories
+    at their own paths, and the existing directories that ``TAU_*`` variables name (outputs, checkpoints)."""
+    out: list[tuple[str, str]] = []
+    for mount_path, host in volumes:
+        out.append((host, host))
+        if mount_path != host and mount_path not in _SYSTEM:
+            out.append((host, mount_path))
+    out += [(d, d) for d in extra]
+    named = sorted({v for k, v in env.items() if k.startswith("TAU_") and _is_data_dir(v)})
+    for d in named:
+        if not any(d == h or d.startswith(h.rstrip("/") + "/") for h, _ in out):  # not inside a mount already
+            out.append((d, d))
+    return out
+
+
+def _is_data_dir(value: str) -> bool:
+    path = Path(value)
+    return path.is_absolute() and str(path) not in _SYSTEM and path.is_dir()
+
+
+def stop_argv(engine: str, name: str, grace_s: float) -> list[str]:
+    return [engine, "stop", "-t", str(max(0, int(grace_s))), name]
+
+
+def kill_argv(engine: str, name: str) -> list[str]:
+    return [engine, "kill", name]
+
+
+def remove_argv(engine: str, name: str) -> list[str]:
+    return [engine, "rm", "-f", name]
+
+
+def exit_reason(code: int, *, stopped: bool, memory_limit: int) -> tuple[str, str] | None:
+    """(reason, message) for an engine client's exit code where it means more than the container's own exit
+    (None: read it as a process's exit code)."""
+    if code == ENGINE_FAILED_EXIT:
+        return "StartError", "the container engine could not run the container (exit 125): see the container's log"
+    if code == SIGKILL_EXIT and memory_limit and not stopped:
+        return "OOMKilled", f"killed by SIGKILL inside the container's memory limit ({memory_limit >> 20} MiB)"
+    return None
