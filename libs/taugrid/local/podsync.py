@@ -29,8 +29,6 @@ from taugrid.core.contracts import LogChunk
 from taugrid.core.events import log_subject
 from taugrid.local import envrefs, objects
 from taugrid.local.containers import ENGINE_ANNOTATION
-from taugrid.local.podspec import PodSpecError
-from taugrid.local.secrets import SecretStore
 from taugrid.local.jobpods import (
     FETCH_CONTAINER,
     SOURCE_VOLUME,
@@ -42,6 +40,7 @@ from taugrid.local.jobpods import (
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podspec import PodSpecError
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
+from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
 
 log = logging.getLogger("taugrid.local")
