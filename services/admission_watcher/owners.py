@@ -7,7 +7,6 @@ attempt}``; an in-process LRU caches what this replica has seen or read.
 
 Invariants: entries are write-once (create; an existing key is left alone — a uid never changes run) and are
 never deleted (a late Workload event for a deleted job still resolves); only Job/RayJob uids are persisted.
-Note: like ``kube_bridge.lease``, this module touches nats-py directly; it belongs in ``taugrid.bus``.
 """
 
 from __future__ import annotations
@@ -16,12 +15,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 import msgspec
-import nats.errors
-import nats.js.errors
-from nats.js.kv import KeyValue
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import WatchEvent
-from taugrid.core.errors import TemporaryError
 from taugrid.kube.translate import RunRef, remember_owner, run_ref
 
 BUCKET = "bridge"
@@ -45,7 +41,6 @@ class Owners:
     def __init__(self, bus: Bus, *, memory: int = MEMORY) -> None:
         self.bus, self.limit = bus, memory
         self.memory: OrderedDict[str, RunRef] = OrderedDict()
-        self._kv: KeyValue | None = None
 
     async def remember(self, ev: WatchEvent) -> None:
         """Learn from a tau-labelled object; persist a Job/RayJob owner the first time this process sees it."""
@@ -73,29 +68,17 @@ class Owners:
         while len(self.memory) > self.limit:
             self.memory.popitem(last=False)
 
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self.bus.kv(BUCKET)
-        return self._kv
-
     async def _store(self, uid: str, ref: RunRef) -> None:
-        body = msgspec.json.encode(StoredRef(workspace=ref.workspace, run_id=ref.run_id, attempt=ref.attempt))
-        try:
-            await (await self._bucket()).create(key(uid), body)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            pass  # already recorded (by another replica, or by us before a restart)
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise TemporaryError(f"recording the owner of job {uid}: {exc!r}", delay=1.0) from exc
+        # create-once: an existing key was recorded by another replica, or by us before a restart
+        await kv.create(self.bus, BUCKET, key(uid),
+                        StoredRef(workspace=ref.workspace, run_id=ref.run_id, attempt=ref.attempt))
 
     async def _load(self, uid: str) -> RunRef | None:
-        try:
-            entry = await (await self._bucket()).get(key(uid))
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+        found = await kv.get(self.bus, BUCKET, key(uid))
+        if found is None:
             return None
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise TemporaryError(f"looking up the owner of job {uid}: {exc!r}", delay=1.0) from exc
         try:
-            stored = msgspec.json.decode(entry.value or b"", type=StoredRef)
+            stored = msgspec.json.decode(found.value, type=StoredRef)
         except msgspec.DecodeError:
             return None
         return RunRef(workspace=stored.workspace, run_id=stored.run_id, attempt=stored.attempt)

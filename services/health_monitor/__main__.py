@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 
 import msgspec
-import nats
 
+from taugrid.bus import streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.consumer import Handler
 from taugrid.bus.envelope import Event
@@ -45,11 +45,8 @@ async def actuator_from_env() -> NodeActuator:
 
 
 async def _last_seq(bus: Bus, subject: str) -> tuple[int, bytes]:
-    try:
-        msg = await bus.js.get_last_msg(STREAM, subject)
-    except nats.js.errors.NotFoundError:
-        return 0, b""
-    return int(msg.seq or 0), msg.data or b""
+    msg = await streams.last(bus, STREAM, subject)
+    return (msg.seq, msg.data) if msg is not None else (0, b"")
 
 
 async def _superseded(bus: Bus, ev: Event, node: str, *, gpu: int | None = None) -> bool:

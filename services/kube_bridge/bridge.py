@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import NotFound, PermanentError, TauError, TemporaryError
@@ -114,9 +115,8 @@ class Bridge:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Until ``stopping``: stand by, take the lease when free, watch while holding it."""
-        kv = await self.bus.kv(BUCKET)
-        self.lease = Lease(kv, f"lease.{token(self.cluster)}", self.holder, ttl_s=self.lease_ttl_s)
-        self.checkpoints = Checkpoints(kv, token(self.cluster))
+        self.lease = Lease(self.bus, BUCKET, f"lease.{token(self.cluster)}", self.holder, ttl_s=self.lease_ttl_s)
+        self.checkpoints = Checkpoints(self.bus, BUCKET, token(self.cluster))
         try:
             while not stopping.is_set():
                 try:
@@ -204,7 +204,6 @@ class Bridge:
 
     async def _snapshot_queues(self, stopping: asyncio.Event) -> None:
         """Every ``queue_every_s``: the queue snapshot into KV (nothing until a ClusterQueue was seen)."""
-        kv = await self.bus.kv(QUEUES_BUCKET)
         while not stopping.is_set():
             cqs = list(self.queue_objects["ClusterQueue"].values())
             if cqs:
@@ -212,7 +211,7 @@ class Bridge:
                 snap = queues.snapshot(cqs, self.queue_objects["LocalQueue"].values(), pending=pending,
                                        cluster=self.cluster, now=time.time())
                 try:
-                    await kv.put(QUEUES_KEY, msgspec.json.encode(snap))
+                    await kv.put(self.bus, QUEUES_BUCKET, QUEUES_KEY, msgspec.json.encode(snap))
                 except Exception as exc:  # NATS briefly away: the next round writes a fresher one
                     log.warning("kube-bridge: queue snapshot not written: %r", exc)
             with contextlib.suppress(TimeoutError):

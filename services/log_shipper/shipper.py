@@ -23,7 +23,7 @@ import contextlib
 import logging
 from typing import Any
 
-from taugrid.bus import kvcas
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
 from taugrid.core.errors import NotFound, PermanentError, TauError, TemporaryError
@@ -108,7 +108,7 @@ class LogShipper:
                     task.cancel()
                 self.changed.pop(uid, None)
                 with contextlib.suppress(TauError):
-                    await kvcas.delete(self.bus, BUCKET, position_key(uid))
+                    await kv.delete(self.bus, BUCKET, position_key(uid))
                 continue
             self.pods[uid] = ev.object
             self.changed.setdefault(uid, asyncio.Event()).set()
@@ -131,13 +131,13 @@ class LogShipper:
             await asyncio.sleep(self.retry_s)
 
     async def _ship_pod(self, uid: str) -> bool:
-        position, revision = await kvcas.load(self.bus, BUCKET, position_key(uid), Position)
+        position, revision = await kv.load(self.bus, BUCKET, position_key(uid), Position)
         position = position or Position()
         names = containers(self.pods[uid])
         while not position.done:
             if position.container >= len(names):
                 position = Position(container=position.container, seq=position.seq, done=True)
-                revision = await kvcas.save(self.bus, BUCKET, position_key(uid), position, revision=revision)
+                revision = await kv.save(self.bus, BUCKET, position_key(uid), position, revision=revision)
                 break
             name = names[position.container]
             if not await self._started(uid, name):
@@ -237,7 +237,7 @@ class LogShipper:
         if position.pending != len(batch):
             position = Position(container=position.container, since=position.since, at_since=position.at_since,
                                 seq=position.seq, pending=len(batch))
-            revision = await kvcas.save(self.bus, BUCKET, key, position, revision=revision)
+            revision = await kv.save(self.bus, BUCKET, key, position, revision=revision)
         chunk = LogChunk(run_id=run_id, attempt=attempt, pod=name, seq=position.seq, lines=[t for _, t in batch])
         await self.bus.publish(
             log_subject(workspace, run_id, attempt), chunk, event_type="chunk", ce_subject=run_id,
@@ -246,4 +246,4 @@ class LogShipper:
         )
         self.published += 1
         moved = position.advanced([ts for ts, _ in batch])
-        return moved, await kvcas.save(self.bus, BUCKET, key, moved, revision=revision)
+        return moved, await kv.save(self.bus, BUCKET, key, moved, revision=revision)

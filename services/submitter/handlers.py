@@ -15,8 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import nats
-from taugrid.bus import ratelimit, runstate
+from taugrid.bus import kv, ratelimit, runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
@@ -79,10 +78,7 @@ class Submitter:
                 f"published on {ev.nats_subject}", fix="publish on run.<workspace>.<run>.submit.requested",
             )], user=user)
             return
-        kv = await self.bus.kv("submissions")
-        try:
-            await kv.create(req.submission_id, ev.subject.encode())
-        except nats.js.errors.KeyWrongLastSequenceError:
+        if await kv.create(self.bus, "submissions", req.submission_id, ev.subject.encode()) is None:
             record, _ = await runstate.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on

@@ -18,7 +18,7 @@ from taugrid.core.events import log_subject
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
-from taugrid.evidence.replay import replay
+from taugrid.bus.replay import replay
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
 

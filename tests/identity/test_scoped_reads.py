@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-from taugrid.bus import Bus, kvread, platformstore, runstate
+from taugrid.bus import Bus, kv, platformstore, runstate
 from taugrid.client import Client
 from taugrid.core.errors import NotFound, PermissionDenied
 from taugrid.core.states import RunRecord
@@ -80,7 +80,7 @@ async def test_a_researcher_reads_only_their_workspaces_records(secure_nats, run
         with pytest.raises(PermissionDenied, match=r"direct\.get\.kv_run_state\.\$kv\.run_state\.run\.\*\."):
             await alice.guarded(runstate.find(alice, theirs))  # a wildcard lookup by id alone
         with pytest.raises(PermissionDenied, match=r"consumer\.create\.kv_run_state"):
-            await alice.guarded(kvread.values(alice, "run_state", RunRecord, prefix="run."))
+            await alice.guarded(kv.values(alice, "run_state", RunRecord, prefix="run."))
         with pytest.raises(PermissionDenied, match=r"consumer\.create\.kv_run_state\..*run\.language"):
             await alice.guarded(runstate.list_records(alice, workspaces=["language"]))
     finally:

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from taugrid.bus import Bus, kvcas
+from taugrid.bus import Bus, kv
 from taugrid.core.contracts import LogChunk
 from taugrid.evidence.bundle import render_logs
-from taugrid.evidence.replay import replay
+from taugrid.bus.replay import replay
 from taugrid.kube.podlogs import Position
 from taugrid_services.log_shipper.shipper import BUCKET, LogShipper, position_key
 
@@ -147,10 +147,10 @@ async def test_a_crash_between_publish_and_checkpoint_publishes_the_same_chunk_a
     assert [c.lines for c in before] == [["line 0", "line 1", "line 2", "line 3"]]
 
     # Put the position back to "chunk 0 (4 lines) being published": what a crash right after publish leaves.
-    stored, revision = await kvcas.load(bus, BUCKET, position_key(uid), Position)
+    stored, revision = await kv.load(bus, BUCKET, position_key(uid), Position)
     assert stored is not None and stored.seq == 1
     crashed = Position(container=stored.container, seq=0, pending=4)
-    await kvcas.save(bus, BUCKET, position_key(uid), crashed, revision=revision)
+    await kv.save(bus, BUCKET, position_key(uid), crashed, revision=revision)
     fake.logs.write(NS, pod, "main", ts(6), "line 4")
     again = LogShipper(api_client, bus, flush_s=0.2)
     await again.start()
@@ -177,11 +177,11 @@ async def test_a_deleted_pod_forgets_its_position_and_foreign_pods_are_ignored(f
     try:
         await until(lambda: _count(bus, run_id, 1))
         uid = fake.objects[(PODS, NS, pod)]["metadata"]["uid"]
-        assert (await kvcas.load(bus, BUCKET, position_key(uid), Position))[0] is not None
+        assert (await kv.load(bus, BUCKET, position_key(uid), Position))[0] is not None
         fake.remove(PODS, NS, pod)
 
         async def forgotten() -> bool:
-            return (await kvcas.load(bus, BUCKET, position_key(uid), Position))[0] is None
+            return (await kv.load(bus, BUCKET, position_key(uid), Position))[0] is None
 
         await until(forgotten)
     finally:
@@ -195,5 +195,5 @@ async def _count(bus: Bus, run_id: str, n: int) -> bool:
 
 async def _done(bus: Bus, fake: Any, pod: str) -> bool:
     uid = fake.objects[(PODS, NS, pod)]["metadata"]["uid"]
-    stored, _ = await kvcas.load(bus, BUCKET, position_key(uid), Position)
+    stored, _ = await kv.load(bus, BUCKET, position_key(uid), Position)
     return stored is not None and stored.done

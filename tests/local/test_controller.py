@@ -19,7 +19,7 @@ import nats
 import pytest
 from taugrid.bus import Bus, platformstore
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
-from taugrid.evidence.replay import replay
+from taugrid.bus.replay import replay
 from taugrid.local.secrets import write_secret
 from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.runtime import Preparing, Ready

@@ -1,4 +1,4 @@
-"""Reading objects from the ``evidence`` object store with taugrid's errors (no nats exception leaks out).
+"""Objects in the ``evidence`` object store, read and written with taugrid's errors (no nats exception leaks out).
 
 Invariant: a download streams into the caller's file, so memory does not grow with the object; the caller
 checks what it expects of the bytes (the store's own chunk digest is checked by nats-py as well).
@@ -29,3 +29,36 @@ async def download(bus: Bus, name: str, dest: BinaryIO) -> int:
     except (nats.errors.Error, OSError) as exc:
         raise TemporaryError(f"reading object {name!r} failed: {exc!r}", delay=1.0) from exc
     return int(result.info.size or 0)
+
+
+async def exists(bus: Bus, name: str) -> bool:
+    """Whether object ``name`` is stored (a content-addressed object need not be uploaded twice)."""
+    try:
+        obs = await bus.objects()
+        await obs.get_info(name)
+    except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+        return False
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"looking up object {name!r} failed: {exc!r}", delay=1.0) from exc
+    return True
+
+
+async def read(bus: Bus, name: str) -> bytes | None:
+    """Object ``name`` in memory (for small objects: bundles, source snapshots), or None when absent."""
+    try:
+        obs = await bus.objects()
+        result = await obs.get(name)
+    except (nats.js.errors.ObjectNotFoundError, nats.js.errors.NotFoundError, nats.js.errors.ObjectDeletedError):
+        return None
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
+    return bytes(result.data or b"")
+
+
+async def write(bus: Bus, name: str, data: bytes) -> None:
+    """Store ``data`` as object ``name`` (replacing any object of that name)."""
+    try:
+        obs = await bus.objects()
+        await obs.put(name, data)
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"object store write of {name} failed: {exc!r}", delay=1.0) from exc

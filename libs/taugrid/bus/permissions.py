@@ -122,9 +122,9 @@ def _kv_read(bucket: str) -> list[str]:
 
 def _kv_read_workspace(bucket: str, ws: str) -> list[str]:
     """Reads of one workspace's keys (``run.<ws>.>``) only: direct gets name the key in their subject, and
-    listing goes through a named consumer whose create subject names the filter (``kvread``). The forms that
-    carry the key in the request body (``DIRECT.GET.<stream>`` alone, ``STREAM.MSG.GET``, an unnamed consumer
-    create) are not granted, since the server cannot see what they read."""
+    listing goes through a named consumer whose create subject names the filter (``kv.filtered_values``). The
+    forms that carry the key in the request body (``DIRECT.GET.<stream>`` alone, ``STREAM.MSG.GET``, an unnamed
+    consumer create) are not granted, since the server cannot see what they read."""
     stream, keys = f"KV_{bucket}", f"$KV.{bucket}.run.{ws}.>"
     return [f"{API}.DIRECT.GET.{stream}.{keys}", f"{API}.CONSUMER.CREATE.{stream}.*.{keys}",
             f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]

@@ -11,7 +11,7 @@ import time
 
 import msgspec
 
-from taugrid.bus import kvcas
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.errors import TemporaryError
 from taugrid.core.ids import token
@@ -33,21 +33,20 @@ async def admit(bus: Bus, workspace: str, *, per_minute: int, now: float | None 
     key = f"rate.{token(workspace)}"
     for _ in range(20):
         try:
-            current, revision = await kvcas.load(bus, BUCKET, key, Window)
+            current, revision = await kv.load(bus, BUCKET, key, Window)
         except msgspec.DecodeError:  # a submission id that happened to be this key: overwrite it
             current, revision = None, await _revision(bus, key)
         count = current.count if current is not None and current.window == minute else 0
         if count >= per_minute:
             return False
         try:
-            await kvcas.save(bus, BUCKET, key, Window(window=minute, count=count + 1), revision=revision)
+            await kv.save(bus, BUCKET, key, Window(window=minute, count=count + 1), revision=revision)
             return True
-        except kvcas.Conflict:
+        except kv.Conflict:
             continue
     raise TemporaryError(f"counting a submission in {workspace!r} kept losing races", delay=0.2)
 
 
 async def _revision(bus: Bus, key: str) -> int:
-    kv = await bus.kv(BUCKET)
-    entry = await kv.get(key)
-    return int(entry.revision or 0)
+    found = await kv.get(bus, BUCKET, key)
+    return found.revision if found is not None else 0

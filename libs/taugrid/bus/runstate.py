@@ -19,9 +19,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import msgspec
-import nats
 
-from taugrid.bus import kvread
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core import states
@@ -44,14 +43,7 @@ def _event_key(ev: Event) -> tuple[str, str]:
 
 
 async def _get_key(bus: Bus, k: str) -> tuple[states.RunRecord | None, int]:
-    kv = await bus.kv(BUCKET)
-    try:
-        entry = await kv.get(k)
-    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-        return None, 0
-    if entry.value is None:
-        return None, 0
-    return msgspec.json.decode(entry.value, type=states.RunRecord), int(entry.revision or 0)
+    return await kv.load(bus, BUCKET, k, states.RunRecord)
 
 
 async def get(bus: Bus, workspace: str, run_id: str) -> tuple[states.RunRecord | None, int]:
@@ -74,18 +66,13 @@ async def find(bus: Bus, run_id: str, *, workspaces: Sequence[str] | None = None
             if record is not None:
                 return record
         return None
-    raw = await kvread.last_by_wildcard(bus, BUCKET, f"run.*.{token(run_id)}")
+    raw = await kv.last_by_wildcard(bus, BUCKET, f"run.*.{token(run_id)}")
     return msgspec.json.decode(raw, type=states.RunRecord) if raw else None
 
 
 async def create(bus: Bus, record: states.RunRecord) -> bool:
     """Create-once: False when the record already exists."""
-    kv = await bus.kv(BUCKET)
-    try:
-        await kv.create(key(record.workspace, record.run_id), msgspec.json.encode(record))
-    except nats.js.errors.KeyWrongLastSequenceError:
-        return False
-    return True
+    return await kv.create(bus, BUCKET, key(record.workspace, record.run_id), record) is not None
 
 
 class RecordCache:
@@ -111,7 +98,6 @@ class RecordCache:
 
 async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> bool:
     """Apply one RUNS event to its record. Returns whether the record changed."""
-    kv = await bus.kv(BUCKET)
     run_id = ev.subject
     record_key, workspace = _event_key(ev)
     for _ in range(20):
@@ -131,12 +117,8 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
                                "applied": changed})
         del record.history[:-200]
         try:
-            body = msgspec.json.encode(record)
-            if revision:
-                written = await kv.update(record_key, body, last=revision)
-            else:
-                written = await kv.create(record_key, body)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            written = await kv.save(bus, BUCKET, record_key, record, revision=revision)
+        except kv.Conflict:
             continue  # another writer (a replica) got there first; the cache entry is gone, so re-read
         if cache is not None:
             cache.put(record_key, record, int(written))
@@ -195,8 +177,8 @@ async def list_records(bus: Bus, *, workspaces: Sequence[str] | None = None) -> 
     """Every record (``workspaces=None``: services, platform admins), else only those workspaces' records,
     each read through a consumer whose filter names the workspace (what people's permissions allow)."""
     if workspaces is None:
-        return await kvread.values(bus, BUCKET, states.RunRecord, prefix="run.")
+        return await kv.values(bus, BUCKET, states.RunRecord, prefix="run.")
     out: list[states.RunRecord] = []
     for ws in dict.fromkeys(token(w) for w in workspaces):
-        out += await kvread.filtered_values(bus, BUCKET, states.RunRecord, key_filter=f"run.{ws}.*")
+        out += await kv.filtered_values(bus, BUCKET, states.RunRecord, key_filter=f"run.{ws}.*")
     return out

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 import msgspec
-import nats
 
+from taugrid.bus import kv
 from taugrid.cli.common import EXIT_NOT_FOUND, connected, emit_json, fail, output_option, run_async
 from taugrid.cli.views import table
 
@@ -35,11 +35,7 @@ def _fmt(values: dict[str, float]) -> str:
 @run_async
 async def queue(show_pending: int, output: str) -> None:
     async with connected() as client:
-        kv = await client.bus.kv("local_cluster")
-        try:
-            entry = await kv.get("queues")
-        except nats.js.errors.KeyNotFoundError:
-            entry = None
+        entry = await kv.get(client.bus, "local_cluster", "queues")
     if entry is None or not entry.value:
         fail("no queue snapshot yet: is the local cluster running (`tau up`), or on Kubernetes kube-bridge "
              "(it writes one once it sees a ClusterQueue)?", EXIT_NOT_FOUND)

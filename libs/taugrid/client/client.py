@@ -6,18 +6,15 @@ import asyncio
 import contextlib
 import datetime as dt
 import getpass
-import secrets
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
-import nats
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from taugrid.bus import identity, platformstore, runstate, tracing
+from taugrid.bus import identity, objects, platformstore, replay, runstate, tracing
 from taugrid.bus.connection import Bus, connect
-from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.envelope import Event
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import load_platform
@@ -25,7 +22,7 @@ from taugrid.config.project import check_project
 from taugrid.config.source import raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
-from taugrid.core.errors import NotFound, PermanentError, PermissionDenied
+from taugrid.core.errors import NotFound, PermanentError
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import TERMINAL as TERMINAL_STATES
@@ -74,11 +71,8 @@ class Client:
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
         data, digest = snapshot(config_path.parent.resolve(), extra_excludes=excludes)
         name = source_object(digest)
-        obs = await self.bus.objects()
-        try:
-            await obs.get_info(name)
-        except nats.js.errors.ObjectNotFoundError:
-            await obs.put(name, data)
+        if not await objects.exists(self.bus, name):
+            await objects.write(self.bus, name, data)
         python, python_source = submitting_python(config_path.parent.resolve())
         req = SubmitRequested(
             submission_id=sid,
@@ -271,42 +265,10 @@ class Client:
         idle_timeout: float = 1.0,
     ) -> AsyncIterator[Event]:
         """Events on ``subject`` in stream order; with ``follow``, keep going with live ones."""
-        cfg = ConsumerConfig(
-            # Named, so the create request's subject carries the filter and the server's permissions can
-            # confine it to the caller's workspaces.
-            name=f"tau-{secrets.token_hex(8)}",
-            deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
-            opt_start_time=since.isoformat() if since else None,
-            inactive_threshold=60.0,
-        )
-        try:
-            sub = await self.bus.guarded(
-                self.bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
-            )
-        except nats.js.errors.NotFoundError:
-            return
-        try:
-            info = await self.bus.js.stream_info(stream)
-            if not follow and info.state.messages == 0:
-                return
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=idle_timeout if not follow else 3600)
-                except nats.errors.TimeoutError:
-                    if follow:
-                        continue
-                    return
-                meta = msg.metadata
-                yield from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
-                if not follow and meta.num_pending == 0:
-                    return
-        finally:
-            with contextlib.suppress(nats.errors.Error):  # a draining or closed connection drops it anyway
-                await sub.unsubscribe()
-            # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
-            # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
-            with contextlib.suppress(nats.errors.Error, PermissionDenied):
-                await self.bus.guarded(self.bus.js.delete_consumer(stream, cfg.name))
+        feed = replay.follow(self.bus, subject, stream=stream, since=since, live=follow, idle_timeout=idle_timeout)
+        async with contextlib.aclosing(feed):  # the consumer goes as soon as the caller stops reading
+            async for ev in feed:
+                yield ev
 
     async def events(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False

@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 
-from taugrid.bus import kvread
+from taugrid.bus import kv, streams
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.envelope import Event
+from taugrid.bus.objects import read as read_object
+from taugrid.bus.objects import write as put_object
+from taugrid.bus.replay import replay
 from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject
@@ -37,7 +39,6 @@ from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
-from taugrid.evidence.replay import replay
 from taugrid.local import scratch
 
 log = logging.getLogger(__name__)
@@ -57,25 +58,16 @@ def run_of(ev: Event) -> tuple[str, str]:
 
 
 async def load(bus: Bus, workspace: str, run_id: str) -> tuple[lg.Ledger | None, int]:
-    kv = await bus.kv(BUCKET)
-    try:
-        entry = await kv.get(key(workspace, run_id))
-    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+    found = await kv.get(bus, BUCKET, key(workspace, run_id))
+    if found is None or not found.value:
         return None, 0
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
-        raise TemporaryError(f"ledger read for {run_id} failed: {exc!r}", delay=1.0) from exc
-    if not entry.value:
-        return None, 0
-    return lg.decode(entry.value), int(entry.revision or 0)
+    return lg.decode(found.value), found.revision
 
 
 async def find(bus: Bus, run_id: str) -> lg.Ledger | None:
     """The ledger of ``run_id`` in whichever workspace holds it (one wildcard direct get: services and
     platform admins; people name the workspace, ``load``)."""
-    try:
-        raw = await kvread.last_by_wildcard(bus, BUCKET, f"run.*.{token(run_id)}")
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
-        raise TemporaryError(f"ledger lookup for {run_id} failed: {exc!r}", delay=1.0) from exc
+    raw = await kv.last_by_wildcard(bus, BUCKET, f"run.*.{token(run_id)}")
     return lg.decode(raw) if raw else None
 
 
@@ -100,7 +92,6 @@ async def update(
     cache: LedgerCache | None = None,
 ) -> lg.Ledger:
     """Apply ``change`` to the run's ledger with compare-and-set; a no-op change writes nothing."""
-    kv = await bus.kv(BUCKET)
     k = key(workspace, run_id)
     for _ in range(_CAS_TRIES):
         cached = cache.take(k) if cache is not None else None
@@ -114,15 +105,10 @@ async def update(
                 cache.put(k, current, revision)
             return current
         try:
-            if revision:
-                written = await kv.update(k, lg.encode(new), last=revision)
-            else:
-                written = await kv.create(k, lg.encode(new))
-        except nats.js.errors.KeyWrongLastSequenceError:
+            written = await kv.save(bus, BUCKET, k, lg.encode(new), revision=revision)
+        except kv.Conflict:
             await asyncio.sleep(0.005)
             continue
-        except (nats.errors.TimeoutError, nats.errors.Error) as exc:
-            raise TemporaryError(f"ledger write for {run_id} failed: {exc!r}", delay=1.0) from exc
         if cache is not None:
             cache.put(k, new, int(written))
         return new
@@ -162,29 +148,6 @@ def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
     )
 
 
-async def read_object(bus: Bus, name: str) -> bytes | None:
-    obs = await bus.objects()
-    try:
-        result = await obs.get(name)
-    except (
-        nats.js.errors.ObjectNotFoundError,
-        nats.js.errors.NotFoundError,
-        nats.js.errors.ObjectDeletedError,
-    ):
-        return None
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
-        raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
-    return bytes(result.data or b"")
-
-
-async def put_object(bus: Bus, name: str, data: bytes) -> None:
-    obs = await bus.objects()
-    try:
-        await obs.put(name, data)
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
-        raise TemporaryError(f"object store write of {name} failed: {exc!r}", delay=1.0) from exc
-
-
 async def read_bundle(bus: Bus, run_id: str) -> tuple[bytes, dict[str, Any]] | None:
     """The stored bundle's bytes and its decoded JSON (for ``tau evidence RUN``), or None when not sealed."""
     data = await read_object(bus, b.bundle_name(run_id))
@@ -215,11 +178,10 @@ async def collect(
         if held is not None and held.id == entry.event_id:
             events.append(held)
             continue
-        try:
-            m = await bus.js.get_msg("RUNS", seq=entry.seq)
-        except nats.js.errors.NotFoundError:
+        stored = await streams.at(bus, "RUNS", entry.seq)
+        if stored is None:
             continue  # aged out of RUNS (max_age); the ledger still proves it existed
-        events.append(from_message(m.subject or "", m.headers, m.data or b"", seq=entry.seq))
+        events.append(stored)
     # The bundle covers the run up to its terminal event; later events (evidence.sealed, a losing terminal
     # event) must not change the bytes of a bundle that is collected again.
     events = [ev for ev in events if ev.seq <= terminal.seq] if terminal.seq else events
@@ -227,7 +189,7 @@ async def collect(
 
     chunks: dict[int, list[LogChunk]] = {}
     log_subject = f"log.*.{token(run_id)}.*"
-    log_msgs = await replay(bus, stream="LOGS", subject=log_subject) if await _any_in(bus, "LOGS", log_subject) else []
+    log_msgs = await replay(bus, stream="LOGS", subject=log_subject) if await streams.holds(bus, "LOGS", log_subject) else []
     for m in log_msgs:
         try:
             chunk = msgspec.json.decode(m.data, type=LogChunk)
@@ -302,18 +264,6 @@ def scratch_writes(pods: list[str]) -> list[dict[str, Any]]:
         if doc is not None:
             out.append({"pod": pod, **doc})
     return out
-
-
-async def _any_in(bus: Bus, stream: str, subject: str) -> bool:
-    """Whether ``stream`` holds any message on ``subject``: one direct lookup, where a replay of nothing would
-    create and delete a consumer."""
-    try:
-        await bus.js.get_msg(stream, seq=1, subject=subject, next=True)
-    except nats.js.errors.NotFoundError:
-        return False
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
-        raise TemporaryError(f"lookup of {subject} in {stream} failed: {exc!r}", delay=1.0) from exc
-    return True
 
 
 def _commits_to(data: bytes, seal: lg.Seal) -> bool:

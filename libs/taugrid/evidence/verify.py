@@ -29,7 +29,7 @@ from taugrid.core.ids import token
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
-from taugrid.evidence.replay import replay
+from taugrid.bus.replay import replay
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):

@@ -16,9 +16,8 @@ import logging
 import os
 
 import msgspec
-import nats
 
-from taugrid.bus import kvread, runstate
+from taugrid.bus import kv, runstate, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import HealthDegraded, NodeSample
@@ -56,18 +55,11 @@ def policy_from_env(env: dict[str, str] | None = None) -> rules.Policy:
 
 
 async def read_state(bus: Bus, node: str) -> tuple[NodeState | None, int]:
-    kv = await bus.kv(BUCKET)
-    try:
-        entry = await kv.get(state_key(node))
-    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-        return None, 0
-    if not entry.value:
-        return None, 0
-    return msgspec.json.decode(entry.value, type=NodeState), int(entry.revision or 0)
+    return await kv.load(bus, BUCKET, state_key(node), NodeState)
 
 
 async def list_states(bus: Bus) -> list[NodeState]:
-    return await kvread.values(bus, BUCKET, NodeState, prefix="node.")
+    return await kv.values(bus, BUCKET, NodeState, prefix="node.")
 
 
 class HealthMonitor:
@@ -84,7 +76,6 @@ class HealthMonitor:
         await self.process(sample)
 
     async def process(self, sample: NodeSample) -> rules.Plan | None:
-        kv = await self.bus.kv(BUCKET)
         for _ in range(10):
             prev, revision = await read_state(self.bus, sample.node)
             if prev is not None and sample.time <= prev.last_sample:
@@ -95,13 +86,9 @@ class HealthMonitor:
             fleet = await self.fleet(sample.node) if rules.wants_cordon(ev) else None
             plan = rules.plan(ev, policy=self.policy, fleet=fleet)
             await self._publish(plan)
-            body = msgspec.json.encode(plan.state)
             try:
-                if revision:
-                    await kv.update(state_key(sample.node), body, last=revision)
-                else:
-                    await kv.create(state_key(sample.node), body)
-            except nats.js.errors.KeyWrongLastSequenceError:
+                await kv.save(self.bus, BUCKET, state_key(sample.node), plan.state, revision=revision)
+            except kv.Conflict:
                 continue
             if plan.state.guard_blocked:
                 log.warning("%s: cordon withheld: %s", sample.node, plan.state.guard_blocked)
@@ -114,12 +101,11 @@ class HealthMonitor:
         return rules.Fleet(total=len(names), cordoned=frozenset(s.node for s in states if s.cordoned))
 
     async def last_validation(self, node: str) -> NodeValidation | None:
-        try:
-            msg = await self.bus.js.get_last_msg(STREAM, node_subject(node, "validation"))
-        except nats.js.errors.NotFoundError:
+        msg = await streams.last(self.bus, STREAM, node_subject(node, "validation"))
+        if msg is None:
             return None
         try:
-            return msgspec.json.decode(msg.data or b"", type=NodeValidation)
+            return msgspec.json.decode(msg.data, type=NodeValidation)
         except msgspec.DecodeError:
             log.warning("%s: undecodable validation result ignored", node)
             return None

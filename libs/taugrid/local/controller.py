@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
-from taugrid.bus import kvread, platformstore
+from taugrid.bus import kv, platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
@@ -110,7 +109,7 @@ class LocalCluster:
 
     async def load(self) -> None:
         await self.refresh_platform()
-        for wl in await kvread.values(self.bus, BUCKET, LocalWorkload, prefix="wl."):
+        for wl in await kv.values(self.bus, BUCKET, LocalWorkload, prefix="wl."):
             self.wls[wl.name] = wl
             self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
         self._refill()
@@ -118,20 +117,16 @@ class LocalCluster:
             for p in wl.pods:
                 if p.phase == "Running" and not p.sim_end:
                     await self.podsync.adopt(wl, p)
-        kv = await self.bus.kv(BUCKET)
-        try:
-            self.admitter.cordoned = (await kv.get("cordon")).value.decode()  # type: ignore[union-attr]
-        except (nats.js.errors.KeyNotFoundError, AttributeError):
-            self.admitter.cordoned = ""
+        cordon = await kv.get(self.bus, BUCKET, "cordon")
+        self.admitter.cordoned = cordon.value.decode() if cordon is not None else ""
         log.info("local cluster loaded %d workload(s)%s", len(self.wls),
                  f"; node cordoned: {self.admitter.cordoned}" if self.admitter.cordoned else "")
 
     async def save(self, wl: LocalWorkload) -> None:
-        kv = await self.bus.kv(BUCKET)
         if wl.state == "finished":
-            await kv.delete(f"wl.{wl.name}")
+            await kv.delete(self.bus, BUCKET, f"wl.{wl.name}")
         else:
-            await kv.put(f"wl.{wl.name}", msgspec.json.encode(wl))
+            await kv.put(self.bus, BUCKET, f"wl.{wl.name}", wl)
 
     # ---------------------------------------------------------------- backend requests
     async def on_node(self, ev: Event) -> None:
@@ -143,8 +138,7 @@ class LocalCluster:
             cordon = ev.nats_subject.endswith(".cordon")
             self.admitter.cordoned = str(data.get("reason") or "unhealthy") if cordon else ""
             self.wake()
-            kv = await self.bus.kv(BUCKET)
-            await kv.put("cordon", self.admitter.cordoned.encode())
+            await kv.put(self.bus, BUCKET, "cordon", self.admitter.cordoned.encode())
             for wl in self.wls.values():
                 wl.last_pending = ""  # re-announce every waiting run's reason
             log.warning("node %s %s", self.node, f"cordoned: {self.admitter.cordoned}" if self.admitter.cordoned
@@ -351,8 +345,7 @@ class LocalCluster:
         for q in snap:
             q["pending"] = [{"run_id": self.wls[n].run_id, "workload": n, "position": i}
                             for i, n in enumerate(q["pending"]) if n in self.wls]  # type: ignore[union-attr]
-        kv = await self.bus.kv(BUCKET)
-        await kv.put("queues", msgspec.json.encode({"time": now, "node": self.node, "queues": snap}))
+        await kv.put(self.bus, BUCKET, "queues", msgspec.json.encode({"time": now, "node": self.node, "queues": snap}))
 
     async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:
         """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""

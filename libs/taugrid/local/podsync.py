@@ -22,8 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-import nats
-
+from taugrid.bus import objects as object_store
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
 from taugrid.core.events import log_subject
@@ -276,12 +275,10 @@ class PodSync:
     async def source(self, name: str) -> bytes | None:
         if not name:
             return None
-        obs = await self.bus.objects()
-        try:
-            return bytes((await obs.get(name)).data or b"")
-        except nats.js.errors.ObjectNotFoundError:
+        data = await object_store.read(self.bus, name)
+        if data is None:
             log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
-            return None
+        return data
 
 
 def failure(p: LocalPod) -> tuple[str, str]:

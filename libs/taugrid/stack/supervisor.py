@@ -140,8 +140,7 @@ async def _prepare(stack: Stack) -> None:
 
 def _watch_platform(stack: Stack) -> None:
     """Follow the platform KV (in a thread) and keep the server's users in step with every revision."""
-    import nats
-
+    from taugrid.bus import kv
     from taugrid.bus.connection import connect
     from taugrid.bus.platformstore import KEY
 
@@ -150,15 +149,11 @@ def _watch_platform(stack: Stack) -> None:
         while not stack.stopping:
             try:
                 bus = await connect(stack.url, name="supervisor-users", creds=stack.ids.bootstrap_creds)
-                kv = await bus.kv("platform")
-                watcher = await kv.watch(KEY, include_history=False)
-                while not stack.stopping:
-                    try:
-                        entry = await watcher.updates(timeout=1.0)
-                    except nats.errors.TimeoutError:
-                        continue
-                    if entry is not None and entry.value and int(entry.revision or 0) != stack.platform_revision:
-                        stack.apply_people(entry.value.decode(), int(entry.revision or 0))
+                async for entry in kv.updates(bus, "platform", KEY, idle=1.0):
+                    if stack.stopping:
+                        break
+                    if entry is not None and entry.revision != stack.platform_revision:
+                        stack.apply_people(entry.value.decode(), entry.revision)
             except Exception as exc:  # noqa: BLE001 - keep following; a restarting server must not stop this
                 log.warning("platform watcher: %r; retrying", exc)
                 await asyncio.sleep(1.0)

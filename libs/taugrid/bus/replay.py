@@ -1,6 +1,6 @@
-"""Read every stored message on a subject filter, in stream order, with a short-lived pull consumer.
+"""Read stored messages on a subject filter in stream order: a snapshot (``replay``) or a live feed (``follow``).
 
-The consumer is ephemeral (no durable name, no acks, memory state, removed afterwards and by the server's
+``replay``'s consumer is ephemeral (no durable name, no acks, memory state, removed afterwards and by the server's
 inactivity threshold should we crash), so replays never disturb service consumers and leave nothing behind.
 Reading stops at the pending count taken when the consumer is created: a replay is a snapshot, it never waits
 for messages that are still to come.
@@ -9,14 +9,17 @@ for messages that are still to come.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import secrets
+from collections.abc import AsyncIterator
 
 import nats
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import Bus
-from taugrid.core.errors import TemporaryError
+from taugrid.bus.envelope import Event, from_message
+from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
 
@@ -64,3 +67,45 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
             with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, TimeoutError):
                 await bus.js.delete_consumer(stream, name)
     return out
+
+
+async def follow(
+    bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, live: bool = False,
+    idle_timeout: float = 1.0,
+) -> AsyncIterator[Event]:
+    """Events on ``subject`` in stream order (from ``since`` when given) through an ordered consumer; with
+    ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing."""
+    config = ConsumerConfig(
+        # Named, so the create request's subject carries the filter and the server's permissions can
+        # confine it to the caller's workspaces.
+        name=f"tau-{secrets.token_hex(8)}",
+        deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
+        opt_start_time=since.isoformat() if since else None,
+        inactive_threshold=60.0,
+    )
+    try:
+        sub = await bus.guarded(bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
+    except nats.js.errors.NotFoundError:
+        return
+    try:
+        info = await bus.js.stream_info(stream)
+        if not live and info.state.messages == 0:
+            return
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=idle_timeout if not live else 3600)
+            except nats.errors.TimeoutError:
+                if live:
+                    continue
+                return
+            meta = msg.metadata
+            yield from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+            if not live and meta.num_pending == 0:
+                return
+    finally:
+        with contextlib.suppress(nats.errors.Error):  # a draining or closed connection drops it anyway
+            await sub.unsubscribe()
+        # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
+        # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
+        with contextlib.suppress(nats.errors.Error, PermissionDenied):
+            await bus.guarded(bus.js.delete_consumer(stream, config.name))

@@ -1,0 +1,208 @@
+"""Typed helpers for JetStream KV buckets, with taugrid's errors: no nats exception leaks out of here.
+
+Every read goes through ``get`` (the one reader; the bucket handle is cached by ``Bus.kv``) and answers None
+for an absent or deleted key. Writes are of three kinds: ``create`` writes a key only if it does not exist
+(write-once records), ``save`` is a compare-and-set against the revision the caller read (revision 0: "must
+not exist yet") and raises ``Conflict`` when someone wrote in between, and ``put`` overwrites (last writer
+wins, for values with a single writer). A bus that cannot answer raises ``TemporaryError``.
+
+``filtered_values`` and ``last_by_wildcard`` put the key filter in the request *subject* (a named consumer's
+create subject, a direct get's subject), never only in the body, so the server's subject permissions can
+confine a reader to some keys (``permissions``: people read ``run_state`` and ``ledger`` only under
+``run.<their workspace>.>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from typing import TypeVar
+
+import msgspec
+import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from taugrid.bus.connection import Bus
+from taugrid.core.errors import TemporaryError
+
+T = TypeVar("T")
+log = logging.getLogger("taugrid.bus")
+_ABSENT = (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError)
+_UNAVAILABLE = (nats.errors.Error, TimeoutError)
+
+
+class Conflict(TemporaryError):
+    """Someone else wrote the key since it was read (or created it first): read again and redo the change."""
+
+
+class Record(msgspec.Struct, frozen=True):
+    """One stored value and its KV revision."""
+
+    value: bytes
+    revision: int
+
+
+def _encode(value: msgspec.Struct | bytes) -> bytes:
+    return value if isinstance(value, bytes) else msgspec.json.encode(value)
+
+
+async def get(bus: Bus, bucket: str, key: str, *, revision: int | None = None) -> Record | None:
+    """The key's value (at ``revision``, else the latest), or None when it is absent or deleted."""
+    try:
+        kv = await bus.kv(bucket)
+        entry = await kv.get(key, revision=revision)
+    except _ABSENT:
+        return None
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"reading {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    return Record(value=entry.value or b"", revision=int(entry.revision or 0))
+
+
+async def load(bus: Bus, bucket: str, key: str, kind: type[T]) -> tuple[T | None, int]:
+    """(decoded value or None, revision; 0 when absent or deleted): what ``save`` needs to write it back."""
+    found = await get(bus, bucket, key)
+    if found is None:
+        return None, 0
+    if not found.value:
+        return None, found.revision  # an emptied key: still at a revision a compare-and-set must name
+    return msgspec.json.decode(found.value, type=kind), found.revision
+
+
+async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int | None:
+    """Write a key that must not exist yet; its revision, or None when it exists already (left alone)."""
+    try:
+        kv = await bus.kv(bucket)
+        return int(await kv.create(key, _encode(value)))  # nats-py lets create() reuse a deleted key
+    except nats.js.errors.KeyWrongLastSequenceError:
+        return None
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"creating {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+
+
+async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *, revision: int) -> int:
+    """Write ``value`` if the key is still at ``revision`` (0: still absent); returns the new revision."""
+    data = _encode(value)
+    try:
+        kv = await bus.kv(bucket)
+        if revision == 0:
+            return int(await kv.create(key, data))
+        return int(await kv.update(key, data, last=revision))
+    except nats.js.errors.KeyWrongLastSequenceError as exc:
+        raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+
+
+async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int:
+    """Overwrite the key whatever it holds; returns the new revision."""
+    try:
+        kv = await bus.kv(bucket)
+        return int(await kv.put(key, _encode(value)))
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+
+
+async def delete(bus: Bus, bucket: str, key: str) -> None:
+    """Delete the key; an absent key is already deleted."""
+    try:
+        kv = await bus.kv(bucket)
+        await kv.delete(key)
+    except _ABSENT:
+        return
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"deleting {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+
+
+async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "") -> list[T]:
+    """Decoded values of the keys starting with ``prefix``. A record that no longer decodes is logged and
+    skipped: one bad record must not stop a service from starting or listing."""
+    kv = await bus.kv(bucket)
+    try:
+        keys = await kv.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    out: list[T] = []
+    for key in keys:
+        if not key.startswith(prefix):
+            continue
+        found = await get(bus, bucket, key)
+        if found is None or not found.value:
+            continue  # deleted between listing and reading
+        try:
+            out.append(msgspec.json.decode(found.value, type=kind))
+        except msgspec.ValidationError as exc:
+            log.error("skipping unreadable %s record %s: %s", bucket, key, exc)
+    return out
+
+
+_DELETED = ("DEL", "PURGE")
+
+
+async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: str,
+                          timeout: float = 5.0) -> list[T]:
+    """Decoded live values of the keys matching ``key_filter`` (NATS wildcards), read through a short-lived
+    named consumer whose create subject carries the filter."""
+    stream, pre = f"KV_{bucket}", f"$KV.{bucket}."
+    cfg = ConsumerConfig(name=f"kvr-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+                         inactive_threshold=30.0)
+    sub = await bus.guarded(bus.js.subscribe(pre + key_filter, stream=stream, ordered_consumer=True, config=cfg))
+    out: list[T] = []
+    try:
+        info = await sub.consumer_info()
+        if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
+            return out  # nothing matches (a push consumer may already have delivered what it had)
+        while True:
+            msg = await sub.next_msg(timeout=timeout)
+            if (msg.headers or {}).get("KV-Operation") not in _DELETED and msg.data:
+                try:
+                    out.append(msgspec.json.decode(msg.data, type=kind))
+                except msgspec.ValidationError as exc:
+                    log.error("skipping unreadable %s record %s: %s", bucket, msg.subject[len(pre):], exc)
+            if msg.metadata.num_pending == 0:
+                return out
+    finally:
+        try:
+            await sub.unsubscribe()
+        except nats.errors.Error:
+            pass  # a closing connection drops it anyway; the server removes it after inactive_threshold
+
+
+async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
+    """The newest live value among the keys matching ``key_filter`` (one direct get whose subject is the
+    filter); None when none matches or the newest was deleted. ``TemporaryError`` when the bus cannot answer."""
+    try:
+        msg = await bus.guarded(bus.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key_filter}", direct=True))
+    except nats.js.errors.NotFoundError:
+        return None
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"reading {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+    if (msg.headers or {}).get("KV-Operation") in _DELETED or not msg.data:
+        return None
+    return bytes(msg.data)
+
+
+async def updates(bus: Bus, bucket: str, key: str, *, idle: float = 1.0) -> AsyncIterator[Record | None]:
+    """Every new value of ``key`` from now on; None after ``idle`` seconds without one (so the caller can
+    check whether to stop). Raises ``TemporaryError`` when the bus goes away."""
+    try:
+        kv = await bus.kv(bucket)
+        watcher = await kv.watch(key, include_history=False)
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"watching {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    try:
+        while True:
+            try:
+                entry = await watcher.updates(timeout=idle)
+            except nats.errors.TimeoutError:
+                yield None
+                continue
+            except nats.errors.Error as exc:
+                raise TemporaryError(f"watching {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+            if entry is not None and entry.value:
+                yield Record(value=entry.value, revision=int(entry.revision or 0))
+    finally:
+        try:
+            await watcher.stop()
+        except _UNAVAILABLE:
+            pass  # the connection is gone already
