@@ -62,9 +62,10 @@ class Policy:
             return
         if acc.python:  # the submitting environment's interpreter: the local backend runs `python` with it
             run = msgspec.structs.replace(run, python=acc.python, python_source=acc.python_source)
-        if acc.resume_from:  # a manual resume: start from the given checkpoint (exported as TAU_RESUME_FROM)
+        if acc.resume_from:  # a manual resume: start from the given checkpoint, and retries resume from there too
             run = msgspec.structs.replace(
-                run, resilience=msgspec.structs.replace(run.resilience, checkpoint_path=acc.resume_from)
+                run, env={**run.env, "TAU_RESUME_FROM": acc.resume_from},
+                resilience=msgspec.structs.replace(run.resilience, checkpoint_path=acc.resume_from),
             )
         await self.bus.emit(
             workspace=ev.workspace,

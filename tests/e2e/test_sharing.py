@@ -41,6 +41,16 @@ def test_two_half_gpu_runs_share_one_gpu_at_once(stack: Stack, tmp_path: Path) -
     assert a[1]["start"] < b[1]["end"] and b[1]["start"] < a[1]["end"], "the two runs did not overlap"
 
 
+def test_a_gpu_memory_request_gets_that_share_of_one_gpu(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "mem", SCRIPT,
+                        "name: mem\nentrypoint: main.py\nargs: ['0']\ncompute: {gpu_memory: 4000Mi}\n")
+    run = stack.tau("run", str(cfg), check=True).stdout.strip()
+    assert stack.wait_state(run, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
+    facts = _facts(stack, run)[0]
+    assert (facts["fraction"], facts["mem"]) == ("0.25", "4000")  # of a declared 16000 MiB GPU
+    assert facts["gpus"] in ("0", "1")
+
+
 def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, tmp_path: Path) -> None:
     release = tmp_path / "release-low"
     low = write_project(tmp_path, "low", SCRIPT, f"name: low\nentrypoint: main.py\nargs: ['until:{release}']\n"

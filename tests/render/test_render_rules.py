@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from packaging.version import Version
 from render_runs import build_run
@@ -344,3 +345,12 @@ def _timed(manifest: dict[str, Any]) -> float:
     start = time.perf_counter()
     validate(manifest)
     return time.perf_counter() - start
+
+
+def test_a_first_attempt_gets_no_resume_point_even_with_a_checkpoint_path() -> None:
+    run = build_run()
+    run = msgspec.structs.replace(run, resilience=msgspec.structs.replace(run.resilience, checkpoint_path="/ckpt"))
+    first = render(run, attempt=1)[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "TAU_RESUME_FROM" not in {e["name"] for e in first}
+    retry = render(run, attempt=2, resume_from="/ckpt")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {e["name"]: e.get("value") for e in retry}["TAU_RESUME_FROM"] == "/ckpt"

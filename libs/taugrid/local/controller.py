@@ -183,7 +183,7 @@ class LocalCluster:
         per_pod, pods_wanted, memory_limit = self._requests(main)
         ann = {**meta.get("annotations", {}), **template(main).get("metadata", {}).get("annotations", {})}
         fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
-        gpu_mem = int(float(ann.get("taugrid.io/gpu-memory-mb", 0) or 0))
+        gpu_mem = int(float(ann.get("taugrid.io/gpu-memory", 0) or 0))  # MiB, as render.common writes it
         if fraction or gpu_mem:
             per_pod[GPU] = 0.0
         pod_sets = [{"name": "main", "count": pods_wanted,

@@ -188,9 +188,11 @@ def tau_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> dict[st
         env["TAU_OUTPUT_DIR"] = run.output_dir
     if run.checkpoint_dir:
         env["TAU_CHECKPOINT_DIR"] = run.checkpoint_dir
-    resume = resume_from or run.resilience.checkpoint_path
-    if resume:
-        env["TAU_RESUME_FROM"] = resume
+    # Only when there is something to resume (a retry, whose resume point recovery passes, or `tau run resume`,
+    # whose point policy puts in the run's env): a first attempt that finds TAU_RESUME_FROM would look for a
+    # checkpoint that was never written, as TauGrid's runs never do.
+    if resume_from:
+        env["TAU_RESUME_FROM"] = resume_from
     return env
 
 
