@@ -8,11 +8,11 @@ by the submitter) must be a member of the workspace; the priority class must be 
 from __future__ import annotations
 
 import msgspec
-from taugrid.bus import platformstore
+from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Signers
-from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config_shared
 from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted, issues_of
@@ -23,21 +23,23 @@ class Policy:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.signers = Signers(bus)  # the stack's local admin belongs to every workspace
-        self._cache: tuple[int, Platform] | None = None
+        self.reader = PlatformReader(bus)
 
     async def platform(self) -> tuple[Platform, int]:
-        got = await platformstore.get_text(self.bus)
+        """The newest platform revision that validates (an invalid one is never acted on); a
+        ``TemporaryError`` while there is none, so the run waits for the fix instead of dying here."""
+        got = await self.reader.get()
         if got is None:
             raise TemporaryError(
                 "no platform policy applied yet (run `tau platform apply` or `tau up`)", delay=2.0
             )
-        text, revision = got
-        if self._cache is None or self._cache[0] != revision:
-            self._cache = (revision, load_platform(text, path=f"platform.yaml@{revision}"))
-        return self._cache[1], revision
+        return got
 
     async def on_accepted(self, ev: Event) -> None:
-        acc = ev.payload(SubmitAccepted)
+        try:
+            acc = ev.payload(SubmitAccepted)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"malformed submit.accepted: {exc}") from exc
         platform, revision = await self.platform()
         if (not await self.signers.is_local_admin(acc.signer)
                 and (problem := _not_member(platform, acc.user, ev.workspace)) is not None):

@@ -125,7 +125,8 @@ async def test_a_workspace_over_its_submission_rate_is_refused(stack: Stack) -> 
     for run_id in runs:
         evs = await stack.wait_for(run_id, {"submit.accepted", "submit.rejected"})
         outcomes.append(evs[1].type)
-    assert outcomes == ["submit.accepted"] * 3 + ["submit.rejected"] * 2
+    # the submitter handles different runs concurrently, so which three win is not fixed; how many is
+    assert sorted(outcomes) == ["submit.accepted"] * 3 + ["submit.rejected"] * 2
     refused = [r for r, o in zip(runs, outcomes, strict=True) if o == "submit.rejected"]
     evs = await stack.events(refused[0])
     issue = msgspec.json.decode(evs[1].data, type=Rejected).reasons[0]

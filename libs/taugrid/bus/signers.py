@@ -10,7 +10,8 @@ import os
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_HEADER, SIGNER_HEADER, Event, SignatureInvalid, verify_signature
-from taugrid.config.platform import Platform, load_platform
+from taugrid.bus.platformread import PlatformReader
+from taugrid.config.platform import Platform
 from taugrid.core.contracts import Issue
 
 
@@ -28,17 +29,12 @@ class Refused(Exception):
 class Signers:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self._cache: tuple[int, Platform] | None = None
+        self.reader = PlatformReader(bus)
 
     async def platform(self) -> Platform | None:
-        """The current platform (parsed once per revision); None before any is applied."""
-        got = await platformstore.get_text(self.bus)
-        if got is None:
-            return None
-        text, revision = got
-        if self._cache is None or self._cache[0] != revision:
-            self._cache = (revision, load_platform(text, path=f"platform.yaml@{revision}"))
-        return self._cache[1]
+        """The newest valid platform revision (an invalid one is never used); None before any is applied."""
+        got = await self.reader.get()
+        return got[0] if got is not None else None
 
     async def local_user(self) -> platformstore.LocalUser | None:
         """The embedded stack's person: ``TAU_LOCAL_ADMIN`` (``<name>:<public key>``, set by the supervisor for

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from taugrid.bus import kv, platformstore
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.config.platform import Platform, load_platform
+from taugrid.bus.platformread import PlatformReader
+from taugrid.config.platform import Platform
 from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
 from taugrid.core.events import k8s_subject, log_subject
+from taugrid.core.errors import TemporaryError
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount
@@ -63,6 +65,7 @@ class LocalCluster:
         # Backend requests, the control loop and pod status reports interleave at awaits; one lock keeps a
         # workload's transitions (start, delete, finish) from crossing.
         self.lock = asyncio.Lock()
+        self.platforms = PlatformReader(bus)
         # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
         self.kubelet = Kubelet(data_dir / "pods", resolve_secret=SecretStore(data_dir / "secrets").resolver(),
                                resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims",
@@ -87,11 +90,13 @@ class LocalCluster:
         if now - self._platform_checked < PLATFORM_CHECK_S:
             return
         self._platform_checked = now
-        got = await platformstore.get_text(self.bus)
+        try:
+            got = await self.platforms.get()  # the newest valid revision: an invalid one is never acted on
+        except TemporaryError:
+            return  # no valid revision at all: PlatformReader logged it once; keep the last one we had
         if got is None or got[1] == self.platform_rev:
             return
-        text, rev = got
-        p = load_platform(text, path=f"platform.yaml@{rev}")
+        p, rev = got
         self.lq = {(lq.namespace, lq.name): lq.cluster_queue for lq in p.local_queues}
         self.priorities = {pc.name: (pc.value, pc.preemptible) for pc in p.priority_classes}
         self.platform, self.platform_rev = p, rev
@@ -400,6 +405,7 @@ class LocalCluster:
                                                                        index=i, at=now),
                                     gpus=gpus[i] if i < len(gpus) else []))
         wl.state, wl.announced = "running", False
+        wl.admitted_at = now
         objects.job_started(wl.job, active=len(wl.pods), at=now)
         await self.save(wl)
         await self._launch_pending(wl)

@@ -14,6 +14,7 @@ import asyncio
 import copy
 import io
 import logging
+import math
 import os
 import sys
 import tarfile
@@ -117,12 +118,22 @@ class PodSync:
         if not p.added:
             await self.publish(wl, "Pod", p.obj, "added")
             p.added = True
+        deadline = float(wl.job["spec"].get("activeDeadlineSeconds") or 0)
+        spent = now - wl.admitted_at if wl.admitted_at else 0.0
+        if deadline and spent >= deadline:  # the deadline counts from admission, preparation included
+            self.forget(p)
+            await self._failed_to_start(wl, p, "DeadlineExceeded",
+                                        f"Job was active longer than specified deadline ({deadline:g}s) before its "
+                                        "pod could start", now)
+            return
         try:
             manifest = self._manifest(wl, p)
             project = await self._place_source(wl, p, manifest)
         except PodSpecError as exc:
             await self._failed_to_start(wl, p, exc.reason, exc.message, now)
             return
+        if deadline:  # what is left of it once the pod starts
+            manifest["spec"]["activeDeadlineSeconds"] = max(1, math.ceil(deadline - spent))
         outcome = self.runtime.prepare(wl, p.name, project)
         if isinstance(outcome, Preparing):
             await self._say_preparing(wl, p, outcome.message)

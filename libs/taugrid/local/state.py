@@ -53,6 +53,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     state: str = "pending"  # pending | running | finished | deleted
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0
+    admitted_at: float = 0.0  # when this admission started the pods: activeDeadlineSeconds counts from here
     announced: bool = True  # the admission (Workload + Job) has been published; False while it still must be
     rdzv_port: int = 0  # multi-node torchrun: the loopback rendezvous port of this workload
     last_pending: str = ""
