@@ -16,7 +16,7 @@ from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.platformread import PlatformReader
 from taugrid.core.contracts import BackendApply, PolicyApproved, WatchEvent
 from taugrid.core.errors import ConfigError, TemporaryError
-from taugrid.evidence.replay import replay
+from taugrid.bus.replay import replay
 from taugrid.local.controller import LocalCluster
 
 from taugrid.stack import natsserver
