@@ -67,7 +67,10 @@ def test_commands_fail_clearly_when_the_stack_is_down(tmp_path: Path) -> None:
 
 def _all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
     found: list[tuple[tuple[str, ...], click.Command]] = []
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # `tau` loads its commands lazily: ask the group, not its dict
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         found.append(((*prefix, name), cmd))
         if isinstance(cmd, click.Group):
             found += _all_commands(cmd, (*prefix, name))

@@ -1,33 +1,68 @@
-"""Entry point: ``tau``."""
+"""Entry point: ``tau``.
+
+Cold start matters (every ``tau`` invocation, and many tests, pay it): the command modules import the bus
+client, pydantic models and the evidence store, so they load only when their command runs. ``tau --help``
+lists the commands from the short help below, which ``tests/cli/test_cold_cli.py`` keeps equal to each
+command's own.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from taugrid import __version__
-from taugrid.cli.completion import completion
-from taugrid.cli.dlq_cmd import dlq
-from taugrid.cli.evidence_cmd import evidence, verify
-from taugrid.cli.identity_cmd import admin, login, whoami
-from taugrid.cli.outputs_cmd import outputs
-from taugrid.cli.platform_cmd import platform
-from taugrid.cli.queue_cmd import queue
-from taugrid.cli.runs import cancel, events, list_runs, logs, run, status
-from taugrid.cli.stack import down, scale, stack_status, up
+
+# name → (module, attribute, the command's short help as `tau --help` shows it)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "admin": ("identity_cmd", "admin", "Platform administration: people and their..."),
+    "cancel": ("runs", "cancel", "Cancel a run: its process gets SIGTERM,..."),
+    "completion": ("completion", "completion", "Print the shell completion script for SHELL."),
+    "dlq": ("dlq_cmd", "dlq", "Dead letters: events a service refused or..."),
+    "down": ("stack", "down", "Stop the embedded stack: services drain,..."),
+    "events": ("runs", "events", "Replay run events from the stream (the..."),
+    "evidence": ("evidence_cmd", "evidence", "Show a run's sealed evidence bundle..."),
+    "list": ("runs", "list_runs", "List runs, newest first: AGE is the time..."),
+    "login": ("identity_cmd", "login", "Store credentials for a remote taugrid..."),
+    "logs": ("runs", "logs", "Print a run's output, every attempt (each..."),
+    "outputs": ("outputs_cmd", "outputs", "List a run's output and checkpoint files;..."),
+    "platform": ("platform_cmd", "platform", "Govern workspaces, queues, quotas, compute..."),
+    "queue": ("queue_cmd", "queue", "Show ClusterQueues: nominal, used,..."),
+    "run": ("runs", "run", "Submit a run: `tau run [TARGET]` (a..."),
+    "scale": ("stack", "scale", "Change replica counts of a running stack's..."),
+    "stack": ("stack", "stack_status", "Show the embedded stack: NATS URL, data..."),
+    "status": ("runs", "status", "Show a run's phase tree: submitted →..."),
+    "up": ("stack", "up", "Start the embedded stack in the..."),
+    "verify": ("evidence_cmd", "verify", "Re-verify a run's evidence: bundle digest,..."),
+    "whoami": ("identity_cmd", "whoami", "Who the bus knows you as: user, role and..."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use; its help lists them without importing any."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attr, _ = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(f"taugrid.cli.{module}"), attr), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2] if name not in self.commands else
+                 self.commands[name].get_short_help_str(limit=45)) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tau")
 def cli() -> None:
     """taugrid: run AI workloads on GPU clusters. Start with `tau up`, then `tau run . --follow` in a
     project folder holding a tau.yaml."""
-
-
-for command in (
-    up, down, scale, stack_status, run, status, outputs, logs, list_runs, cancel, events, platform, evidence,
-    verify, queue, completion, login, whoami, admin, dlq,
-):
-    cli.add_command(command)
 
 
 def main() -> None:

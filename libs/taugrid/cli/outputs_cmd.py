@@ -22,7 +22,6 @@ import click
 from taugrid.cli.common import EXIT_FAILED, connected, emit_json, output_option, run_async
 from taugrid.core.states import RunRecord
 from taugrid.evidence.bundle import scan_dir
-from taugrid.evidence.store import read_bundle, read_object
 from taugrid.local.scratch import warning
 
 OUTPUTS_SCHEMA = "taugrid.io/outputs/v1"
@@ -35,6 +34,8 @@ async def listing(client: Any, record: RunRecord) -> dict[str, Any]:
     resolved = record.resolved
     out_dir = resolved.output_dir if resolved else ""
     ckpt_dir = resolved.checkpoint_dir if resolved else ""
+    from taugrid.evidence.store import read_bundle  # the store brings nats-py: loaded only when asked
+
     got = await read_bundle(client.bus, record.run_id)
     section: dict[str, Any] = {}
     if got is not None:
@@ -132,6 +133,8 @@ async def _fetch(client: Any, found: dict[str, Any], dest: Path) -> tuple[int, l
                 await asyncio.to_thread(shutil.copy2, here, target)
                 copied += 1
                 continue
+            from taugrid.evidence.store import read_object
+
             data = await read_object(client.bus, f["object"]) if f.get("object") else None
             if data is not None and hashlib.sha256(data).hexdigest() == f["sha256"]:
                 target.write_bytes(data)

@@ -23,8 +23,6 @@ from taugrid.cli.common import (
     output_option,
     run_async,
 )
-from taugrid.cli.console import follow_run
-from taugrid.cli.outputs_cmd import listing, summary_lines
 from taugrid.cli.views import (
     attempt_separator,
     elapsed,
@@ -143,6 +141,8 @@ async def submit(
             return
         click.echo(run_id)
         if follow:
+            from taugrid.cli.console import follow_run  # its views and the evidence scan load only to follow
+
             await follow_run(client, run_id, output)
 
 
@@ -187,6 +187,8 @@ async def resume(run_id: str, from_path: str, force: bool, follow: bool, output:
             return
         click.echo(new_id)
         if follow:
+            from taugrid.cli.console import follow_run
+
             await follow_run(client, new_id, output)
 
 
@@ -296,6 +298,8 @@ def schema() -> None:
 @output_option
 @run_async
 async def status(run_id: str, output: str) -> None:
+    from taugrid.cli.outputs_cmd import listing, summary_lines
+
     async with connected() as client:
         record = await client.status(run_id)
         found = await listing(client, record)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from taugrid.bus.envelope import Event
 from taugrid.cli.common import color
 from taugrid.core.states import OPTIONAL_PHASES, PHASE_NAMES, RunRecord
+
+if TYPE_CHECKING:
+    from taugrid.bus.envelope import Event
 
 _MARK = {
     "done": ("✔", "green"),
