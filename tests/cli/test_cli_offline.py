@@ -161,3 +161,25 @@ def test_unreachable_stack_is_one_line_and_exit_4(tmp_path: Path) -> None:
         assert proc.returncode == 4, command
         assert proc.stderr == ("error: cannot reach the taugrid stack at nats://127.0.0.1:1 (is the stack up? "
                                "start it with `tau up`, or set TAU_NATS_URL)\n"), command
+
+
+def test_dry_run_works_with_no_stack_against_this_machine_or_a_given_platform(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("print('hi')\n")
+    (tmp_path / "tau.yaml").write_text("name: t\nentrypoint: main.py\n")
+    machine = {**OFFLINE, "TAU_DATA_DIR": str(tmp_path / "data")}
+    proc = tau("run", str(tmp_path), "--dry-run", env=machine)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ("note: dry-run against this machine's default platform, the one `tau up` creates "
+                           "(no stack answered)\n")
+    [job] = list(yaml.safe_load_all(proc.stdout))
+    assert (job["kind"], job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]) == ("Job", "default")
+    platform = tmp_path / "platform.yaml"
+    platform.write_text(REPO.joinpath("deploy", "platform.yaml").read_text())
+    (tmp_path / "tau.yaml").write_text("name: t\nentrypoint: main.py\npolicy: {workspace: vision}\n"
+                                       "runtime: {image: 'nvcr.io/nvidia/pytorch:24.05-py3'}\n")
+    given = tau("run", str(tmp_path), "--dry-run", "--platform", str(platform), env=machine)
+    assert given.returncode == 0 and given.stderr == "", given.stderr
+    assert list(yaml.safe_load_all(given.stdout))[0]["kind"] == "Job"
+    refused = tau("run", str(tmp_path), "--platform", str(platform), env=machine)
+    assert (refused.returncode, refused.stderr) == (
+        2, "error: --platform is for --dry-run (a submission is always checked against the stack's platform)\n")

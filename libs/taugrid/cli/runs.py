@@ -102,6 +102,12 @@ def _load_checked(path: Path) -> TauConfig:
     return cfg
 
 
+platform_file_option = click.option(
+    "--platform", "platform_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    help="With --dry-run: render against this platform.yaml instead of the stack's (or this machine's default).",
+)
+
+
 @click.group(
     cls=DefaultGroup,
     subcommand_metavar="[TARGET] | COMMAND [ARGS]...",
@@ -124,15 +130,20 @@ def run() -> None:
 @click.option(
     "--submission-id", default=None, help="Idempotency key: the same id always yields the same run."
 )
+@platform_file_option
 @output_option
 @run_async
 async def submit(
-    target: str, follow: bool, workspace: str | None, dry_run: bool, submission_id: str | None, output: str
+    target: str, follow: bool, workspace: str | None, dry_run: bool, submission_id: str | None,
+    platform_file: Path | None, output: str,
 ) -> None:
     path = resolve_target(target)
+    if platform_file is not None and not dry_run:
+        fail("--platform is for --dry-run (a submission is always checked against the stack's platform)",
+             EXIT_USAGE)
     cfg = _load_checked(path)
     if dry_run:
-        await _dry_run(path, cfg, workspace)
+        await _dry_run(path, cfg, workspace, platform_file)
         return
     async with connected() as client:
         run_id = await client.submit(path, workspace=workspace, submission_id=submission_id, config=cfg)
@@ -146,21 +157,26 @@ async def submit(
             await follow_run(client, run_id, output)
 
 
-async def _dry_run(path: Path, cfg: Any, workspace: str | None) -> None:
-    from taugrid.render import render, to_yaml
+async def _dry_run(path: Path, cfg: Any, workspace: str | None, platform_file: Path | None) -> None:
+    """The manifests a submission would apply, rendered against ``platform_file``, else the stack's platform,
+    else (no stack answers, or it has no platform yet) this machine's default one; works with no stack."""
+    from taugrid.client.snapshot import snapshot, source_object
+    from taugrid.render import RenderSettings, render, to_yaml
     from taugrid.render.validate import validate
 
-    async with connected() as client:
-        got = await client.platform_get()
-    if got is None:
-        fail("no platform policy applied yet: run `tau up` or `tau platform apply FILE`", EXIT_USAGE)
-    text, rev = got  # type: ignore[misc]
-    from taugrid.client.snapshot import snapshot, source_object
-    from taugrid.render import RenderSettings
+    if platform_file is not None:
+        text, revision = platform_file.read_text(), 0
+    else:
+        got, why = await _stack_platform()
+        if got is None:
+            from taugrid.stack.machine_platform import machine_platform_yaml
 
+            click.echo(color("note: ", "yellow") + "dry-run " + MACHINE_CHECKED.format(why=why), err=True)
+            got = machine_platform_yaml(data_dir()), 0
+        text, revision = got
     # The snapshot a real submission would ship (computed, not uploaded), so the manifests show its fetch.
     _, digest = snapshot(path.parent.resolve(), extra_excludes=list(cfg.run.working_dir_excludes or []))
-    run_spec = _resolve(cfg, text, rev, purpose="dry-run", workspace=workspace,
+    run_spec = _resolve(cfg, text, revision, purpose="dry-run", workspace=workspace,
                         source_object=source_object(digest), source_digest=digest)
     manifests = render(run_spec, attempt=1, settings=RenderSettings.from_env())
     for m in manifests:
@@ -230,24 +246,26 @@ async def validate(target: str, offline: bool, output: str) -> None:
     click.echo(f"{path} ({cfg.engine} run {cfg.name!r}): valid {checked}")
 
 
-async def _check_against_platform(cfg: TauConfig) -> tuple[int | None, str]:
-    """Resolve ``cfg`` as the policy service would: against the stack's current platform (its revision, "")
-    when a stack answers, else against this machine's default platform, the one `tau up` creates (None, and
-    a note saying so)."""
+async def _stack_platform() -> tuple[tuple[str, int] | None, str]:
+    """The stack's current platform text and revision, or None and why not (no stack answers, or it has none)."""
     from taugrid.client import open_client
     from taugrid.core.errors import TemporaryError
 
     try:
         client = await open_client(nats_url(), connect_timeout=2.0, max_reconnect_attempts=1)
     except TemporaryError:
-        got = None
-        why = "no stack answered"
-    else:
-        try:
-            got = await client.platform_get()
-        finally:
-            await client.close()
-        why = "the stack has no platform yet"
+        return None, "no stack answered"
+    try:
+        return await client.platform_get(), "the stack has no platform yet"
+    finally:
+        await client.close()
+
+
+async def _check_against_platform(cfg: TauConfig) -> tuple[int | None, str]:
+    """Resolve ``cfg`` as the policy service would: against the stack's current platform (its revision, "")
+    when a stack answers, else against this machine's default platform, the one `tau up` creates (None, and
+    a note saying so)."""
+    got, why = await _stack_platform()
     if got is not None:
         text, revision = got
         _resolve(cfg, text, revision, purpose="validate")
