@@ -214,3 +214,25 @@ def test_a_config_built_in_code_gets_the_same_checks():
             config_hash="",
         )
     assert {"name", "entrypoint"} <= {i["field"] for i in info.value.issues}
+
+
+def test_a_namespace_alone_resolves_its_workspace():
+    run = resolve(f"name: t\nentrypoint: t.py\nimage: {IMAGE}\n"
+                  "policy: {namespace: team-language, queue: language-queue}\n")
+    assert (run.workspace, run.namespace, run.local_queue) == ("language", "team-language", "language-queue")
+
+
+def test_a_namespace_that_contradicts_the_workspace_names_both():
+    found = rejected("name: t\nentrypoint: t.py\npolicy: {workspace: vision, namespace: team-language}\n")
+    assert (found["policy.namespace"]["message"], found["policy.namespace"]["fix"]) == (
+        "workspace 'vision' runs in namespace 'team-vision', not 'team-language'",
+        "remove policy.namespace (the workspace decides it), or name the workspace of that namespace")
+
+
+def test_a_namespace_of_several_workspaces_asks_which():
+    shared = SAMPLE.model_copy(update={"workspaces": [
+        SAMPLE.workspaces[0], SAMPLE.workspaces[1].model_copy(update={"namespace": "team-vision"})]})
+    found = rejected("name: t\nentrypoint: t.py\npolicy: {namespace: team-vision}\n", platform=shared)
+    assert (found["policy.namespace"]["message"], found["policy.namespace"]["fix"]) == (
+        "namespace 'team-vision' holds workspaces language, vision", "set policy.workspace to the one this run "
+        "belongs to")

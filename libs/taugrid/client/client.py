@@ -65,7 +65,8 @@ class Client:
         text = config_text if config_text is not None else config_path.read_text()
         cfg = config or load_tau_config(text, path=str(config_path))
         raise_issues(check_project(cfg, config_path.parent.resolve()))
-        ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "default")
+        ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "")
+        ws = ws or await self._namespace_workspace(cfg) or "default"
         sid = submission_id or new_submission_id()
         run_id = new_run_id(cfg.name, sid)
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
@@ -320,6 +321,18 @@ class Client:
     async def platform_apply(self, text: str, *, path: str = "platform.yaml") -> int:
         load_platform(text, path=path)  # refuse an invalid policy before anything sees it
         return await platformstore.put_text(self.bus, text)
+
+    async def _namespace_workspace(self, cfg: TauConfig) -> str | None:
+        """The workspace of ``policy.namespace`` when the config names only that (as policy resolves it)."""
+        if not (cfg.policy and cfg.policy.namespace):
+            return None
+        got = await self.platform_get()
+        if got is None:
+            return None
+        from taugrid.config.platform import load_platform
+        from taugrid.config.resolve import namespace_workspace
+
+        return namespace_workspace(cfg, load_platform(got[0]))
 
     async def platform_get(self) -> tuple[str, int] | None:
         return await platformstore.get_text(self.bus)

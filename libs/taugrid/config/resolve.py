@@ -38,6 +38,18 @@ class _Issues:
         self.items.append(make_issue(path, message, fix, file=self.cfg.source_path, lines=self.cfg._lines))
 
 
+def namespace_workspaces(platform: Platform, namespace: str | None) -> list[str]:
+    """The workspaces that run in ``namespace``, by name."""
+    return sorted(w.name for w in platform.workspaces if namespace and w.namespace == namespace)
+
+
+def namespace_workspace(cfg: TauConfig, platform: Platform) -> str | None:
+    """The workspace a config means when it names only ``policy.namespace`` (TauGrid's configs often do): the
+    one workspace in that namespace, or None (none, or several: then ``resolve_run`` asks for the name)."""
+    found = namespace_workspaces(platform, cfg.policy.namespace)
+    return found[0] if len(found) == 1 else None
+
+
 def resolve_run(
     cfg: TauConfig,
     platform: Platform,
@@ -55,7 +67,13 @@ def resolve_run(
     issues.items.extend(check_rules(cfg))  # a config built without load_tau_config gets the same checks
     if not cfg.name or not cfg.entrypoint or not cfg.engine:
         raise_issues(issues.items)
-    ws_name = workspace or cfg.policy.workspace or "default"
+    ws_name = workspace or cfg.policy.workspace or namespace_workspace(cfg, platform) or "default"
+    by_namespace = namespace_workspaces(platform, cfg.policy.namespace)
+    if not workspace and not cfg.policy.workspace and len(by_namespace) > 1:
+        issues.add(("policy", "namespace"),
+                   f"namespace {cfg.policy.namespace!r} holds workspaces {', '.join(by_namespace)}",
+                   "set policy.workspace to the one this run belongs to")
+        raise_issues(issues.items)
     ws = platform.workspace(ws_name)
     if ws is None:
         known = ", ".join(sorted(w.name for w in platform.workspaces)) or "(none defined)"
@@ -72,8 +90,8 @@ def resolve_run(
     if cfg.policy.namespace and cfg.policy.namespace != ws.namespace:
         issues.add(
             ("policy", "namespace"),
-            f"workspace {ws.name!r} runs in namespace {ws.namespace!r}",
-            "remove policy.namespace; the workspace decides it",
+            f"workspace {ws.name!r} runs in namespace {ws.namespace!r}, not {cfg.policy.namespace!r}",
+            "remove policy.namespace (the workspace decides it), or name the workspace of that namespace",
         )
     image = _image(cfg, ws, issues)
     profile = _profile(cfg, platform, ws, issues)
