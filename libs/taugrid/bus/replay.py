@@ -12,6 +12,8 @@ import contextlib
 import datetime as dt
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import nats
 from nats.aio.msg import Msg
@@ -69,12 +71,33 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
     return out
 
 
+@dataclass
+class ReplayCursor:
+    """Where a ``follow`` stands: ``caught_up()`` says whether everything stored on its subject so far has been
+    handed out: the server has nothing left for its consumer, and the last message it delivered (which may still
+    be on its way, or in the local buffer) has been yielded."""
+
+    sub: Any = None
+    yielded: int = 0  # consumer sequence (the consumer's delivery count) of the last message handed out
+
+    async def caught_up(self) -> bool:
+        if self.sub is None:
+            return False
+        try:
+            info = await self.sub.consumer_info()
+        except nats.errors.Error:
+            return False  # the ordered consumer is being recreated: not known yet
+        delivered = int(info.delivered.consumer_seq or 0) if info.delivered else 0
+        return int(info.num_pending or 0) == 0 and self.yielded >= delivered
+
+
 async def follow(
     bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, live: bool = False,
-    idle_timeout: float = 1.0,
+    idle_timeout: float = 1.0, cursor: ReplayCursor | None = None,
 ) -> AsyncIterator[Event]:
     """Events on ``subject`` in stream order (from ``since`` when given) through an ordered consumer; with
-    ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing."""
+    ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing. A
+    ``cursor`` is kept up to date with what has been yielded."""
     config = ConsumerConfig(
         # Named, so the create request's subject carries the filter and the server's permissions can
         # confine it to the caller's workspaces.
@@ -87,6 +110,8 @@ async def follow(
         sub = await bus.guarded(bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
     except nats.js.errors.NotFoundError:
         return
+    if cursor is not None:
+        cursor.sub = sub
     try:
         info = await bus.js.stream_info(stream)
         if not live and info.state.messages == 0:
@@ -100,6 +125,8 @@ async def follow(
                 return
             meta = msg.metadata
             yield from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+            if cursor is not None:
+                cursor.yielded = meta.sequence.consumer
             if not live and meta.num_pending == 0:
                 return
     finally:

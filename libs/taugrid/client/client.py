@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import datetime as dt
 import getpass
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -15,6 +16,7 @@ import msgspec
 from taugrid.bus import identity, objects, platformstore, replay, runstate, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
+from taugrid.bus.replay import ReplayCursor
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import load_platform
@@ -27,6 +29,8 @@ from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import TERMINAL as TERMINAL_STATES
 from taugrid.core.states import RunRecord
+
+POD_END_HOLD_S = 5.0  # the longest an attempt's end waits in the console for its log lines to be read
 
 
 class CancelRefused(PermanentError):
@@ -264,9 +268,12 @@ class Client:
         since: dt.datetime | None = None,
         follow: bool = False,
         idle_timeout: float = 1.0,
+        cursor: ReplayCursor | None = None,
     ) -> AsyncIterator[Event]:
-        """Events on ``subject`` in stream order; with ``follow``, keep going with live ones."""
-        feed = replay.follow(self.bus, subject, stream=stream, since=since, live=follow, idle_timeout=idle_timeout)
+        """Events on ``subject`` in stream order; with ``follow``, keep going with live ones. A ``cursor`` lets
+        the caller ask whether everything stored so far has been yielded."""
+        feed = replay.follow(self.bus, subject, stream=stream, since=since, live=follow, idle_timeout=idle_timeout,
+                             cursor=cursor)
         async with contextlib.aclosing(feed):  # the consumer goes as soon as the caller stops reading
             async for ev in feed:
                 yield ev
@@ -291,12 +298,20 @@ class Client:
             if terminal_seen and ev.type not in TERMINAL_EVENTS:
                 return
 
-    async def console(self, run_id: str, *, linger: float = 1.0) -> AsyncIterator[Event | LogChunk]:
+    async def console(self, run_id: str, *, linger: float = 1.0,
+                      max_hold: float = POD_END_HOLD_S) -> AsyncIterator[Event | LogChunk]:
         """The run's events and its script's output (``LogChunk``s), interleaved as they arrive, from the start
-        until the run is sealed; output that lands up to ``linger`` seconds after that still comes."""
+        until the run is sealed; output that lands up to ``linger`` seconds after that still comes.
+
+        The two streams are read by two consumers, so a pod's last lines could arrive after the event that says
+        it ended. An attempt's end (``exec.succeeded/failed/cancelled``) and everything after it are therefore
+        held until every log line stored by then has been yielded (at most ``max_hold`` seconds): the local
+        cluster stores a pod's last lines before its end is reported, so they always come first."""
         ws = await self._ws_filter(run_id)
-        output = self.replay(f"log.{ws}.{token(run_id)}.*", stream="LOGS", follow=True)
-        async for item in _interleave(self.follow(run_id), output, linger=linger):
+        cursor = ReplayCursor()
+        output = self.replay(f"log.{ws}.{token(run_id)}.*", stream="LOGS", follow=True, cursor=cursor)
+        async for item in _interleave(self.follow(run_id), output, linger=linger, hold=_ends_a_pod,
+                                      caught_up=cursor.caught_up, max_hold=max_hold):
             yield item.payload(LogChunk) if item.type.startswith("log") else item
 
     async def logs(self, run_id: str, *, follow: bool = False) -> AsyncIterator[LogChunk]:
@@ -339,19 +354,33 @@ class Client:
 
 
 _END = object()
+_HOLD_POLL_S = 0.05
+POD_END_EVENTS = frozenset({"exec.succeeded", "exec.failed", "exec.cancelled"})
+
+
+def _ends_a_pod(ev: Event) -> bool:
+    return ev.type in POD_END_EVENTS
 
 
 async def _interleave(
-    main: AsyncIterator[Event], other: AsyncIterator[Event], *, linger: float
+    main: AsyncIterator[Event], other: AsyncIterator[Event], *, linger: float,
+    hold: Callable[[Event], bool] | None = None, caught_up: Callable[[], Awaitable[bool]] | None = None,
+    max_hold: float = POD_END_HOLD_S,
 ) -> AsyncIterator[Event]:
     """Items of both iterators as they arrive. Ends once ``main`` has ended and ``other`` has been quiet for
-    ``linger`` seconds; both are closed on the way out (so no subscription outlives the connection)."""
+    ``linger`` seconds; both are closed on the way out (so no subscription outlives the connection).
+
+    With ``hold``: a ``main`` item it picks, and every ``main`` item after it, wait until ``caught_up()`` says
+    ``other`` has handed out everything stored so far (or ``max_hold`` seconds have passed); ``other``'s items
+    keep flowing meanwhile."""
     queue: asyncio.Queue[object] = asyncio.Queue()
+    held: list[Event] = []
+    held_since = 0.0
 
     async def pump(source: AsyncIterator[Event], *, is_main: bool) -> None:
         try:
             async for item in source:
-                await queue.put(item)
+                await queue.put((is_main, item))
         finally:
             await source.aclose()  # type: ignore[attr-defined]
         if is_main:
@@ -368,16 +397,30 @@ async def _interleave(
                 failure = task.exception() if task.done() and not task.cancelled() else None
                 if failure is not None:
                     raise failure
+            if held and queue.empty() and caught_up is not None and (
+                    time.monotonic() - held_since > max_hold or await caught_up()) and queue.empty():
+                # (empty again: what ``other`` yielded while ``caught_up`` was asked goes out before the held items)
+                for ev in held:
+                    yield ev
+                held.clear()
+                continue
             try:
-                item = await asyncio.wait_for(queue.get(), timeout=linger if ended else 0.5)
+                wait = _HOLD_POLL_S if held else linger if ended else 0.5
+                item = await asyncio.wait_for(queue.get(), timeout=wait)
             except TimeoutError:
-                if ended:
+                if ended and not held:
                     return
                 continue
             if item is _END:
                 ended = True
                 continue
-            yield item  # type: ignore[misc]
+            from_main, ev = item  # type: ignore[misc]
+            if from_main and hold is not None and caught_up is not None and (held or hold(ev)):
+                if not held:
+                    held_since = time.monotonic()
+                held.append(ev)
+                continue
+            yield ev
     finally:
         for task in tasks:
             task.cancel()
