@@ -38,8 +38,13 @@ $(NODE_CLIENT)/node_modules/.package-lock.json: $(NODE_CLIENT)/package-lock.json
 	@echo "==> installing the Node.js contract client (npm ci)"
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --silent
 
-test: $(TEST_STAMP) $(NODE_CLIENT)/node_modules/.package-lock.json
+test: lint $(NODE_CLIENT)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q
+
+# Static checks, first and cheap: ruff's lint rules (no reformatting) and the import-linter contracts
+# (docs/architecture.md §14).
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check libs services tests bench
 	$(BIN)/lint-imports
 
 bench: $(STAMP)
@@ -63,4 +68,4 @@ image:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import msgspec
+
 from taugrid.health.probe import NvmlProbe, validate_node
 
 

@@ -12,7 +12,6 @@ import pytest
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver
-
 from tests.secure_nats import SecureNats
 
 

@@ -16,6 +16,7 @@ Kubernetes puts in the pod status and ``tau status`` shows. An unreachable bus i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import sys
@@ -119,10 +120,8 @@ def _report(line: str, env: dict[str, str]) -> None:
     print(line, file=sys.stderr, flush=True)
     path = env.get("TAU_TERMINATION_MESSAGE_PATH", "")
     if path:
-        try:
+        with contextlib.suppress(OSError):  # not in a pod (or no writable termination log): stderr carries it
             Path(path).write_text(line + "\n")
-        except OSError:
-            pass  # not in a pod (or no writable termination log): stderr carries it
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 import msgspec
+
 from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import WatchEvent
@@ -46,9 +47,9 @@ class Owners:
         """Learn from a tau-labelled object; persist a Job/RayJob owner the first time this process sees it."""
         meta = ev.object.get("metadata") or {}
         uid, ref = meta.get("uid"), run_ref(ev.object)
-        if uid and ref is not None and ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS:
-            if self.memory.get(uid) != ref:
-                await self._store(uid, ref)
+        persisted = uid and ref is not None and ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS
+        if persisted and self.memory.get(uid) != ref:
+            await self._store(uid, ref)
         remember_owner(ev, self.memory)
         if uid in self.memory:
             self.memory.move_to_end(uid)

@@ -23,8 +23,8 @@ from pathlib import Path
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.events import TERMINAL_EVENTS
-from taugrid.local.cleanup import remove_finished_pods
 from taugrid.evidence import store
+from taugrid.local.cleanup import remove_finished_pods
 
 log = logging.getLogger("taugrid.evidence")
 

@@ -7,9 +7,11 @@ takes over once ``renewed_at`` is older than ``ttl_s`` (wall clocks must agree t
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
+
 from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.errors import TemporaryError
@@ -57,10 +59,8 @@ class Lease:
         if self.revision is None:
             return
         stale = LeaseValue(holder="", renewed_at=0.0)
-        try:
+        with contextlib.suppress(TemporaryError):  # if not handed over, it expires by itself
             await kv.save(self.bus, self.bucket, self.key, stale, revision=self.revision)
-        except TemporaryError:
-            pass  # it expires by itself
         self.revision = None
 
 

@@ -2,8 +2,8 @@ import os
 from pathlib import Path
 
 from taugrid.bus.service import Service, main
-from taugrid.local.machine import inventory
 from taugrid.local.controller import LocalCluster
+from taugrid.local.machine import inventory
 
 
 async def start(svc: Service) -> None:

@@ -8,9 +8,10 @@ by the submitter) must be a member of the workspace; the priority class must be 
 from __future__ import annotations
 
 import msgspec
-from taugrid.bus.platformread import PlatformReader
+
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.signers import Signers
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import msgspec
+
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event

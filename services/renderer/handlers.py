@@ -25,6 +25,7 @@ from collections import OrderedDict
 from typing import Any
 
 import msgspec
+
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event

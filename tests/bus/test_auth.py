@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from nats.js.api import StreamConfig
+
 from taugrid.bus import permissions
 from taugrid.bus.bootstrap import consumer_config
 from taugrid.bus.topology import CONSUMERS
@@ -14,7 +15,6 @@ from taugrid.client import Client
 from taugrid.core.contracts import CancelRequested, Rejected, SubmitRequested
 from taugrid.core.errors import PermissionDenied
 from taugrid.core.ids import new_run_id
-
 from tests.secure_nats import SecureNats
 
 ROOT = Path(__file__).resolve().parents[2]

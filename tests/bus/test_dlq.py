@@ -19,7 +19,6 @@ from taugrid.bus.envelope import Event
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core.contracts import SubmitAccepted
 from taugrid.core.errors import NotFound
-
 from tests.owners import acting_as
 
 

@@ -7,6 +7,7 @@ import uuid
 
 import msgspec
 import pytest
+
 from taugrid.bus import Bus, identity
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
@@ -24,7 +25,6 @@ from taugrid.bus.envelope import (
 from taugrid.bus.sources import publishers, source_problem, subject_matches
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core.contracts import CancelRequested, PolicyApproved, ResolvedRun
-
 from tests.owners import acting_as
 
 SUBJECT = "run.team-a.hello-1234.cancel.requested"

@@ -21,7 +21,8 @@ def tau(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["run", "submit"], ["run", "validate"], ["run", "schema"], ["run", "resume"],
+@pytest.mark.parametrize("command", [[], ["run"], ["run", "submit"], ["run", "validate"], ["run", "schema"],
+                                     ["run", "resume"],
                                      ["status"], ["logs"], ["list"], ["cancel"], ["events"], ["queue"],
                                      ["evidence"], ["verify"], ["up"], ["down"], ["platform", "apply"],
                                      ["platform", "render"], ["platform", "show"],

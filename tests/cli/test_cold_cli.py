@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from taugrid.cli.main import COMMANDS, cli
 
 HEAVY = ("nats", "pydantic", "taugrid.evidence.store", "taugrid.config.platform", "kubernetes_asyncio")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from taugrid.config.platform import load_platform
 from taugrid.stack import auth
-
 from tests.secure_nats import SecureNats
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]

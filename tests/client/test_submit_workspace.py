@@ -7,7 +7,6 @@ from pathlib import Path
 
 from taugrid.bus import platformstore
 from taugrid.client import Client
-
 from tests.inprocess import private_server
 
 REPO = Path(__file__).resolve().parents[2]

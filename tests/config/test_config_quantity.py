@@ -1,6 +1,7 @@
 """core.quantity: the parsers tau.yaml and platform.yaml share."""
 
 import pytest
+
 from taugrid.core.quantity import format_cpu, format_memory, parse_cpu, parse_duration, parse_memory
 
 

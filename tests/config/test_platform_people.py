@@ -1,6 +1,7 @@
 """platform.yaml people: users, groups, workspace members/admins and priority classes, checked with lines."""
 
 import pytest
+
 from taugrid.bus.creds import new_identity
 from taugrid.config.platform import load_platform
 from taugrid.core.errors import ConfigError

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+
 from taugrid.config.platform import GPU_RESOURCE, load_platform
 from taugrid.core.errors import ConfigError
 

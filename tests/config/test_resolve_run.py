@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+
 from taugrid.config.machine import default_platform
 from taugrid.config.platform import load_platform
 from taugrid.config.resolve import resolve_run

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from taugrid.config.taujob import config_hash, load_tau_config, tau_json_schema
 from taugrid.core.contracts import Issue
 from taugrid.core.errors import ConfigError

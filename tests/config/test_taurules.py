@@ -1,6 +1,7 @@
 """tau.yaml §1.3 rules: reserved env, size limits, engine-specific fields, launcher shape, names."""
 
 import pytest
+
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.errors import ConfigError
 

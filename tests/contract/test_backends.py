@@ -33,6 +33,7 @@ from typing import Any
 
 import kmock
 import pytest
+
 from taugrid.bus import Bus, identity, platformstore, runstate
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.client.client import Client
@@ -49,7 +50,6 @@ from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
-
 from tests.inprocess import one_node_cluster, private_server, service_bus
 from tests.kube.cluster import EmulatedCluster
 from tests.kube.conftest import FakeKube, _with_status
@@ -148,9 +148,11 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 ) -> AsyncIterator[Stack]:
     backend: str = request.param
     tmp = tmp_path_factory.mktemp(f"contract-{backend}")
-    async with private_server(tmp, name=f"contract-{backend}") as (url, bus):
-        async with _running_stack(backend, tmp, url, bus) as stack:
-            yield stack
+    async with (
+        private_server(tmp, name=f"contract-{backend}") as (url, bus),
+        _running_stack(backend, tmp, url, bus) as stack,
+    ):
+        yield stack
 
 
 @contextlib.asynccontextmanager

@@ -66,7 +66,8 @@ def test_runtime_pip_builds_the_environment_of_a_ray_run(stack: Stack, tmp_path:
     project = tmp_path / "pipper"
     make_wheel(project / "wheels", value="9")
     cfg = write_project(tmp_path, "pipper", SCRIPT,
-                        'name: pipper\nentrypoint: main.py\nruntime: {pip: ["./wheels/tauprobe-1.0-py3-none-any.whl"]}\n')
+                        'name: pipper\nentrypoint: main.py\n'
+                        'runtime: {pip: ["./wheels/tauprobe-1.0-py3-none-any.whl"]}\n')
     proc = stack.tau("run", str(cfg.parent), "--follow", timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = proc.stdout.splitlines()[0].strip()

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from taugrid.client.interpreter import submitting_python
 
+from taugrid.client.interpreter import submitting_python
 from tests.config.test_readme_example import readme_example
 from tests.e2e.conftest import Stack
 

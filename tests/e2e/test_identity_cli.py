@@ -8,7 +8,6 @@ from pathlib import Path
 
 from taugrid.bus import identity
 from taugrid.stack import localuser
-
 from tests.e2e.conftest import TAU, TEST_PLATFORM, Stack, write_project
 
 

@@ -8,20 +8,20 @@ import uuid
 from pathlib import Path
 
 import msgspec
+
 from taugrid.bus import Bus, connect, identity
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.replay import replay
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core import contracts as c
 from taugrid.core.events import log_subject
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
-from taugrid.bus.replay import replay
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
-
 from tests.owners import emit_as_owner
 
 TAU_YAML = "name: train\nengine: job\nentrypoint: train.py\ncompute:\n  gpus: 1\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+
 from taugrid.bus.envelope import Event
 from taugrid.evidence import ledger as lg
 

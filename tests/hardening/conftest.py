@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.envelope import Event

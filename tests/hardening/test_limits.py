@@ -10,13 +10,13 @@ import time
 
 import msgspec
 import pytest
+
 from taugrid.bus.connection import PayloadTooLarge
 from taugrid.config.platform import load_platform
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.contracts import Rejected, SubmitRequested
 from taugrid.core.errors import ConfigError
 from taugrid.core.limits import EVENT_MAX_BYTES
-
 from tests.hardening.conftest import Stack
 
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.contracts import Rejected
 from taugrid.core.errors import ConfigError
-
 from tests.hardening.conftest import Stack
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.errors import ConfigError
 from taugrid.local.cleanup import remove_finished_pods

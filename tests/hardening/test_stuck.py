@@ -11,16 +11,15 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from taugrid.bus import Bus, connect, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.platformread import PlatformReader
+from taugrid.bus.replay import replay
 from taugrid.core.contracts import BackendApply, PolicyApproved, WatchEvent
 from taugrid.core.errors import ConfigError, TemporaryError
-from taugrid.bus.replay import replay
 from taugrid.local.controller import LocalCluster
-
 from taugrid.stack import natsserver
-
 from tests.hardening.conftest import Stack
 from tests.inprocess import one_node_cluster
 from tests.local.test_controller import PLATFORM, job, main, until_finished

@@ -10,6 +10,7 @@ import uuid
 import msgspec
 import nats
 import pytest
+
 from taugrid.bus import Bus, connect, runstate
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.service import Service

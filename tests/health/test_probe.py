@@ -6,6 +6,7 @@ import types
 from typing import Any
 
 import pytest
+
 from taugrid.health.agent import probe_from_env
 from taugrid.health.probe import DeclaredProbe, NvmlProbe, validate_node
 

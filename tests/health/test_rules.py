@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from taugrid.core.contracts import GpuSample, NodeSample
 from taugrid.health.rules import Fleet, Policy, evaluate, guard, plan, wants_cordon
 from taugrid.health.wire import NodeState, NodeValidation

@@ -19,23 +19,23 @@ from typing import Any
 
 import msgspec
 import pytest
-from taugrid.local.backend import LocalBackend
+
 from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
 from taugrid.bus.service import Service
 from taugrid.client import CancelRefused, Client
-from taugrid.core.contracts import PolicyApproved, Rejected, RecoveryRetrying, SubmitRequested
+from taugrid.core.contracts import PolicyApproved, RecoveryRetrying, Rejected, SubmitRequested
 from taugrid.core.events import message_id, run_subject
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
+from taugrid.local.backend import LocalBackend
 from taugrid_services.admission_watcher.__main__ import start as admission_watcher
 from taugrid_services.evidence.__main__ import start as evidence
 from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.__main__ import start as submitter
-
 from tests.inprocess import one_node_cluster, private_server, service_bus
 from tests.owners import acting_as
 
@@ -105,9 +105,8 @@ class Stack:
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp("identity")
-    async with private_server(tmp) as (url, admin):
-        async with _running_stack(tmp, url, admin) as st:
-            yield st
+    async with private_server(tmp) as (url, admin), _running_stack(tmp, url, admin) as st:
+        yield st
 
 
 @contextlib.asynccontextmanager

@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
+
 from taugrid.bus import Bus, kv, platformstore, runstate
 from taugrid.client import Client
 from taugrid.core.errors import NotFound, PermissionDenied
 from taugrid.core.states import RunRecord
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
-
 from tests.secure_nats import SecureNats
 
 PLATFORM = """

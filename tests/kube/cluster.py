@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
 from taugrid.bus import Bus, runstate
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.rendezvous import local_command
 from taugrid.ports import free_port
-
 from tests.kube.conftest import FakeKube
 
 log = logging.getLogger("tests.kube.cluster")

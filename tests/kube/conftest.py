@@ -17,8 +17,9 @@ from typing import Any
 
 import kmock
 import pytest
-from tests.kube.fakelogs import FakeLogs
+
 from taugrid.kube.client import make_api_client
+from tests.kube.fakelogs import FakeLogs
 
 ResKey = tuple[str, str, str]  # group, version, plural
 

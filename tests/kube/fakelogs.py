@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 Key = tuple[str | None, str, str]
@@ -24,7 +24,7 @@ Source = Callable[[str | None, str, str, dict[str, str]], Callable[[], AsyncIter
 
 def _instant(ts: str) -> tuple[int, int]:
     whole, _, rest = ts.rstrip("Z").partition(".")
-    seconds = int(datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp())
+    seconds = int(datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp())
     return seconds, int(rest.ljust(9, "0")[:9]) if rest else 0
 
 

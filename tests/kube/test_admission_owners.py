@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import nats.js.errors
 import pytest
+
 from taugrid.bus import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import AdmissionAdmitted, WatchEvent

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.client import make_api_client

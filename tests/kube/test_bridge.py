@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import nats.js.errors
+
 from taugrid.bus import Bus
 from taugrid.core.contracts import WatchEvent
 from taugrid.kube.client import KubeApi, resource_for

@@ -7,12 +7,12 @@ import uuid
 from typing import Any
 
 import nats.js.errors
+
 from taugrid.bus import Bus
 from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
 from taugrid_services.kube_bridge.__main__ import watch_namespaces
 from taugrid_services.kube_bridge.bridge import Bridge
-
 from tests.kube.test_bridge import JOBS, job, last, until
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taugrid.bus import Bus
 from taugrid.kube.client import KubeApi
 from taugrid.kube.podlogs import split_line
 from taugrid_services.log_shipper.shipper import LogShipper
-
 from tests.kube.cluster import JOBS, PODS, WORKLOADS, EmulatedCluster
 from tests.kube.test_log_shipper import lines_of
 

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+
 from taugrid.bus import Bus, kv
+from taugrid.bus.replay import replay
 from taugrid.core.contracts import LogChunk
 from taugrid.evidence.bundle import render_logs
-from taugrid.bus.replay import replay
 from taugrid.kube.podlogs import Position
 from taugrid_services.log_shipper.shipper import BUCKET, LogShipper, position_key
 

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+
 from taugrid.bus import Bus
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.core.contracts import NodeCondition

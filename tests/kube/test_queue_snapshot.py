@@ -15,9 +15,10 @@ from typing import Any
 
 import nats.js.errors
 import pytest
+
 from taugrid.bus import Bus
-from taugrid.kube.client import KubeApi, resource_for
 from taugrid.cli.queue_cmd import queue_view
+from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.queues import quantity, snapshot
 from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY, Bridge
 

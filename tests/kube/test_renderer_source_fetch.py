@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
+
 from taugrid.bus import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import PolicyApproved, ResolvedRun

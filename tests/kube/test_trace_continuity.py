@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import nats.js.errors
+
 from taugrid.bus import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import PolicyApproved, RenderApplied, ResolvedRun

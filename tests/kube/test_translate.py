@@ -470,7 +470,8 @@ def test_disrupted_pod_reports_the_disruption_not_a_generic_error() -> None:
 
 
 def test_a_failed_source_fetch_fails_the_run_with_its_termination_message() -> None:
-    message = "source fetch failed: source snapshot sources/ab.tar.gz has digest sha256:ab, but this pod expects sha256:cd"
+    message = ("source fetch failed: source snapshot sources/ab.tar.gz has digest sha256:ab, "
+               "but this pod expects sha256:cd")
     failed = pod("Failed", cs={"state": {"waiting": {"reason": "PodInitializing"}}})
     failed["status"]["initContainerStatuses"] = [{
         "name": "tau-source-fetch", "ready": False, "restartCount": 0, "image": "taugrid",

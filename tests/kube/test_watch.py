@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import PermanentError
 from taugrid.kube.client import KubeApi, resource_for
@@ -64,10 +66,8 @@ class Collector:
 
     async def stop(self) -> None:
         self.task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await self.task
-        except asyncio.CancelledError:
-            pass
 
 
 async def test_lists_then_watches_managed_objects_only(fake_kube: Any) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taugrid.local import containers
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podspec import plan
-
 from tests.local import images
 from tests.local.test_kubelet import log_text, pod, run, terminated
 

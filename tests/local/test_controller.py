@@ -17,14 +17,14 @@ from typing import Any
 import msgspec
 import nats
 import pytest
+
 from taugrid.bus import Bus, platformstore
-from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
 from taugrid.bus.replay import replay
-from taugrid.local.secrets import write_secret
+from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
 from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.runtime import Preparing, Ready
+from taugrid.local.secrets import write_secret
 from taugrid.local.state import LocalWorkload
-
 from tests.inprocess import one_node_cluster
 
 PLATFORM = """
@@ -221,7 +221,8 @@ async def test_a_workspace_secret_reaches_only_the_process_never_disk_logs_or_ev
     on_disk = [p for p in (tmp_path / "pods").rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
     assert on_disk == []
     for stream in ("K8S", "LOGS"):
-        for msg in await replay(bus, stream=stream, subject=f"log.default.{rid}.>" if stream == "LOGS" else "k8s.local.>"):
+        subject = f"log.default.{rid}.>" if stream == "LOGS" else "k8s.local.>"
+        for msg in await replay(bus, stream=stream, subject=subject):
             assert value.encode() not in msg.data
 
 

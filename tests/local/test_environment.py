@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from taugrid.local.environment import (
     EnvironmentBuilder,
     EnvironmentFailed,
@@ -16,7 +17,6 @@ from taugrid.local.environment import (
     Requirements,
     requirements,
 )
-
 from tests.local.wheels import make_wheel
 
 BASE = sys.executable

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taugrid.local.kubelet import Kubelet
 
 PY = sys.executable
@@ -29,7 +30,9 @@ def sh(name: str, script: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "image": "ignored:latest", "command": ["/bin/sh", "-c", script], **extra}
 
 
-async def run(kubelet: Kubelet, manifest: dict[str, Any], timeout: float = 30) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def run(
+    kubelet: Kubelet, manifest: dict[str, Any], timeout: float = 30
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
     handle = await kubelet.start(manifest, seen.append)
     final = await asyncio.wait_for(handle.wait(), timeout)

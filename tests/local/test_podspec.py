@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from taugrid.local.podspec import PodSpecError, expand, plan, rewrite_paths
 
 VARS = {"A": "1", "EMPTY": ""}

@@ -16,7 +16,6 @@ from taugrid.local.runtime import (
     choose_python,
     engines_from_env,
 )
-
 from tests.local.wheels import make_wheel
 
 FALLBACK = sys.executable

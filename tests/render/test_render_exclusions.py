@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from render_runs import build_run
+
 from taugrid.core.contracts import ResolvedRun
 from taugrid.render import (
     TRACEPARENT_ANNOTATION,

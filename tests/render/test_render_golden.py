@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from render_runs import build_run
+
 from taugrid.core.contracts import Resilience, ResolvedRun, Resources
 from taugrid.render import render, to_yaml, validate
 

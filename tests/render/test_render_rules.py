@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from packaging.version import Version
 from render_runs import build_run
+
 from taugrid.core.contracts import ResolvedRun, Resources
 from taugrid.core.errors import PermanentError
 from taugrid.render import KUBERNETES_VERSION, manifest_digest, object_name, render, to_yaml, validate

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 import yaml
 from render_runs import build_run
+
 from taugrid.core.contracts import ResolvedRun
 from taugrid.render import RenderSettings, render, validate
 from taugrid.render.source import FETCH_CONTAINER

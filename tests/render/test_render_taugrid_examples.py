@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taugrid.client.snapshot import source_object
 from taugrid.config.platform import load_platform
 from taugrid.config.resolve import resolve_run

@@ -17,6 +17,7 @@ what the handler emits names the same person.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -64,10 +65,8 @@ class ConsumerLoop:
         try:
             await self._loop(psub)
         finally:
-            try:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await psub.unsubscribe()
-            except (nats.errors.Error, TimeoutError):
-                pass
 
     async def _loop(self, psub: Any) -> None:
         limit = 2 * self.batch

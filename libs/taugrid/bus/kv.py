@@ -14,6 +14,7 @@ confine a reader to some keys (``permissions``: people read ``run_state`` and ``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -162,10 +163,9 @@ async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: s
             if msg.metadata.num_pending == 0:
                 return out
     finally:
-        try:
+        # a closing connection drops it anyway; the server removes it after inactive_threshold
+        with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
-        except nats.errors.Error:
-            pass  # a closing connection drops it anyway; the server removes it after inactive_threshold
 
 
 async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
@@ -202,7 +202,5 @@ async def updates(bus: Bus, bucket: str, key: str, *, idle: float = 1.0) -> Asyn
             if entry is not None and entry.value:
                 yield Record(value=entry.value, revision=int(entry.revision or 0))
     finally:
-        try:
+        with contextlib.suppress(*_UNAVAILABLE):  # the connection is gone already
             await watcher.stop()
-        except _UNAVAILABLE:
-            pass  # the connection is gone already

@@ -245,7 +245,8 @@ class _Row:
 def markdown_table() -> str:
     """The permission table for docs/architecture.md, from the same code that renders the server config."""
     key = "U" + "K" * 55
-    rows = ["| identity | may publish (besides `$JS.API.INFO`, `$JS.API.STREAM.INFO.*`, `$JS.API.STREAM.NAMES`, `$JS.FC.>`) | why |",
+    rows = ["| identity | may publish (besides `$JS.API.INFO`, `$JS.API.STREAM.INFO.*`, `$JS.API.STREAM.NAMES`, "
+            "`$JS.FC.>`) | why |",
             "|---|---|---|",
             f"| `{BOOTSTRAP}` | everything (creates/updates streams, consumers, KV buckets, the object store) "
             "| `tau up`, the chart's bootstrap Job |"]

@@ -14,7 +14,6 @@ from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import Issue
 
-
 LOCAL_ADMIN_ENV = "TAU_LOCAL_ADMIN"
 
 

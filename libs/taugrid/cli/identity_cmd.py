@@ -20,7 +20,6 @@ from taugrid.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_USAGE,
     connected,
-    data_dir,
     emit_json,
     fail,
     output_option,

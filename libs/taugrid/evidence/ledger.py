@@ -166,9 +166,10 @@ def verify_entries(entries: tuple[Entry, ...] | list[Entry]) -> list[str]:
 def verify(ledger: Ledger) -> list[str]:
     problems = verify_entries(ledger.entries)
     seal = ledger.seal
-    if seal is not None:
-        if seal.index >= len(ledger.entries) or ledger.entries[seal.index].event_id != seal.event_id:
-            problems.append(f"seal: terminal event {seal.event_id} is not at ledger index {seal.index}")
+    if seal is not None and (
+        seal.index >= len(ledger.entries) or ledger.entries[seal.index].event_id != seal.event_id
+    ):
+        problems.append(f"seal: terminal event {seal.event_id} is not at ledger index {seal.index}")
     return problems
 
 

@@ -189,7 +189,8 @@ async def collect(
 
     chunks: dict[int, list[LogChunk]] = {}
     log_subject = f"log.*.{token(run_id)}.*"
-    log_msgs = await replay(bus, stream="LOGS", subject=log_subject) if await streams.holds(bus, "LOGS", log_subject) else []
+    has_logs = await streams.holds(bus, "LOGS", log_subject)
+    log_msgs = await replay(bus, stream="LOGS", subject=log_subject) if has_logs else []
     for m in log_msgs:
         try:
             chunk = msgspec.json.decode(m.data, type=LogChunk)

@@ -22,6 +22,7 @@ import msgspec
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid, canonical_form, from_message, verify_form
+from taugrid.bus.replay import replay
 from taugrid.bus.sources import source_problem
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
@@ -29,7 +30,6 @@ from taugrid.core.ids import token
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
-from taugrid.bus.replay import replay
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):

@@ -226,7 +226,8 @@ class LocalAdmitter:
             lent = {r: min(max(0.0, nominal[r] - used_by[cq].get(r, 0.0)), borrowing_peers[r]) for r in nominal}
             order = sorted(self.engine.queue_order(cq, now), key=lambda t: (-t[1], t[2]))
             out.append({"cluster_queue": cq, "cohort": cohort, "nominal": nominal, "used": used_by[cq],
-                        "borrowed": {r: v for r, v in borrowed[cq].items() if v}, "lent": {r: v for r, v in lent.items() if v},
+                        "borrowed": {r: v for r, v in borrowed[cq].items() if v},
+                        "lent": {r: v for r, v in lent.items() if v},
                         "pending": [name for name, _, _ in order],
                         "admitted": sum(1 for n in self.engine.admitted_names()
                                         if self.engine.states[n].cq == cq)})

@@ -19,22 +19,23 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
-from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
-from taugrid.core.events import k8s_subject, log_subject
+from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
 from taugrid.core.errors import TemporaryError
+from taugrid.core.events import k8s_subject
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount
-from taugrid.local.secrets import SecretStore
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
 from taugrid.local.runtime import PodRuntimes
+from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.ports import free_port
 
@@ -278,7 +279,8 @@ class LocalCluster:
 
     async def admission_loop(self, stopping: asyncio.Event, *, safety_s: float = SAFETY_CYCLE_S) -> None:
         """Event-driven admission: wait for ``wake`` (or the slow safety timer, which catches anything that
-        changes without a wake-up); a workload's backoff ending wakes it at that time, then cycle until no head is admissible."""
+        changes without a wake-up); a workload's backoff ending wakes it at that time, then cycle until no head
+        is admissible."""
         while not stopping.is_set():
             due = self.admitter.next_requeue()
             timeout = safety_s if due is None else min(safety_s, max(0.0, due - time.time()))

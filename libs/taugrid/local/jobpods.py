@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from taugrid.local.rendezvous import local_command
-from taugrid.render.source import FETCH_CONTAINER, SOURCE_VOLUME
+from taugrid.render.source import FETCH_CONTAINER
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 HANG_ANNOTATION = "taugrid.io/hang-timeout"

@@ -32,8 +32,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from taugrid.local.podspec import PodSpecError, Resolver, plan
 from taugrid.local.pods import LogLine, PodRunner, read_log_file
+from taugrid.local.podspec import PodSpecError, Resolver, plan
 from taugrid.local.secrets import Recording, seal
 
 log = logging.getLogger("taugrid.local.kubelet")

@@ -8,6 +8,7 @@ for the image's working directory), ``volumes/<name>/`` (``emptyDir``, ``configM
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -173,15 +174,11 @@ class PodRunner:
         """A shim died: its containers' process groups must not outlive it."""
         for s in [*state.get("init", []), *state.get("containers", [])]:
             if "running" in s and s.get("pid"):
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(int(s["pid"]), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             if "running" in s and s.get("engine_remove"):  # the engine's container outlives its client
-                try:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                     subprocess.run(s["engine_remove"], capture_output=True, timeout=30, check=False)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
 
     def log_path(self, pod: str, container: str) -> Path:
         return self.dir(pod) / "logs" / f"{container}.log"

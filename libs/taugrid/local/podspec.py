@@ -132,7 +132,8 @@ def mounts_of(pod: Mapping[str, Any], container: Mapping[str, Any], *, pod_dir: 
         where = f"containers[{container.get('name')}].volumeMounts[{i}]"
         vol = volumes.get(str(m.get("name")))
         if vol is None:
-            raise PodSpecError("CreateContainerConfigError", f"{where}: no volume named {m.get('name')!r} in spec.volumes")
+            raise PodSpecError("CreateContainerConfigError",
+                               f"{where}: no volume named {m.get('name')!r} in spec.volumes")
         mount_path = str(m.get("mountPath") or "").rstrip("/") or "/"
         if "emptyDir" in vol:
             if mount_path == SHM:
@@ -243,7 +244,8 @@ def _value_from(pod: Mapping[str, Any], container: Mapping[str, Any], ref: Mappi
             if data is None or key not in data:
                 if sel.get("optional"):
                     return None
-                missing = f'{what} "{name}" not found' if data is None else f"couldn't find key {key} in {what} {ns}/{name}"
+                missing = (f'{what} "{name}" not found' if data is None
+                           else f"couldn't find key {key} in {what} {ns}/{name}")
                 raise PodSpecError("CreateContainerConfigError", f"{where}.{kind}: {missing}")
             return data[key]
     if "fieldRef" in ref:

@@ -16,6 +16,7 @@ are reported in ``scratch.json`` and as a last log line (``taugrid.local.scratch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -57,10 +58,8 @@ def _tree_rss(proc: psutil.Process) -> int:
 
 
 def kill_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _pump(src: IO[bytes], log: IO[bytes], redact: Callable[[bytes], bytes]) -> None:

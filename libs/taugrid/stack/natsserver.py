@@ -15,7 +15,6 @@ from pathlib import Path
 from taugrid.core.errors import TauError
 from taugrid.ports import free_port
 
-
 SECRET_ENV_PREFIX = "TAU_SECRET_"
 
 
@@ -59,7 +58,8 @@ def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = N
     conf = store_dir / "nats.conf"
     conf.write_text(
         f'listen: "127.0.0.1:{port}"\n'
-        f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n  max_file_store: {max_store}\n  max_memory_store: 256M\n}}\n'
+        f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n'
+        f"  max_file_store: {max_store}\n  max_memory_store: 256M\n}}\n"
         "max_payload: 8MB\n"
         # include paths are relative to this file
         + (f'include "{os.path.relpath(auth_conf.resolve(), store_dir.resolve())}"\n' if auth_conf else "")
