@@ -82,6 +82,10 @@ class Event(msgspec.Struct, kw_only=True):
         return msgspec.json.decode(self.data, type=RUN_EVENTS[self.type])
 
     def to_json(self) -> dict[str, Any]:
+        return {**self.to_json_head(), "data": self.as_dict()}
+
+    def to_json_head(self) -> dict[str, Any]:
+        """``to_json`` without the decoded data (a writer that embeds the raw JSON adds it)."""
         return {
             "id": self.id,
             "type": ce_type(self.type),
@@ -95,7 +99,6 @@ class Event(msgspec.Struct, kw_only=True):
             "seq": self.seq,
             "user": self.user,
             "signer": self.signer,
-            "data": self.as_dict(),
         }
 
 

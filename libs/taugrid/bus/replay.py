@@ -3,7 +3,9 @@
 ``replay``'s consumer is ephemeral (no durable name, no acks, memory state, removed afterwards and by the server's
 inactivity threshold should we crash), so replays never disturb service consumers and leave nothing behind.
 Reading stops at the pending count taken when the consumer is created: a replay is a snapshot, it never waits
-for messages that are still to come.
+for messages that are still to come. ``batches`` is the same snapshot as Events, a fetched batch at a time (an
+audit's `tau events` reads tens of thousands); ``follow`` without ``live`` reads through it, and with ``live``
+through an ordered push consumer that keeps going.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from taugrid.bus.envelope import Event, from_message
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
+_REPLAY_BATCH = 1024  # messages per pull request when streaming history: fewer round trips, bounded memory
 
 
 async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -> list[Msg]:
@@ -91,13 +94,76 @@ class ReplayCursor:
         return int(info.num_pending or 0) == 0 and self.yielded >= delivered
 
 
+async def batches(
+    bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, batch: int = _REPLAY_BATCH,
+) -> AsyncIterator[list[Event]]:
+    """The events stored on ``subject`` (from ``since`` when given) in stream order, ``batch`` at a time,
+    through one ephemeral pull consumer (no acks, memory state, deleted at the end). A missing stream yields
+    nothing."""
+    config = ConsumerConfig(
+        name=f"tau-{secrets.token_hex(8)}",  # named, so the create request's subject carries the filter
+        ack_policy=AckPolicy.NONE,
+        deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
+        opt_start_time=since.isoformat() if since else None,
+        mem_storage=True,
+        inactive_threshold=30.0,
+        filter_subject=subject,
+    )
+    try:
+        psub = await bus.guarded(bus.js.pull_subscribe(subject, stream=stream, config=config))
+    except nats.js.errors.NotFoundError:
+        return
+    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+        raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
+    try:
+        left = int((await psub.consumer_info()).num_pending or 0)
+        idle = 0
+        while left > 0 and idle < 5:
+            try:
+                msgs = await psub.fetch(min(batch, left), timeout=1.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                idle += 1
+                continue
+            idle = 0
+            left -= len(msgs)
+            yield [from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply)) for m in msgs]
+        if left > 0:
+            raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
+    except nats.errors.Error as exc:
+        raise TemporaryError(f"replay of {subject} from {stream} failed: {exc!r}", delay=1.0) from exc
+    finally:
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await psub.unsubscribe()
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, PermissionDenied, TimeoutError):
+            await bus.guarded(bus.js.delete_consumer(stream, config.name))
+
+
+def _stream_seq(reply: str) -> int:
+    """The stream sequence from a JetStream reply subject, as nats-py's ``Msg.metadata`` reads it but without
+    building the rest of the metadata per message: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>...`` (9
+    tokens) or, with a domain and an account hash, ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.
+    <sseq>...`` (11 or 12 tokens)."""
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        return int(tokens[5])
+    return int(tokens[7]) if len(tokens) >= 11 else 0
+
+
 async def follow(
     bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, live: bool = False,
     idle_timeout: float = 1.0, cursor: ReplayCursor | None = None,
 ) -> AsyncIterator[Event]:
     """Events on ``subject`` in stream order (from ``since`` when given) through an ordered consumer; with
     ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing. A
-    ``cursor`` is kept up to date with what has been yielded."""
+    ``cursor`` is kept up to date with what has been yielded. Without ``live`` or a cursor the stored history
+    is read in batches (``batches``)."""
+    if not live and cursor is None:
+        feed = batches(bus, subject, stream=stream, since=since)
+        async with contextlib.aclosing(feed):
+            async for got in feed:
+                for ev in got:
+                    yield ev
+        return
     config = ConsumerConfig(
         # Named, so the create request's subject carries the filter and the server's permissions can
         # confine it to the caller's workspaces.

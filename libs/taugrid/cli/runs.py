@@ -26,6 +26,7 @@ from taugrid.cli.common import (
 from taugrid.cli.views import (
     attempt_separator,
     elapsed,
+    event_json_lines,
     event_line,
     phase_tree,
     status_json,
@@ -503,12 +504,25 @@ async def _replay_events(
     async with connected() as client:
         if run_id:
             await client.status(run_id)  # an unknown run is "not found" (exit 3), not an empty history
+        if not follow:  # the stored history: a batch at a time, written in one piece
+            async for got in client.event_batches(run_id=run_id, since=_parse_since(since)):
+                wanted = [ev for ev in got if _wanted(ev.type, types)]
+                if output == "json":
+                    sys.stdout.buffer.write(event_json_lines(wanted))
+                    sys.stdout.buffer.flush()
+                elif wanted:
+                    click.echo("\n".join(event_line(ev) for ev in wanted))
+            return
         async for ev in client.events(run_id=run_id, since=_parse_since(since), follow=follow):
-            if types and not any(
-                ev.type == t or ev.type.startswith(t.rstrip("*").rstrip(".") + ".") for t in types
-            ):
+            if not _wanted(ev.type, types):
                 continue
             if output == "json":
                 emit_json(ev.to_json())
             else:
                 click.echo(event_line(ev))
+
+
+def _wanted(event_type: str, types: tuple[str, ...]) -> bool:
+    """``--type``: exact types or prefixes (``exec`` or ``exec.*`` is every exec event)."""
+    return not types or any(
+        event_type == t or event_type.startswith(t.rstrip("*").rstrip(".") + ".") for t in types)

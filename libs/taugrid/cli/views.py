@@ -152,3 +152,25 @@ def terminal_reason(record: RunRecord) -> str:
     if record.state == "succeeded":
         return ""
     return record.reason or record.message
+
+
+_JSON = msgspec.json.Encoder()
+
+
+def event_json_lines(events: list[Event]) -> bytes:
+    """JSON Lines of ``Event.to_json()`` for a batch, in one buffer: the payload, already JSON on the wire, is
+    checked and embedded as it is instead of being decoded and encoded again."""
+    out = bytearray()
+    for ev in events:
+        doc = ev.to_json_head()
+        data = ev.data
+        if data[:1] == b"{":
+            try:
+                doc["data"] = msgspec.json.decode(data, type=msgspec.Raw)  # validates, keeps the bytes
+            except msgspec.DecodeError:
+                doc["data"] = ev.as_dict()  # raises as `tau events` always did for a malformed payload
+        else:
+            doc["data"] = ev.as_dict()
+        out += _JSON.encode(doc)
+        out += b"\n"
+    return bytes(out)

@@ -285,6 +285,16 @@ class Client:
         async for ev in self.replay(subject, since=since, follow=follow):
             yield ev
 
+    async def event_batches(
+        self, *, run_id: str | None = None, since: dt.datetime | None = None
+    ) -> AsyncIterator[list[Event]]:
+        """The stored history (``events`` without ``follow``) a fetched batch at a time: the fast path for audits."""
+        subject = f"run.{await self._ws_filter(run_id)}.{token(run_id)}.>" if run_id else "run.>"
+        feed = replay.batches(self.bus, subject, since=since)
+        async with contextlib.aclosing(feed):
+            async for got in feed:
+                yield got
+
     async def follow(self, run_id: str) -> AsyncIterator[Event]:
         """Every event of a run from the start until its evidence is sealed (or it ends without one)."""
         terminal_seen = False
