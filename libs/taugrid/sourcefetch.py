@@ -1,6 +1,6 @@
 """``python -m taugrid.sourcefetch``: the init container that puts a run's submitted project into its pod.
 
-Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the object store over NATS (``TAU_NATS_URL``, optional
+Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the ``sources`` object store over NATS (``TAU_NATS_URL``, optional
 credentials file ``TAU_NATS_CREDS``), checks its SHA-256 against ``TAU_SOURCE_DIGEST`` (the pod's
 ``taugrid.io/source-digest`` annotation, through the downward API) and unpacks it into ``TAU_SOURCE_DIR``, by
 default its working directory (the ``emptyDir`` that the main containers mount as theirs).
@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.objects import download
+from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.errors import NotFound, TemporaryError
 
 ARCHIVE_NAME = ".tau-source.tar.gz"
@@ -57,7 +58,7 @@ async def fetch(bus: Bus, *, object_name: str, digest: str, dest: Path) -> int:
         with open(archive, "wb") as f:
             writer = _HashingWriter(f)
             try:
-                await download(bus, object_name, writer)  # type: ignore[arg-type]
+                await download(bus, object_name, writer, store=SOURCES_STORE)  # type: ignore[arg-type]
             except NotFound as exc:
                 raise FetchFailed(
                     f"source snapshot {object_name} not found in the object store ({exc}); submit the run again"

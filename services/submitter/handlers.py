@@ -15,13 +15,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from taugrid.bus import kv, ratelimit, runstate
+from taugrid.bus import kv, ratelimit, runstate, snapshots
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
 from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
-from taugrid.core.errors import ConfigError
+from taugrid.core.errors import ConfigError, NotFound
 from taugrid.core.ids import token
 from taugrid.core.limits import DEFAULT_SUBMISSIONS_PER_MINUTE, SUBMISSION_MAX_BYTES, size_text
 
@@ -98,6 +98,10 @@ class Submitter:
         except ConfigError as err:
             await self._reject(ev, issues_of(err, file=req.config_path), message=str(err), user=user)
             return
+        source_issue = await self._check_source(req)
+        if source_issue is not None:
+            await self._reject(ev, [source_issue], user=user)
+            return
         await self.bus.emit(
             workspace=workspace,
             run_id=ev.subject,
@@ -128,6 +132,21 @@ class Submitter:
         if ws is None or ws.submissions_per_minute is None:
             return DEFAULT_SUBMISSIONS_PER_MINUTE
         return ws.submissions_per_minute
+
+    async def _check_source(self, req: SubmitRequested) -> Issue | None:
+        """A submission's snapshot must be in the store under its content address and hash to it (a
+        ``TemporaryError`` when the store cannot answer: the submission waits)."""
+        if not req.source_object and not req.source_digest:
+            return None
+        fix = "submit again with `tau run` (it uploads the snapshot under its digest)"
+        try:
+            await snapshots.verify(self.bus, req.source_object, req.source_digest)
+        except snapshots.SourceMismatch as bad:
+            return Issue(field="source_object", message=str(bad), fix=fix)
+        except NotFound:
+            return Issue(field="source_object", message=f"source snapshot {req.source_object} is not in the "
+                         "object store", fix=fix)
+        return None
 
     async def _reject(self, ev: Event, reasons: list[Issue], message: str = "", user: str = "") -> None:
         """``user`` is the verified submitter when the signature checked out, else empty."""

@@ -10,7 +10,7 @@ from nats.js.api import StreamConfig
 
 from taugrid.bus import permissions
 from taugrid.bus.bootstrap import consumer_config
-from taugrid.bus.topology import CONSUMERS
+from taugrid.bus.topology import CONSUMERS, SOURCES_STORE
 from taugrid.client import Client
 from taugrid.core.contracts import CancelRequested, Rejected, SubmitRequested
 from taugrid.core.errors import PermissionDenied
@@ -177,19 +177,38 @@ async def test_each_service_does_its_stage_and_nothing_else(secure_nats):
         await renderer.close()
 
 
-async def test_the_source_fetch_identity_only_reads_the_object_store(secure_nats):
+async def test_the_source_fetch_identity_only_reads_source_snapshots(secure_nats):
     carol, fetch = await secure_nats.connect("carol"), await secure_nats.connect("source_fetch")
+    evidence = await secure_nats.connect("evidence")
     try:
-        await carol.guarded((await carol.objects()).put("sources/abc.tar.gz", b"snapshot"))
-        got = await fetch.guarded((await fetch.objects()).get("sources/abc.tar.gz"))
+        await carol.guarded((await carol.objects(SOURCES_STORE)).put("sources/abc.tar.gz", b"snapshot"))
+        got = await fetch.guarded((await fetch.objects(SOURCES_STORE)).get("sources/abc.tar.gz"))
         assert got.data == b"snapshot"
-        with pytest.raises(PermissionDenied, match=r"\$o\.evidence"):
-            await fetch.guarded((await fetch.objects()).put("sources/evil.tar.gz", b"x"))
+        await evidence.guarded((await evidence.objects()).put("runs/r1/bundle.json", b"{}"))
+        with pytest.raises(PermissionDenied, match=r"obj_evidence"):
+            await fetch.guarded((await fetch.objects()).get("runs/r1/bundle.json"))
+        with pytest.raises(PermissionDenied, match=r"\$o\.sources"):
+            await fetch.guarded((await fetch.objects(SOURCES_STORE)).put("sources/evil.tar.gz", b"x"))
         with pytest.raises(PermissionDenied, match="kv_run_state"):
             await fetch.guarded((await fetch.kv("run_state")).get("run.x"))
     finally:
-        await carol.close()
-        await fetch.close()
+        for b in (carol, fetch, evidence):
+            await b.close()
+
+
+async def test_people_put_source_snapshots_but_never_bundles(secure_nats):
+    alice, evidence = await secure_nats.connect("alice"), await secure_nats.connect("evidence")
+    try:
+        await alice.guarded((await alice.objects(SOURCES_STORE)).put("sources/def.tar.gz", b"mine"))
+        await evidence.guarded((await evidence.objects()).put("runs/r2/bundle.json", b"{}"))
+        with pytest.raises(PermissionDenied, match=r"\$o\.evidence"):
+            await alice.guarded((await alice.objects()).put("runs/r2/bundle.json", b"forged"))
+        with pytest.raises(PermissionDenied, match=r"stream\.purge\.obj_sources"):
+            await alice.guarded((await alice.objects(SOURCES_STORE)).delete("sources/def.tar.gz"))
+        assert (await (await evidence.objects()).get("runs/r2/bundle.json")).data == b"{}"
+    finally:
+        await alice.close()
+        await evidence.close()
 
 
 async def test_a_removed_user_is_refused_at_once_after_a_reload(secure_nats):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 import time
@@ -16,6 +17,7 @@ from taugrid.bus import Bus, connect, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import replay
+from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, PolicyApproved, WatchEvent
 from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.local.controller import LocalCluster
@@ -46,11 +48,12 @@ async def test_a_refused_source_snapshot_fails_the_pod_once_and_frees_the_quota(
         bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
     rid = f"stuck-{uuid.uuid4().hex[:8]}"
     name = f"{rid}-a1"
-    obs = await bus.objects()
-    await obs.put(f"sources/{rid}.tar.gz", evil_tarball())
+    evil = evil_tarball()
+    source = f"sources/{hashlib.sha256(evil).hexdigest()}.tar.gz"  # content-addressed, as every snapshot
+    await (await bus.objects(SOURCES_STORE)).put(source, evil)
     manifest = job(name, main(["python3", "train.py"]))
     await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[manifest],
-                                     source_object=f"sources/{rid}.tar.gz"))
+                                     source_object=source))
     started = time.monotonic()
     await until_finished(cluster, name, timeout=30)
     for _ in range(10):  # more ticks after it finished: nothing more happens for it
@@ -62,7 +65,7 @@ async def test_a_refused_source_snapshot_fails_the_pod_once_and_frees_the_quota(
     assert len(failed) == 1
     terminated = failed[0]["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["reason"] == "CreateContainerError"
-    assert terminated["message"].startswith(f"source snapshot sources/{rid}.tar.gz cannot be unpacked: ")
+    assert terminated["message"].startswith(f"source snapshot {source} cannot be unpacked: ")
     assert "is outside the destination" in terminated["message"]
     assert not (tmp_path / "escape.txt").exists() and not (tmp_path.parent / "escape.txt").exists()
     assert name not in cluster.wls

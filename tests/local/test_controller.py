@@ -20,6 +20,7 @@ import pytest
 
 from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
+from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
 from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.runtime import Preparing, Ready
@@ -138,8 +139,8 @@ async def test_the_project_reaches_the_source_volume_and_the_runtime_chooses_the
         info = tarfile.TarInfo("hello.txt")
         info.size = 6
         tar.addfile(info, io.BytesIO(b"hello\n"))
-    obs = await bus.objects()
-    await obs.put(f"sources/{rid}.tar.gz", archive.getvalue())
+    source = f"sources/{hashlib.sha256(archive.getvalue()).hexdigest()}.tar.gz"  # named by its digest
+    await (await bus.objects(SOURCES_STORE)).put(source, archive.getvalue())
 
     class SlowRuntime:
         calls = 0
@@ -164,7 +165,7 @@ async def test_the_project_reaches_the_source_volume_and_the_runtime_chooses_the
     manifest = job(name, container, initContainers=[fetch, note],
                    volumes=[{"name": "tau-source", "emptyDir": {}}, {"name": "scratch", "emptyDir": {}}])
     await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[manifest],
-                                     source_object=f"sources/{rid}.tar.gz"))
+                                     source_object=source))
     await until_finished(cluster, name)
     assert (await logs(bus, rid)) == {f"{name}-pod": ["hello from-init"]}
     events = await pod_events(bus, f"{name}-pod")

@@ -5,10 +5,12 @@ stderr and in the termination message."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 from pathlib import Path
 
 from taugrid.bus import Bus
+from taugrid.bus.topology import SOURCES_STORE
 from taugrid.client.snapshot import snapshot, source_object
 
 
@@ -23,7 +25,7 @@ def _project(root: Path) -> Path:
 async def _stored(bus: Bus, root: Path) -> tuple[str, str]:
     data, digest = snapshot(root)
     name = source_object(digest)
-    await (await bus.objects()).put(name, data)
+    await (await bus.objects(SOURCES_STORE)).put(name, data)
     return name, digest
 
 
@@ -71,6 +73,22 @@ async def test_a_digest_mismatch_fails_with_the_reason_and_unpacks_nothing(
     )
     assert (rc, out, err) == (1, "", line + "\n")
     assert term.read_text() == line + "\n"
+    assert list(dest.iterdir()) == []
+
+
+async def test_a_replaced_object_fails_with_the_reason_and_unpacks_nothing(
+    bus: Bus, nats_url: str, tmp_path: Path
+) -> None:
+    name, digest = await _stored(bus, _project(tmp_path / "project"))
+    forged = b"someone else's code"
+    await (await bus.objects(SOURCES_STORE)).put(name, forged)  # the same name, other bytes
+    dest, term = tmp_path / "pod" / "source", tmp_path / "term"
+    rc, out, err = await _fetch(nats_url, obj=name, digest=digest, dest=dest, term=term)
+    line = (
+        f"source fetch failed: source snapshot {name} has digest sha256:{hashlib.sha256(forged).hexdigest()}, "
+        f"but this pod expects {digest}; refusing to run code that is not what was submitted"
+    )
+    assert (rc, out, err) == (1, "", line + "\n")
     assert list(dest.iterdir()) == []
 
 

@@ -29,7 +29,7 @@ from taugrid.bus.envelope import (
     SPEC_VERSION,
     USER_HEADER,
 )
-from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, STREAMS
+from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, SOURCES_STORE, STREAMS
 from taugrid.core import contracts as c
 from taugrid.core.events import CE_PREFIX, RUN_EVENTS, TERMINAL_EVENTS, ce_type
 
@@ -191,8 +191,10 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
 1. Choose a `submission_id` (any unique string of subject-safe characters). The run id is
    `<dns-label of the config's name, at most 40 characters>-<first 16 hex digits of sha256(submission_id)>`.
 2. The code: a tar.gz of the project directory (regular files with paths relative to the project root) put
-   into the JetStream object store `{OBJECT_STORE}` under the name `sources/<sha256 hex of the tar.gz>.tar.gz`;
-   `source_object` is that name and `source_digest` is `sha256:<hex>`. A config
+   into the JetStream object store `{SOURCES_STORE}` under the name `sources/<sha256 hex of the tar.gz>.tar.gz`
+   (content-addressed: the submitter refuses a submission whose object does not hash to that digest; do not
+   replace an object that already verifies); `source_object` is that name and `source_digest` is
+   `sha256:<hex>`. A config
    whose entrypoint needs no project files (`command:`) may leave both empty.
 3. Publish `SubmitRequested` (signed) to `run.<workspace>.<run_id>.submit.requested` with ce-id
    `<run_id>.1.submit.requested`, ce-subject `<run_id>`, ce-attempt `1`, and wait for the JetStream ack.
@@ -318,8 +320,10 @@ def asyncapi() -> dict[str, Any]:
         },
         "x-taugrid-streams": streams,
         "x-taugrid-object-store": {
-            "bucket": OBJECT_STORE,
-            "sources": "sources/<sha256 hex>.tar.gz: project snapshots a submission names in source_object",
+            "bucket": SOURCES_STORE,
+            "sources": "sources/<sha256 hex>.tar.gz: project snapshots a submission names in source_object "
+                       "(content-addressed, verified by the submitter and on every fetch)",
+            "evidence": f"bucket {OBJECT_STORE}: sealed bundles, written by the evidence service only",
         },
     }
 

@@ -31,6 +31,7 @@ from taugrid.bus.topology import (
     CONSUMERS,
     KV_BUCKETS,
     OBJECT_STORE,
+    SOURCES_STORE,
     STREAMS,
     ConsumerSpec,
 )
@@ -94,10 +95,11 @@ async def bootstrap(bus: Bus) -> None:
             await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
                                                          direct=True))
         await _allow_direct(bus, f"KV_{bucket}")
-    try:
-        await bus.js.object_store(OBJECT_STORE)
-    except nats.js.errors.BucketNotFoundError:
-        await bus.js.create_object_store(OBJECT_STORE, ObjectStoreConfig(storage=StorageType.FILE))
+    for store in (OBJECT_STORE, SOURCES_STORE):
+        try:
+            await bus.js.object_store(store)
+        except nats.js.errors.BucketNotFoundError:
+            await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE))
     for spec in CONSUMERS.values():
         await ensure_consumer(bus, spec)
 

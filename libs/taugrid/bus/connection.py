@@ -56,7 +56,7 @@ class Bus:
         self.source = source
         self.identity = identity  # None on a server without authentication
         self._kv: dict[str, KeyValue] = {}
-        self._obs: ObjectStore | None = None
+        self._obs: dict[str, ObjectStore] = {}
         # A person's nkey seed: their submit/cancel requests are signed with it (the client sets it).
         self.seed: bytes | None = None
         # run id → its verified submitter, for events emitted outside a run event's handler (a service sets
@@ -95,12 +95,15 @@ class Bus:
             self._kv[bucket] = await self.js.key_value(bucket)
         return self._kv[bucket]
 
-    async def objects(self) -> ObjectStore:
-        if self._obs is None:
-            from taugrid.bus.topology import OBJECT_STORE
+    async def objects(self, store: str = "") -> ObjectStore:
+        """An object store: ``evidence`` (bundles, logs, kept outputs) unless ``store`` names another
+        (``topology.SOURCES_STORE`` for source snapshots)."""
+        from taugrid.bus.topology import OBJECT_STORE
 
-            self._obs = await self.js.object_store(OBJECT_STORE)
-        return self._obs
+        name = store or OBJECT_STORE
+        if name not in self._obs:
+            self._obs[name] = await self.js.object_store(name)
+        return self._obs[name]
 
     async def publish(
         self, subject: str, payload: msgspec.Struct | bytes, *, event_type: str, ce_subject: str,

@@ -1,4 +1,5 @@
-"""Objects in the ``evidence`` object store, read and written with taugrid's errors (no nats exception leaks out).
+"""Objects in an object store (``evidence`` unless named), read and written with taugrid's errors (no nats
+exception leaks out). Source snapshots have their own store and rules: ``snapshots``.
 
 Invariant: a download streams into the caller's file, so memory does not grow with the object; the caller
 checks what it expects of the bytes (the store's own chunk digest is checked by nats-py as well).
@@ -11,14 +12,15 @@ from typing import BinaryIO
 import nats
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.topology import OBJECT_STORE
 from taugrid.core.errors import NotFound, TemporaryError
 
 
-async def download(bus: Bus, name: str, dest: BinaryIO) -> int:
-    """Write object ``name`` into ``dest``; returns its size. ``NotFound`` if there is no such object,
-    ``TemporaryError`` if the bus cannot answer."""
+async def download(bus: Bus, name: str, dest: BinaryIO, *, store: str = OBJECT_STORE) -> int:
+    """Write object ``name`` of ``store`` into ``dest``; returns its size. ``NotFound`` if there is no such
+    object, ``TemporaryError`` if the bus cannot answer."""
     try:
-        obs = await bus.objects()
+        obs = await bus.objects(store)
         result = await obs.get(name, writeinto=dest)  # type: ignore[arg-type]
     except nats.js.errors.ObjectNotFoundError as exc:
         raise NotFound(f"object {name!r} is not in the object store") from exc

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from taugrid.bus.sources import SERVICE_PUBLISH
-from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE
+from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, SOURCES_STORE
 from taugrid.core.ids import token
 
 API = "$JS.API"
@@ -46,7 +46,8 @@ class ServiceRole:
     name: str  # the service's module (taugrid_services.<name>) and its credentials' name
     durables: tuple[str, ...] = ()  # the durable consumers it binds (topology.CONSUMERS)
     kv_writes: tuple[str, ...] = ()  # KV buckets it owns
-    objects: str = "none"  # evidence object store: none | read | write
+    objects: str = "none"  # the evidence object store (bundles, logs, kept outputs): none | read | write
+    sources: str = "none"  # the sources object store (content-addressed project snapshots): none | read
     replays: tuple[str, ...] = ()  # streams it reads with short-lived consumers (any subject)
     why: str = ""
 
@@ -58,8 +59,8 @@ class ServiceRole:
 SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
-        ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), "read",
-                    why="accepts submissions; projects RUNS into run_state"),
+        ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), sources="read",
+                    why="accepts submissions (verifies their source snapshot); projects RUNS into run_state"),
         ServiceRole("policy", ("policy",), why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer",), why="the only identity that applies to a backend"),
         ServiceRole("admission_watcher", ("admission-watcher",), ("bridge",),
@@ -70,12 +71,12 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("health_monitor", ("health-monitor", "health-actuator"), ("node_state",),
                     why="node health decisions"),
         ServiceRole("node_agent", why="samples this node"),
-        ServiceRole("local_cluster", ("local-cluster", "local-cluster-nodes"), ("local_cluster",), "read",
+        ServiceRole("local_cluster", ("local-cluster", "local-cluster-nodes"), ("local_cluster",), sources="read",
                     why="the embedded cluster: runs pods, ships their logs"),
         ServiceRole("kube_bridge", (), ("bridge", "local_cluster"),
                     why="mirrors Kubernetes watch events; the queue snapshot for `tau queue`"),
         ServiceRole("log_shipper", (), ("log_shipper",), why="ships Kubernetes pod logs"),
-        ServiceRole("source_fetch", objects="read",
+        ServiceRole("source_fetch", sources="read",
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
     ]
 }
@@ -130,8 +131,8 @@ def _kv_read_workspace(bucket: str, ws: str) -> list[str]:
             f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
 
 
-def _objects_read() -> list[str]:
-    stream = f"OBJ_{OBJECT_STORE}"
+def _objects_read(store: str = OBJECT_STORE) -> list[str]:
+    stream = f"OBJ_{store}"
     return [f"{API}.STREAM.INFO.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>",
             f"{API}.STREAM.MSG.GET.{stream}", f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
             f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
@@ -169,6 +170,8 @@ def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
         pub += _objects_read()
     if role.objects == "write":
         pub += _objects_write()
+    if role.sources == "read":
+        pub += _objects_read(SOURCES_STORE)
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub),
                        deny_publish=_deny_durable_deletes() if role.replays else ())
 
@@ -203,8 +206,9 @@ def person_permissions(person: Person) -> Permissions:
         else:
             for ws in spaces:
                 pub += _kv_read_workspace(bucket, ws)
-    pub += _objects_read()
-    pub += [f"$O.{OBJECT_STORE}.C.>", f"$O.{OBJECT_STORE}.M.>"]  # source snapshots (puts only, never purge)
+    pub += _objects_read()  # bundles: not confined to their workspaces yet (docs/architecture.md §16)
+    pub += _objects_read(SOURCES_STORE)
+    pub += [f"$O.{SOURCES_STORE}.C.>", f"$O.{SOURCES_STORE}.M.>"]  # puts of source snapshots only, never purge
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
 
 
@@ -258,7 +262,9 @@ def markdown_table() -> str:
         parts += [f"durable `{d}`" for d in role.durables]
         parts += [f"KV put `{b}`" for b in role.kv_writes]
         if role.objects != "none":
-            parts.append(f"object store {role.objects}")
+            parts.append(f"object store `{OBJECT_STORE}` {role.objects}")
+        if role.sources != "none":
+            parts.append(f"object store `{SOURCES_STORE}` {role.sources}")
         if role.replays:
             parts.append("replay " + "/".join(role.replays))
         if any(s in kv_read for s in perms.publish):
@@ -269,7 +275,8 @@ def markdown_table() -> str:
                 "`run.<ws>.>` on RUNS/AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
                 f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ if b not in WORKSPACE_KV)}, and "
                 f"{', '.join(f'`{b}`' for b in WORKSPACE_KV)} only under `run.<ws>.>` (direct gets and named "
-                "consumers, whose subjects name the key); object store read and put (source snapshots) "
+                f"consumers, whose subjects name the key); object store `{SOURCES_STORE}` read and put, "
+                f"`{OBJECT_STORE}` read "
                 "| people, from `platform.yaml` |")
     rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")

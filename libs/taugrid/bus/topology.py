@@ -55,7 +55,8 @@ KV_BUCKETS = {
     "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
     "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
 }
-OBJECT_STORE = "evidence"
+OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only
+SOURCES_STORE = "sources"  # content-addressed project snapshots (bus/snapshots.py): people put, pods read
 
 CONSUMERS = {
     c.durable: c

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from taugrid.bus import identity, objects, platformstore, replay, runstate, tracing
+from taugrid.bus import identity, platformstore, replay, runstate, snapshots, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
 from taugrid.bus.replay import ReplayCursor
@@ -76,8 +76,7 @@ class Client:
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
         data, digest = snapshot(config_path.parent.resolve(), extra_excludes=excludes)
         name = source_object(digest)
-        if not await objects.exists(self.bus, name):
-            await objects.write(self.bus, name, data)
+        await snapshots.upload(self.bus, name, data)  # skipped only when the stored object verifies
         python, python_source = submitting_python(config_path.parent.resolve())
         req = SubmitRequested(
             submission_id=sid,

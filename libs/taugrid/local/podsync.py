@@ -23,14 +23,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from taugrid.bus import objects as object_store
+from taugrid.bus import snapshots
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
+from taugrid.core.errors import NotFound
 from taugrid.core.events import log_subject
 from taugrid.local import envrefs, objects
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.jobpods import main_container, pod_manifest, replace_python, template
 from taugrid.local.kubelet import Kubelet
+from taugrid.render.source import SOURCE_DIGEST_ANNOTATION
 from taugrid.local.podspec import PodSpecError
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore
@@ -157,7 +159,8 @@ class PodSync:
                    else self.kubelet.workdir(p.name))
         marker = self.kubelet.pods.dir(p.name) / SOURCE_PLACED
         if wl.source_object and not marker.exists():
-            data = await self.source(wl.source_object)
+            digest = str((manifest["metadata"].get("annotations") or {}).get(SOURCE_DIGEST_ANNOTATION, ""))
+            data = await self.source(wl.source_object, digest)
             if data:
                 try:
                     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
@@ -277,13 +280,18 @@ class PodSync:
                 if not final:
                     break
 
-    async def source(self, name: str) -> bytes | None:
+    async def source(self, name: str, digest: str = "") -> bytes | None:
+        """The snapshot's bytes, checked against its content address and the pod's digest annotation, as the
+        Kubernetes init container checks them; a mismatch fails the pod (``SourceMismatch``, never retried)."""
         if not name:
             return None
-        data = await object_store.read(self.bus, name)
-        if data is None:
+        try:
+            return await snapshots.fetch(self.bus, name, digest)
+        except snapshots.SourceMismatch as bad:
+            raise PodSpecError("SourceMismatch", str(bad)) from bad
+        except NotFound:
             log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
-        return data
+            return None
 
 
 def failure(p: LocalPod) -> tuple[str, str]:

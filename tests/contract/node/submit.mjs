@@ -116,7 +116,7 @@ const options = {
 const nc = await connect(options);
 const js = nc.jetstream();
 
-const store = await js.views.os("evidence");
+const store = await js.views.os("sources");
 if (!(await store.info(sourceObject))) await store.putBlob({ name: sourceObject }, archive);
 
 // Follow first (an ordered consumer delivers everything from the start), then publish and wait for the ack.

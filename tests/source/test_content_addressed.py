@@ -1,0 +1,185 @@
+"""Source snapshots are content-addressed: verified on upload, by the submitter and at every fetch, never
+overwritten when good. The real services run in-process on a private nats-server (tests/inprocess.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from taugrid.bus import Bus, connect, identity, platformstore, snapshots
+from taugrid.bus.service import Service
+from taugrid.bus.topology import SOURCES_STORE
+from taugrid.client import Client
+from taugrid.client.snapshot import snapshot, source_object
+from taugrid.core.contracts import Rejected, SubmitRequested
+from taugrid.core.errors import NotFound
+from taugrid.core.ids import new_run_id
+from taugrid.local.backend import LocalBackend
+from taugrid_services.admission_watcher.__main__ import start as admission_watcher
+from taugrid_services.policy.__main__ import start as policy
+from taugrid_services.recovery.__main__ import start as recovery
+from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.submitter.__main__ import start as submitter
+
+from tests.inprocess import one_node_cluster, private_server, service_bus
+
+PLATFORM = """
+resource_flavors: [{name: default}]
+cluster_queues:
+  - name: lab
+    resource_groups:
+      - covered_resources: [cpu, memory]
+        flavors:
+          - name: default
+            resources:
+              - {name: cpu, nominal_quota: "8"}
+              - {name: memory, nominal_quota: 16Gi}
+local_queues: [{name: default, namespace: default, cluster_queue: lab}]
+priority_classes: [{name: normal, value: 100}]
+compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
+workspaces:
+  - {name: team-a, namespace: default, local_queue: default, default_priority: normal,
+     default_profile: cpu-small, output_root: OUTPUTS}
+"""
+
+
+def _project(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "train.py").write_text("print('the submitted code')\n")
+    (root / "tau.yaml").write_text("name: addressed\nentrypoint: train.py\ncompute: {gpus: 0}\n")
+    return root
+
+
+@dataclass
+class Pipeline:
+    url: str
+    bus: Bus  # the bootstrap identity: plants objects as an attacker with put rights would
+    client: Client
+    tmp: Path
+    services: list[Service]
+    tasks: list[asyncio.Task[Any]]
+
+    async def start(self, svc: Service) -> None:
+        for loop in svc.loops:
+            loop.fetch_timeout = 0.5
+        self.services.append(svc)
+        self.tasks += [asyncio.create_task(lp.run()) for lp in svc.loops]
+        self.tasks += [asyncio.create_task(t) for t in svc.tasks]
+
+    async def start_local_cluster(self) -> None:
+        svc = Service(await service_bus(self.url, "local-cluster"))
+        cluster = await one_node_cluster(svc.bus, self.tmp / "cluster")
+        svc.consume("local-cluster", cluster.on_backend)
+        svc.every(0.1, cluster.tick)
+        await self.start(svc)
+
+    async def events(self, run_id: str) -> list[str]:
+        return [ev.type async for ev in self.client.events(run_id=run_id)]
+
+    async def until(self, run_id: str, event_type: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while event_type not in await self.events(run_id):
+            assert time.monotonic() < deadline, f"{run_id}: no {event_type} in {await self.events(run_id)}"
+            await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
+    """submitter, policy, renderer, admission-watcher and recovery; the local cluster starts when a test says."""
+    async with private_server(tmp_path, name="bootstrap") as (url, admin):
+        seed = identity.new_user_seed()
+        await platformstore.put_text(admin, PLATFORM.replace("OUTPUTS", str(tmp_path / "outputs")))
+        await platformstore.put_local_user(admin, platformstore.LocalUser("owner", identity.public_key(seed)))
+        people = await connect(url, name="client")
+        people.seed = seed
+        p = Pipeline(url, admin, Client(people), tmp_path, [], [])
+        for name, start in [("submitter", submitter), ("policy", policy),
+                            ("admission-watcher", admission_watcher), ("recovery", recovery)]:
+            svc = Service(await service_bus(url, name))
+            await start(svc)
+            await p.start(svc)
+        rsvc = Service(await service_bus(url, "renderer"))
+        rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
+        await p.start(rsvc)
+        try:
+            yield p
+        finally:
+            for svc in p.services:
+                svc.stop()
+            await asyncio.wait(p.tasks, timeout=10)
+            for t in p.tasks:
+                t.cancel()
+            for svc in p.services:
+                await svc.bus.close()
+            await people.close()
+
+
+async def _plant(bus: Bus, name: str, data: bytes) -> None:
+    await (await bus.objects(SOURCES_STORE)).put(name, data)
+
+
+async def test_a_replaced_source_object_is_refused_at_fetch_with_the_reason_on_the_run(pipeline: Pipeline) -> None:
+    project = _project(pipeline.tmp / "project")
+    run_id = await pipeline.client.submit(project / "tau.yaml", workspace="team-a")
+    await pipeline.until(run_id, "render.applied")  # the submitter verified it; no pod has fetched it yet
+    _, digest = snapshot(project)
+    name = source_object(digest)
+    forged = b"not the submitted code"
+    await _plant(pipeline.bus, name, forged)
+    await pipeline.start_local_cluster()
+    await pipeline.until(run_id, "recovery.gave_up")
+    record = await pipeline.client.settled(run_id)
+    assert (record.state, record.reason) == ("failed", "SourceMismatch: not retryable")
+    assert record.message == (
+        f"source snapshot {name} holds content with digest sha256:{hashlib.sha256(forged).hexdigest()}, "
+        f"not {digest}: it was replaced after upload; refusing to run code that is not what was submitted")
+
+
+async def test_the_submitter_refuses_a_snapshot_that_does_not_hash_to_its_name(pipeline: Pipeline) -> None:
+    _, digest = snapshot(_project(pipeline.tmp / "project"))
+    name = source_object(digest)
+    await _plant(pipeline.bus, name, b"planted before the submission")
+    run_id = new_run_id("planted", "s-planted")
+    await pipeline.client.bus.emit(
+        workspace="team-a", run_id=run_id, attempt=1, event_type="submit.requested",
+        payload=SubmitRequested(submission_id="s-planted", config_text="name: planted\nentrypoint: train.py\n",
+                                config_path="tau.yaml", workspace="team-a", source_object=name,
+                                source_digest=digest))
+    await pipeline.until(run_id, "submit.rejected")
+    [rejected] = [ev.payload(Rejected) async for ev in pipeline.client.events(run_id=run_id)
+                  if ev.type == "submit.rejected"]
+    [issue] = rejected.reasons
+    planted = hashlib.sha256(b"planted before the submission").hexdigest()
+    assert (issue.field, issue.message) == (
+        "source_object", f"source snapshot {name} holds content with digest sha256:{planted}, not {digest}: it "
+        "was replaced after upload; refusing to run code that is not what was submitted")
+    assert issue.fix == "submit again with `tau run` (it uploads the snapshot under its digest)"
+
+
+async def test_upload_writes_once_and_replaces_only_an_object_that_does_not_verify(pipeline: Pipeline) -> None:
+    data, digest = snapshot(_project(pipeline.tmp / "project"))
+    name = source_object(digest)
+    bus = pipeline.client.bus
+    with pytest.raises(NotFound):
+        await snapshots.verify(bus, name)
+    assert await snapshots.upload(bus, name, data) is True
+    assert await snapshots.upload(bus, name, data) is False  # already there and verified: not written again
+    revision = (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime
+    assert await snapshots.upload(bus, name, data) is False
+    assert (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime == revision
+    await _plant(pipeline.bus, name, b"replaced")
+    with pytest.raises(snapshots.SourceMismatch, match="it was replaced after upload"):
+        await snapshots.verify(bus, name, digest)
+    assert await snapshots.upload(bus, name, data) is True  # a name that exists is not trusted: it is re-put
+    assert await snapshots.verify(bus, name, digest) == digest
+    assert await snapshots.fetch(bus, name, digest) == data
+    with pytest.raises(snapshots.SourceMismatch, match="is named for"):
+        await snapshots.verify(bus, name, "sha256:" + "0" * 64)
+    with pytest.raises(snapshots.SourceMismatch, match="is not named by its digest"):
+        await snapshots.verify(bus, "sources/latest.tar.gz")
