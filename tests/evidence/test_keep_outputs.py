@@ -49,7 +49,7 @@ async def test_copy_fetches_kept_files_from_the_object_store_and_names_the_rest(
     keeper = b.Keeper("r-copy", budget=100)
     listing = {**b.scan_dir(str(tmp_path / "run"), metrics=False, keeper=keeper), "path": "/data/runs/ws/r-copy"}
     for name, blob in keeper.blobs.items():
-        await store.put_object(bus, name, blob)
+        await store.put_object(bus, name, blob, workspace="ws")
     found = {
         "output_dir": {**listing, "on_this_machine": False},
         "checkpoint_dir": {"path": "/data/runs/ws/r-copy/ckpt", "files": [], "present": False,

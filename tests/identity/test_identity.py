@@ -209,7 +209,7 @@ async def test_tau_verify_flags_a_tampered_sealed_signature(stack: Stack) -> Non
     sig = doc["identity"]["signature"]
     forged = sig[:10] + ("A" if sig[10] != "A" else "B") + sig[11:]
     await store.put_object(stack.bus, bundle_name(run_id), msgspec.json.encode(
-        {**doc, "identity": {**doc["identity"], "signature": forged}}))
+        {**doc, "identity": {**doc["identity"], "signature": forged}}), workspace="team-a")
     report = await verify_run(stack.bus, run_id)
     assert not report.ok
     assert (f"the sealed submission signature does not verify against the sealed key {report.signer}: signature "

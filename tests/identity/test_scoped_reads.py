@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, kv, platformstore, runstate
+from taugrid.bus import Bus, kv, objects, platformstore, runstate
 from taugrid.client import Client
 from taugrid.core.errors import NotFound, PermissionDenied
 from taugrid.core.states import RunRecord
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
+from taugrid.evidence.bundle import bundle_name
 from tests.secure_nats import SecureNats
 
 PLATFORM = """
@@ -52,6 +53,7 @@ async def runs(secure_nats: SecureNats) -> AsyncIterator[tuple[str, str]]:
         for ws, run in (("vision", mine), ("language", theirs)):
             assert await runstate.create(submitter, RunRecord(run_id=run, workspace=ws, state="running"))
             await store.update(evidence, ws, run, lambda led: led)  # a fresh ledger
+            await objects.write(evidence, bundle_name(run), f'{{"run": "{run}"}}'.encode() * 40000, workspace=ws)
         yield mine, theirs
     finally:
         for b in (boot, submitter, evidence):
@@ -113,4 +115,22 @@ async def test_a_platform_admin_finds_any_run_by_id_and_lists_every_workspace(se
         found = await store.find(carol, theirs)
         assert found is not None and found.workspace == "language"
     finally:
+        await carol.close()
+
+
+async def test_a_researcher_reads_only_their_workspaces_bundles(secure_nats, runs):
+    mine, theirs = runs
+    alice = await secure_nats.connect("alice")
+    carol = await secure_nats.connect("carol")
+    try:
+        got = await store.read_object(alice, bundle_name(mine))
+        assert got == f'{{"run": "{mine}"}}'.encode() * 40000  # several chunks, all of them
+        with pytest.raises(PermissionDenied, match=r"consumer\.create\.obj_evidence\..*\.c\.language\."):
+            await alice.guarded(store.read_object(alice, bundle_name(theirs)))
+        with pytest.raises(PermissionDenied, match=r"stream\.msg\.get\.obj_evidence"):
+            await alice.guarded((await alice.objects()).get(bundle_name(theirs)))  # nats-py's own reader
+        assert await store.read_object(carol, bundle_name(theirs)) == f'{{"run": "{theirs}"}}'.encode() * 40000
+        assert await store.read_object(alice, "runs/none/bundle.json") is None
+    finally:
+        await alice.close()
         await carol.close()

@@ -7,13 +7,23 @@ checks what it expects of the bytes (the store's own chunk digest is checked by 
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import secrets
 from typing import BinaryIO
 
 import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo, ObjectMetaOptions
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.topology import OBJECT_STORE
 from taugrid.core.errors import NotFound, TemporaryError
+from taugrid.core.ids import token
+
+_CHUNK = 128 * 1024  # nats-py's default chunk size
 
 
 async def download(bus: Bus, name: str, dest: BinaryIO, *, store: str = OBJECT_STORE) -> int:
@@ -46,21 +56,72 @@ async def exists(bus: Bus, name: str) -> bool:
 
 
 async def read(bus: Bus, name: str) -> bytes | None:
-    """Object ``name`` in memory (for small objects: bundles, source snapshots), or None when absent."""
+    """Object ``name`` in memory (bundles, attempt logs, kept outputs), or None when absent. Its chunks are
+    read through a named consumer whose create subject names the chunk subject, so a person may read the
+    objects ``write`` stored under their workspaces and no others; the content is checked against the
+    object's digest."""
     try:
-        obs = await bus.objects()
-        result = await obs.get(name)
-    except (nats.js.errors.ObjectNotFoundError, nats.js.errors.NotFoundError, nats.js.errors.ObjectDeletedError):
+        await bus.objects()  # the store exists
+        meta = await bus.guarded(bus.js.get_last_msg(f"OBJ_{OBJECT_STORE}", _meta_subject(name), direct=True))
+    except nats.js.errors.NotFoundError:
         return None
     except (nats.errors.Error, TimeoutError) as exc:
         raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
-    return bytes(result.data or b"")
+    info = ObjectInfo.from_response(json.loads(meta.data or b"{}"))
+    if info.deleted:
+        return None
+    if not info.chunks:
+        return b""
+    cfg = ConsumerConfig(name=f"obj-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.ALL,
+                         inactive_threshold=30.0)
+    parts: list[bytes] = []
+    try:
+        sub = await bus.guarded(bus.js.subscribe(f"$O.{OBJECT_STORE}.C.{info.nuid}", stream=f"OBJ_{OBJECT_STORE}",
+                                                 ordered_consumer=True, config=cfg))
+        try:
+            while len(parts) < info.chunks:
+                parts.append(bytes((await sub.next_msg(timeout=10)).data))
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
+    data = b"".join(parts)
+    if info.digest != _digest(data):
+        raise TemporaryError(f"object {name!r} arrived damaged (digest mismatch)", delay=1.0)
+    return data
 
 
-async def write(bus: Bus, name: str, data: bytes) -> None:
-    """Store ``data`` as object ``name`` (replacing any object of that name)."""
+def _meta_subject(name: str) -> str:
+    return f"$O.{OBJECT_STORE}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+def _digest(data: bytes) -> str:
+    return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+
+
+async def write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
+    """Store ``data`` as object ``name`` (replacing any object of that name), its chunks under
+    ``$O.evidence.C.<workspace>.<nuid>`` so people's permissions can confine reads to their workspaces
+    (the layout nats-py's object store reads; only its chunk subject names the workspace)."""
+    nuid = f"{token(workspace)}.{secrets.token_hex(11)}"
+    chunks = f"$O.{OBJECT_STORE}.C.{nuid}"
     try:
         obs = await bus.objects()
-        await obs.put(name, data)
+        try:
+            old = await obs.get_info(name)
+        except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+            old = None
+        count = 0
+        for offset in range(0, len(data), _CHUNK):
+            await bus.guarded(bus.js.publish(chunks, data[offset:offset + _CHUNK]))
+            count += 1
+        info = ObjectInfo(name=name, bucket=OBJECT_STORE, nuid=nuid, size=len(data), chunks=count,
+                          mtime=dt.datetime.now(dt.UTC).isoformat(), digest=_digest(data),
+                          options=ObjectMetaOptions(max_chunk_size=_CHUNK))
+        await bus.guarded(bus.js.publish(_meta_subject(name), json.dumps(info.as_dict()).encode(),
+                                         headers={"Nats-Rollup": "sub"}))
+        if old is not None and old.nuid != nuid:
+            await bus.js.purge_stream(f"OBJ_{OBJECT_STORE}", subject=f"$O.{OBJECT_STORE}.C.{old.nuid}")
     except (nats.errors.Error, TimeoutError) as exc:
         raise TemporaryError(f"object store write of {name} failed: {exc!r}", delay=1.0) from exc

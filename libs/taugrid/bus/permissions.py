@@ -138,6 +138,15 @@ def _objects_read(store: str = OBJECT_STORE) -> list[str]:
             f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
 
 
+def _objects_read_workspace(ws: str) -> list[str]:
+    """The evidence objects of one workspace: any object's metadata by a direct get that names it, and only
+    chunks under ``$O.evidence.C.<ws>.>`` (``objects.write`` puts them there) through named consumers."""
+    stream = f"OBJ_{OBJECT_STORE}"
+    return [f"{API}.DIRECT.GET.{stream}.$O.{OBJECT_STORE}.M.*",
+            f"{API}.CONSUMER.CREATE.{stream}.*.$O.{OBJECT_STORE}.C.{ws}.>",
+            f"{API}.CONSUMER.INFO.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*"]
+
+
 def _objects_write() -> list[str]:
     return [f"$O.{OBJECT_STORE}.>", f"{API}.STREAM.PURGE.OBJ_{OBJECT_STORE}"]
 
@@ -206,7 +215,11 @@ def person_permissions(person: Person) -> Permissions:
         else:
             for ws in spaces:
                 pub += _kv_read_workspace(bucket, ws)
-    pub += _objects_read()  # bundles: not confined to their workspaces yet (docs/architecture.md §16)
+    if admin:
+        pub += _objects_read()
+    else:
+        for ws in spaces:
+            pub += _objects_read_workspace(ws)
     pub += _objects_read(SOURCES_STORE)
     pub += [f"$O.{SOURCES_STORE}.C.>", f"$O.{SOURCES_STORE}.M.>"]  # puts of source snapshots only, never purge
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
@@ -276,7 +289,8 @@ def markdown_table() -> str:
                 f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ if b not in WORKSPACE_KV)}, and "
                 f"{', '.join(f'`{b}`' for b in WORKSPACE_KV)} only under `run.<ws>.>` (direct gets and named "
                 f"consumers, whose subjects name the key); object store `{SOURCES_STORE}` read and put, "
-                f"`{OBJECT_STORE}` read "
+                f"`{OBJECT_STORE}` read of their workspaces' objects (chunks under `$O.{OBJECT_STORE}.C.<ws>.>`; "
+                "any object's metadata) "
                 "| people, from `platform.yaml` |")
     rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")

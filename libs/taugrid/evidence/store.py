@@ -297,8 +297,8 @@ async def seal(
     else:
         data, extra = await collect(bus, ledger, known=known)
         for obj, blob in sorted(extra.items()):
-            await put_object(bus, obj, blob)
-        await put_object(bus, name, data)
+            await put_object(bus, obj, blob, workspace=workspace)
+        await put_object(bus, name, data, workspace=workspace)
         digest = lg.sha256(data)
 
     def settle(current: lg.Ledger) -> lg.Ledger:
