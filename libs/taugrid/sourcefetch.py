@@ -1,9 +1,10 @@
 """``python -m taugrid.sourcefetch``: the init container that puts a run's submitted project into its pod.
 
-Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the ``sources`` object store over NATS (``TAU_NATS_URL``, optional
-credentials file ``TAU_NATS_CREDS``), checks its SHA-256 against ``TAU_SOURCE_DIGEST`` (the pod's
-``taugrid.io/source-digest`` annotation, through the downward API) and unpacks it into ``TAU_SOURCE_DIR``, by
-default its working directory (the ``emptyDir`` that the main containers mount as theirs).
+Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the ``sources`` object store over NATS
+(``TAU_NATS_URL``, optional credentials file ``TAU_NATS_CREDS``), checks its SHA-256 against
+``TAU_SOURCE_DIGEST`` (the pod's ``taugrid.io/source-digest`` annotation, through the downward API) and unpacks
+it into ``TAU_SOURCE_DIR``, by default its working directory (the ``emptyDir`` that the main containers mount
+as theirs).
 
 Invariants: nothing is unpacked unless the whole archive matched the digest; the archive is streamed to disk,
 so memory does not grow with the project; entries that would land outside the directory (absolute paths,

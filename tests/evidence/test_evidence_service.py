@@ -249,7 +249,8 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
     # A modified log object, then a modified bundle, then a rewritten ledger entry: each is reported.
     await store.put_object(bus, logs["object"], b"forged\n", workspace=ws)
     assert any("log object" in p and "modified" in p for p in (await verify_run(bus, run)).problems)
-    await store.put_object(bus, bundle_name(run), msgspec.json.encode({**doc, "config": {"text": "forged"}}), workspace=ws)
+    forged = msgspec.json.encode({**doc, "config": {"text": "forged"}})
+    await store.put_object(bus, bundle_name(run), forged, workspace=ws)
     report = await verify_run(bus, run)
     assert not report.ok and any("the bundle was modified" in p for p in report.problems)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taugrid.bus import Bus, connect, identity, platformstore, snapshots
 from taugrid.bus.service import Service
 from taugrid.bus.topology import SOURCES_STORE
@@ -26,7 +27,6 @@ from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.__main__ import start as submitter
-
 from tests.inprocess import one_node_cluster, private_server, service_bus
 
 PLATFORM = """

@@ -32,12 +32,11 @@ from taugrid.local import envrefs, objects
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.jobpods import main_container, pod_manifest, replace_python, template
 from taugrid.local.kubelet import Kubelet
-from taugrid.render.source import SOURCE_DIGEST_ANNOTATION
 from taugrid.local.podspec import PodSpecError
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
-from taugrid.render.source import FETCH_CONTAINER, SOURCE_VOLUME
+from taugrid.render.source import FETCH_CONTAINER, SOURCE_DIGEST_ANNOTATION, SOURCE_VOLUME
 
 log = logging.getLogger("taugrid.local")
 
