@@ -52,6 +52,7 @@ class SecureNats:
             bootstrap_key=self.identity("bootstrap").public_key,
             service_keys={svc: self.identity(svc).public_key for svc in permissions.SERVICE_ROLES},
             people=self.people,
+            break_glass_key=self.identity("breakglass").public_key,
         )
         self.auth_conf.write_text(permissions.authorization_conf(accounts))
 

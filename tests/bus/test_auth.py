@@ -245,7 +245,7 @@ def test_every_durable_belongs_to_exactly_one_service():
 
 def test_the_rendered_config_admits_each_identity_by_key_only(secure_nats):
     text = secure_nats.auth_conf.read_text()
-    assert text.count('"nkey": "U') == 1 + len(permissions.SERVICE_ROLES) + len(secure_nats.people)
+    assert text.count('"nkey": "U') == 2 + len(permissions.SERVICE_ROLES) + len(secure_nats.people)  # + break-glass
     assert "password" not in text
     assert not [name for name, i in secure_nats.identities.items() if i.seed in text]  # public keys only
 

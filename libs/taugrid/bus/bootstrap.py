@@ -1,13 +1,18 @@
 """Provision every stream, the AUDIT mirror, KV buckets, the object store and service consumers.
 
-Idempotent: run it any number of times. Existing streams are updated in place to the declared config;
-existing consumers are left as they are (JetStream does not allow changing most consumer fields).
+Idempotent: run it any number of times. It only *creates*: the bootstrap identity may not change or delete a
+stream (``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is
+reported, not changed (``python -m taugrid.bus.bootstrap --update`` with the break-glass credentials changes it).
+AUDIT's protective settings (mirror of RUNS, deny delete and purge, retention) are re-checked on every run and
+any difference raises an alarm (``audit_drift``; logged at ERROR and returned). Existing consumers are left as
+they are (JetStream does not allow changing most consumer fields).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sys
 
 import nats
@@ -37,14 +42,59 @@ from taugrid.bus.topology import (
 )
 
 
-async def _ensure_stream(bus: Bus, config: StreamConfig) -> None:
+log = logging.getLogger("taugrid.bootstrap")
+
+# the stream settings the bootstrap compares (the rest are server defaults or set by the server)
+_COMPARED = ("subjects", "retention", "storage", "max_age", "duplicate_window", "max_bytes", "discard",
+             "deny_delete", "deny_purge", "max_msgs")
+
+
+def _differences(want: StreamConfig, have: StreamConfig) -> list[str]:
+    out = []
+    for name in _COMPARED:
+        wanted, got = getattr(want, name, None), getattr(have, name, None)
+        if name == "max_msgs":
+            wanted = wanted if wanted is not None else -1
+            got = got if got is not None else -1
+        unset = (0, -1, None)  # the server reports an unset limit as -1, 0 or nothing
+        if wanted is None or wanted == got or (wanted in unset and got in unset):
+            continue
+        out.append(f"{name} is {got!r}, declared {wanted!r}")
+    if want.mirror is not None and (have.mirror is None or have.mirror.name != want.mirror.name):
+        out.append(f"mirror is {getattr(have.mirror, 'name', None)!r}, declared {want.mirror.name!r}")
+    return out
+
+
+async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> list[str]:
+    """Create the stream if missing; else the differences from its declared config (applied with ``update``,
+    which only the break-glass identity may)."""
     try:
-        await bus.js.stream_info(config.name or "")
+        info = await bus.js.stream_info(config.name or "")
     except nats.js.errors.NotFoundError:
         await bus.js.add_stream(config)
-        return
-    if config.mirror is None:
-        await bus.js.update_stream(config)
+        return []
+    diff = _differences(config, info.config)
+    if diff and update and config.mirror is None:
+        await bus.guarded(bus.js.update_stream(config))
+        return []
+    return diff
+
+
+def audit_config() -> StreamConfig:
+    """AUDIT mirrors RUNS; deletes and purges are denied so an auditor's replay is complete."""
+    return StreamConfig(
+        name=AUDIT_STREAM, mirror=StreamSource(name="RUNS"), storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS, max_age=AUDIT_MAX_AGE, deny_delete=True, deny_purge=True,
+    )
+
+
+async def audit_drift(bus: Bus) -> list[str]:
+    """How AUDIT differs from its protective settings (empty when it holds them); a missing AUDIT is drift too."""
+    try:
+        info = await bus.js.stream_info(AUDIT_STREAM)
+    except nats.js.errors.NotFoundError:
+        return [f"{AUDIT_STREAM} does not exist"]
+    return _differences(audit_config(), info.config)
 
 
 def consumer_config(spec: ConsumerSpec) -> ConsumerConfig:
@@ -68,33 +118,36 @@ async def ensure_consumer(bus: Bus, spec: ConsumerSpec) -> None:
         await bus.js.add_consumer(spec.stream, consumer_config(spec))
 
 
-async def _allow_direct(bus: Bus, stream: str) -> None:
+async def _allow_direct(bus: Bus, stream: str, *, update: bool) -> list[str]:
     """Reads by key must be direct gets (the key in the request subject) so permissions can confine them to
-    some keys; buckets made before that get it turned on."""
+    some keys; buckets made before that get it turned on (by the break-glass identity: ``update``)."""
     info = await bus.js.stream_info(stream)
-    if not info.config.allow_direct:
-        await bus.js.update_stream(dataclasses.replace(info.config, allow_direct=True))
+    if info.config.allow_direct:
+        return []
+    if update:
+        await bus.guarded(bus.js.update_stream(dataclasses.replace(info.config, allow_direct=True)))
+        return []
+    return ["allow_direct is False, declared True"]
 
 
-async def bootstrap(bus: Bus) -> None:
+async def bootstrap(bus: Bus, *, update: bool = False) -> list[str]:
+    """Provision what is missing; returns the alarms (AUDIT drift) and logs every difference it did not apply."""
+    drifted: dict[str, list[str]] = {}
     for s in STREAMS:
-        await _ensure_stream(bus, StreamConfig(
+        drifted[s.name] = await _ensure_stream(bus, StreamConfig(
             name=s.name, subjects=s.subjects, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
             max_age=s.max_age, duplicate_window=s.duplicate_window, max_bytes=s.max_bytes,
             discard=DiscardPolicy.OLD,
-        ))
-    # AUDIT mirrors RUNS; deletes and purges are denied so an auditor's replay is complete.
-    await _ensure_stream(bus, StreamConfig(
-        name=AUDIT_STREAM, mirror=StreamSource(name="RUNS"), storage=StorageType.FILE,
-        retention=RetentionPolicy.LIMITS, max_age=AUDIT_MAX_AGE, deny_delete=True, deny_purge=True,
-    ))
+        ), update=update)
+    await _ensure_stream(bus, audit_config(), update=False)  # a mirror's settings are never updated
+    alarms = [f"ALARM: {AUDIT_STREAM} {d}" for d in await audit_drift(bus)]
     for bucket, history in KV_BUCKETS.items():
         try:
             await bus.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
             await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
                                                          direct=True))
-        await _allow_direct(bus, f"KV_{bucket}")
+        drifted[f"KV_{bucket}"] = await _allow_direct(bus, f"KV_{bucket}", update=update)
     for store in (OBJECT_STORE, SOURCES_STORE):
         try:
             await bus.js.object_store(store)
@@ -102,15 +155,26 @@ async def bootstrap(bus: Bus) -> None:
             await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE))
     for spec in CONSUMERS.values():
         await ensure_consumer(bus, spec)
+    for stream, diff in drifted.items():
+        for d in diff:
+            log.warning("stream %s: %s; not changed (apply with the break-glass identity: "
+                        "python -m taugrid.bus.bootstrap --update)", stream, d)
+    for alarm in alarms:
+        log.error("%s", alarm)
+    return alarms
 
 
-async def _main(url: str | None) -> None:
+async def _main(url: str | None, *, update: bool) -> int:
     bus = await connect(url, name="bootstrap")
     try:
-        await bootstrap(bus)
+        alarms = await bootstrap(bus, update=update)
     finally:
         await bus.close()
+    for alarm in alarms:
+        print(alarm, file=sys.stderr)
+    return 1 if alarms else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(_main(sys.argv[1] if len(sys.argv) > 1 else None))
+    args = [a for a in sys.argv[1:] if a != "--update"]
+    sys.exit(asyncio.run(_main(args[0] if args else None, update="--update" in sys.argv[1:])))

@@ -81,6 +81,17 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
     ]
 }
 BOOTSTRAP = "bootstrap"
+BREAK_GLASS = "breakglass"
+# What even the bootstrap identity may not do, so no routine credential can rewrite the audit trail: change or
+# delete a stream's configuration (``update_stream(AUDIT, max_msgs=1)`` would empty it), purge AUDIT or RUNS,
+# delete single messages from them. Only the break-glass identity (kept offline by the operator) may.
+STREAM_GUARD = (f"{API}.STREAM.UPDATE.>", f"{API}.STREAM.DELETE.>", f"{API}.STREAM.PURGE.AUDIT",
+                f"{API}.STREAM.PURGE.RUNS", f"{API}.STREAM.MSG.DELETE.AUDIT", f"{API}.STREAM.MSG.DELETE.RUNS")
+
+
+def bootstrap_permissions() -> Permissions:
+    """Everything but ``STREAM_GUARD``: it creates streams, consumers and buckets, never changes them."""
+    return Permissions(publish=(">",), subscribe=(">",), deny_publish=STREAM_GUARD)
 
 
 @dataclass(frozen=True)
@@ -225,9 +236,15 @@ def person_permissions(person: Person) -> Permissions:
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
 
 
-def accounts(*, bootstrap_key: str, service_keys: dict[str, str], people: Iterable[Person]) -> list[Account]:
-    """Every identity the server admits: bootstrap, each service that has a key, each person."""
-    out = [Account(BOOTSTRAP, bootstrap_key, None, "provisions streams, consumers, buckets")]
+def accounts(*, bootstrap_key: str, service_keys: dict[str, str], people: Iterable[Person],
+             break_glass_key: str | None = None) -> list[Account]:
+    """Every identity the server admits: bootstrap, the break-glass admin (when it has a key), each service that
+    has a key, each person."""
+    out = [Account(BOOTSTRAP, bootstrap_key, bootstrap_permissions(),
+                   "provisions streams, consumers, buckets; never changes or deletes a stream")]
+    if break_glass_key:
+        out.append(Account(BREAK_GLASS, break_glass_key, None,
+                           "break-glass admin: the only identity that may change or delete streams"))
     for name, key in sorted(service_keys.items()):
         if name not in SERVICE_ROLES:
             raise KeyError(f"no permission table entry for service {name!r}")
@@ -265,8 +282,11 @@ def markdown_table() -> str:
     rows = ["| identity | may publish (besides `$JS.API.INFO`, `$JS.API.STREAM.INFO.*`, `$JS.API.STREAM.NAMES`, "
             "`$JS.FC.>`) | why |",
             "|---|---|---|",
-            f"| `{BOOTSTRAP}` | everything (creates/updates streams, consumers, KV buckets, the object store) "
-            "| `tau up`, the chart's bootstrap Job |"]
+            f"| `{BOOTSTRAP}` | everything except changing or deleting a stream, purging AUDIT/RUNS or deleting "
+            "their messages (creates streams, consumers, KV buckets, the object store) "
+            "| `tau up`, the chart's bootstrap Job |",
+            f"| `{BREAK_GLASS}` | everything | the operator's offline key (`creds/breakglass.nk`): "
+            "stream changes and deletions |"]
     common = set(_common(key)[0])
     kv_read = {s for b in KV_BUCKETS for s in _kv_read(b)}
     for role in SERVICE_ROLES.values():

@@ -36,3 +36,14 @@ async def at(bus: Bus, stream: str, seq: int) -> Event | None:
 async def holds(bus: Bus, stream: str, subject: str) -> bool:
     """Whether ``stream`` holds any message on ``subject``."""
     return await _get(bus, stream, seq=1, subject=subject, next=True) is not None
+
+
+async def bounds(bus: Bus, stream: str) -> tuple[int, int]:
+    """(first, last) sequence ``stream`` holds; (0, 0) when it is missing."""
+    try:
+        info = await bus.js.stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        return 0, 0
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"reading {stream}'s state failed: {exc!r}", delay=1.0) from exc
+    return int(info.state.first_seq or 0), int(info.state.last_seq or 0)

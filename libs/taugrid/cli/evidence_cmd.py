@@ -10,6 +10,7 @@ import click
 from taugrid.cli.common import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
+    EXIT_USAGE,
     connected,
     emit_json,
     fail,
@@ -62,14 +63,27 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
     )
 
 
-@click.command(help="Re-verify a run's evidence: bundle digest, hash chain, and every event against AUDIT.")
+@click.command(help="Re-verify a run's evidence: bundle digest, hash chain, and every event against AUDIT. "
+               "With --anchor, also against a signed anchor file kept outside the bus "
+               "($TAU_DATA_DIR/anchors/ledger.jsonl locally), which detects a rewritten history.")
 @click.argument("run_id")
+@click.option("--anchor", "anchor_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="anchor file (JSON lines) to check the run's ledger and AUDIT against")
 @output_option
 @run_async
-async def verify(run_id: str, output: str) -> None:
+async def verify(run_id: str, anchor_path: Path | None, output: str) -> None:
+    anchors = _read_anchors(anchor_path) if anchor_path else []
     async with connected() as client:
         record = await client.status(run_id)  # an unknown run is "not found" (exit 3)
         report = await verify_run(client.bus, run_id, workspace=record.workspace)
+        if anchor_path:
+            from taugrid.evidence import anchor, store
+
+            ledger, _ = await store.load(client.bus, record.workspace, run_id)
+            problems = await anchor.check(client.bus, anchors, run_id=run_id, workspace=record.workspace,
+                                          ledger=ledger)
+            report.problems += problems
+            report.ok = report.ok and not problems
     if output == "json":
         emit_json(as_dict(report))
     else:
@@ -83,3 +97,15 @@ async def verify(run_id: str, output: str) -> None:
             click.echo(f"  - {p}")
     if not report.ok:
         sys.exit(EXIT_FAILED)
+
+
+def _read_anchors(path: Path) -> list[dict[str, object]]:
+    from taugrid.evidence import anchor
+
+    try:
+        anchors = anchor.read(path)
+    except (OSError, ValueError) as exc:
+        fail(f"{path}: not an anchor file ({exc})", EXIT_USAGE)
+    if not anchors:
+        fail(f"{path}: holds no anchor", EXIT_USAGE)
+    return anchors

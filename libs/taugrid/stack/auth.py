@@ -27,6 +27,7 @@ class StackIdentities:
     bootstrap: creds.Identity
     services: dict[str, creds.Identity]
     person: creds.Identity
+    break_glass: creds.Identity | None = None
 
     def service_creds(self, service: str) -> Path:
         return self.creds_dir / f"svc-{service}.nk"
@@ -59,6 +60,11 @@ def _ensure(path: Path, name: str) -> creds.Identity:
     return identity
 
 
+def ensure_key(path: Path, name: str) -> creds.Identity:
+    """A key kept in ``path`` (0600), created once."""
+    return _ensure(path, name)
+
+
 def ensure_identities(creds_dir: Path, services: list[str]) -> StackIdentities:
     """Create (once) and load the stack's seeds."""
     creds_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -66,7 +72,16 @@ def ensure_identities(creds_dir: Path, services: list[str]) -> StackIdentities:
     boot = _ensure(creds_dir / "bootstrap.nk", permissions.BOOTSTRAP)
     svc = {s: _ensure(creds_dir / f"svc-{s}.nk", s) for s in services}
     person = _ensure(creds_dir / "user.nk", local_person_name())
-    return StackIdentities(creds_dir, boot, svc, person)
+    # the only identity that may change or delete streams; nothing in the stack uses it (move it offline)
+    glass_path = creds_dir / "breakglass.nk"
+    glass = creds.load(glass_path, name=permissions.BREAK_GLASS) if glass_path.exists() else None
+    if glass is None and not (creds_dir / ".breakglass-issued").exists():
+        glass = _ensure(glass_path, permissions.BREAK_GLASS)
+        (creds_dir / ".breakglass-issued").write_text(glass.public_key + "\n")
+    elif glass is None:  # moved offline by the operator: keep admitting its key
+        key = (creds_dir / ".breakglass-issued").read_text().strip()
+        glass = creds.Identity(name=permissions.BREAK_GLASS, public_key=key)
+    return StackIdentities(creds_dir, boot, svc, person, glass)
 
 
 def people(platform: Platform | None, *, local_admin: creds.Identity | None) -> list[permissions.Person]:
@@ -88,6 +103,7 @@ def render(ids: StackIdentities, platform: Platform | None) -> str:
         bootstrap_key=ids.bootstrap.public_key,
         service_keys={name: i.public_key for name, i in ids.services.items()},
         people=people(platform, local_admin=ids.person),
+        break_glass_key=ids.break_glass.public_key if ids.break_glass else None,
     )
     return permissions.authorization_conf(accounts)
 

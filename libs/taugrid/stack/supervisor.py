@@ -161,6 +161,46 @@ def _watch_platform(stack: Stack) -> None:
     threading.Thread(target=lambda: asyncio.run(watch()), name="platform-users", daemon=True).start()
 
 
+ANCHOR_INTERVAL_S = float(os.environ.get("TAU_ANCHOR_INTERVAL_S", "60"))
+
+
+def anchor_file(data_dir: Path) -> Path:
+    return data_dir / "anchors" / "ledger.jsonl"
+
+
+def _export_anchors(stack: Stack) -> None:
+    """Every ``TAU_ANCHOR_INTERVAL_S`` (default 60 s), sign the ledger heads and AUDIT's position with the
+    anchor key (``creds/anchor.nk``, not a bus identity) and append them to ``anchors/ledger.jsonl``, outside
+    the bus; AUDIT's settings are re-checked each time and a change is logged as an ALARM."""
+    from taugrid.bus.connection import connect
+    from taugrid.evidence import anchor
+
+    key_path = stack.data_dir / "creds" / "anchor.nk"
+    key = auth.ensure_key(key_path, "anchor")
+
+    async def loop() -> None:
+        assert stack.ids is not None
+        last_line = ""
+        while not stack.stopping:
+            try:
+                bus = await connect(stack.url, name="supervisor-anchor", creds=stack.ids.bootstrap_creds)
+                try:
+                    doc = await anchor.take(bus)
+                finally:
+                    await bus.close()
+                for drift in doc["audit"]["drift"]:
+                    log.error("ALARM: AUDIT %s", drift)
+                line = json.dumps({k: v for k, v in doc.items() if k != "time"}, sort_keys=True)
+                if line != last_line:  # nothing new: no new line
+                    anchor.append(anchor_file(stack.data_dir), anchor.sign(doc, bytearray(key.seed.encode())))
+                    last_line = line
+            except Exception as exc:  # noqa: BLE001 - keep anchoring; a restarting server must not stop this
+                log.warning("anchor export: %r; retrying", exc)
+            await asyncio.sleep(ANCHOR_INTERVAL_S)
+
+    threading.Thread(target=lambda: asyncio.run(loop()), name="anchors", daemon=True).start()
+
+
 def run(stack: Stack) -> int:
     stack.data_dir.mkdir(parents=True, exist_ok=True)
     stack.ids = auth.ensure_identities(stack.data_dir / "creds", SERVICES)
@@ -172,6 +212,7 @@ def run(stack: Stack) -> int:
     asyncio.run(_prepare(stack))
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     _watch_platform(stack)
+    _export_anchors(stack)
     for svc in SERVICES:
         n = 1 if svc in SINGLETONS else max(1, stack.scale.get(svc, 1))
         stack.procs.extend(Proc(svc, i) for i in range(n))

@@ -1,0 +1,148 @@
+"""Anchors: the ledger heads and AUDIT's position, signed and written to a file outside the bus.
+
+Everything on the bus can be rewritten by someone holding a powerful enough credential (stream deletion needs the
+break-glass identity, but a ledger or bundle can be replaced by their writers). An anchor fixes what was recorded
+at a point in time somewhere the bus cannot reach: one JSON line per anchor appended to a file the operator keeps
+(``$TAU_DATA_DIR/anchors/ledger.jsonl`` on the embedded stack, 0600), each signed with the anchor identity's
+nkey (ed25519, base64url) over the canonical JSON of the line without its ``signature``:
+
+``{"schema": "taugrid.anchor/v1", "time", "signer", "audit": {"first_seq", "last_seq", "last_digest",
+"drift"}, "runs": {"<ws>/<run>": {"head", "entries", "digest"}}, "signature"}``
+
+``check`` compares a run's current ledger and AUDIT with an anchor: the ledger must still hold the anchored
+head at the anchored position (a rewritten history has another head there, a truncated one has fewer entries),
+a sealed digest must be unchanged, and AUDIT must still start where it started and hold the anchored last
+message unchanged (a deleted and recreated AUDIT does not).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import nkeys
+
+from taugrid.bus import kv
+from taugrid.bus.bootstrap import audit_drift
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import SignatureInvalid, verify_form
+from taugrid.bus import streams
+from taugrid.bus.topology import AUDIT_STREAM
+from taugrid.evidence import ledger as lg
+
+SCHEMA = "taugrid.anchor/v1"
+BUCKET = "ledger"
+
+
+def _canonical(doc: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in doc.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sign(doc: dict[str, Any], seed: bytes | bytearray) -> dict[str, Any]:
+    key = nkeys.from_seed(seed)
+    signed = {**doc, "signer": key.public_key.decode()}
+    signed["signature"] = base64.urlsafe_b64encode(key.sign(_canonical(signed))).rstrip(b"=").decode()
+    return signed
+
+
+def signature_problems(doc: dict[str, Any], *, trusted: str | None = None) -> list[str]:
+    """Why an anchor line cannot be trusted (empty when its signature verifies, by ``trusted`` if given)."""
+    signer = str(doc.get("signer", ""))
+    if trusted and signer != trusted:
+        return [f"anchor of {doc.get('time')} is signed by {signer}, not the anchor key {trusted}"]
+    try:
+        verify_form(_canonical(doc), public_key=signer, signature=str(doc.get("signature", "")))
+    except SignatureInvalid as exc:
+        return [f"anchor of {doc.get('time')} does not verify: {exc}"]
+    return []
+
+
+async def take(bus: Bus) -> dict[str, Any]:
+    """The current ledger heads and AUDIT position (unsigned)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for ledger in await kv.values(bus, BUCKET, lg.Ledger):
+        runs[f"{ledger.workspace}/{ledger.run_id}"] = {
+            "head": ledger.head, "entries": len(ledger.entries),
+            "digest": ledger.seal.digest if ledger.seal is not None else "",
+        }
+    first, last = await streams.bounds(bus, AUDIT_STREAM)
+    return {
+        "schema": SCHEMA,
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "audit": {"first_seq": first, "last_seq": last,
+                  "last_digest": await _digest_at(bus, last) if last else "",
+                  "drift": await audit_drift(bus)},
+        "runs": runs,
+    }
+
+
+def append(path: Path, doc: dict[str, Any]) -> None:
+    """Append one anchor line (the file is created 0600, its folder 0700)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as out:
+        out.write(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+async def check(bus: Bus, anchors: list[dict[str, Any]], *, run_id: str, workspace: str,
+                ledger: lg.Ledger | None) -> list[str]:
+    """What in the current ledger of the run, and in AUDIT, contradicts the anchors (signatures checked first:
+    every line must be signed by the same key as the first)."""
+    problems: list[str] = []
+    trusted = str(anchors[0].get("signer", "")) if anchors else None
+    for doc in anchors:
+        problems += signature_problems(doc, trusted=trusted)
+    if problems:
+        return problems
+    name = f"{workspace}/{run_id}"
+    mine = [doc for doc in anchors if name in (doc.get("runs") or {})]
+    if not mine:
+        problems.append(f"no anchor in the file covers run {run_id}")
+    else:
+        doc = mine[-1]
+        want = doc["runs"][name]
+        entries = ledger.entries if ledger is not None else ()
+        n = int(want["entries"])
+        if len(entries) < n:
+            problems.append(f"the ledger holds {len(entries)} entries; the anchor of {doc['time']} recorded {n} "
+                            "(history was truncated or rewritten)")
+        elif n and entries[n - 1].hash != want["head"]:
+            problems.append(f"ledger entry {n - 1} hashes to {entries[n - 1].hash[:12]}…, the anchor of "
+                            f"{doc['time']} recorded {str(want['head'])[:12]}… (history was rewritten)")
+        if want.get("digest") and ledger is not None and (ledger.seal is None or ledger.seal.digest != want["digest"]):
+            got = ledger.seal.digest[:12] if ledger.seal is not None else "nothing"
+            problems.append(f"the ledger seals {got}…, the anchor of {doc['time']} recorded "
+                            f"{str(want['digest'])[:12]}… (the sealed bundle was replaced)")
+    latest = anchors[-1]["audit"] if anchors else None
+    if latest and latest.get("last_seq"):
+        first, last = await streams.bounds(bus, AUDIT_STREAM)
+        if last < latest["last_seq"] or first > latest["first_seq"]:
+            problems.append(f"{AUDIT_STREAM} holds messages {first}..{last}; the latest anchor recorded "
+                            f"{latest['first_seq']}..{latest['last_seq']} (AUDIT was emptied, shrunk or recreated)")
+        else:
+            if await _digest_at(bus, int(latest["last_seq"])) != latest["last_digest"]:
+                problems.append(f"{AUDIT_STREAM} message {latest['last_seq']} differs from the anchored one "
+                                "(AUDIT was recreated)")
+    return problems
+
+
+async def _digest_at(bus: Bus, seq: int) -> str:
+    """sha256 of AUDIT's message at ``seq`` (subject, newline, body); empty when it is gone."""
+    ev = await streams.at(bus, AUDIT_STREAM, seq)
+    if ev is None:
+        return ""
+    return hashlib.sha256(ev.nats_subject.encode() + b"\n" + ev.data).hexdigest()

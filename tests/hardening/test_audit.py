@@ -1,0 +1,129 @@
+"""An anchored audit trail: nobody but the break-glass identity changes or deletes streams (real server with
+authentication), the bootstrap alarms when AUDIT's settings changed, and a signed anchor file kept outside the bus
+makes `tau verify --anchor` detect a rewritten ledger and a recreated AUDIT."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import nkeys
+import pytest
+from nats.js.api import StreamConfig
+from taugrid.bus import Bus, connect, identity, kv
+from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.envelope import Event
+from taugrid.core.errors import PermissionDenied
+from taugrid.evidence import anchor
+from taugrid.evidence import ledger as lg
+from taugrid.stack import natsserver
+
+from tests.secure_nats import SecureNats
+
+
+async def test_only_the_break_glass_identity_changes_or_deletes_streams(secure_nats: SecureNats) -> None:
+    boot, glass = await secure_nats.connect("bootstrap"), await secure_nats.connect("breakglass")
+    try:
+        audit = (await boot.js.stream_info("AUDIT")).config
+        with pytest.raises(PermissionDenied, match="stream.update.audit"):
+            await boot.guarded(boot.js.update_stream(dataclasses.replace(audit, max_msgs=1)))
+        with pytest.raises(PermissionDenied, match="stream.delete.audit"):
+            await boot.guarded(boot.js.delete_stream("AUDIT"))
+        with pytest.raises(PermissionDenied, match="stream.delete.runs"):
+            await boot.guarded(boot.js.delete_stream("RUNS"))
+        with pytest.raises(PermissionDenied, match="stream.purge.runs"):
+            await boot.guarded(boot.js.purge_stream("RUNS"))
+        assert (await boot.js.stream_info("AUDIT")).config.max_msgs in (None, -1)
+        # the bootstrap still creates; only the break-glass identity changes and deletes
+        await boot.guarded(boot.js.add_stream(StreamConfig(name="GLASS", subjects=["glass.>"])))
+        with pytest.raises(PermissionDenied, match="stream.update.glass"):
+            await boot.guarded(boot.js.update_stream(StreamConfig(name="GLASS", subjects=["glass.>"], max_msgs=5)))
+        await glass.guarded(glass.js.update_stream(StreamConfig(name="GLASS", subjects=["glass.>"], max_msgs=5)))
+        assert (await glass.js.stream_info("GLASS")).config.max_msgs == 5
+        await glass.guarded(glass.js.delete_stream("GLASS"))
+        # re-running the bootstrap needs no stream update
+        assert await bootstrap(boot) == []
+    finally:
+        await boot.close()
+        await glass.close()
+
+
+@pytest.fixture
+async def plain(tmp_path: Path):  # a private server without authentication, where the test plays the attacker
+    proc, port = natsserver.start(tmp_path / "nats", log_file=tmp_path / "nats.log")
+    bus = await connect(f"nats://127.0.0.1:{port}", name="bootstrap")
+    await bootstrap(bus)
+    try:
+        yield bus
+    finally:
+        await bus.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_the_bootstrap_alarms_when_audit_settings_changed(plain: Bus) -> None:
+    audit = (await plain.js.stream_info("AUDIT")).config
+    await plain.js.update_stream(dataclasses.replace(audit, max_msgs=1))
+    assert await bootstrap(plain) == ["ALARM: AUDIT max_msgs is 1, declared -1"]
+
+
+def fake_event(run_id: str, n: int, body: bytes) -> Event:
+    return Event(id=f"{run_id}.1.e{n}", type=f"exec.e{n}", source="/svc/test", subject=run_id,
+                 time="2026-01-01T00:00:00Z", data=body, attempt=1, seq=n + 1)
+
+
+async def write_ledger(bus: Bus, run_id: str, bodies: list[bytes]) -> lg.Ledger:
+    ledger = lg.Ledger(run_id=run_id, workspace="ws")
+    for i, body in enumerate(bodies):
+        ledger = lg.append(ledger, fake_event(run_id, i, body))
+    await kv.put(bus, "ledger", f"run.ws.{run_id}", lg.encode(ledger))
+    return ledger
+
+
+async def until_audit_holds(bus: Bus, last_seq: int) -> None:
+    """AUDIT mirrors RUNS asynchronously."""
+    for _ in range(100):
+        if (await bus.js.stream_info("AUDIT")).state.last_seq == last_seq:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"AUDIT never reached {last_seq}")
+
+
+async def test_a_rewritten_history_fails_the_anchor_check(plain: Bus, tmp_path: Path) -> None:
+    for i in range(3):
+        await plain.js.publish(f"run.ws.r1.exec.e{i}", b"{}", headers={"Nats-Msg-Id": f"m{i}"})
+    original = await write_ledger(plain, "r1", [b"a", b"b", b"c"])
+    seed = identity.new_user_seed()
+    path = tmp_path / "anchors" / "ledger.jsonl"
+    await until_audit_holds(plain, 3)
+    anchor.append(path, anchor.sign(await anchor.take(plain), seed))
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    [doc] = anchor.read(path)
+    assert doc["runs"]["ws/r1"] == {"head": original.head, "entries": 3, "digest": ""}
+    assert doc["signer"] == nkeys.from_seed(bytearray(seed)).public_key.decode()
+    assert await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original) == []
+
+    # rewrite: same length, one event changed; the new chain is internally consistent
+    rewritten = await write_ledger(plain, "r1", [b"a", b"B", b"c"])
+    assert lg.verify(rewritten) == []
+    problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=rewritten)
+    assert problems == [f"ledger entry 2 hashes to {rewritten.head[:12]}…, the anchor of {doc['time']} recorded "
+                        f"{original.head[:12]}… (history was rewritten)"]
+
+    # the attack of the issue: empty RUNS, republish edited events, delete AUDIT and let the bootstrap recreate
+    # it (on an authenticated server only the break-glass identity could delete it)
+    await plain.js.purge_stream("RUNS")
+    for i in range(2):
+        await plain.js.publish(f"run.ws.r1.exec.e{i}", b'{"edited":true}', headers={"Nats-Msg-Id": f"x{i}"})
+    await plain.js.delete_stream("AUDIT")
+    await bootstrap(plain)
+    await until_audit_holds(plain, 5)
+    problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original)
+    assert problems == ["AUDIT holds messages 4..5; the latest anchor recorded 1..3 (AUDIT was emptied, shrunk or "
+                        "recreated)"]
+
+    # a forged line (edited after signing) is refused before anything else
+    forged = {**doc, "runs": {"ws/r1": {**doc["runs"]["ws/r1"], "head": rewritten.head}}}
+    assert (await anchor.check(plain, [forged], run_id="r1", workspace="ws", ledger=rewritten))[0].endswith(
+        "does not verify: signature does not match the request (tampered, or signed by another key)")
