@@ -119,6 +119,7 @@ class Submitter:
                 user=user,
                 resume_from=req.resume_from,
                 resumes=req.resumes,
+                retries=req.retries,
                 python=req.python,
                 python_source=req.python_source,
                 signer=signer,

@@ -197,3 +197,24 @@ def test_resume_starts_a_new_run_from_the_last_checkpoint(stack: Stack) -> None:
     assert f"resumed from {old_ckpt}/last.json at epoch 30" in logs
     running = stack.tau("run", "resume", "no-such-run")
     assert running.returncode == 3
+
+
+def test_diagnose_names_the_failure_and_retry_runs_the_same_code_again(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "broken", "print('loading', flush=True)\nraise ValueError('bad learning rate')\n",
+                        "name: broken\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    first = stack.tau("run", str(cfg), "--follow", timeout=120)
+    assert first.returncode == 1, first.stdout + first.stderr
+    old = first.stdout.splitlines()[0].strip()
+    found = stack.json("diagnose", old)
+    assert (found["state"], found["classification"], found["cause"]) == (
+        "failed", "app_error", "the script exited with code 1")
+    assert found["last_lines"][0] == "loading" and found["last_lines"][-1] == "ValueError: bad learning rate"
+    assert found["next_step"] == f"fix the error its last lines show, then `tau run retry {old}`"
+    human = stack.tau("diagnose", old, check=True).stdout
+    assert human.startswith(f"{old}: failed — the script exited with code 1\n")
+    again = stack.json("run", "retry", old)
+    assert again["retries"] == old and again["run_id"] != old
+    assert stack.wait_state(again["run_id"], {"failed", "succeeded"}, timeout=90)["state"] == "failed"
+    accepted = next(e["data"] for e in stack.events(again["run_id"]) if e["short_type"] == "submit.accepted")
+    assert (accepted["retries"], accepted["config_text"]) == (old, cfg.read_text())
+    assert stack.tau("diagnose", "no-such-run").returncode == 3

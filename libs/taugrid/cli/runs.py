@@ -210,6 +210,26 @@ async def resume(run_id: str, from_path: str, force: bool, follow: bool, output:
 
 
 @run.command(
+    "retry",
+    help="Start a new run with RUN's config and code from the start (RUN must have finished); prints the new "
+    "run id. `tau run resume` starts from RUN's checkpoint instead.",
+)
+@click.argument("run_id")
+@follow_option
+@output_option
+@run_async
+async def retry(run_id: str, follow: bool, output: str) -> None:
+    async with connected() as client:
+        new_id = await client.retry(run_id)
+        if output == "json" and not follow:
+            emit_json({"run_id": new_id, "retries": run_id})
+            return
+        click.echo(new_id)
+        if follow:
+            await follow_run(client, new_id, output)
+
+
+@run.command(
     "validate",
     help="Check a tau.yaml (or a project folder): the file, the project (the entrypoint exists) and the platform "
     "(workspace, profiles, quotas): the stack's current one when it answers, else this machine's default (the "

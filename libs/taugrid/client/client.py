@@ -124,27 +124,39 @@ class Client:
         (or ``from_path``); returns the new run id. A run that died OOMKilled resumes only with ``force``,
         since the same config will likely die the same way."""
         record = await self.status(run_id)
+        if record.reason == "OOMKilled" and not force:
+            raise PermanentError(f"run {run_id} was OOMKilled; raise compute.memory_limit, or pass --force")
+        resume_from = from_path or (record.resolved.checkpoint_dir if record.resolved else "")
+        if not resume_from:
+            raise PermanentError(f"run {run_id} has no checkpoint directory; pass --from PATH")
+        return await self._again(record, submission_id=submission_id, resume_from=resume_from, resumes=run_id,
+                                 span="tau run resume")
+
+    async def retry(self, run_id: str, *, submission_id: str | None = None) -> str:
+        """Submit a new run with the same config and code as the finished ``run_id``, from the start (a
+        checkpoint is not resumed: ``resume`` does that); returns the new run id."""
+        return await self._again(await self.status(run_id), submission_id=submission_id, retries=run_id,
+                                 span="tau run retry")
+
+    async def _again(self, record: RunRecord, *, submission_id: str | None, span: str, resume_from: str = "",
+                     resumes: str = "", retries: str = "") -> str:
+        """Submit ``record``'s original request again (its config text and source snapshot) as a new run."""
+        run_id = record.run_id
         if record.state not in TERMINAL_STATES:
             raise PermanentError(
                 f"run {run_id} is still {record.state}: cancel it first (`tau cancel {run_id}`)"
             )
-        if record.reason == "OOMKilled" and not force:
-            raise PermanentError(f"run {run_id} was OOMKilled; raise compute.memory_limit, or pass --force")
         original = None
         async for ev in self.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.requested"):
             original = ev.payload(SubmitRequested)
             break
         if original is None:
             raise NotFound(f"the submission of {run_id} is no longer in the RUNS stream")
-        resume_from = from_path or (record.resolved.checkpoint_dir if record.resolved else "")
-        if not resume_from:
-            raise PermanentError(f"run {run_id} has no checkpoint directory; pass --from PATH")
         sid = submission_id or new_submission_id()
         new_id = new_run_id(record.name or run_id, sid)
-        req = msgspec.structs.replace(
-            original, submission_id=sid, resume_from=resume_from, resumes=run_id, user=_user()
-        )
-        with tracing.span("tau run resume", attributes={"taugrid.run_id": new_id}):
+        req = msgspec.structs.replace(original, submission_id=sid, resume_from=resume_from, resumes=resumes,
+                                      retries=retries, user=_user())
+        with tracing.span(span, attributes={"taugrid.run_id": new_id}):
             await self.bus.emit(
                 workspace=record.workspace,
                 run_id=new_id,

@@ -127,6 +127,7 @@ class SubmitRequested(Struct):
     user: str = ""  # what the client claims; the submitter replaces it with the verified signer's name
     resume_from: str = ""  # `tau run resume`: the checkpoint the new run starts from (TAU_RESUME_FROM)
     resumes: str = ""  # the run id this one resumes
+    retries: str = ""  # `tau run retry`: the run id this one runs again (same config and code, from the start)
     python: str = ""  # the submitting environment's interpreter (see ResolvedRun.python)
     python_source: str = ""
 
@@ -142,6 +143,7 @@ class SubmitAccepted(Struct):
     user: str = ""  # the verified submitter (never the client's claim)
     resume_from: str = ""
     resumes: str = ""
+    retries: str = ""
     python: str = ""
     python_source: str = ""
     signer: str = ""  # the public nkey whose signature the submitter verified

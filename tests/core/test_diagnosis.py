@@ -1,0 +1,62 @@
+"""tau diagnose's decision: the cause a person would name first, and the next step, for each way a run ends."""
+
+from __future__ import annotations
+
+from taugrid.core.contracts import Issue, RecoveryGaveUp, Resources, ResolvedRun
+from taugrid.core.diagnosis import RunFacts, diagnose, signal_name
+from taugrid.core.states import RunRecord
+
+RUN = ResolvedRun(run_id="r-1", submission_id="s", workspace="ws", namespace="ns", name="r",
+                  limits=Resources(memory=2 << 30), active_deadline_s=3600)
+
+
+def record(**kw) -> RunRecord:  # type: ignore[no-untyped-def]
+    return RunRecord(run_id="r-1", workspace="ws", resolved=RUN, **kw)
+
+
+def test_signal_names_follow_the_shells_128_plus_n() -> None:
+    assert (signal_name(137), signal_name(139), signal_name(1), signal_name(None), signal_name(200)) == (
+        "SIGKILL", "SIGSEGV", "", "", "")
+
+
+def test_a_script_error_names_its_exit_code_and_the_retry_hint() -> None:
+    d = diagnose(record(state="failed", reason="Error", exit_code=3, node="n1"),
+                 RunFacts(gave_up=RecoveryGaveUp(reason="Error", classification="app_error", attempts=1,
+                                                 hint="add Error to resilience.retry_on to retry crashes"),
+                          last_lines=["Traceback", "ValueError: bad lr"], node_verdict="healthy"))
+    assert (d.classification, d.cause) == ("app_error", "the script exited with code 3")
+    assert d.next_step == ("add Error to resilience.retry_on to retry crashes; fix the error its last lines show, "
+                           "then `tau run retry r-1`")
+    assert d.facts == {"state": "failed", "attempts": "1", "reason": "Error", "exit code": "3",
+                       "node": "n1 (now healthy)"}
+    assert d.last_lines == ["Traceback", "ValueError: bad lr"]
+
+
+def test_a_gpu_fault_is_the_platforms_not_the_scripts_even_with_a_non_zero_exit() -> None:
+    d = diagnose(record(state="failed", reason="Error", exit_code=1, node="n2", attempt=2, exclude_nodes=["n2"]),
+                 RunFacts(degraded=[("n2", "GpuXid", "XID 79 on GPU 0")], node_verdict="unhealthy"))
+    assert (d.classification, d.cause) == ("gpu_fault", "a fault of node n2 (GpuXid: XID 79 on GPU 0), not of "
+                                                        "the script")
+    assert d.facts["node faults"] == "n2: GpuXid" and d.facts["avoided nodes"] == "n2"
+
+
+def test_oom_names_the_limit() -> None:
+    d = diagnose(record(state="failed", reason="OOMKilled", exit_code=137), RunFacts())
+    assert (d.classification, d.cause) == ("oom", "killed for using more memory than its limit of 2 GiB (OOMKilled)")
+    assert d.facts["signal"] == "SIGKILL"
+
+
+def test_a_kill_signal_preemption_deadline_rejection_and_cancel() -> None:
+    assert diagnose(record(state="failed", reason="Error", exit_code=139), RunFacts()).cause == (
+        "the script was killed by SIGSEGV (exit code 139)")
+    pre = diagnose(record(state="failed", reason="Preempted"), RunFacts(preempted_by=["big-run", "big-run"]))
+    assert (pre.cause, pre.facts["preempted"]) == ("preempted by big-run and not retried", "2× (big-run)")
+    assert diagnose(record(state="failed", reason="DeadlineExceeded"), RunFacts()).cause == (
+        "ran past its deadline (3600 s)")
+    rej = diagnose(record(state="rejected"), RunFacts(rejected=[Issue("compute.gpus", "asks 9 GPUs", "ask ≤ 8")]))
+    assert (rej.cause, rej.next_step) == ("rejected before it ran: compute.gpus: asks 9 GPUs",
+                                          "ask ≤ 8; then `tau run validate` and submit again")
+    assert diagnose(record(state="cancelled", cancelled_by="ada"), RunFacts()).cause == "cancelled by ada"
+    assert diagnose(record(state="succeeded"), RunFacts()).cause == "it succeeded"
+    assert diagnose(record(state="queued", message="waiting for quota"), RunFacts()).cause == (
+        "it has not finished: queued (waiting for quota)")
