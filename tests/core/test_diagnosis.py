@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taugrid.core.contracts import Issue, RecoveryGaveUp, Resources, ResolvedRun
+from taugrid.core.contracts import Issue, RecoveryGaveUp, ResolvedRun, Resources
 from taugrid.core.diagnosis import RunFacts, diagnose, signal_name
 from taugrid.core.states import RunRecord
 

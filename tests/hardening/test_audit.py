@@ -11,6 +11,7 @@ from pathlib import Path
 import nkeys
 import pytest
 from nats.js.api import StreamConfig
+
 from taugrid.bus import Bus, connect, identity, kv
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.envelope import Event
@@ -18,7 +19,6 @@ from taugrid.core.errors import PermissionDenied
 from taugrid.evidence import anchor
 from taugrid.evidence import ledger as lg
 from taugrid.stack import natsserver
-
 from tests.secure_nats import SecureNats
 
 

@@ -41,7 +41,6 @@ from taugrid.bus.topology import (
     ConsumerSpec,
 )
 
-
 log = logging.getLogger("taugrid.bootstrap")
 
 # the stream settings the bootstrap compares (the rest are server defaults or set by the server)

@@ -21,7 +21,7 @@ LAST_LINES = 15
 @run_async
 async def diagnose(run_id: str, lines: int, output: str) -> None:
     from taugrid.bus import kv
-    from taugrid.core.contracts import AdmissionPreempted, HealthDegraded, Rejected, RecoveryGaveUp
+    from taugrid.core.contracts import AdmissionPreempted, HealthDegraded, RecoveryGaveUp, Rejected
     from taugrid.core.diagnosis import RunFacts
     from taugrid.core.diagnosis import diagnose as decide
     from taugrid.core.ids import token

@@ -226,6 +226,8 @@ async def retry(run_id: str, follow: bool, output: str) -> None:
             return
         click.echo(new_id)
         if follow:
+            from taugrid.cli.console import follow_run
+
             await follow_run(client, new_id, output)
 
 

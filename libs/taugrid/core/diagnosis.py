@@ -121,9 +121,10 @@ def diagnose(record: RunRecord, facts: RunFacts) -> Diagnosis:
                     f"fix what it names (image, environment, secrets), then {retry}")
     sig = signal_name(record.exit_code)
     if sig:
+        outside = "SIGKILL without OOMKilled: something outside killed it (a limit, an operator); "
         return done(cls, f"the script was killed by {sig} (exit code {record.exit_code})",
-                    f"{'SIGKILL without OOMKilled: something outside killed it (a limit, an operator); ' if sig == 'SIGKILL' else ''}"
-                    f"see the last lines below and `tau logs {record.run_id}`; then {retry}")
+                    f"{outside if sig == 'SIGKILL' else ''}see the last lines below and `tau logs {record.run_id}`; "
+                    f"then {retry}")
     if record.exit_code not in (None, 0):
         # Recovery's give-up hint adds something only when it is the retry_on one; its generic fix is ours below.
         hint = CRASH_HINT if facts.gave_up and facts.gave_up.hint == CRASH_HINT else ""

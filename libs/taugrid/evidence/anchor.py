@@ -27,11 +27,10 @@ from typing import Any
 
 import nkeys
 
-from taugrid.bus import kv
+from taugrid.bus import kv, streams
 from taugrid.bus.bootstrap import audit_drift
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid, verify_form
-from taugrid.bus import streams
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.evidence import ledger as lg
 
