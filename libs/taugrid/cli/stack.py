@@ -79,7 +79,7 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
     while time.time() < deadline:
         state = _state(d)
         if state and state.get("phase") == "ready":
-            _report(state, output, "up")
+            _report(_wait_for_services(d, state, deadline, output), output, "up")
             return
         if proc.poll() is not None:
             fail(
@@ -90,6 +90,37 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
             shown = True
         time.sleep(0.2)
     fail(f"the stack did not become ready within {timeout:.0f}s; see {d / 'supervisor.log'}", EXIT_FAILED)
+
+
+def _starting(d: Path, state: dict[str, object]) -> list[str]:
+    """The service replicas that have not said they are consuming yet (``<service> started (pid N)`` in their
+    log): until then a submission waits on the bus for them."""
+    waiting = []
+    for svc in state.get("services") or []:  # type: ignore[attr-defined]
+        log = d / "logs" / f"{svc['service']}-{svc['replica']}.log"
+        try:
+            said = f"started (pid {svc['pid']})" in log.read_text(errors="replace")
+        except OSError:
+            said = False
+        if not said:
+            waiting.append(f"{svc['service']}-{svc['replica']}")
+    return waiting
+
+
+def _wait_for_services(d: Path, state: dict[str, object], deadline: float, output: str) -> dict[str, object]:
+    """Wait (until ``deadline``) for every service to have bound its consumers; say which are still starting
+    if some are not by then (the stack works, but runs wait for them)."""
+    said = False
+    while (waiting := _starting(d, state)) and time.time() < deadline:
+        if not said and output != "json":
+            click.echo(f"waiting for the services to connect: {', '.join(waiting)} …", err=True)
+            said = True
+        time.sleep(0.5)
+        state = _state(d) or state
+    if waiting and output != "json":
+        click.echo(f"warning: still starting: {', '.join(waiting)} (what they handle waits on the bus until "
+                   f"they connect; see {d / 'logs'})", err=True)
+    return state
 
 
 def _apply_scale(d: Path, wanted: dict[str, int], timeout: float) -> dict[str, object]:
