@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "admin": ("identity_cmd", "admin", "Platform administration: people and their..."),
     "cancel": ("runs", "cancel", "Cancel a run: its process gets SIGTERM,..."),
     "completion": ("completion", "completion", "Print the shell completion script for SHELL."),
-    "diagnose": ("diagnose_cmd", "diagnose", "Why a run failed (or where it stands): exit..."),
+    "diagnose": ("diagnose_cmd", "diagnose", "Why a run failed (or where it stands):..."),
     "dlq": ("dlq_cmd", "dlq", "Dead letters: events a service refused or..."),
     "down": ("stack", "down", "Stop the embedded stack: services drain,..."),
     "events": ("runs", "events", "Replay run events from the stream (the..."),
