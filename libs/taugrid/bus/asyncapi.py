@@ -23,6 +23,7 @@ import yaml
 from taugrid import __version__
 from taugrid.bus.envelope import (
     SIGNATURE_HEADER,
+    SIGNATURE_MAX_AGE_S,
     SIGNATURE_SCHEME,
     SIGNED_TYPES,
     SIGNER_HEADER,
@@ -178,6 +179,8 @@ and the renderer answers a cancel with `cancel.accepted` / `cancel.refused`.
 
 4. `{SIGNER_HEADER}` = the public key (`U…`); `{SIGNATURE_HEADER}` = base64url without padding (RFC 4648 §5)
    of the 64-byte ed25519 signature of the canonical form by the user's seed (`SU…`).
+5. Publish at once: a request stored more than {SIGNATURE_MAX_AGE_S:.0f} s from its `ce-time` (either way) is
+   refused with field `ce-time` (a replayed old request, or a wrong clock).
 
 Who may sign: on a platform that lists users, a key listed in `platform.yaml` users; on the embedded stack
 (no users listed), the local user `tau up` created, whose seed is `$TAU_DATA_DIR/creds/user.nk` (default

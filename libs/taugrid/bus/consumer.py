@@ -115,7 +115,8 @@ class ConsumerLoop:
 
     async def _one(self, msg: Msg) -> None:
         meta = msg.metadata
-        event = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+        event = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
+                             stored=meta.timestamp.timestamp())
         attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": msg.subject,
                                  "messaging.consumer.group.name": self.durable}
         if self.stream in sources.CHECKED_STREAMS:

@@ -67,6 +67,7 @@ class Event(msgspec.Struct, kw_only=True):
     user: str = ""  # ce-tauuser: the run's verified submitter (trust it only from a service, see consumer)
     signer: str = ""  # tau-signer: the author's public nkey on a signed request
     signature: str = ""  # tau-signature
+    stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
 
     def payload(self, kind: type[T]) -> T:
         return msgspec.json.decode(self.data, type=kind)
@@ -129,7 +130,8 @@ def headers_for(
     return headers
 
 
-def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq: int = 0) -> Event:
+def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq: int = 0,
+                 stored: float = 0.0) -> Event:
     """Decode a message; a message with no CloudEvents headers still yields an Event (type from the subject)."""
     h = headers or {}
     ce = h.get("ce-type", "")
@@ -154,6 +156,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         user=h.get(USER_HEADER, ""),
         signer=h.get(SIGNER_HEADER, ""),
         signature=h.get(SIGNATURE_HEADER, ""),
+        stored=stored,
     )
 
 
@@ -162,6 +165,24 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
 
 class SignatureInvalid(ValueError):
     """A request whose signature is missing, malformed or does not match; the message says which."""
+
+
+SIGNATURE_MAX_AGE_S = 300.0  # a signed request must be stored within this long of its ce-time (either way)
+
+
+def staleness(event: Event) -> float | None:
+    """Seconds between a signed request's ``ce-time`` and when the stream stored it, when that is more than
+    ``SIGNATURE_MAX_AGE_S`` (a replay of an old request, or a badly wrong clock); None when fresh or when the
+    event was not read from a stream. The signature covers ``ce-time``, so a replay cannot refresh it, and the
+    stored time is the server's. ``Nats-Msg-Id`` is not signed, so deduplication alone does not stop replays."""
+    if not event.stored:
+        return None
+    try:
+        signed = dt.datetime.fromisoformat(event.time.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return float("inf")
+    gap = abs(event.stored - signed)
+    return gap if gap > SIGNATURE_MAX_AGE_S else None
 
 
 def canonical_form(*, nats_subject: str, event_id: str, event_type: str, subject: str, time: str,

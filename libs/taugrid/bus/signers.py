@@ -9,7 +9,15 @@ import os
 
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import SIGNATURE_HEADER, SIGNER_HEADER, Event, SignatureInvalid, verify_signature
+from taugrid.bus.envelope import (
+    SIGNATURE_HEADER,
+    SIGNATURE_MAX_AGE_S,
+    SIGNER_HEADER,
+    Event,
+    SignatureInvalid,
+    staleness,
+    verify_signature,
+)
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import Issue
@@ -56,6 +64,15 @@ class Signers:
                 field=SIGNATURE_HEADER, message=f"{ev.type} refused: {exc}",
                 fix="sign requests with your nkey (the tau CLI and taugrid.client do; see docs/architecture.md §4)",
             )) from exc
+        gap = staleness(ev)
+        if gap is not None:
+            raise Refused(Issue(
+                field="ce-time",
+                message=f"{ev.type} refused: signed at {ev.time!r}, but stored {gap:.0f} s apart from that; a "
+                        f"signed request must reach the bus within {SIGNATURE_MAX_AGE_S:.0f} s of signing (a replay "
+                        "of an old request is never honoured)",
+                fix="send the request again (tau signs it anew); if it was just sent, check this machine's clock",
+            ))
         platform = await self.platform()
         local = await self.local_user()
         if local is not None and local.nkey == signer:
