@@ -14,7 +14,6 @@ from taugrid.local import containers
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podspec import plan
-from tests.local import images
 from tests.local.test_kubelet import log_text, pod, run, terminated
 
 
@@ -87,18 +86,6 @@ def test_the_kubelet_runs_an_annotated_pod_through_the_engine_with_its_volumes_a
         "localhost/tau-test:1", "/bin/sh", "-c", 'echo "$GREETING" > $OUT']
     assert main.env["OUT"] == f"{data}/result.txt"  # the mount path rewritten, as for host processes
     assert (main.engine, main.engine_name) == ("podman", "p-0-main")
-
-
-@pytest.fixture(scope="module")
-def engine_image() -> tuple[str, str]:
-    engine, why = images.working_engine()
-    if not engine:
-        pytest.skip(f"{why}: the engine path is covered by the command-line tests above")
-    tag = "localhost/taugrid-test-sh:1"
-    problem = images.build(engine, tag, ["sh", "sleep", "cat"])
-    if problem:
-        pytest.skip(f"{problem}: the engine path is covered by the command-line tests above")
-    return engine, tag
 
 
 @pytest.fixture

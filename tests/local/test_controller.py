@@ -22,6 +22,7 @@ from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
+from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.runtime import Preparing, Ready
 from taugrid.local.secrets import write_secret
@@ -291,3 +292,30 @@ async def test_a_burst_on_one_cluster_queue_is_admitted_one_head_per_cycle_back_
 async def _until(check: Any) -> None:
     while not check():
         await asyncio.sleep(0.01)
+
+
+async def test_a_runtime_with_an_engine_runs_the_pod_in_its_image_and_ships_its_output(
+        bus: Bus, cluster: LocalCluster, engine_image: tuple[str, str]) -> None:
+    engine, image = engine_image
+
+    class InEngine:
+        def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Ready:
+            return Ready(python="python", engine=engine, image=image,
+                         environment={"container": image, "engine": engine})
+
+        def forget(self, pod: str) -> None:
+            return None
+
+    cluster.podsync.runtime = InEngine()
+    rid = run_id()
+    name = f"{rid}-a1"
+    container = main(["/bin/sh", "-c", "echo in $(cat /proc/1/comm) at $PWD"], image=image, workingDir="/work")
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[job(name, container)]))
+    await until_finished(cluster, name, timeout=120)
+    work = cluster.kubelet.workdir(f"{name}-pod")
+    assert (await logs(bus, rid)) == {f"{name}-pod": [f"in {engine}-init at {work}"]}
+    stored = cluster.kubelet.pods.manifest(f"{name}-pod") or {}
+    assert stored["metadata"]["annotations"][ENGINE_ANNOTATION] == engine
+    assert stored["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", "echo in $(cat /proc/1/comm) at $PWD"]
+    final = (await pod_events(bus, f"{name}-pod"))[-1]
+    assert final["metadata"]["annotations"]["environment.taugrid.io/container"] == image
