@@ -19,6 +19,11 @@ def test_follow_shows_the_scripts_output_and_a_failure_summary(stack: Stack, tmp
     lines = proc.stdout.splitlines()
     run_id = lines[0]
     assert "hello from the script" in lines  # the script's own line, as it printed it
+    # the failure's last line comes before the event that says the pod failed, which the gave_up and seal follow
+    failed_at = next(i for i, x in enumerate(lines) if " exec.failed " in x)
+    assert lines.index("ValueError: learning rate must be positive") < failed_at
+    assert [x.split("] ", 1)[1].split()[0] for x in lines[failed_at:failed_at + 3]] == [
+        "exec.failed", "recovery.gave_up", "evidence.sealed"]
     summary = lines[next(i for i, x in enumerate(lines) if x.startswith("last ")):]
     assert summary[0].endswith(f"line(s) of output (all of it: `tau logs {run_id}`):")
     assert "  ValueError: learning rate must be positive" in summary
