@@ -44,8 +44,18 @@ class Policy:
         platform, revision = await self.platform()
         if (not await self.signers.is_local_admin(acc.signer)
                 and (problem := _not_member(platform, acc.user, ev.workspace)) is not None):
-            await self._reject(ev, [problem])
+            await self._reject(ev, [problem])  # membership always by the current platform
             return
+        if acc.platform_revision:  # `tau reproduce`: resolve exactly as the original run was
+            pinned = await self.reader.at(acc.platform_revision)
+            if not isinstance(pinned, Platform):
+                why = "is no longer kept (the platform bucket keeps 64 revisions)" if pinned is None else (
+                    f"does not validate: {str(pinned).splitlines()[0]}")
+                await self._reject(ev, [Issue(
+                    "platform_revision", f"platform revision {acc.platform_revision} {why}",
+                    "run it against the current platform instead: `tau run retry RUN`")])
+                return
+            platform, revision = pinned, acc.platform_revision
         try:
             cfg = load_tau_config_shared(acc.config_text, path=acc.config_path)
             run = resolve_run(

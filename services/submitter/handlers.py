@@ -120,6 +120,8 @@ class Submitter:
                 resume_from=req.resume_from,
                 resumes=req.resumes,
                 retries=req.retries,
+                reproduces=req.reproduces,
+                platform_revision=req.platform_revision,
                 python=req.python,
                 python_source=req.python_source,
                 signer=signer,

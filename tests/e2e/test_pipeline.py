@@ -218,3 +218,22 @@ def test_diagnose_names_the_failure_and_retry_runs_the_same_code_again(stack: St
     accepted = next(e["data"] for e in stack.events(again["run_id"]) if e["short_type"] == "submit.accepted")
     assert (accepted["retries"], accepted["config_text"]) == (old, cfg.read_text())
     assert stack.tau("diagnose", "no-such-run").returncode == 3
+
+
+def test_reproduce_reruns_the_sealed_config_source_and_platform_revision(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "repro", "print('same code', flush=True)\n",
+                        "name: repro\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    first = stack.tau("run", str(cfg), "--follow", timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    old = first.stdout.splitlines()[0].strip()
+    stack.wait_sealed(old)
+    (tmp_path / "repro" / "main.py").write_text("print('edited since', flush=True)\n")  # the sealed code runs
+    again = stack.json("reproduce", old)
+    sealed = stack.json("evidence", old)
+    assert (again["reproduces"], again["source_digest"], again["platform_revision"]) == (
+        old, sealed["source"]["digest"], sealed["platform"]["revision"])
+    assert stack.wait_state(again["run_id"], {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
+    assert stack.tau("logs", again["run_id"], check=True).stdout == "same code\n"
+    approved = next(e["data"] for e in stack.events(again["run_id"]) if e["short_type"] == "policy.approved")
+    assert approved["platform_revision"] == sealed["platform"]["revision"]
+    assert stack.tau("reproduce", "no-such-run").returncode == 3

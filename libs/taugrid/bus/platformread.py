@@ -61,6 +61,14 @@ class PlatformReader:
         raise TemporaryError(f"the platform (revision {revision}) is invalid and no earlier revision is valid: "
                              f"{first}; apply a fixed one with `tau platform apply`", delay=INVALID_RETRY_S)
 
+    async def at(self, revision: int) -> Platform | ConfigError | None:
+        """That revision of the platform (``tau reproduce`` pins the one a run was resolved against): the
+        platform, the ConfigError it fails with, or None when the bucket no longer keeps it."""
+        got = await platformstore.get_text(self.bus, revision=revision)
+        if got is None:
+            return None
+        return self._parse(*got)
+
     async def _history(self, below: int) -> list[tuple[str, int]]:
         """Older texts of the platform key, newest first."""
         try:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "outputs": ("outputs_cmd", "outputs", "List a run's output and checkpoint files;..."),
     "platform": ("platform_cmd", "platform", "Govern workspaces, queues, quotas, compute..."),
     "queue": ("queue_cmd", "queue", "Show ClusterQueues: nominal, used,..."),
+    "reproduce": ("reproduce_cmd", "reproduce", "Re-run RUN exactly from its sealed..."),
     "run": ("runs", "run", "Submit a run: `tau run [TARGET]` (a..."),
     "scale": ("stack", "scale", "Change replica counts of a running stack's..."),
     "stack": ("stack", "stack_status", "Show the embedded stack: NATS URL, data..."),

@@ -152,19 +152,21 @@ class Client:
             break
         if original is None:
             raise NotFound(f"the submission of {run_id} is no longer in the RUNS stream")
+        req = msgspec.structs.replace(original, resume_from=resume_from, resumes=resumes, retries=retries)
+        return await self.submit_request(req, workspace=record.workspace, name=record.name or run_id, span=span,
+                                         submission_id=submission_id)
+
+    async def submit_request(self, req: SubmitRequested, *, workspace: str, name: str, span: str,
+                             submission_id: str | None = None) -> str:
+        """Submit a prepared request (a run again, or one rebuilt from sealed evidence) as a new run of this
+        person under a new submission id; returns the new run id."""
         sid = submission_id or new_submission_id()
-        new_id = new_run_id(record.name or run_id, sid)
-        req = msgspec.structs.replace(original, submission_id=sid, resume_from=resume_from, resumes=resumes,
-                                      retries=retries, user=_user())
+        new_id = new_run_id(name, sid)
+        req = msgspec.structs.replace(req, submission_id=sid, workspace=workspace, user=_user())
         with tracing.span(span, attributes={"taugrid.run_id": new_id}):
-            await self.bus.emit(
-                workspace=record.workspace,
-                run_id=new_id,
-                attempt=1,
-                event_type="submit.requested",
-                payload=req,
-            )
-        self._workspaces[new_id] = record.workspace
+            await self.bus.emit(workspace=workspace, run_id=new_id, attempt=1, event_type="submit.requested",
+                                payload=req)
+        self._workspaces[new_id] = workspace
         return new_id
 
     async def cancel(self, run_id: str, *, reason: str = "cancelled by user", wait_s: float = 20.0

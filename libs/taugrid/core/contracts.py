@@ -128,6 +128,8 @@ class SubmitRequested(Struct):
     resume_from: str = ""  # `tau run resume`: the checkpoint the new run starts from (TAU_RESUME_FROM)
     resumes: str = ""  # the run id this one resumes
     retries: str = ""  # `tau run retry`: the run id this one runs again (same config and code, from the start)
+    reproduces: str = ""  # `tau reproduce`: the run id whose sealed evidence this one re-runs
+    platform_revision: int = 0  # resolve against this platform revision, not the newest (`tau reproduce`)
     python: str = ""  # the submitting environment's interpreter (see ResolvedRun.python)
     python_source: str = ""
 
@@ -144,6 +146,8 @@ class SubmitAccepted(Struct):
     resume_from: str = ""
     resumes: str = ""
     retries: str = ""
+    reproduces: str = ""
+    platform_revision: int = 0
     python: str = ""
     python_source: str = ""
     signer: str = ""  # the public nkey whose signature the submitter verified
