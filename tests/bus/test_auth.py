@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
 from nats.js.api import StreamConfig
 
-from taugrid.bus import permissions
+from taugrid.bus import permissions, snapshots
 from taugrid.bus.bootstrap import consumer_config
 from taugrid.bus.topology import CONSUMERS, SOURCES_STORE
 from taugrid.client import Client
@@ -206,6 +207,12 @@ async def test_people_put_source_snapshots_but_never_bundles(secure_nats):
         with pytest.raises(PermissionDenied, match=r"stream\.purge\.obj_sources"):
             await alice.guarded((await alice.objects(SOURCES_STORE)).delete("sources/def.tar.gz"))
         assert (await (await evidence.objects()).get("runs/r2/bundle.json")).data == b"{}"
+        # A snapshot someone replaced is uploaded again by its owner (without the purge people may not do).
+        data = b"the real snapshot"
+        name = f"sources/{hashlib.sha256(data).hexdigest()}.tar.gz"
+        await alice.guarded((await alice.objects(SOURCES_STORE)).put(name, b"planted"))
+        assert await snapshots.upload(alice, name, data) is True
+        assert await snapshots.fetch(alice, name) == data
     finally:
         await alice.close()
         await evidence.close()

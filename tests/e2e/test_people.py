@@ -41,6 +41,20 @@ def test_a_colleague_is_admitted_and_revoked_without_restarts(stack: Stack, tmp_
     assert who and (who["user"], who["role"], who["workspaces"]) == ("gwen", "researcher", ["default"])
     assert _as(home, "platform", "apply", str(stack.data_dir / "platform.yaml")).returncode == 5
 
+    # gwen reads only her workspace's runs: the stack owner's run elsewhere is neither listed nor found
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tau.yaml").write_text("name: scoped\nentrypoint: echo scoped\ncompute: {gpus: 0}\n")
+    ours = json.loads(stack.tau("run", str(project), "--workspace", "default", "--output", "json",
+                                check=True).stdout)["run_id"]
+    theirs = json.loads(stack.tau("run", str(project), "--workspace", "elsewhere", "--output", "json",
+                                  check=True).stdout)["run_id"]
+    assert _until(lambda: {ours, theirs} <= {r["run_id"] for r in stack.json("list", "--limit", "0")})
+    listed = json.loads(_as(home, "list", "--limit", "0", "--output", "json").stdout)
+    assert ours in {r["run_id"] for r in listed} and {r["workspace"] for r in listed} == {"default"}
+    missing = _as(home, "status", theirs)
+    assert missing.returncode == 3 and f"run {theirs} not found in your workspaces" in missing.stderr
+
     stack.tau("admin", "user", "remove", "gwen", check=True)
     refused = _until(lambda: (p := _as(home, "whoami")).returncode == 5 and p)
     assert refused and "authorization violation" in refused.stderr
