@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from taugrid.bus import platformstore
 from taugrid.core.contracts import PolicyApproved, Rejected, SubmitRequested
-
 from tests.hardening.conftest import Stack
 
 CONFIG = "name: pinned\nentrypoint: t.py\n"
