@@ -60,6 +60,14 @@ async def runs(secure_nats: SecureNats) -> AsyncIterator[tuple[str, str]]:
             await b.close()
 
 
+async def _consumers(secure_nats: SecureNats, stream: str) -> int:
+    boot = await secure_nats.connect("bootstrap")
+    try:
+        return int((await boot.js.stream_info(stream)).state.consumer_count)
+    finally:
+        await boot.close()
+
+
 async def _person(secure_nats: SecureNats, name: str) -> tuple[Bus, Client]:
     bus = await secure_nats.connect(name)
     return bus, Client(bus)
@@ -76,6 +84,7 @@ async def test_a_researcher_reads_only_their_workspaces_records(secure_nats, run
         listed = await client.list()
         assert mine in {r.run_id for r in listed} and theirs not in {r.run_id for r in listed}
         assert {r.workspace for r in listed} == {"vision"}
+        assert await _consumers(secure_nats, "KV_run_state") == 0  # each listing's consumer is deleted at once
         # The server itself refuses the reads, whatever the client would ask.
         with pytest.raises(PermissionDenied, match=r"kv_run_state\.\$kv\.run_state\.run\.language\."):
             await alice.guarded(runstate.get(alice, "language", theirs))
@@ -125,6 +134,7 @@ async def test_a_researcher_reads_only_their_workspaces_bundles(secure_nats, run
     try:
         got = await store.read_object(alice, bundle_name(mine))
         assert got == f'{{"run": "{mine}"}}'.encode() * 40000  # several chunks, all of them
+        assert await _consumers(secure_nats, "OBJ_evidence") == 0
         with pytest.raises(PermissionDenied, match=r"consumer\.create\.obj_evidence\..*\.c\.language\."):
             await alice.guarded(store.read_object(alice, bundle_name(theirs)))
         with pytest.raises(PermissionDenied, match=r"stream\.msg\.get\.obj_evidence"):

@@ -25,7 +25,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import Bus
-from taugrid.core.errors import TemporaryError
+from taugrid.core.errors import PermissionDenied, TemporaryError
 
 T = TypeVar("T")
 log = logging.getLogger("taugrid.bus")
@@ -163,9 +163,11 @@ async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: s
             if msg.metadata.num_pending == 0:
                 return out
     finally:
-        # a closing connection drops it anyway; the server removes it after inactive_threshold
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
+        # deleted at once, not left to its inactive threshold: a polling `tau list` would pile them up
+        with contextlib.suppress(nats.errors.Error, PermissionDenied, TimeoutError):
+            await bus.guarded(bus.js.delete_consumer(stream, cfg.name or ""))
 
 
 async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:

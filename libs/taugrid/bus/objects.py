@@ -20,7 +20,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo, ObjectMetaOpt
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.topology import OBJECT_STORE
-from taugrid.core.errors import NotFound, TemporaryError
+from taugrid.core.errors import NotFound, PermissionDenied, TemporaryError
 from taugrid.core.ids import token
 
 _CHUNK = 128 * 1024  # nats-py's default chunk size
@@ -84,6 +84,8 @@ async def read(bus: Bus, name: str) -> bytes | None:
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+            with contextlib.suppress(nats.errors.Error, PermissionDenied, TimeoutError):
+                await bus.guarded(bus.js.delete_consumer(f"OBJ_{OBJECT_STORE}", cfg.name or ""))
     except (nats.errors.Error, TimeoutError) as exc:
         raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
     data = b"".join(parts)
