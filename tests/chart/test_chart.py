@@ -136,7 +136,7 @@ def test_the_renderer_knows_where_the_source_fetch_comes_from(render: Render) ->
     renderer = one(render(), "Deployment", "t-taugrid-renderer")["spec"]["template"]["spec"]["containers"][0]
     env = env_of(renderer)
     assert (env["TAU_SOURCE_FETCH_IMAGE"], env["TAU_SOURCE_FETCH_NATS_URL"], env["TAU_SOURCE_FETCH_CREDS_SECRET"]) == (
-        "ghcr.io/taugrid/taugrid:0.1.0", "nats://t-taugrid-nats.taugrid.svc:4222", "")
+        "ghcr.io/taugrid/taugrid:0.1.0", "nats://t-taugrid-nats.taugrid.svc:4222", "taugrid-source-fetch")
     objs = render("sourceFetch.natsUrl=nats://bus.example:4222", "sourceFetch.credsSecret=tau-fetch",
                   "image.tag=1.2.3")
     env = env_of(one(objs, "Deployment", "t-taugrid-renderer")["spec"]["template"]["spec"]["containers"][0])
@@ -162,6 +162,12 @@ VARIANTS = {
                               "platform.config.workspaces[0].name=ml", "nodeAgent.kmsg.enabled=true",
                               "nodeAgent.runtimeClassName=nvidia", "otel.endpoint=http://otel:4318"),
     "kmsg-privileged": ("nodeAgent.kmsg.enabled=true", "nodeAgent.kmsg.privileged=true"),
+    "auth-off": ("auth.enabled=false", "sourceFetch.credsSecret="),
+    "tls+external+scrapers": (
+        "nats.embedded.tls.enabled=true", "nats.embedded.tls.secretName=bus-tls", "nats.embedded.external.enabled=true",
+        "nats.embedded.external.allowedFrom[0].ipBlock.cidr=10.20.0.0/16",
+        "nats.embedded.monitoring.scrapers[0].namespaceSelector.matchLabels.name=monitoring",
+        "platform.enabled=true", "platform.config.workspaces[0].name=ml"),
 }
 
 
@@ -198,6 +204,10 @@ def test_pods_meet_the_restricted_profile(render: Render) -> None:
     "rbac.workspaceNamespaces={Team_A}",
     "platform.enabled=true",  # with an empty platform.yaml
     "services.renderer.resources.requests.cpu=lots",
+    "sourceFetch.credsSecret=",  # auth on: run pods would fetch their source without credentials
+    "nats.embedded.external.type=Public",
+    "nats.embedded.monitoring.scrapers[0].everyone=true",
+    "nats.embedded.tls.certManager.enabled=true",  # and no issuer
 ])
 def test_bad_values_fail_the_schema(helm: Path, bad: str) -> None:
     proc = _helm(helm, "template", "t", str(CHART), "--kube-version", K8S_VERSION, "--set", bad)
@@ -333,7 +343,7 @@ def test_a_missing_tool_package_is_an_error_not_a_skip(monkeypatch: pytest.Monke
 
 def test_evidence_mounts_the_outputs_volume_read_only_and_keeps_small_outputs(render: Render) -> None:
     plain = one(render(), "Deployment", "t-taugrid-evidence")["spec"]["template"]["spec"]
-    assert [v["name"] for v in plain["volumes"]] == ["tmp"]
+    assert [v["name"] for v in plain["volumes"]] == ["tmp", "bus-creds"]
     env = {e["name"]: e.get("value") for e in plain["containers"][0]["env"]}
     assert env["TAU_EVIDENCE_KEEP_OUTPUTS"] == "64Mi"
     objs = render("services.evidence.outputs.claimName=results", "services.evidence.keepOutputs=0")
@@ -343,6 +353,6 @@ def test_evidence_mounts_the_outputs_volume_read_only_and_keeps_small_outputs(re
     assert {"name": "outputs", "mountPath": "/data", "readOnly": True} in mounts
     assert {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}["TAU_EVIDENCE_KEEP_OUTPUTS"] == "0"
     policy = one(objs, "Deployment", "t-taugrid-policy")["spec"]["template"]["spec"]
-    assert [v["name"] for v in policy["volumes"]] == ["tmp"]
+    assert [v["name"] for v in policy["volumes"]] == ["tmp", "bus-creds"]
     for obj in objs:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

@@ -62,6 +62,75 @@ helm.sh/chart: {{ include "taugrid.chart" .root }}
   value: {{ default (include "taugrid.natsUrl" .) .Values.sourceFetch.natsUrl | quote }}
 - name: TAU_SOURCE_FETCH_CREDS_SECRET
   value: {{ .Values.sourceFetch.credsSecret | quote }}
+{{- if include "taugrid.natsCa" . }}
+# Read by the renderer and passed to run pods as TAU_NATS_CA_PEM (public), so no namespace needs a copy.
+- name: TAU_SOURCE_FETCH_NATS_CA
+  value: /etc/taugrid/nats-ca/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/*
+Bus authentication (auth.enabled): every taugrid container finds its own nkey seed at /etc/taugrid/bus/creds,
+a single item of the credentials Secret that `tau admin chart-credentials` writes; each pod mounts the item of
+its identity only ("taugrid.busCredsVolume"). TAU_LOCAL_ADMIN names the operator's person (platform admin).
+*/}}
+{{- define "taugrid.authEnv" -}}
+{{- if .Values.auth.enabled }}
+- name: TAU_NATS_CREDS
+  value: /etc/taugrid/bus/creds
+- name: TAU_LOCAL_ADMIN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.auth.secretName }}
+      key: local-admin
+{{- end }}
+{{- end -}}
+
+{{/* The embedded server's TLS Secret (nats.embedded.tls). */}}
+{{- define "taugrid.natsTlsSecret" -}}
+{{- default (printf "%s-nats-tls" (include "taugrid.fullname" .)) .Values.nats.embedded.tls.secretName -}}
+{{- end -}}
+
+{{/* "true" when clients must verify the embedded server's TLS certificate against the Secret's CA. */}}
+{{- define "taugrid.natsCa" -}}
+{{- $t := .Values.nats.embedded.tls -}}
+{{- if and .Values.nats.embedded.enabled $t.enabled $t.caKey }}true{{ end -}}
+{{- end -}}
+
+{{/* What a pod needs to reach the bus: its identity's seed and the server's CA. Call with (dict "root" $ "file"
+"svc-policy.nk"); the seed is the only item of the credentials Secret this pod can read. */}}
+{{- define "taugrid.busVolumes" -}}
+{{- if .root.Values.auth.enabled }}
+- name: bus-creds
+  secret:
+    secretName: {{ .root.Values.auth.secretName }}
+    defaultMode: 288 # 0440: readable by the pod's fsGroup, nobody else
+    items:
+      - key: {{ .file }}
+        path: creds
+{{- end }}
+{{- if include "taugrid.natsCa" .root }}
+- name: nats-ca
+  secret:
+    secretName: {{ include "taugrid.natsTlsSecret" .root }}
+    defaultMode: 292 # 0444: a CA certificate is public
+    items:
+      - key: {{ .root.Values.nats.embedded.tls.caKey }}
+        path: ca.crt
+{{- end }}
+{{- end -}}
+
+{{- define "taugrid.busMounts" -}}
+{{- if .Values.auth.enabled }}
+- name: bus-creds
+  mountPath: /etc/taugrid/bus
+  readOnly: true
+{{- end }}
+{{- if include "taugrid.natsCa" . }}
+- name: nats-ca
+  mountPath: /etc/taugrid/nats-ca
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* The env every taugrid container gets. */}}
@@ -82,6 +151,11 @@ helm.sh/chart: {{ include "taugrid.chart" .root }}
   value: {{ .Values.backend.cluster | quote }}
 - name: TAU_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
+{{- include "taugrid.authEnv" . }}
+{{- if include "taugrid.natsCa" . }}
+- name: TAU_NATS_CA
+  value: /etc/taugrid/nats-ca/ca.crt
+{{- end }}
 {{- with .Values.otel.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ . | quote }}
@@ -106,7 +180,7 @@ capabilities:
   drop: [ALL]
 {{- end -}}
 
-{{/* The parts of a bootstrap Job container that do not depend on its step. */}}
+{{/* The parts of a bootstrap Job container that do not depend on its step (both connect as bootstrap). */}}
 {{- define "taugrid.bootstrapContainer" -}}
 image: {{ include "taugrid.image" .root }}
 imagePullPolicy: {{ .root.Values.image.pullPolicy }}

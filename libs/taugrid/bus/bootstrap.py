@@ -163,10 +163,25 @@ async def bootstrap(bus: Bus, *, update: bool = False) -> list[str]:
     return alarms
 
 
+async def record_local_admin(bus: Bus, value: str) -> bool:
+    """Store ``TAU_LOCAL_ADMIN`` (``<name>:<public key>``, the chart's operator) as the platform's local user,
+    so clients (``tau whoami``) know that person as a platform admin, as ``tau up`` does for its own."""
+    from taugrid.bus.platformstore import LocalUser, put_local_user
+
+    name, _, key = value.partition(":")
+    if not (name and key):
+        return False
+    await put_local_user(bus, LocalUser(name=name, nkey=key))
+    return True
+
+
 async def _main(url: str | None, *, update: bool) -> int:
+    import os
+
     bus = await connect(url, name="bootstrap")
     try:
         alarms = await bootstrap(bus, update=update)
+        await record_local_admin(bus, os.environ.get("TAU_LOCAL_ADMIN", ""))
     finally:
         await bus.close()
     for alarm in alarms:

@@ -2,7 +2,8 @@
 
 Invariants: every publish to a stream waits for the JetStream ack (so "published" means "stored") and carries a
 deterministic ``Nats-Msg-Id``. A connection authenticates with the nkey seed in ``creds`` (else the file named by
-``TAU_NATS_CREDS``; none means an open server). The server answers a forbidden publish or subscribe with an
+``TAU_NATS_CREDS``; none means an open server). A server that requires TLS is verified against the system's
+CAs, or against ``ca`` (else ``TAU_NATS_CA``/``TAU_NATS_CA_PEM``), the private CA of a platform's bus. The server answers a forbidden publish or subscribe with an
 asynchronous permissions error, not a reply: it is matched to the waiting call here and raised as
 ``PermissionDenied`` at once instead of a timeout.
 """
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import os
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +37,8 @@ from taugrid.core.limits import EVENT_MAX_BYTES, size_text
 log = logging.getLogger("taugrid.bus")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+CA_ENV = "TAU_NATS_CA"  # a PEM file of the CA that signed the bus's TLS certificate (e.g. cert-manager's ca.crt)
+CA_PEM_ENV = "TAU_NATS_CA_PEM"  # the same CA as PEM text, for containers that get no file (run pods)
 T = TypeVar("T")
 _VIOLATION = re.compile(r'Permissions Violation for (Publish|Subscription) to "?([^"\s]+)"?', re.IGNORECASE)
 
@@ -178,20 +182,40 @@ def default_creds() -> str | None:
     return str(found) if found else None
 
 
+def tls_context(ca: Path | str | None = None) -> ssl.SSLContext | None:
+    """The TLS context for a bus whose certificate a private CA signed: ``ca`` (a PEM file), else the file named
+    by ``TAU_NATS_CA``, else the PEM text in ``TAU_NATS_CA_PEM`` (what the renderer gives run pods' source
+    fetch); None leaves verification to the system's CAs. Used whenever the server requires TLS."""
+    path = Path(ca).expanduser() if ca else (Path(os.environ[CA_ENV]).expanduser()
+                                             if os.environ.get(CA_ENV, "").strip() else None)
+    pem = os.environ.get(CA_PEM_ENV, "").strip() if path is None else ""
+    if path is None and not pem:
+        return None
+    try:
+        return ssl.create_default_context(cafile=str(path)) if path else ssl.create_default_context(cadata=pem)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        where = str(path) if path else CA_PEM_ENV
+        raise PermanentError(f"cannot use {where} as the bus's CA certificate ({exc}); fix {CA_ENV} or "
+                             "`tau login --ca FILE` (a PEM file, e.g. the ca.crt of the bus's TLS Secret)") from exc
+
+
 async def connect(url: str | None = None, *, name: str, connect_timeout: float = 5.0,
-                  max_reconnect_attempts: int = -1, creds: Path | str | None = None, quiet: bool = False) -> Bus:
+                  max_reconnect_attempts: int = -1, creds: Path | str | None = None, quiet: bool = False,
+                  ca: Path | str | None = None) -> Bus:
     """Connect with endless reconnects (``max_reconnect_attempts=-1``): a restarting server must not kill
     services. Raises ``TemporaryError`` when the server cannot be reached, ``PermissionDenied`` when it refuses
     the credentials.
 
     ``creds`` is a credentials file (an nkey seed, ``creds.write``); without it ``TAU_NATS_CREDS`` is used if
-    set. ``quiet`` (the CLI) logs connection errors at debug level: a person gets one clear error from the
-    failed call instead of one warning per refused connection attempt.
+    set. ``ca`` (else ``TAU_NATS_CA``) is the CA that signed the server's TLS certificate; a certificate it does
+    not vouch for is a ``PermanentError``. ``quiet`` (the CLI) logs connection errors at debug level: a person
+    gets one clear error from the failed call instead of one warning per refused connection attempt.
     """
     creds_path = Path(creds).expanduser() if creds else credentials.from_env()
     identity_ = credentials.load(creds_path, name=name) if creds_path else None
     bus_ref: list[Bus] = []
     refused = asyncio.Event()
+    untrusted: list[ssl.SSLCertVerificationError] = []
 
     async def on_error(exc: Exception) -> None:
         found = _VIOLATION.search(str(exc))
@@ -200,6 +224,9 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
             return
         if not bus_ref and (isinstance(exc, nats.errors.AuthorizationError)
                             or "authorization violation" in str(exc).lower()):
+            refused.set()
+        if not bus_ref and isinstance(exc, ssl.SSLCertVerificationError):
+            untrusted.append(exc)  # nats-py would retry (and hang) on a certificate no retry will fix
             refused.set()
         log.log(logging.DEBUG if quiet else logging.WARNING, "nats error (%s): %r", name, exc)
 
@@ -214,6 +241,9 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
         {"nkeys_seed_str": identity_.seed, "inbox_prefix": f"_INBOX.{identity_.public_key}"} if identity_ else {}
     )
     where = url or default_url()
+    tls = tls_context(ca)
+    if tls is not None:
+        auth["tls"] = tls
     nc = Client()
     # A few tries to connect at all (callers retry unreachable servers themselves); once connected, reconnect
     # as configured (forever for services). nats-py retries a refused login forever, so a refusal ends it here.
@@ -228,6 +258,12 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
         await asyncio.wait({connecting, refusal}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         refusal.cancel()
+    if untrusted:
+        connecting.cancel()
+        await nc.close()
+        raise PermanentError(
+            f"cannot verify the TLS certificate of NATS at {where} ({untrusted[0].verify_message}): pass the CA "
+            f"that signed it with `tau login --ca FILE` or {CA_ENV} (the ca.crt of the bus's TLS Secret)")
     if refused.is_set():
         connecting.cancel()
         await nc.close()

@@ -50,6 +50,7 @@ class ServiceRole:
     sources: str = "none"  # the sources object store (content-addressed project snapshots): none | read
     replays: tuple[str, ...] = ()  # streams it reads with short-lived consumers (any subject)
     why: str = ""
+    kv_reads: tuple[str, ...] | None = None  # KV buckets it reads; None: all of them
 
     @property
     def emits(self) -> tuple[str, ...]:
@@ -76,8 +77,10 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("kube_bridge", (), ("bridge", "local_cluster"),
                     why="mirrors Kubernetes watch events; the queue snapshot for `tau queue`"),
         ServiceRole("log_shipper", (), ("log_shipper",), why="ships Kubernetes pod logs"),
-        ServiceRole("source_fetch", sources="read",
+        ServiceRole("source_fetch", sources="read", kv_reads=(),
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
+        ServiceRole("auth_sync", kv_reads=("platform",),
+                    why="Kubernetes: renders the server's users from the platform and reloads it"),
     ]
 }
 BOOTSTRAP = "bootstrap"
@@ -182,9 +185,8 @@ def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
         pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>", f"{API}.CONSUMER.INFO.{stream}.*",
                 f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",
                 f"{API}.STREAM.MSG.GET.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>"]
-    if role.name != "source_fetch":
-        for bucket in KV_BUCKETS:
-            pub += _kv_read(bucket)
+    for bucket in KV_BUCKETS if role.kv_reads is None else role.kv_reads:
+        pub += _kv_read(bucket)
     pub += [f"$KV.{bucket}.>" for bucket in role.kv_writes]
     if role.objects in ("read", "write"):
         pub += _objects_read()
@@ -300,8 +302,9 @@ def markdown_table() -> str:
             parts.append(f"object store `{SOURCES_STORE}` {role.sources}")
         if role.replays:
             parts.append("replay " + "/".join(role.replays))
-        if any(s in kv_read for s in perms.publish):
+        if role.kv_reads is None and any(s in kv_read for s in perms.publish):
             parts.append("KV read all")
+        parts += [f"KV read `{b}`" for b in role.kv_reads or ()]
         assert common <= set(perms.publish)
         rows.append(f"| `{role.name}` | {', '.join(parts) or '—'} | {role.why} |")
     rows.append("| researcher | `run.<ws>.*.submit.requested`, `run.<ws>.*.cancel.requested`, consumers filtered to "

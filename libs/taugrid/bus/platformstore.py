@@ -6,6 +6,8 @@ Beside it, ``local_user`` names the embedded stack's own person (written by ``ta
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import msgspec
 import nats
 
@@ -32,6 +34,24 @@ async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | N
     if entry.value is None:
         return None
     return entry.value.decode(), int(entry.revision or 0)
+
+
+async def follow_text(bus: Bus, *, tick: float = 1.0) -> AsyncIterator[tuple[str, int] | None]:
+    """The platform text at every revision, the current one first; ``None`` after each ``tick`` seconds without
+    a new one, so a follower can do periodic work. Deletions are skipped."""
+    kv = await bus.kv("platform")
+    watcher = await kv.watch(KEY)
+    try:
+        while True:
+            try:
+                entry = await watcher.updates(timeout=tick)
+            except nats.errors.TimeoutError:
+                yield None
+                continue
+            if entry is not None and entry.value:
+                yield entry.value.decode(), int(entry.revision or 0)
+    finally:
+        await watcher.stop()
 
 
 LOCAL_USER_KEY = "local_user"

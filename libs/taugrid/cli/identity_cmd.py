@@ -32,9 +32,12 @@ from taugrid.config.platform import Platform, load_platform
 @click.option("--server", required=True, help="NATS URL of the platform, e.g. tls://taugrid.example.org:4222.")
 @click.option("--creds", "creds_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The credentials file your platform admin gave you (from `tau admin user add`).")
+@click.option("--ca", "ca_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="PEM file of the CA that signed the bus's TLS certificate (a tls:// server with a private CA, "
+                   "e.g. the ca.crt your platform admin exported from the chart's TLS Secret).")
 @click.option("--check/--no-check", default=True, show_default=True, help="Connect once to check the key.")
 @output_option
-def login(server: str, creds_file: Path, check: bool, output: str) -> None:
+def login(server: str, creds_file: Path, ca_file: Path | None, check: bool, output: str) -> None:
     from taugrid.bus import creds
     from taugrid.client import locate
     from taugrid.core.errors import PermanentError
@@ -47,8 +50,12 @@ def login(server: str, creds_file: Path, check: bool, output: str) -> None:
     stored = creds.write(locate.data_dir() / "creds" / "login.nk", identity,
                         comment=f"taugrid credentials for {server} (tau login); keep private")
     record = {"server": server, "creds": str(stored), "public_key": identity.public_key}
+    if ca_file is not None:
+        ca_copy = locate.data_dir() / "creds" / "login-ca.pem"
+        ca_copy.write_bytes(ca_file.read_bytes())  # kept with the login: the original may be a download
+        record["ca"] = str(ca_copy)
     if check:
-        _check(server, stored)
+        _check(server, stored, Path(record["ca"]) if "ca" in record else None)
     tmp = locate.login_file().with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2))
     os.chmod(tmp, 0o600)
@@ -60,10 +67,10 @@ def login(server: str, creds_file: Path, check: bool, output: str) -> None:
 
 
 @run_async
-async def _check(server: str, creds_file: Path) -> None:
+async def _check(server: str, creds_file: Path, ca: Path | None) -> None:
     from taugrid.client import open_client
 
-    client = await open_client(server, creds=creds_file)
+    client = await open_client(server, creds=creds_file, ca=ca)
     await client.close()
 
 
@@ -225,5 +232,13 @@ async def list_users(output: str) -> None:
     for r in rows:
         click.echo(f"{r['user']:<16} {r['role']:<15} {','.join(r['workspaces']) or '-':<30} {r['public_key']}")
 
+
+def _add_chart_credentials() -> None:
+    from taugrid.cli.chartauth_cmd import chart_credentials
+
+    admin.add_command(chart_credentials)
+
+
+_add_chart_credentials()
 
 __all__ = ["admin", "login", "whoami"]

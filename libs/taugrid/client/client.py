@@ -459,9 +459,10 @@ def _user() -> str:
 
 async def open_client(
     url: str | None = None, *, creds: Path | str | None = None, connect_timeout: float = 5.0,
-    max_reconnect_attempts: int = 3,
+    max_reconnect_attempts: int = 3, ca: Path | str | None = None,
 ) -> Client:
-    """A client of the bus at ``url`` with ``creds`` (by default, found as ``taugrid.client.locate`` says). It
+    """A client of the bus at ``url`` with ``creds`` and the TLS ``ca`` (by default, found as
+    ``taugrid.client.locate`` says). It
     signs submissions and cancels with the same person's nkey (else ``identity.load_user_seed``). Its connection
     is quiet: a failure to connect is one ``TemporaryError``, not a warning per attempt."""
     from taugrid.client import locate
@@ -470,7 +471,7 @@ async def open_client(
     where = url or locate.bus_url()
     bus = await connect(
         where, name="client", connect_timeout=connect_timeout, max_reconnect_attempts=max_reconnect_attempts,
-        quiet=True, creds=creds or locate.bus_creds(where),
+        quiet=True, creds=creds or locate.bus_creds(where), ca=ca or locate.bus_ca(where),
     )
     bus.seed = bus.identity.seed.encode() if bus.identity and bus.identity.seed else identity.load_user_seed()
     return Client(bus)

@@ -4,6 +4,8 @@ URL: ``TAU_NATS_URL``, else the server stored by ``tau login``, else the running
 (``$TAU_DATA_DIR/stack.json``), else ``nats://127.0.0.1:4222``. Credentials follow the URL: ``TAU_NATS_CREDS``
 if set, else the ones stored with that server by ``tau login``, else the embedded stack's local user
 (``creds/user.nk``) when the URL is that stack's. Credentials never go to a server they were not issued for.
+The CA that signed a remote bus's TLS certificate: ``TAU_NATS_CA``, else the one ``tau login --ca`` stored with
+that server.
 """
 
 from __future__ import annotations
@@ -59,4 +61,14 @@ def bus_creds(url: str | None = None) -> Path | None:
         return Path(saved["creds"])
     if local.get("nats_url") == url and local.get("user_creds"):
         return Path(local["user_creds"])
+    return None
+
+
+def bus_ca(url: str | None = None) -> Path | None:
+    """The CA certificate to verify ``url``'s TLS with; None: the system's CAs (or no TLS)."""
+    if os.environ.get("TAU_NATS_CA", "").strip():
+        return Path(os.environ["TAU_NATS_CA"]).expanduser()
+    saved = login()
+    if saved.get("server") == (url or bus_url()) and saved.get("ca"):
+        return Path(saved["ca"])
     return None

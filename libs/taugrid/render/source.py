@@ -16,19 +16,21 @@ fetch; so do runs submitted without a snapshot.
 
 Invariants: pure and deterministic like the rest of ``render``; the fetcher's NATS URL and credentials come
 from ``RenderSettings`` (the chart's values, read by the renderer service from its environment), never from
-the run; credentials are a Secret mounted as a file, never a literal.
+the run; credentials are a Secret mounted as a file, never a literal (the bus's CA certificate, public, is).
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from taugrid import __version__
 from taugrid.core.contracts import ResolvedRun
+from taugrid.core.errors import PermanentError
 from taugrid.render.common import LABEL_PREFIX, container_security
 
 SOURCE_DIR = "/tau/source"
@@ -54,14 +56,24 @@ class RenderSettings(msgspec.Struct, frozen=True):
     # A Secret (in each workspace namespace) whose key ``creds`` is a NATS credentials file allowed to read
     # ``sources/*`` from the object store; empty = the fetcher connects without credentials.
     nats_creds_secret: str = ""
+    # The CA (PEM text, public) that signed the bus's TLS certificate when the server requires TLS; empty: the
+    # system's CAs, or no TLS. Passed as TAU_NATS_CA_PEM, so run namespaces need no copy of the CA.
+    nats_ca_pem: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> RenderSettings:
         e = os.environ if env is None else env
+        ca_file = e.get("TAU_SOURCE_FETCH_NATS_CA", "").strip()
+        try:
+            ca_pem = Path(ca_file).read_text() if ca_file else ""
+        except OSError as exc:
+            raise PermanentError(f"TAU_SOURCE_FETCH_NATS_CA={ca_file}: cannot read the bus's CA certificate "
+                                 f"({exc.strerror or exc}); check the chart's nats.embedded.tls values") from exc
         return cls(
             fetch_image=e.get("TAU_SOURCE_FETCH_IMAGE") or DEFAULT_FETCH_IMAGE,
             nats_url=e.get("TAU_SOURCE_FETCH_NATS_URL") or DEFAULT_FETCH_NATS_URL,
             nats_creds_secret=e.get("TAU_SOURCE_FETCH_CREDS_SECRET", ""),
+            nats_ca_pem=ca_pem,
         )
 
 
@@ -123,6 +135,8 @@ def fetch_container(run: ResolvedRun, settings: RenderSettings) -> dict[str, Any
         {"name": "TAU_TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
     ]
     mounts: list[dict[str, Any]] = [{"name": SOURCE_VOLUME, "mountPath": SOURCE_DIR}]
+    if settings.nats_ca_pem:
+        env.append({"name": "TAU_NATS_CA_PEM", "value": settings.nats_ca_pem})
     if settings.nats_creds_secret:
         env.append({"name": "TAU_NATS_CREDS", "value": f"{CREDS_DIR}/{CREDS_KEY}"})
         mounts.append({"name": CREDS_VOLUME, "mountPath": CREDS_DIR, "readOnly": True})
