@@ -1,11 +1,16 @@
 """`tau up` returns once every service replica has said it is consuming, so a first submission does not sit on
-the bus while services are still importing."""
+the bus while services are still importing; `tau status --stack` shows the stack."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from taugrid.cli.stack import _starting
+
+TAU = [sys.executable, "-m", "taugrid.cli.main"]
 
 
 def test_a_replica_is_starting_until_its_log_says_it_started_with_its_own_pid(tmp_path: Path) -> None:
@@ -18,3 +23,13 @@ def test_a_replica_is_starting_until_its_log_says_it_started_with_its_own_pid(tm
     # an earlier process of the same replica said so, not this one
     (tmp_path / "logs" / "renderer-1.log").write_text("renderer started (pid 7) with 1 consumer(s)\n")
     assert _starting(tmp_path, state) == ["renderer-1", "policy-0"]
+
+
+def test_status_stack_shows_the_stack_and_status_alone_asks_for_a_run(tmp_path: Path) -> None:
+    env = {**os.environ, "TAU_DATA_DIR": str(tmp_path), "TAU_NATS_URL": "nats://127.0.0.1:1"}
+    down = subprocess.run([*TAU, "status", "--stack"], capture_output=True, text=True, env=env, timeout=60)
+    assert (down.returncode, down.stderr) == (
+        4, f"error: the stack is not running (data dir {tmp_path}): start it with `tau up`\n")
+    bare = subprocess.run([*TAU, "status"], capture_output=True, text=True, env=env, timeout=60)
+    assert (bare.returncode, bare.stderr) == (
+        2, "error: tau status needs a RUN_ID (see `tau list`), or --stack for the stack's services\n")

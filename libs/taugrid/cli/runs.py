@@ -333,14 +333,23 @@ def schema() -> None:
 @click.command(
     help="Show a run's phase tree: submitted → policy → rendered → Kueue admission → RayCluster (RayJobs) → "
     "pod scheduling → image pull → init containers → container start → running → finished, with a tip per "
-    "problem, and its pods."
+    "problem, and its pods. With --stack (and no RUN_ID): the embedded stack's services, replicas and pids."
 )
-@click.argument("run_id")
+@click.argument("run_id", required=False)
+@click.option("--stack", "stack", is_flag=True, help="Show the embedded stack's services and replicas instead "
+              "(as `tau stack`).")
 @output_option
 @run_async
-async def status(run_id: str, output: str) -> None:
+async def status(run_id: str | None, stack: bool, output: str) -> None:
     from taugrid.cli.outputs_cmd import listing, summary_lines
 
+    if stack or not run_id:
+        if not stack:
+            fail("tau status needs a RUN_ID (see `tau list`), or --stack for the stack's services", EXIT_USAGE)
+        from taugrid.cli.stack import show_stack
+
+        show_stack(output)
+        return
     async with connected() as client:
         record = await client.status(run_id)
         found = await listing(client, record)

@@ -200,6 +200,11 @@ def scale(replicas: tuple[str, ...], timeout: float, output: str) -> None:
 @click.command("stack", help="Show the embedded stack: NATS URL, data dir, and replicas per service with pids.")
 @output_option
 def stack_status(output: str) -> None:
+    show_stack(output)
+
+
+def show_stack(output: str) -> None:
+    """The running stack's URL, data dir and replicas (also `tau status --stack`)."""
     d = data_dir()
     state = _running(d)
     if state is None:
