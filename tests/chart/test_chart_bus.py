@@ -327,3 +327,13 @@ async def test_a_renewed_certificate_reloads_the_server(chart_bus: ChartBus) -> 
         await asyncio.sleep(0.05)
     ops = await admin(chart_bus)  # still serving TLS with the (renewed) files
     await ops.close()
+
+
+def test_the_operators_and_break_glass_seeds_never_enter_the_cluster(chart_bus: ChartBus) -> None:
+    operator = chart_bus.root / "operator"
+    seeds = [(operator / f).read_text().split()[-1] for f in ("admin.nk", "breakglass.nk")]
+    assert all(seed.startswith("SU") for seed in seeds)
+    for secret in chart_bus.secrets.values():
+        assert not any(seed in value for value in secret["stringData"].values() for seed in seeds)
+    conf = (chart_bus.root / "run" / "nats" / "auth.conf").read_text()
+    assert "# break-glass admin" in conf and "# platform-admin ops" in conf  # admitted by public key only

@@ -2,11 +2,13 @@
 
 On the operator's machine (``tau admin chart-credentials``): seeds are created once in a directory kept by the
 operator (0700, files 0600, like ``$TAU_DATA_DIR/creds/`` of ``tau up``): ``bootstrap.nk``, ``svc-<service>.nk``
-for every service that runs on Kubernetes (``local_cluster`` does not), and ``admin.nk``, the operator's own
-person (platform admin whatever the platform lists, so adding people never locks the operator out). From them it
+for every service that runs on Kubernetes (``local_cluster`` does not), ``admin.nk``, the operator's own
+person (platform admin whatever the platform lists, so adding people never locks the operator out), and
+``breakglass.nk``, the only identity that may change or delete streams (kept offline). From them it
 writes Secret manifests: one in the release namespace holding every service seed and ``identities.json`` (the
 public keys only, which is all the server needs), and one per workspace namespace holding only the source-fetch
-seed (key ``creds``, what the renderer mounts into run pods). The operator's seed never enters the cluster.
+seed (key ``creds``, what the renderer mounts into run pods). The operator's and break-glass seeds never enter
+the cluster.
 
 In the NATS pod (``python -m taugrid.stack.chartauth``): ``render`` (an init container) writes the server's
 ``authorization`` block from ``identities.json`` before the server starts; ``sync`` (a sidecar sharing the pod's
@@ -48,6 +50,7 @@ log = logging.getLogger("taugrid.chartauth")
 # and the NATS pod's own user-sync sidecar. The embedded cluster (local_cluster) never runs on Kubernetes.
 CHART_SERVICES = tuple(name for name in permissions.SERVICE_ROLES if name != "local_cluster")
 ADMIN_FILE = "admin.nk"
+BREAK_GLASS_FILE = "breakglass.nk"  # stream changes (bootstrap --update); keep it offline, never in the cluster
 IDENTITIES_KEY = "identities.json"
 LOCAL_ADMIN_KEY = "local-admin"
 SOURCE_FETCH_KEY = "creds"  # render/source.py CREDS_KEY: the key the renderer mounts into run pods
@@ -64,10 +67,12 @@ class ChartIdentities:
     bootstrap: str
     services: dict[str, str]
     admin: creds.Identity
+    break_glass: str = ""  # the only identity that may change or delete streams; its seed stays offline
 
     def to_json(self) -> str:
         return json.dumps({"bootstrap": self.bootstrap, "services": self.services,
-                           "admin": {"name": self.admin.name, "nkey": self.admin.public_key}}, indent=2)
+                           "admin": {"name": self.admin.name, "nkey": self.admin.public_key},
+                           "break_glass": self.break_glass}, indent=2)
 
     @classmethod
     def from_json(cls, text: str, *, where: str) -> ChartIdentities:
@@ -75,7 +80,7 @@ class ChartIdentities:
             data = json.loads(text)
             admin = data["admin"]
             ids = cls(str(data["bootstrap"]), {str(k): str(v) for k, v in data["services"].items()},
-                      creds.Identity(str(admin["name"]), str(admin["nkey"])))
+                      creds.Identity(str(admin["name"]), str(admin["nkey"])), str(data.get("break_glass") or ""))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PermanentError(f"{where}: not an identities file written by `tau admin chart-credentials` "
                                  f"({exc!r}); re-run the command and re-apply its Secret") from exc
@@ -99,10 +104,12 @@ class ChartSeeds:
     bootstrap: creds.Identity
     services: dict[str, creds.Identity]
     admin: creds.Identity
+    break_glass: creds.Identity
 
     def public(self) -> ChartIdentities:
         return ChartIdentities(self.bootstrap.public_key,
-                               {name: i.public_key for name, i in self.services.items()}, self.admin)
+                               {name: i.public_key for name, i in self.services.items()},
+                               creds.Identity(self.admin.name, self.admin.public_key), self.break_glass.public_key)
 
     def text(self, filename: str) -> str:
         return (self.directory / filename).read_text()
@@ -127,7 +134,8 @@ def ensure_seeds(directory: Path, *, admin_name: str) -> ChartSeeds:
     if not (directory / ADMIN_FILE).exists() or not name_file.exists():
         name_file.write_text(admin_name + "\n")
     admin = _ensure(directory / ADMIN_FILE, name_file.read_text().strip() or admin_name)
-    return ChartSeeds(directory, boot, services, admin)
+    glass = _ensure(directory / BREAK_GLASS_FILE, permissions.BREAK_GLASS)
+    return ChartSeeds(directory, boot, services, admin, glass)
 
 
 def _secret(name: str, namespace: str, data: dict[str, str], component: str) -> dict[str, Any]:
@@ -169,7 +177,8 @@ def dump(objs: list[dict[str, Any]]) -> str:
 def render_conf(ids: ChartIdentities, platform: Platform | None) -> str:
     """The server's ``authorization`` block: the chart's identities plus the platform's people."""
     accounts = permissions.accounts(bootstrap_key=ids.bootstrap, service_keys=ids.services,
-                                    people=auth.people(platform, local_admin=ids.admin))
+                                    people=auth.people(platform, local_admin=ids.admin),
+                                    break_glass_key=ids.break_glass or None)
     return permissions.authorization_conf(accounts)
 
 
