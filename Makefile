@@ -48,9 +48,10 @@ lint: $(TEST_STAMP)
 	$(BIN)/lint-imports
 
 # Each bench exits 1 when it misses a target; all of them run, and `make bench` fails if any did.
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	@status=0; \
 	$(BIN)/python bench/engine_cycle.py || status=1; \
+	$(BIN)/python bench/fuzz_config.py || status=1; \
 	$(BIN)/python bench/pipeline.py || status=1; \
 	$(BIN)/python bench/kueue_scenario.py || status=1; \
 	exit $$status

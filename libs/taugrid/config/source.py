@@ -15,6 +15,7 @@ path, or of its nearest parent that has one.
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from typing import Any
@@ -288,15 +289,24 @@ def pydantic_issues(
             fix = _FIXES.get(kind, "")
             if kind == "literal_error":
                 fix = "use " + err["msg"].removeprefix("Input should be ")
+            elif not fix and "; " in message:  # our validators say "<what is wrong>; <what to write>"
+                message, fix = message.split("; ", 1)
+            if not fix:
+                fix = (f"see `tau run schema` for what {'.'.join(map(str, loc))} takes" if model.__name__ ==
+                       "TauConfig" else "write a value of the kind the message names")
         issues.append(make_issue(loc, message, fix, file=file, lines=lines))
     return issues
 
 
 def _is_union_tag(part: str | int) -> bool:
     # pydantic adds the union member (``str``, ``function-after[...]``) to the location of a union error
+    # (lower-case names like ``function-after[_duration(), str]``); a user's key such as ``n[me`` is not one
     return isinstance(part, str) and (
-        part in {"str", "int", "float", "bool", "list", "dict", "none"} or "[" in part
+        part in {"str", "int", "float", "bool", "list", "dict", "none"} or _UNION_TAG.fullmatch(part) is not None
     )
+
+
+_UNION_TAG = re.compile(r"[a-z][a-z0-9-]*\[.*\]", re.S)
 
 
 def _plain(msg: str) -> str:
