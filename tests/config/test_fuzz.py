@@ -1,6 +1,6 @@
 """Fuzzed configs (tests/config/fuzzdocs.py): no tau.yaml or platform.yaml document crashes the parser or policy's
 resolution; each is accepted or refused with every issue naming its field (or the document, for YAML itself)
-and a fix. The suite runs a few hundred cases; bench/fuzz_config.py runs 10,000 and more."""
+and a fix. The suite runs 200 per parser; bench/fuzz_config.py runs 10,000 and more."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.config.fuzzdocs import document
 MACHINE = default_platform(8, 32 << 30, ["gpu0", "gpu1"], output_root="/runs")
 TAU_BASE = {"name": "fuzz", "entrypoint": "train.py"}
 PLATFORM_SCHEMA = Platform.model_json_schema()
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def named(err: ConfigError) -> None:
@@ -71,7 +71,7 @@ def test_the_fuzzer_reaches_every_outcome() -> None:
     """A check that cannot fail is no check: the generator must produce accepted and refused documents alike."""
     seen: dict[str, Any] = {}
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(document(tau_json_schema(), base=TAU_BASE))
     def sample(text: str) -> None:
         seen.setdefault(check_tau(text), text)
