@@ -56,7 +56,8 @@ class Stack:
         self.data_dir = data_dir
         self.env = {**os.environ, "TAU_DATA_DIR": str(data_dir), "TAU_DECLARED_GPUS": "2x16000",
                     "TAU_NODE_NAME": "e2e-node",
-                    "TAU_CONTAINER_ENGINES": ""}  # runtime.image runs on the host, the same with or without docker
+                    "TAU_CONTAINER_ENGINES": "",  # runtime.image runs on the host, the same with or without docker
+                    "TAU_ANCHOR_INTERVAL_S": "3"}  # anchors (tests/e2e/test_hardening.py) without a minute's wait
         self.env.pop("TAU_NATS_URL", None)
 
     def tau(self, *args: str, check: bool = False, timeout: float = 120, cwd: Path | None = None

@@ -9,8 +9,9 @@ nkey (ed25519, base64url) over the canonical JSON of the line without its ``sign
 ``{"schema": "taugrid.anchor/v1", "time", "signer", "audit": {"first_seq", "last_seq", "last_digest",
 "drift"}, "runs": {"<ws>/<run>": {"head", "entries", "digest"}}, "signature"}``
 
-``check`` compares a run's current ledger and AUDIT with an anchor: the ledger must still hold the anchored
-head at the anchored position (a rewritten history has another head there, a truncated one has fewer entries),
+``check`` compares a run's current ledger and AUDIT with the anchors: for every anchor covering the run (a
+later one may have recorded an already rewritten history) the ledger must still hold the anchored head at the
+anchored position (a rewritten history has another head there, a truncated one has fewer entries),
 a sealed digest must be unchanged, and AUDIT must still start where it started and hold the anchored last
 message unchanged (a deleted and recreated AUDIT does not).
 """
@@ -111,10 +112,9 @@ async def check(bus: Bus, anchors: list[dict[str, Any]], *, run_id: str, workspa
     mine = [doc for doc in anchors if name in (doc.get("runs") or {})]
     if not mine:
         problems.append(f"no anchor in the file covers run {run_id}")
-    else:
-        doc = mine[-1]
+    entries = ledger.entries if ledger is not None else ()
+    for doc in mine:  # every anchor: a later one may already have recorded a rewritten history
         want = doc["runs"][name]
-        entries = ledger.entries if ledger is not None else ()
         n = int(want["entries"])
         if len(entries) < n:
             problems.append(f"the ledger holds {len(entries)} entries; the anchor of {doc['time']} recorded {n} "
@@ -122,21 +122,32 @@ async def check(bus: Bus, anchors: list[dict[str, Any]], *, run_id: str, workspa
         elif n and entries[n - 1].hash != want["head"]:
             problems.append(f"ledger entry {n - 1} hashes to {entries[n - 1].hash[:12]}…, the anchor of "
                             f"{doc['time']} recorded {str(want['head'])[:12]}… (history was rewritten)")
-        if want.get("digest") and ledger is not None and (ledger.seal is None or ledger.seal.digest != want["digest"]):
+        elif want.get("digest") and ledger is not None and (ledger.seal is None
+                                                             or ledger.seal.digest != want["digest"]):
             got = ledger.seal.digest[:12] if ledger.seal is not None else "nothing"
             problems.append(f"the ledger seals {got}…, the anchor of {doc['time']} recorded "
                             f"{str(want['digest'])[:12]}… (the sealed bundle was replaced)")
-    latest = anchors[-1]["audit"] if anchors else None
-    if latest and latest.get("last_seq"):
+        if problems:
+            break  # the earliest contradiction says it; later anchors would repeat it
+    for audit in _first_and_last(anchors):
+        if not audit.get("last_seq"):
+            continue
         first, last = await streams.bounds(bus, AUDIT_STREAM)
-        if last < latest["last_seq"] or first > latest["first_seq"]:
-            problems.append(f"{AUDIT_STREAM} holds messages {first}..{last}; the latest anchor recorded "
-                            f"{latest['first_seq']}..{latest['last_seq']} (AUDIT was emptied, shrunk or recreated)")
-        else:
-            if await _digest_at(bus, int(latest["last_seq"])) != latest["last_digest"]:
-                problems.append(f"{AUDIT_STREAM} message {latest['last_seq']} differs from the anchored one "
-                                "(AUDIT was recreated)")
+        if last < audit["last_seq"] or first > audit["first_seq"]:
+            problems.append(f"{AUDIT_STREAM} holds messages {first}..{last}; an anchor recorded "
+                            f"{audit['first_seq']}..{audit['last_seq']} (AUDIT was emptied, shrunk or recreated)")
+            break
+        if await _digest_at(bus, int(audit["last_seq"])) != audit["last_digest"]:
+            problems.append(f"{AUDIT_STREAM} message {audit['last_seq']} differs from the anchored one "
+                            "(AUDIT was recreated)")
+            break
     return problems
+
+
+def _first_and_last(anchors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """AUDIT as the earliest and the latest anchor saw it (one direct get each, however long the file)."""
+    picked = [anchors[0], anchors[-1]] if len(anchors) > 1 else anchors[:1]
+    return [dict(doc.get("audit") or {}) for doc in picked]
 
 
 async def _digest_at(bus: Bus, seq: int) -> str:

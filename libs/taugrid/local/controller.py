@@ -68,7 +68,8 @@ class LocalCluster:
         self.lock = asyncio.Lock()
         self.platforms = PlatformReader(bus)
         # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
-        self.kubelet = Kubelet(data_dir / "pods", resolve_secret=SecretStore(data_dir / "secrets").resolver(),
+        secrets_dir = Path(os.environ.get("TAU_SECRETS_DIR") or data_dir / "secrets")
+        self.kubelet = Kubelet(data_dir / "pods", resolve_secret=SecretStore(secrets_dir).resolver(),
                                resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims",
                                secret_scope=objects.workspace_of)
         self.podsync = PodSync(bus, self.kubelet, node=node, gpu_memory_mb=gpu_memory_mb, lock=self.lock,

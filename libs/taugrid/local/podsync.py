@@ -242,7 +242,7 @@ class PodSync:
             if terminal:
                 await self.ship_logs(wl, p, final=True)
             status = _with_hint(copy.deepcopy(status), self.kubelet.pods.manifest(p.name),
-                                self.kubelet.pods.root.parent / "secrets")
+                                Path(os.environ.get("TAU_SECRETS_DIR") or self.kubelet.pods.root.parent / "secrets"))
             p.obj["status"] = _with_fetch(status, p.obj["spec"])
             if wl.state != "deleted":
                 await self.publish(wl, "Pod", p.obj, "modified")
