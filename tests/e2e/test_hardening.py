@@ -25,7 +25,7 @@ out.mkdir(parents=True, exist_ok=True)
 print("token", os.environ["HF_TOKEN"])
 print("sha", hashlib.sha256(os.environ["HF_TOKEN"].encode()).hexdigest())
 (out / "pid").write_text(str(os.getpid()))
-time.sleep(4)
+time.sleep(30)  # long enough to look at every process while it runs, however slow the machine
 """
 
 
