@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap, record_local_admin
 from taugrid.bus.platformstore import get_local_user, put_text

@@ -3,9 +3,9 @@
 Invariants: every publish to a stream waits for the JetStream ack (so "published" means "stored") and carries a
 deterministic ``Nats-Msg-Id``. A connection authenticates with the nkey seed in ``creds`` (else the file named by
 ``TAU_NATS_CREDS``; none means an open server). A server that requires TLS is verified against the system's
-CAs, or against ``ca`` (else ``TAU_NATS_CA``/``TAU_NATS_CA_PEM``), the private CA of a platform's bus. The server answers a forbidden publish or subscribe with an
-asynchronous permissions error, not a reply: it is matched to the waiting call here and raised as
-``PermissionDenied`` at once instead of a timeout.
+CAs, or against ``ca`` (else ``TAU_NATS_CA``/``TAU_NATS_CA_PEM``), the private CA of a platform's bus. The
+server answers a forbidden publish or subscribe with an asynchronous permissions error, not a reply: it is
+matched to the waiting call here and raised as ``PermissionDenied`` at once instead of a timeout.
 """
 
 from __future__ import annotations

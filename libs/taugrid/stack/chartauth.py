@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -268,10 +269,8 @@ class Syncer:
             except Exception as exc:  # noqa: BLE001 - keep following; the server or the bucket may come later
                 log.warning("auth-sync: %r; retrying", exc)
                 self.check_files()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=tick)
-                except TimeoutError:
-                    pass
 
 
 def _main(argv: list[str] | None = None) -> int:
