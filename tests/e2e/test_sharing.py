@@ -124,3 +124,24 @@ def test_spread_placement_puts_shared_runs_on_different_gpus(stack: Stack, tmp_p
     for r in runs:
         assert stack.wait_state(r, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
     assert {_facts(stack, r)[0]["gpus"] for r in runs} == {"0", "1"}
+
+
+def test_tau_nodes_shows_this_node_its_gpus_health_and_the_runs_on_it(stack: Stack, tmp_path: Path) -> None:
+    release = tmp_path / "release-nodes"
+    cfg = write_project(tmp_path, "onnode", SCRIPT, f"name: onnode\nentrypoint: main.py\nargs: ['until:{release}']\n"
+                        "compute: {gpus: 1}\n")
+    run_id = stack.tau("run", str(cfg), check=True).stdout.strip()
+    stack.wait_state(run_id, {"running"})
+    deadline = time.time() + 30
+    while True:  # the node agent samples every few seconds
+        rows = {r["node"]: r for r in stack.json("nodes")}
+        if "e2e-node" in rows or time.time() > deadline:
+            break
+        time.sleep(1)
+    node = rows["e2e-node"]
+    release.touch()
+    assert (node["gpus"], node["verdict"], node["cordoned"], node["conditions"]) == (2, "healthy", False, {})
+    assert run_id in node["runs"]
+    human = stack.tau("nodes", check=True).stdout
+    assert human.splitlines()[0].split() == ["NODE", "GPUS", "HEALTH", "SCHEDULING", "RUNS", "FAILING", "CONDITIONS"]
+    assert stack.wait_state(run_id, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"

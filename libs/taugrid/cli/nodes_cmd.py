@@ -1,0 +1,56 @@
+"""``tau nodes``: each node the health monitor knows, its GPUs, health verdict and failing conditions, whether it
+is cordoned and why, and the runs on it (of the workspaces you may read). It reads two KV buckets, the health
+monitor's ``node_state`` and ``run_state``, the same on both backends."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from taugrid.cli.common import connected, emit_json, output_option, run_async
+from taugrid.cli.views import table
+
+
+def node_rows(states: list[Any], records: list[Any], now: float) -> list[dict[str, Any]]:
+    """One plain dict per node (what ``--output json`` prints), sorted by name; runs not yet finished only."""
+    live = ("admitted", "running", "queued")
+    out = []
+    for st in sorted(states, key=lambda s: s.node):
+        failing = {key: f"{c.reason or c.type}{': ' + c.message if c.message else ''}"
+                   for key, c in sorted(st.conditions.items()) if c.status == "True"}
+        runs = sorted(r.run_id for r in records if r.node == st.node and r.state in live)
+        out.append({"node": st.node, "verdict": st.verdict, "gpus": st.expected_gpus, "gpu_source": st.gpu_source,
+                    "cordoned": st.cordoned, "cordon_reason": st.cordon_reason,
+                    "cordoned_for_s": round(now - st.cordon_time, 1) if st.cordoned and st.cordon_time else None,
+                    "drained": st.drained, "conditions": failing, "last_validation": st.last_validation,
+                    "last_sample_age_s": round(now - st.last_sample, 1) if st.last_sample else None, "runs": runs})
+    return out
+
+
+@click.command(help="Show nodes: GPUs, health verdict, failing conditions, cordon and its reason, and the runs on "
+                    "each (from the health monitor's node_state, the same on both backends).")
+@output_option
+@run_async
+async def nodes(output: str) -> None:
+    from taugrid.bus import kv
+    from taugrid.health.wire import NodeState
+
+    async with connected() as client:
+        states = await kv.values(client.bus, "node_state", NodeState, prefix="node.")
+        records = await client.list()
+    rows = node_rows(states, records, time.time())
+    if output == "json":
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no nodes yet: the health monitor lists a node once its agent has sent a sample")
+        return
+    click.echo(table([[r["node"], str(r["gpus"]), r["verdict"],
+                       ("cordoned: " + (r["cordon_reason"] or "?")) if r["cordoned"] else "schedulable",
+                       str(len(r["runs"])), "; ".join(f"{k} {v}" for k, v in r["conditions"].items()) or "-"]
+                      for r in rows], ["node", "gpus", "health", "scheduling", "runs", "failing conditions"]))
+    for r in rows:
+        if r["runs"]:
+            click.echo(f"  {r['node']}: {', '.join(r['runs'])}")
