@@ -1,4 +1,5 @@
-"""SIGKILL of each service while 50 runs are in flight, and again while it is starting up: the supervisor restarts
+"""SIGKILL of each service while 50 runs are in flight, and again while it is starting up, and of the only nats-server
+mid-burst: the supervisor restarts
 it, and every run reaches exactly the terminal state its script decides (a quarter exit 1 and fail, the rest
 succeed), once, sealed once.
 
@@ -100,6 +101,32 @@ def test_sigkill_each_service_mid_flight_and_at_start_up_every_run_ends_as_its_s
         os.kill(second, signal.SIGKILL)  # while it starts up (its imports alone take longer than this)
         respawned(stack, svc, second)
         time.sleep(0.3)
+    watched = subprocess.run([sys.executable, "-c", WAIT_SEALED, ",".join(runs), "240"], env=stack.env,
+                             capture_output=True, text=True, timeout=300)
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    result = json.loads(watched.stdout)
+    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: {result['pending'][:5]}"
+    for run in runs:
+        types = result["types"][run]
+        assert [t for t in types if t in TERMINAL_EVENTS] == [
+            "exec.succeeded" if expected_state(run) == "succeeded" else "recovery.gave_up"], (run, types)
+        assert types.count("evidence.sealed") == 1, (run, types)
+    assert result["states"] == {run: expected_state(run) for run in runs}
+
+
+def test_sigkill_of_the_only_nats_server_mid_burst_every_run_ends_once(stack: Stack, tmp_path: Path) -> None:
+    """The default stack has one nats-server; the supervisor restarts it on the same port and store. Runs in
+    flight when it dies reach exactly one terminal state, the one their script decides, sealed once."""
+    cfg = write_project(tmp_path, "busloss", (
+        "import os, sys, time\n"
+        "time.sleep(1.5)\n"
+        "sys.exit(0 if int(os.environ['TAU_RUN_ID'][-1], 16) % 4 else 1)\n"
+    ), "name: busloss\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    submitted = subprocess.run([sys.executable, "-c", SUBMIT, str(cfg), "30"], env=stack.env, capture_output=True,
+                               text=True, timeout=120, check=True)
+    runs = submitted.stdout.split()
+    old = stack.state()["nats_pid"]
+    os.kill(old, signal.SIGKILL)
     watched = subprocess.run([sys.executable, "-c", WAIT_SEALED, ",".join(runs), "240"], env=stack.env,
                              capture_output=True, text=True, timeout=300)
     assert watched.returncode == 0, watched.stderr[-3000:]

@@ -244,6 +244,7 @@ def run(stack: Stack) -> int:
             log.error("nats-server exited; restarting it on the same port and store")
             stack.nats, _ = natsserver.start(stack.data_dir / "nats", port=stack.port,
                                              log_file=stack.data_dir / "nats.log", auth_conf=stack.auth_conf)
+            changed = True  # stack.json names the new server's pid
         if changed:
             stack.write_state("ready")
         time.sleep(0.2)
