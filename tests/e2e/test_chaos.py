@@ -1,7 +1,6 @@
-"""SIGKILL of each service while 50 runs are in flight, and again while it is starting up, and of the only nats-server
-mid-burst: the supervisor restarts
-it, and every run reaches exactly the terminal state its script decides (a quarter exit 1 and fail, the rest
-succeed), once, sealed once.
+"""SIGKILL of each service while 50 runs are in flight, and again while it is starting up, and of the only
+nats-server mid-burst: the supervisor restarts it, and every run reaches exactly the terminal state its script
+decides (a quarter exit 1 and fail, the rest succeed), once, sealed once.
 
 Submitting and watching go through one client process each (`taugrid.client`), not one `tau` process per run:
 what is under test is the services' recovery, and 50 CLI start-ups per poll would measure the CLI instead."""
