@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ import nats
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
-from taugrid.bus import identity, sources, tracing
+from taugrid.bus import identity, metrics, sources, tracing
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.core.errors import PermanentError, TemporaryError
@@ -119,12 +120,21 @@ class ConsumerLoop:
                              stored=meta.timestamp.timestamp())
         attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": msg.subject,
                                  "messaging.consumer.group.name": self.durable}
+        if meta.num_delivered > 1:
+            metrics.REDELIVERED.labels(self.durable).inc()
+        started = time.perf_counter()
+
+        def outcome(name: str) -> None:
+            metrics.HANDLED.labels(self.durable, event.type, name).observe(time.perf_counter() - started)
+
         if self.stream in sources.CHECKED_STREAMS:
             problem = sources.source_problem(msg.subject, event.source)
             if problem is not None:
                 log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
                 await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
                 await self._safe(msg.term())
+                metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
+                outcome("refused")
                 return
             if event.user and event.subject and not sources.is_person_request(msg.subject):
                 identity.run_user.set((event.subject, event.user))
@@ -138,18 +148,24 @@ class ConsumerLoop:
                       error)
             await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=error))
             await self._safe(msg.term())
+            metrics.DEAD_LETTERS.labels(self.durable, "permanent" if isinstance(exc, PermanentError)
+                                        else "undecodable").inc()
+            outcome("dead_letter")
         except TemporaryError as exc:
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
                      exc.delay, exc)
             await self._safe(msg.nak(delay=exc.delay))
+            outcome("retry")
         except Exception as exc:  # unknown: never treated as a run failure, never retried hot
             delay = min(30.0, 0.5 * 2 ** min(meta.num_delivered, 6))
             log.exception("%s: handler error on %s seq=%s (delivery %s); retry in %.1fs: %r", self.durable,
                           msg.subject, meta.sequence.stream, meta.num_delivered, delay, exc)
             await self._safe(msg.nak(delay=delay))
+            outcome("error")
         else:
             self.handled += 1
             await self._safe(msg.ack())
+            outcome("ack")
 
     @staticmethod
     async def _safe(aw: Awaitable[Any]) -> None:

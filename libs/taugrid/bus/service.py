@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from taugrid.bus import tracing
+from taugrid.bus import metrics, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.consumer import ConsumerLoop, Handler
 from taugrid.core.errors import TemporaryError
@@ -78,6 +78,8 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
     bus.user_lookup = VerifiedUsers(bus)  # every run event this service emits names the run's submitter
     svc = Service(bus)
     await start(svc)
+    if metrics.serve_from_env() is not None:
+        svc.every(5.0, lambda: _consumer_gauges(bus, svc.loops))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, svc.stop)
@@ -95,6 +97,18 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
     log.info("%s drained and stopped", name)
     if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
         sys.exit(1)
+
+
+async def _consumer_gauges(bus: Bus, loops: list[ConsumerLoop]) -> None:
+    """Each durable's pending and ack-pending counts, as the server reports them, for the metrics scrape."""
+    for loop in loops:
+        try:
+            info = await bus.js.consumer_info(loop.stream, loop.durable)
+        except Exception as exc:  # noqa: BLE001 - a missed sample only leaves the gauge at its last value
+            log.debug("consumer info for %s: %r", loop.durable, exc)
+            continue
+        metrics.PENDING.labels(loop.durable).set(info.num_pending or 0)
+        metrics.ACK_PENDING.labels(loop.durable).set(info.num_ack_pending or 0)
 
 
 def main(name: str, start: StartFn) -> None:

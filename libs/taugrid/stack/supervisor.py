@@ -36,6 +36,17 @@ log = logging.getLogger("taugrid.stack")
 RETIRE_GRACE_S = 15.0  # a surplus replica drains for this long after SIGTERM, then gets SIGKILL
 
 
+METRICS_BASE_ENV = "TAU_METRICS_BASE_PORT"
+METRICS_PORT_ENV = "TAU_METRICS_PORT"
+
+
+def metrics_port(service: str, replica: int) -> int | None:
+    """The /metrics port of one replica when ``tau up`` ran with TAU_METRICS_BASE_PORT (32 ports per service, the
+    most replicas a service may have on one machine), else None: metrics stay off."""
+    base = os.environ.get(METRICS_BASE_ENV, "").strip()
+    return int(base) + 32 * SERVICES.index(service) + replica if base else None
+
+
 @dataclass
 class Proc:
     service: str
@@ -99,7 +110,8 @@ class Stack:
             "platform_revision": self.platform_revision,
             "services": [{"service": p.service, "replica": p.replica,
                           "pid": p.popen.pid if p.popen and p.popen.poll() is None else None,
-                          "restarts": p.restarts} for p in self.procs],
+                          "restarts": p.restarts, "metrics_port": metrics_port(p.service, p.replica)}
+                         for p in self.procs],
         }
         tmp = self.state_file().with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -113,6 +125,9 @@ class Stack:
         env = {**without_secrets(os.environ), "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
                "TAU_REPLICA": str(p.replica), "TAU_NATS_CREDS": str(self.ids.service_creds(p.service)),
                auth.LOCAL_ADMIN_ENV: self.ids.local_admin}
+        port = metrics_port(p.service, p.replica)
+        if port is not None:
+            env[METRICS_PORT_ENV] = str(port)
         p.popen = subprocess.Popen([sys.executable, "-m", f"taugrid_services.{p.service}"], stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         p.started = time.time()

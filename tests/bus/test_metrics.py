@@ -1,0 +1,80 @@
+"""Consumer metrics on a real nats-server: each handled event is counted by durable, type and outcome, with
+redeliveries and dead letters; a service serves them on /metrics only when TAU_METRICS_PORT is set."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+import uuid
+
+import pytest
+from prometheus_client import REGISTRY
+
+from taugrid.bus import Bus, metrics
+from taugrid.bus.bootstrap import ensure_consumer
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.envelope import Event
+from taugrid.bus.topology import ConsumerSpec
+from taugrid.core.contracts import SubmitAccepted
+from taugrid.core.errors import TemporaryError
+from taugrid.ports import free_port
+from tests.owners import acting_as
+
+
+def count(durable: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("taugrid_handler_seconds_count", {
+        "durable": durable, "event_type": "submit.accepted", "outcome": outcome}) or 0.0
+
+
+async def test_outcomes_redeliveries_and_dead_letters_are_counted(bus: Bus) -> None:
+    ws = f"w{uuid.uuid4().hex[:8]}"
+    durable = f"metrics-{ws}"
+    await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.*.submit.accepted"]))
+    busy = {"flaky": 1}  # the run whose first delivery meets a temporary error
+
+    async def handler(ev: Event) -> None:
+        if busy.get(ev.subject):
+            busy[ev.subject] -= 1
+            raise TemporaryError("busy", delay=0.1)
+        ev.payload(SubmitAccepted)
+
+    loop = ConsumerLoop(bus, stream="RUNS", durable=durable, handler=handler, fetch_timeout=0.2)
+    task = asyncio.create_task(loop.run())
+    good = b'{"submission_id": "s", "config": {}, "config_hash": "h"}'
+    try:
+        with acting_as(bus, "submitter"):
+            for run, body in (("ok", good), ("flaky", good), ("bad", b"[]")):
+                await bus.publish(f"run.{ws}.{run}.submit.accepted", body, event_type="submit.accepted",
+                                  ce_subject=run, msg_id=f"{ws}-{run}", workspace=ws)
+        for _ in range(200):
+            if count(durable, "ack") == 2 and count(durable, "dead_letter") == 1:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        loop.stopping.set()
+        await asyncio.wait_for(task, 10)
+    assert (count(durable, "ack"), count(durable, "retry"), count(durable, "dead_letter")) == (2.0, 1.0, 1.0)
+    assert REGISTRY.get_sample_value("taugrid_redeliveries_total", {"durable": durable}) == 1.0
+    assert REGISTRY.get_sample_value("taugrid_dead_letters_total", {"durable": durable, "why": "undecodable"}) == 1.0
+
+
+def test_metrics_are_served_only_when_a_port_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(metrics.PORT_ENV, raising=False)
+    assert metrics.serve_from_env() is None
+    port = free_port()
+    monkeypatch.setenv(metrics.PORT_ENV, str(port))
+    monkeypatch.setenv(metrics.ADDR_ENV, "127.0.0.1")
+    assert metrics.serve_from_env() == port
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "# TYPE taugrid_handler_seconds histogram" in body
+    assert "# TYPE taugrid_consumer_ack_pending gauge" in body
+
+
+def test_the_embedded_stack_gives_each_replica_its_own_metrics_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    from taugrid.stack.supervisor import METRICS_BASE_ENV, SERVICES, metrics_port
+
+    monkeypatch.delenv(METRICS_BASE_ENV, raising=False)
+    assert metrics_port("renderer", 0) is None
+    monkeypatch.setenv(METRICS_BASE_ENV, "19000")
+    ports = [metrics_port(s, r) for s in SERVICES for r in range(32)]
+    assert len(set(ports)) == len(ports) == 32 * len(SERVICES) and min(ports) == 19000  # type: ignore[type-var]
