@@ -145,3 +145,16 @@ def test_tau_nodes_shows_this_node_its_gpus_health_and_the_runs_on_it(stack: Sta
     human = stack.tau("nodes", check=True).stdout
     assert human.splitlines()[0].split() == ["NODE", "GPUS", "HEALTH", "SCHEDULING", "RUNS", "FAILING", "CONDITIONS"]
     assert stack.wait_state(run_id, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"
+
+
+def test_usage_counts_a_half_gpu_run_by_its_fraction(stack: Stack, tmp_path: Path) -> None:
+    cfg = write_project(tmp_path, "metered", SCRIPT,
+                        "name: metered\nentrypoint: main.py\nargs: ['2']\ncompute: {gpu_fraction: 0.5}\n")
+    run_id = stack.tau("run", str(cfg), check=True).stdout.strip()
+    assert stack.wait_state(run_id, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
+    rows = {r["run"]: r for r in stack.json("usage", "--by", "run", "--since", "1h")}
+    row = rows[run_id]
+    assert row["runs"] == 1 and 2.0 <= row["running_s"] < 60 and row["queued_s"] < 60
+    assert row["gpu_seconds"] == round(0.5 * row["running_s"], 3) and row["cost"] == 0.0  # no price set
+    by_user = stack.json("usage", "--by", "workspace")
+    assert [r["workspace"] for r in by_user] == ["default"] and by_user[0]["runs"] >= 1

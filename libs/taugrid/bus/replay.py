@@ -126,7 +126,8 @@ async def batches(
                 continue
             idle = 0
             left -= len(msgs)
-            yield [from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply)) for m in msgs]
+            yield [from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply), stored=_stored_at(m.reply))
+                   for m in msgs]
         if left > 0:
             raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
     except nats.errors.Error as exc:
@@ -147,6 +148,13 @@ def _stream_seq(reply: str) -> int:
     if len(tokens) == 9:
         return int(tokens[5])
     return int(tokens[7]) if len(tokens) >= 11 else 0
+
+
+def _stored_at(reply: str) -> float:
+    """When the stream stored the message (epoch seconds), from the same reply subject: its second-to-last token
+    is the store time in nanoseconds (``…<sseq>.<cseq>.<timestamp>.<pending>``)."""
+    tokens = reply.split(".")
+    return int(tokens[-2]) / 1e9 if len(tokens) >= 9 else 0.0
 
 
 async def follow(

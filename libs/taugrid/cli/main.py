@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "stack": ("stack", "stack_status", "Show the embedded stack: NATS URL, data..."),
     "status": ("runs", "status", "Show a run's phase tree: submitted →..."),
     "up": ("stack", "up", "Start the embedded stack in the..."),
+    "usage": ("usage_cmd", "usage", "GPU-seconds, queue wait, run time and..."),
     "verify": ("evidence_cmd", "verify", "Re-verify a run's evidence: bundle digest,..."),
     "whoami": ("identity_cmd", "whoami", "Who the bus knows you as: user, role and..."),
 }

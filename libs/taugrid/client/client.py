@@ -299,10 +299,14 @@ class Client:
             yield ev
 
     async def event_batches(
-        self, *, run_id: str | None = None, since: dt.datetime | None = None
+        self, *, run_id: str | None = None, since: dt.datetime | None = None, workspace: str | None = None
     ) -> AsyncIterator[list[Event]]:
-        """The stored history (``events`` without ``follow``) a fetched batch at a time: the fast path for audits."""
-        subject = f"run.{await self._ws_filter(run_id)}.{token(run_id)}.>" if run_id else "run.>"
+        """The stored history (``events`` without ``follow``) a fetched batch at a time: the fast path for audits.
+        ``workspace`` confines it to one workspace's runs (what a person may read)."""
+        if run_id:
+            subject = f"run.{await self._ws_filter(run_id)}.{token(run_id)}.>"
+        else:
+            subject = f"run.{token(workspace)}.>" if workspace else "run.>"
         feed = replay.batches(self.bus, subject, since=since)
         async with contextlib.aclosing(feed):
             async for got in feed:

@@ -129,6 +129,8 @@ class ComputeProfile(Strict):
     gpu_memory: MemoryQuantity | None = None
     node_selector: dict[str, Text] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
+    gpu_hour_price: float = Field(default=0.0, ge=0, description="estimated price of one GPU-hour on this profile, "
+                                  "for `tau usage` (any currency; 0: not priced)")
 
 
 class User(Strict):

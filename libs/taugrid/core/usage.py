@@ -1,0 +1,94 @@
+"""Accounting from the event history (``tau usage``); pure.
+
+Per run: time queued (from submission, or from a retry's decision, to each admission), time running (each
+attempt's ``exec.running`` to its end), GPU-seconds (GPUs held × running time; a fractional GPU counts by its
+fraction, Ray workers' GPUs included) and an estimated cost (GPU-hours × the compute profile's
+``gpu_hour_price`` from platform.yaml, 0 when it names none). A run still queued or running counts up to ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from taugrid.core.contracts import ResolvedRun
+
+QUEUE_START = ("submit.requested", "recovery.retrying")
+RUN_END = ("exec.succeeded", "exec.failed", "exec.cancelled", "admission.preempted", "admission.evicted")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What accounting needs of one event."""
+
+    type: str
+    run_id: str
+    workspace: str
+    at: float
+    user: str = ""
+    resolved: ResolvedRun | None = None  # on policy.approved
+
+
+@dataclass
+class RunUsage:
+    run_id: str
+    workspace: str
+    user: str = ""
+    queue: str = ""
+    profile: str = ""
+    gpus: float = 0.0
+    queued_s: float = 0.0
+    running_s: float = 0.0
+    gpu_seconds: float = 0.0
+    cost: float = 0.0
+    _queued_since: float | None = field(default=None, repr=False)
+    _running_since: float | None = field(default=None, repr=False)
+
+
+def gpus_held(run: ResolvedRun) -> float:
+    per_pod = run.resources.gpu_fraction or float(run.resources.gpu)
+    return per_pod * max(1, run.nodes) + run.workers * run.gpus_per_worker
+
+
+def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> list[RunUsage]:
+    """Each run's usage from its events in stream order; ``prices``: compute profile → price per GPU-hour."""
+    runs: dict[str, RunUsage] = {}
+    for ev in events:
+        u = runs.setdefault(ev.run_id, RunUsage(ev.run_id, ev.workspace))
+        u.user = u.user or ev.user
+        if ev.resolved is not None:
+            u.queue, u.profile, u.gpus = ev.resolved.cluster_queue, ev.resolved.profile, gpus_held(ev.resolved)
+        if ev.type in QUEUE_START and u._queued_since is None:
+            u._queued_since = ev.at
+        elif ev.type == "admission.admitted" and u._queued_since is not None:
+            u.queued_s += max(0.0, ev.at - u._queued_since)
+            u._queued_since = None
+        elif ev.type == "exec.running" and u._running_since is None:
+            u._running_since = ev.at
+        elif ev.type in RUN_END and u._running_since is not None:
+            u.running_s += max(0.0, ev.at - u._running_since)
+            u._running_since = None
+        if ev.type in ("exec.succeeded", "exec.failed", "exec.cancelled", "submit.rejected", "policy.rejected",
+                       "recovery.gave_up"):
+            u._queued_since = None  # ended without (another) admission
+    for u in runs.values():
+        if u._queued_since is not None:
+            u.queued_s += max(0.0, now - u._queued_since)
+        if u._running_since is not None:
+            u.running_s += max(0.0, now - u._running_since)
+        u.gpu_seconds = u.gpus * u.running_s
+        u.cost = u.gpu_seconds / 3600 * prices.get(u.profile, 0.0)
+    return list(runs.values())
+
+
+def roll_up(usages: Iterable[RunUsage], by: str) -> list[dict[str, float | str | int]]:
+    """Totals per ``by`` (user | workspace | queue | run), largest GPU-seconds first."""
+    totals: dict[str, dict[str, float | str | int]] = {}
+    for u in usages:
+        key = u.run_id if by == "run" else str(getattr(u, by) or "-")
+        t = totals.setdefault(key, {by: key, "runs": 0, "queued_s": 0.0, "running_s": 0.0, "gpu_seconds": 0.0,
+                                    "cost": 0.0})
+        t["runs"] = int(t["runs"]) + 1
+        for name in ("queued_s", "running_s", "gpu_seconds", "cost"):
+            t[name] = round(float(t[name]) + getattr(u, name), 3)
+    return sorted(totals.values(), key=lambda t: (-float(t["gpu_seconds"]), str(t[by])))

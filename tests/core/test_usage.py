@@ -1,0 +1,40 @@
+"""Accounting folds a run's events into queue wait, run time, GPU-seconds and cost, retries and fractions included."""
+
+from __future__ import annotations
+
+from taugrid.core.contracts import ResolvedRun, Resources
+from taugrid.core.usage import Seen, fold, gpus_held, roll_up
+
+
+def resolved(**kw) -> ResolvedRun:  # type: ignore[no-untyped-def]
+    return ResolvedRun(run_id="r", submission_id="s", workspace="ws", namespace="ns", name="r", profile="a100-1",
+                       cluster_queue="team", **kw)
+
+
+def test_a_retried_gpu_run_counts_both_attempts_and_its_cost() -> None:
+    run = resolved(resources=Resources(gpu=2))
+    evs = [Seen("submit.requested", "r", "ws", 100.0, user="ada"), Seen("policy.approved", "r", "ws", 101.0,
+                                                                       resolved=run),
+           Seen("admission.admitted", "r", "ws", 110.0), Seen("exec.running", "r", "ws", 112.0),
+           Seen("exec.failed", "r", "ws", 172.0), Seen("recovery.retrying", "r", "ws", 173.0),
+           Seen("admission.admitted", "r", "ws", 178.0), Seen("exec.running", "r", "ws", 180.0),
+           Seen("exec.succeeded", "r", "ws", 300.0)]
+    [u] = fold(evs, prices={"a100-1": 3.6}, now=1000.0)
+    assert (u.user, u.queue, u.gpus, u.queued_s, u.running_s) == ("ada", "team", 2.0, 15.0, 180.0)
+    assert (u.gpu_seconds, round(u.cost, 6)) == (360.0, 0.36)  # 0.1 GPU-hour × 3.6
+
+
+def test_fractions_ray_workers_and_runs_still_going_count_to_now() -> None:
+    assert gpus_held(resolved(resources=Resources(gpu_fraction=0.5), nodes=2)) == 1.0
+    assert gpus_held(resolved(resources=Resources(gpu=1), workers=3, gpus_per_worker=2)) == 7.0
+    evs = [Seen("submit.requested", "q", "ws", 0.0), Seen("policy.approved", "q", "ws", 1.0,
+                                                          resolved=resolved(resources=Resources(gpu_fraction=0.25))),
+           Seen("submit.requested", "w", "other", 0.0)]
+    evs += [Seen("admission.admitted", "q", "ws", 4.0), Seen("exec.running", "q", "ws", 5.0)]
+    usage = {u.run_id: u for u in fold(evs, prices={}, now=45.0)}
+    assert (usage["q"].queued_s, usage["q"].running_s, usage["q"].gpu_seconds, usage["q"].cost) == (
+        4.0, 40.0, 10.0, 0.0)
+    assert (usage["w"].queued_s, usage["w"].running_s) == (45.0, 0.0)  # still waiting
+    assert roll_up(usage.values(), "workspace") == [
+        {"workspace": "ws", "runs": 1, "queued_s": 4.0, "running_s": 40.0, "gpu_seconds": 10.0, "cost": 0.0},
+        {"workspace": "other", "runs": 1, "queued_s": 45.0, "running_s": 0.0, "gpu_seconds": 0.0, "cost": 0.0}]
