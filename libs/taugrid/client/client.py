@@ -238,8 +238,9 @@ class Client:
             record, _ = await runstate.get(self.bus, ws, run_id)
         else:
             record = await runstate.find(self.bus, run_id, workspaces=await self.readable_workspaces())
-        if record is None:
-            raise NotFound(f"run {run_id} not found in your workspaces (see `tau list`)")
+        if record is None:  # "in your workspaces" only where there are others this person may not read
+            where = " in your workspaces" if await self.readable_workspaces() is not None else ""
+            raise NotFound(f"run {run_id} not found{where} (see `tau list`)")
         self._workspaces.setdefault(run_id, record.workspace)
         return record
 
