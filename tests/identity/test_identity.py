@@ -349,6 +349,10 @@ async def test_a_forged_retry_for_a_running_run_does_not_restart_it(stack: Stack
     run_id = await stack.submit("alice", "victim", "sleep 60")
     evs = await stack.wait_for(run_id, {"exec.running"})
     spec = next(e for e in evs if e.type == "policy.approved").payload(PolicyApproved).run
+    deadline = time.monotonic() + 10
+    while (await stack.people["alice"].status(run_id)).state != "running":  # the projection may trail the event
+        assert time.monotonic() < deadline, "the run record never said running"
+        await asyncio.sleep(0.05)
     attacker = stack.people["bob"].bus
     with acting_as(attacker, "recovery"):  # claims the right ce-source; the run record says it never failed
         await attacker.emit(workspace="team-a", run_id=run_id, attempt=2, event_type="recovery.retrying",
