@@ -61,7 +61,7 @@ def platform_yaml() -> str:
     lines += ["priority_classes: [{name: p50, value: 50}, {name: p100, value: 100}, {name: p200, value: 200}]",
               "compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]", "workspaces:"]
     lines += [f"  - {{name: ws-{c}-{q}, namespace: default, local_queue: lq-{c}-{q}, default_profile: unit, "
-              f"default_priority: p50}}" for c in range(COHORTS) for q in range(CQS)]
+              f"default_priority: p50, submissions_per_minute: 0}}" for c in range(COHORTS) for q in range(CQS)]
     return "\n".join(lines) + "\n"
 
 
