@@ -129,7 +129,8 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
                 usage.append(100.0 * used / (20 * COHORTS * CQS))
             except (nats.js.errors.KeyNotFoundError, TypeError):
                 pass
-            print(f"  t={time.time() - start:6.1f}s submitted {len(submissions):5d}/{total}  admitted {len(admitted):5d}"
+            print(f"  t={time.time() - start:6.1f}s submitted {len(submissions):5d}/{total}"
+                  f"  admitted {len(admitted):5d}"
                   f"  finished {len(finished):5d}  usage {usage[-1] if usage else 0:5.1f}%", flush=True)
             if stages:
                 print("           " + "  ".join(f"{k.split('.')[0]} {v:5d}" for k, v in reached.items()), flush=True)
@@ -188,7 +189,8 @@ def main() -> None:
     ok = result["finished"] == result["distinct"] == runs
     print("\nmetric                      taugrid      Kueue limit")
     print(f"runs started                {runs}")
-    print(f"distinct run ids            {result['distinct']}/{runs}{'' if result['distinct'] == runs else '  LOST RUNS'}")
+    lost = "" if result["distinct"] == runs else "  LOST RUNS"
+    print(f"distinct run ids            {result['distinct']}/{runs}{lost}")
     print(f"runs admitted               {result['admitted']}/{runs}")
     print(f"runs finished               {result['finished']}/{runs}{'' if result['finished'] == runs else '  MISSED'}")
     checks = [("wall time (s)", "wall_s", "≤"), ("avg ClusterQueue usage (%)", "usage_pct", "≥")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import psutil
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
@@ -152,10 +152,8 @@ class Watch:
             if left <= 0:
                 return False
             self.changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=min(left, 1.0))
-            except TimeoutError:
-                pass
         return True
 
 
@@ -305,7 +303,8 @@ def main() -> None:
     bus = result["bus"]
     burst = result["burst"]
     print(f"\ntaugrid pipeline bench: {result['started']} runs started, {result['finished']} finished "
-          f"(1 warm-up, {args.idle} idle one at a time, a burst of {burst['runs']} on one ClusterQueue); simulated pods")
+          f"(1 warm-up, {args.idle} idle one at a time, a burst of {burst['runs']} on one ClusterQueue); "
+          "simulated pods")
     ok = result["finished"] == result["started"] and burst["distinct_run_ids"] == burst["runs"]
     print(f"warm-up run (services starting): {result['warmup_s']:.1f} s to its end")
     print("bus limit (nats-py alone, a private nats-server of the same build)")
@@ -320,7 +319,8 @@ def main() -> None:
     ok &= row("burst admissions/s (from the first submit)", burst["admissions_per_s"], "runs/s",
               "burst_admissions_per_s", bus["pull_ack_msg_per_s"])
     print(f"  burst: {burst['admitted']}/{burst['runs']} admitted, {burst['succeeded']}/{burst['runs']} succeeded, "
-          f"{burst['distinct_run_ids']} distinct run ids, submitted in {burst['submit_s']:.1f} s; ends: {burst['ends']}")
+          f"{burst['distinct_run_ids']} distinct run ids, submitted in {burst['submit_s']:.1f} s; "
+          f"ends: {burst['ends']}")
     ops = result["ops_per_run"]
     if ops:
         row("bus: messages stored per run", ops["stored"], "msgs")

@@ -46,9 +46,9 @@ class Owners:
     async def remember(self, ev: WatchEvent) -> None:
         """Learn from a tau-labelled object; persist a Job/RayJob owner the first time this process sees it."""
         meta = ev.object.get("metadata") or {}
-        uid, ref = meta.get("uid"), run_ref(ev.object)
-        persisted = uid and ref is not None and ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS
-        if persisted and self.memory.get(uid) != ref:
+        uid, ref = str(meta.get("uid") or ""), run_ref(ev.object)
+        owner = ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS
+        if uid and ref is not None and owner and self.memory.get(uid) != ref:
             await self._store(uid, ref)
         remember_owner(ev, self.memory)
         if uid in self.memory:

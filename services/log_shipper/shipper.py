@@ -60,7 +60,7 @@ class LogShipper:
     ) -> None:
         self.api: KubeApi = api if isinstance(api, KubeApi) else KubeApi(api)
         self.bus = bus
-        self.namespaces = sorted({n for n in namespaces or [] if n}) or [None]
+        self.namespaces: list[str | None] = [*sorted({n for n in namespaces or [] if n})] or [None]
         self.flush_s, self.retry_s = flush_s, retry_s
         self.pods: dict[str, dict[str, Any]] = {}  # uid → latest pod object
         self.changed: dict[str, asyncio.Event] = {}

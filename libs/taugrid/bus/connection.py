@@ -82,7 +82,8 @@ class Bus:
         self._denials.append(refusal)
         task = asyncio.ensure_future(call)
         try:
-            await asyncio.wait({task, refusal}, return_when=asyncio.FIRST_COMPLETED)
+            waited: set[asyncio.Future[Any]] = {task, refusal}
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
             if not refusal.done():
                 return task.result()
             task.cancel()
@@ -247,10 +248,11 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
     nc = Client()
     # A few tries to connect at all (callers retry unreachable servers themselves); once connected, reconnect
     # as configured (forever for services). nats-py retries a refused login forever, so a refusal ends it here.
+    # nats-py annotates its seconds as int, but takes (and we need) fractions
     connecting = asyncio.ensure_future(nc.connect(
-        where, name=f"taugrid-{name}", connect_timeout=connect_timeout,
+        where, name=f"taugrid-{name}", connect_timeout=connect_timeout,  # type: ignore[arg-type]
         max_reconnect_attempts=2 if max_reconnect_attempts < 0 else max(1, max_reconnect_attempts),
-        reconnect_time_wait=0.5, error_cb=on_error, disconnected_cb=on_disconnect,
+        reconnect_time_wait=0.5, error_cb=on_error, disconnected_cb=on_disconnect,  # type: ignore[arg-type]
         reconnected_cb=on_reconnect, allow_reconnect=True, **auth,
     ))
     refusal = asyncio.ensure_future(refused.wait())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -102,7 +103,7 @@ class ConsumerLoop:
                     task = asyncio.create_task(self._after(tails.get(key), m))
                     tails[key] = task
                     inflight.add(task)
-                    task.add_done_callback(lambda t, k=key: done(t, k))
+                    task.add_done_callback(functools.partial(done, key=key))
                 if len(inflight) > limit - self.batch:
                     room.clear()
         finally:

@@ -76,7 +76,7 @@ async def dead_letters(bus: Bus, *, durable: str | None = None, limit: int | Non
             msg = await bus.guarded(bus.js.get_msg(STREAM, seq))
         except nats.js.errors.NotFoundError:  # deleted (replayed) or a gap
             continue
-        when = msg.time.timestamp() if getattr(msg, "time", None) else time.time()
+        when = msg.time.timestamp() if msg.time is not None else time.time()
         letter = _parse(seq, str(msg.subject), dict(msg.headers or {}), msg.data or b"", when)
         if letter is None or (durable and letter.durable != durable):
             continue

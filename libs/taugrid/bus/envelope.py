@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import datetime as dt
 import hashlib
 from typing import Any, TypeVar
@@ -69,7 +70,7 @@ class Event(msgspec.Struct, kw_only=True):
     signature: str = ""  # tau-signature
     stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
 
-    def payload(self, kind: type[T]) -> T:
+    def payload(self, kind: builtins.type[T]) -> T:  # builtins: the field ``type`` shadows it in this body
         return msgspec.json.decode(self.data, type=kind)
 
     def as_dict(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,15 +96,16 @@ class ReplayCursor:
 
 async def batches(
     bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, batch: int = _REPLAY_BATCH,
-) -> AsyncIterator[list[Event]]:
+) -> AsyncGenerator[list[Event], None]:
     """The events stored on ``subject`` (from ``since`` when given) in stream order, ``batch`` at a time,
     through one ephemeral pull consumer (no acks, memory state, deleted at the end). A missing stream yields
     nothing."""
+    name = f"tau-{secrets.token_hex(8)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
-        name=f"tau-{secrets.token_hex(8)}",  # named, so the create request's subject carries the filter
+        name=name,
         ack_policy=AckPolicy.NONE,
         deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
-        opt_start_time=since.isoformat() if since else None,
+        opt_start_time=since,  # nats-py writes it as RFC 3339 in UTC
         mem_storage=True,
         inactive_threshold=30.0,
         filter_subject=subject,
@@ -136,7 +137,7 @@ async def batches(
         with contextlib.suppress(nats.errors.Error, TimeoutError):
             await psub.unsubscribe()
         with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, PermissionDenied, TimeoutError):
-            await bus.guarded(bus.js.delete_consumer(stream, config.name))
+            await bus.guarded(bus.js.delete_consumer(stream, name))
 
 
 def _stream_seq(reply: str) -> int:
@@ -160,7 +161,7 @@ def _stored_at(reply: str) -> float:
 async def follow(
     bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, live: bool = False,
     idle_timeout: float = 1.0, cursor: ReplayCursor | None = None,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Events on ``subject`` in stream order (from ``since`` when given) through an ordered consumer; with
     ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing. A
     ``cursor`` is kept up to date with what has been yielded. Without ``live`` or a cursor the stored history
@@ -172,12 +173,13 @@ async def follow(
                 for ev in got:
                     yield ev
         return
+    # Named, so the create request's subject carries the filter and the server's permissions can confine it
+    # to the caller's workspaces.
+    name = f"tau-{secrets.token_hex(8)}"
     config = ConsumerConfig(
-        # Named, so the create request's subject carries the filter and the server's permissions can
-        # confine it to the caller's workspaces.
-        name=f"tau-{secrets.token_hex(8)}",
+        name=name,
         deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
-        opt_start_time=since.isoformat() if since else None,
+        opt_start_time=since,  # nats-py writes it as RFC 3339 in UTC
         inactive_threshold=60.0,
     )
     try:
@@ -209,4 +211,4 @@ async def follow(
         # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
         # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
         with contextlib.suppress(nats.errors.Error, PermissionDenied):
-            await bus.guarded(bus.js.delete_consumer(stream, config.name))
+            await bus.guarded(bus.js.delete_consumer(stream, name))

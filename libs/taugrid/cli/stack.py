@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,9 +20,9 @@ from taugrid.stack import scaling
 from taugrid.stack.natsserver import SECRET_ENV_PREFIX, without_secrets
 
 
-def _state(d: Path) -> dict[str, object] | None:
+def _state(d: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((d / "stack.json").read_text())  # type: ignore[no-any-return]
+        return json.loads((d / "stack.json").read_text())
     except (OSError, ValueError):
         return None
 
@@ -221,7 +222,7 @@ def down(timeout: float) -> None:
     if not state or not pid_alive(state.get("pid")):
         click.echo("the stack is not running")
         return
-    os.kill(int(state["pid"]), signal.SIGTERM)  # type: ignore[call-overload]
+    os.kill(int(state["pid"]), signal.SIGTERM)
     deadline = time.time() + timeout
     while time.time() < deadline and pid_alive(state.get("pid")):
         time.sleep(0.2)

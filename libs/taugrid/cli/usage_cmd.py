@@ -38,7 +38,9 @@ async def usage(by: str, since_text: str | None, output: str) -> None:
         got = await client.platform_get()
         prices = {p.name: p.gpu_hour_price for p in load_platform(got[0]).compute_profiles} if got else {}
         seen: list[Seen] = []
-        for workspace in await client.readable_workspaces() or [None]:
+        readable = await client.readable_workspaces()
+        workspaces: list[str | None] = list(readable) if readable else [None]  # None: every workspace
+        for workspace in workspaces:
             async for batch in client.event_batches(since=since, workspace=workspace):
                 for ev in batch:
                     resolved = ev.payload(PolicyApproved).run if ev.type == "policy.approved" else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import datetime as dt
 import getpass
@@ -72,7 +73,7 @@ class Client:
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "")
         ws = ws or await self._namespace_workspace(cfg) or "default"
         sid = submission_id or new_submission_id()
-        run_id = new_run_id(cfg.name, sid)
+        run_id = new_run_id(cfg.name or "", sid)  # no name: "run-<hex>"
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
         data, digest = snapshot(config_path.parent.resolve(), extra_excludes=excludes)
         name = source_object(digest)
@@ -301,7 +302,7 @@ class Client:
 
     async def event_batches(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, workspace: str | None = None
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncIterator[builtins.list[Event]]:  # builtins: the method ``list`` shadows it in this body
         """The stored history (``events`` without ``follow``) a fetched batch at a time: the fast path for audits.
         ``workspace`` confines it to one workspace's runs (what a person may read)."""
         if run_id:
@@ -381,7 +382,6 @@ class Client:
         return await platformstore.get_text(self.bus)
 
 
-_END = object()
 _HOLD_POLL_S = 0.05
 POD_END_EVENTS = frozenset({"exec.succeeded", "exec.failed", "exec.cancelled"})
 
@@ -401,7 +401,7 @@ async def _interleave(
     With ``hold``: a ``main`` item it picks, and every ``main`` item after it, wait until ``caught_up()`` says
     ``other`` has handed out everything stored so far (or ``max_hold`` seconds have passed); ``other``'s items
     keep flowing meanwhile."""
-    queue: asyncio.Queue[object] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[bool, Event] | None] = asyncio.Queue()  # None: main has ended
     held: list[Event] = []
     held_since = 0.0
 
@@ -412,7 +412,7 @@ async def _interleave(
         finally:
             await source.aclose()  # type: ignore[attr-defined]
         if is_main:
-            await queue.put(_END)
+            await queue.put(None)
 
     tasks = [
         asyncio.create_task(pump(main, is_main=True)),
@@ -439,10 +439,10 @@ async def _interleave(
                 if ended and not held:
                     return
                 continue
-            if item is _END:
+            if item is None:
                 ended = True
                 continue
-            from_main, ev = item  # type: ignore[misc]
+            from_main, ev = item
             if from_main and hold is not None and caught_up is not None and (held or hold(ev)):
                 if not held:
                     held_since = time.monotonic()

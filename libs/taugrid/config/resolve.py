@@ -178,7 +178,7 @@ def _image(cfg: TauConfig, ws: Workspace, issues: _Issues) -> str:
     image = cfg.runtime.image or ""
     # point at the spelling that won: runtime.image, then run.image, then the top-level alias
     written = [p for p in (("runtime", "image"), ("run", "image"), ("image",)) if cfg.written(*p)]
-    field = written[0] if written else ("runtime", "image")
+    field: tuple[str, ...] = written[0] if written else ("runtime", "image")
     if cfg.run.source is not None:
         # A source-image job runs in its source image: the code is already there.
         if image and image != cfg.run.source.image:

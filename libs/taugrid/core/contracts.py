@@ -17,7 +17,7 @@ class Struct(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False, for
     """Base for wire structs."""
 
 
-class Issue(Struct):
+class Issue(Struct, frozen=True):
     """One problem with a config or request, phrased for the person who has to fix it."""
 
     field: str
@@ -38,7 +38,7 @@ def issues_of(err: ConfigError, *, file: str = "") -> list[Issue]:
     return out
 
 
-class Resources(Struct):
+class Resources(Struct, frozen=True):
     """Requests of one pod. ``gpu_fraction``/``gpu_memory_mb`` describe a shared (fractional) GPU."""
 
     cpu: float = 1.0
@@ -48,7 +48,7 @@ class Resources(Struct):
     gpu_memory_mb: int = 0
 
 
-class Resilience(Struct):
+class Resilience(Struct, frozen=True):
     max_retries: int = 0
     retry_on: list[str] = msgspec.field(default_factory=lambda: ["Preempted", "Evicted"])
     backoff_initial_s: float = 30.0
@@ -57,7 +57,7 @@ class Resilience(Struct):
     hang_timeout_s: float | None = None  # no output for this long ⇒ the pod is stopped as hung
 
 
-class ResolvedRun(Struct):
+class ResolvedRun(Struct, frozen=True):
     """A run after platform policy: everything a renderer needs, nothing it must look up."""
 
     run_id: str
@@ -116,7 +116,7 @@ class ResolvedRun(Struct):
 # ---- run lifecycle payloads (subject run.<ws>.<run>.<stage>.<outcome>) ----
 
 
-class SubmitRequested(Struct):
+class SubmitRequested(Struct, frozen=True):
     submission_id: str
     config_text: str
     config_path: str = "tau.yaml"
@@ -134,7 +134,7 @@ class SubmitRequested(Struct):
     python_source: str = ""
 
 
-class SubmitAccepted(Struct):
+class SubmitAccepted(Struct, frozen=True):
     submission_id: str
     config: dict[str, Any]
     config_hash: str
@@ -154,19 +154,19 @@ class SubmitAccepted(Struct):
     signature: str = ""  # that signature (base64url), so evidence can re-check it
 
 
-class Rejected(Struct):
+class Rejected(Struct, frozen=True):
     """``submit.rejected`` and ``policy.rejected``: every reason, each naming its field and fix."""
 
     reasons: list[Issue]
     message: str = ""
 
 
-class PolicyApproved(Struct):
+class PolicyApproved(Struct, frozen=True):
     run: ResolvedRun
     platform_revision: int = 0
 
 
-class RenderApplied(Struct):
+class RenderApplied(Struct, frozen=True):
     attempt: int
     backend: str
     kind: str
@@ -175,14 +175,14 @@ class RenderApplied(Struct):
     digest: str
 
 
-class RenderFailed(Struct):
+class RenderFailed(Struct, frozen=True):
     attempt: int
     reason: str
     message: str
     permanent: bool = True
 
 
-class AdmissionQueued(Struct):
+class AdmissionQueued(Struct, frozen=True):
     reason: str
     message: str = ""
     cluster_queue: str = ""
@@ -190,19 +190,19 @@ class AdmissionQueued(Struct):
     waiting_for: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class AdmissionAdmitted(Struct):
+class AdmissionAdmitted(Struct, frozen=True):
     cluster_queue: str = ""
     flavors: dict[str, str] = msgspec.field(default_factory=dict)
     node: str = ""
 
 
-class AdmissionPreempted(Struct):
+class AdmissionPreempted(Struct, frozen=True):
     reason: str
     message: str = ""
     preemptor: str = ""
 
 
-class ExecRunning(Struct):
+class ExecRunning(Struct, frozen=True):
     node: str = ""
     pod: str = ""
     pid: int | None = None
@@ -212,7 +212,7 @@ class ExecRunning(Struct):
     environment: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-class ExecPreparing(Struct):
+class ExecPreparing(Struct, frozen=True):
     """``exec.preparing``: admitted, the pod is being prepared before its process starts (locally: building the
     run's Python environment). Repeated with each new progress message; a failure arrives as ``exec.failed``."""
 
@@ -222,7 +222,7 @@ class ExecPreparing(Struct):
     pod: str = ""
 
 
-class ExecFinished(Struct):
+class ExecFinished(Struct, frozen=True):
     """``exec.succeeded``, ``exec.failed`` and ``exec.cancelled``."""
 
     exit_code: int | None = None
@@ -232,7 +232,7 @@ class ExecFinished(Struct):
     duration_s: float | None = None
 
 
-class PhaseReport(Struct):
+class PhaseReport(Struct, frozen=True):
     """One pod-level phase as one object shows it (``raycluster``, ``scheduling``, ``image-pull``, ``init``,
     ``container-start``); ``status`` is pending | active | done | warning | failed | skipped."""
 
@@ -242,7 +242,7 @@ class PhaseReport(Struct):
     hint: str = ""
 
 
-class ContainerReport(Struct):
+class ContainerReport(Struct, frozen=True):
     """One container of a pod, as ``kubectl describe`` would list it."""
 
     name: str
@@ -254,7 +254,7 @@ class ContainerReport(Struct):
     restarts: int = 0
 
 
-class ExecProgress(Struct):
+class ExecProgress(Struct, frozen=True):
     """``exec.progress``: how far one pod (or the RayCluster) got towards running, from its status or an Event.
 
     ``source`` is ``pod`` (the pod's full status: its phases replace what was known of that pod), ``event``
@@ -268,12 +268,12 @@ class ExecProgress(Struct):
     containers: list[ContainerReport] = msgspec.field(default_factory=list)
 
 
-class CancelRequested(Struct):
+class CancelRequested(Struct, frozen=True):
     reason: str = "cancelled by user"
     requested_by: str = ""  # what the client claims; the renderer decides from the signature
 
 
-class CancelDecision(Struct):
+class CancelDecision(Struct, frozen=True):
     """``cancel.accepted`` / ``cancel.refused``: the renderer's answer to one signed ``cancel.requested``."""
 
     request_id: str  # ce-id of the cancel.requested it answers
@@ -283,7 +283,7 @@ class CancelDecision(Struct):
     field: str = ""  # refused: what was wrong (tau-signature, tau-signer, user)
 
 
-class RecoveryRetrying(Struct):
+class RecoveryRetrying(Struct, frozen=True):
     attempt: int  # the attempt about to start
     reason: str
     classification: str
@@ -294,7 +294,7 @@ class RecoveryRetrying(Struct):
     run: ResolvedRun | None = None
 
 
-class RecoveryGaveUp(Struct):
+class RecoveryGaveUp(Struct, frozen=True):
     reason: str
     classification: str
     attempts: int
@@ -302,13 +302,13 @@ class RecoveryGaveUp(Struct):
     hint: str = ""  # what the researcher can do about it (``classify.give_up_hint``)
 
 
-class HealthDegraded(Struct):
+class HealthDegraded(Struct, frozen=True):
     node: str
     condition: str
     message: str = ""
 
 
-class EvidenceSealed(Struct):
+class EvidenceSealed(Struct, frozen=True):
     attempt: int
     terminal_state: str
     bundle: str
@@ -320,7 +320,7 @@ class EvidenceSealed(Struct):
 # ---- backend, Kubernetes-shaped and node payloads ----
 
 
-class BackendApply(Struct):
+class BackendApply(Struct, frozen=True):
     """A request to a backend to create objects (``backend.<cluster>.apply``)."""
 
     run_id: str
@@ -337,7 +337,7 @@ class BackendApply(Struct):
     pip: list[str] = msgspec.field(default_factory=list)
 
 
-class BackendDelete(Struct):
+class BackendDelete(Struct, frozen=True):
     run_id: str
     workspace: str
     attempt: int
@@ -348,7 +348,7 @@ class BackendDelete(Struct):
     reason: str = ""
 
 
-class WatchEvent(Struct):
+class WatchEvent(Struct, frozen=True):
     """One Kubernetes watch change, as ``k8s.<cluster>.<kind>.<ns>.<name>.<added|modified|deleted>`` carries it."""
 
     type: str  # ADDED | MODIFIED | DELETED
@@ -356,7 +356,7 @@ class WatchEvent(Struct):
     cluster: str = "local"
 
 
-class GpuSample(Struct):
+class GpuSample(Struct, frozen=True):
     index: int
     uuid: str = ""
     name: str = ""
@@ -374,7 +374,7 @@ class GpuSample(Struct):
     throttle_reasons: list[str] = msgspec.field(default_factory=list)
 
 
-class NodeSample(Struct):
+class NodeSample(Struct, frozen=True):
     node: str
     time: float
     cpus: int
@@ -386,7 +386,7 @@ class NodeSample(Struct):
     message: str = ""
 
 
-class NodeCondition(Struct):
+class NodeCondition(Struct, frozen=True):
     node: str
     type: str  # e.g. GpuXidError, GpuEccError, GpuThermal, GpuMissing
     status: str  # "True" | "False"
@@ -396,7 +396,7 @@ class NodeCondition(Struct):
     time: float = 0.0
 
 
-class LogChunk(Struct):
+class LogChunk(Struct, frozen=True):
     run_id: str
     attempt: int
     pod: str

@@ -216,7 +216,7 @@ async def collect(
     keeper = b.Keeper(run_id, keep_outputs_budget())
 
     def scan() -> dict[str, Any]:
-        found = {
+        found: dict[str, Any] = {
             "output_dir": b.scan_dir(resolved.output_dir if resolved else "", metrics=True, keeper=keeper),
             "checkpoint_dir": b.scan_dir(resolved.checkpoint_dir if resolved else "", metrics=False,
                                          keeper=keeper),

@@ -13,7 +13,7 @@ import msgspec
 from taugrid.core.contracts import Struct
 
 
-class NodeCordon(Struct):
+class NodeCordon(Struct, frozen=True):
     """Stop placing new work on ``node``; with ``drain`` also move running work off it."""
 
     node: str
@@ -23,13 +23,13 @@ class NodeCordon(Struct):
     time: float = 0.0
 
 
-class NodeUncordon(Struct):
+class NodeUncordon(Struct, frozen=True):
     node: str
     reason: str
     time: float = 0.0
 
 
-class NodeValidation(Struct):
+class NodeValidation(Struct, frozen=True):
     """The result of ``validate_node`` run by the node's agent on the monitor's request."""
 
     node: str

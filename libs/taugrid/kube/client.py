@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -271,7 +271,7 @@ class KubeApi:
 
     async def _lines(
         self, path: str, *, what: str, query: Mapping[str, Any], accept: str, kind: str, read_timeout_s: float
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """Yield the lines (without their newline) of a streaming GET until the server closes it.
 
         Both the watch and the pod log API stream this way; a refused request → the error for its status,

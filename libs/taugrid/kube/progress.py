@@ -175,7 +175,7 @@ def _start(statuses: list[Mapping[str, Any]], conds: Mapping[str, Mapping[str, A
 
 
 def _container(cs: Mapping[str, Any], kind: str) -> c.ContainerReport:
-    state_name, state = next(((k, v) for k, v in (cs.get("state") or {}).items() if v is not None), ("", {}))
+    state_name, state = next(((k, v) for k, v in (cs.get("state") or {}).items() if v is not None), ("", None))
     state = state or {}
     return c.ContainerReport(name=str(cs.get("name", "")), kind=kind, state=state_name,
                              reason=str(state.get("reason", "")), message=str(state.get("message", "")),

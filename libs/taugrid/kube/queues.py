@@ -97,7 +97,8 @@ def snapshot(cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable
         name = str((cq.get("metadata") or {}).get("name", ""))
         status = cq.get("status") or {}
         usage = status.get("flavorsUsage") or []
-        active = next((cd for cd in status.get("conditions") or [] if cd.get("type") == "Active"), {})
+        active: dict[str, Any] = next(
+            (cd for cd in status.get("conditions") or [] if cd.get("type") == "Active"), {})
         queues.append({
             "cluster_queue": name, "cohort": cohort(cq), "nominal": nominal(cq),
             "used": {r: v for r, v in _sum(usage, "total").items() if v},

@@ -430,7 +430,7 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         reason = waiting.get("reason", "")
         if reason == WAITING_ENVIRONMENT:
             message = str(waiting.get("message", ""))
-            payload = c.ExecPreparing(step="environment", message=message, node=node, pod=pod)
+            payload: msgspec.Struct = c.ExecPreparing(step="environment", message=message, node=node, pod=pod)
             return [("exec.preparing", payload, _digest(pod, message))]
         if reason in FATAL_WAITING:
             message = f"container {cs.get('name', '')}: {waiting.get('message', '')}".rstrip(": ")

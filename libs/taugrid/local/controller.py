@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Awaitable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -353,8 +353,9 @@ class LocalCluster:
         """`tau queue` reads this: quota use per ClusterQueue and the pending runs in order."""
         snap = self.admitter.snapshot(now)
         for q in snap:
+            names = cast(list[str], q["pending"])  # LocalAdmitter.snapshot: workload names in admission order
             q["pending"] = [{"run_id": self.wls[n].run_id, "workload": n, "position": i}
-                            for i, n in enumerate(q["pending"]) if n in self.wls]  # type: ignore[union-attr]
+                            for i, n in enumerate(names) if n in self.wls]
         await kv.put(self.bus, BUCKET, "queues", msgspec.json.encode({"time": now, "node": self.node, "queues": snap}))
 
     async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:

@@ -25,13 +25,13 @@ _SHELL_PYTHON = re.compile(r"(?<![\w/.-])python3?(?= )")  # the first `python ` 
 def template(main: dict[str, Any]) -> dict[str, Any]:
     """The pod template that runs: a Job's, or a RayJob's head group's."""
     if main["kind"] == "RayJob":
-        return main["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]  # type: ignore[no-any-return]
-    return main["spec"]["template"]  # type: ignore[no-any-return]
+        return main["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    return main["spec"]["template"]
 
 
 def main_container(spec: dict[str, Any]) -> dict[str, Any]:
     containers = spec["containers"]
-    return next((c for c in containers if c.get("name") == "main"), containers[0])  # type: ignore[no-any-return]
+    return next((c for c in containers if c.get("name") == "main"), containers[0])
 
 
 def replace_python(pod: dict[str, Any], python: str) -> dict[str, Any]:

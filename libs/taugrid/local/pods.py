@@ -103,7 +103,7 @@ class PodRunner:
 
     def manifest(self, pod: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self.dir(pod) / "pod.json").read_text())  # type: ignore[no-any-return]
+            return json.loads((self.dir(pod) / "pod.json").read_text())
         except (OSError, ValueError):
             return None
 
@@ -141,7 +141,7 @@ class PodRunner:
 
     def state(self, pod: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self.dir(pod) / "state.json").read_text())  # type: ignore[no-any-return]
+            return json.loads((self.dir(pod) / "state.json").read_text())
         except (OSError, ValueError):
             return None
 
@@ -166,7 +166,7 @@ class PodRunner:
 
     def stop_requested(self, pod: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self.dir(pod) / "stop").read_text() or "{}")  # type: ignore[no-any-return]
+            return json.loads((self.dir(pod) / "stop").read_text() or "{}")
         except (OSError, ValueError):
             return None
 

@@ -192,11 +192,16 @@ def rewrite_paths(text: str, mounts: list[tuple[str, str]]) -> str:
         if mount_path == "/":
             continue
         pattern = re.compile(rf"(?<![\w.\-/]){re.escape(mount_path)}(?=/|$|[^\w.\-])")
-        text = pattern.sub(lambda _m, h=host: h, text)
+        text = pattern.sub(_literally(host), text)
     return text
 
 
 # ---------------------------------------------------------------- env
+
+
+def _literally(value: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that inserts ``value`` as it is (``re.sub`` would read backslashes in a string)."""
+    return lambda _match: value
 
 
 def container_env(pod: Mapping[str, Any], container: Mapping[str, Any], *, resolve_secret: Resolver,

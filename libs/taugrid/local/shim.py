@@ -188,8 +188,12 @@ class Shim:
                 with open(first.log_path, "ab") as log:
                     log.write(f"{rfc3339(time.time_ns())} stdout F {warning}\n".encode())
         ok = all(s["terminated"]["exitCode"] == 0 for s in self.state["containers"])
-        self._finish("Succeeded" if ok else "Failed", "DeadlineExceeded" if self.reason == "DeadlineExceeded" else "",
-                     self.message if self.reason == "DeadlineExceeded" else "")
+        deadline = self._stopped_for() == "DeadlineExceeded"  # a stop decided while the containers ran
+        self._finish("Succeeded" if ok else "Failed", "DeadlineExceeded" if deadline else "",
+                     self.message if deadline else "")
+
+    def _stopped_for(self) -> str:
+        return self.reason
 
     def _finish(self, phase: str, reason: str, message: str) -> None:
         self.state.update(phase=phase, reason=reason, message=message, done=True, finished=time.time())

@@ -49,7 +49,7 @@ class Struct(msgspec.Struct, frozen=True, kw_only=True):
     pass
 
 
-class PodPlacement(Struct):
+class PodPlacement(Struct, frozen=True):
     """Where one pod of a gang goes: a node and GPU indices (``gpu_fraction`` set for a shared GPU)."""
 
     pod_set: str
@@ -59,14 +59,14 @@ class PodPlacement(Struct):
     gpu_fraction: float = 0.0
 
 
-class PodSetAdmission(Struct):
+class PodSetAdmission(Struct, frozen=True):
     name: str
     count: int
     flavors: dict[str, str]  # resource -> flavor
     resource_usage: dict[str, float]  # resource -> total for the pod set
 
 
-class Admission(Struct):
+class Admission(Struct, frozen=True):
     workload: str
     cluster_queue: str
     flavors: dict[str, str]  # resource -> flavor, merged over pod sets (first pod set using it wins)
@@ -76,7 +76,7 @@ class Admission(Struct):
     admitted_at: float = 0.0
 
 
-class Preemption(Struct):
+class Preemption(Struct, frozen=True):
     victim: str
     preemptor: str
     reason: str  # one of IN_CLUSTER_QUEUE, IN_COHORT_RECLAMATION, IN_COHORT_RECLAIM_WHILE_BORROWING
@@ -85,7 +85,7 @@ class Preemption(Struct):
     message: str = ""
 
 
-class Pending(Struct):
+class Pending(Struct, frozen=True):
     workload: str
     cluster_queue: str
     reason: str
@@ -96,7 +96,7 @@ class Pending(Struct):
     waiting_for: tuple[str, ...] = ()  # victims being preempted, or the StrictFIFO head
 
 
-class CycleResult(Struct):
+class CycleResult(Struct, frozen=True):
     now: float
     admitted: list[Admission]
     preempted: list[Preemption]

@@ -88,7 +88,7 @@ def plan_preemption(*, tree: QuotaTree, cluster: Cluster | None, states: Mapping
                                               w.priority, preemptor.queue_ts)]
 
     def cohort(allowed: Callable[[WState], bool]) -> list[Candidate]:
-        out = []
+        out: list[Candidate] = []
         for other in tree_queues:
             if other is q:
                 continue
