@@ -1,7 +1,8 @@
 """The pipeline against the speed of its bus: one run of the embedded stack (simulated pods) measuring what issue
 11 asks for, each figure beside its target and, where it is a rate, beside the bus limit as a ratio.
 
-- bus limit: nats-py alone on a private nats-server of the same build: JetStream publishes (acks awaited concurrently) and pull+ack
+- bus limit: nats-py alone on a private nats-server of the same build: JetStream publishes (acks awaited
+  concurrently) and pull+ack
 - idle latency: one run at a time, submit → admission.admitted and submit → exec.succeeded (p50, p99)
 - burst: N runs submitted at once to one ClusterQueue with room for all; admissions/s from the first submit
 - bus operations per run over the burst: messages stored (events, KV writes, objects), deliveries to
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 import psutil
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
