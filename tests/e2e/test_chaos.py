@@ -54,7 +54,9 @@ async def main():
                 except NotFound:  # not projected yet (the submitter may just have been killed)
                     pass
             await asyncio.sleep(0.5)
-        types = {run: [e.type async for e in client.events(run_id=run)] for run in runs}
+        types = {}
+        for run in runs:
+            types[run] = [e.type async for e in client.events(run_id=run)]
         states = {run: (await client.status(run)).state for run in runs}
     finally:
         await client.close()
@@ -104,7 +106,8 @@ def test_sigkill_each_service_mid_flight_and_at_start_up_every_run_ends_as_its_s
                              capture_output=True, text=True, timeout=300)
     assert watched.returncode == 0, watched.stderr[-3000:]
     result = json.loads(watched.stdout)
-    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: {result['pending'][:5]}"
+    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: " + ", ".join(
+        f"{r} ({result['states'][r]}: {result['types'][r]})" for r in result["pending"][:5])
     for run in runs:
         types = result["types"][run]
         assert [t for t in types if t in TERMINAL_EVENTS] == [
@@ -130,7 +133,8 @@ def test_sigkill_of_the_only_nats_server_mid_burst_every_run_ends_once(stack: St
                              capture_output=True, text=True, timeout=300)
     assert watched.returncode == 0, watched.stderr[-3000:]
     result = json.loads(watched.stdout)
-    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: {result['pending'][:5]}"
+    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: " + ", ".join(
+        f"{r} ({result['states'][r]}: {result['types'][r]})" for r in result["pending"][:5])
     for run in runs:
         types = result["types"][run]
         assert [t for t in types if t in TERMINAL_EVENTS] == [

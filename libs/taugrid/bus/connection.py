@@ -81,6 +81,9 @@ class Bus:
         refusal: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._denials.append(refusal)
         task = asyncio.ensure_future(call)
+        # Whatever ends the wait (an answer, a refusal, the caller cancelled or its connection closed), the call's
+        # own outcome counts as seen: no "Task exception was never retrieved" at exit.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
             waited: set[asyncio.Future[Any]] = {task, refusal}
             await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
@@ -94,6 +97,8 @@ class Bus:
             self._denials.remove(refusal)
             if not refusal.done():
                 refusal.cancel()
+            if not task.done():  # the caller was cancelled: the call goes with it
+                task.cancel()
 
     async def kv(self, bucket: str) -> KeyValue:
         if bucket not in self._kv:
