@@ -6,7 +6,8 @@ stream order (each waits for the previous one of its key), different runs concur
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
 one slow run never holds the others back. Outcome → verb: return → ack; ``PermanentError`` or a payload that does
 not decode (``msgspec.DecodeError``: it never will) → copy to DLQ, then term; ``TemporaryError`` → nak with its
-delay; any other exception → nak with backoff (the server's max-deliver advisory then lands in the DLQ stream).
+delay, doubled per delivery; any other exception → nak with backoff (the server's max-deliver advisory then
+lands in the DLQ stream).
 
 Before a handler sees an event, its ``ce-source`` is checked against ``sources.SERVICE_PUBLISH``: an event
 from a service not allowed to publish its subject is dead-lettered with the reason and never handled. While a
@@ -153,9 +154,13 @@ class ConsumerLoop:
                                         else "undecodable").inc()
             outcome("dead_letter")
         except TemporaryError as exc:
+            # The delay doubles with each delivery (up to 30 s): what a handler waits for (a projection, a peer
+            # service) may be restarting, and a fixed short delay would spend max_deliver in seconds and lose
+            # the event to the DLQ (8 deliveries now span about a minute).
+            delay = min(30.0, max(exc.delay, exc.delay * 2 ** (meta.num_delivered - 1)))
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
-                     exc.delay, exc)
-            await self._safe(msg.nak(delay=exc.delay))
+                     delay, exc)
+            await self._safe(msg.nak(delay=delay))
             outcome("retry")
         except Exception as exc:  # unknown: never treated as a run failure, never retried hot
             delay = min(30.0, 0.5 * 2 ** min(meta.num_delivered, 6))

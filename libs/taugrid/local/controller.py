@@ -171,9 +171,17 @@ class LocalCluster:
         self.wls[name] = wl
         # One round trip instead of three (the apply queue is a burst's first bottleneck): versions are taken
         # in call order before any await, and the state is still saved before the request is acknowledged.
-        await asyncio.gather(self.save(wl),
-                             self.publish(wl, "Job" if main["kind"] == "Job" else "RayJob", wl.job, "added"),
-                             self.publish(wl, "Workload", wl.workload, "added"))
+        try:
+            await asyncio.gather(self.save(wl),
+                                 self.publish(wl, "Job" if main["kind"] == "Job" else "RayJob", wl.job, "added"),
+                                 self.publish(wl, "Workload", wl.workload, "added"))
+        except BaseException:
+            # Not applied (the bus failed mid-way, e.g. a restarting server): forget it, so the redelivered request
+            # applies it again instead of taking it for a duplicate; events that did go out carry the same ids.
+            self.wls.pop(name, None)
+            for obj in (wl.job, wl.workload):
+                self._versions.pop(obj["metadata"].get("uid", obj["metadata"]["name"]), None)
+            raise
         self.admitter.submit(self._request(wl))
         self.wake()
 
