@@ -80,21 +80,44 @@ def respawned(stack: Stack, service: str, old: int, timeout: float = 30) -> int:
     raise AssertionError(f"{service} was not restarted after pid {old} was killed")
 
 
+# A quarter of the runs exit 1 (and are given up), the rest succeed: which, the run id's last hex digit decides.
+DECIDING_SCRIPT = ("import os, sys, time\n"
+                   "time.sleep(1.5)\n"
+                   "sys.exit(0 if int(os.environ['TAU_RUN_ID'][-1], 16) % 4 else 1)\n")
+
+
+def submit_runs(stack: Stack, cfg: Path, n: int) -> list[str]:
+    submitted = subprocess.run([sys.executable, "-c", SUBMIT, str(cfg), str(n)], env=stack.env,
+                               capture_output=True, text=True, timeout=120, check=True)
+    runs = submitted.stdout.split()
+    assert len(set(runs)) == n
+    return runs
+
+
+def assert_each_run_ends_as_its_script_decides(stack: Stack, runs: list[str]) -> None:
+    """Sealed within 240 s, exactly one terminal event (the one the script decides), sealed once."""
+    watched = subprocess.run([sys.executable, "-c", WAIT_SEALED, ",".join(runs), "240"], env=stack.env,
+                             capture_output=True, text=True, timeout=300)
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    result = json.loads(watched.stdout)
+    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: " + ", ".join(
+        f"{r} ({result['states'][r]}: {result['types'][r]})" for r in result["pending"][:5])
+    for run in runs:
+        types = result["types"][run]
+        assert [t for t in types if t in TERMINAL_EVENTS] == [
+            "exec.succeeded" if expected_state(run) == "succeeded" else "recovery.gave_up"], (run, types)
+        assert types.count("evidence.sealed") == 1, (run, types)
+    assert result["states"] == {run: expected_state(run) for run in runs}
+
+
 def expected_state(run_id: str) -> str:
     return "succeeded" if int(run_id[-1], 16) % 4 else "failed"  # what the script below decides
 
 
 def test_sigkill_each_service_mid_flight_and_at_start_up_every_run_ends_as_its_script_decides(
         stack: Stack, tmp_path: Path) -> None:
-    cfg = write_project(tmp_path, "chaos", (
-        "import os, sys, time\n"
-        "time.sleep(1.5)\n"
-        "sys.exit(0 if int(os.environ['TAU_RUN_ID'][-1], 16) % 4 else 1)\n"
-    ), "name: chaos\nentrypoint: main.py\ncompute: {gpus: 0}\n")
-    submitted = subprocess.run([sys.executable, "-c", SUBMIT, str(cfg), "50"], env=stack.env, capture_output=True,
-                               text=True, timeout=120, check=True)
-    runs = submitted.stdout.split()
-    assert len(set(runs)) == 50
+    cfg = write_project(tmp_path, "chaos", DECIDING_SCRIPT, "name: chaos\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    runs = submit_runs(stack, cfg, 50)
     for svc in KILL_ORDER:
         first = pid_of(stack, svc)
         os.kill(first, signal.SIGKILL)  # mid-flight
@@ -102,42 +125,14 @@ def test_sigkill_each_service_mid_flight_and_at_start_up_every_run_ends_as_its_s
         os.kill(second, signal.SIGKILL)  # while it starts up (its imports alone take longer than this)
         respawned(stack, svc, second)
         time.sleep(0.3)
-    watched = subprocess.run([sys.executable, "-c", WAIT_SEALED, ",".join(runs), "240"], env=stack.env,
-                             capture_output=True, text=True, timeout=300)
-    assert watched.returncode == 0, watched.stderr[-3000:]
-    result = json.loads(watched.stdout)
-    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: " + ", ".join(
-        f"{r} ({result['states'][r]}: {result['types'][r]})" for r in result["pending"][:5])
-    for run in runs:
-        types = result["types"][run]
-        assert [t for t in types if t in TERMINAL_EVENTS] == [
-            "exec.succeeded" if expected_state(run) == "succeeded" else "recovery.gave_up"], (run, types)
-        assert types.count("evidence.sealed") == 1, (run, types)
-    assert result["states"] == {run: expected_state(run) for run in runs}
+    assert_each_run_ends_as_its_script_decides(stack, runs)
 
 
 def test_sigkill_of_the_only_nats_server_mid_burst_every_run_ends_once(stack: Stack, tmp_path: Path) -> None:
     """The default stack has one nats-server; the supervisor restarts it on the same port and store. Runs in
     flight when it dies reach exactly one terminal state, the one their script decides, sealed once."""
-    cfg = write_project(tmp_path, "busloss", (
-        "import os, sys, time\n"
-        "time.sleep(1.5)\n"
-        "sys.exit(0 if int(os.environ['TAU_RUN_ID'][-1], 16) % 4 else 1)\n"
-    ), "name: busloss\nentrypoint: main.py\ncompute: {gpus: 0}\n")
-    submitted = subprocess.run([sys.executable, "-c", SUBMIT, str(cfg), "30"], env=stack.env, capture_output=True,
-                               text=True, timeout=120, check=True)
-    runs = submitted.stdout.split()
-    old = stack.state()["nats_pid"]
-    os.kill(old, signal.SIGKILL)
-    watched = subprocess.run([sys.executable, "-c", WAIT_SEALED, ",".join(runs), "240"], env=stack.env,
-                             capture_output=True, text=True, timeout=300)
-    assert watched.returncode == 0, watched.stderr[-3000:]
-    result = json.loads(watched.stdout)
-    assert result["pending"] == [], f"{len(result['pending'])} run(s) never sealed: " + ", ".join(
-        f"{r} ({result['states'][r]}: {result['types'][r]})" for r in result["pending"][:5])
-    for run in runs:
-        types = result["types"][run]
-        assert [t for t in types if t in TERMINAL_EVENTS] == [
-            "exec.succeeded" if expected_state(run) == "succeeded" else "recovery.gave_up"], (run, types)
-        assert types.count("evidence.sealed") == 1, (run, types)
-    assert result["states"] == {run: expected_state(run) for run in runs}
+    cfg = write_project(tmp_path, "busloss", DECIDING_SCRIPT,
+                        "name: busloss\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    runs = submit_runs(stack, cfg, 30)
+    os.kill(stack.state()["nats_pid"], signal.SIGKILL)
+    assert_each_run_ends_as_its_script_decides(stack, runs)

@@ -27,26 +27,8 @@ from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.__main__ import start as submitter
+from tests.hardening.conftest import PLATFORM  # the same lab platform as the pre-run suites
 from tests.inprocess import one_node_cluster, private_server, service_bus
-
-PLATFORM = """
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: team-a, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS}
-"""
 
 
 def _project(root: Path) -> Path:
