@@ -4,13 +4,19 @@ consumers check ce-source against it), and the one-node local cluster they run p
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from taugrid.bus import Bus, connect, runstate
 from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.envelope import Event
+from taugrid.bus.service import Service
+from taugrid.client import Client
 from taugrid.local.controller import LocalCluster
 from taugrid.stack import natsserver
 
@@ -52,3 +58,59 @@ async def one_node_cluster(bus: Bus, data_dir: Path) -> LocalCluster:
                            gpu_count=0)
     await cluster.load()
     return cluster
+
+
+class RunningServices:
+    """Services run as tasks of the test's event loop, each on its own connection, and stopped the way
+    `taugrid.bus.service.main` stops them on SIGTERM: loops told to stop, given 10 s to drain, then cancelled."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.services: list[Service] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.buses: list[Bus] = []
+
+    async def service(self, name: str) -> Service:
+        """A service connected under `name` (the consumers check ce-source against it), not yet started."""
+        bus = await service_bus(self.url, name)
+        self.buses.append(bus)
+        svc = Service(bus)
+        self.services.append(svc)
+        return svc
+
+    async def client(self, seed: bytes | None) -> Client:
+        """A person's client signing with `seed` (None: signs nothing), closed with the services."""
+        bus = await connect(self.url, name="client")
+        bus.seed = seed
+        self.buses.append(bus)
+        return Client(bus)
+
+    def start(self, svc: Service, *, fetch_timeout: float = 0.5) -> None:
+        """Run the service's consumer loops and timers; a short fetch timeout makes stopping quick."""
+        for loop in svc.loops:
+            loop.fetch_timeout = fetch_timeout
+        self.tasks += [asyncio.create_task(lp.run()) for lp in svc.loops]
+        self.tasks += [asyncio.create_task(t) for t in svc.tasks]
+
+    async def stop(self) -> None:
+        for svc in self.services:
+            svc.stop()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=10)
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for b in self.buses:
+            await b.close()
+
+
+async def wait_for_events(client: Client, run_id: str, kinds: set[str], timeout: float = 60.0) -> list[Event]:
+    """The run's history once it holds one of `kinds`; fails naming what it holds after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        evs = [e async for e in client.events(run_id=run_id)]
+        if kinds & {e.type for e in evs}:
+            return evs
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{run_id}: none of {kinds} in {[e.type for e in evs]}")
+        await asyncio.sleep(0.1)

@@ -24,7 +24,6 @@ import pytest
 
 from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
-from taugrid.bus.service import Service
 from taugrid.client import CancelRefused, Client
 from taugrid.core.contracts import (
     CancelDecision,
@@ -45,7 +44,7 @@ from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.__main__ import start as submitter
-from tests.inprocess import one_node_cluster, private_server, service_bus
+from tests.inprocess import RunningServices, one_node_cluster, private_server, wait_for_events
 from tests.owners import acting_as
 
 PEOPLE = ("alice", "bob", "carol", "root", "owner")  # owner: the stack's local admin, not in `users`
@@ -101,14 +100,7 @@ class Stack:
         return [e async for e in self.people["root"].events(run_id=run_id)]
 
     async def wait_for(self, run_id: str, kinds: set[str], timeout: float = 30.0) -> list[Event]:
-        deadline = time.monotonic() + timeout
-        while True:
-            evs = await self.events(run_id)
-            if kinds & {e.type for e in evs}:
-                return evs
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{run_id}: none of {kinds} in {[e.type for e in evs]}")
-            await asyncio.sleep(0.1)
+        return await wait_for_events(self.people["root"], run_id, kinds, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -127,48 +119,27 @@ async def _running_stack(tmp: Path, url: str, admin: Bus) -> AsyncIterator[Stack
     await platformstore.put_text(admin, text)
     await platformstore.put_local_user(admin, platformstore.LocalUser("owner", identity.public_key(seeds["owner"])))
 
-    buses: list[Bus] = []
-    tasks: list[asyncio.Task[Any]] = []
-    services: list[Service] = []
-
-    async def service(name: str) -> Service:
-        b = await service_bus(url, name)
-        buses.append(b)
-        svc = Service(b)
-        services.append(svc)
-        return svc
-
-    for name, start in [("submitter", submitter), ("policy", policy), ("admission-watcher", admission_watcher),
-                        ("recovery", recovery), ("evidence", evidence)]:
-        await start(await service(name))
-    rsvc = await service("renderer")
-    rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
-    csvc = await service("local-cluster")
-    cluster = await one_node_cluster(csvc.bus, tmp)
-    csvc.consume("local-cluster", cluster.on_backend)
-    csvc.every(0.1, cluster.tick)
-    for svc in services:
-        for loop in svc.loops:
-            loop.fetch_timeout = 0.5
-        tasks += [asyncio.create_task(lp.run()) for lp in svc.loops]
-        tasks += [asyncio.create_task(t) for t in svc.tasks]
-
-    st = Stack(url, admin, seeds)
-    for p in PEOPLE:
-        b = await connect(url, name="client")
-        b.seed = seeds[p]
-        buses.append(b)
-        st.people[p] = Client(b)
+    running = RunningServices(url)
     try:
+        for name, start in [("submitter", submitter), ("policy", policy), ("admission-watcher", admission_watcher),
+                            ("recovery", recovery), ("evidence", evidence)]:
+            svc = await running.service(name)
+            await start(svc)
+            running.start(svc)
+        rsvc = await running.service("renderer")
+        rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
+        running.start(rsvc)
+        csvc = await running.service("local-cluster")
+        cluster = await one_node_cluster(csvc.bus, tmp)
+        csvc.consume("local-cluster", cluster.on_backend)
+        csvc.every(0.1, cluster.tick)
+        running.start(csvc)
+        st = Stack(url, admin, seeds)
+        for p in PEOPLE:
+            st.people[p] = await running.client(seeds[p])
         yield st
     finally:
-        for svc in services:
-            svc.stop()
-        await asyncio.wait(tasks, timeout=10)
-        for t in tasks:
-            t.cancel()
-        for b in buses:
-            await b.close()
+        await running.stop()
 
 
 async def until_dead_lettered(bus: Bus, reason: str, durables: tuple[str, ...]) -> None:

@@ -9,12 +9,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from taugrid.bus import Bus, connect, identity, platformstore, snapshots
-from taugrid.bus.service import Service
+from taugrid.bus import Bus, identity, platformstore, snapshots
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.client import Client
 from taugrid.client.snapshot import snapshot, source_object
@@ -28,7 +26,7 @@ from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.__main__ import start as submitter
 from tests.hardening.conftest import PLATFORM  # the same lab platform as the pre-run suites
-from tests.inprocess import one_node_cluster, private_server, service_bus
+from tests.inprocess import RunningServices, one_node_cluster, private_server
 
 
 def _project(root: Path) -> Path:
@@ -44,22 +42,14 @@ class Pipeline:
     bus: Bus  # the bootstrap identity: plants objects as an attacker with put rights would
     client: Client
     tmp: Path
-    services: list[Service]
-    tasks: list[asyncio.Task[Any]]
-
-    async def start(self, svc: Service) -> None:
-        for loop in svc.loops:
-            loop.fetch_timeout = 0.5
-        self.services.append(svc)
-        self.tasks += [asyncio.create_task(lp.run()) for lp in svc.loops]
-        self.tasks += [asyncio.create_task(t) for t in svc.tasks]
+    running: RunningServices
 
     async def start_local_cluster(self) -> None:
-        svc = Service(await service_bus(self.url, "local-cluster"))
+        svc = await self.running.service("local-cluster")
         cluster = await one_node_cluster(svc.bus, self.tmp / "cluster")
         svc.consume("local-cluster", cluster.on_backend)
         svc.every(0.1, cluster.tick)
-        await self.start(svc)
+        self.running.start(svc)
 
     async def events(self, run_id: str) -> list[str]:
         return [ev.type async for ev in self.client.events(run_id=run_id)]
@@ -78,28 +68,20 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
         seed = identity.new_user_seed()
         await platformstore.put_text(admin, PLATFORM.replace("OUTPUTS", str(tmp_path / "outputs")))
         await platformstore.put_local_user(admin, platformstore.LocalUser("owner", identity.public_key(seed)))
-        people = await connect(url, name="client")
-        people.seed = seed
-        p = Pipeline(url, admin, Client(people), tmp_path, [], [])
-        for name, start in [("submitter", submitter), ("policy", policy),
-                            ("admission-watcher", admission_watcher), ("recovery", recovery)]:
-            svc = Service(await service_bus(url, name))
-            await start(svc)
-            await p.start(svc)
-        rsvc = Service(await service_bus(url, "renderer"))
-        rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
-        await p.start(rsvc)
+        running = RunningServices(url)
         try:
+            p = Pipeline(url, admin, await running.client(seed), tmp_path, running)
+            for name, start in [("submitter", submitter), ("policy", policy),
+                                ("admission-watcher", admission_watcher), ("recovery", recovery)]:
+                svc = await running.service(name)
+                await start(svc)
+                running.start(svc)
+            rsvc = await running.service("renderer")
+            rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
+            running.start(rsvc)
             yield p
         finally:
-            for svc in p.services:
-                svc.stop()
-            await asyncio.wait(p.tasks, timeout=10)
-            for t in p.tasks:
-                t.cancel()
-            for svc in p.services:
-                await svc.bus.close()
-            await people.close()
+            await running.stop()
 
 
 async def _plant(bus: Bus, name: str, data: bytes) -> None:
