@@ -120,3 +120,51 @@ def test_duplicate_names_and_cohort_cycles_are_rejected():
         )
     )
     assert "cohorts[2].name" in found and "cohorts[0].parent" in found
+
+
+def test_every_unknown_name_is_an_error_with_its_line_and_the_nearest_valid_name():
+    text = (
+        GOOD.replace("          - name: a100\n", "          - name: a10O\n")
+        .replace("    cohort: research\n", "    cohort: reserch\n")
+        .replace("cluster_queue: team-a}", "cluster_queue: tema-a}")
+        .replace("default_priority: normal", "default_priority: nromal")
+        .replace("default_profile: a100-1", "default_profile: a100-l")
+    )
+    found = fields(text)
+    expected = {  # field -> (line in GOOD, nearest valid name)
+        "cluster_queues[0].resource_groups[0].flavors[0].name": (12, "a100"),
+        "cluster_queues[0].cohort": (8, "research"),
+        "local_queues[0].cluster_queue": (18, "team-a"),
+        "workspaces[0].default_priority": (27, "normal"),
+        "workspaces[0].default_profile": (28, "a100-1"),
+    }
+    for field, (line, nearest) in expected.items():
+        assert found[field]["line"] == line, field
+        assert found[field]["message"].endswith(f"; did you mean '{nearest}'?"), found[field]["message"]
+
+
+def test_a_distant_unknown_name_still_names_the_nearest_valid_one():
+    found = fields(GOOD.replace("    cohort: research\n", "    cohort: zzz\n"))
+    assert found["cluster_queues[0].cohort"]["message"] == "unknown cohort 'zzz'; did you mean 'research'?"
+    assert found["cluster_queues[0].cohort"]["fix"] == "use one of: research"
+
+
+def test_a_local_queue_in_another_namespace_is_named():
+    text = GOOD.replace("  - {name: q, namespace: team-a, cluster_queue: team-a}",
+                        "  - {name: q, namespace: team-b, cluster_queue: team-a}")
+    issue = fields(text)["workspaces[0].local_queue"]
+    assert issue["message"] == "no local queue 'q' in namespace 'team-a' (it exists in namespace 'team-b')"
+    assert issue["line"] == 26
+
+
+def test_the_cli_refuses_an_unknown_name_with_file_line_and_nearest(tmp_path):
+    from click.testing import CliRunner
+
+    from taugrid.cli.main import cli
+
+    path = tmp_path / "platform.yaml"
+    path.write_text(GOOD.replace("default_priority: normal", "default_priority: nromal"))
+    result = CliRunner().invoke(cli, ["platform", "render", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:27: workspaces[0].default_priority: unknown priority class 'nromal'; did you mean 'normal'?" \
+        in result.output

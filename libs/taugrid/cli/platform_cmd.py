@@ -62,7 +62,8 @@ async def show(output: str) -> None:
     "WorkloadPriorityClass, kueue.x-k8s.io/v1beta2) as YAML."
 )
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def render(file: Path) -> None:
+@run_async
+async def render(file: Path) -> None:
     from taugrid.render import to_yaml
     from taugrid.render.kueue import render_platform
     from taugrid.render.validate import validate

@@ -6,6 +6,7 @@ Invariant: ``check_platform`` never raises; it returns every problem at once, ea
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 
 from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
@@ -53,13 +54,25 @@ def _unique(add: Add, section: str, names: list[str]) -> None:
 
 
 def _missing(add: Add, path: tuple[str | int, ...], kind: str, name: str, known: Iterable[str]) -> None:
+    """An unknown name: the message names the nearest valid one (even a distant one), the fix lists them all."""
     options = sorted(set(known))
-    guess = suggest(name, options)
+    guess = nearest(name, options)
     add(
         path,
-        f"unknown {kind} {name!r}" + (f"; did you mean '{guess}'?" if guess else ""),
+        f"unknown {kind} {name!r}" + (f"; did you mean '{guess}'?" if guess else f"; no {kind} is defined"),
         f"use one of: {', '.join(options)}" if options else f"define the {kind} first",
     )
+
+
+def nearest(word: str, options: list[str]) -> str | None:
+    """The closest option by difflib's ratio (a close match first; ties go to the first in sorted order)."""
+    if not options:
+        return None
+    close = suggest(word, options)
+    if close is not None:
+        return close
+    ratios = [difflib.SequenceMatcher(None, word.lower(), o.lower()).ratio() for o in options]
+    return options[ratios.index(max(ratios))]
 
 
 def _cohorts(platform: Platform, add: Add) -> None:
@@ -185,10 +198,13 @@ def _workspaces(platform: Platform, add: Add) -> None:
                     in_ns,
                 )
             else:
+                elsewhere = sorted({q.namespace for q in platform.local_queues if q.name == ws.local_queue})
                 add(
                     (*base, "local_queue"),
-                    f"no local queue {ws.local_queue!r} in namespace {ws.namespace!r}",
-                    f"add a local_queues entry with namespace: {ws.namespace}",
+                    f"no local queue {ws.local_queue!r} in namespace {ws.namespace!r}"
+                    + (f" (it exists in namespace {', '.join(map(repr, elsewhere))})" if elsewhere else ""),
+                    f"add a local_queues entry with namespace: {ws.namespace}"
+                    + (f", or set namespace: {elsewhere[0]}" if elsewhere else ""),
                 )
         if ws.default_priority is not None and ws.default_priority not in priorities:
             _missing(add, (*base, "default_priority"), "priority class", ws.default_priority, priorities)
