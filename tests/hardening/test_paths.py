@@ -93,6 +93,24 @@ async def test_output_and_checkpoint_paths_outside_the_workspace_are_refused(
         field, f"{path!r} is outside {root}/team-a/, the output directory of workspace 'team-a'")
 
 
+@pytest.mark.parametrize(("key", "field"), [("storage: {output: OUT}", "storage.output"),
+                                            ("resilience: {checkpoint_path: OUT}", "resilience.checkpoint_path")])
+async def test_another_runs_output_directory_is_refused(stack: Stack, key: str, field: str) -> None:
+    root = str(stack.tmp / "outputs")
+    first = await stack.client.submit_text("name: first\nentrypoint: t.py\n", workspace="team-a", name="first")
+    evs = await stack.wait_for(first, {"policy.approved"})
+    assert evs[-1].as_dict()["run"]["output_dir"] == f"{root}/team-a/{first}"
+    path = f"{root}/team-a/{first}/metrics"
+    run_id = await stack.client.submit_text(f"name: t\nentrypoint: t.py\n{key.replace('OUT', repr(path))}\n",
+                                            workspace="team-a", name="t")
+    evs = await stack.wait_for(run_id, {"policy.rejected", "policy.approved", "submit.rejected"})
+    assert evs[-1].type == "policy.rejected"
+    [issue] = evs[-1].payload(Rejected).reasons
+    assert (issue.field, issue.message, issue.fix) == (
+        field, f"{path!r} is inside the output directory of run {first!r}",
+        f"name a directory of your own under {root}/team-a/ (e.g. {root}/team-a/<name>), not another run's")
+
+
 async def test_paths_inside_the_workspace_are_accepted(stack: Stack) -> None:
     root = str(stack.tmp / "outputs")
     run_id = await stack.client.submit_text(

@@ -5,6 +5,7 @@ are in tests/local/test_kubelet.py and tests/local/test_controller.py.)"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,7 @@ from taugrid.core.errors import ConfigError
 from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.podspec import PodSpecError
 from taugrid.local.secrets import SecretStore, redactor, seal, unseal, write_secret
+from taugrid.local.shim import MAX_LINE, _pump
 from taugrid.stack import natsserver
 
 
@@ -57,6 +59,19 @@ def test_seal_round_trips_and_redacts() -> None:
     assert "s3cr3t-value" not in json.dumps(sealed)
     assert unseal(sealed, ["s3cr3t-value"]) == doc
     assert redactor(["s3cr3t-value", "ab"])(b"token=s3cr3t-value ab") == b"token=[REDACTED] ab"
+
+
+def test_a_secret_cut_across_two_partial_records_of_one_long_line_is_still_redacted() -> None:
+    secret = "hf_" + "x" * 29 + "END"
+    line = b"a" * (MAX_LINE - 10) + secret.encode() + b" tail\n"  # the cut falls inside the value
+    out = io.BytesIO()
+    _pump(io.BytesIO(line + b"next " + secret.encode() + b"\n"), out, redactor([secret]))
+    records = out.getvalue().decode().splitlines()
+    assert secret not in out.getvalue().decode()
+    flags_and_text = [(r.split(" ", 3)[2], r.split(" ", 3)[3]) for r in records]
+    assert "".join(t for _, t in flags_and_text[:-1]) == "a" * (MAX_LINE - 10) + "[REDACTED] tail"
+    assert [f for f, _ in flags_and_text] == ["P", "F", "F"]
+    assert flags_and_text[-1] == ("F", "next [REDACTED]")
 
 
 def test_the_bus_server_does_not_inherit_tau_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -205,6 +205,23 @@ async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, 
     assert status["failed"] == 1
 
 
+async def test_a_secret_too_short_to_redact_fails_the_pod_naming_it(
+        bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
+    rid = run_id()
+    name = f"{rid}-a1"
+    write_secret(tmp_path / "secrets", "default", "db", {"pin": "123"})
+    env = [{"name": "PIN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pin"}}}]
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, main(["python3", "-c", "print(1)"], env=env))]))
+    await until_finished(cluster, name)
+    events = await pod_events(bus, f"{name}-pod")
+    waiting = next(cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
+                   if cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+    assert waiting["message"] == ("secret 'db' key 'pin' is 3 bytes: values shorter than 4 bytes cannot be "
+                                  "redacted from logs; use a longer value")
+    assert events[-1]["status"]["phase"] == "Failed"
+
+
 async def test_a_workspace_secret_reaches_only_the_process_never_disk_logs_or_events(
         bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
     rid = run_id()

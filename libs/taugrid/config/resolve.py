@@ -23,6 +23,7 @@ from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
 from taugrid.config.taurules import check_rules
 from taugrid.core.contracts import Resilience, ResolvedRun, Resources
+from taugrid.core.ids import is_run_id
 from taugrid.core.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 
 DEFAULT_TTL_S = 28800
@@ -104,7 +105,7 @@ def resolve_run(
     checkpoint_dir = f"{output_dir}/checkpoints"
     r = cfg.resilience
     checkpoint_path = (
-        _inside_workspace(r.checkpoint_path, ws, ("resilience", "checkpoint_path"), issues)
+        _inside_workspace(r.checkpoint_path, ws, run_id, ("resilience", "checkpoint_path"), issues)
         if r.checkpoint_path else checkpoint_dir
     )
     if ws.max_retries is not None and r.max_retries > ws.max_retries:
@@ -413,14 +414,15 @@ def _node_selector(cfg: TauConfig, profile: ComputeProfile | None, issues: _Issu
 def _output_dir(cfg: TauConfig, ws: Workspace, run_id: str, issues: _Issues) -> str:
     root = ws.output_root.rstrip("/") or "/"
     wanted = cfg.storage.output
-    if wanted:
-        return _inside_workspace(wanted, ws, ("storage", "output"), issues)
-    return f"{root}/{ws.name}/{run_id}"
+    if not wanted:
+        return f"{root}/{ws.name}/{run_id}"
+    return _inside_workspace(wanted, ws, run_id, ("storage", "output"), issues)
 
 
-def _inside_workspace(wanted: str, ws: Workspace, field: tuple[str, ...], issues: _Issues) -> str:
-    """``wanted`` normalised, when it lies strictly inside ``<output root>/<workspace>/``; else an issue naming
-    ``field`` (a path elsewhere under the root could be another workspace's, or nobody's to write)."""
+def _inside_workspace(wanted: str, ws: Workspace, run_id: str, field: tuple[str, ...], issues: _Issues) -> str:
+    """``wanted`` normalised, when it lies strictly inside ``<output root>/<workspace>/`` and not inside another
+    run's directory; else an issue naming ``field`` (a path elsewhere under the root could be another
+    workspace's, or nobody's to write)."""
     base = posixpath.join(ws.output_root.rstrip("/") or "/", ws.name)
     normal = posixpath.normpath(wanted) if wanted.startswith("/") else ""
     if not normal or not normal.startswith(base + "/"):
@@ -430,6 +432,15 @@ def _inside_workspace(wanted: str, ws: Workspace, field: tuple[str, ...], issues
             f"use an absolute path under {base}/ (e.g. {base}/<name>) or remove {'.'.join(field)}",
         )
         return wanted.rstrip("/")
+    # Every run's default output directory is `<base>/<run id>`: a path in another run's would overwrite its
+    # outputs, so top-level directory names shaped like run ids belong to those runs.
+    first = normal.removeprefix(base + "/").split("/", 1)[0]
+    if is_run_id(first) and first != run_id:
+        issues.add(
+            field,
+            f"{wanted!r} is inside the output directory of run {first!r}",
+            f"name a directory of your own under {base}/ (e.g. {base}/<name>), not another run's",
+        )
     return normal
 
 

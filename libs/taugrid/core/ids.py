@@ -36,6 +36,7 @@ def dns_label(value: str, *, max_len: int = 63) -> str:
 # 64 bits of sha256: among a million runs sharing one name the chance that any two distinct submissions
 # meet is about 3e-8 (24 bits, the old width, merged 3 of 10,500 same-named runs in one benchmark).
 RUN_ID_DIGEST_HEX = 16
+_RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9a-f]{%d}" % RUN_ID_DIGEST_HEX)
 RUN_NAME_MAX = 40  # so a run id (≤ 57) plus an attempt suffix (`-a12`) stays a 63-character DNS label
 
 
@@ -44,6 +45,12 @@ def new_run_id(name: str, submission_id: str) -> RunId:
     one run, and distinct submission ids get distinct run ids (64-bit digest)."""
     digest = hashlib.sha256(submission_id.encode()).hexdigest()[:RUN_ID_DIGEST_HEX]
     return RunId(f"{dns_label(name, max_len=RUN_NAME_MAX)}-{digest}")
+
+
+def is_run_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a run id (``<dns label>-<16 hex>``), as every run's default output
+    directory is named."""
+    return _RUN_ID.fullmatch(text) is not None
 
 
 def new_submission_id() -> str:

@@ -240,7 +240,7 @@ class Kubelet:
 
         def resolve_secret(namespace: str, secret: str) -> Mapping[str, str] | None:
             data = self.resolve_secret(scope or namespace, secret)
-            return None if data is None else Recording(data, seen)
+            return None if data is None else Recording(data, seen, secret)
 
         try:
             run = plan(pod, pod_dir=self.pods.dir(name), claims_dir=self.claims_dir, base_env=self.base_env,

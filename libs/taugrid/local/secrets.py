@@ -87,11 +87,18 @@ def write_secret(root: Path, scope: str, name: str, values: Mapping[str, str]) -
 class Recording(Mapping[str, str]):
     """A resolved secret that remembers every value read from it (what the pod's spec must not hold)."""
 
-    def __init__(self, data: Mapping[str, str], seen: list[str]) -> None:
-        self.data, self.seen = data, seen
+    def __init__(self, data: Mapping[str, str], seen: list[str], name: str = "") -> None:
+        self.data, self.seen, self.name = data, seen, name
 
     def __getitem__(self, key: str) -> str:
         value = self.data[key]
+        if 0 < len(value.encode()) < REDACT_MIN:
+            # Too short to blank out of the logs without blanking ordinary text too: refuse the pod rather
+            # than print the value wherever the program echoes it.
+            raise PodSpecError(
+                "CreateContainerConfigError",
+                f"secret {self.name!r} key {key!r} is {len(value.encode())} bytes: values shorter than "
+                f"{REDACT_MIN} bytes cannot be redacted from logs; use a longer value")
         if value not in self.seen:
             self.seen.append(value)
         return value
@@ -133,16 +140,22 @@ def _walk(doc: Any, fn: Any) -> Any:
     return doc
 
 
-def redactor(values: list[str]) -> Any:
-    """``bytes → bytes`` that blanks every value of at least ``REDACT_MIN`` bytes, longest first."""
-    needles = sorted({v.encode() for v in values if len(v.encode()) >= REDACT_MIN}, key=len, reverse=True)
+class Redactor:
+    """``bytes → bytes`` that blanks every value of at least ``REDACT_MIN`` bytes, longest first; ``longest`` is
+    how many bytes a caller cutting a stream into pieces must hold back so no value is split unseen."""
 
-    def redact(data: bytes) -> bytes:
-        for needle in needles:
+    def __init__(self, values: list[str]) -> None:
+        self.needles = sorted({v.encode() for v in values if len(v.encode()) >= REDACT_MIN}, key=len, reverse=True)
+        self.longest = len(self.needles[0]) if self.needles else 0
+
+    def __call__(self, data: bytes) -> bytes:
+        for needle in self.needles:
             data = data.replace(needle, REDACTED.encode())
         return data
 
-    return redact
+
+def redactor(values: list[str]) -> Redactor:
+    return Redactor(values)
 
 
 def encode_for_shim(values: list[str]) -> bytes:

@@ -24,14 +24,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
 from taugrid.local import containers, scratch
-from taugrid.local.secrets import redactor, unseal
+from taugrid.local.secrets import Redactor, redactor, unseal
 
 POLL_S = 0.1
 MAX_LINE = 16 * 1024  # longer lines are split into partial (P) records, as the CRI does
@@ -62,19 +61,33 @@ def kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def _pump(src: IO[bytes], log: IO[bytes], redact: Callable[[bytes], bytes]) -> None:
-    """Copy a container's output into its log, one timestamped record per line, secret values redacted."""
+def _pump(src: IO[bytes], log: IO[bytes], redact: Redactor) -> None:
+    """Copy a container's output into its log, one timestamped record per line, secret values redacted.
+    A line longer than ``MAX_LINE`` is cut into partial records; the last ``longest - 1`` bytes of each piece
+    are carried into the next one, so a secret value that straddles a cut is still seen whole."""
+    carry = b""
     while True:
         raw = src.readline(MAX_LINE)
         if not raw:
+            if carry:
+                _record(log, redact(carry), full=False)
             return
         full = raw.endswith(b"\n")
-        text = redact(raw[:-1] if full else raw)
-        log.write(f"{rfc3339(time.time_ns())} stdout {'F' if full else 'P'} ".encode() + text + b"\n")
+        text = redact(carry + (raw[:-1] if full else raw))
+        carry = b""
+        if not full and redact.longest > 1:
+            keep = min(redact.longest - 1, len(text))
+            text, carry = text[:len(text) - keep], text[len(text) - keep:]
+        if text or full:
+            _record(log, text, full=full)
+
+
+def _record(log: IO[bytes], text: bytes, *, full: bool) -> None:
+    log.write(f"{rfc3339(time.time_ns())} stdout {'F' if full else 'P'} ".encode() + text + b"\n")
 
 
 class Container:
-    def __init__(self, pod_dir: Path, spec: dict[str, Any], redact: Callable[[bytes], bytes]) -> None:
+    def __init__(self, pod_dir: Path, spec: dict[str, Any], redact: Redactor) -> None:
         self.spec, self.name, self.redact = spec, str(spec["name"]), redact
         self.log_path = pod_dir / "logs" / f"{self.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
