@@ -36,7 +36,7 @@ def dns_label(value: str, *, max_len: int = 63) -> str:
 # 64 bits of sha256: among a million runs sharing one name the chance that any two distinct submissions
 # meet is about 3e-8 (24 bits, the old width, merged 3 of 10,500 same-named runs in one benchmark).
 RUN_ID_DIGEST_HEX = 16
-_RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9a-f]{%d}" % RUN_ID_DIGEST_HEX)
+_RUN_ID = re.compile(rf"[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9a-f]{{{RUN_ID_DIGEST_HEX}}}")
 RUN_NAME_MAX = 40  # so a run id (≤ 57) plus an attempt suffix (`-a12`) stays a 63-character DNS label
 
 
