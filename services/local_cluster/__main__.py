@@ -10,7 +10,8 @@ async def start(svc: Service) -> None:
     node, capacity, gpus, gpu_mem = inventory()
     data = Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau"))
     cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
-                           gpu_memory_mb=gpu_mem)
+                           gpu_memory_mb=gpu_mem,
+                           drain_grace_s=float(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30")))
     await cluster.load()
     svc.consume("local-cluster", cluster.on_backend)
     svc.consume("local-cluster-nodes", cluster.on_node)

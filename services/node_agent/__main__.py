@@ -1,7 +1,9 @@
 """``python -m taugrid_services.node_agent``.
 
 Environment: ``TAU_NODE_NAME`` (default: hostname), ``TAU_NODE_SAMPLE_INTERVAL`` seconds (default 5),
-``TAU_DECLARED_GPUS`` ("2" or "2x80000": declared GPUs instead of NVML, for simulation).
+``TAU_DECLARED_GPUS`` ("2" or "2x80000": declared GPUs instead of NVML, for simulation). When the platform
+declares ``local.nodes`` (the local backend's pool), one agent samples each of them under its own name
+(``health.pool``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 
 from taugrid.bus.service import Service, main
 from taugrid.health.agent import NodeAgent, node_name, probe_from_env
+from taugrid.health.pool import AgentPool
 
 log = logging.getLogger("taugrid.node_agent")
 
@@ -23,8 +26,11 @@ async def start(svc: Service) -> None:
     if first is not None:
         log.info("node %s: %d GPU(s) via %s %s", agent.node, len(first.gpus), first.gpu_source, first.message)
 
+    pool = AgentPool(svc.bus, machine=agent.node, machine_probe=lambda: agent.probe)
+    pool.agents[agent.node] = agent
+
     async def tick() -> None:
-        await agent.tick()
+        await pool.tick()
 
     svc.every(interval, tick)
 

@@ -1,9 +1,12 @@
+import os
+
 from taugrid.bus.service import Service, main
 from taugrid_services.recovery.handlers import Recovery
 
 
 async def start(svc: Service) -> None:
-    svc.consume("recovery", Recovery(svc.bus).on_event)
+    settle_s = float(os.environ.get("TAU_RECOVERY_HEALTH_SETTLE_S", "10"))
+    svc.consume("recovery", Recovery(svc.bus, settle_s=settle_s).on_event)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
 """The retry decision on the bus. Idempotent: a decision is keyed by the failed attempt (the message id of
-``recovery.retrying`` names the next attempt), and the run record's attempt guards against stale events."""
+``recovery.retrying`` names the next attempt), and the run record's attempt guards against stale events.
+
+An ``exec.failed`` that does not already name a platform fault is checked against the node's health record
+(``health.blame``) first, so a GPU fault that killed the process is retried on another node whether the
+failure or ``health.degraded`` arrives first; while the node's agent has not sampled since the failure, the
+decision waits (``TemporaryError``) up to ``settle_s``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import msgspec
@@ -10,7 +16,7 @@ import msgspec
 from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.core.classify import decide
+from taugrid.core.classify import classify, decide
 from taugrid.core.contracts import (
     ExecFinished,
     HealthDegraded,
@@ -20,11 +26,24 @@ from taugrid.core.contracts import (
 )
 from taugrid.core.errors import TemporaryError
 from taugrid.core.states import TERMINAL
+from taugrid.health.blame import blame
+from taugrid.health.monitor import read_state
+
+PLATFORM_FAULTS = ("gpu_fault", "node_failure")
+
+
+def _event_time(ev: Event) -> float:
+    try:
+        return dt.datetime.fromisoformat(ev.time.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
 
 
 class Recovery:
-    def __init__(self, bus: Bus) -> None:
-        self.bus = bus
+    def __init__(self, bus: Bus, *, settle_s: float = 10.0) -> None:
+        """``settle_s``: how long a failure waits for its node's next health sample (about two sample
+        intervals of the node agent) before it is judged the run's own."""
+        self.bus, self.settle_s = bus, settle_s
 
     async def on_event(self, ev: Event) -> None:
         if ev.type == "admission.preempted":
@@ -37,7 +56,15 @@ class Recovery:
         node, exit_code, reason, message = "", None, "", ""
         if ev.type == "exec.failed":
             fin = ev.payload(ExecFinished)
-            node, exit_code, reason, message = fin.node, fin.exit_code, fin.reason, fin.message
+            node, exit_code, reason, message = fin.node or record.node, fin.exit_code, fin.reason, fin.message
+            if node and classify(reason, exit_code) not in PLATFORM_FAULTS:
+                state, _ = await read_state(self.bus, node)
+                b = blame(state, failed_at=_event_time(ev), now=time.time(), settle_s=self.settle_s)
+                if b.verdict == "wait":
+                    raise TemporaryError(f"{b.message}; deciding after its next sample", delay=1.0)
+                if b.verdict == "node":
+                    reason, message = "GpuFault", f"{b.condition} on node {node}: {b.message} (the attempt ended " \
+                                                  f"{fin.reason or 'failed'}: {fin.message})"
         elif ev.type == "render.failed":
             rf = ev.payload(RenderFailed)
             reason, message = "InvalidManifest" if rf.permanent else rf.reason, rf.message

@@ -184,6 +184,36 @@ class Workspace(Strict):
     )
 
 
+NodeName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$",
+                                description="a node name (a DNS label: lowercase letters, digits, '-', '.')")]
+
+
+class LocalNode(Strict):
+    """One node of the local backend's pool: its own GPUs, capacity and node-agent identity."""
+
+    name: NodeName
+    gpus: int = Field(default=0, ge=0, le=64, description="GPUs this node offers (declared, simulated)")
+    gpu_memory: MemoryQuantity | None = Field(default=None, description="memory of each GPU (default 80Gi)")
+    cpus: CpuQuantity | None = Field(default=None, description="CPU cores; absent: time-shared, bounded by quota")
+    memory: MemoryQuantity | None = Field(default=None, description="memory; absent: this machine's memory")
+    labels: dict[str, Text] = Field(default_factory=dict, description="node labels that flavors can select")
+
+
+class LocalPool(Strict):
+    """The local backend's nodes. Empty: one node, this machine (its name, GPUs and memory), as before."""
+
+    nodes: list[LocalNode] = Field(default_factory=list)
+
+    @pydantic.model_validator(mode="after")
+    def _unique(self) -> LocalPool:
+        seen: set[str] = set()
+        for n in self.nodes:
+            if n.name in seen:
+                raise ValueError(f"local.nodes: node name {n.name!r} appears twice; give every node its own name")
+            seen.add(n.name)
+        return self
+
+
 class Platform(Strict):
     resource_flavors: list[ResourceFlavor] = Field(default_factory=list)
     cohorts: list[Cohort] = Field(default_factory=list)
@@ -194,6 +224,8 @@ class Platform(Strict):
     workspaces: list[Workspace] = Field(default_factory=list)
     users: list[User] = Field(default_factory=list, description="people on the bus; none = single-user mode")
     groups: list[Group] = Field(default_factory=list)
+    local: LocalPool = Field(default_factory=LocalPool,
+                             description="the local backend's node pool (the Kubernetes backend has real nodes)")
 
     @property
     def single_user(self) -> bool:

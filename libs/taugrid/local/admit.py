@@ -1,9 +1,13 @@
 """Admission for the local cluster, backed by the pure Kueue/KAI engine (``taugrid.core.admission``).
 
 Translates the platform policy into engine objects (flavors, cohorts, ClusterQueues with quota per flavor,
-LocalQueues), this machine into one engine Node (its GPUs as devices; CPU is time-shared by processes, so
-only quota bounds it), and each workload into an engine Workload. ``cycle`` returns the admissions (with the
-GPU devices each pod got) and records preemptions for the cluster to carry out.
+LocalQueues), the node pool into engine Nodes (the platform's ``local.nodes``, each with its own GPUs as devices;
+without them, this machine as one node whose CPU is time-shared by processes, so only quota bounds it), and
+each workload into an engine Workload. ``cycle`` returns the admissions (with the node and GPU devices each pod
+got) and records preemptions for the cluster to carry out.
+
+Invariants: a cordoned node keeps what runs on it but gets nothing new; a workload's ``excluded_nodes`` (the
+rendered ``kubernetes.io/hostname NotIn`` affinity of a retry after a GPU/node fault) never land there.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Request:
     gpu_memory_mb: int = 0
     preemptible: bool = True
     placement: str = "binpack"
+    excluded_nodes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -39,6 +44,30 @@ class Granted:
     cluster_queue: str
     flavors: dict[str, str]
     gpus: list[list[int]]  # per pod: GPU indices
+    nodes: list[str] = field(default_factory=list)  # per pod: the node it was placed on
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    """One node of the local pool as the engine sees it."""
+
+    name: str
+    gpus: int = 0
+    gpu_memory_mb: int = 81920
+    cpu: float | None = None  # None: time-shared (quota is the only bound)
+    memory: float = 0.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def pool_nodes(p: Platform | None, machine: PoolNode) -> list[PoolNode]:
+    """The platform's ``local.nodes``, or this machine alone when it declares none."""
+    if p is None or not p.local.nodes:
+        return [machine]
+    return [PoolNode(n.name, n.gpus, int(parse_memory(n.gpu_memory)) >> 20 if n.gpu_memory else 81920,
+                     parse_cpu(n.cpus) if n.cpus is not None else None,
+                     float(parse_memory(n.memory)) if n.memory is not None else machine.memory,
+                     tuple(sorted((k, str(v)) for k, v in n.labels.items())))
+            for n in p.local.nodes]
 
 
 @dataclass
@@ -102,16 +131,24 @@ class LocalAdmitter:
     preempted: list[Evicted] = field(default_factory=list)
     quotas: dict[str, dict[str, float]] = field(default_factory=dict)
     cohort_of: dict[str, str] = field(default_factory=dict)
-    cordoned: str = ""  # why the node is cordoned; nothing new is admitted until it is re-validated
+    cordoned: dict[str, str] = field(default_factory=dict)  # node → why; nothing new lands there until re-validated
+    pool: list[PoolNode] = field(default_factory=list)
+
+    def machine(self) -> PoolNode:
+        return PoolNode(self.node, self.gpu_count, self.gpu_memory_mb or 81920, None, self.capacity.get("memory", 0.0))
 
     def configure(self, p: Platform) -> None:
         """Build an empty engine for a platform revision; ``rebuild`` refills it."""
         cqs, cohorts, flavors = engine_objects(p)
-        node = adm.Node(self.node, tuple(adm.GpuDevice(i, self.gpu_memory_mb or 81920) for i in range(self.gpu_count)),
-                        cpu=_UNLIMITED_CPU, memory=self.capacity.get("memory", 0.0))
+        self.pool = pool_nodes(p, self.machine())
+        nodes = [adm.Node(n.name, tuple(adm.GpuDevice(i, n.gpu_memory_mb) for i in range(n.gpus)),
+                          cpu=_UNLIMITED_CPU if n.cpu is None else n.cpu, memory=n.memory, labels=dict(n.labels))
+                 for n in self.pool]
         fair = any(cq.fair_sharing.weight != 1.0 for cq in p.cluster_queues)
-        self.engine = adm.Engine(cqs, cohorts, flavors, [node], fair_sharing=fair,
-                                 gpu_memory_mb=self.gpu_memory_mb or 81920)
+        self.engine = adm.Engine(cqs, cohorts, flavors, nodes, fair_sharing=fair,
+                                 gpu_memory_mb=max((n.gpu_memory_mb for n in self.pool), default=81920))
+        for name in self.cordoned:
+            self.engine.set_schedulable(name, False)
         self.quotas = {}
         self.cohort_of = {cq.name: cq.cohort or "" for cq in cqs}
         for cq in cqs:
@@ -132,11 +169,37 @@ class LocalAdmitter:
         for req in pending:
             self.submit(req)
 
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.pool] or [self.node]
+
+    def gpu_memory_of(self, node: str) -> int:
+        return next((n.gpu_memory_mb for n in self.pool if n.name == node), self.gpu_memory_mb or 81920)
+
+    def cordon(self, node: str, reason: str) -> None:
+        """Nothing new lands on ``node`` (what runs there stays until drained)."""
+        self.cordoned[node] = reason or "unhealthy"
+        if self.engine is not None:
+            self.engine.set_schedulable(node, False)
+
+    def uncordon(self, node: str) -> None:
+        self.cordoned.pop(node, None)
+        if self.engine is not None:
+            self.engine.set_schedulable(node, True)
+
+    def _all_cordoned(self) -> str:
+        """Why nothing can be placed anywhere, when every node of the pool is cordoned; else ""."""
+        names = self.node_names()
+        if not names or any(n not in self.cordoned for n in names):
+            return ""
+        what = "; ".join(f"node {n} is cordoned ({self.cordoned[n]})" for n in names)
+        return f"{what}; runs wait until {'it passes' if len(names) == 1 else 'one passes'} re-validation"
+
     def _workload(self, req: Request) -> adm.Workload:
         requests = {r: v for r, v in req.per_pod.items() if not (r == GPU and (req.gpu_fraction or req.gpu_memory_mb))}
         return adm.Workload(
             req.name, req.cluster_queue,
-            (adm.PodSet("main", req.pods, requests, gpu_fraction=req.gpu_fraction, gpu_memory_mb=req.gpu_memory_mb),),
+            (adm.PodSet("main", req.pods, requests, gpu_fraction=req.gpu_fraction, gpu_memory_mb=req.gpu_memory_mb,
+                        excluded_nodes=frozenset(req.excluded_nodes)),),
             priority=req.priority, preemptible=req.preemptible, created_at=req.created,
             placement=adm.PlacementStrategy(req.placement if req.placement in ("binpack", "spread") else "binpack"),
         )
@@ -153,18 +216,21 @@ class LocalAdmitter:
 
     def cycle(self) -> list[Granted]:
         self.preempted = []
-        if self.engine is None or self.cordoned:
+        if self.engine is None:
             return []
         result = self.engine.cycle(time.time())
         granted = []
         for a in result.admitted:
             per_pod: dict[int, list[int]] = {}
+            node_of: dict[int, str] = {}
             for pl in a.placements:
                 per_pod.setdefault(pl.index, []).extend(pl.gpus)
+                node_of[pl.index] = pl.node
             req = self.requests.get(a.workload)
             n = req.pods if req else len(per_pod)
             granted.append(Granted(a.workload, a.cluster_queue, dict(a.flavors),
-                                   [per_pod.get(i, []) for i in range(n)]))
+                                   [per_pod.get(i, []) for i in range(n)],
+                                   [node_of.get(i, self.node) for i in range(n)]))
         self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted
 
@@ -180,13 +246,17 @@ class LocalAdmitter:
                 out[name] = Pending("Inadmissible", f"ClusterQueue {req.cluster_queue or '?'} doesn't exist", 0)
         if self.engine is None:
             return out
+        stopped = self._all_cordoned()
         for name, p in self.engine.pending_all().items():
-            if self.cordoned:
-                out[name] = Pending("Unschedulable", f"node {self.node} is cordoned ({self.cordoned}); runs wait "
-                                    "until it passes re-validation", p.position)
-            else:
-                out[name] = Pending(p.reason, p.message, p.position)
+            out[name] = Pending("Unschedulable", stopped, p.position) if stopped else self._worded(p)
         return out
+
+    def _worded(self, p: adm.Pending) -> Pending:
+        """The engine's words, plus which nodes are cordoned when a pod found no node."""
+        message = p.message
+        if self.cordoned and "eligible node" in message:
+            message += "; cordoned: " + ", ".join(f"{n} ({why})" for n, why in sorted(self.cordoned.items()))
+        return Pending(p.reason, message, p.position)
 
     def info(self, name: str) -> Pending | None:
         req = self.requests.get(name)
@@ -195,12 +265,12 @@ class LocalAdmitter:
         if self.engine is None:
             return None
         p = self.engine.pending_info(name)
-        if self.cordoned and name in self.requests and not self.engine.is_admitted(name):
-            return Pending("Unschedulable", f"node {self.node} is cordoned ({self.cordoned}); runs wait until it "
-                           "passes re-validation", p.position if p else 0)
+        stopped = self._all_cordoned()
+        if stopped and name in self.requests and not self.engine.is_admitted(name):
+            return Pending("Unschedulable", stopped, p.position if p else 0)
         if p is None:
             return None
-        return Pending(p.reason, p.message, p.position)
+        return self._worded(p)
 
     def explain(self, name: str) -> str:
         return self.engine.explain(name) if self.engine and name in self.engine.states else ""

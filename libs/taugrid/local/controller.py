@@ -28,6 +28,7 @@ from taugrid.config.platform import Platform
 from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import k8s_subject
+from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount
@@ -44,15 +45,39 @@ BUCKET = "local_cluster"
 PENDING_REFRESH_S = 3.0
 PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what changed without one
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
 
 
+class NodeCordonRecord(msgspec.Struct, frozen=True):
+    """KV ``cordon.<node>``: a pool node the health monitor cordoned, kept across restarts."""
+
+    node: str
+    reason: str
+
+
+def excluded_nodes(pod_spec: dict[str, Any]) -> list[str]:
+    """Nodes a pod template keeps off through required ``kubernetes.io/hostname NotIn`` affinity (what the
+    renderer writes for a retry after a GPU/node fault, ``render.common.node_exclusion``)."""
+    terms = ((((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    out: set[str] = set()
+    for term in terms:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "NotIn":
+                out.update(str(v) for v in expr.get("values") or [])
+    return sorted(out)
+
+
 class LocalCluster:
     def __init__(self, bus: Bus, *, data_dir: Path, node: str, capacity: dict[str, float], gpu_count: int,
-                 gpu_memory_mb: int = 0, runtime: PodRuntime | None = None) -> None:
+                 gpu_memory_mb: int = 0, runtime: PodRuntime | None = None, drain_grace_s: float = 30.0) -> None:
         """``runtime`` decides which interpreter runs ``python``/``python3`` in a workload's pods (default: the
-        researcher's interpreter or a per-run environment, ``podsync.PreparedRuntimes``)."""
+        researcher's interpreter or a per-run environment, ``podsync.PreparedRuntimes``). ``node`` is this
+        machine's name, the pool's one node unless the platform declares ``local.nodes``. ``drain_grace_s``: how
+        long a drained node's pods get between SIGTERM and SIGKILL."""
+        self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
         self.wls: dict[str, LocalWorkload] = {}
@@ -124,10 +149,13 @@ class LocalCluster:
             for p in wl.pods:
                 if p.phase == "Running" and not p.sim_end:
                     await self.podsync.adopt(wl, p)
-        cordon = await kv.get(self.bus, BUCKET, "cordon")
-        self.admitter.cordoned = cordon.value.decode() if cordon is not None else ""
+        legacy = await kv.get(self.bus, BUCKET, "cordon")  # one-node clusters kept a single key
+        if legacy is not None and legacy.value:
+            self.admitter.cordon(self.node, legacy.value.decode())
+        for entry in await kv.values(self.bus, BUCKET, NodeCordonRecord, prefix="cordon."):
+            self.admitter.cordon(entry.node, entry.reason)
         log.info("local cluster loaded %d workload(s)%s", len(self.wls),
-                 f"; node cordoned: {self.admitter.cordoned}" if self.admitter.cordoned else "")
+                 f"; cordoned: {self.admitter.cordoned}" if self.admitter.cordoned else "")
 
     async def save(self, wl: LocalWorkload) -> None:
         if wl.state == "finished":
@@ -137,19 +165,50 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- backend requests
     async def on_node(self, ev: Event) -> None:
-        """The health monitor cordoned or uncordoned a node; only this machine's decisions matter here."""
+        """The health monitor cordoned (and maybe drained) or uncordoned a node; only our pool's nodes matter."""
         data = ev.as_dict()
-        if data.get("node") != self.node:
+        node = str(data.get("node") or "")
+        if node not in self.admitter.node_names():
             return
         async with self.lock:
-            cordon = ev.nats_subject.endswith(".cordon")
-            self.admitter.cordoned = str(data.get("reason") or "unhealthy") if cordon else ""
+            if ev.nats_subject.endswith(".cordon"):
+                reason = str(data.get("reason") or "unhealthy")
+                self.admitter.cordon(node, reason)
+                await kv.put(self.bus, BUCKET, f"cordon.{token(node)}", NodeCordonRecord(node=node, reason=reason))
+                if data.get("drain"):
+                    await self._drain(node, reason)
+            else:
+                self.admitter.uncordon(node)
+                await kv.delete(self.bus, BUCKET, f"cordon.{token(node)}")
+                if node == self.node:
+                    await kv.delete(self.bus, BUCKET, "cordon")
             self.wake()
-            await kv.put(self.bus, BUCKET, "cordon", self.admitter.cordoned.encode())
             for wl in self.wls.values():
                 wl.last_pending = ""  # re-announce every waiting run's reason
-            log.warning("node %s %s", self.node, f"cordoned: {self.admitter.cordoned}" if self.admitter.cordoned
-                        else "uncordoned")
+            why = self.admitter.cordoned.get(node)
+            log.warning("node %s %s", node, f"cordoned: {why}" if why else "uncordoned")
+
+    async def _drain(self, node: str, reason: str) -> None:
+        """Stop every running workload with a pod on ``node`` (SIGTERM, SIGKILL after the grace period), as a
+        drain evicts them. The Job then fails (backoffLimit 0: one failed pod fails a gang), and recovery,
+        told by ``health.degraded``, retries it elsewhere."""
+        for wl in self.wls.values():
+            if wl.state != "running" or not any((p.node or self.node) == node for p in wl.pods):
+                continue
+            for p in wl.pods:
+                if p.phase != "Running":
+                    continue
+                if p.sim_end:  # simulated pod: it just ends, as a killed one would
+                    p.phase = "Failed"
+                    objects.pod_terminated(p.obj, exit_code=143, reason="Evicted",
+                                           message=f"node {node} drained: {reason}", started=p.started,
+                                           at=time.time())
+                    await self.publish(wl, "Pod", p.obj, "modified")
+                else:
+                    await self.podsync.ship_logs(wl, p, final=False)
+                    await self.kubelet.stop(p.name, grace_s=self.drain_grace_s, reason="Evicted")
+            log.warning("node %s drained: stopping %s (grace %gs)", node, wl.name, self.drain_grace_s)
+            await self.save(wl)
 
     async def on_backend(self, ev: Event) -> None:
         async with self.lock:
@@ -215,6 +274,7 @@ class LocalCluster:
             priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
             placement=str(ann.get("taugrid.io/placement", "binpack")),
+            excluded_nodes=excluded_nodes(template(main).get("spec", {})),
             hang_timeout_s=float(ann.get("taugrid.io/hang-timeout", 0) or 0),
             source_object=req.source_object, python=req.python, python_source=req.python_source, image=req.image,
             pip=list(req.pip),
@@ -243,7 +303,8 @@ class LocalCluster:
     def _request(self, wl: LocalWorkload) -> Request:
         return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority, created=wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
-                       gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement)
+                       gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
+                       excluded_nodes=tuple(wl.excluded_nodes))
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
@@ -328,7 +389,7 @@ class LocalCluster:
         for ev in preempted:
             if ev.victim in self.wls:
                 await self._preempt(self.wls[ev.victim], ev.reason, ev.message, ev.preemptor, now)
-        await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now) for g in granted
+        await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes) for g in granted
                          if g.name in self.wls and self.wls[g.name].state == "pending")
         if preempted or len(granted) >= ADMIT_BATCH:
             self.wake()  # the batch ended early: a head may still be admissible, so the next cycle runs at once
@@ -404,7 +465,8 @@ class LocalCluster:
         objects.pending(wl.workload, reason=info.reason, message=info.message, position=info.position, at=now)
         return True
 
-    async def _start(self, wl: LocalWorkload, flavors: dict[str, str], gpus: list[list[int]], now: float) -> None:
+    async def _start(self, wl: LocalWorkload, flavors: dict[str, str], gpus: list[list[int]], now: float, *,
+                     nodes: list[str] | None = None) -> None:
         """Admitted: persist the pods first, then announce and launch them. Resumable: a tick that fails half
         way (the bus timed out) leaves pods in phase Pending, and the next tick carries on from there."""
         objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors,
@@ -415,9 +477,9 @@ class LocalCluster:
         for i in range(wl.pods_wanted):
             name = f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod"
             name += f"-r{wl.requeues}" if wl.requeues else ""  # a requeued pod is a new pod
-            wl.pods.append(LocalPod(name=name, index=i, obj=objects.pod(wl.job, name=name, node=self.node,
-                                                                       index=i, at=now),
-                                    gpus=gpus[i] if i < len(gpus) else []))
+            node = nodes[i] if nodes and i < len(nodes) else self.node
+            wl.pods.append(LocalPod(name=name, index=i, obj=objects.pod(wl.job, name=name, node=node, index=i, at=now),
+                                    gpus=gpus[i] if i < len(gpus) else [], node=node))
         wl.state, wl.announced = "running", False
         wl.admitted_at = now
         objects.job_started(wl.job, active=len(wl.pods), at=now)

@@ -186,7 +186,7 @@ class PodSync:
     def _manifest(self, wl: LocalWorkload, p: LocalPod) -> dict[str, Any]:
         gpus = ",".join(str(g) for g in p.gpus)
         env = {"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void", "TAU_LOCAL": "1",
-               "TAU_NODE_NAME": self.node, "PYTHONUNBUFFERED": "1"}
+               "TAU_NODE_NAME": p.node or self.node, "PYTHONUNBUFFERED": "1"}
         if wl.gpu_fraction or wl.gpu_memory_mb:
             fraction = wl.gpu_fraction or min(1.0, wl.gpu_memory_mb / (self.gpu_memory_mb or 81920))
             env["TAU_GPU_FRACTION"] = f"{fraction:g}"

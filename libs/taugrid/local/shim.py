@@ -194,6 +194,9 @@ class Shim:
         watch_scratch = work.is_relative_to(self.dir)  # the pod's copy of the project, not a host directory
         before = scratch.inventory(work) if watch_scratch else {}
         self._group(self.main, self.state["containers"], offset=0)
+        if any("terminated" not in st for st in self.state["containers"]):  # stopped before they started
+            self._finish("Failed", self.reason or "Error", self.message)
+            return
         if watch_scratch:
             warning = scratch.report(self.dir, work, scratch.written(before, work),
                                      first.spec["env"].get("TAU_OUTPUT_DIR", ""))

@@ -21,6 +21,7 @@ class LocalPod(msgspec.Struct, kw_only=True):
     log_offsets: dict[str, int] = msgspec.field(default_factory=dict)  # per container: bytes of its log shipped
     log_seq: int = 0
     sim_end: float = 0.0  # simulated pool: the pod "completes" at this time, no process
+    node: str = ""  # the pool node it was placed on ("" in records from before the pool: the machine)
 
 
 class LocalWorkload(msgspec.Struct, kw_only=True):
@@ -42,6 +43,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     memory_limit: int = 0
     preemptible: bool = True
     placement: str = "binpack"
+    excluded_nodes: list[str] = msgspec.field(default_factory=list)  # the pod template's hostname NotIn affinity
     hang_timeout_s: float = 0.0
     source_object: str = ""
     # What the submission asked the pods to run with (BackendApply): the interpreter, runtime.pip, runtime.image.

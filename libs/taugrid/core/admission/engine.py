@@ -116,6 +116,16 @@ class Engine:
         if self.cluster is not None:
             self._dirty.update(self._tree_queues)  # nodes are shared by every cohort tree
 
+    def set_schedulable(self, node: str, schedulable: bool) -> None:
+        """Cordon (``False``) or uncordon a node; an uncordon is a capacity event for every parked head."""
+        if self.cluster is None:
+            return
+        if schedulable:
+            self.cluster.unschedulable.discard(node)
+            self._dirty.update(self._tree_queues)
+        else:
+            self.cluster.unschedulable.add(node)
+
     def finish(self, name: str, now: float) -> None:
         """The workload completed (or was deleted): free its quota and forget it."""
         ws = self._get(name)

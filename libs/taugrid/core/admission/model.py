@@ -174,6 +174,8 @@ class PodSet:
     gpu_fraction: float = 0.0
     gpu_memory_mb: int = 0
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    # Required node affinity ``kubernetes.io/hostname NotIn``: a retry after a GPU/node fault stays off these.
+    excluded_nodes: frozenset[str] = frozenset()
 
     @property
     def shares_gpu(self) -> bool:

@@ -4,6 +4,7 @@ Role: when the engine is given nodes, every admitted pod gets a concrete node an
 are placed inside one transaction: all fit, or the transaction is rolled back and nothing is placed.
 
 Invariants:
+- nothing new lands on a node marked unschedulable (cordoned) or named in a pod set's ``excluded_nodes``;
 - per GPU, used share is an integer in [0, 1000] m-GPU: a whole-GPU pod takes an unused device (1000),
   sharing pods take ``ceil(fraction*1000)`` (``gpu_memory_mb`` converts to a fraction of that device's memory),
   so fractions on one GPU never sum above 1;
@@ -68,6 +69,8 @@ class Cluster:
             for n in nodes
         ]
         self.allocs: dict[str, list[Alloc]] = {}
+        # Cordoned nodes (``spec.unschedulable``): what runs there keeps its allocation, nothing new is placed.
+        self.unschedulable: set[str] = set()
 
     @property
     def max_gpu_memory_mb(self) -> int:
@@ -156,6 +159,8 @@ class Cluster:
                 want.update(spec.node_labels)
         out = []
         for i, ns in enumerate(self.nodes):
+            if ns.node.name in self.unschedulable or ns.node.name in ps.excluded_nodes:
+                continue
             labels = ns.node.labels
             if all(labels.get(k) == v for k, v in want.items()) and untolerated(
                     ns.node.taints, workload.tolerations) is None:

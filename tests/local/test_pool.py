@@ -1,0 +1,151 @@
+"""A local pool of declared nodes (the platform's ``local.nodes``): each pod lands on a node with its own GPUs, a
+cordon keeps new work off one node only, a drain stops that node's running pods with a grace period, and a
+retry's ``kubernetes.io/hostname NotIn`` affinity keeps it off the excluded node. Real processes, real bus."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from taugrid.bus import Bus, platformstore
+from taugrid.bus.envelope import Event
+from taugrid.config.platform import load_platform
+from taugrid.core.contracts import BackendApply, BackendDelete
+from taugrid.core.errors import ConfigError
+from taugrid.health.wire import NodeCordon, NodeUncordon
+from taugrid.local.controller import LocalCluster
+from taugrid.render.common import node_exclusion
+from tests.inprocess import private_server
+from tests.local.test_controller import job, main
+
+POOL_PLATFORM = """
+resource_flavors: [{name: default}]
+cluster_queues:
+  - name: lab
+    resource_groups:
+      - covered_resources: [cpu, memory, nvidia.com/gpu]
+        flavors:
+          - name: default
+            resources:
+              - {name: cpu, nominal_quota: "8"}
+              - {name: memory, nominal_quota: 16Gi}
+              - {name: nvidia.com/gpu, nominal_quota: "4"}
+local_queues: [{name: default, namespace: default, cluster_queue: lab}]
+priority_classes: [{name: normal, value: 100}]
+compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
+workspaces:
+  - {name: default, namespace: default, local_queue: default, default_priority: normal,
+     default_profile: cpu-small, output_root: /tmp}
+local:
+  nodes:
+    - {name: gpu-a, gpus: 1, gpu_memory: 16000Mi}
+    - {name: gpu-b, gpus: 1, gpu_memory: 16000Mi}
+"""
+
+
+@pytest.fixture
+async def pool(tmp_path: Path) -> AsyncIterator[tuple[Bus, LocalCluster]]:
+    async with private_server(tmp_path, name="pool") as (_url, bus):
+        await platformstore.put_text(bus, POOL_PLATFORM)
+        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": float(8 << 30)},
+                               gpu_count=0, drain_grace_s=5.0)
+        await cluster.load()
+        try:
+            yield bus, cluster
+        finally:
+            await cluster.kubelet.close()
+
+
+def gpu_job(name: str, command: list[str], *, exclude: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    container = main(command)
+    container["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    extra = {"affinity": node_exclusion(exclude)} if exclude else {}
+    return job(name, container, **extra)
+
+
+def node_event(subject: str, payload: msgspec.Struct) -> Event:
+    return Event(id=uuid.uuid4().hex, type=subject.rsplit(".", 1)[1], source="/svc/health-monitor",
+                 subject=subject.split(".")[1], time="2026-11-30T00:00:00.000Z", data=msgspec.json.encode(payload),
+                 nats_subject=subject)
+
+
+async def settle(c: LocalCluster, until: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await c.tick()
+        if until():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError({n: (w.state, [(p.node, p.phase) for p in w.pods]) for n, w in c.wls.items()})
+
+
+async def test_pods_land_per_node_and_a_drain_stops_only_that_nodes_pods_with_grace(
+        pool: tuple[Bus, LocalCluster]) -> None:
+    _, c = pool
+    trap = ["python3", "-c", "import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('graceful stop', flush=True), sys.exit(143)))\n"
+            "print('up', flush=True); time.sleep(60)"]
+    for rid in ("one", "two"):
+        await c.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[gpu_job(f"{rid}-a1", trap)]))
+    await settle(c, lambda: all(p.phase == "Running" for w in c.wls.values() for p in w.pods)
+                 and all(w.pods for w in c.wls.values()))
+    placed = {w.name: (w.pods[0].node, w.pods[0].gpus, w.pods[0].obj["spec"]["nodeName"]) for w in c.wls.values()}
+    assert sorted(placed.values()) == [("gpu-a", [0], "gpu-a"), ("gpu-b", [0], "gpu-b")]
+    on_a = next(n for n, (node, _, _) in placed.items() if node == "gpu-a")
+    on_b = next(n for n in placed if n != on_a)
+    drained = c.wls[on_a]
+    await settle(c, lambda: [ln.text for ln in c.kubelet.read_log(f"{on_a}-pod", "main")[0]] == ["up"])
+    await c.on_node(node_event("node.gpu-a.cordon", NodeCordon(node="gpu-a", reason="XID 79", drain=True)))
+    assert c.admitter.cordoned == {"gpu-a": "XID 79"}
+    await settle(c, lambda: on_a not in c.wls)
+    status = drained.pods[0].obj["status"]
+    [cs] = status["containerStatuses"]
+    assert (status["phase"], cs["state"]["terminated"]["reason"], cs["state"]["terminated"]["exitCode"]) == (
+        "Failed", "Evicted", 143)
+    log = c.kubelet.read_log(f"{on_a}-pod", "main", final=True)[0]
+    assert [ln.text for ln in log] == ["up", "graceful stop"]  # SIGTERM first: the grace period was given
+    assert c.wls[on_b].pods[0].phase == "Running"  # the healthy node's pod runs on
+    assert drained.job["status"]["conditions"][-1]["type"] == "Failed"
+    await c.delete(BackendDelete(run_id=on_b[:-3], workspace="default", attempt=1, kind="Job", namespace="default",
+                                 name=on_b, grace_s=1))
+
+
+async def test_a_retry_excluding_the_healthy_node_waits_for_the_cordoned_one_then_lands_there(
+        pool: tuple[Bus, LocalCluster]) -> None:
+    _, c = pool
+    await c.on_node(node_event("node.gpu-a.cordon", NodeCordon(node="gpu-a", reason="XID 79")))
+    await c.apply(BackendApply(run_id="retry", workspace="default", attempt=2,
+                               manifests=[gpu_job("retry-a2", ["true"], exclude=["gpu-b"])]))
+    for _ in range(5):
+        await c.tick()
+    wl = c.wls["retry-a2"]
+    assert (wl.state, wl.excluded_nodes) == ("pending", ["gpu-b"])
+    info = c.admitter.info("retry-a2")
+    assert info is not None and "none of 0 eligible node(s)" in info.message and "gpu-a (XID 79)" in info.message
+    await c.on_node(node_event("node.gpu-a.uncordon", NodeUncordon(node="gpu-a", reason="validated")))
+    await settle(c, lambda: "retry-a2" not in c.wls)
+    assert [(p.node, p.phase) for p in wl.pods] == [("gpu-a", "Succeeded")]
+
+
+async def test_a_cordon_survives_a_restart_of_the_local_cluster(pool: tuple[Bus, LocalCluster], tmp_path: Path) -> None:
+    bus, c = pool
+    await c.on_node(node_event("node.gpu-b.cordon", NodeCordon(node="gpu-b", reason="ECC")))
+    again = LocalCluster(bus, data_dir=tmp_path / "again", node="machine", capacity={"cpu": 4.0, "memory": 8e9},
+                         gpu_count=0)
+    await again.load()
+    assert again.admitter.cordoned == {"gpu-b": "ECC"}
+    await again.kubelet.close()
+
+
+def test_a_pool_node_named_twice_is_refused_naming_the_field() -> None:
+    text = POOL_PLATFORM.replace("name: gpu-b", "name: gpu-a")
+    with pytest.raises(ConfigError) as err:
+        load_platform(text)
+    assert "local.nodes" in str(err.value) and "gpu-a" in str(err.value)
