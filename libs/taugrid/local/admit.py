@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from taugrid.config.platform import Platform
 from taugrid.core import admission as adm
+from taugrid.core.errors import PermanentError
 from taugrid.core.quantity import parse_cpu, parse_memory
 
 GPU = "nvidia.com/gpu"
@@ -36,6 +37,10 @@ class Request:
     preemptible: bool = True
     placement: str = "binpack"
     excluded_nodes: tuple[str, ...] = ()
+    # For a workload that is already running: the flavors it was admitted with and each pod's GPU indices.
+    flavors: dict[str, str] = field(default_factory=dict)
+    gpus: list[list[int]] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # per pod: the pool node it runs on ("" = unknown)
 
 
 @dataclass
@@ -160,12 +165,18 @@ class LocalAdmitter:
         self.requests = {}
 
     def rebuild(self, running: list[Request], pending: list[Request]) -> None:
-        """Refill a fresh engine: what runs now is re-admitted first (it holds its resources; the grants of
-        that cycle are not news), then the waiting queue as it was."""
+        """Refill a fresh engine: what runs now is restored first with the flavors and GPU devices it holds
+        (a workload whose record lacks them, or no longer fits the new revision, is re-admitted by a cycle as
+        before; the grants of that cycle are not news), then the waiting queue as it was."""
+        readmit = []
+        now = time.time()
         for req in running:
+            if not self._restore(req, now):
+                readmit.append(req)
+        for req in readmit:
             self.submit(req)
-        if self.engine is not None and running:
-            self.engine.cycle(time.time())
+        if self.engine is not None and readmit:
+            self.engine.cycle(now)
         for req in pending:
             self.submit(req)
 
@@ -193,6 +204,20 @@ class LocalAdmitter:
             return ""
         what = "; ".join(f"node {n} is cordoned ({self.cordoned[n]})" for n in names)
         return f"{what}; runs wait until {'it passes' if len(names) == 1 else 'one passes'} re-validation"
+
+    def _restore(self, req: Request, now: float) -> bool:
+        if self.engine is None or req.cluster_queue not in self.engine.queues or not req.flavors:
+            return False
+        if req.name in self.engine.states:
+            return True
+        wl = self._workload(req)
+        gpus = req.gpus if len(req.gpus) == req.pods and any(req.gpus) else None
+        try:
+            self.engine.restore(wl, [dict(req.flavors)], now, gpus=gpus, nodes=req.nodes or None)
+        except PermanentError:
+            return False  # the revision changed under it: let a cycle re-admit it
+        self.requests[req.name] = req
+        return True
 
     def _workload(self, req: Request) -> adm.Workload:
         requests = {r: v for r, v in req.per_pod.items() if not (r == GPU and (req.gpu_fraction or req.gpu_memory_mb))}

@@ -304,7 +304,12 @@ class LocalCluster:
         return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority, created=wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
-                       excluded_nodes=tuple(wl.excluded_nodes))
+                       excluded_nodes=tuple(wl.excluded_nodes),
+                       flavors=_admitted_flavors(wl),
+                       gpus=[list(p.gpus) for p in sorted(wl.pods, key=lambda p: p.index)]
+                       if wl.state in ("running", "deleted") else [],
+                       nodes=[p.node for p in sorted(wl.pods, key=lambda p: p.index)]
+                       if wl.state in ("running", "deleted") else [])
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
@@ -563,3 +568,12 @@ class LocalCluster:
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent,
             )
 
+
+def _admitted_flavors(wl: LocalWorkload) -> dict[str, str]:
+    """resource -> flavor from the Workload's recorded admission (empty when it has none)."""
+    adm = (wl.workload.get("status") or {}).get("admission") or {}
+    out: dict[str, str] = {}
+    for psa in adm.get("podSetAssignments") or []:
+        for r, f in (psa.get("flavors") or {}).items():
+            out.setdefault(r, f)
+    return out

@@ -11,7 +11,9 @@ from .model import (
     BorrowWithinCohortPolicy,
     ClusterQueue,
     Cohort,
+    FlavorFungibility,
     FlavorQuotas,
+    FungibilityPreference,
     GpuDevice,
     LocalQueue,
     Node,
@@ -25,6 +27,8 @@ from .model import (
     ResourceQuota,
     Taint,
     Toleration,
+    WhenCanBorrow,
+    WhenCanPreempt,
     WithinClusterQueue,
     Workload,
 )
@@ -32,8 +36,9 @@ from .results import Admission, CycleResult, Pending, PodPlacement, PodSetAdmiss
 
 __all__ = [
     "GPU", "Admission", "BorrowWithinCohort", "BorrowWithinCohortPolicy", "ClusterQueue", "Cohort",
-    "CycleResult", "Engine", "FlavorQuotas", "GpuDevice", "LocalQueue", "Node", "Pending", "PlacementStrategy",
+    "CycleResult", "Engine", "FlavorFungibility", "FlavorQuotas", "FungibilityPreference",
+    "GpuDevice", "LocalQueue", "Node", "Pending", "PlacementStrategy",
     "PodPlacement", "PodSet", "PodSetAdmission", "Preemption", "PreemptionPolicy", "QueueingStrategy",
     "ReclaimWithinCohort", "ResourceFlavor", "ResourceGroup", "ResourceQuota", "Taint", "Toleration",
-    "WithinClusterQueue", "Workload",
+    "WhenCanBorrow", "WhenCanPreempt", "WithinClusterQueue", "Workload",
 ]

@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from taugrid.core.errors import NotFound, PermanentError
 
@@ -29,20 +29,20 @@ from .model import (
     Cohort,
     LocalQueue,
     Node,
+    ReclaimWithinCohort,
     ResourceFlavor,
     Workload,
     fraction_units,
     from_units,
     to_units,
 )
-from .nominate import Assignment, Mode, nominate
+from .nominate import Assignment, Granular, Mode, PMode, PodSetAssignment, nominate
 from .placement import Cluster
-from .preemption import Candidate
 from .queues import ADMITTED, PENDING, CQQueue, WState
 from .quota import FR, QNode, QuotaTree
-from .victims import LedgerSim, plan_preemption
+from .victims import LedgerSim, Target, get_targets
 
-_Entry = tuple[WState, CQQueue, Assignment]
+_Entry = tuple[WState, CQQueue, Assignment, list[Target]]
 
 
 class Engine:
@@ -72,6 +72,14 @@ class Engine:
         self._violations: list[str] = []
         self._admit_seq = 0
         self._reserved: list[tuple[QNode, dict[FR, int]]] = []
+        self._cycle_victims: dict[str, Target] = {}
+        self._by_node = {q.node: q for q in self.queues.values()}
+        if self.flavors:  # Kueue: a ClusterQueue naming a flavor that does not exist is inactive
+            for q in self.queues.values():
+                missing = sorted({fq.name for g in q.spec.resource_groups for fq in g.flavors} - set(self.flavors))
+                if missing:
+                    q.inactive = (f"ClusterQueue {q.spec.name} is inactive: flavor(s) {', '.join(missing)} not "
+                                  f"found; define the ResourceFlavor or use one of {sorted(self.flavors)}")
 
     # -- inputs ------------------------------------------------------------------------------------------
 
@@ -87,17 +95,73 @@ class Engine:
         if workload.name in self.states:
             raise PermanentError(f"workload {workload.name} already submitted; names must be unique")
         cq = self.resolve_queue(workload.queue)
+        requests = self._requests(workload)
+        ws = WState(workload, cq, requests, queue_ts=workload.created_at)
+        self.states[workload.name] = ws
+        q = self.queues[cq]
+        q.push(ws)
+        q.blocked = False  # a new arrival may outrank a blocked StrictFIFO head
+
+    def restore(self, workload: Workload, flavors: Sequence[Mapping[str, str]], admitted_at: float, *,
+                usage: Sequence[Mapping[str, float]] | None = None,
+                gpus: Sequence[Sequence[int]] | None = None, nodes: Sequence[str] | None = None) -> R.Admission:
+        """Load a workload that is already admitted (after a restart, or a test starting from a busy cluster).
+
+        ``flavors`` is per pod set: resource -> flavor, as the admission recorded it. ``usage`` (per pod set,
+        resource -> total in user units) overrides the requests, as Kueue charges ``status.admission``'s
+        ``resourceUsage``. With nodes, ``gpus`` is per pod (pods numbered across pod sets in order) the GPU
+        indices it holds and ``nodes`` (optional) the node each pod runs on; without ``gpus`` the pods are
+        placed afresh. The quota is charged without a fit check
+        (what runs holds its resources even if the quota shrank); an unknown queue or flavor is an error.
+        """
+        workload.validate()
+        if workload.name in self.states:
+            raise PermanentError(f"workload {workload.name} already known; names must be unique")
+        cq = self.resolve_queue(workload.queue)
+        q = self.queues[cq]
+        if len(flavors) != len(workload.pod_sets):
+            raise PermanentError(f"workload {workload.name}: {len(flavors)} flavor assignment(s) for "
+                                 f"{len(workload.pod_sets)} pod set(s); give one per pod set")
+        requests = self._requests(workload)
+        offered = {(fq.name, r) for g in q.spec.resource_groups for fq in g.flavors for r in g.covered_resources}
+        psas: list[PodSetAssignment] = []
+        total: dict[FR, int] = {}
+        for i, (ps, req, flv) in enumerate(zip(workload.pod_sets, requests, flavors, strict=True)):
+            amounts = ({r: to_units(v) for r, v in usage[i].items()} if usage is not None else req)
+            psa = PodSetAssignment(ps.name, ps.count, dict(flv), {})
+            for r, v in amounts.items():
+                if not v:
+                    continue
+                f = flv.get(r)
+                if f is None or (f, r) not in offered:
+                    raise PermanentError(
+                        f"workload {workload.name} pod set {ps.name}: {r} assigned to flavor {f!r}, which "
+                        f"ClusterQueue {cq} does not offer for {r}; use one of "
+                        f"{sorted(fn for fn, rr in offered if rr == r)}")
+                psa.usage[(f, r)] = psa.usage.get((f, r), 0) + v
+                total[(f, r)] = total.get((f, r), 0) + v
+            psas.append(psa)
+        ws = WState(workload, cq, requests, queue_ts=workload.created_at)
+        placements: tuple[R.PodPlacement, ...] = ()
+        if self.cluster is not None:
+            flv_list = [dict(f) for f in flavors]
+            placed = (self.cluster.adopt(workload, gpus, nodes) if gpus is not None
+                      else self.cluster.place(workload, flv_list, self.flavors, commit=True))
+            if isinstance(placed, str):
+                raise PermanentError(f"workload {workload.name}: cannot restore its pods: {placed}")
+            placements = tuple(placed)
+        self.states[workload.name] = ws
+        a = Assignment(mode=Mode.FIT, pod_sets=psas, usage=total)
+        return self._admit(ws, q, a, placements, admitted_at)
+
+    def _requests(self, workload: Workload) -> list[dict[str, int]]:
         requests = []
         for ps in workload.pod_sets:
             req = {r: to_units(v) * ps.count for r, v in ps.requests.items() if v}
             if ps.shares_gpu:
                 req[GPU] = fraction_units(ps, self._charge_mem) * ps.count
             requests.append(req)
-        ws = WState(workload, cq, requests, queue_ts=workload.created_at)
-        self.states[workload.name] = ws
-        q = self.queues[cq]
-        q.push(ws)
-        q.blocked = False  # a new arrival may outrank a blocked StrictFIFO head
+        return requests
 
     def _get(self, name: str) -> WState:
         ws = self.states.get(name)
@@ -165,6 +229,10 @@ class Engine:
     # -- the cycle ---------------------------------------------------------------------------------------
 
     def cycle(self, now: float) -> R.CycleResult:
+        """One Kueue scheduling cycle: nominate every head against the same snapshot (flavors and preemption
+        targets), order them, then process each: a head fits if its usage fits once every victim chosen so far
+        in the cycle (and its own) is set aside; a head that fits or preempts takes its usage for the rest of
+        the cycle; victims are evicted when the cycle ends."""
         while self._backoff and self._backoff[0][0] <= now:
             _, name, version = heapq.heappop(self._backoff)
             ws = self.states.get(name)
@@ -181,14 +249,23 @@ class Engine:
         entries: list[_Entry] = []
         for q in self.queues.values():
             ws = q.pop_head(self.states)
-            if ws is not None:
-                entries.append((ws, q, self._nominate(ws, q)))
+            if ws is None:
+                continue
+            if q.inactive:
+                self._set_pending(ws, R.INADMISSIBLE, q.inactive)
+                q.park(ws)
+                continue
+            a = self._nominate(ws, q)
+            targets: list[Target] = []
+            if a.mode == Mode.PREEMPT:
+                targets = self._targets(ws, q, a)
+            entries.append((ws, q, a, targets))
         admitted: list[R.Admission] = []
         preempted: list[R.Preemption] = []
-        claimed: set[str] = set()
+        self._cycle_victims = {}
         self._reserved = []
         for entry in self._ordered(entries):
-            self._process(entry, now, admitted, preempted, claimed)
+            self._process(entry, now, admitted, preempted)
         for node, usage in self._reserved:
             self.tree.charge(node, usage, -1)
         for p in preempted:
@@ -197,12 +274,72 @@ class Engine:
         return R.CycleResult(now=now, admitted=admitted, preempted=preempted, heads=len(entries),
                              violations=self._violations)
 
+    def preemption_targets(self, name: str, flavors: Sequence[Mapping[str, str]],
+                           preempt: Sequence[Iterable[str]]) -> list[tuple[str, str]]:
+        """Victims (name, Preempted reason) a pending workload would evict with the given flavor assignment.
+
+        ``flavors`` is per pod set resource -> flavor, ``preempt`` per pod set the resources whose flavor needs
+        preemption (Kueue's ``Preempt`` mode). Kueue's ``GetTargets``: nothing is changed.
+        """
+        ws = self._get(name)
+        q = self.queues[ws.cq]
+        psas = []
+        total: dict[FR, int] = {}
+        for ps, req, flv, pre in zip(ws.workload.pod_sets, ws.requests, flavors, preempt, strict=True):
+            need = set(pre)
+            psa = PodSetAssignment(ps.name, ps.count, dict(flv), {},
+                                   {r: (Mode.PREEMPT if r in need else Mode.FIT) for r in flv})
+            for r, v in req.items():
+                fr = (flv[r], r)
+                psa.usage[fr] = psa.usage.get(fr, 0) + v
+                total[fr] = total.get(fr, 0) + v
+            psas.append(psa)
+        a = Assignment(mode=Mode.PREEMPT, pod_sets=psas, usage=total)
+        return [(t.name, t.reason) for t in self._targets(ws, q, a)]
+
     def _nominate(self, ws: WState, q: CQQueue) -> Assignment:
-        return nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests)
+        def oracle(fr: FR, val: int) -> Granular:
+            return self._simulate_preemption(ws, q, fr, val)
+
+        return nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
+                        known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing)
+
+    def _sim(self, ws: WState, q: CQQueue, usage: Mapping[FR, int],
+             pod_set_flavors: list[dict[str, str]] | None) -> LedgerSim:
+        return LedgerSim(tree=self.tree, cluster=self.cluster, states=self.states, queues=self.queues,
+                         workload=ws.workload, node=q.node, usage=usage, pod_set_flavors=pod_set_flavors,
+                         flavors=self.flavors)
+
+    def _targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
+        flv = [p.flavors for p in a.pod_sets]
+        targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
+                              requests=a.usage, frs_need=a.frs_need_preemption,
+                              sim_factory=lambda usage: self._sim(ws, q, usage, flv), by_node=self._by_node)
+        if targets and self.audit:
+            self._audit(ws, q, a, targets)
+        return targets
+
+    def _simulate_preemption(self, ws: WState, q: CQQueue, fr: FR, val: int) -> Granular:
+        """Kueue's preemption oracle: could preempting make ``val`` of ``fr`` fit, and by reclaim only?"""
+        usage = {fr: val}
+        targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
+                              requests=usage, frs_need={fr},
+                              sim_factory=lambda u: self._sim(ws, q, u, None), by_node=self._by_node)
+        if not targets:
+            return PMode.NO_CANDIDATES, self.tree.borrow_height(q.node, fr, val)[0]
+        sim = self._sim(ws, q, usage, None)
+        for t in targets:
+            sim.remove(t.name)
+        borrow = self.tree.borrow_height(q.node, fr, val)[0]
+        for t in targets:
+            sim.restore(t.name)
+        return (PMode.PREEMPT if any(t.cluster_queue == ws.cq for t in targets) else PMode.RECLAIM), borrow
 
     @staticmethod
-    def _classic_key(e: _Entry) -> tuple[bool, bool, int, float]:
-        return (not e[0].preempting, e[2].borrows, -e[0].workload.priority, e[0].queue_ts)
+    def _classic_key(e: _Entry) -> tuple[bool, int, int, float]:
+        # Kueue's classical order: preemptors whose victims are gone, then by borrowing level (how far up the
+        # cohort tree the head must borrow; 0 first), then priority, then FIFO.
+        return (not e[0].preempting, e[2].borrowing, -e[0].workload.priority, e[0].queue_ts)
 
     def _ordered(self, entries: list[_Entry]) -> Iterable[_Entry]:
         if not self.fair_sharing:
@@ -227,56 +364,104 @@ class Engine:
         ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=reason, message=message,
                                position=0, ahead=0, waiting_for=waiting_for)
 
-    def _process(self, entry: _Entry, now: float, admitted: list[R.Admission], preempted: list[R.Preemption],
-                 claimed: set[str]) -> None:
-        ws, q, a = entry
+    def _node_targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
+        """Victims that free node room for a head whose quota fits (none overlapping this cycle's victims)."""
+        flv = [p.flavors for p in a.pod_sets]
+        targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
+                              requests=a.usage, frs_need=set(a.usage),
+                              sim_factory=lambda usage: self._sim(ws, q, usage, flv), by_node=self._by_node)
+        if any(t.name in self._cycle_victims for t in targets):
+            return []
+        return targets
+
+    def _fits_after(self, ws: WState, q: CQQueue, a: Assignment, targets: list[Target]) -> bool:
+        """Kueue ``fits`` (quota only): does the head fit with every victim of this cycle so far, and its own,
+        set aside?"""
+        names = set(self._cycle_victims) | {t.name for t in targets}
+        sim = self._sim(ws, q, a.usage, None)
+        for n in names:
+            sim.remove(n)
+        try:
+            return sim.fits()
+        finally:
+            for n in names:
+                sim.restore(n)
+
+    def _reserve(self, q: CQQueue, usage: dict[FR, int]) -> None:
+        self.tree.charge(q.node, usage)
+        self._reserved.append((q.node, usage))
+
+    def _process(self, entry: _Entry, now: float, admitted: list[R.Admission], preempted: list[R.Preemption]
+                 ) -> None:
+        ws, q, a, targets = entry
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)
             q.park(ws)
             return
+        if a.mode == Mode.PREEMPT and not targets:
+            self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
+            self._reserve_unreclaimable(q, a)
+            q.park(ws)
+            return
+        if any(t.name in self._cycle_victims for t in targets):
+            self._set_pending(ws, R.WAITING_FOR_QUOTA, R.MSG_OVERLAPPING_TARGETS)
+            q.push(ws)
+            return
+        if not self._fits_after(ws, q, a, targets):
+            self._set_pending(ws, R.WAITING_FOR_QUOTA, R.MSG_NO_LONGER_FITS)
+            q.push(ws)
+            return
         if a.mode == Mode.FIT:
-            if not self.tree.fits(q.node, a.usage):
-                self._set_pending(ws, R.PENDING, R.MSG_NO_LONGER_FITS)
-                q.push(ws)
-                return
             placements: tuple[R.PodPlacement, ...] = ()
             if self.cluster is not None:
                 placed = self.cluster.place(ws.workload, [p.flavors for p in a.pod_sets], self.flavors, commit=True)
                 if isinstance(placed, str):
-                    a.reason, a.message = R.UNSCHEDULABLE, placed
+                    # Quota fits but the nodes do not: preempt for node room where the policy allows (KAI).
+                    targets = self._node_targets(ws, q, a)
+                    if not targets:
+                        self._set_pending(ws, R.UNSCHEDULABLE, placed)
+                        q.park(ws)
+                        return
                 else:
                     placements = tuple(placed)
-            if self.cluster is None or placements:
+            if not targets:
                 admitted.append(self._admit(ws, q, a, placements, now))
                 return
-        plan = plan_preemption(tree=self.tree, cluster=self.cluster, states=self.states, queues=self.queues,
-                               tree_queues=self._tree_queues[self.tree.root(q.node)], preemptor=ws,
-                               assignment=a, flavors=self.flavors, audit=self._audit if self.audit else None)
-        if plan is None:
-            self._set_pending(ws, a.reason, a.message)
-            q.park(ws)
-            return
-        names = [v.name for v in plan.victims]
-        if claimed.intersection(names):
-            self._set_pending(ws, R.PENDING, R.MSG_OVERLAPPING_TARGETS)
-            q.push(ws)
-            return
-        claimed.update(names)
-        for v in plan.victims:
-            self.states[v.name].evicting = True
+        names = [t.name for t in targets]
+        for t in targets:
+            self._cycle_victims[t.name] = t
+            self.states[t.name].evicting = True
             preempted.append(R.Preemption(
-                victim=v.name, preemptor=ws.workload.name, reason=plan.reasons[v.name],
-                victim_cluster_queue=v.cluster_queue, preemptor_cluster_queue=ws.cq,
+                victim=t.name, preemptor=ws.workload.name, reason=t.reason,
+                victim_cluster_queue=t.cluster_queue, preemptor_cluster_queue=ws.cq,
                 message=f"Preempted to accommodate a workload ({ws.workload.name}) due to "
-                        f"{plan.reasons[v.name]}"))
+                        f"{R.HUMAN_REASONS.get(t.reason, t.reason)}"))
         ws.preempting = True
         q.waiting = ws
-        # Hold the preemptor's quota for the rest of the cycle, so a later head cannot take what the victims
-        # free (Kueue keeps such heads out of the cohort in the cycle); dropped when the cycle ends.
-        self.tree.charge(q.node, a.usage)
-        self._reserved.append((q.node, a.usage))
+        # The preemptor takes its usage for the rest of the cycle (Kueue adds it to the snapshot), so a later
+        # head cannot take what the victims free; dropped when the cycle ends.
+        self._reserve(q, a.usage)
         self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.msg_pending_preemption(len(names)), tuple(names))
         q.push(ws)
+
+    def _reserve_unreclaimable(self, q: CQQueue, a: Assignment) -> None:
+        """Kueue ``reserveCapacityForUnreclaimablePreempt``: a head that needs preemption, found no victims and
+        whose queue cannot always reclaim (``reclaimWithinCohort`` is not ``Any``) holds what it could use for
+        the rest of the cycle, so a lower head of the cohort does not take it."""
+        if q.spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.ANY:
+            return
+        node = q.node
+        usage: dict[FR, int] = {}
+        for fr, v in a.usage.items():
+            used = node.usage.get(fr, 0)
+            if a.borrowing > 0:
+                lim = node.blimit.get(fr)
+                usage[fr] = v if lim is None else min(v, node.nominal.get(fr, 0) + lim - used)
+            else:
+                usage[fr] = max(0, min(v, node.nominal.get(fr, 0) - used))
+        usage = {fr: v for fr, v in usage.items() if v > 0}
+        if usage:
+            self._reserve(q, usage)
 
     def _admit(self, ws: WState, q: CQQueue, a: Assignment, placements: tuple[R.PodPlacement, ...],
                now: float) -> R.Admission:
@@ -300,12 +485,11 @@ class Engine:
         q.admitted[ws.workload.name] = ws
         return adm
 
-    def _audit(self, preemptor: WState, victims: list[Candidate], sim: LedgerSim) -> None:
-        from .invariants import check_preemption
-        pol = self.queues[preemptor.cq].spec.preemption
-        self._violations.extend(check_preemption(
-            policy=pol, preemptor_priority=preemptor.workload.priority, preemptor_ts=preemptor.queue_ts,
-            victims=victims, sim=sim))
+    def _audit(self, ws: WState, q: CQQueue, a: Assignment, targets: list[Target]) -> None:
+        from .invariants import check_targets
+        self._violations.extend(check_targets(
+            policy=q.spec.preemption, preemptor=ws, targets=targets, states=self.states,
+            sim=self._sim(ws, q, a.usage, [p.flavors for p in a.pod_sets])))
 
     # -- queries -----------------------------------------------------------------------------------------
 

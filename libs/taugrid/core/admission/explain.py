@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from .nominate import Mode, fmt
 from .queues import ADMITTED
-from .victims import plan_preemption
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -56,16 +55,15 @@ def explain(engine: Engine, name: str) -> str:
         lines.append("It fits now and should be admitted at the next cycle." if not info.ahead else
                      f"There is room for it now, but the {info.ahead} workload(s) ahead of it go first.")
     elif a.mode != Mode.NO_FIT:
-        plan = plan_preemption(tree=engine.tree, cluster=engine.cluster, states=engine.states,
-                               queues=engine.queues, tree_queues=engine._tree_queues[engine.tree.root(node)],
-                               preemptor=ws, assignment=a, flavors=engine.flavors)
+        targets = engine._targets(ws, q, a)
         pol = q.spec.preemption
-        if plan is None:
+        if not targets:
             lines.append(f"Nothing it may preempt frees enough (withinClusterQueue={pol.within_cluster_queue}, "
                          f"reclaimWithinCohort={pol.reclaim_within_cohort}); it waits for running work to end.")
         else:
-            victims = ", ".join(f"{v.name} ({v.cluster_queue}, priority {v.priority})" for v in plan.victims)
-            lines.append(f"It would preempt {len(plan.victims)} workload(s): {victims}.")
+            victims = ", ".join(f"{t.name} ({t.cluster_queue}, priority {engine.states[t.name].workload.priority})"
+                                for t in targets)
+            lines.append(f"It would preempt {len(targets)} workload(s): {victims}.")
     if ws.queue_ts is not None and info.waiting_for and info.reason != "WaitingForPreemptedWorkloads":
         lines.append(f"It waits behind {info.waiting_for[0]}, which blocks the StrictFIFO queue.")
     return "\n".join(lines)

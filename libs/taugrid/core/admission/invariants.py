@@ -10,7 +10,7 @@ Units: usage and quota values are the engine's integer milli-units (``model.to_u
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from .model import (
     BorrowWithinCohortPolicy,
@@ -200,4 +200,31 @@ def check_preemption(*, policy: PreemptionPolicy, preemptor_priority: int, preem
         sim.remove(n)
     for n in names:
         sim.restore(n)
+    return violations
+
+
+def check_targets(*, policy: PreemptionPolicy, preemptor: Any, targets: list[Any], states: Mapping[str, Any],
+                  sim: FitOracle) -> list[str]:
+    """Preemption targets are preemptible, allowed by the policy, and free enough for the preemptor."""
+    violations = []
+    w = preemptor.workload
+    bwc = policy.borrow_within_cohort
+    for t in targets:
+        v = states[t.name].workload
+        if not v.preemptible:
+            violations.append(f"victim {t.name} is not preemptible")
+        if t.cluster_queue != preemptor.cq:
+            ok = reclaim_allows(policy.reclaim_within_cohort, v.priority, w.priority) or (
+                bwc.policy == BorrowWithinCohortPolicy.LOWER_PRIORITY and v.priority < w.priority)
+        else:
+            ok = within_allows(policy.within_cluster_queue, v.priority, states[t.name].queue_ts, w.priority,
+                               preemptor.queue_ts)
+        if not ok:
+            violations.append(f"victim {t.name} (priority {v.priority}) is not allowed by {policy}")
+    for t in targets:
+        sim.remove(t.name)
+    if not sim.fits():
+        violations.append(f"victims {[t.name for t in targets]} do not free enough for the preemptor")
+    for t in targets:
+        sim.restore(t.name)
     return violations

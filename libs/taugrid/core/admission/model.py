@@ -64,6 +64,42 @@ class BorrowWithinCohortPolicy(StrEnum):
     LOWER_PRIORITY = "LowerPriority"
 
 
+class WhenCanBorrow(StrEnum):
+    MAY_STOP_SEARCH = "MayStopSearch"  # Kueue's default; "Borrow" is its deprecated name
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class WhenCanPreempt(StrEnum):
+    MAY_STOP_SEARCH = "MayStopSearch"  # "Preempt" is its deprecated name
+    TRY_NEXT_FLAVOR = "TryNextFlavor"  # Kueue's default
+
+
+class FungibilityPreference(StrEnum):
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"  # Kueue's default
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+
+
+_FUNGIBILITY_ALIASES = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorFungibility:
+    """Kueue ``flavorFungibility``: whether the flavor search goes on past a flavor that needs borrowing or
+    preemption, and which of the two to prefer when every flavor needs one of them."""
+
+    when_can_borrow: WhenCanBorrow = WhenCanBorrow.MAY_STOP_SEARCH
+    when_can_preempt: WhenCanPreempt = WhenCanPreempt.TRY_NEXT_FLAVOR
+    preference: FungibilityPreference | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "when_can_borrow",
+                           WhenCanBorrow(_FUNGIBILITY_ALIASES.get(self.when_can_borrow, self.when_can_borrow)))
+        object.__setattr__(self, "when_can_preempt",
+                           WhenCanPreempt(_FUNGIBILITY_ALIASES.get(self.when_can_preempt, self.when_can_preempt)))
+        if self.preference is not None:
+            object.__setattr__(self, "preference", FungibilityPreference(self.preference))
+
+
 class PlacementStrategy(StrEnum):
     BINPACK = "binpack"
     SPREAD = "spread"
@@ -148,6 +184,7 @@ class ClusterQueue:
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
     fair_weight: float = 1.0
+    flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,15 @@
 """Flavor assignment ("nominate"): which flavor each pod set takes, and whether that fits, borrows or preempts.
 
-Role: Kueue's flavor assigner. Per pod set and per resource group, flavors are tried in the ClusterQueue's
-order; a flavor is eligible only when its node labels agree with the pod set's node selector and its taints
-are tolerated. Each (flavor, resource) is classified against the quota tree:
-NoFit (beyond ``potential``) < Preempt-with-borrowing < Preempt < Fit-with-borrowing < Fit.
-The first Fit stops the search; a Fit-with-borrowing also stops it (Kueue's default
-``whenCanBorrow: MayStopSearch``); Preempt keeps searching (``whenCanPreempt: TryNextFlavor``).
+Role: Kueue's flavor assigner (``flavorassigner.go``, FlavorFungibility on, as by default). Per pod set and per
+resource group, flavors are tried in the ClusterQueue's order; a flavor is eligible only when it exists, its node
+labels agree with the pod set's node selector and its taints are tolerated. Each (flavor, resource) gets a
+*granular mode*: a preemption mode (NoFit < NoCandidates < Preempt < Reclaim < Fit; Preempt/Reclaim/NoCandidates
+come from simulating preemption for that resource alone, Reclaim when every victim is in another queue) and a
+borrowing level (how far up the cohort tree it must borrow; 0 = not at all). A flavor's mode is its worst
+resource's; the search stops at a flavor unless ``flavorFungibility`` says to try the next one
+(``whenCanBorrow``/``whenCanPreempt: TryNextFlavor``, or no candidates / no fit), and keeps the preferred flavor
+seen (``preference``: BorrowingOverPreemption compares preemption mode then borrowing level, PreemptionOverBorrowing
+the other way round).
 
 Invariant: the returned usage is what the workload would add to its ClusterQueue, per (flavor, resource),
 summed over all pods of all pod sets (a gang is charged whole).
@@ -13,7 +17,7 @@ summed over all pods of all pod sets (a gang is charged whole).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -21,9 +25,12 @@ from . import results as R
 from .model import (
     BorrowWithinCohortPolicy,
     ClusterQueue,
+    FlavorFungibility,
+    FungibilityPreference,
     ReclaimWithinCohort,
     ResourceFlavor,
-    WithinClusterQueue,
+    WhenCanBorrow,
+    WhenCanPreempt,
     Workload,
     from_units,
     untolerated,
@@ -35,6 +42,57 @@ class Mode(IntEnum):
     NO_FIT = 0
     PREEMPT = 1
     FIT = 2
+
+
+class PMode(IntEnum):
+    """Kueue's ``preemptionMode`` for one (flavor, resource)."""
+
+    NO_FIT = 0
+    NO_CANDIDATES = 1
+    PREEMPT = 2
+    RECLAIM = 3
+    FIT = 4
+
+    @property
+    def mode(self) -> Mode:
+        if self == PMode.NO_FIT:
+            return Mode.NO_FIT
+        return Mode.FIT if self == PMode.FIT else Mode.PREEMPT
+
+
+Granular = tuple[PMode, int]  # (preemption mode, borrowing level)
+WORST: Granular = (PMode.NO_FIT, 1 << 30)
+BEST: Granular = (PMode.FIT, 0)
+
+# Simulates preemption for one (flavor, resource) needing ``val`` in total: (mode, borrowing level after it).
+Oracle = Callable[[FR, int], Granular]
+
+
+def is_preferred(a: Granular, b: Granular, fung: FlavorFungibility) -> bool:
+    """Kueue ``isPreferred``: is ``a`` strictly better than ``b``?"""
+    if a[0] == PMode.NO_FIT:
+        return False
+    if b[0] == PMode.NO_FIT:
+        return True
+    a_none, b_none = a[0] == PMode.NO_CANDIDATES, b[0] == PMode.NO_CANDIDATES
+    if a_none != b_none:
+        return not a_none
+    if fung.preference == FungibilityPreference.PREEMPTION_OVER_BORROWING:
+        if a[1] != b[1]:
+            return a[1] < b[1]
+        return a[0] > b[0]
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[1] < b[1]
+
+
+def try_next_flavor(mode: Granular, fung: FlavorFungibility) -> bool:
+    """Kueue ``shouldTryNextFlavor``."""
+    if mode[0] in (PMode.NO_FIT, PMode.NO_CANDIDATES):
+        return True
+    if mode[0] in (PMode.PREEMPT, PMode.RECLAIM) and fung.when_can_preempt == WhenCanPreempt.TRY_NEXT_FLAVOR:
+        return True
+    return mode[1] > 0 and fung.when_can_borrow == WhenCanBorrow.TRY_NEXT_FLAVOR
 
 
 @dataclass(slots=True)
@@ -54,33 +112,33 @@ class PodSetAssignment:
     count: int
     flavors: dict[str, str]
     usage: dict[FR, int]
+    modes: dict[str, Mode] = field(default_factory=dict)  # resource -> Fit or Preempt
 
 
 @dataclass(slots=True)
 class Assignment:
     mode: Mode
     borrows: bool = False
+    borrowing: int = 0  # Kueue's Assignment.Borrowing: height of the smallest cohort subtree it fits in
     pod_sets: list[PodSetAssignment] = field(default_factory=list)
     usage: dict[FR, int] = field(default_factory=dict)
     reason: str = ""
     message: str = ""
     shortfalls: list[Shortfall] = field(default_factory=list)
 
+    @property
+    def frs_need_preemption(self) -> set[FR]:
+        return {(f, r) for p in self.pod_sets for r, f in p.flavors.items() if p.modes.get(r) == Mode.PREEMPT}
+
 
 def fmt(units: int) -> str:
     return str(from_units(units))
 
 
-def _can_preempt(cq: ClusterQueue, val: int, nominal: int) -> bool:
-    p = cq.preemption
-    bwc = p.borrow_within_cohort.policy != BorrowWithinCohortPolicy.NEVER
-    any_policy = (p.within_cluster_queue != WithinClusterQueue.NEVER
-                  or p.reclaim_within_cohort != ReclaimWithinCohort.NEVER or bwc)
-    return any_policy and (val <= nominal or bwc)
-
-
 def _classify(tree: QuotaTree, node: QNode, cq: ClusterQueue, fr: FR, prev: int, req: int,
-              reasons: list[str], shortfalls: list[Shortfall]) -> tuple[Mode, bool]:
+              reasons: list[str], shortfalls: list[Shortfall], oracle: Oracle | None,
+              fair_sharing: bool) -> Granular:
+    """Kueue ``fitsResourceQuota``."""
     val = prev + req
     flavor, resource = fr
     nominal = node.nominal.get(fr, 0)
@@ -94,24 +152,28 @@ def _classify(tree: QuotaTree, node: QNode, cq: ClusterQueue, fr: FR, prev: int,
             reasons.append(f"insufficient quota for {resource} in flavor {flavor}, request > maximum capacity "
                            f"({fmt(val)} > {fmt(pot)})")
         shortfalls.append(Shortfall(flavor, resource, val, tree.available(node, fr), pot))
-        return Mode.NO_FIT, False
-    avail = tree.available(node, fr)
+        return PMode.NO_FIT, 0
+    borrow, may_reclaim = tree.borrow_height(node, fr, val)
+    avail = max(0, tree.available(node, fr))
     if val <= avail:
-        return Mode.FIT, node.usage.get(fr, 0) + val > nominal
+        return PMode.FIT, borrow
     reasons.append(f"insufficient unused quota for {resource} in flavor {flavor}, {fmt(val - avail)} more needed")
     shortfalls.append(Shortfall(flavor, resource, val, avail, pot))
-    if _can_preempt(cq, val, nominal):
-        return Mode.PREEMPT, val > nominal
-    return Mode.NO_FIT, False
-
-
-def _rank(mode: Mode, borrows: bool) -> int:
-    return int(mode) * 2 + (0 if borrows else 1)
+    p = cq.preemption
+    while_borrowing = (p.borrow_within_cohort.policy != BorrowWithinCohortPolicy.NEVER
+                       or (fair_sharing and p.reclaim_within_cohort != ReclaimWithinCohort.NEVER))
+    if nominal >= val or may_reclaim or while_borrowing:
+        if oracle is None:
+            return PMode.NO_CANDIDATES, borrow
+        return oracle(fr, val)
+    return PMode.NO_FIT, borrow
 
 
 def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor],
-             workload: Workload, requests: list[dict[str, int]]) -> Assignment:
+             workload: Workload, requests: list[dict[str, int]], oracle: Oracle | None = None, *,
+             known_flavors_only: bool = False, fair_sharing: bool = False) -> Assignment:
     """Assign a flavor to every (pod set, resource group) the workload touches; see module docstring."""
+    fung = cq.flavor_fungibility
     out = Assignment(mode=Mode.FIT)
     assigned: dict[FR, int] = {}
     for ps, req in zip(workload.pod_sets, requests, strict=True):
@@ -122,11 +184,16 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
             covered.update(group.covered_resources)
             if not wanted:
                 continue
-            best: tuple[int, str, Mode, bool] | None = None
+            best: tuple[Granular, str, dict[str, PMode]] | None = None
             reasons: list[str] = []
             shortfalls: list[Shortfall] = []
             for fq in group.flavors:
-                rf = flavors.get(fq.name, ResourceFlavor(fq.name))
+                rf = flavors.get(fq.name)
+                if rf is None:
+                    if known_flavors_only:
+                        reasons.append(f"flavor {fq.name} not found")
+                        continue
+                    rf = ResourceFlavor(fq.name)
                 if any(ps.node_selector.get(k, v) != v for k, v in rf.node_labels.items()):
                     reasons.append(f"flavor {fq.name} doesn't match node affinity")
                     continue
@@ -134,21 +201,24 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
                 if taint is not None:
                     reasons.append(f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {fq.name}")
                     continue
-                fmode, fborrow = Mode.FIT, False
+                rep: Granular = BEST
+                modes: dict[str, PMode] = {}
                 for r in wanted:
                     fr = (fq.name, r)
-                    m, b = _classify(tree, node, cq, fr, assigned.get(fr, 0), req[r], reasons, shortfalls)
-                    if (m, not b) < (fmode, not fborrow):
-                        fmode, fborrow = m, b
-                    if m == Mode.NO_FIT:
+                    m = _classify(tree, node, cq, fr, assigned.get(fr, 0), req[r], reasons, shortfalls, oracle,
+                                  fair_sharing)
+                    if is_preferred(rep, m, fung):
+                        rep = m
+                    modes[r] = m[0]
+                    if rep[0] == PMode.NO_FIT:
                         break
-                if fmode == Mode.NO_FIT:
+                if rep[0] == PMode.NO_FIT:
                     continue
-                rank = _rank(fmode, fborrow)
-                if best is None or rank > best[0]:
-                    best = (rank, fq.name, fmode, fborrow)
-                if fmode == Mode.FIT:
-                    break  # Fit stops; Fit-with-borrowing stops too (whenCanBorrow: MayStopSearch)
+                if not try_next_flavor(rep, fung):
+                    best = (rep, fq.name, modes)
+                    break
+                if best is None or is_preferred(rep, best[0], fung):
+                    best = (rep, fq.name, modes)
             out.shortfalls.extend(shortfalls)
             if best is None:
                 if not group.flavors or all("insufficient" not in x for x in reasons):
@@ -159,15 +229,18 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
                 out.mode = Mode.NO_FIT
                 out.message = R.msg_couldnt_assign(ps.name, reasons)
                 return out
-            _, fname, fmode, fborrow = best
-            if (fmode, not fborrow) < (out.mode, not out.borrows):
+            (pmode, borrow), fname, modes = best
+            fmode = pmode.mode
+            if fmode < out.mode:
                 out.mode = fmode
-            out.borrows = out.borrows or fborrow
+            out.borrowing = max(out.borrowing, borrow)
+            out.borrows = out.borrowing > 0
             if fmode == Mode.PREEMPT and not out.message:
                 out.reason = R.WAITING_FOR_QUOTA
                 out.message = R.msg_couldnt_assign(ps.name, [x for x in reasons if fname in x] or reasons)
             for r in wanted:
                 psa.flavors[r] = fname
+                psa.modes[r] = modes.get(r, PMode.FIT).mode
                 fr = (fname, r)
                 psa.usage[fr] = psa.usage.get(fr, 0) + req[r]
                 assigned[fr] = assigned.get(fr, 0) + req[r]

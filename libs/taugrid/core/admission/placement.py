@@ -15,7 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import (
@@ -138,6 +138,45 @@ class Cluster:
                                     node=self.nodes[ni].node.name,
                                     gpus=tuple(self.nodes[ni].node.gpus[g].index for g, _ in gpus),
                                     gpu_fraction=frac))
+        return out
+
+    def adopt(self, workload: Workload, gpus: Sequence[Sequence[int]],
+              nodes: Sequence[str] | None = None) -> list[PodPlacement] | str:
+        """Take over pods that already run with the given GPU indices (per pod, across pod sets in order).
+
+        Used when restoring admitted workloads: the pods keep the devices they have. Each pod goes to its node
+        (``nodes``, per pod, "" = any) or else the first node that has those device indices with room (and its
+        cpu/memory); a message says which pod could not. A cordoned node still takes back what runs on it.
+        """
+        pods: list[tuple[int, int, PodSet]] = [(i, k, ps) for i, ps in enumerate(workload.pod_sets)
+                                               for k in range(ps.count)]
+        if len(gpus) != len(pods):
+            return f"{len(gpus)} GPU lists for {len(pods)} pods; give one per pod"
+        done: list[Alloc] = []
+        out: list[PodPlacement] = []
+        for (_i, k, ps), indices in zip(pods, gpus, strict=True):
+            alloc = None
+            for ni, ns in enumerate(self.nodes):
+                pos = {g.index: j for j, g in enumerate(ns.node.gpus)}
+                if any(x not in pos for x in indices):
+                    continue
+                units = [(pos[x], fraction_units(ps, ns.node.gpus[pos[x]].memory_mb) if ps.shares_gpu else UNIT)
+                         for x in indices]
+                cpu, mem = to_units(ps.requests.get("cpu", 0)), to_units(ps.requests.get("memory", 0))
+                if ns.cpu_free < cpu or ns.mem_free < mem or any(ns.gpu_used[j] + u > UNIT for j, u in units):
+                    continue
+                alloc = (ni, cpu, mem, tuple(units))
+                break
+            if alloc is None:
+                for a in done:
+                    self._apply(a, -1)
+                return f"pod {k} of pod set {ps.name}: no node has room on GPU(s) {list(indices)}"
+            self._apply(alloc, +1)
+            done.append(alloc)
+            out.append(PodPlacement(pod_set=ps.name, index=k, node=self.nodes[alloc[0]].node.name,
+                                    gpus=tuple(indices), gpu_fraction=alloc[3][0][1] / UNIT
+                                    if ps.shares_gpu and alloc[3] else 0.0))
+        self.allocs[workload.name] = done
         return out
 
     @staticmethod

@@ -48,7 +48,7 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "waiting", "_seq")
+    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "waiting", "inactive", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
@@ -58,6 +58,7 @@ class CQQueue:
         self.admitted: dict[str, WState] = {}
         self.blocked = False
         self.waiting: WState | None = None  # preemptor whose victims were evicted: this queue's next entry
+        self.inactive = ""  # why the queue admits nothing (Kueue: an inactive ClusterQueue), or ""
         self._seq = 0
 
     @property

@@ -162,6 +162,58 @@ class QuotaTree:
                 return False
         return True
 
+    # -- Kueue's helpers for hierarchical preemption and flavor choice (``resource_node.go``) ----------------
+
+    @staticmethod
+    def local_available(node: QNode, fr: FR) -> int:
+        """Unused guaranteed (not lendable) quota of the node: what it can take without touching its parent."""
+        return max(0, node.guaranteed.get(fr, 0) - node.usage.get(fr, 0))
+
+    @staticmethod
+    def borrowing_with(node: QNode, fr: FR, val: int) -> bool:
+        """Would ``val`` more take the node beyond its own quota (nominal for a ClusterQueue, subtree for a cohort)?"""
+        own = node.nominal.get(fr, 0) if node.is_cq else node.subtree.get(fr, 0)
+        return own < node.usage.get(fr, 0) + val
+
+    @staticmethod
+    def within_nominal(node: QNode, frs: Iterable[FR]) -> bool:
+        """Usage within the subtree quota for every ``fr`` (Kueue ``IsWithinNominalInResources``)."""
+        return all(node.usage.get(fr, 0) <= node.subtree.get(fr, 0) for fr in frs)
+
+    def fit_in_quota(self, node: QNode, requests: dict[FR, int]) -> tuple[bool, dict[FR, int]]:
+        """Kueue ``QuantitiesFitInQuota``: do the requests fit the node's subtree quota, and what is left over
+        after its local (guaranteed) part."""
+        fits = True
+        remaining: dict[FR, int] = {}
+        for fr, v in requests.items():
+            if node.subtree.get(fr, 0) < node.usage.get(fr, 0) + v:
+                fits = False
+            remaining[fr] = max(0, v - self.local_available(node, fr))
+        return fits, remaining
+
+    @staticmethod
+    def height(node: QNode) -> int:
+        """Height of a cohort in the tree (a cohort with only ClusterQueues has height 1)."""
+        best = min(sum(1 for _ in node.children), 1)
+        for child in node.children:
+            if not child.is_cq:
+                best = max(best, QuotaTree.height(child) + 1)
+        return best
+
+    def borrow_height(self, node: QNode, fr: FR, val: int) -> tuple[int, bool]:
+        """Kueue ``FindHeightOfLowestSubtreeThatFits``: how far up the tree ``val`` more must borrow (0 = not
+        at all), and whether a cohort above that subtree still exists (so reclaim up the tree is possible)."""
+        if not self.borrowing_with(node, fr, val) or node.parent is None:
+            return 0, node.parent is not None
+        remaining = val - self.local_available(node, fr)
+        p: QNode | None = node.parent
+        while p is not None:
+            if not self.borrowing_with(p, fr, remaining):
+                return self.height(p), p.parent is not None
+            remaining -= self.local_available(p, fr)
+            p = p.parent
+        return self.height(self.root(node)), False
+
     # -- mutation --------------------------------------------------------------------------------------
 
     @staticmethod

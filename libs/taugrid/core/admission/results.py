@@ -19,6 +19,7 @@ EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
 NO_MATCHING_FLAVOR = "NoMatchingFlavor"
 WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 UNSCHEDULABLE = "Unschedulable"
+INADMISSIBLE = "Inadmissible"
 BACKOFF = "Backoff"
 
 # Preempted reasons (Kueue).
@@ -26,6 +27,14 @@ IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+
+# How Kueue words each reason in the Preempted condition's message.
+HUMAN_REASONS = {
+    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+}
 
 # Messages (Kueue wording where Kueue has one).
 MSG_NO_LONGER_FITS = "Workload no longer fits after processing another workload"
