@@ -20,7 +20,7 @@ from taugrid.core.events import node_subject
 from taugrid.core.ids import token
 from taugrid.health.monitor import read_state
 from taugrid.health.probe import HealthProbe, make_probe, validate_node
-from taugrid.health.wire import NodeValidation
+from taugrid.health.wire import NodeRepair, NodeState, NodeValidation
 
 log = logging.getLogger("taugrid.health.agent")
 
@@ -48,12 +48,15 @@ class NodeAgent:
         self.probe_timeout_s = probe_timeout_s
         self._inflight: asyncio.Future[NodeSample] | None = None
         self._validated_for = 0.0
+        self._repaired_for = 0.0
 
     async def tick(self) -> NodeSample | None:
         sample = await self.sample()
         if sample is not None:
             await publish_sample(self.bus, sample)
-        await self.validate_if_asked()
+        state, _ = await read_state(self.bus, self.node)
+        await self.validate_if_asked(state)
+        await self.repair_if_asked(state)
         return sample
 
     async def sample(self) -> NodeSample | None:
@@ -68,8 +71,9 @@ class NodeAgent:
             log.error("GPU probe did not answer within %.0fs", self.probe_timeout_s)
             return None
 
-    async def validate_if_asked(self) -> NodeValidation | None:
-        state, _ = await read_state(self.bus, self.node)
+    async def validate_if_asked(self, state: NodeState | None = None) -> NodeValidation | None:
+        if state is None:
+            state, _ = await read_state(self.bus, self.node)
         wanted = state.validation_wanted_since if state is not None else 0.0
         if state is None or not wanted or wanted <= self._validated_for:
             return None
@@ -82,3 +86,37 @@ class NodeAgent:
         self._validated_for = wanted
         log.info("validation %s: %s", "passed" if ok else "FAILED", detail)
         return result
+
+    async def repair_if_asked(self, state: NodeState | None) -> NodeRepair | None:
+        """Carry out the repair step the monitor asked for (``health.repair``), once, and report its outcome."""
+        if state is None or not state.repair_wanted or state.repair_wanted_since <= self._repaired_for:
+            return None
+        step, gpus = state.repair_wanted, list(state.repair_gpus)
+        ok, outcome = await asyncio.to_thread(carry_out, self.probe, step, gpus)
+        result = NodeRepair(node=self.node, step=step, ok=ok, outcome=outcome, attempt=state.repairs, gpus=gpus,
+                            time=time.time())
+        await self.bus.publish(
+            node_subject(self.node, "repair"), result, event_type="repair", family="node", ce_subject=self.node,
+            msg_id=f"{token(self.node)}.repair.{state.repairs}")
+        self._repaired_for = state.repair_wanted_since
+        log.warning("repair %s %s: %s", step, "done" if ok else "FAILED", outcome)
+        return result
+
+
+def carry_out(probe: HealthProbe, step: str, gpus: list[int]) -> tuple[bool, str]:
+    """One repair step on this node. A GPU reset goes through the probe (nvidia-smi, or the stand-in's reset),
+    never under a running process; a reboot is carried out only by a probe that can (the stand-ins); on a real
+    machine it is requested, never done behind its owner's back (on Kubernetes the actuator asks kured or medik8s)."""
+    if step == "gpu-reset":
+        reset = getattr(probe, "reset_gpu", None)
+        if reset is None or not gpus:
+            return False, "this probe cannot reset GPUs"
+        results = [reset(g) for g in gpus]
+        return all(ok for ok, _ in results), "; ".join(outcome for _, outcome in results)
+    if step == "node-reboot":
+        reboot = getattr(probe, "reboot", None)
+        if reboot is None:
+            return False, "reboot requested: reboot this machine by hand (the node stays cordoned until it validates)"
+        ok, outcome = reboot()
+        return bool(ok), str(outcome)
+    return False, f"unknown repair step {step!r}"

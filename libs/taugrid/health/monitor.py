@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TypeVar
 
 import msgspec
 
@@ -25,11 +26,12 @@ from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import node_subject
 from taugrid.core.ids import token
 from taugrid.core.states import TERMINAL
-from taugrid.health import rules
-from taugrid.health.wire import NodeCordon, NodeState, NodeUncordon, NodeValidation, condition_key
+from taugrid.health import repair, rules
+from taugrid.health.wire import NodeCordon, NodeRepair, NodeState, NodeUncordon, NodeValidation, condition_key
 
 log = logging.getLogger("taugrid.health.monitor")
 
+T = TypeVar("T")
 BUCKET = "node_state"
 STREAM = "NODES"
 
@@ -51,6 +53,8 @@ def policy_from_env(env: dict[str, str] | None = None) -> rules.Policy:
         min_cordon_budget=int(e.get("TAU_HEALTH_MIN_CORDON_BUDGET", d.min_cordon_budget)),
         pcie_replays_per_min=float(e.get("TAU_HEALTH_PCIE_REPLAYS_PER_MIN", d.pcie_replays_per_min)),
         expected_gpus=int(expected) if expected else None,
+        repair_budget=int(e.get("TAU_HEALTH_REPAIR_BUDGET", d.repair_budget)),
+        repair_retry_s=float(e.get("TAU_HEALTH_REPAIR_RETRY_S", d.repair_retry_s)),
     )
 
 
@@ -85,6 +89,7 @@ class HealthMonitor:
             ev = rules.evaluate(prev, sample, policy=self.policy, validation=validation)
             fleet = await self.fleet(sample.node) if rules.wants_cordon(ev) else None
             plan = rules.plan(ev, policy=self.policy, fleet=fleet)
+            await self._repair(plan.state, released=ev.released, now=sample.time)
             await self._publish(plan)
             try:
                 await kv.save(self.bus, BUCKET, state_key(sample.node), plan.state, revision=revision)
@@ -99,6 +104,39 @@ class HealthMonitor:
         states = await list_states(self.bus)
         names = {s.node for s in states} | {node}
         return rules.Fleet(total=len(names), cordoned=frozenset(s.node for s in states if s.cordoned))
+
+    async def _repair(self, st: NodeState, *, released: bool, now: float) -> None:
+        """Fold in the agent's report of the outstanding repair step, then ask for the next one if the drained
+        node is still faulty (``health.repair``). The replace-node escalation is reported here: no agent acts."""
+        if released:
+            repair.released(st)
+            return
+        if st.repair_wanted:
+            repair.fold(st, await self._last(st.node, "repair", NodeRepair))
+        step, gpus = repair.next_step(st, now=now, budget=self.policy.repair_budget,
+                                      retry_s=self.policy.repair_retry_s)
+        if not step:
+            return
+        repair.ask(st, step, gpus, now)
+        log.warning("%s: repair step %d: %s%s", st.node, st.repairs, step, f" (GPUs {gpus})" if gpus else "")
+        if step == "replace-node":
+            result = NodeRepair(node=st.node, step=step, ok=False, attempt=st.repairs, gpus=gpus, time=now,
+                                outcome=f"repair budget of {self.policy.repair_budget} step(s) spent "
+                                        f"({st.last_repair}); the node stays cordoned until it is replaced or "
+                                        "repaired by hand")
+            await self.bus.publish(node_subject(st.node, "repair"), result, event_type="repair", family="node",
+                                   ce_subject=st.node, msg_id=f"{token(st.node)}.repair.{st.repairs}")
+            repair.fold(st, result)
+
+    async def _last(self, node: str, what: str, kind: type[T]) -> T | None:
+        msg = await streams.last(self.bus, STREAM, node_subject(node, what))
+        if msg is None:
+            return None
+        try:
+            return msgspec.json.decode(msg.data, type=kind)
+        except msgspec.DecodeError:
+            log.warning("%s: undecodable %s result ignored", node, what)
+            return None
 
     async def last_validation(self, node: str) -> NodeValidation | None:
         msg = await streams.last(self.bus, STREAM, node_subject(node, "validation"))

@@ -50,6 +50,18 @@ class HealthProbe(Protocol):
     def close(self) -> None: ...
 
 
+class ActiveProbe(Protocol):
+    """What a probe that can act on its GPUs adds (both built-in probes do)."""
+
+    def exercise(self, indices: list[int]) -> tuple[bool | None, str]:
+        """A short active check of these GPUs; ``None`` when none can run here."""
+        ...
+
+    def reset_gpu(self, gpu: int) -> tuple[bool, str]:
+        """Reset one GPU where no process holds it; (ok, outcome)."""
+        ...
+
+
 def machine_facts(node: str, now: float | None = None) -> NodeSample:
     mem = psutil.virtual_memory()
     try:
@@ -96,7 +108,14 @@ def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, 
             problems.append(f"GPU {g.index} has remapped rows pending a reset")
     if problems:
         return False, "; ".join(problems)
-    return True, f"{len(reading.gpus)} GPU(s) answer; ECC and row remapping clean"
+    passive = f"{len(reading.gpus)} GPU(s) answer; ECC and row remapping clean"
+    exercise = getattr(probe, "exercise", None)
+    if exercise is None:
+        return True, passive
+    ok, detail = exercise([g.index for g in reading.gpus])
+    if ok is False:
+        return False, f"active check failed: {detail}"
+    return True, f"{passive}; {'active check: ' if ok else 'passive only: '}{detail}"
 
 
 # ---------------------------------------------------------------- declared GPUs (tests, simulation)
@@ -112,6 +131,9 @@ class DeclaredProbe:
                                remapped_rows_failure=False, pcie_replay_count=0) for i in range(count)]
         self.hidden: set[int] = set()
         self._xids: dict[int, list[int]] = {}
+        self.broken: set[int] = set()  # GPUs whose active check fails (inject_burn_failure)
+        self.busy: set[int] = set()  # GPUs a process holds: a reset is refused
+        self.resets: list[int] = []
 
     @classmethod
     def from_spec(cls, spec: str) -> DeclaredProbe:
@@ -142,12 +164,35 @@ class DeclaredProbe:
     def inject_pcie_replays(self, gpu: int, count: int) -> None:
         self._set(gpu, pcie_replay_count=count)
 
+    def inject_burn_failure(self, gpu: int, failing: bool = True) -> None:
+        (self.broken.add if failing else self.broken.discard)(gpu)
+
+    def exercise(self, indices: list[int]) -> tuple[bool | None, str]:
+        """The stand-in's active check: a declared GPU passes its burn and memory check unless made to fail."""
+        bad = sorted(set(indices) & self.broken)
+        if bad:
+            return False, f"declared GPU(s) {bad} failed the burn/memory check"
+        return True, f"{len(indices)} declared GPU(s) passed the stand-in burn and memory check"
+
     def hide_gpu(self, gpu: int, hidden: bool = True) -> None:
         (self.hidden.add if hidden else self.hidden.discard)(gpu)
 
-    def reset_gpu(self, gpu: int) -> None:
-        """What a GPU reset does: volatile ECC and pending remaps cleared, temperature back to normal."""
+    def reset_gpu(self, gpu: int) -> tuple[bool, str]:
+        """What a GPU reset does: volatile ECC and pending remaps cleared, temperature back to normal, a GPU that
+        fell off the bus back. Refused while a process holds it."""
+        if gpu in self.busy:
+            return False, f"GPU {gpu} is in use by a process: not reset"
         self._set(gpu, ecc_volatile_uncorrected=0, remapped_rows_pending=False, temperature_c=40)
+        self.hidden.discard(gpu)
+        self.resets.append(gpu)
+        return True, f"declared GPU {gpu} reset"
+
+    def reboot(self) -> tuple[bool, str]:
+        """A simulated reboot: every GPU reset and back on the bus."""
+        for g in range(len(self.gpus)):
+            self.busy.discard(g)
+            self.reset_gpu(g)
+        return True, f"declared node rebooted ({len(self.gpus)} GPU(s) reset)"
 
     def read_gpus(self, *, with_events: bool = True) -> GpuReading:
         gpus = []
@@ -187,7 +232,15 @@ class NvmlProbe:
     """NVML-backed probe. ``nvml`` is the ``pynvml`` module (tests pass a stand-in with the same names)."""
 
     def __init__(self, *, kmsg: KmsgReader | None = None, nvml: Any = None,
-                 retry_init_s: float = 60.0) -> None:
+                 retry_init_s: float = 60.0, burn: Callable[[list[int]], tuple[bool | None, str]] | None = None,
+                 reset: Callable[[int, bool], tuple[bool, str]] | None = None,
+                 reboot: Callable[[], tuple[bool, str]] | None = None) -> None:
+        """``burn`` and ``reset`` replace the active check (``active.burn_check``) and the GPU reset
+        (``active.gpu_reset``), for a stand-in NVML in tests; ``reboot`` gives the probe a way to reboot (a real
+        machine has none: a reboot is requested, not done)."""
+        self._burn, self._reset = burn, reset
+        if reboot is not None:
+            self.reboot = reboot
         self._kmsg = kmsg
         self._nvml = nvml
         self._retry_init_s = retry_init_s
@@ -348,6 +401,33 @@ class NvmlProbe:
 
     def sample(self, node: str) -> NodeSample:
         return take_sample(self, node)
+
+    def exercise(self, indices: list[int]) -> tuple[bool | None, str]:
+        if self._burn is not None:
+            return self._burn(indices)
+        from taugrid.health.active import burn_check
+
+        return burn_check(indices)
+
+    def _busy(self, gpu: int) -> bool:
+        """Does a process hold the GPU? Unknown counts as busy: never reset under a process."""
+        n = self._nvml
+        if not self._init():
+            return True
+        try:
+            h = n.nvmlDeviceGetHandleByIndex(gpu)
+            procs = [*n.nvmlDeviceGetComputeRunningProcesses(h), *n.nvmlDeviceGetGraphicsRunningProcesses(h)]
+        except Exception:
+            return True
+        return bool(procs)
+
+    def reset_gpu(self, gpu: int) -> tuple[bool, str]:
+        busy = self._busy(gpu)
+        if self._reset is not None:
+            return self._reset(gpu, busy)
+        from taugrid.health.active import gpu_reset
+
+        return gpu_reset(gpu, busy=busy)
 
     def close(self) -> None:
         if self._kmsg is not None:

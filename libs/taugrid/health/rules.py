@@ -50,6 +50,8 @@ class Policy:
     pcie_replays_per_min: float = 31.0  # DCGM's Gen5 x16 allowance (gpu-health.md §2.1)
     pcie_window_s: float = 60.0
     expected_gpus: int | None = None  # None: the highest count this node ever reported
+    repair_budget: int = 3  # repair steps per node before replace-node (a passed validation starts it over)
+    repair_retry_s: float = 60.0  # after a step, how long clean samples get to show before the next step
 
 
 @dataclass(frozen=True)

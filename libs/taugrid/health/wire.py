@@ -1,7 +1,8 @@
 """Node-health payloads that ``core/contracts.py`` does not define yet, and the ``node_state`` KV record.
 
 Subjects (stream NODES): ``node.<node>.cordon`` (NodeCordon), ``node.<node>.uncordon`` (NodeUncordon),
-``node.<node>.validation`` (NodeValidation, from the node agent). Like every wire struct, fields are only
+``node.<node>.validation`` (NodeValidation, from the node agent), ``node.<node>.repair`` (NodeRepair).
+Like every wire struct, fields are only
 added, with defaults. ``NodeState`` is the health-monitor's per-node projection: it can be rebuilt by
 replaying ``node.*.sample`` (it holds what the rules derived from samples, plus our own cordon decisions).
 """
@@ -39,6 +40,19 @@ class NodeValidation(Struct, frozen=True):
     gpus: int = 0
 
 
+class NodeRepair(Struct, frozen=True):
+    """One repair step on ``node`` and its outcome: ``gpu-reset`` and ``node-reboot`` are carried out by the
+    node's agent, ``replace-node`` is the monitor's escalation once the node's repair budget is spent."""
+
+    node: str
+    step: str  # gpu-reset | node-reboot | replace-node
+    ok: bool
+    outcome: str
+    attempt: int = 0  # the node's repair count this step was asked as (numbers the step's message id)
+    gpus: list[int] = msgspec.field(default_factory=list)
+    time: float = 0.0
+
+
 class ConditionState(msgspec.Struct, kw_only=True):
     type: str
     gpu: int | None = None
@@ -67,6 +81,12 @@ class NodeState(msgspec.Struct, kw_only=True):
     clean_samples: int = 0
     validation_wanted_since: float = 0.0  # the agent validates when this is set and newer than its last run
     last_validation: str = ""
+    repairs: int = 0  # repair steps asked for this node (the budget counts them; reset by a passed validation)
+    repair_wanted: str = ""  # the step the agent should carry out now ("" = none)
+    repair_wanted_since: float = 0.0
+    repair_gpus: list[int] = msgspec.field(default_factory=list)
+    last_repair: str = ""  # "<step>: <outcome>"
+    last_repair_time: float = 0.0
     pcie_base: dict[str, list[float]] = msgspec.field(default_factory=dict)  # gpu → [time, count]
     ecc_aggregate: dict[str, int] = msgspec.field(default_factory=dict)  # gpu → last aggregate count
 

@@ -1,0 +1,58 @@
+"""Repair as an action (pure): which step a drained node needs next, with a retry budget per node.
+
+The ladder follows the fault catalogue (shared/reference/gpu-health.md §7): a drain-grade GPU fault (severity 3:
+uncorrectable ECC, XID 48/74/119/140 …) is repaired by a **GPU reset**, escalating to a **node reboot** when the
+reset did not clear it; a severity-4 fault (XID 79 "fallen off the bus", uncontained ECC, row-remap failure, a
+missing GPU) goes straight to a **node reboot**. Once ``budget`` steps were spent on the node without a passed
+validation, the next step is **replace-node**: the node stays cordoned for a human.
+
+One step at a time: a new one is asked only when none is outstanding, the node is drained and still faulty, and
+``retry_s`` passed since the last one ended (time for clean samples to show). The node agent carries steps out
+(``agent.NodeAgent.repair_if_asked``) and reports each as ``node.<n>.repair``; the monitor folds the report in.
+"""
+
+from __future__ import annotations
+
+from taugrid.health.wire import NodeRepair, NodeState
+
+STEPS = ("gpu-reset", "node-reboot", "replace-node")
+RESET_SEVERITY, REBOOT_SEVERITY = 3, 4
+
+
+def _faults(st: NodeState) -> list[tuple[int, int | None]]:
+    return [(c.severity, c.gpu) for c in st.conditions.values() if c.status == "True" and c.severity >= RESET_SEVERITY]
+
+
+def next_step(st: NodeState, *, now: float, budget: int, retry_s: float) -> tuple[str, list[int]]:
+    """The step to ask for now (and the GPUs it is about), or ("", [])."""
+    faults = _faults(st)
+    if not st.drained or not faults or st.repair_wanted or st.last_repair.startswith("replace-node"):
+        return "", []
+    if st.last_repair_time and now - st.last_repair_time < retry_s:
+        return "", []
+    gpus = sorted({g for _, g in faults if g is not None})
+    if st.repairs >= budget:
+        return "replace-node", gpus
+    worst = max(sev for sev, _ in faults)
+    node_wide = any(g is None for _, g in faults)
+    ladder = ["node-reboot"] if worst >= REBOOT_SEVERITY or node_wide else ["gpu-reset", "node-reboot"]
+    return ladder[min(st.repairs, len(ladder) - 1)], gpus
+
+
+def ask(st: NodeState, step: str, gpus: list[int], now: float) -> None:
+    st.repairs += 1
+    st.repair_wanted, st.repair_wanted_since, st.repair_gpus = step, now, gpus
+
+
+def fold(st: NodeState, result: NodeRepair | None) -> bool:
+    """Record the agent's report of the outstanding step; True when it closed one."""
+    if not st.repair_wanted or result is None or result.attempt != st.repairs or result.step != st.repair_wanted:
+        return False
+    st.repair_wanted, st.repair_wanted_since = "", 0.0
+    st.last_repair, st.last_repair_time = f"{result.step}: {result.outcome}", result.time
+    return True
+
+
+def released(st: NodeState) -> None:
+    """A passed validation: the node is whole again and its budget starts over."""
+    st.repairs, st.repair_wanted, st.repair_wanted_since, st.repair_gpus = 0, "", 0.0, []

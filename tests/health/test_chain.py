@@ -1,0 +1,258 @@
+"""The health chain end to end on the local backend, one run: a fault injected at one node's agent (XID 79 and an
+uncorrectable ECC error through the NVML stand-in, plus the kernel-log XID line) → node condition → cordon →
+drain (``health.degraded`` for the run, its pod stopped with a grace period) → recovery calls it a platform
+fault → retry excluding that node → the run finishes on the healthy node → repair (the stand-in's reboot) →
+active re-validation → uncordon.
+
+The real services run in-process on a private nats-server (tests/inprocess.py), each under its own name; the
+pods are real processes. The test is the node agents' clock: it ticks them, so the order of what follows a
+sample is the system's, and the moments samples are taken are the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import types
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from taugrid.bus import Bus, identity, platformstore
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.replay import replay
+from taugrid.client.client import Client
+from taugrid.core.contracts import LogChunk
+from taugrid.health.agent import NodeAgent
+from taugrid.health.kmsg import KmsgReader
+from taugrid.health.monitor import HealthMonitor
+from taugrid.health.probe import DeclaredProbe, NvmlProbe
+from taugrid.health.rules import Policy
+from taugrid.health.wire import NodeCordon, NodeRepair, NodeValidation
+from taugrid.local.backend import LocalBackend
+from taugrid.local.controller import LocalCluster
+from taugrid_services.admission_watcher.handlers import AdmissionWatcher
+from taugrid_services.policy.handlers import Policy as PolicyService
+from taugrid_services.recovery.handlers import Recovery
+from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.submitter.handlers import Submitter
+from tests.health.test_probe import fake_nvml
+from tests.inprocess import private_server, service_bus
+from tests.local.test_pool import POOL_PLATFORM
+
+SCRIPT = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM: stopping', flush=True), sys.exit(143)))\n"
+    "print('attempt', os.environ['TAU_RETRY_ATTEMPT'], 'on', os.environ['TAU_NODE_NAME'], flush=True)\n"
+    "time.sleep(120 if os.environ['TAU_RETRY_ATTEMPT'] == '1' else 0.5)\n"
+)
+TAU_YAML = (f"name: chain\nentrypoint: python3\nargs: ['-c', {json.dumps(SCRIPT)}]\ncompute: {{gpus: 1}}\n"
+            "resilience: {max_retries: 2, backoff_initial: 100ms, backoff_max: 200ms}\n")
+
+
+class StandInGpu:
+    """One GPU behind the NVML stand-in, with what a fault and a reboot do to it."""
+
+    def __init__(self, kmsg_path: Path) -> None:
+        self.nvml = fake_nvml(count=1)
+        self.events: list[tuple[int, int]] = []
+        self.volatile_ecc = 0
+        self.kmsg_path = kmsg_path
+        nvml = self.nvml
+        nvml.nvmlDeviceGetTotalEccErrors = lambda h, kind, counter: self.volatile_ecc if counter == 0 else 3
+
+        def wait(es: Any, timeout: int) -> Any:
+            if not self.events:
+                raise nvml.NVMLError_Timeout("Timeout")
+            dev, xid = self.events.pop(0)
+            return types.SimpleNamespace(device=dev, eventType=8, eventData=xid)
+
+        nvml.nvmlEventSetWait_v2 = wait
+        self.burns: list[list[int]] = []
+
+    def fault(self) -> None:
+        self.events.append((0, 79))
+        self.volatile_ecc = 2
+        with self.kmsg_path.open("a") as f:  # what the driver writes to /dev/kmsg
+            f.write(f"3,9001,{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, "
+                    "name=python3, GPU has fallen off the bus.\n")
+
+    def reboot(self) -> tuple[bool, str]:
+        self.volatile_ecc = 0
+        return True, "stand-in node rebooted: volatile ECC cleared"
+
+    def burn(self, indices: list[int]) -> tuple[bool | None, str]:
+        self.burns.append(indices)
+        return True, f"stand-in burn and memory check passed on GPU(s) {indices}"
+
+
+@pytest.fixture
+async def chain(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    async with private_server(tmp_path, name="chain") as (url, bus):
+        await platformstore.put_text(bus, POOL_PLATFORM.replace("output_root: /tmp", f"output_root: {tmp_path}/out"))
+        bus.seed = identity.new_user_seed()
+        await platformstore.put_local_user(bus, platformstore.LocalUser("tester", identity.public_key(bus.seed)))
+        names = ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
+                 "health-monitor", "node-agent")
+        svc = {n: await service_bus(url, n) for n in names}
+        tasks: list[asyncio.Task[Any]] = []
+        loops: list[ConsumerLoop] = []
+
+        def consume(stream: str, durable: str, handler: Any, service: str) -> ConsumerLoop:
+            loop = ConsumerLoop(svc[service], stream=stream, durable=durable, handler=handler, fetch_timeout=0.2)
+            loops.append(loop)
+            tasks.append(asyncio.create_task(loop.run(), name=durable))
+            return loop
+
+        sub = Submitter(svc["submitter"])
+        consume("RUNS", "submitter", sub.on_requested, "submitter")
+        consume("RUNS", "runstate", sub.on_any, "submitter")
+        consume("RUNS", "policy", PolicyService(svc["policy"]).on_accepted, "policy")
+        consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event, "renderer")
+        consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
+        consume("RUNS", "recovery", Recovery(svc["recovery"], settle_s=10).on_event, "recovery")
+        cluster = LocalCluster(svc["local-cluster"], data_dir=tmp_path, node="machine",
+                               capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0, drain_grace_s=5)
+        await cluster.load()
+        consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
+        consume("NODES", "local-cluster-nodes", cluster.on_node, "local-cluster")
+        monitor = HealthMonitor(svc["health-monitor"], policy=Policy(clean_samples_to_release=2, repair_retry_s=30))
+        health = consume("NODES", "health-monitor", monitor.handle, "health-monitor")
+        stopping = asyncio.Event()
+
+        async def ticks() -> None:
+            while not stopping.is_set():
+                await cluster.tick()
+                await asyncio.sleep(0.1)
+
+        tasks.append(asyncio.create_task(ticks()))
+        kmsg_path = tmp_path / "kmsg"
+        kmsg_path.touch()
+        gpu = StandInGpu(kmsg_path)
+        kmsg = KmsgReader(os.open(kmsg_path, os.O_RDONLY | os.O_NONBLOCK))
+        probe_a = NvmlProbe(nvml=gpu.nvml, kmsg=kmsg, burn=gpu.burn, reboot=gpu.reboot)
+        agents = {"gpu-a": NodeAgent(svc["node-agent"], probe_a, "gpu-a"),
+                  "gpu-b": NodeAgent(svc["node-agent"], DeclaredProbe(1, 16000), "gpu-b")}
+
+        async def tick(node: str) -> None:
+            """One sample of ``node``, handled by the health monitor before it returns."""
+            before = health.handled
+            await agents[node].tick()
+            deadline = time.monotonic() + 10
+            while health.handled == before and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+
+        try:
+            yield {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick, "tmp": tmp_path}
+        finally:
+            stopping.set()
+            for loop in loops:
+                loop.stopping.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await cluster.kubelet.close()
+            for b in svc.values():
+                await b.close()
+
+
+async def wait_for(check: Callable[[], Any], what: str, timeout: float = 40) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await check()
+        if got:
+            return got
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def history(bus: Bus, run_id: str, node: str) -> list[tuple[float, str, dict[str, Any], int]]:
+    """The run's events and the node's decisions, in the order the streams stored them."""
+    out = []
+    for stream, subject in (("RUNS", f"run.*.{run_id}.>"), ("NODES", f"node.{node}.>")):
+        for m in await replay(bus, stream=stream, subject=subject):
+            headers = m.headers or {}
+            kind = m.subject.split(".", 3)[3] if stream == "RUNS" else "node." + m.subject.split(".", 2)[2]
+            if kind == "node.sample":
+                continue
+            out.append((m.metadata.timestamp.timestamp(), kind, msgspec.json.decode(m.data),
+                        int(headers.get("ce-attempt", "0") or 0)))
+    return sorted(out, key=lambda e: e[0])
+
+
+async def test_a_gpu_fault_moves_the_run_to_a_healthy_node_and_the_node_back_after_repair(
+        chain: dict[str, Any], tmp_path: Path) -> None:
+    bus, client, gpu, tick = chain["bus"], chain["client"], chain["gpu"], chain["tick"]
+    await tick("gpu-a")
+    await tick("gpu-b")
+    run_id = await client.submit_text(TAU_YAML, name="chain")
+
+    async def running_on_a() -> bool:
+        evs = [e async for e in client.events(run_id=run_id)]
+        return any(e.type == "exec.running" and e.as_dict().get("node") == "gpu-a" for e in evs)
+
+    await wait_for(running_on_a, "attempt 1 running on gpu-a")
+    await wait_for(lambda: _logs_have(bus, run_id, 1, "attempt 1 on gpu-a"), "attempt 1 printing")
+    gpu.fault()
+    await tick("gpu-a")  # XID 79 (NVML event and kernel log) + uncorrectable ECC in one sample
+
+    async def finished() -> str:
+        rec = await client.settled(run_id)
+        return rec.state if rec.state in ("succeeded", "failed") else ""
+
+    assert await wait_for(finished, "the run to finish") == "succeeded"
+    for _ in range(8):  # the node's agent samples again: repair, clean samples, re-validation, uncordon
+        await tick("gpu-a")
+        if any(k == "node.uncordon" for _, k, _, _ in await history(bus, run_id, "gpu-a")):
+            break
+    events = await history(bus, run_id, "gpu-a")
+    kinds = [k for _, k, _, _ in events]
+
+    def first(kind: str, pred: Callable[[dict[str, Any], int], bool] = lambda d, a: True) -> int:
+        return next(i for i, (_, k, d, a) in enumerate(events) if k == kind and pred(d, a))
+
+    fault = first("node.condition.GpuXidError", lambda d, a: d["status"] == "True")
+    ecc = first("node.condition.GpuEccUncorrectable", lambda d, a: d["status"] == "True")
+    cordon = first("node.cordon")
+    drained = first("health.degraded", lambda d, a: a == 1)  # the drain tells the run; its pod is being stopped
+    retry = first("recovery.retrying")
+    rerun = first("exec.running", lambda d, a: a == 2)
+    success = first("exec.succeeded")
+    repaired = first("node.repair")
+    validated = first("node.validation")
+    uncordon = first("node.uncordon")
+    assert first("exec.running", lambda d, a: a == 1) < fault < cordon < drained < retry < rerun < success, kinds
+    assert success < repaired < validated < uncordon, kinds
+    assert ecc < cordon
+    xid = events[fault][2]
+    assert (xid["reason"], xid["gpu"]) == ("Xid79", 0)
+    cordoned = msgspec.convert(events[cordon][2], NodeCordon)
+    assert cordoned.drain and cordoned.conditions == ["GpuEccUncorrectable", "GpuXidError"]
+    assert events[drained][2]["node"] == "gpu-a"
+    retrying = events[retry][2]
+    assert (retrying["classification"], retrying["exclude_nodes"], retrying["attempt"]) == ("gpu_fault", ["gpu-a"], 2)
+    assert events[rerun][2]["node"] == "gpu-b"
+    assert kinds.count("recovery.retrying") == 1 and "recovery.gave_up" not in kinds
+    repair = msgspec.convert(events[repaired][2], NodeRepair)
+    assert (repair.step, repair.ok) == ("node-reboot", True)
+    validation = msgspec.convert(events[validated][2], NodeValidation)
+    assert validation.ok and "active check: stand-in burn and memory check passed on GPU(s) [0]" in validation.detail
+    assert gpu.burns == [[0]]
+    lines = await _log_lines(bus, run_id, 1)
+    assert lines == ["attempt 1 on gpu-a", "SIGTERM: stopping"]  # the grace period let it stop itself
+    assert await _log_lines(bus, run_id, 2) == ["attempt 2 on gpu-b"]
+
+
+async def _log_lines(bus: Bus, run_id: str, attempt: int) -> list[str]:
+    lines: list[str] = []
+    for m in await replay(bus, stream="LOGS", subject=f"log.*.{run_id}.{attempt}"):
+        lines += msgspec.json.decode(m.data, type=LogChunk).lines
+    return lines
+
+
+async def _logs_have(bus: Bus, run_id: str, attempt: int, text: str) -> bool:
+    return text in await _log_lines(bus, run_id, attempt)
