@@ -40,7 +40,7 @@ def test_validate_and_schema() -> None:
     ok = tau("run", "validate", "examples/quickstart/tau.yaml", "--offline", "--output", "json")
     assert ok.returncode == 0 and json.loads(ok.stdout) == {
         "valid": True, "name": "quickstart", "engine": "job", "platform_revision": None,
-        "platform": "machine-default", "warnings": []}
+        "platform": "machine-default", "warnings": [], "managed": False, "warning_issues": []}
     schema = json.loads(tau("run", "schema").stdout)
     assert schema["additionalProperties"] is False and "resilience" in schema["properties"]
 

@@ -58,8 +58,11 @@ def test_duplicate_keys_are_errors():
     assert issue["line"] == 3 and "duplicate" in issue["message"]
 
 
-def test_managed_manifest_is_refused_with_a_reason():
-    assert "managed workflow" in str(errors("schema_version: 1\nname: x\nrun: {entrypoint: a.py}\n"))
+def test_managed_manifest_is_projected_and_a_direct_one_with_schema_version_stays_strict():
+    cfg = load_tau_config("schema_version: 1\nname: x\nrun: {entrypoint: a.py}\n")
+    assert (cfg.managed, cfg.engine, cfg.entrypoint, cfg.warnings) == (True, "job", "a.py", [])
+    err = errors("schema_version: 1\nname: x\nrun: {engine: job, entrypoint: a.py}\nscheduling: {a: b}\n")
+    assert [i["field"] for i in err.issues] == ["scheduling"]
 
 
 def test_engine_is_inferred_and_rayjob_is_an_alias():

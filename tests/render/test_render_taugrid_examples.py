@@ -63,7 +63,7 @@ engine: rayjob
 entrypoint: tune.py
 runtime: {{image: "{RAY_IMAGE}"}}
 compute: {{workers: 2, gpus_per_worker: 1}}
-execution: {{launcher: ray-tune, metric: loss, mode: min, num_samples: 8}}
+execution: {{launcher: ray-tune, metric: loss, mode: min, num_samples: 8, configs: {{lr: [0.001, 0.01]}}}}
 policy: {{workspace: vision, profile: a100-1}}
 """,
     "source_image_job": f"""

@@ -34,7 +34,7 @@ from taugrid.cli.views import (
     terminal_reason,
 )
 from taugrid.config.project import advice, check_project
-from taugrid.config.source import raise_issues
+from taugrid.config.source import format_issue, raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
 from taugrid.core.states import RunRecord
@@ -98,7 +98,7 @@ def _load_checked(path: Path) -> TauConfig:
     """The config at ``path`` with the project checks applied; warnings go to stderr."""
     cfg = load_tau_config(path.read_text(), path=str(path))
     raise_issues(check_project(cfg, path.parent.resolve()))
-    for warning in advice(cfg):
+    for warning in [*map(format_issue, cfg.warnings), *advice(cfg)]:
         click.echo(color("warning: ", "yellow") + warning, err=True)
     return cfg
 
@@ -240,12 +240,16 @@ async def retry(run_id: str, follow: bool, output: str) -> None:
 @click.argument("target", default="tau.yaml")
 @click.option("--offline", is_flag=True, help="Do not contact the stack; check against this machine's default "
               "platform (the one `tau up` creates).")
+@click.option("--strict", is_flag=True, help="Treat warnings (a managed manifest's unknown keys, keys that change "
+              "nothing here) as errors: exit 2.")
 @output_option
 @run_async
-async def validate(target: str, offline: bool, output: str) -> None:
+async def validate(target: str, offline: bool, strict: bool, output: str) -> None:
     path = resolve_target(target)
     try:
         cfg = load_tau_config(path.read_text(), path=str(path))
+        if strict:
+            raise_issues(cfg.warnings)
         raise_issues(check_project(cfg, path.parent.resolve()))
         revision, checked = (
             (None, _check_against_machine(cfg, "--offline")) if offline else await _check_against_platform(cfg)
@@ -256,12 +260,13 @@ async def validate(target: str, offline: bool, output: str) -> None:
             sys.exit(EXIT_USAGE)
         fail(str(err), EXIT_USAGE)
         return
-    warnings = advice(cfg)
+    warnings = [*map(format_issue, cfg.warnings), *advice(cfg)]
     checked = f"against platform revision {revision}" if revision else checked
     if output == "json":
         emit_json(
             {"valid": True, "name": cfg.name, "engine": cfg.engine, "platform_revision": revision,
-             "platform": "stack" if revision else "machine-default", "warnings": warnings}
+             "platform": "stack" if revision else "machine-default", "warnings": warnings,
+             "managed": cfg.managed, "warning_issues": cfg.warnings}
         )
         return
     for warning in warnings:

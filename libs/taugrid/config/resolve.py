@@ -14,9 +14,11 @@ TAU_* variables are not added here — the backend sets them per attempt.
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 import posixpath
 
+from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_level
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
 from taugrid.config.source import make_issue, raise_issues
@@ -115,6 +117,7 @@ def resolve_run(
             f"set resilience.max_retries to {ws.max_retries} or fewer",
         )
     deadline = _deadline(cfg, ws, issues)
+    head = _head(cfg)
     launcher, command, nproc = build_command(cfg, requests.gpu, issues.add)
     raise_issues(issues.items)
     return ResolvedRun(
@@ -170,8 +173,22 @@ def resolve_run(
         tolerations=[t.model_dump(exclude_defaults=False) for t in profile.tolerations] if profile else [],
         placement=cfg.compute.placement or "binpack",
         gang=True if cfg.compute.gang is None else cfg.compute.gang,
-        data_pvc=cfg.storage.data_pvc or "",
+        data_pvc=cfg.storage.data_pvc or cfg.storage.result_pvc or "",
         experiment={k: v for k, v in cfg.experiment.model_dump().items() if isinstance(v, str) and v},
+        head_resources=head[0],
+        head_limits=head[1],
+        mounts=_mounts(cfg),
+        image_assets=[a.model_dump() for a in cfg.storage.image_assets],
+        pod_priority_class=cfg.policy.pod_priority_class or "",
+        run_as_user=cfg.runtime.security.run_as_user,
+        run_as_group=cfg.runtime.security.run_as_group,
+        gpu_resource=f"nvidia.com/mig-{cfg.compute.mig_profile}" if cfg.compute.mig_profile else "",
+        topology_level=(topology_level(cfg.policy.topology) or "") if cfg.policy.topology else "",
+        topology_required=cfg.policy.topology_policy != "preferred",
+        devices=dict(cfg.runtime.devices),
+        shm_size=parse_memory(cfg.runtime.shm_size) if cfg.runtime.shm_size else 0,
+        labels={f"taugrid.io/{k}": v for k, v in (("team", cfg.policy.team), ("lane", cfg.policy.lane)) if v},
+        platform_env=_platform_env(cfg, checkpoint_dir),
     )
 
 
@@ -371,7 +388,8 @@ def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues
     field, name = next(
         ((f, n) for f, n in choices if n and n != "default"), (("policy", "priority_tier"), None)
     )
-    name = name or ws.default_priority
+    if not p.disable_default_priorities:  # TauGrid: the run gets no default class, only what it names
+        name = name or ws.default_priority
     if not name:
         return "", 0, p.preemptible is not False
     pc = platform.priority_class(name)
@@ -400,7 +418,15 @@ def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues
 
 def _node_selector(cfg: TauConfig, profile: ComputeProfile | None, issues: _Issues) -> dict[str, str]:
     merged = dict(cfg.policy.node_selector)
-    for key, value in (profile.node_selector if profile else {}).items():
+    gpu_class = cfg.policy.gpu_class
+    if gpu_class and gpu_class != "any":
+        if merged.get(GPU_CLASS_LABEL, gpu_class) != gpu_class:
+            issues.add(("policy", "gpu_class"), f"conflicts with policy.node_selector {GPU_CLASS_LABEL}",
+                       "set the GPU class in one place")
+        merged[GPU_CLASS_LABEL] = gpu_class
+    # policy.clear_node_selector (a Job): the run's own selector only, none of the profile's
+    inherited = {} if cfg.policy.clear_node_selector else (profile.node_selector if profile else {})
+    for key, value in inherited.items():
         if key in merged and merged[key] != value:
             issues.add(
                 ("policy", "node_selector", key),
@@ -409,6 +435,54 @@ def _node_selector(cfg: TauConfig, profile: ComputeProfile | None, issues: _Issu
             )
         merged[key] = value
     return merged
+
+
+def _head(cfg: TauConfig) -> tuple[Resources | None, Resources | None]:
+    """A Ray head's requests and limits from compute.head_* (None: the renderer's default head)."""
+    c = cfg.compute
+    if cfg.engine != "ray" or all(
+        v is None for v in (c.head_cpu_request, c.head_memory_request, c.head_cpu_limit, c.head_memory_limit)
+    ):
+        return None, None
+    cpu = parse_cpu(c.head_cpu_request) if c.head_cpu_request is not None else 1.0
+    memory = parse_memory(c.head_memory_request) if c.head_memory_request is not None else 4 << 30
+    requests = Resources(cpu=cpu, memory=memory)
+    if c.head_cpu_limit is None and c.head_memory_limit is None:
+        return requests, None
+    return requests, Resources(
+        cpu=parse_cpu(c.head_cpu_limit) if c.head_cpu_limit is not None else 0.0,
+        memory=parse_memory(c.head_memory_limit) if c.head_memory_limit is not None else 0,
+    )
+
+
+def _mounts(cfg: TauConfig) -> list[dict[str, object]]:
+    s = cfg.storage
+    out: list[dict[str, object]] = [
+        {"name": claim, "claim": claim, "path": f"/mnt/{claim}", "read_only": False, "sub_path": ""}
+        for claim in s.volumes
+    ]
+    out += [{"name": m.name, "claim": m.pvc, "path": m.mount_path, "read_only": m.read_only,
+             "sub_path": m.sub_path or ""} for m in s.mounts]
+    return out
+
+
+def _platform_env(cfg: TauConfig, checkpoint_dir: str) -> dict[str, str]:
+    """What the config tells the script through the platform's variables (TauGrid's names where it has them)."""
+    ex, env = cfg.execution, {}
+    if cfg.engine == "ray" and ex.launcher == "ray-tune":
+        env["TAU_TUNE_METRIC"] = ex.metric or ""
+        env["TAU_TUNE_MODE"] = ex.mode or "min"
+        env["TAU_TUNE_NUM_SAMPLES"] = str(ex.num_samples or 1)
+        if ex.max_concurrent_trials is not None:
+            env["TAU_TUNE_MAX_CONCURRENT_TRIALS"] = str(ex.max_concurrent_trials)
+        env["TAU_TUNE_PARAM_SPACE"] = json.dumps(ex.configs, sort_keys=True)
+    elif cfg.engine == "ray" and ex.configs:
+        env["TAU_RAY_TRAIN_CONFIG_JSON"] = json.dumps(ex.configs, sort_keys=True)
+    if cfg.storage.checkpoint:
+        env["TAU_CHECKPOINT_ARTIFACT"] = posixpath.join(checkpoint_dir, cfg.storage.checkpoint)
+    if cfg.metrics.history:
+        env["TAU_METRICS_HISTORY"] = json.dumps(list(cfg.metrics.history))
+    return env
 
 
 def _output_dir(cfg: TauConfig, ws: Workspace, run_id: str, issues: _Issues) -> str:

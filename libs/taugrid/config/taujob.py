@@ -76,6 +76,12 @@ class Runtime(Strict):
     env: dict[str, Text] = Field(default_factory=dict)
     env_secret: dict[str, str] = Field(default_factory=dict, description='NAME: "secret-name:key"')
     security: Security = Field(default_factory=Security)
+    devices: dict[str, int] = Field(
+        default_factory=dict,
+        description="taugrid: extra extended resources per pod, e.g. rdma/rdma_shared_device_a: 1 "
+        "(a managed manifest's runtime.rdma)",
+    )
+    shm_size: MemoryQuantity | None = Field(default=None, description="taugrid: size of /dev/shm (in memory)")
 
 
 class Compute(Strict):
@@ -136,6 +142,28 @@ class ImageAsset(Strict):
     mount_path: str
 
 
+class Mount(Strict):
+    """An existing PVC mounted into every pod of the run (a managed manifest's camelCase keys are mapped)."""
+
+    name: str = Field(description="a DNS label naming the volume")
+    pvc: str = Field(description="the PersistentVolumeClaim, in the workspace's namespace")
+    mount_path: str = Field(description="absolute path in the container")
+    read_only: bool = False
+    sub_path: str | None = Field(default=None, description="a directory inside the claim")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        """TauGrid's direct configs write a mount as text: ``claim:/path`` or ``claim:/path:ro``."""
+        if isinstance(value, str):
+            claim, _, rest = value.partition(":")
+            path, _, mode = rest.partition(":")
+            if not claim or not path or mode not in ("", "ro", "rw"):
+                raise ValueError(f"{value!r} is not claim:/path[:ro]")
+            return {"name": claim, "pvc": claim, "mount_path": path, "read_only": mode == "ro"}
+        return value
+
+
 class Storage(Strict):
     data_pvc: str | None = Field(default=None, description="existing PVC mounted at /data")
     result_pvc: str | None = None
@@ -144,8 +172,10 @@ class Storage(Strict):
     )
     checkpoint: str | None = None
     publish: Literal["staged"] | None = None
-    volumes: list[dict[str, Any]] = Field(default_factory=list)
-    mounts: list[dict[str, Any]] = Field(default_factory=list)
+    volumes: list[str] = Field(
+        default_factory=list, description="existing PVCs, each mounted at /mnt/<claim>"
+    )
+    mounts: list[Mount] = Field(default_factory=list)
     image_assets: list[ImageAsset] = Field(default_factory=list)
 
 
@@ -220,6 +250,9 @@ class TauConfig(Strict):
     # where the config came from; excluded from dumps and from the hash
     _path: str = pydantic.PrivateAttr(default="tau.yaml")
     _lines: Lines = pydantic.PrivateAttr(default_factory=dict)
+    # problems that do not stop the run (a managed manifest's unknown keys, keys meaning nothing here)
+    _warnings: list[dict[str, object]] = pydantic.PrivateAttr(default_factory=list)
+    _managed: bool = pydantic.PrivateAttr(default=False)
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -254,6 +287,17 @@ class TauConfig(Strict):
     def source_path(self) -> str:
         return self._path
 
+    @property
+    def warnings(self) -> list[dict[str, object]]:
+        """Issues (``field``, ``message``, ``fix``, ``line``) that ``tau run validate`` prints and ``--strict``
+        turns into errors."""
+        return list(self._warnings)
+
+    @property
+    def managed(self) -> bool:
+        """Whether the file was a managed workflow manifest (projected; see ``config.managed``)."""
+        return self._managed
+
     def written(self, *path: str | int) -> bool:
         """Whether the source file spelled out this key (as opposed to a default)."""
         return tuple(path) in self._lines
@@ -270,30 +314,58 @@ def _engine_value(value: Any) -> Any:
 
 
 def load_tau_config(text: str, *, path: str = "tau.yaml") -> TauConfig:
-    """Parse and validate a direct ``tau.yaml``; raises ``ConfigError`` listing each problem at file:line."""
+    """Parse and validate a ``tau.yaml``; raises ``ConfigError`` listing each problem at file:line.
+
+    A managed workflow manifest (``schema_version`` and no ``engine``/``run.engine``) is projected onto a direct
+    config first (``config.managed``): its unknown keys become warnings (``cfg.warnings``) instead of errors."""
+    from taugrid.config import managed
     from taugrid.config.taurules import check_rules
 
     data, lines = load_yaml(text, path=path, what="tau.yaml")
-    if "schema_version" in data and "engine" not in data:
-        raise_issues(
-            [
-                make_issue(
-                    ("schema_version",),
-                    "this is a managed workflow manifest (schema_version); taugrid reads direct configs",
-                    "remove schema_version and write a direct config (name, entrypoint, compute, ...)",
-                    file=path,
-                    lines=lines,
-                )
-            ]
-        )
+    _refuse_removed_eval(data, path, lines)
+    warnings: list[dict[str, object]] = []
+    is_managed = managed.looks_managed(data)
+    if is_managed:
+        data, warnings = managed.project(data, path=path, lines=lines, direct=_direct_paths())
+    elif "schema_version" in data:
+        data = {k: v for k, v in data.items() if k != "schema_version"}
+        warnings.append(make_issue(
+            ("schema_version",), "schema_version marks a managed workflow manifest; with engine set this is a "
+            "direct config and schema_version is ignored", "remove schema_version", file=path, lines=lines))
     try:
         cfg = TauConfig.model_validate(data)
     except pydantic.ValidationError as exc:
         raise_issues(pydantic_issues(exc, TauConfig, file=path, lines=lines))
         raise  # unreachable: pydantic never reports zero errors
-    cfg._path, cfg._lines = path, lines
+    cfg._path, cfg._lines, cfg._managed = path, lines, is_managed
     raise_issues(check_rules(cfg, raw=data))
+    from taugrid.config.keyrules import key_warnings
+
+    cfg._warnings = warnings + key_warnings(cfg)
     return cfg
+
+
+def _direct_paths() -> dict[str, bool]:
+    from taugrid.config.managed import model_paths
+
+    return model_paths(TauConfig)
+
+
+def _refuse_removed_eval(data: dict[str, Any], path: str, lines: Lines) -> None:
+    """TauGrid removed ``task: eval``, ``eval.harness`` and ``eval.model``: evaluation is an ordinary run."""
+    run = data.get("run") if isinstance(data.get("run"), dict) else {}
+    task = next((t for t in (run.get("task"), data.get("task")) if isinstance(t, str) and t.strip()), "")
+    evaluation = data.get("eval") if isinstance(data.get("eval"), dict) else {}
+    found = [("task",)] if task.strip().lower() == "eval" and "task" in data else []
+    found += [("run", "task")] if task.strip().lower() == "eval" and "task" in run else []
+    found += [("eval", k) for k in ("harness", "model") if k in evaluation]
+    raise_issues([
+        make_issue(p, "task: eval, eval.harness and eval.model were removed; evaluation is an ordinary run",
+                   "drop them, keep engine: job, pass the checkpoint and results paths through runtime.env "
+                   "(e.g. MODEL_PATH, RESULTS_PATH) and keep storage.output pointing at the results",
+                   file=path, lines=lines)
+        for p in found
+    ])
 
 
 _PARSED: OrderedDict[tuple[str, str], TauConfig] = OrderedDict()

@@ -56,6 +56,9 @@ def check_rules(cfg: TauConfig, *, raw: dict[str, Any] | None = None) -> Issues:
     _gpu_share(cfg, add)
     _misc(cfg, add)
     _paths(cfg, add)
+    from taugrid.config.keyrules import refusals
+
+    refusals(cfg, add)
     return issues
 
 
@@ -194,8 +197,6 @@ def _engine(cfg: TauConfig, add: Any) -> None:
             (("runtime", "working_dir"), bool(cfg.runtime.working_dir), "use run.working_dir for Ray"),
             (("run", "source"), cfg.run.source is not None, "remove it"),
             (("storage", "image_assets"), bool(cfg.storage.image_assets), "remove it"),
-            (("storage", "volumes"), bool(cfg.storage.volumes), "use storage.data_pvc"),
-            (("storage", "mounts"), bool(cfg.storage.mounts), "use storage.data_pvc"),
         ]
         for path, present, fix in job_only:
             if present:

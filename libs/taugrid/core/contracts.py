@@ -107,6 +107,25 @@ class ResolvedRun(Struct, frozen=True):
     gang: bool = True
     data_pvc: str = ""
     experiment: dict[str, str] = msgspec.field(default_factory=dict)
+    # Ray head pod requests/limits (compute.head_*; a managed manifest's cpus/memory); None = the renderer default.
+    head_resources: Resources | None = None
+    head_limits: Resources | None = None
+    # storage.mounts and storage.volumes: existing PVCs, each {name, claim, path, read_only, sub_path}.
+    mounts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # storage.image_assets: {name, image, source_path, mount_path}, copied from the image by an init container.
+    image_assets: list[dict[str, str]] = msgspec.field(default_factory=list)
+    pod_priority_class: str = ""  # policy.pod_priority_class: the pods' priorityClassName
+    run_as_user: int | None = None  # runtime.security.run_as_user/group: the pods' securityContext
+    run_as_group: int | None = None
+    gpu_resource: str = ""  # the extended resource whole GPUs are asked as ("" = nvidia.com/gpu; MIG slices)
+    topology_level: str = ""  # policy.topology: Kueue TAS level every pod set stays within
+    topology_required: bool = True  # policy.topology_policy: required (else preferred)
+    devices: dict[str, int] = msgspec.field(default_factory=dict)  # runtime.devices: extra extended resources
+    shm_size: int = 0  # runtime.shm_size: bytes of in-memory /dev/shm (0 = the renderer's choice)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)  # policy.team / policy.lane as taugrid.io/ labels
+    # Variables the platform sets from the config (Tune fields, Ray Train config, checkpoint artifact, metrics
+    # history); they win over runtime.env like the per-attempt TAU_* ones.
+    platform_env: dict[str, str] = msgspec.field(default_factory=dict)
     # The interpreter of the environment that submitted (a host path; the local backend runs `python` with it)
     # and where the client found it: TAU_PYTHON, project .venv, VIRTUAL_ENV, CONDA_PREFIX or PATH.
     python: str = ""

@@ -26,6 +26,8 @@ LABEL_PREFIX = "taugrid.io/"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GPU_RESOURCE = "nvidia.com/gpu"
+TOPOLOGY_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+TOPOLOGY_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DATA_MOUNT = "/data"
 # Set by the renderer service on what it applies (never by ``render``), read back by kube-bridge.
@@ -64,11 +66,21 @@ def object_name(run_id: str, attempt: int, *, max_len: int = 63) -> str:
 
 def tau_labels(run: ResolvedRun, *, attempt: int) -> dict[str, str]:
     return {
+        **{k: run.labels[k] for k in sorted(run.labels)},
         f"{LABEL_PREFIX}managed-by": MANAGED_BY,
         f"{LABEL_PREFIX}run-id": run.run_id,
         f"{LABEL_PREFIX}workspace": run.workspace,
         f"{LABEL_PREFIX}attempt": str(attempt),
     }
+
+
+def template_annotations(run: ResolvedRun) -> dict[str, str]:
+    """Pod-template annotations: the tau ones plus Kueue's topology-aware scheduling request (per pod set)."""
+    out = tau_annotations(run)
+    if run.topology_level:
+        key = TOPOLOGY_REQUIRED if run.topology_required else TOPOLOGY_PREFERRED
+        out[key] = run.topology_level
+    return out
 
 
 def kueue_labels(run: ResolvedRun) -> dict[str, str]:
@@ -117,9 +129,12 @@ def is_fractional(res: Resources) -> bool:
     return res.gpu == 0 and (res.gpu_fraction > 0 or res.gpu_memory_mb > 0)
 
 
-def resources_block(requests: Resources, limits: Resources | None, *, gpus: int) -> dict[str, Any]:
-    """Container ``resources``. Whole GPUs go in requests and limits (extended resources need both equal);
-    fractional GPUs request no ``nvidia.com/gpu`` at all (see ``gpu_share_annotations``)."""
+def resources_block(
+    requests: Resources, limits: Resources | None, *, gpus: int, gpu_resource: str = "",
+    devices: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Container ``resources``. Whole GPUs (or MIG slices, ``gpu_resource``) go in requests and limits (extended
+    resources need both equal); fractional GPUs request no ``nvidia.com/gpu`` at all (``gpu_share_annotations``)."""
     req: dict[str, str] = {"cpu": cpu_quantity(requests.cpu), "memory": memory_quantity(requests.memory)}
     lim: dict[str, str] = {}
     if limits is not None:
@@ -128,8 +143,10 @@ def resources_block(requests: Resources, limits: Resources | None, *, gpus: int)
         if limits.memory > 0:
             lim["memory"] = memory_quantity(limits.memory)
     if gpus > 0:
-        req[GPU_RESOURCE] = str(gpus)
-        lim[GPU_RESOURCE] = str(gpus)
+        req[gpu_resource or GPU_RESOURCE] = str(gpus)
+        lim[gpu_resource or GPU_RESOURCE] = str(gpus)
+    for name in sorted(devices or {}):
+        req[name] = lim[name] = str((devices or {})[name])
     block: dict[str, Any] = {"requests": req}
     if lim:
         block["limits"] = lim
@@ -193,7 +210,7 @@ def tau_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> dict[st
     # checkpoint that was never written, as TauGrid's runs never do.
     if resume_from:
         env["TAU_RESUME_FROM"] = resume_from
-    return env
+    return {**run.platform_env, **env}
 
 
 def literal_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> dict[str, str]:
@@ -222,14 +239,24 @@ def container_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> l
     return env + secret_env(run)
 
 
+def _identity(run: ResolvedRun) -> dict[str, int]:
+    """runAsUser/runAsGroup: the config's ids, else (restricted only) the fixed non-root one."""
+    default = NONROOT_ID if run.security_restricted else None
+    out = {}
+    for key, value in (("runAsUser", run.run_as_user), ("runAsGroup", run.run_as_group)):
+        if (chosen := value if value is not None else default) is not None:
+            out[key] = chosen
+    return out
+
+
 def pod_security(run: ResolvedRun) -> dict[str, Any] | None:
     if not run.security_restricted:
-        return None
+        return _identity(run) or None
+    group = run.run_as_group if run.run_as_group is not None else NONROOT_ID
     return {
         "runAsNonRoot": True,
-        "runAsUser": NONROOT_ID,
-        "runAsGroup": NONROOT_ID,
-        "fsGroup": NONROOT_ID,
+        **_identity(run),
+        "fsGroup": group,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
@@ -241,20 +268,63 @@ def container_security(run: ResolvedRun) -> dict[str, Any] | None:
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
-        "runAsUser": NONROOT_ID,
-        "runAsGroup": NONROOT_ID,
+        **_identity(run),
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
 def data_volume(run: ResolvedRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts) for ``storage.data_pvc``: an existing PVC at ``/data`` (never created by us)."""
-    if not run.data_pvc:
-        return [], []
-    return (
-        [{"name": "data", "persistentVolumeClaim": {"claimName": run.data_pvc}}],
-        [{"name": "data", "mountPath": DATA_MOUNT}],
-    )
+    """(volumes, mounts) for ``storage.data_pvc`` (an existing PVC at ``/data``, never created by us) and for
+    ``storage.mounts``/``volumes`` (existing PVCs where the config says), then the image assets' volumes."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if run.data_pvc:
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": run.data_pvc}})
+        mounts.append({"name": "data", "mountPath": DATA_MOUNT})
+    for m in run.mounts:
+        name = f"pvc-{m['name']}"
+        claim: dict[str, Any] = {"claimName": m["claim"]}
+        mount: dict[str, Any] = {"name": name, "mountPath": m["path"]}
+        if m.get("read_only"):
+            claim["readOnly"] = True
+            mount["readOnly"] = True
+        if m.get("sub_path"):
+            mount["subPath"] = m["sub_path"]
+        volumes.append({"name": name, "persistentVolumeClaim": claim})
+        mounts.append(mount)
+    for asset in run.image_assets:
+        volumes.append({"name": f"asset-{asset['name']}", "emptyDir": {}})
+        mounts.append({"name": f"asset-{asset['name']}", "mountPath": asset["mount_path"], "readOnly": True})
+    return volumes, mounts
+
+
+ASSET_STAGING = "/tau-asset"
+
+
+def shm_volume(run: ResolvedRun, default: int = 0) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """An in-memory ``/dev/shm`` of ``runtime.shm_size`` (else ``default`` bytes; None when both are 0)."""
+    size = run.shm_size or default
+    if not size:
+        return None
+    return ({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory_quantity(size)}},
+            {"name": "dshm", "mountPath": "/dev/shm"})
+
+
+def asset_containers(run: ResolvedRun) -> list[dict[str, Any]]:
+    """Init containers that copy each ``storage.image_assets`` entry out of its (digest-pinned) image into the
+    volume the main container mounts read-only (TauGrid's staging: the image needs /bin/sh and cp)."""
+    out = []
+    for asset in run.image_assets:
+        source = asset["source_path"].rstrip("/")
+        out.append({
+            "name": f"asset-{asset['name']}",
+            "image": asset["image"],
+            "command": ["/bin/sh", "-c", f'cp -a "{source}/." "{ASSET_STAGING}/"'],
+            "volumeMounts": [{"name": f"asset-{asset['name']}", "mountPath": ASSET_STAGING}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            **({"securityContext": sec} if (sec := container_security(run)) is not None else {}),
+        })
+    return out
 
 
 def with_annotation(manifests: list[Manifest], key: str, value: str) -> list[Manifest]:

@@ -17,19 +17,21 @@ from taugrid.core.errors import PermanentError
 from taugrid.render.common import (
     DEFAULT_IMAGE,
     Manifest,
+    asset_containers,
     container_env,
     container_security,
     data_volume,
     gpu_share_annotations,
     is_fractional,
     kueue_labels,
-    memory_quantity,
     node_exclusion,
     object_name,
     pod_security,
     resources_block,
+    shm_volume,
     tau_annotations,
     tau_labels,
+    template_annotations,
     tolerations,
 )
 from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source
@@ -76,7 +78,7 @@ def render_job(
     else:
         spec.update(completions=1, parallelism=1)
     spec["template"] = {
-        "metadata": {"labels": dict(labels), "annotations": {**annotations, **share}},
+        "metadata": {"labels": dict(labels), "annotations": {**template_annotations(run), **share}},
         "spec": _pod_spec(
             run,
             name=name,
@@ -150,18 +152,20 @@ def _pod_spec(
             }
         )
     volumes, mounts = data_volume(run)
-    if run.launcher == "torchrun" and run.processes_per_node > 1:
-        # torch workers exchange tensors through /dev/shm; the container runtime default is 64 MiB.
-        shm = min(SHM_MAX, run.resources.memory // 2)
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory_quantity(shm)}})
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    # torch workers exchange tensors through /dev/shm; the container runtime default is 64 MiB.
+    several = run.launcher == "torchrun" and run.processes_per_node > 1
+    torch_shm = min(SHM_MAX, run.resources.memory // 2) if several else 0
+    if (shm := shm_volume(run, torch_shm)) is not None:
+        volumes.append(shm[0])
+        mounts.append(shm[1])
 
     container: dict[str, Any] = {
         "name": "main",
         "image": run.image or DEFAULT_IMAGE,
         "command": job_command(run, name=name),
         "env": env,
-        "resources": resources_block(run.resources, run.limits, gpus=run.resources.gpu),
+        "resources": resources_block(run.resources, run.limits, gpus=run.resources.gpu,
+                                     gpu_resource=run.gpu_resource, devices=run.devices),
     }
     # A source-image job runs its entrypoint from run.source.path inside the image, unless it names a directory.
     if workdir := run.working_dir or run.source_path:
@@ -192,6 +196,10 @@ def _pod_spec(
     if volumes:
         pod["volumes"] = volumes
     add_source(pod, [container], run, settings)
+    if assets := asset_containers(run):
+        pod["initContainers"] = [*pod.get("initContainers", []), *assets]
+    if run.pod_priority_class:
+        pod["priorityClassName"] = run.pod_priority_class
     if (psec := pod_security(run)) is not None:
         pod["securityContext"] = psec
     return pod

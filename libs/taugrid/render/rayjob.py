@@ -29,8 +29,10 @@ from taugrid.render.common import (
     object_name,
     pod_security,
     resources_block,
+    shm_volume,
     tau_annotations,
     tau_labels,
+    template_annotations,
     tolerations,
 )
 from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source, needs_fetch, source_layout
@@ -144,7 +146,9 @@ def _cluster_spec(
     exclude_nodes: Sequence[str],
     settings: RenderSettings,
 ) -> dict[str, Any]:
-    head_container = _container(run, "ray-head", HEAD_RESOURCES, HEAD_RESOURCES, 0, attempt, resume_from)
+    head_requests = run.head_resources or HEAD_RESOURCES
+    head_limits = run.head_limits or (HEAD_RESOURCES if run.head_resources is None else None)
+    head_container = _container(run, "ray-head", head_requests, head_limits, 0, attempt, resume_from)
     head_container["ports"] = [dict(p) for p in HEAD_PORTS]
     worker_container = _container(
         run, "ray-worker", run.resources, run.limits, run.gpus_per_worker, attempt, resume_from
@@ -192,9 +196,12 @@ def _container(
         "name": name,
         "image": _image(run),
         "env": container_env(run, attempt=attempt, resume_from=resume_from),
-        "resources": resources_block(requests, limits, gpus=gpus),
+        "resources": resources_block(requests, limits, gpus=gpus, gpu_resource=run.gpu_resource,
+                                     devices=run.devices),
     }
     _, mounts = data_volume(run)
+    if (shm := shm_volume(run)) is not None:
+        mounts.append(shm[1])
     if mounts:
         container["volumeMounts"] = mounts
     if (csec := container_security(run)) is not None:
@@ -208,17 +215,21 @@ def _pod(run: ResolvedRun, container: dict[str, Any], exclude_nodes: Sequence[st
         "containers": [container],
     }
     volumes, _ = data_volume(run)
+    if (shm := shm_volume(run)) is not None:
+        volumes.append(shm[0])
     if volumes:
         pod["volumes"] = volumes
     if (psec := pod_security(run)) is not None:
         pod["securityContext"] = psec
     if (affinity := node_exclusion(exclude_nodes)) is not None:
         pod["affinity"] = affinity
+    if run.pod_priority_class:
+        pod["priorityClassName"] = run.pod_priority_class
     return pod
 
 
 def _template(run: ResolvedRun, attempt: int, pod: dict[str, Any]) -> dict[str, Any]:
     return {
-        "metadata": {"labels": tau_labels(run, attempt=attempt), "annotations": tau_annotations(run)},
+        "metadata": {"labels": tau_labels(run, attempt=attempt), "annotations": template_annotations(run)},
         "spec": pod,
     }

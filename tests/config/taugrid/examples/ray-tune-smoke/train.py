@@ -1,0 +1,1 @@
+print("stub entrypoint for the ported TauGrid example")
