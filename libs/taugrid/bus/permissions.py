@@ -61,6 +61,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
         ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), sources="read",
+                    replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
                     why="accepts submissions (verifies their source snapshot); projects RUNS into run_state"),
         ServiceRole("policy", ("policy",), why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer",), why="the only identity that applies to a backend"),

@@ -8,27 +8,37 @@ services and platform admins may send; people search their own workspaces.
 
 Every write is a compare-and-set against the revision just read; a lost race re-reads and re-applies, and an
 invalid transition (duplicate, stale attempt, after terminal) is a no-op, so the projection is idempotent.
+The record is the fold of the run's events *in stream order*. Delivery can break that order: an event whose
+projection failed (a KV write lost with a restarting server) or whose delivery was lost is redelivered only
+after later events of the same run were folded, and folding it then would apply it to a state it predates (a
+``submit.accepted`` arriving after ``policy.approved`` left the record at ``accepted`` for good, every later
+event an "invalid transition"). So an event older than the record's ``last_seq`` that the record has not seen
+rebuilds the record from the run's stored events, in stream order (``_refold``).
 A projector may keep a ``RecordCache`` of the records it last wrote: the cached revision is only the CAS
 precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import msgspec
 
-from taugrid.bus import kv
+from taugrid.bus import kv, replay
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core import states
 from taugrid.core.contracts import PolicyApproved, SubmitAccepted, SubmitRequested
-from taugrid.core.errors import TemporaryError
+from taugrid.core.errors import PermissionDenied, TemporaryError
 from taugrid.core.ids import token
 
+log = logging.getLogger("taugrid.runstate")
 BUCKET = "run_state"
+STREAM = "RUNS"
+HISTORY = 200  # history entries a record keeps (the newest)
 
 
 def key(workspace: str, run_id: str) -> str:
@@ -105,17 +115,19 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
         record, revision = cached if cached is not None else await _get_key(bus, record_key)
         if record is None:
             record = states.RunRecord(run_id=run_id, workspace=workspace, created=time.time())
-        if ev.seq and any(h.get("seq") == ev.seq for h in record.history):
+        if ev.seq and (any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
             if cache is not None and revision:
                 cache.put(record_key, record, revision)
             return False  # already projected (redelivery)
-        data = ev.as_dict()
-        changed = states.apply(record, ev.type, ev.attempt, data, time.time())
-        _enrich(record, ev)
-        record.last_seq = max(record.last_seq, ev.seq)
-        record.history.append({"seq": ev.seq, "type": ev.type, "attempt": ev.attempt, "time": ev.time,
-                               "applied": changed})
-        del record.history[:-200]
+        if ev.seq and ev.seq < record.last_seq:
+            try:
+                record, changed = await _refold(bus, record, ev, record_key=record_key), True
+            except PermissionDenied as exc:  # an identity without `replay RUNS` (permissions.SERVICE_ROLES)
+                log.error("cannot rebuild %s for its late event seq=%s (%s); folding it out of order", record_key,
+                          ev.seq, exc)
+                changed = _fold(record, ev, at=time.time())
+        else:
+            changed = _fold(record, ev, at=time.time())
         try:
             written = await kv.save(bus, BUCKET, record_key, record, revision=revision)
         except kv.Conflict:
@@ -124,6 +136,42 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
             cache.put(record_key, record, int(written))
         return changed
     raise TemporaryError(f"run_state contention on {run_id}", delay=0.2)
+
+
+def _fold(record: states.RunRecord, ev: Event, *, at: float) -> bool:
+    """Apply ``ev`` to ``record`` in place and note it in the history; whether the state machine took it."""
+    changed = states.apply(record, ev.type, ev.attempt, ev.as_dict(), at)
+    _enrich(record, ev)
+    record.last_seq = max(record.last_seq, ev.seq)
+    record.history.append({"seq": ev.seq, "type": ev.type, "attempt": ev.attempt, "time": ev.time,
+                           "applied": changed})
+    del record.history[:-HISTORY]
+    return changed
+
+
+def _beyond_history(record: states.RunRecord, seq: int) -> bool:
+    """Older than the oldest entry of a full history: it was projected before the history dropped it."""
+    return len(record.history) >= HISTORY and seq < int(record.history[0].get("seq") or 0)
+
+
+async def _refold(bus: Bus, record: states.RunRecord, late: Event, *, record_key: str) -> states.RunRecord:
+    """The record rebuilt from every stored event of ``late``'s run, in stream order (``late`` among them), each
+    applied at the time the stream stored it. Events of the run not delivered yet are folded now too; when they
+    arrive they are in the history, so they change nothing."""
+    rebuilt = states.RunRecord(run_id=record.run_id, workspace=record.workspace, created=record.created)
+    seen = False
+    async for batch in replay.batches(bus, f"{record_key}.>", stream=STREAM):
+        for ev in batch:
+            if ev.subject != late.subject:
+                continue  # another run whose id sanitises to the same token
+            seen = seen or ev.seq == late.seq
+            try:
+                _fold(rebuilt, ev, at=ev.stored or time.time())
+            except msgspec.DecodeError:
+                continue  # dead-lettered on its own delivery; it never changed the record
+    if not seen:  # the stream no longer holds it (retention): fold it last rather than lose it
+        _fold(rebuilt, late, at=time.time())
+    return rebuilt
 
 
 def _enrich(record: states.RunRecord, ev: Event) -> None:

@@ -1,0 +1,164 @@
+"""The run_state projection against a real nats-server when delivery breaks a run's stream order.
+
+An event whose projection fails (its KV write lost while the only nats-server restarts) is redelivered after
+later events of the same run were projected. The record must still end as the in-order fold of the run's
+events: before the fix a ``submit.accepted`` redelivered after ``policy.approved`` left the record at
+``accepted`` for good, every later event an "invalid transition" (the stall the nats-server-kill chaos test
+showed). The second test kills and restarts a real server mid-burst and checks every record against the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import msgspec
+
+from taugrid.bus import Bus, connect, identity, runstate
+from taugrid.bus.bootstrap import bootstrap, ensure_consumer
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.envelope import Event
+from taugrid.bus.replay import replay
+from taugrid.bus.topology import ConsumerSpec
+from taugrid.core import contracts as c
+from taugrid.core.errors import TemporaryError
+from taugrid.stack import natsserver
+from tests.owners import emit_as_owner
+
+TAU_YAML = "name: train\nengine: job\nentrypoint: train.py\ncompute:\n  gpus: 1\n"
+
+
+def lifecycle(bus: Bus, ws: str, run: str) -> list[tuple[str, msgspec.Struct]]:
+    """A run's events up to exec.running, as the services publish them (the submission signed)."""
+    bus.seed = bus.seed or identity.new_user_seed()
+    resolved = c.ResolvedRun(
+        run_id=run, submission_id=f"sub-{run}", workspace=ws, namespace=f"ns-{ws}", name="train",
+        entrypoint="train.py", image="python:3.12", output_dir="/tmp/out", checkpoint_dir="/tmp/ckpt",
+        source_object=f"sources/{run}.tar", source_digest="sha256:abc", config_hash="cfg123", platform_revision=7,
+        local_queue="default",
+    )
+    return [
+        ("submit.requested", c.SubmitRequested(submission_id=f"sub-{run}", config_text=TAU_YAML, workspace=ws,
+                                               source_object=f"sources/{run}.tar", source_digest="sha256:abc",
+                                               user="ada")),
+        ("submit.accepted", c.SubmitAccepted(submission_id=f"sub-{run}", config={"name": "train"},
+                                             config_hash="cfg123", config_text=TAU_YAML, user="ada",
+                                             signer=identity.public_key(bus.seed))),
+        ("policy.approved", c.PolicyApproved(run=resolved, platform_revision=7)),
+        ("render.applied", c.RenderApplied(attempt=1, backend="local", kind="Job", object_name=f"{run}-a1",
+                                           manifests=[], digest="sha256:m1")),
+        ("exec.running", c.ExecRunning(node="box", pod=f"{run}-a1-0", pid=42)),
+    ]
+
+
+async def project_until(bus: Bus, durable: str, ws: str, handler, done) -> None:  # type: ignore[no-untyped-def]
+    """Run ``handler`` on its own durable over ``run.<ws>.>`` (as the submitter runs runstate) until ``done()``."""
+    await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
+    loop = ConsumerLoop(bus, stream="RUNS", durable=durable, handler=handler, fetch_timeout=0.2)
+    task = asyncio.create_task(loop.run())
+    try:
+        for _ in range(300):
+            if await done():
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        loop.stopping.set()
+        await task
+
+
+async def test_an_event_redelivered_after_later_ones_still_projects_in_stream_order(bus: Bus) -> None:
+    ws, run = f"ro{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, run):
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    cache = runstate.RecordCache()
+    failed: list[int] = []
+
+    async def handler(ev: Event) -> None:
+        # submit.accepted's first projection fails, as its KV write does when the only server dies under it;
+        # the consumer naks it and goes on with the run's later events, so it comes back after them
+        if ev.type == "submit.accepted" and not failed:
+            failed.append(ev.seq)
+            raise TemporaryError("run_state write lost with the server", delay=0.2)
+        await runstate.project(bus, ev, cache=cache)
+
+    async def all_projected() -> bool:
+        record, _ = await runstate.get(bus, ws, run)
+        return record is not None and len(record.history) == 5
+
+    await project_until(bus, f"ro-{ws}", ws, handler, all_projected)
+    record, _ = await runstate.get(bus, ws, run)
+    assert record is not None and failed
+    assert record.state == "running"
+    assert [h["type"] for h in record.history] == ["submit.requested", "submit.accepted", "policy.approved",
+                                                   "render.applied", "exec.running"]
+    assert all(h["applied"] for h in record.history)
+    assert (record.user, record.name, record.queue, record.node) == ("ada", "train", "default", "box")
+
+
+async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burst(
+        fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> None:
+    proc, port, store = fresh_nats
+    url = f"nats://127.0.0.1:{port}"
+    setup = await connect(url, name="bootstrap")
+    await bootstrap(setup)
+    await setup.close()
+    projector, publisher = await connect(url, name="submitter"), await connect(url, name="publisher")
+    ws, runs = "burst", [f"r{i:02d}-{uuid.uuid4().hex[:6]}" for i in range(24)]
+    durable = f"rs-{ws}"
+    await ensure_consumer(projector, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
+    cache = runstate.RecordCache()
+    loop = ConsumerLoop(projector, stream="RUNS", durable=durable, fetch_timeout=0.2,
+                        handler=lambda ev: runstate.project(projector, ev, cache=cache))
+    projecting = asyncio.create_task(loop.run())
+    restarted: list[subprocess.Popen[bytes]] = []
+
+    async def publish_run(run: str) -> None:
+        for kind, payload in lifecycle(publisher, ws, run):
+            while True:  # a publish that got no ack is sent again under the same id, as services do
+                try:
+                    await emit_as_owner(publisher, workspace=ws, run_id=run, attempt=1, event_type=kind,
+                                        payload=payload)
+                    break
+                except TemporaryError:
+                    await asyncio.sleep(0.2)
+            await asyncio.sleep(0.05)
+
+    async def kill_and_restart() -> None:
+        await asyncio.sleep(0.25)
+        os.kill(proc.pid, signal.SIGKILL)
+        await asyncio.sleep(0.3)
+        restarted.append(natsserver.start(store, port=port, log_file=store.parent / "nats.log")[0])
+
+    async def caught_up() -> bool:
+        try:
+            info = await publisher.js.consumer_info("RUNS", durable)
+        except Exception:  # noqa: BLE001 - the server may still be restarting
+            return False
+        return not info.num_pending and not info.num_ack_pending
+
+    try:
+        await asyncio.gather(kill_and_restart(), *(publish_run(r) for r in runs))
+        for _ in range(600):
+            if await caught_up():
+                break
+            await asyncio.sleep(0.1)
+        loop.stopping.set()
+        await projecting
+        stored = await replay(publisher, stream="RUNS", subject=f"run.{ws}.>")
+        assert len(stored) == 5 * len(runs)
+        for run in runs:
+            record, _ = await runstate.get(publisher, ws, run)
+            assert record is not None, run
+            seqs = sorted(m.metadata.sequence.stream for m in stored if m.headers["ce-subject"] == run)
+            assert ([h["seq"] for h in record.history], record.state) == (seqs, "running"), record.history
+    finally:
+        loop.stopping.set()
+        await projector.nc.close()
+        await publisher.nc.close()
+        for p in restarted:
+            p.kill()
+            p.wait()
