@@ -168,3 +168,53 @@ def test_the_cli_refuses_an_unknown_name_with_file_line_and_nearest(tmp_path):
     assert result.exit_code == 2
     assert f"{path}:27: workspaces[0].default_priority: unknown priority class 'nromal'; did you mean 'normal'?" \
         in result.output
+
+
+DEPARTMENTS = """
+resource_flavors:
+  - name: a100
+  - name: h100
+departments:
+  - name: research
+    flavor: a100
+    deserved: {nvidia.com/gpu: 8}
+    projects:
+      - name: vision
+        deserved: {nvidia.com/gpu: 2}
+        limit: {nvidia.com/gpu: 6}
+        over_quota_weight: 3
+local_queues:
+  - {name: q, namespace: team-vision, cluster_queue: vision}
+"""
+
+
+def test_departments_load_and_their_projects_are_cluster_queues():
+    platform = load_platform(DEPARTMENTS)
+    vision = platform.cluster_queue("vision")
+    assert vision is not None and vision.cohort == "research" and vision.nominal(GPU_RESOURCE) == 2
+    assert platform.cohort_root("research") == "departments"
+
+
+def test_department_names_flavors_and_resources_are_checked_with_lines():
+    text = (DEPARTMENTS.replace("    flavor: a100", "    flavor: a10")
+            .replace("        deserved: {nvidia.com/gpu: 2}", "        deserved: {gpu: 2}")
+            .replace("cluster_queue: vision}", "cluster_queue: visoin}"))
+    found = fields(text)
+    assert found["departments[0].flavor"]["message"] == "unknown resource flavor 'a10'; did you mean 'a100'?"
+    assert found["departments[0].flavor"]["line"] == 7
+    gpu = found["departments[0].projects[0].deserved.gpu"]
+    assert gpu["message"] == "unknown KAI queue resource 'gpu'; did you mean 'nvidia.com/gpu'?" and gpu["line"] == 11
+    assert found["local_queues[0].cluster_queue"]["message"] == "unknown cluster queue 'visoin'; did you mean 'vision'?"
+
+
+def test_department_limits_and_names_that_clash_are_refused():
+    text = (DEPARTMENTS.replace("limit: {nvidia.com/gpu: 6}", "limit: {nvidia.com/gpu: 1}")
+            .replace("      - name: vision", "      - name: research"))
+    found = fields(text)
+    assert found["departments[0].projects[0].limit.nvidia.com/gpu"]["message"] == \
+        "limit 1 is below the deserved quota 2"
+    assert found["departments[0].projects[0].name"]["message"] == \
+        "project 'research' has the name of a department"
+    found = fields(DEPARTMENTS.replace("    flavor: a100\n", ""))
+    assert found["departments[0].name"]["message"] == \
+        "department 'research' names no flavor and the platform declares 2"

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import Field
 
+from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, Department
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
 from taugrid.config.source import load_yaml, pydantic_issues, raise_issues
 from taugrid.core.quantity import parse_cpu, parse_memory
@@ -226,6 +227,45 @@ class Platform(Strict):
     groups: list[Group] = Field(default_factory=list)
     local: LocalPool = Field(default_factory=LocalPool,
                              description="the local backend's node pool (the Kubernetes backend has real nodes)")
+    departments: list[Department] = Field(
+        default_factory=list, description="KAI's department → project queues (see taugrid.config.departments)")
+
+    def all_cohorts(self) -> list[Cohort]:
+        """The cohorts written plus those the departments imply (the implicit root, then one per department)."""
+        if not self.departments:
+            return list(self.cohorts)
+        return [*self.cohorts, Cohort(name=DEPARTMENTS_ROOT),
+                *(Cohort(name=d.name, parent=DEPARTMENTS_ROOT, fair_weight=d.over_quota_weight)
+                  for d in self.departments)]
+
+    def all_cluster_queues(self) -> list[ClusterQueue]:
+        """The ClusterQueues written plus one per department project (see ``departments`` for the mapping)."""
+        return [*self.cluster_queues, *(self._project_queue(d, i) for d in self.departments
+                                        for i in range(len(d.projects)))]
+
+    def department_flavor(self, department: Department) -> str:
+        if department.flavor is not None:
+            return department.flavor
+        return self.resource_flavors[0].name if len(self.resource_flavors) == 1 else "default"
+
+    def _project_queue(self, department: Department, index: int) -> ClusterQueue:
+        project = department.projects[index]
+        resources = []
+        for r in KAI_RESOURCES:
+            deserved = project.deserved.get(r, "0")
+            limit = project.limit.get(r)
+            borrowing = None
+            if limit is not None:
+                spare = amount(r, limit) - amount(r, deserved)
+                borrowing = _quantity_text(r, max(0.0, spare))
+            resources.append(ResourceQuota(name=r, nominal_quota=deserved, borrowing_limit=borrowing))
+        return ClusterQueue(
+            name=project.name, cohort=department.name,
+            resource_groups=[ResourceGroup(covered_resources=list(KAI_RESOURCES), flavors=[
+                FlavorQuotas(name=self.department_flavor(department), resources=resources)])],
+            preemption=Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any"),
+            fair_sharing=FairSharing(weight=project.over_quota_weight),
+        )
 
     @property
     def single_user(self) -> bool:
@@ -271,7 +311,7 @@ class Platform(Strict):
         return next((q for q in self.local_queues if q.name == name and q.namespace == namespace), None)
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
-        return next((q for q in self.cluster_queues if q.name == name), None)
+        return next((q for q in self.all_cluster_queues() if q.name == name), None)
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return next((p for p in self.priority_classes if p.name == name), None)
@@ -284,7 +324,7 @@ class Platform(Strict):
 
     def cohort_root(self, cohort: str | None) -> str | None:
         """The top of a cohort's tree (the cohort itself when it has no parent); ``None`` for no cohort."""
-        parents = {c.name: c.parent for c in self.cohorts}
+        parents = {c.name: c.parent for c in self.all_cohorts()}
         seen: set[str] = set()
         while cohort is not None and parents.get(cohort) and cohort not in seen:
             seen.add(cohort)
@@ -299,6 +339,13 @@ def amount(resource: str, value: str | int | float) -> float:
     if resource == "memory" or resource.endswith("memory") or resource == "ephemeral-storage":
         return float(parse_memory(value))
     return parse_cpu(value)  # plain counts ("8", 8); suffixes like 1k still read as Kubernetes does
+
+
+def _quantity_text(resource: str, value: float) -> str:
+    """A base-unit amount back as a quantity string (memory in bytes, cpu in cores, counts as counts)."""
+    if resource == "cpu":
+        return f"{round(value * 1000)}m" if not float(value).is_integer() else str(int(value))
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def load_platform(text: str, *, path: str = "platform.yaml") -> Platform:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 
+from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, KaiQueueFields
 from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
 from taugrid.config.source import Lines, make_issue, suggest
 from taugrid.core.identity import is_user_public_key
@@ -37,6 +38,7 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     _unique(add, "users", [u.name for u in platform.users])
     _unique(add, "groups", [g.name for g in platform.groups])
     _cohorts(platform, add)
+    _departments(platform, add)
     _cluster_queues(platform, add)
     _local_queues(platform, add)
     _profiles(platform, add)
@@ -94,8 +96,62 @@ def _cohorts(platform: Platform, add: Add) -> None:
             node = parents[node]
 
 
+def _departments(platform: Platform, add: Add) -> None:
+    """Names that clash with cohorts or queues, the flavor, the resources, and limit >= deserved."""
+    taken = {c.name: "cohort" for c in platform.cohorts} | {q.name: "cluster queue" for q in platform.cluster_queues}
+    taken.setdefault(DEPARTMENTS_ROOT, "the implicit root cohort of all departments")
+    if platform.departments and DEPARTMENTS_ROOT in {c.name for c in platform.cohorts}:
+        i = next(i for i, c in enumerate(platform.cohorts) if c.name == DEPARTMENTS_ROOT)
+        add(("cohorts", i, "name"), f"{DEPARTMENTS_ROOT!r} is the implicit root cohort of the departments",
+            "rename this cohort")
+    flavors = {f.name for f in platform.resource_flavors}
+    for i, dept in enumerate(platform.departments):
+        base: tuple[str | int, ...] = ("departments", i)
+        if dept.flavor is not None and dept.flavor not in flavors:
+            _missing(add, (*base, "flavor"), "resource flavor", dept.flavor, flavors)
+        elif dept.flavor is None and len(flavors) != 1:
+            add((*base, "name"), f"department {dept.name!r} names no flavor and the platform declares "
+                f"{len(flavors)}", "set flavor: to one of the resource_flavors" if flavors
+                else "declare a resource flavor (resource_flavors: [{name: default}])")
+        named: list[tuple[tuple[str | int, ...], str, str]] = [((*base, "name"), dept.name, "department")]
+        named += [((*base, "projects", j, "name"), p.name, "project") for j, p in enumerate(dept.projects)]
+        for path, name, kind in named:
+            if name in taken:
+                add(path, f"{kind} {name!r} has the name of {taken[name]}" if taken[name].startswith("the")
+                    else f"{kind} {name!r} has the name of a {taken[name]}", "give it a name of its own")
+            taken[name] = kind
+        _kai_resources(add, base, dept)
+        for j, project in enumerate(dept.projects):
+            _kai_resources(add, (*base, "projects", j), project)
+
+
+def _kai_resources(add: Add, base: tuple[str | int, ...], queue: KaiQueueFields) -> None:
+    values: dict[str, dict[str, float]] = {"deserved": {}, "limit": {}}
+    for key in ("deserved", "limit"):
+        for resource, raw in getattr(queue, key).items():
+            path = (*base, key, resource)
+            if resource not in KAI_RESOURCES:
+                if resource.lower().rstrip("s") in ("gpu", "nvidia.com/gpu"):  # "gpu" reads closer to "cpu"
+                    add(path, f"unknown KAI queue resource {resource!r}; did you mean '{GPU_RESOURCE}'?",
+                        f"use one of: {', '.join(KAI_RESOURCES)}")
+                else:
+                    _missing(add, path, "KAI queue resource", resource, KAI_RESOURCES)
+                continue
+            try:
+                values[key][resource] = amount(resource, raw)
+            except ValueError as exc:
+                add(path, str(exc), "write a quantity such as 16, 500m or 64Gi")
+                continue
+            if resource == GPU_RESOURCE and values[key][resource] != int(values[key][resource]):
+                add(path, f"GPUs are whole devices, got {raw!r}", "use a whole number")
+    for resource, limit in values["limit"].items():
+        if limit < values["deserved"].get(resource, 0.0):
+            add((*base, "limit", resource), f"limit {limit:g} is below the deserved quota "
+                f"{values['deserved'][resource]:g}", "raise the limit to at least the deserved quota")
+
+
 def _cluster_queues(platform: Platform, add: Add) -> None:
-    cohorts = {c.name for c in platform.cohorts}
+    cohorts = {c.name for c in platform.all_cohorts()}
     flavors = {f.name for f in platform.resource_flavors}
     for i, cq in enumerate(platform.cluster_queues):
         base: tuple[str | int, ...] = ("cluster_queues", i)
@@ -159,7 +215,7 @@ def _quota(add: Add, path: tuple[str | int, ...], quota: ResourceQuota, *, has_c
 
 
 def _local_queues(platform: Platform, add: Add) -> None:
-    cqs = {q.name for q in platform.cluster_queues}
+    cqs = {q.name for q in platform.all_cluster_queues()}
     for i, lq in enumerate(platform.local_queues):
         if lq.cluster_queue not in cqs:
             _missing(add, ("local_queues", i, "cluster_queue"), "cluster queue", lq.cluster_queue, cqs)

@@ -65,6 +65,7 @@ _KNOWN = [
     Resource("kueue.x-k8s.io/v1beta2", "Cohort", "cohorts", False),
     Resource("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False),
     Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
+    Resource("scheduling.run.ai/v2", "Queue", "queues", False),  # KAI Scheduler's queue (cluster-scoped)
     Resource("events.k8s.io/v1", "Event", "events"),
 ]
 _BY_KIND: dict[str, Resource] = {}

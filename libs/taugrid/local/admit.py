@@ -19,6 +19,7 @@ from taugrid.config.platform import Platform
 from taugrid.core import admission as adm
 from taugrid.core.errors import PermanentError
 from taugrid.core.quantity import parse_cpu, parse_memory
+from taugrid.local.kaiqueues import kai_spec, with_department_quota
 
 GPU = "nvidia.com/gpu"
 _UNLIMITED_CPU = 1e6
@@ -103,9 +104,9 @@ def engine_objects(p: Platform) -> tuple[list[adm.ClusterQueue], list[adm.Cohort
     flavors = [adm.ResourceFlavor(f.name, dict(f.node_labels),
                                   tuple(adm.Taint(t.key, t.value, t.effect) for t in f.taints))
                for f in p.resource_flavors]
-    cohorts = [adm.Cohort(c.name, parent=c.parent, fair_weight=c.fair_weight) for c in p.cohorts]
+    cohorts = [adm.Cohort(c.name, parent=c.parent, fair_weight=c.fair_weight) for c in p.all_cohorts()]
     cqs = []
-    for cq in p.cluster_queues:
+    for cq in p.all_cluster_queues():
         groups = tuple(
             adm.ResourceGroup(tuple(g.covered_resources), tuple(
                 adm.FlavorQuotas(fq.name, {r.name: adm.ResourceQuota(
@@ -149,9 +150,15 @@ class LocalAdmitter:
         nodes = [adm.Node(n.name, tuple(adm.GpuDevice(i, n.gpu_memory_mb) for i in range(n.gpus)),
                           cpu=_UNLIMITED_CPU if n.cpu is None else n.cpu, memory=n.memory, labels=dict(n.labels))
                  for n in self.pool]
+        # departments (KAI queues) divide the whole pool; their fair shares, not Kueue's fair sharing, apply to them
+        pool = {"cpu": _UNLIMITED_CPU if any(n.cpu is None for n in self.pool) else sum(n.cpu or 0 for n in self.pool),
+                "memory": sum(n.memory for n in self.pool) or _UNLIMITED_CPU * 2**30,
+                GPU: float(sum(n.gpus for n in self.pool))}
+        cohorts = with_department_quota(p, cohorts, pool)
         fair = any(cq.fair_sharing.weight != 1.0 for cq in p.cluster_queues)
         self.engine = adm.Engine(cqs, cohorts, flavors, nodes, fair_sharing=fair,
-                                 gpu_memory_mb=max((n.gpu_memory_mb for n in self.pool), default=81920))
+                                 gpu_memory_mb=max((n.gpu_memory_mb for n in self.pool), default=81920),
+                                 kai=kai_spec(p, pool))
         for name in self.cordoned:
             self.engine.set_schedulable(name, False)
         self.quotas = {}

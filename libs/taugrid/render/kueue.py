@@ -36,13 +36,17 @@ ANNOTATION_PREEMPTIBLE = "taugrid.io/preemptible"
 
 
 def render_platform(p: Platform) -> list[dict[str, Any]]:
-    """Every Kueue object ``p`` describes, in apply order."""
+    """Every Kueue object ``p`` describes, in apply order (departments' cohorts and ClusterQueues included),
+    then the KAI Queues of its departments (``render.kai``)."""
+    from taugrid.render.kai import render_kai_queues
+
     return [
         *(resource_flavor(f) for f in p.resource_flavors),
-        *(cohort(c) for c in _parents_first(p.cohorts)),
-        *(cluster_queue(q) for q in p.cluster_queues),
+        *(cohort(c) for c in _parents_first(p.all_cohorts())),
+        *(cluster_queue(q) for q in p.all_cluster_queues()),
         *(local_queue(q) for q in p.local_queues),
         *(priority_class(pc) for pc in p.priority_classes),
+        *render_kai_queues(p),
     ]
 
 

@@ -5,6 +5,7 @@ the cohort-tree arithmetic, ``model`` for how KAI's hierarchical queues map onto
 """
 
 from .engine import Engine
+from .kai import KaiQueue, KaiSpec
 from .model import (
     GPU,
     BorrowWithinCohort,
@@ -37,7 +38,7 @@ from .results import Admission, CycleResult, Pending, PodPlacement, PodSetAdmiss
 __all__ = [
     "GPU", "Admission", "BorrowWithinCohort", "BorrowWithinCohortPolicy", "ClusterQueue", "Cohort",
     "CycleResult", "Engine", "FlavorFungibility", "FlavorQuotas", "FungibilityPreference",
-    "GpuDevice", "LocalQueue", "Node", "Pending", "PlacementStrategy",
+    "GpuDevice", "KaiQueue", "KaiSpec", "LocalQueue", "Node", "Pending", "PlacementStrategy",
     "PodPlacement", "PodSet", "PodSetAdmission", "Preemption", "PreemptionPolicy", "QueueingStrategy",
     "ReclaimWithinCohort", "ResourceFlavor", "ResourceGroup", "ResourceQuota", "Taint", "Toleration",
     "WhenCanBorrow", "WhenCanPreempt", "WithinClusterQueue", "Workload",

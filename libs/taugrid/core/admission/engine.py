@@ -23,6 +23,7 @@ from taugrid.core.errors import NotFound, PermanentError
 
 from . import results as R
 from .fairshare import tournament
+from .kai import KaiPolicy, KaiSpec
 from .model import (
     GPU,
     ClusterQueue,
@@ -50,7 +51,7 @@ class Engine:
                  flavors: Iterable[ResourceFlavor] = (), nodes: Iterable[Node] | None = None, *,
                  local_queues: Iterable[LocalQueue] = (), fair_sharing: bool = False,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 3600.0, backoff_preempted: bool = False,
-                 gpu_memory_mb: int = 81920, audit: bool = False) -> None:
+                 gpu_memory_mb: int = 81920, audit: bool = False, kai: KaiSpec | None = None) -> None:
         cqs = list(cluster_queues)
         self.flavors = {f.name: f for f in flavors}
         self.tree = QuotaTree(cqs, cohorts)
@@ -74,6 +75,7 @@ class Engine:
         self._reserved: list[tuple[QNode, dict[FR, int]]] = []
         self._cycle_victims: dict[str, Target] = {}
         self._by_node = {q.node: q for q in self.queues.values()}
+        self.kai = KaiPolicy(kai) if kai is not None else None  # KAI department/project queues (kai.py)
         if self.flavors:  # Kueue: a ClusterQueue naming a flavor that does not exist is inactive
             for q in self.queues.values():
                 missing = sorted({fq.name for g in q.spec.resource_groups for fq in g.flavors} - set(self.flavors))
@@ -241,6 +243,8 @@ class Engine:
                 ws.version += 1
                 self.queues[ws.cq].push(ws)
                 self.queues[ws.cq].blocked = False
+        if self.kai is not None:
+            self._dirty.update(self.kai.refresh(self))
         for root in self._dirty:
             for q in self._tree_queues[root]:
                 q.unpark(self.states)
@@ -301,8 +305,9 @@ class Engine:
         def oracle(fr: FR, val: int) -> Granular:
             return self._simulate_preemption(ws, q, fr, val)
 
-        return nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
-                        known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing)
+        a = nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
+                     known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing)
+        return self.kai.nominated(self, ws, q, a) if self.kai is not None else a
 
     def _sim(self, ws: WState, q: CQQueue, usage: Mapping[FR, int],
              pod_set_flavors: list[dict[str, str]] | None) -> LedgerSim:
@@ -312,6 +317,8 @@ class Engine:
 
     def _targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         flv = [p.flavors for p in a.pod_sets]
+        if self.kai is not None and self.kai.owns(ws.cq):  # KAI's reclaim, not Kueue's classical preemption
+            return self.kai.targets(self, ws, self._sim(ws, q, a.usage, flv), set(self._cycle_victims))
         targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
                               requests=a.usage, frs_need=a.frs_need_preemption,
                               sim_factory=lambda usage: self._sim(ws, q, usage, flv), by_node=self._by_node)
