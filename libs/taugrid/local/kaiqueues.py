@@ -36,20 +36,23 @@ def with_department_quota(p: Platform, cohorts: list[adm.Cohort], capacity: Mapp
     """``cohorts`` with the departments' root and department cohorts given their quota."""
     if not p.departments:
         return cohorts
-    flavors = sorted({p.department_flavor(d) for d in p.departments})
-    root = tuple(adm.ResourceGroup(KAI_RESOURCES, (adm.FlavorQuotas(
-        f, {r: adm.ResourceQuota(float(capacity.get(r, 0.0))) for r in KAI_RESOURCES}),)) for f in flavors)
     own: dict[str, tuple[adm.ResourceGroup, ...]] = {}
+    held: dict[tuple[str, str], float] = {}  # (flavor, resource) -> what the departments' subtrees hold
     for d in p.departments:
         quotas = {}
+        flavor = p.department_flavor(d)
         for r in KAI_RESOURCES:
             projects = sum(amount(r, pr.deserved.get(r, 0)) for pr in d.projects)
             deserved = amount(r, d.deserved.get(r, 0))
-            extra = max(0.0, deserved - projects)
             limit = d.limit.get(r)
             borrow = None if limit is None else max(0.0, amount(r, limit) - max(deserved, projects))
-            quotas[r] = adm.ResourceQuota(extra, borrow)
-        own[d.name] = (adm.ResourceGroup(KAI_RESOURCES, (adm.FlavorQuotas(p.department_flavor(d), quotas),)),)
+            quotas[r] = adm.ResourceQuota(max(0.0, deserved - projects), borrow)
+            held[(flavor, r)] = held.get((flavor, r), 0.0) + max(deserved, projects)
+        own[d.name] = (adm.ResourceGroup(KAI_RESOURCES, (adm.FlavorQuotas(flavor, quotas),)),)
+    # the root holds the rest of the cluster, so a department's subtree plus the root never exceed the capacity
+    flavors = sorted({p.department_flavor(d) for d in p.departments})
+    root = tuple(adm.ResourceGroup(KAI_RESOURCES, (adm.FlavorQuotas(f, {r: adm.ResourceQuota(
+        max(0.0, float(capacity.get(r, 0.0)) - held[(f, r)])) for r in KAI_RESOURCES}),)) for f in flavors)
     out = []
     for c in cohorts:
         if c.name == DEPARTMENTS_ROOT:

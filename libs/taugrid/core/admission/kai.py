@@ -225,8 +225,8 @@ class KaiPolicy:
     def _preempt_within(self, ws: WState, q: CQQueue, sim: LedgerSim, taken: set[str]) -> list[Target]:
         cands = [Candidate(u.workload.name, u.cq, u.workload.priority, u.queue_ts, u.admitted_at, False, 0,
                            u.evicting, True, u.admit_seq)
-                 for u in q.admitted.values()
-                 if u.workload.preemptible and u.workload.priority < ws.workload.priority and u.workload.name not in taken]
+                 for u in q.admitted.values() if u.workload.preemptible
+                 and u.workload.priority < ws.workload.priority and u.workload.name not in taken]
         victims = select_victims(cands, sim) if cands else None
         return [Target(v.name, v.cluster_queue, R.IN_CLUSTER_QUEUE) for v in victims or []]
 
