@@ -60,6 +60,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/fuzz_config.py || status=1; \
 	$(BIN)/python bench/pipeline.py || status=1; \
 	$(BIN)/python bench/kueue_scenario.py || status=1; \
+	$(BIN)/python bench/health_chain.py || status=1; \
 	exit $$status
 
 # The one image (deploy/Dockerfile) with whichever container builder this machine has.
