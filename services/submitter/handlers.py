@@ -23,7 +23,12 @@ from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError, NotFound
 from taugrid.core.ids import token
-from taugrid.core.limits import DEFAULT_SUBMISSIONS_PER_MINUTE, SUBMISSION_MAX_BYTES, size_text
+from taugrid.core.limits import (
+    DEFAULT_SUBMISSIONS_PER_MINUTE,
+    SNAPSHOT_UPLOAD_MAX_BYTES,
+    SUBMISSION_MAX_BYTES,
+    size_text,
+)
 
 
 @functools.lru_cache(maxsize=256)
@@ -143,12 +148,12 @@ class Submitter:
             return None
         fix = "submit again with `tau run` (it uploads the snapshot under its digest)"
         try:
-            await snapshots.verify(self.bus, req.source_object, req.source_digest)
+            await snapshots.promote(self.bus, req.source_object, req.source_digest, max_bytes=SNAPSHOT_UPLOAD_MAX_BYTES)
         except snapshots.SourceMismatch as bad:
             return Issue(field="source_object", message=str(bad), fix=fix)
         except NotFound:
-            return Issue(field="source_object", message=f"source snapshot {req.source_object} is not in the "
-                         "object store", fix=fix)
+            return Issue(field="source_object", message=f"source snapshot {req.source_object} was not "
+                         "uploaded", fix=fix)
         return None
 
     async def _reject(self, ev: Event, reasons: list[Issue], message: str = "", user: str = "") -> None:

@@ -11,7 +11,7 @@ from nats.js.api import StreamConfig
 
 from taugrid.bus import permissions, snapshots
 from taugrid.bus.bootstrap import consumer_config
-from taugrid.bus.topology import CONSUMERS, SOURCES_STORE
+from taugrid.bus.topology import CONSUMERS, SOURCES_STORE, UPLOADS_STORE
 from taugrid.client import Client
 from taugrid.core.contracts import CancelRequested, Rejected, SubmitRequested
 from taugrid.core.errors import PermissionDenied
@@ -179,10 +179,10 @@ async def test_each_service_does_its_stage_and_nothing_else(secure_nats):
 
 
 async def test_the_source_fetch_identity_only_reads_source_snapshots(secure_nats):
-    carol, fetch = await secure_nats.connect("carol"), await secure_nats.connect("source_fetch")
+    submitter, fetch = await secure_nats.connect("submitter"), await secure_nats.connect("source_fetch")
     evidence = await secure_nats.connect("evidence")
     try:
-        await carol.guarded((await carol.objects(SOURCES_STORE)).put("sources/abc.tar.gz", b"snapshot"))
+        await submitter.guarded((await submitter.objects(SOURCES_STORE)).put("sources/abc.tar.gz", b"snapshot"))
         got = await fetch.guarded((await fetch.objects(SOURCES_STORE)).get("sources/abc.tar.gz"))
         assert got.data == b"snapshot"
         await evidence.guarded((await evidence.objects()).put("runs/r1/bundle.json", b"{}"))
@@ -193,29 +193,40 @@ async def test_the_source_fetch_identity_only_reads_source_snapshots(secure_nats
         with pytest.raises(PermissionDenied, match="kv_run_state"):
             await fetch.guarded((await fetch.kv("run_state")).get("run.x"))
     finally:
-        for b in (carol, fetch, evidence):
+        for b in (submitter, fetch, evidence):
             await b.close()
 
 
-async def test_people_put_source_snapshots_but_never_bundles(secure_nats):
+async def test_people_upload_snapshots_that_only_the_submitter_promotes_and_never_bundles(secure_nats):
     alice, evidence = await secure_nats.connect("alice"), await secure_nats.connect("evidence")
+    submitter = await secure_nats.connect("submitter")
     try:
-        await alice.guarded((await alice.objects(SOURCES_STORE)).put("sources/def.tar.gz", b"mine"))
+        await alice.guarded((await alice.objects(UPLOADS_STORE)).put("sources/def.tar.gz", b"mine"))
+        with pytest.raises(PermissionDenied, match=r"\$o\.sources"):  # what runs is written by the submitter only
+            await alice.guarded((await alice.objects(SOURCES_STORE)).put("sources/def.tar.gz", b"mine"))
         await evidence.guarded((await evidence.objects()).put("runs/r2/bundle.json", b"{}"))
         with pytest.raises(PermissionDenied, match=r"obj_evidence|\$o\.evidence"):
             await alice.guarded((await alice.objects()).put("runs/r2/bundle.json", b"forged"))
-        with pytest.raises(PermissionDenied, match=r"stream\.purge\.obj_sources"):
-            await alice.guarded((await alice.objects(SOURCES_STORE)).delete("sources/def.tar.gz"))
+        with pytest.raises(PermissionDenied, match=r"stream\.purge\.obj_uploads"):
+            await alice.guarded((await alice.objects(UPLOADS_STORE)).delete("sources/def.tar.gz"))
         assert (await (await evidence.objects()).get("runs/r2/bundle.json")).data == b"{}"
-        # A snapshot someone replaced is uploaded again by its owner (without the purge people may not do).
+        # Someone planted other bytes under the name: the owner's upload replaces them (without the purge people
+        # may not do), the submitter promotes the verified bytes, and nobody can replace them in `sources`.
         data = b"the real snapshot"
         name = f"sources/{hashlib.sha256(data).hexdigest()}.tar.gz"
-        await alice.guarded((await alice.objects(SOURCES_STORE)).put(name, b"planted"))
+        await alice.guarded((await alice.objects(UPLOADS_STORE)).put(name, b"planted"))
+        with pytest.raises(snapshots.SourceMismatch, match="uploaded source snapshot"):
+            await snapshots.promote(submitter, name, max_bytes=1 << 20)
         assert await snapshots.upload(alice, name, data) is True
+        assert await snapshots.promote(submitter, name, max_bytes=1 << 20) == f"sha256:{name[8:72]}"
+        assert await snapshots.fetch(alice, name) == data
+        assert await snapshots.upload(alice, name, data) is False  # promoted: nothing to put again
+        with pytest.raises(PermissionDenied, match=r"\$o\.sources"):
+            await alice.guarded((await alice.objects(SOURCES_STORE)).put(name, b"planted"))
         assert await snapshots.fetch(alice, name) == data
     finally:
-        await alice.close()
-        await evidence.close()
+        for b in (alice, evidence, submitter):
+            await b.close()
 
 
 async def test_a_removed_user_is_refused_at_once_after_a_reload(secure_nats):

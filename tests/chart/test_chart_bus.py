@@ -285,11 +285,11 @@ async def test_every_connection_is_tls_verified_against_the_ca(chart_bus: ChartB
 
 async def test_the_source_fetch_credential_reads_objects_and_nothing_else(
         chart_bus: ChartBus, monkeypatch: pytest.MonkeyPatch) -> None:
-    ops = await admin(chart_bus)
+    submitter = await chart_bus.service("submitter")  # the only writer of `sources` (people put into `uploads`)
     try:
-        await (await ops.objects(SOURCES_STORE)).put("sources/abc.tar.gz", b"snapshot")
+        await submitter.guarded((await submitter.objects(SOURCES_STORE)).put("sources/abc.tar.gz", b"snapshot"))
     finally:
-        await ops.close()
+        await submitter.close()
     # The init container as the renderer writes it: TAU_NATS_CA_PEM from the CA the chart mounts into the
     # renderer (TAU_SOURCE_FETCH_NATS_CA), the seed from the Secret in the workspace namespace.
     settings = RenderSettings.from_env({"TAU_SOURCE_FETCH_NATS_CA": str(chart_bus.ca)})

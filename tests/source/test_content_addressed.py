@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from taugrid.bus import Bus, identity, platformstore, snapshots
-from taugrid.bus.topology import SOURCES_STORE
+from taugrid.bus.topology import SOURCES_STORE, UPLOADS_STORE
 from taugrid.client import Client
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.core.contracts import Rejected, SubmitRequested
@@ -84,8 +84,8 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
             await running.stop()
 
 
-async def _plant(bus: Bus, name: str, data: bytes) -> None:
-    await (await bus.objects(SOURCES_STORE)).put(name, data)
+async def _plant(bus: Bus, name: str, data: bytes, store: str = SOURCES_STORE) -> None:
+    await (await bus.objects(store)).put(name, data)
 
 
 async def test_a_replaced_source_object_is_refused_at_fetch_with_the_reason_on_the_run(pipeline: Pipeline) -> None:
@@ -95,7 +95,7 @@ async def test_a_replaced_source_object_is_refused_at_fetch_with_the_reason_on_t
     _, digest = snapshot(project)
     name = source_object(digest)
     forged = b"not the submitted code"
-    await _plant(pipeline.bus, name, forged)
+    await _plant(pipeline.bus, name, forged)  # only an operator's identity may write `sources`: defence in depth
     await pipeline.start_local_cluster()
     await pipeline.until(run_id, "recovery.gave_up")
     record = await pipeline.client.settled(run_id)
@@ -108,7 +108,7 @@ async def test_a_replaced_source_object_is_refused_at_fetch_with_the_reason_on_t
 async def test_the_submitter_refuses_a_snapshot_that_does_not_hash_to_its_name(pipeline: Pipeline) -> None:
     _, digest = snapshot(_project(pipeline.tmp / "project"))
     name = source_object(digest)
-    await _plant(pipeline.bus, name, b"planted before the submission")
+    await _plant(pipeline.client.bus, name, b"planted before the submission", UPLOADS_STORE)  # as a person can
     run_id = new_run_id("planted", "s-planted")
     await pipeline.client.bus.emit(
         workspace="team-a", run_id=run_id, attempt=1, event_type="submit.requested",
@@ -121,27 +121,32 @@ async def test_the_submitter_refuses_a_snapshot_that_does_not_hash_to_its_name(p
     [issue] = rejected.reasons
     planted = hashlib.sha256(b"planted before the submission").hexdigest()
     assert (issue.field, issue.message) == (
-        "source_object", f"source snapshot {name} holds content with digest sha256:{planted}, not {digest}: it "
-        "was replaced after upload; refusing to run code that is not what was submitted")
+        "source_object", f"uploaded source snapshot {name} holds content with digest sha256:{planted}, not "
+        f"{digest}: it was replaced after upload; refusing to run code that is not what was submitted")
     assert issue.fix == "submit again with `tau run` (it uploads the snapshot under its digest)"
 
 
-async def test_upload_writes_once_and_replaces_only_an_object_that_does_not_verify(pipeline: Pipeline) -> None:
+async def test_upload_skips_only_what_sources_holds_verified_and_promote_writes_once(pipeline: Pipeline) -> None:
     data, digest = snapshot(_project(pipeline.tmp / "project"))
     name = source_object(digest)
-    bus = pipeline.client.bus
+    bus = pipeline.client.bus  # a person: puts into `uploads` only
+    submitter = await pipeline.running.service("submitter")  # its identity: promotes into `sources`
     with pytest.raises(NotFound):
-        await snapshots.verify(bus, name)
+        await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20)
     assert await snapshots.upload(bus, name, data) is True
-    assert await snapshots.upload(bus, name, data) is False  # already there and verified: not written again
+    assert await snapshots.upload(bus, name, data) is True  # not promoted yet: the upload is put again
+    with pytest.raises(snapshots.SourceMismatch, match="is larger than 10 bytes"):
+        await snapshots.promote(submitter.bus, name, digest, max_bytes=10)
+    assert await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20) == digest
     revision = (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime
-    assert await snapshots.upload(bus, name, data) is False
-    assert (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime == revision
-    await _plant(pipeline.bus, name, b"replaced")
+    assert await snapshots.upload(bus, name, data) is False  # promoted and verified: nothing to put
+    assert await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20) == digest
+    assert (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime == revision  # written once
+    await _plant(pipeline.bus, name, b"replaced")  # an operator's identity: the only other writer
     with pytest.raises(snapshots.SourceMismatch, match="it was replaced after upload"):
         await snapshots.verify(bus, name, digest)
     assert await snapshots.upload(bus, name, data) is True  # a name that exists is not trusted: it is re-put
-    assert await snapshots.verify(bus, name, digest) == digest
+    assert await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20) == digest  # and re-promoted
     assert await snapshots.fetch(bus, name, digest) == data
     with pytest.raises(snapshots.SourceMismatch, match="is named for"):
         await snapshots.verify(bus, name, "sha256:" + "0" * 64)

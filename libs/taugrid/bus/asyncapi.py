@@ -30,7 +30,7 @@ from taugrid.bus.envelope import (
     SPEC_VERSION,
     USER_HEADER,
 )
-from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, SOURCES_STORE, STREAMS
+from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, SOURCES_STORE, STREAMS, UPLOADS_STORE, UPLOADS_TTL_S
 from taugrid.core import contracts as c
 from taugrid.core.events import CE_PREFIX, RUN_EVENTS, TERMINAL_EVENTS, ce_type
 
@@ -194,10 +194,10 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
 1. Choose a `submission_id` (any unique string of subject-safe characters). The run id is
    `<dns-label of the config's name, at most 40 characters>-<first 16 hex digits of sha256(submission_id)>`.
 2. The code: a tar.gz of the project directory (regular files with paths relative to the project root) put
-   into the JetStream object store `{SOURCES_STORE}` under the name `sources/<sha256 hex of the tar.gz>.tar.gz`
-   (content-addressed: the submitter refuses a submission whose object does not hash to that digest; do not
-   replace an object that already verifies); `source_object` is that name and `source_digest` is
-   `sha256:<hex>`. A config
+   into the JetStream object store `{UPLOADS_STORE}` under the name `sources/<sha256 hex of the tar.gz>.tar.gz`
+   (skip the put when the store `{SOURCES_STORE}` already has that name). The submitter hashes the upload and
+   copies it into `{SOURCES_STORE}`, which only it writes, refusing a submission whose object does not hash to
+   that digest; `source_object` is that name and `source_digest` is `sha256:<hex>`. A config
    whose entrypoint needs no project files (`command:`) may leave both empty.
 3. Publish `SubmitRequested` (signed) to `run.<workspace>.<run_id>.submit.requested` with ce-id
    `<run_id>.1.submit.requested`, ce-subject `<run_id>`, ce-attempt `1`, and wait for the JetStream ack.
@@ -325,7 +325,9 @@ def asyncapi() -> dict[str, Any]:
         "x-taugrid-object-store": {
             "bucket": SOURCES_STORE,
             "sources": "sources/<sha256 hex>.tar.gz: project snapshots a submission names in source_object "
-                       "(content-addressed, verified by the submitter and on every fetch)",
+                       "(content-addressed, written once by the submitter, verified on every fetch)",
+            "uploads": f"bucket {UPLOADS_STORE}: people put snapshots here under the same name; the submitter "
+                       f"verifies and promotes them into {SOURCES_STORE}; kept {UPLOADS_TTL_S // 3600} h",
             "evidence": f"bucket {OBJECT_STORE}: sealed bundles, written by the evidence service only",
         },
     }

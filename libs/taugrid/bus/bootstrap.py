@@ -38,6 +38,8 @@ from taugrid.bus.topology import (
     OBJECT_STORE,
     SOURCES_STORE,
     STREAMS,
+    UPLOADS_STORE,
+    UPLOADS_TTL_S,
     ConsumerSpec,
 )
 
@@ -147,11 +149,11 @@ async def bootstrap(bus: Bus, *, update: bool = False) -> list[str]:
             await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
                                                          direct=True))
         drifted[f"KV_{bucket}"] = await _allow_direct(bus, f"KV_{bucket}", update=update)
-    for store in (OBJECT_STORE, SOURCES_STORE):
+    for store, ttl in ((OBJECT_STORE, None), (SOURCES_STORE, None), (UPLOADS_STORE, UPLOADS_TTL_S)):
         try:
             await bus.js.object_store(store)
         except nats.js.errors.BucketNotFoundError:
-            await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE))
+            await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl))
     for spec in CONSUMERS.values():
         await ensure_consumer(bus, spec)
     for stream, diff in drifted.items():

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from taugrid.bus.sources import SERVICE_PUBLISH
-from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, SOURCES_STORE
+from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, SOURCES_STORE, UPLOADS_STORE
 from taugrid.core.ids import token
 
 API = "$JS.API"
@@ -47,7 +47,8 @@ class ServiceRole:
     durables: tuple[str, ...] = ()  # the durable consumers it binds (topology.CONSUMERS)
     kv_writes: tuple[str, ...] = ()  # KV buckets it owns
     objects: str = "none"  # the evidence object store (bundles, logs, kept outputs): none | read | write
-    sources: str = "none"  # the sources object store (content-addressed project snapshots): none | read
+    sources: str = "none"  # the sources object store (content-addressed project snapshots): none | read | promote
+    # (promote: read the people's uploads, write sources; the submitter only)
     replays: tuple[str, ...] = ()  # streams it reads with short-lived consumers (any subject)
     why: str = ""
     kv_reads: tuple[str, ...] | None = None  # KV buckets it reads; None: all of them
@@ -60,9 +61,10 @@ class ServiceRole:
 SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
-        ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), sources="read",
+        ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), sources="promote",
                     replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
-                    why="accepts submissions (verifies their source snapshot); projects RUNS into run_state"),
+                    why="accepts submissions (verifies their uploaded snapshot and promotes it into `sources`, "
+                        "which only it writes); projects RUNS into run_state"),
         ServiceRole("policy", ("policy",), why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer",), why="the only identity that applies to a backend"),
         ServiceRole("admission_watcher", ("admission-watcher",), ("bridge",),
@@ -193,8 +195,11 @@ def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
         pub += _objects_read()
     if role.objects == "write":
         pub += _objects_write()
-    if role.sources == "read":
+    if role.sources in ("read", "promote"):
         pub += _objects_read(SOURCES_STORE)
+    if role.sources == "promote":
+        pub += _objects_read(UPLOADS_STORE)
+        pub += [f"$O.{SOURCES_STORE}.>", f"{API}.STREAM.PURGE.OBJ_{SOURCES_STORE}"]
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub),
                        deny_publish=_deny_durable_deletes() if role.replays else ())
 
@@ -234,8 +239,9 @@ def person_permissions(person: Person) -> Permissions:
     else:
         for ws in spaces:
             pub += _objects_read_workspace(ws)
-    pub += _objects_read(SOURCES_STORE)
-    pub += [f"$O.{SOURCES_STORE}.C.>", f"$O.{SOURCES_STORE}.M.>"]  # puts of source snapshots only, never purge
+    pub += _objects_read(SOURCES_STORE)  # what runs: written by the submitter only, so never replaced by anyone
+    pub += _objects_read(UPLOADS_STORE)  # a put reads the name's metadata first
+    pub += [f"$O.{UPLOADS_STORE}.C.>", f"$O.{UPLOADS_STORE}.M.>"]  # puts of source snapshots only, never purge
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
 
 
@@ -312,7 +318,8 @@ def markdown_table() -> str:
                 "`run.<ws>.>` on RUNS/AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
                 f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ if b not in WORKSPACE_KV)}, and "
                 f"{', '.join(f'`{b}`' for b in WORKSPACE_KV)} only under `run.<ws>.>` (direct gets and named "
-                f"consumers, whose subjects name the key); object store `{SOURCES_STORE}` read and put, "
+                f"consumers, whose subjects name the key); object store `{SOURCES_STORE}` read, "
+                f"`{UPLOADS_STORE}` read and put, "
                 f"`{OBJECT_STORE}` read of their workspaces' objects (chunks under `$O.{OBJECT_STORE}.C.<ws>.>`; "
                 "any object's metadata) "
                 "| people, from `platform.yaml` |")

@@ -1,15 +1,18 @@
-"""Source snapshots in the ``sources`` object store: content-addressed, verified on upload and on every use.
+"""Source snapshots: content-addressed, verified on upload, when promoted, and on every use; write-once.
 
 A snapshot's name is its digest (``sources/<sha256 hex>.tar.gz``, ``client/snapshot.source_object``), so what
-a name may hold is fixed. Invariants:
-- ``upload`` never replaces an object that already holds the named content, and never skips one that does not
-  (a name that exists but does not verify is uploaded again): the client cannot be tricked into relying on a
-  planted object, and never overwrites a good one.
-- ``verify`` (the submitter, before accepting a run) and ``fetch`` (the local controller, before unpacking;
+a name may hold is fixed. Two object stores:
+- ``uploads``: people put snapshots here (their grants allow put and read, never purge). Anyone may overwrite
+  anyone's upload, so nothing runs from it.
+- ``sources``: only the submitter writes it (``promote``: the upload is hashed and copied once its bytes match
+  the name and the submission), and it never replaces an object that verifies. Pods and people only read it.
+  Write-once is enforced by the server's permissions: no person can replace a promoted snapshot.
+Invariants:
+- ``upload`` skips the put only when ``sources`` already holds the named content (it verifies there), so the
+  client is never tricked into relying on a planted object.
+- ``promote`` (the submitter, before accepting a run) and ``fetch`` (the local controller, before unpacking;
   the Kubernetes init container has its own streaming check, ``taugrid.sourcefetch``) hash every byte and
   refuse content whose sha256 is not the one the name and the submission state, with ``SourceMismatch``.
-- People may put objects into this store (their grants allow nothing else there), so write-once is not
-  enforced by the server: a replaced object fails the next verification instead of running.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import nats
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.objects import download
-from taugrid.bus.topology import SOURCES_STORE
+from taugrid.bus.topology import SOURCES_STORE, UPLOADS_STORE
 from taugrid.core.errors import NotFound, PermanentError, PermissionDenied, TemporaryError
 
 _NAME = re.compile(r"sources/([0-9a-f]{64})\.tar\.gz")
@@ -63,10 +66,25 @@ class _Hasher(io.RawIOBase):
         return len(data)
 
 
-async def stored_digest(bus: Bus, name: str) -> str:
+class _Bounded(io.BytesIO):
+    """An in-memory sink that refuses more than ``limit`` bytes (an upload larger than any snapshot the client
+    makes is refused before it fills the submitter's memory)."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        super().__init__()
+        self.name, self.limit = name, limit
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if self.tell() + len(data) > self.limit:
+            raise SourceMismatch(f"uploaded source snapshot {self.name} is larger than {self.limit} bytes, "
+                                 "the most a project snapshot may be")
+        return super().write(data)
+
+
+async def stored_digest(bus: Bus, name: str, store: str = SOURCES_STORE) -> str:
     """``sha256:<hex>`` of the object's bytes as stored now; ``NotFound`` if there is none."""
     sink = _Hasher()
-    await download(bus, name, sink, store=SOURCES_STORE)  # type: ignore[arg-type]
+    await download(bus, name, sink, store=store)  # type: ignore[arg-type]
     return "sha256:" + sink.sha.hexdigest()
 
 
@@ -82,8 +100,8 @@ async def verify(bus: Bus, name: str, digest: str = "") -> str:
 
 
 async def upload(bus: Bus, name: str, data: bytes) -> bool:
-    """Store ``data`` under its content address ``name`` unless an object there already verifies. Returns
-    whether it was written."""
+    """Put ``data`` into ``uploads`` under its content address ``name`` unless ``sources`` already holds it
+    verified. Returns whether it was written."""
     want = expected_digest(name)
     if "sha256:" + hashlib.sha256(data).hexdigest() != want:
         raise SourceMismatch(f"refusing to upload to {name}: the data's digest is not the one the name states")
@@ -92,17 +110,43 @@ async def upload(bus: Bus, name: str, data: bytes) -> bool:
             return False
     except NotFound:
         pass
+    await _put(bus, UPLOADS_STORE, name, data, want)
+    return True
+
+
+async def promote(bus: Bus, name: str, digest: str = "", *, max_bytes: int) -> str:
+    """Make ``sources`` hold the snapshot (the submitter's step before accepting a run): kept as it is when
+    it verifies there, else copied from ``uploads`` once the upload's bytes hash to the name. Returns the
+    digest; ``SourceMismatch`` for an upload that does not verify or exceeds ``max_bytes``, ``NotFound`` when
+    neither store has it."""
+    want = expected_digest(name, digest)
     try:
-        obs = await bus.objects(SOURCES_STORE)
+        if await stored_digest(bus, name) == want:
+            return want
+    except NotFound:
+        pass
+    buf = _Bounded(name, max_bytes)
+    await download(bus, name, buf, store=UPLOADS_STORE)
+    data = buf.getvalue()
+    got = "sha256:" + hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise SourceMismatch(f"uploaded source snapshot {name} holds content with digest {got}, not {want}: "
+                             "it was replaced after upload; refusing to run code that is not what was submitted")
+    await _put(bus, SOURCES_STORE, name, data, want)
+    return want
+
+
+async def _put(bus: Bus, store: str, name: str, data: bytes, want: str) -> None:
+    try:
+        obs = await bus.objects(store)
         await bus.guarded(obs.put(name, data))
     except PermissionDenied:
         # Replacing an object ends with a purge of its old chunks, which people may not do; the new object is
-        # in place by then (its old chunks stay behind, unreferenced).
-        if await stored_digest(bus, name) != want:
+        # in place by then (its old chunks stay behind, unreferenced, until the uploads' TTL).
+        if await stored_digest(bus, name, store) != want:
             raise
     except (nats.errors.Error, TimeoutError) as exc:
         raise TemporaryError(f"uploading source snapshot {name} failed: {exc!r}", delay=1.0) from exc
-    return True
 
 
 async def fetch(bus: Bus, name: str, digest: str = "") -> bytes:

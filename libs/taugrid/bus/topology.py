@@ -56,7 +56,9 @@ KV_BUCKETS = {
     "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
 }
 OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only
-SOURCES_STORE = "sources"  # content-addressed project snapshots (bus/snapshots.py): people put, pods read
+SOURCES_STORE = "sources"  # content-addressed project snapshots (bus/snapshots.py): the submitter writes, pods read
+UPLOADS_STORE = "uploads"  # people put snapshots here; the submitter verifies and promotes them into SOURCES_STORE
+UPLOADS_TTL_S = 24 * 3600  # an upload is needed only until its submission is accepted
 
 CONSUMERS = {
     c.durable: c

@@ -26,6 +26,7 @@ from pathlib import Path
 import pathspec
 
 from taugrid.core.errors import PermanentError
+from taugrid.core.limits import SNAPSHOT_MAX_BYTES
 
 DEFAULT_EXCLUDES = [
     ".git/",
@@ -41,7 +42,7 @@ DEFAULT_EXCLUDES = [
     "outputs/",
     "checkpoints/",
 ]
-MAX_BYTES = 64 << 20
+MAX_BYTES = SNAPSHOT_MAX_BYTES
 _MiB = 1 << 20
 
 

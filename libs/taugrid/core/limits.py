@@ -27,6 +27,11 @@ SUBMISSION_MAX_BYTES = 512 * KIB
 EVENT_MAX_BYTES = 2 * MIB
 """Any event a service or client publishes: a quarter of the server's ``max_payload`` (8 MB)."""
 
+SNAPSHOT_MAX_BYTES = 64 * MIB
+"""A project snapshot's files, before archiving (the client refuses more, naming the biggest files)."""
+SNAPSHOT_UPLOAD_MAX_BYTES = SNAPSHOT_MAX_BYTES + 16 * MIB
+"""The archive the submitter accepts from ``uploads``: the files plus tar's per-file headers, even uncompressible."""
+
 DEFAULT_SUBMISSIONS_PER_MINUTE = 120
 """Per workspace, unless ``workspaces[].submissions_per_minute`` says otherwise (0 = unlimited)."""
 

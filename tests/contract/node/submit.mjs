@@ -116,8 +116,13 @@ const options = {
 const nc = await connect(options);
 const js = nc.jetstream();
 
-const store = await js.views.os("sources");
-if (!(await store.info(sourceObject))) await store.putBlob({ name: sourceObject }, archive);
+// Snapshots are put into "uploads"; the submitter verifies the bytes against the name and promotes them into
+// "sources", which only it may write. Skip the put when "sources" already has the name (it verified there).
+const sources = await js.views.os("sources");
+if (!(await sources.info(sourceObject))) {
+  const uploads = await js.views.os("uploads");
+  await uploads.putBlob({ name: sourceObject }, archive);
+}
 
 // Follow first (an ordered consumer delivers everything from the start), then publish and wait for the ack.
 // A named consumer with one filter: it is created on $JS.API.CONSUMER.CREATE.RUNS.<name>.<filter>, the only
