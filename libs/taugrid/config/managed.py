@@ -232,7 +232,7 @@ def project(
         elif block in data:
             out[block] = data[block]  # a wrong type: the direct model reports it
     run = out.setdefault("run", {}) if isinstance(out.get("run", {}), dict) else {}
-    workflow = data.get("workflow") if isinstance(data.get("workflow"), dict) else {}
+    workflow: dict[str, Any] = data["workflow"] if isinstance(data.get("workflow"), dict) else {}
     if not any(run.get(k) for k in ("entrypoint", "script", "main_script")) and not any(
         out.get(k) for k in ("entrypoint", "script")
     ):
@@ -345,7 +345,7 @@ def _quantity(value: Any, key: str, parse: Any, err: Any) -> Any:
 def _compute(
     data: dict[str, Any], out: dict[str, Any], err: Any, warn: Any, direct: dict[str, bool]
 ) -> None:
-    compute = data.get("compute") if isinstance(data.get("compute"), dict) else {}
+    compute: dict[str, Any] = data["compute"] if isinstance(data.get("compute"), dict) else {}
     if "compute" in data and not isinstance(data.get("compute"), dict):
         out["compute"] = data["compute"]
         return

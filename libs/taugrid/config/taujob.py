@@ -353,10 +353,10 @@ def _direct_paths() -> dict[str, bool]:
 
 def _refuse_removed_eval(data: dict[str, Any], path: str, lines: Lines) -> None:
     """TauGrid removed ``task: eval``, ``eval.harness`` and ``eval.model``: evaluation is an ordinary run."""
-    run = data.get("run") if isinstance(data.get("run"), dict) else {}
+    run: dict[str, Any] = data["run"] if isinstance(data.get("run"), dict) else {}
     task = next((t for t in (run.get("task"), data.get("task")) if isinstance(t, str) and t.strip()), "")
-    evaluation = data.get("eval") if isinstance(data.get("eval"), dict) else {}
-    found = [("task",)] if task.strip().lower() == "eval" and "task" in data else []
+    evaluation: dict[str, Any] = data["eval"] if isinstance(data.get("eval"), dict) else {}
+    found: list[tuple[str, ...]] = [("task",)] if task.strip().lower() == "eval" and "task" in data else []
     found += [("run", "task")] if task.strip().lower() == "eval" and "task" in run else []
     found += [("eval", k) for k in ("harness", "model") if k in evaluation]
     raise_issues([
