@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from goliteral import Binary, Call, Ident, Lit, Sel, Unary, assignments, parse_at
+from goliteral import Binary, Call, Ident, Lit, Opaque, Sel, Unary, assignments, parse_at
 
 HERE = Path(__file__).parent
 
@@ -26,8 +26,9 @@ HERE = Path(__file__).parent
 IGNORED = {
     "Obj", "Clone", "UID", "JobUID", "Label", "Labels", "Annotations", "Annotation", "Generation", "ResourceVersion",
     "NamespaceSelector", "Finalizers", "SchedulingStatsEviction", "Namespace", "ControllerReference",
-    "PriorityClass", "PriorityClassSource", "PriorityClassRef", "Image", "Containers", "Active",
-    "AdmittedAt", "ResourceGroupBuilder", "OwnerReference", "Limit", "RequestAndLimit",
+    "PriorityClass", "PriorityClassSource", "PriorityClassRef", "Image", "Active",
+    "AdmittedAt", "ResourceGroupBuilder", "OwnerReference",
+    "ResourceRequests", "PastAdmittedTime", "ReclaimablePods",
 }
 
 
@@ -140,6 +141,8 @@ def text(v: Any) -> str:
 
 def enum(v: Any) -> str:
     v = resolve(v)
+    if isinstance(v, Call) and isinstance(v.func, Ident) and v.func.name in ("new", "ptr.To") and v.args:
+        return enum(v.args[0])
     if isinstance(v, Ident):
         table = {
             "kueue.PreemptionPolicyNever": "Never", "kueue.PreemptionPolicyLowerPriority": "LowerPriority",
@@ -152,6 +155,8 @@ def enum(v: Any) -> str:
             "corev1.TaintEffectNoSchedule": "NoSchedule", "corev1.TaintEffectNoExecute": "NoExecute",
             "corev1.TaintEffectPreferNoSchedule": "PreferNoSchedule",
             "corev1.TolerationOpEqual": "Equal", "corev1.TolerationOpExists": "Exists",
+            "kueue.BorrowingOverPreemption": "BorrowingOverPreemption",
+            "kueue.PreemptionOverBorrowing": "PreemptionOverBorrowing",
         }
         if v.name in table:
             return table[v.name]
@@ -160,10 +165,19 @@ def enum(v: Any) -> str:
     raise Unsupported(f"enum {v!r}"[:80])
 
 
+CONSTANTS = {"utiltesting.Ki": 2**10, "utiltesting.Mi": 2**20, "utiltesting.Gi": 2**30, "utiltesting.Ti": 2**40,
+             "math.MaxInt64": 2**63 - 1, "math.MaxInt32": 2**31 - 1}
+
+
 def number(v: Any) -> float:
     v = resolve(v)
     if isinstance(v, (int, float)):
         return float(v)
+    if isinstance(v, Ident) and v.name in CONSTANTS:
+        return float(CONSTANTS[v.name])
+    if isinstance(v, Binary):
+        a, b = number(v.left), number(v.right)
+        return {"*": a * b, "+": a + b, "-": a - b, "/": a / b}[v.op]
     if isinstance(v, Unary) and v.op == "-":
         return -number(v.value)
     if isinstance(v, Call) and isinstance(v.func, Ident) and v.func.name in ("new", "ptr.To", "int32", "int64"):
@@ -180,12 +194,18 @@ def flavor_quotas(v: Any) -> dict[str, Any]:
     if not ctor.endswith("MakeFlavorQuotas"):
         raise Unsupported(f"flavor quotas {ctor}")
     out: dict[str, Any] = {"name": text(args[0]), "resources": {}}
+    current: list[Any] = []
     for m, a in calls:
         if m == "Resource":
             vals = [text(x) for x in a[1:]]
             vals += [""] * (3 - len(vals))
             out["resources"][resource_name(a[0])] = [vals[0], vals[1] or None, vals[2] or None]
-        elif m == "ResourceQuotaWrapper" or m in IGNORED or m == "FlavorQuotas":
+        elif m == "ResourceQuotaWrapper":
+            current = ["0", None, None]
+            out["resources"][resource_name(a[0])] = current
+        elif m in ("NominalQuota", "BorrowingLimit", "LendingLimit"):
+            current[("NominalQuota", "BorrowingLimit", "LendingLimit").index(m)] = text(a[0])
+        elif m in ("Append", "FlavorQuotas") or m in IGNORED:
             continue
         else:
             raise Unsupported(f"FlavorQuotas.{m}")
@@ -226,7 +246,8 @@ def cluster_queue(v: Any) -> dict[str, Any]:
         raise Unsupported(f"cluster queue {ctor}")
     out: dict[str, Any] = {"name": text(args[0]), "cohort": None, "strategy": "BestEffortFIFO",
                            "preemption": {"within": "Never", "reclaim": "Never", "bwc": None},
-                           "groups": [], "fair_weight": 1.0, "fungibility": None, "unsupported": []}
+                           "groups": [], "fair_weight": 1.0, "fungibility": None, "unsupported": [],
+                           "namespace_selector": {}}
     for m, a in calls:
         if m == "Cohort":
             out["cohort"] = text(a[0])
@@ -244,10 +265,28 @@ def cluster_queue(v: Any) -> dict[str, Any]:
                 "when_can_borrow": enum(lit.get("WhenCanBorrow")) if lit.get("WhenCanBorrow") is not None else None,
                 "when_can_preempt": enum(lit.get("WhenCanPreempt")) if lit.get("WhenCanPreempt") is not None else None,
                 "preference": enum(lit.get("Preference")) if lit.get("Preference") is not None else None}
+        elif m == "NamespaceSelector":
+            out["namespace_selector"] = label_selector(a[0])
         elif m in IGNORED:
             continue
         else:
             out["unsupported"].append(f"ClusterQueue.{m}")
+    return out
+
+
+def label_selector(v: Any) -> dict[str, list[str]] | None:
+    """matchExpressions with operator In, as key -> allowed values (None = every namespace)."""
+    lit = resolve(v)
+    if lit is None:
+        return None
+    out: dict[str, list[str]] = {}
+    for k, val in resolve(lit.get("MatchLabels", Lit(""))).items:
+        out[text(k)] = [text(val)]
+    for expr in items(lit.get("MatchExpressions")) if lit.get("MatchExpressions") is not None else []:
+        expr = resolve(expr)
+        if not (isinstance(expr.get("Operator"), Ident) and expr.get("Operator").name.endswith("OpIn")):
+            raise Unsupported("namespaceSelector operator")
+        out[text(expr.get("Key"))] = [text(x) for x in items(expr.get("Values"))]
     return out
 
 
@@ -307,6 +346,14 @@ def pod_set(v: Any, unsupported: list[str]) -> dict[str, Any]:
             out["node_selector"].update({text(k): text(val) for k, val in resolve(a[0]).items})
         elif m == "Toleration":
             out["tolerations"].append(toleration(a[0]))
+        elif m == "Containers":
+            for c in a:
+                c = resolve(c)
+                if not (isinstance(c, Call) and isinstance(c.func, Ident)
+                        and c.func.name == "utiltesting.SingleContainerForRequest"):
+                    raise Unsupported("PodSet.Containers")
+                for r, q in resolve(c.args[0]).items:
+                    out["requests"][resource_name(r)] = text(q)
         elif m in IGNORED:
             continue
         else:
@@ -321,25 +368,15 @@ def toleration(v: Any) -> dict[str, str]:
 
 
 def admission(v: Any, unsupported: list[str]) -> dict[str, Any]:
+    v = resolve(v)
+    if isinstance(v, Lit):
+        return {"cq": text(v.get("ClusterQueue")),
+                "pod_sets": [pod_set_assignment(x, unsupported) for x in items(v.get("PodSetAssignments"))]}
     ctor, args, calls = chain(v)
     out: dict[str, Any] = {"cq": text(args[0]), "pod_sets": []}
     for m, a in calls:
         if m == "PodSets":
-            for ps in a:
-                pctor, pargs, pcalls = chain(ps)
-                psa: dict[str, Any] = {"name": text(pargs[0]), "flavors": {}, "usage": {}, "count": None}
-                for pm, pa in pcalls:
-                    if pm == "Assignment":
-                        res = resource_name(pa[0])
-                        psa["flavors"][res] = text(pa[1])
-                        psa["usage"][res] = text(pa[2])
-                    elif pm == "Count":
-                        psa["count"] = int(number(pa[0]))
-                    elif pm in IGNORED:
-                        continue
-                    else:
-                        unsupported.append(f"PodSetAssignment.{pm}")
-                out["pod_sets"].append(psa)
+            out["pod_sets"].extend(pod_set_assignment(ps, unsupported) for ps in a)
         elif m in IGNORED:
             continue
         elif m == "PodSetAssignments" or m == "AssignmentWithIndex":
@@ -347,6 +384,37 @@ def admission(v: Any, unsupported: list[str]) -> dict[str, Any]:
         else:
             unsupported.append(f"Admission.{m}")
     return out
+
+
+def pod_set_assignment(v: Any, unsupported: list[str]) -> dict[str, Any]:
+    v = resolve(v)
+    if isinstance(v, Lit):
+        cnt = v.get("Count")
+        usage = resolve(v.get("ResourceUsage")) if v.get("ResourceUsage") is not None else Lit("")
+        return {"name": text(v.get("Name")), "count": None if cnt is None else int(number(cnt)),
+                "flavors": {resource_name(k): text(f) for k, f in resolve(v.get("Flavors")).items},
+                "usage": {resource_name(k): _must_parse(q) for k, q in usage.items}}
+    pctor, pargs, pcalls = chain(v)
+    psa: dict[str, Any] = {"name": text(pargs[0]), "flavors": {}, "usage": {}, "count": None}
+    for pm, pa in pcalls:
+        if pm == "Assignment":
+            res = resource_name(pa[0])
+            psa["flavors"][res] = text(pa[1])
+            psa["usage"][res] = text(pa[2])
+        elif pm == "Count":
+            psa["count"] = int(number(pa[0]))
+        elif pm in IGNORED:
+            continue
+        else:
+            unsupported.append(f"PodSetAssignment.{pm}")
+    return psa
+
+
+def _must_parse(v: Any) -> str:
+    v = resolve(v)
+    if isinstance(v, Call) and isinstance(v.func, Ident) and v.func.name == "resource.MustParse":
+        return text(v.args[0])
+    return text(v)
 
 
 def workload(v: Any) -> dict[str, Any]:
@@ -380,14 +448,14 @@ def workload(v: Any) -> dict[str, Any]:
                 "name": ps0["name"], "count": ps0["count"], "flavors": {r: text(a[1]) for r in ps0["requests"]},
                 "usage": {r: f"{ps0['count']}*{v}" for r, v in ps0["requests"].items()}}]}
             out["reserved_at"] = seconds(a[2])
-        elif m == "ReserveQuota":
+        elif m == "ReserveQuota" or m == "Admission":
             out["admission"] = admission(a[0], uns)
         elif m == "Admitted" or m in ("AdmittedAt",):
             out["admitted"] = bool(resolve(a[0]))
         elif m == "Condition":
             c = resolve(a[0])
             cond = {"type": _cond_type(c.get("Type")), "status": _cond_status(c.get("Status")),
-                    "reason": text(c.get("Reason", "")) if c.get("Reason") is not None else "",
+                    "reason": _reason(c.get("Reason")),
                     "at": seconds(c.get("LastTransitionTime")) if c.get("LastTransitionTime") is not None else None}
             out["conditions"].append(cond)
         elif m == "NodeSelector":
@@ -399,6 +467,18 @@ def workload(v: Any) -> dict[str, Any]:
         else:
             uns.append(f"Workload.{m}")
     return out
+
+
+def _reason(v: Any) -> str:
+    v = resolve(v)
+    if v is None:
+        return ""
+    if isinstance(v, Ident):
+        name = v.name.rpartition(".")[2]
+        for prefix in ("WorkloadQuotaReservedReason", "Workload"):
+            name = name.removeprefix(prefix)
+        return name
+    return text(v)
 
 
 def _cond_type(v: Any) -> str:
@@ -415,6 +495,8 @@ def _cond_status(v: Any) -> str:
 
 def items(v: Any) -> list[Any]:
     v = resolve(v)
+    if isinstance(v, Call) and isinstance(v.func, Opaque):
+        raise Unsupported("workloads built by Go code (a loop), not a literal table")
     if isinstance(v, Lit):
         return [x for _, x in v.items]
     if isinstance(v, Call) and isinstance(v.func, Ident) and v.func.name == "append":
@@ -545,7 +627,8 @@ def schedule_cases(src: str, func: str = "TestSchedule") -> list[dict[str, Any]]
         for k, _ in case.items:
             name = k.name if isinstance(k, Ident) else k
             if name == "featureGates":
-                uns.append("feature gates")
+                rec["feature_gates"] = {k.name.rpartition(".")[2]: bool(resolve(val))
+                                        for k, val in resolve(case.get("featureGates")).items}
             elif name in ("objects", "admissionError", "wantSkippedPreemptions",
                           "wantPreemptionTargetRecomputations") and name in ("objects", "admissionError"):
                 uns.append(f"case field {name}")
@@ -589,6 +672,92 @@ def queue_map(v: Any) -> dict[str, list[str]]:
     return out
 
 
+# -- TestAssignFlavors ---------------------------------------------------------------------------------
+
+def flavor_cases(src: str, func: str = "TestAssignFlavors") -> list[dict[str, Any]]:
+    ENV.clear()
+    ENV.update(assignments(src, func))
+    flavors = [flavor(x) for x in items(ENV["resourceFlavors"])]
+    start = src.index(f"func {func}(")
+    table = parse_at(src[start:], "cases := ")
+    out = []
+    known = {"wlPods", "clusterQueue", "clusterQueueUsage", "secondaryClusterQueue", "secondaryClusterQueueUsage",
+             "wantRepMode", "wantAssignment", "enableFairSharing", "simulationResult"}
+    for key, case in table.items:
+        uns: list[str] = []
+        rec: dict[str, Any] = {"test": func, "case": key, "flavors": flavors}
+        rec["pod_sets"] = guard(lambda v, u=uns: [pod_set(x, u) for x in items(v)], case.get("wlPods"), uns) or []
+        cqs = [guard(cluster_queue, case.get("clusterQueue"), uns)]
+        if case.get("secondaryClusterQueue") is not None:
+            cqs.append(guard(cluster_queue, case.get("secondaryClusterQueue"), uns))
+        rec["cluster_queues"] = [c for c in cqs if c is not None]
+        rec["usage"] = guard(fr_amounts, case.get("clusterQueueUsage"), uns) or []
+        rec["secondary_usage"] = guard(fr_amounts, case.get("secondaryClusterQueueUsage"), uns) or []
+        rec["fair_sharing"] = bool(resolve(case.get("enableFairSharing", False)))
+        rec["simulation"] = guard(simulation, case.get("simulationResult"), uns) or []
+        rep = resolve(case.get("wantRepMode"))
+        rec["want_mode"] = rep.name if isinstance(rep, Ident) else "NoFit"
+        rec["want"] = guard(want_flavor_assignment, case.get("wantAssignment"), uns)
+        for k, _ in case.items:
+            name = k.name if isinstance(k, Ident) else k
+            if name not in known:
+                uns.append(f"case field {name}")
+        for c in rec["cluster_queues"]:
+            uns.extend(c.pop("unsupported"))
+        used = {fq["name"] for c in rec["cluster_queues"] for g in c["groups"] for fq in g}
+        for f in flavors:
+            if f["name"] in used:
+                uns.extend(f["unsupported"])
+        rec["unsupported"] = sorted(set(uns))
+        out.append(rec)
+    for f in flavors:
+        f.pop("unsupported", None)
+    return out
+
+
+def fr_amounts(v: Any) -> list[list[Any]]:
+    """FlavorResourceQuantities as [flavor, resource, amount in Kueue's int64 units (cpu in millis)]."""
+    lit = resolve(v)
+    out: list[list[Any]] = []
+    if lit is None:
+        return out
+    for k, amount in lit.items:
+        k = resolve(k)
+        amount = resolve(amount)
+        if isinstance(amount, Call) and isinstance(amount.func, Ident) and amount.func.name == "resources.NewAmount":
+            amount = amount.args[0]
+        out.append([text(k.get("Flavor")), resource_name(k.get("Resource")), number(amount)])
+    return out
+
+
+def simulation(v: Any) -> list[list[Any]]:
+    lit = resolve(v)
+    out: list[list[Any]] = []
+    if lit is None:
+        return out
+    for k, res in lit.items:
+        k, res = resolve(k), resolve(res)
+        vals = [x for _, x in res.items]
+        out.append([text(k.get("Flavor")), resource_name(k.get("Resource")), vals[0].name.rpartition(".")[2],
+                    int(number(vals[1]))])
+    return out
+
+
+def want_flavor_assignment(v: Any) -> dict[str, Any]:
+    lit = resolve(v)
+    out: dict[str, Any] = {"borrowing": int(number(lit.get("Borrowing", 0))), "pod_sets": []}
+    for ps in items(lit.get("PodSets")) if lit.get("PodSets") is not None else []:
+        ps = resolve(ps)
+        flv = {}
+        for r, fa in (resolve(ps.get("Flavors")).items if ps.get("Flavors") is not None else []):
+            fa = resolve(fa)
+            mode = fa.get("Mode")
+            flv[resource_name(r)] = [text(fa.get("Name")), mode.name if isinstance(mode, Ident) else "Fit"]
+        out["pod_sets"].append({"name": text(ps.get("Name")), "flavors": flv,
+                                "count": int(number(ps.get("Count", 0)))})
+    return out
+
+
 def main() -> None:
     repo, commit = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "HEAD")
 
@@ -600,7 +769,8 @@ def main() -> None:
                          text=True).stdout.strip()
     pre = preemption_cases(show("pkg/scheduler/preemption/preemption_test.go"))
     sch = schedule_cases(show("pkg/scheduler/scheduler_test.go"))
-    for name, cases in (("preemption", pre), ("schedule", sch)):
+    fla = flavor_cases(show("pkg/scheduler/flavorassigner/flavorassigner_test.go"))
+    for name, cases in (("preemption", pre), ("schedule", sch), ("flavors", fla)):
         doc = {"source": f"kubernetes-sigs/kueue@{sha}", "cases": cases}
         (HERE / f"cases_{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         print(name, len(cases), "cases,", sum(1 for c in cases if not c["unsupported"]), "without unsupported")

@@ -19,7 +19,7 @@ from typing import Any
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|//[^\n]*|/\*.*?\*/)
   | (?P<str>"(?:\\.|[^"\\])*"|`[^`]*`)
-  | (?P<num>\d+(?:\.\d+)?(?:e[+-]?\d+)?)
+  | (?P<num>\d[\d_]*(?:\.\d+)?(?:e[+-]?\d+)?)
   | (?P<id>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op>\.\.\.|:=|==|!=|<=|>=|&&|\|\||<-|[.,(){}\[\]:&*\-+/;=<>!%|^])
 """, re.X | re.S)
@@ -189,6 +189,7 @@ class Parser:
             return tok[1:-1].encode().decode("unicode_escape") if tok[0] == '"' else tok[1:-1]
         if kind == "num":
             self.take()
+            tok = tok.replace("_", "")
             return float(tok) if any(c in tok for c in ".e") else int(tok)
         if tok == "(":
             self.take()

@@ -53,13 +53,15 @@ def load(kind: str) -> dict[str, Any]:
     return json.loads((HERE / f"cases_{kind}.json").read_text())
 
 
-def groups(spec: list[list[dict[str, Any]]]) -> tuple[ResourceGroup, ...]:
+def groups(spec: list[list[dict[str, Any]]], limits: bool = True) -> tuple[ResourceGroup, ...]:
+    """Resource groups; ``limits=False`` drops borrowing/lending limits (Kueue's tests set them on queues without
+    a cohort, where they mean nothing; the engine refuses them there as Kueue's webhook does)."""
     out = []
     for g in spec:
         covered = tuple(dict.fromkeys(r for fq in g for r in fq["resources"]))
         out.append(ResourceGroup(covered, tuple(
-            FlavorQuotas(fq["name"], {r: ResourceQuota(qty(v[0]), None if v[1] is None else qty(v[1]),
-                                                       None if v[2] is None else qty(v[2]))
+            FlavorQuotas(fq["name"], {r: ResourceQuota(qty(v[0]), None if v[1] is None or not limits else qty(v[1]),
+                                                       None if v[2] is None or not limits else qty(v[2]))
                                       for r, v in fq["resources"].items()}) for fq in g)))
     return tuple(out)
 
@@ -69,14 +71,15 @@ def cluster_queue(spec: dict[str, Any]) -> ClusterQueue:
     bwc = p["bwc"] or {"policy": "Never", "threshold": None}
     fung = spec.get("fungibility") or {}
     return ClusterQueue(
-        spec["name"], groups(spec["groups"]), cohort=spec["cohort"],
+        spec["name"], groups(spec["groups"], limits=spec["cohort"] is not None), cohort=spec["cohort"],
         queueing_strategy=QueueingStrategy(spec["strategy"]),
         preemption=PreemptionPolicy(WithinClusterQueue(p["within"]), ReclaimWithinCohort(p["reclaim"]),
                                     BorrowWithinCohort(BorrowWithinCohortPolicy(bwc["policy"]), bwc["threshold"])),
         fair_weight=spec["fair_weight"],
         flavor_fungibility=FlavorFungibility(
             when_can_borrow=fung.get("when_can_borrow") or "MayStopSearch",
-            when_can_preempt=fung.get("when_can_preempt") or "TryNextFlavor"))
+            when_can_preempt=fung.get("when_can_preempt") or "TryNextFlavor",
+            preference=fung.get("preference")))
 
 
 def cohort(spec: dict[str, Any]) -> Cohort:
@@ -89,18 +92,18 @@ def flavor(spec: dict[str, Any]) -> ResourceFlavor:
                           tuple(Taint(t["key"], t["value"], t["effect"]) for t in spec["taints"]))
 
 
-def workload(spec: dict[str, Any], queue: str) -> Workload:
+def workload(spec: dict[str, Any], queue: str, name: str | None = None) -> Workload:
     created = spec["created"]
-    tolerations = tuple(Toleration(t["key"], t["operator"], t["value"], t["effect"])
-                        for ps in spec["pod_sets"] for t in ps["tolerations"])
     return Workload(
-        spec["name"], queue,
+        name or spec["name"], queue,
         tuple(PodSet(ps["name"], ps["count"], {r: qty(v) for r, v in ps["requests"].items()},
-                     node_selector=dict(ps["node_selector"])) for ps in spec["pod_sets"]),
-        priority=spec["priority"], created_at=OLDEST if created is None else created, tolerations=tolerations)
+                     node_selector=dict(ps["node_selector"]),
+                     tolerations=tuple(Toleration(t["key"], t["operator"], t["value"], t["effect"])
+                                       for t in ps["tolerations"])) for ps in spec["pod_sets"]),
+        priority=spec["priority"], created_at=OLDEST if created is None else created)
 
 
-def restore(engine: Engine, spec: dict[str, Any]) -> None:
+def restore(engine: Engine, spec: dict[str, Any], name: str | None = None) -> None:
     """Load an admitted workload with its recorded flavors and usage."""
     adm = spec["admission"]
     by_name = {p["name"]: p for p in adm["pod_sets"]}
@@ -110,7 +113,7 @@ def restore(engine: Engine, spec: dict[str, Any]) -> None:
         flavors.append(dict(a["flavors"]))
         usage.append({r: qty(v) for r, v in a["usage"].items()})
     at = spec["reserved_at"]
-    engine.restore(workload(spec, adm["cq"]), flavors, OLDEST if at is None else at, usage=usage)
+    engine.restore(workload(spec, adm["cq"], name), flavors, OLDEST if at is None else at, usage=usage)
 
 
 def engine(case: dict[str, Any], *, local_queues: list[dict[str, str]] = (), fair_sharing: bool = False

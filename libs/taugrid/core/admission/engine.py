@@ -159,7 +159,9 @@ class Engine:
     def _requests(self, workload: Workload) -> list[dict[str, int]]:
         requests = []
         for ps in workload.pod_sets:
-            req = {r: to_units(v) * ps.count for r, v in ps.requests.items() if v}
+            # Zero requests are kept: Kueue still assigns a flavor to a resource asked for with 0 when the
+            # ClusterQueue covers it (and ignores it when it does not).
+            req = {r: to_units(v) * ps.count for r, v in ps.requests.items()}
             if ps.shares_gpu:
                 req[GPU] = fraction_units(ps, self._charge_mem) * ps.count
             requests.append(req)

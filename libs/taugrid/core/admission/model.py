@@ -213,6 +213,7 @@ class PodSet:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     # Required node affinity ``kubernetes.io/hostname NotIn``: a retry after a GPU/node fault stays off these.
     excluded_nodes: frozenset[str] = frozenset()
+    tolerations: tuple[Toleration, ...] = ()  # this pod set's own, on top of the workload's
 
     @property
     def shares_gpu(self) -> bool:

@@ -176,11 +176,14 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
     fung = cq.flavor_fungibility
     out = Assignment(mode=Mode.FIT)
     assigned: dict[FR, int] = {}
+    counts_pods = any("pods" in g.covered_resources for g in cq.resource_groups)
     for ps, req in zip(workload.pod_sets, requests, strict=True):
+        if counts_pods:  # Kueue charges one "pods" per pod when the ClusterQueue has a quota for pods
+            req = {**req, "pods": ps.count * 1000}
         psa = PodSetAssignment(ps.name, ps.count, {}, {})
         covered: set[str] = set()
         for group in cq.resource_groups:
-            wanted = [r for r in group.covered_resources if req.get(r, 0) > 0]
+            wanted = [r for r in group.covered_resources if r in req]
             covered.update(group.covered_resources)
             if not wanted:
                 continue
@@ -197,7 +200,7 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
                 if any(ps.node_selector.get(k, v) != v for k, v in rf.node_labels.items()):
                     reasons.append(f"flavor {fq.name} doesn't match node affinity")
                     continue
-                taint = untolerated(rf.taints, workload.tolerations)
+                taint = untolerated(rf.taints, workload.tolerations + ps.tolerations)
                 if taint is not None:
                     reasons.append(f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {fq.name}")
                     continue

@@ -202,7 +202,7 @@ class Cluster:
                 continue
             labels = ns.node.labels
             if all(labels.get(k) == v for k, v in want.items()) and untolerated(
-                    ns.node.taints, workload.tolerations) is None:
+                    ns.node.taints, workload.tolerations + ps.tolerations) is None:
                 out.append(i)
         return out
 

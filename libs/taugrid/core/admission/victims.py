@@ -74,7 +74,7 @@ class LedgerSim:
         for fr, val in self.usage.items():
             if not allow_borrow and self.tree.borrowing_with(self.node, fr, val):
                 return False
-            if val > self.tree.available(self.node, fr):
+            if val > max(0, self.tree.available(self.node, fr)):
                 return False
         if self.cluster is None or self.pod_set_flavors is None:
             return True
