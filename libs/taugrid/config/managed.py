@@ -215,7 +215,7 @@ def project(
     def warn(p: tuple[str | int, ...], message: str, fix: str, kind: str = "unused") -> None:
         warnings.append({**make_issue(p, message, fix, file=path, lines=lines), "kind": kind})
 
-    candidates = sorted(p for p in direct if not direct[p])
+    candidates = sorted({p for p in direct if not direct[p]} | {p for p, d in MANAGED_PATHS.items() if not d})
     for key, children in unknown_keys(data, direct):
         hint = _suggestion(key, children, candidates)
         warn(tuple(key.split(".")), f"unknown config key {key!r} in {path} (ignored)"
