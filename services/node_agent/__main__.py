@@ -1,7 +1,8 @@
 """``python -m taugrid_services.node_agent``.
 
 Environment: ``TAU_NODE_NAME`` (default: hostname), ``TAU_NODE_SAMPLE_INTERVAL`` seconds (default 5),
-``TAU_DECLARED_GPUS`` ("2" or "2x80000": declared GPUs instead of NVML, for simulation). When the platform
+``TAU_DECLARED_GPUS`` ("2" or "2x80000": declared GPUs instead of NVML, for simulation), ``TAU_IB_SYSFS``
+(the InfiniBand ports' sysfs tree, default ``/sys/class/infiniband``; empty: none). When the platform
 declares ``local.nodes`` (the local backend's pool), one agent samples each of them under its own name
 (``health.pool``).
 """
@@ -13,6 +14,7 @@ import os
 
 from taugrid.bus.service import Service, main
 from taugrid.health.agent import NodeAgent, node_name, probe_from_env
+from taugrid.health.ib import SYSFS_ROOT
 from taugrid.health.pool import AgentPool
 
 log = logging.getLogger("taugrid.node_agent")
@@ -20,7 +22,7 @@ log = logging.getLogger("taugrid.node_agent")
 
 async def start(svc: Service) -> None:
     probe = probe_from_env()
-    agent = NodeAgent(svc.bus, probe, node_name())
+    agent = NodeAgent(svc.bus, probe, node_name(), ib_root=os.environ.get("TAU_IB_SYSFS", SYSFS_ROOT) or None)
     interval = float(os.environ.get("TAU_NODE_SAMPLE_INTERVAL", "5"))
     first = await agent.sample()
     if first is not None:

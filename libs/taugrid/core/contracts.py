@@ -391,6 +391,22 @@ class GpuSample(Struct, frozen=True):
     pcie_replay_count: int | None = None
     xid_events: list[int] = msgspec.field(default_factory=list)
     throttle_reasons: list[str] = msgspec.field(default_factory=list)
+    # NVLink: None where the GPU has no NVLink (a PCIe card answers NotSupported: unknown, never "down").
+    nvlink_links: int | None = None  # links NVML reports on this GPU
+    nvlink_down: list[int] = msgspec.field(default_factory=list)  # link numbers not active
+    nvlink_errors: dict[str, int] | None = None  # summed over links: replay, recovery, crc_flit, crc_data
+
+
+class IbPort(Struct, frozen=True):
+    """One InfiniBand/RoCE port as sysfs (``/sys/class/infiniband/<hca>/ports/<port>/``) describes it."""
+
+    hca: str
+    port: int
+    state: str = ""  # e.g. "ACTIVE" (from "4: ACTIVE"), "DOWN", "INIT", "ARMED"
+    phys_state: str = ""  # e.g. "LinkUp", "Disabled", "Polling"
+    rate_gbps: float | None = None
+    link_layer: str = ""  # InfiniBand | Ethernet
+    counters: dict[str, int] = msgspec.field(default_factory=dict)  # counters/ and hw_counters/ files
 
 
 class NodeSample(Struct, frozen=True):
@@ -403,6 +419,7 @@ class NodeSample(Struct, frozen=True):
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
     gpu_source: str = "none"  # nvml | declared | none
     message: str = ""
+    ib_ports: list[IbPort] = msgspec.field(default_factory=list)
 
 
 class NodeCondition(Struct, frozen=True):

@@ -14,10 +14,13 @@ import os
 import socket
 import time
 
+import msgspec
+
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import NodeSample
 from taugrid.core.events import node_subject
 from taugrid.core.ids import token
+from taugrid.health.ib import read_ports
 from taugrid.health.monitor import read_state
 from taugrid.health.probe import HealthProbe, make_probe, validate_node
 from taugrid.health.wire import NodeRepair, NodeState, NodeValidation
@@ -43,8 +46,11 @@ async def publish_sample(bus: Bus, sample: NodeSample) -> int:
 
 
 class NodeAgent:
-    def __init__(self, bus: Bus, probe: HealthProbe, node: str, *, probe_timeout_s: float = 30.0) -> None:
+    def __init__(self, bus: Bus, probe: HealthProbe, node: str, *, probe_timeout_s: float = 30.0,
+                 ib_root: str | None = None) -> None:
+        """``ib_root``: the sysfs tree of InfiniBand ports to read with each sample (``health.ib``); None: none."""
         self.bus, self.probe, self.node = bus, probe, node
+        self.ib_root = ib_root
         self.probe_timeout_s = probe_timeout_s
         self._inflight: asyncio.Future[NodeSample] | None = None
         self._validated_for = 0.0
@@ -64,12 +70,18 @@ class NodeAgent:
             log.warning("previous GPU probe still running after %.0fs; skipping this sample",
                         self.probe_timeout_s)
             return None
-        self._inflight = asyncio.ensure_future(asyncio.to_thread(self.probe.sample, self.node))
+        self._inflight = asyncio.ensure_future(asyncio.to_thread(self._take))
         try:
             return await asyncio.wait_for(asyncio.shield(self._inflight), timeout=self.probe_timeout_s)
         except TimeoutError:
             log.error("GPU probe did not answer within %.0fs", self.probe_timeout_s)
             return None
+
+    def _take(self) -> NodeSample:
+        sample = self.probe.sample(self.node)
+        if self.ib_root is None:
+            return sample
+        return msgspec.structs.replace(sample, ib_ports=read_ports(self.ib_root))
 
     async def validate_if_asked(self, state: NodeState | None = None) -> NodeValidation | None:
         if state is None:

@@ -106,6 +106,8 @@ def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, 
             problems.append(f"GPU {g.index} row remapping failed")
         if g.remapped_rows_pending:
             problems.append(f"GPU {g.index} has remapped rows pending a reset")
+        if g.nvlink_links and g.nvlink_down:
+            problems.append(f"GPU {g.index} NVLink link(s) {g.nvlink_down} not active")
     if problems:
         return False, "; ".join(problems)
     passive = f"{len(reading.gpus)} GPU(s) answer; ECC and row remapping clean"
@@ -163,6 +165,12 @@ class DeclaredProbe:
 
     def inject_pcie_replays(self, gpu: int, count: int) -> None:
         self._set(gpu, pcie_replay_count=count)
+
+    def inject_nvlink(self, gpu: int, *, links: int = 18, down: list[int] | None = None, replay: int = 0,
+                      recovery: int = 0) -> None:
+        """Give the GPU NVLink (``links`` links), some of them down, and error counters (replay, recovery)."""
+        self._set(gpu, nvlink_links=links, nvlink_down=sorted(down or []),
+                  nvlink_errors={"replay": replay, "recovery": recovery, "crc_flit": 0, "crc_data": 0})
 
     def inject_burn_failure(self, gpu: int, failing: bool = True) -> None:
         (self.broken.add if failing else self.broken.discard)(gpu)
@@ -322,6 +330,32 @@ class NvmlProbe:
                 out.setdefault(index, []).append(int(ev.eventData))
         return out
 
+    _NVLINK_COUNTERS = (("replay", "NVML_NVLINK_ERROR_DL_REPLAY", 0),
+                        ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY", 1),
+                        ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT", 2),
+                        ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA", 3))
+
+    def _nvlink(self, h: Any) -> tuple[int | None, list[int], dict[str, int] | None]:
+        """(links, links not active, error counters summed over links); (None, [], None) for a GPU without NVLink
+        (NotSupported on every link: a PCIe card), so it is never taken for one whose links are down."""
+        n = self._nvml
+        state_of = getattr(n, "nvmlDeviceGetNvLinkState", None)
+        if state_of is None:
+            return None, [], None
+        links, down = 0, []
+        errors = {name: 0 for name, _, _ in self._NVLINK_COUNTERS}
+        for link in range(int(getattr(n, "NVML_NVLINK_MAX_LINKS", 18))):
+            state = self._q(state_of, h, link)
+            if state is None:
+                continue
+            links += 1
+            if state != getattr(n, "NVML_FEATURE_ENABLED", 1):
+                down.append(link)
+            for name, const, default in self._NVLINK_COUNTERS:
+                value = self._q(n.nvmlDeviceGetNvLinkErrorCounter, h, link, getattr(n, const, default))
+                errors[name] += int(value or 0)
+        return (links, down, errors) if links else (None, [], None)
+
     def _gpu(self, i: int) -> tuple[GpuSample, str]:
         n = self._nvml
         h = n.nvmlDeviceGetHandleByIndex(i)
@@ -332,6 +366,7 @@ class NvmlProbe:
         reasons = self._q(n.nvmlDeviceGetCurrentClocksEventReasons, h)
         pci = self._q(n.nvmlDeviceGetPciInfo, h)
         unc = n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        links, down, nvlink_errors = self._nvlink(h)
         sample = GpuSample(
             index=i,
             uuid=_text(self._q(n.nvmlDeviceGetUUID, h) or ""),
@@ -348,6 +383,7 @@ class NvmlProbe:
             pcie_replay_count=self._q(n.nvmlDeviceGetPcieReplayCounter, h),
             throttle_reasons=[name for name, attr in _THROTTLE_BITS.items()
                               if reasons is not None and reasons & getattr(n, attr, 0)],
+            nvlink_links=links, nvlink_down=down, nvlink_errors=nvlink_errors,
         )
         return sample, pci_key(_text(pci.busId)) if pci is not None else ""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from taugrid.core.contracts import NodeCondition, NodeSample
+from taugrid.core.contracts import IbPort, NodeCondition, NodeSample
 from taugrid.health.wire import ConditionState, NodeState, NodeValidation, condition_key
 from taugrid.health.xid import classify
 
@@ -36,7 +36,14 @@ SEVERITY = {
     "PcieReplays": 1,
     "NvmlUnavailable": 3,
     "GpuValidationFailed": 4,
+    "GpuNvlinkError": 3,  # F12: replay/recovery counters rising (XID 74 comes as GpuXidError)
+    "GpuNvlinkDown": 3,  # F13: a link of an NVLink GPU not active
+    "IbPortDown": 3,  # F21: an InfiniBand port not ACTIVE for longer than ib_down_grace_s
+    "IbRateDegraded": 2,  # F22: an active port below the rate it had
+    "IbLinkErrors": 3,  # F24: link_downed / link integrity / buffer overrun rising, or symbol errors > 120/h
 }
+LATCHED = frozenset({"GpuXidError", "GpuEccUncorrectable", "GpuValidationFailed", "GpuNvlinkError", "IbLinkErrors"})
+IB_FATAL_COUNTERS = ("link_downed", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,8 @@ class Policy:
     expected_gpus: int | None = None  # None: the highest count this node ever reported
     repair_budget: int = 3  # repair steps per node before replace-node (a passed validation starts it over)
     repair_retry_s: float = 60.0  # after a step, how long clean samples get to show before the next step
+    ib_down_grace_s: float = 240.0  # a port down this long is a drop, not a flap (gpud: 4 min)
+    ib_symbol_errors_per_hour: float = 120.0  # IBTA BER 1e-12 (NVSentinel)
 
 
 @dataclass(frozen=True)
@@ -139,7 +148,45 @@ def _level_signals(sample: NodeSample, st: NodeState, policy: Policy) -> list[Si
                           f"GPU {g.index}: {g.temperature_c} °C (raise at {policy.thermal_raise_c}, "
                           f"clear at {policy.thermal_clear_c})", SEVERITY["GpuThermal"]))
         out.append(_pcie_signal(g.index, g.pcie_replay_count, sample.time, st, policy))
+        down: bool | None = bool(g.nvlink_down) if g.nvlink_links else None  # no NVLink: unknown, never down
+        out.append(Signal("GpuNvlinkDown", g.index, down, "NvlinkInactive",
+                          f"GPU {g.index}: NVLink link(s) {g.nvlink_down} of {g.nvlink_links} not active; drain, "
+                          "reset, check the links", SEVERITY["GpuNvlinkDown"]))
+    out += _ib_level_signals(sample, st, policy)
     return out
+
+
+def _port_key(hca: str, port: int) -> str:
+    return f"{hca}/{port}"
+
+
+def _ib_ports(sample: NodeSample) -> list[tuple[str, IbPort]]:
+    """The InfiniBand ports the rules watch (RoCE/Ethernet ports are left out: they may be management NICs)."""
+    return [(_port_key(p.hca, p.port), p) for p in sample.ib_ports if p.link_layer in ("InfiniBand", "")]
+
+
+def _ib_level_signals(sample: NodeSample, st: NodeState, policy: Policy) -> list[Signal]:
+    if not sample.ib_ports:
+        return []
+    now = sample.time
+    dropped, slow = [], []
+    for key, p in _ib_ports(sample):
+        if p.state and p.state.upper() != "ACTIVE":
+            since = st.ib_down_since.setdefault(key, now)
+            if now - since >= policy.ib_down_grace_s:
+                dropped.append(f"{key} {p.state}/{p.phys_state or '?'} for {now - since:.0f}s")
+        else:
+            st.ib_down_since.pop(key, None)
+            if p.rate_gbps is not None:
+                best = max(st.ib_rate_max.get(key, 0.0), p.rate_gbps)
+                st.ib_rate_max[key] = best
+                if p.rate_gbps < best:
+                    slow.append(f"{key} at {p.rate_gbps:g} Gb/s (was {best:g})")
+    return [Signal("IbPortDown", None, bool(dropped), "IbPortDown",
+                   "InfiniBand port(s) down: " + "; ".join(dropped) + "; drain (multi-node work first)",
+                   SEVERITY["IbPortDown"]),
+            Signal("IbRateDegraded", None, bool(slow), "IbRateDegraded",
+                   "InfiniBand port(s) below their rate: " + "; ".join(slow), SEVERITY["IbRateDegraded"])]
 
 
 def _pcie_signal(gpu: int, count: int | None, now: float, st: NodeState, policy: Policy) -> Signal:
@@ -160,7 +207,7 @@ def _pcie_signal(gpu: int, count: int | None, now: float, st: NodeState, policy:
     return Signal("PcieReplays", gpu, active, "PcieReplayRateHigh", message, SEVERITY["PcieReplays"])
 
 
-def _latched_signals(sample: NodeSample, st: NodeState) -> list[Signal]:
+def _latched_signals(sample: NodeSample, st: NodeState, policy: Policy) -> list[Signal]:
     out: list[Signal] = []
     for g in sample.gpus:
         worst = max((classify(x) for x in set(g.xid_events)), key=lambda i: i.severity, default=None)
@@ -181,7 +228,41 @@ def _latched_signals(sample: NodeSample, st: NodeState) -> list[Signal]:
                 out.append(Signal("GpuEccUncorrectable", g.index, True, "AggregateUncorrectedEccRising",
                                   f"GPU {g.index}: lifetime uncorrected ECC count rose {before} → "
                                   f"{g.ecc_aggregate_uncorrected}", SEVERITY["GpuEccUncorrectable"]))
+        if g.nvlink_errors is not None:
+            before_nv = st.nvlink_base.get(str(g.index))
+            st.nvlink_base[str(g.index)] = dict(g.nvlink_errors)
+            rising = [f"{k} +{g.nvlink_errors.get(k, 0) - before_nv.get(k, 0)}" for k in ("replay", "recovery")
+                      if before_nv is not None and g.nvlink_errors.get(k, 0) > before_nv.get(k, 0)]
+            if rising:
+                out.append(Signal("GpuNvlinkError", g.index, True, "NvlinkErrorsRising",
+                                  f"GPU {g.index}: NVLink {', '.join(rising)}; drain, reset, check the links",
+                                  SEVERITY["GpuNvlinkError"]))
+    out += _ib_error_signals(sample, st, policy)
     return out
+
+
+def _ib_error_signals(sample: NodeSample, st: NodeState, policy: Policy) -> list[Signal]:
+    found: list[str] = []
+    for key, p in _ib_ports(sample):
+        before = st.ib_counters.get(key)
+        st.ib_counters[key] = {k: p.counters[k] for k in IB_FATAL_COUNTERS if k in p.counters}
+        if before is not None:
+            found += [f"{key} {k} +{p.counters[k] - before[k]}" for k in IB_FATAL_COUNTERS
+                      if k in p.counters and k in before and p.counters[k] > before[k]]
+        symbols = p.counters.get("symbol_error")
+        if symbols is None:
+            continue
+        base = st.ib_symbol_base.get(key)
+        if base is None or symbols < base[1] or sample.time - base[0] >= 3600:  # first sight, reset, new hour
+            st.ib_symbol_base[key] = [sample.time, float(symbols)]
+        elif symbols - base[1] > policy.ib_symbol_errors_per_hour:
+            found.append(f"{key} symbol_error +{symbols - base[1]:.0f} within the hour "
+                         f"(limit {policy.ib_symbol_errors_per_hour:g})")
+            st.ib_symbol_base[key] = [sample.time, float(symbols)]
+    if not found:
+        return []
+    return [Signal("IbLinkErrors", None, True, "IbLinkErrors", "InfiniBand link errors: " + "; ".join(found) +
+                   "; drain, check cable and optics", SEVERITY["IbLinkErrors"])]
 
 
 def _transition(st: NodeState, sig: Signal, status: str, now: float) -> NodeCondition:
@@ -190,7 +271,7 @@ def _transition(st: NodeState, sig: Signal, status: str, now: float) -> NodeCond
     cond.status, cond.since, cond.transitions = status, now, cond.transitions + 1
     if status == "True":
         cond.reason, cond.message, cond.severity = sig.reason, sig.message, sig.severity
-        cond.latched = sig.type in {"GpuXidError", "GpuEccUncorrectable", "GpuValidationFailed"}
+        cond.latched = sig.type in LATCHED
     else:
         cond.message = sig.message or f"cleared: {cond.reason}"
     st.conditions[key] = cond
@@ -213,7 +294,7 @@ def evaluate(prev: NodeState | None, sample: NodeSample, *, policy: Policy,
             ev.transitions.append(_transition(st, sig, "True", now))
         elif sig.active is False and is_true:
             ev.transitions.append(_transition(st, sig, "False", now))
-    latched = _latched_signals(sample, st)
+    latched = _latched_signals(sample, st, policy)
     for sig in latched:
         cond = st.conditions.get(condition_key(sig.type, sig.gpu))
         if cond is None or cond.status != "True" or sig.severity > cond.severity:

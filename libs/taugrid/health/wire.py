@@ -89,6 +89,11 @@ class NodeState(msgspec.Struct, kw_only=True):
     last_repair_time: float = 0.0
     pcie_base: dict[str, list[float]] = msgspec.field(default_factory=dict)  # gpu → [time, count]
     ecc_aggregate: dict[str, int] = msgspec.field(default_factory=dict)  # gpu → last aggregate count
+    nvlink_base: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)  # gpu → last NVLink error counts
+    ib_down_since: dict[str, float] = msgspec.field(default_factory=dict)  # "<hca>/<port>" → first seen not ACTIVE
+    ib_rate_max: dict[str, float] = msgspec.field(default_factory=dict)  # port → highest rate seen (Gb/s)
+    ib_counters: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)  # port → last error counters
+    ib_symbol_base: dict[str, list[float]] = msgspec.field(default_factory=dict)  # port → [time, symbol_error]
 
 
 def condition_key(ctype: str, gpu: int | None) -> str:
