@@ -15,12 +15,12 @@ The projection maps the manifest's own keys onto the direct config, so both reac
   torchrun with one process per GPU (TauGrid's shape table);
 - ``runtime.env`` as a list of ``{name, value}``; ``storage.mounts`` with camelCase keys (``mountPath``,
   ``readOnly``); ``workflow.script``/``main_script`` as the entrypoint.
-Keys the manifest owns that change nothing here (``resource_naming``, ``research``, ``model``, ``artifacts``,
-``eval``, ``workflow.file``/``extra_scripts``/``secret_payload``/``smoke_pairs``/``upstream_checkpoint``,
-``compute.cpu_workers``) are accepted and reported as unused warnings; ``runtime.env_kv`` (Azure Key Vault) and
-``runtime.rdma`` becomes ``runtime.devices`` (the RDMA extended resource) and ``runtime.shm_size``; Key Vault is
-refused, as are ``task: eval``/``eval.harness``/``eval.model`` (removed by
-TauGrid itself).
+- ``runtime.rdma`` (enabled) as ``runtime.devices`` (the RDMA extended resource) and ``runtime.shm_size``.
+SDK metadata (``resource_naming``, ``research``, ``model``, ``artifacts``) is accepted silently, as TauGrid does;
+keys that change nothing here (``eval``, ``workflow.file``/``secret_payload``/``smoke_pairs``/
+``upstream_checkpoint``, ``compute.cpu_workers``) are accepted with an unused warning; ``runtime.env_kv`` (Azure
+Key Vault), image assets (TauGrid: direct Job dispatch only) and ``task: eval``/``eval.harness``/``eval.model``
+(removed by TauGrid itself) are refused.
 
 Invariant: ``project`` is pure; the same document gives the same direct mapping and the same warnings.
 """

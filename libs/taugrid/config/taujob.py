@@ -1,11 +1,13 @@
 """The direct ``tau.yaml`` run config: strict pydantic models, the loader, its JSON Schema and its hash.
 
-A drop-in for TauGrid's direct config (reference ``taugrid.md`` §1.2–1.3). Our additions, all optional:
+A drop-in for TauGrid's direct config (reference ``taugrid.md`` §1.2–1.3); TauGrid's managed workflow manifests
+are projected onto it first (``config/managed.py``). Our additions, all optional:
 - ``args``: CLI arguments appended to the script (``["--epochs", "3"]``).
 - ``compute.gpu_fraction`` (0 < f < 1) or ``compute.gpu_memory`` (``"20Gi"``): a share of one GPU (KAI-style).
 - ``compute.placement`` (``binpack`` | ``spread``) and ``compute.gang`` (all pods start together or none).
 - ``policy.preemptible``: ``false`` asks for a non-preemptible priority class (the platform must agree).
 - ``run.active_deadline``: wall-clock limit of one attempt (``"2h"`` or seconds), capped by the workspace.
+- ``runtime.devices`` (extra extended resources per pod) and ``runtime.shm_size`` (in-memory ``/dev/shm``).
 
 Invariants: every model forbids unknown keys; after validation the aliases are folded into one canonical place
 (``name``/``engine``/``entrypoint`` at top level, the image in ``runtime.image``), so readers never look
