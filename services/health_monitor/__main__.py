@@ -1,8 +1,10 @@
 """``python -m taugrid_services.health_monitor``: consumes ``node.*.sample`` with durable ``health-monitor``.
 
 With ``TAU_BACKEND=kubernetes`` it also carries its decisions out on the cluster (durable ``health-actuator``,
-``node.*.cordon`` / ``node.*.uncordon`` / ``node.*.condition.>``): cordon + taint, drain by eviction, node
-conditions, through ``taugrid.kube.nodes.NodeActuator``. In local mode (the default) the local cluster
+``node.*.cordon`` / ``node.*.uncordon`` / ``node.*.condition.>`` / ``node.*.repair``): cordon + taint, drain by
+eviction, node conditions, and the repair steps an agent cannot do itself (a ``node-reboot`` it only requested:
+the kured annotation or a medik8s NodeMaintenance, ``TAU_HEALTH_REBOOT_VIA``; ``replace-node``: an annotation),
+through ``taugrid.kube.nodes.NodeActuator``. In local mode (the default) the local cluster
 consumes the cordon decisions itself, so nothing more runs here.
 
 A decision older than the node's latest of its kind (a drain retried past a later uncordon, a condition
@@ -12,7 +14,8 @@ Tunables (environment): ``TAU_HEALTH_THERMAL_C``, ``TAU_HEALTH_THERMAL_CLEAR_C``
 ``TAU_HEALTH_CLEAN_SAMPLES``, ``TAU_HEALTH_MAX_CORDONED``, ``TAU_HEALTH_MAX_CORDONED_FRACTION``,
 ``TAU_HEALTH_MIN_CORDON_BUDGET``, ``TAU_HEALTH_PCIE_REPLAYS_PER_MIN``, ``TAU_HEALTH_EXPECTED_GPUS``;
 Kubernetes mode: ``TAU_KUBE_HOST`` / ``TAU_KUBECONFIG`` (or ``KUBECONFIG``) + ``TAU_KUBE_CONTEXT`` or
-in-cluster credentials, ``TAU_HEALTH_DRAIN_GRACE_S`` (default 30).
+in-cluster credentials, ``TAU_HEALTH_DRAIN_GRACE_S`` (default 30), ``TAU_HEALTH_REBOOT_VIA`` (``annotation``,
+the default, or ``nodemaintenance``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from taugrid.core.contracts import NodeCondition
 from taugrid.core.errors import PermanentError
 from taugrid.core.events import node_subject
 from taugrid.health.monitor import STREAM, HealthMonitor, policy_from_env
-from taugrid.health.wire import NodeCordon, NodeUncordon
+from taugrid.health.wire import NodeCordon, NodeRepair, NodeUncordon
 from taugrid.kube.client import KubeApi, make_api_client
 from taugrid.kube.nodes import NodeActuator
 
@@ -65,12 +68,15 @@ async def _superseded(bus: Bus, ev: Event, node: str, *, gpu: int | None = None)
     return latest > ev.seq
 
 
-def actuate(bus: Bus, actuator: NodeActuator, *, grace_s: int = 30) -> Handler:
+def actuate(bus: Bus, actuator: NodeActuator, *, grace_s: int = 30, reboot_via: str = "annotation") -> Handler:
     """The ``health-actuator`` handler: one node decision → one cluster action."""
 
     async def handle(ev: Event) -> None:
         parts = ev.nats_subject.split(".")
         what = parts[2] if len(parts) > 2 else ""
+        if what == "repair":
+            await _repair(ev)
+            return
         if what not in ("condition", "cordon", "uncordon"):
             raise PermanentError(f"{ev.nats_subject}: not a node decision subject")
         try:
@@ -90,6 +96,21 @@ def actuate(bus: Bus, actuator: NodeActuator, *, grace_s: int = 30) -> Handler:
                 await actuator.drain(decision.node, grace_s=grace_s)
         else:
             await actuator.uncordon(decision.node, decision.reason)
+            if reboot_via == "nodemaintenance":
+                await actuator.end_maintenance(decision.node)
+
+    async def _repair(ev: Event) -> None:
+        try:
+            step = ev.payload(NodeRepair)
+        except msgspec.DecodeError as exc:
+            raise PermanentError(f"{ev.nats_subject}: undecodable payload: {exc}") from exc
+        if step.ok:
+            return  # the agent did it
+        if step.step == "node-reboot":
+            await actuator.request_reboot(step.node, f"taugrid repair step {step.attempt}: {step.outcome}",
+                                          at=step.time, via=reboot_via)
+        elif step.step == "replace-node":
+            await actuator.mark_for_replacement(step.node, step.outcome)
 
     return handle
 
@@ -100,7 +121,8 @@ async def start(svc: Service) -> None:
     if os.environ.get("TAU_BACKEND", "local") == "kubernetes":
         actuator = await actuator_from_env()
         grace_s = int(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30"))
-        svc.consume("health-actuator", actuate(svc.bus, actuator, grace_s=grace_s))
+        via = os.environ.get("TAU_HEALTH_REBOOT_VIA", "annotation")
+        svc.consume("health-actuator", actuate(svc.bus, actuator, grace_s=grace_s, reboot_via=via))
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ CONSUMERS = {
         ConsumerSpec("local-cluster-nodes", "NODES", ["node.*.cordon", "node.*.uncordon"],
                      description="the health monitor's cordon decisions for this machine"),
         ConsumerSpec(
-            "health-actuator", "NODES", ["node.*.cordon", "node.*.uncordon", "node.*.condition.>"],
+            "health-actuator", "NODES", ["node.*.cordon", "node.*.uncordon", "node.*.condition.>", "node.*.repair"],
             max_deliver=50,  # a drain blocked by a PodDisruptionBudget waits it out by nak(delay)
             description="cordon/drain/conditions on Kubernetes nodes (TAU_BACKEND=kubernetes)",
         ),

@@ -13,6 +13,12 @@
   condition never drops another.
 * ``drain`` evicts (``policy/v1`` Eviction, honouring PodDisruptionBudgets) the pods on the node that carry
   ``taugrid.io/managed-by=taugrid``; system and foreign pods are never touched.
+* ``request_reboot`` asks the cluster's reboot machinery for a reboot (repair step ``node-reboot``): with
+  ``via="annotation"`` the annotation ``taugrid.io/reboot-requested=<time>`` (plus ``taugrid.io/reboot-reason``),
+  which kured's ``--reboot-sentinel-command`` can test; with ``via="nodemaintenance"`` a medik8s
+  ``NodeMaintenance`` (``nodemaintenance.medik8s.io/v1beta1``, cluster-scoped, ``taugrid-<node>``).
+  ``mark_for_replacement`` annotates ``taugrid.io/needs-replacement``. ``uncordon`` drops the reboot annotations
+  and ``end_maintenance`` deletes our NodeMaintenance (the operator then uncordons its side).
 
 Idempotent: a cordon/uncordon that finds the node as wanted writes nothing; an identical apply changes
 nothing; evicting a pod that is already gone (404) counts as evicted; a node that no longer exists has
@@ -31,9 +37,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from taugrid.core.contracts import NodeCondition
-from taugrid.core.errors import NotFound, TemporaryError
+from taugrid.core.errors import NotFound, PermanentError, TemporaryError
 from taugrid.kube.apply import APPLY_CONTENT_TYPE
-from taugrid.kube.client import KubeApi, resource_for
+from taugrid.kube.client import KubeApi, Resource, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
 
 log = logging.getLogger("taugrid.kube.nodes")
@@ -41,11 +47,16 @@ log = logging.getLogger("taugrid.kube.nodes")
 TAINT_KEY = "taugrid.io/unhealthy"
 TAINT_EFFECT = "NoSchedule"
 REASON_ANNOTATION = "taugrid.io/cordon-reason"
+REBOOT_ANNOTATION = "taugrid.io/reboot-requested"
+REBOOT_REASON_ANNOTATION = "taugrid.io/reboot-reason"
+REPLACE_ANNOTATION = "taugrid.io/needs-replacement"
+REBOOT_VIA = ("annotation", "nodemaintenance")
 MERGE_PATCH = "application/merge-patch+json"
 CONDITION_PREFIX = "Taugrid"
 PDB_RETRY_S = 10.0  # a PodDisruptionBudget frees up when a replacement is ready: seconds, not milliseconds
 
 NODES = resource_for("Node")
+NODE_MAINTENANCE = Resource("nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance", "nodemaintenances", False)
 PODS = resource_for("Pod")
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -111,13 +122,59 @@ class NodeActuator:
             taints = list((obj.get("spec") or {}).get("taints") or [])
             if not any(_ours(t) for t in taints):
                 return None  # not cordoned by us (or already uncordoned): not ours to touch
-            return {"metadata": {"annotations": {REASON_ANNOTATION: None}},
+            return {"metadata": {"annotations": {REASON_ANNOTATION: None, REBOOT_ANNOTATION: None,
+                                                 REBOOT_REASON_ANNOTATION: None, REPLACE_ANNOTATION: None}},
                     "spec": {"unschedulable": False, "taints": [t for t in taints if not _ours(t)]}}
 
         changed = await self._patch_node(node, change, what=f"uncordon Node {node}")
         if changed:
             log.info("%s: uncordoned: %s", node, reason)
         return changed
+
+    async def request_reboot(self, node: str, reason: str, *, at: float, via: str = "annotation") -> bool:
+        """Ask for ``node`` to be rebooted (see the module docstring). Returns whether anything was written."""
+        if via not in REBOOT_VIA:
+            raise PermanentError(f"reboot via {via!r}: use one of {', '.join(REBOOT_VIA)} "
+                                 "(TAU_HEALTH_REBOOT_VIA)")
+        if via == "nodemaintenance":
+            name = f"taugrid-{node}"[:253]
+            body = {"apiVersion": NODE_MAINTENANCE.api_version, "kind": NODE_MAINTENANCE.kind,
+                    "metadata": {"name": name, "labels": {"taugrid.io/managed-by": "taugrid"}},
+                    "spec": {"nodeName": node, "reason": reason}}
+            await self.api.request("PATCH", NODE_MAINTENANCE.path(None, name), what=f"apply NodeMaintenance {name}",
+                                   body=body, content_type=APPLY_CONTENT_TYPE,
+                                   query={"fieldManager": self.field_manager, "force": "true"})
+            log.warning("%s: NodeMaintenance %s applied: %s", node, name, reason)
+            return True
+        when = _rfc3339(at)
+
+        def change(obj: dict[str, Any]) -> dict[str, Any] | None:
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(REBOOT_ANNOTATION) == when:
+                return None
+            return {"metadata": {"annotations": {REBOOT_ANNOTATION: when, REBOOT_REASON_ANNOTATION: reason}}}
+
+        changed = await self._patch_node(node, change, what=f"request a reboot of Node {node}")
+        if changed:
+            log.warning("%s: reboot requested (%s=%s): %s", node, REBOOT_ANNOTATION, when, reason)
+        return changed
+
+    async def end_maintenance(self, node: str) -> None:
+        """Delete our NodeMaintenance for ``node``, if any (a 404 is already done)."""
+        name = f"taugrid-{node}"[:253]
+        try:
+            await self.api.request("DELETE", NODE_MAINTENANCE.path(None, name), what=f"delete NodeMaintenance {name}")
+        except NotFound:
+            return
+
+    async def mark_for_replacement(self, node: str, reason: str) -> bool:
+        def change(obj: dict[str, Any]) -> dict[str, Any] | None:
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(REPLACE_ANNOTATION) == reason:
+                return None
+            return {"metadata": {"annotations": {REPLACE_ANNOTATION: reason}}}
+
+        return await self._patch_node(node, change, what=f"mark Node {node} for replacement")
 
     async def set_condition(self, cond: NodeCondition) -> None:
         """Server-side apply ``cond`` as a node condition (how NPD and NVIDIA's stack report GPU faults)."""
