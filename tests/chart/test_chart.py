@@ -294,7 +294,8 @@ def test_bootstrap_is_a_post_install_hook_running_the_bus_bootstrap(render: Rend
     job = one(render(), "Job", "t-taugrid-bootstrap")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     spec = job["spec"]["template"]["spec"]
-    assert [c["command"] for c in spec["containers"]] == [["python", "-m", "taugrid.bus.bootstrap"]]
+    assert [c["command"] for c in spec["containers"]] == [
+        ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1"]]
     assert spec["automountServiceAccountToken"] is False
 
 
@@ -304,7 +305,8 @@ def test_platform_is_rendered_and_applied_after_the_bus_bootstrap(render: Render
     cm = one(objs, "ConfigMap", "t-taugrid-platform")
     assert yaml.safe_load(cm["data"]["platform.yaml"]) == {"workspaces": [{"name": "ml", "namespace": "team-ml"}]}
     spec = one(objs, "Job", "t-taugrid-bootstrap")["spec"]["template"]["spec"]
-    assert [c["command"] for c in spec["initContainers"]] == [["python", "-m", "taugrid.bus.bootstrap"]]
+    assert [c["command"] for c in spec["initContainers"]] == [
+        ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1"]]
     (apply,) = spec["containers"]
     assert apply["command"] == ["tau", "platform", "apply", "/etc/taugrid/platform.yaml", "--backend", "kubernetes"]
     assert {"name": "platform", "mountPath": "/etc/taugrid", "readOnly": True} in apply["volumeMounts"]

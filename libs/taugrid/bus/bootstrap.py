@@ -1,7 +1,10 @@
 """Provision every stream, the AUDIT mirror, KV buckets, the object store and service consumers.
 
-Idempotent: run it any number of times. It only *creates*: the bootstrap identity may not change or delete a
-stream (``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is
+Idempotent: run it any number of times. ``replicas`` (``--replicas N``, else ``TAU_BUS_REPLICAS``, else 1) is how
+many servers of a JetStream cluster hold each stream, bucket and object store (3 for ``tau up --ha`` and the
+chart's ``nats.cluster.replicas: 3``: any one server may die); consumers follow their stream's count (a stream
+made with another count keeps it). It only *creates*: the bootstrap identity may not change or delete a stream
+(``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is
 reported, not changed (``python -m taugrid.bus.bootstrap --update`` with the break-glass credentials changes it).
 AUDIT's protective settings (mirror of RUNS, deny delete and purge, retention) are re-checked on every run and
 any difference raises an alarm (``audit_drift``; logged at ERROR and returned). Existing consumers are left as
@@ -10,9 +13,11 @@ they are (JetStream does not allow changing most consumer fields).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import sys
 
 import nats
@@ -42,6 +47,7 @@ from taugrid.bus.topology import (
     UPLOADS_TTL_S,
     ConsumerSpec,
 )
+from taugrid.core.errors import ConfigError
 
 log = logging.getLogger("taugrid.bootstrap")
 
@@ -81,11 +87,24 @@ async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> lis
     return diff
 
 
-def audit_config() -> StreamConfig:
+REPLICAS_ENV = "TAU_BUS_REPLICAS"
+
+
+def replicas_from_env() -> int:
+    """``TAU_BUS_REPLICAS`` (1 to 5, what a JetStream cluster allows), else 1."""
+    raw = os.environ.get(REPLICAS_ENV, "").strip() or "1"
+    if not raw.isdigit() or not 1 <= int(raw) <= 5:
+        raise ConfigError(f"{REPLICAS_ENV}={raw!r}: give the number of servers that hold each stream, 1 to 5 "
+                          "(3 for a 3-node cluster)")
+    return int(raw)
+
+
+def audit_config(replicas: int = 1) -> StreamConfig:
     """AUDIT mirrors RUNS; deletes and purges are denied so an auditor's replay is complete."""
     return StreamConfig(
         name=AUDIT_STREAM, mirror=StreamSource(name="RUNS"), storage=StorageType.FILE,
         retention=RetentionPolicy.LIMITS, max_age=AUDIT_MAX_AGE, deny_delete=True, deny_purge=True,
+        num_replicas=replicas,
     )
 
 
@@ -131,29 +150,32 @@ async def _allow_direct(bus: Bus, stream: str, *, update: bool) -> list[str]:
     return ["allow_direct is False, declared True"]
 
 
-async def bootstrap(bus: Bus, *, update: bool = False) -> list[str]:
-    """Provision what is missing; returns the alarms (AUDIT drift) and logs every difference it did not apply."""
+async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = None) -> list[str]:
+    """Provision what is missing; returns the alarms (AUDIT drift) and logs every difference it did not apply.
+    ``replicas``: None reads ``TAU_BUS_REPLICAS``."""
+    replicas = replicas_from_env() if replicas is None else replicas
     drifted: dict[str, list[str]] = {}
     for s in STREAMS:
         drifted[s.name] = await _ensure_stream(bus, StreamConfig(
             name=s.name, subjects=s.subjects, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
             max_age=s.max_age, duplicate_window=s.duplicate_window, max_bytes=s.max_bytes,
-            discard=DiscardPolicy.OLD,
+            discard=DiscardPolicy.OLD, num_replicas=replicas,
         ), update=update)
-    await _ensure_stream(bus, audit_config(), update=False)  # a mirror's settings are never updated
+    await _ensure_stream(bus, audit_config(replicas), update=False)  # a mirror's settings are never updated
     alarms = [f"ALARM: {AUDIT_STREAM} {d}" for d in await audit_drift(bus)]
     for bucket, history in KV_BUCKETS.items():
         try:
             await bus.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
             await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
-                                                         direct=True))
+                                                         direct=True, replicas=replicas))
         drifted[f"KV_{bucket}"] = await _allow_direct(bus, f"KV_{bucket}", update=update)
     for store, ttl in ((OBJECT_STORE, None), (SOURCES_STORE, None), (UPLOADS_STORE, UPLOADS_TTL_S)):
         try:
             await bus.js.object_store(store)
         except nats.js.errors.BucketNotFoundError:
-            await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl))
+            await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl,
+                                                                      replicas=replicas))
     for spec in CONSUMERS.values():
         await ensure_consumer(bus, spec)
     for stream, diff in drifted.items():
@@ -177,12 +199,10 @@ async def record_local_admin(bus: Bus, value: str) -> bool:
     return True
 
 
-async def _main(url: str | None, *, update: bool) -> int:
-    import os
-
+async def _main(url: str | None, *, update: bool, replicas: int | None) -> int:
     bus = await connect(url, name="bootstrap")
     try:
-        alarms = await bootstrap(bus, update=update)
+        alarms = await bootstrap(bus, update=update, replicas=replicas)
         await record_local_admin(bus, os.environ.get("TAU_LOCAL_ADMIN", ""))
     finally:
         await bus.close()
@@ -191,6 +211,15 @@ async def _main(url: str | None, *, update: bool) -> int:
     return 1 if alarms else 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m taugrid.bus.bootstrap", description=__doc__)
+    ap.add_argument("url", nargs="?", help="the bus (default TAU_NATS_URL); several servers comma separated")
+    ap.add_argument("--update", action="store_true", help="apply stream differences (break-glass identity)")
+    ap.add_argument("--replicas", type=int, choices=range(1, 6), metavar="{1..5}",
+                    help=f"servers holding each stream (default {REPLICAS_ENV}, else 1)")
+    args = ap.parse_args(argv)
+    return asyncio.run(_main(args.url, update=args.update, replicas=args.replicas))
+
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--update"]
-    sys.exit(asyncio.run(_main(args[0] if args else None, update="--update" in sys.argv[1:])))
+    sys.exit(main())

@@ -212,7 +212,8 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
     services. Raises ``TemporaryError`` when the server cannot be reached, ``PermissionDenied`` when it refuses
     the credentials.
 
-    ``creds`` is a credentials file (an nkey seed, ``creds.write``); without it ``TAU_NATS_CREDS`` is used if
+    ``url`` may name several servers of one cluster, comma separated. ``creds`` is a credentials file (an nkey
+    seed, ``creds.write``); without it ``TAU_NATS_CREDS`` is used if
     set. ``ca`` (else ``TAU_NATS_CA``) is the CA that signed the server's TLS certificate; a certificate it does
     not vouch for is a ``PermanentError``. ``quiet`` (the CLI) logs connection errors at debug level: a person
     gets one clear error from the failed call instead of one warning per refused connection attempt.
@@ -254,8 +255,11 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
     # A few tries to connect at all (callers retry unreachable servers themselves); once connected, reconnect
     # as configured (forever for services). nats-py retries a refused login forever, so a refusal ends it here.
     # nats-py annotates its seconds as int, but takes (and we need) fractions
+    # A JetStream cluster's servers, comma separated (``tau up --ha``, the chart's replicas): nats-py keeps them all
+    # in its pool and reconnects to another when its server dies.
+    servers = [u.strip() for u in where.split(",") if u.strip()]
     connecting = asyncio.ensure_future(nc.connect(
-        where, name=f"taugrid-{name}", connect_timeout=connect_timeout,  # type: ignore[arg-type]
+        servers, name=f"taugrid-{name}", connect_timeout=connect_timeout,  # type: ignore[arg-type]
         max_reconnect_attempts=2 if max_reconnect_attempts < 0 else max(1, max_reconnect_attempts),
         reconnect_time_wait=0.5, error_cb=on_error, disconnected_cb=on_disconnect,  # type: ignore[arg-type]
         reconnected_cb=on_reconnect, allow_reconnect=True, **auth,

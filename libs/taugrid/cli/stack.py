@@ -17,7 +17,7 @@ import click
 from taugrid.cli.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, data_dir, emit_json, fail, output_option
 from taugrid.local.pods import pid_alive
 from taugrid.stack import scaling
-from taugrid.stack.natsserver import SECRET_ENV_PREFIX, without_secrets
+from taugrid.stack.natsserver import SECRET_ENV_PREFIX, layout_problem, without_secrets
 
 
 def _state(d: Path) -> dict[str, Any] | None:
@@ -50,12 +50,20 @@ def _running(d: Path) -> dict[str, object] | None:
     "--scale", multiple=True, help="SERVICE=N replicas, e.g. --scale renderer=3 (repeatable)."
 )
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the stack to be ready.")
+@click.option("--ha", is_flag=True, help="Run the bus as a 3-server JetStream cluster (every stream on all three, "
+              "so any one server may die). A data dir keeps the kind it was made with.")
 @output_option
-def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
+def up(scale: tuple[str, ...], timeout: float, ha: bool, output: str) -> None:
     wanted = _parse_scale(scale)  # refuse a typo before anything starts
     d = data_dir()
     d.mkdir(parents=True, exist_ok=True)
     state = _running(d)
+    if state and ha and not state.get("ha"):
+        fail(f"the stack in {d} is running with a single nats-server; --ha needs a new data dir "
+             "(TAU_DATA_DIR=… tau up --ha)", EXIT_USAGE)
+    problem = layout_problem(d / "nats", ha=ha)
+    if problem and not state:
+        fail(problem, EXIT_USAGE)
     if state and wanted:
         _report(_apply_scale(d, wanted, timeout), output, "rescaled")
         return
@@ -63,7 +71,7 @@ def up(scale: tuple[str, ...], timeout: float, output: str) -> None:
         _report(state, output, "already running")
         return
     (d / "stack.json").unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "taugrid.stack.supervisor", "--data-dir", str(d)]
+    cmd = [sys.executable, "-m", "taugrid.stack.supervisor", "--data-dir", str(d)] + (["--ha"] if ha else [])
     for s in scale:
         cmd += ["--scale", s]
     log = open(d / "supervisor.log", "ab")  # noqa: SIM115 - owned by the child
@@ -159,7 +167,8 @@ def _report(state: dict[str, object], output: str, what: str) -> None:
     if output == "json":
         emit_json(state)
         return
-    click.echo(f"taugrid stack {what}: {state['nats_url']} (data in {state['data_dir']})")
+    bus = " (3-server JetStream cluster)" if state.get("ha") else ""
+    click.echo(f"taugrid stack {what}: {state['nats_url']}{bus} (data in {state['data_dir']})")
     click.echo(replica_table(state))
 
 

