@@ -29,9 +29,10 @@ def test_restored_workload_keeps_its_gpus_and_quota() -> None:
     assert e.pending_info("more").reason == R.WAITING_FOR_QUOTA  # type: ignore[union-attr]
 
 
-def test_restore_refuses_a_flavor_the_queue_does_not_offer() -> None:
+def test_restore_refuses_an_unknown_flavor() -> None:
     e = Engine([cq("team", gpu=4)], flavors=[ResourceFlavor("default")])
-    with pytest.raises(PermanentError, match=r"flavor 'spot'.*use one of \['default'\]"):
+    with pytest.raises(PermanentError,
+                       match=r"flavor 'spot', which is not a known ResourceFlavor; use one of \['default'\]"):
         e.restore(wl("old", "team", gpu=1), [{GPU: "spot"}], 0.0)
 
 

@@ -85,6 +85,42 @@ class FairSharing(Strict):
     weight: float = Field(default=1.0, ge=0)
 
 
+class FlavorFungibility(Strict):
+    """Kueue ``flavorFungibility``: when the flavor search moves past a flavor that needs borrowing or
+    preemption, and which to prefer when every flavor needs one (``preference`` only with both TryNextFlavor)."""
+
+    when_can_borrow: Literal["MayStopSearch", "TryNextFlavor", "Borrow"] = Field(
+        default="MayStopSearch", description="Borrow is Kueue's deprecated name for MayStopSearch")
+    when_can_preempt: Literal["MayStopSearch", "TryNextFlavor", "Preempt"] = Field(
+        default="TryNextFlavor", description="Preempt is Kueue's deprecated name for MayStopSearch")
+    preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _preference_needs_try_next(self) -> FlavorFungibility:
+        if self.preference is not None and not (self.when_can_borrow == "TryNextFlavor"
+                                                and self.when_can_preempt == "TryNextFlavor"):
+            raise ValueError("flavor_fungibility.preference can only be set when when_can_borrow and "
+                             "when_can_preempt are both TryNextFlavor (Kueue's rule); set both or drop preference")
+        return self
+
+
+FairStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+
+
+def _default_strategies() -> list[FairStrategy]:
+    return ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+
+
+class FairSharingPolicy(Strict):
+    """Kueue's fair sharing (its Configuration ``fairSharing``): orders heads by dominant resource share and
+    preempts by it (``InCohortFairSharing``)."""
+
+    enable: bool | None = Field(default=None, description="unset: on when some fair_sharing.weight is not 1")
+    preemption_strategies: list[FairStrategy] = Field(
+        default_factory=_default_strategies, min_length=1,
+        max_length=2, description="tried in order; Kueue's default is both")
+
+
 class ClusterQueue(Strict):
     name: str
     cohort: str | None = None
@@ -95,6 +131,7 @@ class ClusterQueue(Strict):
     resource_groups: list[ResourceGroup] = Field(default_factory=list)
     preemption: Preemption = Field(default_factory=Preemption)
     fair_sharing: FairSharing = Field(default_factory=FairSharing)
+    flavor_fungibility: FlavorFungibility = Field(default_factory=FlavorFungibility)
 
     def nominal(self, resource: str) -> float:
         """Sum of a resource's nominal quota over all flavors (cores, bytes or a count)."""
@@ -229,6 +266,7 @@ class Platform(Strict):
                              description="the local backend's node pool (the Kubernetes backend has real nodes)")
     departments: list[Department] = Field(
         default_factory=list, description="KAI's department → project queues (see taugrid.config.departments)")
+    fair_sharing: FairSharingPolicy = Field(default_factory=FairSharingPolicy)
 
     def all_cohorts(self) -> list[Cohort]:
         """The cohorts written plus those the departments imply (the implicit root, then one per department)."""

@@ -100,6 +100,9 @@ def amount(resource: str, value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+_FUNGIBLE = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}  # Kueue's deprecated names
+
+
 def engine_objects(p: Platform) -> tuple[list[adm.ClusterQueue], list[adm.Cohort], list[adm.ResourceFlavor]]:
     flavors = [adm.ResourceFlavor(f.name, dict(f.node_labels),
                                   tuple(adm.Taint(t.key, t.value, t.effect) for t in f.taints))
@@ -115,14 +118,18 @@ def engine_objects(p: Platform) -> tuple[list[adm.ClusterQueue], list[adm.Cohort
                     None if r.lending_limit is None else amount(r.name, r.lending_limit),
                 ) for r in fq.resources}) for fq in g.flavors))
             for g in cq.resource_groups)
-        pre = cq.preemption
+        pre, ff = cq.preemption, cq.flavor_fungibility
         policy = adm.PreemptionPolicy(
             adm.WithinClusterQueue(pre.within_cluster_queue), adm.ReclaimWithinCohort(pre.reclaim_within_cohort),
             adm.BorrowWithinCohort(adm.BorrowWithinCohortPolicy(pre.borrow_within_cohort.policy),
                                    pre.borrow_within_cohort.max_priority_threshold))
         cqs.append(adm.ClusterQueue(cq.name, groups, cohort=cq.cohort,
                                     queueing_strategy=adm.QueueingStrategy(cq.queueing_strategy),
-                                    preemption=policy, fair_weight=cq.fair_sharing.weight))
+                                    preemption=policy, fair_weight=cq.fair_sharing.weight,
+                                    flavor_fungibility=adm.FlavorFungibility(
+                                        adm.WhenCanBorrow(_FUNGIBLE.get(ff.when_can_borrow, ff.when_can_borrow)),
+                                        adm.WhenCanPreempt(_FUNGIBLE.get(ff.when_can_preempt, ff.when_can_preempt)),
+                                        None if ff.preference is None else adm.FungibilityPreference(ff.preference))))
     return cqs, cohorts, flavors
 
 
@@ -155,8 +162,10 @@ class LocalAdmitter:
                 "memory": sum(n.memory for n in self.pool) or _UNLIMITED_CPU * 2**30,
                 GPU: float(sum(n.gpus for n in self.pool))}
         cohorts = with_department_quota(p, cohorts, pool)
-        fair = any(cq.fair_sharing.weight != 1.0 for cq in p.cluster_queues)
+        fair = p.fair_sharing.enable if p.fair_sharing.enable is not None else any(
+            cq.fair_sharing.weight != 1.0 for cq in p.cluster_queues)
         self.engine = adm.Engine(cqs, cohorts, flavors, nodes, fair_sharing=fair,
+                                 fair_sharing_strategies=tuple(p.fair_sharing.preemption_strategies),
                                  gpu_memory_mb=max((n.gpu_memory_mb for n in self.pool), default=81920),
                                  kai=kai_spec(p, pool))
         for name in self.cordoned:

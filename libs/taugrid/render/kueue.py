@@ -154,6 +154,11 @@ def cluster_queue(q: ClusterQueue) -> dict[str, Any]:
         "preemption": preemption,
         "fairSharing": {"weight": quantity(q.fair_sharing.weight)},
     }
+    ff = q.flavor_fungibility
+    if ff.model_fields_set or ff != type(ff)():  # only when the platform sets it: Kueue's defaults otherwise
+        spec["flavorFungibility"] = {"whenCanBorrow": ff.when_can_borrow, "whenCanPreempt": ff.when_can_preempt}
+        if ff.preference is not None:
+            spec["flavorFungibility"]["preference"] = ff.preference
     if q.cohort:
         spec["cohortName"] = q.cohort
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": _meta(q.name), "spec": spec}

@@ -55,6 +55,8 @@ def chain(v: Any) -> tuple[str, list[Any], list[tuple[str, list[Any]]]]:
             return name, v.args, list(reversed(calls))
         elif isinstance(v, Ident) and v.name in ENV:
             v = ENV[v.name]
+        elif isinstance(v, Sel) and v.name in ("Workload", "ClusterQueue", "Cohort"):
+            v = v.base  # the wrapper's embedded object, same as .Obj()
         else:
             raise Unsupported(f"not a builder chain: {v!r}"[:120])
 
@@ -431,6 +433,8 @@ def workload(v: Any) -> dict[str, Any]:
     for m, a in calls:
         if m == "Priority":
             out["priority"] = int(number(a[0]))
+        elif m == "Name":
+            out["name"] = text(a[0])
         elif m == "Request":
             out["pod_sets"][0]["requests"][resource_name(a[0])] = text(a[1])
         elif m == "Queue":
@@ -477,7 +481,7 @@ def _reason(v: Any) -> str:
         name = v.name.rpartition(".")[2]
         for prefix in ("WorkloadQuotaReservedReason", "Workload"):
             name = name.removeprefix(prefix)
-        return name
+        return name.removesuffix("Reason")
     return text(v)
 
 
@@ -758,6 +762,58 @@ def want_flavor_assignment(v: Any) -> dict[str, Any]:
     return out
 
 
+# -- TestFairPreemptions --------------------------------------------------------------------------------
+
+def fair_cases(src: str, func: str = "TestFairPreemptions") -> list[dict[str, Any]]:
+    ENV.clear()
+    ENV.update(assignments(src, func))
+    base_flavors = [flavor(x) for x in items(ENV["flavors"])]
+    start = src.index(f"func {func}(")
+    table = parse_at(src[start:], "cases := ")
+    out = []
+    known = {"clusterQueues", "cohorts", "flavors", "assignmentFlavor", "strategies", "admitted", "incoming",
+             "targetCQ", "wantPreempted"}
+    for key, case in table.items:
+        uns: list[str] = []
+        rec: dict[str, Any] = {"test": func, "case": key}
+        rec["flavors"] = (guard(lambda v: [flavor(x) for x in items(v)], case.get("flavors"), uns)
+                          if case.get("flavors") is not None else base_flavors) or []
+        rec["cluster_queues"] = guard(lambda v: [cluster_queue(x) for x in items(v)], case.get("clusterQueues"),
+                                      uns) or []
+        rec["cohorts"] = (guard(lambda v: [cohort(x) for x in items(v)], case.get("cohorts"), uns) or []
+                          if case.get("cohorts") is not None else [])
+        rec["admitted"] = guard(lambda v: [workload(x) for x in items(v)], case.get("admitted"), uns) or []
+        rec["incoming"] = guard(workload, case.get("incoming"), uns)
+        if rec["incoming"] is not None:
+            rec["incoming"]["admission"] = None  # the incoming workload is pending; Kueue's test ignores it
+        rec["target_cq"] = guard(text, case.get("targetCQ"), uns)
+        af = case.get("assignmentFlavor")
+        rec["assignment_flavor"] = text(af) if af is not None else "default"
+        st = case.get("strategies")
+        rec["strategies"] = ([resolve(x).name.rpartition(".")[2] for x in items(st)] if st is not None
+                             else ["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+        want: dict[str, str] = {}
+        wp = resolve(case.get("wantPreempted"))
+        if isinstance(wp, Call):
+            for arg in wp.args:
+                arg = resolve(arg)
+                want[text(arg.args[0]).lstrip("/")] = _reason(arg.args[1])
+        rec["want_victims"] = want
+        for k, _ in case.items:
+            name = k.name if isinstance(k, Ident) else k
+            if name not in known:
+                uns.append(f"case field {name}")
+        for c in rec["cluster_queues"]:
+            uns.extend(c.pop("unsupported"))
+        for c in rec["cohorts"]:
+            uns.extend(c.pop("unsupported"))
+        for w in rec["admitted"] + ([rec["incoming"]] if rec["incoming"] else []):
+            uns.extend(w.pop("unsupported"))
+        rec["unsupported"] = sorted(set(uns))
+        out.append(rec)
+    return out
+
+
 def main() -> None:
     repo, commit = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "HEAD")
 
@@ -770,7 +826,8 @@ def main() -> None:
     pre = preemption_cases(show("pkg/scheduler/preemption/preemption_test.go"))
     sch = schedule_cases(show("pkg/scheduler/scheduler_test.go"))
     fla = flavor_cases(show("pkg/scheduler/flavorassigner/flavorassigner_test.go"))
-    for name, cases in (("preemption", pre), ("schedule", sch), ("flavors", fla)):
+    fair = fair_cases(show("pkg/scheduler/preemption/preemption_fair_test.go"))
+    for name, cases in (("preemption", pre), ("schedule", sch), ("flavors", fla), ("fair_preemption", fair)):
         doc = {"source": f"kubernetes-sigs/kueue@{sha}", "cases": cases}
         (HERE / f"cases_{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         print(name, len(cases), "cases,", sum(1 for c in cases if not c["unsupported"]), "without unsupported")

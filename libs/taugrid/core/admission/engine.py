@@ -41,7 +41,7 @@ from .nominate import Assignment, Granular, Mode, PMode, PodSetAssignment, nomin
 from .placement import Cluster
 from .queues import ADMITTED, PENDING, CQQueue, WState
 from .quota import FR, QNode, QuotaTree
-from .victims import LedgerSim, Target, get_targets
+from .victims import DEFAULT_STRATEGIES, LedgerSim, Target, fair_targets, get_targets
 
 _Entry = tuple[WState, CQQueue, Assignment, list[Target]]
 
@@ -50,6 +50,7 @@ class Engine:
     def __init__(self, cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort] = (),
                  flavors: Iterable[ResourceFlavor] = (), nodes: Iterable[Node] | None = None, *,
                  local_queues: Iterable[LocalQueue] = (), fair_sharing: bool = False,
+                 fair_sharing_strategies: Sequence[str] = DEFAULT_STRATEGIES,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 3600.0, backoff_preempted: bool = False,
                  gpu_memory_mb: int = 81920, audit: bool = False, kai: KaiSpec | None = None) -> None:
         cqs = list(cluster_queues)
@@ -61,6 +62,11 @@ class Engine:
         # Quota charge for gpu_memory pods: a share of the largest device (KAI charges the actual device later).
         self._charge_mem = (self.cluster.max_gpu_memory_mb if self.cluster else 0) or gpu_memory_mb
         self.fair_sharing = fair_sharing
+        bad = [x for x in fair_sharing_strategies if x not in DEFAULT_STRATEGIES]
+        if bad or not fair_sharing_strategies:
+            raise PermanentError(f"fair-sharing preemption strategies {list(fair_sharing_strategies)}: use one or "
+                                 f"both of {list(DEFAULT_STRATEGIES)}, in the order to try them")
+        self.fair_sharing_strategies = tuple(fair_sharing_strategies)
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self.backoff_preempted = backoff_preempted
         self.audit = audit
@@ -125,7 +131,8 @@ class Engine:
             raise PermanentError(f"workload {workload.name}: {len(flavors)} flavor assignment(s) for "
                                  f"{len(workload.pod_sets)} pod set(s); give one per pod set")
         requests = self._requests(workload)
-        offered = {(fq.name, r) for g in q.spec.resource_groups for fq in g.flavors for r in g.covered_resources}
+        offered = {fq.name for g in q.spec.resource_groups for fq in g.flavors}
+        known = set(self.flavors) or offered
         psas: list[PodSetAssignment] = []
         total: dict[FR, int] = {}
         for i, (ps, req, flv) in enumerate(zip(workload.pod_sets, requests, flavors, strict=True)):
@@ -135,11 +142,12 @@ class Engine:
                 if not v:
                     continue
                 f = flv.get(r)
-                if f is None or (f, r) not in offered:
+                # A flavor the queue has no quota for is accepted (Kueue's cache charges it; the queue then
+                # borrows it from its cohort); a flavor nobody defined is an error.
+                if f is None or f not in known:
                     raise PermanentError(
-                        f"workload {workload.name} pod set {ps.name}: {r} assigned to flavor {f!r}, which "
-                        f"ClusterQueue {cq} does not offer for {r}; use one of "
-                        f"{sorted(fn for fn, rr in offered if rr == r)}")
+                        f"workload {workload.name} pod set {ps.name}: {r} assigned to flavor {f!r}, which is not "
+                        f"a known ResourceFlavor; use one of {sorted(known)}")
                 psa.usage[(f, r)] = psa.usage.get((f, r), 0) + v
                 total[(f, r)] = total.get((f, r), 0) + v
             psas.append(psa)
@@ -154,7 +162,9 @@ class Engine:
             placements = tuple(placed)
         self.states[workload.name] = ws
         a = Assignment(mode=Mode.FIT, pod_sets=psas, usage=total)
-        return self._admit(ws, q, a, placements, admitted_at)
+        adm = self._admit(ws, q, a, placements, admitted_at)
+        ws.admit_seq = 0  # restored admissions at the same instant are ordered by name, as Kueue does by UID
+        return adm
 
     def _requests(self, workload: Workload) -> list[dict[str, int]]:
         requests = []
@@ -317,13 +327,23 @@ class Engine:
                          workload=ws.workload, node=q.node, usage=usage, pod_set_flavors=pod_set_flavors,
                          flavors=self.flavors)
 
+    def _find(self, ws: WState, q: CQQueue, requests: Mapping[FR, int], frs_need: set[FR],
+              flv: list[dict[str, str]] | None) -> list[Target]:
+        """Kueue ``getTargets``: fair-sharing preemption when fair sharing is on, else classical."""
+        if self.fair_sharing:
+            return fair_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
+                                requests=requests, frs_need=frs_need,
+                                sim_factory=lambda usage: self._sim(ws, q, usage, flv), by_node=self._by_node,
+                                strategies=self.fair_sharing_strategies)
+        return get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws, requests=requests,
+                           frs_need=frs_need, sim_factory=lambda usage: self._sim(ws, q, usage, flv),
+                           by_node=self._by_node)
+
     def _targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         flv = [p.flavors for p in a.pod_sets]
         if self.kai is not None and self.kai.owns(ws.cq):  # KAI's reclaim, not Kueue's classical preemption
             return self.kai.targets(self, ws, self._sim(ws, q, a.usage, flv), set(self._cycle_victims))
-        targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
-                              requests=a.usage, frs_need=a.frs_need_preemption,
-                              sim_factory=lambda usage: self._sim(ws, q, usage, flv), by_node=self._by_node)
+        targets = self._find(ws, q, a.usage, a.frs_need_preemption, flv)
         if targets and self.audit:
             self._audit(ws, q, a, targets)
         return targets
@@ -331,9 +351,7 @@ class Engine:
     def _simulate_preemption(self, ws: WState, q: CQQueue, fr: FR, val: int) -> Granular:
         """Kueue's preemption oracle: could preempting make ``val`` of ``fr`` fit, and by reclaim only?"""
         usage = {fr: val}
-        targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
-                              requests=usage, frs_need={fr},
-                              sim_factory=lambda u: self._sim(ws, q, u, None), by_node=self._by_node)
+        targets = self._find(ws, q, usage, {fr}, None)
         if not targets:
             return PMode.NO_CANDIDATES, self.tree.borrow_height(q.node, fr, val)[0]
         sim = self._sim(ws, q, usage, None)
@@ -375,10 +393,7 @@ class Engine:
 
     def _node_targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         """Victims that free node room for a head whose quota fits (none overlapping this cycle's victims)."""
-        flv = [p.flavors for p in a.pod_sets]
-        targets = get_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
-                              requests=a.usage, frs_need=set(a.usage),
-                              sim_factory=lambda usage: self._sim(ws, q, usage, flv), by_node=self._by_node)
+        targets = self._find(ws, q, a.usage, set(a.usage), [p.flavors for p in a.pod_sets])
         if any(t.name in self._cycle_victims for t in targets):
             return []
         return targets

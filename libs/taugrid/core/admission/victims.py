@@ -22,7 +22,8 @@ a candidate; every victim uses a contested (flavor, resource).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -227,3 +228,214 @@ def get_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappin
         for e in chosen:
             sim.restore(e.ws.workload.name)
     return []
+
+
+# -- fair-sharing preemption (Kueue ``fairPreemptions``, ``preemption/fairsharing``) ------------------------
+
+LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+DEFAULT_STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
+
+
+class _FairOrdering:
+    """Kueue ``TargetClusterQueueOrdering``: which queue gives up a workload next (the highest DRS first,
+    descending the cohort tree; queues and cohorts that do not borrow are pruned)."""
+
+    def __init__(self, tree: QuotaTree, preemptor_node: QNode, by_node: Mapping[QNode, CQQueue],
+                 candidates: list[_Elem]) -> None:
+        self.tree, self.pnode, self.by_node = tree, preemptor_node, by_node
+        self.ancestors: set[QNode] = set()
+        p = preemptor_node.parent
+        while p is not None:
+            self.ancestors.add(p)
+            p = p.parent
+        self.targets: dict[str, list[_Elem]] = {}
+        for e in candidates:
+            self.targets.setdefault(e.ws.cq, []).append(e)
+        self.pruned: set[QNode] = set()
+
+    def drs(self, node: QNode) -> float:
+        from .fairshare import drs
+        return drs(self.tree, node, {})
+
+    def has(self, node: QNode) -> bool:
+        return bool(self.targets.get(node.name))
+
+    def pop(self, node: QNode) -> _Elem:
+        return self.targets[node.name].pop(0)
+
+    def __iter__(self) -> Iterator[QNode]:
+        if self.pnode.parent is None:
+            while self.pnode not in self.pruned and self.has(self.pnode):
+                yield self.pnode
+            return
+        root = self.tree.root(self.pnode)
+        while root not in self.pruned:
+            target = self._next(root)
+            if target is not None:
+                yield target
+
+    def _borrowing(self, node: QNode) -> bool:
+        return any(v > node.subtree.get(fr, 0) for fr, v in node.usage.items())
+
+    def _next(self, cohort: QNode) -> QNode | None:
+        best_cq: QNode | None = None
+        best_cq_drs = -1.0
+        best_cohort: QNode | None = None
+        best_cohort_drs = -1.0
+        for child in cohort.children:
+            if child in self.pruned:
+                continue
+            d = self.drs(child)
+            if child.is_cq:
+                if (not self._borrowing(child) and child is not self.pnode) or not self.has(child):
+                    self.pruned.add(child)
+                elif best_cq is not None and d == best_cq_drs:
+                    if _order(self.targets[child.name][0]) < _order(self.targets[best_cq.name][0]):
+                        best_cq = child
+                elif d > best_cq_drs:
+                    best_cq, best_cq_drs = child, d
+            elif not self._borrowing(child) and child not in self.ancestors:
+                self.pruned.add(child)
+            elif d >= best_cohort_drs:
+                best_cohort, best_cohort_drs = child, d
+        if best_cq is None and best_cohort is None:
+            self.pruned.add(cohort)
+            return None
+        if best_cohort is not None and best_cohort_drs >= best_cq_drs:
+            return self._next(best_cohort)
+        return best_cq
+
+    def _almost_lca(self, node: QNode, lca: QNode) -> QNode:
+        a = node
+        p = node.parent
+        while p is not None and p is not lca:
+            a = p
+            p = p.parent
+        return a
+
+    def shares(self, target: QNode) -> tuple[float, float, QNode]:
+        """(preemptor's new share, target's old share, the target's almost-LCA) at their least common ancestor."""
+        lca = target.parent
+        while lca is not None and lca not in self.ancestors:
+            lca = lca.parent
+        assert lca is not None
+        t_alca = self._almost_lca(target, lca)
+        return self.drs(self._almost_lca(self.pnode, lca)), self.drs(t_alca), t_alca
+
+
+def fair_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mapping[str, CQQueue],
+                 preemptor: WState, requests: Mapping[FR, int], frs_need: set[FR],
+                 sim_factory: Callable[[Mapping[FR, int]], LedgerSim], by_node: Mapping[QNode, CQQueue],
+                 strategies: tuple[str, ...] = DEFAULT_STRATEGIES) -> list[Target]:
+    """Kueue ``fairPreemptions``: victims chosen so that the preemptor's dominant resource share after admission
+    does not end above the share the victim's queue keeps (``LessThanOrEqualToFinalShare``) or had
+    (``LessThanInitialShare``), queue by queue from the highest share down."""
+    q = queues[preemptor.cq]
+    node, pol, w = q.node, q.spec.preemption, preemptor.workload
+
+    def uses(ws: WState) -> bool:
+        return ws.status == ADMITTED and ws.workload.preemptible and any(fr in frs_need for fr in ws.usage)
+
+    candidates: list[_Elem] = []
+    if pol.within_cluster_queue != "Never":
+        candidates += [_Elem(ws, _candidate(ws, preemptor.cq), None, Variant.WITHIN_CQ)
+                       for ws in q.admitted.values()
+                       if uses(ws) and within_allows(pol.within_cluster_queue, ws.workload.priority, ws.queue_ts,
+                                                     w.priority, preemptor.queue_ts)]
+    if node.parent is not None and pol.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
+        stack = [tree.root(node)]
+        while stack:
+            n = stack.pop()
+            stack.extend(c for c in n.children if not c.is_cq)
+            for c in n.children:
+                if not c.is_cq or c is node or not any(c.borrowed(fr) > 0 for fr in frs_need):
+                    continue
+                candidates += [_Elem(ws, _candidate(ws, preemptor.cq), None, Variant.RECLAIM_WITHOUT_BORROWING)
+                               for ws in by_node[c].admitted.values()
+                               if uses(ws) and reclaim_allows(pol.reclaim_within_cohort, ws.workload.priority,
+                                                              w.priority)]
+    if not candidates:
+        return []
+    candidates.sort(key=_order)
+    sim = sim_factory(requests)
+    chosen: list[Target] = []
+
+    def take(e: _Elem, reason: str) -> bool:
+        sim.remove(e.ws.workload.name)
+        chosen.append(Target(e.ws.workload.name, e.ws.cq, reason))
+        tree.charge(node, dict(requests), -1)  # the fit check sees the preemptor's usage removed again
+        try:
+            return sim.fits()
+        finally:
+            tree.charge(node, dict(requests), +1)
+
+    tree.charge(node, dict(requests), +1)  # shares are computed with the preemptor admitted
+    within_nominal = not any(tree.borrowing_with(node, fr, 0) for fr in frs_need)
+    fits = False
+    retry: list[_Elem] = []
+    try:
+        first = _less_than_or_equal if strategies[0] == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE else _less_than
+        order = _FairOrdering(tree, node, by_node, candidates)
+        for target in order:
+            if target is node:
+                if take(order.pop(target), R.IN_CLUSTER_QUEUE):
+                    fits = True
+                    break
+                continue
+            if within_nominal:
+                if take(order.pop(target), R.IN_COHORT_RECLAMATION):
+                    fits = True
+                    break
+                continue
+            new_share, old_share, alca = order.shares(target)
+            if math.isinf(new_share) and not math.isinf(old_share):
+                while order.has(target):
+                    retry.append(order.pop(target))
+                continue
+            while order.has(target):
+                e = order.pop(target)
+                tree.charge(target, e.ws.usage, -1)
+                target_new = order.drs(alca)
+                tree.charge(target, e.ws.usage, +1)
+                if first(new_share, old_share, target_new):
+                    if take(e, R.IN_COHORT_FAIR_SHARING):
+                        fits = True
+                    break
+                retry.append(e)
+            if fits:
+                break
+        if not fits and len(strategies) > 1 and retry:
+            retry.sort(key=_order)
+            order = _FairOrdering(tree, node, by_node, retry)
+            for target in order:
+                new_share, old_share, _ = order.shares(target) if target is not node else (0.0, 0.0, node)
+                e = order.pop(target)
+                if new_share < old_share and take(e, R.IN_COHORT_FAIR_SHARING):
+                    fits = True
+                    break
+                order.pruned.add(target)
+    finally:
+        tree.charge(node, dict(requests), -1)
+    if not fits:
+        for t in chosen:
+            sim.restore(t.name)
+        return []
+    kept = [chosen[-1]]  # fill back, borrowing allowed
+    for back in reversed(chosen[:-1]):
+        sim.restore(back.name)
+        if sim.fits():
+            continue
+        sim.remove(back.name)
+        kept.append(back)
+    for t in kept:
+        sim.restore(t.name)
+    return list(reversed(kept))
+
+
+def _less_than_or_equal(preemptor_new: float, target_old: float, target_new: float) -> bool:
+    return preemptor_new <= target_new
+
+
+def _less_than(preemptor_new: float, target_old: float, target_new: float) -> bool:
+    return preemptor_new < target_old
