@@ -83,8 +83,8 @@ def test_kubectl_is_extracted_alongside_helm() -> None:
 def test_each_service_gets_its_own_deployment_running_its_module(render: Render) -> None:
     objs = render()
     deployments = {d["metadata"]["name"]: d for d in find(objs, "Deployment")}
-    assert set(deployments) == {f"t-taugrid-{s}" for s in SERVICES}
-    for svc in SERVICES:
+    assert set(deployments) == {f"t-taugrid-{s}" for s in [*SERVICES, "anchor"]}
+    for svc in [*SERVICES, "anchor"]:
         d = deployments[f"t-taugrid-{svc}"]
         (container,) = d["spec"]["template"]["spec"]["containers"]
         assert container["command"] == ["python", "-m", f"taugrid_services.{svc.replace('-', '_')}"]
@@ -96,6 +96,26 @@ def test_each_service_gets_its_own_deployment_running_its_module(render: Render)
         assert env["TAU_BACKEND"] == "kubernetes" and env["TAU_CLUSTER"] == "default"
         assert "livenessProbe" not in container  # see serviceDefaults.livenessProbe in values.yaml for why
     assert not find(objs, "PodDisruptionBudget"), "no PDB for single-replica services"
+
+
+def test_the_anchor_appends_signed_heads_to_its_own_kept_volume_with_its_own_seed(render: Render) -> None:
+    objs = render()
+    d = one(objs, "Deployment", "t-taugrid-anchor")
+    assert (d["spec"]["replicas"], d["spec"]["strategy"]) == (1, {"type": "Recreate"})  # one writer, always
+    spec = d["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = env_of(container)
+    assert (env["TAU_ANCHOR_FILE"], env["TAU_ANCHOR_KEY"], env["TAU_ANCHOR_INTERVAL_S"]) == (
+        "/var/lib/taugrid/anchors/ledger.jsonl", "/etc/taugrid/anchor/anchor-signing.nk", "60")
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["anchors"]["persistentVolumeClaim"] == {"claimName": "t-taugrid-anchors"}
+    assert volumes["anchor-key"]["secret"]["items"] == [{"key": "anchor-signing.nk", "path": "anchor-signing.nk"}]
+    assert volumes["bus-creds"]["secret"]["items"] == [{"key": "svc-anchor.nk", "path": "creds"}]
+    pvc = one(objs, "PersistentVolumeClaim", "t-taugrid-anchors")
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert not find(render("auth.enabled=false", "sourceFetch.credsSecret="), "Deployment", "t-taugrid-anchor")
+    assert not find(render("anchor.enabled=false"), "PersistentVolumeClaim", "t-taugrid-anchors")
 
 
 def test_replicas_override_scales_one_service_and_adds_its_pdb(render: Render) -> None:
@@ -286,8 +306,11 @@ def test_other_services_get_no_api_access(render: Render) -> None:
         assert spec["automountServiceAccountToken"] is (svc in WITH_API_ACCESS), svc
         assert has_bindings is (svc in WITH_API_ACCESS), svc
     assert not bindings_for(objs, "t-taugrid-node-agent") and not bindings_for(objs, "t-taugrid-bootstrap")
+    assert not bindings_for(objs, "t-taugrid-anchor")
+    anchor_pod = one(objs, "Deployment", "t-taugrid-anchor")["spec"]["template"]["spec"]
+    assert anchor_pod["automountServiceAccountToken"] is False
     assert {sa["metadata"]["name"] for sa in find(objs, "ServiceAccount")} == {
-        f"t-taugrid-{c}" for c in [*SERVICES, "node-agent", "bootstrap"]}
+        f"t-taugrid-{c}" for c in [*SERVICES, "node-agent", "anchor", "bootstrap"]}
 
 
 def test_bootstrap_is_a_post_install_hook_running_the_bus_bootstrap(render: Render) -> None:

@@ -40,7 +40,9 @@ def creds_items(spec: Obj) -> list[str]:
 def test_every_taugrid_pod_mounts_only_its_own_identity(default: list[Obj]) -> None:
     expected = {f"Deployment/t-taugrid-{s}": [f"svc-{s.replace('-', '_')}.nk"] for s in SERVICES}
     expected |= {"DaemonSet/t-taugrid-node-agent": ["svc-node_agent.nk"], "Job/t-taugrid-bootstrap": ["bootstrap.nk"],
-                 "StatefulSet/t-taugrid-nats": ["identities.json", "svc-auth_sync.nk"]}
+                 "StatefulSet/t-taugrid-nats": ["identities.json", "svc-auth_sync.nk"],
+                 # its signing seed (not a bus identity) beside its bus identity
+                 "Deployment/t-taugrid-anchor": ["anchor-signing.nk", "svc-anchor.nk"]}
     assert {where: creds_items(spec) for where, spec in pod_specs(default)} == expected
     for where, spec in pod_specs(default):
         if where == "StatefulSet/t-taugrid-nats":

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from taugrid.bus import Bus, connect
+from taugrid.bus import Bus, connect, creds
 from taugrid.bus.bootstrap import bootstrap, record_local_admin
 from taugrid.bus.platformstore import get_local_user, put_text
 from taugrid.bus.topology import SOURCES_STORE
@@ -29,9 +29,11 @@ from taugrid.cli.main import cli
 from taugrid.core.contracts import Rejected, ResolvedRun, SubmitRequested
 from taugrid.core.errors import PermanentError, PermissionDenied
 from taugrid.core.ids import new_run_id
+from taugrid.evidence import anchor
 from taugrid.ports import free_port
 from taugrid.render.source import RenderSettings, fetch_container
 from taugrid.stack import chartauth, natsserver
+from taugrid_services.anchor.__main__ import exporter_from_env
 
 from .test_chart import CHART, K8S_VERSION, one
 from .tools import tool
@@ -338,3 +340,27 @@ def test_the_operators_and_break_glass_seeds_never_enter_the_cluster(chart_bus: 
         assert not any(seed in value for value in secret["stringData"].values() for seed in seeds)
     conf = (chart_bus.root / "run" / "nats" / "auth.conf").read_text()
     assert "# break-glass admin" in conf and "# platform-admin ops" in conf  # admitted by public key only
+
+
+async def test_the_anchor_service_signs_with_its_seed_and_may_only_read(
+        chart_bus: ChartBus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = chart_bus.seed_file(chartauth.ANCHOR_SIGNING_FILE)  # as the anchor pod mounts it
+    path = tmp_path / "anchors" / "ledger.jsonl"
+    monkeypatch.setenv("TAU_ANCHOR_FILE", str(path))
+    monkeypatch.setenv("TAU_ANCHOR_KEY", str(key))
+    bus = await chart_bus.service("anchor")
+    try:
+        exporter = exporter_from_env()
+        signed, drift = await exporter.export(bus)
+        assert signed is not None and drift == []
+        assert anchor.signature_problems(signed, trusted=creds.load(key).public_key) == []
+        assert anchor.read(path) == [signed]
+        assert await exporter.export(bus) == (None, [])  # nothing changed: no new line
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        with pytest.raises(PermissionDenied):
+            await bus.guarded((await bus.kv("ledger")).put("run.ws.r", b"{}"))
+        with pytest.raises(PermissionDenied, match="submit.requested"):
+            await bus.emit(workspace="team-a", run_id=new_run_id("x", "x2"), attempt=1,
+                           event_type="submit.requested", payload=Rejected(reasons=[], message="no"), user="x")
+    finally:
+        await bus.close()

@@ -82,6 +82,8 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("log_shipper", (), ("log_shipper",), why="ships Kubernetes pod logs"),
         ServiceRole("source_fetch", sources="read", kv_reads=(),
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
+        ServiceRole("anchor", replays=("AUDIT",), kv_reads=("ledger",),
+                    why="Kubernetes: signs the ledger heads and AUDIT's position to a file outside the bus"),
         ServiceRole("auth_sync", kv_reads=("platform",),
                     why="Kubernetes: renders the server's users from the platform and reloads it"),
     ]

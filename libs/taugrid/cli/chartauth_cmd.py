@@ -80,7 +80,8 @@ def chart_credentials(directory: Path, namespace: str, secret: str, workspace_na
     public = seeds.public()
     summary = {"directory": str(directory), "admin": public.admin.name, "admin_public_key": public.admin.public_key,
                "admin_creds": str(directory / chartauth.ADMIN_FILE), "services": public.services,
-               "bootstrap": public.bootstrap, "out": str(out) if out else None}
+               "bootstrap": public.bootstrap, "out": str(out) if out else None,
+               "anchor_public_key": seeds.anchor_signing.public_key if seeds.anchor_signing else None}
     if output == "json":
         if out is None:
             fail("--output json describes what was written: use it with --out FILE", EXIT_USAGE)
@@ -92,6 +93,9 @@ def chart_credentials(directory: Path, namespace: str, secret: str, workspace_na
                f"{'in ' + str(out) if out else 'written'}; your own credentials ({public.admin.name}, platform "
                f"admin): {directory / chartauth.ADMIN_FILE} (`tau login --server tls://HOST:4222 --creds "
                f"{directory / chartauth.ADMIN_FILE} --ca ca.crt`)", err=True)
+    if seeds.anchor_signing is not None:
+        click.echo(f"audit anchors are signed by {seeds.anchor_signing.public_key}: check a copy of the anchor "
+                   "file with `tau verify RUN --anchor FILE` and compare its signer with this key", err=True)
 
 
 __all__ = ["chart_credentials"]

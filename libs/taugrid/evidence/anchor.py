@@ -90,6 +90,32 @@ def append(path: Path, doc: dict[str, Any]) -> None:
         out.write(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
 
 
+class Exporter:
+    """Takes an anchor, signs it and appends it to ``path`` unless nothing changed since the last one (the
+    embedded stack's supervisor and the chart's ``anchor`` service both run this every interval). Returns
+    the AUDIT drift it saw, which the caller raises as an alarm."""
+
+    def __init__(self, path: Path, seed: bytes | bytearray) -> None:
+        self.path, self.seed = path, seed
+        self.last = _unsigned_line(read(path)[-1]) if path.exists() and path.stat().st_size else ""
+
+    async def export(self, bus: Bus) -> tuple[dict[str, Any] | None, list[str]]:
+        """The signed anchor appended (None when nothing changed) and AUDIT's drift."""
+        doc = await take(bus)
+        line = _unsigned_line(doc)
+        signed = None
+        if line != self.last:
+            signed = sign(doc, self.seed)
+            append(self.path, signed)
+            self.last = line
+        return signed, list(doc["audit"]["drift"])
+
+
+def _unsigned_line(doc: dict[str, Any]) -> str:
+    """What an anchor records, without when and by whom: equal lines anchor the same history."""
+    return json.dumps({k: v for k, v in doc.items() if k not in ("time", "signer", "signature")}, sort_keys=True)
+
+
 def read(path: Path) -> list[dict[str, Any]]:
     out = []
     for line in path.read_text().splitlines():

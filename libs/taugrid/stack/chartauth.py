@@ -4,7 +4,8 @@ On the operator's machine (``tau admin chart-credentials``): seeds are created o
 operator (0700, files 0600, like ``$TAU_DATA_DIR/creds/`` of ``tau up``): ``bootstrap.nk``, ``svc-<service>.nk``
 for every service that runs on Kubernetes (``local_cluster`` does not), ``admin.nk``, the operator's own
 person (platform admin whatever the platform lists, so adding people never locks the operator out), and
-``breakglass.nk``, the only identity that may change or delete streams (kept offline). From them it
+``breakglass.nk``, the only identity that may change or delete streams (kept offline), and
+``anchor-signing.nk``, the seed the ``anchor`` service signs the audit anchors with. From them it
 writes Secret manifests: one in the release namespace holding every service seed and ``identities.json`` (the
 public keys only, which is all the server needs), and one per workspace namespace holding only the source-fetch
 seed (key ``creds``, what the renderer mounts into run pods). The operator's and break-glass seeds never enter
@@ -52,6 +53,7 @@ log = logging.getLogger("taugrid.chartauth")
 CHART_SERVICES = tuple(name for name in permissions.SERVICE_ROLES if name != "local_cluster")
 ADMIN_FILE = "admin.nk"
 BREAK_GLASS_FILE = "breakglass.nk"  # stream changes (bootstrap --update); keep it offline, never in the cluster
+ANCHOR_SIGNING_FILE = "anchor-signing.nk"  # the anchor service's signing seed (not a bus identity)
 IDENTITIES_KEY = "identities.json"
 LOCAL_ADMIN_KEY = "local-admin"
 SOURCE_FETCH_KEY = "creds"  # render/source.py CREDS_KEY: the key the renderer mounts into run pods
@@ -106,6 +108,7 @@ class ChartSeeds:
     services: dict[str, creds.Identity]
     admin: creds.Identity
     break_glass: creds.Identity
+    anchor_signing: creds.Identity | None = None  # its public key is what `tau verify --anchor` trusts
 
     def public(self) -> ChartIdentities:
         return ChartIdentities(self.bootstrap.public_key,
@@ -136,7 +139,8 @@ def ensure_seeds(directory: Path, *, admin_name: str) -> ChartSeeds:
         name_file.write_text(admin_name + "\n")
     admin = _ensure(directory / ADMIN_FILE, name_file.read_text().strip() or admin_name)
     glass = _ensure(directory / BREAK_GLASS_FILE, permissions.BREAK_GLASS)
-    return ChartSeeds(directory, boot, services, admin, glass)
+    signing = _ensure(directory / ANCHOR_SIGNING_FILE, "anchor-signing")
+    return ChartSeeds(directory, boot, services, admin, glass, signing)
 
 
 def _secret(name: str, namespace: str, data: dict[str, str], component: str) -> dict[str, Any]:
@@ -154,6 +158,8 @@ def manifests(seeds: ChartSeeds, *, namespace: str, secret: str, workspace_names
     public = seeds.public()
     data = {"bootstrap.nk": seeds.text("bootstrap.nk")}
     data.update({service_file(s): seeds.text(service_file(s)) for s in CHART_SERVICES})
+    if seeds.anchor_signing is not None:
+        data[ANCHOR_SIGNING_FILE] = seeds.text(ANCHOR_SIGNING_FILE)
     data[IDENTITIES_KEY] = public.to_json()
     data[LOCAL_ADMIN_KEY] = public.local_admin
     out = [_secret(secret, namespace, data, "bus-credentials")]
