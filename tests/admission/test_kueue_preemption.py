@@ -34,5 +34,8 @@ def test_kueue_preemption_case(case: dict) -> None:  # type: ignore[type-arg]
     flavors = [{r: fm[0] for r, fm in ps.items()} for ps in case["assignment"]]
     preempt = [[r for r, fm in ps.items() if fm[1] == "Preempt"] for ps in case["assignment"]]
     got = dict(engine.preemption_targets("in", flavors, preempt))
-    assert got == case["want_victims"]
+    # A target whose eviction is already under way counts as preempted but gets no new Preempted condition.
+    evicted = {w["name"] for w in case["admitted"]
+               if any(c["type"] == "Evicted" and c["status"] == "True" for c in w["conditions"])}
+    assert {k: v for k, v in got.items() if k not in evicted} == case["want_victims"]
     assert len(got) == case["want_preempted_count"]

@@ -524,7 +524,8 @@ def guard(fn: Any, v: Any, unsupported: list[str]) -> Any:
 def preemption_cases(src: str, func: str = "TestPreemption") -> list[dict[str, Any]]:
     ENV.clear()
     ENV.update(assignments(src, func))
-    flavors = [flavor(x) for x in items(ENV["flavors"])]
+    flavors = ([flavor(x) for x in items(ENV["flavors"])] if "flavors" in ENV
+               else [{"name": "default", "labels": {}, "taints": [], "unsupported": []}])
     start = src.index(f"func {func}(")
     table = parse_at(src[start:], "cases := ")
     out = []
@@ -824,6 +825,8 @@ def main() -> None:
     sha = subprocess.run(["git", f"--git-dir={repo}", "rev-parse", commit], check=True, capture_output=True,
                          text=True).stdout.strip()
     pre = preemption_cases(show("pkg/scheduler/preemption/preemption_test.go"))
+    pre += preemption_cases(show("pkg/scheduler/preemption/preemption_hierarchical_test.go"),
+                            "TestHierarchicalPreemptions")
     sch = schedule_cases(show("pkg/scheduler/scheduler_test.go"))
     fla = flavor_cases(show("pkg/scheduler/flavorassigner/flavorassigner_test.go"))
     fair = fair_cases(show("pkg/scheduler/preemption/preemption_fair_test.go"))

@@ -113,7 +113,9 @@ def restore(engine: Engine, spec: dict[str, Any], name: str | None = None) -> No
         flavors.append(dict(a["flavors"]))
         usage.append({r: qty(v) for r, v in a["usage"].items()})
     at = spec["reserved_at"]
-    engine.restore(workload(spec, adm["cq"], name), flavors, OLDEST if at is None else at, usage=usage)
+    evicted = any(c["type"] == "Evicted" and c["status"] == "True" for c in spec["conditions"])
+    engine.restore(workload(spec, adm["cq"], name), flavors, OLDEST if at is None else at, usage=usage,
+                   evicted=evicted)
 
 
 def engine(case: dict[str, Any], *, local_queues: list[dict[str, str]] = (), fair_sharing: bool = False

@@ -112,7 +112,8 @@ class Engine:
 
     def restore(self, workload: Workload, flavors: Sequence[Mapping[str, str]], admitted_at: float, *,
                 usage: Sequence[Mapping[str, float]] | None = None,
-                gpus: Sequence[Sequence[int]] | None = None, nodes: Sequence[str] | None = None) -> R.Admission:
+                gpus: Sequence[Sequence[int]] | None = None, nodes: Sequence[str] | None = None,
+                evicted: bool = False) -> R.Admission:
         """Load a workload that is already admitted (after a restart, or a test starting from a busy cluster).
 
         ``flavors`` is per pod set: resource -> flavor, as the admission recorded it. ``usage`` (per pod set,
@@ -121,6 +122,8 @@ class Engine:
         indices it holds and ``nodes`` (optional) the node each pod runs on; without ``gpus`` the pods are
         placed afresh. The quota is charged without a fit check
         (what runs holds its resources even if the quota shrank); an unknown queue or flavor is an error.
+        ``evicted``: its eviction is already under way (it keeps its quota until its pods are gone, and is the
+        first preemption candidate, as Kueue prefers evicted workloads).
         """
         workload.validate()
         if workload.name in self.states:
@@ -164,6 +167,7 @@ class Engine:
         a = Assignment(mode=Mode.FIT, pod_sets=psas, usage=total)
         adm = self._admit(ws, q, a, placements, admitted_at)
         ws.admit_seq = 0  # restored admissions at the same instant are ordered by name, as Kueue does by UID
+        ws.evicting = evicted
         return adm
 
     def _requests(self, workload: Workload) -> list[dict[str, int]]:

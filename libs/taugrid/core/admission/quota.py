@@ -70,6 +70,7 @@ class QuotaTree:
     def __init__(self, cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort] = ()) -> None:
         self.cqs: dict[str, QNode] = {}
         self.cohorts: dict[str, QNode] = {}
+        self._heights: dict[QNode, int] = {}
         cohort_specs = {c.name: c for c in cohorts}
         for spec in cohort_specs.values():
             node = QNode(spec.name, is_cq=False, weight=spec.fair_weight)
@@ -178,7 +179,8 @@ class QuotaTree:
     @staticmethod
     def within_nominal(node: QNode, frs: Iterable[FR]) -> bool:
         """Usage within the subtree quota for every ``fr`` (Kueue ``IsWithinNominalInResources``)."""
-        return all(node.usage.get(fr, 0) <= node.subtree.get(fr, 0) for fr in frs)
+        usage, subtree = node.usage, node.subtree
+        return all(usage.get(fr, 0) <= subtree.get(fr, 0) for fr in frs)
 
     def fit_in_quota(self, node: QNode, requests: dict[FR, int]) -> tuple[bool, dict[FR, int]]:
         """Kueue ``QuantitiesFitInQuota``: do the requests fit the node's subtree quota, and what is left over
@@ -191,14 +193,17 @@ class QuotaTree:
             remaining[fr] = max(0, v - self.local_available(node, fr))
         return fits, remaining
 
-    @staticmethod
-    def height(node: QNode) -> int:
-        """Height of a cohort in the tree (a cohort with only ClusterQueues has height 1)."""
-        best = min(sum(1 for _ in node.children), 1)
-        for child in node.children:
-            if not child.is_cq:
-                best = max(best, QuotaTree.height(child) + 1)
-        return best
+    def height(self, node: QNode) -> int:
+        """Height of a cohort in the tree (a cohort with only ClusterQueues has height 1); the tree is fixed, so
+        heights are computed once."""
+        cached = self._heights.get(node)
+        if cached is None:
+            cached = min(len(node.children), 1)
+            for child in node.children:
+                if not child.is_cq:
+                    cached = max(cached, self.height(child) + 1)
+            self._heights[node] = cached
+        return cached
 
     def borrow_height(self, node: QNode, fr: FR, val: int) -> tuple[int, bool]:
         """Kueue ``FindHeightOfLowestSubtreeThatFits``: how far up the tree ``val`` more must borrow (0 = not
