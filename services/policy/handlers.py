@@ -7,6 +7,8 @@ by the submitter) must be a member of the workspace; the priority class must be 
 
 from __future__ import annotations
 
+import posixpath
+
 import msgspec
 
 from taugrid.bus.connection import Bus
@@ -69,6 +71,7 @@ class Policy:
                 source_object=acc.source_object,
                 source_digest=acc.source_digest,
                 user=acc.user,
+                project_subdir=posixpath.dirname(acc.config_path),
             )
         except ConfigError as err:
             await self._reject(ev, issues_of(err), message=str(err))

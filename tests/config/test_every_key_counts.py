@@ -256,6 +256,13 @@ def test_working_dir_excludes_shape_the_snapshot(tmp_path: Path) -> None:
     assert snapshot(tmp_path)[1] != snapshot(tmp_path, extra_excludes=["data/"])[1]
 
 
+def test_mig_slices_and_devices_need_quota_of_their_own() -> None:
+    """A queue with no quota for a MIG profile or a device can never admit the run: refused naming the key."""
+    mig = outcome(_merge(JOB, {"compute": {"gpus": 1, "mig_profile": "3g.40gb"}}))
+    rdma = outcome(_merge(JOB, {"runtime": {"devices": {"rdma/other": 1}}}))
+    assert (mig[:2], rdma[:2]) == (("refused", ["compute.mig_profile"]), ("refused", ["runtime.devices.rdma/other"]))
+
+
 def test_honoured_keys_reach_the_manifests_as_kubernetes_expects() -> None:
     """Spot checks of the new mechanisms: MIG resource, TAS annotation, priority class, run-as ids, mounts,
     asset init container, Tune env."""

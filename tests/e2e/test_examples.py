@@ -64,3 +64,24 @@ def test_torchrun_example_trains_on_two_cpu_processes(stack: Stack) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     logs = stack.tau("logs", proc.stdout.splitlines()[0].strip(), check=True).stdout
     assert "done: world 2, weights [2.0, -3.0]" in logs
+
+
+def test_a_taugrid_managed_manifest_runs_its_script_beside_the_folder(stack: Stack, tmp_path: Path) -> None:
+    """A managed workflow manifest (schema_version, no engine) whose entrypoint is a script beside its folder, as
+    TauGrid's AKS CPU quickstart writes it: the client ships the folder holding both (inside the repository), the
+    script runs from the config's folder with the manifest's env list, and the unknown key is only a warning."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "shared").mkdir()
+    (repo / "shared" / "train.py").write_text(
+        "import os, pathlib\nprint(os.environ['GREETING'], 'from', pathlib.Path.cwd().name)\n")
+    (repo / "quickstart").mkdir()
+    (repo / "quickstart" / "tau.yaml").write_text(
+        "schema_version: 1\nname: managed-beside\nrun: {entrypoint: ../shared/train.py, workload_kind: job}\n"
+        "resource_naming: {prefix: tau}\ncompute: {gpus: 0, cpus: 1, memory: 512Mi}\n"
+        "runtime:\n  env:\n    - name: GREETING\n      value: hello\nscheduling: {node_selector: {a: b}}\n")
+    proc = stack.tau("run", str(repo / "quickstart"), "--follow", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "unknown config key 'scheduling'" in proc.stderr and "did you mean 'policy'?" in proc.stderr
+    logs = stack.tau("logs", proc.stdout.splitlines()[0].strip(), check=True).stdout
+    assert "hello from quickstart" in logs

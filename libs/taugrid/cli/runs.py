@@ -176,9 +176,12 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None, platform_file: P
             got = machine_platform_yaml(data_dir()), 0
         text, revision = got
     # The snapshot a real submission would ship (computed, not uploaded), so the manifests show its fetch.
-    _, digest = snapshot(path.parent.resolve(), extra_excludes=list(cfg.run.working_dir_excludes or []))
+    from taugrid.config.project import project_root
+
+    root, subdir = project_root(cfg, path.parent)
+    _, digest = snapshot(root, extra_excludes=list(cfg.run.working_dir_excludes or []))
     run_spec = _resolve(cfg, text, revision, purpose="dry-run", workspace=workspace,
-                        source_object=source_object(digest), source_digest=digest)
+                        source_object=source_object(digest), source_digest=digest, project_subdir=subdir)
     manifests = render(run_spec, attempt=1, settings=RenderSettings.from_env())
     for m in manifests:
         validate(m)
@@ -319,7 +322,7 @@ def _check_against_machine(cfg: TauConfig, why: str) -> str:
 
 
 def _resolve(cfg: TauConfig, platform_text: str, revision: int, *, purpose: str, workspace: str | None = None,
-             source_object: str = "", source_digest: str = "") -> Any:
+             source_object: str = "", source_digest: str = "", project_subdir: str = "") -> Any:
     """``cfg`` resolved against a platform's text as the policy service would (a ConfigError if it refuses)."""
     from taugrid.config.platform import load_platform
     from taugrid.config.resolve import resolve_run
@@ -327,7 +330,7 @@ def _resolve(cfg: TauConfig, platform_text: str, revision: int, *, purpose: str,
 
     return resolve_run(cfg, load_platform(platform_text), run_id=f"{cfg.name}-{purpose}", submission_id=purpose,
                        workspace=workspace, platform_revision=revision, config_hash=config_hash(cfg),
-                       source_object=source_object, source_digest=source_digest)
+                       source_object=source_object, source_digest=source_digest, project_subdir=project_subdir)
 
 
 @run.command("schema", help="Print the tau.yaml JSON Schema (draft 2020-12).")

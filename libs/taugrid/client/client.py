@@ -21,7 +21,7 @@ from taugrid.bus.replay import ReplayCursor
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import load_platform
-from taugrid.config.project import check_project
+from taugrid.config.project import check_project, project_root
 from taugrid.config.source import raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
@@ -75,14 +75,16 @@ class Client:
         sid = submission_id or new_submission_id()
         run_id = new_run_id(cfg.name or "", sid)  # no name: "run-<hex>"
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
-        data, digest = snapshot(config_path.parent.resolve(), extra_excludes=excludes)
+        root, subdir = project_root(cfg, config_path.parent)
+        data, digest = snapshot(root, extra_excludes=excludes)
         name = source_object(digest)
         await snapshots.upload(self.bus, name, data)  # skipped only when the stored object verifies
         python, python_source = submitting_python(config_path.parent.resolve())
         req = SubmitRequested(
             submission_id=sid,
             config_text=text,
-            config_path=config_path.name,
+            # the config's folder inside the snapshot: policy runs the entrypoint from there
+            config_path=f"{subdir}/{config_path.name}" if subdir else config_path.name,
             workspace=ws,
             source_object=name,
             source_digest=digest,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from taugrid.config.source import make_issue, suggest
+from taugrid.config.source import make_issue, raise_issues, suggest
 from taugrid.config.taujob import TauConfig
 from taugrid.core.classify import CRASH_HINT, covers
 
@@ -55,6 +55,31 @@ def check_project(cfg: TauConfig, project_dir: Path) -> list[dict[str, object]]:
     issue = make_issue(".".join(key), message, fix, file=cfg.source_path, lines={})
     issue["line"] = cfg.line(*key)
     return [issue]
+
+
+def project_root(cfg: TauConfig, config_dir: Path) -> tuple[Path, str]:
+    """The folder shipped as the project, and the config's folder inside it (posix, "" when the same).
+
+    The config's folder, unless a managed manifest's entrypoint names a script beside it
+    (``../shared/train.py``): then the folder holding both, which must lie inside the same git work tree (a
+    snapshot never climbs out of the repository). Raises ``ConfigError`` naming the entrypoint otherwise."""
+    from taugrid.config.taurules import entrypoint_escape
+
+    config_dir = config_dir.resolve()
+    depth = entrypoint_escape(cfg)
+    if depth <= 0 or not cfg.managed:
+        return config_dir, ""
+    root = config_dir.parents[depth - 1] if depth <= len(config_dir.parents) else None
+    repo = next((d for d in [config_dir, *config_dir.parents] if (d / ".git").exists()), None)
+    if root is None or repo is None or not (root == repo or repo in root.parents):
+        key = next((k for k in _ENTRYPOINT_KEYS if cfg.written(*k)), ("entrypoint",))
+        issue = make_issue(".".join(key), f"{cfg.entrypoint!r} leaves {config_dir} beyond its git repository",
+                           "keep the script inside the repository that holds tau.yaml", file=cfg.source_path,
+                           lines={})
+        issue["line"] = cfg.line(*key)
+        raise_issues([issue])
+        raise AssertionError("unreachable")
+    return root, config_dir.relative_to(root).as_posix()
 
 
 def advice(cfg: TauConfig) -> list[str]:

@@ -23,7 +23,7 @@ from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
 from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
-from taugrid.config.taurules import check_rules
+from taugrid.config.taurules import check_rules, entrypoint_escape
 from taugrid.core.contracts import Resilience, ResolvedRun, Resources
 from taugrid.core.ids import is_run_id
 from taugrid.core.quantity import format_cpu, format_memory, parse_cpu, parse_memory
@@ -65,7 +65,10 @@ def resolve_run(
     source_object: str = "",
     source_digest: str = "",
     user: str = "",
+    project_subdir: str = "",
 ) -> ResolvedRun:
+    """``project_subdir``: the config's folder inside the shipped project ("" when the project is that folder;
+    the client ships a parent when a managed manifest names a script beside its folder)."""
     issues = _Issues(cfg)
     issues.items.extend(check_rules(cfg))  # a config built without load_tau_config gets the same checks
     if not cfg.name or not cfg.entrypoint or not cfg.engine:
@@ -118,6 +121,7 @@ def resolve_run(
         )
     deadline = _deadline(cfg, ws, issues)
     head = _head(cfg)
+    working_dir = _working_dir(cfg, project_subdir, issues)
     launcher, command, nproc = build_command(cfg, requests.gpu, issues.add)
     raise_issues(issues.items)
     return ResolvedRun(
@@ -134,7 +138,7 @@ def resolve_run(
         image=image,
         env=dict(cfg.runtime.env),
         env_secret=dict(cfg.runtime.env_secret),
-        working_dir=(cfg.runtime.working_dir if cfg.engine == "job" else cfg.run.working_dir) or "",
+        working_dir=working_dir,
         local_queue=local_queue,
         cluster_queue=cluster_queue,
         priority_class=priority_class,
@@ -351,9 +355,15 @@ def _capacity(
     pool = [
         q for q in platform.cluster_queues if q is cq or (root and platform.cohort_root(q.cohort) == root)
     ]
-    need = {"cpu": req.cpu * pods, "memory": float(req.memory * pods), GPU_RESOURCE: float(total_gpus)}
+    # MIG slices and extra devices are resources of their own: a queue without quota for them never admits
+    gpu_resource = f"nvidia.com/mig-{cfg.compute.mig_profile}" if cfg.compute.mig_profile else GPU_RESOURCE
+    if gpu_resource != GPU_RESOURCE:
+        gpu_field = ("compute", "mig_profile")
+    need = {"cpu": req.cpu * pods, "memory": float(req.memory * pods), gpu_resource: float(total_gpus)}
+    need.update({name: float(count * pods) for name, count in cfg.runtime.devices.items()})
     prefix = "worker_" if ray else ""
-    fields = {GPU_RESOURCE: gpu_field}
+    fields: dict[str, tuple[str, ...]] = {gpu_resource: gpu_field}
+    fields.update({name: ("runtime", "devices", name) for name in cfg.runtime.devices})
     for resource in ("cpu", "memory"):
         key = f"{prefix}{resource}_request"
         fields[resource] = (
@@ -435,6 +445,25 @@ def _node_selector(cfg: TauConfig, profile: ComputeProfile | None, issues: _Issu
             )
         merged[key] = value
     return merged
+
+
+def _working_dir(cfg: TauConfig, subdir: str, issues: _Issues) -> str:
+    """The run's working directory: the engine's key, inside the config's folder of the shipped project."""
+    wd = (cfg.runtime.working_dir if cfg.engine == "job" else cfg.run.working_dir) or ""
+    sub = posixpath.normpath(subdir) if subdir else ""
+    if sub in ("", "."):
+        sub = ""
+    if sub.startswith(("/", "..")) or "\\" in sub:
+        issues.add(("entrypoint",), f"the config's folder {subdir!r} is not inside the shipped project",
+                   "submit with tau run, which ships the folder holding tau.yaml")
+        return wd
+    depth = entrypoint_escape(cfg)
+    if depth > (len(sub.split("/")) if sub else 0):
+        issues.add(("entrypoint",), f"{cfg.entrypoint!r} is outside the project snapshot",
+                   "copy the script into the project folder and name it relatively")
+    if not sub or (wd.startswith("/") and cfg.engine == "job"):
+        return wd
+    return posixpath.normpath(posixpath.join(sub, wd)) if wd else sub
 
 
 def _head(cfg: TauConfig) -> tuple[Resources | None, Resources | None]:

@@ -6,6 +6,7 @@ the fix, so a researcher fixes the whole file in one pass.
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 import shlex
@@ -343,6 +344,21 @@ def _escapes(path: str) -> bool:
     return normal == ".." or normal.startswith("../")
 
 
+def escape_depth(path: str) -> int:
+    """How many folders above its start a relative path reaches (0: inside); -1 for an absolute one."""
+    if path.startswith(("/", "~")) or "\\" in path:
+        return -1
+    normal = posixpath.normpath(path).split("/")
+    return len(list(itertools.takewhile(lambda part: part == "..", normal)))
+
+
+def entrypoint_escape(cfg: TauConfig) -> int:
+    """The deepest escape of the entrypoint's file words (0 when none leaves the config's folder)."""
+    if not cfg.entrypoint or cfg.run.source is not None:
+        return 0
+    return max([0, *(escape_depth(w) for w in _program_paths(cfg.entrypoint))])
+
+
 def _program_paths(entrypoint: str) -> list[str]:
     """The words of an entrypoint that name what runs: the program, and an interpreter's script."""
     try:
@@ -365,7 +381,9 @@ def _paths(cfg: TauConfig, add: Any) -> None:
     if cfg.entrypoint and cfg.run.source is None:
         key = next((k for k in _ENTRYPOINT_KEYS if cfg.written(*k)), ("entrypoint",))
         for word in _program_paths(cfg.entrypoint):
-            if _escapes(word):
+            # A managed manifest may name a script beside its folder (TauGrid's CPU quickstart does): the client
+            # then ships the folder that holds both (config/project.project_root), and policy checks the result.
+            if _escapes(word) and not (cfg.managed and escape_depth(word) > 0):
                 add(
                     key,
                     f"{word!r} is outside the project snapshot: an entrypoint runs a file of the project "
