@@ -11,6 +11,7 @@ sample is the system's, and the moments samples are taken are the test's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import kmock
 import msgspec
 import pytest
 
@@ -33,21 +35,32 @@ from taugrid.health.monitor import HealthMonitor
 from taugrid.health.probe import DeclaredProbe, NvmlProbe
 from taugrid.health.rules import Policy
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeValidation
+from taugrid.kube.apply import KubeBackend
+from taugrid.kube.backend import KubernetesBackend
+from taugrid.kube.client import KubeApi, make_api_client, resource_for
+from taugrid.kube.nodes import NodeActuator
+from taugrid.kube.watch import MANAGED_SELECTOR
 from taugrid.local.backend import LocalBackend
 from taugrid.local.controller import LocalCluster
+from taugrid.render.source import RenderSettings
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
+from taugrid_services.health_monitor.__main__ import actuate
+from taugrid_services.kube_bridge.bridge import Bridge
 from taugrid_services.policy.handlers import Policy as PolicyService
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
 from tests.health.test_probe import fake_nvml
 from tests.inprocess import private_server, service_bus
+from tests.kube.cluster import EmulatedCluster
+from tests.kube.conftest import FakeKube, _with_status
+from tests.kube.test_nodes import add_node
 from tests.local.test_pool import POOL_PLATFORM
 
 SCRIPT = (
     "import os, signal, sys, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM: stopping', flush=True), sys.exit(143)))\n"
-    "print('attempt', os.environ['TAU_RETRY_ATTEMPT'], 'on', os.environ['TAU_NODE_NAME'], flush=True)\n"
+    "print('attempt', os.environ['TAU_RETRY_ATTEMPT'], flush=True)\n"
     "time.sleep(120 if os.environ['TAU_RETRY_ATTEMPT'] == '1' else 0.5)\n"
 )
 TAU_YAML = (f"name: chain\nentrypoint: python3\nargs: ['-c', {json.dumps(SCRIPT)}]\ncompute: {{gpus: 1}}\n"
@@ -92,15 +105,29 @@ class StandInGpu:
 
 @pytest.fixture
 async def chain(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    async with private_server(tmp_path, name="chain") as (url, bus):
+    async with running_chain(tmp_path, "local") as c:
+        yield c
+
+
+@pytest.fixture
+async def kube_chain(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    async with running_chain(tmp_path, "kubernetes") as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str, Any]]:
+    """The services of the chain on a private server, with the local pool or the emulated cluster of two Nodes."""
+    async with private_server(tmp_path, name=f"chain-{backend}") as (url, bus):
         await platformstore.put_text(bus, POOL_PLATFORM.replace("output_root: /tmp", f"output_root: {tmp_path}/out"))
         bus.seed = identity.new_user_seed()
         await platformstore.put_local_user(bus, platformstore.LocalUser("tester", identity.public_key(bus.seed)))
         names = ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
-                 "health-monitor", "node-agent")
+                 "health-monitor", "node-agent", "kube-bridge")
         svc = {n: await service_bus(url, n) for n in names}
         tasks: list[asyncio.Task[Any]] = []
         loops: list[ConsumerLoop] = []
+        stopping = asyncio.Event()
 
         def consume(stream: str, durable: str, handler: Any, service: str) -> ConsumerLoop:
             loop = ConsumerLoop(svc[service], stream=stream, durable=durable, handler=handler, fetch_timeout=0.2)
@@ -112,24 +139,10 @@ async def chain(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         consume("RUNS", "submitter", sub.on_requested, "submitter")
         consume("RUNS", "runstate", sub.on_any, "submitter")
         consume("RUNS", "policy", PolicyService(svc["policy"]).on_accepted, "policy")
-        consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event, "renderer")
         consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
         consume("RUNS", "recovery", Recovery(svc["recovery"], settle_s=10).on_event, "recovery")
-        cluster = LocalCluster(svc["local-cluster"], data_dir=tmp_path, node="machine",
-                               capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0, drain_grace_s=5)
-        await cluster.load()
-        consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
-        consume("NODES", "local-cluster-nodes", cluster.on_node, "local-cluster")
         monitor = HealthMonitor(svc["health-monitor"], policy=Policy(clean_samples_to_release=2, repair_retry_s=30))
         health = consume("NODES", "health-monitor", monitor.handle, "health-monitor")
-        stopping = asyncio.Event()
-
-        async def ticks() -> None:
-            while not stopping.is_set():
-                await cluster.tick()
-                await asyncio.sleep(0.1)
-
-        tasks.append(asyncio.create_task(ticks()))
         kmsg_path = tmp_path / "kmsg"
         kmsg_path.touch()
         gpu = StandInGpu(kmsg_path)
@@ -146,18 +159,75 @@ async def chain(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
             while health.handled == before and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
 
-        try:
-            yield {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick, "tmp": tmp_path}
-        finally:
-            stopping.set()
-            for loop in loops:
-                loop.stopping.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await cluster.kubelet.close()
-            for b in svc.values():
-                await b.close()
+        async with contextlib.AsyncExitStack() as stack:
+            out: dict[str, Any] = {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick}
+            if backend == "local":
+                cluster = LocalCluster(svc["local-cluster"], data_dir=tmp_path, node="machine",
+                                       capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0, drain_grace_s=5)
+                await cluster.load()
+                stack.push_async_callback(cluster.kubelet.close)
+                consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
+                        "renderer")
+                consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
+                consume("NODES", "local-cluster-nodes", cluster.on_node, "local-cluster")
+
+                async def ticks() -> None:
+                    while not stopping.is_set():
+                        await cluster.tick()
+                        await asyncio.sleep(0.1)
+
+                tasks.append(asyncio.create_task(ticks()))
+
+                async def lines(run_id: str, attempt: int) -> list[str]:
+                    return await _log_lines(bus, run_id, attempt)
+            else:
+                fake = FakeKube()
+                handler = await stack.enter_async_context(kmock.RawHandler())
+                server = await stack.enter_async_context(kmock.Server(handler))
+                handler << (lambda req: _with_status(fake.handle(req)))
+                api_client = await make_api_client(host=str(server.url).rstrip("/"))
+                stack.push_async_callback(api_client.close)
+                for name in ("gpu-a", "gpu-b"):
+                    add_node(fake, name)
+                consume("RUNS", "renderer", Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client), "kc"),
+                                                     settings=RenderSettings(nats_url=url)).on_event, "renderer")
+                actuator = NodeActuator(KubeApi(api_client, retry_cap_s=0.01))
+                consume("NODES", "health-actuator", actuate(svc["health-monitor"], actuator, grace_s=5),
+                        "health-monitor")
+                bridge = Bridge(svc["kube-bridge"], KubeApi(api_client), cluster="kc", holder="chain",
+                                resources=[(resource_for("Workload"), None), (resource_for("Job"), MANAGED_SELECTOR),
+                                           (resource_for("Pod"), MANAGED_SELECTOR)],
+                                lease_ttl_s=3.0, checkpoint_every_s=0.2, backoff_max_s=0.3)
+                tasks.append(asyncio.create_task(bridge.run(stopping)))
+                emulated = EmulatedCluster(fake, str(server.url), tmp_path / "cluster", bus=bus,
+                                           nodes=["gpu-a", "gpu-b"])
+                await emulated.start()
+                stack.push_async_callback(emulated.stop)
+                out["fake"] = fake
+
+                async def lines(run_id: str, attempt: int) -> list[str]:
+                    """The pod's own log file on the emulated node (a deleted pod's stream is not shipped)."""
+                    got: list[str] = []
+                    for name in sorted(emulated.kubelet.handles):
+                        if name.startswith(f"{run_id}-a{attempt}-"):
+                            got += [ln.text for ln in emulated.kubelet.read_log(name, "main", final=True)[0]]
+                    return got
+
+            async def printed(run_id: str, attempt: int, text: str) -> bool:
+                return text in await lines(run_id, attempt)
+
+            out["lines"], out["printed"] = lines, printed
+            try:
+                yield out
+            finally:
+                stopping.set()
+                for loop in loops:
+                    loop.stopping.set()
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        for b in svc.values():
+            await b.close()
 
 
 async def wait_for(check: Callable[[], Any], what: str, timeout: float = 40) -> Any:
@@ -185,18 +255,32 @@ async def history(bus: Bus, run_id: str, node: str) -> list[tuple[float, str, di
 
 
 async def test_a_gpu_fault_moves_the_run_to_a_healthy_node_and_the_node_back_after_repair(
-        chain: dict[str, Any], tmp_path: Path) -> None:
+        chain: dict[str, Any]) -> None:
+    await the_chain(chain)
+
+
+async def test_the_same_chain_on_the_emulated_kubernetes_cluster(kube_chain: dict[str, Any]) -> None:
+    """Cordon, taint and drain by eviction through the health-actuator on Node objects over HTTP; the emulated
+    scheduler keeps new pods off the cordoned node; the evicted pod stops within the eviction's grace period."""
+    await the_chain(kube_chain)
+    fake = kube_chain["fake"]
+    assert [e["name"].split("-a1-")[0] for e in fake.evictions] == [kube_chain["run_id"]]
+    assert not (fake.objects[(("", "v1", "nodes"), None, "gpu-a")]["spec"].get("unschedulable"))  # uncordoned
+
+
+async def the_chain(chain: dict[str, Any]) -> None:
     bus, client, gpu, tick = chain["bus"], chain["client"], chain["gpu"], chain["tick"]
     await tick("gpu-a")
     await tick("gpu-b")
     run_id = await client.submit_text(TAU_YAML, name="chain")
+    chain["run_id"] = run_id
 
     async def running_on_a() -> bool:
         evs = [e async for e in client.events(run_id=run_id)]
         return any(e.type == "exec.running" and e.as_dict().get("node") == "gpu-a" for e in evs)
 
     await wait_for(running_on_a, "attempt 1 running on gpu-a")
-    await wait_for(lambda: _logs_have(bus, run_id, 1, "attempt 1 on gpu-a"), "attempt 1 printing")
+    await wait_for(lambda: chain["printed"](run_id, 1, "attempt 1"), "attempt 1 printing")
     gpu.fault()
     await tick("gpu-a")  # XID 79 (NVML event and kernel log) + uncorrectable ECC in one sample
 
@@ -242,9 +326,8 @@ async def test_a_gpu_fault_moves_the_run_to_a_healthy_node_and_the_node_back_aft
     validation = msgspec.convert(events[validated][2], NodeValidation)
     assert validation.ok and "active check: stand-in burn and memory check passed on GPU(s) [0]" in validation.detail
     assert gpu.burns == [[0]]
-    lines = await _log_lines(bus, run_id, 1)
-    assert lines == ["attempt 1 on gpu-a", "SIGTERM: stopping"]  # the grace period let it stop itself
-    assert await _log_lines(bus, run_id, 2) == ["attempt 2 on gpu-b"]
+    assert await chain["lines"](run_id, 1) == ["attempt 1", "SIGTERM: stopping"]  # it had its grace period
+    assert await chain["lines"](run_id, 2) == ["attempt 2"]
 
 
 async def _log_lines(bus: Bus, run_id: str, attempt: int) -> list[str]:
@@ -254,5 +337,3 @@ async def _log_lines(bus: Bus, run_id: str, attempt: int) -> list[str]:
     return lines
 
 
-async def _logs_have(bus: Bus, run_id: str, attempt: int, text: str) -> bool:
-    return text in await _log_lines(bus, run_id, attempt)

@@ -53,6 +53,7 @@ from typing import Any
 import aiohttp
 
 from taugrid.bus import Bus, runstate
+from taugrid.local.controller import excluded_nodes
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.rendezvous import local_command
 from taugrid.ports import free_port
@@ -60,7 +61,7 @@ from tests.kube.conftest import FakeKube
 
 log = logging.getLogger("tests.kube.cluster")
 
-JOBS, PODS = ("batch", "v1", "jobs"), ("", "v1", "pods")
+JOBS, PODS, NODES = ("batch", "v1", "jobs"), ("", "v1", "pods"), ("", "v1", "nodes")
 RAYJOBS = ("ray.io", "v1", "rayjobs")
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 SECRETS, CONFIGMAPS = ("", "v1", "secrets"), ("", "v1", "configmaps")
@@ -84,8 +85,12 @@ class EmulatedCluster:
     status goes over HTTP, as a kubelet's does); ``bus``: to pace transitions on run events (None: no pacing)."""
 
     def __init__(self, fake: FakeKube, base_url: str, root: Path, *, bus: Bus | None = None,
-                 poll_s: float = 0.05) -> None:
+                 poll_s: float = 0.05, nodes: list[str] | None = None) -> None:
+        """``nodes``: schedule pods onto these Node objects (in order: the first that is not cordoned —
+        ``spec.unschedulable`` or an untolerated NoSchedule taint — and not excluded by the pod's required
+        ``kubernetes.io/hostname NotIn`` affinity; a pod with none waits); None: every pod on ``node-1``."""
         self.fake, self.base_url, self.bus, self.poll_s = fake, base_url.rstrip("/"), bus, poll_s
+        self.nodes = nodes
         self.root = root
         self.kubelet = Kubelet(root / "kubelet", resolve_secret=self._secret, resolve_config_map=self._config_map,
                                claims_dir=root / "claims", base_env=image_env(), poll_s=0.1)
@@ -231,6 +236,8 @@ class EmulatedCluster:
 
         self._write(lambda: self.fake.modify(res, ns, name, unsuspend))
         pods = self._pods(job, owner)
+        for pod in pods:
+            pod["spec"]["nodeName"] = await self._schedule(pod["spec"])
         finals: dict[str, asyncio.Future[dict[str, Any]]] = {}
         for pod in pods:
             created = self._write(lambda pod=pod: self.fake.put(PODS, pod))
@@ -314,19 +321,47 @@ class EmulatedCluster:
             "metadata": {"name": name, "namespace": ns, "ownerReferences": [owner],
                          "labels": {**(meta.get("labels") or {}), **labels},
                          "annotations": dict(meta.get("annotations") or {})},
-            "spec": {**copy.deepcopy(tmpl["spec"]), "nodeName": "node-1"},
+            "spec": {**copy.deepcopy(tmpl["spec"]), "nodeName": ""},
             "status": {"phase": "Pending"},
         }
+
+    async def _schedule(self, spec: dict[str, Any]) -> str:
+        """The scheduler's part, for a list of nodes: a node that takes new pods and that the pod may use."""
+        if self.nodes is None:
+            return "node-1"
+        excluded = set(excluded_nodes(spec))
+        while True:
+            for name in self.nodes:
+                node = self.fake.objects.get((NODES, None, name))
+                if node is None or name in excluded:
+                    continue
+                nspec = node.get("spec") or {}
+                tolerated = {t.get("key") for t in spec.get("tolerations") or []}
+                if nspec.get("unschedulable") or any(t.get("effect") in ("NoSchedule", "NoExecute")
+                                                     and t.get("key") not in tolerated
+                                                     and t.get("key") != "nvidia.com/gpu"
+                                                     for t in nspec.get("taints") or []):
+                    continue
+                return name
+            await asyncio.sleep(self.poll_s)
 
     async def _follow(self, res: tuple[str, str, str], ns: str, name: str, wl_name: str, job: dict[str, Any],
                       pods: list[dict[str, Any]], finals: dict[str, asyncio.Future[dict[str, Any]]],
                       run_id: str, attempt: int, start: str) -> None:
         """Until the Job (or the RayJob's head) has finished, or the Job was deleted (garbage collection)."""
         names = [p["metadata"]["name"] for p in pods]
+        evicted: set[str] = set()
         decisive = names[:1] if job["kind"] == "RayJob" else names  # the head decides a RayJob
         while True:
             if not self._exists(res, ns, name):
                 return await self._collect(ns, wl_name, names)
+            for n in names:  # evicted (a drain): the kubelet stops it within the eviction's grace period
+                if not finals[n].done() and (PODS, ns, n) not in self.fake.objects and n not in evicted:
+                    evicted.add(n)
+                    grace = next((float(((e.get("body") or {}).get("deleteOptions") or {}).get(
+                        "gracePeriodSeconds", 30)) for e in reversed(self.fake.evictions) if e["name"] == n), None)
+                    if grace is not None:
+                        await self.kubelet.stop(n, grace_s=grace, reason="Evicted")
             done = {n: finals[n].result() for n in decisive if finals[n].done()}
             failed = [n for n, s in done.items() if s.get("phase") == "Failed"]
             if failed or len(done) == len(decisive):
