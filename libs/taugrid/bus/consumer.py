@@ -4,9 +4,11 @@ One durable pull consumer per service; replicas bind to the same durable and the
 one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
 stream order (each waits for the previous one of its key), different runs concurrently. Fetching is pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
-one slow run never holds the others back. Outcome → verb: return → ack; ``PermanentError`` or a payload that does
-not decode (``msgspec.DecodeError``: it never will) → copy to DLQ, then term; ``TemporaryError`` → nak with its
-delay, doubled per delivery; any other exception → nak with backoff (the server's max-deliver advisory then
+one slow run never holds the others back. Every verb is confirmed by the server (sent as a request, again until
+answered: ``_settle``), so one sent while a server restarts or a cluster elects a new leader is not lost.
+Outcome → verb: return → ack; ``PermanentError`` or a payload that does not decode (``msgspec.DecodeError``: it
+never will) → copy to DLQ, then term; ``TemporaryError`` → nak with its delay, doubled per delivery; any other
+exception → nak with backoff (the server's max-deliver advisory then
 lands in the DLQ stream).
 
 Before a handler sees an event, its ``ce-source`` is checked against ``sources.SERVICE_PUBLISH``: an event
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +41,14 @@ from taugrid.core.errors import PermanentError, TemporaryError
 log = logging.getLogger("taugrid.consumer")
 
 Handler = Callable[[Event], Awaitable[None]]
+ACK, TERM = b"+ACK", b"+TERM"
+SETTLE_S = 30.0  # how long an ack, nak or term is sent again until the server confirms it
+SETTLE_WAIT_S = 2.0  # how long one try waits for the confirmation
+
+
+def nak(delay: float) -> bytes:
+    """A nak asking for redelivery after ``delay`` seconds (the server reads nanoseconds)."""
+    return b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
 
 
 async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
@@ -134,7 +145,7 @@ class ConsumerLoop:
             if problem is not None:
                 log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
                 await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
-                await self._safe(msg.term())
+                await self._settle(msg, TERM)
                 metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
                 outcome("refused")
                 return
@@ -149,7 +160,7 @@ class ConsumerLoop:
             log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, msg.subject, meta.sequence.stream,
                       error)
             await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=error))
-            await self._safe(msg.term())
+            await self._settle(msg, TERM)
             metrics.DEAD_LETTERS.labels(self.durable, "permanent" if isinstance(exc, PermanentError)
                                         else "undecodable").inc()
             outcome("dead_letter")
@@ -160,18 +171,40 @@ class ConsumerLoop:
             delay = min(30.0, max(exc.delay, exc.delay * 2 ** (meta.num_delivered - 1)))
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
                      delay, exc)
-            await self._safe(msg.nak(delay=delay))
+            await self._settle(msg, nak(delay))
             outcome("retry")
         except Exception as exc:  # unknown: never treated as a run failure, never retried hot
             delay = min(30.0, 0.5 * 2 ** min(meta.num_delivered, 6))
             log.exception("%s: handler error on %s seq=%s (delivery %s); retry in %.1fs: %r", self.durable,
                           msg.subject, meta.sequence.stream, meta.num_delivered, delay, exc)
-            await self._safe(msg.nak(delay=delay))
+            await self._settle(msg, nak(delay))
             outcome("error")
         else:
             self.handled += 1
-            await self._safe(msg.ack())
+            await self._settle(msg, ACK)
             outcome("ack")
+
+    async def _settle(self, msg: Msg, verb: bytes) -> None:
+        """Ack, nak or term ``msg`` as a request, which the consumer's leader answers, and send it again until it
+        does (at most ``SETTLE_S``): a verb sent while a server restarts, or while a cluster elects the consumer's
+        new leader, is otherwise lost silently, and the message comes back only after ``ack_wait`` (60 s). Sent
+        twice, a verb is harmless (an ack of an acked message, a nak of one already redelivered, are ignored)."""
+        deadline = time.monotonic() + SETTLE_S
+        pause = 0.2
+        while True:
+            try:
+                await self.bus.nc.request(msg.reply, verb, timeout=SETTLE_WAIT_S)
+                return
+            except nats.errors.ConnectionClosedError:
+                return  # stopping: the server redelivers after ack_wait
+            except (nats.errors.Error, TimeoutError) as exc:
+                if time.monotonic() + pause >= deadline:
+                    log.warning("%s: %s for seq=%s unconfirmed after %.0fs (%r); it comes back after ack_wait",
+                                self.durable, verb.split(b" ")[0].decode(), msg.metadata.sequence.stream,
+                                SETTLE_S, exc)
+                    return
+            await asyncio.sleep(pause)
+            pause = min(2.0, pause * 2)
 
     @staticmethod
     async def _safe(aw: Awaitable[Any]) -> None:
