@@ -22,8 +22,10 @@ from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
+from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import BUCKET, LocalCluster
+from taugrid.local.podspec import secret_volumes_dir
 from taugrid.local.runtime import Preparing, Ready
 from taugrid.local.secrets import write_secret
 from taugrid.local.state import LocalWorkload
@@ -203,6 +205,30 @@ async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, 
     jobs = await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{name}.>")
     status = msgspec.json.decode(jobs[-1].data, type=WatchEvent).object["status"]
     assert status["failed"] == 1
+
+
+async def test_a_secret_volume_lives_in_memory_0600_and_goes_with_the_pod(
+        bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
+    rid = run_id()
+    name = f"{rid}-a1"
+    value = f"key-{uuid.uuid4().hex}"
+    write_secret(tmp_path / "secrets", "default", "ssh", {"id_ed25519": value})
+    script = ("import hashlib, os, stat; p = '/keys/id_ed25519'; "
+              "print(hashlib.sha256(open(p).read().encode()).hexdigest(), oct(stat.S_IMODE(os.stat(p).st_mode)))")
+    pod_spec = {"volumes": [{"name": "keys", "secret": {"secretName": "ssh"}}]}
+    container = main(["python3", "-c", script], volumeMounts=[{"name": "keys", "mountPath": "/keys"}])
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, container, **pod_spec)]))
+    await until_finished(cluster, name)
+    assert (await logs(bus, rid))[f"{name}-pod"][:1] == [f"{hashlib.sha256(value.encode()).hexdigest()} 0o600"]
+    pod_dir = tmp_path / "pods" / f"{name}-pod"
+    in_memory = secret_volumes_dir(pod_dir)
+    assert in_memory.is_relative_to(Path("/dev/shm"))  # this machine has one, as every Linux host does
+    assert (in_memory / "keys" / "id_ed25519").read_text() == value
+    assert oct(in_memory.stat().st_mode & 0o777) == "0o700"
+    assert [p for p in pod_dir.rglob("*") if p.is_file() and value.encode() in p.read_bytes()] == []
+    assert remove_finished_pods(tmp_path / "pods", rid) == [f"{name}-pod"]
+    assert not in_memory.exists() and not pod_dir.exists()
 
 
 async def test_a_secret_too_short_to_redact_fails_the_pod_naming_it(

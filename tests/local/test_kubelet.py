@@ -213,10 +213,10 @@ async def test_a_missing_secret_waits_as_create_container_config_error_until_it_
     assert seen[-1]["phase"] == "Pending"
     assert waiting == {"reason": "CreateContainerConfigError",
                        "message": 'containers[main].env[TOKEN].valueFrom.secretKeyRef: secret "late" not found'}
-    secrets[("team-a", "late")] = {"token": "now"}
+    secrets[("team-a", "late")] = {"token": "now-here"}  # 4+ bytes: shorter values cannot be redacted
     final = await asyncio.wait_for(handle.wait(), 20)
     assert final["phase"] == "Succeeded"
-    assert log_text(kubelet, "waits", "main") == ["now"]
+    assert log_text(kubelet, "waits", "main") == ["[REDACTED]"]  # its own secret, blanked in its log
 
 
 async def test_a_running_pod_is_readopted_by_a_new_kubelet_not_run_twice(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Removing a run's pod directories once its evidence is sealed: the project copy, the logs (already shipped to
-LOGS and sealed), the sealed spec, volumes. Outputs live under the workspace's output root and are kept.
+LOGS and sealed), the sealed spec, volumes, and its secret volumes in ``/dev/shm``. Outputs live under the
+workspace's output root and are kept.
 
 Only a directory whose ``pod.json`` names the run (label ``taugrid.io/run-id``) and whose shim reported it done
 is removed, so a pod that still stops (a cancel within its grace period) or another run's pod is left alone.
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+
+from taugrid.local.podspec import secret_volumes_dir
 
 
 def remove_finished_pods(pods_dir: Path, run_id: str) -> list[str]:
@@ -28,6 +31,9 @@ def remove_finished_pods(pods_dir: Path, run_id: str) -> list[str]:
         labels = (manifest.get("metadata") or {}).get("labels") or {}
         if labels.get("taugrid.io/run-id") != run_id or not state.get("done"):
             continue
+        secrets = secret_volumes_dir(pod_dir)
+        if not secrets.is_relative_to(pod_dir):
+            shutil.rmtree(secrets, ignore_errors=True)
         shutil.rmtree(pod_dir, ignore_errors=True)
         removed.append(pod_dir.name)
     return removed

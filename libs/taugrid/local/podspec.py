@@ -5,11 +5,13 @@ What a kubelet and a container runtime would do before starting a container, don
   and ``envFrom``; ``$(VAR)`` references expanded exactly as the kubelet expands them (:func:`expand`);
 - ``command``/``args`` expanded against the container's env;
 - volumes as host directories: ``emptyDir`` under the pod's directory, ``persistentVolumeClaim`` under a claims
-  directory shared by all pods (``<claims>/<namespace>/<claimName>``), ``hostPath`` as itself, ``configMap`` and
-  ``secret`` volumes as files. A container that writes to its ``mountPath`` must write into the host directory,
-  so every mount's path is rewritten where it appears as a path in ``workingDir``, ``command``, ``args`` and env
-  values (``/data/x``, ``--out=/data/x``, ``sh -c 'ls /data'``), not inside files or programs. ``emptyDir`` at
-  ``/dev/shm`` is the host's own. ``terminationMessagePath`` becomes ``<pod>/termination/<container>`` the same way.
+  directory shared by all pods (``<claims>/<namespace>/<claimName>``), ``hostPath`` as itself, ``configMap``
+  volumes as files, ``secret`` volumes as files (0600) in memory, under ``/dev/shm`` as the kubelet's tmpfs
+  (:func:`secret_volumes_dir`), never on disk. A container that writes to its ``mountPath`` must write into the
+  host directory, so every mount's path is rewritten where it appears as a path in ``workingDir``, ``command``,
+  ``args`` and env values (``/data/x``, ``--out=/data/x``, ``sh -c 'ls /data'``), not inside files or programs.
+  ``emptyDir`` at ``/dev/shm`` is the host's own. ``terminationMessagePath`` becomes
+  ``<pod>/termination/<container>`` the same way.
 - the image is ignored: the pod's ``work/`` directory stands in for the image's working directory (an absolute
   ``workingDir`` outside every volume is ``work/``; a relative one resolves under it); with the
   ``taugrid.io/container-engine`` annotation each command becomes ``<engine> run … <image> <command>`` with those
@@ -21,7 +23,9 @@ for missing config, as the kubelet reports it, else ``CreateContainerError``), n
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -148,7 +152,8 @@ def mounts_of(pod: Mapping[str, Any], container: Mapping[str, Any], *, pod_dir: 
         elif "hostPath" in vol:
             host = Path(str((vol["hostPath"] or {}).get("path") or "/"))
         elif "configMap" in vol or "secret" in vol:
-            host = pod_dir / "volumes" / str(vol["name"])
+            base = secret_volumes_dir(pod_dir) if "secret" in vol else pod_dir / "volumes"
+            host = base / str(vol["name"])
             _write_keys(vol, ns=ns, host=host, resolve_secret=resolve_secret,
                         resolve_config_map=resolve_config_map)
         else:
@@ -163,6 +168,19 @@ def mounts_of(pod: Mapping[str, Any], container: Mapping[str, Any], *, pod_dir: 
     return sorted(out, key=lambda pair: -len(pair[0]))
 
 
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def secret_volumes_dir(pod_dir: Path) -> Path:
+    """Where a pod's ``secret`` volumes live: a 0700 directory in RAM (``/dev/shm``, the kubelet mounts a tmpfs for
+    them) named by the pod directory, so a secret file never reaches a disk; the pod directory where the host has
+    no ``/dev/shm``. Removed with the pod directory (``cleanup.remove_finished_pods``)."""
+    if not SHARED_MEMORY.is_dir():
+        return pod_dir / "volumes"
+    key = hashlib.sha256(str(pod_dir.resolve()).encode()).hexdigest()[:24]
+    return SHARED_MEMORY / f"taugrid-secrets-{os.getuid()}" / key
+
+
 def _write_keys(vol: Mapping[str, Any], *, ns: str, host: Path, resolve_secret: Resolver,
                 resolve_config_map: Resolver) -> None:
     kind, src = ("secret", vol["secret"]) if "secret" in vol else ("configMap", vol["configMap"])
@@ -175,15 +193,21 @@ def _write_keys(vol: Mapping[str, Any], *, ns: str, host: Path, resolve_secret: 
         else:
             raise PodSpecError("CreateContainerConfigError", f"volume {vol.get('name')}: {kind} {name!r} not found")
     items = src.get("items") or [{"key": k, "path": k} for k in data]
-    host.mkdir(parents=True, exist_ok=True)
+    host.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if kind == "secret":
+        for d in (host.parent.parent, host.parent, host):
+            if d.is_relative_to(SHARED_MEMORY) and d != SHARED_MEMORY:
+                os.chmod(d, 0o700)
     for item in items:
         key = str(item.get("key"))
         if key not in data:
             raise PodSpecError("CreateContainerConfigError",
                                f"volume {vol.get('name')}: {kind} {name!r} has no key {key!r}")
         target = host / str(item.get("path") or key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(data[key])
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if kind == "secret" else 0o644)
+        with os.fdopen(fd, "w") as out:
+            out.write(data[key])
 
 
 def rewrite_paths(text: str, mounts: list[tuple[str, str]]) -> str:
