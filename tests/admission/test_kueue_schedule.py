@@ -30,8 +30,16 @@ UNMODELLED_GATES = {"MultiKueueOrchestratedPreemption": "MultiKueue orchestrated
                     "ElasticJobsViaWorkloadSlices": "elastic jobs (workload slices)"}
 
 
+# Cases whose expectation depends on something other than scheduling semantics.
+SPECIAL = {
+    "multiple preemptions within cq when fair sharing":
+        "relies on an undefaulted ClusterQueue: Go's test object leaves reclaimWithinCohort empty, which Kueue's "
+        "flavor assigner treats as not Never; the API server defaults it to Never, and so does the engine",
+}
+
+
 def out_of_scope(case: dict[str, Any]) -> str:
-    reasons = []
+    reasons = [SPECIAL[case["case"]]] if case["case"] in SPECIAL else []
     for u in case["unsupported"]:
         if u == "PodSet.SetMinimumCount":
             if (case.get("feature_gates") or {}).get("PartialAdmission") is not False:
@@ -137,6 +145,6 @@ def test_kueue_schedule_case(case: dict[str, Any]) -> None:
 
 def test_out_of_scope_cases_are_documented() -> None:
     doc = " ".join((Path(__file__).parents[2] / "docs" / "architecture.md").read_text().split())
-    assert len(CASES) == 65
+    assert len(CASES) == 65 + 22  # TestSchedule, TestScheduleForFairSharing
     missing = [name for name in OUT if name not in doc]
     assert missing == []

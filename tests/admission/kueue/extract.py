@@ -828,6 +828,7 @@ def main() -> None:
     pre += preemption_cases(show("pkg/scheduler/preemption/preemption_hierarchical_test.go"),
                             "TestHierarchicalPreemptions")
     sch = schedule_cases(show("pkg/scheduler/scheduler_test.go"))
+    sch += schedule_cases(show("pkg/scheduler/scheduler_fs_test.go"), "TestScheduleForFairSharing")
     fla = flavor_cases(show("pkg/scheduler/flavorassigner/flavorassigner_test.go"))
     fair = fair_cases(show("pkg/scheduler/preemption/preemption_fair_test.go"))
     for name, cases in (("preemption", pre), ("schedule", sch), ("flavors", fla), ("fair_preemption", fair)):

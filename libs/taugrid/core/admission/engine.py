@@ -385,7 +385,7 @@ class Engine:
             by_root.setdefault(self.tree.root(e[1].node), {})[e[1].spec.name] = e
         for root, heads in by_root.items():
             while heads:
-                pick = tournament(self.tree, root, heads, lambda e: e[2].usage,
+                pick = tournament(self.tree, root, heads, lambda e: e[1].node, lambda e: e[2].usage,
                                   lambda e: (-e[0].workload.priority, e[0].queue_ts))
                 assert pick is not None
                 del heads[pick[1].spec.name]

@@ -183,7 +183,8 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
         psa = PodSetAssignment(ps.name, ps.count, {}, {})
         covered: set[str] = set()
         for group in cq.resource_groups:
-            wanted = [r for r in group.covered_resources if r in req]
+            # A resource belongs to the first group covering it (Kueue ``RGByResource``).
+            wanted = [r for r in group.covered_resources if r in req and r not in psa.flavors]
             covered.update(group.covered_resources)
             if not wanted:
                 continue

@@ -22,12 +22,12 @@ a candidate; every victim uses a contested (flavor, resource).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
 from . import results as R
+from .fairshare import DrsKey, drs_key
 from .model import BorrowWithinCohortPolicy, ReclaimWithinCohort, ResourceFlavor, Workload
 from .placement import Alloc, Cluster
 from .preemption import Candidate, reclaim_allows, within_allows
@@ -254,9 +254,8 @@ class _FairOrdering:
             self.targets.setdefault(e.ws.cq, []).append(e)
         self.pruned: set[QNode] = set()
 
-    def drs(self, node: QNode) -> float:
-        from .fairshare import drs
-        return drs(self.tree, node, {})
+    def drs(self, node: QNode) -> DrsKey:
+        return drs_key(self.tree, node)
 
     def has(self, node: QNode) -> bool:
         return bool(self.targets.get(node.name))
@@ -280,9 +279,9 @@ class _FairOrdering:
 
     def _next(self, cohort: QNode) -> QNode | None:
         best_cq: QNode | None = None
-        best_cq_drs = -1.0
+        best_cq_drs: DrsKey = (False, -1.0)
         best_cohort: QNode | None = None
-        best_cohort_drs = -1.0
+        best_cohort_drs: DrsKey = (False, -1.0)
         for child in cohort.children:
             if child in self.pruned:
                 continue
@@ -314,7 +313,7 @@ class _FairOrdering:
             p = p.parent
         return a
 
-    def shares(self, target: QNode) -> tuple[float, float, QNode]:
+    def shares(self, target: QNode) -> tuple[DrsKey, DrsKey, QNode]:
         """(preemptor's new share, target's old share, the target's almost-LCA) at their least common ancestor."""
         lca = target.parent
         while lca is not None and lca not in self.ancestors:
@@ -389,7 +388,7 @@ def fair_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappi
                     break
                 continue
             new_share, old_share, alca = order.shares(target)
-            if math.isinf(new_share) and not math.isinf(old_share):
+            if new_share[0] and not old_share[0]:  # weight 0 and borrowing: no candidate can pass
                 while order.has(target):
                     retry.append(order.pop(target))
                 continue
@@ -409,7 +408,8 @@ def fair_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappi
             retry.sort(key=_order)
             order = _FairOrdering(tree, node, by_node, retry)
             for target in order:
-                new_share, old_share, _ = order.shares(target) if target is not node else (0.0, 0.0, node)
+                new_share, old_share, _ = order.shares(target) if target is not node else ((False, 0.0),
+                                                                                           (False, 0.0), node)
                 e = order.pop(target)
                 if new_share < old_share and take(e, R.IN_COHORT_FAIR_SHARING):
                     fits = True
@@ -433,9 +433,9 @@ def fair_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappi
     return list(reversed(kept))
 
 
-def _less_than_or_equal(preemptor_new: float, target_old: float, target_new: float) -> bool:
+def _less_than_or_equal(preemptor_new: DrsKey, target_old: DrsKey, target_new: DrsKey) -> bool:
     return preemptor_new <= target_new
 
 
-def _less_than(preemptor_new: float, target_old: float, target_new: float) -> bool:
+def _less_than(preemptor_new: DrsKey, target_old: DrsKey, target_new: DrsKey) -> bool:
     return preemptor_new < target_old
