@@ -1,6 +1,7 @@
 """``tau nodes``: each node the health monitor knows, its GPUs, health verdict and failing conditions, whether it
-is cordoned and why, and the runs on it (of the workspaces you may read). It reads two KV buckets, the health
-monitor's ``node_state`` and ``run_state``, the same on both backends."""
+is cordoned and why, its repair steps (the one asked, how many, the last outcome), and the runs on it (of the
+workspaces you may read). It reads two KV buckets, the health monitor's ``node_state`` and ``run_state``, the same
+on both backends."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def node_rows(states: list[Any], records: list[Any], now: float) -> list[dict[st
                     "cordoned": st.cordoned, "cordon_reason": st.cordon_reason,
                     "cordoned_for_s": round(now - st.cordon_time, 1) if st.cordoned and st.cordon_time else None,
                     "drained": st.drained, "conditions": failing, "last_validation": st.last_validation,
+                    "repair": {"wanted": st.repair_wanted, "steps": st.repairs, "last": st.last_repair},
                     "last_sample_age_s": round(now - st.last_sample, 1) if st.last_sample else None, "runs": runs})
     return out
 
@@ -54,3 +56,7 @@ async def nodes(output: str) -> None:
     for r in rows:
         if r["runs"]:
             click.echo(f"  {r['node']}: {', '.join(r['runs'])}")
+        repair = r["repair"]
+        if repair["wanted"] or repair["last"]:
+            doing = f"{repair['wanted']} asked; " if repair["wanted"] else ""
+            click.echo(f"  {r['node']} repair: {doing}{repair['steps']} step(s); last: {repair['last'] or '-'}")

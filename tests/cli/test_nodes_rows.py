@@ -1,0 +1,21 @@
+"""``tau nodes`` rows (pure): a drained node's repair steps are shown with the rest of its health."""
+
+from __future__ import annotations
+
+from taugrid.cli.nodes_cmd import node_rows
+from taugrid.core.states import RunRecord
+from taugrid.health.wire import ConditionState, NodeState
+
+
+def test_a_drained_node_shows_its_repair_and_the_runs_still_on_it() -> None:
+    st = NodeState(node="gpu-a", last_sample=99.0, expected_gpus=1, verdict="unhealthy", cordoned=True, drained=True,
+                   cordon_reason="XID 79", cordon_time=90.0, repairs=1, repair_wanted="node-reboot",
+                   last_repair="")
+    st.conditions["GpuXidError/0"] = ConditionState(type="GpuXidError", gpu=0, status="True", reason="Xid79",
+                                                    message="GPU 0: XID 79")
+    runs = [RunRecord(run_id="r1", workspace="w", state="running", node="gpu-a"),
+            RunRecord(run_id="r2", workspace="w", state="succeeded", node="gpu-a")]
+    [row] = node_rows([st], runs, now=100.0)
+    assert row["repair"] == {"wanted": "node-reboot", "steps": 1, "last": ""}
+    assert (row["cordoned_for_s"], row["conditions"], row["runs"]) == (
+        10.0, {"GpuXidError/0": "Xid79: GPU 0: XID 79"}, ["r1"])
