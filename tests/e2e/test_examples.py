@@ -79,9 +79,12 @@ def test_a_taugrid_managed_manifest_runs_its_script_beside_the_folder(stack: Sta
     (repo / "quickstart" / "tau.yaml").write_text(
         "schema_version: 1\nname: managed-beside\nrun: {entrypoint: ../shared/train.py, workload_kind: job}\n"
         "resource_naming: {prefix: tau}\ncompute: {gpus: 0, cpus: 1, memory: 512Mi}\n"
-        "runtime:\n  env:\n    - name: GREETING\n      value: hello\nscheduling: {node_selector: {a: b}}\n")
+        "runtime:\n  env:\n    - name: GREETING\n      value: hello\nscheduling: {node_selector: {a: b}}\n"
+        "policy: {pod_priority_class: research-high}\n")
     proc = stack.tau("run", str(repo / "quickstart"), "--follow", timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "unknown config key 'scheduling'" in proc.stderr and "did you mean 'policy'?" in proc.stderr
+    # a Kubernetes-only key is said where it means nothing (the local backend)
+    assert "policy.pod_priority_class has no effect on the local backend (Kubernetes only)" in proc.stdout
     logs = stack.tau("logs", proc.stdout.splitlines()[0].strip(), check=True).stdout
     assert "hello from quickstart" in logs

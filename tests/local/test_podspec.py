@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.local.podspec import PodSpecError, expand, plan, rewrite_paths
+from taugrid.local.podspec import PodSpecError, expand, kubernetes_only, plan, rewrite_paths
 
 VARS = {"A": "1", "EMPTY": ""}
 
@@ -44,3 +44,16 @@ def test_an_unknown_volume_type_is_refused_naming_the_volume(tmp_path: Path) -> 
              resolve_config_map=lambda n, k: None)
     assert err.value.reason == "CreateContainerConfigError"
     assert err.value.message.startswith("volume v: type ['nfs'] is not supported by the local kubelet")
+
+
+def test_kubernetes_only_fields_are_named_as_config_keys() -> None:
+    """What the renderer writes for Kubernetes and the host ignores is said, by the tau.yaml key that asked."""
+    pod = {"metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}},
+           "spec": {"priorityClassName": "research-high", "securityContext": {"runAsUser": 1000},
+                    "containers": [{"name": "main", "command": ["true"]}]}}
+    assert kubernetes_only(pod) == ("policy.pod_priority_class, policy.topology, "
+                                    "runtime.security.run_as_user/run_as_group have no effect on the local "
+                                    "backend (Kubernetes only)")
+    assert kubernetes_only(pod, in_engine=True) == (
+        "policy.pod_priority_class, policy.topology have no effect on the local backend (Kubernetes only)")
+    assert kubernetes_only({"metadata": {}, "spec": {"containers": []}}) == ""

@@ -394,3 +394,30 @@ def _in_engine(run: ContainerRun, *, engine: str, image: str, pod: str, volumes:
     run.command = containers.run_argv(run.command, engine=engine, image=image, name=name, cwd=run.cwd, env=run.env,
                                       mounts=mounts, memory_limit=run.memory_limit)
     run.engine, run.engine_name = engine, name
+
+
+# What a Kubernetes pod asks that the local cluster does not do, and the tau.yaml key that asked it.
+_KUBERNETES_ONLY_ANNOTATIONS = {
+    "kueue.x-k8s.io/podset-required-topology": "policy.topology",
+    "kueue.x-k8s.io/podset-preferred-topology": "policy.topology",
+}
+
+
+def kubernetes_only(manifest: dict[str, Any], *, in_engine: bool = False) -> str:
+    """A warning naming the config keys whose pod fields mean nothing on this host ("" when none): the pod's
+    priority class (the local admitter orders by the workload's priority only), Kueue's topology request (one
+    host), and the run-as ids of a host process (it runs as the stack's user)."""
+    spec = manifest.get("spec") or {}
+    annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+    keys = []
+    if spec.get("priorityClassName"):
+        keys.append("policy.pod_priority_class")
+    keys += sorted({key for a, key in _KUBERNETES_ONLY_ANNOTATIONS.items() if a in annotations})
+    security = spec.get("securityContext") or {}
+    in_engine = in_engine or bool(annotations.get(ENGINE_ANNOTATION))
+    if not in_engine and ("runAsUser" in security or "runAsGroup" in security):
+        keys.append("runtime.security.run_as_user/run_as_group")
+    if not keys:
+        return ""
+    return (f"{', '.join(keys)} {'has' if len(keys) == 1 else 'have'} no effect on the local backend "
+            "(Kubernetes only)")

@@ -32,7 +32,7 @@ from taugrid.local import envrefs, objects
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.jobpods import main_container, pod_manifest, replace_python, template
 from taugrid.local.kubelet import Kubelet
-from taugrid.local.podspec import PodSpecError
+from taugrid.local.podspec import PodSpecError, kubernetes_only
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
@@ -137,8 +137,10 @@ class PodSync:
         if isinstance(outcome, Failed):
             await self._failed_to_start(wl, p, outcome.reason, outcome.message, now)
             return
-        if outcome.warning:
-            await self._say_preparing(wl, p, outcome.warning, force=True)
+        ignored = kubernetes_only(manifest, in_engine=bool(outcome.engine))  # said, like an ignored image
+        warning = "; ".join(w for w in (outcome.warning, ignored) if w)
+        if warning:
+            await self._say_preparing(wl, p, warning, force=True)
         for key, value in outcome.environment.items():
             p.obj["metadata"].setdefault("annotations", {})[f"environment.taugrid.io/{key}"] = str(value)
         if outcome.engine:  # the image is the environment: its own python, run by the engine (see containers)
