@@ -237,3 +237,25 @@ def test_a_namespace_of_several_workspaces_asks_which():
     assert (found["policy.namespace"]["message"], found["policy.namespace"]["fix"]) == (
         "namespace 'team-vision' holds workspaces language, vision", "set policy.workspace to the one this run "
         "belongs to")
+
+
+DEPARTMENTS = load_platform("""
+resource_flavors: [{name: default}]
+departments:
+  - name: research
+    deserved: {nvidia.com/gpu: 2}
+    limit: {nvidia.com/gpu: 6}
+    projects:
+      - {name: vision, deserved: {nvidia.com/gpu: 1}, limit: {nvidia.com/gpu: 4}}
+local_queues: [{name: q, namespace: team-vision, cluster_queue: vision}]
+workspaces: [{name: vision, namespace: team-vision, local_queue: q}]
+""")
+
+
+def test_a_kai_project_may_ask_beyond_its_deserved_quota_up_to_its_limit():
+    run = resolve("name: t\nentrypoint: t.py\ncompute: {gpus: 4, cpu_request: 8}\n", DEPARTMENTS, "vision")
+    assert run.cluster_queue == "vision"
+    found = rejected("name: t\nentrypoint: t.py\ncompute: {gpus: 5}\n", DEPARTMENTS, "vision")
+    assert found["compute.gpus"]["message"] == ("asks for 5 nvidia.com/gpu in total; project 'vision' (department "
+                                                "'research') has a limit and can never hold more than 4, so the "
+                                                "run would never start")

@@ -1,9 +1,10 @@
 """Two ClusterQueues in one cohort on the embedded stack (2 declared GPUs): a team borrows its peer's idle GPU,
-and the peer reclaims it by preemption, with real processes.
+and the peer reclaims it by preemption, with real processes; the same for KAI's department → project queues.
 
 The platform revision applied here adds cohort ``lab`` with ClusterQueues ``team-a`` and ``team-b`` (1 GPU of
-nominal quota each, ``reclaimWithinCohort: Any``) and their workspaces to the session's platform, and puts the
-session's platform back afterwards, so the other e2e files see what they always see.
+nominal quota each, ``reclaimWithinCohort: Any``), department ``research`` with projects ``vision`` and
+``language`` (1 deserved GPU each) and their workspaces to the session's platform, and puts the session's
+platform back afterwards, so the other e2e files see what they always see.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ WORKSPACE = """
   - {{name: team-{t}, namespace: team-{t}, local_queue: q, default_priority: normal, default_profile: cpu-small,
      max_gpus_per_run: 2, output_root: {outputs}}}
 """
+DEPARTMENT = """
+departments:
+  - name: research
+    deserved: {nvidia.com/gpu: 2}
+    projects:
+      - {name: vision, deserved: {nvidia.com/gpu: 1}}
+      - {name: language, deserved: {nvidia.com/gpu: 1}}
+"""
 SCRIPT = (
     "import json, os, sys, time\n"
     "print(json.dumps({'gpus': os.environ.get('CUDA_VISIBLE_DEVICES'),"
@@ -54,8 +63,11 @@ def _platform(outputs: Path) -> str:
                         "".join(TEAMS.format(t=t) for t in "ab").rstrip("\n") + "\n"
                         "local_queues:\n  - {name: default, namespace: default, cluster_queue: local}\n"
                         "  - {name: q, namespace: team-a, cluster_queue: team-a}\n"
-                        "  - {name: q, namespace: team-b, cluster_queue: team-b}")
-    text += "".join(WORKSPACE.format(t=t, outputs="{outputs}").lstrip("\n") for t in "ab")
+                        "  - {name: q, namespace: team-b, cluster_queue: team-b}\n"
+                        "  - {name: q, namespace: team-vision, cluster_queue: vision}\n"
+                        "  - {name: q, namespace: team-language, cluster_queue: language}")
+    text += "".join(WORKSPACE.format(t=t, outputs="{outputs}").lstrip("\n") for t in ("a", "b", "vision", "language"))
+    text += DEPARTMENT
     return text.replace("{outputs}", str(outputs))
 
 
@@ -118,3 +130,22 @@ def test_the_lender_reclaims_its_gpu_by_preempting_the_borrower(lab: Stack, tmp_
     release.touch()
     assert lab.wait_state(borrower, {"succeeded", "failed"}, timeout=40)["state"] == "succeeded"
     assert any(f["reason"] == "Preempted" for f in _facts(lab, borrower))  # the restarted process knows why
+
+
+def test_a_kai_project_reclaims_its_deserved_gpu_from_an_over_quota_sibling(lab: Stack, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    hold = write_project(tmp_path, "hold", SCRIPT, f"name: hold\nentrypoint: main.py\nargs: ['until:{release}']\n"
+                         "compute: {gpus: 1}\n")
+    own = write_project(tmp_path, "own", SCRIPT, "name: own\nentrypoint: main.py\nargs: ['1']\ncompute: {gpus: 1}\n")
+    older = lab.tau("run", str(hold), "-w", "team-vision", check=True).stdout.strip()
+    newer = lab.tau("run", str(hold), "-w", "team-vision", check=True).stdout.strip()
+    lab.wait_state(newer, {"running"})  # alone in the department, vision uses both GPUs (1 deserved + 1 idle)
+    claim = lab.tau("run", str(own), "-w", "team-language", check=True).stdout.strip()
+    assert lab.wait_state(claim, {"succeeded", "failed"}, timeout=40)["state"] == "succeeded"
+    preempted = [e["data"] for e in lab.events(newer) if e["short_type"] == "admission.preempted"]
+    assert len(preempted) == 1 and preempted[0]["message"].startswith(
+        "InCohortReclamation: Preempted to accommodate a workload"), preempted
+    release.touch()
+    for run in (older, newer):
+        assert lab.wait_state(run, {"succeeded", "failed"}, timeout=40)["state"] == "succeeded"
+    assert "admission.preempted" not in [e["short_type"] for e in lab.events(older)]  # the newest went first

@@ -281,6 +281,19 @@ class Platform(Strict):
         return [*self.cluster_queues, *(self._project_queue(d, i) for d in self.departments
                                         for i in range(len(d.projects)))]
 
+    def project_limits(self, name: str) -> dict[str, float] | None:
+        """For a department's project: the least of its own and its department's limits, per resource (a
+        resource with no limit is absent); ``None`` when ``name`` is no project."""
+        for d in self.departments:
+            for project in d.projects:
+                if project.name == name:
+                    out: dict[str, float] = {}
+                    for limits in (d.limit, project.limit):
+                        for r, v in limits.items():
+                            out[r] = min(out.get(r, float("inf")), amount(r, v))
+                    return out
+        return None
+
     def department_flavor(self, department: Department) -> str:
         if department.flavor is not None:
             return department.flavor

@@ -369,9 +369,10 @@ def _capacity(
         fields[resource] = (
             ("compute", key) if cfg.written("compute", key) or not profile else ("policy", "profile")
         )
+    caps = platform.project_limits(cq.name)  # a KAI project: only its limits bound it (idle GPUs are shared)
     for resource, amount in need.items():
-        have = sum(q.nominal(resource) for q in pool)
-        if amount > have:
+        have = sum(q.nominal(resource) for q in pool) if caps is None else caps.get(resource)
+        if have is not None and amount > have:
             shown = (
                 (format_cpu(amount), format_cpu(have))
                 if resource == "cpu"
@@ -379,7 +380,8 @@ def _capacity(
                 if resource == "memory"
                 else (f"{amount:g}", f"{have:g}")
             )
-            where = f"cluster queue {cq.name!r}" + (f" and its cohort {root!r}" if root else "")
+            where = (f"cluster queue {cq.name!r}" + (f" and its cohort {root!r}" if root else "") if caps is None
+                     else f"project {cq.name!r} (department {cq.cohort!r}) has a limit and")
             issues.add(
                 fields[resource],
                 f"asks for {shown[0]} {resource} in total; {where} can never hold more "
