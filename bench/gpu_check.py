@@ -17,7 +17,8 @@ from typing import Any
 
 import msgspec
 
-from taugrid.health.probe import NvmlProbe, validate_node
+from taugrid.health.nvml import NvmlProbe
+from taugrid.health.probe import validate_node
 
 
 def _raw(nvml: Any, fn: str, *args: Any) -> Any:

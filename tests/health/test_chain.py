@@ -32,7 +32,8 @@ from taugrid.core.contracts import LogChunk
 from taugrid.health.agent import NodeAgent
 from taugrid.health.kmsg import KmsgReader
 from taugrid.health.monitor import HealthMonitor
-from taugrid.health.probe import DeclaredProbe, NvmlProbe
+from taugrid.health.nvml import NvmlProbe
+from taugrid.health.probe import DeclaredProbe
 from taugrid.health.rules import Policy
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeValidation
 from taugrid.kube.apply import KubeBackend

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from taugrid.health.agent import probe_from_env
-from taugrid.health.probe import DeclaredProbe, NvmlProbe, validate_node
+from taugrid.health.nvml import NvmlProbe
+from taugrid.health.probe import DeclaredProbe, validate_node
 
 
 def test_nvml_probe_without_gpus_says_so_and_never_raises() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 from taugrid.core.contracts import GpuSample, IbPort, NodeSample
 from taugrid.health.ib import read_ports
-from taugrid.health.probe import DeclaredProbe, NvmlProbe, validate_node
+from taugrid.health.nvml import NvmlProbe
+from taugrid.health.probe import DeclaredProbe, validate_node
 from taugrid.health.rules import Policy, evaluate, plan
 from taugrid.health.wire import NodeState
 from tests.health.test_probe import fake_nvml
