@@ -29,7 +29,7 @@ from nats.js.object_store import ObjectStore
 
 from taugrid.bus import creds as credentials
 from taugrid.bus import identity, tracing
-from taugrid.bus.envelope import SIGNED_TYPES, Event, headers_for, sign_headers
+from taugrid.bus.envelope import DELEGATION_HEADER, SIGNED_TYPES, Event, headers_for, sign_headers
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import message_id, run_subject
 from taugrid.core.limits import EVENT_MAX_BYTES, size_text
@@ -118,7 +118,7 @@ class Bus:
     async def publish(
         self, subject: str, payload: msgspec.Struct | bytes, *, event_type: str, ce_subject: str,
         msg_id: str, workspace: str = "", attempt: int = 1, family: str = "run",
-        traceparent: str | None = None, user: str = "",
+        traceparent: str | None = None, user: str = "", delegation: str = "",
     ) -> int:
         """Publish one CloudEvent into a stream and return its stream sequence. A person's request
         (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one."""
@@ -134,6 +134,8 @@ class Bus:
             traceparent=tracing.current_traceparent() if traceparent is None else traceparent, family=family,
             user=user,
         )
+        if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
+            headers[DELEGATION_HEADER] = delegation
         if self.seed is not None and family == "run" and event_type in SIGNED_TYPES:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
         try:
@@ -145,7 +147,7 @@ class Bus:
 
     async def emit(
         self, *, workspace: str, run_id: str, attempt: int, event_type: str, payload: msgspec.Struct,
-        dedup: str = "", user: str | None = None,
+        dedup: str = "", user: str | None = None, delegation: str = "",
     ) -> int:
         """Publish a run lifecycle event with its deterministic id ``<run>.<attempt>.<type>[.<dedup>]``.
 
@@ -157,7 +159,7 @@ class Bus:
             return await self.publish(
                 run_subject(workspace, run_id, event_type), payload, event_type=event_type, ce_subject=run_id,
                 msg_id=message_id(run_id, attempt, event_type, suffix=dedup), workspace=workspace,
-                attempt=attempt, user=user,
+                attempt=attempt, user=user, delegation=delegation,
             )
 
     async def _run_user(self, workspace: str, run_id: str) -> str:

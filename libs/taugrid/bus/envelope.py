@@ -46,6 +46,7 @@ USER_HEADER = "ce-tauuser"
 SIGNER_HEADER = "tau-signer"
 SIGNATURE_HEADER = "tau-signature"
 SIGNATURE_SCHEME = "tau-sig-v1"
+DELEGATION_HEADER = "tau-delegation"  # see bus/delegation.py
 # Requests people publish; every other run event comes from a service and is never signed.
 SIGNED_TYPES = frozenset({"submit.requested", "cancel.requested"})
 
@@ -68,6 +69,7 @@ class Event(msgspec.Struct, kw_only=True):
     user: str = ""  # ce-tauuser: the run's verified submitter (trust it only from a service, see consumer)
     signer: str = ""  # tau-signer: the author's public nkey on a signed request
     signature: str = ""  # tau-signature
+    delegation: str = ""  # tau-delegation: a person's token letting the signer act for them (bus/delegation.py)
     stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
 
     def payload(self, kind: builtins.type[T]) -> T:  # builtins: the field ``type`` shadows it in this body
@@ -157,6 +159,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         user=h.get(USER_HEADER, ""),
         signer=h.get(SIGNER_HEADER, ""),
         signature=h.get(SIGNATURE_HEADER, ""),
+        delegation=h.get(DELEGATION_HEADER, ""),
         stored=stored,
     )
 

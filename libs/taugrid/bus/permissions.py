@@ -84,6 +84,8 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
         ServiceRole("anchor", replays=("AUDIT",), kv_reads=("ledger",),
                     why="Kubernetes: signs the ledger heads and AUDIT's position to a file outside the bus"),
+        ServiceRole("portal", (), (), "read", replays=("RUNS", "AUDIT", "LOGS", "NODES"),
+                    why="the web portal: reads for each signed-in person (filtered by the portal), cancels for them"),
         ServiceRole("auth_sync", kv_reads=("platform",),
                     why="Kubernetes: renders the server's users from the platform and reloads it"),
     ]

@@ -6,8 +6,9 @@ admin whatever the platform lists). Used by the submitter (submissions) and the 
 from __future__ import annotations
 
 import os
+import time
 
-from taugrid.bus import platformstore
+from taugrid.bus import delegation, platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import (
     SIGNATURE_HEADER,
@@ -55,8 +56,19 @@ class Signers:
         local = await self.local_user()
         return local is not None and bool(signer) and local.nkey == signer
 
+    def _delegator(self, ev: Event, signer: str) -> str:
+        """The person a delegated request speaks for (``bus/delegation.py``); ``Refused`` if the token fails."""
+        try:
+            return delegation.read(ev.delegation, delegate=signer, now=ev.stored or time.time()).user
+        except SignatureInvalid as exc:
+            raise Refused(Issue(
+                field=delegation.HEADER, message=f"{ev.type} refused: {exc}",
+                fix="sign in to the portal again (`tau portal` prints a new sign-in link)",
+            )) from exc
+
     async def identify(self, ev: Event) -> tuple[str, str]:
-        """(verified user name, signer public key) of a signed request; raises ``Refused`` with the reason."""
+        """(verified user name, signer public key) of a signed request; raises ``Refused`` with the reason. A
+        request a service signed with a person's delegation token (``tau-delegation``) is that person's."""
         try:
             signer = verify_signature(ev)
         except SignatureInvalid as exc:
@@ -64,6 +76,8 @@ class Signers:
                 field=SIGNATURE_HEADER, message=f"{ev.type} refused: {exc}",
                 fix="sign requests with your nkey (the tau CLI and taugrid.client do; see docs/architecture.md §4)",
             )) from exc
+        if ev.delegation:  # signed by a service (the portal) acting for the person whose token it carries
+            signer = self._delegator(ev, signer)
         gap = staleness(ev)
         if gap is not None:
             raise Refused(Issue(

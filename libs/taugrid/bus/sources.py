@@ -28,6 +28,8 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
     "local-cluster": ("k8s.local.>", "log.>"),
     "log-shipper": ("log.>",),
     "kube-bridge": ("k8s.>",),
+    # a person's cancel, signed by the portal with the person's delegation token (bus/delegation.py)
+    "portal": ("run.*.*.cancel.requested",),
 }
 
 # Requests a person publishes, signed with their nkey; authorized by the signature, not by ce-source.

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "logs": ("runs", "logs", "Print a run's output, every attempt (each..."),
     "nodes": ("nodes_cmd", "nodes", "Show nodes: GPUs, health verdict, failing..."),
     "outputs": ("outputs_cmd", "outputs", "List a run's output and checkpoint files;..."),
+    "portal": ("portal_cmd", "portal", "Print a sign-in link to the web portal..."),
     "platform": ("platform_cmd", "platform", "Govern workspaces, queues, quotas, compute..."),
     "queue": ("queue_cmd", "queue", "Show ClusterQueues: nominal, used,..."),
     "reproduce": ("reproduce_cmd", "reproduce", "Re-run RUN exactly from its sealed..."),

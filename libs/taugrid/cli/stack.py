@@ -164,12 +164,28 @@ def _settled(state: dict[str, object], wanted: dict[str, int]) -> bool:
 
 
 def _report(state: dict[str, object], output: str, what: str) -> None:
+    link = _portal_link(state) if what != "rescaled" else None
     if output == "json":
-        emit_json(state)
+        emit_json({**state, "portal_sign_in_url": link} if link else state)
         return
     bus = " (3-server JetStream cluster)" if state.get("ha") else ""
     click.echo(f"taugrid stack {what}: {state['nats_url']}{bus} (data in {state['data_dir']})")
     click.echo(replica_table(state))
+    if link:
+        click.echo(f"web portal: {link}")
+        click.echo("  (a sign-in link for you, valid 12h; `tau portal` prints a new one)")
+
+
+def _portal_link(state: dict[str, object]) -> str | None:
+    """A sign-in link to the stack's portal for the person who started it (signed with their key)."""
+    from taugrid.bus.identity import load_user_seed
+    from taugrid.cli.portal_cmd import DEFAULT_TTL_S, sign_in_url, stack_portal
+
+    found = stack_portal(state)
+    seed = load_user_seed() if found else None
+    if found is None or seed is None:
+        return None
+    return sign_in_url(found[0], delegate=found[1], seed=seed, ttl_s=DEFAULT_TTL_S)
 
 
 def replica_table(state: dict[str, object]) -> str:

@@ -172,12 +172,13 @@ class Client:
         self._workspaces[new_id] = workspace
         return new_id
 
-    async def cancel(self, run_id: str, *, reason: str = "cancelled by user", wait_s: float = 20.0
-                     ) -> CancelDecision | None:
+    async def cancel(self, run_id: str, *, reason: str = "cancelled by user", wait_s: float = 20.0,
+                     workspace: str | None = None, delegation: str = "") -> CancelDecision | None:
         """Ask to cancel ``run_id`` (a signed request) and wait for the renderer's answer. Returns the
         ``cancel.accepted`` decision, None when the run had already finished or no answer came within
-        ``wait_s``; raises ``CancelRefused`` with the reason when the renderer refused."""
-        record = await self.status(run_id)
+        ``wait_s``; raises ``CancelRefused`` with the reason when the renderer refused. A service acting for a
+        person (the portal) passes the person's ``delegation`` token; the request then counts as theirs."""
+        record = await self.status(run_id, workspace=workspace)
         if record.finished:
             return None
         nonce = uuid.uuid4().hex[:12]  # every request is its own event: a refused one must not hide the next
@@ -187,7 +188,7 @@ class Client:
             attempt=record.attempt,
             event_type="cancel.requested",
             payload=CancelRequested(reason=reason, requested_by=_user()),
-            dedup=nonce,
+            dedup=nonce, delegation=delegation, user="",  # a request carries its signer, not a ce-tauuser
         )
         request_id = message_id(run_id, record.attempt, "cancel.requested", suffix=nonce)
         try:
@@ -219,20 +220,15 @@ class Client:
         return self._readable[0]
 
     async def _find_readable(self) -> list[str] | None:
+        from taugrid.client.access import viewer
+
         me = self.bus.identity
         if me is None:
             return None
-        local = await platformstore.get_local_user(self.bus)
-        if local is not None and local.nkey == me.public_key:
-            return None
-        got = await platformstore.get_text(self.bus)
-        platform = load_platform(got[0]) if got else None
-        user = platform.user_by_nkey(me.public_key) if platform is not None else None
-        if user is None:
+        person = await viewer(self.bus, me.public_key)
+        if person is None:
             return []
-        if user.role == "platform-admin":
-            return None
-        return list(platform.workspaces_of(user.name)) if platform is not None else []
+        return None if person.workspaces is None else list(person.workspaces)
 
     async def status(self, run_id: str, *, workspace: str | None = None) -> RunRecord:
         """The run's record; by id alone, it is looked for in the workspaces this connection may read."""

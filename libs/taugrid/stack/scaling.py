@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 SERVICES = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "health_monitor",
-            "node_agent", "local_cluster"]
+            "node_agent", "local_cluster", "portal"]
 SINGLETONS = {
     "local_cluster": "it owns this machine's pods and GPUs",
     "node_agent": "it samples this machine's GPUs",

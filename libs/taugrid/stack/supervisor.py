@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from taugrid.ports import free_port
 from taugrid.stack import auth, natsserver, scaling
 from taugrid.stack.machine_platform import machine_platform_yaml
 from taugrid.stack.natsserver import without_secrets
@@ -44,6 +45,7 @@ log = logging.getLogger("taugrid.stack")
 RETIRE_GRACE_S = 15.0  # a surplus replica drains for this long after SIGTERM, then gets SIGKILL
 
 
+PORTAL_PORT_ENV = "TAU_PORTAL_PORT"  # the web portal's port; a free one when unset
 METRICS_BASE_ENV = "TAU_METRICS_BASE_PORT"
 METRICS_PORT_ENV = "TAU_METRICS_PORT"
 
@@ -78,6 +80,7 @@ class Stack:
     control_mtime: int = 0
     ids: auth.StackIdentities | None = None
     platform_revision: int = 0
+    portal_port: int = 0  # every portal replica listens here (SO_REUSEPORT)
     cluster: natsserver.Cluster | None = None  # --ha: three servers; ``nats`` is then the first one's process
 
     @property
@@ -126,6 +129,8 @@ class Stack:
                          for p, _ in self.retiring if p.popen is not None],
             "user_creds": str(self.ids.person_creds) if self.ids else None,
             "platform_revision": self.platform_revision,
+            "portal": {"url": f"http://127.0.0.1:{self.portal_port}",
+                       "key": self.ids.services["portal"].public_key if self.ids else None},
             "services": [{"service": p.service, "replica": p.replica,
                           "pid": p.popen.pid if p.popen and p.popen.poll() is None else None,
                           "restarts": p.restarts, "metrics_port": metrics_port(p.service, p.replica)}
@@ -146,6 +151,8 @@ class Stack:
         port = metrics_port(p.service, p.replica)
         if port is not None:
             env[METRICS_PORT_ENV] = str(port)
+        if p.service == "portal":
+            env[PORTAL_PORT_ENV] = str(self.portal_port)
         p.popen = subprocess.Popen([sys.executable, "-m", f"taugrid_services.{p.service}"], stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         p.started = time.time()
@@ -265,6 +272,7 @@ def run(stack: Stack) -> int:
         stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
                                                   port=first_port, auth_conf=stack.auth_conf)
     asyncio.run(_prepare(stack))
+    stack.portal_port = int(os.environ.get(PORTAL_PORT_ENV, "0")) or free_port()
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     _watch_platform(stack)
     _export_anchors(stack)

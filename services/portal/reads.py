@@ -1,0 +1,150 @@
+"""What the portal shows, read from the bus and confined to one signed-in person (``client.access.Viewer``).
+
+The portal's own bus identity may read every workspace, so every function here takes the viewer and filters on
+the server side, with the rule ``tau list`` and the bus permissions use: a researcher sees the runs, logs,
+evidence and usage of their workspaces only; other workspaces' runs waiting in a queue are counted, not named.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import msgspec
+
+from taugrid.bus import kv, runstate
+from taugrid.bus.connection import Bus
+from taugrid.bus.replay import batches
+from taugrid.client.access import Viewer
+from taugrid.core.errors import NotFound
+from taugrid.core.ids import token
+from taugrid.core.states import RunRecord
+
+RUN_FILTERS = ("state", "workspace", "user", "q")  # the query parameters /api/runs honours
+
+
+def _workspaces(viewer: Viewer) -> list[str] | None:
+    return None if viewer.workspaces is None else list(viewer.workspaces)
+
+
+def run_summary(record: RunRecord) -> dict[str, Any]:
+    """One row of the runs table."""
+    return {"run_id": record.run_id, "name": record.name, "workspace": record.workspace, "user": record.user,
+            "state": record.state, "attempt": record.attempt, "queue": record.cluster_queue or record.queue,
+            "position": record.position, "node": record.node, "created": record.created,
+            "updated": record.updated, "finished": record.finished, "reason": record.reason}
+
+
+async def runs(bus: Bus, viewer: Viewer, filters: dict[str, str]) -> list[dict[str, Any]]:
+    """The viewer's runs, newest first, narrowed by ``filters`` (exact state/workspace/user; ``q`` in the id)."""
+    unknown = sorted(set(filters) - set(RUN_FILTERS))
+    if unknown:
+        raise ValueError(f"unknown filter {unknown[0]!r}; filters are {', '.join(RUN_FILTERS)}")
+    records = await runstate.list_records(bus, workspaces=_workspaces(viewer))
+    out = []
+    for r in sorted(records, key=lambda r: r.created, reverse=True):
+        if any(filters.get(f) and getattr(r, f) != filters[f] for f in ("state", "workspace", "user")):
+            continue
+        if filters.get("q") and filters["q"] not in r.run_id:
+            continue
+        out.append(run_summary(r))
+    return out
+
+
+async def run(bus: Bus, viewer: Viewer, run_id: str) -> RunRecord:
+    """The run's record if the viewer may read it; ``NotFound`` otherwise (its existence is not disclosed)."""
+    record = await runstate.find(bus, run_id, workspaces=_workspaces(viewer))
+    if record is None or not viewer.may_read(record.workspace):
+        where = " in your workspaces" if viewer.workspaces is not None else ""
+        raise NotFound(f"run {run_id} not found{where}")
+    return record
+
+
+def run_detail(record: RunRecord) -> dict[str, Any]:
+    detail: dict[str, Any] = msgspec.to_builtins(record)
+    detail.pop("resolved", None)  # the resolved spec is long; the evidence tab has it
+    return detail
+
+
+async def evidence(bus: Bus, record: RunRecord) -> dict[str, Any]:
+    """The sealed bundle's summary and a fresh ``tau verify`` of it (``sealed: false`` before the seal)."""
+    from taugrid.evidence.store import read_bundle
+    from taugrid.evidence.verify import as_dict, verify_run
+
+    got = await read_bundle(bus, record.run_id)
+    if got is None:
+        return {"sealed": False}
+    _, doc = got
+    report = as_dict(await verify_run(bus, record.run_id, workspace=record.workspace))
+    config, source = doc.get("config") or {}, doc.get("source") or {}
+    summary = {"terminal_state": (doc.get("terminal") or {}).get("state"), "config_sha256": config.get("sha256"),
+               "source_digest": source.get("digest") if isinstance(source, dict) else None,
+               "platform_revision": (doc.get("platform") or {}).get("revision"),
+               "identity": {k: (doc.get("identity") or {}).get(k) for k in ("user", "signer")},
+               "attempts": len(doc.get("attempts") or []), "events": len(doc.get("events") or [])}
+    return {"sealed": True, "bundle": summary, "verify": report}
+
+
+async def queues(bus: Bus, viewer: Viewer) -> dict[str, Any]:
+    """The ``tau queue`` snapshot; a pending run of a workspace the viewer may not read keeps its position but
+    not its name."""
+    entry = await kv.get(bus, "local_cluster", "queues")
+    if entry is None or not entry.value:
+        return {"queues": [], "time": None}
+    snap: dict[str, Any] = msgspec.json.decode(entry.value)
+    if viewer.workspaces is not None:
+        mine = {r.run_id for r in await runstate.list_records(bus, workspaces=_workspaces(viewer))}
+        for q in snap.get("queues", []):
+            for p in q.get("pending", []):
+                if p.get("run_id") not in mine:
+                    p["run_id"], p["workload"] = "", ""  # another workspace's run: counted, not named
+    return snap
+
+
+async def nodes(bus: Bus, viewer: Viewer) -> list[dict[str, Any]]:
+    """``tau nodes``: each node's GPUs, verdict, failing conditions and cordon, with the viewer's runs on it."""
+    from taugrid.cli.nodes_cmd import node_rows
+    from taugrid.health.wire import NodeState
+
+    states = await kv.values(bus, "node_state", NodeState, prefix="node.")
+    records = await runstate.list_records(bus, workspaces=_workspaces(viewer))
+    rows = node_rows(states, records, time.time())
+    for row in rows:
+        row["gpu_samples"] = await gpu_samples(bus, row["node"])
+    return rows
+
+
+async def gpu_samples(bus: Bus, node: str) -> list[dict[str, Any]]:
+    """Per GPU of the node agent's newest sample (NODES), the figures the portal's GPU table shows."""
+    from taugrid.bus.streams import last
+    from taugrid.core.contracts import NodeSample
+
+    ev = await last(bus, "NODES", f"node.{token(node)}.sample")
+    if ev is None:
+        return []
+    sample = ev.payload(NodeSample)
+    return [{"index": g.index, "name": g.name, "temperature_c": g.temperature_c, "utilization_pct": g.utilization_pct,
+             "memory_used_mb": g.memory_used_mb, "memory_total_mb": g.memory_total_mb,
+             "ecc_uncorrected": g.ecc_volatile_uncorrected, "xid_events": g.xid_events} for g in sample.gpus]
+
+
+async def usage(bus: Bus, viewer: Viewer, *, by: str, since: dt.datetime | None) -> list[dict[str, Any]]:
+    """``tau usage --by BY --since …`` over the viewer's workspaces."""
+    from taugrid.bus import platformstore
+    from taugrid.config.platform import load_platform
+    from taugrid.core.contracts import PolicyApproved
+    from taugrid.core.usage import Seen, fold, roll_up
+
+    got = await platformstore.get_text(bus)
+    prices = {p.name: p.gpu_hour_price for p in load_platform(got[0]).compute_profiles} if got else {}
+    seen: list[Seen] = []
+    spaces: list[str | None] = list(viewer.workspaces) if viewer.workspaces is not None else [None]
+    for ws in spaces:
+        subject = f"run.{token(ws)}.>" if ws else "run.>"
+        async for batch in batches(bus, subject, since=since):
+            for ev in batch:
+                resolved = ev.payload(PolicyApproved).run if ev.type == "policy.approved" else None
+                seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.stored, ev.user, resolved))
+    submitted = {s.run_id for s in seen if s.type == "submit.requested"}
+    return roll_up(fold([s for s in seen if s.run_id in submitted], prices=prices, now=time.time()), by)
