@@ -38,7 +38,7 @@ log = logging.getLogger("taugrid.portal")
 STATIC = Path(__file__).with_name("static")
 HEARTBEAT_S = 10.0  # an idle stream sends a comment this often, so a closed tab is noticed
 CSRF_HEADER = "X-Tau-Portal"  # a cross-site form cannot set it; a cross-site fetch would need CORS, never granted
-SESSION = web.AppKey("session", Session)
+SESSION = web.RequestKey("session", Session)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

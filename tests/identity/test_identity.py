@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, connect, identity, platformstore, runstate
+from taugrid.bus import Bus, connect, delegation, identity, platformstore, runstate
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
 from taugrid.client import CancelRefused, Client
 from taugrid.core.contracts import (
@@ -360,6 +360,39 @@ async def test_bob_cannot_cancel_alices_run_but_her_workspace_admin_can(stack: S
     assert types.index("cancel.refused") < types.index("cancel.accepted") < types.index("exec.cancelled")
     assert all(e.user == "alice" for e in evs if e.type in ("cancel.refused", "cancel.accepted", "exec.cancelled"))
     assert (await stack.people["alice"].settled(run_id)).state == "cancelled"
+
+
+async def test_a_cancel_the_portal_signs_for_a_person_has_exactly_that_persons_authority(stack: Stack) -> None:
+    """The portal signs with its own key and carries the person's delegation token (bus/delegation.py)."""
+    run_id = await stack.submit("alice", "delegated", "sleep 60")
+    await stack.wait_for(run_id, {"exec.running"})
+    portal_seed = identity.new_user_seed()
+    portal = Client(await connect(stack.url, name="portal"))
+    portal.bus.seed = portal_seed
+    me = identity.public_key(portal_seed)
+    try:
+        bob = delegation.issue(stack.seeds["bob"], delegate=me, ttl_s=600)
+        with pytest.raises(CancelRefused) as refused:
+            await portal.cancel(run_id, workspace="team-a", delegation=bob)
+        assert (refused.value.decision.by, refused.value.decision.field) == ("bob", "user")
+        for_another = delegation.issue(stack.seeds["alice"], delegate=identity.public_key(identity.new_user_seed()),
+                                       ttl_s=600)
+        with pytest.raises(CancelRefused) as refused:
+            await portal.cancel(run_id, workspace="team-a", delegation=for_another)
+        assert refused.value.decision.field == delegation.HEADER
+        assert str(refused.value).startswith(f"cancel.requested refused: {delegation.HEADER} was issued to U")
+        expired = delegation.issue(stack.seeds["alice"], delegate=me, ttl_s=60, now=time.time() - 120)
+        with pytest.raises(CancelRefused, match=f"{delegation.HEADER} expired"):
+            await portal.cancel(run_id, workspace="team-a", delegation=expired)
+        assert (await stack.people["alice"].status(run_id)).state == "running"
+
+        alice = delegation.issue(stack.seeds["alice"], delegate=me, ttl_s=600)
+        decision = await portal.cancel(run_id, workspace="team-a", delegation=alice)
+        assert decision is not None and (decision.by, decision.signer) == (
+            "alice", identity.public_key(stack.seeds["alice"]))
+        await stack.wait_for(run_id, {"exec.cancelled"})
+    finally:
+        await portal.close()
 
 
 async def test_an_unsigned_cancel_is_refused(stack: Stack) -> None:
