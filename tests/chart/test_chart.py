@@ -20,7 +20,7 @@ from .tools import REPO, tool
 CHART = REPO / "charts" / "taugrid"
 K8S_VERSION = "1.30.0"
 SERVICES = ["submitter", "policy", "renderer", "admission-watcher", "health-monitor", "recovery", "evidence",
-            "kube-bridge", "log-shipper"]
+            "kube-bridge", "log-shipper", "portal"]
 WITH_API_ACCESS = {"renderer", "kube-bridge", "health-monitor", "log-shipper"}
 
 Obj = dict[str, Any]
@@ -116,6 +116,21 @@ def test_the_anchor_appends_signed_heads_to_its_own_kept_volume_with_its_own_see
     assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
     assert not find(render("auth.enabled=false", "sourceFetch.credsSecret="), "Deployment", "t-taugrid-anchor")
     assert not find(render("anchor.enabled=false"), "PersistentVolumeClaim", "t-taugrid-anchors")
+
+
+def test_the_portal_listens_on_all_interfaces_behind_a_service_and_is_ready_when_it_answers(render: Render) -> None:
+    objs = render("services.portal.replicas=2", "services.portal.port=9000")
+    (container,) = one(objs, "Deployment", "t-taugrid-portal")["spec"]["template"]["spec"]["containers"]
+    env = env_of(container)
+    assert (env["TAU_PORTAL_HOST"], env["TAU_PORTAL_PORT"]) == ("0.0.0.0", "9000")
+    assert container["ports"] == [{"name": "http", "containerPort": 9000}]
+    assert container["readinessProbe"] == {"httpGet": {"path": "/api/portal", "port": "http"}, "periodSeconds": 10}
+    service = one(objs, "Service", "t-taugrid-portal")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 9000, "targetPort": "http"}]
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "portal"
+    assert one(objs, "PodDisruptionBudget", "t-taugrid-portal")["spec"]["maxUnavailable"] == 1
+    assert not find(render("services.portal.enabled=false"), "Service", "t-taugrid-portal")
 
 
 def test_replicas_override_scales_one_service_and_adds_its_pdb(render: Render) -> None:
