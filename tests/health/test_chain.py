@@ -266,7 +266,12 @@ async def test_the_same_chain_on_the_emulated_kubernetes_cluster(kube_chain: dic
     await the_chain(kube_chain)
     fake = kube_chain["fake"]
     assert [e["name"].split("-a1-")[0] for e in fake.evictions] == [kube_chain["run_id"]]
-    assert not (fake.objects[(("", "v1", "nodes"), None, "gpu-a")]["spec"].get("unschedulable"))  # uncordoned
+
+    async def uncordoned() -> bool:  # the actuator acts on the uncordon decision the chain ended with
+        spec = fake.objects[(("", "v1", "nodes"), None, "gpu-a")]["spec"]
+        return not spec.get("unschedulable") and not any(t["key"] == "taugrid.io/unhealthy" for t in spec["taints"])
+
+    await wait_for(uncordoned, "the actuator to uncordon Node gpu-a", timeout=20)
 
 
 async def the_chain(chain: dict[str, Any]) -> None:
