@@ -18,6 +18,7 @@ GPU = "nvidia.com/gpu"
 def platform(**cq_extra: Any) -> dict[str, Any]:
     return {
         "resource_flavors": [{"name": "on-demand"}, {"name": "spot"}],
+        "cohorts": [{"name": "lab"}],
         "cluster_queues": [{"name": "team", "cohort": "lab", "resource_groups": [
             {"covered_resources": [GPU], "flavors": [
                 {"name": "on-demand", "resources": [{"name": GPU, "nominal_quota": 2}]},
@@ -73,3 +74,18 @@ def test_fair_sharing_defaults_to_on_only_when_a_weight_differs() -> None:
     la.configure(Platform.model_validate(platform(fair_sharing={"weight": 2})))
     assert la.engine.fair_sharing
     assert la.engine.fair_sharing_strategies == ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+
+
+def test_render_says_where_fair_sharing_goes_on_kubernetes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+    from click.testing import CliRunner
+
+    from taugrid.cli.main import cli
+    doc = platform()
+    doc["fair_sharing"] = {"enable": True, "preemption_strategies": ["LessThanInitialShare"]}
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(cli, ["platform", "render", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "fairSharing: {enable: true, preemptionStrategies: [LessThanInitialShare]}" in result.stderr
+    assert all(o["kind"] != "Configuration" for o in yaml.safe_load_all(result.stdout))

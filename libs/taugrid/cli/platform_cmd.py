@@ -65,10 +65,14 @@ async def show(output: str) -> None:
 @run_async
 async def render(file: Path) -> None:
     from taugrid.render import to_yaml
-    from taugrid.render.kueue import render_platform
+    from taugrid.render.kueue import configuration_note, render_platform
     from taugrid.render.validate import validate
 
-    objs = render_platform(load_platform(file.read_text(), path=str(file)))
+    p = load_platform(file.read_text(), path=str(file))
+    objs = render_platform(p)
     for o in objs:
         validate(o)
     click.echo(to_yaml(objs), nl=False)
+    note = configuration_note(p)
+    if note:
+        click.echo(note, err=True, nl=False)

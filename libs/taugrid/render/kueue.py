@@ -164,6 +164,18 @@ def cluster_queue(q: ClusterQueue) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": _meta(q.name), "spec": spec}
 
 
+def configuration_note(p: Platform) -> str:
+    """What Kueue's controller Configuration needs for the platform's ``fair_sharing`` ("" when it is unset):
+    Kueue has no API object for it, so ``render`` can only say it."""
+    if "fair_sharing" not in p.model_fields_set:
+        return ""
+    fs = p.fair_sharing
+    enable = fs.enable if fs.enable is not None else any(q.fair_sharing.weight != 1.0 for q in p.cluster_queues)
+    strategies = ", ".join(fs.preemption_strategies)
+    return ("# fair_sharing is Kueue's controller Configuration, not an API object; set it in the kueue-manager-config"
+            f" ConfigMap:\n#   fairSharing: {{enable: {str(enable).lower()}, preemptionStrategies: [{strategies}]}}\n")
+
+
 def local_queue(q: LocalQueue) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
