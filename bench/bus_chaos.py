@@ -120,7 +120,7 @@ async def burst(data: Path, runs: int, *, ha: bool, timeout: float) -> dict[str,
 
 def one_mode(mode: str, runs: int, timeout: float, keep: bool) -> bool:
     data = Path(tempfile.mkdtemp(prefix=f"tau-bench-bus-{mode}-"))
-    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1"}
     env.pop("TAU_NATS_URL", None)
     tau = tau_command()
     os.environ["TAU_DATA_DIR"] = str(data)  # this process's client finds the stack and its user there
