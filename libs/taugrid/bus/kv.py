@@ -206,3 +206,42 @@ async def updates(bus: Bus, bucket: str, key: str, *, idle: float = 1.0) -> Asyn
     finally:
         with contextlib.suppress(*_UNAVAILABLE):  # the connection is gone already
             await watcher.stop()
+
+
+CAUGHT_UP = ("", None)  # what ``watch`` yields once it has handed out every value stored when it started
+
+
+async def watch(bus: Bus, bucket: str, key_filter: str) -> AsyncIterator[tuple[str, bytes | None]]:
+    """Every key matching ``key_filter`` (NATS wildcards) with its current value, then every change as it is
+    stored, as ``(key, value)``; ``value`` is None for a deleted key. ``CAUGHT_UP`` marks the end of the current
+    values. It subscribes through a named consumer whose create subject carries the filter, so a person whose
+    permissions cover only some keys (``run.<ws>.>`` in ``run_state``) may watch those. ``TemporaryError`` when
+    the bus goes away."""
+    stream, pre = f"KV_{bucket}", f"$KV.{bucket}."
+    cfg = ConsumerConfig(name=f"kvw-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+                         inactive_threshold=30.0)
+    try:
+        sub = await bus.guarded(bus.js.subscribe(pre + key_filter, stream=stream, ordered_consumer=True,
+                                                 config=cfg))
+    except _UNAVAILABLE as exc:
+        raise TemporaryError(f"watching {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+    try:
+        info = await sub.consumer_info()
+        caught_up = info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq)
+        if caught_up:
+            yield CAUGHT_UP
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=None)
+            except _UNAVAILABLE as exc:
+                raise TemporaryError(f"watching {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+            deleted = (msg.headers or {}).get("KV-Operation") in _DELETED or not msg.data
+            yield msg.subject[len(pre):], None if deleted else bytes(msg.data)
+            if not caught_up and msg.metadata.num_pending == 0:
+                caught_up = True
+                yield CAUGHT_UP
+    finally:
+        with contextlib.suppress(*_UNAVAILABLE, PermissionDenied):
+            await sub.unsubscribe()
+        with contextlib.suppress(*_UNAVAILABLE, PermissionDenied):
+            await bus.guarded(bus.js.delete_consumer(stream, cfg.name or ""))

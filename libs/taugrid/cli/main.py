@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "scale": ("stack", "scale", "Change replica counts of a running stack's..."),
     "stack": ("stack", "stack_status", "Show the embedded stack: NATS URL, data..."),
     "status": ("runs", "status", "Show a run's phase tree: submitted →..."),
+    "top": ("top_cmd", "top", "A live view of queues, runs and nodes that..."),
     "up": ("stack", "up", "Start the embedded stack in the..."),
     "usage": ("usage_cmd", "usage", "GPU-seconds, queue wait, run time and..."),
     "verify": ("evidence_cmd", "verify", "Re-verify a run's evidence: bundle digest,..."),
