@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from goliteral import Binary, Call, Ident, Lit, Opaque, Sel, Unary, assignments, parse_at
+from goliteral import Binary, Call, FuncLit, Ident, Lit, Opaque, Sel, Unary, assignments, parse_at
 
 HERE = Path(__file__).parent
 
@@ -65,8 +65,14 @@ ENV: dict[str, Any] = {}
 
 
 def resolve(v: Any) -> Any:
-    while isinstance(v, Ident) and v.name in ENV:
-        v = ENV[v.name]
+    while True:
+        if isinstance(v, Ident) and v.name in ENV:
+            v = ENV[v.name]
+        elif isinstance(v, Call) and isinstance(v.func, FuncLit) and not v.args:
+            ENV.update(v.func.assigns)  # its locals, resolved right away by the case being converted
+            v = v.func.result
+        else:
+            break
     if isinstance(v, Unary) and v.op in "&*":
         return resolve(v.value)
     return v

@@ -5,6 +5,9 @@ Role: turn ``cases := map[string]struct{...}{ "name": { field: utiltestingapi.Ma
 victims) without retyping it. Not a Go parser: it knows expressions, composite literals, calls, selectors and
 skips function literals; anything else raises ``GoSyntax`` naming the offset.
 
+Function literals made of ``name := expr`` statements and a ``return`` (Go code computing a table value) become
+``FuncLit``; any other function literal is ``Opaque``.
+
 Values: strings/numbers as Python values; an identifier path as ``Ident("kueue.StrictFIFO")``; a call as
 ``Call(func, args)`` (``func`` is an ``Ident`` or a ``Sel`` on a call, which is how builder chains nest);
 a composite literal as ``Lit(type, items)`` where items are ``(key, value)`` pairs (key ``None`` when absent).
@@ -73,6 +76,14 @@ class Binary:
 
 class Opaque:
     """A function literal or other code the port does not need."""
+
+
+@dataclass
+class FuncLit:
+    """``func() T { a := expr; ...; return expr }``: a table value computed by straight-line Go."""
+
+    assigns: dict[str, Any]
+    result: Any
 
 
 def tokenize(src: str) -> list[tuple[str, str, int]]:
@@ -199,7 +210,12 @@ class Parser:
         if tok == "func":
             self.type_expr()
             if self.peek() == "{":
-                self.skip_balanced("{", "}")
+                start = self.i
+                try:
+                    return self.func_body()
+                except GoSyntax:
+                    self.i = start
+                    self.skip_balanced("{", "}")
             return Opaque()
         if tok == "{":
             return self.lit_body("")
@@ -251,6 +267,23 @@ class Parser:
                 v = Call(Ident("index"), [v, idx])
             else:
                 return v
+
+    def func_body(self) -> FuncLit:
+        """Only ``name := expr`` statements and a final ``return expr``; anything else is GoSyntax."""
+        self.take("{")
+        assigns: dict[str, Any] = {}
+        while True:
+            if self.peek() == "return":
+                self.take()
+                result = self.expr()
+                self.take("}")
+                return FuncLit(assigns, result)
+            if self.kind() == "id" and self.peek(1) == ":=":
+                name = self.take()
+                self.take(":=")
+                assigns[name] = self.expr()
+                continue
+            raise GoSyntax(f"statement {self.peek()!r} in a function literal")
 
     def lit_body(self, typ: str) -> Lit:
         self.take("{")
