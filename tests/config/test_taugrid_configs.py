@@ -120,6 +120,9 @@ def test_managed_quickstarts_map_onto_the_resolved_run() -> None:
             run.head_resources.memory) == (4, 0, 2.0, 4 << 30, 1.0, 2 << 30)
     head = render(run, attempt=1)[0]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     assert head["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"}}
+    # a multi-pod GPU manifest keeps TauGrid's GPUs: 2 pods x 8 GPUs = 2 GPU workers beside the CPU-only head
+    multi = load_tau_config((HERE / "parser/unknown_known_keys.yaml").read_text())
+    assert (multi.compute.workers, multi.compute.gpus_per_worker, multi.compute.head_cpu_request) == (2, 8, None)
 
 
 def test_managed_job_with_several_gpus_runs_torchrun_and_mounts_camel_case_pvcs() -> None:

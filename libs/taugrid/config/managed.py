@@ -6,10 +6,12 @@ schema knows is dropped with a warning (did-you-mean where one is close), never 
 direct config and stays strict.
 
 The projection maps the manifest's own keys onto the direct config, so both reach the same ``ResolvedRun``:
-- ``compute.gpus``/``cpus``/``memory``/``cpu_limit``/``memory_limit``: per pod (a Job's pod; a Ray run's head);
-  ``compute.worker_cpus``/``worker_memory``/``worker_cpu_limit``/``worker_memory_limit``: each Ray worker
-  (default: the head's); ``compute.workers``: the total Ray pod count, head included (``workers: 5`` = 1 head +
-  4 workers; ``workers: 1`` = the head plus one worker, since taugrid's Ray head runs no tasks);
+- ``compute.gpus``/``cpus``/``memory``/``cpu_limit``/``memory_limit``: per pod (a Job's pod; a CPU Ray run's
+  head); ``compute.worker_cpus``/``worker_memory``/``worker_cpu_limit``/``worker_memory_limit``: each Ray worker
+  (default: the head's); ``compute.workers``: TauGrid's total Ray pod count, head included, whose head also does
+  work. taugrid's head runs no tasks, so a CPU manifest becomes the head plus ``workers - 1`` workers
+  (``workers: 5`` = 1 head + 4 workers) and a GPU manifest ``workers`` GPU workers beside a default head (the
+  same GPUs, one more pod; ``workers: 1, gpus: 1`` = one A100 worker);
 - the engine: ``run.workload_kind`` (or ``workflow.workload_kind``/``compute.workload_kind``) ``job`` or
   ``rayjob``/``ray-train``; absent, a Ray run when ``workers > 1``; a Job with ``gpus > 1`` and no launcher runs
   torchrun with one process per GPU (TauGrid's shape table);
@@ -374,10 +376,14 @@ def _compute(
         run.pop("workload_kind", None)  # the engine is decided above
     c: dict[str, Any] = dict(direct_keys)
     if ray:
-        c.setdefault("workers", max((workers or 1) - 1, 1))
+        # TauGrid's head does work too. taugrid's head runs no tasks, so the GPUs stay where TauGrid puts them:
+        # a GPU manifest gets `workers` GPU workers beside the head (same GPUs, one more pod); a CPU manifest
+        # keeps its pod count (the head, with cpus/memory, plus workers - 1 workers).
+        gpu_pods = (gpus or 0) > 0
+        c.setdefault("workers", (workers or 1) if gpu_pods else max((workers or 1) - 1, 1))
         c.setdefault("gpus_per_worker", gpus or 0)
         cpu_limit, memory_limit = c.pop("cpu_limit", None), c.pop("memory_limit", None)
-        if (workers or 1) > 1:  # the head is a pod of its own; with one pod, that pod's work runs on the worker
+        if (workers or 1) > 1 and not gpu_pods:  # the head is a pod of TauGrid's count, sized by cpus/memory
             for key, value in (("head_cpu_request", cpus), ("head_memory_request", memory),
                                ("head_cpu_limit", cpu_limit), ("head_memory_limit", memory_limit)):
                 if value is not None:
