@@ -33,3 +33,15 @@ def test_status_stack_shows_the_stack_and_status_alone_asks_for_a_run(tmp_path: 
     bare = subprocess.run([*TAU, "status"], capture_output=True, text=True, env=env, timeout=60)
     assert (bare.returncode, bare.stderr) == (
         2, "error: tau status needs a RUN_ID (see `tau list`), or --stack for the stack's services\n")
+
+
+def test_ha_on_a_single_server_data_dir_is_refused_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "nats" / "js").mkdir(parents=True)  # what `tau up` without --ha leaves
+    env = {**os.environ, "TAU_DATA_DIR": str(tmp_path)}
+    env.pop("TAU_NATS_URL", None)
+    proc = subprocess.run([*TAU, "up", "--ha"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"error: {tmp_path} holds a single-server bus (made by `tau up` without --ha); its runs "
+                           "would not be in a new cluster's stores: use another data dir for --ha "
+                           "(TAU_DATA_DIR=… tau up --ha)\n")
+    assert not (tmp_path / "stack.json").exists() and not (tmp_path / "nats" / "n0").exists()

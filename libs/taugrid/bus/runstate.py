@@ -120,6 +120,8 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
                 cache.put(record_key, record, revision)
             return False  # already projected (redelivery)
         if ev.seq and ev.seq < record.last_seq:
+            log.info("%s: %s seq=%s arrived after seq=%s; rebuilding the record from the stream", record_key,
+                     ev.type, ev.seq, record.last_seq)
             try:
                 record, changed = await _refold(bus, record, ev, record_key=record_key), True
             except PermissionDenied as exc:  # an identity without `replay RUNS` (permissions.SERVICE_ROLES)
