@@ -53,6 +53,10 @@ def test_two_projects_share_the_departments_idle_gpus_in_proportion_to_their_wei
     assert e.kai is not None and e.kai.fair["vision"][GPU] == 5000 and e.kai.fair["language"][GPU] == 3000
     # both filled 4 GPUs first; vision, below its fair share, reclaimed the newest of language's fourth
     assert [(p.victim, p.preemptor, p.reason) for p in preempted] == [("l3", "v4", "InCohortReclamation")]
+    waiting = e.pending_info("l4")
+    assert waiting is not None and waiting.message.endswith(
+        "; project language uses 3 nvidia.com/gpu of its fair share of 3 and this workload asks for 1 more, so it "
+        "waits for idle resources")
 
 
 def test_a_project_below_its_deserved_quota_reclaims_it_by_preempting_over_quota_use() -> None:
@@ -79,4 +83,6 @@ def test_a_project_limit_caps_what_it_takes_even_when_gpus_are_idle() -> None:
     assert gpus(e, "vision") == 5
     pending = e.pending_info("v5")
     assert pending is not None and pending.message == ("couldn't assign flavors to pod set main: insufficient "
-                                                       "unused quota for nvidia.com/gpu in flavor gpu, 1 more needed")
+                                                       "unused quota for nvidia.com/gpu in flavor gpu, 1 more needed; "
+                                                       "project vision uses 5 nvidia.com/gpu of its limit of 5 and "
+                                                       "this workload asks for 1 more")

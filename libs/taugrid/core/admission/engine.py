@@ -346,7 +346,7 @@ class Engine:
     def _targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         flv = [p.flavors for p in a.pod_sets]
         if self.kai is not None and self.kai.owns(ws.cq):  # KAI's reclaim, not Kueue's classical preemption
-            return self.kai.targets(self, ws, self._sim(ws, q, a.usage, flv), set(self._cycle_victims))
+            return self.kai.targets(self, ws, self._sim(ws, q, a.usage, flv), set(self._cycle_victims), a)
         targets = self._find(ws, q, a.usage, a.frs_need_preemption, flv)
         if targets and self.audit:
             self._audit(ws, q, a, targets)

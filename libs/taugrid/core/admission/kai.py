@@ -174,11 +174,30 @@ class KaiPolicy:
         return Assignment(Mode.PREEMPT, borrows=borrowing > 0, borrowing=borrowing, pod_sets=pod_sets, usage=usage,
                           reason=a.reason, message=a.message, shortfalls=a.shortfalls)
 
-    def targets(self, engine: Engine, ws: WState, sim: LedgerSim, taken: set[str]) -> list[Target]:
-        """Victims for a KAI project's head (reclaim first, then in-project preemption); [] when none work.
-        ``taken``: victims already chosen this cycle (they are no candidates again)."""
+    def targets(self, engine: Engine, ws: WState, sim: LedgerSim, taken: set[str],
+                a: Assignment | None = None) -> list[Target]:
+        """Victims for a KAI project's head (reclaim first, then in-project preemption); [] when none work, and
+        then ``a``'s message says why in KAI's terms. ``taken``: victims already chosen this cycle."""
         q = engine.queues[ws.cq]
-        return self._reclaim(engine, ws, sim, taken) or self._preempt_within(ws, q, sim, taken)
+        found = self._reclaim(engine, ws, sim, taken) or self._preempt_within(ws, q, sim, taken)
+        if not found and a is not None:
+            a.message = f"{a.message}; {self.why_not(engine, ws)}" if a.message else self.why_not(engine, ws)
+        return found
+
+    def why_not(self, engine: Engine, ws: WState) -> str:
+        """Why a project's head cannot reclaim: it would pass its fair share, or nobody is above theirs."""
+        need, alloc, fair = need_of(ws), self.allocated(engine, ws.cq), self.fair.get(ws.cq, {})
+        for r in self.governed:
+            lim = self.limit[ws.cq][r]
+            if need.get(r, 0) and lim is not None and alloc[r] + need[r] > lim:
+                return (f"project {ws.cq} uses {alloc[r] / UNIT:g} {r} of its limit of {lim / UNIT:g} and this "
+                        f"workload asks for {need[r] / UNIT:g} more")
+        for r in self.governed:
+            if need.get(r, 0) and alloc[r] + need[r] > fair.get(r, 0):
+                return (f"project {ws.cq} uses {alloc[r] / UNIT:g} {r} of its fair share of {fair.get(r, 0) / UNIT:g}"
+                        f" and this workload asks for {need[r] / UNIT:g} more, so it waits for idle resources")
+        return (f"project {ws.cq} is within its fair share, but no workload of another project is above what "
+                "that project may keep, so there is nothing to reclaim")
 
     def _reclaim(self, engine: Engine, ws: WState, sim: LedgerSim, taken: set[str]) -> list[Target]:
         project, need = ws.cq, need_of(ws)
