@@ -94,6 +94,9 @@ def refusals(cfg: TauConfig, add: Any) -> None:
         add(("policy", "team"), f"{p.team!r} is not a Kubernetes label value", "use ≤ 63 letters, digits, -_.")
     if p.gpu_class and not (_LABEL_VALUE.match(p.gpu_class) and len(p.gpu_class) <= 63):
         add(("policy", "gpu_class"), f"{p.gpu_class!r} is not a Kubernetes label value", "e.g. a100-80gb or any")
+    if cfg.run.source is not None and cfg.run.working_dir:
+        add(("run", "working_dir"), "run.source and run.working_dir cannot be used together (TauGrid's rule): the "
+            "code is in the source image", "remove run.working_dir")
     _gpu_mode(cfg, add)
     _tune(cfg, add)
     if ray and ex.launcher != "ray-tune":

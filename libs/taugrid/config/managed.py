@@ -248,6 +248,9 @@ def project(
         if present:
             warn(tuple(key.split(".")), f"{key} is accepted but unused: {why}", f"remove {key}")
 
+    if isinstance(data.get("run"), dict) and data["run"].get("source") is not None:
+        err(("run", "source"), "run.source requires direct Job dispatch (TauGrid's rule)",
+            "write a direct config (engine: job) to run from a source image")
     _runtime(data, out, err, warn)
     _storage(data, out, err)
     _compute(data, out, err, warn, direct)
