@@ -254,7 +254,7 @@ workspaces: [{name: vision, namespace: team-vision, local_queue: q}]
 
 def test_a_kai_project_may_ask_beyond_its_deserved_quota_up_to_its_limit():
     run = resolve("name: t\nentrypoint: t.py\ncompute: {gpus: 4, cpu_request: 8}\n", DEPARTMENTS, "vision")
-    assert run.cluster_queue == "vision"
+    assert run.cluster_queue == "vision" and run.labels == {"kai.scheduler/queue": "vision"}
     found = rejected("name: t\nentrypoint: t.py\ncompute: {gpus: 5}\n", DEPARTMENTS, "vision")
     assert found["compute.gpus"]["message"] == ("asks for 5 nvidia.com/gpu in total; project 'vision' (department "
                                                 "'research') has a limit and can never hold more than 4, so the "

@@ -58,3 +58,20 @@ def test_departments_imply_kueue_cohorts_and_cluster_queues() -> None:
         {"name": "a100", "resources": [{"name": "cpu", "nominalQuota": "1500m"},
                                        {"name": "memory", "nominalQuota": "0"},
                                        {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "4"}]}]}]
+
+
+def test_a_project_run_names_its_kai_queue_on_the_job_and_its_pods() -> None:
+    from taugrid.config.resolve import resolve_run
+    from taugrid.config.taujob import config_hash, load_tau_config
+    from taugrid.render import render
+
+    platform = load_platform(PLATFORM + "workspaces: [{name: vision, namespace: team-vision, local_queue: q}]\n")
+    cfg = load_tau_config("name: t\nentrypoint: t.py\ncompute: {gpus: 1}\n")
+    run = resolve_run(cfg, platform, run_id="t-0a1b2c", submission_id="s", workspace="vision",
+                      platform_revision=1, config_hash=config_hash(cfg), source_object="", source_digest="",
+                      user="ada")
+    job = next(m for m in render(run, attempt=1) if m["kind"] == "Job")
+    validate(job)
+    assert job["metadata"]["labels"]["kai.scheduler/queue"] == "vision"
+    assert job["spec"]["template"]["metadata"]["labels"]["kai.scheduler/queue"] == "vision"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"

@@ -23,6 +23,7 @@ from pydantic import Field
 from taugrid.config.fields import Strict, Text
 
 DEPARTMENTS_ROOT = "departments"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"  # on a project's runs: the KAI leaf queue they belong to
 KAI_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 

@@ -18,6 +18,7 @@ import json
 import math
 import posixpath
 
+from taugrid.config.departments import KAI_QUEUE_LABEL
 from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_level
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
@@ -191,7 +192,9 @@ def resolve_run(
         topology_required=cfg.policy.topology_policy != "preferred",
         devices=dict(cfg.runtime.devices),
         shm_size=parse_memory(cfg.runtime.shm_size) if cfg.runtime.shm_size else 0,
-        labels={f"taugrid.io/{k}": v for k, v in (("team", cfg.policy.team), ("lane", cfg.policy.lane)) if v},
+        labels={**{f"taugrid.io/{k}": v for k, v in (("team", cfg.policy.team), ("lane", cfg.policy.lane)) if v},
+                # a KAI project's runs name their leaf queue, as KAI's scheduler and KubeRay's KAI plugin read it
+                **({KAI_QUEUE_LABEL: cluster_queue} if platform.project_limits(cluster_queue) is not None else {})},
         platform_env=_platform_env(cfg, checkpoint_dir),
     )
 
