@@ -54,3 +54,22 @@ async def test_client_from_env(fake_kube: Any, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("TAU_KUBE_HOST", api_client.configuration.host)
     refs = await apply_platform(platform())
     assert len(fake.objects) == len(refs) == 11
+
+
+async def test_departments_apply_as_kai_queues_at_cluster_scope(fake_kube: Any) -> None:
+    fake, api_client = fake_kube
+    p = load_platform("""
+resource_flavors: [{name: default}]
+departments:
+  - name: research
+    deserved: {nvidia.com/gpu: 4}
+    projects:
+      - {name: vision, deserved: {nvidia.com/gpu: 2}, over_quota_weight: 3}
+""")
+    refs = await apply_platform(p, api_client=api_client)
+    assert refs == ["ResourceFlavor/default", "Cohort/departments", "Cohort/research", "ClusterQueue/vision",
+                    "Queue/research", "Queue/vision"]
+    kai = ("scheduling.run.ai", "v2", "queues")
+    assert fake.objects[(kai, None, "vision")]["spec"]["parentQueue"] == "research"
+    assert fake.objects[(kai, None, "vision")]["spec"]["resources"]["gpu"] == {
+        "quota": 2, "limit": -1, "overQuotaWeight": 3}
