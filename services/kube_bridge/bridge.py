@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from taugrid.bus import kv
+from taugrid.bus import kv, metrics
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import NotFound, PermanentError, TauError, TemporaryError
@@ -210,6 +210,7 @@ class Bridge:
                 pending = await self._pending([str(cq["metadata"]["name"]) for cq in cqs])
                 snap = queues.snapshot(cqs, self.queue_objects["LocalQueue"].values(), pending=pending,
                                        cluster=self.cluster, now=time.time())
+                metrics.observe_queues(snap["queues"])
                 try:
                     await kv.put(self.bus, QUEUES_BUCKET, QUEUES_KEY, msgspec.json.encode(snap))
                 except Exception as exc:  # NATS briefly away: the next round writes a fresher one

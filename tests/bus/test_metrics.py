@@ -78,3 +78,48 @@ def test_the_embedded_stack_gives_each_replica_its_own_metrics_port(monkeypatch:
     monkeypatch.setenv(METRICS_BASE_ENV, "19000")
     ports = [metrics_port(s, r) for s in SERVICES for r in range(32)]
     assert len(set(ports)) == len(ports) == 32 * len(SERVICES) and min(ports) == 19000  # type: ignore[type-var]
+
+
+def test_queue_gauges_follow_the_queue_snapshot_and_scrape_with_the_standard_parser() -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics.observe_queues([{"cluster_queue": "mq", "pending": [{"run_id": "a"}, {"run_id": "b"}], "admitted": 3,
+                             "nominal": {"nvidia.com/gpu": 8.0, "cpu": 64.0}, "used": {"nvidia.com/gpu": 6.0},
+                             "borrowed": {"nvidia.com/gpu": 1.0}, "lent": {}}])
+    parsed = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for family in text_string_to_metric_families(generate_latest(REGISTRY).decode())
+              for s in family.samples}
+    assert parsed[("taugrid_queue_pending", (("cluster_queue", "mq"),))] == 2.0
+    assert parsed[("taugrid_queue_admitted", (("cluster_queue", "mq"),))] == 3.0
+    quota = {(dict(k)["kind"], dict(k)["resource"]): v for (name, k), v in parsed.items()
+             if name == "taugrid_queue_quota" and dict(k)["cluster_queue"] == "mq"}
+    assert quota == {("nominal", "nvidia.com/gpu"): 8.0, ("nominal", "cpu"): 64.0, ("used", "nvidia.com/gpu"): 6.0,
+                     ("borrowed", "nvidia.com/gpu"): 1.0}
+
+
+async def test_the_health_monitor_sets_gpu_and_cordon_gauges_from_each_sample(bus: Bus) -> None:
+    import time
+
+    from taugrid.core.contracts import GpuSample, NodeSample
+    from taugrid.health.monitor import HealthMonitor
+    from taugrid.health.rules import Policy
+
+    node = f"m{uuid.uuid4().hex[:8]}"
+    gpus = [GpuSample(index=0, memory_total_mb=16000, memory_used_mb=1000, utilization_pct=35, temperature_c=61,
+                      ecc_volatile_uncorrected=0),
+            GpuSample(index=1, memory_total_mb=16000, memory_used_mb=0, utilization_pct=0, temperature_c=40,
+                      ecc_volatile_uncorrected=2, xid_events=[79])]
+    roomy = Policy(max_cordoned=10_000, max_cordoned_fraction=1.0)  # other tests' nodes share this bus
+    await HealthMonitor(bus, policy=roomy).process(NodeSample(node=node, time=time.time(), cpus=8, memory_bytes=2**34,
+                                                gpus=gpus, gpu_source="declared"))
+
+    def value(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"node": node, **labels})
+
+    assert (value("taugrid_gpu_temperature_celsius", gpu="0"), value("taugrid_gpu_utilization_percent", gpu="0"),
+            value("taugrid_gpu_memory_used_bytes", gpu="0")) == (61.0, 35.0, 1000.0 * 2**20)
+    assert value("taugrid_gpu_ecc_uncorrected", gpu="1") == 2.0
+    assert value("taugrid_gpu_xid_events_total", gpu="1", xid="79") == 1.0
+    assert value("taugrid_node_unhealthy") == 1.0  # XID 79 and uncorrectable ECC
+    assert value("taugrid_node_cordoned") == 1.0

@@ -133,6 +133,52 @@ def test_the_portal_listens_on_all_interfaces_behind_a_service_and_is_ready_when
     assert not find(render("services.portal.enabled=false"), "Service", "t-taugrid-portal")
 
 
+def test_metrics_stay_off_until_one_value_turns_them_on(render: Render) -> None:
+    import json
+    import re
+
+    from prometheus_client import REGISTRY
+
+    import taugrid.bus.metrics  # noqa: F401 - registers every taugrid metric
+
+    off = render()
+    assert not find(off, "Service", "t-taugrid-metrics") and not find(off, "ConfigMap", "t-taugrid-dashboard-queues")
+    for svc in SERVICES:
+        (container,) = one(off, "Deployment", f"t-taugrid-{svc}")["spec"]["template"]["spec"]["containers"]
+        assert "TAU_METRICS_PORT" not in env_of(container)
+    on = render("metrics.enabled=true")
+    for svc in SERVICES:
+        template = one(on, "Deployment", f"t-taugrid-{svc}")["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        assert env_of(container)["TAU_METRICS_PORT"] == "9090"
+        assert {"name": "metrics", "containerPort": 9090} in container["ports"]
+        assert template["metadata"]["labels"]["taugrid.io/metrics"] == "true"
+    service = one(on, "Service", "t-taugrid-metrics")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"app.kubernetes.io/instance": "t", "taugrid.io/metrics": "true"}
+    known = {m.name for m in REGISTRY.collect()}
+    names = set()
+    for board in ("cluster", "queues", "runs", "gpu-health"):
+        cm = one(on, "ConfigMap", f"t-taugrid-dashboard-{board}")
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        dashboard = json.loads(cm["data"][f"{board}.json"])
+        assert dashboard["uid"] == f"taugrid-{board}" and dashboard["panels"]
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                names |= set(re.findall(r"taugrid_[a-z_]+", target["expr"]))
+    suffixes = ("_bucket", "_count", "_total")
+    unknown = {n for n in names if n not in known and not any(n.endswith(x) and n[: -len(x)] in known
+                                                                for x in suffixes)}
+    assert not unknown, f"dashboards use metrics the code does not define: {unknown}"
+    assert not find(on, "ServiceMonitor")
+    monitor = one(render("metrics.enabled=true", "metrics.serviceMonitor.enabled=true",
+                         "metrics.serviceMonitor.labels.release=prom"), "ServiceMonitor", "t-taugrid")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "metrics"
+    assert monitor["spec"]["endpoints"][0] | {"relabelings": None} == {
+        "port": "metrics", "path": "/metrics", "interval": "30s", "relabelings": None}
+
+
 def test_replicas_override_scales_one_service_and_adds_its_pdb(render: Render) -> None:
     objs = render("services.renderer.replicas=3", "services.evidence.enabled=false")
     assert one(objs, "Deployment", "t-taugrid-renderer")["spec"]["replicas"] == 3
@@ -198,6 +244,7 @@ VARIANTS = {
                               "nodeAgent.runtimeClassName=nvidia", "otel.endpoint=http://otel:4318"),
     "kmsg-privileged": ("nodeAgent.kmsg.enabled=true", "nodeAgent.kmsg.privileged=true"),
     "auth-off": ("auth.enabled=false", "sourceFetch.credsSecret="),
+    "metrics": ("metrics.enabled=true",),
     "tls+external+scrapers": (
         "nats.embedded.tls.enabled=true", "nats.embedded.tls.secretName=bus-tls", "nats.embedded.external.enabled=true",
         "nats.embedded.external.allowedFrom[0].ipBlock.cidr=10.20.0.0/16",

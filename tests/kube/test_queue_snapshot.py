@@ -130,6 +130,13 @@ async def test_clusterqueue_status_becomes_the_exact_tau_queue_json(
     try:
         written = await _snapshot_written(bus, started)
         out = await _tau_queue_json(bootstrapped)
+        from prometheus_client import REGISTRY  # the bridge's queue gauges follow the snapshot it wrote
+
+        gauge = REGISTRY.get_sample_value
+        assert (gauge("taugrid_queue_pending", {"cluster_queue": "vision"}),
+                gauge("taugrid_queue_admitted", {"cluster_queue": "language"}),
+                gauge("taugrid_queue_quota", {"cluster_queue": "language", "resource": "nvidia.com/gpu",
+                                              "kind": "borrowed"})) == (2.0, 2.0, 2.0)
     finally:
         stop.set()
         await task

@@ -1,5 +1,6 @@
 """Prometheus metrics of a service's consumers: how long each event type takes to handle and how it ends, what is
-redelivered and dead-lettered, and each durable's pending and ack-pending counts.
+redelivered and dead-lettered, and each durable's pending and ack-pending counts; the local cluster's (or
+kube-bridge's) queue depth and quota per ClusterQueue; the health monitor's GPU figures, XIDs and cordons per node.
 
 Off the wire by default: a service serves ``/metrics`` only when ``TAU_METRICS_PORT`` is set (the embedded stack
 sets one port per service replica when ``tau up`` runs with ``TAU_METRICS_BASE_PORT``). The metrics live in the
@@ -9,6 +10,7 @@ process's default registry, so a scrape sees every loop of the service.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -35,3 +37,56 @@ def serve_from_env() -> int | None:
         return None
     start_http_server(int(port), addr=os.environ.get(ADDR_ENV, "0.0.0.0"))
     return int(port)
+
+
+# ---------------------------------------------------------------- queues (local cluster; kube-bridge on Kubernetes)
+QUEUE_PENDING = Gauge("taugrid_queue_pending", "Workloads waiting in a ClusterQueue", ["cluster_queue"])
+QUEUE_ADMITTED = Gauge("taugrid_queue_admitted", "Workloads admitted in a ClusterQueue", ["cluster_queue"])
+QUEUE_QUOTA = Gauge("taugrid_queue_quota", "A ClusterQueue's quota by resource and kind (nominal | used | "
+                    "borrowed | lent); cpu in cores, memory in bytes, GPUs in devices",
+                    ["cluster_queue", "resource", "kind"])
+
+
+def observe_queues(queues: list[dict[str, Any]]) -> None:
+    """Set the queue gauges from a ``tau queue`` snapshot's ``queues`` (the same shape on both backends)."""
+    for q in queues:
+        name = str(q["cluster_queue"])
+        QUEUE_PENDING.labels(name).set(float(q.get("pending_count", len(q.get("pending") or []))))
+        QUEUE_ADMITTED.labels(name).set(float(q.get("admitted") or 0))
+        for kind in ("nominal", "used", "borrowed", "lent"):
+            for resource, value in (q.get(kind) or {}).items():
+                QUEUE_QUOTA.labels(name, resource, kind).set(float(value))
+
+
+# ---------------------------------------------------------------- GPUs and nodes (health monitor)
+GPU_TEMPERATURE = Gauge("taugrid_gpu_temperature_celsius", "GPU temperature", ["node", "gpu"])
+GPU_UTILIZATION = Gauge("taugrid_gpu_utilization_percent", "GPU utilisation", ["node", "gpu"])
+GPU_MEMORY_USED = Gauge("taugrid_gpu_memory_used_bytes", "GPU memory in use", ["node", "gpu"])
+GPU_MEMORY_TOTAL = Gauge("taugrid_gpu_memory_total_bytes", "GPU memory", ["node", "gpu"])
+GPU_ECC_UNCORRECTED = Gauge("taugrid_gpu_ecc_uncorrected", "Uncorrectable ECC errors (volatile count)",
+                            ["node", "gpu"])
+GPU_XIDS = Counter("taugrid_gpu_xid_events_total", "XID events reported by the node agent", ["node", "gpu", "xid"])
+NODE_CORDONED = Gauge("taugrid_node_cordoned", "1 while the health monitor keeps the node cordoned", ["node"])
+NODE_UNHEALTHY = Gauge("taugrid_node_unhealthy", "1 while the node's verdict is not healthy", ["node"])
+
+
+def observe_sample(sample: Any) -> None:
+    """Set the GPU gauges from one ``NodeSample`` (and count its XID events)."""
+    for g in sample.gpus:
+        labels = (sample.node, str(g.index))
+        if g.temperature_c is not None:
+            GPU_TEMPERATURE.labels(*labels).set(g.temperature_c)
+        if g.utilization_pct is not None:
+            GPU_UTILIZATION.labels(*labels).set(g.utilization_pct)
+        GPU_MEMORY_USED.labels(*labels).set(g.memory_used_mb * 2**20)
+        GPU_MEMORY_TOTAL.labels(*labels).set(g.memory_total_mb * 2**20)
+        if g.ecc_volatile_uncorrected is not None:
+            GPU_ECC_UNCORRECTED.labels(*labels).set(g.ecc_volatile_uncorrected)
+        for xid in g.xid_events:
+            GPU_XIDS.labels(*labels, str(xid)).inc()
+
+
+def observe_node(state: Any) -> None:
+    """Set a node's cordon and health gauges from its ``NodeState``."""
+    NODE_CORDONED.labels(state.node).set(1.0 if state.cordoned else 0.0)
+    NODE_UNHEALTHY.labels(state.node).set(0.0 if state.verdict == "healthy" else 1.0)

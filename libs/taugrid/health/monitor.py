@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import msgspec
 
-from taugrid.bus import kv, runstate, streams
+from taugrid.bus import kv, metrics, runstate, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import HealthDegraded, NodeSample
@@ -95,6 +95,8 @@ class HealthMonitor:
                 await kv.save(self.bus, BUCKET, state_key(sample.node), plan.state, revision=revision)
             except kv.Conflict:
                 continue
+            metrics.observe_sample(sample)
+            metrics.observe_node(plan.state)
             if plan.state.guard_blocked:
                 log.warning("%s: cordon withheld: %s", sample.node, plan.state.guard_blocked)
             return plan

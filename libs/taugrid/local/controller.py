@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import msgspec
 
-from taugrid.bus import kv
+from taugrid.bus import kv, metrics
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
@@ -431,6 +431,7 @@ class LocalCluster:
             q["pending"] = [{"run_id": self.wls[n].run_id, "workload": n, "position": i}
                             for i, n in enumerate(names) if n in self.wls]
         await kv.put(self.bus, BUCKET, "queues", msgspec.json.encode({"time": now, "node": self.node, "queues": snap}))
+        metrics.observe_queues(snap)
 
     async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:
         """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""
