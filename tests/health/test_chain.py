@@ -303,7 +303,9 @@ async def the_chain(chain: dict[str, Any]) -> None:
     kinds = [k for _, k, _, _ in events]
 
     def first(kind: str, pred: Callable[[dict[str, Any], int], bool] = lambda d, a: True) -> int:
-        return next(i for i, (_, k, d, a) in enumerate(events) if k == kind and pred(d, a))
+        found = [i for i, (_, k, d, a) in enumerate(events) if k == kind and pred(d, a)]
+        assert found, f"no {kind} in the history: {[(k, a) for _, k, _, a in events]}"
+        return found[0]
 
     fault = first("node.condition.GpuXidError", lambda d, a: d["status"] == "True")
     ecc = first("node.condition.GpuEccUncorrectable", lambda d, a: d["status"] == "True")
