@@ -21,6 +21,8 @@ from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.core.errors import ConfigError
 from taugrid.health.wire import NodeCordon, NodeUncordon
 from taugrid.local.controller import LocalCluster
+from taugrid.local.runtime import Preparing
+from taugrid.local.state import LocalWorkload
 from taugrid.render.common import node_exclusion
 from tests.inprocess import private_server
 from tests.local.test_controller import job, main
@@ -115,6 +117,30 @@ async def test_pods_land_per_node_and_a_drain_stops_only_that_nodes_pods_with_gr
     assert drained.job["status"]["conditions"][-1]["type"] == "Failed"
     await c.delete(BackendDelete(run_id=on_b[:-3], workspace="default", attempt=1, kind="Job", namespace="default",
                                  name=on_b, grace_s=1))
+
+
+async def test_a_drain_fails_a_pod_still_preparing_there_so_it_never_starts_on_the_drained_node(
+        pool: tuple[Bus, LocalCluster]) -> None:
+    _, c = pool
+
+    class Preparing_:
+        def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing:
+            return Preparing("building the environment")
+
+        def forget(self, pod: str) -> None:
+            return None
+
+    c.podsync.runtime = Preparing_()
+    await c.apply(BackendApply(run_id="slow", workspace="default", attempt=1, manifests=[gpu_job("slow-a1", ["true"])]))
+    await settle(c, lambda: bool(c.wls["slow-a1"].pods) and c.wls["slow-a1"].pods[0].added)
+    wl = c.wls["slow-a1"]
+    assert [(p.node, p.phase) for p in wl.pods] == [("gpu-a", "Pending")]
+    await c.on_node(node_event("node.gpu-a.cordon", NodeCordon(node="gpu-a", reason="ECC", drain=True)))
+    await settle(c, lambda: "slow-a1" not in c.wls)
+    [cs] = wl.pods[0].obj["status"]["containerStatuses"]
+    assert (wl.pods[0].phase, cs["state"]["terminated"]["reason"]) == ("Failed", "Evicted")
+    assert wl.job["status"]["conditions"][-1]["type"] == "Failed"
+    assert c.kubelet.status("slow-a1-pod") is None  # never handed to the kubelet
 
 
 async def test_a_retry_excluding_the_healthy_node_waits_for_the_cordoned_one_then_lands_there(

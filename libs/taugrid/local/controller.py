@@ -196,6 +196,14 @@ class LocalCluster:
             if wl.state != "running" or not any((p.node or self.node) == node for p in wl.pods):
                 continue
             for p in wl.pods:
+                if p.phase == "Pending":  # not started yet: it never will be, there
+                    self.podsync.forget(p)
+                    p.phase = "Failed"
+                    objects.pod_terminated(p.obj, exit_code=137, reason="Evicted",
+                                           message=f"node {node} drained before the pod started: {reason}",
+                                           started=time.time(), at=time.time())
+                    await self.publish(wl, "Pod", p.obj, "modified")
+                    continue
                 if p.phase != "Running":
                     continue
                 if p.sim_end:  # simulated pod: it just ends, as a killed one would
