@@ -86,3 +86,21 @@ def test_a_project_limit_caps_what_it_takes_even_when_gpus_are_idle() -> None:
                                                        "unused quota for nvidia.com/gpu in flavor gpu, 1 more needed; "
                                                        "project vision uses 5 nvidia.com/gpu of its limit of 5 and "
                                                        "this workload asks for 1 more")
+
+
+def test_the_local_queue_snapshot_shows_each_projects_fair_share() -> None:
+    from taugrid.cli.queue_cmd import queue_view
+    from taugrid.local.admit import LocalAdmitter, Request
+
+    admitter = LocalAdmitter("n0", {"memory": float(64 << 30)}, gpu_count=8)
+    admitter.configure(load_platform(PLATFORM))
+    for i in range(8):
+        admitter.submit(Request(f"v{i}", "vision", 0, float(i), 1, {"cpu": 1, GPU: 1}))
+    admitter.submit(Request("l0", "language", 0, 0.0, 1, {"cpu": 1, GPU: 1}))
+    admitter.cycle()
+    snap = {q["cluster_queue"]: q for q in admitter.snapshot(0.0)}
+    assert snap["vision"]["fair_share"] == {GPU: 7.0} and snap["language"]["fair_share"] == {GPU: 1.0}
+    for q in snap.values():
+        q["pending"] = []
+    view = queue_view({"time": 0.0, "node": "n0", "queues": list(snap.values())}, show_pending=0, now=0.0)
+    assert "  vision: fair share gpu=7\n  language: fair share gpu=1" in view

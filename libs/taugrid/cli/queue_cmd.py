@@ -64,6 +64,9 @@ def queue_view(snap: dict[str, Any], *, show_pending: int, now: float) -> str:
     ]
     lines = [table(rows, ["clusterqueue", "cohort", "nominal", "used", "borrowed", "lent", "admitted", "pending"])]
     for q in snap["queues"]:
+        if q.get("fair_share"):  # a KAI project (platform.yaml departments): what it may hold right now
+            lines.append(f"  {q['cluster_queue']}: fair share {_fmt(q['fair_share'])}")
+    for q in snap["queues"]:
         for p in q["pending"][:show_pending]:
             lines.append(f"  {q['cluster_queue']} #{p['position'] + 1}: {p['run_id']}")
     for lq in snap.get("local_queues") or []:

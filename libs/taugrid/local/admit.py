@@ -342,4 +342,7 @@ class LocalAdmitter:
                         "pending": [name for name, _, _ in order],
                         "admitted": sum(1 for n in self.engine.admitted_names()
                                         if self.engine.states[n].cq == cq)})
+            kai = self.engine.kai
+            if kai is not None and kai.owns(cq):  # a KAI project: its current fair share (only such queues)
+                out[-1]["fair_share"] = {r: v / 1000.0 for r, v in kai.fair.get(cq, {}).items()}
         return out
