@@ -13,12 +13,26 @@ so the test runner can list the case as out of scope with that reason instead of
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from goliteral import Binary, Call, FuncLit, Ident, Lit, Opaque, Sel, Unary, assignments, parse_at
+from goliteral import (
+    Binary,
+    Call,
+    FuncLit,
+    GoSyntax,
+    Ident,
+    Lit,
+    Opaque,
+    Parser,
+    Sel,
+    Unary,
+    assignments,
+    parse_at,
+)
 
 HERE = Path(__file__).parent
 
@@ -71,6 +85,9 @@ def resolve(v: Any) -> Any:
         elif isinstance(v, Call) and isinstance(v.func, FuncLit) and not v.args:
             ENV.update(v.func.assigns)  # its locals, resolved right away by the case being converted
             v = v.func.result
+        elif (isinstance(v, Call) and isinstance(v.func, Ident) and not v.args
+              and isinstance(ENV.get(v.func.name), FuncLit)):  # a file-level helper: defaultCohorts()
+            v = Call(ENV[v.func.name], [])
         else:
             break
     if isinstance(v, Unary) and v.op in "&*":
@@ -597,8 +614,21 @@ def _resource_assignment(v: Any) -> dict[str, list[str]]:
 
 # -- TestSchedule --------------------------------------------------------------------------------------
 
+def file_helpers(src: str) -> dict[str, Any]:
+    """The file's zero-argument helper functions that only assign and return (``func defaultCohorts() ...``)."""
+    out: dict[str, Any] = {}
+    for m in re.finditer(r"^func (\w+)\(\) [^{]*\{", src, re.M):
+        p = Parser(src, m.end() - 1)
+        try:
+            out[m.group(1)] = p.func_body()
+        except GoSyntax:
+            continue
+    return out
+
+
 def schedule_cases(src: str, func: str = "TestSchedule") -> list[dict[str, Any]]:
     ENV.clear()
+    ENV.update(file_helpers(src))
     ENV.update(assignments(src, func))
     flavors = [flavor(x) for x in items(ENV["resourceFlavors"])]
     base_cqs = [cluster_queue(x) for x in items(ENV["clusterQueues"])]
@@ -835,6 +865,8 @@ def main() -> None:
                             "TestHierarchicalPreemptions")
     sch = schedule_cases(show("pkg/scheduler/scheduler_test.go"))
     sch += schedule_cases(show("pkg/scheduler/scheduler_fs_test.go"), "TestScheduleForFairSharing")
+    sch += schedule_cases(show("pkg/scheduler/scheduler_recompute_preemption_test.go"),
+                          "TestScheduleRecomputePreemptionTargets")
     fla = flavor_cases(show("pkg/scheduler/flavorassigner/flavorassigner_test.go"))
     fair = fair_cases(show("pkg/scheduler/preemption/preemption_fair_test.go"))
     for name, cases in (("preemption", pre), ("schedule", sch), ("flavors", fla), ("fair_preemption", fair)):

@@ -120,7 +120,9 @@ def restore(engine: Engine, spec: dict[str, Any], name: str | None = None) -> No
 
 def engine(case: dict[str, Any], *, local_queues: list[dict[str, str]] = (), fair_sharing: bool = False
            ) -> Engine:  # type: ignore[assignment]
+    gates = case.get("feature_gates") or {}
     return Engine([cluster_queue(c) for c in case["cluster_queues"]], [cohort(c) for c in case["cohorts"]],
                   [flavor(f) for f in case["flavors"]],
                   local_queues=[LocalQueue(f"{lq['namespace']}/{lq['name']}", lq["cq"]) for lq in local_queues],
-                  fair_sharing=fair_sharing)
+                  fair_sharing=fair_sharing,
+                  recompute_on_overlap=gates.get("RecomputeAssignmentUponPreemptionTargetsOverlap", True))

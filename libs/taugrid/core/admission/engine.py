@@ -51,6 +51,7 @@ class Engine:
                  flavors: Iterable[ResourceFlavor] = (), nodes: Iterable[Node] | None = None, *,
                  local_queues: Iterable[LocalQueue] = (), fair_sharing: bool = False,
                  fair_sharing_strategies: Sequence[str] = DEFAULT_STRATEGIES,
+                 recompute_on_overlap: bool = True,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 3600.0, backoff_preempted: bool = False,
                  gpu_memory_mb: int = 81920, audit: bool = False, kai: KaiSpec | None = None) -> None:
         cqs = list(cluster_queues)
@@ -67,6 +68,9 @@ class Engine:
             raise PermanentError(f"fair-sharing preemption strategies {list(fair_sharing_strategies)}: use one or "
                                  f"both of {list(DEFAULT_STRATEGIES)}, in the order to try them")
         self.fair_sharing_strategies = tuple(fair_sharing_strategies)
+        # Kueue's RecomputeAssignmentUponPreemptionTargetsOverlap (default on); off: a head whose targets overlap an
+        # earlier head's is skipped for the cycle.
+        self.recompute_on_overlap = recompute_on_overlap
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self.backoff_preempted = backoff_preempted
         self.audit = audit
@@ -317,12 +321,13 @@ class Engine:
         a = Assignment(mode=Mode.PREEMPT, pod_sets=psas, usage=total)
         return [(t.name, t.reason) for t in self._targets(ws, q, a)]
 
-    def _nominate(self, ws: WState, q: CQQueue) -> Assignment:
+    def _nominate(self, ws: WState, q: CQQueue, sticky: Mapping[tuple[str, str], str] | None = None
+                  ) -> Assignment:
         def oracle(fr: FR, val: int) -> Granular:
             return self._simulate_preemption(ws, q, fr, val)
 
         a = nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
-                     known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing)
+                     known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing, sticky=sticky)
         return self.kai.nominated(self, ws, q, a) if self.kai is not None else a
 
     def _sim(self, ws: WState, q: CQQueue, usage: Mapping[FR, int],
@@ -415,6 +420,25 @@ class Engine:
             for n in names:
                 sim.restore(n)
 
+    def _recompute_without_victims(self, ws: WState, q: CQQueue, first: Assignment
+                                   ) -> tuple[Assignment, list[Target]]:
+        """Nominate and find targets again with this cycle's victims set aside (quota, nodes, candidacy),
+        keeping every resource on the flavor the first nomination chose."""
+        sticky = {(p.name, r): f for p in first.pod_sets for r, f in p.flavors.items()}
+        hidden = [self.states[n] for n in self._cycle_victims]
+        sim = self._sim(ws, q, {}, None)
+        for v in hidden:
+            sim.remove(v.workload.name)
+            v.status = "set-aside"  # not a candidate while set aside
+        try:
+            a = self._nominate(ws, q, sticky)
+            targets = self._targets(ws, q, a) if a.mode == Mode.PREEMPT else []
+        finally:
+            for v in hidden:
+                v.status = ADMITTED
+                sim.restore(v.workload.name)
+        return a, targets
+
     def _reserve(self, q: CQQueue, usage: dict[FR, int]) -> None:
         self.tree.charge(q.node, usage)
         self._reserved.append((q.node, usage))
@@ -431,6 +455,24 @@ class Engine:
             self._reserve_unreclaimable(q, a)
             q.park(ws)
             return
+        if self.recompute_on_overlap and any(t.name in self._cycle_victims for t in targets):
+            # Kueue (RecomputeAssignmentUponPreemptionTargetsOverlap, on by default): assign again as if this
+            # cycle's victims were gone; if it then fits, it waits for them (DeferredFit) holding its usage.
+            a, targets = self._recompute_without_victims(ws, q, a)
+            if a.mode == Mode.FIT:
+                self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.MSG_DEFERRED_FIT)
+                self._reserve(q, a.usage)
+                q.push(ws)
+                return
+            if a.mode == Mode.NO_FIT:
+                self._set_pending(ws, a.reason, a.message)
+                q.park(ws)
+                return
+            if not targets:
+                self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
+                self._reserve_unreclaimable(q, a)
+                q.park(ws)
+                return
         if any(t.name in self._cycle_victims for t in targets):
             self._set_pending(ws, R.WAITING_FOR_QUOTA, R.MSG_OVERLAPPING_TARGETS)
             q.push(ws)

@@ -171,7 +171,8 @@ def _classify(tree: QuotaTree, node: QNode, cq: ClusterQueue, fr: FR, prev: int,
 
 def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor],
              workload: Workload, requests: list[dict[str, int]], oracle: Oracle | None = None, *,
-             known_flavors_only: bool = False, fair_sharing: bool = False) -> Assignment:
+             known_flavors_only: bool = False, fair_sharing: bool = False,
+             sticky: Mapping[tuple[str, str], str] | None = None) -> Assignment:
     """Assign a flavor to every (pod set, resource group) the workload touches; see module docstring."""
     fung = cq.flavor_fungibility
     out = Assignment(mode=Mode.FIT)
@@ -192,6 +193,12 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
             reasons: list[str] = []
             shortfalls: list[Shortfall] = []
             for fq in group.flavors:
+                # A recomputation keeps each resource on the flavor it was nominated (Kueue's nomination mapping).
+                stuck = next((r for r in wanted if sticky and sticky.get((ps.name, r), fq.name) != fq.name), None)
+                if stuck is not None:
+                    reasons.append(f"skipping flavor {fq.name} as it is not found in the nomination mapping for "
+                                   f"resource {stuck}")
+                    continue
                 rf = flavors.get(fq.name)
                 if rf is None:
                     if known_flavors_only:

@@ -39,6 +39,8 @@ HUMAN_REASONS = {
 # Messages (Kueue wording where Kueue has one).
 MSG_NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 MSG_OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
+MSG_DEFERRED_FIT = ("Workload has overlapping preemption targets with another workload, but will fit after these "
+                    "preemptions complete")
 MSG_QUEUED = "Waiting for the next scheduling cycle"
 
 
