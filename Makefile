@@ -27,7 +27,7 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/tau up
 	$(BIN)/tau run examples/quickstart --follow
-	@echo "==> the stack stays up: try '$(BIN)/tau list', '$(BIN)/tau events --run <RUN>', 'make down'"
+	@echo "==> the stack stays up: open the web portal link 'tau up' printed above ('$(BIN)/tau portal' prints a new one), try '$(BIN)/tau top', '$(BIN)/tau list', 'make down'"
 
 down: $(STAMP)
 	$(BIN)/tau down
