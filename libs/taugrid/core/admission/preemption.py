@@ -1,6 +1,8 @@
-"""Victim selection for classic (priority-based) preemption, as in Kueue.
+"""Policy predicates (``within_allows``, ``reclaim_allows``) and a minimal-victim-set search over a candidate list.
 
-Role: given the candidates a policy allows, pick the smallest set whose removal lets the preemptor fit.
+Role: given the candidates a policy allows, pick the smallest set whose removal lets the preemptor fit. Kueue's
+own preemption (hierarchical candidates, attempts with and without borrowing, fair sharing) lives in
+``victims.py``; this simpler search serves KAI's reclaim (``kai.py``) and the invariant checks.
 
 Order (Kueue ``candidatesOrdering``, plus our tie-break for reclamation): workloads already being evicted
 first, then workloads of *other* ClusterQueues, then lower priority, then (cohort reclamation) those of the
