@@ -4,14 +4,14 @@ replace-node once the node's budget is spent; a passed validation starts the bud
 from __future__ import annotations
 
 from taugrid.health import repair
-from taugrid.health.agent import carry_out
+from taugrid.health.agent import REPAIRS, carry_out
 from taugrid.health.probe import DeclaredProbe
 from taugrid.health.wire import ConditionState, NodeRepair, NodeState
 
 
-def drained(severity: int, *, gpu: int | None = 0) -> NodeState:
+def drained(severity: int, *, gpu: int | None = 0, ctype: str = "GpuEccUncorrectable") -> NodeState:
     st = NodeState(node="n1", cordoned=True, drained=True)
-    st.conditions["F"] = ConditionState(type="GpuEccUncorrectable", gpu=gpu, status="True", severity=severity)
+    st.conditions["F"] = ConditionState(type=ctype, gpu=gpu, status="True", severity=severity)
     return st
 
 
@@ -36,9 +36,35 @@ def test_severity_3_resets_the_gpu_then_reboots_then_asks_for_replacement() -> N
     assert repair.next_step(st, now=now + 1000, budget=3, retry_s=60) == ("", [])  # replace-node is the end
 
 
-def test_severity_4_or_a_node_wide_fault_reboots_first() -> None:
-    assert repair.next_step(drained(4), now=0, budget=3, retry_s=60)[0] == "node-reboot"
-    assert repair.next_step(drained(3, gpu=None), now=0, budget=3, retry_s=60) == ("node-reboot", [])
+def test_severity_4_a_node_wide_fault_or_a_class_with_its_own_ladder_reboots_first() -> None:
+    assert repair.next_step(drained(4, ctype="GpuXidError"), now=0, budget=3, retry_s=60)[0] == "node-reboot"
+    assert repair.next_step(drained(3, gpu=None, ctype="GpuXidError"), now=0, budget=3, retry_s=60) == (
+        "node-reboot", [])
+    assert repair.next_step(drained(3, gpu=None, ctype="IbPortDown"), now=0, budget=3, retry_s=60)[0] == "node-reboot"
+    assert repair.next_step(drained(3, ctype="GpuXidError"), now=0, budget=3, retry_s=60)[0] == "gpu-reset"
+
+
+def test_a_deployment_plugs_its_own_ladder_and_the_agent_its_own_step() -> None:
+    ladders = {**repair.LADDERS, "IbPortDown": ("ib-driver-reload", "node-reboot")}
+    st = drained(3, gpu=None, ctype="IbPortDown")
+    step, gpus = repair.next_step(st, now=0, budget=3, retry_s=60, ladders=ladders)
+    assert (step, gpus) == ("ib-driver-reload", [])
+    done: list[list[int]] = []
+
+    def reload(probe: object, gpus: list[int]) -> tuple[bool, str]:
+        done.append(gpus)
+        return True, "mlx5 driver reloaded"
+
+    assert carry_out(DeclaredProbe(1), step, gpus, {**REPAIRS, "ib-driver-reload": reload}) == (
+        True, "mlx5 driver reloaded")
+    assert done == [[]]
+    assert carry_out(DeclaredProbe(1), step, gpus) == (False, "unknown repair step 'ib-driver-reload' on this node")
+
+    def broken(probe: object, gpus: list[int]) -> tuple[bool, str]:
+        raise OSError("no such device")
+
+    ok, outcome = carry_out(DeclaredProbe(1), "gpu-reset", [0], {"gpu-reset": broken})
+    assert not ok and outcome == "gpu-reset raised OSError('no such device')"
 
 
 def test_nothing_is_asked_for_a_node_not_drained_or_no_longer_faulty_and_validation_resets_the_budget() -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 
 import msgspec
 
@@ -47,9 +48,11 @@ async def publish_sample(bus: Bus, sample: NodeSample) -> int:
 
 class NodeAgent:
     def __init__(self, bus: Bus, probe: HealthProbe, node: str, *, probe_timeout_s: float = 30.0,
-                 ib_root: str | None = None) -> None:
-        """``ib_root``: the sysfs tree of InfiniBand ports to read with each sample (``health.ib``); None: none."""
+                 ib_root: str | None = None, repairs: dict[str, RepairStep] | None = None) -> None:
+        """``ib_root``: the sysfs tree of InfiniBand ports to read with each sample (``health.ib``); None: none.
+        ``repairs``: step name → how this node carries it out (default ``REPAIRS``; add or replace steps)."""
         self.bus, self.probe, self.node = bus, probe, node
+        self.repairs = {**REPAIRS, **(repairs or {})}
         self.ib_root = ib_root
         self.probe_timeout_s = probe_timeout_s
         self._inflight: asyncio.Future[NodeSample] | None = None
@@ -104,7 +107,7 @@ class NodeAgent:
         if state is None or not state.repair_wanted or state.repair_wanted_since <= self._repaired_for:
             return None
         step, gpus = state.repair_wanted, list(state.repair_gpus)
-        ok, outcome = await asyncio.to_thread(carry_out, self.probe, step, gpus)
+        ok, outcome = await asyncio.to_thread(carry_out, self.probe, step, gpus, self.repairs)
         result = NodeRepair(node=self.node, step=step, ok=ok, outcome=outcome, attempt=state.repairs, gpus=gpus,
                             time=time.time())
         await self.bus.publish(
@@ -115,20 +118,39 @@ class NodeAgent:
         return result
 
 
-def carry_out(probe: HealthProbe, step: str, gpus: list[int]) -> tuple[bool, str]:
-    """One repair step on this node. A GPU reset goes through the probe (nvidia-smi, or the stand-in's reset),
-    never under a running process; a reboot is carried out only by a probe that can (the stand-ins); on a real
-    machine it is requested, never done behind its owner's back (on Kubernetes the actuator asks kured or medik8s)."""
-    if step == "gpu-reset":
-        reset = getattr(probe, "reset_gpu", None)
-        if reset is None or not gpus:
-            return False, "this probe cannot reset GPUs"
-        results = [reset(g) for g in gpus]
-        return all(ok for ok, _ in results), "; ".join(outcome for _, outcome in results)
-    if step == "node-reboot":
-        reboot = getattr(probe, "reboot", None)
-        if reboot is None:
-            return False, "reboot requested: reboot this machine by hand (the node stays cordoned until it validates)"
-        ok, outcome = reboot()
-        return bool(ok), str(outcome)
-    return False, f"unknown repair step {step!r}"
+RepairStep = Callable[[HealthProbe, list[int]], tuple[bool, str]]
+
+
+def gpu_reset(probe: HealthProbe, gpus: list[int]) -> tuple[bool, str]:
+    """Through the probe (nvidia-smi, or the stand-in's reset), never under a running process."""
+    reset = getattr(probe, "reset_gpu", None)
+    if reset is None or not gpus:
+        return False, "this probe cannot reset GPUs"
+    results = [reset(g) for g in gpus]
+    return all(ok for ok, _ in results), "; ".join(outcome for _, outcome in results)
+
+
+def node_reboot(probe: HealthProbe, gpus: list[int]) -> tuple[bool, str]:
+    """Only a probe that can reboot does (the stand-ins); a real machine's agent asks and never reboots its host
+    behind its owner's back (on Kubernetes the actuator turns the request into kured's or medik8s's)."""
+    reboot = getattr(probe, "reboot", None)
+    if reboot is None:
+        return False, "reboot requested: reboot this machine by hand (the node stays cordoned until it validates)"
+    ok, outcome = reboot()
+    return bool(ok), str(outcome)
+
+
+REPAIRS: dict[str, RepairStep] = {"gpu-reset": gpu_reset, "node-reboot": node_reboot}
+
+
+def carry_out(probe: HealthProbe, step: str, gpus: list[int],
+              repairs: dict[str, RepairStep] | None = None) -> tuple[bool, str]:
+    """One repair step on this node; a step this agent does not know is reported as not done."""
+    run = (REPAIRS if repairs is None else repairs).get(step)
+    if run is None:
+        return False, f"unknown repair step {step!r} on this node"
+    try:
+        return run(probe, gpus)
+    except Exception as exc:  # a failing step is an outcome to report, not a dead agent
+        log.exception("repair step %s failed", step)
+        return False, f"{step} raised {exc!r}"
