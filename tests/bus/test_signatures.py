@@ -169,7 +169,8 @@ def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> Non
 
     got = {t: publishers(run_subject("w", "r", t)) for t in RUN_EVENTS}
     assert got == {
-        "submit.requested": [], "cancel.requested": [],  # people: signed, see PERSON_REQUESTS
+        "submit.requested": [],  # people: signed, see PERSON_REQUESTS
+        "cancel.requested": ["portal"],  # people sign their own; the portal on a person's behalf (tau-delegation)
         "submit.accepted": ["submitter"], "submit.rejected": ["submitter"],
         "policy.approved": ["policy"], "policy.rejected": ["policy"],
         "render.applied": ["renderer"], "render.failed": ["renderer"],
