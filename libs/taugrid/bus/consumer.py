@@ -44,6 +44,7 @@ Handler = Callable[[Event], Awaitable[None]]
 ACK, TERM = b"+ACK", b"+TERM"
 SETTLE_S = 30.0  # how long an ack, nak or term is sent again until the server confirms it
 SETTLE_WAIT_S = 2.0  # how long one try waits for the confirmation
+STUCK_S = 60.0  # a handler running this long is reported with where it waits
 
 
 def nak(delay: float) -> bytes:
@@ -151,6 +152,7 @@ class ConsumerLoop:
                 return
             if event.user and event.subject and not sources.is_person_request(msg.subject):
                 identity.run_user.set((event.subject, event.user))
+        stuck = asyncio.get_running_loop().call_later(STUCK_S, self._report_stuck, asyncio.current_task(), msg)
         try:
             with tracing.span(f"process {event.type}", parent=event.traceparent, kind=SpanKind.CONSUMER,
                               attributes=attrs):
@@ -183,6 +185,22 @@ class ConsumerLoop:
             self.handled += 1
             await self._settle(msg, ACK)
             outcome("ack")
+        finally:
+            stuck.cancel()
+
+    def _report_stuck(self, task: asyncio.Task[Any] | None, msg: Msg) -> None:
+        """A handler still running after ``STUCK_S``: say where it waits (its run's later events wait behind it,
+        and every redelivery of this one too)."""
+        frames: list[str] = []
+        awaited: Any = task.get_coro() if task else None
+        while awaited is not None and len(frames) < 40:  # the chain of awaits, outermost first
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                frames.append(f"\n  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        where = "".join(frames) or " (unknown)"
+        log.warning("%s: handler for %s seq=%s still running after %.0fs, waiting in:%s", self.durable, msg.subject,
+                    msg.metadata.sequence.stream, STUCK_S, where)
 
     async def _settle(self, msg: Msg, verb: bytes) -> None:
         """Ack, nak or term ``msg`` as a request, which the consumer's leader answers, and send it again until it

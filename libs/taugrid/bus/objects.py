@@ -7,6 +7,7 @@ checks what it expects of the bytes (the store's own chunk digest is checked by 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -24,6 +25,7 @@ from taugrid.core.errors import NotFound, PermissionDenied, TemporaryError
 from taugrid.core.ids import token
 
 _CHUNK = 128 * 1024  # nats-py's default chunk size
+DOWNLOAD_TIMEOUT_S = 60.0  # a snapshot is at most 64 MiB: seconds even on a loaded machine
 
 
 async def download(bus: Bus, name: str, dest: BinaryIO, *, store: str = OBJECT_STORE) -> int:
@@ -31,7 +33,12 @@ async def download(bus: Bus, name: str, dest: BinaryIO, *, store: str = OBJECT_S
     object, ``TemporaryError`` if the bus cannot answer."""
     try:
         obs = await bus.objects(store)
-        result = await obs.get(name, writeinto=dest)  # type: ignore[arg-type]
+        # nats-py reads the chunks from a subscription with no timeout: bounded here, so a read whose chunks never
+        # come (seen while services were SIGKILLed around it) fails and is retried instead of hanging its handler
+        result = await asyncio.wait_for(obs.get(name, writeinto=dest), DOWNLOAD_TIMEOUT_S)  # type: ignore[arg-type]
+    except TimeoutError as exc:
+        raise TemporaryError(f"reading object {name!r} timed out ({exc!r}; a whole read may take "
+                             f"{DOWNLOAD_TIMEOUT_S:.0f}s)", delay=1.0) from exc
     except nats.js.errors.ObjectNotFoundError as exc:
         raise NotFound(f"object {name!r} is not in the object store") from exc
     except nats.js.errors.NotFoundError as exc:
