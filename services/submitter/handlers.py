@@ -19,6 +19,7 @@ from taugrid.bus import kv, ratelimit, runstate, snapshots
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
+from taugrid.config.platform import Platform
 from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError, NotFound
@@ -37,6 +38,13 @@ def parsed(config_text: str, config_path: str) -> tuple[dict[str, Any], str]:
     the dict is shared by every run with the same text). Raises ``ConfigError`` (never cached)."""
     cfg = load_tau_config_shared(config_text, path=config_path)
     return cfg.model_dump(mode="json", exclude_none=True), config_hash(cfg)
+
+
+def _rate_limit(platform: Platform | None, workspace: str) -> int:
+    ws = platform.workspace(workspace) if platform is not None else None
+    if ws is None or ws.submissions_per_minute is None:
+        return DEFAULT_SUBMISSIONS_PER_MINUTE
+    return ws.submissions_per_minute
 
 
 class Submitter:
@@ -71,8 +79,9 @@ class Submitter:
                 ],
             )
             return
+        platform = await self.signers.platform()  # read once per submission: the signer and the rate limit
         try:
-            user, signer = await self.signers.identify(ev)
+            user, signer = await self.signers.identify_on(ev, platform)
         except Refused as refused:
             await self._reject(ev, [refused.issue])
             return
@@ -88,7 +97,7 @@ class Submitter:
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on
         else:
-            limit = await self._rate_limit(workspace)
+            limit = _rate_limit(platform, workspace)
             if not await ratelimit.admit(self.bus, workspace, per_minute=limit):
                 await self._reject(ev, [Issue(
                     field="workspace",
@@ -133,13 +142,6 @@ class Submitter:
                 signature=ev.signature,
             ),
         )
-
-    async def _rate_limit(self, workspace: str) -> int:
-        platform = await self.signers.platform()
-        ws = platform.workspace(workspace) if platform is not None else None
-        if ws is None or ws.submissions_per_minute is None:
-            return DEFAULT_SUBMISSIONS_PER_MINUTE
-        return ws.submissions_per_minute
 
     async def _check_source(self, req: SubmitRequested) -> Issue | None:
         """A submission's snapshot must be in the store under its content address and hash to it (a

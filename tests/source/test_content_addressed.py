@@ -133,16 +133,19 @@ async def test_upload_skips_only_what_sources_holds_verified_and_promote_writes_
     submitter = await pipeline.running.service("submitter")  # its identity: promotes into `sources`
     with pytest.raises(NotFound):
         await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20)
+    assert await snapshots.recorded_digest(bus, name) is None  # nothing promoted yet
     assert await snapshots.upload(bus, name, data) is True
     assert await snapshots.upload(bus, name, data) is True  # not promoted yet: the upload is put again
     with pytest.raises(snapshots.SourceMismatch, match="is larger than 10 bytes"):
         await snapshots.promote(submitter.bus, name, digest, max_bytes=10)
     assert await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20) == digest
     revision = (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime
+    assert await snapshots.recorded_digest(bus, name) == digest  # what a later promote trusts without a download
     assert await snapshots.upload(bus, name, data) is False  # promoted and verified: nothing to put
     assert await snapshots.promote(submitter.bus, name, digest, max_bytes=1 << 20) == digest
     assert (await (await bus.objects(SOURCES_STORE)).get_info(name)).mtime == revision  # written once
     await _plant(pipeline.bus, name, b"replaced")  # an operator's identity: the only other writer
+    assert await snapshots.recorded_digest(bus, name) == "sha256:" + hashlib.sha256(b"replaced").hexdigest()
     with pytest.raises(snapshots.SourceMismatch, match="it was replaced after upload"):
         await snapshots.verify(bus, name, digest)
     assert await snapshots.upload(bus, name, data) is True  # a name that exists is not trusted: it is re-put

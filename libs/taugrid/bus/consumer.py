@@ -2,7 +2,9 @@
 
 One durable pull consumer per service; replicas bind to the same durable and the server hands each message to
 one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
-stream order (each waits for the previous one of its key), different runs concurrently. Fetching is pipelined:
+stream order (each waits for the previous one of its key to be handled, not for its ack to be confirmed: the ack
+round trip is off a run's critical path, and a lost ack only brings an already handled message back, which every
+handler takes as a repeat), different runs concurrently. Fetching is pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
 one slow run never holds the others back. Every verb is confirmed by the server (sent as a request, again until
 answered: ``_settle``), so one sent while a server restarts or a cluster elects a new leader is not lost.
@@ -67,6 +69,11 @@ async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
     await bus.js.publish(f"dlq.{meta.stream}.{durable}", msg.data, headers=headers)
 
 
+def _resolve(handled: asyncio.Future[None] | None) -> None:
+    if handled is not None and not handled.done():
+        handled.set_result(None)
+
+
 class ConsumerLoop:
     def __init__(self, bus: Bus, *, stream: str, durable: str, handler: Handler, batch: int = 32,
                  fetch_timeout: float = 1.0) -> None:
@@ -86,13 +93,15 @@ class ConsumerLoop:
     async def _loop(self, psub: Any) -> None:
         limit = 2 * self.batch
         inflight: set[asyncio.Task[None]] = set()
-        tails: dict[str, asyncio.Task[None]] = {}  # key → its latest task; the next one of that key waits on it
+        # key → when its latest message is handled (set before its ack goes out); the next one of that key waits on it
+        tails: dict[str, asyncio.Future[None]] = {}
         room = asyncio.Event()
         room.set()
+        running = asyncio.get_running_loop()
 
-        def done(task: asyncio.Task[None], key: str) -> None:
+        def done(task: asyncio.Task[None], key: str, handled: asyncio.Future[None]) -> None:
             inflight.discard(task)
-            if tails.get(key) is task:
+            if tails.get(key) is handled:
                 del tails[key]
             if len(inflight) <= limit - self.batch:
                 room.set()
@@ -113,22 +122,28 @@ class ConsumerLoop:
                     continue
                 for m in msgs:
                     key = (m.headers or {}).get("ce-subject") or m.subject
-                    task = asyncio.create_task(self._after(tails.get(key), m))
-                    tails[key] = task
+                    handled: asyncio.Future[None] = running.create_future()
+                    task = asyncio.create_task(self._after(tails.get(key), m, handled))
+                    tails[key] = handled
                     inflight.add(task)
-                    task.add_done_callback(functools.partial(done, key=key))
+                    task.add_done_callback(functools.partial(done, key=key, handled=handled))
                 if len(inflight) > limit - self.batch:
                     room.clear()
         finally:
             if inflight:  # stopping: let in-flight handlers finish so their acks go out before the drain
                 await asyncio.wait(inflight)
 
-    async def _after(self, previous: asyncio.Task[None] | None, msg: Msg) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])  # never raises: _one catches every handler outcome
-        await self._one(msg)
+    async def _after(self, previous: asyncio.Future[None] | None, msg: Msg, handled: asyncio.Future[None]) -> None:
+        try:
+            if previous is not None:
+                await asyncio.wait([previous])  # never raises: it is always resolved with None
+            await self._one(msg, handled)
+        finally:
+            _resolve(handled)
 
-    async def _one(self, msg: Msg) -> None:
+    async def _one(self, msg: Msg, handled: asyncio.Future[None] | None = None) -> None:
+        """Handle ``msg`` and settle it; ``handled`` is resolved once the handler's outcome is decided (and any
+        DLQ copy written), before the verb's round trip, so the next message of the same key starts then."""
         meta = msg.metadata
         event = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
                              stored=meta.timestamp.timestamp())
@@ -146,6 +161,7 @@ class ConsumerLoop:
             if problem is not None:
                 log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
                 await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
+                _resolve(handled)
                 await self._settle(msg, TERM)
                 metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
                 outcome("refused")
@@ -162,6 +178,7 @@ class ConsumerLoop:
             log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, msg.subject, meta.sequence.stream,
                       error)
             await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=error))
+            _resolve(handled)
             await self._settle(msg, TERM)
             metrics.DEAD_LETTERS.labels(self.durable, "permanent" if isinstance(exc, PermanentError)
                                         else "undecodable").inc()
@@ -173,16 +190,19 @@ class ConsumerLoop:
             delay = min(30.0, max(exc.delay, exc.delay * 2 ** (meta.num_delivered - 1)))
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
                      delay, exc)
+            _resolve(handled)
             await self._settle(msg, nak(delay))
             outcome("retry")
         except Exception as exc:  # unknown: never treated as a run failure, never retried hot
             delay = min(30.0, 0.5 * 2 ** min(meta.num_delivered, 6))
             log.exception("%s: handler error on %s seq=%s (delivery %s); retry in %.1fs: %r", self.durable,
                           msg.subject, meta.sequence.stream, meta.num_delivered, delay, exc)
+            _resolve(handled)
             await self._settle(msg, nak(delay))
             outcome("error")
         else:
             self.handled += 1
+            _resolve(handled)
             await self._settle(msg, ACK)
             outcome("ack")
         finally:

@@ -69,6 +69,11 @@ class Signers:
     async def identify(self, ev: Event) -> tuple[str, str]:
         """(verified user name, signer public key) of a signed request; raises ``Refused`` with the reason. A
         request a service signed with a person's delegation token (``tau-delegation``) is that person's."""
+        return await self.identify_on(ev, await self.platform())
+
+    async def identify_on(self, ev: Event, platform: Platform | None) -> tuple[str, str]:
+        """``identify`` against ``platform`` as the caller just read it (``platform()``), so a handler that needs
+        the platform for more than the signer reads it once per request."""
         try:
             signer = verify_signature(ev)
         except SignatureInvalid as exc:
@@ -87,7 +92,6 @@ class Signers:
                         "of an old request is never honoured)",
                 fix="send the request again (tau signs it anew); if it was just sent, check this machine's clock",
             ))
-        platform = await self.platform()
         local = await self.local_user()
         if local is not None and local.nkey == signer:
             return local.name, signer  # the stack's owner: platform admin whatever the platform lists
