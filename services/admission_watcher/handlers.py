@@ -19,7 +19,7 @@ from taugrid.bus.envelope import Event
 from taugrid.bus.topology import CONSUMERS
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import PermanentError, TemporaryError
-from taugrid.core.states import TERMINAL
+from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.kube.progress import progress
 from taugrid.kube.translate import RunRef, awaits_owner, owner_uids, preemptor_uid, translate
 from taugrid_services.admission_watcher.owners import Owners
@@ -54,7 +54,8 @@ class AdmissionWatcher:
             if record is not None and (record.state in TERMINAL or out.attempt < record.attempt):
                 continue  # a finished run or a superseded attempt: history is already decided
             await self.bus.emit(workspace=out.workspace, run_id=out.run_id, attempt=out.attempt,
-                                event_type=out.event_type, payload=out.payload, dedup=out.dedup)
+                                event_type=out.event_type, payload=out.payload, dedup=out.dedup,
+                                user=_verified_user(record))
 
     def _wait_for_owner(self, ev: Event, watch: WatchEvent) -> None:
         meta = watch.object.get("metadata") or {}
@@ -72,3 +73,11 @@ class AdmissionWatcher:
             self._tries.popitem(last=False)
         raise TemporaryError(f"{what}: waiting for its Job/RayJob (uid {uids}) to be recorded",
                              delay=OWNER_WAIT_S)
+
+
+def _verified_user(record: RunRecord | None) -> str | None:
+    """The run's verified submitter from the record just read, so the emit does not read it again; None (the
+    emit looks it up, ``runstate.VerifiedUsers``) while the submitter has not decided the run."""
+    if record is None or not record.user or record.state in ("new", "submitted"):
+        return None
+    return record.user

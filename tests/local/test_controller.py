@@ -332,6 +332,22 @@ async def test_a_burst_on_one_cluster_queue_is_admitted_one_head_per_cycle_back_
     assert cluster.cycles - cycles == 6  # five cycles of one admission each (one ClusterQueue), then an empty one
 
 
+async def test_a_simulated_pod_ends_when_its_duration_is_up_without_a_housekeeping_tick(
+        cluster: LocalCluster) -> None:
+    cluster.simulate = True
+    rid = run_id()
+    name = f"{rid}-a1"
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[
+        job(name, main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]))]))
+    await cluster.tick()  # admitted and started; no further tick is called below
+    assert cluster.wls[name].state == "running"
+    wl = cluster.wls[name]
+    await asyncio.wait_for(_until(lambda: name not in cluster.wls), timeout=10)  # finished and forgotten
+    assert wl.state == "finished"
+    assert [p.phase for p in wl.pods] == ["Succeeded"]
+    assert wl.job["status"]["conditions"][-1]["type"] == "Complete"
+
+
 async def _until(check: Any) -> None:
     while not check():
         await asyncio.sleep(0.01)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import os
 import time
@@ -47,6 +48,7 @@ PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what changed without one
+SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
 
 
@@ -109,6 +111,12 @@ class LocalCluster:
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
         self.work = asyncio.Event()  # set on new work or freed capacity (``wake``)
         self.cycles = 0  # admission cycles run, for tests and benchmarks
+        # Simulated pods' end times (a heap, one entry per running simulated pod): housekeeping runs at each, so
+        # a pod ends when its duration is up rather than at the next 0.2 s tick.
+        self._sim_ends: list[float] = []
+        self._sim_timer: asyncio.TimerHandle | None = None
+        self._sim_armed = 0.0
+        self._sim_passes: set[asyncio.Task[None]] = set()
 
     # ---------------------------------------------------------------- platform and restart
     async def refresh_platform(self) -> None:
@@ -524,6 +532,41 @@ class LocalCluster:
         objects.pod_running(p.obj, at=now)
         await self.save(wl)
         await self.publish(wl, "Pod", p.obj, "modified")
+        self._supervise_at(p.sim_end)
+
+    def _supervise_at(self, when: float) -> None:
+        """Run a housekeeping pass just after ``when`` (a simulated pod's end); pods ending within
+        ``SIM_PASS_GAP_S`` of the first due share its pass, so a burst ending together costs one pass, not one each."""
+        heapq.heappush(self._sim_ends, when)
+        self._arm_sim_timer()
+
+    def _arm_sim_timer(self) -> None:
+        if not self._sim_ends:
+            return
+        first = self._sim_ends[0]
+        if self._sim_timer is not None:
+            if self._sim_armed <= first:
+                return  # an earlier pass is due; it re-arms for this one
+            self._sim_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._sim_armed = first
+        self._sim_timer = loop.call_later(max(0.0, first - time.time()) + SIM_PASS_GAP_S, self._sim_pass)
+
+    def _sim_pass(self) -> None:
+        self._sim_timer = None
+        now = time.time()
+        while self._sim_ends and self._sim_ends[0] <= now:
+            heapq.heappop(self._sim_ends)
+        task = asyncio.create_task(self.housekeep())
+        self._sim_passes.add(task)
+        task.add_done_callback(self._sim_pass_done)
+        self._arm_sim_timer()
+
+    def _sim_pass_done(self, task: asyncio.Task[None]) -> None:
+        self._sim_passes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("housekeeping at a simulated pod's end failed; the 0.2 s timer carries on: %r",
+                        task.exception())
 
     async def _supervise(self, wl: LocalWorkload) -> None:
         """Logs of running pods; simulated pods that are due; the Job's end once no pod runs."""
