@@ -49,6 +49,19 @@ SETTLE_WAIT_S = 2.0  # how long one try waits for the confirmation
 STUCK_S = 60.0  # a handler running this long is reported with where it waits
 
 
+def report_stuck(what: str, task: asyncio.Task[Any] | None) -> None:
+    """Log that ``what`` is still running after ``STUCK_S``, with the chain of awaits ``task`` waits in (what
+    waits behind it waits too: a run's later events, a timer's next ticks)."""
+    frames: list[str] = []
+    awaited: Any = task.get_coro() if task else None
+    while awaited is not None and len(frames) < 40:  # the chain of awaits, outermost first
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            frames.append(f"\n  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    log.warning("%s still running after %.0fs, waiting in:%s", what, STUCK_S, "".join(frames) or " (unknown)")
+
+
 def nak(delay: float) -> bytes:
     """A nak asking for redelivery after ``delay`` seconds (the server reads nanoseconds)."""
     return b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
@@ -209,18 +222,7 @@ class ConsumerLoop:
             stuck.cancel()
 
     def _report_stuck(self, task: asyncio.Task[Any] | None, msg: Msg) -> None:
-        """A handler still running after ``STUCK_S``: say where it waits (its run's later events wait behind it,
-        and every redelivery of this one too)."""
-        frames: list[str] = []
-        awaited: Any = task.get_coro() if task else None
-        while awaited is not None and len(frames) < 40:  # the chain of awaits, outermost first
-            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-            if frame is not None:
-                frames.append(f"\n  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
-            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-        where = "".join(frames) or " (unknown)"
-        log.warning("%s: handler for %s seq=%s still running after %.0fs, waiting in:%s", self.durable, msg.subject,
-                    msg.metadata.sequence.stream, STUCK_S, where)
+        report_stuck(f"{self.durable}: handler for {msg.subject} seq={msg.metadata.sequence.stream}", task)
 
     async def _settle(self, msg: Msg, verb: bytes) -> None:
         """Ack, nak or term ``msg`` as a request, which the consumer's leader answers, and send it again until it

@@ -17,7 +17,7 @@ from typing import Any
 
 from taugrid.bus import metrics, tracing
 from taugrid.bus.connection import Bus, connect
-from taugrid.bus.consumer import ConsumerLoop, Handler
+from taugrid.bus.consumer import STUCK_S, ConsumerLoop, Handler, report_stuck
 from taugrid.core.errors import TemporaryError
 
 log = logging.getLogger("taugrid.service")
@@ -42,11 +42,16 @@ class Service:
 
     def every(self, seconds: float, fn: Callable[[], Awaitable[None]]) -> None:
         async def timer() -> None:
+            name = getattr(fn, "__name__", str(fn))
             while not self.stopping.is_set():
+                stuck = asyncio.get_running_loop().call_later(STUCK_S, report_stuck, f"timer {name}",
+                                                              asyncio.current_task())
                 try:
                     await fn()
                 except Exception:
-                    log.exception("timer %s failed", getattr(fn, "__name__", fn))
+                    log.exception("timer %s failed", name)
+                finally:
+                    stuck.cancel()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
 
