@@ -39,7 +39,7 @@ asyncio.run(main())
 WAIT_SEALED = """
 import asyncio, json, sys, time
 from taugrid.client import open_client
-from taugrid.core.errors import NotFound
+from taugrid.core.errors import NotFound, TemporaryError
 
 async def main():
     runs, deadline = sys.argv[1].split(","), time.time() + float(sys.argv[2])
@@ -52,6 +52,8 @@ async def main():
                     if (await client.status(run)).evidence_digest:
                         pending.discard(run)
                 except NotFound:  # not projected yet (the submitter may just have been killed)
+                    pass
+                except TemporaryError:  # the bus is restarting or electing a leader: ask again
                     pass
             await asyncio.sleep(0.5)
         types = {}
