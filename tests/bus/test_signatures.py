@@ -22,7 +22,14 @@ from taugrid.bus.envelope import (
     sign_headers,
     verify_signature,
 )
-from taugrid.bus.sources import publishers, source_problem, subject_matches
+from taugrid.bus.sources import (
+    PERSON_REQUESTS,
+    SERVICE_PUBLISH,
+    publishers,
+    source_problem,
+    subject_matches,
+    verdict,
+)
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core.contracts import CancelRequested, PolicyApproved, ResolvedRun
 from tests.owners import acting_as
@@ -105,6 +112,24 @@ def test_the_table_names_who_may_publish_each_stage() -> None:
     assert source_problem("run.w.r.submit.requested", "/svc/anyone") is None  # signed instead
     assert source_problem("run.w.r.policy.approved", "/svc/client") == (
         "ce-source '/svc/client' may not publish run.w.r.policy.approved; only /svc/policy may")
+
+
+def test_the_remembered_verdict_is_the_one_the_table_gives_for_every_subject() -> None:
+    """``verdict`` remembers a subject's publishers by its shape (run ids and names left out); every subject of
+    every pattern, and subjects no pattern names, get exactly what matching the table afresh gives."""
+    patterns = [*PERSON_REQUESTS, *(p for ps in SERVICE_PUBLISH.values() for p in ps)]
+    subjects = ["run", "run.w", "run.w.r", "run.w.r.admission", "k8s", "node.n1", "log", "backend", "other.a.b",
+                "run.w.r.exec.succeeded.extra", "node.n1.condition", "k8s.local.job.default.x.added"]
+    for pattern in patterns:
+        for fill in ("a", "policy", "run"):
+            subjects.append(pattern.replace("*", fill).replace(">", f"{fill}.deeper"))
+            subjects.append(pattern.replace("*", fill).replace(">", fill))
+    for subject in subjects:
+        for _ in range(2):  # the first answer is computed, the second remembered
+            assert verdict(subject) == (any(subject_matches(p, subject) for p in PERSON_REQUESTS),
+                                        tuple(publishers(subject))), subject
+    assert verdict("run.w1.r1.policy.approved") == verdict("run.w2.r2.policy.approved") == (False, ("policy",))
+    assert verdict("run.w.r.submit.requested") == (True, ())
 
 
 async def test_an_event_from_the_wrong_service_is_dead_lettered_and_never_handled(bus: Bus) -> None:

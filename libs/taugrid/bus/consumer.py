@@ -179,7 +179,7 @@ class ConsumerLoop:
                 metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
                 outcome("refused")
                 return
-            if event.user and event.subject and not sources.is_person_request(msg.subject):
+            if event.user and event.subject and not sources.verdict(msg.subject)[0]:
                 identity.run_user.set((event.subject, event.user))
         stuck = asyncio.get_running_loop().call_later(STUCK_S, self._report_stuck, asyncio.current_task(), msg)
         try:

@@ -69,12 +69,46 @@ def is_person_request(subject: str) -> bool:
     return matches_any(PERSON_REQUESTS, subject)
 
 
+def _literal_positions() -> dict[str, frozenset[int]] | None:
+    """First token → the positions where some pattern starting with it has a literal token (None when a pattern
+    starts with a wildcard: then no subject can be shortened safely)."""
+    out: dict[str, set[int]] = {}
+    for pattern in [*PERSON_REQUESTS, *(p for ps in SERVICE_PUBLISH.values() for p in ps)]:
+        tokens = pattern.split(".")
+        if tokens[0] in ("*", ">"):
+            return None
+        out.setdefault(tokens[0], set()).update(i for i, t in enumerate(tokens) if t not in ("*", ">"))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+_LITERAL = _literal_positions()
+_VERDICTS: dict[str, tuple[bool, tuple[str, ...]]] = {}
+_VERDICTS_MAX = 4096
+
+
+def verdict(subject: str) -> tuple[bool, tuple[str, ...]]:
+    """(is a person's request, the services allowed to publish it) for ``subject``, remembered by its shape:
+    the subject with every token no pattern compares literally replaced by ``*`` (run ids, names), which
+    matches exactly the patterns the subject matches (same length; every literal a pattern of its first token
+    compares is kept). Every consumer checks every event, so this sits on every hop; the memory is bounded."""
+    tokens = subject.split(".")
+    keep = _LITERAL.get(tokens[0]) if _LITERAL is not None else None
+    shape = subject if keep is None else ".".join(t if i in keep else "*" for i, t in enumerate(tokens))
+    known = _VERDICTS.get(shape)
+    if known is None:
+        known = (is_person_request(shape), tuple(publishers(shape)))
+        if len(_VERDICTS) >= _VERDICTS_MAX:
+            _VERDICTS.clear()
+        _VERDICTS[shape] = known
+    return known
+
+
 def source_problem(subject: str, source: str) -> str | None:
     """Why an event on ``subject`` claiming ``ce-source: source`` must not be acted on; None when it may be.
     Person requests always pass here (their signature is checked where they are handled)."""
-    if is_person_request(subject):
+    person, allowed = verdict(subject)
+    if person:
         return None
-    allowed = publishers(subject)
     service = source.removeprefix(SOURCE_PREFIX) if source.startswith(SOURCE_PREFIX) else ""
     if service and service in allowed:
         return None
