@@ -111,9 +111,9 @@ class LocalCluster:
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
         self.work = asyncio.Event()  # set on new work or freed capacity (``wake``)
         self.cycles = 0  # admission cycles run, for tests and benchmarks
-        # Simulated pods' end times (a heap, one entry per running simulated pod): housekeeping runs at each, so
-        # a pod ends when its duration is up rather than at the next 0.2 s tick.
-        self._sim_ends: list[float] = []
+        # Simulated pods' end times (a heap, one entry per started simulated pod): their workloads are supervised
+        # then, so a pod ends when its duration is up rather than at the next 0.2 s tick.
+        self._sim_ends: list[tuple[float, str]] = []  # (end time, workload name)
         self._sim_timer: asyncio.TimerHandle | None = None
         self._sim_armed = 0.0
         self._sim_passes: set[asyncio.Task[None]] = set()
@@ -532,18 +532,18 @@ class LocalCluster:
         objects.pod_running(p.obj, at=now)
         await self.save(wl)
         await self.publish(wl, "Pod", p.obj, "modified")
-        self._supervise_at(p.sim_end)
+        self._supervise_at(p.sim_end, wl.name)
 
-    def _supervise_at(self, when: float) -> None:
-        """Run a housekeeping pass just after ``when`` (a simulated pod's end); pods ending within
-        ``SIM_PASS_GAP_S`` of the first due share its pass, so a burst ending together costs one pass, not one each."""
-        heapq.heappush(self._sim_ends, when)
+    def _supervise_at(self, when: float, name: str) -> None:
+        """Supervise workload ``name`` just after ``when`` (a simulated pod's end); workloads due within
+        ``SIM_PASS_GAP_S`` of the first share one pass, which touches only them (not every workload held)."""
+        heapq.heappush(self._sim_ends, (when, name))
         self._arm_sim_timer()
 
     def _arm_sim_timer(self) -> None:
         if not self._sim_ends:
             return
-        first = self._sim_ends[0]
+        first = self._sim_ends[0][0]
         if self._sim_timer is not None:
             if self._sim_armed <= first:
                 return  # an earlier pass is due; it re-arms for this one
@@ -555,17 +555,23 @@ class LocalCluster:
     def _sim_pass(self) -> None:
         self._sim_timer = None
         now = time.time()
-        while self._sim_ends and self._sim_ends[0] <= now:
-            heapq.heappop(self._sim_ends)
-        task = asyncio.create_task(self.housekeep())
+        due: list[str] = []
+        while self._sim_ends and self._sim_ends[0][0] <= now:
+            due.append(heapq.heappop(self._sim_ends)[1])
+        task = asyncio.create_task(self._supervise_due(due))
         self._sim_passes.add(task)
         task.add_done_callback(self._sim_pass_done)
         self._arm_sim_timer()
 
+    async def _supervise_due(self, names: list[str]) -> None:
+        async with self.lock:
+            await self._each(self._supervise(self.wls[n]) for n in dict.fromkeys(names)
+                             if n in self.wls and self.wls[n].state in ("running", "deleted"))
+
     def _sim_pass_done(self, task: asyncio.Task[None]) -> None:
         self._sim_passes.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("housekeeping at a simulated pod's end failed; the 0.2 s timer carries on: %r",
+            log.warning("supervising at a simulated pod's end failed; the 0.2 s timer carries on: %r",
                         task.exception())
 
     async def _supervise(self, wl: LocalWorkload) -> None:
