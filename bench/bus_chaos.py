@@ -24,28 +24,13 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from pipeline import PLATFORM  # the same unlimited bench workspace (bench/ is on sys.path)
+
 from taugrid.bus.replay import batches
 from taugrid.client import open_client
 from taugrid.core.errors import NotFound
 from taugrid.core.ids import new_submission_id
 
-PLATFORM = """resource_flavors: [{name: default}]
-cluster_queues:
-  - name: bench
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "100000"}
-              - {name: memory, nominal_quota: "100000Gi"}
-local_queues: [{name: bench, namespace: default, cluster_queue: bench}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]
-workspaces:
-  - {name: bench, namespace: default, local_queue: bench, default_profile: unit, default_priority: normal,
-     submissions_per_minute: 0}
-"""
 RUN = ("name: {name}\nentrypoint: sim.py\ncompute: {{gpus: 0, cpu_request: '1', memory_request: 1Mi}}\n"
        "runtime: {{env: {{SIMULATED_DURATION: '1'}}}}\n")
 TERMINAL = ("exec.succeeded", "exec.failed", "recovery.gave_up", "submit.rejected", "policy.rejected",

@@ -70,6 +70,12 @@ def main(command: list[str], **extra: Any) -> dict[str, Any]:
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}, **extra}
 
 
+def config_error_waiting(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first container ``waiting`` state with reason CreateContainerConfigError among a pod's events."""
+    return next(cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
+                if cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+
+
 def run_id() -> str:
     return f"ctl-{uuid.uuid4().hex[:8]}"
 
@@ -196,8 +202,7 @@ async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, 
                                      manifests=[job(name, main(["python3", "-c", "print(1)"], env=env))]))
     await until_finished(cluster, name)
     events = await pod_events(bus, f"{name}-pod")
-    waiting = next(cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
-                   if cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+    waiting = config_error_waiting(events)
     assert waiting["message"] == ('containers[main].env[TOKEN].valueFrom.secretKeyRef: secret "hf-credentials" not '
                                   f"found: locally, add hf-credentials.token (secret.key) to "
                                   f"{tmp_path / 'secrets' / 'default.yaml'} (mode 0600)")
@@ -241,8 +246,7 @@ async def test_a_secret_too_short_to_redact_fails_the_pod_naming_it(
                                      manifests=[job(name, main(["python3", "-c", "print(1)"], env=env))]))
     await until_finished(cluster, name)
     events = await pod_events(bus, f"{name}-pod")
-    waiting = next(cs["state"]["waiting"] for ev in events for cs in ev["status"].get("containerStatuses", [])
-                   if cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+    waiting = config_error_waiting(events)
     assert waiting["message"] == ("secret 'db' key 'pin' is 3 bytes: values shorter than 4 bytes cannot be "
                                   "redacted from logs; use a longer value")
     assert events[-1]["status"]["phase"] == "Failed"
