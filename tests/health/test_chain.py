@@ -64,8 +64,11 @@ SCRIPT = (
     "print('attempt', os.environ['TAU_RETRY_ATTEMPT'], flush=True)\n"
     "time.sleep(120 if os.environ['TAU_RETRY_ATTEMPT'] == '1' else 0.5)\n"
 )
-TAU_YAML = (f"name: chain\nentrypoint: python3\nargs: ['-c', {json.dumps(SCRIPT)}]\ncompute: {{gpus: 1}}\n"
-            "resilience: {max_retries: 2, backoff_initial: 100ms, backoff_max: 200ms}\n")
+
+
+def tau_yaml(backoff: str) -> str:
+    return (f"name: chain\nentrypoint: python3\nargs: ['-c', {json.dumps(SCRIPT)}]\ncompute: {{gpus: 1}}\n"
+            f"resilience: {{max_retries: 2, backoff_initial: {backoff}, backoff_max: {backoff}}}\n")
 
 
 class StandInGpu:
@@ -161,7 +164,10 @@ async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str,
                 await asyncio.sleep(0.02)
 
         async with contextlib.AsyncExitStack() as stack:
-            out: dict[str, Any] = {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick}
+            # On Kubernetes the retry deletes the failed attempt's Job (its pod goes with it) while the actuator
+            # drains the node: a backoff longer than the actuator's lag makes the eviction the one that stops it.
+            out: dict[str, Any] = {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick,
+                                   "backoff": "100ms" if backend == "local" else "3s"}
             if backend == "local":
                 cluster = LocalCluster(svc["local-cluster"], data_dir=tmp_path, node="machine",
                                        capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0, drain_grace_s=5)
@@ -278,7 +284,7 @@ async def the_chain(chain: dict[str, Any]) -> None:
     bus, client, gpu, tick = chain["bus"], chain["client"], chain["gpu"], chain["tick"]
     await tick("gpu-a")
     await tick("gpu-b")
-    run_id = await client.submit_text(TAU_YAML, name="chain")
+    run_id = await client.submit_text(tau_yaml(chain["backoff"]), name="chain")
     chain["run_id"] = run_id
 
     async def running_on_a() -> bool:
