@@ -10,13 +10,19 @@ from pathlib import Path
 
 import jsonschema
 import msgspec
+import nkeys
 import yaml
 
+from taugrid.bus import delegation
 from taugrid.bus.asyncapi import asyncapi, dump, json_schema
 from taugrid.bus.envelope import headers_for, sign_headers
 from taugrid.bus.identity import new_user_seed
+from taugrid.bus.sources import PERSON_REQUESTS, SERVICE_PUBLISH
+from taugrid.bus.topology import CONSUMERS, STREAMS
 from taugrid.core import contracts as c
+from taugrid.core.contracts import NodeCordon, NodeRepair, NodeUncordon, NodeValidation
 from taugrid.core.events import RUN_EVENTS, ce_type, run_subject
+from taugrid.health import wire
 
 REPO = Path(__file__).resolve().parents[2]
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
@@ -87,3 +93,75 @@ def test_signed_request_headers_validate_against_the_published_header_schema() -
                   .iter_errors(unsigned))
     assert sorted(e.message for e in errors) == ["'tau-signature' is a required property",
                                                  "'tau-signer' is a required property"]
+
+
+def _address_tokens(address: str) -> str:
+    """A channel address as a subject whose parameters are single ``*`` tokens."""
+    return ".".join("*" if t.startswith("{") else t for t in address.split("."))
+
+
+def _covered(pattern: str, address: str) -> bool:
+    """Whether a subject the platform publishes (a NATS pattern) can be a subject of the channel ``address``
+    (parameters as ``*``): a pattern's ``*`` takes any token, a channel parameter any literal, and a trailing
+    ``>`` the rest (one token or more); other tokens must be equal."""
+    pat, addr = pattern.split("."), address.split(".")
+    if pat[-1] == ">":
+        if len(addr) < len(pat):  # ">" needs at least one token
+            return False
+        pat = pat[:-1]
+        addr = addr[:len(pat)]
+    elif len(pat) != len(addr):
+        return False
+    return all(p == "*" or a == "*" or p == a for p, a in zip(pat, addr, strict=True))
+
+
+def test_every_subject_the_platform_publishes_or_consumes_is_in_the_contract() -> None:
+    addresses = [_address_tokens(ch["address"]) for ch in asyncapi()["channels"].values()]
+    published = {p for patterns in SERVICE_PUBLISH.values() for p in patterns} | set(PERSON_REQUESTS)
+    consumed = {f for spec in CONSUMERS.values() for f in spec.filters}
+    stored = {s for spec in STREAMS for s in spec.subjects if not s.startswith("$JS.")}  # the server's advisories
+    missing = sorted(p for p in published | consumed | stored if not any(_covered(p, a) for a in addresses))
+    assert missing == []
+    # and the other way round: a channel nobody publishes is not in the contract (the DLQ is every consumer's)
+    unpublished = sorted(a for a in addresses
+                         if not a.startswith("dlq.") and not any(_covered(p, a) for p in published))
+    assert unpublished == []
+    for address in ("node.*.cordon", "node.*.uncordon", "node.*.validation", "node.*.repair", "dlq.*.*"):
+        assert address in addresses
+
+
+def test_node_health_payloads_are_published_with_their_schemas() -> None:
+    doc, schema = asyncapi(), json_schema()
+    for what, struct in [("cordon", NodeCordon), ("uncordon", NodeUncordon), ("validation", NodeValidation),
+                         ("repair", NodeRepair)]:
+        message = doc["components"]["messages"][f"node.{what}"]
+        assert message["title"] == ce_type(what, family="node") == f"io.taugrid.node.{what}.v1"
+        assert message["payload"] == {"$ref": f"#/components/schemas/{struct.__name__}"}
+        assert doc["channels"][f"node.{what}"]["address"] == f"node.{{node}}.{what}"
+        assert schema["x-taugrid-events"][f"io.taugrid.node.{what}.v1"] == {"$ref": f"#/$defs/{struct.__name__}"}
+    assert wire.NodeCordon is NodeCordon and wire.NodeRepair is NodeRepair  # one definition, re-exported
+    real = [NodeCordon(node="n1", reason="GpuXidError: xid 79", drain=True, conditions=["GpuXidError/0"], time=1.0),
+            NodeUncordon(node="n1", reason="validated", time=2.0),
+            NodeValidation(node="n1", ok=True, detail="2 GPUs answered", time=3.0, gpus=2),
+            NodeRepair(node="n1", step="gpu-reset", ok=False, outcome="a process holds GPU 0", attempt=1, gpus=[0])]
+    for payload in real:
+        _validator(type(payload).__name__).validate(json.loads(msgspec.json.encode(payload)))
+    errors = list(_validator("NodeRepair").iter_errors({"node": "n1", "step": "gpu-reset", "ok": "yes"}))
+    assert sorted(e.message for e in errors) == ["'outcome' is a required property", "'yes' is not of type 'boolean'"]
+
+
+def test_a_delegated_cancel_validates_against_the_published_headers() -> None:
+    doc = asyncapi()
+    person, portal = new_user_seed(), new_user_seed()
+    token = delegation.issue(person, delegate=nkeys.from_seed(portal).public_key.decode(), ttl_s=3600)
+    body = msgspec.json.encode(c.CancelRequested(reason="cancelled in the portal"))
+    headers = headers_for(event_id="x-1.1.cancel.requested.ab12", event_type="cancel.requested",
+                          source="/svc/portal", subject="x-1", workspace="default", attempt=1, traceparent="")
+    headers[delegation.HEADER] = token
+    sign_headers(portal, nats_subject=run_subject("default", "x-1", "cancel.requested"), headers=headers, body=body)
+    validator = jsonschema.Draft202012Validator(doc["components"]["schemas"]["SignedRequestHeaders"])
+    validator.validate(headers)
+    errors = list(validator.iter_errors({**headers, delegation.HEADER: "not a token"}))
+    assert [e.message for e in errors] == [
+        "'not a token' does not match '^[A-Za-z0-9_-]+\\\\.[A-Za-z0-9_-]{86}$'"]
+    assert "## Delegation" in doc["info"]["description"] and delegation.SCHEME in doc["info"]["description"]

@@ -21,7 +21,11 @@ import msgspec
 import yaml
 
 from taugrid import __version__
+from taugrid.bus import delegation
+from taugrid.bus.dlq import ADVISORY_PREFIX
+from taugrid.bus.dlq import STREAM as DLQ_STREAM
 from taugrid.bus.envelope import (
+    DELEGATION_HEADER,
     SIGNATURE_HEADER,
     SIGNATURE_MAX_AGE_S,
     SIGNATURE_SCHEME,
@@ -53,6 +57,16 @@ OTHER_CHANNELS: list[tuple[str, str, dict[str, str], type[msgspec.Struct], str, 
      "the node agent: one health sample of a machine"),
     ("node.condition", "node.{node}.condition.{type}", {"type": "the condition, e.g. GpuXidError"},
      c.NodeCondition, "condition", "node", "NODES", "the health monitor: a node condition changed"),
+    ("node.cordon", "node.{node}.cordon", {}, c.NodeCordon, "cordon", "node", "NODES",
+     "the health monitor: no new work on the node (with `drain`, its running runs are stopped and retried "
+     "elsewhere)"),
+    ("node.uncordon", "node.{node}.uncordon", {}, c.NodeUncordon, "uncordon", "node", "NODES",
+     "the health monitor: the node passed its validation and takes new work again"),
+    ("node.validation", "node.{node}.validation", {}, c.NodeValidation, "validation", "node", "NODES",
+     "the node agent: the result of the active check the health monitor asked for"),
+    ("node.repair", "node.{node}.repair", {}, c.NodeRepair, "repair", "node", "NODES",
+     "the node agent (`gpu-reset`, `node-reboot`) or the health monitor (`replace-node`, once the node's "
+     "repair budget is spent): one repair step and its outcome"),
 ]
 
 PARAMETERS = {
@@ -119,8 +133,9 @@ def _header_schemas() -> dict[str, Any]:
         "ce-type": _string(f"`{CE_PREFIX}<family>.<stage>.<outcome>.v<version>`, e.g. "
                            f"`{ce_type('submit.requested')}`; the version lives here, never in the subject",
                            pattern=r"^io\.taugrid\.[a-z]+\.[a-z_.]+\.v[0-9]+$"),
-        "ce-source": _string("who published it: `/svc/<service>` (services), `/svc/client` (the tau CLI); a "
-                             "service's event is trusted only from the service the catalogue names"),
+        "ce-source": _string("who published it: `/svc/<service>` (services), `/svc/client` (the tau CLI), "
+                             "`/svc/portal` (the web portal, for a person: see Delegation); a service's event "
+                             "is trusted only from the service the catalogue names"),
         "ce-subject": _string("the run id for run events (the node or run for others)"),
         "ce-time": _string("RFC 3339 UTC time with milliseconds, e.g. 2026-11-30T12:00:00.123Z"),
         "ce-workspace": _string("the run's workspace (taugrid extension)"),
@@ -144,6 +159,10 @@ def _header_schemas() -> dict[str, Any]:
         SIGNATURE_HEADER: _string(f"ed25519 signature by {SIGNER_HEADER} over the canonical form (see "
                                   "SignedRequest), 64 bytes as base64url without padding (86 characters)",
                                   pattern="^[A-Za-z0-9_-]{86}$"),
+        DELEGATION_HEADER: _string(f"optional: a person's delegation token, when a service (the web portal) "
+                                   f"signs the request for them with its own key in {SIGNER_HEADER}; the "
+                                   "request then counts as that person's (see Delegation)",
+                                   pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{86}$"),
     }
     return {
         "CloudEventHeaders": {
@@ -156,6 +175,21 @@ def _header_schemas() -> dict[str, Any]:
                            "the CloudEvents headers plus the signature; a client's ce-tauuser is ignored",
             "properties": signed,
             "required": [*required, "ce-workspace", "ce-attempt", SIGNER_HEADER, SIGNATURE_HEADER],
+        },
+        "DeadLetterHeaders": {
+            "type": "object",
+            "description": "headers of a dead letter: the original message's headers (its Nats-Msg-Id "
+                           "replaced) plus why and where from",
+            "properties": {
+                "Nats-Msg-Id": _string("`dlq.<stream>.<consumer>.<stream sequence>`: one dead letter per "
+                                       "message and consumer"),
+                "x-dlq-consumer": _string("the durable consumer that gave up on the message"),
+                "x-dlq-subject": _string("the original message's subject"),
+                "x-dlq-stream-seq": _string("the original message's sequence in its stream, as decimal text",
+                                            pattern="^[0-9]+$"),
+                "x-dlq-error": _string("why the consumer refused it (at most 2000 characters)"),
+            },
+            "required": ["Nats-Msg-Id", "x-dlq-consumer", "x-dlq-subject", "x-dlq-stream-seq", "x-dlq-error"],
         },
     }
 
@@ -186,6 +220,23 @@ Who may sign: on a platform that lists users, a key listed in `platform.yaml` us
 (no users listed), the local user `tau up` created, whose seed is `$TAU_DATA_DIR/creds/user.nk` (default
 `~/.tau`; a text file holding one `SU…` seed). The verified user is then named in `ce-{USER_HEADER[3:]}` and
 in `SubmitAccepted.user` on every later event of the run; the body's own `user` field is only a claim.
+"""
+
+DELEGATING = f"""\
+A service may act for a person only with that person's signed, expiring permission: the web portal's session.
+The token is `<base64url(body)>.<base64url(signature)>` (no padding). The body is the JSON
+`{{"user": <the person's public nkey U…>, "delegate": <the service's public nkey U…>, "issued": <epoch s>,
+"expires": <epoch s>}}`; the signature is the person's ed25519 signature over the UTF-8 bytes
+`{delegation.SCHEME}\\n` followed by the body (at most {delegation.MAX_TTL_S / 86400:.0f} days between issued and
+expires). `tau portal` issues one naming the portal's key.
+
+The portal sends a person's `cancel.requested` signed with its own key (`{SIGNER_HEADER}` is the portal's) and the
+token in the `{DELEGATION_HEADER}` header. The renderer then checks the signature as usual, and the token in full:
+well formed, signed by its `user`, `delegate` equal to the request's signer, not expired when the request was
+stored, issued at most {delegation.CLOCK_SKEW_S:.0f} s in the future. If all hold, the request is that `user`'s
+and the same authorization applies as to `tau cancel`; if not, `cancel.refused` names field
+`{DELEGATION_HEADER}`. Only a service the platform allows to publish the subject (`/svc/portal` for
+`run.*.*.cancel.requested`) sends it.
 """
 
 SUBMITTING = f"""\
@@ -279,13 +330,36 @@ def asyncapi() -> dict[str, Any]:
             "channel": {"$ref": f"#/channels/{chan_id}"},
             "messages": [{"$ref": f"#/channels/{chan_id}/messages/{chan_id}"}],
         }
+    messages["dlq"] = {
+        "name": "dlq",
+        "title": "dead letter",
+        "summary": "a copy of a message a consumer refused or could not decode (a consumer of any service); "
+                   "its body and CloudEvents headers are the original's, unchanged. `tau dlq` lists and "
+                   "replays them. The stream also stores the server's max-deliveries advisories "
+                   f"(`{ADVISORY_PREFIX}<stream>.<consumer>`, the server's JSON) for a message whose handler "
+                   "kept failing",
+        "headers": {"$ref": "#/components/schemas/DeadLetterHeaders"},
+        "payload": {"description": "the original message's body, unchanged"},
+    }
+    channels["dlq"] = {
+        "address": "dlq.{stream}.{consumer}",
+        "description": f"stream {DLQ_STREAM}",
+        "parameters": {"stream": {"description": "the stream the original message is in"},
+                       "consumer": {"description": "the durable consumer that gave up on it"}},
+        "messages": {"dlq": {"$ref": "#/components/messages/dlq"}},
+    }
+    operations["on.dlq"] = {
+        "action": "receive",
+        "channel": {"$ref": "#/channels/dlq"},
+        "messages": [{"$ref": "#/channels/dlq/messages/dlq"}],
+    }
     streams = {
         s.name: {"subjects": s.subjects, "max_age_s": s.max_age, "duplicate_window_s": s.duplicate_window,
                  "storage": "file", "retention": "limits"}
         for s in STREAMS
     }
     streams[AUDIT_STREAM] = {"mirror": "RUNS", "deny_delete": True, "deny_purge": True, "storage": "file"}
-    assert set(stream_of) >= {"run", "log", "backend", "k8s", "node"}  # every channel's stream exists
+    assert set(stream_of) >= {"run", "log", "backend", "k8s", "node", "dlq"}  # every channel's stream exists
     schemas = {**_header_schemas(), **_components(asyncapi=True)}
     return {
         "asyncapi": "3.0.0",
@@ -296,7 +370,8 @@ def asyncapi() -> dict[str, Any]:
                 "Every event on the taugrid bus is a CloudEvent 1.0 in NATS binary mode: the JSON payload is "
                 "the message body, the attributes are `ce-*` headers. Every publish goes to a JetStream "
                 "stream (wait for its ack). Generated by `tau events schema`; do not edit.\n\n"
-                "## Signing\n\n" + SIGNING + "\n## Submitting from any client\n\n" + SUBMITTING
+                "## Signing\n\n" + SIGNING + "\n## Delegation\n\n" + DELEGATING
+                + "\n## Submitting from any client\n\n" + SUBMITTING
             ),
         },
         "defaultContentType": "application/json",

@@ -431,6 +431,46 @@ class NodeCondition(Struct, frozen=True):
     gpu: int | None = None
     time: float = 0.0
 
+class NodeCordon(Struct, frozen=True):
+    """Stop placing new work on ``node``; with ``drain`` also move running work off it (the health monitor)."""
+
+    node: str
+    reason: str
+    drain: bool = False
+    conditions: list[str] = msgspec.field(default_factory=list)
+    time: float = 0.0
+
+
+class NodeUncordon(Struct, frozen=True):
+    """``node`` takes new work again (the health monitor, after a passed validation)."""
+
+    node: str
+    reason: str
+    time: float = 0.0
+
+
+class NodeValidation(Struct, frozen=True):
+    """The result of the active check the node's agent runs on the health monitor's request."""
+
+    node: str
+    ok: bool
+    detail: str
+    time: float
+    gpus: int = 0
+
+
+class NodeRepair(Struct, frozen=True):
+    """One repair step on ``node`` and its outcome: ``gpu-reset`` and ``node-reboot`` are carried out by the
+    node's agent, ``replace-node`` is the monitor's escalation once the node's repair budget is spent."""
+
+    node: str
+    step: str  # gpu-reset | node-reboot | replace-node
+    ok: bool
+    outcome: str
+    attempt: int = 0  # the node's repair count this step was asked as (numbers the step's message id)
+    gpus: list[int] = msgspec.field(default_factory=list)
+    time: float = 0.0
+
 
 class LogChunk(Struct, frozen=True):
     run_id: str

@@ -1,4 +1,5 @@
-"""Node-health payloads that ``core/contracts.py`` does not define yet, and the ``node_state`` KV record.
+"""The ``node_state`` KV record, and the node-health payloads (re-exported from ``core/contracts.py``, where the
+published bus contract reads them).
 
 Subjects (stream NODES): ``node.<node>.cordon`` (NodeCordon), ``node.<node>.uncordon`` (NodeUncordon),
 ``node.<node>.validation`` (NodeValidation, from the node agent), ``node.<node>.repair`` (NodeRepair).
@@ -11,46 +12,10 @@ from __future__ import annotations
 
 import msgspec
 
-from taugrid.core.contracts import Struct
+from taugrid.core.contracts import NodeCordon, NodeRepair, NodeUncordon, NodeValidation
 
-
-class NodeCordon(Struct, frozen=True):
-    """Stop placing new work on ``node``; with ``drain`` also move running work off it."""
-
-    node: str
-    reason: str
-    drain: bool = False
-    conditions: list[str] = msgspec.field(default_factory=list)
-    time: float = 0.0
-
-
-class NodeUncordon(Struct, frozen=True):
-    node: str
-    reason: str
-    time: float = 0.0
-
-
-class NodeValidation(Struct, frozen=True):
-    """The result of ``validate_node`` run by the node's agent on the monitor's request."""
-
-    node: str
-    ok: bool
-    detail: str
-    time: float
-    gpus: int = 0
-
-
-class NodeRepair(Struct, frozen=True):
-    """One repair step on ``node`` and its outcome: ``gpu-reset`` and ``node-reboot`` are carried out by the
-    node's agent, ``replace-node`` is the monitor's escalation once the node's repair budget is spent."""
-
-    node: str
-    step: str  # gpu-reset | node-reboot | replace-node
-    ok: bool
-    outcome: str
-    attempt: int = 0  # the node's repair count this step was asked as (numbers the step's message id)
-    gpus: list[int] = msgspec.field(default_factory=list)
-    time: float = 0.0
+__all__ = ["ConditionState", "NodeCordon", "NodeRepair", "NodeState", "NodeUncordon", "NodeValidation",
+           "condition_key"]
 
 
 class ConditionState(msgspec.Struct, kw_only=True):
