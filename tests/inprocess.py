@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from taugrid.bus import Bus, connect, runstate
+from taugrid.bus import Bus, connect, identity, platformstore, runstate
 from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
 from taugrid.bus.service import Service
 from taugrid.client import Client
@@ -58,6 +59,57 @@ async def one_node_cluster(bus: Bus, data_dir: Path) -> LocalCluster:
                            gpu_count=0)
     await cluster.load()
     return cluster
+
+
+class PipelineLoops:
+    """Handlers of the real services as ``ConsumerLoop`` tasks on their real durables, each service on its own
+    connection under its own name, plus any background tasks; ``close`` stops and disconnects them all."""
+
+    def __init__(self, url: str, *, fetch_timeout: float) -> None:
+        self.url, self.fetch_timeout = url, fetch_timeout
+        self.svc: dict[str, Bus] = {}
+        self.loops: list[ConsumerLoop] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.stopping = asyncio.Event()
+
+    async def connect(self, *names: str) -> None:
+        for name in names:
+            self.svc[name] = await service_bus(self.url, name)
+
+    def consume(self, stream: str, durable: str, handler: Any, service: str) -> ConsumerLoop:
+        loop = ConsumerLoop(self.svc[service], stream=stream, durable=durable, handler=handler,
+                            fetch_timeout=self.fetch_timeout)
+        self.loops.append(loop)
+        self.tasks.append(asyncio.create_task(loop.run(), name=durable))
+        return loop
+
+    def every(self, seconds: float, tick: Any) -> None:
+        """Call ``tick()`` every ``seconds`` until closed (the local cluster's housekeeping)."""
+
+        async def ticks() -> None:
+            while not self.stopping.is_set():
+                await tick()
+                await asyncio.sleep(seconds)
+
+        self.tasks.append(asyncio.create_task(ticks()))
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        for loop in self.loops:
+            loop.stopping.set()
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        for b in self.svc.values():
+            await b.close()
+
+
+async def sign_as_local_user(bus: Bus, user: str = "tester") -> None:
+    """Make ``bus`` submit as the stack's local user (the platform lists no users: the local key is accepted)."""
+    bus.seed = identity.new_user_seed()
+    await platformstore.put_local_user(bus, platformstore.LocalUser(user, identity.public_key(bus.seed)))
 
 
 class RunningServices:

@@ -31,15 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kmock
 import pytest
 
-from taugrid.bus import Bus, identity, platformstore, runstate
-from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus import Bus, platformstore, runstate
 from taugrid.client.client import Client
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.backend import KubernetesBackend
-from taugrid.kube.client import KubeApi, make_api_client, resource_for
+from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
 from taugrid.local.backend import LocalBackend
 from taugrid.render.source import RenderSettings
@@ -50,9 +48,9 @@ from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
-from tests.inprocess import one_node_cluster, private_server, service_bus
+from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
 from tests.kube.cluster import EmulatedCluster
-from tests.kube.conftest import FakeKube, _with_status
+from tests.kube.conftest import FakeKube, emulated_api
 
 PLATFORM = """
 resource_flavors: [{name: default}]
@@ -158,77 +156,49 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 @contextlib.asynccontextmanager
 async def _running_stack(backend: str, tmp: Path, url: str, bus: Bus) -> AsyncIterator[Stack]:
     await platformstore.put_text(bus, PLATFORM.replace("OUTPUTS", str(tmp / "outputs")))
-    # The person submitting: the platform lists no users, so the local user's key is the accepted one.
-    bus.seed = identity.new_user_seed()
-    await platformstore.put_local_user(bus, platformstore.LocalUser("tester", identity.public_key(bus.seed)))
+    await sign_as_local_user(bus)
     # Each service on its own connection under its own name, as in production: consumers check ce-source.
-    svc: dict[str, Bus] = {}
-    for name in ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
-                 "kube-bridge", "log-shipper"):
-        svc[name] = await service_bus(url, name)
-    loops: list[ConsumerLoop] = []
-    tasks: list[asyncio.Task[Any]] = []
-    stopping = asyncio.Event()
-
-    def consume(stream: str, durable: str, handler: Any, service: str) -> None:
-        loop = ConsumerLoop(svc[service], stream=stream, durable=durable, handler=handler, fetch_timeout=0.5)
-        loops.append(loop)
-        tasks.append(asyncio.create_task(loop.run(), name=durable))
-
+    p = PipelineLoops(url, fetch_timeout=0.5)
+    await p.connect("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
+                    "kube-bridge", "log-shipper")
+    svc = p.svc
     sub = Submitter(svc["submitter"])
-    consume("RUNS", "submitter", sub.on_requested, "submitter")
-    consume("RUNS", "runstate", sub.on_any, "submitter")
-    consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
-    consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
-    consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
+    p.consume("RUNS", "submitter", sub.on_requested, "submitter")
+    p.consume("RUNS", "runstate", sub.on_any, "submitter")
+    p.consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
+    p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
+    p.consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
     stack = Stack(backend, bus, Client(bus), tmp)
-    async with kmock.RawHandler() as handler, kmock.Server(handler) as server:
+    fake = FakeKube()
+    async with emulated_api(fake) as (api_url, api_client):
         if backend == "local":
             cluster = await one_node_cluster(svc["local-cluster"], tmp)
-            consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
-                    "renderer")
-            consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
-
-            async def ticks() -> None:
-                while not stopping.is_set():
-                    await cluster.tick()
-                    await asyncio.sleep(0.1)
-
-            tasks.append(asyncio.create_task(ticks()))
-            api_client = None
+            p.consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
+                      "renderer")
+            p.consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
+            p.every(0.1, cluster.tick)
         else:
-            fake = FakeKube()
-            handler << (lambda req: _with_status(fake.handle(req)))
-            api_client = await make_api_client(host=str(server.url).rstrip("/"))
             # The source-fetch init container reaches this stack's nats-server.
             renderer = Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client), "kc"),
                                 settings=RenderSettings(nats_url=url))
-            consume("RUNS", "renderer", renderer.on_event, "renderer")
+            p.consume("RUNS", "renderer", renderer.on_event, "renderer")
             stack.bridge = BridgeRunner(svc["kube-bridge"], KubeApi(api_client))
             await stack.bridge.start()
             stack.shipper = LogShipper(api_client, svc["log-shipper"], flush_s=0.1)
             await stack.shipper.start()
-            stack.fake, stack.cluster = fake, EmulatedCluster(fake, str(server.url), tmp / "cluster", bus=bus)
+            stack.fake, stack.cluster = fake, EmulatedCluster(fake, api_url, tmp / "cluster", bus=bus)
             await stack.cluster.start()
         try:
             yield stack
         finally:
-            stopping.set()
-            for loop in loops:
-                loop.stopping.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await p.stop()
             if stack.cluster is not None:
                 await stack.cluster.stop()
             if stack.shipper is not None:
                 await stack.shipper.stop()
             if stack.bridge is not None:
                 await stack.bridge.stop()
-            if api_client is not None:
-                await api_client.close()
-            for b in svc.values():
-                await b.close()
+    await p.close()
 
 
 # One result per (scenario, backend), to compare the backends with each other at the end.

@@ -20,12 +20,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import kmock
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, identity, platformstore
-from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
 from taugrid.client.client import Client
 from taugrid.core.contracts import LogChunk
@@ -38,7 +36,7 @@ from taugrid.health.rules import Policy
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeValidation
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.backend import KubernetesBackend
-from taugrid.kube.client import KubeApi, make_api_client, resource_for
+from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.nodes import NodeActuator
 from taugrid.kube.watch import MANAGED_SELECTOR
 from taugrid.local.backend import LocalBackend
@@ -52,9 +50,9 @@ from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
 from tests.health.test_probe import fake_nvml
-from tests.inprocess import private_server, service_bus
+from tests.inprocess import PipelineLoops, private_server, sign_as_local_user
 from tests.kube.cluster import EmulatedCluster
-from tests.kube.conftest import FakeKube, _with_status
+from tests.kube.conftest import FakeKube, emulated_api
 from tests.kube.test_nodes import add_node
 from tests.local.test_pool import POOL_PLATFORM
 
@@ -124,29 +122,20 @@ async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str,
     """The services of the chain on a private server, with the local pool or the emulated cluster of two Nodes."""
     async with private_server(tmp_path, name=f"chain-{backend}") as (url, bus):
         await platformstore.put_text(bus, POOL_PLATFORM.replace("output_root: /tmp", f"output_root: {tmp_path}/out"))
-        bus.seed = identity.new_user_seed()
-        await platformstore.put_local_user(bus, platformstore.LocalUser("tester", identity.public_key(bus.seed)))
-        names = ("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
-                 "health-monitor", "node-agent", "kube-bridge")
-        svc = {n: await service_bus(url, n) for n in names}
-        tasks: list[asyncio.Task[Any]] = []
-        loops: list[ConsumerLoop] = []
-        stopping = asyncio.Event()
-
-        def consume(stream: str, durable: str, handler: Any, service: str) -> ConsumerLoop:
-            loop = ConsumerLoop(svc[service], stream=stream, durable=durable, handler=handler, fetch_timeout=0.2)
-            loops.append(loop)
-            tasks.append(asyncio.create_task(loop.run(), name=durable))
-            return loop
-
+        await sign_as_local_user(bus)
+        p = PipelineLoops(url, fetch_timeout=0.2)
+        await p.connect("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
+                        "health-monitor", "node-agent", "kube-bridge")
+        svc = p.svc
         sub = Submitter(svc["submitter"])
-        consume("RUNS", "submitter", sub.on_requested, "submitter")
-        consume("RUNS", "runstate", sub.on_any, "submitter")
-        consume("RUNS", "policy", PolicyService(svc["policy"]).on_accepted, "policy")
-        consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
-        consume("RUNS", "recovery", Recovery(svc["recovery"], settle_s=10).on_event, "recovery")
+        p.consume("RUNS", "submitter", sub.on_requested, "submitter")
+        p.consume("RUNS", "runstate", sub.on_any, "submitter")
+        p.consume("RUNS", "policy", PolicyService(svc["policy"]).on_accepted, "policy")
+        p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event,
+                  "admission-watcher")
+        p.consume("RUNS", "recovery", Recovery(svc["recovery"], settle_s=10).on_event, "recovery")
         monitor = HealthMonitor(svc["health-monitor"], policy=Policy(clean_samples_to_release=2, repair_retry_s=30))
-        health = consume("NODES", "health-monitor", monitor.handle, "health-monitor")
+        health = p.consume("NODES", "health-monitor", monitor.handle, "health-monitor")
         kmsg_path = tmp_path / "kmsg"
         kmsg_path.touch()
         gpu = StandInGpu(kmsg_path)
@@ -173,41 +162,31 @@ async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str,
                                        capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0, drain_grace_s=5)
                 await cluster.load()
                 stack.push_async_callback(cluster.kubelet.close)
-                consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
-                        "renderer")
-                consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
-                consume("NODES", "local-cluster-nodes", cluster.on_node, "local-cluster")
-
-                async def ticks() -> None:
-                    while not stopping.is_set():
-                        await cluster.tick()
-                        await asyncio.sleep(0.1)
-
-                tasks.append(asyncio.create_task(ticks()))
+                p.consume("RUNS", "renderer", Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
+                          "renderer")
+                p.consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
+                p.consume("NODES", "local-cluster-nodes", cluster.on_node, "local-cluster")
+                p.every(0.1, cluster.tick)
 
                 async def lines(run_id: str, attempt: int) -> list[str]:
                     return await _log_lines(bus, run_id, attempt)
             else:
                 fake = FakeKube()
-                handler = await stack.enter_async_context(kmock.RawHandler())
-                server = await stack.enter_async_context(kmock.Server(handler))
-                handler << (lambda req: _with_status(fake.handle(req)))
-                api_client = await make_api_client(host=str(server.url).rstrip("/"))
-                stack.push_async_callback(api_client.close)
+                api_url, api_client = await stack.enter_async_context(emulated_api(fake))
                 for name in ("gpu-a", "gpu-b"):
                     add_node(fake, name)
-                consume("RUNS", "renderer", Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client), "kc"),
-                                                     settings=RenderSettings(nats_url=url)).on_event, "renderer")
+                p.consume("RUNS", "renderer", Renderer(svc["renderer"], KubernetesBackend(KubeBackend(api_client),
+                                                                                          "kc"),
+                                                       settings=RenderSettings(nats_url=url)).on_event, "renderer")
                 actuator = NodeActuator(KubeApi(api_client, retry_cap_s=0.01))
-                consume("NODES", "health-actuator", actuate(svc["health-monitor"], actuator, grace_s=5),
-                        "health-monitor")
+                p.consume("NODES", "health-actuator", actuate(svc["health-monitor"], actuator, grace_s=5),
+                          "health-monitor")
                 bridge = Bridge(svc["kube-bridge"], KubeApi(api_client), cluster="kc", holder="chain",
                                 resources=[(resource_for("Workload"), None), (resource_for("Job"), MANAGED_SELECTOR),
                                            (resource_for("Pod"), MANAGED_SELECTOR)],
                                 lease_ttl_s=3.0, checkpoint_every_s=0.2, backoff_max_s=0.3)
-                tasks.append(asyncio.create_task(bridge.run(stopping)))
-                emulated = EmulatedCluster(fake, str(server.url), tmp_path / "cluster", bus=bus,
-                                           nodes=["gpu-a", "gpu-b"])
+                p.tasks.append(asyncio.create_task(bridge.run(p.stopping)))
+                emulated = EmulatedCluster(fake, api_url, tmp_path / "cluster", bus=bus, nodes=["gpu-a", "gpu-b"])
                 await emulated.start()
                 stack.push_async_callback(emulated.stop)
                 out["fake"] = fake
@@ -227,14 +206,8 @@ async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str,
             try:
                 yield out
             finally:
-                stopping.set()
-                for loop in loops:
-                    loop.stopping.set()
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-        for b in svc.values():
-            await b.close()
+                await p.stop()
+        await p.close()
 
 
 async def wait_for(check: Callable[[], Any], what: str, timeout: float = 40) -> Any:

@@ -10,6 +10,7 @@ injected HTTP faults and abrupt TCP drops of open watches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -386,16 +387,24 @@ def _with_status(answer: Any) -> Any:
     return answer if isinstance(answer, kmock.Response) else kmock.Response(status=200, payload=answer)
 
 
-@pytest.fixture
-async def fake_kube() -> AsyncIterator[tuple[FakeKube, Any]]:
-    """(FakeKube, ApiClient) — a fresh API server per test."""
-    fake = FakeKube()
+@contextlib.asynccontextmanager
+async def emulated_api(fake: FakeKube) -> AsyncIterator[tuple[str, Any]]:
+    """``fake`` served over real HTTP: (its URL, a kubernetes-asyncio ApiClient for it), both gone on exit."""
     async with kmock.RawHandler() as handler, kmock.Server(handler) as server:
         # kmock copies the status of a returned Response onto the reaction itself (it sticks for later
         # requests), so every answer carries its own status explicitly.
         handler << (lambda request: _with_status(fake.handle(request)))
-        api_client = await make_api_client(host=str(server.url).rstrip("/"))
+        url = str(server.url).rstrip("/")
+        api_client = await make_api_client(host=url)
         try:
-            yield fake, api_client
+            yield url, api_client
         finally:
             await api_client.close()
+
+
+@pytest.fixture
+async def fake_kube() -> AsyncIterator[tuple[FakeKube, Any]]:
+    """(FakeKube, ApiClient) — a fresh API server per test."""
+    fake = FakeKube()
+    async with emulated_api(fake) as (_, api_client):
+        yield fake, api_client
