@@ -290,6 +290,7 @@ def test_pods_meet_the_restricted_profile(render: Render) -> None:
     "nats.embedded.external.type=Public",
     "nats.embedded.monitoring.scrapers[0].everyone=true",
     "nats.embedded.tls.certManager.enabled=true",  # and no issuer
+    "services.health-monitor.rebootVia=ipmi",
 ])
 def test_bad_values_fail_the_schema(helm: Path, bad: str) -> None:
     proc = _helm(helm, "template", "t", str(CHART), "--kube-version", K8S_VERSION, "--set", bad)
@@ -349,6 +350,25 @@ def test_kube_bridge_and_health_monitor_get_only_their_grants(render: Render) ->
     assert rules_of(objs, "t-taugrid-health-monitor") == {("", "pods/eviction", "create")}
     bridge = one(objs, "Deployment", "t-taugrid-kube-bridge")["spec"]["template"]["spec"]["containers"][0]
     assert env_of(bridge)["TAU_WATCH_NAMESPACES"] == "ws-a"
+
+
+def test_reboots_through_medik8s_grant_node_maintenances_only_when_chosen(render: Render) -> None:
+    def health_env(objs: list[dict[str, Any]]) -> dict[str, str]:
+        return env_of(one(objs, "Deployment", "t-taugrid-health-monitor")["spec"]["template"]["spec"]["containers"][0])
+
+    default = render("rbac.workspaceNamespaces={ws-a}")
+    assert not find(default, "ClusterRole", "t-taugrid-health-monitor-maintenance")
+    assert (health_env(default)["TAU_HEALTH_REBOOT_VIA"], health_env(default)["TAU_HEALTH_DRAIN_GRACE_S"]) == (
+        "annotation", "30")
+    medik8s = render("rbac.workspaceNamespaces={ws-a}", "services.health-monitor.rebootVia=nodemaintenance",
+                     "services.health-monitor.drainGraceSeconds=90")
+    assert rules_of(medik8s, "t-taugrid-health-monitor-maintenance") == {
+        ("nodemaintenance.medik8s.io", "nodemaintenances", v) for v in ("get", "create", "patch", "delete")}
+    assert [(b["kind"], b["subjects"][0]["name"]) for b in bindings_for(medik8s, "t-taugrid-health-monitor")
+            if b["roleRef"]["name"] == "t-taugrid-health-monitor-maintenance"] == [
+        ("ClusterRoleBinding", "t-taugrid-health-monitor")]
+    assert (health_env(medik8s)["TAU_HEALTH_REBOOT_VIA"], health_env(medik8s)["TAU_HEALTH_DRAIN_GRACE_S"]) == (
+        "nodemaintenance", "90")
 
 
 def test_log_shipper_may_only_list_pods_and_read_their_logs(render: Render) -> None:

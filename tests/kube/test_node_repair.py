@@ -16,6 +16,7 @@ from taugrid.core.errors import PermanentError
 from taugrid.core.events import node_subject
 from taugrid.health.wire import NodeRepair
 from taugrid.kube.nodes import REBOOT_ANNOTATION, REBOOT_REASON_ANNOTATION, REPLACE_ANNOTATION
+from taugrid.render.crds import validator_for
 from taugrid_services.health_monitor.__main__ import actuate
 from tests.kube.test_nodes import actuator, add_node, node
 from tests.owners import acting_as
@@ -48,6 +49,12 @@ async def test_a_reboot_through_medik8s_applies_a_node_maintenance_and_ending_it
     obj = fake.objects[(NODE_MAINTENANCES, None, "taugrid-n1")]
     assert (obj["kind"], obj["spec"]) == ("NodeMaintenance", {"nodeName": "n1", "reason": "XID 79"})
     assert obj["metadata"]["labels"] == {"taugrid.io/managed-by": "taugrid"}
+    # What was applied is valid under medik8s's own CRD (deploy/crds), unknown fields refused as strict apply does.
+    applied = {k: v for k, v in obj.items() if k != "status"}
+    applied["metadata"] = {k: v for k, v in obj["metadata"].items() if k in ("name", "labels", "annotations")}
+    assert list(validator_for(obj["apiVersion"], "NodeMaintenance").iter_errors(applied)) == []
+    assert [e.message for e in validator_for(obj["apiVersion"], "NodeMaintenance").iter_errors(
+        {**applied, "spec": {"reason": "x"}})] == ["'nodeName' is a required property"]
     await act.end_maintenance("n1")
     assert (NODE_MAINTENANCES, None, "taugrid-n1") not in fake.objects
     await act.end_maintenance("n1")  # already gone: fine
