@@ -19,6 +19,7 @@ from taugrid.core.errors import PermanentError
 from taugrid.render import KUBERNETES_VERSION, manifest_digest, object_name, render, to_yaml, validate
 from taugrid.render.crds import CRDS_ENV, crds_dir
 from taugrid.render.validate import MIN_KUBERNETES_VERSION, kubernetes_schema_version
+from taugrid.render.validate import _clean as remembered
 
 GI = 1 << 30
 
@@ -355,3 +356,42 @@ def test_a_first_attempt_gets_no_resume_point_even_with_a_checkpoint_path() -> N
     assert "TAU_RESUME_FROM" not in {e["name"] for e in first}
     retry = render(run, attempt=2, resume_from="/ckpt")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {e["name"]: e.get("value") for e in retry}["TAU_RESUME_FROM"] == "/ckpt"
+
+
+# ---- schema verdicts remembered modulo the run id ----
+
+
+def test_a_clean_verdict_is_reused_only_for_the_same_manifest_with_another_run_id_of_the_same_shape() -> None:
+    remembered.clear()
+    first, second = "sweep-3f9a1c0d2b4e6f80", "sweep-77e0aa11c2d3e4f5"  # same length and character kinds
+    for run_id in (first, second):
+        for manifest in render(build_run(run_id=run_id), attempt=1):
+            validate(manifest, varying=run_id)
+    assert len(remembered) == 1  # the second run's Job was the first's, modulo the run id
+    other = "sweep-77e0aa11c2d3e4f"  # one character shorter: a schema length rule could tell them apart
+    for manifest in render(build_run(run_id=other), attempt=1):
+        validate(manifest, varying=other)
+    for manifest in render(build_run(run_id=first, command=["python3", "eval.py"]), attempt=1):  # another manifest
+        validate(manifest, varying=first)
+    assert len(remembered) == 3
+
+
+def test_a_manifest_with_schema_problems_is_never_remembered_and_fails_every_time() -> None:
+    remembered.clear()
+    run_id = "bad-3f9a1c0d2b4e6f80"
+    job = render(build_run(run_id=run_id), attempt=1)[0]
+    job["spec"]["template"]["spec"]["containers"][0]["bogus"] = 1
+    for _ in range(2):
+        with pytest.raises(PermanentError, match=r"containers\[0\]\.bogus: unknown field"):
+            validate(job, varying=run_id)
+    assert not remembered
+
+
+def test_name_rules_run_even_when_the_schema_verdict_is_remembered() -> None:
+    run_id = "names-3f9a1c0d2b4e6f80"
+    job = render(build_run(run_id=run_id), attempt=1)[0]
+    validate(job, varying=run_id)
+    bad = copy.deepcopy(job)
+    bad["metadata"]["labels"]["team"] = "-not-a-label-value-"
+    with pytest.raises(PermanentError, match="metadata.labels.team"):
+        validate(bad, varying=run_id)

@@ -1,0 +1,57 @@
+"""CPU per run, per service: submit a burst of N runs on a running stack (``TAU_DATA_DIR``, workspace ``bench``
+as ``bench/pipeline.py`` sets it up), wait until they end, and print each process's CPU time divided by N.
+A diagnostic (which service a burst waits on); it asserts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import msgspec
+import psutil
+
+from taugrid.client import open_client
+
+RUN = ("name: cpu\nentrypoint: sim.py\ncompute: {gpus: 0, cpu_request: '1', memory_request: 1Mi}\n"
+       "runtime: {env: {SIMULATED_DURATION: '0.05'}}\n")
+
+
+def cpu(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    return {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=200)
+    args = ap.parse_args()
+    data = Path(os.environ["TAU_DATA_DIR"])
+    state = msgspec.json.decode((data / "stack.json").read_bytes())
+    procs = {s["service"]: psutil.Process(s["pid"]) for s in state["services"] if s.get("pid")}
+    procs["nats-server"] = psutil.Process(state["nats_pid"])
+    client = await open_client(state["nats_url"], creds=state["user_creds"])
+    admin = await open_client(state["nats_url"], creds=data / "creds" / "bootstrap.nk")
+    ended: set[str] = set()
+
+    async def on_end(msg: object) -> None:
+        ended.add(getattr(msg, "headers", {}).get("ce-subject", ""))
+
+    await admin.bus.nc.subscribe("run.bench.*.exec.succeeded", cb=on_end)
+    before, t0 = cpu(procs), time.time()
+    runs = await asyncio.gather(*(client.submit_text(RUN, workspace="bench", name="cpu") for _ in range(args.runs)))
+    while not set(runs) <= ended and time.time() - t0 < 600:
+        await asyncio.sleep(0.2)
+    wall = time.time() - t0
+    await asyncio.sleep(2.0)
+    after = cpu(procs)
+    print(f"{len(set(runs) & ended)}/{len(runs)} ended in {wall:.1f} s; load {os.getloadavg()[0]:.1f}")
+    for k in sorted(after, key=lambda k: before[k] - after[k]):
+        print(f"  {k:<20}{1000 * (after[k] - before[k]) / len(runs):7.2f} ms CPU per run")
+    await client.close()
+    await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
