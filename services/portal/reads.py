@@ -17,11 +17,13 @@ from taugrid.bus import kv, runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.replay import batches
 from taugrid.client.access import Viewer
+from taugrid.core import paging
 from taugrid.core.errors import NotFound
 from taugrid.core.ids import token
 from taugrid.core.states import RunRecord
 
-RUN_FILTERS = ("state", "workspace", "user", "q")  # the query parameters /api/runs honours
+RUN_FILTERS = ("state", "workspace", "user", "q")  # the query parameters /api/runs honours, besides paging
+PAGE_PARAMS = ("limit", "cursor")
 
 
 def _workspaces(viewer: Viewer) -> list[str] | None:
@@ -36,20 +38,24 @@ def run_summary(record: RunRecord) -> dict[str, Any]:
             "updated": record.updated, "finished": record.finished, "reason": record.reason}
 
 
-async def runs(bus: Bus, viewer: Viewer, filters: dict[str, str]) -> list[dict[str, Any]]:
-    """The viewer's runs, newest first, narrowed by ``filters`` (exact state/workspace/user; ``q`` in the id)."""
-    unknown = sorted(set(filters) - set(RUN_FILTERS))
+async def runs(bus: Bus, viewer: Viewer, query: dict[str, str]) -> dict[str, Any]:
+    """A page of the viewer's runs, newest first, narrowed by the filters (exact state/workspace/user; ``q`` in
+    the id): ``{"runs": [...], "next": <cursor of the next page, or null>, "limit": n}``. ``limit`` defaults to
+    ``DEFAULT_LIMIT`` and may be at most ``MAX_LIMIT``; ``cursor`` is a previous page's ``next``."""
+    unknown = sorted(set(query) - set(RUN_FILTERS) - set(PAGE_PARAMS))
     if unknown:
-        raise ValueError(f"unknown filter {unknown[0]!r}; filters are {', '.join(RUN_FILTERS)}")
+        raise ValueError(f"unknown parameter {unknown[0]!r}; filters are {', '.join(RUN_FILTERS)} and paging "
+                         f"{', '.join(PAGE_PARAMS)}")
+    limit = paging.parse_limit(query.get("limit") or paging.DEFAULT_LIMIT)
+    cursor = query.get("cursor", "")
+    if cursor:
+        paging.decode_cursor(cursor)  # refuse a bad cursor before reading anything
     records = await runstate.list_records(bus, workspaces=_workspaces(viewer))
-    out = []
-    for r in sorted(records, key=lambda r: r.created, reverse=True):
-        if any(filters.get(f) and getattr(r, f) != filters[f] for f in ("state", "workspace", "user")):
-            continue
-        if filters.get("q") and filters["q"] not in r.run_id:
-            continue
-        out.append(run_summary(r))
-    return out
+    wanted = [r for r in records
+              if not any(query.get(f) and getattr(r, f) != query[f] for f in ("state", "workspace", "user"))
+              and not (query.get("q") and query["q"] not in r.run_id)]
+    shown, nxt = paging.page(wanted, limit=limit, after=cursor)
+    return {"runs": [run_summary(r) for r in shown], "next": nxt or None, "limit": limit}
 
 
 async def run(bus: Bus, viewer: Viewer, run_id: str) -> RunRecord:

@@ -64,14 +64,24 @@ def test_read_commands_order_filter_and_explain(stack: Stack, tmp_path: Path) ->
     assert second.returncode == 5
     ok_id, bad_id = first.stdout.splitlines()[0], second.stdout.splitlines()[0]
 
-    listed = stack.json("list", "--limit", "0")
+    everything = stack.json("list", "--limit", "0")
+    assert everything["next"] is None
+    listed = everything["runs"]
     assert [r["run_id"] for r in listed][:2] == [bad_id, ok_id]  # newest first
     created = [r["created"] for r in listed]
     assert created == sorted(created, reverse=True)
     assert listed[0]["why"] == "policy.workspace: unknown workspace 'nowhere'; known workspaces: default"
-    assert [r["run_id"] for r in stack.json("list", "--limit", "1")] == [bad_id]
-    assert {r["state"] for r in stack.json("list", "--state", "rejected", "--limit", "0")} == {"rejected"}
-    assert stack.json("list", "--user", "nobody-at-all") == []
+    first_page = stack.json("list", "--limit", "1")
+    assert [r["run_id"] for r in first_page["runs"]] == [bad_id]
+    second_page = stack.json("list", "--limit", "1", "--cursor", first_page["next"])
+    assert [r["run_id"] for r in second_page["runs"]] == [ok_id]  # the page after the first, by its cursor
+    assert {r["state"] for r in stack.json("list", "--state", "rejected", "--limit", "0")["runs"]} == {"rejected"}
+    assert stack.json("list", "--user", "nobody-at-all") == {"runs": [], "next": None}
+    bad_cursor = stack.tau("list", "--cursor", "nonsense!")
+    assert bad_cursor.returncode == 2 and bad_cursor.stderr.splitlines()[-1] == (
+        "Error: Invalid value for --cursor: value 'nonsense!' is not a cursor of a runs list: pass the `next` "
+        "value of the previous page unchanged")
+    assert stack.tau("list", "--limit", "-1").returncode == 2
     table = stack.tau("list", "--limit", "2", check=True).stdout.splitlines()
     assert table[0].split() == ["RUN", "WORKSPACE", "USER", "STATE", "ATTEMPT", "AGE", "DURATION", "REASON"]
     assert table[1].startswith(bad_id) and "rejected" in table[1] and "policy.workspace" in table[1]
@@ -103,7 +113,7 @@ def test_cancel_twice_interrupted_logs_and_a_closed_pipe_exit_cleanly(stack: Sta
     stack.wait_state(run_id, {"cancelled"}, timeout=60)
     again = stack.tau("cancel", run_id, check=True)
     assert again.stdout == f"{run_id}: already cancelled\n"
-    row = next(r for r in stack.json("list", "--limit", "0") if r["run_id"] == run_id)
+    row = next(r for r in stack.json("list", "--limit", "0")["runs"] if r["run_id"] == run_id)
     assert row["why"].startswith("cancelled by ")
 
     piped = subprocess.run(" ".join([*TAU, "events"]) + " | head -1", shell=True, env=stack.env,

@@ -49,8 +49,8 @@ def test_a_colleague_is_admitted_and_revoked_without_restarts(stack: Stack, tmp_
                                 check=True).stdout)["run_id"]
     theirs = json.loads(stack.tau("run", str(project), "--workspace", "elsewhere", "--output", "json",
                                   check=True).stdout)["run_id"]
-    assert _until(lambda: {ours, theirs} <= {r["run_id"] for r in stack.json("list", "--limit", "0")})
-    listed = json.loads(_as(home, "list", "--limit", "0", "--output", "json").stdout)
+    assert _until(lambda: {ours, theirs} <= {r["run_id"] for r in stack.json("list", "--limit", "0")["runs"]})
+    listed = json.loads(_as(home, "list", "--limit", "0", "--output", "json").stdout)["runs"]
     assert ours in {r["run_id"] for r in listed} and {r["workspace"] for r in listed} == {"default"}
     missing = _as(home, "status", theirs)
     assert missing.returncode == 3 and f"run {theirs} not found in your workspaces" in missing.stderr

@@ -36,6 +36,7 @@ from taugrid.cli.views import (
 from taugrid.config.project import advice, check_project
 from taugrid.config.source import format_issue, raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config, tau_json_schema
+from taugrid.core import paging
 from taugrid.core.errors import ConfigError
 from taugrid.core.states import RunRecord
 
@@ -379,32 +380,40 @@ async def status(run_id: str | None, stack: bool, output: str) -> None:
     "cancelled, …; `active` means any unfinished state.",
 )
 @click.option("--user", "-u", default=None, help="Only runs submitted by this user.")
-@click.option("--limit", "-n", default=50, show_default=True, help="Show at most this many runs (0: all).")
+@click.option("--limit", "-n", default=paging.DEFAULT_LIMIT, show_default=True, type=click.IntRange(min=0),
+              help="Show at most this many runs (0: all).")
+@click.option("--cursor", default="", metavar="CURSOR",
+              help="Start after this cursor: the `next` of a previous page (printed last, or in --output json).")
 @output_option
 @run_async
 async def list_runs(
-    workspace: str | None, states: tuple[str, ...], user: str | None, limit: int, output: str
+    workspace: str | None, states: tuple[str, ...], user: str | None, limit: int, cursor: str, output: str
 ) -> None:
+    if cursor:
+        try:
+            paging.decode_cursor(cursor, param="value")
+        except paging.BadPage as exc:
+            raise click.BadParameter(str(exc), param_hint="--cursor") from None
     async with connected() as client:
         records = await client.list()
     wanted = set(states)
     records = [
         r
-        for r in sorted(records, key=lambda r: r.created, reverse=True)
+        for r in records
         if (not workspace or r.workspace == workspace)
         and (not user or r.user == user)
         and (not wanted or r.state in wanted or ("active" in wanted and r.finished is None))
     ]
-    if limit > 0:
-        records = records[:limit]
+    records, nxt = paging.page(records, limit=limit or None, after=cursor)
     if output == "json":
-        emit_json(
-            [
+        emit_json({
+            "runs": [
                 {**{k: v for k, v in status_json(r).items() if k not in ("resolved", "phases", "pods")},
                  "why": terminal_reason(r)}
                 for r in records
-            ]
-        )
+            ],
+            "next": nxt or None,
+        })
         return
     now = time.time()
     rows = [
@@ -421,6 +430,8 @@ async def list_runs(
         for r in records
     ]
     click.echo(table(rows, ["run", "workspace", "user", "state", "attempt", "age", "duration", "reason"]))
+    if nxt:
+        click.echo(f"more runs: add --cursor {nxt} (with the same filters) for the next page", err=True)
 
 
 @click.command(help="Cancel a run: its process gets SIGTERM, then SIGKILL after the grace period. Only the "

@@ -38,15 +38,25 @@ async function runsPage() {
       <input name="user" placeholder="user" value="${esc(params.get("user"))}">
       <input name="q" placeholder="run id contains" value="${esc(params.get("q"))}">
       <button>Filter</button>
-    </form><div id="runs"></div>`;
+    </form><div id="runs"></div><p class="pager" id="pager"></p>`;
   document.getElementById("filters").onsubmit = ev => {
     ev.preventDefault();
     const q = new URLSearchParams([...new FormData(ev.target)].filter(([, v]) => v));
     location.hash = "#/runs" + (q.toString() ? "?" + q : "");
   };
   const query = new URLSearchParams([...params].filter(([, v]) => v)).toString();
+  const filtersOnly = new URLSearchParams([...params].filter(([k, v]) => v && k !== "cursor"));
   const load = async () => {
-    const runs = await api("/api/runs" + (query ? "?" + query : ""));
+    const got = await api("/api/runs" + (query ? "?" + query : ""));
+    const runs = got.runs;
+    const pageLink = cursor => {
+      const q = new URLSearchParams(filtersOnly);
+      if (cursor) q.set("cursor", cursor);
+      return "#/runs" + (q.toString() ? "?" + q : "");
+    };
+    document.getElementById("pager").innerHTML =
+      (params.get("cursor") ? `<a href="${esc(pageLink(""))}" id="newest">newest runs</a> ` : "") +
+      (got.next ? `<a href="${esc(pageLink(got.next))}" id="older">older runs →</a>` : "");
     document.getElementById("runs").innerHTML = table(
       ["run", "state", "workspace", "user", "queue", "attempt", "node", "submitted", "reason"],
       runs.map(r => `<tr><td><a href="#/runs/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a></td>` +
