@@ -88,7 +88,8 @@ async def evidence(bus: Bus, record: RunRecord) -> dict[str, Any]:
                "source_digest": source.get("digest") if isinstance(source, dict) else None,
                "platform_revision": (doc.get("platform") or {}).get("revision"),
                "identity": {k: (doc.get("identity") or {}).get(k) for k in ("user", "signer")},
-               "attempts": len(doc.get("attempts") or []), "events": len(doc.get("events") or [])}
+               "attempts": len(doc.get("attempts") or []), "events": len(doc.get("events") or []),
+               "accounting": doc.get("accounting")}
     return {"sealed": True, "bundle": summary, "verify": report}
 
 

@@ -45,6 +45,9 @@ def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stac
     assert bundle["terminal"]["state"] == "succeeded" and "train.py" in bundle["config"]["text"]
     human = stack.tau("evidence", run_id, check=True).stdout
     assert "succeeded" in human and "attempt 1: exec.succeeded exit=0" in human
+    accounting = bundle["accounting"]  # sealed with the run, recomputed by verify from the bundled events
+    assert accounting["running_s"] > 0 and accounting["clock"] == "ce-time" and verify["accounting"] == accounting
+    assert "  accounting  queued " in human
 
 
 def test_failing_script_is_retried_per_resilience_then_gives_up(stack: Stack, tmp_path: Path) -> None:

@@ -52,6 +52,10 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
     click.echo(f"  config      {config.get('path')}  hash {config.get('config_hash')}")
     click.echo(f"  source      {bundle.get('source', {}).get('digest')}")
     click.echo(f"  platform    revision {bundle.get('platform', {}).get('revision')}")
+    acc = bundle.get("accounting")
+    if isinstance(acc, dict):
+        click.echo(f"  accounting  queued {acc.get('queued_s', 0):.1f}s, ran {acc.get('running_s', 0):.1f}s, "
+                   f"{acc.get('gpu_seconds', 0):.1f} GPU-s, est. cost {acc.get('cost', 0):.4f}")
     for a in bundle.get("attempts", []):
         exit_ = a.get("exit") or {}
         click.echo(
@@ -93,6 +97,10 @@ async def verify(run_id: str, anchor_path: Path | None, output: str) -> None:
         )
         if report.user or report.signer:
             click.echo(f"  submitted by {report.user or '(unverified)'}, signed by {report.signer or '(nobody)'}")
+        acc = report.accounting
+        if acc:
+            click.echo(f"  accounting  queued {acc.get('queued_s', 0):.1f}s, ran {acc.get('running_s', 0):.1f}s, "
+                       f"{acc.get('gpu_seconds', 0):.1f} GPU-s, est. cost {acc.get('cost', 0):.4f}")
         for p in report.problems:
             click.echo(f"  - {p}")
     if not report.ok:

@@ -8,6 +8,7 @@ and checkpoint directories, when they exist on this machine).
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 from collections.abc import Iterable
@@ -20,6 +21,7 @@ import taugrid
 from taugrid.bus.envelope import SIGNATURE_SCHEME, Event
 from taugrid.core import contracts as c
 from taugrid.core.states import TRANSITIONS
+from taugrid.core.usage import Seen, fold
 from taugrid.evidence.ledger import Entry, Seal, canonical, sha256
 
 SCHEMA = "taugrid.evidence.bundle/v1"
@@ -158,6 +160,50 @@ def event_record(ev: Event) -> dict[str, Any]:
     }
 
 
+def _epoch(ce_time: str) -> float:
+    """An event's ``ce-time`` (RFC 3339, ``Z``) as epoch seconds; 0 when it is not one."""
+    try:
+        return dt.datetime.fromisoformat(ce_time.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def accounting(run_id: str, workspace: str, records: list[dict[str, Any]], *, gpu_hour_price: float,
+               price_revision: int) -> dict[str, Any]:
+    """The run's accounting from its bundled event records (``event_record``): the fold ``tau usage`` makes
+    (``core/usage.py``: queue wait, running time, GPU-seconds by fraction, estimated cost), over the events'
+    own ``ce-time`` (so ``tau verify`` recomputes it from the bundle alone), up to the terminal event.
+    ``gpu_hour_price``: the run's compute profile's price in the platform revision it was approved against
+    (``price_revision``; 0 when that revision is no longer kept)."""
+    seen = []
+    for rec in records:
+        resolved = None
+        if rec.get("type") == "policy.approved":
+            try:
+                resolved = msgspec.convert((rec.get("data") or {}).get("run"), type=c.ResolvedRun)
+            except msgspec.ValidationError:
+                resolved = None
+        seen.append(Seen(str(rec.get("type", "")), run_id, workspace, _epoch(str(rec.get("time", ""))),
+                         resolved=resolved))
+    end = max((s.at for s in seen), default=0.0)
+    usage = next(iter(fold(seen, prices={}, now=end)), None)
+    if usage is None:
+        return {"queued_s": 0.0, "running_s": 0.0, "gpus": 0.0, "gpu_seconds": 0.0, "profile": "", "queue": "",
+                "gpu_hour_price": gpu_hour_price, "price_revision": price_revision, "cost": 0.0, "clock": "ce-time"}
+    return {
+        "queued_s": round(usage.queued_s, 3),
+        "running_s": round(usage.running_s, 3),
+        "gpus": usage.gpus,
+        "gpu_seconds": round(usage.gpu_seconds, 3),
+        "profile": usage.profile,
+        "queue": usage.queue,
+        "gpu_hour_price": gpu_hour_price,
+        "price_revision": price_revision,
+        "cost": round(usage.gpu_seconds / 3600 * gpu_hour_price, 6),
+        "clock": "ce-time",
+    }
+
+
 def build(
     *,
     run_id: str,
@@ -167,6 +213,8 @@ def build(
     events: list[Event],
     logs: dict[int, dict[str, Any]],
     outputs: dict[str, Any],
+    gpu_hour_price: float = 0.0,
+    price_revision: int = 0,
 ) -> dict[str, Any]:
     """The bundle as plain JSON values. ``events``: the run's events up to the terminal one, inclusive."""
     terminal = ledger[seal.index]
@@ -235,6 +283,7 @@ def build(
         attempt(n)
     if "text" in config:
         config["sha256"] = sha256(str(config["text"]).encode())
+    records = [event_record(ev) for ev in events]
     return {
         "schema": SCHEMA,
         "run_id": run_id,
@@ -255,7 +304,9 @@ def build(
         "attempts": [{**attempts[n], "logs": logs.get(n)} for n in sorted(attempts)],
         "recovery": recovery,
         "outputs": outputs,
-        "events": [event_record(ev) for ev in events],
+        "accounting": accounting(run_id, workspace, records, gpu_hour_price=gpu_hour_price,
+                                 price_revision=price_revision),
+        "events": records,
         "ledger": {"head": terminal.hash, "entries": [msgspec.to_builtins(e) for e in ledger]},
     }
 

@@ -31,7 +31,9 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.objects import read as read_object
 from taugrid.bus.objects import write as put_object
+from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import replay
+from taugrid.config.platform import Platform
 from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject
@@ -228,6 +230,7 @@ async def collect(
 
     outputs = await asyncio.to_thread(scan)
     extra.update(keeper.blobs)
+    price, price_revision = await _gpu_hour_price(bus, approved[-1] if approved else None)
     doc = b.build(
         run_id=run_id,
         workspace=workspace,
@@ -236,8 +239,26 @@ async def collect(
         events=events,
         logs=logs,
         outputs=outputs,
+        gpu_hour_price=price,
+        price_revision=price_revision,
     )
     return b.encode(doc), extra
+
+
+async def _gpu_hour_price(bus: Bus, approved: PolicyApproved | None) -> tuple[float, int]:
+    """(price of a GPU-hour on the run's compute profile, the platform revision it comes from) as the platform
+    stood when the run was approved; (0, 0) when the run was never approved or that revision (or the profile)
+    is no longer kept, so the bundle never prices a run with a later platform's numbers."""
+    if approved is None:
+        return 0.0, 0
+    revision = approved.platform_revision or approved.run.platform_revision
+    if not revision:
+        return 0.0, 0
+    platform = await PlatformReader(bus).at(revision)  # a TemporaryError retries the seal, never prices it 0
+    if not isinstance(platform, Platform):
+        return 0.0, 0
+    profile = next((p for p in platform.compute_profiles if p.name == approved.run.profile), None)
+    return (profile.gpu_hour_price, revision) if profile is not None else (0.0, 0)
 
 
 def keep_outputs_budget() -> int:

@@ -9,7 +9,9 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    payload hash, and every AUDIT event up to the sealing terminal event is in the ledger (events the consumers
    refused for a wrong ``ce-source`` were never acted on, so they are counted apart, not required);
 6. the submission's signature sealed in the bundle verifies against the sealed public key, covers the
-   ``submit.requested`` that AUDIT holds, and is the key the submitter verified.
+   ``submit.requested`` that AUDIT holds, and is the key the submitter verified;
+7. the bundle's accounting (queue wait, running time, GPU-seconds, cost) is what its own events give
+   (``bundle.accounting`` recomputed from the bundled events and the sealed price).
 Reads only; never repairs.
 """
 
@@ -45,6 +47,7 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     refused_events: int = 0  # AUDIT events from a service not allowed to publish them (dead-lettered)
     user: str = ""  # the verified submitter sealed in the bundle
     signer: str = ""  # the public key whose submission signature was re-checked
+    accounting: dict[str, Any] = msgspec.field(default_factory=dict)  # the bundle's, once checked
     problems: list[str] = msgspec.field(default_factory=list)
 
 
@@ -142,6 +145,20 @@ def _check_bundle(doc: dict[str, Any], ledger: lg.Ledger, announced_head: str) -
     return problems
 
 
+def _check_accounting(doc: dict[str, Any]) -> list[str]:
+    sealed = doc.get("accounting")
+    if not isinstance(sealed, dict):
+        return []  # a bundle sealed before bundles carried accounting
+    try:
+        again = b.accounting(str(doc.get("run_id", "")), str(doc.get("workspace", "")), list(doc.get("events", [])),
+                             gpu_hour_price=float(sealed.get("gpu_hour_price", 0.0)),
+                             price_revision=int(sealed.get("price_revision", 0)))
+    except (TypeError, ValueError, AttributeError) as exc:
+        return [f"bundle accounting cannot be recomputed from its events: {exc}"]
+    wrong = sorted(k for k in again if again[k] != sealed.get(k))
+    return [f"bundle accounting {k} is {sealed.get(k)!r}, its events give {again[k]!r}" for k in wrong]
+
+
 async def _check_logs(bus: Bus, doc: dict[str, Any]) -> list[str]:
     problems = []
     for att in doc.get("attempts", []):
@@ -221,6 +238,10 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     ident = doc.get("identity") or {}
     report.user, report.signer = str(ident.get("user", "")), str(ident.get("signer", ""))
     report.problems += _check_identity(doc, audit)
+    accounting_problems = _check_accounting(doc)
+    report.problems += accounting_problems
+    if not accounting_problems and isinstance(doc.get("accounting"), dict):
+        report.accounting = doc["accounting"]
     report.problems += await _check_logs(bus, doc)
     report.ok = not report.problems
     return report

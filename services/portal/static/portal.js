@@ -150,7 +150,10 @@ async function showEvidence(runId) {
     table(["field", "value"], [
       ["terminal state", ev.bundle.terminal_state], ["config sha256", ev.bundle.config_sha256],
       ["source digest", ev.bundle.source_digest], ["platform revision", ev.bundle.platform_revision],
-      ["signed by", `${identity.user || ""} ${identity.signer || ""}`]].map(([k, val]) =>
+      ["signed by", `${identity.user || ""} ${identity.signer || ""}`],
+      ...(ev.bundle.accounting ? [["accounting", `queued ${ev.bundle.accounting.queued_s}s, ran ` +
+        `${ev.bundle.accounting.running_s}s, ${ev.bundle.accounting.gpu_seconds} GPU-s, est. cost ${ev.bundle.accounting.cost}`]] : [])
+    ].map(([k, val]) =>
         `<tr><td>${esc(k)}</td><td><code>${esc(val)}</code></td></tr>`));
 }
 
