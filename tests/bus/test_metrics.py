@@ -123,3 +123,65 @@ async def test_the_health_monitor_sets_gpu_and_cordon_gauges_from_each_sample(bu
     assert value("taugrid_gpu_xid_events_total", gpu="1", xid="79") == 1.0
     assert value("taugrid_node_unhealthy") == 1.0  # XID 79 and uncorrectable ECC
     assert value("taugrid_node_cordoned") == 1.0
+
+
+def _kv_count(bucket: str, op: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("taugrid_kv_seconds_count", {"bucket": bucket, "op": op,
+                                                                   "outcome": outcome}) or 0.0
+
+
+def _object_count(op: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("taugrid_object_seconds_count", {"store": "evidence", "op": op,
+                                                                       "outcome": outcome}) or 0.0
+
+
+async def test_kv_and_object_store_operations_are_timed_and_served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from taugrid.bus import kv, objects, platformstore
+
+    before = {k: _kv_count("submissions", *k) for k in [("create", "ok"), ("create", "exists"), ("get", "ok"),
+                                                          ("get", "absent"), ("save", "conflict"), ("put", "ok")]}
+    before_obj = {k: _object_count(*k) for k in [("write", "ok"), ("read", "ok"), ("read", "absent"),
+                                                  ("exists", "absent")]}
+    key = f"metrics-{uuid.uuid4().hex[:8]}"
+    revision = await kv.create(bus, "submissions", key, b"one")
+    assert revision is not None and await kv.create(bus, "submissions", key, b"again") is None
+    assert (await kv.get(bus, "submissions", key)) == kv.Record(value=b"one", revision=revision)
+    assert await kv.get(bus, "submissions", key + "-none") is None
+    with pytest.raises(kv.Conflict):
+        await kv.save(bus, "submissions", key, b"two", revision=revision + 1000)
+    await kv.put(bus, "submissions", key, b"three")
+    name = f"runs/{key}/bundle.json"
+    await objects.write(bus, name, b"{}", workspace="default")
+    assert await objects.read(bus, name) == b"{}"
+    assert await objects.read(bus, name + ".none") is None
+    assert not await objects.exists(bus, name + ".none")
+
+    platform_reads = _kv_count("platform", "get", "ok") + _kv_count("platform", "get", "absent")
+    await platformstore.get_local_user(bus)  # present or not on this session's server: one timed read either way
+    assert _kv_count("platform", "get", "ok") + _kv_count("platform", "get", "absent") == platform_reads + 1
+
+    grew = {k: _kv_count("submissions", *k) - v for k, v in before.items()}
+    assert grew == {("create", "ok"): 1, ("create", "exists"): 1, ("get", "ok"): 1, ("get", "absent"): 1,
+                    ("save", "conflict"): 1, ("put", "ok"): 1}
+    assert {k: _object_count(*k) - v for k, v in before_obj.items()} == {
+        ("write", "ok"): 1, ("read", "ok"): 1, ("read", "absent"): 1, ("exists", "absent"): 1}
+
+    # what a scrape of the service's endpoint shows, read with the standard Prometheus parser
+    port = free_port()
+    monkeypatch.setenv(metrics.PORT_ENV, str(port))
+    monkeypatch.setenv(metrics.ADDR_ENV, "127.0.0.1")
+    assert metrics.serve_from_env() == port
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    assert families["taugrid_kv_seconds"].type == "histogram"
+    assert families["taugrid_object_seconds"].type == "histogram"
+    scraped = {(s.name, s.labels.get("op"), s.labels.get("outcome")): s.value
+               for s in families["taugrid_kv_seconds"].samples
+               if s.labels.get("bucket") == "submissions" and s.name.endswith("_count")}
+    assert scraped[("taugrid_kv_seconds_count", "save", "conflict")] == _kv_count("submissions", "save", "conflict")
+    read_sum = next(s.value for s in families["taugrid_object_seconds"].samples
+                    if s.name == "taugrid_object_seconds_sum" and s.labels == {"store": "evidence", "op": "read",
+                                                                                "outcome": "ok"})
+    assert read_sum > 0

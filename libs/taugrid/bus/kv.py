@@ -25,6 +25,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 T = TypeVar("T")
@@ -50,13 +51,15 @@ def _encode(value: msgspec.Struct | bytes) -> bytes:
 
 async def get(bus: Bus, bucket: str, key: str, *, revision: int | None = None) -> Record | None:
     """The key's value (at ``revision``, else the latest), or None when it is absent or deleted."""
-    try:
-        kv = await bus.kv(bucket)
-        entry = await kv.get(key, revision=revision)
-    except _ABSENT:
-        return None
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"reading {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    with timed(KV_SECONDS, bucket, "get") as timing:
+        try:
+            kv = await bus.kv(bucket)
+            entry = await kv.get(key, revision=revision)
+        except _ABSENT:
+            timing.outcome = "absent"
+            return None
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"reading {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
     return Record(value=entry.value or b"", revision=int(entry.revision or 0))
 
 
@@ -72,57 +75,65 @@ async def load(bus: Bus, bucket: str, key: str, kind: type[T]) -> tuple[T | None
 
 async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int | None:
     """Write a key that must not exist yet; its revision, or None when it exists already (left alone)."""
-    try:
-        kv = await bus.kv(bucket)
-        return int(await kv.create(key, _encode(value)))  # nats-py lets create() reuse a deleted key
-    except nats.js.errors.KeyWrongLastSequenceError:
-        return None
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"creating {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    with timed(KV_SECONDS, bucket, "create") as timing:
+        try:
+            kv = await bus.kv(bucket)
+            return int(await kv.create(key, _encode(value)))  # nats-py lets create() reuse a deleted key
+        except nats.js.errors.KeyWrongLastSequenceError:
+            timing.outcome = "exists"
+            return None
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"creating {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
 
 
 async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *, revision: int) -> int:
     """Write ``value`` if the key is still at ``revision`` (0: still absent); returns the new revision."""
     data = _encode(value)
-    try:
-        kv = await bus.kv(bucket)
-        if revision == 0:
-            return int(await kv.create(key, data))
-        return int(await kv.update(key, data, last=revision))
-    except nats.js.errors.KeyWrongLastSequenceError as exc:
-        raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    with timed(KV_SECONDS, bucket, "save") as timing:
+        try:
+            kv = await bus.kv(bucket)
+            if revision == 0:
+                return int(await kv.create(key, data))
+            return int(await kv.update(key, data, last=revision))
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            timing.outcome = "conflict"
+            raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
 
 
 async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int:
     """Overwrite the key whatever it holds; returns the new revision."""
-    try:
-        kv = await bus.kv(bucket)
-        return int(await kv.put(key, _encode(value)))
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    with timed(KV_SECONDS, bucket, "put"):
+        try:
+            kv = await bus.kv(bucket)
+            return int(await kv.put(key, _encode(value)))
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
 
 
 async def delete(bus: Bus, bucket: str, key: str) -> None:
     """Delete the key; an absent key is already deleted."""
-    try:
-        kv = await bus.kv(bucket)
-        await kv.delete(key)
-    except _ABSENT:
-        return
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"deleting {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    with timed(KV_SECONDS, bucket, "delete") as timing:
+        try:
+            kv = await bus.kv(bucket)
+            await kv.delete(key)
+        except _ABSENT:
+            timing.outcome = "absent"
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"deleting {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
 
 
 async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "") -> list[T]:
     """Decoded values of the keys starting with ``prefix``. A record that no longer decodes is logged and
     skipped: one bad record must not stop a service from starting or listing."""
-    kv = await bus.kv(bucket)
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []
+    with timed(KV_SECONDS, bucket, "keys") as timing:
+        kv = await bus.kv(bucket)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            timing.outcome = "absent"
+            keys = []
     out: list[T] = []
     for key in keys:
         if not key.startswith(prefix):
@@ -144,6 +155,11 @@ async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: s
                           timeout: float = 5.0) -> list[T]:
     """Decoded live values of the keys matching ``key_filter`` (NATS wildcards), read through a short-lived
     named consumer whose create subject carries the filter."""
+    with timed(KV_SECONDS, bucket, "filtered"):
+        return await _filtered_values(bus, bucket, kind, key_filter=key_filter, timeout=timeout)
+
+
+async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: str, timeout: float) -> list[T]:
     stream, pre = f"KV_{bucket}", f"$KV.{bucket}."
     cfg = ConsumerConfig(name=f"kvr-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                          inactive_threshold=30.0)
@@ -173,6 +189,14 @@ async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: s
 async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
     """The newest live value among the keys matching ``key_filter`` (one direct get whose subject is the
     filter); None when none matches or the newest was deleted. ``TemporaryError`` when the bus cannot answer."""
+    with timed(KV_SECONDS, bucket, "last") as timing:
+        found = await _last_by_wildcard(bus, bucket, key_filter)
+        if found is None:
+            timing.outcome = "absent"
+        return found
+
+
+async def _last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
     try:
         msg = await bus.guarded(bus.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key_filter}", direct=True))
     except nats.js.errors.NotFoundError:

@@ -1,6 +1,7 @@
 """Prometheus metrics of a service's consumers: how long each event type takes to handle and how it ends, what is
 redelivered and dead-lettered, and each durable's pending and ack-pending counts; the local cluster's (or
-kube-bridge's) queue depth and quota per ClusterQueue; the health monitor's GPU figures, XIDs and cordons per node.
+kube-bridge's) queue depth and quota per ClusterQueue; the health monitor's GPU figures, XIDs and cordons per node;
+and in every process, how long each KV and object-store operation through ``bus/kv.py`` / ``bus/objects.py`` takes.
 
 Off the wire by default: a service serves ``/metrics`` only when ``TAU_METRICS_PORT`` is set (the embedded stack
 sets one port per service replica when ``tau up`` runs with ``TAU_METRICS_BASE_PORT``). The metrics live in the
@@ -9,7 +10,10 @@ process's default registry, so a scrape sees every loop of the service.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -90,3 +94,36 @@ def observe_node(state: Any) -> None:
     """Set a node's cordon and health gauges from its ``NodeState``."""
     NODE_CORDONED.labels(state.node).set(1.0 if state.cordoned else 0.0)
     NODE_UNHEALTHY.labels(state.node).set(0.0 if state.verdict == "healthy" else 1.0)
+
+
+# ---------------------------------------------------------------- KV and object-store operations (every process)
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60)
+KV_SECONDS = Histogram(
+    "taugrid_kv_seconds", "Time of one KV operation, by bucket, operation (get | create | save | put | delete | "
+    "keys | filtered | last) and outcome (ok | absent | exists | conflict | error)", ["bucket", "op", "outcome"],
+    buckets=STORE_BUCKETS)
+OBJECT_SECONDS = Histogram(
+    "taugrid_object_seconds", "Time of one object-store operation, by store, operation (download | exists | read | "
+    "write) and outcome (ok | absent | error)", ["store", "op", "outcome"], buckets=STORE_BUCKETS)
+
+
+class Timing:
+    """The outcome of the operation being timed; ``ok`` unless the code says otherwise or it raises."""
+
+    def __init__(self) -> None:
+        self.outcome = "ok"
+
+
+@contextlib.contextmanager
+def timed(histogram: Histogram, *labels: str) -> Iterator[Timing]:
+    """Observe the block's duration in ``histogram`` with ``labels`` and the outcome the block set (``error``
+    when it raised without setting one)."""
+    timing, start = Timing(), time.perf_counter()
+    try:
+        yield timing
+    except BaseException:
+        if timing.outcome == "ok":
+            timing.outcome = "error"
+        raise
+    finally:
+        histogram.labels(*labels, timing.outcome).observe(time.perf_counter() - start)

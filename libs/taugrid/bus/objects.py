@@ -20,6 +20,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo, ObjectMetaOptions
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.metrics import OBJECT_SECONDS, timed
 from taugrid.bus.topology import OBJECT_STORE
 from taugrid.core.errors import NotFound, PermissionDenied, TemporaryError
 from taugrid.core.ids import token
@@ -31,6 +32,15 @@ DOWNLOAD_TIMEOUT_S = 60.0  # a snapshot is at most 64 MiB: seconds even on a loa
 async def download(bus: Bus, name: str, dest: BinaryIO, *, store: str = OBJECT_STORE) -> int:
     """Write object ``name`` of ``store`` into ``dest``; returns its size. ``NotFound`` if there is no such
     object, ``TemporaryError`` if the bus cannot answer."""
+    with timed(OBJECT_SECONDS, store, "download") as timing:
+        try:
+            return await _download(bus, name, dest, store=store)
+        except NotFound:
+            timing.outcome = "absent"
+            raise
+
+
+async def _download(bus: Bus, name: str, dest: BinaryIO, *, store: str) -> int:
     try:
         obs = await bus.objects(store)
         # nats-py reads the chunks from a subscription with no timeout: bounded here, so a read whose chunks never
@@ -52,6 +62,14 @@ async def download(bus: Bus, name: str, dest: BinaryIO, *, store: str = OBJECT_S
 
 async def exists(bus: Bus, name: str) -> bool:
     """Whether object ``name`` is stored (a content-addressed object need not be uploaded twice)."""
+    with timed(OBJECT_SECONDS, OBJECT_STORE, "exists") as timing:
+        found = await _exists(bus, name)
+        if not found:
+            timing.outcome = "absent"
+        return found
+
+
+async def _exists(bus: Bus, name: str) -> bool:
     try:
         obs = await bus.objects()
         await obs.get_info(name)
@@ -67,6 +85,14 @@ async def read(bus: Bus, name: str) -> bytes | None:
     read through a named consumer whose create subject names the chunk subject, so a person may read the
     objects ``write`` stored under their workspaces and no others; the content is checked against the
     object's digest."""
+    with timed(OBJECT_SECONDS, OBJECT_STORE, "read") as timing:
+        data = await _read(bus, name)
+        if data is None:
+            timing.outcome = "absent"
+        return data
+
+
+async def _read(bus: Bus, name: str) -> bytes | None:
     try:
         await bus.objects()  # the store exists
         meta = await bus.guarded(bus.js.get_last_msg(f"OBJ_{OBJECT_STORE}", _meta_subject(name), direct=True))
@@ -113,6 +139,11 @@ async def write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
     """Store ``data`` as object ``name`` (replacing any object of that name), its chunks under
     ``$O.evidence.C.<workspace>.<nuid>`` so people's permissions can confine reads to their workspaces
     (the layout nats-py's object store reads; only its chunk subject names the workspace)."""
+    with timed(OBJECT_SECONDS, OBJECT_STORE, "write"):
+        await _write(bus, name, data, workspace=workspace)
+
+
+async def _write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
     nuid = f"{token(workspace)}.{secrets.token_hex(11)}"
     chunks = f"$O.{OBJECT_STORE}.C.{nuid}"
     try:

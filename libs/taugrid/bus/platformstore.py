@@ -12,18 +12,28 @@ import msgspec
 import nats
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import TemporaryError
 
 KEY = "current"
 
 
 async def put_text(bus: Bus, text: str) -> int:
-    kv = await bus.kv("platform")
-    # only a platform admin may put: a refusal is a PermissionDenied at once, not a timeout
-    return int(await bus.guarded(kv.put(KEY, text.encode())))
+    with timed(KV_SECONDS, "platform", "put"):
+        kv = await bus.kv("platform")
+        # only a platform admin may put: a refusal is a PermissionDenied at once, not a timeout
+        return int(await bus.guarded(kv.put(KEY, text.encode())))
 
 
 async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | None:
+    with timed(KV_SECONDS, "platform", "get") as timing:
+        got = await _get_text(bus, revision)
+        if got is None:
+            timing.outcome = "absent"
+        return got
+
+
+async def _get_text(bus: Bus, revision: int | None) -> tuple[str, int] | None:
     kv = await bus.kv("platform")
     try:
         entry = await kv.get(KEY, revision=revision)
@@ -65,11 +75,20 @@ class LocalUser(msgspec.Struct, frozen=True):
 
 
 async def put_local_user(bus: Bus, user: LocalUser) -> None:
-    kv = await bus.kv("platform")
-    await kv.put(LOCAL_USER_KEY, msgspec.json.encode(user))
+    with timed(KV_SECONDS, "platform", "put"):
+        kv = await bus.kv("platform")
+        await kv.put(LOCAL_USER_KEY, msgspec.json.encode(user))
 
 
 async def get_local_user(bus: Bus) -> LocalUser | None:
+    with timed(KV_SECONDS, "platform", "get") as timing:
+        found = await _get_local_user(bus)
+        if found is None:
+            timing.outcome = "absent"
+        return found
+
+
+async def _get_local_user(bus: Bus) -> LocalUser | None:
     kv = await bus.kv("platform")
     try:
         entry = await kv.get(LOCAL_USER_KEY)

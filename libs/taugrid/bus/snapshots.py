@@ -26,6 +26,7 @@ import re
 import nats
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.metrics import OBJECT_SECONDS, timed
 from taugrid.bus.objects import download
 from taugrid.bus.topology import SOURCES_STORE, UPLOADS_STORE
 from taugrid.core.errors import NotFound, PermanentError, PermissionDenied, TemporaryError
@@ -167,6 +168,11 @@ async def promote(bus: Bus, name: str, digest: str = "", *, max_bytes: int) -> s
 
 
 async def _put(bus: Bus, store: str, name: str, data: bytes, want: str) -> None:
+    with timed(OBJECT_SECONDS, store, "write"):
+        await _put_once(bus, store, name, data, want)
+
+
+async def _put_once(bus: Bus, store: str, name: str, data: bytes, want: str) -> None:
     try:
         obs = await bus.objects(store)
         await bus.guarded(obs.put(name, data))
