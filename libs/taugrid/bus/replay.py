@@ -10,8 +10,10 @@ through an ordered push consumer that keeps going.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
+import json
 import secrets
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -99,7 +101,11 @@ async def batches(
 ) -> AsyncGenerator[list[Event], None]:
     """The events stored on ``subject`` (from ``since`` when given) in stream order, ``batch`` at a time,
     through one ephemeral pull consumer (no acks, memory state, deleted at the end). A missing stream yields
-    nothing."""
+    nothing.
+
+    The pull requests are sent by hand (``no_wait``: the server answers at once with what it holds, then a status)
+    to an inbox whose messages a callback collects, instead of through nats-py's ``fetch``, which awaits every
+    message of a batch with a timer of its own (a task and a timeout per message: most of a long replay's time)."""
     name = f"tau-{secrets.token_hex(8)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
         name=name,
@@ -111,31 +117,50 @@ async def batches(
         filter_subject=subject,
     )
     try:
-        psub = await bus.guarded(bus.js.pull_subscribe(subject, stream=stream, config=config))
+        info = await bus.guarded(bus.js.add_consumer(stream, config=config))
     except nats.js.errors.NotFoundError:
         return
     except (nats.errors.TimeoutError, nats.errors.Error) as exc:
         raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
+    got: list[Msg] = []
+    answered = asyncio.Event()  # the current request is done: its messages, or a status, arrived
+
+    async def collect(msg: Msg) -> None:
+        if not msg.data and msg.headers and msg.headers.get("Status"):
+            answered.set()  # 404 no messages, 408 request timeout, 409: this request delivers nothing more
+            return
+        got.append(msg)
+        if len(got) >= wanted:
+            answered.set()
+
+    inbox = bus.nc.new_inbox()
+    sub = None
+    wanted = 0
     try:
-        left = int((await psub.consumer_info()).num_pending or 0)
+        sub = await bus.nc.subscribe(inbox, cb=collect)
+        left = int(info.num_pending or 0)
         idle = 0
         while left > 0 and idle < 5:
-            try:
-                msgs = await psub.fetch(min(batch, left), timeout=1.0)
-            except (nats.errors.TimeoutError, TimeoutError):
+            wanted, got, answered = min(batch, left), [], asyncio.Event()
+            await bus.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}",
+                                 json.dumps({"batch": wanted, "no_wait": True}).encode(), reply=inbox)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(answered.wait(), timeout=1.0)
+            if not got:
                 idle += 1
                 continue
             idle = 0
-            left -= len(msgs)
+            left -= len(got)
             yield [from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply), stored=_stored_at(m.reply))
-                   for m in msgs]
+                   for m in got]
         if left > 0:
             raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
     except nats.errors.Error as exc:
         raise TemporaryError(f"replay of {subject} from {stream} failed: {exc!r}", delay=1.0) from exc
     finally:
-        with contextlib.suppress(nats.errors.Error, TimeoutError):
-            await psub.unsubscribe()
+        if sub is not None:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await sub.unsubscribe()
         with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, PermissionDenied, TimeoutError):
             await bus.guarded(bus.js.delete_consumer(stream, name))
 

@@ -1,0 +1,55 @@
+"""nats-py's header-block parser, the same function without its per-character generator.
+
+nats-py parses the headers of every message it receives (``Client._parse_header_lines``) before handing it
+over, and spends most of that time checking each header name for whitespace one character at a time through a
+generator. A CloudEvent carries a dozen headers, so that check was the largest single cost of a long replay
+(``tau events``: about half of its CPU) and a few percent of every service's. ``parse_header_lines`` returns
+exactly what the original returns for any input (tests/bus/test_natsheaders.py compares them on arbitrary
+bytes); ``install`` puts it in place once, from ``taugrid.bus.connection``, and only while nats-py still ships the
+parser it replaces (its docstring is checked), so an upgrade that changes that parser keeps its own.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nats.aio.client import Client
+
+_CRLF = b"\r\n"
+_WHITESPACE = re.compile(r"\s")  # on a str, the characters for which str.isspace() is true
+_ORIGINAL = Client.__dict__["_parse_header_lines"]
+# The first line of the docstring of the nats-py parser this one was checked against (nats-py 2.16).
+_REPLACES = "Parse a NATS message-header block (`Name: Value\\r\\n` per line)."
+
+
+def parse_header_lines(raw: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in raw.split(_CRLF):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if _WHITESPACE.search(key) is not None:
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+def original() -> staticmethod:
+    """nats-py's own parser (the one ``install`` replaces), for comparison."""
+    return _ORIGINAL
+
+
+def install() -> bool:
+    """Use ``parse_header_lines`` in nats-py; False (and nothing changed) when nats-py's parser is not the one
+    it was checked against."""
+    doc = (getattr(_ORIGINAL, "__func__", _ORIGINAL).__doc__ or "").strip().splitlines()
+    if not doc or doc[0].strip() != _REPLACES:
+        return False
+    Client._parse_header_lines = staticmethod(parse_header_lines)  # type: ignore[method-assign]
+    return True

@@ -1,0 +1,41 @@
+"""The faster header parser returns exactly what nats-py's own returns, for any bytes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from taugrid.bus import natsheaders
+
+ORIGINAL = natsheaders.original().__func__
+
+LINE_PARTS = st.sampled_from([b"ce-id", b"Nats-Msg-Id", b" ce-type ", b"na me", b"x\x1cy", b"\xff\xfe", b":", b": ",
+                              b"\t", b" ", b"\r\n", b"\r", b"\n", b"value", b"caf\xc3\xa9", b"\xc3", b"\x0b", b""])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(LINE_PARTS, max_size=24).map(b"".join))
+def test_same_headers_as_nats_py_on_header_like_bytes(raw: bytes) -> None:
+    assert natsheaders.parse_header_lines(raw) == ORIGINAL(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_same_headers_as_nats_py_on_arbitrary_bytes(raw: bytes) -> None:
+    assert natsheaders.parse_header_lines(raw) == ORIGINAL(raw)
+
+
+def test_a_cloudevent_header_block() -> None:
+    raw = (b"ce-specversion: 1.0\r\nce-id: run-1.1.submit.accepted\r\nce-type: io.taugrid.run.submit.accepted\r\n"
+           b"Nats-Msg-Id: run-1.1.submit.accepted\r\nce-tauuser:  caf\xc3\xa9 \r\nbad name: x\r\n\r\n")
+    assert natsheaders.parse_header_lines(raw) == ORIGINAL(raw) == {
+        "ce-specversion": "1.0", "ce-id": "run-1.1.submit.accepted", "ce-type": "io.taugrid.run.submit.accepted",
+        "Nats-Msg-Id": "run-1.1.submit.accepted", "ce-tauuser": "café"}
+
+
+def test_installed_once_the_bus_adapter_is_imported() -> None:
+    from nats.aio.client import Client
+
+    import taugrid.bus.connection  # noqa: F401 - importing it installs the parser
+
+    assert Client._parse_header_lines is natsheaders.parse_header_lines
