@@ -22,6 +22,7 @@ from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
+from taugrid.core.errors import TemporaryError
 from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import BUCKET, LocalCluster
@@ -382,3 +383,54 @@ async def test_a_runtime_with_an_engine_runs_the_pod_in_its_image_and_ships_its_
     assert stored["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", "echo in $(cat /proc/1/comm) at $PWD"]
     final = (await pod_events(bus, f"{name}-pod"))[-1]
     assert final["metadata"]["annotations"]["environment.taugrid.io/container"] == image
+
+
+async def test_a_pod_whose_running_record_is_lost_with_the_bus_is_launched_again_and_runs_once(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """The save that records a pod as Running (just before the kubelet gets it) fails, as it does while the only
+    nats-server restarts: the pod must stay Pending and be launched at the next tick, not stay Running in memory
+    with no process (its run then waited at `admitted` for good)."""
+    rid = run_id()
+    name = f"{rid}-a1"
+    save = cluster.podsync.save
+    failed: list[str] = []
+
+    async def save_failing_once(wl: LocalWorkload) -> None:
+        if not failed and wl.name == name and any(p.phase == "Running" for p in wl.pods):
+            failed.append(wl.name)
+            raise TemporaryError("storing local_cluster/wl failed: TimeoutError()", delay=1.0)
+        await save(wl)
+
+    cluster.podsync.save = save_failing_once
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, main(["python3", "-c", "print('ran')"]))]))
+    await until_finished(cluster, name)
+    assert failed == [name]
+    assert (await logs(bus, rid)) == {f"{name}-pod": ["ran"]}
+    phases = [ev["status"].get("phase") for ev in await pod_events(bus, f"{name}-pod")]
+    assert phases[-1] == "Succeeded" and "Running" in phases
+
+
+async def test_a_simulated_pod_whose_start_is_lost_with_the_bus_starts_again_and_is_reported_running(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """The same for the simulated pool: a start the bus did not take is tried again, so the pod's Running status
+    is published (its end alone would not say it ever ran) before it succeeds."""
+    cluster.simulate = True
+    rid = run_id()
+    name = f"{rid}-a1"
+    save = cluster.save
+    failed: list[str] = []
+
+    async def save_failing_once(wl: LocalWorkload) -> None:
+        if not failed and wl.name == name and any(p.phase == "Running" for p in wl.pods):
+            failed.append(wl.name)
+            raise TemporaryError("writing local_cluster/wl failed: TimeoutError()", delay=1.0)
+        await save(wl)
+
+    cluster.save = save_failing_once  # type: ignore[method-assign]
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[
+        job(name, main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]))]))
+    await until_finished(cluster, name)
+    assert failed == [name]
+    phases = [ev["status"].get("phase") for ev in await pod_events(bus, f"{name}-pod")]
+    assert phases[-1] == "Succeeded" and "Running" in phases

@@ -148,7 +148,14 @@ class PodSync:
         else:
             manifest = replace_python(_activated(manifest, outcome.python), outcome.python)
         p.phase, p.started = "Running", now
-        await self.save(wl)  # the kubelet has it now: a restart re-adopts it, never launches it twice
+        try:
+            await self.save(wl)  # the kubelet has it now: a restart re-adopts it, never launches it twice
+        except BaseException:
+            # Not recorded (the bus failed, e.g. its only server restarting): the pod stays Pending, so the next
+            # tick launches it again. Left Running in memory it would never be handed to the kubelet, and its run
+            # would wait at `admitted` for good. The kubelet has nothing yet, so nothing can run twice.
+            p.phase, p.started = "Pending", 0.0
+            raise
         await self.kubelet.start(manifest, lambda status: self._on_status(wl, p, status))
 
     async def _place_source(self, wl: LocalWorkload, p: LocalPod, manifest: dict[str, Any]) -> Path:
