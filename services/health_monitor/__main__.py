@@ -21,6 +21,7 @@ the default, or ``nodemaintenance``).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -34,11 +35,17 @@ from taugrid.core.errors import PermanentError
 from taugrid.core.events import node_subject
 from taugrid.health.monitor import STREAM, HealthMonitor, policy_from_env
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeUncordon
-from taugrid.kube.client import KubeApi, make_api_client
-from taugrid.kube.nodes import NodeActuator
+
+if TYPE_CHECKING:
+    from taugrid.kube.nodes import NodeActuator
 
 
 async def actuator_from_env() -> NodeActuator:
+    # Imported here, for the Kubernetes backend only: kubernetes_asyncio is about 65 MB resident, which a local
+    # stack's health monitor would otherwise carry for nothing.
+    from taugrid.kube.client import KubeApi, make_api_client
+    from taugrid.kube.nodes import NodeActuator
+
     api_client = await make_api_client(
         kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
         context=os.environ.get("TAU_KUBE_CONTEXT") or None,

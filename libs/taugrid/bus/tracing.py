@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 
 from opentelemetry import context, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -57,9 +58,14 @@ def tracer() -> trace.Tracer:
 def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
          attributes: dict[str, str] | None = None) -> Iterator[Span]:
     """A span that continues ``parent`` (a traceparent string) when given, else the current span's trace."""
-    ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
     if _configured and not _exporting:
-        up = trace.get_current_span(ctx).get_span_context()
+        remote = _remote(parent) if parent else None
+        if remote is not None:  # the common case, read without the propagator's regular expressions
+            ctx: Context | None = Context()
+            up = remote
+        else:
+            ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
+            up = trace.get_current_span(ctx).get_span_context()
         own = SpanContext(
             trace_id=up.trace_id if up.is_valid else _IDS.generate_trace_id(), span_id=_IDS.generate_span_id(),
             is_remote=False, trace_flags=up.trace_flags if up.is_valid else TraceFlags(TraceFlags.SAMPLED),
@@ -71,8 +77,25 @@ def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
         finally:
             context.detach(token)
         return
+    ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
     with tracer().start_as_current_span(name, context=ctx, kind=kind, attributes=attributes or {}) as s:
         yield s
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _remote(traceparent: str) -> SpanContext | None:
+    """A plain version-00 ``traceparent`` read as the propagator reads it (a remote span context), or None for
+    any other form, which then goes through the propagator itself: every odd header is read exactly as before."""
+    parts = traceparent.split("-")
+    if (len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2
+            or not _HEX.issuperset(parts[1] + parts[2] + parts[3])):
+        return None
+    trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=TraceFlags(int(parts[3], 16)))
 
 
 def current_traceparent() -> str:

@@ -1,0 +1,49 @@
+"""The quick ``traceparent`` reading gives the span context the OpenTelemetry propagator gives, or defers to it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from taugrid.bus import tracing
+
+PROPAGATOR = TraceContextTextMapPropagator()
+GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _reference(traceparent: str) -> trace.SpanContext:
+    return trace.get_current_span(PROPAGATOR.extract({"traceparent": traceparent})).get_span_context()
+
+
+@pytest.mark.parametrize("traceparent", [
+    GOOD, GOOD[:-2] + "00", GOOD[:-2] + "ff", "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-" + "0" * 16 + "-01", GOOD.upper(), "01" + GOOD[2:] + "-extra",
+    "ff" + GOOD[2:], "garbage", GOOD + "-", GOOD.replace("-", "_"),
+])
+def test_same_span_context_as_the_propagator_or_none(traceparent: str) -> None:
+    mine, ref = tracing._remote(traceparent), _reference(traceparent)
+    if mine is not None:
+        assert ref.is_valid and (mine.trace_id, mine.span_id, mine.trace_flags, mine.is_remote) == (
+            ref.trace_id, ref.span_id, ref.trace_flags, ref.is_remote)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789abcdefABX-", max_size=60))
+def test_never_reads_what_the_propagator_would_not(traceparent: str) -> None:
+    mine = tracing._remote(traceparent)
+    if mine is not None:
+        ref = _reference(traceparent)
+        assert ref.is_valid and (mine.trace_id, mine.span_id, mine.trace_flags) == (
+            ref.trace_id, ref.span_id, ref.trace_flags)
+
+
+def test_a_span_continues_its_parents_trace_and_current_traceparent_matches_inject() -> None:
+    tracing.setup("test")
+    with tracing.span("x", parent=GOOD):
+        carrier: dict[str, str] = {}
+        PROPAGATOR.inject(carrier)
+        assert tracing.current_traceparent() == carrier["traceparent"]
+        assert carrier["traceparent"].split("-")[1] == GOOD.split("-")[1]
