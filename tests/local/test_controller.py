@@ -434,3 +434,21 @@ async def test_a_simulated_pod_whose_start_is_lost_with_the_bus_starts_again_and
     assert failed == [name]
     phases = [ev["status"].get("phase") for ev in await pod_events(bus, f"{name}-pod")]
     assert phases[-1] == "Succeeded" and "Running" in phases
+
+
+async def test_an_apply_redelivered_after_its_workload_finished_does_not_run_it_again(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """A restarted nats-server can redeliver a backend request whose ack it had confirmed: the workload it
+    created has finished and is gone from memory and KV, and must not start a second time."""
+    cluster.simulate = True
+    rid = run_id()
+    name = f"{rid}-a1"
+    request = BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[
+        job(name, main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]))])
+    await cluster.apply(request)
+    await until_finished(cluster, name)
+    await cluster.apply(msgspec.json.decode(msgspec.json.encode(request), type=BackendApply))  # as redelivered
+    await cluster.tick()
+    assert name not in cluster.wls
+    added = await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{name}.added")
+    assert len(added) == 1

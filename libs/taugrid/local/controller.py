@@ -15,6 +15,7 @@ import heapq
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -50,6 +51,7 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what changed without one
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
+FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
 
 
 class NodeCordonRecord(msgspec.Struct, frozen=True):
@@ -83,6 +85,9 @@ class LocalCluster:
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
         self.wls: dict[str, LocalWorkload] = {}
+        # Workloads that finished or went away here (bounded): a redelivered apply of one is not run again (a
+        # restarted nats-server may redeliver a request whose ack it confirmed just before it died).
+        self.finished: OrderedDict[str, None] = OrderedDict()
         self.platform: Platform | None = None
         self.platform_rev = -1
         self.admitter = LocalAdmitter(node=node, capacity=capacity, gpu_count=gpu_count,
@@ -239,8 +244,8 @@ class LocalCluster:
         if main is None:
             return
         name = main["metadata"]["name"]
-        if name in self.wls:
-            return  # redelivered apply: the same run+attempt is the same object
+        if name in self.wls or name in self.finished:
+            return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
         wl.traceparent = traceparent
         self.wls[name] = wl
@@ -352,7 +357,7 @@ class LocalCluster:
             await self.publish(wl, "Pod", p.obj, "deleted")
         await self.publish(wl, wl.job["kind"], wl.job, "deleted")
         await self.publish(wl, "Workload", wl.workload, "deleted")
-        self.wls.pop(wl.name, None)
+        self._forget(wl)
 
     # ---------------------------------------------------------------- the control loop
     async def tick(self) -> None:
@@ -617,7 +622,13 @@ class LocalCluster:
         await self.publish(wl, "Workload", wl.workload, "modified")
         wl.state = "finished"
         await self.save(wl)
+        self._forget(wl)
+
+    def _forget(self, wl: LocalWorkload) -> None:
         self.wls.pop(wl.name, None)
+        self.finished[wl.name] = None
+        while len(self.finished) > FINISHED_MEMORY:
+            self.finished.popitem(last=False)
 
     async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None:
         meta = obj["metadata"]
