@@ -6,6 +6,8 @@ They carry the fields a real watch would, so the same translator reads both back
 from __future__ import annotations
 
 import copy
+import functools
+import math
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +17,17 @@ TAU_LABELS = ("taugrid.io/run-id", "taugrid.io/workspace", "taugrid.io/attempt",
 
 
 def ts(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in UTC to the second, as the API server writes timestamps (every published object carries several,
+    so the text of the last few seconds is remembered)."""
+    frac, second = math.modf(at)
+    if round(frac * 1e6) >= 1_000_000:  # datetime rounds to the microsecond first, which can carry a second
+        second += 1
+    return _ts_of_second(int(second))
+
+
+@functools.lru_cache(maxsize=16)
+def _ts_of_second(second: int) -> str:
+    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(obj: dict[str, Any], ctype: str, status: str, reason: str, message: str, at: float) -> None:
