@@ -6,9 +6,9 @@ They carry the fields a real watch would, so the same translator reads both back
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import functools
 import math
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
