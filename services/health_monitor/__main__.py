@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 async def actuator_from_env() -> NodeActuator:
     # Imported here, for the Kubernetes backend only: kubernetes_asyncio is about 65 MB resident, which a local
-    # stack's health monitor would otherwise carry for nothing.
+    # stack's health monitor would otherwise carry for nothing (tests/contract/test_import_weight.py).
     from taugrid.kube.client import KubeApi, make_api_client
     from taugrid.kube.nodes import NodeActuator
 

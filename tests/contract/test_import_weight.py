@@ -1,0 +1,43 @@
+"""The embedded stack's services (the local backend) start without the Kubernetes client.
+
+kubernetes_asyncio's generated models are about 65 MB resident per process; only the Kubernetes backend needs
+them (kube-bridge, the health monitor's actuator). Memory targets themselves are measured in bench/pipeline.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from taugrid.stack.scaling import SERVICES
+
+# Only the client: taugrid.kube.translate is pure and shared with the local backend, and the renderer validates
+# manifests with kubernetes-validate on every backend.
+KUBERNETES_ONLY = ("kubernetes_asyncio",)
+
+
+def _first_loading_each(modules: list[str]) -> dict[str, list[str]]:
+    """Import each module in turn in one fresh interpreter; which Kubernetes-only modules each one added."""
+    probe = (
+        "import importlib, sys\n"
+        "seen = set()\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"    new = [m for m in {KUBERNETES_ONLY!r} if m in sys.modules and m not in seen]\n"
+        "    seen.update(new)\n"
+        "    print(name, *new)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TAU_BACKEND"}  # the default: local
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
+    return {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+
+
+def test_no_embedded_service_imports_the_kubernetes_client_at_start() -> None:
+    modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES]
+    assert _first_loading_each(modules) == {name: [] for name in modules}
+
+
+def test_the_probe_sees_the_kubernetes_client_when_it_is_imported() -> None:
+    """The check above would pass vacuously if the probe could not see these modules."""
+    assert _first_loading_each(["taugrid.kube.nodes"]) == {"taugrid.kube.nodes": list(KUBERNETES_ONLY)}
