@@ -62,6 +62,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/kueue_scenario.py || status=1; \
 	$(BIN)/python bench/health_chain.py || status=1; \
 	$(BIN)/python bench/bus_chaos.py || status=1; \
+	$(BIN)/python bench/priority_lanes.py || status=1; \
 	exit $$status
 
 # The one image (deploy/Dockerfile) with whichever container builder this machine has.

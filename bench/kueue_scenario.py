@@ -85,7 +85,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     reached: dict[str, int] = dict.fromkeys(STAGES, 0)
 
     async def on_stage(msg: nats.aio.msg.Msg) -> None:
-        kind = ".".join(msg.subject.rsplit(".", 2)[-2:])
+        kind = ".".join(msg.subject.split(".")[3:5])  # a sixth token is the priority lane
         if kind in reached:
             reached[kind] += 1
 

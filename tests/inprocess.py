@@ -76,9 +76,11 @@ class PipelineLoops:
         for name in names:
             self.svc[name] = await service_bus(self.url, name)
 
-    def consume(self, stream: str, durable: str, handler: Any, service: str) -> ConsumerLoop:
+    def consume(self, stream: str, durable: str, handler: Any, service: str,
+                tails: dict[str, asyncio.Future[None]] | None = None) -> ConsumerLoop:
+        """``tails``: another loop's, for a stage's priority lane (as ``Service.consume`` binds it)."""
         loop = ConsumerLoop(self.svc[service], stream=stream, durable=durable, handler=handler,
-                            fetch_timeout=self.fetch_timeout)
+                            fetch_timeout=self.fetch_timeout, tails=tails)
         self.loops.append(loop)
         self.tasks.append(asyncio.create_task(loop.run(), name=durable))
         return loop

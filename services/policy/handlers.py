@@ -3,7 +3,10 @@ with a deterministic message id; the platform is re-read per event so a new revi
 
 Authorization the bus cannot express: on a platform that lists users, the submission's verified user (stamped
 by the submitter) must be a member of the workspace; the priority class must be one the workspace allows
-(``resolve_run``)."""
+(``resolve_run``).
+
+Priority lanes: ``submit.accepted`` arrives on the default durable or the high lane's (``policy-high``); the
+resolved priority alone decides the lane of ``policy.approved`` (``Platform.high_lane``)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config_shared
 from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
+from taugrid.core.events import HIGH_LANE
 
 
 class Policy:
@@ -89,6 +93,8 @@ class Policy:
             attempt=1,
             event_type="policy.approved",
             payload=PolicyApproved(run=run, platform_revision=revision),
+            # the real priority decides the renderer's lane, whatever lane the submission came on
+            lane=HIGH_LANE if platform.high_lane(run.workspace, run.priority_class) else "",
         )
 
     async def _reject(self, ev: Event, reasons: list[Issue], message: str = "") -> None:

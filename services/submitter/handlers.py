@@ -5,6 +5,10 @@ verified name — never the client's claim — goes on ``submit.accepted`` (payl
 where every later event of the run carries it. The workspace is taken from the signed body and must match the
 signed subject, so a re-routed copy cannot land in another workspace.
 
+Priority lanes: ``submit.requested`` arrives on the default durable or the high lane's (``submitter-high``), as the
+client claimed; ``submit.accepted`` goes on the lane the submitter decides from the parsed config and the
+platform (``_lane``), so a claim the platform does not back only ever skipped this one stage's queue.
+
 Idempotent: the run id derives from the submission id, the submission is claimed with a KV create (once), and
 ``submit.accepted`` has a deterministic message id; a redelivery either re-emits the same (deduplicated) event
 or, when the run already moved on, does nothing.
@@ -20,6 +24,7 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
 from taugrid.config.platform import Platform
+from taugrid.config.resolve import lane_for
 from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError, NotFound
@@ -45,6 +50,15 @@ def _rate_limit(platform: Platform | None, workspace: str) -> int:
     if ws is None or ws.submissions_per_minute is None:
         return DEFAULT_SUBMISSIONS_PER_MINUTE
     return ws.submissions_per_minute
+
+
+def _lane(req: SubmitRequested, platform: Platform | None, workspace: str) -> str:
+    """The lane ``submit.accepted`` goes on, decided here from the parsed config and the current platform
+    (whatever lane the client claimed): high only for a class the workspace allows that outranks its default.
+    The policy decides the real priority and lane of ``policy.approved`` again."""
+    if platform is None:
+        return ""
+    return lane_for(load_tau_config_shared(req.config_text, path=req.config_path), platform, workspace)
 
 
 class Submitter:
@@ -122,6 +136,7 @@ class Submitter:
             attempt=1,
             event_type="submit.accepted",
             user=user,
+            lane=_lane(req, platform, workspace),
             payload=SubmitAccepted(
                 submission_id=req.submission_id,
                 config=config,

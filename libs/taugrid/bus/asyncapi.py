@@ -36,7 +36,7 @@ from taugrid.bus.envelope import (
 )
 from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, SOURCES_STORE, STREAMS, UPLOADS_STORE, UPLOADS_TTL_S
 from taugrid.core import contracts as c
-from taugrid.core.events import CE_PREFIX, RUN_EVENTS, TERMINAL_EVENTS, ce_type
+from taugrid.core.events import CE_PREFIX, HIGH_LANE, LANED_EVENTS, RUN_EVENTS, TERMINAL_EVENTS, ce_type
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -252,6 +252,11 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
    whose entrypoint needs no project files (`command:`) may leave both empty.
 3. Publish `SubmitRequested` (signed) to `run.<workspace>.<run_id>.submit.requested` with ce-id
    `<run_id>.1.submit.requested`, ce-subject `<run_id>`, ce-attempt `1`, and wait for the JetStream ack.
+   A run of a priority class that the platform ranks above the workspace's default may go on
+   `run.<workspace>.<run_id>.submit.requested.{HIGH_LANE}` instead (the high lane: the stages before admission
+   read it with durables of their own, so it is not queued behind a backlog of other runs); the submitter and
+   the policy decide the lane again from the platform, and `submit.accepted` and `policy.approved` of a run
+   they keep in the high lane carry the same `.{HIGH_LANE}` suffix.
 4. Follow with a JetStream consumer (ordered, deliver all) on stream RUNS filtered to
    `run.<workspace>.<run_id>.>`: events arrive in order; `{', '.join(sorted(TERMINAL_EVENTS))}` end the
    run's lifecycle, and `evidence.sealed` comes last. A success reads: submit.requested, submit.accepted,
@@ -314,6 +319,23 @@ def asyncapi() -> dict[str, Any]:
             "summary": ("publish a signed request (see info.description: Signing)" if signed
                         else f"follow `{kind}` with a JetStream consumer on stream RUNS"),
             "messages": [{"$ref": f"#/channels/{msg_id}/messages/{msg_id}"}],
+        }
+    for kind in sorted(LANED_EVENTS):  # the high priority lane: the same messages on a sixth token
+        stage, outcome = kind.split(".")
+        msg_id, chan_id = f"run.{kind}", f"run.{kind}.{HIGH_LANE}"
+        channels[chan_id] = {
+            "address": f"run.{{workspace}}.{{run_id}}.{stage}.{outcome}.{HIGH_LANE}",
+            "description": f"stream RUNS (mirrored to {AUDIT_STREAM}); `{kind}` of a run in the high priority "
+                           "lane, read by the stage's high-lane durable before the default lane's backlog",
+            "parameters": run_params,
+            "messages": {msg_id: {"$ref": f"#/components/messages/{msg_id}"}},
+        }
+        operations[("submit." + HIGH_LANE if kind == "submit.requested" else f"on.{kind}.{HIGH_LANE}")] = {
+            "action": "send" if kind in SIGNED_TYPES else "receive",
+            "channel": {"$ref": f"#/channels/{chan_id}"},
+            "summary": ("publish a signed request in the high lane (see info.description: Signing)"
+                        if kind in SIGNED_TYPES else f"follow `{kind}` of high-lane runs on stream RUNS"),
+            "messages": [{"$ref": f"#/channels/{chan_id}/messages/{msg_id}"}],
         }
     for chan_id, address, params, struct, kind, family, stream, who in OTHER_CHANNELS:
         messages[chan_id] = _message(chan_id, kind=kind, family=family, payload=struct.__name__, signed=False,

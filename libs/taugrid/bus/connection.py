@@ -149,9 +149,10 @@ class Bus:
 
     async def emit(
         self, *, workspace: str, run_id: str, attempt: int, event_type: str, payload: msgspec.Struct,
-        dedup: str = "", user: str | None = None, delegation: str = "",
+        dedup: str = "", user: str | None = None, delegation: str = "", lane: str = "",
     ) -> int:
-        """Publish a run lifecycle event with its deterministic id ``<run>.<attempt>.<type>[.<dedup>]``.
+        """Publish a run lifecycle event with its deterministic id ``<run>.<attempt>.<type>[.<dedup>]``, in
+        ``lane`` (``events.HIGH_LANE`` or "": see ``core/events.py``; the message id is the same in either).
 
         ``ce-tauuser`` is ``user`` when given, else the verified submitter of the run event being handled
         (``identity.run_user``), else what ``user_lookup`` finds for the run."""
@@ -159,7 +160,8 @@ class Bus:
             user = await self._run_user(workspace, run_id)
         with tracing.span(f"publish {event_type}", attributes={"taugrid.run_id": run_id}):
             return await self.publish(
-                run_subject(workspace, run_id, event_type), payload, event_type=event_type, ce_subject=run_id,
+                run_subject(workspace, run_id, event_type, lane=lane), payload, event_type=event_type,
+                ce_subject=run_id,
                 msg_id=message_id(run_id, attempt, event_type, suffix=dedup), workspace=workspace,
                 attempt=attempt, user=user, delegation=delegation,
             )

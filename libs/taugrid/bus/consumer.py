@@ -1,6 +1,8 @@
 """The consumer loop shared by every service.
 
-One durable pull consumer per service; replicas bind to the same durable and the server hands each message to
+One durable pull consumer per service (two for the stages before admission: the high priority lane's durable
+beside the default one, ``topology.LANE_DURABLES``, each fetched by its own loop so a high-lane event never
+waits behind the default lane's backlog); replicas bind to the same durable and the server hands each message to
 one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
 stream order (each waits for the previous one of its key to be handled, not for its ack to be confirmed: the ack
 round trip is off a run's critical path, and a lost ack only brings an already handled message back, which every
@@ -89,9 +91,12 @@ def _resolve(handled: asyncio.Future[None] | None) -> None:
 
 class ConsumerLoop:
     def __init__(self, bus: Bus, *, stream: str, durable: str, handler: Handler, batch: int = 32,
-                 fetch_timeout: float = 1.0) -> None:
+                 fetch_timeout: float = 1.0, tails: dict[str, asyncio.Future[None]] | None = None) -> None:
         self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
         self.batch, self.fetch_timeout = batch, fetch_timeout
+        # key → when its latest message is handled (set before its ack goes out); the next one of that key waits
+        # on it. Shared by the loops of one stage's priority lanes, so one run's events never run concurrently.
+        self.tails: dict[str, asyncio.Future[None]] = {} if tails is None else tails
         self.stopping = asyncio.Event()
         self.handled = 0
 
@@ -106,8 +111,7 @@ class ConsumerLoop:
     async def _loop(self, psub: Any) -> None:
         limit = 2 * self.batch
         inflight: set[asyncio.Task[None]] = set()
-        # key → when its latest message is handled (set before its ack goes out); the next one of that key waits on it
-        tails: dict[str, asyncio.Future[None]] = {}
+        tails = self.tails
         room = asyncio.Event()
         room.set()
         running = asyncio.get_running_loop()

@@ -36,7 +36,7 @@ import nacl.exceptions
 import nacl.signing
 import nkeys
 
-from taugrid.core.events import RUN_EVENTS, ce_type, short_type
+from taugrid.core.events import RUN_EVENTS, ce_type, lane_of, short_type
 
 T = TypeVar("T")
 
@@ -71,6 +71,11 @@ class Event(msgspec.Struct, kw_only=True):
     signature: str = ""  # tau-signature
     delegation: str = ""  # tau-delegation: a person's token letting the signer act for them (bus/delegation.py)
     stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
+
+    @property
+    def lane(self) -> str:
+        """The priority lane its subject travels in (``events.HIGH_LANE`` or "")."""
+        return lane_of(self.nats_subject)
 
     def payload(self, kind: builtins.type[T]) -> T:  # builtins: the field ``type`` shadows it in this body
         return msgspec.json.decode(self.data, type=kind)
@@ -138,7 +143,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     """Decode a message; a message with no CloudEvents headers still yields an Event (type from the subject)."""
     h = headers or {}
     ce = h.get("ce-type", "")
-    kind = short_type(ce) if ce else ".".join(subject.split(".")[-2:])
+    kind = short_type(ce) if ce else ".".join(subject.split(".")[3:5] if lane_of(subject) else subject.split(".")[-2:])
     try:
         attempt = int(h.get("ce-attempt", "1"))
     except ValueError:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from taugrid.bus.sources import SERVICE_PUBLISH
 from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, SOURCES_STORE, UPLOADS_STORE
+from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import token
 
 API = "$JS.API"
@@ -61,12 +62,13 @@ class ServiceRole:
 SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
-        ServiceRole("submitter", ("submitter", "runstate"), ("submissions", "run_state"), sources="promote",
+        ServiceRole("submitter", ("submitter", "submitter-high", "runstate"), ("submissions", "run_state"),
+                    sources="promote",
                     replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
                     why="accepts submissions (verifies their uploaded snapshot and promotes it into `sources`, "
                         "which only it writes); projects RUNS into run_state"),
-        ServiceRole("policy", ("policy",), why="the only source of policy decisions"),
-        ServiceRole("renderer", ("renderer",), why="the only identity that applies to a backend"),
+        ServiceRole("policy", ("policy", "policy-high"), why="the only source of policy decisions"),
+        ServiceRole("renderer", ("renderer", "renderer-high"), why="the only identity that applies to a backend"),
         ServiceRole("admission_watcher", ("admission-watcher",), ("bridge",),
                     why="translates watch events into run events"),
         ServiceRole("recovery", ("recovery",), why="the only source of retries"),
@@ -220,7 +222,8 @@ def person_permissions(person: Person) -> Permissions:
     admin = person.role == "platform-admin"
     spaces = ["*"] if admin else [token(ws) for ws in person.workspaces]
     for ws in spaces:
-        pub += [f"run.{ws}.*.submit.requested", f"run.{ws}.*.cancel.requested"]
+        pub += [f"run.{ws}.*.submit.requested", f"run.{ws}.*.submit.requested.{HIGH_LANE}",
+                f"run.{ws}.*.cancel.requested"]
         for stream in READ_STREAMS:
             prefix = "log" if stream == "LOGS" else "run"
             pub.append(f"{API}.CONSUMER.CREATE.{stream}.*.{prefix}.{ws}.>")
@@ -318,7 +321,8 @@ def markdown_table() -> str:
         parts += [f"KV read `{b}`" for b in role.kv_reads or ()]
         assert common <= set(perms.publish)
         rows.append(f"| `{role.name}` | {', '.join(parts) or '—'} | {role.why} |")
-    rows.append("| researcher | `run.<ws>.*.submit.requested`, `run.<ws>.*.cancel.requested`, consumers filtered to "
+    rows.append(f"| researcher | `run.<ws>.*.submit.requested` (and `.{HIGH_LANE}`, the priority lane they claim: "
+                "the submitter and the policy decide it again), `run.<ws>.*.cancel.requested`, consumers filtered to "
                 "`run.<ws>.>` on RUNS/AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
                 f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ if b not in WORKSPACE_KV)}, and "
                 f"{', '.join(f'`{b}`' for b in WORKSPACE_KV)} only under `run.<ws>.>` (direct gets and named "

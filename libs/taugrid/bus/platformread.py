@@ -15,7 +15,7 @@ import nats
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.config.platform import Platform, load_platform
-from taugrid.core.errors import ConfigError, TemporaryError
+from taugrid.core.errors import ConfigError, TauError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,15 @@ class PlatformReader:
         first = str(current).splitlines()[0]
         raise TemporaryError(f"the platform (revision {revision}) is invalid and no earlier revision is valid: "
                              f"{first}; apply a fixed one with `tau platform apply`", delay=INVALID_RETRY_S)
+
+    async def get_or_none(self) -> Platform | None:
+        """The newest valid platform, or None when there is none or it cannot be read now (no grant, a server
+        away): for hints that may go without it, such as the priority lane a client claims."""
+        try:
+            got = await self.get()
+        except (TauError, nats.errors.Error, TimeoutError):
+            return None
+        return got[0] if got is not None else None
 
     async def at(self, revision: int) -> Platform | ConfigError | None:
         """That revision of the platform (``tau reproduce`` pins the one a run was resolved against): the

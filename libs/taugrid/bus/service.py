@@ -33,11 +33,17 @@ class Service:
         self.stopping = asyncio.Event()
 
     def consume(self, durable: str, handler: Handler, *, batch: int = 32) -> ConsumerLoop:
-        from taugrid.bus.topology import CONSUMERS
+        """Bind ``durable`` with ``handler``; a stage with a high priority lane (``topology.LANE_DURABLES``)
+        binds the lane's durable too, with the same handler and the same per-run order (shared ``tails``)."""
+        from taugrid.bus.topology import CONSUMERS, LANE_DURABLES
 
         loop = ConsumerLoop(self.bus, stream=CONSUMERS[durable].stream, durable=durable, handler=handler,
                             batch=batch)
         self.loops.append(loop)
+        lane = LANE_DURABLES.get(durable)
+        if lane is not None:
+            self.loops.append(ConsumerLoop(self.bus, stream=CONSUMERS[lane].stream, durable=lane, handler=handler,
+                                           batch=batch, tails=loop.tails))
         return loop
 
     def every(self, seconds: float, fn: Callable[[], Awaitable[None]]) -> None:

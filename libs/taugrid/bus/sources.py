@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from taugrid.core.events import HIGH_LANE
+
 # service (as in ce-source /svc/<service>) → subjects it publishes (NATS wildcards).
 SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
-    "submitter": ("run.*.*.submit.accepted", "run.*.*.submit.rejected"),
-    "policy": ("run.*.*.policy.approved", "run.*.*.policy.rejected"),
+    "submitter": ("run.*.*.submit.accepted", f"run.*.*.submit.accepted.{HIGH_LANE}", "run.*.*.submit.rejected"),
+    "policy": ("run.*.*.policy.approved", f"run.*.*.policy.approved.{HIGH_LANE}", "run.*.*.policy.rejected"),
     "renderer": ("run.*.*.render.applied", "run.*.*.render.failed", "run.*.*.exec.cancelled",
                  "run.*.*.cancel.accepted", "run.*.*.cancel.refused", "backend.>"),
     "admission-watcher": ("run.*.*.admission.>", "run.*.*.exec.>"),
@@ -33,7 +35,8 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
 }
 
 # Requests a person publishes, signed with their nkey; authorized by the signature, not by ce-source.
-PERSON_REQUESTS: tuple[str, ...] = ("run.*.*.submit.requested", "run.*.*.cancel.requested")
+PERSON_REQUESTS: tuple[str, ...] = ("run.*.*.submit.requested", f"run.*.*.submit.requested.{HIGH_LANE}",
+                                     "run.*.*.cancel.requested")
 
 # Streams whose consumers check ce-source (LOGS is only read by people; DLQ is never acted on).
 CHECKED_STREAMS = frozenset({"RUNS", "K8S", "NODES", "BACKEND"})

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from taugrid.core.events import HIGH_LANE
+
 DAY = 86400.0
 
 
@@ -42,6 +44,9 @@ STREAMS = [
     StreamSpec("DLQ", ["dlq.>", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"], max_age=30 * DAY),
 ]
 
+# A stage's durable for the high priority lane (core/events.py: LANED_EVENTS), bound beside its default one.
+LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "renderer": "renderer-high"}
+
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 
@@ -64,13 +69,19 @@ CONSUMERS = {
     c.durable: c
     for c in [
         ConsumerSpec("submitter", "RUNS", ["run.*.*.submit.requested"], description="create-once run records"),
+        ConsumerSpec("submitter-high", "RUNS", [f"run.*.*.submit.requested.{HIGH_LANE}"],
+                     description="the high priority lane of the submitter"),
         ConsumerSpec("runstate", "RUNS", ["run.>"], description="projects RUNS into the run_state KV"),
         ConsumerSpec("policy", "RUNS", ["run.*.*.submit.accepted"]),
+        ConsumerSpec("policy-high", "RUNS", [f"run.*.*.submit.accepted.{HIGH_LANE}"],
+                     description="the high priority lane of the policy"),
         ConsumerSpec(
             "renderer", "RUNS",
             ["run.*.*.policy.approved", "run.*.*.recovery.retrying", "run.*.*.cancel.requested"],
             max_deliver=50,  # retries wait out their backoff by nak(delay), which counts as a delivery
         ),
+        ConsumerSpec("renderer-high", "RUNS", [f"run.*.*.policy.approved.{HIGH_LANE}"], max_deliver=50,
+                     description="the high priority lane of the renderer"),
         ConsumerSpec("admission-watcher", "K8S", ["k8s.>"]),
         ConsumerSpec(
             "recovery", "RUNS",

@@ -17,20 +17,22 @@ import msgspec
 from taugrid.bus import identity, platformstore, replay, runstate, snapshots, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
+from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import ReplayCursor
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
-from taugrid.config.platform import load_platform
+from taugrid.config.platform import Platform, load_platform
 from taugrid.config.project import check_project, project_root
 from taugrid.config.source import raise_issues
-from taugrid.config.taujob import TauConfig, load_tau_config
+from taugrid.config.taujob import TauConfig, load_tau_config, load_tau_config_shared
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
-from taugrid.core.errors import NotFound, PermanentError
+from taugrid.core.errors import ConfigError, NotFound, PermanentError
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import TERMINAL as TERMINAL_STATES
 from taugrid.core.states import RunRecord
 
+LANE_PLATFORM_S = 5.0  # how long the platform read for a lane claim is reused (a sweep submits many runs at once)
 POD_END_HOLD_S = 5.0  # the longest an attempt's end waits in the console for its log lines to be read
 
 
@@ -42,11 +44,21 @@ class CancelRefused(PermanentError):
         self.decision = decision
 
 
+def _parsed_or_none(text: str, path: str) -> TauConfig | None:
+    """The config for a lane claim; None when it does not parse (the submitter rejects it with the reason)."""
+    try:
+        return load_tau_config_shared(text, path=path)
+    except ConfigError:
+        return None
+
+
 class Client:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self._workspaces: dict[str, str] = {}  # run id → workspace, for runs this client submitted or read
         self._readable: tuple[list[str] | None] | None = None  # cached ``readable_workspaces``
+        self._platforms = PlatformReader(bus)
+        self._platform: tuple[float, Platform | None] | None = None  # (read at, platform) for lane claims
 
     async def close(self) -> None:
         # every publish and KV write already awaited its ack; a drain would wait on subscriptions whose reader
@@ -94,7 +106,8 @@ class Client:
         )
         with tracing.span("tau run", attributes={"taugrid.run_id": run_id}):
             await self.bus.emit(
-                workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req
+                workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req,
+                lane=await self.lane(cfg, ws),
             )
         self._workspaces[run_id] = ws
         return run_id
@@ -115,10 +128,25 @@ class Client:
             submission_id=sid, config_text=text, config_path=path, workspace=workspace, user=_user()
         )
         await self.bus.emit(
-            workspace=workspace, run_id=run_id, attempt=1, event_type="submit.requested", payload=req
+            workspace=workspace, run_id=run_id, attempt=1, event_type="submit.requested", payload=req,
+            lane=await self.lane(_parsed_or_none(text, path), workspace),
         )
         self._workspaces[run_id] = workspace
         return run_id
+
+    async def lane(self, cfg: TauConfig | None, workspace: str) -> str:
+        """The priority lane to claim for a submission of ``cfg`` (``events.HIGH_LANE`` for a class the platform
+        ranks above the workspace's default, else ""). Only a hint for the stages before admission: the submitter
+        and the policy decide the lane again from the platform, and the policy alone the priority."""
+        if cfg is None:
+            return ""
+        now = time.monotonic()
+        if self._platform is None or now - self._platform[0] > LANE_PLATFORM_S:
+            self._platform = (now, await self._platforms.get_or_none())
+        platform = self._platform[1]
+        from taugrid.config.resolve import lane_for  # deferred, as namespace_workspace: the CLI starts cold
+
+        return lane_for(cfg, platform, workspace) if platform is not None else ""
 
     async def resume(
         self, run_id: str, *, from_path: str = "", force: bool = False, submission_id: str | None = None
@@ -150,9 +178,11 @@ class Client:
                 f"run {run_id} is still {record.state}: cancel it first (`tau cancel {run_id}`)"
             )
         original = None
-        async for ev in self.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.requested"):
-            original = ev.payload(SubmitRequested)
-            break
+        # `submit.>`: the request travels on `submit.requested` or, in the high lane, `submit.requested.high`
+        async for ev in self.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.>"):
+            if ev.type == "submit.requested":
+                original = ev.payload(SubmitRequested)
+                break
         if original is None:
             raise NotFound(f"the submission of {run_id} is no longer in the RUNS stream")
         req = msgspec.structs.replace(original, resume_from=resume_from, resumes=resumes, retries=retries)
@@ -168,7 +198,8 @@ class Client:
         req = msgspec.structs.replace(req, submission_id=sid, workspace=workspace, user=_user())
         with tracing.span(span, attributes={"taugrid.run_id": new_id}):
             await self.bus.emit(workspace=workspace, run_id=new_id, attempt=1, event_type="submit.requested",
-                                payload=req)
+                                payload=req, lane=await self.lane(_parsed_or_none(req.config_text, req.config_path),
+                                                                  workspace))
         self._workspaces[new_id] = workspace
         return new_id
 

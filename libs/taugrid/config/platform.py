@@ -355,6 +355,18 @@ class Platform(Strict):
         ws = self.workspace(workspace)
         return ws is None or not ws.allowed_priority_classes or priority_class in ws.allowed_priority_classes
 
+    def high_lane(self, workspace: str, priority_class: str) -> bool:
+        """Whether a run of ``priority_class`` in ``workspace`` travels in the high lane before admission: the
+        class is one the workspace may use and ranks above the workspace's default class (above the lowest class
+        when the workspace names no default), so the usual run, and every run of a sweep at the default or a
+        lower priority, shares the default lane and only what outranks it passes ahead."""
+        ws, pc = self.workspace(workspace), self.priority_class(priority_class)
+        if ws is None or pc is None or not self.allows_priority(workspace, priority_class):
+            return False
+        default = self.priority_class(ws.default_priority or "")
+        floor = default.value if default is not None else min(p.value for p in self.priority_classes)
+        return pc.value > floor
+
     def workspace(self, name: str) -> Workspace | None:
         return next((w for w in self.workspaces if w.name == name), None)
 

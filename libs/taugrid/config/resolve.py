@@ -26,6 +26,7 @@ from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
 from taugrid.config.taurules import check_rules, entrypoint_escape
 from taugrid.core.contracts import Resilience, ResolvedRun, Resources
+from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import is_run_id
 from taugrid.core.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 
@@ -393,7 +394,8 @@ def _capacity(
             )
 
 
-def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues) -> tuple[str, int, bool]:
+def _requested_priority(cfg: TauConfig, ws: Workspace) -> tuple[tuple[str, ...], str | None]:
+    """(the field that names it, the priority class name) the run asks for, the workspace's default filling in."""
     p = cfg.policy
     choices = [
         (("policy", "workload_priority_class"), p.workload_priority_class),
@@ -405,6 +407,22 @@ def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues
     )
     if not p.disable_default_priorities:  # TauGrid: the run gets no default class, only what it names
         name = name or ws.default_priority
+    return field, name
+
+
+def lane_for(cfg: TauConfig, platform: Platform, workspace: str) -> str:
+    """The priority lane (``events.HIGH_LANE`` or "") a run of ``cfg`` takes before the policy decides its real
+    priority: high only for a class the workspace allows that outranks its default (``Platform.high_lane``)."""
+    ws = platform.workspace(workspace)
+    if ws is None:
+        return ""
+    _, name = _requested_priority(cfg, ws)
+    return HIGH_LANE if name and platform.high_lane(ws.name, name) else ""
+
+
+def _priority(cfg: TauConfig, platform: Platform, ws: Workspace, issues: _Issues) -> tuple[str, int, bool]:
+    p = cfg.policy
+    field, name = _requested_priority(cfg, ws)
     if not name:
         return "", 0, p.preemptible is not False
     pc = platform.priority_class(name)

@@ -2,6 +2,11 @@
 
 Subjects: ``run.<workspace>.<run_id>.<stage>.<outcome>``. The CloudEvents type adds a version suffix
 (``io.taugrid.run.policy.approved.v1``); versions live in the type, never in the subject.
+
+Priority lanes: the events that the stages before admission consume (``LANED_EVENTS``) of a run in the high
+lane carry a sixth token, ``run.<workspace>.<run_id>.<stage>.<outcome>.high``, so each of those stages reads
+them with a durable of its own and a high-priority run never waits behind a low-priority backlog. Every other
+event of the run (and every event of a run in the default lane) has the five tokens.
 """
 
 from __future__ import annotations
@@ -45,16 +50,34 @@ TERMINAL_EVENTS = frozenset(
 )
 
 
-def run_subject(workspace: str, run_id: str, event_type: str) -> str:
-    return f"run.{token(workspace)}.{token(run_id)}.{event_type}"
+HIGH_LANE = "high"
+# What the stages before admission consume (submitter, policy, renderer): only these travel in a lane.
+LANED_EVENTS = frozenset({"submit.requested", "submit.accepted", "policy.approved"})
+
+
+def run_subject(workspace: str, run_id: str, event_type: str, *, lane: str = "") -> str:
+    """The subject of a run event; ``lane`` (``HIGH_LANE`` or "") only for ``LANED_EVENTS``."""
+    base = f"run.{token(workspace)}.{token(run_id)}.{event_type}"
+    if not lane:
+        return base
+    if lane != HIGH_LANE or event_type not in LANED_EVENTS:
+        raise ValueError(f"no lane {lane!r} for {event_type}: only {sorted(LANED_EVENTS)} travel in the "
+                         f"{HIGH_LANE!r} lane")
+    return f"{base}.{lane}"
 
 
 def parse_run_subject(subject: str) -> tuple[str, str, str]:
-    """``run.ws.id.stage.outcome`` → (workspace, run_id, "stage.outcome")."""
+    """``run.ws.id.stage.outcome[.high]`` → (workspace, run_id, "stage.outcome")."""
     parts = subject.split(".")
-    if len(parts) != 5 or parts[0] != "run":
+    if parts[0] != "run" or not (len(parts) == 5 or (len(parts) == 6 and parts[5] == HIGH_LANE)):
         raise ValueError(f"not a run subject: {subject!r}")
     return parts[1], parts[2], f"{parts[3]}.{parts[4]}"
+
+
+def lane_of(subject: str) -> str:
+    """The lane a run event's subject travels in: ``HIGH_LANE`` or "" (the default lane)."""
+    parts = subject.split(".")
+    return HIGH_LANE if len(parts) == 6 and parts[0] == "run" and parts[5] == HIGH_LANE else ""
 
 
 def ce_type(event_type: str, *, family: str = "run", version: int = 1) -> str:

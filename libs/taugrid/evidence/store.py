@@ -55,7 +55,10 @@ def key(workspace: str, run_id: str) -> str:
 def run_of(ev: Event) -> tuple[str, str]:
     """(workspace, run_id) of a run event: the workspace its subject names (what the server's permissions
     vouch for), else its ``ce-workspace``; the run from ``ce-subject``, else the subject."""
-    ws, run, _ = parse_run_subject(ev.nats_subject) if ev.nats_subject.count(".") == 4 else ("", "", "")
+    try:
+        ws, run, _ = parse_run_subject(ev.nats_subject)
+    except ValueError:
+        ws = run = ""
     return ws or ev.workspace, ev.subject or run
 
 

@@ -1,0 +1,130 @@
+"""Priority lanes before the admitter: is a high-priority run stuck behind a low-priority sweep?
+
+Time to admission counts from submission, so a high-priority run submitted just after a sweep must not wait
+for the sweep to be accepted (submitter), approved (policy) and rendered (renderer) first. On the embedded stack
+(simulated pods, one ClusterQueue with room for every run) this submits ``--low`` runs of priority class
+``low`` at once, then one run of class ``high``, and reports the high run's submit → admission.admitted beside
+the low runs' p50 and p99. Exits 1 when the high run misses ``--target`` (default 1 s) or any run does not
+finish (an unadmitted run counts with its wait until the bench gave up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pipeline import Watch, pct  # bench/ is on sys.path
+
+from taugrid.client import open_client
+from taugrid.core.ids import new_submission_id
+
+PLATFORM = """resource_flavors: [{name: default}]
+cluster_queues:
+  - name: bench
+    resource_groups:
+      - covered_resources: [cpu, memory]
+        flavors:
+          - name: default
+            resources:
+              - {name: cpu, nominal_quota: "100000"}
+              - {name: memory, nominal_quota: "100000Gi"}
+local_queues: [{name: bench, namespace: default, cluster_queue: bench}]
+priority_classes: [{name: low, value: 50}, {name: normal, value: 100}, {name: high, value: 200}]
+compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]
+workspaces:
+  - {name: bench, namespace: default, local_queue: bench, default_profile: unit, default_priority: normal,
+     submissions_per_minute: 0}
+"""
+RUN = ("name: {name}\nentrypoint: sim.py\ncompute: {{gpus: 0, cpu_request: '1', memory_request: 1Mi}}\n"
+       "policy: {{workload_priority_class: {priority}}}\nruntime: {{env: {{SIMULATED_DURATION: '0.05'}}}}\n")
+
+
+async def scenario(url: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    state = msgspec.json.decode((data / "stack.json").read_bytes())
+    client = await open_client(url, creds=state["user_creds"])
+    admin = await open_client(url, creds=data / "creds" / "bootstrap.nk")
+    watch = Watch()
+    await watch.start(admin.bus.nc)
+    submitted: dict[str, float] = {}
+
+    async def submit(name: str, priority: str) -> str:
+        at = time.time()
+        run_id = await client.submit_text(RUN.format(name=name, priority=priority), workspace="bench",
+                                          submission_id=new_submission_id(), name=name)
+        submitted[run_id] = at
+        return run_id
+
+    warm = await submit("warmup", "normal")  # services still importing on a busy machine
+    await watch.until(lambda: warm in watch.ended, timeout=300)
+    await asyncio.sleep(1.0)
+    t0 = time.time()
+    low = await asyncio.gather(*(submit("sweep", "low") for _ in range(args.low)))
+    low_submitted_s = time.time() - t0
+    high = await submit("urgent", "high")
+    everything = [*low, high]
+    await watch.until(lambda: all(r in watch.ended for r in everything), timeout=args.timeout)
+    gave_up = time.time()
+
+    def wait(run_id: str) -> float:
+        return watch.admitted.get(run_id, gave_up) - submitted[run_id]
+
+    low_waits = [wait(r) for r in low]
+    out = {"low": len(low), "low_submit_s": low_submitted_s, "high_s": wait(high),
+           "high_admitted": high in watch.admitted,
+           "low_p50_s": pct(low_waits, 50), "low_p99_s": pct(low_waits, 99),
+           "low_admitted_before_high": sum(1 for r in low if watch.admitted.get(r, gave_up)
+                                           < watch.admitted.get(high, gave_up)),
+           "finished": sum(1 for r in everything if r in watch.ended), "runs": len(everything)}
+    await client.close()
+    await admin.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--low", type=int, default=2000, help="low-priority runs submitted at once before the high one")
+    ap.add_argument("--target", type=float, default=1.0, help="seconds the high run may take to be admitted")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for every run to finish")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
+    args = ap.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="tau-bench-lanes-"))
+    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
+    env.pop("TAU_NATS_URL", None)
+    tau_bin = Path(sys.executable).parent / "tau"
+    tau = [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
+    subprocess.run([*tau, "up"], env=env, check=True)
+    try:
+        (data / "platform.yaml").write_text(PLATFORM)
+        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
+                       capture_output=True)
+        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
+        time.sleep(2.0)
+        result = asyncio.run(scenario(url, data, args))
+    finally:
+        subprocess.run([*tau, "down"], env=env, capture_output=True)
+        if not args.keep:
+            shutil.rmtree(data, ignore_errors=True)
+        else:
+            print(f"data directory kept: {data}")
+    ok = result["high_admitted"] and result["high_s"] <= args.target and result["finished"] == result["runs"]
+    print(f"\npriority lanes: {result['low']} low-priority runs submitted at once (in {result['low_submit_s']:.1f} s), "
+          f"then 1 high-priority run; simulated pods; {result['finished']}/{result['runs']} finished")
+    print(f"  high run submit → admitted    {result['high_s']:8.2f} s   target ≤ {args.target:g} s  "
+          f"{'ok' if ok else 'MISSED'}")
+    print(f"  low runs submit → admitted    {result['low_p50_s']:8.2f} s p50, {result['low_p99_s']:.2f} s p99")
+    print(f"  low runs admitted before the high one: {result['low_admitted_before_high']}/{result['low']}")
+    print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
