@@ -9,6 +9,8 @@
   durable consumers, JetStream API requests (consumer fetches, KV reads, info)
 - replay: `tau events --output json` over the whole history, events/s
 - `tau --help` wall time (best of 5), and resident memory per service process before and after the burst
+- CPU time per run of each process over the burst (user + system): what a run costs the machine, which the
+  other figures on a shared machine only show through its load
 
 Every run started is counted: one that never reaches admission or success counts against the result (its
 wait is the time until the bench gave up). Exits 1 when a target is missed. Slurm, the peer of the issue, is
@@ -199,6 +201,7 @@ async def pipeline(url: str, data: Path, args: argparse.Namespace) -> dict[str, 
                    "succeeded_p50_ms": pct(to_succeed, 50), "succeeded_p99_ms": pct(to_succeed, 99)}
 
     out["rss_before_mb"] = rss(data)
+    cpu_before = cpu_seconds(data)
     before = await bus_counters(js)
     burst_text = RUN.format(name="burst")
     t0 = time.time()
@@ -213,6 +216,9 @@ async def pipeline(url: str, data: Path, args: argparse.Namespace) -> dict[str, 
                     "admissions_per_s": len(burst) / max(1e-9, max(admitted_at) - t0),
                     "ends": dict(sorted(_count(watch.ended.get(r, (0, "unfinished"))[1] for r in burst).items()))}
     await asyncio.sleep(3.0)  # evidence sealing and projections settle before counting
+    cpu_after = cpu_seconds(data)
+    out["cpu_ms_per_run"] = {k: 1000 * (cpu_after[k] - cpu_before[k]) / max(1, len(burst))
+                             for k in cpu_after if k in cpu_before}
     after = await bus_counters(js)
     out["ops_per_run"] = {k: (after[k] - before[k]) / max(1, len(burst)) for k in before} if before and after else {}
     out["rss_after_mb"] = rss(data)
@@ -241,6 +247,20 @@ def rss(data: Path) -> dict[str, float]:
                 out[f"{s['service']}[{s['replica']}]"] = float("nan")
     if state.get("nats_pid"):
         out["nats-server"] = psutil.Process(state["nats_pid"]).memory_info().rss / 2**20
+    return out
+
+
+def cpu_seconds(data: Path) -> dict[str, float]:
+    """User + system CPU seconds so far of every service process and of nats-server."""
+    state = msgspec.json.decode((data / "stack.json").read_bytes())
+    pids = {f"{s['service']}[{s['replica']}]": s["pid"] for s in state.get("services", []) if s.get("pid")}
+    if state.get("nats_pid"):
+        pids["nats-server"] = state["nats_pid"]
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = psutil.Process(pid).cpu_times()
+            out[name] = times.user + times.system
     return out
 
 
@@ -336,6 +356,10 @@ def main() -> None:
     print("resident memory per process (MB): before the burst → after")
     for name, after in sorted(result["rss_after_mb"].items()):
         print(f"  {name:<28}{result['rss_before_mb'].get(name, float('nan')):8.1f} → {after:8.1f}")
+    cpu = result.get("cpu_ms_per_run", {})
+    if cpu:
+        print(f"CPU per run over the burst (ms): {sum(cpu.values()):.1f} in all; " + ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v >= 0.05))
     services = [v for k, v in result["rss_after_mb"].items() if k != "nats-server"]
     ok &= row("largest service after the burst", max(services, default=0.0), "MB", "rss_after_mb_max")
     if shutil.which("sbatch"):

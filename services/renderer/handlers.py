@@ -91,7 +91,7 @@ class Renderer:
             manifests = render(run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude,
                                settings=self.settings)
             for m in manifests:
-                validate(m, varying=run.run_id)
+                validate(m, varying=(run.run_id, run.submission_id))
         except PermanentError as err:
             await self.bus.emit(workspace=ev.workspace, run_id=run.run_id, attempt=attempt,
                                 event_type="render.failed",

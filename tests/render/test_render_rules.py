@@ -364,16 +364,18 @@ def test_a_first_attempt_gets_no_resume_point_even_with_a_checkpoint_path() -> N
 def test_a_clean_verdict_is_reused_only_for_the_same_manifest_with_another_run_id_of_the_same_shape() -> None:
     remembered.clear()
     first, second = "sweep-3f9a1c0d2b4e6f80", "sweep-77e0aa11c2d3e4f5"  # same length and character kinds
-    for run_id in (first, second):
-        for manifest in render(build_run(run_id=run_id), attempt=1):
-            validate(manifest, varying=run_id)
-    assert len(remembered) == 1  # the second run's Job was the first's, modulo the run id
+    for run_id, submission in ((first, "0c1d2e3f4a5b"), (second, "9f8e7d6c5b4a")):
+        for manifest in render(build_run(run_id=run_id, submission_id=submission), attempt=1):
+            validate(manifest, varying=(run_id, submission))
+    assert len(remembered) == 1  # the second run's Job was the first's, modulo its run and submission ids
     other = "sweep-77e0aa11c2d3e4f"  # one character shorter: a schema length rule could tell them apart
-    for manifest in render(build_run(run_id=other), attempt=1):
-        validate(manifest, varying=other)
+    for manifest in render(build_run(run_id=other, submission_id="0c1d2e3f4a5b"), attempt=1):
+        validate(manifest, varying=(other, "0c1d2e3f4a5b"))
     for manifest in render(build_run(run_id=first, command=["python3", "eval.py"]), attempt=1):  # another manifest
-        validate(manifest, varying=first)
-    assert len(remembered) == 3
+        validate(manifest, varying=(first, "0c1d2e3f4a5b"))
+    for manifest in render(build_run(run_id=first), attempt=1):  # a submission id not masked: another key
+        validate(manifest, varying=(first,))
+    assert len(remembered) == 4
 
 
 def test_a_manifest_with_schema_problems_is_never_remembered_and_fails_every_time() -> None:
@@ -383,15 +385,15 @@ def test_a_manifest_with_schema_problems_is_never_remembered_and_fails_every_tim
     job["spec"]["template"]["spec"]["containers"][0]["bogus"] = 1
     for _ in range(2):
         with pytest.raises(PermanentError, match=r"containers\[0\]\.bogus: unknown field"):
-            validate(job, varying=run_id)
+            validate(job, varying=(run_id,))
     assert not remembered
 
 
 def test_name_rules_run_even_when_the_schema_verdict_is_remembered() -> None:
     run_id = "names-3f9a1c0d2b4e6f80"
     job = render(build_run(run_id=run_id), attempt=1)[0]
-    validate(job, varying=run_id)
+    validate(job, varying=(run_id,))
     bad = copy.deepcopy(job)
     bad["metadata"]["labels"]["team"] = "-not-a-label-value-"
     with pytest.raises(PermanentError, match="metadata.labels.team"):
-        validate(bad, varying=run_id)
+        validate(bad, varying=(run_id,))

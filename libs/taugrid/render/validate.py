@@ -9,13 +9,13 @@ Invariants: ``validate`` raises ``PermanentError`` listing every problem as ``<p
 manifest never gets better by retrying) and returns None otherwise; validators are built once per kind and
 cached, so a warm call costs milliseconds.
 
-Given ``varying`` (the renderer passes the run id), a manifest the schema found clean is remembered modulo that
-string: a later manifest that differs from it only where the run id stands, by another run id of the same length
-and the same kinds of characters (lower, upper, digit, other; same first and last), skips the schema walk (≈ 7 ms
-of CPU per run, the renderer's largest cost in a burst of one config). That is the same verdict: the schemas here
-type-check those strings (names, labels, env values, annotations) and no pattern or length rule that could tell
-two such ids apart applies to them, and the name and label rules, which do look at the text, run on every call.
-A manifest with problems is never remembered; the memory is bounded.
+Given ``varying`` (the renderer passes the run id and the submission id), a manifest the schema found clean is
+remembered modulo those strings: a later manifest that differs from it only where they stand, by others of the
+same lengths and the same kinds of characters (lower, upper, digit, other; same first and last), skips the schema
+walk (a few ms of CPU per run, the renderer's largest cost in a burst of one config). That is the same verdict:
+the schemas here type-check those strings (names, labels, env values, annotations) and no pattern or length rule
+that could tell two such ids apart applies to them, and the name and label rules, which do look at the text, run
+on every call. A manifest with problems is never remembered; the memory is bounded.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
@@ -75,15 +76,16 @@ def kubernetes_schema_version() -> str:
     return str(shipped[-1])
 
 
-def validate(manifest: dict[str, Any], *, varying: str = "") -> None:
-    """Raise ``PermanentError`` naming every schema problem in ``manifest``. ``varying``: a string (the run id)
-    modulo which a clean schema verdict is remembered (module docstring)."""
+def validate(manifest: dict[str, Any], *, varying: Sequence[str] = ()) -> None:
+    """Raise ``PermanentError`` naming every schema problem in ``manifest``. ``varying``: strings (the run id, the
+    submission id) modulo which a clean schema verdict is remembered (module docstring)."""
     if not isinstance(manifest, dict):
         raise PermanentError(f"a manifest must be a mapping, got {type(manifest).__name__}")
     api_version, kind = manifest.get("apiVersion"), manifest.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
         raise PermanentError("manifest has no apiVersion/kind strings; cannot pick a schema")
-    key = _clean_key(manifest, varying) if varying else None
+    masked = [v for v in varying if len(v) >= 8]  # a short string would mask parts of unrelated text
+    key = _clean_key(manifest, masked) if masked else None
     with _lock:
         known = key is not None and key in _clean
         if known:
@@ -114,11 +116,17 @@ def _kinds(text: str) -> bytes:
                            for c in text})).encode()
 
 
-def _clean_key(manifest: dict[str, Any], varying: str) -> bytes:
-    """The manifest's JSON with ``varying`` masked, prefixed by what a schema rule could still tell apart: the
-    length of ``varying``, the kinds of its characters, and those of its first and last character."""
-    text = msgspec.json.encode(manifest).replace(varying.encode(), _MASK)
-    return b"%d|%s|%s|%s|" % (len(varying), _kinds(varying), _kinds(varying[0]), _kinds(varying[-1])) + text
+def _clean_key(manifest: dict[str, Any], varying: list[str]) -> bytes:
+    """The manifest's JSON with each of ``varying`` masked (the longest first, each by its own mark), prefixed by
+    what a schema rule could still tell apart: each one's length, the kinds of its characters, and those of its
+    first and last character."""
+    text = msgspec.json.encode(manifest)
+    head = b""
+    for i, value in sorted(enumerate(varying), key=lambda iv: -len(iv[1])):
+        text = text.replace(value.encode(), _MASK + bytes([65 + i]) + _MASK)
+    for value in varying:
+        head += b"%d|%s|%s|%s|" % (len(value), _kinds(value), _kinds(value[0]), _kinds(value[-1]))
+    return head + text
 
 
 def _core_validator(api_version: str, kind: str) -> jsonschema.protocols.Validator:
