@@ -41,3 +41,24 @@ def test_no_embedded_service_imports_the_kubernetes_client_at_start() -> None:
 def test_the_probe_sees_the_kubernetes_client_when_it_is_imported() -> None:
     """The check above would pass vacuously if the probe could not see these modules."""
     assert _first_loading_each(["taugrid.kube.nodes"]) == {"taugrid.kube.nodes": list(KUBERNETES_ONLY)}
+
+
+def test_gpu_discovery_imports_pynvml_only_where_the_nvml_library_loads() -> None:
+    """``import pynvml`` alone is about 17 MB resident; the local cluster's inventory and the node agent's
+    probe check for the driver's library first."""
+    probe = (
+        "import sys\n"
+        "from taugrid.health.nvml import NvmlProbe\n"
+        "from taugrid.local.machine import inventory, nvml_library_missing\n"
+        "_, capacity, gpus, _ = inventory()\n"
+        "sample = NvmlProbe().sample('n')\n"
+        "print(bool(nvml_library_missing()), 'pynvml' in sys.modules, gpus, sample.gpu_source, sample.message)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TAU_DECLARED_GPUS"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
+    missing, imported, gpus, source, message = out.split(maxsplit=4)
+    if missing == "True":  # this machine, without the NVIDIA driver
+        assert (imported, gpus, source) == ("False", "0", "none")
+        assert message.startswith("no GPUs: NVML did not initialise: NVML Shared Library Not Found (")
+    else:  # the driver's library is here: NVML is asked, as before
+        assert imported == "True"

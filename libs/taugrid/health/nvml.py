@@ -18,6 +18,7 @@ import msgspec
 from taugrid.core.contracts import GpuSample, NodeSample
 from taugrid.health.kmsg import KmsgReader, pci_key
 from taugrid.health.probe import GpuReading, take_sample
+from taugrid.local.machine import nvml_library_missing
 
 log = logging.getLogger("taugrid.health.nvml")
 
@@ -68,6 +69,10 @@ class NvmlProbe:
         self._next_init = time.monotonic() + self._retry_init_s
         try:
             if self._nvml is None:
+                missing = nvml_library_missing()
+                if missing:
+                    self._why = f"NVML did not initialise: {missing}"
+                    return False
                 import pynvml
 
                 self._nvml = pynvml
