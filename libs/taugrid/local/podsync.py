@@ -228,8 +228,8 @@ class PodSync:
         now = time.time()
         if not message or message == said or (not force and now - at < PREPARING_REFRESH_S):
             return
-        self._said[p.name] = (message, now)
         await self._preparing(wl, p, message)
+        self._said[p.name] = (message, now)  # once published: one the bus did not take is said again
 
     async def _preparing(self, wl: LocalWorkload, p: LocalPod, message: str) -> None:
         waiting = {"waiting": {"reason": "PreparingEnvironment", "message": message}}
