@@ -39,3 +39,15 @@ def test_installed_once_the_bus_adapter_is_imported() -> None:
     import taugrid.bus.connection  # noqa: F401 - importing it installs the parser
 
     assert Client._parse_header_lines is natsheaders.parse_header_lines
+
+
+NAMES = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=":"),
+                min_size=1, max_size=12)
+VALUES = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=20)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(NAMES, VALUES), max_size=14), st.sampled_from([b"", b"\r\n", b"\r\n\r\n"]))
+def test_same_headers_as_nats_py_on_blocks_as_clients_write_them(pairs: list[tuple[str, str]], tail: bytes) -> None:
+    raw = b"".join(f"{name}: {value}\r\n".encode() for name, value in pairs) + tail
+    assert natsheaders.parse_header_lines(raw) == ORIGINAL(raw)
