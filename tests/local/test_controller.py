@@ -4,8 +4,12 @@ requests in, pods run through the kubelet, Kubernetes-shaped watch events and lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
+import os
+import signal
+import subprocess
 import sys
 import tarfile
 import time
@@ -19,6 +23,8 @@ import nats
 import pytest
 
 from taugrid.bus import Bus, platformstore
+from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.connection import connect
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
@@ -30,7 +36,8 @@ from taugrid.local.podspec import secret_volumes_dir
 from taugrid.local.runtime import Preparing, Ready
 from taugrid.local.secrets import write_secret
 from taugrid.local.state import LocalWorkload
-from tests.inprocess import one_node_cluster
+from taugrid.stack import natsserver
+from tests.inprocess import one_node_cluster, stop_server
 
 PLATFORM = """
 resource_flavors: [{name: default}]
@@ -452,3 +459,64 @@ async def test_an_apply_redelivered_after_its_workload_finished_does_not_run_it_
     assert name not in cluster.wls
     added = await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{name}.added")
     assert len(added) == 1
+
+
+async def test_the_only_server_killed_while_pods_start_every_workload_runs_once_and_finishes(
+        fresh_nats: tuple[subprocess.Popen[bytes], int, Path], tmp_path: Path) -> None:
+    """A real nats-server SIGKILLed just as the third of 12 pods is being recorded Running (that save, and others
+    in flight, fail for real), then restarted on its port and store: every workload finishes, each process ran
+    once. (Before, a pod whose Running save failed was never started, and its run stayed `admitted`.)"""
+    proc, port, store = fresh_nats
+    bus = await connect(f"nats://127.0.0.1:{port}", name="local-cluster")
+    restarted: list[subprocess.Popen[bytes]] = []
+    cluster: LocalCluster | None = None
+    ticking: asyncio.Task[None] | None = None
+    try:
+        await bootstrap(bus)
+        await platformstore.put_text(bus, PLATFORM)
+        cluster = await one_node_cluster(bus, tmp_path / "data")
+        save = cluster.podsync.save
+        starts: list[str] = []
+
+        async def restart() -> None:
+            await asyncio.sleep(0.5)
+            restarted.append(natsserver.start(store, port=port, log_file=store.parent / "nats.log")[0])
+
+        async def save_then_lose_the_server(wl: LocalWorkload) -> None:
+            if any(p.phase == "Running" for p in wl.pods) and wl.name not in starts:
+                starts.append(wl.name)
+                if len(starts) == 3:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    asyncio.get_running_loop().create_task(restart())
+            await save(wl)
+
+        cluster.podsync.save = save_then_lose_the_server
+        runs = [run_id() for _ in range(12)]
+        for rid in runs:
+            script = f"open({str(tmp_path / rid)!r}, 'a').write('ran')"
+            await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                             manifests=[job(f"{rid}-a1", main(["python3", "-c", script]))]))
+
+        async def ticks(c: LocalCluster) -> None:  # as the service's 0.2 s timer does, failures included
+            while True:
+                with contextlib.suppress(TemporaryError):
+                    await c.tick()
+                await asyncio.sleep(0.05)
+
+        ticking = asyncio.create_task(ticks(cluster))
+        await asyncio.wait_for(_until(lambda: not cluster.wls), timeout=90)
+        assert restarted and len(set(starts)) == 12
+        assert {rid: (tmp_path / rid).read_text() for rid in runs} == {rid: "ran" for rid in runs}
+        for rid in runs:
+            jobs = [msgspec.json.decode(m.data, type=WatchEvent).object for m in
+                    await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{rid}-a1.>")]
+            assert jobs[-1]["status"]["conditions"][-1]["type"] == "Complete", rid
+    finally:
+        if ticking is not None:
+            ticking.cancel()
+        if cluster is not None:
+            await cluster.kubelet.close()
+        await bus.close(drain=False)
+        for server in restarted:
+            stop_server(server)
