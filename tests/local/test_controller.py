@@ -360,6 +360,30 @@ async def test_a_simulated_pod_ends_when_its_duration_is_up_without_a_housekeepi
     assert wl.job["status"]["conditions"][-1]["type"] == "Complete"
 
 
+async def test_finished_workloads_leave_no_object_versions_behind(cluster: LocalCluster) -> None:
+    """Memory stays flat over a long run: the resourceVersion kept per published object (Job, Workload,
+    Pod) goes with the workload when it finishes."""
+    cluster.simulate = True  # (the cluster is shared with the tests above, whose workloads stay)
+    names = []
+    for _ in range(3):
+        rid = run_id()
+        names.append(f"{rid}-a1")
+        await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[
+            job(names[-1], main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]))]))
+    wls = [cluster.wls[n] for n in names]
+
+    def uids(objs: list[dict[str, Any]]) -> set[str]:
+        return {o["metadata"].get("uid", o["metadata"]["name"]) for o in objs}
+
+    assert len(uids([o for w in wls for o in (w.job, w.workload)]) & set(cluster._versions)) == 6  # when applied
+    await cluster.tick()
+    await asyncio.wait_for(_until(lambda: not set(names) & set(cluster.wls)), timeout=10)
+    assert [[p.phase for p in w.pods] for w in wls] == [["Succeeded"]] * 3
+    published = uids([o for w in wls for o in (w.job, w.workload, *(p.obj for p in w.pods))])
+    assert published & set(cluster._versions) == set()
+    assert set(names) <= set(cluster.finished)
+
+
 async def _until(check: Any) -> None:
     while not check():
         await asyncio.sleep(0.01)

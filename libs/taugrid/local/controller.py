@@ -259,8 +259,7 @@ class LocalCluster:
             # Not applied (the bus failed mid-way, e.g. a restarting server): forget it, so the redelivered request
             # applies it again instead of taking it for a duplicate; events that did go out carry the same ids.
             self.wls.pop(name, None)
-            for obj in (wl.job, wl.workload):
-                self._versions.pop(obj["metadata"].get("uid", obj["metadata"]["name"]), None)
+            self._drop_versions(wl.job, wl.workload)
             raise
         self.admitter.submit(self._request(wl))
         self.wake()
@@ -462,6 +461,7 @@ class LocalCluster:
                 await self.podsync.ship_logs(wl, p, final=False)
                 await self.podsync.stop(p, "Preempted")
             await self.publish(wl, "Pod", p.obj, "deleted")
+        self._drop_versions(*(p.obj for p in wl.pods))  # requeued: its next pods are new objects
         by = self.wls.get(preemptor)
         objects.evict(wl.workload, reason=reason, message=message, preemptor_uid=by.uid if by else preemptor, at=now)
         await self.publish(wl, "Workload", wl.workload, "modified")
@@ -626,9 +626,17 @@ class LocalCluster:
 
     def _forget(self, wl: LocalWorkload) -> None:
         self.wls.pop(wl.name, None)
+        self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
         self.finished[wl.name] = None
         while len(self.finished) > FINISHED_MEMORY:
             self.finished.popitem(last=False)
+
+    def _drop_versions(self, *objs: dict[str, Any]) -> None:
+        """Forget the resourceVersions of objects that will not change again (one entry per object ever
+        published would otherwise grow without bound); an object published after all continues from the
+        resourceVersion its metadata carries."""
+        for obj in objs:
+            self._versions.pop(obj["metadata"].get("uid", obj["metadata"]["name"]), None)
 
     async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None:
         meta = obj["metadata"]
