@@ -50,8 +50,11 @@ class Evidence:
     async def on_event(self, ev: Event) -> None:
         ledger = await store.record(self.bus, ev, cache=self.ledgers)
         workspace, run_id = store.run_of(ev)
-        if ev.type == "evidence.sealed":
+        if ev.type == "evidence.sealed":  # a run's last event: nothing more to hold or to keep cached
             self.held.pop(run_id, None)
+            # A sealed run's ledger (about 1 KB per entry) would otherwise stay among the cache's 4,096 most
+            # recent: tens of MB over a long run. An event that still comes after the seal reads it from KV.
+            self.ledgers.forget(store.key(workspace, run_id))
             return
         held = self._hold(run_id, ev)
         if ev.type not in TERMINAL_EVENTS:
@@ -68,7 +71,9 @@ class Evidence:
             payload=sealed,
             dedup="",
         )
-        await store.mark_emitted(self.bus, workspace, run_id, cache=self.ledgers)
+        final = await store.mark_emitted(self.bus, workspace, run_id, cache=self.ledgers)
+        if any(e.type == "evidence.sealed" for e in final.entries):  # it was handled first, see above
+            self.ledgers.forget(store.key(workspace, run_id))
         self.held.pop(run_id, None)
         data_dir = os.environ.get("TAU_DATA_DIR")
         if data_dir:  # the embedded stack: what the pods left on disk is sealed now (outputs stay)

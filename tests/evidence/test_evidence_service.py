@@ -101,15 +101,17 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
         )
 
 
-async def drain(bus: Bus, durable: str, ws: str, until) -> None:  # type: ignore[no-untyped-def]
-    """Run the evidence handler on its own durable (as the service would) until ``until()`` holds."""
+async def drain(bus: Bus, durable: str, ws: str, until, made: list[Evidence] | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Run the evidence handler on its own durable (as the service would) until ``until()`` holds; the
+    handler's instance is appended to ``made``."""
     await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
     # Its own connection, closed without draining: ConsumerLoop leaves its pull subscription open and
     # draining that waits out the 5 s drain timeout.
     own = await connect(os.environ["TAU_NATS_URL"], name="evidence")
-    loop = ConsumerLoop(
-        own, stream="RUNS", durable=durable, handler=Evidence(own).on_event, fetch_timeout=0.2
-    )
+    evidence = Evidence(own)
+    if made is not None:
+        made.append(evidence)
+    loop = ConsumerLoop(own, stream="RUNS", durable=durable, handler=evidence.on_event, fetch_timeout=0.2)
     task = asyncio.create_task(loop.run())
     try:
         for _ in range(150):
@@ -151,7 +153,17 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
         payload=c.ExecFinished(exit_code=0, reason="Completed", node="box", duration_s=3.0),
     )
 
-    await drain(bus, f"evidence-{ws}", ws, announced(ws, run, bus))
+    made: list[Evidence] = []
+    is_announced = announced(ws, run, bus)
+
+    async def announced_and_seen() -> bool:  # (another evidence consumer may record the seal first)
+        return await is_announced() and store.key(ws, run) not in made[0].ledgers
+
+    await drain(bus, f"evidence-{ws}", ws, announced_and_seen, made)
+    service = made[0]
+    # Memory stays flat over a long run: once it has seen evidence.sealed, the service neither holds the run's
+    # events nor keeps its ledger cached.
+    assert (run in service.held, store.key(ws, run) in service.ledgers, len(service.ledgers)) == (False, False, 0)
 
     sealed = await sealed_events(bus, ws, run)
     assert len(sealed) == 1

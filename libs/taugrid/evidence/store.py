@@ -86,6 +86,16 @@ class LedgerCache:
     def take(self, ledger_key: str) -> tuple[lg.Ledger, int] | None:
         return self._entries.pop(ledger_key, None)
 
+    def forget(self, ledger_key: str) -> None:
+        """Drop a ledger that will not be written again soon (its run is sealed and announced)."""
+        self._entries.pop(ledger_key, None)
+
+    def __contains__(self, ledger_key: str) -> bool:
+        return ledger_key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def put(self, ledger_key: str, ledger: lg.Ledger, revision: int) -> None:
         self._entries[ledger_key] = (ledger, revision)
         while len(self._entries) > self.size:
