@@ -162,3 +162,30 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
         for p in restarted:
             p.kill()
             p.wait()
+
+
+async def test_a_sealed_runs_record_leaves_the_projectors_cache(bus: Bus) -> None:
+    """Memory stays flat over a long run: records of runs still going stay cached, a sealed run's goes."""
+    ws = f"rc{uuid.uuid4().hex[:6]}"
+    sealed, going = f"train-{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for run in (sealed, going):
+        for kind, payload in lifecycle(bus, ws, run):
+            await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    await emit_as_owner(bus, workspace=ws, run_id=sealed, attempt=1, event_type="exec.succeeded",
+                        payload=c.ExecFinished(exit_code=0, reason="Completed", node="box", duration_s=1.0))
+    await emit_as_owner(bus, workspace=ws, run_id=sealed, attempt=1, event_type="evidence.sealed",
+                        payload=c.EvidenceSealed(attempt=1, terminal_state="succeeded", bundle="b", digest="d",
+                                                 ledger_head="h", entries=6))
+    cache = runstate.RecordCache()
+
+    async def handler(ev: Event) -> None:
+        await runstate.project(bus, ev, cache=cache)
+
+    async def all_projected() -> bool:
+        records = [(await runstate.get(bus, ws, run))[0] for run in (sealed, going)]
+        return [len(r.history) if r else 0 for r in records] == [7, 5]
+
+    await project_until(bus, f"rc-{ws}", ws, handler, all_projected)
+    record, _ = await runstate.get(bus, ws, sealed)
+    assert record is not None and record.history[-1]["type"] == "evidence.sealed"
+    assert (runstate.key(ws, sealed) in cache, runstate.key(ws, going) in cache, len(cache)) == (False, True, 1)

@@ -85,6 +85,11 @@ async def create(bus: Bus, record: states.RunRecord) -> bool:
     return await kv.create(bus, BUCKET, key(record.workspace, record.run_id), record) is not None
 
 
+# A run's last event: its record is not cached after it (a finished run's record, with its history, would
+# otherwise stay among the cache's most recent 4,096 over a long run); a later event re-reads it from KV.
+LAST_EVENT = "evidence.sealed"
+
+
 class RecordCache:
     """The records one projector last wrote, by KV key, with their revisions (bounded, least recently used out).
 
@@ -105,6 +110,12 @@ class RecordCache:
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
+    def __contains__(self, record_key: str) -> bool:
+        return record_key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
 
 async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> bool:
     """Apply one RUNS event to its record. Returns whether the record changed."""
@@ -116,7 +127,7 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
         if record is None:
             record = states.RunRecord(run_id=run_id, workspace=workspace, created=time.time())
         if ev.seq and (any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
-            if cache is not None and revision:
+            if cache is not None and revision and ev.type != LAST_EVENT:
                 cache.put(record_key, record, revision)
             return False  # already projected (redelivery)
         if ev.seq and ev.seq < record.last_seq:
@@ -134,7 +145,7 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
             written = await kv.save(bus, BUCKET, record_key, record, revision=revision)
         except kv.Conflict:
             continue  # another writer (a replica) got there first; the cache entry is gone, so re-read
-        if cache is not None:
+        if cache is not None and ev.type != LAST_EVENT:
             cache.put(record_key, record, int(written))
         return changed
     raise TemporaryError(f"run_state contention on {run_id}", delay=0.2)
