@@ -1,7 +1,7 @@
 """Priority lanes before the admitter, over a real nats-server: with a backlog of default-lane events held at one
-stage (its default durable's handler blocked), a high-priority run passes the submitter, the policy and the
-renderer all the same, on its stages' high-lane durables; a lane the client claims is decided again by the
-submitter and the policy.
+stage (its default durable's handler blocked), a high-priority run passes the submitter, the policy, the
+renderer and (its admission reported from the local cluster's objects) the admission watcher all the same, on
+its stages' high-lane durables; a lane the client claims is decided again by the submitter and the policy.
 
 The services run in-process on their real durables (``tests/inprocess.py``); a stage's two loops share their
 per-run order as ``Service.consume`` binds them."""
@@ -26,10 +26,11 @@ from taugrid.core.contracts import SubmitRequested
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import new_run_id, new_submission_id
 from taugrid.local.backend import LocalBackend
+from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
-from tests.inprocess import PipelineLoops, private_server, sign_as_local_user
+from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
 
 PLATFORM = """
 resource_flavors: [{name: default}]
@@ -53,7 +54,8 @@ workspaces:
 BACKLOG = 12
 UNTIL_RENDERED = ["submit.requested", "submit.accepted", "policy.approved", "render.applied"]
 # stage (its default durable) → the event its held backlog waits on
-HELD_AT = {"submitter": "submit.requested", "policy": "submit.accepted", "renderer": "policy.approved"}
+HELD_AT = {"submitter": "submit.requested", "policy": "submit.accepted", "renderer": "policy.approved",
+           "admission-watcher": "render.applied"}
 
 
 def tau_yaml(name: str, priority: str) -> str:
@@ -84,8 +86,12 @@ class Pipeline:
                 return False
         return True
 
-    async def rendered(self, run_ids: list[str]) -> bool:
-        return await self.all_last(run_ids, "render.applied")
+    async def reached(self, run_ids: list[str], kind: str) -> bool:
+        """Whether every one of ``run_ids`` has a ``kind`` event."""
+        for run_id in run_ids:
+            if kind not in [t for t, _ in await self.events(run_id)]:
+                return False
+        return True
 
 
 @pytest.fixture
@@ -94,16 +100,21 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
         await platformstore.put_text(bus, PLATFORM)
         await sign_as_local_user(bus)
         p = PipelineLoops(url, fetch_timeout=0.2)
-        await p.connect("submitter", "policy", "renderer")
+        await p.connect("submitter", "policy", "renderer", "admission-watcher", "local-cluster")
         svc = p.svc
         sub = Submitter(svc["submitter"])
         handlers = {"submitter": sub.on_requested, "policy": Policy(svc["policy"]).on_accepted,
-                    "renderer": Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event}
+                    "renderer": Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
+                    "admission-watcher": AdmissionWatcher(svc["admission-watcher"]).on_event}
         gates = {durable: asyncio.Event() for durable in handlers}
         for durable, handler in handlers.items():
-            default = p.consume("RUNS", durable, _held(gates[durable], handler), durable)
-            p.consume("RUNS", LANE_DURABLES[durable], handler, durable, tails=default.tails)
+            stream = CONSUMERS[durable].stream
+            default = p.consume(stream, durable, _held(gates[durable], handler), durable)
+            p.consume(stream, LANE_DURABLES[durable], handler, durable, tails=default.tails)
         p.consume("RUNS", "runstate", sub.on_any, "submitter")
+        cluster = await one_node_cluster(svc["local-cluster"], tmp_path)
+        p.consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
+        p.every(0.1, cluster.tick)
         try:
             yield Pipeline(bus, Client(bus), gates)
         finally:
@@ -131,18 +142,18 @@ async def test_a_high_priority_run_passes_a_stage_whose_default_lane_is_held(pip
 
     await pipeline.until(lambda: pipeline.all_last(low, held_at), f"the sweep to queue at {stage}")
     high = await pipeline.client.submit_text(tau_yaml("urgent", "high"), name="urgent")
-    await pipeline.until(lambda: pipeline.rendered([high]), "the high-priority run to be rendered")
+    await pipeline.until(lambda: pipeline.reached([high], "admission.admitted"), "the high run to be admitted")
 
-    assert await pipeline.events(high) == [("submit.requested", HIGH_LANE), ("submit.accepted", HIGH_LANE),
-                                           ("policy.approved", HIGH_LANE), ("render.applied", "")]
+    assert (await pipeline.events(high))[:4] == [("submit.requested", HIGH_LANE), ("submit.accepted", HIGH_LANE),
+                                                 ("policy.approved", HIGH_LANE), ("render.applied", "")]
     stop = UNTIL_RENDERED.index(held_at) + 1
     for run_id in low:  # the whole backlog is still where it was held: nothing of it passed the stage
         assert await pipeline.events(run_id) == [(t, "") for t in UNTIL_RENDERED[:stop]]
 
     pipeline.gates[stage].set()
-    await pipeline.until(lambda: pipeline.rendered(low), "the sweep to be rendered once released")
+    await pipeline.until(lambda: pipeline.reached(low, "admission.admitted"), "the sweep to be admitted once released")
     for run_id in low:
-        assert await pipeline.events(run_id) == [(t, "") for t in UNTIL_RENDERED]
+        assert (await pipeline.events(run_id))[:4] == [(t, "") for t in UNTIL_RENDERED]
 
 
 async def test_the_submitter_and_the_policy_decide_the_lane_a_client_claims(pipeline: Pipeline) -> None:
@@ -162,12 +173,13 @@ async def test_the_submitter_and_the_policy_decide_the_lane_a_client_claims(pipe
     normal = await claim_high("usual", "normal")  # the workspace's default: not above it
     refused = await claim_high("refused", "urgent")  # outranks the default, but the workspace may not use it
     honest = await pipeline.client.submit_text(tau_yaml("honest", "high"), name="honest")  # the client claims it
-    await pipeline.until(lambda: pipeline.rendered([sneaky, normal, honest]), "the runs to be rendered")
+    await pipeline.until(lambda: pipeline.reached([sneaky, normal, honest], "render.applied"),
+                         "the runs to be rendered")
     for run_id in (sneaky, normal):  # it skipped the submitter's queue only
-        assert await pipeline.events(run_id) == [("submit.requested", HIGH_LANE), ("submit.accepted", ""),
-                                                 ("policy.approved", ""), ("render.applied", "")]
-    assert await pipeline.events(honest) == [("submit.requested", HIGH_LANE), ("submit.accepted", HIGH_LANE),
-                                             ("policy.approved", HIGH_LANE), ("render.applied", "")]
+        assert (await pipeline.events(run_id))[:4] == [("submit.requested", HIGH_LANE), ("submit.accepted", ""),
+                                                       ("policy.approved", ""), ("render.applied", "")]
+    assert (await pipeline.events(honest))[:4] == [("submit.requested", HIGH_LANE), ("submit.accepted", HIGH_LANE),
+                                                   ("policy.approved", HIGH_LANE), ("render.applied", "")]
 
     await pipeline.until(lambda: pipeline.all_last([refused], "policy.rejected"),
                          "the policy to refuse the class the workspace does not allow")
@@ -180,13 +192,15 @@ async def test_a_service_binds_each_lane_of_its_stage_with_one_per_run_order(pip
         del ev
 
     svc = Service(pipeline.bus)
-    for durable in ("submitter", "policy", "renderer", "runstate"):
+    for durable in ("submitter", "policy", "renderer", "admission-watcher", "runstate"):
         svc.consume(durable, handler)
     bound: list[tuple[str, str]] = [(loop.durable, loop.stream) for loop in svc.loops]
     assert bound == [("submitter", "RUNS"), ("submitter-high", "RUNS"), ("policy", "RUNS"), ("policy-high", "RUNS"),
-                     ("renderer", "RUNS"), ("renderer-high", "RUNS"), ("runstate", "RUNS")]
+                     ("renderer", "RUNS"), ("renderer-high", "RUNS"), ("admission-watcher", "K8S"),
+                     ("admission-watcher-high", "K8S"), ("runstate", "RUNS")]
     loops: list[ConsumerLoop] = svc.loops
-    assert all(loops[i].tails is loops[i + 1].tails for i in (0, 2, 4))
+    assert all(loops[i].tails is loops[i + 1].tails for i in (0, 2, 4, 6))
     assert loops[0].tails is not loops[2].tails
     assert {CONSUMERS[d].filters[0] for d in LANE_DURABLES.values()} == {
-        f"run.*.*.{kind}.{HIGH_LANE}" for kind in ("submit.requested", "submit.accepted", "policy.approved")}
+        *(f"run.*.*.{kind}.{HIGH_LANE}" for kind in ("submit.requested", "submit.accepted", "policy.approved")),
+        f"k8s.*.*.*.*.*.{HIGH_LANE}"}

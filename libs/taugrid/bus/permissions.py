@@ -69,7 +69,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                         "which only it writes); projects RUNS into run_state"),
         ServiceRole("policy", ("policy", "policy-high"), why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer", "renderer-high"), why="the only identity that applies to a backend"),
-        ServiceRole("admission_watcher", ("admission-watcher",), ("bridge",),
+        ServiceRole("admission_watcher", ("admission-watcher", "admission-watcher-high"), ("bridge",),
                     why="translates watch events into run events"),
         ServiceRole("recovery", ("recovery",), why="the only source of retries"),
         ServiceRole("evidence", ("evidence",), ("ledger",), "write", replays=("RUNS", "AUDIT", "LOGS"),

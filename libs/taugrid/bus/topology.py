@@ -45,7 +45,8 @@ STREAMS = [
 ]
 
 # A stage's durable for the high priority lane (core/events.py: LANED_EVENTS), bound beside its default one.
-LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "renderer": "renderer-high"}
+LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "renderer": "renderer-high",
+                 "admission-watcher": "admission-watcher-high"}
 
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
@@ -82,7 +83,10 @@ CONSUMERS = {
         ),
         ConsumerSpec("renderer-high", "RUNS", [f"run.*.*.policy.approved.{HIGH_LANE}"], max_deliver=50,
                      description="the high priority lane of the renderer"),
-        ConsumerSpec("admission-watcher", "K8S", ["k8s.>"]),
+        # exactly the six tokens of a watch change: a high-lane run's (a seventh token) go to the lane's durable
+        ConsumerSpec("admission-watcher", "K8S", ["k8s.*.*.*.*.*"]),
+        ConsumerSpec("admission-watcher-high", "K8S", [f"k8s.*.*.*.*.*.{HIGH_LANE}"],
+                     description="the high priority lane of the admission watcher (the local cluster's objects)"),
         ConsumerSpec(
             "recovery", "RUNS",
             ["run.*.*.exec.failed", "run.*.*.admission.preempted", "run.*.*.render.failed",

@@ -6,7 +6,9 @@ Subjects: ``run.<workspace>.<run_id>.<stage>.<outcome>``. The CloudEvents type a
 Priority lanes: the events that the stages before admission consume (``LANED_EVENTS``) of a run in the high
 lane carry a sixth token, ``run.<workspace>.<run_id>.<stage>.<outcome>.high``, so each of those stages reads
 them with a durable of its own and a high-priority run never waits behind a low-priority backlog. Every other
-event of the run (and every event of a run in the default lane) has the five tokens.
+event of the run (and every event of a run in the default lane) has the five tokens. On the embedded stack the
+local cluster does the same for the watch changes of a high-lane run's objects (``k8s.….<change>.high``), which
+the admission watcher turns into ``admission.admitted``.
 """
 
 from __future__ import annotations
@@ -93,8 +95,13 @@ def short_type(ce: str) -> str:
     return ".".join(parts[1:]) if len(parts) > 2 else ".".join(parts)
 
 
-def k8s_subject(cluster: str, kind: str, namespace: str, name: str, change: str) -> str:
-    return f"k8s.{token(cluster)}.{token(kind.lower())}.{token(namespace or '_')}.{token(name)}.{change.lower()}"
+def k8s_subject(cluster: str, kind: str, namespace: str, name: str, change: str, *, lane: str = "") -> str:
+    """A watch change's subject; the local cluster appends ``HIGH_LANE`` for the objects of a high-lane run, so
+    the admission watcher reads them (``admission.admitted`` above all) on a durable of their own."""
+    base = f"k8s.{token(cluster)}.{token(kind.lower())}.{token(namespace or '_')}.{token(name)}.{change.lower()}"
+    if lane and lane != HIGH_LANE:
+        raise ValueError(f"no lane {lane!r}: the only lane is {HIGH_LANE!r}")
+    return f"{base}.{lane}" if lane else base
 
 
 def node_subject(node: str, what: str) -> str:

@@ -29,7 +29,7 @@ from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
 from taugrid.core.errors import TemporaryError
-from taugrid.core.events import k8s_subject
+from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
@@ -248,6 +248,7 @@ class LocalCluster:
             return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
         wl.traceparent = traceparent
+        wl.lane = self._lane(wl)
         self.wls[name] = wl
         # One round trip instead of three (the apply queue is a burst's first bottleneck): versions are taken
         # in call order before any await, and the state is still saved before the request is acknowledged.
@@ -638,6 +639,14 @@ class LocalCluster:
         for obj in objs:
             self._versions.pop(obj["metadata"].get("uid", obj["metadata"]["name"]), None)
 
+    def _lane(self, wl: LocalWorkload) -> str:
+        """The high lane for a workload whose priority class the platform ranks above its workspace's default
+        (as the policy decided its ``policy.approved``), so its admission is reported ahead of a backlog."""
+        name = str((wl.workload.get("spec") or {}).get("priorityClassName") or "")
+        if self.platform is not None and name and self.platform.high_lane(wl.workspace, name):
+            return HIGH_LANE
+        return ""
+
     async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None:
         meta = obj["metadata"]
         uid = meta.get("uid", meta["name"])
@@ -647,7 +656,7 @@ class LocalCluster:
         watch = WatchEvent(type=change.upper(), object=obj, cluster="local")
         async with self._inflight:
             await self.bus.publish(
-                k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change), watch,
+                k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
                 event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent,
             )
