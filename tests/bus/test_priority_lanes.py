@@ -111,7 +111,8 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
             stream = CONSUMERS[durable].stream
             default = p.consume(stream, durable, _held(gates[durable], handler), durable)
             p.consume(stream, LANE_DURABLES[durable], handler, durable, tails=default.tails)
-        p.consume("RUNS", "runstate", sub.on_any, "submitter")
+        projector = p.consume("RUNS", "runstate", sub.on_any, "submitter")
+        p.consume("RUNS", "runstate-high", sub.on_any, "submitter", tails=projector.tails)
         cluster = await one_node_cluster(svc["local-cluster"], tmp_path)
         p.consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
         p.every(0.1, cluster.tick)
@@ -197,10 +198,10 @@ async def test_a_service_binds_each_lane_of_its_stage_with_one_per_run_order(pip
     bound: list[tuple[str, str]] = [(loop.durable, loop.stream) for loop in svc.loops]
     assert bound == [("submitter", "RUNS"), ("submitter-high", "RUNS"), ("policy", "RUNS"), ("policy-high", "RUNS"),
                      ("renderer", "RUNS"), ("renderer-high", "RUNS"), ("admission-watcher", "K8S"),
-                     ("admission-watcher-high", "K8S"), ("runstate", "RUNS")]
+                     ("admission-watcher-high", "K8S"), ("runstate", "RUNS"), ("runstate-high", "RUNS")]
     loops: list[ConsumerLoop] = svc.loops
-    assert all(loops[i].tails is loops[i + 1].tails for i in (0, 2, 4, 6))
+    assert all(loops[i].tails is loops[i + 1].tails for i in (0, 2, 4, 6, 8))
     assert loops[0].tails is not loops[2].tails
     assert {CONSUMERS[d].filters[0] for d in LANE_DURABLES.values()} == {
         *(f"run.*.*.{kind}.{HIGH_LANE}" for kind in ("submit.requested", "submit.accepted", "policy.approved")),
-        f"k8s.*.*.*.*.*.{HIGH_LANE}"}
+        f"k8s.*.*.*.*.*.{HIGH_LANE}", f"run.*.*.*.*.{HIGH_LANE}"}

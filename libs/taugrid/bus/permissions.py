@@ -62,8 +62,8 @@ class ServiceRole:
 SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
-        ServiceRole("submitter", ("submitter", "submitter-high", "runstate"), ("submissions", "run_state"),
-                    sources="promote",
+        ServiceRole("submitter", ("submitter", "submitter-high", "runstate", "runstate-high"),
+                    ("submissions", "run_state"), sources="promote",
                     replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
                     why="accepts submissions (verifies their uploaded snapshot and promotes it into `sources`, "
                         "which only it writes); projects RUNS into run_state"),

@@ -46,7 +46,7 @@ STREAMS = [
 
 # A stage's durable for the high priority lane (core/events.py: LANED_EVENTS), bound beside its default one.
 LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "renderer": "renderer-high",
-                 "admission-watcher": "admission-watcher-high"}
+                 "admission-watcher": "admission-watcher-high", "runstate": "runstate-high"}
 
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
@@ -72,7 +72,11 @@ CONSUMERS = {
         ConsumerSpec("submitter", "RUNS", ["run.*.*.submit.requested"], description="create-once run records"),
         ConsumerSpec("submitter-high", "RUNS", [f"run.*.*.submit.requested.{HIGH_LANE}"],
                      description="the high priority lane of the submitter"),
-        ConsumerSpec("runstate", "RUNS", ["run.>"], description="projects RUNS into the run_state KV"),
+        # exactly five tokens: a high-lane run's laned events (a sixth token) are projected by runstate-high, so its
+        # record (its verified user, which the stages after it read) is not written behind a backlog
+        ConsumerSpec("runstate", "RUNS", ["run.*.*.*.*"], description="projects RUNS into the run_state KV"),
+        ConsumerSpec("runstate-high", "RUNS", [f"run.*.*.*.*.{HIGH_LANE}"],
+                     description="the high priority lane of the run_state projection"),
         ConsumerSpec("policy", "RUNS", ["run.*.*.submit.accepted"]),
         ConsumerSpec("policy-high", "RUNS", [f"run.*.*.submit.accepted.{HIGH_LANE}"],
                      description="the high priority lane of the policy"),
