@@ -63,6 +63,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/health_chain.py || status=1; \
 	$(BIN)/python bench/bus_chaos.py || status=1; \
 	$(BIN)/python bench/priority_lanes.py || status=1; \
+	$(BIN)/python bench/rss_flat.py || status=1; \
 	exit $$status
 
 # The one image (deploy/Dockerfile) with whichever container builder this machine has.
