@@ -55,7 +55,7 @@ BACKLOG = 12
 UNTIL_RENDERED = ["submit.requested", "submit.accepted", "policy.approved", "render.applied"]
 # stage (its default durable) → the event its held backlog waits on
 HELD_AT = {"submitter": "submit.requested", "policy": "submit.accepted", "renderer": "policy.approved",
-           "admission-watcher": "render.applied"}
+           "local-cluster": "render.applied", "admission-watcher": "render.applied"}
 
 
 def tau_yaml(name: str, priority: str) -> str:
@@ -106,6 +106,8 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
         handlers = {"submitter": sub.on_requested, "policy": Policy(svc["policy"]).on_accepted,
                     "renderer": Renderer(svc["renderer"], LocalBackend(svc["renderer"])).on_event,
                     "admission-watcher": AdmissionWatcher(svc["admission-watcher"]).on_event}
+        cluster = await one_node_cluster(svc["local-cluster"], tmp_path)
+        handlers["local-cluster"] = cluster.on_backend
         gates = {durable: asyncio.Event() for durable in handlers}
         for durable, handler in handlers.items():
             stream = CONSUMERS[durable].stream
@@ -113,8 +115,6 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
             p.consume(stream, LANE_DURABLES[durable], handler, durable, tails=default.tails)
         projector = p.consume("RUNS", "runstate", sub.on_any, "submitter")
         p.consume("RUNS", "runstate-high", sub.on_any, "submitter", tails=projector.tails)
-        cluster = await one_node_cluster(svc["local-cluster"], tmp_path)
-        p.consume("BACKEND", "local-cluster", cluster.on_backend, "local-cluster")
         p.every(0.1, cluster.tick)
         try:
             yield Pipeline(bus, Client(bus), gates)
@@ -193,15 +193,16 @@ async def test_a_service_binds_each_lane_of_its_stage_with_one_per_run_order(pip
         del ev
 
     svc = Service(pipeline.bus)
-    for durable in ("submitter", "policy", "renderer", "admission-watcher", "runstate"):
+    for durable in ("submitter", "policy", "renderer", "admission-watcher", "runstate", "local-cluster"):
         svc.consume(durable, handler)
     bound: list[tuple[str, str]] = [(loop.durable, loop.stream) for loop in svc.loops]
     assert bound == [("submitter", "RUNS"), ("submitter-high", "RUNS"), ("policy", "RUNS"), ("policy-high", "RUNS"),
                      ("renderer", "RUNS"), ("renderer-high", "RUNS"), ("admission-watcher", "K8S"),
-                     ("admission-watcher-high", "K8S"), ("runstate", "RUNS"), ("runstate-high", "RUNS")]
+                     ("admission-watcher-high", "K8S"), ("runstate", "RUNS"), ("runstate-high", "RUNS"),
+                     ("local-cluster", "BACKEND"), ("local-cluster-high", "BACKEND")]
     loops: list[ConsumerLoop] = svc.loops
-    assert all(loops[i].tails is loops[i + 1].tails for i in (0, 2, 4, 6, 8))
+    assert all(loops[i].tails is loops[i + 1].tails for i in (0, 2, 4, 6, 8, 10))
     assert loops[0].tails is not loops[2].tails
     assert {CONSUMERS[d].filters[0] for d in LANE_DURABLES.values()} == {
         *(f"run.*.*.{kind}.{HIGH_LANE}" for kind in ("submit.requested", "submit.accepted", "policy.approved")),
-        f"k8s.*.*.*.*.*.{HIGH_LANE}", f"run.*.*.*.*.{HIGH_LANE}"}
+        f"k8s.*.*.*.*.*.{HIGH_LANE}", f"run.*.*.*.*.{HIGH_LANE}", f"backend.local.*.{HIGH_LANE}"}

@@ -46,7 +46,8 @@ STREAMS = [
 
 # A stage's durable for the high priority lane (core/events.py: LANED_EVENTS), bound beside its default one.
 LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "renderer": "renderer-high",
-                 "admission-watcher": "admission-watcher-high", "runstate": "runstate-high"}
+                 "admission-watcher": "admission-watcher-high", "runstate": "runstate-high",
+                 "local-cluster": "local-cluster-high"}
 
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
@@ -98,7 +99,10 @@ CONSUMERS = {
         ),
         ConsumerSpec("evidence", "RUNS", ["run.>"]),
         ConsumerSpec("health-monitor", "NODES", ["node.*.sample"]),
-        ConsumerSpec("local-cluster", "BACKEND", ["backend.local.>"], max_deliver=20),
+        # exactly three tokens: a high-lane run's apply (backend.local.apply.high) goes to local-cluster-high
+        ConsumerSpec("local-cluster", "BACKEND", ["backend.local.*"], max_deliver=20),
+        ConsumerSpec("local-cluster-high", "BACKEND", [f"backend.local.*.{HIGH_LANE}"], max_deliver=20,
+                     description="the high priority lane of the local cluster's applies"),
         ConsumerSpec("local-cluster-nodes", "NODES", ["node.*.cordon", "node.*.uncordon"],
                      description="the health monitor's cordon decisions for this machine"),
         ConsumerSpec(

@@ -354,6 +354,9 @@ class BackendApply(Struct, frozen=True):
     python_source: str = ""
     image: str = ""
     pip: list[str] = msgspec.field(default_factory=list)
+    # The priority lane of the approval it applies (events.HIGH_LANE or ""): the local backend publishes a
+    # high-lane apply on ``backend.<cluster>.apply.high``, read by the local cluster's own durable for it.
+    lane: str = ""
 
 
 class BackendDelete(Struct, frozen=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import BackendApply, BackendDelete
-from taugrid.core.events import backend_subject
+from taugrid.core.events import HIGH_LANE, backend_subject
 
 
 class LocalBackend:
@@ -15,8 +15,10 @@ class LocalBackend:
         self.bus, self.name = bus, cluster
 
     async def apply(self, req: BackendApply) -> None:
+        subject = backend_subject(self.name, "apply")
         await self.bus.publish(
-            backend_subject(self.name, "apply"), req, event_type="apply", ce_subject=req.run_id,
+            f"{subject}.{HIGH_LANE}" if req.lane == HIGH_LANE else subject, req, event_type="apply",
+            ce_subject=req.run_id,
             msg_id=f"{req.run_id}.{req.attempt}.apply", workspace=req.workspace, attempt=req.attempt,
             family="backend",
         )

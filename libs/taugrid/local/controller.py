@@ -232,10 +232,11 @@ class LocalCluster:
             await self.save(wl)
 
     async def on_backend(self, ev: Event) -> None:
+        verb = ev.nats_subject.split(".")[2:3]  # backend.<cluster>.<verb>[.high]: a high-lane apply has a lane token
         async with self.lock:
-            if ev.nats_subject.endswith(".apply"):
+            if verb == ["apply"]:
                 await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent)
-            elif ev.nats_subject.endswith(".delete"):
+            elif verb == ["delete"]:
                 await self.delete(ev.payload(BackendDelete))
 
     async def apply(self, req: BackendApply, *, traceparent: str = "") -> None:
