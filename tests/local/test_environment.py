@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from taugrid.local import environment
 from taugrid.local.environment import (
     EnvironmentBuilder,
     EnvironmentFailed,
@@ -128,6 +129,26 @@ def test_an_interpreter_that_does_not_exist_is_named(tmp_path: Path) -> None:
     builder = EnvironmentBuilder(tmp_path / "envs")
     with pytest.raises(EnvironmentFailed, match="interpreter /nonexistent/python does not run"):
         builder.prepare(base="/nonexistent/python", reqs=Requirements(), project=tmp_path)
+
+
+def test_an_interpreter_slow_to_answer_once_is_asked_again_and_one_that_never_answers_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine made a pyenv shim take longer than the probe's limit once: that is not a broken
+    interpreter. The first answer here takes 3 s (over the 0.5 s limit), the second is at once."""
+    monkeypatch.setattr(environment, "VERSION_TIMEOUTS_S", (0.5, 10.0))
+    slow_once = tmp_path / "python-slow-once"
+    slow_once.write_text(f"#!/bin/sh\nif [ ! -e {tmp_path}/answered-late ]; then touch {tmp_path}/answered-late; "
+                         f"exec sleep 3; fi\nexec {BASE} \"$@\"\n")
+    slow_once.chmod(0o755)
+    version = EnvironmentBuilder(tmp_path / "envs").version(str(slow_once))
+    assert version == ".".join(str(n) for n in sys.version_info[:3])
+    assert (tmp_path / "answered-late").exists()
+    monkeypatch.setattr(environment, "VERSION_TIMEOUTS_S", (0.3, 0.6))
+    never = tmp_path / "python-never"
+    never.write_text("#!/bin/sh\nexec sleep 30\n")
+    never.chmod(0o755)
+    with pytest.raises(EnvironmentFailed, match=f"interpreter {never} did not answer within 1 s"):
+        EnvironmentBuilder(tmp_path / "envs").version(str(never))
 
 
 def test_the_environment_survives_its_rename_scripts_included(tmp_path: Path) -> None:

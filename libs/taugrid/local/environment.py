@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -36,7 +37,13 @@ from pathlib import Path
 REQUIREMENTS_FILE = "requirements.txt"
 PYPROJECT_FILE = "pyproject.toml"
 TAIL_LINES = 12
+log = logging.getLogger("taugrid.local.environment")
+
 VERSION_TIMEOUT_S = 20.0
+# A probe that times out is tried again with longer limits before the interpreter is called broken: on a machine
+# loaded to a load average of ~18, a pyenv shim's `python3 -c` once took over 20 s, and calling that a
+# configuration error failed a run for good.
+VERSION_TIMEOUTS_S = (VERSION_TIMEOUT_S, 3 * VERSION_TIMEOUT_S)
 BUILD_TIMEOUT_S = 1800.0
 META_FILE = "tau-env.json"
 HINT = ("fix the requirement named above in runtime.pip, requirements.txt or pyproject.toml "
@@ -136,12 +143,7 @@ class EnvironmentBuilder:
         """``3.12.3`` for an interpreter that runs; EnvironmentFailed names the path otherwise."""
         if python in self._versions:
             return self._versions[python]
-        try:
-            out = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                                 capture_output=True, text=True, timeout=VERSION_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EnvironmentFailed(f"interpreter {python} does not run: {exc}",
-                                    hint="set TAU_PYTHON to a working interpreter before `tau run`") from exc
+        out = _probe(python, "import sys; print('%d.%d.%d' % sys.version_info[:3])")
         if out.returncode != 0:
             raise EnvironmentFailed(f"interpreter {python} exited {out.returncode}",
                                     tail=_tail(out.stderr),
@@ -223,8 +225,7 @@ class EnvironmentBuilder:
         requirements: a ``.pth`` appends its site-packages after the new environment's own."""
         probe = ("import json, sys, sysconfig; p = sysconfig.get_paths(); "
                  "print(json.dumps([p['purelib'], p['platlib']] if sys.prefix != sys.base_prefix else []))")
-        out = subprocess.run([base, "-c", probe], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
-                             check=False)
+        out = _probe(base, probe)
         try:
             paths = list(dict.fromkeys(json.loads(out.stdout))) if out.returncode == 0 else []
         except ValueError:
@@ -287,3 +288,22 @@ def _locked(path: Path, *, on_wait: Callable[[], None]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code``, its timeout retried with a longer limit (VERSION_TIMEOUTS_S); EnvironmentFailed when
+    the interpreter cannot be started or never answers."""
+    for i, limit in enumerate(VERSION_TIMEOUTS_S):
+        try:
+            return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=limit, check=False)
+        except subprocess.TimeoutExpired as exc:
+            if i + 1 == len(VERSION_TIMEOUTS_S):
+                raise EnvironmentFailed(f"interpreter {python} did not answer within {limit:.0f} s: {exc}",
+                                        hint="set TAU_PYTHON to a working interpreter before `tau run`") from exc
+            log.warning("interpreter %s did not answer within %.0f s; trying again with %.0f s", python, limit,
+                        VERSION_TIMEOUTS_S[i + 1])
+        except OSError as exc:
+            raise EnvironmentFailed(f"interpreter {python} does not run: {exc}",
+                                    hint="set TAU_PYTHON to a working interpreter before `tau run`") from exc
+    raise AssertionError("unreachable: the last timeout raises")
+
