@@ -292,6 +292,16 @@ def row(label: str, value: float, unit: str, key: str | None = None, bus: float 
     return ok
 
 
+def simulated_stack(prefix: str) -> tuple[Path, dict[str, str], list[str]]:
+    """A fresh data dir for an embedded stack with simulated pods, the environment that points `tau` at it (not at
+    any TAU_NATS_URL of the caller's), and the `tau` command line of this interpreter."""
+    data = Path(tempfile.mkdtemp(prefix=prefix))
+    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
+    env.pop("TAU_NATS_URL", None)
+    tau_bin = Path(sys.executable).parent / "tau"
+    return data, env, [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--burst", type=int, default=2000, help="runs submitted at once to one ClusterQueue")
@@ -300,11 +310,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for the burst to finish")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
     args = ap.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="tau-bench-pipeline-"))
-    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
-    env.pop("TAU_NATS_URL", None)
-    tau_bin = Path(sys.executable).parent / "tau"
-    tau = [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
+    data, env, tau = simulated_stack("tau-bench-pipeline-")
     help_s = help_time(tau, env)
     subprocess.run([*tau, "up"], env=env, check=True)
     try:

@@ -16,13 +16,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pipeline import Watch, pct  # bench/ is on sys.path
+from pipeline import Watch, pct, simulated_stack  # bench/ is on sys.path
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
@@ -96,11 +95,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for every run to finish")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
     args = ap.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="tau-bench-lanes-"))
-    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
-    env.pop("TAU_NATS_URL", None)
-    tau_bin = Path(sys.executable).parent / "tau"
-    tau = [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
+    data, env, tau = simulated_stack("tau-bench-lanes-")
     subprocess.run([*tau, "up"], env=env, check=True)
     try:
         (data / "platform.yaml").write_text(PLATFORM)

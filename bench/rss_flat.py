@@ -17,13 +17,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pipeline import PLATFORM, RUN, Watch, rss  # bench/ is this script's directory, first on sys.path
+from pipeline import PLATFORM, RUN, Watch, rss, simulated_stack  # bench/ is this script's directory, first on sys.path
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
@@ -59,11 +58,7 @@ def main() -> None:
     ap.add_argument("--growth", type=float, default=5.0, help="MB a service may grow from the first round to the last")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for one round to end")
     args = ap.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="tau-bench-rss-"))
-    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
-    env.pop("TAU_NATS_URL", None)
-    tau_bin = Path(sys.executable).parent / "tau"
-    tau = [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
+    data, env, tau = simulated_stack("tau-bench-rss-")
     subprocess.run([*tau, "up"], env=env, check=True, capture_output=True)
     try:
         (data / "platform.yaml").write_text(PLATFORM)
