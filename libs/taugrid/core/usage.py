@@ -76,6 +76,9 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
             u.queued_s += max(0.0, now - u._queued_since)
         if u._running_since is not None:
             u.running_s += max(0.0, now - u._running_since)
+        # Times to the millisecond, as shown; GPU-seconds from the shown time, so a row's figures agree with each
+        # other (0.5 GPU × 2.409 s is 1.2045 s, not the 1.205 that the unrounded 2.4095 s would give).
+        u.queued_s, u.running_s = round(u.queued_s, 3), round(u.running_s, 3)
         u.gpu_seconds = u.gpus * u.running_s
         u.cost = u.gpu_seconds / 3600 * prices.get(u.profile, 0.0)
     return list(runs.values())
