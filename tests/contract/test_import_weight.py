@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from taugrid.stack.scaling import SERVICES
 
 # Only the client: taugrid.kube.translate is pure and shared with the local backend, and the renderer validates
@@ -17,14 +19,14 @@ from taugrid.stack.scaling import SERVICES
 KUBERNETES_ONLY = ("kubernetes_asyncio",)
 
 
-def _first_loading_each(modules: list[str]) -> dict[str, list[str]]:
-    """Import each module in turn in one fresh interpreter; which Kubernetes-only modules each one added."""
+def _first_loading_each(modules: list[str], watched: tuple[str, ...] = KUBERNETES_ONLY) -> dict[str, list[str]]:
+    """Import each module in turn in one fresh interpreter; which of the ``watched`` modules each one added."""
     probe = (
         "import importlib, sys\n"
         "seen = set()\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        f"    new = [m for m in {KUBERNETES_ONLY!r} if m in sys.modules and m not in seen]\n"
+        f"    new = [m for m in {watched!r} if m in sys.modules and m not in seen]\n"
         "    seen.update(new)\n"
         "    print(name, *new)\n"
     )
@@ -39,8 +41,27 @@ def test_no_embedded_service_imports_the_kubernetes_client_at_start() -> None:
 
 
 def test_the_probe_sees_the_kubernetes_client_when_it_is_imported() -> None:
-    """The check above would pass vacuously if the probe could not see these modules."""
-    assert _first_loading_each(["taugrid.kube.nodes"]) == {"taugrid.kube.nodes": list(KUBERNETES_ONLY)}
+    """The checks here would pass vacuously if the probe could not see these modules. It also shows aiohttp,
+    hidden from nats-py's module only (below), imported as usual by the Kubernetes client after the bus."""
+    watched = (*KUBERNETES_ONLY, "aiohttp")
+    assert _first_loading_each(["taugrid.bus.connection", "taugrid.kube.nodes"], watched) == {
+        "taugrid.bus.connection": [], "taugrid.kube.nodes": list(watched)}
+
+
+def test_services_connect_without_nats_py_loading_aiohttp() -> None:
+    """nats-py imports aiohttp (about 11 MB and 0.2 s of CPU per process) only for WebSocket URLs, which taugrid
+    does not use: ``taugrid.bus`` hides it from nats-py. Only the portal, whose HTTP server it is, imports it."""
+    modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES if svc != "portal"]
+    modules += ["taugrid.bus.consumer", "taugrid.bus.replay", "taugrid.client"]
+    assert _first_loading_each(modules, ("aiohttp",)) == {name: [] for name in modules}
+
+
+async def test_a_websocket_url_is_refused_with_what_to_use_instead() -> None:
+    from taugrid.bus.connection import connect
+    from taugrid.core.errors import PermanentError
+
+    with pytest.raises(PermanentError, match=r"ws://127.0.0.1:1: taugrid connects over nats:// or tls://"):
+        await connect("ws://127.0.0.1:1", name="probe")
 
 
 def test_gpu_discovery_imports_pynvml_only_where_the_nvml_library_loads() -> None:

@@ -264,6 +264,10 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
     # A JetStream cluster's servers, comma separated (``tau up --ha``, the chart's replicas): nats-py keeps them all
     # in its pool and reconnects to another when its server dies.
     servers = [u.strip() for u in where.split(",") if u.strip()]
+    websocket = [u for u in servers if u.lower().startswith(("ws://", "wss://"))]
+    if websocket:  # nats-py's WebSocket transport is not loaded (``taugrid.bus._NatsWithoutWebSocket``)
+        raise PermanentError(f"NATS URL {websocket[0]}: taugrid connects over nats:// or tls:// (the server's client "
+                             "port, 4222 by default), not WebSocket")
     connecting = asyncio.ensure_future(nc.connect(
         servers, name=f"taugrid-{name}", connect_timeout=connect_timeout,  # type: ignore[arg-type]
         max_reconnect_attempts=2 if max_reconnect_attempts < 0 else max(1, max_reconnect_attempts),
