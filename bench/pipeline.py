@@ -14,7 +14,7 @@
 
 Every run started is counted: one that never reaches admission or success counts against the result (its
 wait is the time until the bench gave up). Exits 1 when a target is missed. Slurm, the peer of the issue, is
-compared only where `sbatch` is installed; the bench says so when it is absent.
+compared side by side in bench/slurm_peer.py.
 """
 
 from __future__ import annotations
@@ -369,9 +369,10 @@ def main() -> None:
     services = [v for k, v in result["rss_after_mb"].items() if k != "nats-server"]
     ok &= row("largest service after the burst", max(services, default=0.0), "MB", "rss_after_mb_max")
     if shutil.which("sbatch"):
-        print("Slurm: sbatch is installed, but this bench does not drive it yet")
+        print("Slurm: installed; the side-by-side comparison is bench/slurm_peer.py (run by `make bench`)")
     else:
-        print("Slurm: not installed here (no sbatch); no side-by-side comparison in this run")
+        print("Slurm: not installed here (no sbatch); bench/slurm_peer.py --install installs Debian's slurm-wlm "
+              "(as root, where apt-get exists) and compares side by side")
     print(f"load average during the run: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     sys.exit(0 if ok else 1)
 
