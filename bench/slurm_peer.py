@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
 from pipeline import Watch, pct, simulated_stack  # bench/ is this script's directory, first on sys.path
 
 from taugrid.client import open_client
@@ -226,6 +227,20 @@ class LocalSlurm:
                 p.kill()
                 p.wait(timeout=15)
         self.procs.clear()
+        self.kill_strays()
+
+    def kill_strays(self) -> None:
+        """slurmstepd detaches from slurmd and outlives it while its job runs (then retries its completion RPC
+        for ever): stop the ones of this Slurm, known by the SLURM_CONF they inherited from our slurmd."""
+        mine = f"SLURM_CONF={self.root / 'slurm.conf'}"
+        for proc in psutil.process_iter(["name"]):
+            try:
+                if proc.info["name"] == "slurmstepd" and mine in "\n".join(
+                        f"{k}={v}" for k, v in proc.environ().items()):
+                    print(f"stopping a stray slurmstepd (pid {proc.pid})", file=sys.stderr)
+                    proc.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
 
     async def sbatch(self, script: Path, stamps: Path) -> str:
         proc = await asyncio.create_subprocess_exec(
@@ -236,6 +251,14 @@ class LocalSlurm:
         if proc.returncode != 0:
             raise RuntimeError(f"sbatch failed ({proc.returncode}): {err.decode().strip()}")
         return out.decode().strip().split(";")[0]
+
+    async def job_states(self) -> dict[str, str]:
+        """Every job slurmctld still holds (finished ones stay for MinJobAge, 300 s by default): id → state."""
+        proc = await asyncio.create_subprocess_exec(
+            "squeue", "-h", "-t", "all", "-o", "%i %T", env=self.env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        out, _ = await proc.communicate()
+        return dict(ln.split(None, 1) for ln in out.decode().splitlines() if " " in ln.strip())
 
     async def job_state(self, job: str) -> str:
         proc = await asyncio.create_subprocess_exec(
@@ -291,6 +314,25 @@ async def until_stamped(stamps: Path, job: str, timeout: float) -> float | None:
     return None
 
 
+async def until_burst_started(side: Side, stamps: Path, deadline: float) -> None:
+    """Collect the burst's start stamps until every job has one or the deadline passes (then ``burst_gave_up``
+    is when the bench gave up), printing progress every 10 s."""
+    first = min((at for _, at in side.burst_submitted), default=time.time())
+    shown = time.time()
+    while time.time() < deadline:
+        for job, _ in side.burst_submitted:
+            if job not in side.burst_started and (at := first_stamp(stamps, job)) is not None:
+                side.burst_started[job] = at
+        if len(side.burst_started) == len(side.burst_submitted):
+            break
+        if time.time() - shown >= 10:
+            shown = time.time()
+            print(f"  {side.name} burst: {len(side.burst_started)}/{len(side.burst_submitted)} started "
+                  f"after {shown - first:.0f} s", flush=True)
+        await asyncio.sleep(0.05)
+    side.burst_gave_up = time.time()
+
+
 def write_job(directory: Path, python: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "main.py").write_text(JOB)
@@ -341,14 +383,18 @@ async def slurm_side(slurm: LocalSlurm, script: Path, stamps: Path, args: argpar
 
     await asyncio.gather(*(submit() for _ in range(args.burst)))
     deadline = time.time() + args.timeout
-    while time.time() < deadline:
-        for job, _ in side.burst_submitted:
-            if job not in side.burst_started and (at := first_stamp(stamps, job)) is not None:
-                side.burst_started[job] = at
-        if len(side.burst_started) == len(side.burst_submitted):
+    await until_burst_started(side, stamps, deadline)
+    # every job of the burst must also end well (not part of the figures), and none may outlive the daemons
+    states: dict[str, str] = {}
+    burst = [j for j, _ in side.burst_submitted]
+    while True:
+        states = await slurm.job_states()
+        # a job no longer listed ended over MinJobAge (300 s) ago: slurmctld forgets only finished jobs
+        if all(states.get(j, "COMPLETED") in SLURM_ENDED for j in burst) or \
+                time.time() > max(deadline, side.burst_gave_up + 60):
             break
-        await asyncio.sleep(0.05)
-    side.burst_gave_up = time.time()
+        await asyncio.sleep(0.5)
+    side.failed += sum(1 for j in burst if states.get(j, "COMPLETED") != "COMPLETED")
     return side
 
 
@@ -393,14 +439,7 @@ async def taugrid_side(url: str, data: Path, project: Path, stamps: Path, args: 
 
         side.burst_submitted = list(await asyncio.gather(*(submit() for _ in range(args.burst))))
         deadline = time.time() + args.timeout
-        while time.time() < deadline:
-            for run_id, _ in side.burst_submitted:
-                if run_id not in side.burst_started and (at := first_stamp(stamps, run_id)) is not None:
-                    side.burst_started[run_id] = at
-            if len(side.burst_started) == len(side.burst_submitted):
-                break
-            await asyncio.sleep(0.05)
-        side.burst_gave_up = time.time()
+        await until_burst_started(side, stamps, deadline)
         # every run of the burst must also end well: wait for the ends (not part of the figures)
         burst = [r for r, _ in side.burst_submitted]
         await watch.until(lambda: all(r in watch.ended for r in burst), timeout=max(30.0, deadline - time.time()))
@@ -500,7 +539,10 @@ def main() -> None:
         data, env, tau = simulated_stack("tau-bench-slurm-stack-")
         env.pop("TAU_LOCAL_SIMULATE", None)  # real processes
         env["TAU_CONTAINER_ENGINES"] = ""
-        subprocess.run([*tau, "up"], env=env, check=True)
+        up = subprocess.run([*tau, "up"], env=env, capture_output=True, text=True)
+        if up.returncode != 0:
+            raise RuntimeError(f"tau up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+        print(f"taugrid: embedded stack up (data dir {data}), real processes", flush=True)
         try:
             (data / "platform.yaml").write_text(TAU_PLATFORM % {"cpus": args.cpus})
             subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
