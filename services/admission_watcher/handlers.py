@@ -1,6 +1,7 @@
 """Watch events → run events (``translate``: queued, admitted, running, finished; ``progress``: the pod-level
 phases, ``exec.progress``). Idempotent: translation is a pure function of the object, each output has a
-deterministic message id, and events for stale attempts or finished runs are dropped.
+deterministic message id, and events for stale attempts or finished runs are dropped (``runs.RunGate``: the
+run_state record is read only on doubt).
 
 A real Kueue Workload resolves to its run only through its job's uid (see ``owners``: memory, then the
 ``bridge`` KV bucket). When one of our Workloads arrives before any replica has recorded its Job/RayJob, the
@@ -13,16 +14,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from taugrid.bus import runstate
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.topology import CONSUMERS
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import PermanentError, TemporaryError
-from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.kube.progress import progress
-from taugrid.kube.translate import RunRef, awaits_owner, owner_uids, preemptor_uid, translate
+from taugrid.kube.translate import RunRef, awaits_owner, owner_uids, translate, uids_to_resolve
 from taugrid_services.admission_watcher.owners import Owners
+from taugrid_services.admission_watcher.runs import RunGate
 
 OWNER_WAIT_S = 0.5
 _TRIES_MEMORY = 10_000
@@ -32,6 +32,7 @@ class AdmissionWatcher:
     def __init__(self, bus: Bus, *, max_tries: int | None = None) -> None:
         self.bus = bus
         self.known = Owners(bus)
+        self.runs = RunGate(bus)
         self.max_tries = max_tries if max_tries is not None else CONSUMERS["admission-watcher"].max_deliver
         self._tries: OrderedDict[str, int] = OrderedDict()  # event id → deliveries waiting for an owner here
 
@@ -44,18 +45,18 @@ class AdmissionWatcher:
         watch = ev.payload(WatchEvent)
         await self.known.remember(watch)
         if watch.object.get("kind") == "Workload":
-            await self.known.recall([*owner_uids(watch.object), preemptor_uid(watch.object)])
+            await self.known.recall(uids_to_resolve(watch.object))  # none for the local cluster's
             if awaits_owner(watch, self.owners):
                 self._wait_for_owner(ev, watch)
             self._tries.pop(ev.id, None)
         # Progress first: a pod's detail (why its image cannot be pulled) lands before the failure it explains.
         for out in [*progress(watch, self.owners), *translate(watch, self.owners)]:
-            record, _ = await runstate.get(self.bus, out.workspace, out.run_id)
-            if record is not None and (record.state in TERMINAL or out.attempt < record.attempt):
+            emit, user = await self.runs.admit(out)
+            if not emit:
                 continue  # a finished run or a superseded attempt: history is already decided
             await self.bus.emit(workspace=out.workspace, run_id=out.run_id, attempt=out.attempt,
-                                event_type=out.event_type, payload=out.payload, dedup=out.dedup,
-                                user=_verified_user(record))
+                                event_type=out.event_type, payload=out.payload, dedup=out.dedup, user=user)
+            self.runs.emitted(out)
 
     def _wait_for_owner(self, ev: Event, watch: WatchEvent) -> None:
         meta = watch.object.get("metadata") or {}
@@ -73,11 +74,3 @@ class AdmissionWatcher:
             self._tries.popitem(last=False)
         raise TemporaryError(f"{what}: waiting for its Job/RayJob (uid {uids}) to be recorded",
                              delay=OWNER_WAIT_S)
-
-
-def _verified_user(record: RunRecord | None) -> str | None:
-    """The run's verified submitter from the record just read, so the emit does not read it again; None (the
-    emit looks it up, ``runstate.VerifiedUsers``) while the submitter has not decided the run."""
-    if record is None or not record.user or record.state in ("new", "submitted"):
-        return None
-    return record.user

@@ -6,7 +6,9 @@ uid is therefore written once to the ``bridge`` KV bucket as ``owner.<uid>`` →
 attempt}``; an in-process LRU caches what this replica has seen or read.
 
 Invariants: entries are write-once (create; an existing key is left alone — a uid never changes run) and are
-never deleted (a late Workload event for a deleted job still resolves); only Job/RayJob uids are persisted.
+never deleted (a late Workload event for a deleted job still resolves); only Job/RayJob uids are persisted, and
+not those of a job annotated ``taugrid.io/run-labelled`` (the local cluster's: its Workload and pods carry the
+run labels, and an eviction names the preemptor's run), which no Workload needs resolved.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import msgspec
 from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import WatchEvent
-from taugrid.kube.translate import RunRef, remember_owner, run_ref
+from taugrid.kube.translate import RunRef, remember_owner, run_labelled, run_ref
 
 BUCKET = "bridge"
 OWNER_KINDS = frozenset({"Job", "RayJob"})
@@ -47,7 +49,8 @@ class Owners:
         """Learn from a tau-labelled object; persist a Job/RayJob owner the first time this process sees it."""
         meta = ev.object.get("metadata") or {}
         uid, ref = str(meta.get("uid") or ""), run_ref(ev.object)
-        owner = ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS
+        # Only a job whose Workload names it by uid alone (Kueue's) needs the entry; the local cluster's don't.
+        owner = ev.type != "DELETED" and ev.object.get("kind") in OWNER_KINDS and not run_labelled(ev.object)
         if uid and ref is not None and owner and self.memory.get(uid) != ref:
             await self._store(uid, ref)
         remember_owner(ev, self.memory)

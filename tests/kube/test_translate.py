@@ -6,7 +6,15 @@ import copy
 from typing import Any
 
 from taugrid.core import contracts as c
-from taugrid.kube.translate import RunRef, owner_uids, remember_owner, run_ref, translate
+from taugrid.kube.translate import (
+    ANNOTATION_PREEMPTOR_RUN,
+    RunRef,
+    owner_uids,
+    remember_owner,
+    run_ref,
+    translate,
+    uids_to_resolve,
+)
 
 JOB_UID = "8f6c1a52-2b0e-4f5e-9a51-0c2f4c3c9e11"
 TAU_LABELS = {
@@ -212,6 +220,24 @@ def test_preempted_workload_names_the_preemptor_run() -> None:
     assert out.event_type == "admission.preempted"
     assert out.payload.reason == "Preempted" and out.payload.preemptor == "urgent-aa11bb"
     assert out.payload.message.startswith("InClusterQueue: ")
+
+
+def test_a_local_workload_names_its_preemptor_run_without_resolving_a_uid() -> None:
+    other_uid = "11111111-2222-3333-4444-555555555555"
+    wl = workload(
+        [
+            cond("Evicted", "True", "Preempted", "Preempted to accommodate a higher priority Workload"),
+            cond("Preempted", "True", "InClusterQueue", f"Preempted to accommodate a workload (JobUID: {other_uid})"),
+        ]
+    )
+    assert uids_to_resolve(wl) == [JOB_UID, other_uid]  # Kueue's: both uids go through the owners map
+    wl["metadata"]["labels"].update({"taugrid.io/run-id": "train-3f2a1b", "taugrid.io/workspace": "team-a",
+                                     "taugrid.io/attempt": "2"})
+    wl["metadata"]["annotations"] = {ANNOTATION_PREEMPTOR_RUN: "urgent-aa11bb"}
+    wl["status"]["conditions"][-1]["message"] = "Preempted to accommodate a workload (JobUID: urgent-aa11bb-a1)"
+    assert uids_to_resolve(wl) == []  # the local cluster's: labelled with its run, the preemptor's run named
+    out = only(translate(ev(wl), {}))
+    assert out.event_type == "admission.preempted" and out.payload.preemptor == "urgent-aa11bb"
 
 
 def test_eviction_for_other_reasons_is_reported_as_evicted() -> None:

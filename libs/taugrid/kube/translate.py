@@ -48,6 +48,12 @@ LABEL_MANAGED_BY = "taugrid.io/managed-by"
 ANNOTATION_TRACEPARENT = "taugrid.io/traceparent"
 ANNOTATION_QUEUE_POSITION = "taugrid.io/queue-position"
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
+# On a Job/RayJob: its Workload and pods carry the run labels themselves (the local cluster's do; Kueue's
+# Workloads never), so no replica ever needs its uid resolved: the admission watcher does not record it in KV.
+ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
+# On an evicted Workload: the run whose job preempted it (the local cluster knows it; Kueue names only the job
+# uid, which the admission watcher resolves through the ``bridge`` KV bucket).
+ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
 MAIN_CONTAINER = "main"
 
 # Waiting reasons that will not fix themselves within one attempt.
@@ -167,6 +173,20 @@ def awaits_owner(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> bool:
     return bool(translate(ev, {**owners, **{uid: stand_in for uid in uids}}))
 
 
+def run_labelled(obj: Mapping[str, Any]) -> bool:
+    """Whether a Job/RayJob says its Workload and pods carry the run labels (``ANNOTATION_RUN_LABELLED``)."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RUN_LABELLED) == "true"
+
+
+def uids_to_resolve(obj: Mapping[str, Any]) -> list[str]:
+    """The job uids ``translate`` may look up for a Workload: its owner's, unless the Workload is labelled with
+    its run; its preemptor's, unless the preemptor's run is annotated. [] for one that resolves by itself."""
+    uids = owner_uids(obj) if run_ref(obj) is None else []
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    preemptor = "" if annotations.get(ANNOTATION_PREEMPTOR_RUN) else preemptor_uid(obj)
+    return [*uids, preemptor] if preemptor else uids
+
+
 def preemptor_uid(obj: Mapping[str, Any]) -> str:
     """The job uid Kueue names in a Workload's ``Preempted`` condition, or ""."""
     preempted = _conditions(obj).get("Preempted") or {}
@@ -217,7 +237,7 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         return []  # the Job/RayJob reports the outcome, with exit code and reason
     evicted = conds.get("Evicted")
     if evicted and evicted.get("status") == "True":
-        return [_preempted(evicted, conds.get("Preempted"), owners)]
+        return [_preempted(obj, evicted, conds.get("Preempted"), owners)]
     admission = status.get("admission") or {}
     cluster_queue = admission.get("clusterQueue", "")
     admitted = conds.get("Admitted")
@@ -260,7 +280,10 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
 
 
 def _preempted(
-    evicted: Mapping[str, Any], preempted: Mapping[str, Any] | None, owners: Mapping[str, RunRef]
+    obj: Mapping[str, Any],
+    evicted: Mapping[str, Any],
+    preempted: Mapping[str, Any] | None,
+    owners: Mapping[str, RunRef],
 ) -> tuple[str, msgspec.Struct, str]:
     kueue_reason = evicted.get("reason") or "Evicted"
     message = evicted.get("message", "")
@@ -269,8 +292,11 @@ def _preempted(
         reason = "Preempted"
         if preempted and preempted.get("status") == "True":
             message = f"{preempted.get('reason', '')}: {preempted.get('message') or message}".strip(": ")
+            annotated = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PREEMPTOR_RUN)
             match = _PREEMPTOR_JOB_UID.search(preempted.get("message", ""))
-            if match:
+            if annotated:  # the local cluster names the run itself (its job uids are not Kubernetes uids)
+                preemptor = str(annotated)
+            elif match:
                 by = owners.get(match.group(1))
                 preemptor = by.run_id if by else match.group(1)
     else:

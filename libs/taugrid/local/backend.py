@@ -3,6 +3,7 @@ controller through the BACKEND stream, which is durable, so requests survive the
 
 from __future__ import annotations
 
+from taugrid.bus import identity
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.core.events import HIGH_LANE, backend_subject
@@ -20,12 +21,20 @@ class LocalBackend:
             f"{subject}.{HIGH_LANE}" if req.lane == HIGH_LANE else subject, req, event_type="apply",
             ce_subject=req.run_id,
             msg_id=f"{req.run_id}.{req.attempt}.apply", workspace=req.workspace, attempt=req.attempt,
-            family="backend",
+            family="backend", user=run_user(req.run_id),
         )
 
     async def delete(self, req: BackendDelete) -> None:
         await self.bus.publish(
             backend_subject(self.name, "delete"), req, event_type="delete", ce_subject=req.run_id,
             msg_id=f"{req.run_id}.{req.attempt}.delete", workspace=req.workspace, attempt=req.attempt,
-            family="backend",
+            family="backend", user=run_user(req.run_id),
         )
+
+
+def run_user(run_id: str) -> str:
+    """The verified submitter of ``run_id`` when the event being handled (the renderer's run event) names it, so
+    the request, and every watch event the local cluster then publishes for the run, carries it on (the admission
+    watcher emits with it instead of looking it up); "" otherwise."""
+    handling = identity.run_user.get()
+    return handling[1] if handling is not None and handling[0] == run_id else ""

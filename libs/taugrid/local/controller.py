@@ -34,6 +34,7 @@ from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount
+from taugrid.local.backend import run_user
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
@@ -250,6 +251,7 @@ class LocalCluster:
         wl = self._workload_from(req, main)
         wl.traceparent = traceparent
         wl.lane = self._lane(wl)
+        wl.user = run_user(req.run_id)  # the request's verified submitter (its handler's ``identity.run_user``)
         self.wls[name] = wl
         # One round trip instead of three (the apply queue is a burst's first bottleneck): versions are taken
         # in call order before any await, and the state is still saved before the request is acknowledged.
@@ -273,6 +275,8 @@ class LocalCluster:
         uid = f"{req.run_id}-a{req.attempt}"
         meta["uid"] = uid
         meta["resourceVersion"] = "1"
+        # Its Workload and pods carry the run labels: the admission watcher keeps no KV entry for its uid.
+        meta.setdefault("annotations", {})[objects.ANNOTATION_RUN_LABELLED] = "true"
         meta["creationTimestamp"] = objects.ts(now)
         queue = labels.get("kueue.x-k8s.io/queue-name", "")
         ns = meta.get("namespace", "default")
@@ -465,7 +469,8 @@ class LocalCluster:
             await self.publish(wl, "Pod", p.obj, "deleted")
         self._drop_versions(*(p.obj for p in wl.pods))  # requeued: its next pods are new objects
         by = self.wls.get(preemptor)
-        objects.evict(wl.workload, reason=reason, message=message, preemptor_uid=by.uid if by else preemptor, at=now)
+        objects.evict(wl.workload, reason=reason, message=message, preemptor_uid=by.uid if by else preemptor, at=now,
+                      preemptor_run=by.run_id if by else "")
         await self.publish(wl, "Workload", wl.workload, "modified")
         objects.job_suspended(wl.job)
         await self.publish(wl, wl.job["kind"], wl.job, "modified")
@@ -659,7 +664,7 @@ class LocalCluster:
             await self.bus.publish(
                 k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
                 event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
-                workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent,
+                workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent, user=wl.user,
             )
 
 

@@ -13,6 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
+# The same keys as ``taugrid.kube.translate``'s (this layer does not import it): our Workloads and pods carry the
+# run labels, so a job's uid never needs resolving; an evicted Workload names its preemptor's run.
+ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
+ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
 TAU_LABELS = ("taugrid.io/run-id", "taugrid.io/workspace", "taugrid.io/attempt", "taugrid.io/managed-by")
 
 
@@ -90,8 +94,13 @@ def pending(wl: dict[str, Any], *, reason: str, message: str, position: int | No
     set_condition(wl, "QuotaReserved", "False", reason, message, at)
 
 
-def evict(wl: dict[str, Any], *, reason: str, message: str, preemptor_uid: str, at: float) -> None:
+def evict(wl: dict[str, Any], *, reason: str, message: str, preemptor_uid: str, at: float,
+          preemptor_run: str = "") -> None:
     wl["status"].pop("admission", None)
+    if preemptor_run:
+        wl["metadata"]["annotations"][ANNOTATION_PREEMPTOR_RUN] = preemptor_run
+    else:
+        wl["metadata"]["annotations"].pop(ANNOTATION_PREEMPTOR_RUN, None)
     set_condition(wl, "Evicted", "True", "Preempted" if preemptor_uid else reason, message, at)
     if preemptor_uid:
         set_condition(wl, "Preempted", "True", reason, f"{message} (JobUID: {preemptor_uid})", at)

@@ -53,6 +53,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     image: str = ""
     traceparent: str = ""  # the trace of the apply, continued by every event this workload causes
     lane: str = ""  # the priority lane its watch changes travel in (events.HIGH_LANE or ""), fixed at apply
+    user: str = ""  # the run's verified submitter, as the apply request carried it: its watch changes carry it on
     state: str = "pending"  # pending | running | finished | deleted
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0

@@ -1,0 +1,141 @@
+"""What one run costs the watch path (issue 11): a burst of N simulated runs on a fresh embedded stack, then, per
+run, the Kubernetes watch events the local cluster published (by kind and type), how many of them imply no run
+event at all (``translate`` + ``progress`` replayed over the stored K8S stream), the run events the admission
+watcher emitted (by type), the KV writes of the ``bridge`` and ``local_cluster`` buckets, the K8S deliveries to
+the admission watcher's durables, and the CPU per run of the admission watcher and the local cluster.
+A diagnostic: it asserts nothing and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pipeline import PLATFORM, RUN, Watch, cpu_seconds, simulated_stack  # bench/ is on sys.path
+
+from taugrid.bus import replay
+from taugrid.client import open_client
+from taugrid.core.contracts import WatchEvent
+from taugrid.core.ids import new_submission_id
+from taugrid.kube.progress import progress
+from taugrid.kube.translate import RunRef, remember_owner, translate
+
+WATCHER_TYPES = ("admission.", "exec.")  # the run events the admission watcher emits
+
+
+async def stream_last(js: Any, stream: str) -> int:
+    try:
+        return int((await js.stream_info(stream)).state.last_seq or 0)
+    except Exception:  # noqa: BLE001 - a bucket not created yet holds nothing
+        return 0
+
+
+async def deliveries(js: Any, stream: str, durable: str) -> int:
+    try:
+        return int((await js.consumer_info(stream, durable)).delivered.consumer_seq or 0)
+    except Exception:  # noqa: BLE001 - a durable not created yet delivered nothing
+        return 0
+
+
+async def counters(js: Any) -> dict[str, int]:
+    return {"k8s": await stream_last(js, "K8S"), "runs": await stream_last(js, "RUNS"),
+            "kv_bridge": await stream_last(js, "KV_bridge"), "kv_local": await stream_last(js, "KV_local_cluster"),
+            "aw_deliveries": await deliveries(js, "K8S", "admission-watcher")
+            + await deliveries(js, "K8S", "admission-watcher-high")}
+
+
+async def measure(url: str, data: Path, runs: int) -> None:
+    state = msgspec.json.decode((data / "stack.json").read_bytes())
+    client = await open_client(url, creds=state["user_creds"])
+    admin = await open_client(url, creds=data / "creds" / "bootstrap.nk")
+    js = admin.bus.js
+    watch = Watch()
+    await watch.start(admin.bus.nc)
+    warm = await client.submit_text(RUN.format(name="warmup"), workspace="bench", submission_id=new_submission_id(),
+                                    name="warmup")
+    await watch.until(lambda: warm in watch.ended, timeout=300)
+    await asyncio.sleep(3.0)
+    before, cpu_before = await counters(js), cpu_seconds(data)
+    first_k8s = before["k8s"] + 1
+    text = RUN.format(name="count")
+    burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
+                                                      name="count") for _ in range(runs)))
+    await watch.until(lambda: all(r in watch.ended for r in burst), timeout=600)
+    await asyncio.sleep(4.0)  # the last watch events, evidence and projections settle
+    after, cpu_after = await counters(js), cpu_seconds(data)
+    published: Counter[str] = Counter()
+    silent: Counter[str] = Counter()
+    outputs: Counter[str] = Counter()
+    owners: dict[str, RunRef] = {}
+    async for batch in replay.batches(admin.bus, "k8s.>", stream="K8S"):
+        for ev in batch:
+            if ev.seq < first_k8s:
+                continue
+            watch_ev = ev.payload(WatchEvent)
+            what = f"{watch_ev.object.get('kind', '?')} {watch_ev.type}"
+            published[what] += 1
+            remember_owner(watch_ev, owners)
+            outs = [*progress(watch_ev, owners), *translate(watch_ev, owners)]
+            if not outs:
+                silent[what] += 1
+            outputs.update(o.event_type for o in outs)
+    emitted: Counter[str] = Counter()
+    async for batch in replay.batches(admin.bus, "run.>", stream="RUNS"):
+        for ev in batch:
+            if ev.subject in burst and ev.type.startswith(WATCHER_TYPES):
+                emitted[ev.type] += 1
+    n = max(1, len(burst))
+    print(f"\nwatch path per run over a burst of {len(burst)} simulated runs "
+          f"({sum(1 for r in burst if r in watch.ended)} ended)")
+    print(f"  K8S watch events published: {sum(published.values()) / n:.2f}; of which imply no run event: "
+          f"{sum(silent.values()) / n:.2f}")
+    for what, count in sorted(published.items()):
+        print(f"    {what:<22}{count / n:6.2f}   no run event: {silent[what] / n:5.2f}")
+    print(f"  translated outputs (each one was a run_state read before its emit): {sum(outputs.values()) / n:.2f}")
+    for what, count in sorted(outputs.items()):
+        print(f"    {what:<22}{count / n:6.2f}")
+    print(f"  run events stored from the admission watcher: {sum(emitted.values()) / n:.2f}")
+    for what, count in sorted(emitted.items()):
+        print(f"    {what:<22}{count / n:6.2f}")
+    for key, label in (("aw_deliveries", "K8S deliveries to the admission watcher"),
+                       ("kv_bridge", "KV writes, bucket bridge"), ("kv_local", "KV writes, bucket local_cluster"),
+                       ("runs", "RUNS messages stored (all services)")):
+        print(f"  {label:<44}{(after[key] - before[key]) / n:6.2f}")
+    for name in sorted(cpu_after):
+        if name.startswith(("admission_watcher", "local_cluster")) and name in cpu_before:
+            print(f"  CPU per run, {name:<31}{1000 * (cpu_after[name] - cpu_before[name]) / n:6.2f} ms")
+    await client.close()
+    await admin.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=200, help="runs submitted at once")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
+    args = ap.parse_args()
+    data, env, tau = simulated_stack("tau-bench-watch-")
+    subprocess.run([*tau, "up"], env=env, check=True, capture_output=True)
+    try:
+        (data / "platform.yaml").write_text(PLATFORM)
+        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
+                       capture_output=True)
+        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
+        time.sleep(2.0)
+        asyncio.run(measure(url, data, args.runs))
+    finally:
+        subprocess.run([*tau, "down"], env=env, capture_output=True)
+        if args.keep:
+            print(f"data directory kept: {data}")
+        else:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
