@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from taugrid.bus import Bus, connect, identity
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import ConsumerSpec
+from taugrid.bus.topology import CONSUMERS, ConsumerSpec
 from taugrid.core import contracts as c
-from taugrid.core.events import log_subject
+from taugrid.core.events import TERMINAL_EVENTS, log_subject
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
@@ -104,7 +106,9 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
 async def drain(bus: Bus, durable: str, ws: str, until, made: list[Evidence] | None = None) -> None:  # type: ignore[no-untyped-def]
     """Run the evidence handler on its own durable (as the service would) until ``until()`` holds; the
     handler's instance is appended to ``made``."""
-    await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
+    # the service's filter (its terminal events), narrowed to this test's workspace
+    filters = [f.replace("run.*.", f"run.{ws}.", 1) for f in CONSUMERS["evidence"].filters]
+    await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", filters, ack_wait=5))
     # Its own connection, closed without draining: ConsumerLoop leaves its pull subscription open and
     # draining that waits out the 5 s drain timeout.
     own = await connect(os.environ["TAU_NATS_URL"], name="evidence")
@@ -130,9 +134,8 @@ async def sealed_events(bus: Bus, ws: str, run: str) -> list[Event]:
 
 
 def announced(ws: str, run: str, bus: Bus):  # type: ignore[no-untyped-def]
-    async def check() -> bool:
-        led, _ = await store.load(bus, ws, run)
-        return bool(led and led.seal and led.seal.emitted and led.entries[-1].type == "evidence.sealed")
+    async def check() -> bool:  # evidence.sealed is on the bus, the last step of a seal
+        return bool(await sealed_events(bus, ws, run))
 
     return check
 
@@ -154,16 +157,9 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     )
 
     made: list[Evidence] = []
-    is_announced = announced(ws, run, bus)
-
-    async def announced_and_seen() -> bool:  # (another evidence consumer may record the seal first)
-        return await is_announced() and store.key(ws, run) not in made[0].ledgers
-
-    await drain(bus, f"evidence-{ws}", ws, announced_and_seen, made)
-    service = made[0]
-    # Memory stays flat over a long run: once it has seen evidence.sealed, the service neither holds the run's
-    # events nor keeps its ledger cached.
-    assert (run in service.held, store.key(ws, run) in service.ledgers, len(service.ledgers)) == (False, False, 0)
+    await drain(bus, f"evidence-{ws}", ws, announced(ws, run, bus), made)
+    # Memory stays flat over a long run: the service keeps nothing per run.
+    assert list(vars(made[0])) == ["bus"]
 
     sealed = await sealed_events(bus, ws, run)
     assert len(sealed) == 1
@@ -173,7 +169,7 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     report = await verify_run(bus, run)
     assert report.problems == [] and report.ok and report.digest == payload.digest
-    assert report.entries == 7 and report.audit_events == 7  # six run events + evidence.sealed
+    assert report.entries == 6 and report.audit_events == 7  # the six run events; AUDIT has evidence.sealed too
 
     data, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
     assert lg.sha256(data) == payload.digest
@@ -191,15 +187,24 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert [e["type"] for e in doc["events"]][-1] == "exec.succeeded"
     assert doc["ledger"]["head"] == payload.ledger_head and len(doc["ledger"]["entries"]) == 6
 
-    # Deterministic: collecting again gives the same bytes; sealing again gives the same object.
+    # The ledger holds exactly the run's events up to its terminal event, in stream order, sealed and announced.
     led, _ = await store.load(bus, ws, run)
     assert led is not None
+    events = await _events(bus, ws, run)
+    assert [e.event_id for e in led.entries] == [ev.id for ev in events[:6]]
+    assert [e.seq for e in led.entries] == [ev.seq for ev in events[:6]]
+    assert led.seal == lg.Seal(event_id=events[5].id, type="exec.succeeded", attempt=1, index=5,
+                               bundle=bundle_name(run), digest=payload.digest)
+    assert lg.verify(led) == []
+
+    # Deterministic: collecting again gives the same bytes; sealing again finds the same seal.
     again, _ = await store.collect(bus, led)
     assert again == data
-    terminal = next(ev for ev in await _events(bus, ws, run) if ev.type == "exec.succeeded")
-    assert await store.seal(bus, ws, run, terminal) == payload
+    terminal = next(ev for ev in events if ev.type == "exec.succeeded")
+    resealed = await store.seal(bus, terminal)
+    assert (resealed.ledger, resealed.resumed, store.sealed_payload(resealed.ledger)) == (led, True, payload)
 
-    # Redelivery of everything (a fresh durable replays the whole run) and a late racing terminal event.
+    # Redelivery of the terminal event and a late racing terminal event change nothing.
     await Evidence(bus).on_event(terminal)
     await emit_as_owner(
         bus,
@@ -209,15 +214,10 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
         event_type="recovery.gave_up",
         payload=c.RecoveryGaveUp(reason="late", classification="unknown", attempts=1),
     )
-
-    async def eight_entries() -> bool:
-        current, _ = await store.load(bus, ws, run)
-        return current is not None and len(current.entries) == 8
-
-    await drain(bus, f"evidence2-{ws}", ws, eight_entries)
+    late = next(ev for ev in await _events(bus, ws, run) if ev.type == "recovery.gave_up")
+    await Evidence(bus).on_event(late)
     after, _ = await store.load(bus, ws, run)
-    assert after is not None and len(after.entries) == 8 and after.entries[:7] == led.entries[:7]
-    assert after.seal == led.seal
+    assert after == led
     assert len(await sealed_events(bus, ws, run)) == 1
     assert (await verify_run(bus, run)).ok
 
@@ -275,3 +275,136 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
     problems = (await verify_run(bus, run, audit_wait_s=0)).problems
     assert any(p.startswith("entry 1") and "modified" in p for p in problems)
     assert any("differs from AUDIT" in p for p in problems)
+
+
+async def _finish(bus: Bus, ws: str, run: str, kind: str = "exec.succeeded") -> Event:
+    payloads: dict[str, msgspec.Struct] = {
+        "exec.succeeded": c.ExecFinished(exit_code=0, reason="Completed", node="box", duration_s=3.0),
+        "exec.cancelled": c.ExecFinished(exit_code=143, reason="Cancelled"),
+        "recovery.gave_up": c.RecoveryGaveUp(reason="x", classification="app", attempts=1),
+    }
+    await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payloads[kind])
+    return next(ev for ev in reversed(await _events(bus, ws, run)) if ev.type == kind)
+
+
+@pytest.fixture
+async def evidence() -> AsyncIterator[Bus]:
+    """A connection of the evidence service's (``evidence.sealed`` is its to publish: ``bus/sources.py``)."""
+    own = await connect(os.environ["TAU_NATS_URL"], name="evidence")
+    yield own
+    await own.close()
+
+
+async def audit_caught_up(bus: Bus) -> None:
+    """AUDIT mirrors RUNS asynchronously: wait until it holds what RUNS holds now."""
+    want = (await bus.js.stream_info("RUNS")).state.last_seq
+    for _ in range(100):
+        if (await bus.js.stream_info("AUDIT")).state.last_seq >= want:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("AUDIT did not catch up with RUNS in 2 s")
+
+
+def test_the_evidence_durable_receives_only_terminal_events() -> None:
+    assert sorted(CONSUMERS["evidence"].filters) == sorted(f"run.*.*.{t}" for t in TERMINAL_EVENTS)
+
+
+async def test_no_ledger_before_the_terminal_event_then_one_with_exactly_the_run_s_events(
+    bus: Bus, evidence: Bus, tmp_path: Path
+) -> None:
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"one-{uuid.uuid4().hex[:6]}"
+    await publish_run(bus, ws, run, tmp_path, log_lines=["hello"])
+    service = Evidence(bus)
+    for ev in await _events(bus, ws, run):  # what an upgraded durable may still deliver: ignored
+        await service.on_event(ev)
+    assert await store.load(bus, ws, run) == (None, 0)
+
+    terminal = await _finish(bus, ws, run)
+    sealed = await store.seal(evidence, terminal)  # the one write: the ledger, created sealed with the bundle's digest
+    assert await store.announce(evidence, sealed) is True
+    assert await store.announce(evidence, msgspec.structs.replace(sealed, resumed=True)) is False  # a redelivery
+    events = [ev for ev in await _events(bus, ws, run) if ev.type != "evidence.sealed"]
+    assert [e.event_id for e in sealed.ledger.entries] == [ev.id for ev in events]
+    assert ((await store.load(bus, ws, run))[0], sealed.resumed) == (sealed.ledger, False)
+    assert sealed.ledger.seal is not None and sealed.ledger.seal.digest
+    assert len(await sealed_events(bus, ws, run)) == 1
+    await audit_caught_up(bus)
+    assert (await verify_run(bus, run)).ok
+
+
+async def test_a_seal_interrupted_at_any_step_completes_once_with_the_same_digest(
+    bus: Bus, evidence: Bus, tmp_path: Path
+) -> None:
+    """The evidence process gone between the terminal event and the end of the seal: its redelivery seals once."""
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"crash-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "output").mkdir()
+    (tmp_path / "output" / "model.bin").write_bytes(b"1" * 10)
+    await publish_run(bus, ws, run, tmp_path, log_lines=["a", "b"])
+    terminal = await _finish(bus, ws, run)
+
+    # Gone after storing the bundle, before writing the ledger: the stored bundle is reused, never rebuilt
+    # (an output written since would change a rebuilt one).
+    first = await store.seal(evidence, terminal)
+    assert first.ledger.seal is not None
+    digest = first.ledger.seal.digest
+    await store.kv.delete(bus, store.BUCKET, store.key(ws, run))
+    (tmp_path / "output" / "late.txt").write_text("written after the seal\n")
+    # Gone after writing the ledger, before announcing it: the redelivery announces once.
+    again = await store.seal(evidence, terminal)
+    assert again.ledger.seal is not None and again.ledger.seal.digest == digest
+    assert await sealed_events(bus, ws, run) == []
+    await Evidence(evidence).on_event(terminal)
+    await Evidence(evidence).on_event(terminal)  # and a redelivery after a lost ack changes nothing
+    [announcement] = [ev.payload(c.EvidenceSealed) for ev in await sealed_events(bus, ws, run)]
+    led, _ = await store.load(bus, ws, run)
+    assert led is not None and led.seal is not None
+    assert (announcement.digest, led.seal.digest, led.entries) == (digest, digest, first.ledger.entries)
+    await audit_caught_up(bus)
+    report = await verify_run(bus, run)
+    assert report.problems == [] and report.digest == digest
+
+    # Redelivered after the stream's duplicate window: the announcement found in RUNS is not published again.
+    assert await store.announce(evidence, await store.seal(evidence, terminal)) is False
+
+
+async def test_concurrent_racing_terminal_events_seal_once_by_the_first_in_the_stream(
+    bus: Bus, tmp_path: Path
+) -> None:
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"race-{uuid.uuid4().hex[:6]}"
+    await publish_run(bus, ws, run, tmp_path, log_lines=["x"])
+    cancelled = await _finish(bus, ws, run, "exec.cancelled")
+    gave_up = await _finish(bus, ws, run, "recovery.gave_up")
+    # two replicas, the later event's handled first: each builds the run's ledger up to its first terminal event
+    a, b = await connect(os.environ["TAU_NATS_URL"], name="evidence"), await connect(
+        os.environ["TAU_NATS_URL"], name="evidence")
+    try:
+        await asyncio.gather(Evidence(a).on_event(gave_up), Evidence(b).on_event(cancelled),
+                             Evidence(a).on_event(cancelled))
+    finally:
+        await a.close()
+        await b.close()
+    [announcement] = [ev.payload(c.EvidenceSealed) for ev in await sealed_events(bus, ws, run)]
+    led, _ = await store.load(bus, ws, run)
+    assert led is not None and led.seal is not None
+    assert (led.seal.event_id, led.seal.index, len(led.entries)) == (cancelled.id, 5, 6)
+    assert (announcement.terminal_state, announcement.digest) == ("cancelled", led.seal.digest)
+    await audit_caught_up(bus)
+    assert (await verify_run(bus, run)).ok
+
+
+async def test_a_ledger_written_per_event_before_the_upgrade_is_extended_and_sealed(
+    bus: Bus, evidence: Bus, tmp_path: Path
+) -> None:
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:6]}"
+    await publish_run(bus, ws, run, tmp_path, log_lines=["x"])
+    early = (await _events(bus, ws, run))[:3]
+    await store.update(bus, ws, run, lambda cur: lg.extend(cur, early))  # as the earlier version left it
+    terminal = await _finish(bus, ws, run)
+    await Evidence(evidence).on_event(terminal)
+    led, _ = await store.load(bus, ws, run)
+    events = await _events(bus, ws, run)
+    assert led is not None and led.seal is not None and led.seal.digest
+    assert [e.event_id for e in led.entries] == [ev.id for ev in events if ev.type != "evidence.sealed"]
+    assert led.entries[:3] == lg.extend(lg.Ledger(run_id=run, workspace=ws), early).entries
+    await audit_caught_up(bus)
+    assert (await verify_run(bus, run)).ok

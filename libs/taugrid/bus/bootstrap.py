@@ -7,8 +7,9 @@ made with another count keeps it). It only *creates*: the bootstrap identity may
 (``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is
 reported, not changed (``python -m taugrid.bus.bootstrap --update`` with the break-glass credentials changes it).
 AUDIT's protective settings (mirror of RUNS, deny delete and purge, retention) are re-checked on every run and
-any difference raises an alarm (``audit_drift``; logged at ERROR and returned). Existing consumers are left as
-they are (JetStream does not allow changing most consumer fields).
+any difference raises an alarm (``audit_drift``; logged at ERROR and returned). An existing consumer gets the
+declared filter when its own differs (a release narrowed it); its other fields are left as they are (JetStream
+does not allow changing most of them).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ log = logging.getLogger("taugrid.bootstrap")
 
 # the stream settings the bootstrap compares (the rest are server defaults or set by the server)
 _COMPARED = ("subjects", "retention", "storage", "max_age", "duplicate_window", "max_bytes", "discard",
-             "deny_delete", "deny_purge", "max_msgs")
+             "deny_delete", "deny_purge", "max_msgs", "allow_direct")
 
 
 def _differences(want: StreamConfig, have: StreamConfig) -> list[str]:
@@ -123,8 +124,8 @@ def consumer_config(spec: ConsumerSpec) -> ConsumerConfig:
         description=spec.description or None,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
-        filter_subjects=spec.filters if len(spec.filters) > 1 else None,
-        filter_subject=spec.filters[0] if len(spec.filters) == 1 else None,
+        filter_subjects=_filters(spec)[0],
+        filter_subject=_filters(spec)[1],
         max_deliver=spec.max_deliver,
         ack_wait=spec.ack_wait,
         max_ack_pending=spec.max_ack_pending,
@@ -132,10 +133,25 @@ def consumer_config(spec: ConsumerSpec) -> ConsumerConfig:
 
 
 async def ensure_consumer(bus: Bus, spec: ConsumerSpec) -> None:
+    """Create the durable if missing; give an existing one the declared filter when it has another (the one
+    field of a durable that a release changes, and one the server lets an update change: deliveries resume where
+    the durable stands, under the new filter)."""
     try:
-        await bus.js.consumer_info(spec.stream, spec.durable)
+        info = await bus.js.consumer_info(spec.stream, spec.durable)
     except nats.js.errors.NotFoundError:
         await bus.js.add_consumer(spec.stream, consumer_config(spec))
+        return
+    have = list(info.config.filter_subjects or ([info.config.filter_subject] if info.config.filter_subject else []))
+    if sorted(have) != sorted(spec.filters):
+        log.info("consumer %s: filter %s, declared %s; updating it", spec.durable, have, spec.filters)
+        many, one = _filters(spec)
+        await bus.js.add_consumer(spec.stream, dataclasses.replace(info.config, filter_subjects=many,
+                                                                   filter_subject=one))
+
+
+def _filters(spec: ConsumerSpec) -> tuple[list[str] | None, str | None]:
+    """(filter_subjects, filter_subject): the server takes one filter in the latter, several in the former."""
+    return (spec.filters if len(spec.filters) > 1 else None, spec.filters[0] if len(spec.filters) == 1 else None)
 
 
 async def _allow_direct(bus: Bus, stream: str, *, update: bool) -> list[str]:
@@ -159,7 +175,7 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
         drifted[s.name] = await _ensure_stream(bus, StreamConfig(
             name=s.name, subjects=s.subjects, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
             max_age=s.max_age, duplicate_window=s.duplicate_window, max_bytes=s.max_bytes,
-            discard=DiscardPolicy.OLD, num_replicas=replicas,
+            discard=DiscardPolicy.OLD, num_replicas=replicas, allow_direct=s.allow_direct or None,
         ), update=update)
     await _ensure_stream(bus, audit_config(replicas), update=False)  # a mirror's settings are never updated
     alarms = [f"ALARM: {AUDIT_STREAM} {d}" for d in await audit_drift(bus)]

@@ -1,10 +1,13 @@
 """Direct reads of single stored stream messages (no consumer), with taugrid's errors.
 
 A direct get costs one request, where a filtered replay would create and delete a consumer: use these for
-"the last message on a subject" and "the message at a sequence the caller recorded".
+"the last message on a subject", "the message at a sequence the caller recorded" and "a run's few messages in
+stream order" (``history``, on a stream that allows direct gets).
 """
 
 from __future__ import annotations
+
+import json
 
 import nats
 
@@ -47,3 +50,54 @@ async def bounds(bus: Bus, stream: str) -> tuple[int, int]:
     except (nats.errors.Error, TimeoutError) as exc:
         raise TemporaryError(f"reading {stream}'s state failed: {exc!r}", delay=1.0) from exc
     return int(info.state.first_seq or 0), int(info.state.last_seq or 0)
+
+
+class DirectGetUnavailable(TemporaryError):
+    """The stream answers no direct gets (``allow_direct`` off: a stream made before it was declared)."""
+
+
+async def history(bus: Bus, stream: str, subject: str, *, through: int | None = None, start: int = 1
+                  ) -> list[Event]:
+    """The messages of ``stream`` on ``subject`` (a filter) from sequence ``start`` through sequence ``through``
+    (None: through the last one stored now; an empty list when there is none), in stream order, read by direct
+    gets ``{"seq", "next_by_subj"}``: one request per message, no consumer. The server finds each next match
+    through its subject index, so a start far before the subject's first message costs no scan of the stream.
+    (Not the batch form, ``"batch": N``: for every message it returns the server counts the filter's pending
+    messages, which on a wildcard filter cost it ~2 ms per message on a stream of 240k.)
+
+    Raises ``DirectGetUnavailable`` when the stream does not allow direct gets (the caller falls back to a
+    replay), ``TemporaryError`` when the messages read do not reach ``through``, as a replica that has not caught
+    up (any replica may answer a direct get) would give: every message before ``through`` is stored before it, so
+    an answer that holds ``through`` holds them all."""
+    out: list[Event] = []
+    seq = start
+    while through is None or seq <= through:
+        ev = await _direct_next(bus, stream, seq, subject)
+        if ev is None:
+            break
+        if through is not None and ev.seq > through:
+            break
+        out.append(ev)
+        seq = ev.seq + 1
+    if through is not None and (not out or out[-1].seq != through):
+        raise TemporaryError(f"{stream} {subject}: seq {through} is not among the messages read back", delay=0.5)
+    return out
+
+
+async def _direct_next(bus: Bus, stream: str, seq: int, subject: str) -> Event | None:
+    """The first message on ``subject`` at or after ``seq`` (a direct get), or None when there is none."""
+    request = json.dumps({"seq": seq, "next_by_subj": subject}).encode()
+    try:
+        msg = await bus.nc.request(f"$JS.API.DIRECT.GET.{stream}", request, timeout=5.0)
+    except nats.errors.NoRespondersError as exc:
+        raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"reading {stream} ({subject} from {seq}) failed: {exc!r}", delay=1.0) from exc
+    headers = msg.headers or {}
+    status = headers.get("Status", "")
+    if status == "404":
+        return None
+    if status:
+        raise TemporaryError(f"reading {stream} ({subject} from {seq}) answered {status}", delay=1.0)
+    return from_message(headers.get("Nats-Subject", ""), headers, msg.data or b"",
+                        seq=int(headers.get("Nats-Sequence", "0") or 0))

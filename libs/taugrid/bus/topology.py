@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from taugrid.core.events import HIGH_LANE
+from taugrid.core.events import HIGH_LANE, TERMINAL_EVENTS
 
 DAY = 86400.0
 
@@ -20,6 +20,8 @@ class StreamSpec:
     max_age: float
     duplicate_window: float = 600.0
     max_bytes: int = -1
+    # direct gets (no consumer; any replica answers): the evidence reads a run's events and logs back at its seal
+    allow_direct: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,10 @@ class ConsumerSpec:
 
 
 STREAMS = [
-    StreamSpec("RUNS", ["run.>"], max_age=30 * DAY),
+    StreamSpec("RUNS", ["run.>"], max_age=30 * DAY, allow_direct=True),
     StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY),
     StreamSpec("NODES", ["node.>"], max_age=3 * DAY),
-    StreamSpec("LOGS", ["log.>"], max_age=14 * DAY, duplicate_window=120.0),
+    StreamSpec("LOGS", ["log.>"], max_age=14 * DAY, duplicate_window=120.0, allow_direct=True),
     StreamSpec("BACKEND", ["backend.>"], max_age=7 * DAY),
     # Poison messages we terminated, plus the server's max-deliveries advisories, so nothing is lost silently.
     StreamSpec("DLQ", ["dlq.>", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"], max_age=30 * DAY),
@@ -97,7 +99,10 @@ CONSUMERS = {
             ["run.*.*.exec.failed", "run.*.*.admission.preempted", "run.*.*.render.failed",
              "run.*.*.health.degraded"],
         ),
-        ConsumerSpec("evidence", "RUNS", ["run.>"]),
+        # only what seals a run (never laned: core/events.py LANED_EVENTS); the run's other events are read back
+        # from RUNS at the seal (evidence/store.py run_history)
+        ConsumerSpec("evidence", "RUNS", [f"run.*.*.{t}" for t in sorted(TERMINAL_EVENTS)],
+                     description="seals a run at its terminal event"),
         ConsumerSpec("health-monitor", "NODES", ["node.*.sample"]),
         # exactly three tokens: a high-lane run's apply (backend.local.apply.high) goes to local-cluster-high
         ConsumerSpec("local-cluster", "BACKEND", ["backend.local.*"], max_deliver=20),

@@ -4,7 +4,7 @@ Pure (no I/O). Invariants:
 - ``entry.hash`` = sha256 of the canonical JSON (sorted keys, no whitespace) of the entry without ``hash``;
   ``entry.prev`` is the previous entry's hash, ``GENESIS`` (64 zeros) for the first; ``entry.index`` counts
   from 0. Changing any field of any entry breaks that entry's hash or the next entry's ``prev``.
-- ``append`` is idempotent by event id: a redelivered event is never appended twice.
+- ``append`` (and ``extend``) is idempotent by event id: a redelivered event is never appended twice.
 - The seal is claimed once per run (``claim_seal``): the first terminal event to claim it wins, and a later
   terminal event (a duplicate, or a racing cancel vs. give-up) leaves the claim as it is.
 """
@@ -12,6 +12,7 @@ Pure (no I/O). Invariants:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import msgspec
@@ -59,7 +60,9 @@ class Seal(msgspec.Struct, frozen=True, kw_only=True):
     index: int  # ledger index of the terminal entry; the bundle covers entries[: index + 1]
     bundle: str = ""
     digest: str = ""
-    emitted: bool = False  # evidence.sealed published (and stored: publish waits for the stream ack)
+    # Written by releases that updated the ledger after publishing evidence.sealed; RUNS holding the announcement
+    # is the record of it now (the ledger is written once, at the seal), so a current ledger keeps False.
+    emitted: bool = False
 
 
 class Ledger(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,6 +122,20 @@ def append(ledger: Ledger, event: LedgerEvent) -> Ledger:
     return msgspec.structs.replace(ledger, entries=(*ledger.entries, entry))
 
 
+def extend(ledger: Ledger, events: Iterable[LedgerEvent]) -> Ledger:
+    """``append`` of each event in turn, in linear time (a run's whole history at its seal)."""
+    seen = {e.event_id for e in ledger.entries}
+    entries = list(ledger.entries)
+    for event in events:
+        if event.id in seen:
+            continue
+        seen.add(event.id)
+        entries.append(make_entry(event, index=len(entries), prev=entries[-1].hash if entries else GENESIS))
+    if len(entries) == len(ledger.entries):
+        return ledger
+    return msgspec.structs.replace(ledger, entries=tuple(entries))
+
+
 def claim_seal(ledger: Ledger, event: LedgerEvent) -> Ledger:
     """Claim the run's seal for a terminal event already in the ledger; first claim wins."""
     if ledger.seal is not None or event.type not in TERMINAL_EVENTS:
@@ -129,13 +146,6 @@ def claim_seal(ledger: Ledger, event: LedgerEvent) -> Ledger:
     return msgspec.structs.replace(
         ledger, seal=Seal(event_id=entry.event_id, type=entry.type, attempt=entry.attempt, index=entry.index)
     )
-
-
-def mark_emitted(ledger: Ledger) -> Ledger:
-    """Record that ``evidence.sealed`` is on the bus, so no redelivery publishes it again."""
-    if ledger.seal is None or ledger.seal.emitted:
-        return ledger
-    return msgspec.structs.replace(ledger, seal=msgspec.structs.replace(ledger.seal, emitted=True))
 
 
 def verify_entries(entries: tuple[Entry, ...] | list[Entry]) -> list[str]:

@@ -2,16 +2,18 @@
 
 Invariants:
 - One KV key per run (``run.<workspace>.<run_id>``, so people's permissions can confine reads to their
-  workspaces' ledgers); every write is a compare-and-set on the revision read, and a lost
-  race re-reads and re-applies the (idempotent) change, so concurrent replicas never fork or drop entries.
-- A run is sealed once: the first terminal event to claim the seal wins (``ledger.claim_seal`` under CAS).
+  workspaces' ledgers), written when the run is sealed: the run's events up to and including its first terminal
+  event (stream order) are read back from RUNS (``run_history``) and chained in that order; a run not sealed yet
+  has no ledger. Every write is a compare-and-set (the first one a create), and a lost race re-reads.
+- A run is sealed once, by its first terminal event in stream order: whichever terminal event of the run is
+  handled (a duplicate, a racing cancel vs. give-up, a second replica), the history read back ends at that first
+  one, so every handler builds the same ledger, claim and bundle, and the one whose create lands wins.
 - Sealing is idempotent: a bundle already stored for the winning terminal event is reused as it is, never
   rebuilt or overwritten; a fresh collection of the same stream contents yields identical bytes.
 - ``digest`` = sha256 (hex) of the stored bundle bytes; large attempt logs are separate objects whose sha256
   the bundle records, so the bundle digest covers them too.
-- A ``LedgerCache`` only saves the read before a write: its revision is the CAS precondition, so an entry made
-  stale by another replica fails the write and the ledger is re-read. ``Event``s remembered from the consumer
-  are the same messages ``collect`` would otherwise fetch back from RUNS by sequence.
+- A ledger written per event by an earlier version (runs in flight across the upgrade) is extended with what it
+  lacks, by event id, and sealed the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import OrderedDict
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,15 +30,17 @@ import msgspec
 
 from taugrid.bus import kv, streams
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.objects import read as read_object
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import PlatformReader
-from taugrid.bus.replay import replay
+from taugrid.bus.replay import follow, replay
+from taugrid.bus.sources import source_problem
+from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
 from taugrid.core.errors import PermanentError, TemporaryError
-from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject
+from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.evidence import bundle as b
@@ -76,77 +80,21 @@ async def find(bus: Bus, run_id: str) -> lg.Ledger | None:
     return lg.decode(raw) if raw else None
 
 
-class LedgerCache:
-    """The ledgers this process last wrote, by KV key, with their revisions (bounded, least recently used out)."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._entries: OrderedDict[str, tuple[lg.Ledger, int]] = OrderedDict()
-
-    def take(self, ledger_key: str) -> tuple[lg.Ledger, int] | None:
-        return self._entries.pop(ledger_key, None)
-
-    def forget(self, ledger_key: str) -> None:
-        """Drop a ledger that will not be written again soon (its run is sealed and announced)."""
-        self._entries.pop(ledger_key, None)
-
-    def __contains__(self, ledger_key: str) -> bool:
-        return ledger_key in self._entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def put(self, ledger_key: str, ledger: lg.Ledger, revision: int) -> None:
-        self._entries[ledger_key] = (ledger, revision)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-
-
-async def update(
-    bus: Bus, workspace: str, run_id: str, change: Callable[[lg.Ledger], lg.Ledger], *,
-    cache: LedgerCache | None = None,
-) -> lg.Ledger:
+async def update(bus: Bus, workspace: str, run_id: str, change: Callable[[lg.Ledger], lg.Ledger]) -> lg.Ledger:
     """Apply ``change`` to the run's ledger with compare-and-set; a no-op change writes nothing."""
-    k = key(workspace, run_id)
     for _ in range(_CAS_TRIES):
-        cached = cache.take(k) if cache is not None else None
-        current, revision = cached if cached is not None else await load(bus, workspace, run_id)
+        current, revision = await load(bus, workspace, run_id)
         base = current if current is not None else lg.Ledger(run_id=run_id, workspace=workspace)
         new = change(base)
         if current is not None and new == current:
-            if cached is not None:
-                continue  # a redelivery: decide on the stored ledger, never on a copy another replica outdated
-            if cache is not None:
-                cache.put(k, current, revision)
             return current
         try:
-            written = await kv.save(bus, BUCKET, k, lg.encode(new), revision=revision)
+            await kv.save(bus, BUCKET, key(workspace, run_id), lg.encode(new), revision=revision)
         except kv.Conflict:
             await asyncio.sleep(0.005)
             continue
-        if cache is not None:
-            cache.put(k, new, int(written))
         return new
     raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
-
-
-async def record(bus: Bus, ev: Event, *, cache: LedgerCache | None = None) -> lg.Ledger:
-    """Append ``ev`` (once), claim the seal if it is the first terminal event, note an ``evidence.sealed``."""
-    workspace, run_id = run_of(ev)
-
-    def change(ledger: lg.Ledger) -> lg.Ledger:
-        ledger = lg.append(ledger, ev)
-        if ev.type in TERMINAL_EVENTS:
-            ledger = lg.claim_seal(ledger, ev)
-        elif ev.type == "evidence.sealed":
-            ledger = lg.mark_emitted(ledger)
-        return ledger
-
-    return await update(bus, workspace, run_id, change, cache=cache)
-
-
-async def mark_emitted(bus: Bus, workspace: str, run_id: str, *, cache: LedgerCache | None = None) -> lg.Ledger:
-    return await update(bus, workspace, run_id, lg.mark_emitted, cache=cache)
 
 
 def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
@@ -203,15 +151,12 @@ async def collect(
     workspace = ledger.workspace or next((ev.workspace for ev in events if ev.workspace), "")
 
     chunks: dict[int, list[LogChunk]] = {}
-    log_subject = f"log.*.{token(run_id)}.*"
-    has_logs = await streams.holds(bus, "LOGS", log_subject)
-    log_msgs = await replay(bus, stream="LOGS", subject=log_subject) if has_logs else []
-    for m in log_msgs:
+    for m in await _log_messages(bus, f"log.*.{token(run_id)}.*"):
         try:
             chunk = msgspec.json.decode(m.data, type=LogChunk)
         except msgspec.DecodeError:
             continue  # not a LogChunk: nothing we can order or attribute
-        tail = m.subject.rsplit(".", 1)[-1]
+        tail = m.nats_subject.rsplit(".", 1)[-1]
         chunks.setdefault(chunk.attempt or (int(tail) if tail.isdigit() else 0), []).append(chunk)
     logs: dict[int, dict[str, Any]] = {}
     extra: dict[str, bytes] = {}
@@ -258,6 +203,20 @@ async def collect(
     return b.encode(doc), extra
 
 
+async def _log_messages(bus: Bus, subject: str) -> list[Event]:
+    """The run's log chunks on LOGS: by batch direct gets, else (a stream made before LOGS allowed them) a replay."""
+    try:
+        return await streams.history(bus, "LOGS", subject)
+    except streams.DirectGetUnavailable:
+        if not await streams.holds(bus, "LOGS", subject):
+            return []
+        return [from_message(m.subject, m.headers, m.data) for m in await replay(bus, stream="LOGS", subject=subject)]
+
+
+# One reader per connection: it parses each platform revision once (every run of a revision is priced from it).
+_READERS: weakref.WeakKeyDictionary[Bus, PlatformReader] = weakref.WeakKeyDictionary()
+
+
 async def _gpu_hour_price(bus: Bus, approved: PolicyApproved | None) -> tuple[float, int]:
     """(price of a GPU-hour on the run's compute profile, the platform revision it comes from) as the platform
     stood when the run was approved; (0, 0) when the run was never approved or that revision (or the profile)
@@ -267,7 +226,10 @@ async def _gpu_hour_price(bus: Bus, approved: PolicyApproved | None) -> tuple[fl
     revision = approved.platform_revision or approved.run.platform_revision
     if not revision:
         return 0.0, 0
-    platform = await PlatformReader(bus).at(revision)  # a TemporaryError retries the seal, never prices it 0
+    reader = _READERS.get(bus)
+    if reader is None:
+        reader = _READERS[bus] = PlatformReader(bus)
+    platform = await reader.at(revision)  # a TemporaryError retries the seal, never prices it 0
     if not isinstance(platform, Platform):
         return 0.0, 0
     profile = next((p for p in platform.compute_profiles if p.name == approved.run.profile), None)
@@ -309,36 +271,116 @@ def _commits_to(data: bytes, seal: lg.Seal) -> bool:
     return isinstance(doc, dict) and doc.get("terminal", {}).get("event_id") == seal.event_id
 
 
-async def seal(
-    bus: Bus, workspace: str, run_id: str, terminal_event: Event, *, cache: LedgerCache | None = None,
-    known: Mapping[int, Event] | None = None,
-) -> EvidenceSealed:
-    """Seal the run: store its bundle once and return the ``evidence.sealed`` payload (the caller publishes).
+async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
+    """The run's events in stream order, up to and including ``terminal_event``, as its consumers accepted them.
 
-    When another terminal event already won the seal, the bundle describes that one (first wins).
-    """
+    Read from RUNS by batch direct gets from the start of the stream (the server's subject index finds the
+    run's first event), or through a replay where RUNS allows no direct gets yet (a stream made before it was
+    declared; ``python -m taugrid.bus.bootstrap --update`` turns them on). Events older than RUNS keeps
+    (``max_age``) are read from AUDIT, its mirror, which keeps the same sequence numbers longer. Events from a
+    service not allowed to publish their subject are left out: every consumer dead-lettered them, and
+    ``tau verify`` does not count them as the run's."""
+    ws, run, _ = parse_run_subject(terminal_event.nats_subject)
+    subject = f"run.{ws}.{run}.>"
+    through = terminal_event.seq
+    try:
+        events = await streams.history(bus, "RUNS", subject, through=through)
+    except streams.DirectGetUnavailable:
+        events = [ev async for ev in follow(bus, subject, stream="RUNS") if ev.seq <= through]
+        if not events or events[-1].seq != through:
+            raise TemporaryError(f"RUNS {subject}: seq {through} not read back yet", delay=0.5) from None
+    if events[0].type != "submit.requested" and (await streams.bounds(bus, "RUNS"))[0] > 1:
+        first = events[0].seq  # the run's first events may have aged out of RUNS: AUDIT still has them
+        older = [ev async for ev in follow(bus, subject, stream=AUDIT_STREAM) if ev.seq < first]
+        events = older + events
+    return [ev for ev in events if source_problem(ev.nats_subject, ev.source) is None]
+
+
+def sealed_ledger(base: lg.Ledger, events: list[Event]) -> lg.Ledger:
+    """``base`` (an empty ledger, or one an earlier version wrote per event) with the run's ``events`` through
+    its first terminal event appended, and that event's seal claimed (first wins: a claim already made stays)."""
+    first = next((i for i, ev in enumerate(events) if ev.type in TERMINAL_EVENTS), None)
+    if first is None:
+        raise PermanentError(f"no terminal event among the {len(events)} events of run {base.run_id}")
+    ledger = lg.extend(base, events[: first + 1])
+    return lg.claim_seal(ledger, events[first])
+
+
+class Sealed(msgspec.Struct, frozen=True, kw_only=True):
+    """A sealed run's ledger as stored, and whether it was found already written."""
+
+    ledger: lg.Ledger
+    resumed: bool  # the ledger existed before this call: an interrupted or concurrent seal, or a redelivery
+
+
+async def seal(bus: Bus, terminal_event: Event) -> Sealed:
+    """Seal the run of ``terminal_event``: build its ledger, store its bundle once, write the ledger with the
+    bundle's digest in one compare-and-set (a create for a fresh run): the run's only ledger write. The caller
+    announces it (``announce``).
+
+    When another terminal event came first in the stream, the seal (and the bundle) is that event's."""
     if terminal_event.type not in TERMINAL_EVENTS:
         raise PermanentError(
-            f"{terminal_event.type} is not terminal; a run is sealed on one of " f"{sorted(TERMINAL_EVENTS)}"
+            f"{terminal_event.type} is not terminal; a run is sealed on one of {sorted(TERMINAL_EVENTS)}"
         )
-    ledger = await record(bus, terminal_event, cache=cache)
+    workspace, run_id = run_of(terminal_event)
+    resumed = False
+    for _ in range(_CAS_TRIES):
+        current, revision = await load(bus, workspace, run_id)
+        resumed = resumed or current is not None
+        if current is not None and current.seal is not None and current.seal.digest:
+            return Sealed(ledger=current, resumed=True)
+        known: dict[int, Event] = {}
+        if current is None or current.seal is None:
+            events = await run_history(bus, terminal_event)
+            known = {ev.seq: ev for ev in events}
+            base = current if current is not None else lg.Ledger(run_id=run_id, workspace=workspace)
+            ledger = sealed_ledger(base, events)
+        else:
+            ledger = current  # claimed by an earlier version, its bundle not written yet
+        digest = await _store_bundle(bus, workspace, ledger, known)
+        assert ledger.seal is not None
+        ledger = msgspec.structs.replace(
+            ledger, seal=msgspec.structs.replace(ledger.seal, bundle=b.bundle_name(run_id), digest=digest))
+        try:
+            await kv.save(bus, BUCKET, key(workspace, run_id), lg.encode(ledger), revision=revision)
+        except kv.Conflict:  # another handler sealed it meanwhile (the same ledger) or an old one appended
+            resumed = True
+            await asyncio.sleep(0.005)
+            continue
+        return Sealed(ledger=ledger, resumed=resumed)
+    raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
+
+
+async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapping[int, Event]) -> str:
+    """The digest of the run's bundle for the ledger's seal: the one stored already (a seal interrupted after
+    storing it), else collected and stored now."""
     claim = ledger.seal
-    assert claim is not None  # record() claims on a terminal event when nobody has
-    name = b.bundle_name(run_id)
+    assert claim is not None
+    name = b.bundle_name(ledger.run_id)
     existing = await read_object(bus, name)
     if existing is not None and _commits_to(existing, claim):
-        digest = lg.sha256(existing)  # already sealed (maybe by a replica that died before the KV write)
-    else:
-        data, extra = await collect(bus, ledger, known=known)
-        for obj, blob in sorted(extra.items()):
-            await put_object(bus, obj, blob, workspace=workspace)
-        await put_object(bus, name, data, workspace=workspace)
-        digest = lg.sha256(data)
+        return lg.sha256(existing)  # never rebuilt: the outputs it scanned may have changed since
+    data, extra = await collect(bus, ledger, known=known)
+    for obj, blob in sorted(extra.items()):
+        await put_object(bus, obj, blob, workspace=workspace)
+    await put_object(bus, name, data, workspace=workspace)
+    return lg.sha256(data)
 
-    def settle(current: lg.Ledger) -> lg.Ledger:
-        s = current.seal
-        if s is None or s.event_id != claim.event_id or (s.bundle, s.digest) == (name, digest):
-            return current
-        return msgspec.structs.replace(current, seal=msgspec.structs.replace(s, bundle=name, digest=digest))
 
-    return sealed_payload(await update(bus, workspace, run_id, settle, cache=cache))
+async def announce(bus: Bus, sealed: Sealed) -> bool:
+    """Publish ``evidence.sealed`` once; False when it was on the bus already (RUNS holds it).
+
+    Its message id is deterministic (``<run>.<attempt>.evidence.sealed``), so the stream drops a republish within
+    its duplicate window; a seal resumed (the ledger was written before: a redelivery, an interrupted or concurrent
+    seal) first looks for the announcement in RUNS, which is the record that it was made."""
+    ledger = sealed.ledger
+    claim = ledger.seal
+    if claim is None or not claim.digest:
+        raise ValueError(f"run {ledger.run_id} is not sealed")
+    if sealed.resumed and await streams.last(bus, "RUNS", run_subject(ledger.workspace, ledger.run_id,
+                                                                       "evidence.sealed")) is not None:
+        return False
+    await bus.emit(workspace=ledger.workspace, run_id=ledger.run_id, attempt=claim.attempt,
+                   event_type="evidence.sealed", payload=sealed_payload(ledger), dedup="")
+    return True
