@@ -187,7 +187,7 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     report = VerifyReport(run_id=run_id, ok=False, sealed=False)
     if ledger is None:
         report.problems.append(
-            f"no ledger for run {run_id} (unknown run, or the evidence service never saw it)"
+            f"no ledger for run {run_id} (unknown run, or not sealed yet: a run's ledger is written at its seal)"
         )
         return report
     report.entries, report.ledger_head = len(ledger.entries), ledger.head
