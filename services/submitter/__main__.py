@@ -5,7 +5,7 @@ from taugrid_services.submitter.handlers import Submitter
 async def start(svc: Service) -> None:
     s = Submitter(svc.bus)
     svc.consume("submitter", s.on_requested)
-    svc.consume("runstate", s.on_any, batch=64)
+    svc.consume("runstate", s.on_any, batch=64, ordered=False)  # runstate.Projector keeps each run's order
 
 
 if __name__ == "__main__":

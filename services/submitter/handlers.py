@@ -64,7 +64,7 @@ def _lane(req: SubmitRequested, platform: Platform | None, workspace: str) -> st
 class Submitter:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self.records = runstate.RecordCache()
+        self.projector = runstate.Projector(bus)
         self.signers = Signers(bus)
 
     async def on_requested(self, ev: Event) -> None:
@@ -185,4 +185,4 @@ class Submitter:
         )
 
     async def on_any(self, ev: Event) -> None:
-        await runstate.project(self.bus, ev, cache=self.records)
+        await self.projector.project(ev)

@@ -17,11 +17,13 @@ import uuid
 from pathlib import Path
 
 import msgspec
+from prometheus_client import REGISTRY
 
 from taugrid.bus import Bus, connect, identity, runstate
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
+from taugrid.bus.replay import batches as replay_batches
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core import contracts as c
@@ -189,3 +191,45 @@ async def test_a_sealed_runs_record_leaves_the_projectors_cache(bus: Bus) -> Non
     record, _ = await runstate.get(bus, ws, sealed)
     assert record is not None and record.history[-1]["type"] == "evidence.sealed"
     assert (runstate.key(ws, sealed) in cache, runstate.key(ws, going) in cache, len(cache)) == (False, True, 1)
+
+
+def run_state_writes() -> float:
+    return REGISTRY.get_sample_value("taugrid_kv_seconds_count",
+                                     {"bucket": "run_state", "op": "save", "outcome": "ok"}) or 0.0
+
+
+async def stored_events(bus: Bus, ws: str, run: str) -> list[Event]:
+    return [ev async for batch in replay_batches(bus, f"run.{ws}.{run}.>", stream="RUNS") for ev in batch]
+
+
+async def test_a_runs_events_arriving_during_its_write_are_written_together_in_stream_order(bus: Bus) -> None:
+    """The submitter's projection (``Projector`` behind a consumer that does not wait per run): the first event
+    is written at once, the four that arrive meanwhile in one more write, folded in the order they came."""
+    ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, run):
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run)
+    projector, before = runstate.Projector(bus), run_state_writes()
+    changed = await asyncio.gather(*(projector.project(ev) for ev in events))
+    record, _ = await runstate.get(bus, ws, run)
+    assert record is not None and changed == [True] * 5 and run_state_writes() - before == 2
+    assert [h["seq"] for h in record.history] == [ev.seq for ev in events]
+    assert (record.state, record.user, record.name, record.node) == ("running", "ada", "train", "box")
+    again = await asyncio.gather(*(projector.project(ev) for ev in events))  # redelivered: nothing to write
+    assert again == [False] * 5 and run_state_writes() - before == 2
+
+
+async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -> None:
+    ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, run):
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run)
+    events[2] = msgspec.structs.replace(events[2], data=b'{"run": 5}')  # policy.approved, undecodable
+    projector = runstate.Projector(bus)
+    outcomes = await asyncio.gather(*(projector.project(ev) for ev in events), return_exceptions=True)
+    assert outcomes[:2] == [True, True] and isinstance(outcomes[2], msgspec.ValidationError)
+    assert outcomes[3:] == [False, False]  # not applicable to an accepted run: noted, not applied
+    record, _ = await runstate.get(bus, ws, run)
+    assert record is not None and record.state == "accepted"
+    assert [(h["type"], h["applied"]) for h in record.history] == [
+        ("submit.requested", True), ("submit.accepted", True), ("render.applied", False), ("exec.running", False)]

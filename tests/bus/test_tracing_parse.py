@@ -40,10 +40,33 @@ def test_never_reads_what_the_propagator_would_not(traceparent: str) -> None:
             ref.trace_id, ref.span_id, ref.trace_flags)
 
 
-def test_a_span_continues_its_parents_trace_and_current_traceparent_matches_inject() -> None:
+def test_without_an_exporter_a_span_carries_its_parents_traceparent_unchanged() -> None:
     tracing.setup("test")
+    assert tracing.current_traceparent() == ""  # outside any span: nothing to carry
+    with tracing.span("x", parent=GOOD):
+        assert tracing.current_traceparent() == GOOD
+        with tracing.span("publish"):  # a nested span continues the enclosing one
+            assert tracing.current_traceparent() == GOOD
+        with tracing.span("y", parent="01" + GOOD[2:] + "-extra"):  # a later version, written as version 00
+            assert tracing.current_traceparent() == GOOD
+    assert tracing.current_traceparent() == ""
+    with tracing.span("root"):  # no parent: a new trace, which a nested span keeps
+        root = tracing.current_traceparent()
+        assert tracing._remote(root) is not None and root.split("-")[1] != GOOD.split("-")[1]
+        with tracing.span("publish"):
+            assert tracing.current_traceparent() == root
+    with tracing.span("bad", parent="garbage"):  # names no span: a new trace, as the SDK starts one
+        fresh = tracing.current_traceparent()
+        assert tracing._remote(fresh) is not None and fresh != root
+
+
+def test_with_an_exporter_spans_go_through_opentelemetry_and_current_traceparent_matches_inject(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tracing.setup("test")
+    monkeypatch.setattr(tracing, "_exporting", True)
     with tracing.span("x", parent=GOOD):
         carrier: dict[str, str] = {}
         PROPAGATOR.inject(carrier)
         assert tracing.current_traceparent() == carrier["traceparent"]
         assert carrier["traceparent"].split("-")[1] == GOOD.split("-")[1]
+        assert carrier["traceparent"].split("-")[2] != GOOD.split("-")[2]  # a span of its own

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 import msgspec
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
@@ -42,7 +44,85 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 CA_ENV = "TAU_NATS_CA"  # a PEM file of the CA that signed the bus's TLS certificate (e.g. cert-manager's ca.crt)
 CA_PEM_ENV = "TAU_NATS_CA_PEM"  # the same CA as PEM text, for containers that get no file (run pods)
 T = TypeVar("T")
+PUBLISH_TIMEOUT_S = 10.0  # how long a publish into a stream waits for the server's ack (nats-py's JetStream default)
 _VIOLATION = re.compile(r'Permissions Violation for (Publish|Subscription) to "?([^"\s]+)"?', re.IGNORECASE)
+
+
+class _PubAck(msgspec.Struct):
+    """The server's answer to a publish into a stream: its sequence, or the error (``code``, ``err_code``)."""
+
+    seq: int = 0
+    error: dict[str, Any] | None = None
+
+
+def stored_seq(reply: Msg) -> int:
+    """The stream sequence a JetStream publish ack names; the error it carries raised as nats-py raises it
+    (``APIError.from_error``: e.g. ``err_code`` 10071 for a compare-and-set against a stale revision)."""
+    ack = msgspec.json.decode(reply.data, type=_PubAck)
+    if ack.error is not None:
+        nats.js.errors.APIError.from_error(ack.error)  # raises
+    return ack.seq
+
+
+class Replies:
+    """The requests a service sends for every message it handles (acks, KV writes, publishes into a stream),
+    answered on one wildcard subscription of its own inbox: a request is a counter, a future and a publish (nats-py's
+    ``request`` adds a NUID, random bytes, a done callback and a ``wait_for`` timer to each), and one sweep every
+    ``SWEEP_S`` while any wait fails those whose time is up with ``nats.errors.TimeoutError``. A request made
+    ``guarded`` is failed with ``PermissionDenied`` when the server refuses something on the connection meanwhile
+    (``Bus.denied``), as ``Bus.guarded`` does."""
+
+    SWEEP_S = 0.25
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.prefix = ""
+        self._pending: dict[str, tuple[asyncio.Future[Msg], float, bool]] = {}
+        self._count = 0
+        self._sweep: asyncio.TimerHandle | None = None
+        self._lock = asyncio.Lock()
+
+    async def request(self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None,
+                      guarded: bool = False) -> Msg:
+        if not self.prefix:
+            async with self._lock:
+                if not self.prefix:
+                    prefix = self.nc.new_inbox() + "."
+                    await self.nc.subscribe(prefix + "*", cb=self._answer)
+                    self.prefix = prefix
+        self._count += 1
+        token = str(self._count)
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[Msg] = loop.create_future()
+        self._pending[token] = (waiting, time.monotonic() + timeout, guarded)
+        if self._sweep is None:
+            self._sweep = loop.call_later(self.SWEEP_S, self._expire)
+        try:
+            await self.nc.publish(subject, payload, reply=self.prefix + token, headers=headers)
+            reply = await waiting
+        finally:
+            self._pending.pop(token, None)
+        if reply.headers and reply.headers.get("Status") == "503":
+            raise nats.errors.NoRespondersError
+        return reply
+
+    async def _answer(self, msg: Msg) -> None:
+        found = self._pending.get(msg.subject[len(self.prefix):])
+        if found is not None and not found[0].done():
+            found[0].set_result(msg)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for waiting, deadline, _ in self._pending.values():
+            if deadline <= now and not waiting.done():
+                waiting.set_exception(nats.errors.TimeoutError())
+        self._sweep = asyncio.get_running_loop().call_later(self.SWEEP_S, self._expire) if self._pending else None
+
+    def refuse(self, error: Exception) -> None:
+        """Fail every guarded request still waiting with ``error``."""
+        for waiting, _, guarded in self._pending.values():
+            if guarded and not waiting.done():
+                waiting.set_exception(error)
 
 
 class PayloadTooLarge(PermanentError):
@@ -69,6 +149,7 @@ class Bus:
         # it: ``runstate.verified_user``); None leaves ``ce-tauuser`` off unless the caller names the user.
         self.user_lookup: Callable[[str, str], Awaitable[str]] | None = None  # (workspace, run id) → user
         self._denials: list[asyncio.Future[str]] = []
+        self.replies = Replies(nc)
 
     def denied(self, kind: str, subject: str) -> None:
         """The server refused ``kind`` (publish or subscription) on ``subject``: fail every guarded call."""
@@ -76,6 +157,11 @@ class Bus:
         for fut in self._denials:
             if not fut.done():
                 fut.set_result(f"{kind.lower()} to {subject}")
+        self.replies.refuse(PermissionDenied(self._refusal(f"{kind.lower()} to {subject}")))
+
+    def _refusal(self, what: str) -> str:
+        who = self.identity.name if self.identity else "this connection"
+        return f"the bus refused {what} for {who}: not allowed by your credentials (see `tau whoami`)"
 
     async def guarded(self, call: Awaitable[T]) -> T:
         """Await ``call``, but raise ``PermissionDenied`` as soon as the server refuses something on this
@@ -92,9 +178,7 @@ class Bus:
             if not refusal.done():
                 return task.result()
             task.cancel()
-            who = self.identity.name if self.identity else "this connection"
-            raise PermissionDenied(f"the bus refused {refusal.result()} for {who}: "
-                                   "not allowed by your credentials (see `tau whoami`)")
+            raise PermissionDenied(self._refusal(refusal.result()))
         finally:
             self._denials.remove(refusal)
             if not refusal.done():
@@ -141,11 +225,10 @@ class Bus:
         if self.seed is not None and family == "run" and event_type in SIGNED_TYPES:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
         try:
-            ack = await self.guarded(self.js.publish(subject, data, headers=headers))
-        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.js.errors.NoStreamResponseError,
-                nats.errors.NoRespondersError) as exc:
+            reply = await self.replies.request(subject, data, headers=headers, timeout=PUBLISH_TIMEOUT_S, guarded=True)
+        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError) as exc:
             raise TemporaryError(f"publish to {subject} failed: {exc!r}", delay=1.0) from exc
-        return int(ack.seq)
+        return stored_seq(reply)
 
     async def emit(
         self, *, workspace: str, run_id: str, attempt: int, event_type: str, payload: msgspec.Struct,

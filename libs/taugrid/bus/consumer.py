@@ -6,7 +6,10 @@ waits behind the default lane's backlog); replicas bind to the same durable and 
 one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
 stream order (each waits for the previous one of its key to be handled, not for its ack to be confirmed: the ack
 round trip is off a run's critical path, and a lost ack only brings an already handled message back, which every
-handler takes as a repeat), different runs concurrently. Fetching is pipelined:
+handler takes as a repeat), different runs concurrently. A loop made ``ordered=False`` hands a run's next event
+to its handler without waiting, in the order fetched, and the handler keeps each run's order itself (the run_state
+projection, ``runstate.Projector``, which writes the events of a run that arrive meanwhile together). Fetching is
+pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
 one slow run never holds the others back. Every verb is confirmed by the server (sent as a request, again until
 answered: ``_settle``), so one sent while a server restarts or a cluster elects a new leader is not lost.
@@ -91,8 +94,10 @@ def _resolve(handled: asyncio.Future[None] | None) -> None:
 
 class ConsumerLoop:
     def __init__(self, bus: Bus, *, stream: str, durable: str, handler: Handler, batch: int = 32,
-                 fetch_timeout: float = 1.0, tails: dict[str, asyncio.Future[None]] | None = None) -> None:
+                 fetch_timeout: float = 1.0, tails: dict[str, asyncio.Future[None]] | None = None,
+                 ordered: bool = True) -> None:
         self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
+        self.ordered = ordered
         self.batch, self.fetch_timeout = batch, fetch_timeout
         # key → when its latest message is handled (set before its ack goes out); the next one of that key waits
         # on it. Shared by the loops of one stage's priority lanes, so one run's events never run concurrently.
@@ -117,9 +122,12 @@ class ConsumerLoop:
         running = asyncio.get_running_loop()
 
         def done(task: asyncio.Task[None], key: str, handled: asyncio.Future[None]) -> None:
-            inflight.discard(task)
             if tails.get(key) is handled:
                 del tails[key]
+            finished(task)
+
+        def finished(task: asyncio.Task[None]) -> None:
+            inflight.discard(task)
             if len(inflight) <= limit - self.batch:
                 room.set()
 
@@ -138,6 +146,11 @@ class ConsumerLoop:
                     await asyncio.sleep(0.5)
                     continue
                 for m in msgs:
+                    if not self.ordered:
+                        task = asyncio.create_task(self._one(m))
+                        inflight.add(task)
+                        task.add_done_callback(finished)
+                        continue
                     key = (m.headers or {}).get("ce-subject") or m.subject
                     handled: asyncio.Future[None] = running.create_future()
                     task = asyncio.create_task(self._after(tails.get(key), m, handled))
@@ -167,11 +180,11 @@ class ConsumerLoop:
         attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": msg.subject,
                                  "messaging.consumer.group.name": self.durable}
         if meta.num_delivered > 1:
-            metrics.REDELIVERED.labels(self.durable).inc()
+            metrics.child(metrics.REDELIVERED, self.durable).inc()
         started = time.perf_counter()
 
         def outcome(name: str) -> None:
-            metrics.HANDLED.labels(self.durable, event.type, name).observe(time.perf_counter() - started)
+            metrics.child(metrics.HANDLED, self.durable, event.type, name).observe(time.perf_counter() - started)
 
         if self.stream in sources.CHECKED_STREAMS:
             problem = sources.source_problem(msg.subject, event.source)
@@ -237,7 +250,7 @@ class ConsumerLoop:
         pause = 0.2
         while True:
             try:
-                await self.bus.nc.request(msg.reply, verb, timeout=SETTLE_WAIT_S)
+                await self.bus.replies.request(msg.reply, verb, timeout=SETTLE_WAIT_S)
                 return
             except nats.errors.ConnectionClosedError:
                 return  # stopping: the server redelivers after ack_wait

@@ -10,10 +10,8 @@ process's default registry, so a scrape sees every loop of the service.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -107,23 +105,40 @@ OBJECT_SECONDS = Histogram(
     "write) and outcome (ok | absent | error)", ["store", "op", "outcome"], buckets=STORE_BUCKETS)
 
 
+_CHILDREN: dict[tuple[Any, ...], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once per label set (``labels`` takes a lock and builds a tuple on
+    every call, and every message a service handles observes one or more)."""
+    key = (metric, *labels)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = metric.labels(*labels)
+    return found
+
+
 class Timing:
-    """The outcome of the operation being timed; ``ok`` unless the code says otherwise or it raises."""
+    """The outcome of the operation being timed; ``ok`` unless the code says otherwise or it raises. A context
+    manager (a class rather than a generator: it wraps every KV operation)."""
 
-    def __init__(self) -> None:
-        self.outcome = "ok"
+    __slots__ = ("histogram", "labels", "outcome", "start")
+
+    def __init__(self, histogram: Histogram, labels: tuple[str, ...]) -> None:
+        self.histogram, self.labels, self.outcome = histogram, labels, "ok"
+        self.start = 0.0
+
+    def __enter__(self) -> Timing:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if kind is not None and self.outcome == "ok":
+            self.outcome = "error"
+        child(self.histogram, *self.labels, self.outcome).observe(time.perf_counter() - self.start)
 
 
-@contextlib.contextmanager
-def timed(histogram: Histogram, *labels: str) -> Iterator[Timing]:
+def timed(histogram: Histogram, *labels: str) -> Timing:
     """Observe the block's duration in ``histogram`` with ``labels`` and the outcome the block set (``error``
     when it raised without setting one)."""
-    timing, start = Timing(), time.perf_counter()
-    try:
-        yield timing
-    except BaseException:
-        if timing.outcome == "ok":
-            timing.outcome = "error"
-        raise
-    finally:
-        histogram.labels(*labels, timing.outcome).observe(time.perf_counter() - start)
+    return Timing(histogram, labels)

@@ -15,11 +15,16 @@ after later events of the same run were folded, and folding it then would apply 
 event an "invalid transition"). So an event older than the record's ``last_seq`` that the record has not seen
 rebuilds the record from the run's stored events, in stream order (``_refold``).
 A projector may keep a ``RecordCache`` of the records it last wrote: the cached revision is only the CAS
-precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket.
+precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket (so
+an event of a cached record costs one KV write and no read).
+The submitter's ``Projector`` writes the events of one record that arrive while its previous write is in flight
+together: each is checked and folded as it would be alone, in the order they arrived (the stream's), and the
+record is written once for them all, so a run's burst of events (a pod's progress and its end) costs one write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -119,36 +124,129 @@ class RecordCache:
 
 async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> bool:
     """Apply one RUNS event to its record. Returns whether the record changed."""
-    run_id = ev.subject
-    record_key, workspace = _event_key(ev)
+    return (await _project_all(bus, [ev], cache=cache))[0]
+
+
+async def _project_all(bus: Bus, events: Sequence[Event], *, cache: RecordCache | None) -> list[bool]:
+    """Apply events of one record, in the order given, and write the record once (no write when every one is
+    already in it); whether each changed the record. A lost compare-and-set re-reads and re-applies them all."""
+    record_key, workspace = _event_key(events[0])
+    keep = cache is not None and all(ev.type != LAST_EVENT for ev in events)
     for _ in range(20):
         cached = cache.take(record_key) if cache is not None else None
         record, revision = cached if cached is not None else await _get_key(bus, record_key)
         if record is None:
-            record = states.RunRecord(run_id=run_id, workspace=workspace, created=time.time())
-        if ev.seq and (any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
-            if cache is not None and revision and ev.type != LAST_EVENT:
+            record = states.RunRecord(run_id=events[0].subject, workspace=workspace, created=time.time())
+        changes: list[bool | None] = []
+        for ev in events:
+            record, changed = await _apply(bus, record, ev, record_key=record_key)
+            changes.append(changed)
+        if all(changed is None for changed in changes):
+            if cache is not None and revision and keep:
                 cache.put(record_key, record, revision)
-            return False  # already projected (redelivery)
-        if ev.seq and ev.seq < record.last_seq:
-            log.info("%s: %s seq=%s arrived after seq=%s; rebuilding the record from the stream", record_key,
-                     ev.type, ev.seq, record.last_seq)
-            try:
-                record, changed = await _refold(bus, record, ev, record_key=record_key), True
-            except PermissionDenied as exc:  # an identity without `replay RUNS` (permissions.SERVICE_ROLES)
-                log.error("cannot rebuild %s for its late event seq=%s (%s); folding it out of order", record_key,
-                          ev.seq, exc)
-                changed = _fold(record, ev, at=time.time())
-        else:
-            changed = _fold(record, ev, at=time.time())
+            return [False] * len(events)  # already projected (redeliveries)
         try:
             written = await kv.save(bus, BUCKET, record_key, record, revision=revision)
         except kv.Conflict:
             continue  # another writer (a replica) got there first; the cache entry is gone, so re-read
-        if cache is not None and ev.type != LAST_EVENT:
+        if cache is not None and keep:
             cache.put(record_key, record, int(written))
-        return changed
-    raise TemporaryError(f"run_state contention on {run_id}", delay=0.2)
+        return [bool(changed) for changed in changes]
+    raise TemporaryError(f"run_state contention on {events[0].subject}", delay=0.2)
+
+
+async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
+                 record_key: str) -> tuple[states.RunRecord, bool | None]:
+    """``ev`` applied to ``record`` (in place, or rebuilt from the stream when ``ev`` is older than what the record
+    has folded): the record and whether the state machine took ``ev``; None when the record has it already."""
+    if ev.seq and ev.seq <= record.last_seq and (  # a history holds no seq above its record's last_seq
+            any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
+        return record, None
+    if ev.seq and ev.seq < record.last_seq:
+        log.info("%s: %s seq=%s arrived after seq=%s; rebuilding the record from the stream", record_key,
+                 ev.type, ev.seq, record.last_seq)
+        try:
+            return await _refold(bus, record, ev, record_key=record_key), True
+        except PermissionDenied as exc:  # an identity without `replay RUNS` (permissions.SERVICE_ROLES)
+            log.error("cannot rebuild %s for its late event seq=%s (%s); folding it out of order", record_key,
+                      ev.seq, exc)
+    return record, _fold(record, ev, at=time.time())
+
+
+class _Batch:
+    """Events of one record waiting for its previous write, each with the future its handler awaits."""
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[Event, asyncio.Future[bool]]] = []
+
+
+class Projector:
+    """The projection for a consumer that hands one run's events over without waiting for the previous one to be
+    handled (``ConsumerLoop(ordered=False)``): it keeps each record's events in the order they arrive itself, and
+    the events of a record that arrive while its previous write is in flight are applied together and written
+    once (one KV write, not one per event; a run's events come in bursts: a pod's progress and its end). A lone
+    event is written at once, as ``project`` writes it. When one event of such a group cannot be applied (a payload
+    that does not decode), each is applied on its own, so only that one fails (and is dead-lettered)."""
+
+    def __init__(self, bus: Bus, cache: RecordCache | None = None) -> None:
+        self.bus = bus
+        self.cache = RecordCache() if cache is None else cache
+        self._open: dict[str, _Batch] = {}  # record key → the events waiting for its previous write
+        self._tail: dict[str, asyncio.Future[None]] = {}  # record key → when its latest group is written
+
+    async def project(self, ev: Event) -> bool:
+        """Apply ``ev`` to its record (with whatever else of the record is waiting); whether it changed it."""
+        record_key = _event_key(ev)[0]
+        loop = asyncio.get_running_loop()
+        mine: asyncio.Future[bool] = loop.create_future()
+        joined = self._open.get(record_key)
+        if joined is not None:  # a group is waiting for this record's previous write: go with it
+            joined.waiting.append((ev, mine))
+            return await mine
+        group = _Batch()
+        group.waiting.append((ev, mine))
+        previous = self._tail.get(record_key)
+        written: asyncio.Future[None] = loop.create_future()
+        self._tail[record_key] = written
+        try:
+            if previous is not None:
+                self._open[record_key] = group
+                try:
+                    await asyncio.wait([previous])  # never raises: always resolved with None
+                finally:
+                    if self._open.get(record_key) is group:
+                        del self._open[record_key]
+            await self._write(group.waiting)
+        finally:
+            written.set_result(None)
+            if self._tail.get(record_key) is written:
+                del self._tail[record_key]
+            for _, fut in group.waiting:  # interrupted (cancelled): the others are told to retry
+                if fut is not mine and not fut.done():
+                    fut.set_exception(TemporaryError("the run_state write was interrupted", delay=0.5))
+        return await mine
+
+    async def _write(self, waiting: list[tuple[Event, asyncio.Future[bool]]]) -> None:
+        if len(waiting) > 1:
+            try:
+                changed = await _project_all(self.bus, [ev for ev, _ in waiting], cache=self.cache)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass  # one event does not apply: each on its own below, so only it fails
+            except Exception as exc:  # noqa: BLE001 - each event's handler gets the write's failure
+                for _, fut in waiting:
+                    fut.set_exception(exc)
+                return
+            else:
+                for (_, fut), one in zip(waiting, changed, strict=True):
+                    fut.set_result(one)
+                return
+        for ev, fut in waiting:
+            try:
+                fut.set_result(await project(self.bus, ev, cache=self.cache))
+            except Exception as exc:  # noqa: BLE001 - the handler of this event raises it
+                fut.set_exception(exc)
 
 
 def _fold(record: states.RunRecord, ev: Event, *, at: float) -> bool:

@@ -32,18 +32,19 @@ class Service:
         self.tasks: list[Coroutine[Any, Any, None]] = []
         self.stopping = asyncio.Event()
 
-    def consume(self, durable: str, handler: Handler, *, batch: int = 32) -> ConsumerLoop:
+    def consume(self, durable: str, handler: Handler, *, batch: int = 32, ordered: bool = True) -> ConsumerLoop:
         """Bind ``durable`` with ``handler``; a stage with a high priority lane (``topology.LANE_DURABLES``)
-        binds the lane's durable too, with the same handler and the same per-run order (shared ``tails``)."""
+        binds the lane's durable too, with the same handler and the same per-run order (shared ``tails``).
+        ``ordered=False``: the handler keeps each run's order itself (``ConsumerLoop``)."""
         from taugrid.bus.topology import CONSUMERS, LANE_DURABLES
 
         loop = ConsumerLoop(self.bus, stream=CONSUMERS[durable].stream, durable=durable, handler=handler,
-                            batch=batch)
+                            batch=batch, ordered=ordered)
         self.loops.append(loop)
         lane = LANE_DURABLES.get(durable)
         if lane is not None:
             self.loops.append(ConsumerLoop(self.bus, stream=CONSUMERS[lane].stream, durable=lane, handler=handler,
-                                           batch=batch, tails=loop.tails))
+                                           batch=batch, tails=loop.tails, ordered=ordered))
         return loop
 
     def every(self, seconds: float, fn: Callable[[], Awaitable[None]]) -> None:

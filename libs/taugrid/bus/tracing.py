@@ -1,30 +1,33 @@
 """W3C trace context through every hop, with opentelemetry-sdk.
 
-No exporter by default (spans are still created so ``traceparent`` chains); set
-``OTEL_EXPORTER_OTLP_ENDPOINT`` to export over OTLP/HTTP when the optional exporter is installed. Without an
-exporter nothing would ever read a recorded span, so spans are then non-recording: the same trace id, a fresh
-span id and the parent's flags, without the SDK's bookkeeping (it costs every message on every hop).
+No exporter by default; set ``OTEL_EXPORTER_OTLP_ENDPOINT`` to export over OTLP/HTTP when the optional exporter
+is installed. Without an exporter nothing would ever read a span, so a service (``setup``) then makes none: a
+``span`` only carries the ``traceparent`` it continues (its ``parent``, else the enclosing one, else a new root
+with a fresh trace id) in a context variable, and what is published inside it carries that ``traceparent``
+unchanged: every event of a run keeps its trace id without any OpenTelemetry work per message on every hop. With
+an exporter (or in a process that never called ``setup``: the API's no-op tracer) spans go through OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections.abc import Iterator
+from contextvars import ContextVar
 
-from opentelemetry import context, trace
-from opentelemetry.context import Context
+from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import INVALID_SPAN, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _configured = False
 _exporting = False
 _tracer: trace.Tracer | None = None
-_IDS = RandomIdGenerator()
+# The traceparent the current ``span`` carries when no exporter is configured ("" outside any span).
+_CARRIED: ContextVar[str] = ContextVar("taugrid_traceparent", default="")
 
 
 def setup(service: str) -> None:
@@ -59,23 +62,12 @@ def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
          attributes: dict[str, str] | None = None) -> Iterator[Span]:
     """A span that continues ``parent`` (a traceparent string) when given, else the current span's trace."""
     if _configured and not _exporting:
-        remote = _remote(parent) if parent else None
-        if remote is not None:  # the common case, read without the propagator's regular expressions
-            ctx: Context | None = Context()
-            up = remote
-        else:
-            ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
-            up = trace.get_current_span(ctx).get_span_context()
-        own = SpanContext(
-            trace_id=up.trace_id if up.is_valid else _IDS.generate_trace_id(), span_id=_IDS.generate_span_id(),
-            is_remote=False, trace_flags=up.trace_flags if up.is_valid else TraceFlags(TraceFlags.SAMPLED),
-        )
-        quiet = NonRecordingSpan(own)
-        token = context.attach(trace.set_span_in_context(quiet, ctx))
+        carried = _carried(parent) if parent else (_CARRIED.get() or _root())
+        token = _CARRIED.set(carried)
         try:
-            yield quiet
+            yield INVALID_SPAN
         finally:
-            context.detach(token)
+            _CARRIED.reset(token)
         return
     ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
     with tracer().start_as_current_span(name, context=ctx, kind=kind, attributes=attributes or {}) as s:
@@ -98,7 +90,26 @@ def _remote(traceparent: str) -> SpanContext | None:
     return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=TraceFlags(int(parts[3], 16)))
 
 
+def _root() -> str:
+    """A new trace's traceparent (sampled, as the SDK's default sampler decides for a root)."""
+    return f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-01"
+
+
+def _carried(parent: str) -> str:
+    """``parent`` when it is a plain version-00 traceparent; any other form read by the propagator and written as
+    one; a new root when it names no valid span (as the SDK starts a new trace then)."""
+    if _remote(parent) is not None:
+        return parent
+    up = trace.get_current_span(_PROPAGATOR.extract({"traceparent": parent})).get_span_context()
+    if not up.is_valid:
+        return _root()
+    return f"00-{up.trace_id:032x}-{up.span_id:016x}-{int(up.trace_flags):02x}"
+
+
 def current_traceparent() -> str:
+    carried = _CARRIED.get()
+    if carried:
+        return carried
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)
     return carrier.get("traceparent", "")
