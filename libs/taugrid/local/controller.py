@@ -429,7 +429,8 @@ class LocalCluster:
         await self.refresh_platform()
         now = time.time()
         await self._each(self._launch_pending(wl) for wl in list(self.wls.values())
-                         if wl.state == "running" and (not wl.announced or any(p.phase == "Pending" for p in wl.pods)))
+                         if wl.state == "running" and (not wl.announced or any(
+                             p.phase == "Pending" or (p.sim_end and not p.added) for p in wl.pods)))
         if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue
             self._pending_at = now
             why = self.admitter.pending_all()
@@ -517,7 +518,15 @@ class LocalCluster:
         wl.state, wl.announced = "running", False
         wl.admitted_at = now
         objects.job_started(wl.job, active=len(wl.pods), at=now)
-        await self.save(wl)
+        if self.simulate:  # a simulated pod starts at once: recorded Running by this one save
+            for p in wl.pods:
+                self._sim_start(wl, p, now)
+        try:
+            await self.save(wl)
+        except BaseException:
+            for p in wl.pods:  # not recorded: the next tick starts them (``_launch_pending``)
+                p.phase, p.started, p.sim_end = "Pending", 0.0, 0.0
+            raise
         await self._launch_pending(wl)
 
     async def _launch_pending(self, wl: LocalWorkload) -> None:
@@ -526,6 +535,8 @@ class LocalCluster:
             await self.publish(wl, wl.job["kind"], wl.job, "modified")
             wl.announced = True
         for p in wl.pods:
+            if self.simulate and p.phase == "Running" and p.sim_end and not p.added:
+                await self._announce_simulated(wl, p)
             if p.phase != "Pending":
                 continue
             if self.simulate:
@@ -533,24 +544,31 @@ class LocalCluster:
             else:
                 await self.podsync.launch(wl, p)
 
-    async def _simulate(self, wl: LocalWorkload, p: LocalPod) -> None:
+    def _sim_start(self, wl: LocalWorkload, p: LocalPod, now: float) -> None:
         """Simulated pool: no process; the pod "runs" for SIMULATED_DURATION seconds from its env."""
-        now = time.time()
-        if not p.added:
-            await self.publish(wl, "Pod", p.obj, "added")
-            p.added = True
         env = {e["name"]: e.get("value", "") for e in template(wl.job)["spec"]["containers"][0].get("env", [])}
         p.sim_end = now + float(env.get("SIMULATED_DURATION", "1") or 1)
         p.phase, p.started = "Running", now
         objects.pod_running(p.obj, at=now)
+
+    async def _simulate(self, wl: LocalWorkload, p: LocalPod) -> None:
+        """Start a simulated pod whose start was not recorded (its save failed): record it Running, then say so."""
+        self._sim_start(wl, p, time.time())
         try:
-            await self.publish(wl, "Pod", p.obj, "modified")
             await self.save(wl)
         except BaseException:
             # The bus failed (its only server restarting): the pod starts again at the next tick, so its Running
             # status is published then, not lost (the pod's end alone would not say it ever ran).
             p.phase, p.started, p.sim_end = "Pending", 0.0, 0.0
             raise
+        await self._announce_simulated(wl, p)
+
+    async def _announce_simulated(self, wl: LocalWorkload, p: LocalPod) -> None:
+        """Publish a started simulated pod: its first change already Running, as a watch may first show a pod that
+        started at once (one event, not Pending then Running). Saved before: one the bus did not take stays
+        unannounced (``added`` False), is published by the next tick (after a restart too), and ends only then."""
+        await self.publish(wl, "Pod", p.obj, "modified" if p.added else "added")
+        p.added = True
         self._supervise_at(p.sim_end, wl.name)
 
     def _supervise_at(self, when: float, name: str) -> None:
@@ -600,7 +618,7 @@ class LocalCluster:
                 continue
             if not p.sim_end:
                 await self.podsync.ship_logs(wl, p, final=False)
-            elif time.time() >= p.sim_end or wl.state == "deleted":
+            elif (time.time() >= p.sim_end and p.added) or wl.state == "deleted":  # announced Running first
                 if wl.state != "deleted":  # published first: a failed publish leaves it Running, tried again
                     objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started,
                                            at=time.time())
