@@ -49,7 +49,7 @@ class _Gate(msgspec.Struct):
     user: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Known:
     attempt: int
     finished: bool
