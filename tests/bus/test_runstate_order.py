@@ -217,6 +217,10 @@ async def test_a_runs_events_arriving_during_its_write_are_written_together_in_s
     assert (record.state, record.user, record.name, record.node) == ("running", "ada", "train", "box")
     again = await asyncio.gather(*(projector.project(ev) for ev in events))  # redelivered: nothing to write
     assert again == [False] * 5 and run_state_writes() - before == 2
+    # a projector without the record cached (restarted): submit.requested tries to create the record, finds it, reads it
+    fresh = await asyncio.gather(*(runstate.Projector(bus).project(ev) for ev in events))
+    assert fresh == [False] * 5 and run_state_writes() - before == 2
+    assert (await runstate.get(bus, ws, run))[0] == record
 
 
 async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -> None:

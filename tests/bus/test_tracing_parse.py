@@ -25,6 +25,7 @@ def _reference(traceparent: str) -> trace.SpanContext:
 ])
 def test_same_span_context_as_the_propagator_or_none(traceparent: str) -> None:
     mine, ref = tracing._remote(traceparent), _reference(traceparent)
+    assert tracing._plain(traceparent) == (mine is not None)
     if mine is not None:
         assert ref.is_valid and (mine.trace_id, mine.span_id, mine.trace_flags, mine.is_remote) == (
             ref.trace_id, ref.span_id, ref.trace_flags, ref.is_remote)
@@ -34,6 +35,7 @@ def test_same_span_context_as_the_propagator_or_none(traceparent: str) -> None:
 @given(st.text(alphabet="0123456789abcdefABX-", max_size=60))
 def test_never_reads_what_the_propagator_would_not(traceparent: str) -> None:
     mine = tracing._remote(traceparent)
+    assert tracing._plain(traceparent) == (mine is not None)
     if mine is not None:
         ref = _reference(traceparent)
         assert ref.is_valid and (mine.trace_id, mine.span_id, mine.trace_flags) == (

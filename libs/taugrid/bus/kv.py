@@ -36,6 +36,7 @@ _ABSENT = (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError)
 _UNAVAILABLE = (nats.errors.Error, TimeoutError)
 _VALID_KEY = re.compile(r"[-/_=a-zA-Z0-9][-/_=.a-zA-Z0-9]*")  # nats-py's key rule: no leading or trailing dot
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+_WRONG_LAST = (10071, 10164)  # the server's "wrong last sequence" error codes (nats-py's ``update`` reads these)
 
 
 class Conflict(TemporaryError):
@@ -81,8 +82,7 @@ async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes)
     """Write a key that must not exist yet; its revision, or None when it exists already (left alone)."""
     with timed(KV_SECONDS, bucket, "create") as timing:
         try:
-            kv = await bus.kv(bucket)
-            return int(await kv.create(key, _encode(value)))  # nats-py lets create() reuse a deleted key
+            return await _create(bus, bucket, key, _encode(value))
         except nats.js.errors.KeyWrongLastSequenceError:
             timing.outcome = "exists"
             return None
@@ -90,25 +90,43 @@ async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes)
             raise TemporaryError(f"creating {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
 
 
+async def _create(bus: Bus, bucket: str, key: str, data: bytes) -> int:
+    """Write a key that must not exist (``KeyWrongLastSequenceError`` when it does): first as a plain write
+    expecting no revision, through ``Bus.replies``; only when that fails, nats-py's ``create``, which reuses a
+    deleted or purged key (its delete marker is a revision) and raises for a live one."""
+    try:
+        return await _write(bus, bucket, key, data, revision=0)
+    except nats.js.errors.APIError as exc:
+        if exc.err_code not in _WRONG_LAST:
+            raise
+    kv = await bus.kv(bucket)
+    return int(await kv.create(key, data))
+
+
+async def _write(bus: Bus, bucket: str, key: str, data: bytes, *, revision: int) -> int:
+    """What nats-py's ``update`` sends (the key's expected last revision, 0: none), through the bus's cheaper
+    request (``Bus.replies``); a stale revision raises ``APIError`` with ``err_code`` in ``_WRONG_LAST``."""
+    if not _VALID_KEY.fullmatch(key) or key[-1] == ".":
+        raise nats.js.errors.InvalidKeyError(key)
+    kv = await bus.kv(bucket)
+    reply = await bus.replies.request(f"{getattr(kv, '_pre', f'$KV.{bucket}.')}{key}", data,
+                                      headers={_EXPECTED_LAST: str(revision)}, timeout=_WRITE_TIMEOUT_S)
+    return stored_seq(reply)
+
+
 async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *, revision: int) -> int:
     """Write ``value`` if the key is still at ``revision`` (0: still absent); returns the new revision."""
     data = _encode(value)
     with timed(KV_SECONDS, bucket, "save") as timing:
         try:
-            kv = await bus.kv(bucket)
             if revision == 0:
-                return int(await kv.create(key, data))
-            if not _VALID_KEY.fullmatch(key) or key[-1] == ".":
-                raise nats.js.errors.InvalidKeyError(key)
-            # what nats-py's ``update`` sends, through the bus's cheaper request (``Bus.replies``)
-            reply = await bus.replies.request(f"{getattr(kv, '_pre', f'$KV.{bucket}.')}{key}", data,
-                                              headers={_EXPECTED_LAST: str(revision)}, timeout=_WRITE_TIMEOUT_S)
-            return stored_seq(reply)
+                return await _create(bus, bucket, key, data)
+            return await _write(bus, bucket, key, data, revision=revision)
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             timing.outcome = "conflict"
             raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
         except nats.js.errors.APIError as exc:
-            if exc.err_code in (10071, 10164):  # wrong last sequence, as nats-py's ``update`` reads it
+            if exc.err_code in _WRONG_LAST:  # a stale revision, as nats-py's ``update`` reads it
                 timing.outcome = "conflict"
                 raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
             raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc

@@ -90,6 +90,9 @@ async def create(bus: Bus, record: states.RunRecord) -> bool:
     return await kv.create(bus, BUCKET, key(record.workspace, record.run_id), record) is not None
 
 
+# A run's first event: its record is created without being read first (a record that exists after all, e.g. on a
+# redelivery, fails the create, and the record is read and the event applied to it then).
+FIRST_EVENT = "submit.requested"
 # A run's last event: its record is not cached after it (a finished run's record, with its history, would
 # otherwise stay among the cache's most recent 4,096 over a long run); a later event re-reads it from KV.
 LAST_EVENT = "evidence.sealed"
@@ -132,9 +135,14 @@ async def _project_all(bus: Bus, events: Sequence[Event], *, cache: RecordCache 
     already in it); whether each changed the record. A lost compare-and-set re-reads and re-applies them all."""
     record_key, workspace = _event_key(events[0])
     keep = cache is not None and all(ev.type != LAST_EVENT for ev in events)
-    for _ in range(20):
+    for tries in range(20):
         cached = cache.take(record_key) if cache is not None else None
-        record, revision = cached if cached is not None else await _get_key(bus, record_key)
+        if cached is not None:
+            record, revision = cached
+        elif tries == 0 and events[0].type == FIRST_EVENT:
+            record, revision = None, 0  # a run's first event: no record yet, almost always (else the create fails)
+        else:
+            record, revision = await _get_key(bus, record_key)
         if record is None:
             record = states.RunRecord(run_id=events[0].subject, workspace=workspace, created=time.time())
         changes: list[bool | None] = []

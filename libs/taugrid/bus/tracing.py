@@ -77,6 +77,17 @@ def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
 _HEX = frozenset("0123456789abcdef")
 
 
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
+
+
+def _plain(traceparent: str) -> bool:
+    """Whether ``_remote`` reads ``traceparent`` (a plain version-00 one naming a span), without building it."""
+    return (len(traceparent) == 55 and traceparent[2] == "-" and traceparent[35] == "-" and traceparent[52] == "-"
+            and traceparent[:2] == "00" and _HEX.issuperset(traceparent[3:35]) and _HEX.issuperset(traceparent[36:52])
+            and _HEX.issuperset(traceparent[53:]) and traceparent[3:35] != _ZERO_TRACE
+            and traceparent[36:52] != _ZERO_SPAN)
+
+
 def _remote(traceparent: str) -> SpanContext | None:
     """A plain version-00 ``traceparent`` read as the propagator reads it (a remote span context), or None for
     any other form, which then goes through the propagator itself: every odd header is read exactly as before."""
@@ -98,7 +109,7 @@ def _root() -> str:
 def _carried(parent: str) -> str:
     """``parent`` when it is a plain version-00 traceparent; any other form read by the propagator and written as
     one; a new root when it names no valid span (as the SDK starts a new trace then)."""
-    if _remote(parent) is not None:
+    if _plain(parent):
         return parent
     up = trace.get_current_span(_PROPAGATOR.extract({"traceparent": parent})).get_span_context()
     if not up.is_valid:
