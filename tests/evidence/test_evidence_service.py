@@ -408,3 +408,38 @@ async def test_a_ledger_written_per_event_before_the_upgrade_is_extended_and_sea
     assert led.entries[:3] == lg.extend(lg.Ledger(run_id=run, workspace=ws), early).entries
     await audit_caught_up(bus)
     assert (await verify_run(bus, run)).ok
+
+
+async def test_a_projected_run_is_read_at_its_recorded_sequences_and_anything_unlisted_by_subject(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path: the run_state record's sequences, proven complete by the subject index's count, read at
+    those sequences (no walk of the stream by subject). A run with an event the record does not list (a
+    projection behind) is read by subject, and both give the same events."""
+    from taugrid.bus import runstate, streams
+
+    walked: list[str] = []
+    by_subject = streams.history
+
+    async def history(*args, **kwargs):  # type: ignore[no-untyped-def]
+        walked.append(args[2])
+        return await by_subject(*args, **kwargs)
+
+    monkeypatch.setattr(streams, "history", history)
+    ws = f"ev{uuid.uuid4().hex[:6]}"
+    projected, behind = f"proj-{uuid.uuid4().hex[:6]}", f"lag-{uuid.uuid4().hex[:6]}"
+    for run in (projected, behind):
+        await publish_run(bus, ws, run, tmp_path / run, log_lines=["hello"])
+    terminal = await _finish(bus, ws, projected)
+    for ev in await _events(bus, ws, projected):
+        await runstate.project(bus, ev)
+    lagging = await _finish(bus, ws, behind)
+    for ev in (await _events(bus, ws, behind))[:-2]:  # exec.running and the terminal event not projected yet
+        await runstate.project(bus, ev)
+
+    fast = await store.run_history(bus, terminal)
+    assert [ev.id for ev in fast] == [ev.id for ev in await _events(bus, ws, projected)]
+    assert walked == []
+    slow = await store.run_history(bus, lagging)
+    assert [ev.id for ev in slow] == [ev.id for ev in await _events(bus, ws, behind)]
+    assert walked == [f"run.{ws}.{behind}.>"]

@@ -52,6 +52,18 @@ async def bounds(bus: Bus, stream: str) -> tuple[int, int]:
     return int(info.state.first_seq or 0), int(info.state.last_seq or 0)
 
 
+async def count(bus: Bus, stream: str, subject: str) -> int:
+    """How many messages ``stream`` holds on ``subject`` (a filter), from the server's subject index (stream info
+    with a subjects filter: no scan of the stream's messages)."""
+    try:
+        info = await bus.js.stream_info(stream, subjects_filter=subject)
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"counting {stream} on {subject} failed: {exc!r}", delay=1.0) from exc
+    return sum((info.state.subjects or {}).values())
+
+
 class DirectGetUnavailable(TemporaryError):
     """The stream answers no direct gets (``allow_direct`` off: a stream made before it was declared)."""
 
