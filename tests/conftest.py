@@ -54,6 +54,15 @@ def fresh_nats(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, P
         proc.wait()
 
 
+@pytest.fixture
+async def private_bus(fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> AsyncIterator[Bus]:
+    """A bootstrap-named connection to a private, empty server (no streams yet): tests that make their own."""
+    _, port, _ = fresh_nats
+    bus = await connect(f"nats://127.0.0.1:{port}", name="bootstrap")
+    yield bus
+    await bus.close()
+
+
 @pytest.fixture(scope="session")
 async def secure_nats(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SecureNats]:
     """A bootstrapped nats-server with authentication on (see tests/secure_nats.py); people alice (researcher

@@ -6,70 +6,55 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from taugrid.bus import Bus, connect, streams
+from taugrid.bus import Bus, streams
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.topology import CONSUMERS
 from taugrid.core import contracts as c
 from taugrid.evidence import store
-from taugrid.stack import natsserver
 from tests.owners import emit_as_owner
 
 
-@pytest.fixture
-async def private(tmp_path: Path) -> AsyncIterator[Bus]:
-    proc, port = natsserver.start(tmp_path / "nats", log_file=tmp_path / "nats.log")
-    bus = await connect(f"nats://127.0.0.1:{port}", name="bootstrap")
-    try:
-        yield bus
-    finally:
-        await bus.close()
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
-    private: Bus, caplog: pytest.LogCaptureFixture
+    private_bus: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
     # what the earlier release made: RUNS without direct gets, the evidence durable on every run event
-    await private.js.add_stream(StreamConfig(name="RUNS", subjects=["run.>"], max_age=30 * 86400.0))
-    await private.js.add_consumer("RUNS", ConsumerConfig(durable_name="evidence", ack_policy=AckPolicy.EXPLICIT,
+    await private_bus.js.add_stream(StreamConfig(name="RUNS", subjects=["run.>"], max_age=30 * 86400.0))
+    await private_bus.js.add_consumer("RUNS", ConsumerConfig(durable_name="evidence", ack_policy=AckPolicy.EXPLICIT,
                                                          filter_subject="run.>", max_deliver=8, ack_wait=60.0))
     with caplog.at_level(logging.WARNING, logger="taugrid.bootstrap"):
-        assert await bootstrap(private, replicas=1) == []
-    info = await private.js.consumer_info("RUNS", "evidence")
+        assert await bootstrap(private_bus, replicas=1) == []
+    info = await private_bus.js.consumer_info("RUNS", "evidence")
     assert sorted(info.config.filter_subjects or []) == sorted(CONSUMERS["evidence"].filters)
-    assert not (await private.js.stream_info("RUNS")).config.allow_direct
+    assert not (await private_bus.js.stream_info("RUNS")).config.allow_direct
     assert "stream RUNS: allow_direct is False, declared True; not changed" in caplog.text
 
     # the evidence reads the run back through a replay until the stream allows direct gets, then by them
-    await emit_as_owner(private, workspace="ws", run_id="r1", attempt=1, event_type="exec.running",
+    await emit_as_owner(private_bus, workspace="ws", run_id="r1", attempt=1, event_type="exec.running",
                         payload=c.ExecRunning(node="box", pod="r1-0"))
-    await emit_as_owner(private, workspace="ws", run_id="r2", attempt=1, event_type="exec.running",
+    await emit_as_owner(private_bus, workspace="ws", run_id="r2", attempt=1, event_type="exec.running",
                         payload=c.ExecRunning(node="box", pod="r2-0"))
-    await emit_as_owner(private, workspace="ws", run_id="r1", attempt=1, event_type="exec.succeeded",
+    await emit_as_owner(private_bus, workspace="ws", run_id="r1", attempt=1, event_type="exec.succeeded",
                         payload=c.ExecFinished(exit_code=0))
-    await emit_as_owner(private, workspace="ws", run_id="r1", attempt=1, event_type="cancel.requested",
+    await emit_as_owner(private_bus, workspace="ws", run_id="r1", attempt=1, event_type="cancel.requested",
                         payload=c.CancelRequested(reason="late"))
-    terminal = await streams.at(private, "RUNS", 3)
+    terminal = await streams.at(private_bus, "RUNS", 3)
     assert terminal is not None and terminal.type == "exec.succeeded"
     want = [(1, "exec.running"), (3, "exec.succeeded")]
-    assert [(ev.seq, ev.type) for ev in await store.run_history(private, terminal)] == want
+    assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want
 
-    assert await bootstrap(private, update=True, replicas=1) == []
-    assert (await private.js.stream_info("RUNS")).config.allow_direct
-    assert [(ev.seq, ev.type) for ev in await store.run_history(private, terminal)] == want
+    assert await bootstrap(private_bus, update=True, replicas=1) == []
+    assert (await private_bus.js.stream_info("RUNS")).config.allow_direct
+    assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want
 
     # the run's first event aged out of RUNS: AUDIT, which keeps it longer, still gives it
     for _ in range(100):
-        if (await private.js.stream_info("AUDIT")).state.last_seq >= 4:
+        if (await private_bus.js.stream_info("AUDIT")).state.last_seq >= 4:
             break
         await asyncio.sleep(0.02)
-    await private.js.delete_msg("RUNS", 1)
-    assert await streams.at(private, "RUNS", 1) is None
-    assert [(ev.seq, ev.type) for ev in await store.run_history(private, terminal)] == want
+    await private_bus.js.delete_msg("RUNS", 1)
+    assert await streams.at(private_bus, "RUNS", 1) is None
+    assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want

@@ -12,13 +12,12 @@ import nkeys
 import pytest
 from nats.js.api import StreamConfig
 
-from taugrid.bus import Bus, connect, identity, kv
+from taugrid.bus import Bus, identity, kv
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.envelope import Event
 from taugrid.core.errors import PermissionDenied
 from taugrid.evidence import anchor
 from taugrid.evidence import ledger as lg
-from taugrid.stack import natsserver
 from tests.secure_nats import SecureNats
 
 
@@ -50,16 +49,9 @@ async def test_only_the_break_glass_identity_changes_or_deletes_streams(secure_n
 
 
 @pytest.fixture
-async def plain(tmp_path: Path):  # a private server without authentication, where the test plays the attacker
-    proc, port = natsserver.start(tmp_path / "nats", log_file=tmp_path / "nats.log")
-    bus = await connect(f"nats://127.0.0.1:{port}", name="bootstrap")
-    await bootstrap(bus)
-    try:
-        yield bus
-    finally:
-        await bus.close()
-        proc.terminate()
-        proc.wait(timeout=10)
+async def plain(private_bus: Bus) -> Bus:  # a private server without authentication, where the test plays the attacker
+    await bootstrap(private_bus)
+    return private_bus
 
 
 async def test_the_bootstrap_alarms_when_audit_settings_changed(plain: Bus) -> None:
