@@ -274,9 +274,11 @@ def _commits_to(data: bytes, seal: lg.Seal) -> bool:
 async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     """The run's events in stream order, up to and including ``terminal_event``, as its consumers accepted them.
 
-    Read from RUNS by batch direct gets from the start of the stream (the server's subject index finds the
-    run's first event), or through a replay where RUNS allows no direct gets yet (a stream made before it was
-    declared; ``python -m taugrid.bus.bootstrap --update`` turns them on). Events older than RUNS keeps
+    Read from RUNS at the sequences the run's record lists when they provably are all of them
+    (``_by_projected_sequences``), else by direct gets on the run's subjects from the start of the stream
+    (``streams.history``, which walks the stream between matches), or through a replay where RUNS allows no
+    direct gets yet (a stream made before it was declared; ``python -m taugrid.bus.bootstrap --update`` turns
+    them on). Events older than RUNS keeps
     (``max_age``) are read from AUDIT, its mirror, which keeps the same sequence numbers longer. Events from a
     service not allowed to publish their subject are left out: every consumer dead-lettered them, and
     ``tau verify`` does not count them as the run's."""
