@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import msgspec
 import nats
+from pipeline import simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_run_id, new_submission_id
@@ -178,23 +176,13 @@ def main() -> None:
     ap.add_argument("--stages", action="store_true", help="print how many runs passed each stage, every second")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every run to finish")
     args = ap.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="tau-bench-"))
-    env = {**os.environ, "TAU_DATA_DIR": str(data), "TAU_LOCAL_SIMULATE": "1", "TAU_LOG_LEVEL": "WARNING"}
-    env.pop("TAU_NATS_URL", None)
-    tau = [sys.executable, "-m", "taugrid.cli.main"]
-    up = [*tau, "up"] + [a for s in args.scale for a in ("--scale", s)]
-    subprocess.run(up, env=env, check=True)
-    try:
-        (data / "platform.yaml").write_text(platform_yaml())
-        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True)
-        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
+    data, env, tau = simulated_stack("tau-bench-kueue-")
+    with stack_up(data, env, tau, platform_yaml(), up_args=tuple(a for s in args.scale for a in ("--scale", s))) as url:
         print(f"Kueue baseline scenario through the full pipeline, fraction {args.fraction:g} (data dir {data})",
               flush=True)
         user_creds = msgspec.json.decode((data / "stack.json").read_bytes())["user_creds"]
         result = asyncio.run(drive(url, args.fraction, creds=data / "creds" / "bootstrap.nk", user_creds=user_creds,
                                    stages=args.stages, timeout=args.timeout))
-    finally:
-        subprocess.run([*tau, "down"], env=env)
     runs = result["runs"]
     ok = result["finished"] == result["distinct"] == runs
     print("\nmetric                      taugrid      Kueue limit")

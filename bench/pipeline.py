@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +46,32 @@ TARGETS = {  # figure: (target, "≤" or "≥")
     "burst_admissions_per_s": (200.0, "≥"), "replay_events_per_s": (50_000.0, "≥"),
     "tau_help_s": (0.25, "≤"), "rss_after_mb_max": (80.0, "≤"),
 }
-PLATFORM = """resource_flavors: [{name: default}]
+
+
+def one_queue_platform(name: str, *, cpu_quota: int = 100_000, memory_quota: str = "100000Gi",
+                       priority_classes: str = "[{name: normal, value: 100}]") -> str:
+    """A platform of one ClusterQueue (and its local queue and workspace, all called ``name``) with ``cpu_quota``
+    CPUs, 1-CPU runs and no submission rate limit: what the benches that are not Kueue's scenario submit to."""
+    return f"""resource_flavors: [{{name: default}}]
 cluster_queues:
-  - name: bench
+  - name: {name}
     resource_groups:
       - covered_resources: [cpu, memory]
         flavors:
           - name: default
             resources:
-              - {name: cpu, nominal_quota: "100000"}
-              - {name: memory, nominal_quota: "100000Gi"}
-local_queues: [{name: bench, namespace: default, cluster_queue: bench}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]
+              - {{name: cpu, nominal_quota: "{cpu_quota}"}}
+              - {{name: memory, nominal_quota: "{memory_quota}"}}
+local_queues: [{{name: {name}, namespace: default, cluster_queue: {name}}}]
+priority_classes: {priority_classes}
+compute_profiles: [{{name: unit, cpu: '1', memory: 1Mi}}]
 workspaces:
-  - {name: bench, namespace: default, local_queue: bench, default_profile: unit, default_priority: normal,
-     submissions_per_minute: 0}  # a burst is the point here, so no submission rate limit
+  - {{name: {name}, namespace: default, local_queue: {name}, default_profile: unit, default_priority: normal,
+     submissions_per_minute: 0}}  # a burst is the point here, so no submission rate limit
 """
+
+
+PLATFORM = one_queue_platform("bench")
 RUN = ("name: {name}\nentrypoint: sim.py\ncompute: {{gpus: 0, cpu_request: '1', memory_request: 1Mi}}\n"
        "runtime: {{env: {{SIMULATED_DURATION: '0.05'}}}}\n")
 TERMINAL = ("exec.succeeded", "recovery.gave_up", "submit.rejected", "policy.rejected", "exec.cancelled")
@@ -302,6 +312,30 @@ def simulated_stack(prefix: str) -> tuple[Path, dict[str, str], list[str]]:
     return data, env, [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
 
 
+@contextlib.contextmanager
+def stack_up(data: Path, env: dict[str, str], tau: list[str], platform: str, *, keep: bool = False,
+             up_args: tuple[str, ...] = ()) -> Iterator[str]:
+    """`tau up` on ``data`` with ``platform`` applied; yields the bus URL once the services had 2 s to settle (the
+    idle figures are for an idle stack). `tau down` afterwards, and the data dir removed unless ``keep``. A
+    failed `tau up` raises with its output."""
+    up = subprocess.run([*tau, "up", *up_args], env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        raise RuntimeError(f"tau up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    try:
+        (data / "platform.yaml").write_text(platform)
+        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
+                       capture_output=True)
+        url: str = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
+        time.sleep(2.0)
+        yield url
+    finally:
+        subprocess.run([*tau, "down"], env=env, capture_output=True)
+        if keep:
+            print(f"data directory kept: {data}")
+        else:
+            shutil.rmtree(data, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--burst", type=int, default=2000, help="runs submitted at once to one ClusterQueue")
@@ -312,21 +346,9 @@ def main() -> None:
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-pipeline-")
     help_s = help_time(tau, env)
-    subprocess.run([*tau, "up"], env=env, check=True)
-    try:
-        (data / "platform.yaml").write_text(PLATFORM)
-        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
-                       capture_output=True)
-        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
-        time.sleep(2.0)  # services settle: the idle figures are for an idle stack
+    with stack_up(data, env, tau, PLATFORM, keep=args.keep) as url:
         result = asyncio.run(pipeline(url, data, args))
         events, replay_s = replay_rate(tau, env)
-    finally:
-        subprocess.run([*tau, "down"], env=env, capture_output=True)
-        if not args.keep:
-            shutil.rmtree(data, ignore_errors=True)
-        else:
-            print(f"data directory kept: {data}")
 
     bus = result["bus"]
     burst = result["burst"]

@@ -13,36 +13,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pipeline import Watch, pct, simulated_stack  # bench/ is on sys.path
+from pipeline import Watch, one_queue_platform, pct, simulated_stack, stack_up  # bench/ is on sys.path
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
 
-PLATFORM = """resource_flavors: [{name: default}]
-cluster_queues:
-  - name: bench
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "100000"}
-              - {name: memory, nominal_quota: "100000Gi"}
-local_queues: [{name: bench, namespace: default, cluster_queue: bench}]
-priority_classes: [{name: low, value: 50}, {name: normal, value: 100}, {name: high, value: 200}]
-compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]
-workspaces:
-  - {name: bench, namespace: default, local_queue: bench, default_profile: unit, default_priority: normal,
-     submissions_per_minute: 0}
-"""
+PLATFORM = one_queue_platform(
+    "bench", priority_classes="[{name: low, value: 50}, {name: normal, value: 100}, {name: high, value: 200}]")
 RUN = ("name: {name}\nentrypoint: sim.py\ncompute: {{gpus: 0, cpu_request: '1', memory_request: 1Mi}}\n"
        "policy: {{workload_priority_class: {priority}}}\nruntime: {{env: {{SIMULATED_DURATION: '0.05'}}}}\n")
 
@@ -96,20 +79,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-lanes-")
-    subprocess.run([*tau, "up"], env=env, check=True)
-    try:
-        (data / "platform.yaml").write_text(PLATFORM)
-        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
-                       capture_output=True)
-        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
-        time.sleep(2.0)
+    with stack_up(data, env, tau, PLATFORM, keep=args.keep) as url:
         result = asyncio.run(scenario(url, data, args))
-    finally:
-        subprocess.run([*tau, "down"], env=env, capture_output=True)
-        if not args.keep:
-            shutil.rmtree(data, ignore_errors=True)
-        else:
-            print(f"data directory kept: {data}")
     ok = result["high_admitted"] and result["high_s"] <= args.target and result["finished"] == result["runs"]
     print(f"\npriority lanes: {result['low']} low-priority runs submitted at once (in {result['low_submit_s']:.1f} s), "
           f"then 1 high-priority run; simulated pods; {result['finished']}/{result['runs']} finished")

@@ -14,15 +14,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pipeline import PLATFORM, RUN, Watch, rss, simulated_stack  # bench/ is this script's directory, first on sys.path
+from pipeline import (  # bench/ is this script's directory, first on sys.path
+    PLATFORM,
+    RUN,
+    Watch,
+    rss,
+    simulated_stack,
+    stack_up,
+)
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
@@ -59,17 +63,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for one round to end")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-rss-")
-    subprocess.run([*tau, "up"], env=env, check=True, capture_output=True)
-    try:
-        (data / "platform.yaml").write_text(PLATFORM)
-        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
-                       capture_output=True)
-        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
-        time.sleep(2.0)
+    with stack_up(data, env, tau, PLATFORM, keep=False) as url:
         seen, started, ended = asyncio.run(rounds(url, data, args))
-    finally:
-        subprocess.run([*tau, "down"], env=env, capture_output=True)
-        shutil.rmtree(data, ignore_errors=True)
 
     print(f"\nresident memory (MB) at start and after each of {args.rounds} rounds of {args.burst} runs "
           f"({ended}/{started} runs ended); simulated pods")

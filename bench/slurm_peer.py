@@ -39,13 +39,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import psutil
-from pipeline import Watch, pct, simulated_stack  # bench/ is this script's directory, first on sys.path
+from pipeline import (  # bench/ is this script's directory, first on sys.path
+    Watch,
+    one_queue_platform,
+    pct,
+    simulated_stack,
+    stack_up,
+)
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
@@ -57,23 +64,6 @@ import os
 job = os.environ.get("TAU_RUN_ID") or os.environ["SLURM_JOB_ID"]
 with open(os.path.join(os.environ["BENCH_STAMPS"], job), "a") as f:
     f.write(repr(started) + "\\n")
-"""
-TAU_PLATFORM = """resource_flavors: [{name: default}]
-cluster_queues:
-  - name: peer
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "%(cpus)d"}
-              - {name: memory, nominal_quota: "1000Gi"}
-local_queues: [{name: peer, namespace: default, cluster_queue: peer}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]
-workspaces:
-  - {name: peer, namespace: default, local_queue: peer, default_profile: unit, default_priority: normal,
-     submissions_per_minute: 0}  # a burst is the point here, so no submission rate limit
 """
 TAU_RUN = ("name: peer\nentrypoint: main.py\ncompute: {gpus: 0, cpu_request: '1', memory_request: 1Mi}\n"
            "runtime: {env: {BENCH_STAMPS: '%(stamps)s'}}\n")
@@ -343,6 +333,24 @@ def write_job(directory: Path, python: str) -> Path:
 
 
 # ---------------------------------------------------------------- Slurm side
+async def warm_and_idle(side: Side, run_one: Callable[[float], Awaitable[float | None]], warm_timeout: float,
+                        args: argparse.Namespace) -> None:
+    """One warm-up job (not among the figures; a lost one counts), then ``args.idle`` jobs one at a time:
+    ``run_one(timeout)`` submits one, waits for its start and returns submit → start (None: never started, which
+    counts with its wait until the bench gave up)."""
+    warm = await run_one(warm_timeout)
+    side.warmup_s = float("nan") if warm is None else warm
+    await asyncio.sleep(1.0)
+    for _ in range(args.idle):
+        t0 = time.time()
+        waited = await run_one(args.idle_timeout)
+        if waited is None:
+            side.idle_lost += 1
+            waited = time.time() - t0
+        side.idle_ms.append(1000 * waited)
+        await asyncio.sleep(0.3)
+
+
 async def slurm_side(slurm: LocalSlurm, script: Path, stamps: Path, args: argparse.Namespace) -> Side:
     side = Side("Slurm")
 
@@ -361,17 +369,7 @@ async def slurm_side(slurm: LocalSlurm, script: Path, stamps: Path, args: argpar
             side.failed += 1
         return None if at is None else at - t0
 
-    warm = await run_one(120)
-    side.warmup_s = float("nan") if warm is None else warm
-    await asyncio.sleep(1.0)
-    for _ in range(args.idle):
-        t0 = time.time()
-        waited = await run_one(args.idle_timeout)
-        if waited is None:
-            side.idle_lost += 1
-            waited = time.time() - t0
-        side.idle_ms.append(1000 * waited)
-        await asyncio.sleep(0.3)
+    await warm_and_idle(side, run_one, 120, args)
 
     gate = asyncio.Semaphore(args.sbatch_parallel)
 
@@ -425,17 +423,7 @@ async def taugrid_side(url: str, data: Path, project: Path, stamps: Path, args: 
     try:
         # Warm-up: the services are still importing when `tau up` returns on a busy machine (as Slurm's warm-up
         # job, it is not among the figures, but a lost one counts).
-        warm = await run_one(300)
-        side.warmup_s = float("nan") if warm is None else warm
-        await asyncio.sleep(1.0)
-        for _ in range(args.idle):
-            t0 = time.time()
-            waited = await run_one(args.idle_timeout)
-            if waited is None:
-                side.idle_lost += 1
-                waited = time.time() - t0
-            side.idle_ms.append(1000 * waited)
-            await asyncio.sleep(0.3)
+        await warm_and_idle(side, run_one, 300, args)
 
         side.burst_submitted = list(await asyncio.gather(*(submit() for _ in range(args.burst))))
         deadline = time.time() + args.timeout
@@ -539,23 +527,10 @@ def main() -> None:
         data, env, tau = simulated_stack("tau-bench-slurm-stack-")
         env.pop("TAU_LOCAL_SIMULATE", None)  # real processes
         env["TAU_CONTAINER_ENGINES"] = ""
-        up = subprocess.run([*tau, "up"], env=env, capture_output=True, text=True)
-        if up.returncode != 0:
-            raise RuntimeError(f"tau up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-        print(f"taugrid: embedded stack up (data dir {data}), real processes", flush=True)
-        try:
-            (data / "platform.yaml").write_text(TAU_PLATFORM % {"cpus": args.cpus})
-            subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
-                           capture_output=True)
-            url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
-            time.sleep(2.0)  # services settle: the idle figures are for an idle stack
+        platform = one_queue_platform("peer", cpu_quota=args.cpus, memory_quota="1000Gi")
+        with stack_up(data, env, tau, platform, keep=args.keep) as url:
+            print(f"taugrid: embedded stack up (data dir {data}), real processes", flush=True)
             t_side = asyncio.run(taugrid_side(url, data, project, tau_stamps, args))
-        finally:
-            subprocess.run([*tau, "down"], env=env, capture_output=True)
-            if not args.keep:
-                shutil.rmtree(data, ignore_errors=True)
-            else:
-                print(f"taugrid data dir kept: {data}")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pipeline import PLATFORM, RUN, Watch, cpu_seconds, simulated_stack  # bench/ is on sys.path
+from pipeline import PLATFORM, RUN, Watch, cpu_seconds, simulated_stack, stack_up  # bench/ is on sys.path
 
 from taugrid.bus import replay
 from taugrid.client import open_client
@@ -121,20 +118,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-watch-")
-    subprocess.run([*tau, "up"], env=env, check=True, capture_output=True)
-    try:
-        (data / "platform.yaml").write_text(PLATFORM)
-        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
-                       capture_output=True)
-        url = msgspec.json.decode((data / "stack.json").read_bytes())["nats_url"]
-        time.sleep(2.0)
+    with stack_up(data, env, tau, PLATFORM, keep=args.keep) as url:
         asyncio.run(measure(url, data, args.runs))
-    finally:
-        subprocess.run([*tau, "down"], env=env, capture_output=True)
-        if args.keep:
-            print(f"data directory kept: {data}")
-        else:
-            shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":
