@@ -157,27 +157,17 @@ async def delete(bus: Bus, bucket: str, key: str) -> None:
 
 
 async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "") -> list[T]:
-    """Decoded values of the keys starting with ``prefix``. A record that no longer decodes is logged and
-    skipped: one bad record must not stop a service from starting or listing."""
-    with timed(KV_SECONDS, bucket, "keys") as timing:
-        kv = await bus.kv(bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            timing.outcome = "absent"
-            keys = []
-    out: list[T] = []
-    for key in keys:
-        if not key.startswith(prefix):
-            continue
-        found = await get(bus, bucket, key)
-        if found is None or not found.value:
-            continue  # deleted between listing and reading
-        try:
-            out.append(msgspec.json.decode(found.value, type=kind))
-        except msgspec.ValidationError as exc:
-            log.error("skipping unreadable %s record %s: %s", bucket, key, exc)
-    return out
+    """Decoded live values of the keys starting with ``prefix`` ("" or whole tokens ending in a dot, e.g.
+    ``run.``). A record that no longer decodes is logged and skipped: one bad record must not stop a service
+    from starting or listing.
+
+    Read through one filtered consumer (``filtered_values``), not nats-py's ``kv.keys()`` plus a get per key:
+    ``keys()`` decides it has seen everything by asking the consumer's pending count while its callbacks are
+    still held back, so when the server had already pushed every key it returns none (``tau list`` and the
+    portal then showed no runs, now and then, in CI)."""
+    if prefix and not prefix.endswith("."):
+        raise ValueError(f"prefix {prefix!r} must be whole key tokens ending in a dot (e.g. 'run.'), or empty")
+    return await filtered_values(bus, bucket, kind, key_filter=f"{prefix}>")
 
 
 _DELETED = ("DEL", "PURGE")
@@ -206,7 +196,7 @@ async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: 
             if (msg.headers or {}).get("KV-Operation") not in _DELETED and msg.data:
                 try:
                     out.append(msgspec.json.decode(msg.data, type=kind))
-                except msgspec.ValidationError as exc:
+                except msgspec.DecodeError as exc:  # ValidationError included
                     log.error("skipping unreadable %s record %s: %s", bucket, msg.subject[len(pre):], exc)
             if msg.metadata.num_pending == 0:
                 return out
