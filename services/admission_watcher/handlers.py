@@ -55,7 +55,8 @@ class AdmissionWatcher:
             if not emit:
                 continue  # a finished run or a superseded attempt: history is already decided
             await self.bus.emit(workspace=out.workspace, run_id=out.run_id, attempt=out.attempt,
-                                event_type=out.event_type, payload=out.payload, dedup=out.dedup, user=user)
+                                event_type=out.event_type, payload=out.payload, dedup=out.dedup, user=user,
+                                 time=ev.time)  # when the cluster saw it, not when this replica got to it
             self.runs.emitted(out)
 
     def _wait_for_owner(self, ev: Event, watch: WatchEvent) -> None:

@@ -6,6 +6,7 @@ cluster's jobs leave nothing in the ``bridge`` bucket."""
 from __future__ import annotations
 
 import copy
+import time
 import uuid
 from typing import Any
 
@@ -31,10 +32,10 @@ def labels(run_id: str, attempt: int) -> dict[str, str]:
     return {"taugrid.io/run-id": run_id, "taugrid.io/workspace": WORKSPACE, "taugrid.io/attempt": str(attempt)}
 
 
-def event(ev_type: str, obj: dict[str, Any], run_id: str) -> Event:
+def event(ev_type: str, obj: dict[str, Any], run_id: str, *, at: str = "") -> Event:
     meta = obj["metadata"]
     return Event(id=f"{meta['uid']}.{uuid.uuid4().hex[:6]}", type=f"{obj['kind'].lower()}.{ev_type.lower()}",
-                 source="/svc/local-cluster", subject=run_id, time="",
+                 source="/svc/local-cluster", subject=run_id, time=at,
                  data=msgspec.json.encode(WatchEvent(type=ev_type, object=obj, cluster="local")))
 
 
@@ -151,3 +152,24 @@ async def test_after_its_own_failure_event_the_watcher_reads_until_the_attempt_c
     running["metadata"]["name"] += "-r1"
     await watcher.on_event(event("MODIFIED", running, run_id))  # attempt 1 still: read once, both outputs dropped
     assert watcher.runs.reads == 3 and await stored(bus, run_id, "exec.running") == []
+
+
+async def test_run_events_keep_the_time_the_cluster_saw_the_change(bus: Bus) -> None:
+    """A run's running time is measured between its exec.running and its end: stamped when this replica got to
+    the watch events, a backlog ahead of the first and none ahead of the second shortened it (CI: a 2 s run
+    counted 1.874 s). Each run event keeps its watch event's time; one without a time is stamped now."""
+    run_id = fresh()
+    await record(bus, run_id, state="admitted")
+    watcher = AdmissionWatcher(bus)
+    await watcher.on_event(event("MODIFIED", pod(run_id, "Running"), run_id, at="2026-01-01T00:00:02.250Z"))
+    await watcher.on_event(event("MODIFIED", complete(run_id), run_id, at="2026-01-01T00:00:09.500Z"))
+    times = {}
+    for event_type in ("exec.running", "exec.succeeded"):
+        msg = await bus.js.get_last_msg("RUNS", run_subject(WORKSPACE, run_id, event_type))
+        times[event_type] = msg.headers["ce-time"]
+    assert times == {"exec.running": "2026-01-01T00:00:02.250Z", "exec.succeeded": "2026-01-01T00:00:09.500Z"}
+    other = fresh()
+    await record(bus, other, state="admitted")
+    await watcher.on_event(event("MODIFIED", pod(other, "Running"), other))
+    msg = await bus.js.get_last_msg("RUNS", run_subject(WORKSPACE, other, "exec.running"))
+    assert msg.headers["ce-time"].startswith(time.strftime("%Y-%m-%dT", time.gmtime()))

@@ -204,10 +204,10 @@ class Bus:
     async def publish(
         self, subject: str, payload: msgspec.Struct | bytes, *, event_type: str, ce_subject: str,
         msg_id: str, workspace: str = "", attempt: int = 1, family: str = "run",
-        traceparent: str | None = None, user: str = "", delegation: str = "",
+        traceparent: str | None = None, user: str = "", delegation: str = "", time: str = "",
     ) -> int:
         """Publish one CloudEvent into a stream and return its stream sequence. A person's request
-        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one."""
+        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one. ``time``: see ``headers_for``."""
         data = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
         if len(data) > EVENT_MAX_BYTES:
             raise PayloadTooLarge(
@@ -218,7 +218,7 @@ class Bus:
             event_id=msg_id, event_type=event_type, source=f"/svc/{self.source}", subject=ce_subject,
             workspace=workspace, attempt=attempt,
             traceparent=tracing.current_traceparent() if traceparent is None else traceparent, family=family,
-            user=user,
+            user=user, time=time,
         )
         if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
             headers[DELEGATION_HEADER] = delegation
@@ -232,13 +232,14 @@ class Bus:
 
     async def emit(
         self, *, workspace: str, run_id: str, attempt: int, event_type: str, payload: msgspec.Struct,
-        dedup: str = "", user: str | None = None, delegation: str = "", lane: str = "",
+        dedup: str = "", user: str | None = None, delegation: str = "", lane: str = "", time: str = "",
     ) -> int:
         """Publish a run lifecycle event with its deterministic id ``<run>.<attempt>.<type>[.<dedup>]``, in
         ``lane`` (``events.HIGH_LANE`` or "": see ``core/events.py``; the message id is the same in either).
 
         ``ce-tauuser`` is ``user`` when given, else the verified submitter of the run event being handled
-        (``identity.run_user``), else what ``user_lookup`` finds for the run."""
+        (``identity.run_user``), else what ``user_lookup`` finds for the run. ``time``: when it happened, for
+        an event relayed from another (``headers_for``); "" is now."""
         if user is None:
             user = await self._run_user(workspace, run_id)
         with tracing.span(f"publish {event_type}", attributes={"taugrid.run_id": run_id}):
@@ -246,7 +247,7 @@ class Bus:
                 run_subject(workspace, run_id, event_type, lane=lane), payload, event_type=event_type,
                 ce_subject=run_id,
                 msg_id=message_id(run_id, attempt, event_type, suffix=dedup), workspace=workspace,
-                attempt=attempt, user=user, delegation=delegation,
+                attempt=attempt, user=user, delegation=delegation, time=time,
             )
 
     async def _run_user(self, workspace: str, run_id: str) -> str:

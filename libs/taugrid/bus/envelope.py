@@ -117,15 +117,17 @@ def now_iso() -> str:
 
 def headers_for(
     *, event_id: str, event_type: str, source: str, subject: str, workspace: str, attempt: int,
-    traceparent: str, family: str = "run", user: str = "",
+    traceparent: str, family: str = "run", user: str = "", time: str = "",
 ) -> dict[str, str]:
+    """``time``: when the fact happened, where the publisher only relays it (a run event made from a watch
+    event keeps the watch event's time); "" is now."""
     headers = {
         "ce-specversion": SPEC_VERSION,
         "ce-id": event_id,
         "ce-type": ce_type(event_type, family=family),
         "ce-source": source,
         "ce-subject": subject,
-        "ce-time": now_iso(),
+        "ce-time": time or now_iso(),
         "ce-workspace": workspace,
         "ce-attempt": str(attempt),
         "content-type": "application/json",
