@@ -73,6 +73,17 @@ class Event(msgspec.Struct, kw_only=True):
     stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
 
     @property
+    def happened(self) -> float:
+        """When it happened, by its own ``ce-time`` (epoch seconds), else when it was stored. Accounting reads
+        this, as the evidence's does: a watch-derived event carries the time the cluster saw the change, where
+        its stored time also holds the admission watcher's backlog, which put exec.running late and counted a
+        2 s run as 1.65 s."""
+        try:
+            return dt.datetime.fromisoformat(self.time.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return self.stored
+
+    @property
     def lane(self) -> str:
         """The priority lane its subject travels in (``events.HIGH_LANE`` or "")."""
         return lane_of(self.nats_subject)

@@ -44,7 +44,7 @@ async def usage(by: str, since_text: str | None, output: str) -> None:
             async for batch in client.event_batches(since=since, workspace=workspace):
                 for ev in batch:
                     resolved = ev.payload(PolicyApproved).run if ev.type == "policy.approved" else None
-                    seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.stored, ev.user, resolved))
+                    seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved))
     # A run counts from its submission: drop runs whose submission lies before --since.
     submitted = {s.run_id for s in seen if s.type == "submit.requested"}
     rows = roll_up(fold([s for s in seen if s.run_id in submitted], prices=prices, now=time.time()), by)
