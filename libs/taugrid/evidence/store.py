@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,7 +31,7 @@ import msgspec
 
 from taugrid.bus import kv, runstate, streams
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
 from taugrid.bus.objects import read as read_object
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import PlatformReader
@@ -38,6 +39,7 @@ from taugrid.bus.replay import follow, replay
 from taugrid.bus.sources import source_problem
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.config.platform import Platform
+from taugrid.core import states
 from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
@@ -151,7 +153,7 @@ async def collect(
     workspace = ledger.workspace or next((ev.workspace for ev in events if ev.workspace), "")
 
     chunks: dict[int, list[LogChunk]] = {}
-    for m in await _log_messages(bus, f"log.*.{token(run_id)}.*"):
+    for m in await _log_messages(bus, f"log.*.{token(run_id)}.*", since=_logs_since(events)):
         try:
             chunk = msgspec.json.decode(m.data, type=LogChunk)
         except msgspec.DecodeError:
@@ -203,10 +205,22 @@ async def collect(
     return b.encode(doc), extra
 
 
-async def _log_messages(bus: Bus, subject: str) -> list[Event]:
-    """The run's log chunks on LOGS: by batch direct gets, else (a stream made before LOGS allowed them) a replay."""
+LOGS_MARGIN_S = SIGNATURE_MAX_AGE_S  # how far a submission's own time may be from when it was stored
+
+
+def _logs_since(events: list[Event]) -> float | None:
+    """From when to read the run's logs: its first event's time less the most a client's clock may be off (a
+    run logs only once it runs, after it was submitted). None (from the start of LOGS) without a usable time."""
+    times = [ev.happened for ev in events if ev.happened > 0]
+    return min(times) - LOGS_MARGIN_S if times else None
+
+
+async def _log_messages(bus: Bus, subject: str, *, since: float | None) -> list[Event]:
+    """The run's log chunks on LOGS, from ``since`` on (the server finds where that starts: the walk by subject
+    covers the run's own time, not the days of other runs' logs before it): by direct gets, else (a stream made
+    before LOGS allowed them) a replay."""
     try:
-        return await streams.history(bus, "LOGS", subject)
+        return await streams.history(bus, "LOGS", subject, since=since)
     except streams.DirectGetUnavailable:
         if not await streams.holds(bus, "LOGS", subject):
             return []
@@ -285,11 +299,14 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     ws, run, _ = parse_run_subject(terminal_event.nats_subject)
     subject = f"run.{ws}.{run}.>"
     through = terminal_event.seq
-    known = await _by_projected_sequences(bus, ws, run, subject, through)
+    record, _ = await runstate.get(bus, ws, run)
+    known = await _by_projected_sequences(bus, record, subject, through)
     if known is not None:
         return [ev for ev in known if source_problem(ev.nats_subject, ev.source) is None]
+    if _projection_may_catch_up(record, terminal_event):
+        raise TemporaryError(f"run {run}: its run_state record does not list all its events yet", delay=0.5)
     try:
-        events = await streams.history(bus, "RUNS", subject, through=through)
+        events = await streams.history(bus, "RUNS", subject, through=through, start=_first_sequence(record))
     except streams.DirectGetUnavailable:
         events = [ev async for ev in follow(bus, subject, stream="RUNS") if ev.seq <= through]
         if not events or events[-1].seq != through:
@@ -301,7 +318,34 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     return [ev for ev in events if source_problem(ev.nats_subject, ev.source) is None]
 
 
-async def _by_projected_sequences(bus: Bus, ws: str, run: str, subject: str, through: int) -> list[Event] | None:
+PROJECTION_WAIT_S = 3.0  # how long after its terminal event a run waits for its record before a walk by subject
+
+
+def _projection_may_catch_up(record: states.RunRecord | None, terminal_event: Event) -> bool:
+    """Whether to seal a little later rather than walk the stream by subject: the record is short of events
+    only because the projection is a step behind (its history is not cut at ``runstate.HISTORY``), and the
+    terminal event is recent. In a burst most runs end before their record has their last events, and the walks
+    (each get scanning the stream from one of the run's events to the next) took a third of the server's CPU
+    in ``bench/pipeline.py``. The consumer's retry delays (0.5 s, doubled) make it at most four deliveries."""
+    if record is not None and len(record.history) >= runstate.HISTORY:
+        return False  # a cut history never lists them all: walk now
+    return bool(terminal_event.stored) and time.time() - terminal_event.stored < PROJECTION_WAIT_S
+
+
+def _first_sequence(record: states.RunRecord | None) -> int:
+    """Where the run's events start in RUNS: its ``submit.requested``'s sequence when its record lists it (every
+    other event of the run comes after it), else 1. The walk by subject then covers the run's own span of the
+    stream, not the whole stream before it: in a burst the record's projection is often a step behind when the
+    run ends, and a walk from sequence 1 cost the server a third of its CPU in ``bench/pipeline.py``."""
+    if record is not None:
+        for entry in record.history:
+            if entry.get("type") == "submit.requested" and int(entry.get("seq") or 0) > 0:
+                return int(entry["seq"])
+    return 1
+
+
+async def _by_projected_sequences(bus: Bus, record: states.RunRecord | None, subject: str, through: int
+                                  ) -> list[Event] | None:
     """The run's events read at the sequences its run_state record lists (its history) plus the terminal event's,
     when those are provably all of them: the server's subject index counts exactly as many messages stored on the
     run's subjects, and every one read back is on them. None otherwise (no record, a projection behind, a history
@@ -311,7 +355,6 @@ async def _by_projected_sequences(bus: Bus, ws: str, run: str, subject: str, thr
     Why not always by subject: a direct get ``next_by_subj`` on a wildcard walks the stream from its start
     sequence to the next match, and a run's events lie far apart in a busy stream (Kueue's 15,000-run scenario:
     ~20 ms of server CPU per get on a 150k-message RUNS); a get at a sequence, and a count from the index, do not."""
-    record, _ = await runstate.get(bus, ws, run)
     if record is None:
         return None
     seqs = sorted({int(h.get("seq") or 0) for h in record.history} | {through})

@@ -1,0 +1,43 @@
+"""``streams.history`` by direct gets against a real nats-server: from a sequence, or from a time (the server
+finds where that time starts in the stream, so a run's logs are not looked for through all of LOGS)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from taugrid.bus import Bus, streams
+from taugrid.core.events import log_subject
+
+
+async def test_history_from_a_time_starts_where_that_time_starts_in_the_stream(bus: Bus) -> None:
+    ws, run = "hist", f"r{uuid.uuid4().hex[:8]}"
+    other = f"o{uuid.uuid4().hex[:8]}"
+    for i in range(3):
+        await bus.js.publish(log_subject(ws, run, 1), f"early {i}".encode())
+    await bus.js.publish(log_subject(ws, other, 1), b"someone else's")
+    await asyncio.sleep(0.05)
+    since = time.time()
+    await asyncio.sleep(0.05)
+    for i in range(2):
+        await bus.js.publish(log_subject(ws, run, 2), f"late {i}".encode())
+    requests: list[dict[str, object]] = []
+
+    async def spy(msg) -> None:  # type: ignore[no-untyped-def]
+        requests.append(json.loads(msg.data))
+
+    sub = await bus.nc.subscribe("$JS.API.DIRECT.GET.LOGS", cb=spy)
+    subject = f"log.*.{run}.*"
+    everything = await streams.history(bus, "LOGS", subject)
+    later = await streams.history(bus, "LOGS", subject, since=since)
+    await bus.nc.flush()
+    await sub.unsubscribe()
+    assert [ev.data for ev in everything] == [b"early 0", b"early 1", b"early 2", b"late 0", b"late 1"]
+    assert [ev.data for ev in later] == [b"late 0", b"late 1"]
+    assert [ev.seq for ev in later] == [ev.seq for ev in everything[3:]]
+    assert requests[0] == {"seq": 1, "next_by_subj": subject}
+    asked_from_time = requests[len(everything) + 1]  # the first get of the second walk (each walk ends on a 404)
+    assert set(asked_from_time) == {"start_time", "next_by_subj"}
+    assert await streams.history(bus, "LOGS", subject, since=time.time() + 60) == []
