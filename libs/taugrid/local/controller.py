@@ -37,6 +37,7 @@ from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, R
 from taugrid.local.backend import run_user
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
+from taugrid.local.lanelock import LaneLock
 from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
 from taugrid.local.runtime import PodRuntimes
 from taugrid.local.secrets import SecretStore
@@ -97,8 +98,8 @@ class LocalCluster:
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}
         # Backend requests, the control loop and pod status reports interleave at awaits; one lock keeps a
-        # workload's transitions (start, delete, finish) from crossing.
-        self.lock = asyncio.Lock()
+        # workload's transitions (start, delete, finish) from crossing. A high-lane request takes it first.
+        self.lock = LaneLock()
         self.platforms = PlatformReader(bus)
         # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
         secrets_dir = Path(os.environ.get("TAU_SECRETS_DIR") or data_dir / "secrets")
@@ -234,7 +235,7 @@ class LocalCluster:
 
     async def on_backend(self, ev: Event) -> None:
         verb = ev.nats_subject.split(".")[2:3]  # backend.<cluster>.<verb>[.high]: a high-lane apply has a lane token
-        async with self.lock:
+        async with self.lock.first(ev.lane == HIGH_LANE):
             if verb == ["apply"]:
                 await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent)
             elif verb == ["delete"]:

@@ -10,7 +10,6 @@ status does (the evidence of a run that ends on that status must carry them); lo
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import io
 import logging
@@ -32,6 +31,7 @@ from taugrid.local import envrefs, objects
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.jobpods import main_container, pod_manifest, replace_python, template
 from taugrid.local.kubelet import Kubelet
+from taugrid.local.lanelock import LaneLock
 from taugrid.local.podspec import PodSpecError, kubernetes_only
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore
@@ -99,7 +99,7 @@ class PreparedRuntimes:
 
 
 class PodSync:
-    def __init__(self, bus: Bus, kubelet: Kubelet, *, node: str, gpu_memory_mb: int, lock: asyncio.Lock,
+    def __init__(self, bus: Bus, kubelet: Kubelet, *, node: str, gpu_memory_mb: int, lock: LaneLock,
                  publish: Publish, save: Save, runtime: PodRuntime | None = None) -> None:
         self.bus, self.kubelet, self.node, self.gpu_memory_mb = bus, kubelet, node, gpu_memory_mb
         self.lock, self.publish, self.save = lock, publish, save
