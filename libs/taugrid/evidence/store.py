@@ -302,6 +302,12 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     through = terminal_event.seq
     record, _ = await runstate.get(bus, ws, run)
     known = await _by_projected_sequences(bus, record, subject, through)
+    for pause in _CATCH_UP_PAUSES_S:  # the projection is usually milliseconds behind: look again first
+        if known is not None or not _projection_may_catch_up(record, terminal_event):
+            break
+        await asyncio.sleep(pause)
+        record, _ = await runstate.get(bus, ws, run)
+        known = await _by_projected_sequences(bus, record, subject, through)
     if known is not None:
         return [ev for ev in known if source_problem(ev.nats_subject, ev.source) is None]
     if _projection_may_catch_up(record, terminal_event):
@@ -320,6 +326,7 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
 
 
 PROJECTION_WAIT_S = 3.0  # how long after its terminal event a run waits for its record before a walk by subject
+_CATCH_UP_PAUSES_S = (0.01, 0.03, 0.06)  # looks again in-process before a retry (0.5 s) is asked for
 
 
 def _projection_may_catch_up(record: states.RunRecord | None, terminal_event: Event) -> bool:
