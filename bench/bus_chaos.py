@@ -15,16 +15,14 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from pipeline import PLATFORM  # the same unlimited bench workspace (bench/ is on sys.path)
+from pipeline import PLATFORM, stack_up  # the same unlimited bench workspace (bench/ is on sys.path)
 
 from taugrid.bus.replay import batches
 from taugrid.client import open_client
@@ -110,19 +108,10 @@ def one_mode(mode: str, runs: int, timeout: float, keep: bool) -> bool:
     tau = tau_command()
     os.environ["TAU_DATA_DIR"] = str(data)  # this process's client finds the stack and its user there
     os.environ.pop("TAU_NATS_URL", None)
-    subprocess.run([*tau, "up", "--timeout", "300", *(["--ha"] if mode == "ha" else [])], env=env, check=True)
-    try:
-        (data / "platform.yaml").write_text(PLATFORM)
-        subprocess.run([*tau, "platform", "apply", str(data / "platform.yaml")], env=env, check=True,
-                       capture_output=True)
+    up_args = ("--timeout", "300", *(["--ha"] if mode == "ha" else []))
+    with stack_up(data, env, tau, PLATFORM, keep=keep, up_args=up_args):
         result = asyncio.run(burst(data, runs, ha=mode == "ha", timeout=timeout))
         restarted = json.loads((data / "stack.json").read_text())
-    finally:
-        subprocess.run([*tau, "down"], env=env, capture_output=True)
-        if keep:
-            print(f"data directory kept: {data}")
-        else:
-            shutil.rmtree(data, ignore_errors=True)
     pids = restarted["nats_pids"] if mode == "ha" else [restarted["nats_pid"]]
     ok = (not result["never_sealed"] and not result["wrong"] and result["distinct"] == runs
           and result["states"] == {"succeeded": runs} and result["victim"] not in pids)

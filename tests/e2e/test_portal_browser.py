@@ -137,6 +137,9 @@ def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, peo
             held = stack.json("run", str(blocker.parent), "--workspace", "default")["run_id"]
             _until_state(people["base"], people["admin_token"], held, {"admitted", "running"})
             run_id = _as_person(stack, people["key"], "run", str(project.parent), "--workspace", "default")["run_id"]
+            # Opened once the run waits behind the blocker (before that, the page could first show `rendered`):
+            # it then follows the run from queued on.
+            _until_state(people["base"], people["admin_token"], run_id, {"queued"})
             page.goto(f"{people['base']}/#/runs/{run_id}")
             try:
                 page.wait_for_selector("#run-state .state.queued", timeout=30_000)
@@ -159,13 +162,8 @@ def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, peo
             assert events[-1] == "evidence.sealed"
             page.screenshot(path=str(shots / "portal-run.png"), full_page=True)
 
-            # Opened right after the submission: the page may first show the run a step before it is queued (the
-            # record had not yet projected admission.queued), then follows it forward only, through queued.
             states = [s for s, _ in seen]
-            order = ["submitted", "accepted", "approved", "rendered", "queued", "admitted", "running", "succeeded"]
-            assert states[0] in order[:order.index("queued") + 1], seen
-            assert "queued" in states and "running" in states and states[-1] == "succeeded", seen
-            assert [order.index(s) for s in states] == sorted(order.index(s) for s in states), seen
+            assert states[0] == "queued" and states[-1] == "succeeded" and "running" in states, seen
             # the lines came one by one while the run went on, not all at once at the end
             partial = [n for s, n in seen if s != "succeeded" and 0 < n < STEPS]
             assert len(partial) >= 2, f"the lines did not arrive live: {seen}"
