@@ -76,8 +76,8 @@ def run_yaml(cls: str) -> str:
             f"policy: {{workload_priority_class: {prio}}}\nruntime: {{env: {{SIMULATED_DURATION: '{secs}'}}}}\n")
 
 
-STAGES = ("submit.accepted", "policy.approved", "render.applied", "admission.admitted", "exec.succeeded",
-          "evidence.sealed")
+STAGES = ("submit.accepted", "policy.approved", "render.applied", "workload.added", "admission.queued",
+          "admission.admitted", "exec.succeeded", "evidence.sealed")
 
 
 async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stages: bool = False,
@@ -89,13 +89,21 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     nc = client.bus.nc
     reached: dict[str, int] = dict.fromkeys(STAGES, 0)
 
+    # run id → stage → when the stage's event happened (its ce-time), for the per-class breakdown (``--stages``)
+    stage_times: dict[str, dict[str, float]] = {}
+
     async def on_stage(msg: nats.aio.msg.Msg) -> None:
-        kind = ".".join(msg.subject.split(".")[3:5])  # a sixth token is the priority lane
+        parts = msg.subject.split(".")
+        # run.<ws>.<run>.<family>.<type>[.lane]; k8s.local.workload.<ns>.<name>.added[.lane]
+        kind = ".".join(parts[3:5]) if parts[0] == "run" else "workload.added"
         if kind in reached:
             reached[kind] += 1
+            stage_times.setdefault(msg.headers.get("ce-subject", ""), {}).setdefault(kind, happened(msg))
 
     if stages:  # per-stage progress: how many runs each stage has passed, to see where a backlog builds
         await nc.subscribe("run.>", cb=on_stage)
+        await nc.subscribe("k8s.local.workload.*.*.added", cb=on_stage)
+        await nc.subscribe("k8s.local.workload.*.*.added.*", cb=on_stage)
     submissions: list[tuple[str, str, float]] = []  # every run started: (run id, class, when)
     # When each run was admitted and ended by the cluster's clock (the event's ce-time: the admission watcher
     # stamps its events with the time of the watch event, when the local cluster admitted or ended the run), as
@@ -150,7 +158,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
                   f"  admitted {len(admitted):5d}"
                   f"  finished {len(finished):5d}  queues snapshot usage {usage[-1] if usage else 0:5.1f}%", flush=True)
             if stages:
-                print("           " + "  ".join(f"{k.split('.')[0]} {v:5d}" for k, v in reached.items()), flush=True)
+                print("           " + "  ".join(f"{k.split('.')[-1]} {v:5d}" for k, v in reached.items()), flush=True)
 
     sampler = asyncio.create_task(sample())
     feeders = [feed(f"ws-{c}-{q}", cls) for c in range(COHORTS) for q in range(CQS) for cls in CLASSES]
@@ -184,7 +192,10 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     # What of that was the jobs' own work (units × duration): the rest is quota held while pods started and ended.
     work = sum(units[cls] * CLASSES[cls][2] for run_id, cls, _ in submissions if run_id in finished)
     work_pct = 100.0 * work / (20 * COHORTS * CQS) / max(wall, 1e-9)
-    return {"runs": len(submissions), "distinct": len({r for r, _, _ in submissions}),
+    breakdown = {cls: {k: _mean([stage_times[r][k] - at for r, c, at in submissions
+                                 if c == cls and k in stage_times.get(r, {})]) for k in STAGES}
+                 for cls in CLASSES} if stages else {}
+    return {"runs": len(submissions), "distinct": len({r for r, _, _ in submissions}), "breakdown": breakdown,
             "admitted": sum(1 for r, _, _ in submissions if r in admitted),
             "finished": sum(1 for r, _, _ in submissions if r in finished), "wall_s": wall,
             "usage_pct": usage_pct, "work_pct": work_pct,
@@ -193,11 +204,16 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
                      **{c: (sum(v) / len(v) if v else float("nan")) for c, v in seen_by_class.items()}}}
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fraction", type=float, default=1.0, help="share of Kueue's run counts (rates unchanged)")
     ap.add_argument("--scale", action="append", default=[], help="SERVICE=N replicas (repeatable)")
-    ap.add_argument("--stages", action="store_true", help="print how many runs passed each stage, every second")
+    ap.add_argument("--stages", action="store_true", help="print how many runs passed each stage, every second, "
+                    "and at the end the mean time from submission to each stage per class")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every run to finish")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-kueue-")
@@ -225,6 +241,11 @@ def main() -> None:
     print(f"(of the quota, the jobs' own work (units x duration) used {float(result['work_pct']):.2f} %; the rest of"
           " the usage above is quota held from admission to the end by the cluster's clock: pods starting and "
           "ending, and admission cycles)")
+    breakdown: dict[str, dict[str, float]] = result["breakdown"]  # type: ignore[assignment]
+    if breakdown:  # where each class's time goes: mean seconds from submission to each stage's event (its ce-time)
+        print("\nmean s from submission to " + "".join(f"{k.split('.')[-1]:>10}" for k in STAGES))
+        for cls, row in breakdown.items():
+            print(f"  {cls:<24}" + "".join(f"{row[k]:10.2f}" for k in STAGES))
     seen: dict[str, float] = result["seen"]  # type: ignore[assignment]
     print(f"(as the bench saw the events arrive, after the admission watcher: wall {seen['wall_s']:.2f} s, usage "
           f"{seen['usage_pct']:.2f} %, mean time to admission large {seen['large']:.2f} s, medium "

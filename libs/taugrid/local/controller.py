@@ -87,6 +87,7 @@ class LocalCluster:
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
         self.wls: dict[str, LocalWorkload] = {}
+        self._applying: set[str] = set()  # workloads whose apply is between its checks and its joining ``wls``
         # Workloads that finished or went away here (bounded): a redelivered apply of one is not run again (a
         # restarted nats-server may redeliver a request whose ack it confirmed just before it died).
         self.finished: OrderedDict[str, None] = OrderedDict()
@@ -97,8 +98,9 @@ class LocalCluster:
         self.lq: dict[tuple[str, str], str] = {}
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}
-        # Backend requests, the control loop and pod status reports interleave at awaits; one lock keeps a
-        # workload's transitions (start, delete, finish) from crossing. A high-lane request takes it first.
+        # Deletes, the control loop and pod status reports interleave at awaits; one lock keeps a workload's
+        # transitions (start, delete, finish) from crossing. A high-lane request takes it first. An apply needs
+        # it only for a due platform refresh (``apply``).
         self.lock = LaneLock()
         self.platforms = PlatformReader(bus)
         # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
@@ -160,7 +162,7 @@ class LocalCluster:
             self.wls[wl.name] = wl
             self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
         self._refill()
-        for wl in self.wls.values():  # pods that kept running under their shims
+        for wl in list(self.wls.values()):  # pods that kept running under their shims
             for p in wl.pods:
                 if p.phase == "Running" and not p.sim_end:
                     await self.podsync.adopt(wl, p)
@@ -207,7 +209,7 @@ class LocalCluster:
         """Stop every running workload with a pod on ``node`` (SIGTERM, SIGKILL after the grace period), as a
         drain evicts them. The Job then fails (backoffLimit 0: one failed pod fails a gang), and recovery,
         told by ``health.degraded``, retries it elsewhere."""
-        for wl in self.wls.values():
+        for wl in list(self.wls.values()):  # applies join ``wls`` meanwhile (they take no lock)
             if wl.state != "running" or not any((p.node or self.node) == node for p in wl.pods):
                 continue
             for p in wl.pods:
@@ -235,27 +237,35 @@ class LocalCluster:
 
     async def on_backend(self, ev: Event) -> None:
         verb = ev.nats_subject.split(".")[2:3]  # backend.<cluster>.<verb>[.high]: a high-lane apply has a lane token
-        async with self.lock.first(ev.lane == HIGH_LANE):
-            if verb == ["apply"]:
-                await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent)
-            elif verb == ["delete"]:
+        if verb == ["apply"]:
+            await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent, high=ev.lane == HIGH_LANE)
+        elif verb == ["delete"]:
+            async with self.lock.first(ev.lane == HIGH_LANE):
                 await self.delete(ev.payload(BackendDelete))
 
-    async def apply(self, req: BackendApply, *, traceparent: str = "") -> None:
-        await self.refresh_platform()
+    async def apply(self, req: BackendApply, *, traceparent: str = "", high: bool = False) -> None:
+        """A new workload: saved and announced (its Job and Workload ADDED) before the engine or the control loop
+        sees it. It takes the lock only for a platform refresh that is due: applies run concurrently (up to the
+        consumer's in-flight limit), since one held the lock for its round trip, so applies were handled one
+        bus round trip at a time (about 80/s under a burst's load), below Kueue's scenario's arrival rate. Nothing
+        else can touch the workload meanwhile: it joins ``wls`` and the engine together once its events are out,
+        and a run's later requests (its delete) wait for this one in the consumer (one run's events in order)."""
+        if time.time() - self._platform_checked >= PLATFORM_CHECK_S or self.platform is None:
+            async with self.lock.first(high):
+                await self.refresh_platform()
         main = next((m for m in req.manifests if m.get("kind") in ("Job", "RayJob")), None)
         if main is None:
             return
         name = main["metadata"]["name"]
-        if name in self.wls or name in self.finished:
+        if name in self.wls or name in self.finished or name in self._applying:
             return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
         wl.traceparent = traceparent
         wl.lane = self._lane(wl)
         wl.user = run_user(req.run_id)  # the request's verified submitter (its handler's ``identity.run_user``)
-        self.wls[name] = wl
-        # One round trip instead of three (the apply queue is a burst's first bottleneck): versions are taken
-        # in call order before any await, and the state is still saved before the request is acknowledged.
+        self._applying.add(name)
+        # One round trip instead of three: versions are taken in call order before any await, and the state is
+        # still saved before the request is acknowledged.
         try:
             await asyncio.gather(self.save(wl),
                                  self.publish(wl, "Job" if main["kind"] == "Job" else "RayJob", wl.job, "added"),
@@ -263,9 +273,14 @@ class LocalCluster:
         except BaseException:
             # Not applied (the bus failed mid-way, e.g. a restarting server): forget it, so the redelivered request
             # applies it again instead of taking it for a duplicate; events that did go out carry the same ids.
-            self.wls.pop(name, None)
             self._drop_versions(wl.job, wl.workload)
             raise
+        finally:
+            self._applying.discard(name)
+        # A platform revision taken meanwhile may have moved its LocalQueue (``refresh_platform`` re-homes only
+        # the workloads already in ``wls``).
+        wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
+        self.wls[name] = wl
         self.admitter.submit(self._request(wl))
         self.wake()
 
