@@ -34,7 +34,7 @@ import nats
 from pipeline import simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
 
 from taugrid.bus.envelope import from_message
-from taugrid.client import open_client
+from taugrid.client import Client, open_client
 from taugrid.core.ids import new_run_id, new_submission_id
 
 COHORTS, CQS = 5, 6
@@ -178,6 +178,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     for run_id, cls, at in submissions:
         by_class[cls].append(admitted.get(run_id, end) - at)
         seen_by_class[cls].append(seen_admitted.get(run_id, end) - at)
+    counts = await stored_per_type(client) if stages else {}
     await client.close()
     await submitter.close()
     # Usage is averaged over the busy period (until the last run finished), as Kueue's test reports it: the units
@@ -196,12 +197,27 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
                                  if c == cls and k in stage_times.get(r, {})]) for k in STAGES}
                  for cls in CLASSES} if stages else {}
     return {"runs": len(submissions), "distinct": len({r for r, _, _ in submissions}), "breakdown": breakdown,
+            "counts": counts,
             "admitted": sum(1 for r, _, _ in submissions if r in admitted),
             "finished": sum(1 for r, _, _ in submissions if r in finished), "wall_s": wall,
             "usage_pct": usage_pct, "work_pct": work_pct,
             **{c: (sum(v) / len(v) if v else float("nan")) for c, v in by_class.items()},
             "seen": {"wall_s": seen_wall, "usage_pct": seen_usage_pct,
                      **{c: (sum(v) / len(v) if v else float("nan")) for c, v in seen_by_class.items()}}}
+
+
+async def stored_per_type(client: Client) -> dict[str, int]:
+    """Messages stored per kind in the streams a run passes through (``run.*.*.<family>.<type>``,
+    ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first."""
+    counts: dict[str, int] = {}
+    for stream in ("RUNS", "K8S", "BACKEND"):
+        info = await client.bus.js.stream_info(stream, subjects_filter=">")
+        for subject, n in (info.state.subjects or {}).items():
+            parts = subject.split(".")
+            kind = {"run": ".".join(parts[3:5]), "k8s": f"k8s.{parts[2]}.{parts[5] if len(parts) > 5 else ''}",
+                    "backend": f"backend.{parts[2] if len(parts) > 2 else ''}"}.get(parts[0], parts[0])
+            counts[kind] = counts.get(kind, 0) + n
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _mean(values: list[float]) -> float:
@@ -215,9 +231,11 @@ def main() -> None:
     ap.add_argument("--stages", action="store_true", help="print how many runs passed each stage, every second, "
                     "and at the end the mean time from submission to each stage per class")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every run to finish")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs, the bus's store)")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-kueue-")
-    with stack_up(data, env, tau, platform_yaml(), up_args=tuple(a for s in args.scale for a in ("--scale", s))) as url:
+    with stack_up(data, env, tau, platform_yaml(), keep=args.keep,
+                  up_args=tuple(a for s in args.scale for a in ("--scale", s))) as url:
         print(f"Kueue baseline scenario through the full pipeline, fraction {args.fraction:g} (data dir {data})",
               flush=True)
         user_creds = msgspec.json.decode((data / "stack.json").read_bytes())["user_creds"]
@@ -246,6 +264,9 @@ def main() -> None:
         print("\nmean s from submission to " + "".join(f"{k.split('.')[-1]:>10}" for k in STAGES))
         for cls, row in breakdown.items():
             print(f"  {cls:<24}" + "".join(f"{row[k]:10.2f}" for k in STAGES))
+    counts: dict[str, int] = result["counts"]  # type: ignore[assignment]
+    if counts:
+        print("\nmessages stored per run, by kind: " + ", ".join(f"{k} {n / runs:.2f}" for k, n in counts.items()))
     seen: dict[str, float] = result["seen"]  # type: ignore[assignment]
     print(f"(as the bench saw the events arrive, after the admission watcher: wall {seen['wall_s']:.2f} s, usage "
           f"{seen['usage_pct']:.2f} %, mean time to admission large {seen['large']:.2f} s, medium "

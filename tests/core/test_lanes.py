@@ -35,6 +35,19 @@ def test_a_high_lane_subject_has_a_sixth_token_and_parses_to_the_same_event() ->
     assert (lane_of(subject), lane_of("run.default.a-1.policy.approved")) == (HIGH_LANE, "")
 
 
+def test_a_backend_request_and_a_watch_change_know_their_lane_from_the_subject() -> None:
+    """The local cluster hands a high-lane apply its lock first by this (it read "" for every backend subject)."""
+    from taugrid.core.events import backend_subject, k8s_subject
+
+    apply = backend_subject("local", "apply")
+    assert (lane_of(f"{apply}.{HIGH_LANE}"), lane_of(apply)) == (HIGH_LANE, "")
+    added = k8s_subject("local", "Workload", "default", "wl-1", "added", lane=HIGH_LANE)
+    assert (lane_of(added), lane_of(k8s_subject("local", "Workload", "default", "wl-1", "added"))) == (HIGH_LANE, "")
+    # a name that happens to be "high" is not a lane: the token count says where the lane would be
+    assert lane_of(k8s_subject("local", "Workload", "default", "high", "added")) == ""
+    assert lane_of("backend.local.high") == ""
+
+
 def test_only_the_events_before_admission_travel_in_a_lane() -> None:
     with pytest.raises(ValueError, match="no lane 'high' for exec.running"):
         run_subject("default", "a-1", "exec.running", lane=HIGH_LANE)

@@ -143,6 +143,16 @@ def test_bad_input_gets_clear_errors_and_no_service_dies(stack: Stack, tmp_path:
     assert after == before
 
 
+def test_evidence_runs_niced_and_the_run_path_does_not(stack: Stack) -> None:
+    """A burst's CPU goes to the stages before admission first; the seal follows a run's end anyway."""
+    nice = {s["service"]: os.getpriority(os.PRIO_PROCESS, s["pid"]) for s in stack.state()["services"]
+            if s["replica"] == 0}
+    supervisor = os.getpriority(os.PRIO_PROCESS, stack.state()["pid"])
+    assert nice["evidence"] == supervisor + 10
+    assert {svc: n for svc, n in nice.items() if svc != "evidence"} == dict.fromkeys(
+        [svc for svc in nice if svc != "evidence"], supervisor)
+
+
 def test_two_renderer_replicas_share_the_work_without_duplicates(stack: Stack, tmp_path: Path) -> None:
     cfg = write_project(tmp_path, "tiny", "print('ok')\n", "name: tiny\nentrypoint: main.py\ncompute: {gpus: 0}\n")
     runs = [stack.tau("run", str(cfg), check=True).stdout.strip() for _ in range(12)]

@@ -104,6 +104,18 @@ class ConsumerLoop:
         self.tails: dict[str, asyncio.Future[None]] = {} if tails is None else tails
         self.stopping = asyncio.Event()
         self.handled = 0
+        # Set while this loop's durable has no backlog: its last fetch came back short of what it asked for. A
+        # default lane's loop made to ``yield_to`` the high lane's fetches only while it is set.
+        self.drained = asyncio.Event()
+        self.drained.set()  # until its first fetch says otherwise: a lane yielding to it starts at once
+        self.yields_to: ConsumerLoop | None = None
+
+    def yield_to(self, other: ConsumerLoop) -> None:
+        """Fetch only while ``other`` has no backlog (strict priority: a stage's default lane behind its high
+        lane). With two lanes each fetched freely, a stage short of CPU spent it on both alike, and a burst of
+        ordinary runs still delayed the high lane's by seconds at every stage; the server's backlog of the
+        default lane waits instead, and what was fetched already is handled as before."""
+        self.yields_to = other
 
     async def run(self) -> None:
         psub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.stream)
@@ -134,17 +146,28 @@ class ConsumerLoop:
         try:
             while not self.stopping.is_set():
                 await room.wait()
+                if self.yields_to is not None and not self.yields_to.drained.is_set():
+                    with contextlib.suppress(TimeoutError):  # looked at again now and then: it may be stopping
+                        await asyncio.wait_for(self.yields_to.drained.wait(), timeout=self.fetch_timeout)
+                    continue
+                asked = min(self.batch, limit - len(inflight))
                 try:
-                    msgs = await psub.fetch(min(self.batch, limit - len(inflight)), timeout=self.fetch_timeout)
+                    msgs = await psub.fetch(asked, timeout=self.fetch_timeout)
                 except (nats.errors.TimeoutError, TimeoutError):
+                    self.drained.set()
                     continue
                 except (nats.errors.ConnectionClosedError, nats.js.errors.ServiceUnavailableError,
                         nats.errors.ConnectionReconnectingError, nats.js.errors.APIError, nats.errors.Error) as exc:
                     if self.bus.nc.is_closed:
                         return
                     log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
+                    self.drained.set()  # no backlog it can serve: a lane yielding to it must not wait on it
                     await asyncio.sleep(0.5)
                     continue
+                if len(msgs) < asked:
+                    self.drained.set()
+                else:
+                    self.drained.clear()
                 for m in msgs:
                     if not self.ordered:
                         task = asyncio.create_task(self._one(m))
@@ -160,6 +183,7 @@ class ConsumerLoop:
                 if len(inflight) > limit - self.batch:
                     room.clear()
         finally:
+            self.drained.set()  # stopped: nothing waits on it any more
             if inflight:  # stopping: let in-flight handlers finish so their acks go out before the drain
                 await asyncio.wait(inflight)
 

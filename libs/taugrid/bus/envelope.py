@@ -156,7 +156,9 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     """Decode a message; a message with no CloudEvents headers still yields an Event (type from the subject)."""
     h = headers or {}
     ce = h.get("ce-type", "")
-    kind = short_type(ce) if ce else ".".join(subject.split(".")[3:5] if lane_of(subject) else subject.split(".")[-2:])
+    parts = subject.split(".")
+    kind = short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-3:-1] if lane_of(subject)
+                                              else parts[-2:])
     try:
         attempt = int(h.get("ce-attempt", "1"))
     except ValueError:

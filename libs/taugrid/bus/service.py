@@ -43,8 +43,10 @@ class Service:
         self.loops.append(loop)
         lane = LANE_DURABLES.get(durable)
         if lane is not None:
-            self.loops.append(ConsumerLoop(self.bus, stream=CONSUMERS[lane].stream, durable=lane, handler=handler,
-                                           batch=batch, tails=loop.tails, ordered=ordered))
+            high = ConsumerLoop(self.bus, stream=CONSUMERS[lane].stream, durable=lane, handler=handler,
+                                batch=batch, tails=loop.tails, ordered=ordered)
+            loop.yield_to(high)  # the default lane fetches only while the high lane has no backlog
+            self.loops.append(high)
         return loop
 
     def every(self, seconds: float, fn: Callable[[], Awaitable[None]]) -> None:

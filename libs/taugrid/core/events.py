@@ -76,10 +76,16 @@ def parse_run_subject(subject: str) -> tuple[str, str, str]:
     return parts[1], parts[2], f"{parts[3]}.{parts[4]}"
 
 
+# Tokens of a subject in the high lane, per family: run.<ws>.<run>.<family>.<type>.high,
+# backend.<cluster>.<verb>.high and k8s.<cluster>.<kind>.<namespace>.<name>.<change>.high.
+_LANED_LENGTH = {"run": 6, "backend": 4, "k8s": 7}
+
+
 def lane_of(subject: str) -> str:
-    """The lane a run event's subject travels in: ``HIGH_LANE`` or "" (the default lane)."""
+    """The lane a run event's, backend request's or watch change's subject travels in: ``HIGH_LANE`` or "" (the
+    default lane)."""
     parts = subject.split(".")
-    return HIGH_LANE if len(parts) == 6 and parts[0] == "run" and parts[5] == HIGH_LANE else ""
+    return HIGH_LANE if len(parts) == _LANED_LENGTH.get(parts[0]) and parts[-1] == HIGH_LANE else ""
 
 
 def ce_type(event_type: str, *, family: str = "run", version: int = 1) -> str:

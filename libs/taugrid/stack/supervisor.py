@@ -156,6 +156,9 @@ class Stack:
         p.popen = subprocess.Popen([sys.executable, "-m", f"taugrid_services.{p.service}"], stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         p.started = time.time()
+        if p.service in scaling.BACKGROUND:  # after the run's path, for the CPU (see scaling.BACKGROUND)
+            os.setpriority(os.PRIO_PROCESS, p.popen.pid,
+                           os.getpriority(os.PRIO_PROCESS, 0) + scaling.BACKGROUND_NICENESS)
         log.info("started %s[%d] pid %d", p.service, p.replica, p.popen.pid)
 
 
