@@ -210,8 +210,12 @@ async def stored_per_type(client: Client) -> dict[str, int]:
     """Messages stored per kind in the streams a run passes through (``run.*.*.<family>.<type>``,
     ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first."""
     counts: dict[str, int] = {}
-    for stream in ("RUNS", "K8S", "BACKEND"):
-        info = await client.bus.js.stream_info(stream, subjects_filter=">")
+    # The server lists at most 100,000 subjects per request: ask in slices that stay below it (a workspace's runs,
+    # one kind of watched object).
+    slices = [("RUNS", f"run.ws-{c}-{q}.>") for c in range(COHORTS) for q in range(CQS)]
+    slices += [("K8S", f"k8s.local.{kind}.>") for kind in ("job", "workload", "pod")] + [("BACKEND", "backend.>")]
+    for stream, subjects in slices:
+        info = await client.bus.js.stream_info(stream, subjects_filter=subjects)
         for subject, n in (info.state.subjects or {}).items():
             parts = subject.split(".")
             kind = {"run": ".".join(parts[3:5]), "k8s": f"k8s.{parts[2]}.{parts[5] if len(parts) > 5 else ''}",
