@@ -18,7 +18,8 @@ figures as the bench saw the events arrive (after the admission watcher's lag) a
 
 Every run started is counted: a run never admitted counts with its wait until the bench gave up, an
 unfinished run makes the wall time the time the bench gave up, and two submissions given one run id count as a
-lost run. Exits 1 when a limit is missed or a run did not finish.
+lost run. Also prints each service's resident memory after the scenario against issue 11's aim (80 MB; checked
+too) and the CPU per run of each process. Exits 1 when a limit or that aim is missed or a run did not finish.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 import nats
-from pipeline import simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
+from pipeline import cpu_seconds, rss, simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
 
 from taugrid.bus.envelope import from_message
 from taugrid.client import Client, open_client
@@ -44,6 +45,7 @@ CLASSES = {  # name: (count per CQ, units, seconds, priority class, interval)
     "large": (50, 20, 1.0, "p200", 1.2),
 }
 KUEUE_LIMITS = {"wall_s": 425.0, "usage_pct": 50.0, "large": 23.0, "medium": 90.0, "small": 260.0}
+RSS_AIM_MB = 80.0  # issue 11: resident memory per service after 15,000 runs (nats-server is not one)
 
 
 def platform_yaml() -> str:
@@ -243,8 +245,11 @@ def main() -> None:
         print(f"Kueue baseline scenario through the full pipeline, fraction {args.fraction:g} (data dir {data})",
               flush=True)
         user_creds = msgspec.json.decode((data / "stack.json").read_bytes())["user_creds"]
+        cpu_before = cpu_seconds(data)
         result = asyncio.run(drive(url, args.fraction, creds=data / "creds" / "bootstrap.nk", user_creds=user_creds,
                                    stages=args.stages, timeout=args.timeout))
+        cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(data).items()}
+        memory = rss(data)
     runs = result["runs"]
     ok = result["finished"] == result["distinct"] == runs
     print("\nmetric                      taugrid      Kueue limit")
@@ -268,6 +273,17 @@ def main() -> None:
         print("\nmean s from submission to " + "".join(f"{k.split('.')[-1]:>10}" for k in STAGES))
         for cls, row in breakdown.items():
             print(f"  {cls:<24}" + "".join(f"{row[k]:10.2f}" for k in STAGES))
+    services = {k: v for k, v in memory.items() if k != "nats-server"}
+    largest = max(services.values(), default=0.0)
+    met = largest <= RSS_AIM_MB
+    ok &= met
+    print(f"{'largest service (MB)':<28}{largest:8.2f}    ≤ {RSS_AIM_MB:g}  {'ok' if met else 'MISSED'}"
+          "  (issue 11's aim, resident memory after the scenario: " + ", ".join(
+              f"{k} {v:.0f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])) + ")")
+    print("(CPU per run, ms, from the first submission to the last end, seals still under way not counted: "
+          f"{1000 * sum(cpu.values()) / runs:.1f} in all; "
+          + ", ".join(f"{k} {1000 * v / runs:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+                      if 1000 * v / runs >= 0.05) + ")")
     counts: dict[str, int] = result["counts"]  # type: ignore[assignment]
     if counts:
         print("\nmessages stored per run, by kind: " + ", ".join(f"{k} {n / runs:.2f}" for k, n in counts.items()))

@@ -3,26 +3,49 @@ the bus while services are still importing; `tau status --stack` shows the stack
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from taugrid.bus.service import READY_FILE_ENV, say_ready
 from taugrid.cli.stack import _starting
+from taugrid.stack.scaling import ready_file
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
 
 
-def test_a_replica_is_starting_until_its_log_says_it_started_with_its_own_pid(tmp_path: Path) -> None:
-    (tmp_path / "logs").mkdir()
-    state = {"services": [{"service": "submitter", "replica": 0, "pid": 41},
+def test_a_replica_is_starting_until_its_ready_file_holds_its_own_pid(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    state = {"services": [{"service": "submitter", "replica": 0, "pid": os.getpid()},
                           {"service": "renderer", "replica": 1, "pid": 42},
                           {"service": "policy", "replica": 0, "pid": 43}]}
-    (tmp_path / "logs" / "submitter-0.log").write_text(
-        "2026-11-30 14:50:51,293 submitter[41] INFO taugrid.service: submitter started (pid 41) with 2 consumer(s)\n")
+    # what a service writes once it consumes (taugrid.bus.service.say_ready), at any log level
+    monkeypatch.setenv(READY_FILE_ENV, str(ready_file(tmp_path, "submitter", 0)))
+    say_ready()
     # an earlier process of the same replica said so, not this one
-    (tmp_path / "logs" / "renderer-1.log").write_text("renderer started (pid 7) with 1 consumer(s)\n")
+    ready_file(tmp_path, "renderer", 1).write_text("7")
     assert _starting(tmp_path, state) == ["renderer-1", "policy-0"]
+    assert sorted(p.name for p in (tmp_path / "ready").iterdir()) == ["renderer-1", "submitter-0"]  # no temp left
+
+
+def test_tau_up_at_log_level_warning_returns_once_the_services_consume(tmp_path: Path) -> None:
+    """The services log nothing at WARNING when all is well: `tau up` waited its whole 60 s timeout for a log line,
+    then warned that every service was still starting."""
+    env = {**os.environ, "TAU_DATA_DIR": str(tmp_path), "TAU_LOG_LEVEL": "WARNING"}
+    env.pop("TAU_NATS_URL", None)
+    try:
+        up = subprocess.run([*TAU, "up", "--timeout", "50"], capture_output=True, text=True, env=env, timeout=120)
+        assert up.returncode == 0, up.stderr
+        assert "still starting" not in up.stderr
+        state = json.loads((tmp_path / "stack.json").read_text())
+        assert all(ready_file(tmp_path, s["service"], s["replica"]).read_text() == str(s["pid"])
+                   for s in state["services"])
+    finally:
+        subprocess.run([*TAU, "down"], capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_status_stack_shows_the_stack_and_status_alone_asks_for_a_run(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from taugrid.bus import metrics, tracing
@@ -98,6 +99,7 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, svc.stop)
     log.info("%s started (pid %s) with %d consumer(s)", name, os.getpid(), len(svc.loops))
+    say_ready()
     tasks = [asyncio.create_task(lp.run()) for lp in svc.loops] + [asyncio.create_task(t) for t in svc.tasks]
     stop_wait = asyncio.create_task(svc.stopping.wait())
     done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -111,6 +113,22 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
     log.info("%s drained and stopped", name)
     if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
         sys.exit(1)
+
+
+READY_FILE_ENV = "TAU_READY_FILE"  # as taugrid.stack.scaling names it (the bus layer does not import the stack)
+
+
+def say_ready() -> None:
+    """Write this process's pid to ``$TAU_READY_FILE`` (set by the embedded stack's supervisor for each replica):
+    `tau up` waits for it, whatever the log level (at ``TAU_LOG_LEVEL=WARNING`` the "started" log line it read
+    before never came, and `tau up` waited out its whole timeout, then said the services were still starting)."""
+    path = os.environ.get(READY_FILE_ENV, "")
+    if path:
+        ready = Path(path)
+        ready.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ready.with_name(f"{ready.name}.{os.getpid()}.tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.replace(ready)
 
 
 async def _consumer_gauges(bus: Bus, loops: list[ConsumerLoop]) -> None:

@@ -102,13 +102,12 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, output: str) -> None:
 
 
 def _starting(d: Path, state: dict[str, object]) -> list[str]:
-    """The service replicas that have not said they are consuming yet (``<service> started (pid N)`` in their
-    log): until then a submission waits on the bus for them."""
+    """The service replicas that have not said they are consuming yet (their pid in their ready file,
+    ``supervisor.ready_file``): until then a submission waits on the bus for them."""
     waiting = []
     for svc in state.get("services") or []:  # type: ignore[attr-defined]
-        log = d / "logs" / f"{svc['service']}-{svc['replica']}.log"
         try:
-            said = f"started (pid {svc['pid']})" in log.read_text(errors="replace")
+            said = scaling.ready_file(d, svc["service"], svc["replica"]).read_text().strip() == str(svc["pid"])
         except OSError:
             said = False
         if not said:

@@ -29,6 +29,8 @@ SINGLETONS = {
 # before admission: large runs' mean time to admission was 7.3 s with it, 3.0 s without. Seals catch up after.
 BACKGROUND = {"evidence"}
 BACKGROUND_NICENESS = 10
+# taugrid.bus.service.say_ready writes a replica's pid there once it consumes; `tau up` waits for every one
+READY_FILE_ENV = "TAU_READY_FILE"
 MAX_REPLICAS = 32  # one machine: a typo like renderer=200 should not fork two hundred processes
 CONTROL_FILE = "scale.json"
 
@@ -105,3 +107,9 @@ def read_request(path: Path) -> tuple[int, dict[str, int], list[str]]:
         except ScaleError as err:
             problems.append(str(err))
     return request, valid, problems
+
+
+def ready_file(data_dir: Path, service: str, replica: int) -> Path:
+    """Where a replica says it is consuming (holding its current pid; the supervisor names it in the replica's
+    ``TAU_READY_FILE``)."""
+    return data_dir / "ready" / f"{service}-{replica}"

@@ -147,7 +147,8 @@ class Stack:
         assert self.ids is not None
         env = {**without_secrets(os.environ), "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
                "TAU_REPLICA": str(p.replica), "TAU_NATS_CREDS": str(self.ids.service_creds(p.service)),
-               auth.LOCAL_ADMIN_ENV: self.ids.local_admin}
+               auth.LOCAL_ADMIN_ENV: self.ids.local_admin,
+               scaling.READY_FILE_ENV: str(scaling.ready_file(self.data_dir, p.service, p.replica))}
         port = metrics_port(p.service, p.replica)
         if port is not None:
             env[METRICS_PORT_ENV] = str(port)
