@@ -203,9 +203,9 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
             "admitted": sum(1 for r, _, _ in submissions if r in admitted),
             "finished": sum(1 for r, _, _ in submissions if r in finished), "wall_s": wall,
             "usage_pct": usage_pct, "work_pct": work_pct,
-            **{c: (sum(v) / len(v) if v else float("nan")) for c, v in by_class.items()},
+            **{c: _mean(v) for c, v in by_class.items()},
             "seen": {"wall_s": seen_wall, "usage_pct": seen_usage_pct,
-                     **{c: (sum(v) / len(v) if v else float("nan")) for c, v in seen_by_class.items()}}}
+                     **{c: _mean(v) for c, v in seen_by_class.items()}}}
 
 
 async def stored_per_type(client: Client) -> dict[str, int]:

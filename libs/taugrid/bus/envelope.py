@@ -157,8 +157,9 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     h = headers or {}
     ce = h.get("ce-type", "")
     parts = subject.split(".")
-    kind = short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-3:-1] if lane_of(subject)
-                                              else parts[-2:])
+    if lane_of(subject):
+        parts = parts[:-1]  # the lane token
+    kind = short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
     try:
         attempt = int(h.get("ce-attempt", "1"))
     except ValueError:

@@ -107,9 +107,10 @@ class RecordCache:
     """
 
     def __init__(self, size: int = 1024) -> None:
-        # A record with its resolved run and history is several kilobytes as Python objects: 4,096 of them held
-        # the submitter at about 95 MB after Kueue's scenario (issue 11's aim is 80). A miss costs one KV read,
-        # and runs still in flight beyond the bound (a long queue) missed at 4,096 as well.
+        # A record with its resolved run and history is several kilobytes as Python objects: with 4,096 the
+        # submitter was at 94 MB after Kueue's scenario at fraction 0.3, with 1,024 at 64 MB (issue 11's aim is
+        # 80). A miss costs one KV read, and runs still in flight beyond the bound (a long queue) missed at 4,096
+        # as well.
         self.size = size
         self._entries: OrderedDict[str, tuple[states.RunRecord, int]] = OrderedDict()
 

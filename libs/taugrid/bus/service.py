@@ -119,9 +119,11 @@ READY_FILE_ENV = "TAU_READY_FILE"  # as taugrid.stack.scaling names it (the bus 
 
 
 def say_ready() -> None:
-    """Write this process's pid to ``$TAU_READY_FILE`` (set by the embedded stack's supervisor for each replica):
-    `tau up` waits for it, whatever the log level (at ``TAU_LOG_LEVEL=WARNING`` the "started" log line it read
-    before never came, and `tau up` waited out its whole timeout, then said the services were still starting)."""
+    """Write this process's pid to ``$TAU_READY_FILE`` (set by the embedded stack's supervisor for each replica)
+    once its handlers are set up, just before its loops bind their durables (which the bootstrap made, so what is
+    published meanwhile waits in them): `tau up` waits for it, whatever the log level (at
+    ``TAU_LOG_LEVEL=WARNING`` the "started" log line it read before never came, and `tau up` waited out its whole
+    timeout, then said the services were still starting)."""
     path = os.environ.get(READY_FILE_ENV, "")
     if path:
         ready = Path(path)

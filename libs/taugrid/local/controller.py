@@ -99,8 +99,8 @@ class LocalCluster:
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}
         # Deletes, the control loop and pod status reports interleave at awaits; one lock keeps a workload's
-        # transitions (start, delete, finish) from crossing. A high-lane request takes it first. An apply needs
-        # it only for a due platform refresh (``apply``).
+        # transitions (start, delete, finish) from crossing. An apply takes it only for a platform refresh that
+        # is due, ahead of other waiters when the apply is in the high lane (``apply``).
         self.lock = LaneLock()
         self.platforms = PlatformReader(bus)
         # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
@@ -130,10 +130,9 @@ class LocalCluster:
     # ---------------------------------------------------------------- platform and restart
     async def refresh_platform(self) -> None:
         """Pick up a new platform revision; looked up at most once a second (it sits on every tick and apply)."""
-        now = time.time()
-        if now - self._platform_checked < PLATFORM_CHECK_S:
+        if not self._platform_due():
             return
-        self._platform_checked = now
+        self._platform_checked = time.time()
         try:
             got = await self.platforms.get()  # the newest valid revision: an invalid one is never acted on
         except TemporaryError:
@@ -149,6 +148,9 @@ class LocalCluster:
         self.admitter.configure(p)
         self._refill()
         self.wake()
+
+    def _platform_due(self) -> bool:
+        return time.time() - self._platform_checked >= PLATFORM_CHECK_S
 
     def _refill(self) -> None:
         """Give a fresh engine every workload this cluster holds, running ones first."""
@@ -239,8 +241,8 @@ class LocalCluster:
         verb = ev.nats_subject.split(".")[2:3]  # backend.<cluster>.<verb>[.high]: a high-lane apply has a lane token
         if verb == ["apply"]:
             await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent, high=ev.lane == HIGH_LANE)
-        elif verb == ["delete"]:
-            async with self.lock.first(ev.lane == HIGH_LANE):
+        elif verb == ["delete"]:  # deletes travel in no lane (``LocalBackend.delete``)
+            async with self.lock:
                 await self.delete(ev.payload(BackendDelete))
 
     async def apply(self, req: BackendApply, *, traceparent: str = "", high: bool = False) -> None:
@@ -250,7 +252,7 @@ class LocalCluster:
         bus round trip at a time (about 80/s under a burst's load), below Kueue's scenario's arrival rate. Nothing
         else can touch the workload meanwhile: it joins ``wls`` and the engine together once its events are out,
         and a run's later requests (its delete) wait for this one in the consumer (one run's events in order)."""
-        if time.time() - self._platform_checked >= PLATFORM_CHECK_S or self.platform is None:
+        if self._platform_due():
             async with self.lock.first(high):
                 await self.refresh_platform()
         main = next((m for m in req.manifests if m.get("kind") in ("Job", "RayJob")), None)

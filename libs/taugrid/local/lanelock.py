@@ -1,9 +1,9 @@
-"""A lock whose high priority lane goes first: the local cluster's one lock, which backend requests, the control
-loop and pod reports share.
+"""A lock whose high priority lane goes first: the local cluster's one lock, which deletes, the control loop, pod
+reports and an apply's due platform refresh share.
 
-With a plain ``asyncio.Lock`` (first come, first served) a high-lane apply, fetched at once by its own durable,
-still waited behind every ordinary apply already queued on the lock: in Kueue's scenario a large run took about
-11 s from its render to its Workload. Here a waiter of the high lane is handed the lock before any ordinary one;
+Applies held it for their whole round trips until session 12 (they now take it only for that refresh): with a
+plain ``asyncio.Lock`` a high-lane apply waited behind every ordinary one queued on it. Here a waiter of the
+high lane is handed the lock before any ordinary one;
 within a lane the order stays first come, first served. The lock is handed over on release (never left free for
 a newcomer to take), so an ordinary newcomer cannot overtake a high-lane waiter.
 """
