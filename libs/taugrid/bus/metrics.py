@@ -4,8 +4,13 @@ kube-bridge's) queue depth and quota per ClusterQueue; the health monitor's GPU 
 and in every process, how long each KV and object-store operation through ``bus/kv.py`` / ``bus/objects.py`` takes.
 
 Off the wire by default: a service serves ``/metrics`` only when ``TAU_METRICS_PORT`` is set (the embedded stack
-sets one port per service replica when ``tau up`` runs with ``TAU_METRICS_BASE_PORT``). The metrics live in the
-process's default registry, so a scrape sees every loop of the service.
+sets one port per service replica when ``tau up`` runs with ``TAU_METRICS_BASE_PORT``), and then on the loopback
+interface unless ``TAU_METRICS_ADDR`` names another address (the Helm chart gives each pod its own IP, behind a
+NetworkPolicy): the endpoint has no authentication. The metrics live in the process's default registry, so a
+scrape sees every loop of the service.
+
+Label values are bounded: an event type outside the catalogue (``KNOWN_TYPES``) is counted as ``unknown``, since
+anyone who may publish on a subject chooses its type, and every label value is a new series in every scrape.
 """
 
 from __future__ import annotations
@@ -16,8 +21,28 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from taugrid.core.events import RUN_EVENTS
+
 PORT_ENV = "TAU_METRICS_PORT"
 ADDR_ENV = "TAU_METRICS_ADDR"
+DEFAULT_ADDR = "127.0.0.1"  # the endpoint has no authentication: nothing off the machine reaches it unless asked
+
+UNKNOWN_TYPE = "unknown"
+# Event types outside the run lifecycle as ``Event.type`` reads them (``envelope.from_message``): node reports,
+# backend requests, log chunks, and a watch change ``<kind>.<change>`` of every kind kube-bridge watches
+# (``kube.watch.DEFAULT_RESOURCES``) or the local cluster publishes. tests/security/test_metrics_exposure.py keeps
+# these lists equal to what the platform publishes.
+WATCHED_KINDS = ("workload", "job", "rayjob", "pod", "node", "event", "clusterqueue", "localqueue")
+OTHER_TYPES = frozenset({"node.sample", "node.condition", "node.cordon", "node.uncordon", "node.validation",
+                         "node.repair", "backend.apply", "backend.delete", "log.chunk"})
+KNOWN_TYPES = frozenset(RUN_EVENTS) | OTHER_TYPES | frozenset(
+    f"{kind}.{change}" for kind in WATCHED_KINDS for change in ("added", "modified", "deleted"))
+
+
+def type_label(event_type: str) -> str:
+    """``event_type`` when the catalogue knows it, else ``unknown``: one series for every made-up type."""
+    return event_type if event_type in KNOWN_TYPES else UNKNOWN_TYPE
+
 
 HANDLED = Histogram(
     "taugrid_handler_seconds", "Time to handle one event, by durable, event type and outcome "
@@ -31,13 +56,17 @@ PENDING = Gauge("taugrid_consumer_pending", "Events in the stream the durable ha
 ACK_PENDING = Gauge("taugrid_consumer_ack_pending", "Events handed out and not yet acknowledged", ["durable"])
 
 
+def listen_addr() -> str:
+    """Where ``/metrics`` listens: ``TAU_METRICS_ADDR``, else the loopback interface."""
+    return os.environ.get(ADDR_ENV, "").strip() or DEFAULT_ADDR
+
+
 def serve_from_env() -> int | None:
-    """Serve ``/metrics`` on ``TAU_METRICS_PORT`` (address ``TAU_METRICS_ADDR``, default all interfaces, for a
-    Prometheus in the cluster); the port, or None when metrics are off."""
+    """Serve ``/metrics`` on ``TAU_METRICS_PORT`` at ``listen_addr()``; the port, or None when metrics are off."""
     port = os.environ.get(PORT_ENV, "").strip()
     if not port:
         return None
-    start_http_server(int(port), addr=os.environ.get(ADDR_ENV, "0.0.0.0"))
+    start_http_server(int(port), addr=listen_addr())
     return int(port)
 
 
@@ -106,11 +135,18 @@ OBJECT_SECONDS = Histogram(
 
 
 _CHILDREN: dict[tuple[Any, ...], Any] = {}
+# Where a metric's event type label sits among its labels: ``child`` folds it with ``type_label``.
+_EVENT_TYPE_AT = {HANDLED: 1}
 
 
 def child(metric: Any, *labels: str) -> Any:
     """``metric.labels(*labels)``, looked up once per label set (``labels`` takes a lock and builds a tuple on
-    every call, and every message a service handles observes one or more)."""
+    every call, and every message a service handles observes one or more). An event type label outside the
+    catalogue becomes ``unknown`` before the lookup, so neither the series nor this cache grow with made-up
+    types."""
+    at = _EVENT_TYPE_AT.get(metric)
+    if at is not None and labels[at] not in KNOWN_TYPES:
+        labels = (*labels[:at], type_label(labels[at]), *labels[at + 1:])
     key = (metric, *labels)
     found = _CHILDREN.get(key)
     if found is None:
