@@ -208,6 +208,19 @@ async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: 
             await bus.guarded(bus.js.delete_consumer(stream, cfg.name or ""))
 
 
+async def count_keys(bus: Bus, bucket: str, key_filter: str) -> int:
+    """How many keys match ``key_filter`` (NATS wildcards), deleted ones included, from the stream's per-subject
+    state (one request, whatever the number of keys)."""
+    with timed(KV_SECONDS, bucket, "count"):
+        try:
+            info = await bus.guarded(bus.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{key_filter}"))
+        except nats.js.errors.NotFoundError:
+            return 0
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"counting {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+    return len(info.state.subjects or {})
+
+
 async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
     """The newest live value among the keys matching ``key_filter`` (one direct get whose subject is the
     filter); None when none matches or the newest was deleted. ``TemporaryError`` when the bus cannot answer."""

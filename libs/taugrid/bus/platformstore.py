@@ -1,6 +1,9 @@
 """The platform policy in the ``platform`` KV bucket, versioned by KV revision.
 
 Every resolved run records the revision it was resolved against; old revisions stay readable (history 64).
+The stored revision is the one source of truth for the platform's people too: writers that edit what they read
+(``tau platform apply``, ``tau admin user``) put with the revision they read, so a write in between is never
+overwritten unseen (``Conflict``: read again and redo the change).
 Beside it, ``local_user`` names the embedded stack's own person (written by ``tau up``).
 """
 
@@ -12,17 +15,30 @@ import msgspec
 import nats
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.kv import Conflict
 from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import TemporaryError
 
 KEY = "current"
 
 
-async def put_text(bus: Bus, text: str) -> int:
-    with timed(KV_SECONDS, "platform", "put"):
+async def put_text(bus: Bus, text: str, *, revision: int | None = None) -> int:
+    """Store ``text`` as the next revision; with ``revision``, only if the key is still at it (0: still absent),
+    else ``Conflict``."""
+    with timed(KV_SECONDS, "platform", "put") as timing:
         kv = await bus.kv("platform")
         # only a platform admin may put: a refusal is a PermissionDenied at once, not a timeout
-        return int(await bus.guarded(kv.put(KEY, text.encode())))
+        if revision is None:
+            return int(await bus.guarded(kv.put(KEY, text.encode())))
+        try:
+            if revision == 0:
+                return int(await bus.guarded(kv.create(KEY, text.encode())))
+            return int(await bus.guarded(kv.update(KEY, text.encode(), last=revision)))
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            timing.outcome = "conflict"
+            raise Conflict(f"the platform changed since revision {revision}", delay=0.1) from exc
+        except nats.errors.TimeoutError as exc:
+            raise TemporaryError("platform KV unavailable", delay=1.0) from exc
 
 
 async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | None:

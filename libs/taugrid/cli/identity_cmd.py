@@ -1,15 +1,18 @@
 """``tau login``, ``tau whoami``, ``tau admin user add|remove|list``: people and their bus credentials.
 
 A person's credentials are one nkey seed file (``bus/creds.py``). ``tau admin user add`` creates the key pair,
-adds the public key to ``platform.yaml`` as a new platform revision (which the server's users follow without a
+adds the public key to the stored platform as a new revision (which the server's users follow without a
 restart) and writes the seed file to hand to that person, who stores it with ``tau login``. Removing a user is
-a new revision too; the server then drops their connections and refuses new ones.
+a new revision too; the server then drops their connections and refuses new ones. The stored revision is where
+people live (``config/platformdiff``): these commands edit it exactly, with a compare-and-set on the revision
+read, and ``tau platform apply`` keeps whoever its file does not list.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ from taugrid.cli.common import (
     run_async,
 )
 from taugrid.config.platform import Platform, load_platform
+
+EDIT_ATTEMPTS = 3  # read, edit and write the platform again when someone wrote it in between
 
 
 @click.command(help="Store credentials for a remote taugrid bus: later commands use this server and key.")
@@ -123,20 +128,31 @@ def user() -> None:
     pass
 
 
-async def _platform_data(client: Any) -> dict[str, Any]:
+async def _platform_data(client: Any) -> tuple[dict[str, Any], int]:
     got = await client.platform_get()
     if got is None:
         fail("no platform applied yet: `tau platform apply FILE` first", EXIT_NOT_FOUND)
     data = yaml.safe_load(got[0]) or {}
-    return data if isinstance(data, dict) else {}
+    return (data if isinstance(data, dict) else {}), int(got[1])
 
 
-async def _apply(client: Any, data: dict[str, Any], command: str) -> int:
-    """Apply the edited platform as a new revision (its number); an invalid result is refused with the fix."""
-    text = "# edited by `tau admin user`\n" + yaml.safe_dump(data, sort_keys=False)
-    where = f"platform ({command})"
-    load_platform(text, path=where)
-    return int(await client.platform_apply(text, path=where))
+async def _edit(client: Any, command: str, change: Callable[[dict[str, Any]], None]) -> int:
+    """Apply ``change`` to the stored platform as a new revision (its number): an exact edit of the revision read,
+    redone on a fresh read when someone wrote in between; an invalid result is refused with the fix."""
+    from taugrid.bus.kv import Conflict
+
+    for attempt in range(EDIT_ATTEMPTS):
+        data, revision = await _platform_data(client)
+        change(data)
+        text = "# edited by `tau admin user`\n" + yaml.safe_dump(data, sort_keys=False)
+        where = f"platform ({command})"
+        load_platform(text, path=where)
+        try:
+            return int(await client.platform_put(text, path=where, revision=revision))
+        except Conflict:
+            if attempt == EDIT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _current_platform(client: Any) -> Platform:
@@ -165,20 +181,23 @@ async def add_user(name: str, workspaces: tuple[str, ...], role: str, admin_of: 
     if out.exists():
         fail(f"{out} exists; choose another --out (credentials are never overwritten)", EXIT_USAGE)
     identity = creds.new_identity(name)
-    async with connected() as client:
-        data = await _platform_data(client)
-        users = data.setdefault("users", [])
+
+    def add(data: dict[str, Any]) -> None:
+        users = data.get("users") or []
+        data["users"] = users
         if any(isinstance(u, dict) and u.get("name") == name for u in users):
             fail(f"user {name!r} already exists; remove them first to issue a new key", EXIT_USAGE)
         users.append({"name": name, "nkey": identity.public_key, "role": role})
-        known = {w.get("name"): w for w in data.get("workspaces", []) if isinstance(w, dict)}
+        known = {w.get("name"): w for w in data.get("workspaces") or [] if isinstance(w, dict)}
         for key, wanted in (("members", workspaces), ("admins", admin_of)):
             for ws in wanted:
                 if ws not in known:
                     fail(f"no workspace {ws!r}; use one of: {', '.join(sorted(map(str, known))) or '(none)'}",
                          EXIT_NOT_FOUND)
-                known[ws].setdefault(key, []).append(name)
-        revision = await _apply(client, data, "tau admin user add")
+                known[ws][key] = [*(known[ws].get(key) or []), name]
+
+    async with connected() as client:
+        revision = await _edit(client, "tau admin user add", add)
     creds.write(out, identity, comment=f"taugrid credentials for {name}; give them only to {name}; "
                                        "use with `tau login --server URL --creds FILE`")
     result = {"user": name, "public_key": identity.public_key, "role": role, "workspaces": list(workspaces),
@@ -196,18 +215,19 @@ async def add_user(name: str, workspaces: tuple[str, ...], role: str, admin_of: 
 @output_option
 @run_async
 async def remove_user(name: str, output: str) -> None:
-    async with connected() as client:
-        data = await _platform_data(client)
+    def remove(data: dict[str, Any]) -> None:
         users = data.get("users") or []
         kept = [u for u in users if not (isinstance(u, dict) and u.get("name") == name)]
         if len(kept) == len(users):
             fail(f"no user {name!r} (see `tau admin user list`)", EXIT_NOT_FOUND)
         data["users"] = kept
-        for ws in data.get("workspaces", []):
+        for ws in data.get("workspaces") or []:
             for key in ("members", "admins"):
                 if isinstance(ws, dict) and name in (ws.get(key) or []):
                     ws[key] = [m for m in ws[key] if m != name]
-        revision = await _apply(client, data, "tau admin user remove")
+
+    async with connected() as client:
+        revision = await _edit(client, "tau admin user remove", remove)
     if output == "json":
         emit_json({"user": name, "removed": True, "revision": revision})
     else:

@@ -1,13 +1,22 @@
-"""``tau platform apply|show|render``: the platform policy (workspaces, queues, quotas, profiles)."""
+"""``tau platform apply|show|render``: the platform policy (workspaces, queues, quotas, profiles).
+
+``apply`` plans first (``client/platformplan``): it prints every change against the stored revision, keeps the
+people the file does not list, refuses to drop a workspace with runs or members unless ``--prune``, and stores
+nothing when nothing changes, so ``tau platform show``'s output applied again is a no-op.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from taugrid.cli.common import EXIT_NOT_FOUND, connected, emit_json, fail, output_option, run_async
+from taugrid.cli.common import EXIT_NOT_FOUND, EXIT_USAGE, connected, emit_json, fail, output_option, run_async
 from taugrid.config.platform import load_platform
+
+if TYPE_CHECKING:
+    from taugrid.client.platformplan import Plan
 
 
 @click.group(help="Govern workspaces, queues, quotas, compute profiles and priorities.")
@@ -15,7 +24,9 @@ def platform() -> None:
     pass
 
 
-@platform.command(help="Validate FILE and store it as the next platform revision.")
+@platform.command(help="Validate FILE, show what it changes (workspaces, users, queues, quotas, ...) and store it as "
+                  "the next platform revision. People the platform has and FILE does not list are kept (`tau admin "
+                  "user` owns them); a workspace FILE drops that has runs or members is refused unless --prune.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--backend",
@@ -24,21 +35,52 @@ def platform() -> None:
     show_default=True,
     help="kubernetes also applies the rendered Kueue objects to the cluster.",
 )
+@click.option("--prune", is_flag=True, help="Store FILE as it is: remove the users, groups, memberships and "
+              "workspaces (even with runs or members) that it does not list.")
+@click.option("--dry-run", is_flag=True, help="Show what would change and store nothing (exit 2 if it would be "
+              "refused).")
 @output_option
 @run_async
-async def apply(file: Path, backend: str, output: str) -> None:
-    text = file.read_text()
-    load_platform(text, path=str(file))
-    if backend == "kubernetes":
-        from taugrid.kube.platform import apply_platform
+async def apply(file: Path, backend: str, prune: bool, dry_run: bool, output: str) -> None:
+    from taugrid.client.platformplan import PlatformRefused
 
-        await apply_platform(load_platform(text, path=str(file)))
+    text = file.read_text()
+    load_platform(text, path=str(file))  # refuse an invalid file before connecting
     async with connected() as client:
-        revision = await client.platform_apply(text, path=str(file))
+        if dry_run or backend == "kubernetes":
+            planned = await client.platform_plan(text, path=str(file), prune=prune)
+            if planned.blocked or dry_run:
+                _report(planned, applied=False, revision=planned.revision, dry_run=dry_run, output=output)
+                if planned.blocked:
+                    fail(planned.refusal(), EXIT_USAGE)
+                return
+            from taugrid.kube.platform import apply_platform
+
+            await apply_platform(planned.platform)
+        try:
+            planned, revision = await client.platform_apply(text, path=str(file), prune=prune)
+        except PlatformRefused as refused:
+            _report(refused.plan, applied=False, revision=refused.plan.revision, dry_run=False, output=output)
+            fail(refused.plan.refusal(), EXIT_USAGE)
+            return
+    _report(planned, applied=revision != planned.revision, revision=revision, dry_run=False, output=output)
+
+
+def _report(planned: Plan, *, applied: bool, revision: int, dry_run: bool, output: str) -> None:
     if output == "json":
-        emit_json({"revision": revision, "file": str(file)})
-    else:
-        click.echo(f"platform revision {revision} applied from {file}")
+        emit_json(planned.to_json(applied=applied, revision=revision, dry_run=dry_run))
+        return
+    for change in [*planned.changes, *planned.kept]:
+        for line in change.lines():
+            click.echo(f"  {line}")
+    since = f"revision {planned.revision}" if planned.revision else "no platform yet"
+    if applied:
+        click.echo(f"platform revision {revision} applied from {planned.path} "
+                   f"({len(planned.changes)} change(s) since {since})")
+    elif not planned.changes and planned.revision:
+        click.echo(f"{planned.path} changes nothing: the platform stays at revision {planned.revision}")
+    elif dry_run:
+        click.echo(f"dry run: {len(planned.changes)} change(s) to the platform ({since}); nothing stored")
 
 
 @platform.command(help="Print the current platform policy and its revision.")

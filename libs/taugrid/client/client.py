@@ -19,6 +19,7 @@ from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import ReplayCursor
+from taugrid.client import platformplan
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import Platform, load_platform
@@ -177,6 +178,7 @@ class Client:
             raise PermanentError(
                 f"run {run_id} is still {record.state}: cancel it first (`tau cancel {run_id}`)"
             )
+        await self._workspace_still_there(record, span)
         original = None
         # `submit.>`: the request travels on `submit.requested` or, in the high lane, `submit.requested.high`
         async for ev in self.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.>"):
@@ -188,6 +190,17 @@ class Client:
         req = msgspec.structs.replace(original, resume_from=resume_from, resumes=resumes, retries=retries)
         return await self.submit_request(req, workspace=record.workspace, name=record.name or run_id, span=span,
                                          submission_id=submission_id)
+
+    async def _workspace_still_there(self, record: RunRecord, command: str) -> None:
+        """A run again goes to the old run's workspace: refuse at once when the platform no longer has it, rather
+        than submit a run the policy can only reject after this command has exited 0."""
+        platform = await self._platforms.get_or_none()
+        if platform is None or platform.workspace(record.workspace) is not None:
+            return
+        known = ", ".join(w.name for w in platform.workspaces) or "none"
+        raise NotFound(f"`{command}` of {record.run_id}: its workspace {record.workspace!r} is no longer in the "
+                       f"platform (workspaces: {known}); restore it with `tau platform apply`, or submit the project "
+                       "again into another workspace with `tau run PROJECT --workspace NAME`")
 
     async def submit_request(self, req: SubmitRequested, *, workspace: str, name: str, span: str,
                              submission_id: str | None = None) -> str:
@@ -391,9 +404,22 @@ class Client:
         yield  # an async generator that yields nothing: it only ends
 
     # ---------------------------------------------------------------- platform
-    async def platform_apply(self, text: str, *, path: str = "platform.yaml") -> int:
-        load_platform(text, path=path)  # refuse an invalid policy before anything sees it
-        return await platformstore.put_text(self.bus, text)
+    async def platform_apply(self, text: str, *, path: str = "platform.yaml",
+                             prune: bool = False) -> tuple[platformplan.Plan, int]:
+        """Merge ``text`` onto the stored platform and store it (``platformplan``): (what it changes, the new
+        revision, or the current one when it changes nothing). An invalid text is refused before anything sees
+        it; a dropped workspace with runs or members raises ``PlatformRefused`` unless ``prune``."""
+        return await platformplan.apply(self.bus, text, path=path, prune=prune)
+
+    async def platform_plan(self, text: str, *, path: str = "platform.yaml", prune: bool = False) -> platformplan.Plan:
+        """What ``platform_apply`` would store and change, without writing."""
+        return await platformplan.plan(self.bus, text, path=path, prune=prune)
+
+    async def platform_put(self, text: str, *, path: str, revision: int) -> int:
+        """Store ``text`` as it is if the platform is still at ``revision`` (``Conflict`` otherwise): an exact edit
+        of what was read (``tau admin user``), not a merge."""
+        load_platform(text, path=path)
+        return await platformstore.put_text(self.bus, text, revision=revision)
 
     async def _namespace_workspace(self, cfg: TauConfig) -> str | None:
         """The workspace of ``policy.namespace`` when the config names only that (as policy resolves it)."""

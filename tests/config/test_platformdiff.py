@@ -1,0 +1,81 @@
+"""What a platform file changes against the stored revision, and which people it keeps (config/platformdiff)."""
+
+from __future__ import annotations
+
+import yaml
+
+from taugrid.bus import identity
+from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platformdiff import Change, diff, merge_people
+
+ALICE, BOB = (identity.public_key(identity.new_user_seed()) for _ in range(2))
+BASE = """
+resource_flavors: [{name: default}]
+cluster_queues:
+  - name: cq
+    resource_groups:
+      - covered_resources: [cpu, nvidia.com/gpu]
+        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8}, {name: nvidia.com/gpu, nominal_quota: 4}]}]
+local_queues: [{name: q, namespace: ns, cluster_queue: cq}]
+workspaces:
+  - {name: vision, namespace: ns, local_queue: q, members: MEMBERS}
+  - {name: language, namespace: ns, local_queue: q}
+"""
+
+
+def platform(members: str = "[]", people: str = "") -> Platform:
+    return load_platform(BASE.replace("MEMBERS", members) + people)
+
+
+STORED = platform("[alice, ml]", f"users: [{{name: alice, nkey: {ALICE}, groups: [ml]}}]\ngroups: [{{name: ml}}]\n")
+
+
+def test_a_file_that_does_not_list_a_user_keeps_them_their_groups_and_memberships() -> None:
+    merged = merge_people(STORED, platform(), file_name="platform.yaml")
+    assert merged.platform.users == STORED.users and merged.platform.groups == STORED.groups
+    assert merged.platform.workspace("vision").members == ["alice", "ml"]  # type: ignore[union-attr]
+    assert [c.lines() for c in merged.kept] == [
+        ["= user alice: not in platform.yaml; kept with their memberships (`tau admin user remove alice` or "
+         "--prune removes them)"],
+        ["= group ml: not in platform.yaml; kept (--prune removes it)"],
+        ["= workspace vision: members alice, ml kept, not in platform.yaml"],
+    ]
+    assert diff(STORED, merged.platform) == []
+
+
+def test_a_file_that_lists_everyone_is_taken_as_it_is() -> None:
+    file = STORED.model_copy()
+    merged = merge_people(STORED, file)
+    assert merged.platform is file and merged.kept == ()
+
+
+def test_the_files_own_entry_for_a_person_wins_and_a_key_given_to_another_name_is_a_rename() -> None:
+    changed = platform("[alice]", f"users: [{{name: alice, nkey: {BOB}, role: platform-admin}}]\n")
+    merged = merge_people(STORED, changed)
+    assert [(u.name, u.nkey, u.role) for u in merged.platform.users] == [("alice", BOB, "platform-admin")]
+    renamed = merge_people(STORED, platform("[ally]", f"users: [{{name: ally, nkey: {ALICE}}}]\n"))
+    assert [u.name for u in renamed.platform.users] == ["ally"]
+    assert renamed.platform.workspace("vision").members == ["ally", "ml"]  # type: ignore[union-attr]
+
+
+def test_the_diff_names_quotas_by_flavor_and_resource_and_members_by_name() -> None:
+    new = load_platform(BASE.replace("MEMBERS", "[bob]").replace("nominal_quota: 4", "nominal_quota: 8")
+                        .replace("  - {name: language, namespace: ns, local_queue: q}\n",
+                                 "  - {name: audio, namespace: ns, local_queue: q, max_retries: 2}\n")
+                        + f"users: [{{name: bob, nkey: {BOB}}}]\n")
+    assert diff(STORED, new) == [
+        Change("workspace", "audio", "add"),
+        Change("workspace", "language", "remove"),
+        Change("workspace", "vision", "change", ("members: +bob -alice -ml",)),
+        Change("user", "bob", "add"),
+        Change("user", "alice", "remove"),
+        Change("group", "ml", "remove"),
+        Change("cluster_queue", "cq", "change", ("quota[default/nvidia.com/gpu].nominal_quota: 4 → 8",)),
+    ]
+    assert Change("cluster_queue", "cq", "change", ("a: 1 → 2",)).lines() == ["~ cluster_queue cq", "    a: 1 → 2"]
+
+
+def test_a_merged_platform_written_as_yaml_reads_back_the_same() -> None:
+    merged = merge_people(STORED, platform()).platform
+    text = yaml.safe_dump(merged.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    assert load_platform(text) == merged
