@@ -29,6 +29,7 @@ from taugrid.cli.common import (
     run_async,
 )
 from taugrid.config.platform import Platform, load_platform
+from taugrid.config.source import load_yaml
 
 EDIT_ATTEMPTS = 3  # read, edit and write the platform again when someone wrote it in between
 
@@ -132,8 +133,9 @@ async def _platform_data(client: Any) -> tuple[dict[str, Any], int]:
     got = await client.platform_get()
     if got is None:
         fail("no platform applied yet: `tau platform apply FILE` first", EXIT_NOT_FOUND)
-    data = yaml.safe_load(got[0]) or {}
-    return (data if isinstance(data, dict) else {}), int(got[1])
+    # read as `tau platform apply` read it: the same bounds on what its aliases expand to
+    data, _ = load_yaml(got[0], path="platform (stored)", what="platform.yaml")
+    return data, int(got[1])
 
 
 async def _edit(client: Any, command: str, change: Callable[[dict[str, Any]], None]) -> int:

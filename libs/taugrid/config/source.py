@@ -5,9 +5,9 @@ message, fix, file, line}`` (the shape of ``core.contracts.Issue``) and ``str(Co
 ``tau.yaml:7: compute.gpuz: unknown key; did you mean 'gpus'?``, one problem per line.
 
 Invariants: YAML is parsed with ``SafeLoader`` only (no arbitrary tags); a document is refused before it is
-parsed when it is over its size limit, and before anything is constructed when its aliases expand to more than
-``YAML_MAX_NODES`` nodes (the composed graph shares aliased nodes, so counting is linear in the text while a
-"billion laughs" would expand exponentially); a field path is dotted with list
+parsed when it is over its size limit, and before anything is constructed when its aliases expand past the bounds
+of ``config.expansion`` (nodes, bytes as JSON, depth: measured on the composed graph, which shares aliased nodes,
+so the cost is linear in the text while a "billion laughs" would expand exponentially); a field path is dotted with list
 indexes in brackets (``cluster_queues[0].cohort``); the line is that of the key (or list item) named by the
 path, or of its nearest parent that has one.
 """
@@ -23,8 +23,15 @@ from typing import Any
 import pydantic
 import yaml
 
+from taugrid.config import expansion
 from taugrid.core.errors import ConfigError
-from taugrid.core.limits import PLATFORM_YAML_MAX_BYTES, TAU_YAML_MAX_BYTES, YAML_MAX_NODES, size_text
+from taugrid.core.limits import (
+    PLATFORM_YAML_MAX_BYTES,
+    PLATFORM_YAML_MAX_EXPANDED_BYTES,
+    TAU_YAML_MAX_BYTES,
+    TAU_YAML_MAX_EXPANDED_BYTES,
+    size_text,
+)
 
 Path = tuple[str | int, ...]
 Lines = dict[Path, int]
@@ -93,19 +100,11 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
         _refuse(path, f"the document is {size} bytes; the limit for a {what} is {size_text(limit)}",
                 "keep large data out of the config: ship it in the project folder or as a file the run reads")
     try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is not None:
-                expanded = _expanded_nodes(node)
-                if expanded > YAML_MAX_NODES:
-                    _refuse(path, f"YAML aliases expand this document to more than {YAML_MAX_NODES} nodes "
-                            f"(at least {expanded}): nested anchors and aliases (a \"billion laughs\") are "
-                            "refused", "write the values out, or use fewer nested anchors (*alias)")
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except RecursionError:
+        bounds = expansion.Bounds(json_bytes=_MAX_EXPANDED.get(what, TAU_YAML_MAX_EXPANDED_BYTES))
+        node, data = expansion.load(text, bounds)
+    except expansion.Refused as exc:
+        _refuse(path, exc.message, exc.fix, line=exc.line)
+    except RecursionError:  # a backstop: expansion bounds nesting far below Python's recursion limit
         _refuse(path, "the document nests too deeply to read", "flatten the nested lists and mappings")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -146,46 +145,12 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
 
 
 _MAX_BYTES = {"tau.yaml": TAU_YAML_MAX_BYTES, "platform.yaml": PLATFORM_YAML_MAX_BYTES}
+_MAX_EXPANDED = {"tau.yaml": TAU_YAML_MAX_EXPANDED_BYTES, "platform.yaml": PLATFORM_YAML_MAX_EXPANDED_BYTES}
 
 
-def _refuse(path: str, message: str, fix: str) -> None:
-    raise ConfigError(
-        f"{path}: {message}",
-        issues=[{"field": "", "message": message, "fix": fix, "file": path, "line": None}],
-    )
-
-
-def _expanded_nodes(root: yaml.Node) -> int:
-    """How many nodes the document holds once every alias is expanded, stopping just past the limit.
-
-    The composer returns an aliased node as the same object each time, so sizes are memoised by identity: the
-    count costs one visit per distinct node, however far the aliases would expand."""
-    sizes: dict[int, int] = {}
-    on_path: set[int] = set()
-
-    def size(node: yaml.Node) -> int:
-        known = sizes.get(id(node))
-        if known is not None:
-            return known
-        if id(node) in on_path:  # a recursive alias (&a [*a]) expands forever
-            return YAML_MAX_NODES + 1
-        on_path.add(id(node))
-        total = 1
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                total += size(key_node) + size(value_node)
-                if total > YAML_MAX_NODES:
-                    break
-        elif isinstance(node, yaml.SequenceNode):
-            for item in node.value:
-                total += size(item)
-                if total > YAML_MAX_NODES:
-                    break
-        on_path.discard(id(node))
-        sizes[id(node)] = total
-        return total
-
-    return size(root)
+def _refuse(path: str, message: str, fix: str, *, line: int | None = None) -> None:
+    issue: dict[str, object] = {"field": "", "message": message, "fix": fix, "file": path, "line": line}
+    raise ConfigError(format_issue(issue), issues=[issue])
 
 
 _EXAMPLE = {"tau.yaml": "'name: train' and 'entrypoint: train.py'", "platform.yaml": "'workspaces:'"}

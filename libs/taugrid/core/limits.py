@@ -1,7 +1,8 @@
 """TauGrid's input limits, in one place so the client, the validators and the services agree.
 
-Every byte a person sends is bounded before anything is derived from it: a document's size and the number of
-YAML nodes its aliases expand to (a "billion laughs" stops at the bound, not at the memory limit), a literal env
+Every byte a person sends is bounded before anything is derived from it: a document's size, and the nodes, bytes
+and depth its YAML aliases expand to (a "billion laughs" stops at the bound, not at the memory limit), how deep an
+event's JSON nests (every decoder refuses it before recursing), a literal env
 value and the env total (TauGrid's own limits), a submission's payload, and every event a service publishes
 (well below the server's ``max_payload`` of 8 MB, so a derived event can never be refused by the server and
 leave a run stuck). Pure constants: no I/O.
@@ -18,6 +19,17 @@ PLATFORM_YAML_MAX_BYTES = 1 * MIB
 """A ``platform.yaml`` (many workspaces and users)."""
 YAML_MAX_NODES = 20_000
 """YAML nodes after alias expansion; real configs have hundreds."""
+TAU_YAML_MAX_EXPANDED_BYTES = 512 * KIB
+"""A ``tau.yaml`` once its aliases are expanded, counted as JSON (what ``submit.accepted`` carries): twice the
+text's own limit, so an alias-free document always fits and ``submit.accepted`` stays far below ``EVENT_MAX_BYTES``
+(12,000 aliases of one 100 KiB string were 150 KB of YAML and a 1.2 GB event)."""
+PLATFORM_YAML_MAX_EXPANDED_BYTES = 2 * MIB
+"""A ``platform.yaml`` once its aliases are expanded (twice its text's limit)."""
+YAML_MAX_DEPTH = 32
+"""Levels of nested mappings and lists in a YAML document, aliases expanded; real configs have under ten."""
+EVENT_MAX_DEPTH = 64
+"""Levels of nesting in an event's JSON payload: a parsed ``tau.yaml`` (``YAML_MAX_DEPTH``) inside an event fits,
+and every reader decodes far from Python's recursion limit (a 200k-deep body crashed readers with RecursionError)."""
 
 ENV_VALUE_MAX = 64 * KIB
 ENV_TOTAL_MAX = 128 * KIB

@@ -23,12 +23,15 @@ from typing import Any
 
 import yaml
 
+from taugrid.config import expansion
+from taugrid.core.limits import MIB
 from taugrid.local.podspec import PodSpecError, Resolver
 
 REDACTED = "[REDACTED]"
 REDACT_MIN = 4  # shorter values would blank out ordinary words of the log
 _PLACEHOLDER = re.compile("\x00tau-secret-([0-9]+)\x00")
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_BOUNDS = expansion.Bounds(json_bytes=4 * MIB)  # read as every YAML is: aliases bounded by what they expand to
 
 
 class SecretStore:
@@ -54,8 +57,8 @@ class SecretStore:
                                f"secrets file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}): "
                                f"run `chmod 600 {path}`")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            data = expansion.load(path.read_text(), _BOUNDS)[1] or {}
+        except (OSError, yaml.YAMLError, expansion.Refused) as exc:
             raise PodSpecError("CreateContainerConfigError", f"secrets file {path} cannot be read: {exc}") from None
         if not isinstance(data, dict):
             raise PodSpecError("CreateContainerConfigError",
