@@ -32,7 +32,8 @@ def test_admin_issues_credentials_that_work_until_removed(secure_nats: SecureNat
     carol = {"TAU_NATS_URL": secure_nats.url, "TAU_NATS_CREDS": str(secure_nats.creds("carol")),
              "TAU_DATA_DIR": str(tmp_path / "carol")}
     (tmp_path / "platform.yaml").write_text(PLATFORM)
-    assert tau("platform", "apply", "platform.yaml", env=carol, cwd=tmp_path).returncode == 0
+    # --prune: exactly this platform, whoever an earlier test of the session left in the stored one
+    assert tau("platform", "apply", "platform.yaml", "--prune", env=carol, cwd=tmp_path).returncode == 0
 
     added = tau("admin", "user", "add", "erin", "-w", "vision", "--output", "json", env=carol, cwd=tmp_path)
     assert added.returncode == 0, added.stderr

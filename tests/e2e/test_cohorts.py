@@ -77,7 +77,8 @@ def lab(stack: Stack) -> Iterator[Stack]:
     path.write_text(_platform(stack.data_dir / "outputs"))
     stack.tau("platform", "apply", str(path), check=True)
     yield stack
-    stack.tau("platform", "apply", str(stack.data_dir / "platform.yaml"), check=True)
+    # --prune: the lab's workspaces go again, though runs were made in them
+    stack.tau("platform", "apply", str(stack.data_dir / "platform.yaml"), "--prune", check=True)
 
 
 def _wait_borrowing(stack: Stack, timeout: float = 15) -> dict[str, dict[str, object]]:

@@ -62,4 +62,4 @@ def test_a_cancel_by_another_workspace_member_is_refused_with_exit_5(stack: Stac
     finally:
         restore = tmp_path / "restore.yaml"
         restore.write_text(base)
-        stack.tau("platform", "apply", str(restore), check=True)
+        stack.tau("platform", "apply", str(restore), "--prune", check=True)  # bob and the owner go again

@@ -39,7 +39,9 @@ def test_a_colleague_is_admitted_and_revoked_without_restarts(stack: Stack, tmp_
                "--no-check").returncode == 0
     who = _until(lambda: (p := _as(home, "whoami", "--output", "json")).returncode == 0 and json.loads(p.stdout))
     assert who and (who["user"], who["role"], who["workspaces"]) == ("gwen", "researcher", ["default"])
-    assert _as(home, "platform", "apply", str(stack.data_dir / "platform.yaml")).returncode == 5
+    changed = tmp_path / "platform.yaml"  # a change to store (an apply that changes nothing writes nothing)
+    changed.write_text((stack.data_dir / "platform.yaml").read_text() + "groups: [{name: gwens-own}]\n")
+    assert _as(home, "platform", "apply", str(changed)).returncode == 5
 
     # gwen reads only her workspace's runs: the stack owner's run elsewhere is neither listed nor found
     project = tmp_path / "project"
