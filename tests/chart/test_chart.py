@@ -143,14 +143,17 @@ def test_metrics_stay_off_until_one_value_turns_them_on(render: Render) -> None:
 
     off = render()
     assert not find(off, "Service", "t-taugrid-metrics") and not find(off, "ConfigMap", "t-taugrid-dashboard-queues")
+    assert not find(off, "NetworkPolicy", "t-taugrid-metrics")
     for svc in SERVICES:
         (container,) = one(off, "Deployment", f"t-taugrid-{svc}")["spec"]["template"]["spec"]["containers"]
-        assert "TAU_METRICS_PORT" not in env_of(container)
+        assert "TAU_METRICS_PORT" not in env_of(container) and "TAU_METRICS_ADDR" not in env_of(container)
     on = render("metrics.enabled=true")
     for svc in SERVICES:
         template = one(on, "Deployment", f"t-taugrid-{svc}")["spec"]["template"]
         (container,) = template["spec"]["containers"]
         assert env_of(container)["TAU_METRICS_PORT"] == "9090"
+        # its own IP, not every interface (taugrid.bus.metrics listens on 127.0.0.1 when no address is named)
+        assert env_of(container)["TAU_METRICS_ADDR"] == {"fieldRef": {"fieldPath": "status.podIP"}}
         assert {"name": "metrics", "containerPort": 9090} in container["ports"]
         assert template["metadata"]["labels"]["taugrid.io/metrics"] == "true"
     service = one(on, "Service", "t-taugrid-metrics")
@@ -177,6 +180,25 @@ def test_metrics_stay_off_until_one_value_turns_them_on(render: Render) -> None:
     assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "metrics"
     assert monitor["spec"]["endpoints"][0] | {"relabelings": None} == {
         "port": "metrics", "path": "/metrics", "interval": "30s", "relabelings": None}
+
+
+def test_only_the_named_scrapers_reach_the_metrics_port(render: Render) -> None:
+    def ingress(*sets: str) -> list[Obj]:
+        policy = one(render("metrics.enabled=true", *sets), "NetworkPolicy", "t-taugrid-metrics")
+        assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/instance": "t",
+                                                                 "taugrid.io/metrics": "true"}}
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        ingress: list[Obj] = policy["spec"]["ingress"]
+        return ingress
+
+    portal = {"ports": [{"port": 8470}]}  # the portal's pods serve /metrics too; their own port stays open
+    assert ingress() == [portal]
+    assert ingress("services.portal.enabled=false") == []
+    scraper = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    assert ingress("metrics.scrapers[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+                   "metrics.port=9100") == [{"from": [scraper], "ports": [{"port": 9100}]}, portal]
+    assert not find(render("metrics.enabled=true", "metrics.networkPolicy=false"), "NetworkPolicy",
+                    "t-taugrid-metrics")
 
 
 def test_replicas_override_scales_one_service_and_adds_its_pdb(render: Render) -> None:
@@ -229,10 +251,29 @@ def test_the_renderer_knows_where_the_source_fetch_comes_from(render: Render) ->
             assert "TAU_SOURCE_FETCH_IMAGE" not in env_of(container), name
 
 
-def test_embedded_nats_admits_run_pods_from_any_namespace_for_the_source_fetch(render: Render) -> None:
-    policy = one(render(), "NetworkPolicy", "t-taugrid-nats")
-    assert {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"taugrid.io/managed-by": "taugrid"}}}],
-            "ports": [{"port": 4222}]} in policy["spec"]["ingress"]
+def _bus_rules(objs: list[Obj]) -> list[Obj]:
+    return [r for r in one(objs, "NetworkPolicy", "t-taugrid-nats")["spec"]["ingress"] if {"port": 4222} in r["ports"]]
+
+
+def _run_pods_in(*namespaces: str) -> Obj:
+    return {"from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]},
+            "podSelector": {"matchLabels": {"taugrid.io/managed-by": "taugrid"}}}],
+            "ports": [{"port": 4222}]}
+
+
+RELEASE_PODS = {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "t",
+                                                             "app.kubernetes.io/part-of": "taugrid"}}}],
+                "ports": [{"port": 4222}]}
+
+
+def test_embedded_nats_admits_run_pods_only_from_the_namespaces_the_platform_names(render: Render) -> None:
+    # the label taugrid.io/managed-by is anyone's to set on their own pod: it admits nobody from another namespace
+    assert _bus_rules(render()) == [RELEASE_PODS, _run_pods_in("taugrid")]
+    named = render("rbac.workspaceNamespaces={ws-a,ws-b}", "nats.embedded.runNamespaces={ws-c,ws-a}")
+    assert _bus_rules(named) == [RELEASE_PODS, _run_pods_in("taugrid", "ws-a", "ws-b", "ws-c")]
+    cluster_wide = render("rbac.clusterWide=true", "nats.embedded.runNamespaces={ws-a}")
+    assert _bus_rules(cluster_wide) == [RELEASE_PODS, _run_pods_in("taugrid", "ws-a")]
 
 
 VARIANTS = {
@@ -245,6 +286,9 @@ VARIANTS = {
     "kmsg-privileged": ("nodeAgent.kmsg.enabled=true", "nodeAgent.kmsg.privileged=true"),
     "auth-off": ("auth.enabled=false", "sourceFetch.credsSecret="),
     "metrics": ("metrics.enabled=true",),
+    "metrics+scrapers+namespaces": ("metrics.enabled=true", "metrics.scrapers[0].ipBlock.cidr=10.30.0.0/16",
+                                    "rbac.workspaceNamespaces={ws-a}", "nats.embedded.runNamespaces={ws-b}"),
+    "tls-off": ("nats.embedded.tls.enabled=false",),
     "tls+external+scrapers": (
         "nats.embedded.tls.enabled=true", "nats.embedded.tls.secretName=bus-tls", "nats.embedded.external.enabled=true",
         "nats.embedded.external.allowedFrom[0].ipBlock.cidr=10.20.0.0/16",
@@ -290,6 +334,9 @@ def test_pods_meet_the_restricted_profile(render: Render) -> None:
     "nats.embedded.external.type=Public",
     "nats.embedded.monitoring.scrapers[0].everyone=true",
     "nats.embedded.tls.certManager.enabled=true",  # and no issuer
+    "nats.embedded.tls.generatedDays=0",
+    "nats.embedded.runNamespaces={Team_A}",
+    "metrics.scrapers[0].everyone=true",
     "services.health-monitor.rebootVia=ipmi",
 ])
 def test_bad_values_fail_the_schema(helm: Path, bad: str) -> None:
@@ -450,7 +497,7 @@ def test_a_missing_tool_package_is_an_error_not_a_skip(monkeypatch: pytest.Monke
 
 def test_evidence_mounts_the_outputs_volume_read_only_and_keeps_small_outputs(render: Render) -> None:
     plain = one(render(), "Deployment", "t-taugrid-evidence")["spec"]["template"]["spec"]
-    assert [v["name"] for v in plain["volumes"]] == ["tmp", "bus-creds"]
+    assert [v["name"] for v in plain["volumes"]] == ["tmp", "bus-creds", "nats-ca"]
     env = {e["name"]: e.get("value") for e in plain["containers"][0]["env"]}
     assert env["TAU_EVIDENCE_KEEP_OUTPUTS"] == "64Mi"
     objs = render("services.evidence.outputs.claimName=results", "services.evidence.keepOutputs=0")
@@ -460,6 +507,6 @@ def test_evidence_mounts_the_outputs_volume_read_only_and_keeps_small_outputs(re
     assert {"name": "outputs", "mountPath": "/data", "readOnly": True} in mounts
     assert {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}["TAU_EVIDENCE_KEEP_OUTPUTS"] == "0"
     policy = one(objs, "Deployment", "t-taugrid-policy")["spec"]["template"]["spec"]
-    assert [v["name"] for v in policy["volumes"]] == ["tmp", "bus-creds"]
+    assert [v["name"] for v in policy["volumes"]] == ["tmp", "bus-creds", "nats-ca"]
     for obj in objs:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

@@ -1,10 +1,13 @@
 """The chart deploys bus authentication: each pod mounts only its own identity's seed, the NATS pod renders and
-follows the users, people reach the bus through a TLS Service, and the monitoring port is not open to all.
+follows the users, every connection is TLS by default (with a certificate the chart generates when none is named),
+people reach the bus through a TLS Service, and the monitoring port is not open to all.
 
 Renders with the real `helm` (tests/chart/tools.py); test_chart_bus.py runs the rendered server config."""
 
 from __future__ import annotations
 
+import base64
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -54,21 +57,25 @@ def test_every_taugrid_pod_mounts_only_its_own_identity(default: list[Obj]) -> N
             assert {"name": "bus-creds", "mountPath": "/etc/taugrid/bus", "readOnly": True} in c["volumeMounts"], where
 
 
-def test_the_nats_pod_renders_its_users_and_a_sidecar_follows_the_platform(default: list[Obj]) -> None:
+def test_the_nats_pod_renders_its_users_and_a_sidecar_follows_the_platform(default: list[Obj],
+                                                                            render: Render) -> None:
     spec = one(default, "StatefulSet", "t-taugrid-nats")["spec"]["template"]["spec"]
     assert spec["shareProcessNamespace"] is True  # the sidecar signals nats-server to reload
     (init,) = spec["initContainers"]
     assert init["command"][:4] == ["python", "-m", "taugrid.stack.chartauth", "render"]
     nats, sync = spec["containers"]
     assert nats["name"] == "nats" and sync["name"] == "auth-sync"
+    # TLS is on by default: the sidecar reaches its own server by the name the certificate holds
     assert sync["command"] == ["python", "-m", "taugrid.stack.chartauth", "sync", "--identities",
                                "/etc/taugrid/identities/identities.json", "--out", "/run/nats/auth.conf",
-                               "--pid-file", "/run/nats/nats.pid", "--url", "nats://127.0.0.1:4222"]
+                               "--pid-file", "/run/nats/nats.pid", "--url", "nats://t-taugrid-nats.taugrid.svc:4222",
+                               "--watch", "/etc/nats-tls/tls.crt", "--watch", "/etc/nats-tls/tls.key"]
     assert env_of(sync)["TAU_NATS_CREDS"] == "/etc/taugrid/bus/creds"
     conf = one(default, "ConfigMap", "t-taugrid-nats")["data"]["nats.conf"]
     assert 'pid_file: "/run/nats/nats.pid"' in conf and 'include "../../run/nats/auth.conf"' in conf
-    assert "tls {" not in conf and "allow_non_tls" not in conf
     assert not find(default, "Service", "t-taugrid-nats-external") and not find(default, "Certificate")
+    plain = one(render("nats.embedded.tls.enabled=false"), "StatefulSet", "t-taugrid-nats")["spec"]["template"]
+    assert plain["spec"]["containers"][1]["command"][-2:] == ["--url", "nats://127.0.0.1:4222"]
 
 
 def test_auth_off_renders_no_credentials_anywhere(render: Render) -> None:
@@ -100,17 +107,68 @@ def test_people_reach_the_bus_through_a_tls_service(exposed: list[Obj]) -> None:
                                     "--watch", "/etc/nats-tls/tls.crt", "--watch", "/etc/nats-tls/tls.key"]
 
 
-def test_every_taugrid_pod_verifies_the_server_against_the_ca(exposed: list[Obj]) -> None:
+def _openssl(*args: str, cwd: Path) -> str:
+    openssl = shutil.which("openssl")
+    assert openssl, "the TLS test needs the openssl command line tool"
+    return subprocess.run([openssl, *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=30).stdout
+
+
+def test_tls_is_on_by_default_with_a_certificate_the_chart_generates(default: list[Obj], tmp_path: Path) -> None:
+    conf = one(default, "ConfigMap", "t-taugrid-nats")["data"]["nats.conf"]
+    assert 'cert_file: "/etc/nats-tls/tls.crt"' in conf and 'key_file: "/etc/nats-tls/tls.key"' in conf
+    assert "allow_non_tls" not in conf  # every connection, services' and run pods' included
+    secret = one(default, "Secret", "t-taugrid-nats-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep",
+                                                 "taugrid.io/dns-names": "t-taugrid-nats.taugrid.svc"}
+    assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    for key, value in secret["data"].items():
+        (tmp_path / key).write_bytes(base64.b64decode(value))
+    assert _openssl("verify", "-CAfile", "ca.crt", "tls.crt", cwd=tmp_path).strip() == "tls.crt: OK"
+    names = _openssl("x509", "-in", "tls.crt", "-noout", "-ext", "subjectAltName", cwd=tmp_path)
+    assert names.split("\n")[1].strip() == "DNS:t-taugrid-nats.taugrid.svc"  # the name every pod connects to
+    assert "CA:TRUE" in _openssl("x509", "-in", "ca.crt", "-noout", "-ext", "basicConstraints", cwd=tmp_path)
+    spec = one(default, "StatefulSet", "t-taugrid-nats")["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "t-taugrid-nats-tls", "defaultMode": 0o440}} in spec["volumes"]
+    assert not find(default, "Certificate")
+
+
+def test_the_chart_generates_no_certificate_it_is_given_or_told_to_skip(render: Render, exposed: list[Obj]) -> None:
+    named = render("nats.embedded.tls.secretName=bus-tls")
+    assert not find(named, "Secret")  # the bus credentials come from `tau admin chart-credentials`, not the chart
+    spec = one(named, "StatefulSet", "t-taugrid-nats")["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "bus-tls", "defaultMode": 0o440}} in spec["volumes"]
+    assert not find(exposed, "Secret") and one(exposed, "Certificate", "t-taugrid-nats")  # cert-manager writes it
+    plain = render("nats.embedded.tls.enabled=false")
+    assert not find(plain, "Secret") and "tls {" not in one(plain, "ConfigMap", "t-taugrid-nats")["data"]["nats.conf"]
+    for where, spec in pod_specs(plain):
+        assert all(v["name"] not in {"tls", "nats-ca"} for v in spec["volumes"]), where
+        for c in spec["containers"]:
+            assert "TAU_NATS_CA" not in env_of(c), where
+
+
+def test_a_generated_certificate_names_the_dns_names_too(render: Render, tmp_path: Path) -> None:
+    secret = one(render("nats.embedded.tls.dnsNames={bus.example.org}"), "Secret", "t-taugrid-nats-tls")
+    assert secret["metadata"]["annotations"]["taugrid.io/dns-names"] == "bus.example.org,t-taugrid-nats.taugrid.svc"
+    (tmp_path / "tls.crt").write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    names = _openssl("x509", "-in", "tls.crt", "-noout", "-ext", "subjectAltName", cwd=tmp_path)
+    assert names.split("\n")[1].strip() == "DNS:bus.example.org, DNS:t-taugrid-nats.taugrid.svc"
+
+
+@pytest.mark.parametrize("variant", ["default", "exposed"])
+def test_every_taugrid_pod_verifies_the_server_against_the_ca(variant: str, default: list[Obj],
+                                                               exposed: list[Obj]) -> None:
+    objs = default if variant == "default" else exposed
     ca_volume = {"name": "nats-ca", "secret": {"secretName": "t-taugrid-nats-tls", "defaultMode": 0o444,
                                                "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
-    for where, spec in pod_specs(exposed):
+    for where, spec in pod_specs(objs):
         assert ca_volume in spec["volumes"], where
         for c in spec["containers"]:
             if c["name"] == "nats":
                 continue
             assert env_of(c)["TAU_NATS_CA"] == "/etc/taugrid/nats-ca/ca.crt", where
             assert {"name": "nats-ca", "mountPath": "/etc/taugrid/nats-ca", "readOnly": True} in c["volumeMounts"]
-    renderer = one(exposed, "Deployment", "t-taugrid-renderer")["spec"]["template"]["spec"]["containers"][0]
+    renderer = one(objs, "Deployment", "t-taugrid-renderer")["spec"]["template"]["spec"]["containers"][0]
     assert env_of(renderer)["TAU_SOURCE_FETCH_NATS_CA"] == "/etc/taugrid/nats-ca/ca.crt"  # for run pods
 
 
@@ -137,7 +195,7 @@ def test_people_are_admitted_to_the_client_port_only_with_the_external_service(d
 
 
 @pytest.mark.parametrize(("sets", "message"), [
-    (("nats.embedded.external.enabled=true",), "needs nats.embedded.tls.enabled"),
+    (("nats.embedded.external.enabled=true", "nats.embedded.tls.enabled=false"), "needs nats.embedded.tls.enabled"),
     (("nats.embedded.external.enabled=true", "nats.embedded.tls.enabled=true", "auth.enabled=false"),
      "needs auth.enabled"),
 ])

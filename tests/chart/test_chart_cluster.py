@@ -22,6 +22,7 @@ from taugrid.ports import free_port
 from taugrid.stack import natsserver
 
 from .test_chart import CHART, K8S_VERSION, Render, find, helm, one, render  # noqa: F401 - fixtures
+from .test_chart_bus import make_certs
 from .tools import tool
 
 R3 = ("nats.cluster.replicas=3", "auth.enabled=false", "sourceFetch.credsSecret=")
@@ -72,7 +73,10 @@ def test_an_even_or_too_large_cluster_fails_the_schema(bad: str) -> None:
 
 
 def cluster_confs(root: Path) -> tuple[list[Path], list[int]]:
-    """The rendered nats.conf of each of the three pods, their addresses mapped onto loopback ports."""
+    """The rendered nats.conf of each of the three pods, their addresses mapped onto loopback ports and the TLS
+    Secret's mount onto ``root/tls`` (a certificate for localhost, as the chart's generated one is for the
+    Service's name)."""
+    make_certs(root / "tls")
     args = [str(tool("helm")), "template", "t", str(CHART), "--namespace", "taugrid", "--kube-version", K8S_VERSION]
     for s in R3:
         args += ["--set", s]
@@ -88,7 +92,8 @@ def cluster_confs(root: Path) -> tuple[list[Path], list[int]]:
         for pod_addr, here in [("0.0.0.0:4222", f"127.0.0.1:{clients[i]}"),
                                ("0.0.0.0:8222", f"127.0.0.1:{monitors[i]}"),
                                ("0.0.0.0:6222", f"127.0.0.1:{routes[i]}"),
-                               ("store_dir: /data", f"store_dir: {root}/d{i}")]:
+                               ("store_dir: /data", f"store_dir: {root}/d{i}"),
+                               ('"/etc/nats-tls/', f'"{root}/tls/')]:
             assert pod_addr in mine, pod_addr
             mine = mine.replace(pod_addr, here)
         conf = root / f"nats-{i}.conf"
@@ -98,8 +103,9 @@ def cluster_confs(root: Path) -> tuple[list[Path], list[int]]:
 
 
 async def test_the_rendered_cluster_forms_and_the_bootstrap_puts_every_stream_on_three_servers(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     confs, ports = cluster_confs(tmp_path)
+    monkeypatch.setenv("TAU_NATS_CA", str(tmp_path / "tls" / "ca.crt"))  # the servers require TLS (the default)
     procs = [subprocess.Popen([natsserver.binary(), "-c", str(conf)], stdout=subprocess.DEVNULL,
                               stderr=open(tmp_path / f"nats-{i}.log", "ab"),  # noqa: SIM115 - the child owns it
                               env={**os.environ, "POD_NAME": f"t-taugrid-nats-{i}"})
