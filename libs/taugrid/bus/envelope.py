@@ -36,6 +36,7 @@ import nacl.exceptions
 import nacl.signing
 import nkeys
 
+from taugrid.core import nesting
 from taugrid.core.events import RUN_EVENTS, ce_type, lane_of, short_type
 
 T = TypeVar("T")
@@ -88,18 +89,20 @@ class Event(msgspec.Struct, kw_only=True):
         """The priority lane its subject travels in (``events.HIGH_LANE`` or "")."""
         return lane_of(self.nats_subject)
 
+    # Every payload read goes through core.nesting: a body nested past EVENT_MAX_DEPTH is a DecodeError (dead-
+    # lettered with its reason, shown as undecodable), never a RecursionError in whoever reads it.
     def payload(self, kind: builtins.type[T]) -> T:  # builtins: the field ``type`` shadows it in this body
-        return msgspec.json.decode(self.data, type=kind)
+        return nesting.decode(self.data, kind)
 
     def as_dict(self) -> dict[str, Any]:
         """The data as plain JSON values (for logs, `tau events`, the state projection)."""
         if not self.data:
             return {}
-        value = msgspec.json.decode(self.data)
+        value = nesting.decode_any(self.data)
         return value if isinstance(value, dict) else {"value": value}
 
     def run_payload(self) -> msgspec.Struct:
-        return msgspec.json.decode(self.data, type=RUN_EVENTS[self.type])
+        return nesting.decode(self.data, RUN_EVENTS[self.type])
 
     def to_json(self) -> dict[str, Any]:
         return {**self.to_json_head(), "data": self.as_dict()}
