@@ -151,7 +151,12 @@ async def usage(bus: Bus, viewer: Viewer, *, by: str, since: dt.datetime | None)
         subject = f"run.{token(ws)}.>" if ws else "run.>"
         async for batch in batches(bus, subject, since=since):
             for ev in batch:
-                resolved = ev.payload(PolicyApproved).run if ev.type == "policy.approved" else None
+                resolved = None
+                if ev.type == "policy.approved":
+                    try:
+                        resolved = ev.payload(PolicyApproved).run
+                    except msgspec.DecodeError:
+                        continue  # undecodable (hostile nesting): it approved nothing, so it costs nothing
                 seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved))
     submitted = {s.run_id for s in seen if s.type == "submit.requested"}
     return roll_up(fold([s for s in seen if s.run_id in submitted], prices=prices, now=time.time()), by)

@@ -566,8 +566,9 @@ async def _replay_events(
         async for ev in client.events(run_id=run_id, since=_parse_since(since), follow=follow):
             if not _wanted(ev.type, types):
                 continue
-            if output == "json":
-                emit_json(ev.to_json())
+            if output == "json":  # as the stored history prints (an undecodable payload said so, not raised)
+                sys.stdout.buffer.write(event_json_lines([ev]))
+                sys.stdout.buffer.flush()
             else:
                 click.echo(event_line(ev))
 

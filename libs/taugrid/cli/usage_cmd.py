@@ -7,6 +7,7 @@ import datetime as dt
 import time
 
 import click
+import msgspec
 
 from taugrid.cli.common import connected, emit_json, output_option, run_async
 from taugrid.cli.views import table
@@ -43,7 +44,12 @@ async def usage(by: str, since_text: str | None, output: str) -> None:
         for workspace in workspaces:
             async for batch in client.event_batches(since=since, workspace=workspace):
                 for ev in batch:
-                    resolved = ev.payload(PolicyApproved).run if ev.type == "policy.approved" else None
+                    resolved = None
+                    if ev.type == "policy.approved":
+                        try:
+                            resolved = ev.payload(PolicyApproved).run
+                        except msgspec.DecodeError:
+                            continue  # undecodable (hostile nesting): it approved nothing, so it costs nothing
                     seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved))
     # A run counts from its submission: drop runs whose submission lies before --since.
     submitted = {s.run_id for s in seen if s.type == "submit.requested"}

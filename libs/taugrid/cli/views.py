@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from taugrid.cli.common import color
+from taugrid.core import nesting
 from taugrid.core.states import OPTIONAL_PHASES, PHASE_NAMES, RunRecord
 
 if TYPE_CHECKING:
@@ -116,7 +117,10 @@ def table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 def event_detail(ev: Event) -> str:
-    data = ev.as_dict()
+    try:
+        data = ev.as_dict()
+    except msgspec.DecodeError as exc:  # one hostile event must not end the listing: show it as what it is
+        return f"undecodable payload ({len(ev.data)} bytes): {exc}"
     if ev.type == "exec.progress":  # where the pod is: its first phase not yet through, with the detail
         ahead = [p for p in data.get("phases") or [] if p.get("status") not in ("done", "skipped")]
         where = f"{ahead[0]['name']} {ahead[0]['status']} {ahead[0].get('detail', '')}" if ahead else "started"
@@ -159,18 +163,19 @@ _JSON = msgspec.json.Encoder()
 
 def event_json_lines(events: list[Event]) -> bytes:
     """JSON Lines of ``Event.to_json()`` for a batch, in one buffer: the payload, already JSON on the wire, is
-    checked and embedded as it is instead of being decoded and encoded again."""
+    checked and embedded as it is instead of being decoded and encoded again. A payload that does not decode
+    (not JSON, or nested past ``EVENT_MAX_DEPTH``) is ``"data": null`` with ``"undecodable"`` saying why."""
     out = bytearray()
     for ev in events:
         doc = ev.to_json_head()
         data = ev.data
-        if data[:1] == b"{":
-            try:
+        try:
+            if data[:1] == b"{" and not nesting.nests_deeper(data):
                 doc["data"] = msgspec.json.decode(data, type=msgspec.Raw)  # validates, keeps the bytes
-            except msgspec.DecodeError:
-                doc["data"] = ev.as_dict()  # raises as `tau events` always did for a malformed payload
-        else:
-            doc["data"] = ev.as_dict()
+            else:
+                doc["data"] = ev.as_dict()
+        except msgspec.DecodeError as exc:
+            doc.update(data=None, undecodable=str(exc))
         out += _JSON.encode(doc)
         out += b"\n"
     return bytes(out)

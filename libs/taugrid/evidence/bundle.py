@@ -147,7 +147,9 @@ def _hash_file(f: Path) -> tuple[int, str]:
 
 
 def event_record(ev: Event) -> dict[str, Any]:
-    return {
+    """The bundle's record of one event; one whose payload does not decode (hostile nesting, not JSON) is kept
+    with ``data: null`` and why, so the run is still sealed and its ledger still matches AUDIT."""
+    record: dict[str, Any] = {
         "seq": ev.seq,
         "id": ev.id,
         "type": ev.type,
@@ -156,8 +158,30 @@ def event_record(ev: Event) -> dict[str, Any]:
         "source": ev.source,
         "workspace": ev.workspace,
         "payload_sha256": sha256(ev.data or b""),
-        "data": ev.as_dict(),
     }
+    try:
+        record["data"] = ev.as_dict()
+    except msgspec.DecodeError as exc:
+        record.update(data=None, undecodable=str(exc))
+    return record
+
+
+# The events ``build`` reads as typed payloads (the rest only as plain JSON).
+_TYPED: dict[str, type[msgspec.Struct]] = {
+    "submit.requested": c.SubmitRequested, "submit.accepted": c.SubmitAccepted, "policy.approved": c.PolicyApproved,
+    "render.applied": c.RenderApplied, "render.failed": c.RenderFailed,
+}
+
+
+def readable(ev: Event) -> bool:
+    """Whether the bundle can derive anything from ``ev``: its payload decodes (as the type ``build`` reads)."""
+    try:
+        ev.as_dict()
+        if ev.type in _TYPED:
+            ev.payload(_TYPED[ev.type])
+    except msgspec.DecodeError:
+        return False
+    return True
 
 
 def _epoch(ce_time: str) -> float:
@@ -239,7 +263,7 @@ def build(
             },
         )
 
-    for ev in events:
+    for ev in filter(readable, events):  # an undecodable one is only listed (``event_record``)
         data = ev.as_dict()
         if ev.type == "submit.requested":
             req: c.SubmitRequested = ev.payload(c.SubmitRequested)

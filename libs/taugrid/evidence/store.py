@@ -25,7 +25,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -52,6 +52,7 @@ from taugrid.local import scratch
 log = logging.getLogger(__name__)
 BUCKET = "ledger"
 _CAS_TRIES = 30
+T = TypeVar("T")
 
 
 def key(workspace: str, run_id: str) -> str:
@@ -169,12 +170,10 @@ async def collect(
         if blob is not None:
             extra[section["object"]] = blob
 
-    approved: list[PolicyApproved] = [
-        ev.payload(PolicyApproved) for ev in events if ev.type == "policy.approved"
-    ]
+    approved = _payloads(events, "policy.approved", PolicyApproved)
     resolved = approved[-1].run if approved else None
 
-    pods = sorted({ev.payload(ExecRunning).pod for ev in events if ev.type == "exec.running"} - {""})
+    pods = sorted({p.pod for p in _payloads(events, "exec.running", ExecRunning)} - {""})
     keeper = b.Keeper(run_id, keep_outputs_budget())
 
     def scan() -> dict[str, Any]:
@@ -203,6 +202,19 @@ async def collect(
         price_revision=price_revision,
     )
     return b.encode(doc), extra
+
+
+def _payloads(events: list[Event], event_type: str, kind: type[T]) -> list[T]:
+    """The payloads of ``events`` of one type that decode; an undecodable one is left out (the bundle lists it as
+    such), so a hostile body never stops a run from being sealed."""
+    out = []
+    for ev in events:
+        if ev.type == event_type:
+            try:
+                out.append(ev.payload(kind))
+            except msgspec.DecodeError:
+                continue
+    return out
 
 
 LOGS_MARGIN_S = SIGNATURE_MAX_AGE_S  # how far a submission's own time may be from when it was stored

@@ -71,7 +71,10 @@ async def _audit(bus: Bus, run_id: str, *, workspace: str = "*"
             continue
         seen.setdefault(ev.id, _Audited(ev.type, lg.sha256(ev.data or b""), i))
         if ev.type == "evidence.sealed" and sealed is None:
-            sealed = ev.payload(EvidenceSealed)
+            try:
+                sealed = ev.payload(EvidenceSealed)
+            except msgspec.DecodeError:
+                continue  # not the evidence service's announcement: the check says none was found
     return seen, sealed, refused
 
 
