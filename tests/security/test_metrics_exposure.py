@@ -52,15 +52,6 @@ def test_metrics_listen_on_the_address_named(monkeypatch: pytest.MonkeyPatch) ->
     assert listening(port) == {"127.0.0.2"}
 
 
-def test_the_embedded_stack_names_no_metrics_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`tau up` with TAU_METRICS_BASE_PORT gives each replica a port and nothing else: loopback."""
-    import inspect
-
-    from taugrid.stack import supervisor
-
-    assert metrics.ADDR_ENV not in inspect.getsource(supervisor)
-
-
 def _type_of(subject: str, ce: str) -> str:
     return from_message(subject, {"ce-type": ce}, b"{}").type
 
