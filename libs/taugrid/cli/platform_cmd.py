@@ -73,14 +73,14 @@ def _report(planned: Plan, *, applied: bool, revision: int, dry_run: bool, outpu
     for change in [*planned.changes, *planned.kept]:
         for line in change.lines():
             click.echo(f"  {line}")
-    since = f"revision {planned.revision}" if planned.revision else "no platform yet"
+    since = f"since revision {planned.revision}" if planned.revision else "in the first revision"
     if applied:
-        click.echo(f"platform revision {revision} applied from {planned.path} "
-                   f"({len(planned.changes)} change(s) since {since})")
+        click.echo(f"platform revision {revision} applied from {planned.path} ({len(planned.changes)} change(s) "
+                   f"{since})")
     elif not planned.changes and planned.revision:
         click.echo(f"{planned.path} changes nothing: the platform stays at revision {planned.revision}")
     elif dry_run:
-        click.echo(f"dry run: {len(planned.changes)} change(s) to the platform ({since}); nothing stored")
+        click.echo(f"dry run: {len(planned.changes)} change(s) {since}; nothing stored")
 
 
 @platform.command(help="Print the current platform policy and its revision.")
