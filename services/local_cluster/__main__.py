@@ -2,6 +2,7 @@ import os
 from pathlib import Path
 
 from taugrid.bus.service import Service, main
+from taugrid.local import runas
 from taugrid.local.controller import LocalCluster
 from taugrid.local.machine import inventory
 
@@ -11,7 +12,8 @@ async def start(svc: Service) -> None:
     data = Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau"))
     cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
                            gpu_memory_mb=gpu_mem,
-                           drain_grace_s=float(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30")))
+                           drain_grace_s=float(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30")),
+                           run_as=runas.from_env(data))  # each workspace's OS user when the stack is root
     await cluster.load()
     svc.consume("local-cluster", cluster.on_backend)
     svc.consume("local-cluster-nodes", cluster.on_node)

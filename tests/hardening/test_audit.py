@@ -93,13 +93,16 @@ async def test_a_rewritten_history_fails_the_anchor_check(plain: Bus, tmp_path: 
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     [doc] = anchor.read(path)
     assert doc["runs"]["ws/r1"] == {"head": original.head, "entries": 3, "digest": ""}
-    assert doc["signer"] == nkeys.from_seed(bytearray(seed)).public_key.decode()
-    assert await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original) == []
+    key = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    assert doc["signer"] == key
+    assert await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original,
+                              trusted=key) == []
 
     # rewrite: same length, one event changed; the new chain is internally consistent
     rewritten = await write_ledger(plain, "r1", [b"a", b"B", b"c"])
     assert lg.verify(rewritten) == []
-    problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=rewritten)
+    problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=rewritten,
+                                  trusted=key)
     assert problems == [f"ledger entry 2 hashes to {rewritten.head[:12]}…, the anchor of {doc['time']} recorded "
                         f"{original.head[:12]}… (history was rewritten)"]
 
@@ -111,11 +114,13 @@ async def test_a_rewritten_history_fails_the_anchor_check(plain: Bus, tmp_path: 
     await plain.js.delete_stream("AUDIT")
     await bootstrap(plain)
     await until_audit_holds(plain, 5)
-    problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original)
+    problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original,
+                                  trusted=key)
     assert problems == ["AUDIT holds messages 4..5; an anchor recorded 1..3 (AUDIT was emptied, shrunk or "
                         "recreated)"]
 
     # a forged line (edited after signing) is refused before anything else
     forged = {**doc, "runs": {"ws/r1": {**doc["runs"]["ws/r1"], "head": rewritten.head}}}
-    assert (await anchor.check(plain, [forged], run_id="r1", workspace="ws", ledger=rewritten))[0].endswith(
+    assert (await anchor.check(plain, [forged], run_id="r1", workspace="ws", ledger=rewritten,
+                               trusted=key))[0].endswith(
         "does not verify: signature does not match the request (tampered, or signed by another key)")

@@ -12,6 +12,7 @@ from taugrid.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_USAGE,
     connected,
+    data_dir,
     emit_json,
     fail,
     output_option,
@@ -69,14 +70,26 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
 
 @click.command(help="Re-verify a run's evidence: bundle digest, hash chain, and every event against AUDIT. "
                "With --anchor, also against a signed anchor file kept outside the bus "
-               "($TAU_DATA_DIR/anchors/ledger.jsonl locally), which detects a rewritten history.")
+               "($TAU_DATA_DIR/anchors/ledger.jsonl locally), which detects a rewritten history; every anchor "
+               "must be signed by the pinned anchor key (the one `tau up` pinned, or --anchor-key).")
 @click.argument("run_id")
 @click.option("--anchor", "anchor_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="anchor file (JSON lines) to check the run's ledger and AUDIT against")
+@click.option("--anchor-key", default=None, metavar="KEY",
+              help="public key the anchors must be signed by (default: the key `tau up` pinned for this stack; "
+              "on Kubernetes the one `tau admin chart-credentials` printed)")
 @output_option
 @run_async
-async def verify(run_id: str, anchor_path: Path | None, output: str) -> None:
+async def verify(run_id: str, anchor_path: Path | None, anchor_key: str | None, output: str) -> None:
     anchors = _read_anchors(anchor_path) if anchor_path else []
+    trusted = _anchor_key(anchor_key) if anchor_path else ""
+    if anchor_path:
+        from taugrid.evidence import anchor
+
+        forged = anchor.signed_by(anchors, trusted)
+        if forged:  # refused before anything is compared: whoever signed it could have written anything
+            fail(f"{anchor_path} is not signed by the pinned anchor key, so it proves nothing:\n"
+                 + "\n".join(f"  - {p}" for p in forged), EXIT_FAILED)
     async with connected() as client:
         record = await client.status(run_id)  # an unknown run is "not found" (exit 3)
         report = await verify_run(client.bus, run_id, workspace=record.workspace)
@@ -85,7 +98,7 @@ async def verify(run_id: str, anchor_path: Path | None, output: str) -> None:
 
             ledger, _ = await store.load(client.bus, record.workspace, run_id)
             problems = await anchor.check(client.bus, anchors, run_id=run_id, workspace=record.workspace,
-                                          ledger=ledger)
+                                          ledger=ledger, trusted=trusted)
             report.problems += problems
             report.ok = report.ok and not problems
     if output == "json":
@@ -105,6 +118,26 @@ async def verify(run_id: str, anchor_path: Path | None, output: str) -> None:
             click.echo(f"  - {p}")
     if not report.ok:
         sys.exit(EXIT_FAILED)
+
+
+def _anchor_key(given: str | None) -> str:
+    """The key every anchor must be signed by: ``--anchor-key``, else the one ``tau up`` pinned for this stack."""
+    from taugrid.core.identity import is_user_public_key
+    from taugrid.stack import operator
+
+    if given is not None:
+        if not is_user_public_key(given.strip()):
+            fail(f"--anchor-key {given!r} is not a public key (56 characters starting with U, as `tau up` or "
+                 "`tau admin chart-credentials` printed it)", EXIT_USAGE)
+        return given.strip()
+    d = data_dir()
+    pinned = operator.pinned_anchor_key(d)
+    if pinned is None:
+        fail(f"no anchor key is pinned for the stack in {d} (`tau up` pins it in "
+             f"{operator.stack_dir(d) / operator.ANCHOR_KEY_FILE}): pass --anchor-key KEY, the key the anchors must "
+             "be signed by", EXIT_USAGE)
+        raise AssertionError  # fail() exits
+    return pinned
 
 
 def _read_anchors(path: Path) -> list[dict[str, object]]:

@@ -15,8 +15,10 @@ from typing import Any
 import click
 
 from taugrid.cli.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, data_dir, emit_json, fail, output_option
+from taugrid.core.errors import PermanentError
+from taugrid.local import runas
 from taugrid.local.pods import pid_alive
-from taugrid.stack import scaling
+from taugrid.stack import auth, operator, scaling
 from taugrid.stack.natsserver import SECRET_ENV_PREFIX, layout_problem, without_secrets
 
 
@@ -52,8 +54,11 @@ def _running(d: Path) -> dict[str, object] | None:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the stack to be ready.")
 @click.option("--ha", is_flag=True, help="Run the bus as a 3-server JetStream cluster (every stream on all three, "
               "so any one server may die). A data dir keeps the kind it was made with.")
+@click.option("--break-glass-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the break-glass key the first time (default: this stack's folder under "
+              "~/.config/taugrid, never the data dir). Keep it offline.")
 @output_option
-def up(scale: tuple[str, ...], timeout: float, ha: bool, output: str) -> None:
+def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path | None, output: str) -> None:
     wanted = _parse_scale(scale)  # refuse a typo before anything starts
     d = data_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -71,6 +76,8 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, output: str) -> None:
         _report(state, output, "already running")
         return
     (d / "stack.json").unlink(missing_ok=True)
+    env = {**without_secrets(os.environ), runas.ENV: _run_as(d)}
+    _operator_keys(d, break_glass_file)
     cmd = [sys.executable, "-m", "taugrid.stack.supervisor", "--data-dir", str(d)] + (["--ha"] if ha else [])
     for s in scale:
         cmd += ["--scale", s]
@@ -80,8 +87,7 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, output: str) -> None:
                    f"process would inherit them): put each secret in {d / 'secrets'}/<workspace>.yaml "
                    "(mode 0600) as `secret-name: {key: value}`", err=True)
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        env=without_secrets(os.environ),
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
     )
     deadline = time.time() + timeout
     shown = False
@@ -99,6 +105,41 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, output: str) -> None:
             shown = True
         time.sleep(0.2)
     fail(f"the stack did not become ready within {timeout:.0f}s; see {d / 'supervisor.log'}", EXIT_FAILED)
+
+
+def _run_as(d: Path) -> str:
+    """Which OS user the stack's runs will run as (``runas.decide``); said once, here, when it is the stack's own
+    (a run can then read everything the stack can). Refuses TAU_RUN_AS=workspace where it cannot be had."""
+    decision = runas.decide(d.absolute())
+    if decision.refused:
+        fail(decision.refused, EXIT_USAGE)
+    if decision.mode == runas.STACK:
+        click.echo(f"warning: runs will run as this stack's own OS user ({decision.why}), so a run can read the "
+                   f"platform's keys in {d / 'creds'}, every workspace's secrets and outputs and other runs' "
+                   "environments. Start the stack as root, with a data dir and an interpreter every user can "
+                   "reach, to run each workspace as its own OS user (TAU_RUN_AS=workspace insists on it).", err=True)
+    return decision.mode
+
+
+def _operator_keys(d: Path, break_glass_file: Path | None) -> None:
+    """The break-glass key written outside the data dir (once), and the anchor key pinned in the operator's
+    own folder (``stack.operator``), each said when it happens."""
+    try:
+        glass = operator.issue_break_glass(d, path=break_glass_file)
+    except (OSError, PermanentError) as exc:
+        fail(f"cannot write the break-glass key: {exc}", EXIT_FAILED)
+        raise AssertionError from exc  # fail() exits
+    if glass.news:
+        click.echo(glass.news, err=True)
+    key = auth.ensure_key(d / "creds" / "anchor.nk", "anchor").public_key
+    pin, before = operator.pin_anchor_key(d, key)
+    if before is None:
+        click.echo(f"audit anchors are signed by {key}, pinned in {pin}: `tau verify --anchor` refuses any other "
+                   "signer", err=True)
+    elif before != key:
+        click.echo(f"warning: the stack signs its audit anchors with {key}, but {pin} pins {before}: `tau verify "
+                   f"--anchor` refuses the new anchors. If you replaced {d / 'creds' / 'anchor.nk'} yourself, "
+                   f"remove {pin} and run `tau up` again to pin the new key.", err=True)
 
 
 def _starting(d: Path, state: dict[str, object]) -> list[str]:

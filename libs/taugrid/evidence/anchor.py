@@ -9,7 +9,10 @@ nkey (ed25519, base64url) over the canonical JSON of the line without its ``sign
 ``{"schema": "taugrid.anchor/v1", "time", "signer", "audit": {"first_seq", "last_seq", "last_digest",
 "drift"}, "runs": {"<ws>/<run>": {"head", "entries", "digest"}}, "signature"}``
 
-``check`` compares a run's current ledger and AUDIT with the anchors: for every anchor covering the run (a
+``check`` first refuses any line not signed by the pinned anchor key (``trusted``: the key ``tau up`` pinned in the
+operator's own folder, or ``tau verify --anchor-key``), never by whichever key signed the file's first line, since
+whoever can rewrite the file can re-sign it with a key of their own. Then it compares a run's current ledger and
+AUDIT with the anchors: for every anchor covering the run (a
 later one may have recorded an already rewritten history) the ledger must still hold the anchored head at the
 anchored position (a rewritten history has another head there, a truncated one has fewer entries),
 a sealed digest must be unchanged, and AUDIT must still start where it started and hold the anchored last
@@ -55,7 +58,8 @@ def signature_problems(doc: dict[str, Any], *, trusted: str | None = None) -> li
     """Why an anchor line cannot be trusted (empty when its signature verifies, by ``trusted`` if given)."""
     signer = str(doc.get("signer", ""))
     if trusted and signer != trusted:
-        return [f"anchor of {doc.get('time')} is signed by {signer}, not the anchor key {trusted}"]
+        return [f"anchor of {doc.get('time')} is signed by {signer}, not the pinned anchor key {trusted} "
+                "(the file was re-signed or is another stack's)"]
     try:
         verify_form(_canonical(doc), public_key=signer, signature=str(doc.get("signature", "")))
     except SignatureInvalid as exc:
@@ -124,14 +128,19 @@ def read(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def signed_by(anchors: list[dict[str, Any]], trusted: str) -> list[str]:
+    """Every line's problems with its signature (each must be ``trusted``'s own): the first few, and how many."""
+    problems = [p for doc in anchors for p in signature_problems(doc, trusted=trusted)]
+    if len(problems) > 3:
+        problems = [*problems[:3], f"… and {len(problems) - 3} more anchor(s) not signed by {trusted}"]
+    return problems
+
+
 async def check(bus: Bus, anchors: list[dict[str, Any]], *, run_id: str, workspace: str,
-                ledger: lg.Ledger | None) -> list[str]:
+                ledger: lg.Ledger | None, trusted: str) -> list[str]:
     """What in the current ledger of the run, and in AUDIT, contradicts the anchors (signatures checked first:
-    every line must be signed by the same key as the first)."""
-    problems: list[str] = []
-    trusted = str(anchors[0].get("signer", "")) if anchors else None
-    for doc in anchors:
-        problems += signature_problems(doc, trusted=trusted)
+    every line must be signed by ``trusted``, the pinned anchor key)."""
+    problems = signed_by(anchors, trusted)
     if problems:
         return problems
     name = f"{workspace}/{run_id}"

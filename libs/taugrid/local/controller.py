@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,6 +39,7 @@ from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.lanelock import LaneLock
 from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
+from taugrid.local.runas import RunUser, WorkspaceUsers
 from taugrid.local.runtime import PodRuntimes
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
@@ -78,11 +79,13 @@ def excluded_nodes(pod_spec: dict[str, Any]) -> list[str]:
 
 class LocalCluster:
     def __init__(self, bus: Bus, *, data_dir: Path, node: str, capacity: dict[str, float], gpu_count: int,
-                 gpu_memory_mb: int = 0, runtime: PodRuntime | None = None, drain_grace_s: float = 30.0) -> None:
+                 gpu_memory_mb: int = 0, runtime: PodRuntime | None = None, drain_grace_s: float = 30.0,
+                 run_as: WorkspaceUsers | None = None) -> None:
         """``runtime`` decides which interpreter runs ``python``/``python3`` in a workload's pods (default: the
         researcher's interpreter or a per-run environment, ``podsync.PreparedRuntimes``). ``node`` is this
         machine's name, the pool's one node unless the platform declares ``local.nodes``. ``drain_grace_s``: how
-        long a drained node's pods get between SIGTERM and SIGKILL."""
+        long a drained node's pods get between SIGTERM and SIGKILL. ``run_as``: each workspace's OS user, which
+        its pods run as (``runas``; the service passes ``runas.from_env``); None: the cluster's own user."""
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
@@ -107,10 +110,11 @@ class LocalCluster:
         secrets_dir = Path(os.environ.get("TAU_SECRETS_DIR") or data_dir / "secrets")
         self.kubelet = Kubelet(data_dir / "pods", resolve_secret=SecretStore(secrets_dir).resolver(),
                                resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims",
-                               secret_scope=objects.workspace_of)
+                               secret_scope=objects.workspace_of,
+                               run_user=None if run_as is None else _workspace_user(run_as))
         self.podsync = PodSync(bus, self.kubelet, node=node, gpu_memory_mb=gpu_memory_mb, lock=self.lock,
                                publish=self.publish, save=self.save,
-                               runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir)))
+                               runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir), run_as), users=run_as)
         # Simulated node pool (as Kueue's performance tests do): pods complete after SIMULATED_DURATION seconds
         # from their env, and no process is spawned.
         self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
@@ -702,6 +706,11 @@ class LocalCluster:
                 event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent, user=wl.user,
             )
+
+
+def _workspace_user(users: WorkspaceUsers) -> Callable[[Mapping[str, Any]], RunUser]:
+    """The OS user a pod runs as: its workspace's (label ``taugrid.io/workspace``)."""
+    return lambda pod: users.user(objects.workspace_of(pod))
 
 
 def _admitted_flavors(wl: LocalWorkload) -> dict[str, str]:

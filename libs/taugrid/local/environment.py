@@ -189,6 +189,7 @@ class EnvironmentBuilder:
             raise EnvironmentFailed("the installer `uv` is not available to the local cluster",
                                     hint="install taugrid with its dependencies (uv ships with it)")
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=self.root))
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep out the OS users pods may run as (``runas``)
         try:
             say(f"creating a virtualenv on Python {version} ({base})")
             self._uv(["venv", "--quiet", "--relocatable", "--allow-existing", "--python", base, str(tmp)],

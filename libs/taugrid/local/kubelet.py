@@ -16,6 +16,12 @@ deadline passes. Deviations, for the readers of the status: a container killed f
 named stop reports that reason (not ``Error``), and a pod failed by an init container carries ``reason``
 ``Init:<reason>`` with the exit code in ``message``.
 
+Run users: with ``run_user`` (the local cluster passes each workspace's OS user, ``taugrid.local.runas``), every
+container of a pod runs as that user, with ``HOME`` a directory of the pod's own; what it must write is given to it
+before the shim starts (its working directory and volumes, termination files, new claims; never a ``hostPath``),
+and the pod's directory is closed to everyone but that user's group (0710). A pod run through a container engine
+keeps the engine's own user (the engine is its boundary).
+
 Restart safety: the shim outlives this process; ``start`` for a pod that already runs (same name and uid)
 re-adopts it instead of running it twice, and a pod whose shim vanished is reported failed ("pod shim lost").
 """
@@ -32,13 +38,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from taugrid.local import runas
 from taugrid.local.pods import LogLine, PodRunner, read_log_file
-from taugrid.local.podspec import PodSpecError, Resolver, plan
+from taugrid.local.podspec import SHARED_MEMORY, PodRun, PodSpecError, Resolver, plan, secret_volumes_dir
+from taugrid.local.runas import RunAsError, RunUser
 from taugrid.local.secrets import Recording, seal
 
 log = logging.getLogger("taugrid.local.kubelet")
 
 StatusCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+RunUserOf = Callable[[Mapping[str, Any]], RunUser | None]  # a pod -> the OS user its containers run as
 HOST_IP = "127.0.0.1"
 # What every container starts with, standing in for the image's environment.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV")
@@ -72,8 +81,10 @@ class PodHandle:
 class Kubelet:
     def __init__(self, root_dir: Path, *, resolve_secret: Resolver = _none, resolve_config_map: Resolver = _none,
                  claims_dir: Path | None = None, base_env: Mapping[str, str] | None = None,
-                 poll_s: float = 0.2, secret_scope: Callable[[Mapping[str, Any]], str] | None = None) -> None:
-        self.pods = PodRunner(root_dir)
+                 poll_s: float = 0.2, secret_scope: Callable[[Mapping[str, Any]], str] | None = None,
+                 run_user: RunUserOf | None = None) -> None:
+        self.run_user = run_user
+        self.pods = PodRunner(root_dir, shared=run_user is not None)
         # what a secretKeyRef resolves in: the pod's namespace, or what ``secret_scope(pod)`` says (locally, the
         # run's workspace, so one workspace never reads another's secrets)
         self.secret_scope = secret_scope
@@ -243,14 +254,51 @@ class Kubelet:
             return None if data is None else Recording(data, seen, secret)
 
         try:
+            user = self.run_user(pod) if self.run_user is not None else None
             run = plan(pod, pod_dir=self.pods.dir(name), claims_dir=self.claims_dir, base_env=self.base_env,
                        resolve_secret=resolve_secret, resolve_config_map=self.resolve_config_map)
+            if user is not None and not any(c.engine for c in [*run.init, *run.containers]):
+                self._hand_over(name, run, user)
+        except RunAsError as exc:
+            error = PodSpecError("CreateContainerError", str(exc))
+            self.pods.write_state(name, _failed_to_create(pod, error))
+            return error
         except PodSpecError as exc:
             if exc.reason != "CreateContainerConfigError":
                 self.pods.write_state(name, _failed_to_create(pod, exc))
             return exc
         self.pods.launch(name, seal(run.to_json(), seen), run.volume_dirs, secrets=seen)
         return None
+
+    def _hand_over(self, name: str, run: PodRun, user: RunUser) -> None:
+        """Make ``run``'s containers start as ``user``, and give it what it must write: the pod's directories
+        (recursively: the project placed in its working directory or source volume), its secret volumes in
+        memory, claims this pod creates. The pod's directory stays root's, passable by ``user``'s group only."""
+        pod_dir = self.pods.dir(name)
+        home = pod_dir / "home"
+        dirs = list(dict.fromkeys([*(Path(p) for p in run.volume_dirs), home]))
+        fresh_claims = [d for d in dirs if d.is_relative_to(self.claims_dir) and not d.exists()]
+        for d in dirs:
+            if d not in fresh_claims:
+                d.mkdir(parents=True, exist_ok=True)
+        runas.share(pod_dir, user)
+        if (pod_dir / "volumes").is_dir():
+            runas.share(pod_dir / "volumes", user)
+        secrets = secret_volumes_dir(pod_dir)
+        for d in dirs:
+            if d.is_relative_to(pod_dir):
+                runas.give(d, user, recursive=True)
+            elif d.is_relative_to(secrets) and secrets.is_relative_to(SHARED_MEMORY):
+                os.chmod(secrets.parent, 0o711)  # /dev/shm/taugrid-secrets-<uid>: every pod's, listed by none
+                runas.give(secrets, user)
+                runas.give(d, user, recursive=True)
+            elif d in fresh_claims:
+                runas.make_private_dirs(d, user)
+        for c in [*run.init, *run.containers]:
+            c.uid, c.gid = user.uid, user.gid
+            for key, value in (("HOME", str(home)), ("USER", user.name), ("LOGNAME", user.name)):
+                if c.env.get(key) == self.base_env.get(key):  # the stack's own, not one the pod chose
+                    c.env[key] = value
 
     def _lost(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
         self.pods.kill_leftovers(state)

@@ -83,10 +83,12 @@ def read_log_file(path: Path, offset: int, *, final: bool = False) -> tuple[list
 
 
 class PodRunner:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, shared: bool = False) -> None:
+        """``shared``: pods run as other OS users (``runas``), who must pass through ``root`` to their own pod's
+        directory: it is then traverse-only (0711), each pod directory closed to other workspaces by the kubelet."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(root, 0o700)  # pods of every workspace live here: only the stack's user may look
+        os.chmod(root, 0o711 if shared else 0o700)  # pods of every workspace live here: nobody else may list it
         self._shims: dict[str, subprocess.Popen[bytes]] = {}
 
     def dir(self, pod: str) -> Path:

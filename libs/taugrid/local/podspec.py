@@ -63,12 +63,15 @@ class ContainerRun:
     # Run through a container engine (``containers``): the engine and the container's name there; else "".
     engine: str = ""
     engine_name: str = ""
+    # The OS user and group the process runs as (``taugrid.local.runas``); -1: the shim's own.
+    uid: int = -1
+    gid: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "command": self.command, "env": self.env, "cwd": self.cwd,
                 "memory_limit": self.memory_limit, "termination_path": self.termination_path,
                 "termination_policy": self.termination_policy, "engine": self.engine,
-                "engine_name": self.engine_name}
+                "engine_name": self.engine_name, "uid": self.uid, "gid": self.gid}
 
 
 @dataclass

@@ -27,12 +27,13 @@ from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
 from taugrid.core.errors import NotFound
 from taugrid.core.events import log_subject
-from taugrid.local import envrefs, objects
+from taugrid.local import envrefs, objects, runas
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.jobpods import main_container, pod_manifest, replace_python, template
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.lanelock import LaneLock
 from taugrid.local.podspec import PodSpecError, kubernetes_only
+from taugrid.local.runas import RunAsError, WorkspaceUsers
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
@@ -83,14 +84,18 @@ class PreparedRuntimes:
     environment, prepared in a thread, or the container engine that runs ``runtime.image``) asked from the
     control loop."""
 
-    def __init__(self, runtimes: PodRuntimes) -> None:
-        self.runtimes = runtimes
+    def __init__(self, runtimes: PodRuntimes, users: WorkspaceUsers | None = None) -> None:
+        self.runtimes, self.users = runtimes, users
 
     def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed:
         outcome = self.runtimes.poll(pod)
         if outcome is None:
+            try:
+                user = self.users.user(wl.workspace) if self.users is not None else None
+            except RunAsError as exc:
+                return Failed("CreateContainerError", str(exc))
             self.runtimes.begin(pod, work=project, request=RuntimeRequest(
-                python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image))
+                python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image), user=user)
             return Preparing("")
         return outcome
 
@@ -100,7 +105,11 @@ class PreparedRuntimes:
 
 class PodSync:
     def __init__(self, bus: Bus, kubelet: Kubelet, *, node: str, gpu_memory_mb: int, lock: LaneLock,
-                 publish: Publish, save: Save, runtime: PodRuntime | None = None) -> None:
+                 publish: Publish, save: Save, runtime: PodRuntime | None = None,
+                 users: WorkspaceUsers | None = None) -> None:
+        """``users``: each workspace's OS user (``runas``), when pods run as those; the output and checkpoint
+        directories are then that user's (0700) under parents nobody may list (0711)."""
+        self.users = users
         self.bus, self.kubelet, self.node, self.gpu_memory_mb = bus, kubelet, node, gpu_memory_mb
         self.lock, self.publish, self.save = lock, publish, save
         self.runtime: PodRuntime = runtime or HostPython()
@@ -212,8 +221,11 @@ class PodSync:
         for key in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR"):  # the platform's host directories
             if literal.get(key):
                 try:
-                    Path(literal[key]).mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
+                    if self.users is not None:
+                        runas.make_private_dirs(Path(literal[key]), self.users.user(wl.workspace))
+                    else:
+                        Path(literal[key]).mkdir(parents=True, exist_ok=True)
+                except (OSError, RunAsError) as exc:
                     raise PodSpecError("CreateContainerError", f"cannot create {key}={literal[key]}: {exc}") from exc
         return pod_manifest(wl.job, p.obj, index=p.index, pods=wl.pods_wanted, env=env, rdzv_port=wl.rdzv_port,
                             memory_limit=wl.memory_limit, hang_timeout_s=wl.hang_timeout_s)

@@ -10,6 +10,11 @@ Which interpreter, in order: the run's explicit pin (``TAU_PYTHON`` when it ran 
 (``TAU_LOCAL_PYTHON`` when ``tau up`` ran), the interpreter the submission recorded (project ``.venv``,
 ``VIRTUAL_ENV``, ``CONDA_PREFIX`` or ``python3`` on ``PATH``), else the local cluster's own.
 
+When the pod runs as its workspace's OS user (``taugrid.local.runas``), that user must be able to run the
+interpreter: an interpreter the submission merely recorded falls back to the machine's (with a warning), one
+pinned (``TAU_PYTHON``, ``TAU_LOCAL_PYTHON``) or the fallback itself fails the pod, naming the directory that
+keeps the user out.
+
 ``runtime.image`` runs the pod in a container when a container engine answers (``docker info`` / ``podman info``,
 probed once per process): ``Ready.engine`` names it and the kubelet runs the pod's containers through it
 (``taugrid.local.containers``); otherwise the run goes ahead on the host interpreter with a warning saying so.
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
+from taugrid.local.runas import RunUser, cannot_reach
 
 ENGINES = ("docker", "podman")
 ENGINES_ENV = "TAU_CONTAINER_ENGINES"  # comma-separated, tried in order; empty = never run pods in containers
@@ -102,12 +108,13 @@ class PodRuntimes:
     def __post_init__(self) -> None:
         self.builder = EnvironmentBuilder(self.data_dir / "envs")
 
-    def begin(self, pod: str, *, work: Path, request: RuntimeRequest) -> None:
-        """Start preparing ``pod`` (once; a second call for the same pod does nothing)."""
+    def begin(self, pod: str, *, work: Path, request: RuntimeRequest, user: RunUser | None = None) -> None:
+        """Start preparing ``pod`` (once; a second call for the same pod does nothing). ``user``: the OS user
+        the pod will run as, when not the stack's own."""
         if pod in self._jobs:
             return
         job = self._jobs[pod] = _Job()
-        threading.Thread(target=self._prepare, args=(job, work, request), name=f"runtime-{pod}",
+        threading.Thread(target=self._prepare, args=(job, work, request, user), name=f"runtime-{pod}",
                          daemon=True).start()
 
     def poll(self, pod: str) -> Outcome | None:
@@ -129,13 +136,15 @@ class PodRuntimes:
                 self._engine_probed = True
             return self._engine or ""
 
-    def _prepare(self, job: _Job, work: Path, request: RuntimeRequest) -> None:
+    def _prepare(self, job: _Job, work: Path, request: RuntimeRequest, user: RunUser | None = None) -> None:
         python, source, warning = choose_python(request, machine_pin=self.machine_pin, fallback=self.fallback)
 
         def say(message: str) -> None:
             job.message = message
 
         try:
+            if user is not None and not (request.image and self.engine()):
+                python, source, warning = self._runnable(python, source, warning, user)
             if request.image:
                 engine = self.engine()
                 if engine:
@@ -156,10 +165,31 @@ class PodRuntimes:
         except Exception as exc:  # noqa: BLE001 - a failed preparation fails its pod, never the cluster
             job.outcome = Failed("EnvironmentFailed", f"preparing the environment failed: {exc!r}")
             return
+        if user is not None and got.python != python:
+            problem = cannot_reach(got.python, user, execute=True)
+            if problem:
+                job.outcome = Failed("EnvironmentFailed", f"the environment's interpreter {got.python} cannot be run "
+                                     f"by {user.name}, the OS user of this workspace's runs: {problem}")
+                return
         environment = {**got.describe(), "source": source}
         if warning:
             environment["warning"] = warning
         job.outcome = Ready(python=got.python, environment=environment, warning=warning)
+
+
+    def _runnable(self, python: str, source: str, warning: str, user: RunUser) -> tuple[str, str, str]:
+        """(interpreter, source, warning) that ``user`` can run; EnvironmentFailed when there is none."""
+        problem = cannot_reach(python, user, execute=True)
+        if not problem:
+            return python, source, warning
+        pinned = source in ("TAU_PYTHON", "TAU_LOCAL_PYTHON") or python == self.fallback
+        if not pinned and not cannot_reach(self.fallback, user, execute=True):
+            return self.fallback, "local cluster", (f"the submitting interpreter {python} cannot be run by "
+                                                   f"{user.name} ({problem}); the run uses {self.fallback}")
+        raise EnvironmentFailed(
+            f"interpreter {python} ({source}) cannot be run by {user.name}, the OS user of this workspace's runs: "
+            f"{problem}", hint="set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) to an "
+                               "interpreter every user may run, e.g. /usr/bin/python3")
 
 
 def engines_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:

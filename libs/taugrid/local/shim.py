@@ -5,7 +5,8 @@ init containers one after another, each to success, then all containers together
 enforces what a kubelet and the cgroup would: a container's memory limit (its process tree is SIGKILLed and
 reported ``OOMKilled``), the pod's ``activeDeadlineSeconds`` (``DeadlineExceeded``), a stop request (file
 ``stop``: SIGTERM, then SIGKILL after the grace period) and, as a local extension, ``resilience.hang_timeout``
-(no output from any container for that long: ``Hang``).
+(no output from any container for that long: ``Hang``). A container whose spec names a ``uid`` runs as that OS
+user with its group only (``taugrid.local.runas``); the shim itself keeps its own.
 
 Output: each container's stdout and stderr, merged in arrival order, go to ``logs/<container>.log`` in the CRI
 log format (``<RFC3339Nano> stdout F|P <text>``), so every line carries its timestamp. ``state.json`` is
@@ -110,10 +111,14 @@ class Container:
             self._engine(containers.remove_argv(self.spec["engine"], self.spec["engine_name"]), wait=True)
         log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed by the pump's owner at exit
         self.started = time.time()
+        uid, gid = int(self.spec.get("uid", -1)), int(self.spec.get("gid", -1))
+        as_user: dict[str, Any] = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
         try:
+            # the workspace's own OS user (``runas``), with none of the shim's groups: the shim stays root to
+            # write the pod's state and logs, the researcher's code does not
             self.proc = subprocess.Popen(self.spec["command"], cwd=self.spec["cwd"], env=self.spec["env"],
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True, **as_user)
         except OSError as exc:
             log.write(f"{rfc3339(time.time_ns())} stderr F failed to start {self.spec['command'][0]}: {exc}\n"
                       .encode())

@@ -2,8 +2,10 @@
 and the platform's people, rendered into nats-server's ``auth.conf``.
 
 Layout under ``$TAU_DATA_DIR/creds/`` (directory 0700, every file 0600): ``bootstrap.nk``, ``svc-<service>.nk``,
-``user.nk`` (the local person, platform admin; what the CLI and ``taugrid.client`` use by default). Seeds are
-created once and kept across restarts, so running services and the person's CLI keep working. The server's
+``user.nk`` (the local person, platform admin; what the CLI and ``taugrid.client`` use by default), ``anchor.nk``
+(the audit anchors' signing key, not a bus identity) and ``.breakglass-issued``, the public key of the break-glass
+identity, whose seed ``tau up`` writes outside the data dir (``stack.operator``): the stack admits it, never holds
+it. Seeds are created once and kept across restarts, so running services and the person's CLI keep working. The server's
 ``auth.conf`` is regenerated from the platform's users on every platform revision and applied with a reload, so
 adding or removing a person never restarts anything.
 """
@@ -72,15 +74,14 @@ def ensure_identities(creds_dir: Path, services: list[str]) -> StackIdentities:
     boot = _ensure(creds_dir / "bootstrap.nk", permissions.BOOTSTRAP)
     svc = {s: _ensure(creds_dir / f"svc-{s}.nk", s) for s in services}
     person = _ensure(creds_dir / "user.nk", local_person_name())
-    # the only identity that may change or delete streams; nothing in the stack uses it (move it offline)
-    glass_path = creds_dir / "breakglass.nk"
-    glass = creds.load(glass_path, name=permissions.BREAK_GLASS) if glass_path.exists() else None
-    if glass is None and not (creds_dir / ".breakglass-issued").exists():
-        glass = _ensure(glass_path, permissions.BREAK_GLASS)
-        (creds_dir / ".breakglass-issued").write_text(glass.public_key + "\n")
-    elif glass is None:  # moved offline by the operator: keep admitting its key
-        key = (creds_dir / ".breakglass-issued").read_text().strip()
-        glass = creds.Identity(name=permissions.BREAK_GLASS, public_key=key)
+    # the only identity that may change or delete streams: admitted by its public key, its seed never here (a
+    # seed an older `tau up` left in creds/ is still admitted until `tau up` moves it out: stack.operator)
+    issued, legacy = creds_dir / ".breakglass-issued", creds_dir / "breakglass.nk"
+    glass = None
+    if issued.exists():
+        glass = creds.Identity(name=permissions.BREAK_GLASS, public_key=issued.read_text().strip())
+    elif legacy.exists():
+        glass = creds.Identity(name=permissions.BREAK_GLASS, public_key=creds.load(legacy).public_key)
     return StackIdentities(creds_dir, boot, svc, person, glass)
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from taugrid.local import runas
 from taugrid.ports import free_port
 from taugrid.stack import auth, natsserver, scaling
 from taugrid.stack.machine_platform import machine_platform_yaml
@@ -82,6 +83,7 @@ class Stack:
     platform_revision: int = 0
     portal_port: int = 0  # every portal replica listens here (SO_REUSEPORT)
     cluster: natsserver.Cluster | None = None  # --ha: three servers; ``nats`` is then the first one's process
+    run_as: runas.Decision | None = None  # which OS user runs the pods (``taugrid.local.runas``), and why
 
     @property
     def servers(self) -> list[subprocess.Popen[bytes]]:
@@ -129,6 +131,7 @@ class Stack:
                          for p, _ in self.retiring if p.popen is not None],
             "user_creds": str(self.ids.person_creds) if self.ids else None,
             "platform_revision": self.platform_revision,
+            "run_as": {"mode": self.run_as.mode, "why": self.run_as.why} if self.run_as else None,
             "portal": {"url": f"http://127.0.0.1:{self.portal_port}",
                        "key": self.ids.services["portal"].public_key if self.ids else None},
             "services": [{"service": p.service, "replica": p.replica,
@@ -262,8 +265,22 @@ def _export_anchors(stack: Stack) -> None:
     threading.Thread(target=lambda: asyncio.run(loop()), name="anchors", daemon=True).start()
 
 
+def _decide_run_as(stack: Stack) -> None:
+    """Which OS user the pods run as (``runas.decide``), handed to the services through ``TAU_RUN_AS``; runs as
+    per-workspace users find the data dir traverse-only and its keys, secrets and store closed."""
+    decision = runas.decide(stack.data_dir)
+    if decision.refused:
+        raise SystemExit(decision.refused)
+    os.environ[runas.ENV] = decision.mode
+    stack.run_as = decision
+    if decision.mode == runas.STACK:
+        log.warning("runs run as the stack's own OS user and can read its keys, every workspace's secrets and "
+                    "other runs' environments: %s", decision.why)
+
+
 def run(stack: Stack) -> int:
     stack.data_dir.mkdir(parents=True, exist_ok=True)
+    _decide_run_as(stack)
     stack.ids = auth.ensure_identities(stack.data_dir / "creds", SERVICES)
     if not stack.auth_conf.exists():  # else keep the last users until the platform is read again
         auth.write_conf(stack.auth_conf, auth.render(stack.ids, None))
@@ -275,6 +292,8 @@ def run(stack: Stack) -> int:
     else:
         stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
                                                   port=first_port, auth_conf=stack.auth_conf)
+    if stack.run_as is not None and stack.run_as.mode == runas.WORKSPACE:
+        runas.close_data_dir(stack.data_dir)  # now that the server's store and log exist
     asyncio.run(_prepare(stack))
     stack.portal_port = int(os.environ.get(PORTAL_PORT_ENV, "0")) or free_port()
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale

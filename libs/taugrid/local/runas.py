@@ -1,0 +1,290 @@
+"""Which OS user a local pod's processes run as, and the files that user may reach.
+
+A run executes the researcher's code, which must not read the platform's keys (``creds/``), another workspace's
+secrets or outputs, or another run's ``/proc/<pid>/environ``. On a stack that runs as root, every workspace's pods
+run as that workspace's own unprivileged OS user, ``tau-ws-<workspace>`` (created here once, with ``useradd
+--system``, no home, no login shell; its own group), and the stack's files are closed to it: the data dir is
+traverse-only (0711) and its private parts 0700 (:func:`close_data_dir`). A pod's shim stays root and drops to
+that user only for the containers' processes (``podspec.ContainerRun.uid``); what a pod must write is given to it
+(:func:`give`): its working directory and volumes, its termination files, a home of its own, its output and
+checkpoint directories. ``/proc/<pid>/environ`` is readable only by its process's own user, so another uid
+closes it whether or not ``/proc`` is mounted with ``hidepid``.
+
+The mode (``TAU_RUN_AS``): ``workspace`` (per-workspace users; needs root), ``stack`` (pods run as the stack's
+own user, as before: a run can read everything the stack can), or unset: ``workspace`` when the stack runs as
+root and its files and interpreter can be reached by another user, else ``stack``, with the reason
+(:func:`decide`, which ``tau up`` prints as a warning and the supervisor records in ``stack.json``).
+
+Invariants: a run user is never uid 0, and an existing OS user of that name that taugrid did not create is
+refused, never used; ``give`` never follows a symbolic link and never touches a path outside the ones it is given.
+"""
+
+from __future__ import annotations
+
+import getpass
+import grp
+import hashlib
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV = "TAU_RUN_AS"
+WORKSPACE, STACK = "workspace", "stack"
+PREFIX = "tau-ws-"
+MAX_NAME = 32  # useradd's limit on Linux
+COMMENT = "taugrid runs of workspace "
+# Parts of the data dir no run may open, whatever their mode was (``close_data_dir``).
+PRIVATE = ("creds", "secrets", "nats", "logs", "anchors")
+PRIVATE_FILES = ("supervisor.log", "nats.log")
+USERADD_TRIES = 20  # another process may hold /etc/passwd's lock (exit 1): try again for a few seconds
+
+
+class RunAsError(Exception):
+    """A run user cannot be had (no ``useradd``, a name taken by someone else); ``str()`` says what to do."""
+
+
+@dataclass(frozen=True)
+class RunUser:
+    """The OS user a workspace's pods run as. ``uid`` -1 stands for "any other user" (no owner, no group)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @property
+    def gids(self) -> tuple[int, ...]:
+        return (self.gid,) if self.uid >= 0 else ()
+
+
+OTHERS = RunUser("other users", -1, -1)
+
+
+def user_name(workspace: str) -> str:
+    """``tau-ws-<workspace>``; a name useradd would refuse (upper case, other characters) or one over 32
+    characters is cleaned and cut, with a digest of the workspace name so two workspaces never share one."""
+    clean = re.sub(r"[^a-z0-9-]+", "-", workspace.lower()).strip("-")
+    name = PREFIX + clean
+    if clean == workspace and len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(workspace.encode()).hexdigest()[:8]
+    head = clean[:MAX_NAME - len(PREFIX) - len(digest) - 1].rstrip("-")
+    return f"{PREFIX}{head}-{digest}" if head else f"{PREFIX}{digest}"
+
+
+class WorkspaceUsers:
+    """The run user of each workspace, created on first use (root only). Thread-safe: the runtime's threads
+    and the kubelet ask for the same workspace's user."""
+
+    def __init__(self, *, useradd: str = "") -> None:
+        self.useradd = useradd or shutil.which("useradd") or "/usr/sbin/useradd"
+        self._known: dict[str, RunUser] = {}
+        self._lock = threading.Lock()
+
+    def user(self, workspace: str) -> RunUser:
+        with self._lock:
+            got = self._known.get(workspace)
+            if got is None:
+                got = self._known[workspace] = self._ensure(workspace)
+            return got
+
+    def _ensure(self, workspace: str) -> RunUser:
+        name = user_name(workspace)
+        for attempt in range(USERADD_TRIES):
+            try:
+                return _checked(pwd.getpwnam(name), workspace)
+            except KeyError:
+                pass
+            try:
+                done = subprocess.run([self.useradd, "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                                       "--shell", "/usr/sbin/nologin", "--user-group", "--comment",
+                                       COMMENT + workspace, name], capture_output=True, text=True, timeout=30,
+                                      check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise RunAsError(f"cannot create the OS user {name} for workspace {workspace!r}'s runs: {exc}; "
+                                 "install useradd (package passwd) or set TAU_RUN_AS=stack") from exc
+            if done.returncode in (0, 9):  # 9: it exists (another process made it meanwhile)
+                continue
+            if done.returncode != 1 or attempt == USERADD_TRIES - 1:  # 1: /etc/passwd is locked by another
+                raise RunAsError(f"cannot create the OS user {name} for workspace {workspace!r}'s runs: useradd "
+                                 f"exited {done.returncode}: {done.stderr.strip()}")
+            time.sleep(0.25)
+        raise RunAsError(f"the OS user {name} was created but cannot be found (check /etc/nsswitch.conf)")
+
+
+def _checked(entry: pwd.struct_passwd, workspace: str) -> RunUser:
+    if entry.pw_uid == 0 or not entry.pw_gecos.startswith(COMMENT):
+        raise RunAsError(f"the OS user {entry.pw_name} exists and was not created by taugrid (uid {entry.pw_uid}, "
+                         f"comment {entry.pw_gecos!r}): workspace {workspace!r}'s runs will not run as it; rename "
+                         "that user or the workspace")
+    return RunUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+# ---------------------------------------------------------------- what a user may reach
+
+
+def _allows(st: os.stat_result, user: RunUser, bit: int) -> bool:
+    """``bit`` is 4 (read), 2 (write) or 1 (execute/search), as for "others"."""
+    if user.uid == 0:
+        return True
+    if st.st_uid == user.uid:
+        return bool((st.st_mode >> 6) & bit)
+    if st.st_gid in user.gids:
+        return bool((st.st_mode >> 3) & bit)
+    return bool(st.st_mode & bit)
+
+
+def _describe(path: Path, st: os.stat_result) -> str:
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    return f"{path} is {stat.S_IMODE(st.st_mode):04o} (owner {owner})"
+
+
+def cannot_reach(path: str | Path, user: RunUser, *, execute: bool = False) -> str:
+    """Why ``user`` cannot open ``path`` (with ``execute``: run it): the first directory on the way that it may
+    not search, or the file's own mode; "" when it can. Both the path as written and where its links lead are
+    walked, as the kernel walks them."""
+    given = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(given))
+    try:
+        for target in dict.fromkeys((given, real)):
+            for d in reversed(target.parents):
+                st = os.stat(d)
+                if not _allows(st, user, 1):
+                    return f"{_describe(d, st)}: {user.name} may not enter it"
+        st = os.stat(real)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if not _allows(st, user, 1 if execute else 4):
+        return f"{_describe(real, st)}: {user.name} may not {'run' if execute else 'read'} it"
+    return ""
+
+
+# ---------------------------------------------------------------- giving files to a run
+
+
+def give(path: Path, user: RunUser, *, mode: int = 0o700, recursive: bool = False) -> None:
+    """``path`` (a directory) and, with ``recursive``, everything under it, owned by ``user``; ``path`` gets
+    ``mode``. Links are changed themselves, never followed."""
+    os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    os.chmod(path, mode)
+    if not recursive:
+        return
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)
+
+
+def share(path: Path, user: RunUser) -> None:
+    """``path`` stays root's but ``user``'s group may pass through it (0710): the way to what was given."""
+    os.chown(path, -1, user.gid, follow_symlinks=False)
+    os.chmod(path, 0o710)
+
+
+def make_private_dirs(path: Path, user: RunUser) -> None:
+    """Create ``path`` and its missing parents: the parents traverse-only (0711, nobody may list them), ``path``
+    itself (new or not) given to ``user`` (0700), so other workspaces' runs can neither list nor open it."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(p, 0o711)
+    give(path, user)
+
+
+def close_data_dir(data_dir: Path) -> None:
+    """The data dir as per-workspace run users must find it: traverse-only itself (0711: a run reaches its own
+    pod directory, its environment and its outputs by their names), and ``creds``, ``secrets``, ``nats`` (the
+    bus's store), ``logs`` and ``anchors`` 0700, the supervisor's and the server's logs 0600."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o711)
+    for name in PRIVATE:
+        path = data_dir / name
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    for name in PRIVATE_FILES:
+        path = data_dir / name
+        if path.exists():
+            os.chmod(path, 0o600)
+
+
+# ---------------------------------------------------------------- the mode
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``mode`` is WORKSPACE or STACK; ``why`` says why runs run as the stack's user ("" in workspace mode);
+    ``refused`` is set when TAU_RUN_AS=workspace was asked for and cannot be had."""
+
+    mode: str
+    why: str = ""
+    refused: str = ""
+
+
+def decide(data_dir: Path, *, environ: Mapping[str, str] | None = None, python: str = "") -> Decision:
+    """The mode for a stack in ``data_dir`` (see the module's docstring). ``python`` is the interpreter runs
+    fall back to (``TAU_LOCAL_PYTHON``, else this process's)."""
+    env = os.environ if environ is None else environ
+    asked = env.get(ENV, "").strip().lower()
+    if asked not in ("", WORKSPACE, STACK):
+        return Decision(STACK, refused=f"{ENV}={asked!r} is not one of {WORKSPACE}, {STACK}")
+    if asked == STACK:
+        return Decision(STACK, why=f"{ENV}=stack")
+    impossible = _impossible()
+    if impossible:
+        refused = f"{ENV}=workspace cannot be had: {impossible}" if asked == WORKSPACE else ""
+        return Decision(STACK, why=impossible, refused=refused)
+    unreachable = list(_unreachable(data_dir, python or env.get("TAU_LOCAL_PYTHON") or sys.executable))
+    if unreachable and asked != WORKSPACE:
+        return Decision(STACK, why="; ".join(unreachable))
+    return Decision(WORKSPACE)
+
+
+def _impossible() -> str:
+    if os.geteuid() != 0:
+        return f"the stack runs as {_me()}, not root, so it cannot start runs as other OS users"
+    if not (shutil.which("useradd") or os.path.exists("/usr/sbin/useradd")):
+        return "useradd is not installed, so no OS user can be made for a workspace's runs"
+    return ""
+
+
+def _unreachable(data_dir: Path, python: str) -> Iterable[str]:
+    data = cannot_reach(data_dir, OTHERS, execute=True)
+    if data:
+        yield (f"another OS user cannot reach the data dir {data_dir} ({data}); use a data dir under a folder every "
+               "user may enter, e.g. TAU_DATA_DIR=/var/lib/taugrid")
+    runs = cannot_reach(python, OTHERS, execute=True)
+    if runs:
+        yield (f"another OS user cannot run the interpreter runs use, {python} ({runs}); set TAU_LOCAL_PYTHON to one "
+               "every user may run, e.g. /usr/bin/python3")
+
+
+def _me() -> str:
+    try:
+        return getpass.getuser()
+    except OSError:
+        return f"uid {os.geteuid()}"
+
+
+def from_env(data_dir: Path, environ: Mapping[str, str] | None = None) -> WorkspaceUsers | None:
+    """The run users for the local cluster: per-workspace users when ``TAU_RUN_AS`` (as the supervisor resolved
+    it, or by :func:`decide`) says ``workspace``, else None (pods run as the stack's user)."""
+    env = os.environ if environ is None else environ
+    mode = env.get(ENV, "").strip().lower() or decide(data_dir, environ=env).mode
+    return WorkspaceUsers() if mode == WORKSPACE and os.geteuid() == 0 else None
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
