@@ -20,6 +20,7 @@ import msgspec
 import taugrid
 from taugrid.bus.envelope import SIGNATURE_SCHEME, Event
 from taugrid.core import contracts as c
+from taugrid.core.redaction import Redactor
 from taugrid.core.states import TRANSITIONS
 from taugrid.core.usage import Seen, fold
 from taugrid.evidence.ledger import Entry, Seal, canonical, sha256
@@ -333,6 +334,21 @@ def build(
         "events": records,
         "ledger": {"head": terminal.hash, "entries": [msgspec.to_builtins(e) for e in ledger]},
     }
+
+
+def redacted(bundle: dict[str, Any], redact: Redactor) -> dict[str, Any]:
+    """``bundle`` with every form of the workspace's secret values blanked wherever a person's data sits (the
+    config, the resolved run, attempts, recovery, outputs, event payloads), whatever name carried them. Left as
+    they are: the ledger, the identity (hashes and signatures that ``tau verify`` re-checks), each event's own
+    attributes, and the logs (blanked before their sha256 was taken, ``store.collect``)."""
+    if not redact:
+        return bundle
+    out = dict(bundle)
+    for key in ("config", "resolved", "recovery", "outputs"):
+        out[key] = redact.doc(bundle[key])
+    out["attempts"] = [{k: v if k == "logs" else redact.doc(v) for k, v in a.items()} for a in bundle["attempts"]]
+    out["events"] = [{**rec, "data": redact.doc(rec["data"])} for rec in bundle["events"]]
+    return out
 
 
 def signed_attributes(ev: Event) -> dict[str, str]:

@@ -45,9 +45,11 @@ from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
+from taugrid.core.redaction import Redactor
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.local import scratch
+from taugrid.local.secrets import local_store
 
 log = logging.getLogger(__name__)
 BUCKET = "ledger"
@@ -161,11 +163,12 @@ async def collect(
             continue  # not a LogChunk: nothing we can order or attribute
         tail = m.nats_subject.rsplit(".", 1)[-1]
         chunks.setdefault(chunk.attempt or (int(tail) if tail.isdigit() else 0), []).append(chunk)
+    redact = Redactor(workspace_secrets(workspace))
     logs: dict[int, dict[str, Any]] = {}
     extra: dict[str, bytes] = {}
     for attempt in sorted(chunks):
         text, count = b.render_logs(chunks[attempt])
-        section, blob = b.log_section(run_id, attempt, text, count)
+        section, blob = b.log_section(run_id, attempt, redact.text(text), count)
         logs[attempt] = section
         if blob is not None:
             extra[section["object"]] = blob
@@ -201,7 +204,14 @@ async def collect(
         gpu_hour_price=price,
         price_revision=price_revision,
     )
-    return b.encode(doc), extra
+    return b.encode(b.redacted(doc, redact)), extra
+
+
+def workspace_secrets(workspace: str) -> list[str]:
+    """The values of the workspace's secrets, read from the embedded stack's store; none elsewhere (on Kubernetes
+    the evidence service reads no Secrets, so a bundle there is blanked only where the pod's logs were)."""
+    store = local_store()
+    return store.values(workspace) if store is not None else []
 
 
 def _payloads(events: list[Event], event_type: str, kind: type[T]) -> list[T]:

@@ -42,7 +42,7 @@ from taugrid.local import runas
 from taugrid.local.pods import LogLine, PodRunner, read_log_file
 from taugrid.local.podspec import SHARED_MEMORY, PodRun, PodSpecError, Resolver, plan, secret_volumes_dir
 from taugrid.local.runas import RunAsError, RunUser
-from taugrid.local.secrets import Recording, seal
+from taugrid.local.secrets import Recording, StoreResolver, seal
 
 log = logging.getLogger("taugrid.local.kubelet")
 
@@ -267,6 +267,8 @@ class Kubelet:
             if exc.reason != "CreateContainerConfigError":
                 self.pods.write_state(name, _failed_to_create(pod, exc))
             return exc
+        if isinstance(self.resolve_secret, StoreResolver) and scope:  # the workspace's values, under any name
+            seen += [v for v in self.resolve_secret.values(scope) if v not in seen]
         self.pods.launch(name, seal(run.to_json(), seen), run.volume_dirs, secrets=seen)
         return None
 

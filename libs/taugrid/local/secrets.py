@@ -25,10 +25,9 @@ import yaml
 
 from taugrid.config import expansion
 from taugrid.core.limits import MIB
-from taugrid.local.podspec import PodSpecError, Resolver
+from taugrid.core.redaction import REDACT_MIN, Redactor
+from taugrid.local.podspec import PodSpecError
 
-REDACTED = "[REDACTED]"
-REDACT_MIN = 4  # shorter values would blank out ordinary words of the log
 _PLACEHOLDER = re.compile("\x00tau-secret-([0-9]+)\x00")
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BOUNDS = expansion.Bounds(json_bytes=4 * MIB)  # read as every YAML is: aliases bounded by what they expand to
@@ -66,11 +65,39 @@ class SecretStore:
         return {str(name): {str(k): str(v) for k, v in (keys or {}).items()}
                 for name, keys in data.items() if isinstance(keys, dict) or keys is None}
 
-    def resolver(self) -> Resolver:
+    def values(self, scope: str) -> list[str]:
+        """Every value in ``scope``'s file, under any secret and key: what no log or bundle may hold, whatever name
+        carried it there (a literal ``MY_CFG`` as much as a ``secretKeyRef``). [] when the file cannot be read."""
+        try:
+            return sorted({v for keys in self.load(scope).values() for v in keys.values() if v})
+        except PodSpecError:
+            return []
+
+    def resolver(self) -> StoreResolver:
         """``resolve_secret`` for the kubelet, whose first argument is the scope (the pod's workspace)."""
-        def resolve(scope: str, name: str) -> Mapping[str, str] | None:
-            return self.load(scope).get(name)
-        return resolve
+        return StoreResolver(self)
+
+
+class StoreResolver:
+    """A store's ``resolve_secret`` (``Resolver``), which also names every value of a scope (``values``): the
+    kubelet keeps those off disk and out of the pod's logs as well, so a value a run carries under a name of its
+    own choosing (a literal ``MY_CFG``) is blanked as a ``secretKeyRef``'s is."""
+
+    def __init__(self, store: SecretStore) -> None:
+        self.store = store
+
+    def __call__(self, scope: str, name: str) -> Mapping[str, str] | None:
+        return self.store.load(scope).get(name)
+
+    def values(self, scope: str) -> list[str]:
+        return [v for v in self.store.values(scope) if len(v.encode()) >= REDACT_MIN]
+
+
+def local_store() -> SecretStore | None:
+    """The embedded stack's store (``TAU_SECRETS_DIR``, else ``$TAU_DATA_DIR/secrets``); None off it (Kubernetes)."""
+    root = os.environ.get("TAU_SECRETS_DIR") or (
+        str(Path(os.environ["TAU_DATA_DIR"]) / "secrets") if os.environ.get("TAU_DATA_DIR") else "")
+    return SecretStore(Path(root)) if root else None
 
 
 def write_secret(root: Path, scope: str, name: str, values: Mapping[str, str]) -> Path:
@@ -143,21 +170,8 @@ def _walk(doc: Any, fn: Any) -> Any:
     return doc
 
 
-class Redactor:
-    """``bytes → bytes`` that blanks every value of at least ``REDACT_MIN`` bytes, longest first; ``longest`` is
-    how many bytes a caller cutting a stream into pieces must hold back so no value is split unseen."""
-
-    def __init__(self, values: list[str]) -> None:
-        self.needles = sorted({v.encode() for v in values if len(v.encode()) >= REDACT_MIN}, key=len, reverse=True)
-        self.longest = len(self.needles[0]) if self.needles else 0
-
-    def __call__(self, data: bytes) -> bytes:
-        for needle in self.needles:
-            data = data.replace(needle, REDACTED.encode())
-        return data
-
-
 def redactor(values: list[str]) -> Redactor:
+    """What the shim blanks from a pod's logs: every value and its common encodings (``core.redaction``)."""
     return Redactor(values)
 
 
