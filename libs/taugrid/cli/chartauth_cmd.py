@@ -95,7 +95,8 @@ def chart_credentials(directory: Path, namespace: str, secret: str, workspace_na
                f"{directory / chartauth.ADMIN_FILE} --ca ca.crt`)", err=True)
     if seeds.anchor_signing is not None:
         click.echo(f"audit anchors are signed by {seeds.anchor_signing.public_key}: check a copy of the anchor "
-                   "file with `tau verify RUN --anchor FILE` and compare its signer with this key", err=True)
+                   f"file with `tau verify RUN --anchor FILE --anchor-key {seeds.anchor_signing.public_key}` (any "
+                   "other signer is refused)", err=True)
 
 
 __all__ = ["chart_credentials"]
