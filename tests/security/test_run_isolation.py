@@ -9,9 +9,11 @@ anchor file re-signed with another key is refused by ``tau verify --anchor``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import os
+import pwd
 import shutil
 import stat
 import sys
@@ -37,7 +39,7 @@ from taugrid.local import objects, runas
 from taugrid.local.controller import LocalCluster
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podsync import PreparedRuntimes
-from taugrid.local.runtime import PodRuntimes
+from taugrid.local.runtime import Failed, PodRuntimes, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore, write_secret
 from taugrid.stack import auth, localuser, operator
 from taugrid.stack.scaling import SERVICES
@@ -139,6 +141,7 @@ async def test_a_run_reads_no_key_no_other_workspaces_secret_environ_pod_or_outp
     runas.make_private_dirs(victim_out, users.user(B))  # as the local cluster makes a run's output directory
     runas.make_private_dirs(own_out, users.user(A))
     (victim_out / "model.bin").write_bytes(b"bob's weights")
+    victim = None
     try:
         victim = await kubelet.start(pod("victim-pod", B, ["/bin/sh", "-c", "sleep 60"], secret_env("hf")),
                                      lambda _s: None)
@@ -160,9 +163,12 @@ async def test_a_run_reads_no_key_no_other_workspaces_secret_environ_pod_or_outp
             "own secret True", "wrote own output, home and working directory", "uid True groups []"]
         assert final["phase"] == "Succeeded", lines
         assert (own_out / "mine.txt").stat().st_uid == users.user(A).uid
-        assert victim.status.get("phase") == "Running"  # the victim's run went on, untouched
+        assert victim.status["phase"] == "Running"  # the victim's run went on, untouched
     finally:
         await kubelet.stop("victim-pod", grace_s=0)
+        if victim is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(victim.wait(), 10)  # its shim gone before the data dir is removed
         await kubelet.close()
 
 
@@ -227,6 +233,43 @@ async def test_through_the_local_cluster_a_workspace_users_run_gets_source_envir
         ("iso-run", user.uid, 0o700), ("checkpoints", user.uid, 0o700)]
     assert (out / "checkpoints" / "step-1.pt").stat().st_uid == user.uid
     assert stat.S_IMODE((data_dir / "outputs" / A).stat().st_mode) == 0o711  # nobody lists a workspace's runs
+
+
+def test_an_interpreter_the_workspaces_user_cannot_run_falls_back_or_fails_naming_the_directory() -> None:
+    user = runas.RunUser("tau-ws-probe", 54321, 54321)  # no such OS user is needed: modes decide
+    system = "/usr/bin/python3"
+    if not os.path.exists(system) or runas.cannot_reach(system, user, execute=True):
+        pytest.skip(f"{system} is not here for other users to run")
+    closed = Path(tempfile.mkdtemp(prefix="tau-python-", dir="/tmp"))  # 0700: only its owner enters
+    try:
+        python = closed / "python"
+        python.symlink_to(system)
+        why = f"{closed} is 0700 (owner {pwd.getpwuid(os.getuid()).pw_name}): tau-ws-probe may not enter it"
+        runtimes = PodRuntimes(closed / "data", machine_pin="", fallback=system)
+        runtimes.begin("recorded", work=closed, user=user,
+                       request=RuntimeRequest(python=str(python), python_source="VIRTUAL_ENV"))
+        got = wait_for(runtimes, "recorded")
+        warning = f"the submitting interpreter {python} cannot be run by tau-ws-probe ({why}); the run uses {system}"
+        assert isinstance(got, Ready) and (got.python, got.warning, got.environment["source"]) == (
+            system, warning, "local cluster")
+        pinned = PodRuntimes(closed / "data", machine_pin=str(python), fallback=system)
+        pinned.begin("pinned", work=closed, request=RuntimeRequest(), user=user)
+        assert wait_for(pinned, "pinned") == Failed("EnvironmentFailed", (
+            f"interpreter {python} (TAU_LOCAL_PYTHON) cannot be run by tau-ws-probe, the OS user of this workspace's "
+            f"runs: {why}\nhint: set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) to an "
+            "interpreter every user may run, e.g. /usr/bin/python3"))
+    finally:
+        shutil.rmtree(closed)
+
+
+def wait_for(runtimes: PodRuntimes, pod: str) -> Ready | Failed:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = runtimes.poll(pod)
+        if isinstance(got, Ready | Failed):
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{pod} still preparing")
 
 
 def test_the_break_glass_key_is_written_outside_the_data_dir_and_only_its_public_key_stays(

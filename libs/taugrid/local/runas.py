@@ -22,7 +22,6 @@ refused, never used; ``give`` never follows a symbolic link and never touches a 
 from __future__ import annotations
 
 import getpass
-import grp
 import hashlib
 import os
 import pwd
@@ -281,10 +280,3 @@ def from_env(data_dir: Path, environ: Mapping[str, str] | None = None) -> Worksp
     env = os.environ if environ is None else environ
     mode = env.get(ENV, "").strip().lower() or decide(data_dir, environ=env).mode
     return WorkspaceUsers() if mode == WORKSPACE and os.geteuid() == 0 else None
-
-
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
