@@ -235,6 +235,60 @@ async def test_through_the_local_cluster_a_workspace_users_run_gets_source_envir
     assert stat.S_IMODE((data_dir / "outputs" / A).stat().st_mode) == 0o711  # nobody lists a workspace's runs
 
 
+@ROOT_ONLY
+async def test_a_runs_termination_message_cannot_be_a_link_to_a_key(data_dir: Path) -> None:
+    """The shim (root) reads the message back into the pod's status: a link there would publish any file."""
+    users = runas.WorkspaceUsers()
+    kubelet = Kubelet(data_dir / "pods", secret_scope=objects.workspace_of, claims_dir=data_dir / "claims",
+                      poll_s=0.05, run_user=lambda p: users.user(objects.workspace_of(p)))
+    key = data_dir / "creds" / "bootstrap.nk"
+    script = (f"rm -f /dev/termination-log 2>/dev/null || echo cannot remove; "
+              f'ln -s {key} "$(dirname /dev/termination-log)/x" 2>/dev/null || echo cannot link; '
+              "printf done > /dev/termination-log")
+    manifest = pod("final-words", A, ["/bin/sh", "-c", script], [])
+    manifest["spec"]["containers"][0]["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    try:
+        final = await asyncio.wait_for((await kubelet.start(manifest, lambda _s: None)).wait(), 30)
+    finally:
+        await kubelet.close()
+    [status] = final["containerStatuses"]
+    assert (status["state"]["terminated"]["message"], final["phase"]) == ("done", "Succeeded")
+    assert [ln.text for ln in kubelet.read_log("final-words", "main", final=True)[0]] == [
+        "cannot remove", "cannot link"]
+
+
+@ROOT_ONLY
+def test_root_gives_a_run_its_directories_without_following_a_link_the_run_left(tmp_path: Path) -> None:
+    user = runas.RunUser("tau-ws-probe", 54321, 54321)  # chown needs no such OS user
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("root's")
+    run_dir = tmp_path / "outputs" / "ws" / "run"
+    runas.make_private_dirs(run_dir, user)
+    assert [(p.stat().st_uid, stat.S_IMODE(p.stat().st_mode)) for p in (run_dir, run_dir.parent)] == [
+        (54321, 0o700), (0, 0o711)]
+    # an earlier attempt of the run (its user owns run_dir) put links where the next attempt's checkpoints go
+    (run_dir / "checkpoints").symlink_to(outside)
+    (run_dir / "deep").symlink_to(outside)
+    for target in (run_dir / "checkpoints", run_dir / "deep" / "step"):
+        with pytest.raises(OSError, match=f"in {target} is a link or not a directory, where tau-ws-probe may "
+                                          "write: not followed"):
+            runas.make_private_dirs(target, user)
+    assert sorted(p.name for p in outside.iterdir()) == ["precious"] and outside.stat().st_uid == 0
+    # a tree given once (the project placed as root) is walked by descriptors: a link in it is changed itself
+    work = tmp_path / "pod" / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "train.py").write_text("print(1)")
+    (work / "sub" / "leak").symlink_to(outside / "precious")
+    runas.give(work, user, recursive=True)
+    assert {p.name: p.lstat().st_uid for p in work.rglob("*")} == {"sub": 54321, "train.py": 54321, "leak": 54321}
+    assert (outside / "precious").stat().st_uid == 0
+    # and never walked again once it is the run's: only its own mode is set
+    os.chown(work / "sub" / "train.py", 0, 0)
+    runas.give(work, user, recursive=True)
+    assert (work / "sub" / "train.py").stat().st_uid == 0
+
+
 def test_an_interpreter_the_workspaces_user_cannot_run_falls_back_or_fails_naming_the_directory() -> None:
     user = runas.RunUser("tau-ws-probe", 54321, 54321)  # no such OS user is needed: modes decide
     system = "/usr/bin/python3"

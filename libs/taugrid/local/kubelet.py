@@ -258,7 +258,7 @@ class Kubelet:
             run = plan(pod, pod_dir=self.pods.dir(name), claims_dir=self.claims_dir, base_env=self.base_env,
                        resolve_secret=resolve_secret, resolve_config_map=self.resolve_config_map)
             if user is not None and not any(c.engine for c in [*run.init, *run.containers]):
-                self._hand_over(name, run, user)
+                self._hand_over(pod, run, user)
         except RunAsError as exc:
             error = PodSpecError("CreateContainerError", str(exc))
             self.pods.write_state(name, _failed_to_create(pod, error))
@@ -272,27 +272,36 @@ class Kubelet:
         self.pods.launch(name, seal(run.to_json(), seen), run.volume_dirs, secrets=seen)
         return None
 
-    def _hand_over(self, name: str, run: PodRun, user: RunUser) -> None:
-        """Make ``run``'s containers start as ``user``, and give it what it must write: the pod's directories
-        (recursively: the project placed in its working directory or source volume), its secret volumes in
-        memory, claims this pod creates. The pod's directory stays root's, passable by ``user``'s group only."""
-        pod_dir = self.pods.dir(name)
+    def _hand_over(self, pod: Mapping[str, Any], run: PodRun, user: RunUser) -> None:
+        """Make ``run``'s containers start as ``user``, and give it what it must write: the pod's working directory
+        and ``emptyDir`` volumes (recursively, once: the project placed there by root), a home, claims this pod
+        creates, one termination file per container. What root writes again on a later launch stays root's and is
+        only readable by ``user``'s group: config-map and secret volumes (read-only in Kubernetes too), the
+        termination folder. The pod's directory stays root's, passable by that group only (0710)."""
+        pod_dir = self.pods.dir(str(pod["metadata"]["name"]))
         home = pod_dir / "home"
+        secrets = secret_volumes_dir(pod_dir)
+        volumes = (pod.get("spec") or {}).get("volumes") or []
+        read_only = [*(pod_dir / "volumes" / str(v.get("name")) for v in volumes if "configMap" in v),
+                     *(secrets / str(v.get("name")) for v in volumes if "secret" in v)]
+        termination = pod_dir / "termination"
         dirs = list(dict.fromkeys([*(Path(p) for p in run.volume_dirs), home]))
         fresh_claims = [d for d in dirs if d.is_relative_to(self.claims_dir) and not d.exists()]
         for d in dirs:
-            if d not in fresh_claims:
-                d.mkdir(parents=True, exist_ok=True)
+            if d not in fresh_claims and not d.exists():
+                d.mkdir(parents=True)
         runas.share(pod_dir, user)
         if (pod_dir / "volumes").is_dir():
             runas.share(pod_dir / "volumes", user)
-        secrets = secret_volumes_dir(pod_dir)
+        if secrets.is_relative_to(SHARED_MEMORY) and secrets.is_dir():
+            os.chmod(secrets.parent, 0o711)  # /dev/shm/taugrid-secrets-<uid>: every pod's, listed by none
+            runas.share(secrets, user)
         for d in dirs:
-            if d.is_relative_to(pod_dir):
-                runas.give(d, user, recursive=True)
-            elif d.is_relative_to(secrets) and secrets.is_relative_to(SHARED_MEMORY):
-                os.chmod(secrets.parent, 0o711)  # /dev/shm/taugrid-secrets-<uid>: every pod's, listed by none
-                runas.give(secrets, user)
+            if any(d.is_relative_to(r) for r in read_only):
+                runas.share(next(r for r in read_only if d.is_relative_to(r)), user, mode=0o750)
+            elif d == termination:
+                runas.share(d, user)
+            elif d.is_relative_to(pod_dir) and d.is_dir():
                 runas.give(d, user, recursive=True)
             elif d in fresh_claims:
                 runas.make_private_dirs(d, user)
@@ -301,6 +310,13 @@ class Kubelet:
             for key, value in (("HOME", str(home)), ("USER", user.name), ("LOGNAME", user.name)):
                 if c.env.get(key) == self.base_env.get(key):  # the stack's own, not one the pod chose
                     c.env[key] = value
+            # the container writes its message into a file of its own, in a folder it cannot change: the shim
+            # (root) reads it back, so it must never be a link the run chose
+            fd = os.open(c.termination_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                os.fchown(fd, user.uid, user.gid)
+            finally:
+                os.close(fd)
 
     def _lost(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
         self.pods.kill_leftovers(state)

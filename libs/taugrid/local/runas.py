@@ -21,6 +21,7 @@ refused, never used; ``give`` never follows a symbolic link and never touches a 
 
 from __future__ import annotations
 
+import errno
 import getpass
 import hashlib
 import os
@@ -173,31 +174,95 @@ def cannot_reach(path: str | Path, user: RunUser, *, execute: bool = False) -> s
 
 
 def give(path: Path, user: RunUser, *, mode: int = 0o700, recursive: bool = False) -> None:
-    """``path`` (a directory) and, with ``recursive``, everything under it, owned by ``user``; ``path`` gets
-    ``mode``. Links are changed themselves, never followed."""
-    os.chown(path, user.uid, user.gid, follow_symlinks=False)
-    os.chmod(path, mode)
-    if not recursive:
-        return
-    for root, dirs, files in os.walk(path):
-        for name in [*dirs, *files]:
-            os.chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)
+    """``path`` (a directory whose parent only root may write) and, with ``recursive``, everything under it,
+    owned by ``user``; ``path`` gets ``mode``. Never through a link: ``path`` itself is opened without following
+    one, the tree is walked by file descriptors (``os.fwalk``) bottom-up, so no directory is the user's before
+    everything in it is done, and a tree already the user's is not walked again (its owner may have put links
+    anywhere in it since)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if recursive and os.fstat(fd).st_uid != user.uid:
+            for _root, dirs, files, dir_fd in os.fwalk(".", topdown=False, dir_fd=fd):
+                for name in [*dirs, *files]:
+                    os.chown(name, user.uid, user.gid, dir_fd=dir_fd, follow_symlinks=False)
+        os.fchown(fd, user.uid, user.gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
-def share(path: Path, user: RunUser) -> None:
-    """``path`` stays root's but ``user``'s group may pass through it (0710): the way to what was given."""
-    os.chown(path, -1, user.gid, follow_symlinks=False)
-    os.chmod(path, 0o710)
+def share(path: Path, user: RunUser, *, mode: int = 0o710, files: int = 0o640) -> None:
+    """``path`` (and what is under it) stays root's, but ``user``'s group may pass through it (0710: the way to
+    what was given) or, with ``mode`` 0750, read it (a pod's config-map and secret volumes, which Kubernetes
+    mounts read-only: the user can change nothing root writes into again). Only for trees root made."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if mode != 0o710:
+            for _root, dirs, names, dir_fd in os.fwalk(".", topdown=False, dir_fd=fd):
+                for name in dirs:
+                    os.chown(name, -1, user.gid, dir_fd=dir_fd, follow_symlinks=False)
+                    os.chmod(name, mode, dir_fd=dir_fd)
+                for name in names:
+                    if stat.S_ISREG(os.lstat(name, dir_fd=dir_fd).st_mode):
+                        os.chown(name, -1, user.gid, dir_fd=dir_fd, follow_symlinks=False)
+                        os.chmod(name, files, dir_fd=dir_fd)
+        os.fchown(fd, -1, user.gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def make_private_dirs(path: Path, user: RunUser) -> None:
     """Create ``path`` and its missing parents: the parents traverse-only (0711, nobody may list them), ``path``
-    itself (new or not) given to ``user`` (0700), so other workspaces' runs can neither list nor open it."""
-    missing = [p for p in [path, *path.parents] if not p.exists()]
-    for p in reversed(missing):
-        p.mkdir(mode=0o711, exist_ok=True)
-        os.chmod(p, 0o711)
-    give(path, user)
+    itself (new or not) given to ``user`` (0700), so other workspaces' runs can neither list nor open it. The
+    path is walked from ``/`` one name at a time and a link in a directory ``user`` may write is never followed
+    (an earlier run of the workspace could have put one where its next attempt's checkpoints go)."""
+    fd = _open_dir(path, user, create=0o711)
+    try:
+        os.fchown(fd, user.uid, user.gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _writable_by(st: os.stat_result, user: RunUser) -> bool:
+    if st.st_uid == user.uid:
+        return True
+    if st.st_gid in user.gids and st.st_mode & stat.S_IWGRP:
+        return True
+    return bool(st.st_mode & stat.S_IWOTH)
+
+
+def _open_dir(path: Path, user: RunUser, *, create: int) -> int:
+    """A descriptor of directory ``path``, reached one name at a time; missing ones are made with ``create``."""
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in Path(os.path.abspath(path)).parts[1:]:
+            flags = os.O_RDONLY | os.O_DIRECTORY
+            if _writable_by(os.fstat(fd), user):
+                flags |= os.O_NOFOLLOW
+            try:
+                nxt = os.open(name, flags, dir_fd=fd)
+            except FileNotFoundError:
+                made = True
+                try:
+                    os.mkdir(name, create, dir_fd=fd)
+                except FileExistsError:
+                    made = False
+                nxt = os.open(name, flags | os.O_NOFOLLOW, dir_fd=fd)
+                if made:
+                    os.fchmod(nxt, create)  # the umask took bits away
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise OSError(exc.errno, f"{name} in {path} is a link or not a directory, where {user.name} "
+                                             "may write: not followed") from exc
+                raise
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def close_data_dir(data_dir: Path) -> None:

@@ -28,7 +28,7 @@ def inventory(root: Path) -> Inventory:
         for fn in filenames:
             path = Path(dirpath) / fn
             try:
-                st = path.stat()
+                st = path.lstat()  # the shim is root: a link the run made is listed, never followed
             except OSError:
                 continue
             out[path.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -330,10 +331,7 @@ def _termination_message(c: Container, *, failed: bool) -> str:
     """What the container wrote to its terminationMessagePath (at most 4 KiB), else, with the policy
     FallbackToLogsOnError and a failure, the tail of its log (80 lines, 2 KiB), as the kubelet reports."""
     path = c.spec.get("termination_path")
-    try:
-        text = Path(path).read_bytes()[:4096].decode(errors="replace") if path else ""
-    except OSError:
-        text = ""
+    text = _read_own_file(path, int(c.spec.get("uid", -1)))[:4096].decode(errors="replace") if path else ""
     if text or not failed or c.spec.get("termination_policy") != "FallbackToLogsOnError":
         return text
     try:
@@ -342,6 +340,22 @@ def _termination_message(c: Container, *, failed: bool) -> str:
         return ""
     lines = [r.split(b" ", 3)[3] if r.count(b" ") >= 3 else b"" for r in records]
     return b"\n".join(lines)[-2048:].decode(errors="replace")
+
+
+def _read_own_file(path: str, uid: int) -> bytes:
+    """The file's bytes when it is a regular file (never through a link) and, for a container run as ``uid``,
+    that user's own: the shim is root, and the container could have put a link to any file there; else b""."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (uid >= 0 and st.st_uid != uid):
+            return b""
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 def _waiting(name: str, reason: str) -> dict[str, Any]:
