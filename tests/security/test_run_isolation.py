@@ -34,7 +34,7 @@ from taugrid.bus.topology import SOURCES_STORE
 from taugrid.cli.evidence_cmd import verify
 from taugrid.cli.stack import _operator_keys
 from taugrid.core.contracts import BackendApply
-from taugrid.evidence import anchor
+from taugrid.evidence import anchor, bundle
 from taugrid.local import objects, runas
 from taugrid.local.controller import LocalCluster
 from taugrid.local.kubelet import Kubelet
@@ -287,6 +287,33 @@ def test_root_gives_a_run_its_directories_without_following_a_link_the_run_left(
     os.chown(work / "sub" / "train.py", 0, 0)
     runas.give(work, user, recursive=True)
     assert (work / "sub" / "train.py").stat().st_uid == 0
+
+
+def test_the_evidence_keeps_a_runs_own_outputs_never_a_file_its_links_point_to(tmp_path: Path) -> None:
+    """The evidence service (root) hashes a run's outputs and keeps small ones where `tau outputs --copy` fetches
+    them: a link the run left to a key, or a folder swapped for a link after the listing, must not be read."""
+    key = tmp_path / "creds" / "bootstrap.nk"
+    key.parent.mkdir()
+    key.write_text("SUAKEYNOTYOURS\n")
+    run = tmp_path / "outputs" / "ws" / "run"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"loss": 1}\n')
+    (run / "leak.jsonl").symlink_to(key)
+    (run / "metrics-leak.jsonl").symlink_to(key)
+    (run / "keys").symlink_to(key.parent)
+    keeper = bundle.Keeper("run", budget=1 << 20)
+    found = bundle.scan_dir(str(run), metrics=True, keeper=keeper)
+    digest = hashlib.sha256(b'{"loss": 1}\n').hexdigest()
+    assert [f["path"] for f in found["files"]] == ["metrics.jsonl"]
+    assert found["metrics"] == [{"path": "metrics.jsonl", "text": '{"loss": 1}\n', "truncated": False}]
+    assert keeper.blobs == {f"runs/run/outputs/{digest}": b'{"loss": 1}\n'}
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # what a folder swapped for a link between the listing and the read meets
+        with pytest.raises(NotADirectoryError, match="Not a directory: .keys."):
+            bundle._hash_file(fd, "keys/bootstrap.nk", keep=1 << 20, head=0)
+    finally:
+        os.close(fd)
+    assert bundle.scan_dir(str(run / "keys"), metrics=False)["present"] is False
 
 
 def test_an_interpreter_the_workspaces_user_cannot_run_falls_back_or_fails_naming_the_directory() -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import stat
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -82,69 +82,106 @@ class Keeper:
         self.run_id, self.budget = run_id, budget
         self.blobs: dict[str, bytes] = {}
 
-    def offer(self, f: Path, size: int, digest: str) -> str:
-        """The object name the file is kept under, or "" when it does not fit the budget."""
+    def offer(self, data: bytes, digest: str) -> str:
+        """The object name the file (its bytes, as hashed) is kept under, or "" when it does not fit the
+        budget."""
         name = f"runs/{self.run_id}/outputs/{digest}"
         if name in self.blobs:
             return name
-        if size > self.budget:
+        if len(data) > self.budget:
             return ""
-        data = f.read_bytes()
-        if sha256(data) != digest:
-            return ""  # changed since it was hashed: keep nothing rather than a copy the listing does not match
         self.blobs[name] = data
-        self.budget -= size
+        self.budget -= len(data)
         return name
 
 
 def scan_dir(path: str, *, metrics: bool, keeper: Keeper | None = None) -> dict[str, Any]:
     """Files under ``path`` (relative path, size, sha256, and the object holding a copy when ``keeper`` kept
-    one) and, when asked, metrics*.jsonl contents."""
+    one) and, when asked, metrics*.jsonl contents.
+
+    The directory is the run's own, written by the run's OS user, and this reads it as root: a link is never
+    followed (listed by descriptors, each file opened one name at a time without following one), so a run
+    cannot have a key or another workspace's file hashed, kept or inlined as if it were its output."""
     out: dict[str, Any] = {"path": path, "present": False, "files": [], "truncated": False}
     if metrics:
         out["metrics"] = []
-    root = Path(path) if path else None
-    if root is None or not root.is_dir():
+    try:
+        root_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW) if path else -1
+    except OSError:
         return out
-    out["present"] = True
-    files: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        files.extend(Path(dirpath) / f for f in sorted(filenames))
-    files = [f for f in files if f.is_file() and not f.is_symlink()]
-    files.sort(key=lambda f: f.relative_to(root).as_posix())
-    if len(files) > MAX_FILES:
-        files, out["truncated"] = files[:MAX_FILES], True
-    budget = METRICS_BUDGET
-    for f in files:
-        rel = f.relative_to(root).as_posix()
-        try:
-            size, digest = _hash_file(f)
-        except OSError as exc:
-            out["files"].append({"path": rel, "error": str(exc)})
-            continue
-        entry: dict[str, Any] = {"path": rel, "size": size, "sha256": digest}
-        kept = keeper.offer(f, size, digest) if keeper is not None else ""
-        if kept:
-            entry["object"] = kept
-        out["files"].append(entry)
-        if metrics and f.name.startswith("metrics") and f.name.endswith(".jsonl"):
-            raw = f.read_bytes()[: max(budget, 0)]
-            budget -= len(raw)
-            out["metrics"].append(
-                {"path": rel, "text": raw.decode(errors="replace"), "truncated": len(raw) < size}
-            )
+    if root_fd < 0:
+        return out
+    try:
+        out["present"] = True
+        files = sorted(_regular_files(root_fd))
+        if len(files) > MAX_FILES:
+            files, out["truncated"] = files[:MAX_FILES], True
+        budget = METRICS_BUDGET
+        for rel in files:
+            try:
+                size, digest, data = _hash_file(root_fd, rel, keep=keeper.budget if keeper is not None else 0,
+                                                head=max(budget, 0) if metrics else 0)
+            except OSError as exc:
+                out["files"].append({"path": rel, "error": str(exc)})
+                continue
+            entry: dict[str, Any] = {"path": rel, "size": size, "sha256": digest}
+            kept = keeper.offer(data, digest) if keeper is not None and len(data) == size else ""
+            if kept:
+                entry["object"] = kept
+            out["files"].append(entry)
+            name = rel.rsplit("/", 1)[-1]
+            if metrics and name.startswith("metrics") and name.endswith(".jsonl"):
+                raw = data[: max(budget, 0)]
+                budget -= len(raw)
+                out["metrics"].append(
+                    {"path": rel, "text": raw.decode(errors="replace"), "truncated": len(raw) < size}
+                )
+    finally:
+        os.close(root_fd)
     return out
 
 
-def _hash_file(f: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with f.open("rb") as fh:
+def _regular_files(root_fd: int) -> list[str]:
+    """Relative paths of the regular files under the directory ``root_fd`` (links neither listed nor followed)."""
+    found: list[str] = []
+    for dirpath, _dirs, names, dir_fd in os.fwalk(".", dir_fd=root_fd):
+        for name in names:
+            try:
+                regular = stat.S_ISREG(os.lstat(name, dir_fd=dir_fd).st_mode)
+            except OSError:
+                continue
+            if regular:
+                found.append(os.path.normpath(os.path.join(dirpath, name)))
+    return found
+
+
+def _hash_file(root_fd: int, rel: str, *, keep: int, head: int) -> tuple[int, str, bytes]:
+    """(size, sha256, the bytes when the file is at most ``max(keep, head)`` bytes long, else its first ``head``)
+    of ``rel`` under ``root_fd``, reached without following a link."""
+    *parents, name = rel.split("/")
+    fd = os.dup(root_fd)
+    try:
+        for part in parents:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            raise OSError(f"{rel} is no longer a regular file")
+        h = hashlib.sha256()
+        size = 0
+        kept = bytearray()
+        limit = max(keep, head)
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
             size += len(block)
-    return size, h.hexdigest()
+            if len(kept) < limit:
+                kept += block[: limit - len(kept)]
+        data = bytes(kept) if size <= limit else bytes(kept[:head])
+    return size, h.hexdigest(), data
 
 
 def event_record(ev: Event) -> dict[str, Any]:
