@@ -233,6 +233,13 @@ async def test_through_the_local_cluster_a_workspace_users_run_gets_source_envir
         ("iso-run", user.uid, 0o700), ("checkpoints", user.uid, 0o700)]
     assert (out / "checkpoints" / "step-1.pt").stat().st_uid == user.uid
     assert stat.S_IMODE((data_dir / "outputs" / A).stat().st_mode) == 0o711  # nobody lists a workspace's runs
+    # the environment was built as the workspace's user (uv's cache is its own), in a folder of the workspace's
+    # that the user can use but not change, and other workspaces cannot enter
+    envs = data_dir / "envs" / user.name
+    [env] = [p for p in envs.iterdir() if not p.name.startswith(".")]
+    assert [(p.stat().st_uid, p.stat().st_gid, stat.S_IMODE(p.stat().st_mode)) for p in (envs, env)] == [
+        (0, user.gid, 0o750), (user.uid, user.gid, 0o755)]
+    assert (envs / ".home" / ".cache" / "uv").stat().st_uid == user.uid
 
 
 @ROOT_ONLY

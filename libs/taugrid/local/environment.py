@@ -13,6 +13,12 @@ Invariants:
     discards the loser's copy. A failed build leaves nothing behind.
   * Files a requirement points at (``./wheels/x.whl``, ``-e .``) resolve against the project directory, but their
     content is not part of the key: change the requirement text to force a rebuild.
+  * With a ``user`` (a workspace's OS user, ``taugrid.local.runas``), everything that runs code the researcher
+    chose runs as that user: the interpreter's probes and both ``uv`` steps (an sdist or a local project's build
+    backend runs during the install). Its environments live in a folder of its own, root's but readable by the
+    user's group only (0750: the user can neither plant nor swap anything there), with the user's own home and
+    uv cache in ``.home``; each build's folder is the user's once the requirement list is in it, and root writes
+    nothing into it after that (later files are written by the environment's interpreter as the user).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,6 +40,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from taugrid.local import runas
+from taugrid.local.runas import RunUser
 
 REQUIREMENTS_FILE = "requirements.txt"
 PYPROJECT_FILE = "pyproject.toml"
@@ -89,15 +100,16 @@ class Requirements:
         return " + ".join(parts)
 
 
-def requirements(work: Path, pip: list[str] | tuple[str, ...] = ()) -> Requirements:
-    """What the project in ``work`` asks for. A malformed ``pyproject.toml`` is an error that names the file."""
-    req_txt = work / REQUIREMENTS_FILE
-    text = req_txt.read_text() if req_txt.is_file() else ""
+def requirements(work: Path, pip: list[str] | tuple[str, ...] = (), *, user: RunUser | None = None) -> Requirements:
+    """What the project in ``work`` asks for. A malformed ``pyproject.toml`` is an error that names the file.
+    With ``user`` (the project is that user's) a file is read only if it is that user's own regular file, never
+    through a link: this process is root, and a link or a hard link could point at any file."""
+    text = _project_file(work / REQUIREMENTS_FILE, user)
     deps: tuple[str, ...] = ()
-    pyproject = work / PYPROJECT_FILE
-    if pyproject.is_file():
+    pyproject_text = _project_file(work / PYPROJECT_FILE, user)
+    if pyproject_text:
         try:
-            project = tomllib.loads(pyproject.read_text()).get("project") or {}
+            project = tomllib.loads(pyproject_text).get("project") or {}
         except tomllib.TOMLDecodeError as exc:
             raise EnvironmentFailed(f"{PYPROJECT_FILE} is not valid TOML: {exc}",
                                     hint=f"fix {PYPROJECT_FILE}, or remove it from the project") from exc
@@ -107,6 +119,24 @@ def requirements(work: Path, pip: list[str] | tuple[str, ...] = ()) -> Requireme
                                     hint='write dependencies = ["six>=1.16"]')
         deps = tuple(raw)
     return Requirements(pip=tuple(pip), requirements_txt=text, pyproject=deps)
+
+
+def _project_file(path: Path, user: RunUser | None) -> str:
+    if user is None:
+        return path.read_text() if path.is_file() else ""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise EnvironmentFailed(f"{path.name} cannot be read: {exc.strerror or exc} (a link is not followed)",
+                                hint=f"make {path.name} a plain file of the project") from exc
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != user.uid or st.st_nlink != 1:
+            raise EnvironmentFailed(f"{path.name} is not a plain file of the run's own",
+                                    hint=f"make {path.name} a plain file of the project")
+        return fh.read().decode(errors="replace")
 
 
 @dataclass(frozen=True)
@@ -128,14 +158,21 @@ class Prepared:
 
 @dataclass
 class EnvironmentBuilder:
-    """Builds and caches per-run environments under ``root`` (``$TAU_DATA_DIR/envs``) with ``uv``."""
+    """Builds and caches per-run environments under ``root`` (``$TAU_DATA_DIR/envs``, or
+    ``envs/<user>`` for a workspace's OS user) with ``uv``."""
 
     root: Path
     uv: str = ""
+    user: RunUser | None = None
     _versions: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        if self.user is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+        else:
+            runas.group_dir(self.root, self.user)
+            (self.root / ".home").mkdir(exist_ok=True)
+            runas.give(self.root / ".home", self.user)
         self.uv = self.uv or find_uv()
 
     # ---------------------------------------------------------------- the interpreter
@@ -143,7 +180,7 @@ class EnvironmentBuilder:
         """``3.12.3`` for an interpreter that runs; EnvironmentFailed names the path otherwise."""
         if python in self._versions:
             return self._versions[python]
-        out = _probe(python, "import sys; print('%d.%d.%d' % sys.version_info[:3])")
+        out = _probe(python, "import sys; print('%d.%d.%d' % sys.version_info[:3])", user=self.user)
         if out.returncode != 0:
             raise EnvironmentFailed(f"interpreter {python} exited {out.returncode}",
                                     tail=_tail(out.stderr),
@@ -191,11 +228,8 @@ class EnvironmentBuilder:
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=self.root))
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep out the OS users pods may run as (``runas``)
         try:
-            say(f"creating a virtualenv on Python {version} ({base})")
-            self._uv(["venv", "--quiet", "--relocatable", "--allow-existing", "--python", base, str(tmp)],
-                     cwd=project, say=say, what="uv venv")
             args = ["pip", "install", "--python", str(_python_of(tmp))]
-            spec_dir = tmp / ".tau-requirements"
+            spec_dir = tmp / ".tau-requirements"  # written before the user has the folder (see the docstring)
             spec_dir.mkdir()
             if reqs.requirements_txt.strip():
                 # Installed from the project's own file, so its relative paths resolve against the project.
@@ -205,12 +239,17 @@ class EnvironmentBuilder:
                 extra = spec_dir / "listed.txt"
                 extra.write_text("\n".join(listed) + "\n")
                 args += ["-r", str(extra)]
+            if self.user is not None:
+                os.chown(tmp, self.user.uid, self.user.gid)
+            say(f"creating a virtualenv on Python {version} ({base})")
+            self._uv(["venv", "--quiet", "--relocatable", "--allow-existing", "--python", base, str(tmp)],
+                     cwd=project, say=say, what="uv venv")
             say(f"installing {reqs.describe()} with uv")
             self._uv(args, cwd=project, say=say, what="uv pip install")
             self._layer_over(base, tmp)
-            (tmp / META_FILE).write_text(json.dumps({
+            self._write(tmp / META_FILE, json.dumps({
                 "base": base, "version": version, "pip": list(reqs.pip), "pyproject": list(reqs.pyproject),
-                "requirements.txt": reqs.requirements_txt, "built": time.time()}, indent=1))
+                "requirements.txt": reqs.requirements_txt, "built": time.time()}, indent=1), python=tmp)
             try:
                 tmp.rename(final)
             except OSError:
@@ -226,22 +265,39 @@ class EnvironmentBuilder:
         requirements: a ``.pth`` appends its site-packages after the new environment's own."""
         probe = ("import json, sys, sysconfig; p = sysconfig.get_paths(); "
                  "print(json.dumps([p['purelib'], p['platlib']] if sys.prefix != sys.base_prefix else []))")
-        out = _probe(base, probe)
+        out = _probe(base, probe, user=self.user)
         try:
             paths = list(dict.fromkeys(json.loads(out.stdout))) if out.returncode == 0 else []
         except ValueError:
             paths = []
         site = next(iter(env.glob("lib/python*/site-packages")), None)
         if paths and site is not None:
-            (site / "_tau_base_env.pth").write_text("\n".join(paths) + "\n")
+            self._write(site / "_tau_base_env.pth", "\n".join(paths) + "\n", python=env)
+
+    def _write(self, path: Path, text: str, *, python: Path) -> None:
+        """Write a file into the environment being built: as its user, by its own interpreter, when it has one
+        (root writing into the user's folder could be led anywhere by a link the user left)."""
+        if self.user is None:
+            path.write_text(text)
+            return
+        code = "import sys; open(sys.argv[1], 'x').write(sys.argv[2])"
+        done = subprocess.run([str(_python_of(python)), "-c", code, str(path), text], capture_output=True,
+                              text=True, timeout=VERSION_TIMEOUT_S, check=False, **_as(self.user))
+        if done.returncode != 0:
+            raise EnvironmentFailed(f"writing {path.name} into the environment failed", tail=_tail(done.stderr))
 
     def _uv(self, args: list[str], *, cwd: Path, say: Progress, what: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}  # never the cluster's own venv
         env.update(UV_NO_PROGRESS="1", NO_COLOR="1")
+        if self.user is not None:  # the user's own home and cache: nothing of root's is read or written
+            home = self.root / ".home"
+            env.update(HOME=str(home), UV_CACHE_DIR=str(home / ".cache" / "uv"), USER=self.user.name,
+                       LOGNAME=self.user.name)
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         try:
             proc = subprocess.Popen([self.uv, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                    **_as(self.user))
         except OSError as exc:
             raise EnvironmentFailed(f"{what} could not start: {exc}") from exc
         assert proc.stdout is not None
@@ -279,24 +335,34 @@ def _tail(text: str) -> list[str]:
 
 @contextlib.contextmanager
 def _locked(path: Path, *, on_wait: Callable[[], None]) -> Iterator[None]:
-    with open(path, "a") as f:
+    # never through a link, nor blocked on a FIFO: the folder may be a workspace user's
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    try:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             on_wait()
-            fcntl.flock(f, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
-def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
-    """``python -c code``, its timeout retried with a longer limit (VERSION_TIMEOUTS_S); EnvironmentFailed when
-    the interpreter cannot be started or never answers."""
+def _as(user: RunUser | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a command as ``user`` with its own group only (none: as this process)."""
+    return {"user": user.uid, "group": user.gid, "extra_groups": []} if user is not None else {}
+
+
+def _probe(python: str, code: str, *, user: RunUser | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` (as ``user``), its timeout retried with a longer limit (VERSION_TIMEOUTS_S);
+    EnvironmentFailed when the interpreter cannot be started or never answers."""
     for i, limit in enumerate(VERSION_TIMEOUTS_S):
         try:
-            return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=limit, check=False)
+            return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=limit, check=False,
+                                  **_as(user))
         except subprocess.TimeoutExpired as exc:
             if i + 1 == len(VERSION_TIMEOUTS_S):
                 raise EnvironmentFailed(f"interpreter {python} did not answer within {limit:.0f} s: {exc}",

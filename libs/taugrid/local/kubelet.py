@@ -108,6 +108,15 @@ class Kubelet:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def give_project(self, name: str, project: Path, user: RunUser) -> None:
+        """Hand the project placed in the pod's ``project`` directory (its working directory or a volume) to
+        ``user`` before anything else reads it: the pod's environment is built as that user, from it."""
+        pod_dir = self.pods.dir(name)
+        runas.share(pod_dir, user)
+        if project.parent == pod_dir / "volumes":
+            runas.share(project.parent, user)
+        runas.give(project, user, recursive=True)
+
     async def start(self, pod: dict[str, Any], on_status: StatusCallback) -> PodHandle:
         """Run ``pod`` (or re-adopt it, if a pod of that name and uid already runs here) and report its status
         through ``on_status`` until it has finished. An ``on_status`` that raises is called again with the

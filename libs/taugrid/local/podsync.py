@@ -133,6 +133,11 @@ class PodSync:
         try:
             manifest = self._manifest(wl, p)
             project = await self._place_source(wl, p, manifest)
+            if self.users is not None:  # its environment is built as the workspace's user, from the project
+                self.kubelet.give_project(p.name, project, self.users.user(wl.workspace))
+        except RunAsError as exc:
+            await self._failed_to_start(wl, p, "CreateContainerError", str(exc), now)
+            return
         except PodSpecError as exc:
             await self._failed_to_start(wl, p, exc.reason, exc.message, now)
             return

@@ -212,6 +212,17 @@ def share(path: Path, user: RunUser, *, mode: int = 0o710, files: int = 0o640) -
         os.close(fd)
 
 
+def group_dir(path: Path, user: RunUser) -> None:
+    """``path`` (and missing parents, 0711) root's, readable and passable by ``user``'s group only (0750): the
+    user uses what root puts there and can change nothing in it itself."""
+    fd = _open_dir(path, user, create=0o711)
+    try:
+        os.fchown(fd, 0, user.gid)
+        os.fchmod(fd, 0o750)
+    finally:
+        os.close(fd)
+
+
 def make_private_dirs(path: Path, user: RunUser) -> None:
     """Create ``path`` and its missing parents: the parents traverse-only (0711, nobody may list them), ``path``
     itself (new or not) given to ``user`` (0700), so other workspaces' runs can neither list nor open it. The

@@ -107,6 +107,17 @@ class PodRuntimes:
 
     def __post_init__(self) -> None:
         self.builder = EnvironmentBuilder(self.data_dir / "envs")
+        self._builders: dict[int, EnvironmentBuilder] = {}  # a workspace user's own, by uid
+
+    def builder_for(self, user: RunUser | None) -> EnvironmentBuilder:
+        """The stack's builder, or ``user``'s (``envs/<user>``: its builds run as it, never shared with another
+        workspace, whose user could otherwise have changed an environment this one then runs)."""
+        if user is None:
+            return self.builder
+        with self._lock:
+            if user.uid not in self._builders:
+                self._builders[user.uid] = EnvironmentBuilder(self.data_dir / "envs" / user.name, user=user)
+            return self._builders[user.uid]
 
     def begin(self, pod: str, *, work: Path, request: RuntimeRequest, user: RunUser | None = None) -> None:
         """Start preparing ``pod`` (once; a second call for the same pod does nothing). ``user``: the OS user
@@ -155,10 +166,11 @@ class PodRuntimes:
                        if self.engines else f"container engines are switched off ({ENGINES_ENV} is empty)")
                 warning = f"runtime.image {request.image!r} is ignored locally: {why}; the run uses {python}"
                 say(warning)
-            reqs = requirements(work, request.pip)
-            if not reqs.empty and self.builder.cached(python, reqs) is None:  # a cache hit says nothing
+            reqs = requirements(work, request.pip, user=user)
+            builder = self.builder_for(user)
+            if not reqs.empty and builder.cached(python, reqs) is None:  # a cache hit says nothing
                 say(f"preparing a Python environment for {reqs.describe()}")
-            got = self.builder.prepare(base=python, reqs=reqs, project=work, progress=say)
+            got = builder.prepare(base=python, reqs=reqs, project=work, progress=say)
         except EnvironmentFailed as err:
             job.outcome = Failed("EnvironmentFailed", err.message)
             return
