@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import json
 import os
 import pwd
 import shutil
@@ -36,6 +37,7 @@ from taugrid.cli.stack import _operator_keys
 from taugrid.core.contracts import BackendApply
 from taugrid.evidence import anchor, bundle
 from taugrid.local import objects, runas
+from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import LocalCluster
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.podsync import PreparedRuntimes
@@ -262,6 +264,28 @@ async def test_a_runs_termination_message_cannot_be_a_link_to_a_key(data_dir: Pa
     assert (status["state"]["terminated"]["message"], final["phase"]) == ("done", "Succeeded")
     assert [ln.text for ln in kubelet.read_log("final-words", "main", final=True)[0]] == [
         "cannot remove", "cannot link"]
+
+
+@ROOT_ONLY
+async def test_a_pod_run_through_a_container_engine_runs_its_container_as_the_workspaces_user(
+        data_dir: Path) -> None:
+    """The engine mounts the pod's directories and any existing directory a ``TAU_*`` variable names (a researcher
+    may set TAU_RESUME_FROM): as root inside, the container could read creds/ through such a mount."""
+    users = runas.WorkspaceUsers()
+    kubelet = Kubelet(data_dir / "pods", secret_scope=objects.workspace_of, claims_dir=data_dir / "claims",
+                      poll_s=0.05, run_user=lambda p: users.user(objects.workspace_of(p)))
+    manifest = pod("boxed", A, ["python3", "-c", "print(1)"],
+                   [{"name": "TAU_RESUME_FROM", "value": str(data_dir / "creds")}])
+    manifest["metadata"]["annotations"] = {ENGINE_ANNOTATION: "/nonexistent/docker"}
+    try:
+        final = await asyncio.wait_for((await kubelet.start(manifest, lambda _s: None)).wait(), 30)
+    finally:
+        await kubelet.close()
+    [container] = json.loads((kubelet.pods.dir("boxed") / "spec.json").read_text())["containers"]
+    user = users.user(A)
+    assert container["command"][:4] == ["/nonexistent/docker", "run", "--user", f"{user.uid}:{user.gid}"]
+    assert f"{data_dir / 'creds'}:{data_dir / 'creds'}" in container["command"]  # mounted, but opened as the user
+    assert (container["uid"], final["containerStatuses"][0]["state"]["terminated"]["reason"]) == (-1, "StartError")
 
 
 @ROOT_ONLY

@@ -20,7 +20,8 @@ Run users: with ``run_user`` (the local cluster passes each workspace's OS user,
 container of a pod runs as that user, with ``HOME`` a directory of the pod's own; what it must write is given to it
 before the shim starts (its working directory and volumes, termination files, new claims; never a ``hostPath``),
 and the pod's directory is closed to everyone but that user's group (0710). A pod run through a container engine
-keeps the engine's own user (the engine is its boundary).
+runs its containers as that user too (``--user uid:gid``; the engine's client stays root): the host directories it
+mounts (``TAU_*`` ones included, which a researcher may name) are then opened with that user's rights only.
 
 Restart safety: the shim outlives this process; ``start`` for a pod that already runs (same name and uid)
 re-adopts it instead of running it twice, and a pod whose shim vanished is reported failed ("pod shim lost").
@@ -266,7 +267,7 @@ class Kubelet:
             user = self.run_user(pod) if self.run_user is not None else None
             run = plan(pod, pod_dir=self.pods.dir(name), claims_dir=self.claims_dir, base_env=self.base_env,
                        resolve_secret=resolve_secret, resolve_config_map=self.resolve_config_map)
-            if user is not None and not any(c.engine for c in [*run.init, *run.containers]):
+            if user is not None:
                 self._hand_over(pod, run, user)
         except RunAsError as exc:
             error = PodSpecError("CreateContainerError", str(exc))
@@ -315,10 +316,13 @@ class Kubelet:
             elif d in fresh_claims:
                 runas.make_private_dirs(d, user)
         for c in [*run.init, *run.containers]:
-            c.uid, c.gid = user.uid, user.gid
-            for key, value in (("HOME", str(home)), ("USER", user.name), ("LOGNAME", user.name)):
-                if c.env.get(key) == self.base_env.get(key):  # the stack's own, not one the pod chose
-                    c.env[key] = value
+            if c.engine:  # the engine's client stays root (and keeps its HOME); the container runs as the user
+                c.command = [*c.command[:2], "--user", f"{user.uid}:{user.gid}", *c.command[2:]]
+            else:
+                c.uid, c.gid = user.uid, user.gid
+                for key, value in (("HOME", str(home)), ("USER", user.name), ("LOGNAME", user.name)):
+                    if c.env.get(key) == self.base_env.get(key):  # the stack's own, not one the pod chose
+                        c.env[key] = value
             # the container writes its message into a file of its own, in a folder it cannot change: the shim
             # (root) reads it back, so it must never be a link the run chose
             fd = os.open(c.termination_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
