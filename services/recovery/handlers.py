@@ -4,7 +4,11 @@
 An ``exec.failed`` that does not already name a platform fault is checked against the node's health record
 (``health.blame``) first, so a GPU fault that killed the process is retried on another node whether the
 failure or ``health.degraded`` arrives first; while the node's agent has not sampled since the failure, the
-decision waits (``TemporaryError``) up to ``settle_s``."""
+decision waits (``TemporaryError``) up to ``settle_s``, but only for a sudden death of a run on the node's GPUs
+or across nodes (``blame.may_wait``): every other failure is decided as soon as it arrives.
+
+The decision is published at once; a retry's backoff is not waited out here: ``recovery.retrying`` carries
+``not_before`` and the renderer holds the next attempt until then."""
 
 from __future__ import annotations
 
@@ -26,10 +30,13 @@ from taugrid.core.contracts import (
 )
 from taugrid.core.errors import TemporaryError
 from taugrid.core.states import TERMINAL
-from taugrid.health.blame import blame
+from taugrid.health.blame import blame, may_wait
 from taugrid.health.monitor import read_state
 
 PLATFORM_FAULTS = ("gpu_fault", "node_failure")
+# How often a decision that waits for the node's next sample looks again (each look is a delivery: the durable's
+# max_deliver, 8, bounds how many).
+SAMPLE_POLL_S = 1.0
 
 
 def _event_time(ev: Event) -> float:
@@ -57,11 +64,13 @@ class Recovery:
         if ev.type == "exec.failed":
             fin = ev.payload(ExecFinished)
             node, exit_code, reason, message = fin.node or record.node, fin.exit_code, fin.reason, fin.message
-            if node and classify(reason, exit_code) not in PLATFORM_FAULTS:
+            cls = classify(reason, exit_code)
+            if node and cls not in PLATFORM_FAULTS:
                 state, _ = await read_state(self.bus, node)
-                b = blame(state, failed_at=_event_time(ev), now=time.time(), settle_s=self.settle_s)
+                settle = self.settle_s if may_wait(record.resolved, cls) else 0.0
+                b = blame(state, failed_at=_event_time(ev), now=time.time(), settle_s=settle)
                 if b.verdict == "wait":
-                    raise TemporaryError(f"{b.message}; deciding after its next sample", delay=1.0)
+                    raise TemporaryError(f"{b.message}; deciding after its next sample", delay=SAMPLE_POLL_S)
                 if b.verdict == "node":
                     reason, message = "GpuFault", f"{b.condition} on node {node}: {b.message} (the attempt ended " \
                                                   f"{fin.reason or 'failed'}: {fin.message})"

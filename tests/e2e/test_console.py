@@ -49,7 +49,9 @@ def test_logs_separate_attempts(stack: Stack, tmp_path: Path) -> None:
     proc = stack.tau("run", str(cfg.parent), "--follow", timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_id = proc.stdout.splitlines()[0]
-    assert "── attempt 2 (retry after Error) ──" in proc.stdout.splitlines()
+    assert "── attempt 2 (retry after Error, backoff 0.2s) ──" in proc.stdout.splitlines()
+    assert any(x.endswith("recovery.retrying    attempt 2 after Error; backoff: it starts in 0.2s")
+               for x in proc.stdout.splitlines())
     logs = stack.tau("logs", run_id, check=True).stdout.splitlines()
     assert logs == ["try 1", "── attempt 2 ──", "try 2"]
 

@@ -3,7 +3,10 @@ the node's fault reach recovery does not change the answer."""
 
 from __future__ import annotations
 
-from taugrid.health.blame import blame
+from typing import Any
+
+from taugrid.core.contracts import ResolvedRun, Resources
+from taugrid.health.blame import blame, may_wait
 from taugrid.health.wire import ConditionState, NodeState
 
 
@@ -42,3 +45,22 @@ def test_a_minor_condition_or_one_long_after_the_failure_is_not_the_cause() -> N
 def test_a_node_no_agent_watches_leaves_it_to_the_run_and_the_wait_is_bounded() -> None:
     assert blame(None, failed_at=100.0, now=100.1, settle_s=10).verdict == "run"
     assert blame(node(last_sample=50.0), failed_at=100.0, now=111.0, settle_s=10).verdict == "run"
+
+
+def run(**kw: Any) -> ResolvedRun:
+    return ResolvedRun(run_id="r", submission_id="s", workspace="w", namespace="n", name="r", **kw)
+
+
+def test_only_a_sudden_death_on_the_nodes_gpus_or_across_nodes_waits_for_a_sample() -> None:
+    gpu = run(resources=Resources(gpu=1))
+    assert may_wait(gpu, "app_error") and may_wait(gpu, "unknown")
+    assert may_wait(run(resources=Resources(gpu_fraction=0.5)), "app_error")
+    assert may_wait(run(nodes=2), "app_error") and may_wait(run(workers=2), "app_error")
+    assert not may_wait(run(), "app_error")  # no GPU, one node: no node fault kills it unseen
+    for settled in ("oom", "timeout", "hang", "config", "cancelled", "preempted", "evicted"):
+        assert not may_wait(gpu, settled), settled
+
+
+def test_a_failure_that_may_not_wait_still_blames_a_fault_already_on_record() -> None:
+    assert blame(node(last_sample=99.0), failed_at=100.0, now=100.1, settle_s=0).verdict == "run"
+    assert blame(node(last_sample=99.0, fault_since=99.0), failed_at=100.0, now=100.1, settle_s=0).verdict == "node"

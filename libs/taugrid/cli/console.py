@@ -40,7 +40,10 @@ async def follow_run(client: Any, run_id: str, output: str) -> None:
             continue
         if item.type == "recovery.retrying" and item.attempt > attempt:
             attempt = item.attempt
-            click.echo(attempt_separator(attempt, f"retry after {item.as_dict().get('reason', '')}"))
+            data = item.as_dict()
+            delay = float(data.get("delay_s") or 0)
+            backoff = f", backoff {delay:g}s" if delay > 0 else ""
+            click.echo(attempt_separator(attempt, f"retry after {data.get('reason', '')}{backoff}"))
         click.echo(color(f"[{elapsed(start, None):>6}] ", "cyan") + stage_line(item))
     record = await client.settled(run_id)
     if output != "json":

@@ -125,6 +125,10 @@ def event_detail(ev: Event) -> str:
         ahead = [p for p in data.get("phases") or [] if p.get("status") not in ("done", "skipped")]
         where = f"{ahead[0]['name']} {ahead[0]['status']} {ahead[0].get('detail', '')}" if ahead else "started"
         return f"{data.get('pod') or 'raycluster'}: {where}".strip()
+    if ev.type == "recovery.retrying":  # decided at once; the backoff is a wait before the next attempt
+        delay = float(data.get("delay_s") or 0)
+        wait = f"; backoff: it starts in {delay:g}s" if delay > 0 else ""
+        return f"attempt {data.get('attempt')} after {data.get('reason') or data.get('classification')}{wait}"
     if ev.type.endswith("rejected"):
         reasons = data.get("reasons") or []
         return "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]

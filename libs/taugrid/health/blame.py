@@ -10,6 +10,11 @@ Rules: a drain-grade fault (severity ≥ 3, the grade that drains) active on the
 ``settle_s`` after the failure blames the node. With no such fault yet, if the node's agent has not sampled
 since the failure and the failure is younger than ``settle_s``, the answer is "wait" (recovery asks again
 shortly); a node no agent watches (no record) or a clean sample after the failure leaves it to the run.
+
+Only a failure a node fault can cause unseen waits (``may_wait``): a sudden death (a crash or an unexplained end)
+of a run that used the node's GPUs or spanned nodes (an InfiniBand fault kills multi-node work). A run without
+GPUs on one node, a memory kill, a deadline, a hang (the fault, if any, came first and is already on record)
+are judged at once on what the node's record already holds, so their decision never waits for a sample.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from taugrid.core.contracts import ResolvedRun
 from taugrid.health.wire import NodeState
 
 DRAIN_SEVERITY = 3
+# Classes (core.classify) a node fault may hide behind until the node's next sample: the process just died.
+SUDDEN_DEATHS = frozenset({"app_error", "unknown"})
 
 
 @dataclass(frozen=True)
@@ -41,3 +49,13 @@ def blame(state: NodeState | None, *, failed_at: float, now: float, settle_s: fl
     if state.last_sample < failed_at and now - failed_at < settle_s:
         return Blame("wait", message=f"node {state.node} has not been sampled since the failure")
     return Blame("run")
+
+
+def may_wait(run: ResolvedRun, classification: str) -> bool:
+    """Whether a failure of ``run`` classed ``classification`` may be a node fault not yet sampled: a sudden
+    death of a run on the node's GPUs or across nodes. Otherwise ``blame`` is asked with ``settle_s=0``."""
+    if classification not in SUDDEN_DEATHS:
+        return False
+    res = run.resources
+    gpus = res.gpu > 0 or res.gpu_fraction > 0 or run.gpus_per_worker > 0 or bool(run.devices)
+    return gpus or run.nodes > 1 or run.workers > 0
