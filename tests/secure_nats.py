@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.bus import Bus, connect, creds, permissions
+from taugrid.bus.authors import publish_keys
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver
 
@@ -76,6 +77,7 @@ class SecureNats:
         bus = await self.connect("bootstrap")
         try:
             await bootstrap(bus)
+            await publish_keys(bus, {svc: self.identity(svc).public_key for svc in permissions.SERVICE_ROLES})
         finally:
             await bus.close()
 

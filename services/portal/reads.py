@@ -78,7 +78,7 @@ async def evidence(bus: Bus, record: RunRecord) -> dict[str, Any]:
     from taugrid.evidence.store import read_bundle
     from taugrid.evidence.verify import as_dict, verify_run
 
-    got = await read_bundle(bus, record.run_id)
+    got = await read_bundle(bus, record.run_id, workspace=record.workspace)
     if got is None:
         return {"sealed": False}
     _, doc = got

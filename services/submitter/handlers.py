@@ -27,7 +27,7 @@ from taugrid.config.platform import Platform
 from taugrid.config.resolve import lane_for
 from taugrid.config.taujob import config_hash, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
-from taugrid.core.errors import ConfigError, NotFound
+from taugrid.core.errors import ConfigError, NotFound, NotYet, PermanentError
 from taugrid.core.ids import token
 from taugrid.core.limits import (
     DEFAULT_SUBMISSIONS_PER_MINUTE,
@@ -66,8 +66,14 @@ class Submitter:
         self.bus = bus
         self.projector = runstate.Projector(bus)
         self.signers = Signers(bus)
+        self.pacer = ratelimit.Pacer(bus)
 
     async def on_requested(self, ev: Event) -> None:
+        if not await self._first_for_run(ev):
+            raise PermanentError(
+                f"run {ev.subject} in workspace {ev.workspace} already has a submission (another message of the "
+                "stream claimed it): a second request for the same run is never answered, so nobody can write "
+                "a rejection into a run that is not theirs")
         if len(ev.data) > SUBMISSION_MAX_BYTES:
             # refused before decoding: the rejection is small whatever was sent, so the run never sticks in
             # `submitted` on a derived event the server would refuse
@@ -110,17 +116,23 @@ class Submitter:
             record, _ = await runstate.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on
+            wait = await self.pacer.due(req.submission_id)  # a paced submission back for its slot
         else:
             limit = _rate_limit(platform, workspace)
-            if not await ratelimit.admit(self.bus, workspace, per_minute=limit):
+            try:
+                wait = await self.pacer.reserve(workspace, req.submission_id, per_minute=limit)
+            except ratelimit.Backlogged as full:
                 await self._reject(ev, [Issue(
                     field="workspace",
-                    message=f"workspace {workspace!r} accepts at most {limit} new submissions per minute; "
-                            "this one is over the limit",
-                    fix="submit again in a minute, or ask a platform admin to raise "
+                    message=f"workspace {workspace!r} admits {limit} new submissions a minute and already has "
+                            f"{full.ahead} waiting their turn, the most it may have; this one was not queued",
+                    fix="submit the rest once those are accepted, or ask a platform admin to raise "
                         "workspaces[].submissions_per_minute in platform.yaml",
                 )], user=user)
                 return
+        if wait > 0:  # over the workspace's rate: it waits in the stream, in order, and is admitted at its slot
+            raise NotYet(f"paced: workspace {workspace!r} is over its submission rate; this one is admitted in "
+                         f"{wait:.1f}s", delay=wait)
         try:
             config, digest = parsed(req.config_text, req.config_path)
         except ConfigError as err:
@@ -157,6 +169,17 @@ class Submitter:
                 signature=ev.signature,
             ),
         )
+
+    async def _first_for_run(self, ev: Event) -> bool:
+        """Whether this message (by its stream sequence, the same on every redelivery) is the first request
+        stored for its run, the only one the submitter answers. Anyone who may submit in a workspace can
+        publish on any run's subject there, signed or not, or replay an old request; answering such a
+        request (a rejection, say) would write into someone else's run. Run and workspace are the subject's."""
+        claim, mine = f"run.{ev.workspace}.{ev.subject}", str(ev.seq).encode()
+        if await kv.create(self.bus, "submissions", claim, mine) is not None:
+            return True
+        held = await kv.get(self.bus, "submissions", claim)
+        return held is not None and held.value == mine
 
     async def _check_source(self, req: SubmitRequested) -> Issue | None:
         """A submission's snapshot must be in the store under its content address and hash to it (a

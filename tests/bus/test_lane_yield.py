@@ -25,15 +25,16 @@ BACKLOG = 100
 async def handled_order(bus: Bus, *, yielding: bool) -> list[str]:
     """The lanes of the backlog's events in the order the handler was handed them."""
     tag = uuid.uuid4().hex[:8]
-    subject = {lane: f"log.yield{tag}.{lane}.x" for lane in ("high", "default")}
-    for lane in ("high", "default"):
-        await ensure_consumer(bus, ConsumerSpec(f"yield-{tag}-{lane}", "LOGS", [subject[lane]], ack_wait=10))
+    for lane in ("high", "default"):  # log.<workspace>.<run>.<attempt>: a run of its own per event
+        await ensure_consumer(bus, ConsumerSpec(f"yield-{tag}-{lane}", "LOGS", [f"log.yield{tag}{lane}.*.1"],
+                                                ack_wait=10))
         for i in range(BACKLOG):
-            await bus.js.publish(subject[lane], f"{lane} {i}".encode(), headers={"ce-subject": f"{lane}-{i}"})
+            await bus.js.publish(f"log.yield{tag}{lane}.{lane}-{i}.1", f"{lane} {i}".encode(),
+                                 headers={"ce-subject": f"{lane}-{i}"})
     order: list[str] = []
 
     async def handler(ev: Event) -> None:
-        order.append(ev.nats_subject.split(".")[2])
+        order.append(ev.subject.split("-")[0])
         await asyncio.sleep(0.02)  # some work, so a loop that fetched keeps its events in flight a while
 
     high = ConsumerLoop(bus, stream="LOGS", durable=f"yield-{tag}-high", handler=handler, fetch_timeout=0.2)

@@ -31,7 +31,14 @@ from nats.js.object_store import ObjectStore
 
 from taugrid.bus import creds as credentials
 from taugrid.bus import identity, natsheaders, tracing
-from taugrid.bus.envelope import DELEGATION_HEADER, SIGNED_TYPES, Event, headers_for, sign_headers
+from taugrid.bus.envelope import (
+    DELEGATION_HEADER,
+    SIGNED_TYPES,
+    Event,
+    headers_for,
+    sign_headers,
+    sign_service_headers,
+)
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import message_id, run_subject
 from taugrid.core.limits import EVENT_MAX_BYTES, size_text
@@ -141,6 +148,10 @@ class Bus:
         self.js: JetStreamContext = nc.jetstream(timeout=10)
         self.source = source
         self.identity = identity  # None on a server without authentication
+        # What this connection signs its events with (``authors``: a stage acts only on events its author
+        # signed); loaded once, since a publish is on every hop. None without a seed (no authentication).
+        self.signing_key = identity.keypair() if identity is not None and identity.seed else None
+        self.authors: Any = None  # authors.Authors of this connection, made by the first consumer that checks
         self._kv: dict[str, KeyValue] = {}
         self._obs: dict[str, ObjectStore] = {}
         # A person's nkey seed: their submit/cancel requests are signed with it (the client sets it).
@@ -224,6 +235,8 @@ class Bus:
             headers[DELEGATION_HEADER] = delegation
         if self.seed is not None and family == "run" and event_type in SIGNED_TYPES:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
+        elif self.signing_key is not None and family != "log":  # log chunks are read by people only, never acted on
+            sign_service_headers(self.signing_key, nats_subject=subject, headers=headers, body=data)
         try:
             reply = await self.replies.request(subject, data, headers=headers, timeout=PUBLISH_TIMEOUT_S, guarded=True)
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError) as exc:

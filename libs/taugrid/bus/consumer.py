@@ -18,8 +18,10 @@ never will) → copy to DLQ, then term; ``TemporaryError`` → nak with its dela
 exception → nak with backoff (the server's max-deliver advisory then
 lands in the DLQ stream).
 
-Before a handler sees an event, its ``ce-source`` is checked against ``sources.SERVICE_PUBLISH``: an event
-from a service not allowed to publish its subject is dead-lettered with the reason and never handled. While a
+Before a handler sees an event, its author is checked (``authors.Authors.problem``): headers that contradict
+the subject, a ``ce-source`` that ``sources.SERVICE_PUBLISH`` does not allow on the subject, or (on a bus with
+authentication) a signature that is not that service's, and the event is dead-lettered with the reason and never
+handled. While a
 handler runs, ``identity.run_user`` holds the run's verified submitter from a service-published run event, so
 what the handler emits names the same person.
 """
@@ -41,9 +43,10 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
 from taugrid.bus import identity, metrics, sources, tracing
+from taugrid.bus.authors import Authors
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
-from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.errors import NotYet, PermanentError, TemporaryError
 
 log = logging.getLogger("taugrid.consumer")
 
@@ -109,6 +112,7 @@ class ConsumerLoop:
         self.drained = asyncio.Event()
         self.drained.set()  # until its first fetch says otherwise: a lane yielding to it starts at once
         self.yields_to: ConsumerLoop | None = None
+        self.authors = Authors.of(bus)
 
     def yield_to(self, other: ConsumerLoop) -> None:
         """Fetch only while ``other`` has no backlog (strict priority: a stage's default lane behind its high
@@ -210,18 +214,20 @@ class ConsumerLoop:
         def outcome(name: str) -> None:
             metrics.child(metrics.HANDLED, self.durable, event.type, name).observe(time.perf_counter() - started)
 
-        if self.stream in sources.CHECKED_STREAMS:
-            problem = sources.source_problem(msg.subject, event.source)
-            if problem is not None:
-                log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
-                await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
-                _resolve(handled)
-                await self._settle(msg, TERM)
-                metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
-                outcome("refused")
-                return
-            if event.user and event.subject and not sources.verdict(msg.subject)[0]:
-                identity.run_user.set((event.subject, event.user))
+        problem = event.problem or None
+        if self.stream in sources.CHECKED_STREAMS and problem is None:
+            problem = await self.authors.problem(event)
+        if problem is not None:
+            log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
+            await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
+            _resolve(handled)
+            await self._settle(msg, TERM)
+            metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
+            outcome("refused")
+            return
+        if self.stream in sources.CHECKED_STREAMS and event.user and event.subject \
+                and not sources.verdict(msg.subject)[0]:
+            identity.run_user.set((event.subject, event.user))
         stuck = asyncio.get_running_loop().call_later(STUCK_S, self._report_stuck, asyncio.current_task(), msg)
         try:
             with tracing.span(f"process {event.type}", parent=event.traceparent, kind=SpanKind.CONSUMER,
@@ -242,6 +248,8 @@ class ConsumerLoop:
             # service) may be restarting, and a fixed short delay would spend max_deliver in seconds and lose
             # the event to the DLQ (8 deliveries now span about a minute).
             delay = min(30.0, max(exc.delay, exc.delay * 2 ** (meta.num_delivered - 1)))
+            if isinstance(exc, NotYet):  # a scheduled wait (a paced submission's slot): exactly what it says
+                delay = exc.delay
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
                      delay, exc)
             _resolve(handled)

@@ -38,6 +38,7 @@ import nkeys
 
 from taugrid.core import nesting
 from taugrid.core.events import RUN_EVENTS, ce_type, lane_of, short_type
+from taugrid.core.ids import token
 
 T = TypeVar("T")
 
@@ -72,6 +73,10 @@ class Event(msgspec.Struct, kw_only=True):
     signature: str = ""  # tau-signature
     delegation: str = ""  # tau-delegation: a person's token letting the signer act for them (bus/delegation.py)
     stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
+    # Why the headers contradict the subject ("" when they agree): such a message is refused before any handler
+    # sees it (``consumer``) and left out of every reading (``replay``); its fields hold the subject's values.
+    problem: str = ""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)  # as received (a service signature covers them)
 
     @property
     def happened(self) -> float:
@@ -156,13 +161,32 @@ def headers_for(
 
 def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq: int = 0,
                  stored: float = 0.0) -> Event:
-    """Decode a message; a message with no CloudEvents headers still yields an Event (type from the subject)."""
+    """Decode a message. What the server vouches for is its subject, so a run event's workspace, run and type
+    are the subject's (``run.<ws>.<run>.<stage>.<outcome>[.<lane>]``), and a log chunk's workspace and run too
+    (``log.<ws>.<run>.<attempt>``); a ``ce-type``, ``ce-workspace`` or ``ce-subject`` header that says otherwise
+    sets ``problem`` (the message is refused, never read with the header's value). A message with no
+    CloudEvents headers still yields an Event."""
     h = headers or {}
     ce = h.get("ce-type", "")
     parts = subject.split(".")
     if lane_of(subject):
         parts = parts[:-1]  # the lane token
-    kind = short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
+    workspace, about = h.get("ce-workspace", ""), h.get("ce-subject", "")
+    problem = ""
+    if parts[0] == "run" and len(parts) == 5:
+        kind = f"{parts[3]}.{parts[4]}"
+        problem = _disagreement(ce and short_type(ce), kind, "ce-type") or \
+            _disagreement(workspace and token(workspace), parts[1], "ce-workspace") or \
+            _disagreement(about and token(about), parts[2], "ce-subject")
+        workspace, about = parts[1], parts[2]
+    else:
+        kind = short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
+        if parts[0] == "log" and len(parts) == 4:
+            problem = _disagreement(workspace and token(workspace), parts[1], "ce-workspace") or \
+                _disagreement(about and token(about), parts[2], "ce-subject")
+            workspace, about = parts[1], parts[2]
+    if problem:
+        problem = f"{problem} on {subject}: the subject decides, so this message is refused"
     try:
         attempt = int(h.get("ce-attempt", "1"))
     except ValueError:
@@ -171,11 +195,11 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         id=h.get("ce-id", h.get("Nats-Msg-Id", "")),
         type=kind,
         source=h.get("ce-source", ""),
-        subject=h.get("ce-subject", ""),
+        subject=about,
         time=h.get("ce-time", ""),
         data=data,
         nats_subject=subject,
-        workspace=h.get("ce-workspace", ""),
+        workspace=workspace,
         attempt=attempt,
         traceparent=h.get("traceparent", ""),
         seq=seq,
@@ -185,7 +209,14 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         signature=h.get(SIGNATURE_HEADER, ""),
         delegation=h.get(DELEGATION_HEADER, ""),
         stored=stored,
+        problem=problem,
+        headers=h,
     )
+
+
+def _disagreement(claimed: str, actual: str, header: str) -> str:
+    """Why ``header`` (``claimed``, "" when absent) contradicts the subject's ``actual`` value; "" when not."""
+    return f"{header} says {claimed!r} where the subject says {actual!r}" if claimed and claimed != actual else ""
 
 
 # ---------------------------------------------------------------- signatures
@@ -256,6 +287,35 @@ def verify_form(form: bytes, *, public_key: str, signature: str) -> None:
     except (nacl.exceptions.BadSignatureError, ValueError) as exc:
         raise SignatureInvalid("signature does not match the request (tampered, or signed by another key)") \
             from exc
+
+
+SERVICE_SIGNATURE_SCHEME = "tau-svc-v1"
+
+
+def service_form(*, nats_subject: str, headers: dict[str, str], body: bytes) -> bytes:
+    """The bytes a service signs for every event it publishes: the request form's lines plus the attributes a
+    stage acts on that the request form leaves out (``ce-source``, ``ce-workspace``, ``ce-attempt``,
+    ``ce-tauuser``), under its own scheme line so a person's signature can never pass for a service's."""
+    return "\n".join([
+        SERVICE_SIGNATURE_SCHEME, nats_subject, headers.get("ce-id", ""), headers.get("ce-type", ""),
+        headers.get("ce-subject", ""), headers.get("ce-time", ""), headers.get("ce-source", ""),
+        headers.get("ce-workspace", ""), headers.get("ce-attempt", ""), headers.get(USER_HEADER, ""),
+        hashlib.sha256(body).hexdigest(),
+    ]).encode()
+
+
+def sign_service_headers(key: nkeys.KeyPair, *, nats_subject: str, headers: dict[str, str], body: bytes) -> None:
+    """Sign a service's event (``service_form``) with the service's bus key, already loaded (``key``)."""
+    form = service_form(nats_subject=nats_subject, headers=headers, body=body)
+    headers[SIGNER_HEADER] = key.public_key.decode()
+    headers[SIGNATURE_HEADER] = base64.urlsafe_b64encode(key.sign(form)).rstrip(b"=").decode()
+
+
+def verify_service_signature(event: Event) -> str:
+    """Check a service's signature over the event as received; returns the signer's public key."""
+    form = service_form(nats_subject=event.nats_subject, headers=event.headers, body=event.data)
+    verify_form(form, public_key=event.signer, signature=event.signature)
+    return event.signer
 
 
 def signed_form(event: Event) -> bytes:

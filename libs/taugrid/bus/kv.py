@@ -183,7 +183,7 @@ async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: s
 
 async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: str, timeout: float) -> list[T]:
     stream, pre = f"KV_{bucket}", f"$KV.{bucket}."
-    cfg = ConsumerConfig(name=f"kvr-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+    cfg = ConsumerConfig(name=f"kvr-{secrets.token_hex(16)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                          inactive_threshold=30.0)
     sub = await bus.guarded(bus.js.subscribe(pre + key_filter, stream=stream, ordered_consumer=True, config=cfg))
     out: list[T] = []
@@ -277,7 +277,7 @@ async def watch(bus: Bus, bucket: str, key_filter: str) -> AsyncIterator[tuple[s
     permissions cover only some keys (``run.<ws>.>`` in ``run_state``) may watch those. ``TemporaryError`` when
     the bus goes away."""
     stream, pre = f"KV_{bucket}", f"$KV.{bucket}."
-    cfg = ConsumerConfig(name=f"kvw-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+    cfg = ConsumerConfig(name=f"kvw-{secrets.token_hex(16)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                          inactive_threshold=30.0)
     try:
         sub = await bus.guarded(bus.js.subscribe(pre + key_filter, stream=stream, ordered_consumer=True,

@@ -105,7 +105,7 @@ async def _read(bus: Bus, name: str) -> bytes | None:
         return None
     if not info.chunks:
         return b""
-    cfg = ConsumerConfig(name=f"obj-{secrets.token_hex(8)}", deliver_policy=DeliverPolicy.ALL,
+    cfg = ConsumerConfig(name=f"obj-{secrets.token_hex(16)}", deliver_policy=DeliverPolicy.ALL,
                          inactive_threshold=30.0)
     parts: list[bytes] = []
     try:

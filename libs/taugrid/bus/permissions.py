@@ -208,12 +208,26 @@ def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
         pub += _objects_read(UPLOADS_STORE)
         pub += [f"$O.{SOURCES_STORE}.>", f"{API}.STREAM.PURGE.OBJ_{SOURCES_STORE}"]
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub),
-                       deny_publish=_deny_durable_deletes() if role.replays else ())
+                       deny_publish=durable_guard(own=role.durables))
 
 
-def _deny_durable_deletes() -> tuple[str, ...]:
-    """Short-lived consumers may be deleted by whoever made them; the services' durables never."""
-    return tuple(f"{API}.CONSUMER.DELETE.{spec.stream}.{spec.durable}" for spec in CONSUMERS.values())
+def durable_guard(*, own: Iterable[str] = ()) -> tuple[str, ...]:
+    """What no identity but the bootstrap may do to the services' durable consumers, which are part of the
+    services (trust.md §5): create one (a create naming an existing durable *updates* it: a researcher changed
+    the evidence durable's filter so another workspace's runs were never sealed), delete one, and, but for the
+    service that owns it (``own``), pull from it, read its state or ack for it (a researcher pulled another
+    workspace's submissions from ``runstate`` and held them unacked for a minute). The legacy durable create
+    subject is refused outright: short-lived consumers are made with ``CONSUMER.CREATE``."""
+    mine = set(own)
+    out = [f"{API}.CONSUMER.DURABLE.CREATE.>"]
+    for spec in CONSUMERS.values():
+        stream, name = spec.stream, spec.durable
+        out += [f"{API}.CONSUMER.CREATE.{stream}.{name}", f"{API}.CONSUMER.CREATE.{stream}.{name}.>",
+                f"{API}.CONSUMER.DELETE.{stream}.{name}"]
+        if name not in mine:
+            out += [f"{API}.CONSUMER.MSG.NEXT.{stream}.{name}", f"{API}.CONSUMER.INFO.{stream}.{name}",
+                    f"$JS.ACK.{stream}.{name}.>"]
+    return tuple(out)
 
 
 def person_permissions(person: Person) -> Permissions:
@@ -250,7 +264,7 @@ def person_permissions(person: Person) -> Permissions:
     pub += _objects_read(SOURCES_STORE)  # what runs: written by the submitter only, so never replaced by anyone
     pub += _objects_read(UPLOADS_STORE)  # a put reads the name's metadata first
     pub += [f"$O.{UPLOADS_STORE}.C.>", f"$O.{UPLOADS_STORE}.M.>"]  # puts of source snapshots only, never purge
-    return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=_deny_durable_deletes())
+    return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub), deny_publish=durable_guard())
 
 
 def accounts(*, bootstrap_key: str, service_keys: dict[str, str], people: Iterable[Person],
@@ -334,7 +348,9 @@ def markdown_table() -> str:
                 "| people, from `platform.yaml` |")
     rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")
-    rows.append("| everyone | subscribe only `_INBOX.<own public key>.>`; never delete a service's durable | |")
+    rows.append("| everyone but `bootstrap` | subscribe only `_INBOX.<own public key>.>`; never create, update or "
+                "delete a service's durable consumer, nor pull from, ack for or read one that is not their own; "
+                "short-lived consumers only, under names of 128 random bits | |")
     return "\n".join(rows) + "\n"
 
 

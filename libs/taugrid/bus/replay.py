@@ -36,7 +36,7 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
     config = ConsumerConfig(
         # Named, so the create request's subject carries the filter (people's permissions allow only their
         # workspaces' filters).
-        name=f"replay-{secrets.token_hex(8)}",
+        name=f"replay-{secrets.token_hex(16)}",
         ack_policy=AckPolicy.NONE,
         deliver_policy=DeliverPolicy.ALL,
         mem_storage=True,
@@ -106,7 +106,7 @@ async def batches(
     The pull requests are sent by hand (``no_wait``: the server answers at once with what it holds, then a status)
     to an inbox whose messages a callback collects, instead of through nats-py's ``fetch``, which awaits every
     message of a batch with a timer of its own (a task and a timeout per message: most of a long replay's time)."""
-    name = f"tau-{secrets.token_hex(8)}"  # named, so the create request's subject carries the filter
+    name = f"tau-{secrets.token_hex(16)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
         name=name,
         ack_policy=AckPolicy.NONE,
@@ -151,8 +151,9 @@ async def batches(
                 continue
             idle = 0
             left -= len(got)
-            yield [from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply), stored=_stored_at(m.reply))
-                   for m in got]
+            # a message whose headers contradict its subject is never read (envelope.from_message)
+            yield [ev for ev in (from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply),
+                                              stored=_stored_at(m.reply)) for m in got) if not ev.problem]
         if left > 0:
             raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
     except nats.errors.Error as exc:
@@ -200,7 +201,7 @@ async def follow(
         return
     # Named, so the create request's subject carries the filter and the server's permissions can confine it
     # to the caller's workspaces.
-    name = f"tau-{secrets.token_hex(8)}"
+    name = f"tau-{secrets.token_hex(16)}"
     config = ConsumerConfig(
         name=name,
         deliver_policy=DeliverPolicy.BY_START_TIME if since else DeliverPolicy.ALL,
@@ -225,7 +226,9 @@ async def follow(
                     continue
                 return
             meta = msg.metadata
-            yield from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+            ev = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+            if not ev.problem:  # headers contradicting the subject: never read (envelope.from_message)
+                yield ev
             if cursor is not None:
                 cursor.yielded = meta.sequence.consumer
             if not live and meta.num_pending == 0:

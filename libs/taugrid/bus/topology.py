@@ -63,6 +63,7 @@ KV_BUCKETS = {
     "submissions": 1,
     "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
     "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
+    "service_keys": 1,  # each service's public nkey, written by the bootstrap identity only (bus/authors.py)
 }
 OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only
 SOURCES_STORE = "sources"  # content-addressed project snapshots (bus/snapshots.py): the submitter writes, pods read

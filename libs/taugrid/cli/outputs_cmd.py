@@ -36,7 +36,7 @@ async def listing(client: Any, record: RunRecord) -> dict[str, Any]:
     ckpt_dir = resolved.checkpoint_dir if resolved else ""
     from taugrid.evidence.store import read_bundle  # the store brings nats-py: loaded only when asked
 
-    got = await read_bundle(client.bus, record.run_id)
+    got = await read_bundle(client.bus, record.run_id, workspace=record.workspace)
     section: dict[str, Any] = {}
     if got is not None:
         source, section = "evidence", dict(got[1].get("outputs") or {})

@@ -116,12 +116,19 @@ def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
     )
 
 
-async def read_bundle(bus: Bus, run_id: str) -> tuple[bytes, dict[str, Any]] | None:
-    """The stored bundle's bytes and its decoded JSON (for ``tau evidence RUN``), or None when not sealed."""
+async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) -> tuple[bytes, dict[str, Any]] | None:
+    """The stored bundle's bytes and its decoded JSON (for ``tau evidence RUN``), or None when not sealed.
+    ``workspace``: the run's, as the caller's record says; a bundle of a run of that id in another workspace is
+    then None (a reader with broad rights, the portal, must not serve one workspace's bundle for a record
+    someone made under the same run id in theirs)."""
     data = await read_object(bus, b.bundle_name(run_id))
     if data is None:
         return None
-    return data, msgspec.json.decode(data)
+    doc = msgspec.json.decode(data)
+    theirs = str(doc.get("workspace", "")) if isinstance(doc, dict) else ""
+    if workspace is not None and token(theirs) != token(workspace):
+        return None
+    return data, doc
 
 
 async def collect(

@@ -167,6 +167,7 @@ class Stack:
 
 
 async def _prepare(stack: Stack) -> None:
+    from taugrid.bus.authors import publish_keys
     from taugrid.bus.bootstrap import bootstrap
     from taugrid.bus.connection import connect
     from taugrid.bus.platformstore import get_text, put_text
@@ -179,6 +180,7 @@ async def _prepare(stack: Stack) -> None:
             await bootstrap(bus, replicas=1)
         else:
             await _bootstrap_cluster(bus, replicas=stack.cluster.size)
+        await publish_keys(bus, {name: i.public_key for name, i in stack.ids.services.items()})
         await ensure_local_user(bus, stack.data_dir)
         if await get_text(bus) is None:
             await put_text(bus, machine_platform_yaml(stack.data_dir))

@@ -1,0 +1,117 @@
+"""Who wrote an event, checked before any stage acts on it.
+
+Server permissions say who may publish where; this says who *did*. Every service signs each event it publishes
+with its bus nkey (``envelope.sign_service_headers``, done by ``Bus.publish``), and a consumer of a checked
+stream acts on a stage's event only when
+
+- its headers agree with its subject (``Event.problem``: the subject alone says workspace, run and type),
+- its ``ce-source`` names a service that ``sources.SERVICE_PUBLISH`` allows to publish the subject, and
+- it is signed by that same service's key, as the ``service_keys`` bucket lists it.
+
+People's requests (``sources.PERSON_REQUESTS``) pass here: their own signature is checked where they are
+handled (``signers``). A permission mistake, a stolen routine credential that may publish a subject, or a
+message copied onto another subject is thus refused, not applied (``../shared/design/trust.md`` §2).
+
+The keys. The bootstrap identity, and only it (``permissions``: no other identity may write the bucket), puts
+each service's public key under the service's name (``publish_keys``: ``tau up``; the chart's bootstrap Job).
+A bus without authentication has no keys and no boundary to keep: there the check is the ``ce-source`` one
+alone. A signer not yet known makes the keys be read again (at most every ``REFRESH_S``), so a rotated key is
+taken without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import nats
+
+from taugrid.bus import sources
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event, SignatureInvalid, verify_service_signature
+
+log = logging.getLogger("taugrid.authors")
+
+BUCKET = "service_keys"
+REFRESH_S = 2.0
+
+
+async def publish_keys(bus: Bus, keys: dict[str, str]) -> None:
+    """Record each service's public key (``service`` as in ``ce-source``, e.g. ``admission-watcher``); only the
+    bootstrap identity may. A key already recorded is replaced (a rotation)."""
+    kv = await bus.kv(BUCKET)
+    for service, public_key in sorted(keys.items()):
+        name = service.replace("_", "-")
+        try:
+            current = await kv.get(name)
+            if current.value is not None and current.value.decode() == public_key:
+                continue
+        except nats.js.errors.KeyNotFoundError:
+            pass
+        await kv.put(name, public_key.encode())
+
+
+class Authors:
+    """The service keys of one connection's bus, read lazily, and the author check."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.services: dict[str, str] = {}  # public key → service
+        self.read_at = 0.0
+        self._reading: asyncio.Lock = asyncio.Lock()
+
+    @classmethod
+    def of(cls, bus: Bus) -> Authors:
+        """The connection's one instance (its consumer loops share the keys they read)."""
+        if not isinstance(bus.authors, Authors):
+            bus.authors = cls(bus)
+        return bus.authors
+
+    async def _refresh(self) -> None:
+        async with self._reading:
+            if time.monotonic() - self.read_at < REFRESH_S:
+                return
+            self.read_at = time.monotonic()
+            try:
+                kv = await self.bus.kv(BUCKET)
+                names = await kv.keys()
+            except nats.js.errors.NoKeysError:
+                names = []
+            except nats.js.errors.BucketNotFoundError:
+                return  # an older bus provisioned before the bucket: no keys to check against yet
+            found: dict[str, str] = {}
+            for name in names:
+                entry = await kv.get(name)
+                if entry.value:
+                    found[entry.value.decode()] = name
+            if found != self.services:
+                log.info("service keys: %s", ", ".join(sorted(found.values())) or "none (no authentication)")
+            self.services = found
+
+    async def problem(self, ev: Event) -> str | None:
+        """Why a stage must not act on ``ev``; None when it may."""
+        if ev.problem:
+            return ev.problem
+        person, allowed = sources.verdict(ev.nats_subject)
+        if person:
+            return None
+        claimed = sources.source_problem(ev.nats_subject, ev.source)
+        if claimed is not None:
+            return claimed
+        if not self.services or (ev.signer and ev.signer not in self.services):
+            await self._refresh()
+        if not self.services:
+            return None  # a bus without authentication: nobody to tell apart
+        service = self.services.get(ev.signer)
+        if service is None:
+            return (f"{ev.type} on {ev.nats_subject} is not signed by any service's key (signer "
+                    f"{ev.signer or 'none'}): only {', '.join(allowed) or 'no service'} may publish it")
+        if service not in allowed or ev.source != f"{sources.SOURCE_PREFIX}{service}":
+            return (f"{ev.type} on {ev.nats_subject} is signed by {service}, which may not publish it as "
+                    f"{ev.source!r}: only {', '.join(allowed) or 'no service'} may")
+        try:
+            verify_service_signature(ev)
+        except SignatureInvalid as exc:
+            return f"{ev.type} on {ev.nats_subject} claims {service}'s key, but {exc}"
+        return None
