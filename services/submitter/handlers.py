@@ -9,6 +9,9 @@ Priority lanes: ``submit.requested`` arrives on the default durable or the high 
 client claimed; ``submit.accepted`` goes on the lane the submitter decides from the parsed config and the
 platform (``_lane``), so a claim the platform does not back only ever skipped this one stage's queue.
 
+Pacing: over its workspace's rate a new submission is not rejected; it waits in the stream for its slot
+(``ratelimit.Pacer``, nak'ed with ``NotYet``) and is accepted then, in the order the slots were reserved.
+
 Idempotent: the run id derives from the submission id, the submission is claimed with a KV create (once), and
 ``submit.accepted`` has a deterministic message id; a redelivery either re-emits the same (deduplicated) event
 or, when the run already moved on, does nothing.

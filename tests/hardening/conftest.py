@@ -34,7 +34,7 @@ workspaces:
   - {name: team-a, namespace: default, local_queue: default, default_priority: normal,
      default_profile: cpu-small, output_root: OUTPUTS}
   - {name: slow, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS, submissions_per_minute: 3}
+     default_profile: cpu-small, output_root: OUTPUTS, submissions_per_minute: 60}
 """
 
 

@@ -218,7 +218,8 @@ class Workspace(Strict):
     )
     submissions_per_minute: int | None = Field(
         default=None, ge=0,
-        description="new submissions accepted per minute in this workspace (default 120; 0 = unlimited)",
+        description="new submissions admitted at once and then per minute in this workspace; more wait their "
+                    "turn, in order (default 2000; 0 = unlimited)",
     )
 
 

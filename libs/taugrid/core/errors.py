@@ -23,6 +23,11 @@ class TemporaryError(TauError):
         self.delay = delay
 
 
+class NotYet(TemporaryError):
+    """Not due yet: handle it again in exactly ``delay`` seconds (a scheduled wait, such as a paced submission's
+    slot), not after a delay that grows with each delivery as a ``TemporaryError``'s does."""
+
+
 class ConfigError(PermanentError):
     """A ``tau.yaml`` or ``platform.yaml`` is invalid. ``issues`` lists each problem with its field path."""
 
