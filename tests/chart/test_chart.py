@@ -447,7 +447,13 @@ def test_bootstrap_is_a_post_install_hook_running_the_bus_bootstrap(render: Rend
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     spec = job["spec"]["template"]["spec"]
     assert [c["command"] for c in spec["containers"]] == [
-        ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1"]]
+        ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1",
+         "--service-keys", "/etc/taugrid/identities/identities.json"]]
+    # the services' public keys the bootstrap publishes for the stages' signature checks (bus/authors.py)
+    assert {"name": "bus-identities", "mountPath": "/etc/taugrid/identities", "readOnly": True} in \
+        spec["containers"][0]["volumeMounts"]
+    (ids,) = [v for v in spec["volumes"] if v["name"] == "bus-identities"]
+    assert ids["secret"]["items"] == [{"key": "identities.json", "path": "identities.json"}]
     assert spec["automountServiceAccountToken"] is False
 
 
@@ -458,7 +464,8 @@ def test_platform_is_rendered_and_applied_after_the_bus_bootstrap(render: Render
     assert yaml.safe_load(cm["data"]["platform.yaml"]) == {"workspaces": [{"name": "ml", "namespace": "team-ml"}]}
     spec = one(objs, "Job", "t-taugrid-bootstrap")["spec"]["template"]["spec"]
     assert [c["command"] for c in spec["initContainers"]] == [
-        ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1"]]
+        ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1",
+         "--service-keys", "/etc/taugrid/identities/identities.json"]]
     (apply,) = spec["containers"]
     assert apply["command"] == ["tau", "platform", "apply", "/etc/taugrid/platform.yaml", "--backend", "kubernetes"]
     assert {"name": "platform", "mountPath": "/etc/taugrid", "readOnly": True} in apply["volumeMounts"]

@@ -42,7 +42,8 @@ def creds_items(spec: Obj) -> list[str]:
 
 def test_every_taugrid_pod_mounts_only_its_own_identity(default: list[Obj]) -> None:
     expected = {f"Deployment/t-taugrid-{s}": [f"svc-{s.replace('-', '_')}.nk"] for s in SERVICES}
-    expected |= {"DaemonSet/t-taugrid-node-agent": ["svc-node_agent.nk"], "Job/t-taugrid-bootstrap": ["bootstrap.nk"],
+    expected |= {"DaemonSet/t-taugrid-node-agent": ["svc-node_agent.nk"],
+                 "Job/t-taugrid-bootstrap": ["bootstrap.nk", "identities.json"],  # the services' public keys
                  "StatefulSet/t-taugrid-nats": ["identities.json", "svc-auth_sync.nk"],
                  # its signing seed (not a bus identity) beside its bus identity
                  "Deployment/t-taugrid-anchor": ["anchor-signing.nk", "svc-anchor.nk"]}

@@ -51,7 +51,8 @@ def test_three_replicas_make_a_statefulset_of_three_routed_servers(render: Rende
                             "ports": [{"port": 6222}]}]
     job = one(objs, "Job", "t-taugrid-bootstrap")
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "3"]
+    assert container["command"] == ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "3",
+                                    "--service-keys", "/etc/taugrid/identities/identities.json"]
     for o in objs:
         kubernetes_validate.validate(o, K8S_VERSION, strict=True)
 
@@ -62,7 +63,8 @@ def test_one_replica_renders_no_cluster(render: Render) -> None:  # noqa: F811
     assert one(objs, "StatefulSet", "t-taugrid-nats")["spec"]["replicas"] == 1
     assert not [p for p in find(objs, "PodDisruptionBudget") if p["metadata"]["name"] == "t-taugrid-nats"]
     (container,) = one(objs, "Job", "t-taugrid-bootstrap")["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1"]
+    assert container["command"] == ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1",
+                                    "--service-keys", "/etc/taugrid/identities/identities.json"]
 
 
 @pytest.mark.parametrize("bad", ["nats.cluster.replicas=2", "nats.cluster.replicas=7", "nats.cluster.size=3"])

@@ -18,19 +18,21 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from taugrid.bus import Bus, objects
+from taugrid.bus import Bus, connect, objects
 from taugrid.bus.bootstrap import ensure_consumer
+from taugrid.bus.bootstrap import main as bootstrap_main
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message, headers_for, sign_service_headers
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core.contracts import CancelRequested, PolicyApproved, ResolvedRun, SubmitRequested
-from taugrid.core.errors import PermanentError, PermissionDenied
+from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.store import read_bundle
 from taugrid_services.submitter.handlers import Submitter
@@ -212,3 +214,23 @@ async def test_the_portal_never_serves_another_workspaces_bundle_for_a_run_id(bu
     got = await read_bundle(bus, run, workspace="language")
     assert got is not None and got[1]["workspace"] == "language"
 
+
+
+async def test_the_charts_bootstrap_publishes_the_service_keys_from_identities_json(
+        bootstrapped: str, tmp_path: Path) -> None:
+    keys = {"policy": "UPOLICYKEY", "admission_watcher": "UWATCHERKEY"}
+    path = tmp_path / "identities.json"
+    path.write_text(json.dumps({"bootstrap": "UB", "services": keys, "admin": {"name": "a", "nkey": "UA"}}))
+    assert await asyncio.to_thread(bootstrap_main, [bootstrapped, "--service-keys", str(path)]) == 0
+    bus = await connect(bootstrapped, name="check")
+    try:
+        kv = await bus.kv("service_keys")
+        got = {name: (await kv.get(name)).value for name in ("policy", "admission-watcher")}
+        assert got == {"policy": b"UPOLICYKEY", "admission-watcher": b"UWATCHERKEY"}
+    finally:
+        for name in ("policy", "admission-watcher"):  # the shared server has no authentication: no keys
+            await kv.purge(name)
+        await bus.close()
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match="not an identities file written by `tau admin chart-credentials`"):
+        await asyncio.to_thread(bootstrap_main, [bootstrapped, "--service-keys", str(path)])

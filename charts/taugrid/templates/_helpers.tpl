@@ -120,6 +120,15 @@ its identity only ("taugrid.busCredsVolume"). TAU_LOCAL_ADMIN names the operator
 {{- end }}
 {{- end -}}
 
+{{/* The bootstrap's view of the credentials Secret's identities.json (public keys only). */}}
+{{- define "taugrid.identitiesMount" -}}
+{{- if .Values.auth.enabled }}
+- name: bus-identities
+  mountPath: /etc/taugrid/identities
+  readOnly: true
+{{- end }}
+{{- end -}}
+
 {{- define "taugrid.busMounts" -}}
 {{- if .Values.auth.enabled }}
 - name: bus-creds

@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 import nats
 from nats.js.api import (
@@ -35,6 +37,7 @@ from nats.js.api import (
     StreamSource,
 )
 
+from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.topology import (
     AUDIT_MAX_AGE,
@@ -215,10 +218,23 @@ async def record_local_admin(bus: Bus, value: str) -> bool:
     return True
 
 
-async def _main(url: str | None, *, update: bool, replicas: int | None) -> int:
+def _service_keys(path: Path) -> dict[str, str]:
+    """Each service's public key from ``identities.json`` (``tau admin chart-credentials``)."""
+    try:
+        services = json.loads(path.read_text())["services"]
+        return {str(name): str(key) for name, key in services.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"--service-keys {path}: not an identities file written by `tau admin "
+                          f"chart-credentials` ({exc!r}); fix: mount the credentials Secret's identities.json") from exc
+
+
+async def _main(url: str | None, *, update: bool, replicas: int | None, service_keys: Path | None) -> int:
+    keys = _service_keys(service_keys) if service_keys is not None else {}
     bus = await connect(url, name="bootstrap")
     try:
         alarms = await bootstrap(bus, update=update, replicas=replicas)
+        if keys:  # what every stage checks its events' signatures against (bus/authors.py)
+            await publish_keys(bus, keys)
         await record_local_admin(bus, os.environ.get("TAU_LOCAL_ADMIN", ""))
     finally:
         await bus.close()
@@ -233,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update", action="store_true", help="apply stream differences (break-glass identity)")
     ap.add_argument("--replicas", type=int, choices=range(1, 6), metavar="{1..5}",
                     help=f"servers holding each stream (default {REPLICAS_ENV}, else 1)")
+    ap.add_argument("--service-keys", type=Path, metavar="IDENTITIES_JSON",
+                    help="publish each service's public key from this identities.json (the chart's credentials "
+                         "Secret): stages act only on events their owning service signed")
     args = ap.parse_args(argv)
-    return asyncio.run(_main(args.url, update=args.update, replicas=args.replicas))
+    return asyncio.run(_main(args.url, update=args.update, replicas=args.replicas, service_keys=args.service_keys))
 
 
 if __name__ == "__main__":
