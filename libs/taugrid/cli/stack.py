@@ -210,6 +210,11 @@ def _report(state: dict[str, object], output: str, what: str) -> None:
         return
     bus = " (3-server JetStream cluster)" if state.get("ha") else ""
     click.echo(f"taugrid stack {what}: {state['nats_url']}{bus} (data in {state['data_dir']})")
+    run_as = state.get("run_as")
+    if isinstance(run_as, dict):
+        click.echo("runs run as " + ("each workspace's own OS user (tau-ws-<workspace>)"
+                                     if run_as.get("mode") == runas.WORKSPACE
+                                     else f"the stack's own OS user ({run_as.get('why')})"))
     click.echo(replica_table(state))
     if link:
         click.echo(f"web portal: {link}")
