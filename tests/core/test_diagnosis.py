@@ -26,7 +26,7 @@ def test_a_script_error_names_its_exit_code_and_the_retry_hint() -> None:
                           last_lines=["Traceback", "ValueError: bad lr"], node_verdict="healthy"))
     assert (d.classification, d.cause) == ("app_error", "the script exited with code 3")
     assert d.next_step == ("add Error to resilience.retry_on to retry crashes; fix the error its last lines show, "
-                           "then `tau run retry r-1`")
+                           "then `tau run retry r-1 --from .` in the project folder")
     assert d.facts == {"state": "failed", "attempts": "1", "reason": "Error", "exit code": "3",
                        "node": "n1 (now healthy)"}
     assert d.last_lines == ["Traceback", "ValueError: bad lr"]
@@ -44,6 +44,16 @@ def test_oom_names_the_limit() -> None:
     d = diagnose(record(state="failed", reason="OOMKilled", exit_code=137), RunFacts())
     assert (d.classification, d.cause) == ("oom", "killed for using more memory than its limit of 2 GiB (OOMKilled)")
     assert d.facts["signal"] == "SIGKILL"
+    # the next step runs the edited tau.yaml: a plain retry or resume would run the old limit and be killed again
+    assert d.next_step == ("raise compute.memory_limit in tau.yaml (or use less memory, e.g. a smaller batch); then "
+                           "`tau run retry r-1 --from .` in the project folder (`tau run resume r-1 --from .` to "
+                           "start from its last checkpoint)")
+
+
+def test_a_gpu_fault_or_a_cancel_runs_again_as_it_was() -> None:
+    gpu = diagnose(record(state="failed", reason="GpuFault", node="n2"), RunFacts())
+    assert gpu.next_step.endswith("raise it, or `tau run retry r-1` (the node is avoided)")
+    assert diagnose(record(state="cancelled"), RunFacts()).next_step == "`tau run retry r-1` runs it again"
 
 
 def test_a_kill_signal_preemption_deadline_rejection_and_cancel() -> None:

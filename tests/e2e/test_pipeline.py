@@ -222,7 +222,8 @@ def test_diagnose_names_the_failure_and_retry_runs_the_same_code_again(stack: St
     assert (found["state"], found["classification"], found["cause"]) == (
         "failed", "app_error", "the script exited with code 1")
     assert found["last_lines"][0] == "loading" and found["last_lines"][-1] == "ValueError: bad learning rate"
-    assert found["next_step"] == f"fix the error its last lines show, then `tau run retry {old}`"
+    assert found["next_step"] == (f"fix the error its last lines show, then `tau run retry {old} --from .` in the "
+                                  "project folder")
     human = stack.tau("diagnose", old, check=True).stdout
     assert human.startswith(f"{old}: failed — the script exited with code 1\n")
     again = stack.json("run", "retry", old)

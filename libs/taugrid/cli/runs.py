@@ -189,50 +189,76 @@ async def _dry_run(path: Path, cfg: Any, workspace: str | None, platform_file: P
     click.echo(to_yaml(manifests), nl=False)
 
 
+def from_option(what: str) -> Any:
+    return click.option(
+        "--from", "from_project", default=None, metavar="DIR|tau.yaml",
+        help=f"Run the project's tau.yaml and code as they are now (`--from .` in the project folder) instead of "
+             f"RUN's own, as submitted; {what}",
+    )
+
+
+def _project(value: str | None) -> Path | None:
+    """The tau.yaml ``--from`` names: a project folder holding one, or the file itself."""
+    if value is None:
+        return None
+    p = Path(value)
+    found = p / "tau.yaml" if p.is_dir() else p
+    if not (found.is_file() and found.suffix in (".yaml", ".yml")):
+        fail(f"--from takes a project folder holding a tau.yaml, or the tau.yaml itself: {value!r} is neither "
+             "(the checkpoint to resume from is `--checkpoint PATH`)", EXIT_USAGE)
+    _load_checked(found)  # the same checks and warnings as `tau run`
+    return found
+
+
+async def _again_done(client: Any, again: Any, key: str, follow: bool, output: str) -> None:
+    if output == "json" and not follow:
+        emit_json({"run_id": again.run_id, key: again.of, **again.as_json()})
+        return
+    click.echo(again.run_id)
+    click.echo(color("note: ", "cyan") + again.describe(), err=True)
+    if follow:
+        from taugrid.cli.console import follow_run
+
+        await follow_run(client, again.run_id, output)
+
+
 @run.command(
     "resume",
-    help="Start a new run with RUN's config and code from its last checkpoint "
-    "(TAU_RESUME_FROM); prints the new run id.",
+    help="Start a new run from RUN's last checkpoint (TAU_RESUME_FROM), with RUN's config and code as submitted or, "
+    "with --from, the project's as they are now; says which, and prints the new run id. After an OOMKilled run it "
+    "is refused unless --from's compute differs from RUN's or --force is given.",
 )
 @click.argument("run_id")
-@click.option("--from", "from_path", default="", help="Checkpoint directory (default: RUN's checkpoint dir).")
-@click.option("--force", is_flag=True, help="Resume even though RUN was OOMKilled.")
+@from_option("the new run still starts from RUN's checkpoint.")
+@click.option("--checkpoint", default="", metavar="PATH", help="Checkpoint directory (default: RUN's checkpoint dir).")
+@click.option("--force", is_flag=True, help="Resume even though RUN was OOMKilled and its memory is unchanged.")
 @follow_option
 @output_option
 @run_async
-async def resume(run_id: str, from_path: str, force: bool, follow: bool, output: str) -> None:
+async def resume(run_id: str, from_project: str | None, checkpoint: str, force: bool, follow: bool,
+                 output: str) -> None:
+    project = _project(from_project)
     async with connected() as client:
-        new_id = await client.resume(run_id, from_path=from_path, force=force)
-        if output == "json" and not follow:
-            emit_json({"run_id": new_id, "resumes": run_id})
-            return
-        click.echo(new_id)
-        if follow:
-            from taugrid.cli.console import follow_run
-
-            await follow_run(client, new_id, output)
+        again = await client.resume(run_id, checkpoint=checkpoint, force=force, project=project)
+        await _again_done(client, again, "resumes", follow, output)
 
 
 @run.command(
     "retry",
-    help="Start a new run with RUN's config and code from the start (RUN must have finished); prints the new "
-    "run id. `tau run resume` starts from RUN's checkpoint instead.",
+    help="Start a new run of RUN from the start (RUN must have finished), with RUN's config and code as submitted "
+    "or, with --from, the project's as they are now; says which, and prints the new run id. `tau run resume` "
+    "starts from RUN's checkpoint instead.",
 )
 @click.argument("run_id")
+@from_option("an edited tau.yaml (a raised compute.memory_limit) or fixed code is what runs.")
 @follow_option
 @output_option
 @run_async
-async def retry(run_id: str, follow: bool, output: str) -> None:
+async def retry(run_id: str, from_project: str | None, follow: bool, output: str) -> None:
+    project = _project(from_project)
     async with connected() as client:
-        new_id = await client.retry(run_id)
-        if output == "json" and not follow:
-            emit_json({"run_id": new_id, "retries": run_id})
-            return
-        click.echo(new_id)
-        if follow:
-            from taugrid.cli.console import follow_run
-
-            await follow_run(client, new_id, output)
+        again = await client.retry(run_id, project=project)
+        await _again_done(client, again, "retries", follow, output)
 
 
 @run.command(

@@ -19,7 +19,8 @@ from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import ReplayCursor
-from taugrid.client import platformplan
+from taugrid.client import again, platformplan
+from taugrid.client.again import Again
 from taugrid.client.interpreter import submitting_python
 from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import Platform, load_platform
@@ -30,7 +31,6 @@ from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, Su
 from taugrid.core.errors import ConfigError, NotFound, PermanentError
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
-from taugrid.core.states import TERMINAL as TERMINAL_STATES
 from taugrid.core.states import RunRecord
 
 LANE_PLATFORM_S = 5.0  # how long the platform read for a lane claim is reused (a sweep submits many runs at once)
@@ -82,29 +82,12 @@ class Client:
         project snapshot is still ``config_path``'s folder."""
         text = config_text if config_text is not None else config_path.read_text()
         cfg = config or load_tau_config(text, path=str(config_path))
-        raise_issues(check_project(cfg, config_path.parent.resolve()))
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "")
         ws = ws or await self._namespace_workspace(cfg) or "default"
         sid = submission_id or new_submission_id()
         run_id = new_run_id(cfg.name or "", sid)  # no name: "run-<hex>"
-        excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
-        root, subdir = project_root(cfg, config_path.parent)
-        data, digest = snapshot(root, extra_excludes=excludes)
-        name = source_object(digest)
-        await snapshots.upload(self.bus, name, data)  # skipped only when the stored object verifies
-        python, python_source = submitting_python(config_path.parent.resolve())
-        req = SubmitRequested(
-            submission_id=sid,
-            config_text=text,
-            # the config's folder inside the snapshot: policy runs the entrypoint from there
-            config_path=f"{subdir}/{config_path.name}" if subdir else config_path.name,
-            workspace=ws,
-            source_object=name,
-            source_digest=digest,
-            user=_user(),
-            python=python,
-            python_source=python_source,
-        )
+        req = msgspec.structs.replace(await self._project_request(config_path, text, cfg), submission_id=sid,
+                                      workspace=ws)
         with tracing.span("tau run", attributes={"taugrid.run_id": run_id}):
             await self.bus.emit(
                 workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req,
@@ -112,6 +95,28 @@ class Client:
             )
         self._workspaces[run_id] = ws
         return run_id
+
+    async def _project_request(self, config_path: Path, text: str, cfg: TauConfig) -> SubmitRequested:
+        """A submission of the project holding ``config_path`` as it is now (``text`` parsed as ``cfg``): its
+        snapshot uploaded, its interpreter found; no submission id or workspace yet."""
+        raise_issues(check_project(cfg, config_path.parent.resolve()))
+        excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
+        root, subdir = project_root(cfg, config_path.parent)
+        data, digest = snapshot(root, extra_excludes=excludes)
+        name = source_object(digest)
+        await snapshots.upload(self.bus, name, data)  # skipped only when the stored object verifies
+        python, python_source = submitting_python(config_path.parent.resolve())
+        return SubmitRequested(
+            submission_id="",
+            config_text=text,
+            # the config's folder inside the snapshot: policy runs the entrypoint from there
+            config_path=f"{subdir}/{config_path.name}" if subdir else config_path.name,
+            source_object=name,
+            source_digest=digest,
+            user=_user(),
+            python=python,
+            python_source=python_source,
+        )
 
     async def submit_text(
         self,
@@ -150,46 +155,24 @@ class Client:
         return lane_for(cfg, platform, workspace) if platform is not None else ""
 
     async def resume(
-        self, run_id: str, *, from_path: str = "", force: bool = False, submission_id: str | None = None
-    ) -> str:
-        """Submit a new run with the same config and code as ``run_id``, starting from its last checkpoint
-        (or ``from_path``); returns the new run id. A run that died OOMKilled resumes only with ``force``,
-        since the same config will likely die the same way."""
-        record = await self.status(run_id)
-        if record.reason == "OOMKilled" and not force:
-            raise PermanentError(f"run {run_id} was OOMKilled; raise compute.memory_limit, or pass --force")
-        resume_from = from_path or (record.resolved.checkpoint_dir if record.resolved else "")
-        if not resume_from:
-            raise PermanentError(f"run {run_id} has no checkpoint directory; pass --from PATH")
-        return await self._again(record, submission_id=submission_id, resume_from=resume_from, resumes=run_id,
-                                 span="tau run resume")
+        self, run_id: str, *, checkpoint: str = "", force: bool = False, submission_id: str | None = None,
+        project: Path | None = None,
+    ) -> Again:
+        """A new run from ``run_id``'s last checkpoint (or ``checkpoint``), with its config and code or with
+        ``project``'s as they are now (``again.resume``)."""
+        return await again.resume(self, run_id, checkpoint=checkpoint, force=force, submission_id=submission_id,
+                                  project=project)
 
-    async def retry(self, run_id: str, *, submission_id: str | None = None) -> str:
-        """Submit a new run with the same config and code as the finished ``run_id``, from the start (a
-        checkpoint is not resumed: ``resume`` does that); returns the new run id."""
-        return await self._again(await self.status(run_id), submission_id=submission_id, retries=run_id,
-                                 span="tau run retry")
+    async def retry(self, run_id: str, *, submission_id: str | None = None, project: Path | None = None) -> Again:
+        """A new run of the finished ``run_id`` from the start, with its config and code or with ``project``'s
+        as they are now (``again.retry``)."""
+        return await again.retry(self, run_id, submission_id=submission_id, project=project)
 
-    async def _again(self, record: RunRecord, *, submission_id: str | None, span: str, resume_from: str = "",
-                     resumes: str = "", retries: str = "") -> str:
-        """Submit ``record``'s original request again (its config text and source snapshot) as a new run."""
-        run_id = record.run_id
-        if record.state not in TERMINAL_STATES:
-            raise PermanentError(
-                f"run {run_id} is still {record.state}: cancel it first (`tau cancel {run_id}`)"
-            )
-        await self._workspace_still_there(record, span)
-        original = None
-        # `submit.>`: the request travels on `submit.requested` or, in the high lane, `submit.requested.high`
-        async for ev in self.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.>"):
-            if ev.type == "submit.requested":
-                original = ev.payload(SubmitRequested)
-                break
-        if original is None:
-            raise NotFound(f"the submission of {run_id} is no longer in the RUNS stream")
-        req = msgspec.structs.replace(original, resume_from=resume_from, resumes=resumes, retries=retries)
-        return await self.submit_request(req, workspace=record.workspace, name=record.name or run_id, span=span,
-                                         submission_id=submission_id)
+    async def project_request(self, config_path: Path) -> tuple[SubmitRequested, TauConfig]:
+        """A submission of the project at ``config_path`` as it is now (``_project_request``), and its config."""
+        text = config_path.read_text()
+        cfg = load_tau_config(text, path=str(config_path))
+        return await self._project_request(config_path, text, cfg), cfg
 
     async def _workspace_still_there(self, record: RunRecord, command: str) -> None:
         """A run again goes to the old run's workspace: refuse at once when the platform no longer has it, rather
@@ -537,4 +520,4 @@ async def open_client(
     return Client(bus)
 
 
-__all__ = ["CancelRefused", "Client", "open_client"]
+__all__ = ["Again", "CancelRefused", "Client", "open_client"]

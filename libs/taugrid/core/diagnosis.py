@@ -92,7 +92,8 @@ def diagnose(record: RunRecord, facts: RunFacts) -> Diagnosis:
                     f"`tau status {record.run_id}` shows each phase; `tau logs {record.run_id} -f` follows it")
 
     cls = facts.gave_up.classification if facts.gave_up else classify(record.reason, record.exit_code)
-    retry = f"`tau run retry {record.run_id}`"
+    retry = f"`tau run retry {record.run_id}`"  # the same config and code again: nothing of theirs to change
+    edited = f"`tau run retry {record.run_id} --from .` in the project folder"  # what they edit is what runs
     if facts.degraded or cls in ("gpu_fault", "node_failure"):
         node, condition, message = facts.degraded[-1] if facts.degraded else (record.node, record.reason, "")
         detail = f": {message}" if message else ""
@@ -103,32 +104,32 @@ def diagnose(record: RunRecord, facts: RunFacts) -> Diagnosis:
     if cls == "oom":
         bound = f" of {limit / 2**30:g} GiB" if limit else ""
         return done(cls, f"killed for using more memory than its limit{bound} (OOMKilled)",
-                    "raise compute.memory_limit (or use less memory, e.g. a smaller batch); "
-                    f"then `tau run resume {record.run_id} --force` or {retry}")
+                    "raise compute.memory_limit in tau.yaml (or use less memory, e.g. a smaller batch); then "
+                    f"{edited} (`tau run resume {record.run_id} --from .` to start from its last checkpoint)")
     if cls in ("preempted", "evicted"):
         by = f" by {facts.preempted_by[-1]}" if facts.preempted_by else ""
         return done(cls, f"{'preempted' if cls == 'preempted' else 'evicted'}{by} and not retried",
                     "add Preempted to resilience.retry_on (with max_retries) so it is requeued, or use a higher "
-                    f"policy.workload_priority_class; {retry} runs it again")
+                    f"policy.workload_priority_class, then {edited}; {retry} runs it again as it was")
     if cls == "timeout":
         deadline = f" ({resolved.active_deadline_s:g} s)" if resolved and resolved.active_deadline_s else ""
-        return done(cls, f"ran past its deadline{deadline}", f"raise run.active_deadline, then {retry}")
+        return done(cls, f"ran past its deadline{deadline}", f"raise run.active_deadline, then {edited}")
     if cls == "hang":
         return done(cls, "printed nothing for resilience.hang_timeout and was stopped as hung",
-                    f"print progress more often, or raise resilience.hang_timeout; then {retry}")
+                    f"print progress more often, or raise resilience.hang_timeout; then {edited}")
     if cls == "config":
         return done(cls, f"could not start: {record.reason}{': ' + record.message if record.message else ''}",
-                    f"fix what it names (image, environment, secrets), then {retry}")
+                    f"fix what it names (image, environment, secrets), then {edited}")
     sig = signal_name(record.exit_code)
     if sig:
         outside = "SIGKILL without OOMKilled: something outside killed it (a limit, an operator); "
         return done(cls, f"the script was killed by {sig} (exit code {record.exit_code})",
                     f"{outside if sig == 'SIGKILL' else ''}see the last lines below and `tau logs {record.run_id}`; "
-                    f"then {retry}")
+                    f"then {edited}")
     if record.exit_code not in (None, 0):
         # Recovery's give-up hint adds something only when it is the retry_on one; its generic fix is ours below.
         hint = CRASH_HINT if facts.gave_up and facts.gave_up.hint == CRASH_HINT else ""
         return done(cls, f"the script exited with code {record.exit_code}",
-                    (f"{hint}; " if hint else "") + f"fix the error its last lines show, then {retry}")
+                    (f"{hint}; " if hint else "") + f"fix the error its last lines show, then {edited}")
     return done(cls, f"{record.reason or 'failed'}{': ' + record.message if record.message else ''}",
-                (record.hint + "; " if record.hint else "") + f"`tau logs {record.run_id}`; then {retry}")
+                (record.hint + "; " if record.hint else "") + f"`tau logs {record.run_id}`; then {edited}")
