@@ -44,6 +44,7 @@ from taugrid.core.contracts import (
     ResolvedRun,
 )
 from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.ids import token
 from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.render import (
     TRACEPARENT_ANNOTATION,
@@ -74,7 +75,12 @@ class Renderer:
 
     async def on_event(self, ev: Event) -> None:
         if ev.type == "policy.approved":
-            await self.apply(ev, ev.payload(PolicyApproved).run, attempt=1, exclude=[])
+            run = ev.payload(PolicyApproved).run
+            if (token(run.workspace), token(run.run_id)) != (ev.workspace, ev.subject):
+                # the subject is what the server vouched for; a spec for another run is never applied
+                raise PermanentError(f"policy.approved on {ev.nats_subject} carries the spec of run {run.run_id} "
+                                     f"in workspace {run.workspace}: refused")
+            await self.apply(ev, run, attempt=1, exclude=[])
         elif ev.type == "recovery.retrying":
             await self.retry(ev, ev.payload(RecoveryRetrying))
         elif ev.type == "cancel.requested":

@@ -35,6 +35,7 @@ from taugrid.core.contracts import CancelRequested, PolicyApproved, ResolvedRun,
 from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.store import read_bundle
+from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.submitter.handlers import Submitter
 from tests.secure_nats import SecureNats
 
@@ -234,3 +235,17 @@ async def test_the_charts_bootstrap_publishes_the_service_keys_from_identities_j
     path.write_text("{}")
     with pytest.raises(ConfigError, match="not an identities file written by `tau admin chart-credentials`"):
         await asyncio.to_thread(bootstrap_main, [bootstrapped, "--service-keys", str(path)])
+
+
+async def test_the_renderer_never_applies_a_spec_for_another_run_than_its_subjects(bus: Bus) -> None:
+    class NoBackend:
+        name = "none"
+
+        async def apply(self, req: object) -> None:
+            raise AssertionError(f"applied {req}")
+
+    body = msgspec.json.encode(PolicyApproved(run=_resolved("bobs-run", "language")))
+    ev = from_message("run.vision.eves-run.policy.approved", {}, body, seq=1)
+    with pytest.raises(PermanentError, match="^policy.approved on run.vision.eves-run.policy.approved carries the "
+                                             "spec of run bobs-run in workspace language: refused$"):
+        await Renderer(bus, NoBackend()).on_event(ev)
