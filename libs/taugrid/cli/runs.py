@@ -149,6 +149,7 @@ async def submit(
         return
     async with connected() as client:
         run_id = await client.submit(path, workspace=workspace, submission_id=submission_id, config=cfg)
+        _say_whose_python(path.parent.resolve())
         if output == "json" and not follow:
             emit_json({"run_id": run_id})
             return
@@ -157,6 +158,15 @@ async def submit(
             from taugrid.cli.console import follow_run  # its views and the evidence scan load only to follow
 
             await follow_run(client, run_id, output)
+
+
+def _say_whose_python(project: Path) -> None:
+    """A note when taugrid's own environment (active, or first on PATH) was passed over for the run's Python."""
+    from taugrid.client.interpreter import own_environment_note
+
+    note = own_environment_note(project)
+    if note:
+        click.echo(color("note: ", "cyan") + note, err=True)
 
 
 async def _dry_run(path: Path, cfg: Any, workspace: str | None, platform_file: Path | None) -> None:

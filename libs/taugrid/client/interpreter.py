@@ -1,9 +1,13 @@
 """Which Python the researcher means: the interpreter recorded with a submission.
 
-The ``tau`` CLI runs in taugrid's own virtualenv, so ``sys.executable`` is never the answer. In order:
-``TAU_PYTHON`` (an explicit pin, per run), the project's own ``.venv`` next to ``tau.yaml``, the active
-virtualenv (``VIRTUAL_ENV``), the active conda environment (``CONDA_PREFIX``), then the first ``python3`` on
-``PATH``. Pure lookups on the local filesystem; nothing is executed.
+The ``tau`` CLI runs in taugrid's own virtualenv, so ``sys.executable`` is never the answer, and neither is any
+interpreter in that environment (``local.ownenv``): with taugrid's venv activated, as ``make run`` leaves it, a
+run would otherwise import taugrid's packages without asking for them. In order: ``TAU_PYTHON`` (an explicit pin,
+per run, honoured wherever it points), the project's own ``.venv`` next to ``tau.yaml``, the active virtualenv
+(``VIRTUAL_ENV``), the active conda environment (``CONDA_PREFIX``), the first ``python3`` on ``PATH``, each
+skipped when it is taugrid's own; then the interpreter taugrid's venv was made from, a clean base the project's
+requirements are installed on. ``own_environment_note`` says when taugrid's environment was passed over. Pure
+lookups on the local filesystem; nothing is executed.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+
+from taugrid.local.ownenv import base_python, own_prefix, owns
+
+BASE_SOURCE = "base of taugrid's venv"  # the fallback's python_source: taugrid's own environment was skipped
 
 
 def _in_env(prefix: str) -> str:
@@ -22,18 +30,49 @@ def _in_env(prefix: str) -> str:
     return ""
 
 
-def submitting_python(project: Path, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(interpreter path, where it came from); ("", "") when none is found."""
+def _path_without(path: str | None, own: str) -> str | None:
+    """``PATH`` without the directories of taugrid's own environment."""
+    if path is None or not own:
+        return path
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and not owns(d, own))
+
+
+def submitting_python(project: Path, environ: Mapping[str, str] | None = None, *,
+                      own: str | None = None) -> tuple[str, str]:
+    """(interpreter path, where it came from); ("", "") when none is found. ``own``: taugrid's environment
+    (default: this process's virtualenv, ``local.ownenv.own_prefix``)."""
     env = os.environ if environ is None else environ
+    mine = own_prefix() if own is None else own
     pinned = env.get("TAU_PYTHON", "")
     if pinned:
         found = pinned if os.sep in pinned else shutil.which(pinned, path=env.get("PATH")) or pinned
         return str(Path(found).absolute()), "TAU_PYTHON"
-    own = _in_env(str(project / ".venv"))
-    if own:
-        return str(Path(own).absolute()), "project .venv"
+    project_env = _in_env(str(project / ".venv"))
+    if project_env and not owns(project_env, mine):
+        return str(Path(project_env).absolute()), "project .venv"
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
-        if env.get(var) and (found := _in_env(env[var])):
+        if env.get(var) and not owns(env[var], mine) and (found := _in_env(env[var])):
             return found, var
-    on_path = shutil.which("python3", path=env.get("PATH"))
-    return (on_path, "PATH") if on_path else ("", "")
+    on_path = shutil.which("python3", path=_path_without(env.get("PATH"), mine))
+    if on_path:
+        return on_path, "PATH"
+    if mine:
+        return base_python(), BASE_SOURCE
+    return "", ""
+
+
+def own_environment_note(project: Path, environ: Mapping[str, str] | None = None, *, own: str | None = None) -> str:
+    """What to tell the researcher when taugrid's own environment would have been their run's Python (it is
+    active, or first on ``PATH``) and was passed over; "" otherwise."""
+    env = os.environ if environ is None else environ
+    mine = own_prefix() if own is None else own
+    python, source = submitting_python(project, env, own=mine)
+    if not mine or source in ("TAU_PYTHON", "project .venv"):
+        return ""
+    active = env.get("VIRTUAL_ENV", "")
+    first = shutil.which("python3", path=env.get("PATH")) or ""
+    if not (owns(active, mine) or owns(first, mine)):
+        return ""
+    return (f"the run's Python is {python} ({source}), not taugrid's own environment {mine}, so it sees only what "
+            "the project asks for (requirements.txt, pyproject.toml, runtime.pip); a project .venv next to tau.yaml "
+            "or TAU_PYTHON chooses another")

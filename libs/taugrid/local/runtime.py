@@ -8,7 +8,8 @@ controller simply begins again: a finished environment is a cache hit, an interr
 
 Which interpreter, in order: the run's explicit pin (``TAU_PYTHON`` when it ran ``tau run``), the machine's pin
 (``TAU_LOCAL_PYTHON`` when ``tau up`` ran), the interpreter the submission recorded (project ``.venv``,
-``VIRTUAL_ENV``, ``CONDA_PREFIX`` or ``python3`` on ``PATH``), else the local cluster's own.
+``VIRTUAL_ENV``, ``CONDA_PREFIX`` or ``python3`` on ``PATH``), else the interpreter the local cluster's virtualenv
+was made from (``ownenv.base_python``: never taugrid's own packages).
 
 When the pod runs as its workspace's OS user (``taugrid.local.runas``), that user must be able to run the
 interpreter: an interpreter the submission merely recorded falls back to the machine's (with a warning), one
@@ -25,13 +26,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
+from taugrid.local.ownenv import base_python
 from taugrid.local.runas import RunUser, cannot_reach
 
 ENGINES = ("docker", "podman")
@@ -98,7 +99,7 @@ class PodRuntimes:
 
     data_dir: Path
     machine_pin: str = field(default_factory=lambda: os.environ.get("TAU_LOCAL_PYTHON", ""))
-    fallback: str = sys.executable
+    fallback: str = field(default_factory=base_python)  # never taugrid's own venv (``ownenv``)
     engines: tuple[str, ...] = field(default_factory=lambda: engines_from_env(os.environ))
     _jobs: dict[str, _Job] = field(default_factory=dict)
     _engine: str | None = None
