@@ -301,9 +301,13 @@ def build(
             },
         )
 
+    requested = False
     for ev in filter(readable, events):  # an undecodable one is only listed (``event_record``)
         data = ev.as_dict()
         if ev.type == "submit.requested":
+            if requested:  # the first stored is the run's; the submitter never answers a later one (anyone
+                continue   # in the workspace may publish on the run's subject), so it is only listed
+            requested = True
             req: c.SubmitRequested = ev.payload(c.SubmitRequested)
             config.setdefault("text", req.config_text)
             config.setdefault("path", req.config_path)
