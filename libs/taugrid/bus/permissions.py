@@ -316,8 +316,8 @@ def markdown_table() -> str:
             f"| `{BOOTSTRAP}` | everything except changing or deleting a stream, purging AUDIT/RUNS or deleting "
             "their messages (creates streams, consumers, KV buckets, the object store) "
             "| `tau up`, the chart's bootstrap Job |",
-            f"| `{BREAK_GLASS}` | everything | the operator's offline key (`creds/breakglass.nk`): "
-            "stream changes and deletions |"]
+            f"| `{BREAK_GLASS}` | everything | the operator's offline key (written once outside the data dir, "
+            "`~/.config/taugrid/stacks/<id>/breakglass.nk`): stream changes and deletions |"]
     common = set(_common(key)[0])
     kv_read = {s for b in KV_BUCKETS for s in _kv_read(b)}
     for role in SERVICE_ROLES.values():
