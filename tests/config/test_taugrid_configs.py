@@ -29,11 +29,11 @@ PARSER = sorted((HERE / "parser").glob("*.yaml"))
 EXAMPLES = sorted(p for p in (HERE / "examples").rglob("*.yaml"))
 PLATFORM = load_platform((HERE / "platform.yaml").read_text())
 
-# Shipped examples that TauGrid's parser accepts and taugrid's policy refuses, and why (the refusal names the
-# field and the fix; see docs/architecture.md §16).
+# Parser configs TauGrid accepts that name what this test platform does not define (TauGrid refuses them too on
+# a cluster without it): the field the refusal names.
 REFUSED_AT_RESOLVE = {
-    # storage.output /data/market-policy is outside the workspace's output directory (<output_root>/default/).
-    "market-policy/tau.yaml": "storage.output",
+    "managed_pass_through.yaml": "policy.namespace",  # namespace 'research': no workspace runs there
+    "unknown_known_keys.yaml": "policy.profile",  # profile 'research-training'
 }
 
 
@@ -91,16 +91,59 @@ def test_shipped_example_loads_without_warning_and_renders_valid_manifests(path:
     subdir = path.parent.name if entrypoint_escape(cfg) == 1 else ""  # the client ships examples/ then
     kw = dict(run_id=f"{cfg.name}-0a1b2c", submission_id="s-1", workspace=None, platform_revision=1,
               config_hash=config_hash(cfg), project_subdir=subdir)
-    if name in REFUSED_AT_RESOLVE:
-        with pytest.raises(ConfigError) as info:
-            resolve_run(cfg, PLATFORM, **kw)  # type: ignore[arg-type]
-        assert [i["field"] for i in info.value.issues] == [REFUSED_AT_RESOLVE[name]]
-        return
     run = resolve_run(cfg, PLATFORM, **kw)  # type: ignore[arg-type]
     manifests = render(run, attempt=1)
     for manifest in manifests:
         validate(manifest)
     assert [m["kind"] for m in manifests] == (["RayJob"] if cfg.engine == "ray" else ["Job"])
+
+
+def _resolve(cfg: object, **kw: object) -> object:
+    args: dict[str, object] = dict(run_id="r-0a1b2c", submission_id="s-1", workspace=None, platform_revision=1,
+                                   config_hash="h")
+    return resolve_run(cfg, PLATFORM, **{**args, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", [p for p in PARSER if _header(p)["taugrid"] == "accepts"], ids=lambda p: p.stem)
+def test_every_accepted_parser_config_resolves(path: Path) -> None:
+    """Issue 23 item 7: TauGrid's /data/... outputs and checkpoints are no reason to refuse a config; the only
+    refusals left name what the test platform lacks."""
+    cfg = load_tau_config(path.read_text(), path=path.name)
+    if path.name in REFUSED_AT_RESOLVE:
+        with pytest.raises(ConfigError) as info:
+            _resolve(cfg)
+        assert [i["field"] for i in info.value.issues] == [REFUSED_AT_RESOLVE[path.name]]
+        return
+    _resolve(cfg)
+
+
+def test_a_taugrid_data_path_is_read_inside_the_workspaces_own_directory() -> None:
+    """/data/<x> outside the output root is <output root>/<workspace>/<x>; one already under the workspace's
+    directory is kept; a checkpoint path follows the same rule and reaches the run as TAU_RESUME_FROM."""
+    market = load_tau_config((HERE / "examples/market-policy/tau.yaml").read_text())
+    assert market.storage.output == "/data/market-policy"
+    assert _resolve(market).output_dir == "/data/tau-workspaces/default/market-policy"  # type: ignore[attr-defined]
+    stellar = load_tau_config((HERE / "examples/portal-ray-stellar/tau.yaml").read_text())
+    assert _resolve(stellar).output_dir == "/data/tau-workspaces/default/portal-ray-stellar"  # type: ignore[attr-defined]
+    cfg = load_tau_config("name: t\nentrypoint: t.py\nresilience: {checkpoint_path: /data/checkpoints/ray-train}\n"
+                          "storage: {output: /data/checkpoints/../runs/x}\n")
+    run = _resolve(cfg, workspace="ray")
+    assert (run.output_dir, run.resilience.checkpoint_path) == (  # type: ignore[attr-defined]
+        "/data/projects/ray/runs/x", "/data/projects/ray/checkpoints/ray-train")
+
+
+@pytest.mark.parametrize("path", ["/data/tau-workspaces/ray/x", "/data/tau-workspaces/default/../ray/x",
+                                  "/data/tau-workspaces", "/data", "/data/../etc/x", "/etc/x", "checkpoints/x"])
+def test_a_path_that_leaves_the_workspace_is_still_refused_with_line_and_fix(path: str) -> None:
+    text = f"name: t\nentrypoint: t.py\nstorage:\n  output: {path}\n"
+    cfg = load_tau_config(text, path="tau.yaml")
+    with pytest.raises(ConfigError) as info:
+        _resolve(cfg)
+    [issue] = info.value.issues
+    base = "/data/tau-workspaces/default"
+    assert (issue["field"], issue["line"], issue["message"]) == (
+        "storage.output", 4, f"{path!r} is outside {base}/, the output directory of workspace 'default'")
+    assert f"/data/<name> (read as {base}/<name>)" in str(issue["fix"])
 
 
 def test_managed_quickstarts_map_onto_the_resolved_run() -> None:

@@ -545,17 +545,30 @@ def _output_dir(cfg: TauConfig, ws: Workspace, run_id: str, issues: _Issues) -> 
     return _inside_workspace(wanted, ws, run_id, ("storage", "output"), issues)
 
 
+TAUGRID_DATA = "/data"  # TauGrid's runs see their storage here; taugrid reads it as the workspace's own
+
+
 def _inside_workspace(wanted: str, ws: Workspace, run_id: str, field: tuple[str, ...], issues: _Issues) -> str:
     """``wanted`` normalised, when it lies strictly inside ``<output root>/<workspace>/`` and not inside another
     run's directory; else an issue naming ``field`` (a path elsewhere under the root could be another
-    workspace's, or nobody's to write)."""
-    base = posixpath.join(ws.output_root.rstrip("/") or "/", ws.name)
+    workspace's, or nobody's to write).
+
+    TauGrid's configs name their storage as ``/data/<path>`` (``/data/checkpoints/ray-train``): such a path
+    outside the output root is read inside the workspace's own directory, ``<output root>/<workspace>/<path>``,
+    so it can never reach another workspace; one under the output root is taken as written (and refused when it
+    is not the workspace's)."""
+    root = ws.output_root.rstrip("/") or "/"
+    base = posixpath.join(root, ws.name)
     normal = posixpath.normpath(wanted) if wanted.startswith("/") else ""
+    normal = "/" + normal.lstrip("/") if normal else ""  # POSIX keeps a leading '//'; one root is meant
+    if normal.startswith(TAUGRID_DATA + "/") and not _under(normal, root):
+        normal = posixpath.join(base, normal.removeprefix(TAUGRID_DATA + "/"))
     if not normal or not normal.startswith(base + "/"):
         issues.add(
             field,
             f"{wanted!r} is outside {base}/, the output directory of workspace {ws.name!r}",
-            f"use an absolute path under {base}/ (e.g. {base}/<name>) or remove {'.'.join(field)}",
+            f"use an absolute path under {base}/ (e.g. {base}/<name>), or {TAUGRID_DATA}/<name> (read as "
+            f"{base}/<name>), or remove {'.'.join(field)}",
         )
         return wanted.rstrip("/")
     # Every run's default output directory is `<base>/<run id>`: a path in another run's would overwrite its
@@ -568,6 +581,10 @@ def _inside_workspace(wanted: str, ws: Workspace, run_id: str, field: tuple[str,
             f"name a directory of your own under {base}/ (e.g. {base}/<name>), not another run's",
         )
     return normal
+
+
+def _under(path: str, root: str) -> bool:
+    return root == "/" or path == root or path.startswith(root + "/")
 
 
 def _deadline(cfg: TauConfig, ws: Workspace, issues: _Issues) -> int | None:
