@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-export TAU_DATA_DIR ?= $(HOME)/.tau
+# The data dir is the CLI's default (taugrid.settings: /var/lib/taugrid for root, else ~/.tau) unless
+# TAU_DATA_DIR is set, so `make run`, `make down` and a later `tau` agree on it.
 
 .PHONY: run test bench down install lint clean image bytecode
 

@@ -1,6 +1,6 @@
-"""CPU per run, per service: submit a burst of N runs on a running stack (``TAU_DATA_DIR``, workspace ``bench``
-as ``bench/pipeline.py`` sets it up), wait until they end, and print each process's CPU time divided by N.
-A diagnostic (which service a burst waits on); it asserts nothing."""
+"""CPU per run, per service: submit a burst of N runs on a running stack (``TAU_DATA_DIR`` or the default data
+dir, workspace ``bench`` as ``bench/pipeline.py`` sets it up), wait until they end, and print each process's CPU
+time divided by N. A diagnostic (which service a burst waits on); it asserts nothing."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import argparse
 import asyncio
 import os
 import time
-from pathlib import Path
 
 import msgspec
 import psutil
 
+from taugrid import settings
 from taugrid.client import open_client
 
 RUN = ("name: cpu\nentrypoint: sim.py\ncompute: {gpus: 0, cpu_request: '1', memory_request: 1Mi}\n"
@@ -27,7 +27,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=200)
     args = ap.parse_args()
-    data = Path(os.environ["TAU_DATA_DIR"])
+    data = settings.data_dir()
     state = msgspec.json.decode((data / "stack.json").read_bytes())
     procs = {s["service"]: psutil.Process(s["pid"]) for s in state["services"] if s.get("pid")}
     procs["nats-server"] = psutil.Process(state["nats_pid"])

@@ -1,19 +1,19 @@
-"""Where an idle run's time goes: submit N runs one at a time on a running stack (``TAU_DATA_DIR``) and print,
-for each, when every message about it was stored (RUNS, BACKEND, K8S) relative to the submit, and the median
-of each hop over the runs. A diagnostic for the idle figures of ``bench/pipeline.py``; it changes nothing."""
+"""Where an idle run's time goes: submit N runs one at a time on a running stack (``TAU_DATA_DIR`` or the default
+data dir) and print, for each, when every message about it was stored (RUNS, BACKEND, K8S) relative to the
+submit, and the median of each hop over the runs. A diagnostic for the idle figures of ``bench/pipeline.py``;
+it changes nothing."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import datetime as dt
-import os
 import statistics
 import time
-from pathlib import Path
 
 import msgspec
 
+from taugrid import settings
 from taugrid.bus import replay
 from taugrid.client import open_client
 
@@ -26,7 +26,7 @@ async def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--workspace", default="bench")
     args = ap.parse_args()
-    data = Path(os.environ["TAU_DATA_DIR"])
+    data = settings.data_dir()
     state = msgspec.json.decode((data / "stack.json").read_bytes())
     client = await open_client(state["nats_url"], creds=state["user_creds"])
     admin = await open_client(state["nats_url"], creds=data / "creds" / "bootstrap.nk")

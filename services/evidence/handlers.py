@@ -16,9 +16,8 @@ event is acked only once all of that is done:
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
+from taugrid import settings
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.events import TERMINAL_EVENTS
@@ -40,9 +39,9 @@ class Evidence:
             return  # a redelivery, or a later terminal event of a run already sealed and announced
         ledger = sealed.ledger
         _, run_id = store.run_of(ev)
-        data_dir = os.environ.get("TAU_DATA_DIR")
-        if data_dir:  # the embedded stack: what the pods left on disk is sealed now (outputs stay)
-            removed = remove_finished_pods(Path(data_dir) / "pods", run_id)
+        data_dir = settings.stack_data_dir()
+        if data_dir is not None:  # the embedded stack: what the pods left on disk is sealed now (outputs stay)
+            removed = remove_finished_pods(data_dir / "pods", run_id)
             if removed:
                 log.info("removed pod directories of %s: %s", run_id, ", ".join(removed))
         claim = ledger.seal

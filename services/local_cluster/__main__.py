@@ -1,6 +1,6 @@
 import os
-from pathlib import Path
 
+from taugrid import settings
 from taugrid.bus.service import Service, main
 from taugrid.local import runas
 from taugrid.local.controller import LocalCluster
@@ -9,7 +9,7 @@ from taugrid.local.machine import inventory
 
 async def start(svc: Service) -> None:
     node, capacity, gpus, gpu_mem = inventory()
-    data = Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau"))
+    data = settings.data_dir()
     cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
                            gpu_memory_mb=gpu_mem,
                            drain_grace_s=float(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30")),

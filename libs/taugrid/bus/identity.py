@@ -16,6 +16,8 @@ from pathlib import Path
 
 import nkeys
 
+from taugrid import settings
+
 _SEED = re.compile(rb"SU[A-Z2-7]{56}")
 LOCAL_USER_FILE = "user.nk"  # the person who ran `tau up`, under $TAU_DATA_DIR/creds/
 _NOT_PEOPLE = ("bootstrap.", "svc-")  # the stack's own identities in the same directory
@@ -25,7 +27,7 @@ run_user: ContextVar[tuple[str, str] | None] = ContextVar("taugrid_run_user", de
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau")).expanduser()
+    return settings.data_dir()
 
 
 def seed_in(text: bytes) -> bytes | None:

@@ -15,13 +15,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from taugrid import settings
 from taugrid.bus.creds import CREDS_ENV
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("TAU_DATA_DIR", Path.home() / ".tau")).expanduser()
+    return settings.data_dir()
 
 
 def login_file() -> Path:

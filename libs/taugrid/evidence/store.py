@@ -24,11 +24,11 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
+from taugrid import settings
 from taugrid.bus import kv, runstate, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
@@ -295,12 +295,12 @@ def keep_outputs_budget() -> int:
 def scratch_writes(pods: list[str]) -> list[dict[str, Any]]:
     """What local pods of the run wrote under their scratch working directory (``taugrid.local.scratch``),
     read from the embedded stack's data dir; nothing elsewhere (Kubernetes has no such files)."""
-    data_dir = os.environ.get("TAU_DATA_DIR")
-    if not data_dir:
+    data_dir = settings.stack_data_dir()
+    if data_dir is None:
         return []
     out = []
     for pod in pods:
-        doc = scratch.read(Path(data_dir) / "pods" / pod)
+        doc = scratch.read(data_dir / "pods" / pod)
         if doc is not None:
             out.append({"pod": pod, **doc})
     return out

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from taugrid import settings
 from taugrid.config import expansion
 from taugrid.core.limits import MIB
 from taugrid.core.redaction import REDACT_MIN, Redactor
@@ -95,8 +96,8 @@ class StoreResolver:
 
 def local_store() -> SecretStore | None:
     """The embedded stack's store (``TAU_SECRETS_DIR``, else ``$TAU_DATA_DIR/secrets``); None off it (Kubernetes)."""
-    root = os.environ.get("TAU_SECRETS_DIR") or (
-        str(Path(os.environ["TAU_DATA_DIR"]) / "secrets") if os.environ.get("TAU_DATA_DIR") else "")
+    data = settings.stack_data_dir()
+    root = os.environ.get("TAU_SECRETS_DIR") or (str(data / "secrets") if data is not None else "")
     return SecretStore(Path(root)) if root else None
 
 
