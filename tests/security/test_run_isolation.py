@@ -39,7 +39,9 @@ from taugrid.evidence import anchor, bundle
 from taugrid.local import objects, runas
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import LocalCluster
+from taugrid.local.environment import EnvironmentBuilder
 from taugrid.local.kubelet import Kubelet
+from taugrid.local.ownenv import clean_pythons
 from taugrid.local.podsync import PreparedRuntimes
 from taugrid.local.runtime import Failed, PodRuntimes, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore, write_secret
@@ -364,12 +366,50 @@ def test_an_interpreter_the_workspaces_user_cannot_run_falls_back_or_fails_namin
         warning = f"the submitting interpreter {python} cannot be run by tau-ws-probe ({why}); the run uses {system}"
         assert isinstance(got, Ready) and (got.python, got.warning, got.environment["source"]) == (
             system, warning, "local cluster")
+        # a pin (the run's TAU_PYTHON, the machine's TAU_LOCAL_PYTHON) the user cannot run falls back the same way
         pinned = PodRuntimes(closed / "data", machine_pin=str(python), fallback=system)
         pinned.begin("pinned", work=closed, request=RuntimeRequest(), user=user)
-        assert wait_for(pinned, "pinned") == Failed("EnvironmentFailed", (
-            f"interpreter {python} (TAU_LOCAL_PYTHON) cannot be run by tau-ws-probe, the OS user of this workspace's "
-            f"runs: {why}\nhint: set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) to an "
-            "interpreter every user may run, e.g. /usr/bin/python3"))
+        got = wait_for(pinned, "pinned")
+        assert isinstance(got, Ready) and (got.python, got.warning) == (system, (
+            f"the interpreter TAU_LOCAL_PYTHON pins {python} cannot be run by tau-ws-probe ({why}); the run uses "
+            f"{system}"))
+        # taugrid's own base under root's 0700 home: the user's runs fall back to the system's python3, quietly
+        # (`tau up` said so once); with no interpreter the user may run, the pod fails naming each one tried
+        spare = PodRuntimes(closed / "data", machine_pin="", fallback=str(python), spares=(system,))
+        spare.begin("spare", work=closed, request=RuntimeRequest(), user=user)
+        got = wait_for(spare, "spare")
+        assert isinstance(got, Ready) and (got.python, got.warning) == (system, "")
+        none = PodRuntimes(closed / "data", machine_pin="", fallback=str(python), spares=())
+        none.begin("none", work=closed, user=user,
+                   request=RuntimeRequest(python=str(closed / "other"), python_source="TAU_PYTHON"))
+        assert wait_for(none, "none") == Failed("EnvironmentFailed", (
+            f"no interpreter can be run by tau-ws-probe, the OS user of this workspace's runs: {closed / 'other'}: "
+            f"{why}; {python}: {why}\nhint: set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) "
+            "to an interpreter every user may run, e.g. /usr/bin/python3"))
+    finally:
+        shutil.rmtree(closed)
+
+
+@ROOT_ONLY
+def test_a_uv_the_workspaces_user_cannot_run_is_copied_where_it_can(data_dir: Path) -> None:
+    user = runas.RunUser("tau-ws-probe", 54321, 54321)
+    closed = Path(tempfile.mkdtemp(prefix="tau-uv-", dir="/tmp"))  # as uv under root's home (uv tool install)
+    try:
+        uv = closed / "uv"
+        uv.write_text("#!/bin/sh\necho uv 0.0\n")
+        uv.chmod(0o755)
+        builder = EnvironmentBuilder(data_dir / "envs" / user.name, uv=str(uv), user=user)
+        copy = data_dir / "envs" / user.name / ".bin" / "uv"
+        assert builder.uv == str(copy) and copy.read_bytes() == uv.read_bytes()
+        st = copy.stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode), stat.S_IMODE(copy.parent.stat().st_mode)) == (0, 0o755, 0o755)
+        assert runas.cannot_reach(copy, user, execute=True) == ""
+        assert EnvironmentBuilder(copy.parent.parent, uv=str(uv), user=user).uv == str(copy)
+        assert copy.stat().st_ino == st.st_ino  # the same uv: not copied again
+        uv.write_text("#!/bin/sh\necho uv 0.1\n")  # an upgraded uv is copied again
+        EnvironmentBuilder(copy.parent.parent, uv=str(uv), user=user)
+        assert copy.read_bytes() == uv.read_bytes()
+        assert EnvironmentBuilder(data_dir / "envs" / "shared", uv="/bin/sh").uv == "/bin/sh"  # no user: as is
     finally:
         shutil.rmtree(closed)
 
@@ -475,11 +515,27 @@ def test_the_mode_says_why_runs_are_not_isolated(tmp_path: Path, monkeypatch: py
         assert got == runas.Decision("stack", why=(
             f"another OS user cannot reach the data dir {closed / 'data'} ({closed} is 0700 (owner root): other "
             "users may not enter it); use a data dir under a folder every user may enter, e.g. "
-            "TAU_DATA_DIR=/var/lib/taugrid"))
+            "TAU_DATA_DIR=/var/lib/taugrid (root's default)"))
         # insisting on per-workspace users is honoured (their runs then fail, naming that directory)
         assert runas.decide(closed / "data", environ={runas.ENV: "workspace"}, python="/bin/sh").mode == "workspace"
         os.chmod(closed, 0o711)
         assert runas.decide(closed / "data", environ={}, python="/bin/sh") == runas.Decision("workspace")
+        # a machine pin under a closed folder (as taugrid's own Python under root's 0700 home): runs fall back to
+        # the first interpreter other users may run, and `tau up` notes which and why
+        private = closed / "private"
+        private.mkdir(mode=0o700)
+        (private / "python").symlink_to("/bin/sh")
+        spare, _ = runas.runnable(clean_pythons(), runas.OTHERS)
+        got = runas.decide(closed / "data", environ={"TAU_LOCAL_PYTHON": str(private / "python")})
+        if spare:
+            assert got.mode == "workspace" and got.note.startswith(
+                f"runs that bring no interpreter their workspace's OS user may run use {spare} ({private / 'python'}: "
+                f"{private} is 0700 (owner root): other users may not enter it")
+        got = runas.decide(closed / "data", environ={}, python=str(private / "python"))
+        assert got == runas.Decision("stack", why=(
+            f"another OS user cannot run any interpreter runs may fall back to ({private / 'python'}: {private} is "
+            "0700 (owner root): other users may not enter it); set TAU_LOCAL_PYTHON to one every user may run, "
+            "e.g. /usr/bin/python3"))
         os.chmod(closed / "data", 0o700)
         assert runas.decide(closed / "data", environ={}, python=str(closed / "data" / "python")).why.startswith(
             f"another OS user cannot reach the data dir {closed / 'data'} ({closed / 'data'} is 0700")

@@ -118,6 +118,8 @@ def _run_as(d: Path) -> str:
                    f"platform's keys in {d / 'creds'}, every workspace's secrets and outputs and other runs' "
                    "environments. Start the stack as root, with a data dir and an interpreter every user can "
                    "reach, to run each workspace as its own OS user (TAU_RUN_AS=workspace insists on it).", err=True)
+    elif decision.note:
+        click.echo(f"note: {decision.note}", err=True)
     return decision.mode
 
 

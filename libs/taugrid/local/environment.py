@@ -18,7 +18,9 @@ Invariants:
     backend runs during the install). Its environments live in a folder of its own, root's but readable by the
     user's group only (0750: the user can neither plant nor swap anything there), with the user's own home and
     uv cache in ``.home``; each build's folder is the user's once the requirement list is in it, and root writes
-    nothing into it after that (later files are written by the environment's interpreter as the user).
+    nothing into it after that (later files are written by the environment's interpreter as the user). A ``uv``
+    the user may not run (taugrid installed under root's 0700 home, by ``uv tool install`` or ``pipx``) is
+    copied once into ``.bin/`` there (root's, 0755) and run from that copy.
 """
 
 from __future__ import annotations
@@ -174,6 +176,8 @@ class EnvironmentBuilder:
             (self.root / ".home").mkdir(exist_ok=True)
             runas.give(self.root / ".home", self.user)
         self.uv = self.uv or find_uv()
+        if self.user is not None:
+            self.uv = _uv_for(self.uv, self.user, self.root / ".bin")
 
     # ---------------------------------------------------------------- the interpreter
     def version(self, python: str) -> str:
@@ -323,6 +327,31 @@ def find_uv() -> str:
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
         return shutil.which("uv") or ""
+
+
+def _uv_for(uv: str, user: RunUser, tools: Path) -> str:
+    """``uv`` when ``user`` may run it, else a copy in ``tools`` (made again when ``uv`` changes) that it may."""
+    if not uv or not runas.cannot_reach(uv, user, execute=True):
+        return uv
+    copy, src = tools / "uv", os.stat(uv)
+    with contextlib.suppress(FileNotFoundError):
+        have = os.stat(copy)
+        if (have.st_size, have.st_mtime_ns) == (src.st_size, src.st_mtime_ns):
+            return str(copy)
+    tools.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(tools, 0o755)
+    with tempfile.NamedTemporaryFile(dir=tools, prefix=".uv-", delete=False) as tmp:
+        pass
+    try:
+        shutil.copy2(uv, tmp.name)
+        os.chmod(tmp.name, 0o755)
+        os.replace(tmp.name, copy)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp.name)
+        raise
+    log.info("%s may not run %s; its environments are built with a copy, %s", user.name, uv, copy)
+    return str(copy)
 
 
 def _python_of(env: Path) -> Path:

@@ -5,7 +5,9 @@ The ``tau`` CLI and the local cluster run in taugrid's virtualenv (the repositor
 imports them without asking for them, so a missing requirement stays hidden until the run goes elsewhere.
 ``own_prefix`` names that environment ("" when taugrid runs in no virtualenv: there is nothing cleaner beneath
 it), ``owns`` tells whether an interpreter or a directory lies in it, and ``base_python`` is the interpreter it was
-created from: the same Python without any of taugrid's packages. Pure lookups; nothing is executed.
+created from: the same Python without any of taugrid's packages. ``clean_pythons`` adds the system's own
+interpreters after it, for a run whose OS user cannot reach that base (e.g. a pyenv build under root's 0700 home
+while runs run as per-workspace users). Pure lookups; nothing is executed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+SYSTEM_PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")  # as PATH orders them on most Linux systems
 
 
 def own_prefix() -> str:
@@ -48,3 +52,11 @@ def base_python() -> str:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return sys.executable
+
+
+def clean_pythons() -> tuple[str, ...]:
+    """Interpreters a run may fall back to, best first: :func:`base_python`, then the system's
+    (``SYSTEM_PYTHONS``) that exist, none of them in taugrid's own virtualenv."""
+    found = [base_python()]
+    found += [p for p in SYSTEM_PYTHONS if os.path.isfile(p) and os.access(p, os.X_OK) and not owns(p)]
+    return tuple(dict.fromkeys(found))

@@ -12,8 +12,10 @@ closes it whether or not ``/proc`` is mounted with ``hidepid``.
 
 The mode (``TAU_RUN_AS``): ``workspace`` (per-workspace users; needs root), ``stack`` (pods run as the stack's
 own user, as before: a run can read everything the stack can), or unset: ``workspace`` when the stack runs as
-root and its files and interpreter can be reached by another user, else ``stack``, with the reason
-(:func:`decide`, which ``tau up`` prints as a warning and the supervisor records in ``stack.json``).
+root, its data dir can be reached by another user (root's default, ``/var/lib/taugrid``, can: see
+``taugrid.settings``) and so can an interpreter runs fall back to (``TAU_LOCAL_PYTHON``, else
+``ownenv.clean_pythons``: the base of taugrid's venv, else the system's ``python3``), else ``stack``, with the
+reason (:func:`decide`, which ``tau up`` prints as a warning and the supervisor records in ``stack.json``).
 
 Invariants: a run user is never uid 0, and an existing OS user of that name that taugrid did not create is
 refused, never used; ``give`` never follows a symbolic link and never touches a path outside the ones it is given.
@@ -30,12 +32,13 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from taugrid.local.ownenv import clean_pythons
 
 ENV = "TAU_RUN_AS"
 WORKSPACE, STACK = "workspace", "stack"
@@ -298,16 +301,18 @@ def close_data_dir(data_dir: Path) -> None:
 @dataclass(frozen=True)
 class Decision:
     """``mode`` is WORKSPACE or STACK; ``why`` says why runs run as the stack's user ("" in workspace mode);
-    ``refused`` is set when TAU_RUN_AS=workspace was asked for and cannot be had."""
+    ``refused`` is set when TAU_RUN_AS=workspace was asked for and cannot be had; ``note``, in workspace mode,
+    which interpreter runs fall back to when the first choice is out of the workspace users' reach."""
 
     mode: str
     why: str = ""
     refused: str = ""
+    note: str = ""
 
 
 def decide(data_dir: Path, *, environ: Mapping[str, str] | None = None, python: str = "") -> Decision:
-    """The mode for a stack in ``data_dir`` (see the module's docstring). ``python`` is the interpreter runs
-    fall back to (``TAU_LOCAL_PYTHON``, else this process's)."""
+    """The mode for a stack in ``data_dir`` (see the module's docstring). ``python``: the one interpreter runs
+    fall back to (default: ``TAU_LOCAL_PYTHON``, then ``ownenv.clean_pythons``, the first another user may run)."""
     env = os.environ if environ is None else environ
     asked = env.get(ENV, "").strip().lower()
     if asked not in ("", WORKSPACE, STACK):
@@ -318,10 +323,12 @@ def decide(data_dir: Path, *, environ: Mapping[str, str] | None = None, python: 
     if impossible:
         refused = f"{ENV}=workspace cannot be had: {impossible}" if asked == WORKSPACE else ""
         return Decision(STACK, why=impossible, refused=refused)
-    unreachable = list(_unreachable(data_dir, python or env.get("TAU_LOCAL_PYTHON") or sys.executable))
+    pin = env.get("TAU_LOCAL_PYTHON", "").strip()
+    candidates = (python,) if python else tuple(dict.fromkeys(p for p in (pin, *clean_pythons()) if p))
+    unreachable, note = _unreachable(data_dir, candidates)
     if unreachable and asked != WORKSPACE:
         return Decision(STACK, why="; ".join(unreachable))
-    return Decision(WORKSPACE)
+    return Decision(WORKSPACE, note=note)
 
 
 def _impossible() -> str:
@@ -332,15 +339,32 @@ def _impossible() -> str:
     return ""
 
 
-def _unreachable(data_dir: Path, python: str) -> Iterable[str]:
+def _unreachable(data_dir: Path, pythons: tuple[str, ...]) -> tuple[list[str], str]:
+    """(why another OS user cannot reach the data dir or any of ``pythons``, a note when only a later one of
+    ``pythons`` is in its reach)."""
+    problems: list[str] = []
     data = cannot_reach(data_dir, OTHERS, execute=True)
     if data:
-        yield (f"another OS user cannot reach the data dir {data_dir} ({data}); use a data dir under a folder every "
-               "user may enter, e.g. TAU_DATA_DIR=/var/lib/taugrid")
-    runs = cannot_reach(python, OTHERS, execute=True)
-    if runs:
-        yield (f"another OS user cannot run the interpreter runs use, {python} ({runs}); set TAU_LOCAL_PYTHON to one "
-               "every user may run, e.g. /usr/bin/python3")
+        problems.append(f"another OS user cannot reach the data dir {data_dir} ({data}); use a data dir under a "
+                        "folder every user may enter, e.g. TAU_DATA_DIR=/var/lib/taugrid (root's default)")
+    python, skipped = runnable(pythons, OTHERS)
+    if not python:
+        problems.append(f"another OS user cannot run any interpreter runs may fall back to ({'; '.join(skipped)}); "
+                        "set TAU_LOCAL_PYTHON to one every user may run, e.g. /usr/bin/python3")
+    note = (f"runs that bring no interpreter their workspace's OS user may run use {python} ({'; '.join(skipped)})"
+            if python and skipped else "")
+    return problems, note
+
+
+def runnable(pythons: Iterable[str], user: RunUser) -> tuple[str, list[str]]:
+    """The first of ``pythons`` that ``user`` may run ("" for none), and why each one before it may not."""
+    skipped: list[str] = []
+    for python in pythons:
+        problem = cannot_reach(python, user, execute=True)
+        if not problem:
+            return python, skipped
+        skipped.append(problem if problem.startswith(f"{python}:") else f"{python}: {problem}")
+    return "", skipped
 
 
 def _me() -> str:

@@ -12,9 +12,12 @@ Which interpreter, in order: the run's explicit pin (``TAU_PYTHON`` when it ran 
 was made from (``ownenv.base_python``: never taugrid's own packages).
 
 When the pod runs as its workspace's OS user (``taugrid.local.runas``), that user must be able to run the
-interpreter: an interpreter the submission merely recorded falls back to the machine's (with a warning), one
-pinned (``TAU_PYTHON``, ``TAU_LOCAL_PYTHON``) or the fallback itself fails the pod, naming the directory that
-keeps the user out.
+interpreter. The fallback is then the first of ``fallback`` and ``spares`` (``ownenv.clean_pythons``: the system's
+``python3``) that the user may run, e.g. ``/usr/bin/python3`` where taugrid's own Python sits under root's 0700
+home; an interpreter the submission recorded or pinned (``TAU_PYTHON``, ``TAU_LOCAL_PYTHON``) that the user
+cannot run falls back to it, with a warning that names the interpreter, the directory that keeps the user out and
+the one used instead (shown by ``tau run``, ``tau status`` and the run's evidence). Only when the user can run
+none of them does the pod fail (EnvironmentFailed), naming each.
 
 ``runtime.image`` runs the pod in a container when a container engine answers (``docker info`` / ``podman info``,
 probed once per process): ``Ready.engine`` names it and the kubelet runs the pod's containers through it
@@ -32,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
-from taugrid.local.ownenv import base_python
-from taugrid.local.runas import RunUser, cannot_reach
+from taugrid.local.ownenv import base_python, clean_pythons
+from taugrid.local.runas import RunUser, cannot_reach, runnable
 
 ENGINES = ("docker", "podman")
 ENGINES_ENV = "TAU_CONTAINER_ENGINES"  # comma-separated, tried in order; empty = never run pods in containers
@@ -100,6 +103,7 @@ class PodRuntimes:
     data_dir: Path
     machine_pin: str = field(default_factory=lambda: os.environ.get("TAU_LOCAL_PYTHON", ""))
     fallback: str = field(default_factory=base_python)  # never taugrid's own venv (``ownenv``)
+    spares: tuple[str, ...] = field(default_factory=clean_pythons)  # for users who cannot run ``fallback``
     engines: tuple[str, ...] = field(default_factory=lambda: engines_from_env(os.environ))
     _jobs: dict[str, _Job] = field(default_factory=dict)
     _engine: str | None = None
@@ -148,15 +152,23 @@ class PodRuntimes:
                 self._engine_probed = True
             return self._engine or ""
 
+    def fallback_for(self, user: RunUser | None) -> str:
+        """The interpreter ``user``'s runs fall back to: ``fallback`` if the user may run it, else the first of
+        ``spares`` it may (``fallback`` again when none: the pod then fails, naming why)."""
+        if user is None:
+            return self.fallback
+        return runnable(dict.fromkeys((self.fallback, *self.spares)), user)[0] or self.fallback
+
     def _prepare(self, job: _Job, work: Path, request: RuntimeRequest, user: RunUser | None = None) -> None:
-        python, source, warning = choose_python(request, machine_pin=self.machine_pin, fallback=self.fallback)
+        fallback = self.fallback_for(user)
+        python, source, warning = choose_python(request, machine_pin=self.machine_pin, fallback=fallback)
 
         def say(message: str) -> None:
             job.message = message
 
         try:
             if user is not None and not (request.image and self.engine()):
-                python, source, warning = self._runnable(python, source, warning, user)
+                python, source, warning = self._runnable(python, source, warning, user, fallback)
             if request.image:
                 engine = self.engine()
                 if engine:
@@ -190,19 +202,23 @@ class PodRuntimes:
         job.outcome = Ready(python=got.python, environment=environment, warning=warning)
 
 
-    def _runnable(self, python: str, source: str, warning: str, user: RunUser) -> tuple[str, str, str]:
-        """(interpreter, source, warning) that ``user`` can run; EnvironmentFailed when there is none."""
+    def _runnable(self, python: str, source: str, warning: str, user: RunUser,
+                  fallback: str) -> tuple[str, str, str]:
+        """(interpreter, source, warning) that ``user`` can run: ``python``, else ``fallback`` with a warning
+        saying why; EnvironmentFailed when the user can run neither."""
         problem = cannot_reach(python, user, execute=True)
         if not problem:
             return python, source, warning
-        pinned = source in ("TAU_PYTHON", "TAU_LOCAL_PYTHON") or python == self.fallback
-        if not pinned and not cannot_reach(self.fallback, user, execute=True):
-            return self.fallback, "local cluster", (f"the submitting interpreter {python} cannot be run by "
-                                                   f"{user.name} ({problem}); the run uses {self.fallback}")
+        if python != fallback and not cannot_reach(fallback, user, execute=True):
+            which = {"TAU_PYTHON": "the interpreter TAU_PYTHON pins", "TAU_LOCAL_PYTHON":
+                     "the interpreter TAU_LOCAL_PYTHON pins"}.get(source, "the submitting interpreter")
+            return fallback, "local cluster", (f"{which} {python} cannot be run by {user.name} ({problem}); the run "
+                                               f"uses {fallback}")
+        tried = "; ".join(runnable(dict.fromkeys((python, fallback, *self.spares)), user)[1])
         raise EnvironmentFailed(
-            f"interpreter {python} ({source}) cannot be run by {user.name}, the OS user of this workspace's runs: "
-            f"{problem}", hint="set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) to an "
-                               "interpreter every user may run, e.g. /usr/bin/python3")
+            f"no interpreter can be run by {user.name}, the OS user of this workspace's runs: {tried}",
+            hint="set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) to an interpreter every "
+                 "user may run, e.g. /usr/bin/python3")
 
 
 def engines_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:

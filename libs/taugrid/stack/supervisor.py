@@ -131,7 +131,8 @@ class Stack:
                          for p, _ in self.retiring if p.popen is not None],
             "user_creds": str(self.ids.person_creds) if self.ids else None,
             "platform_revision": self.platform_revision,
-            "run_as": {"mode": self.run_as.mode, "why": self.run_as.why} if self.run_as else None,
+            "run_as": ({"mode": self.run_as.mode, "why": self.run_as.why, "note": self.run_as.note}
+                       if self.run_as else None),
             "portal": {"url": f"http://127.0.0.1:{self.portal_port}",
                        "key": self.ids.services["portal"].public_key if self.ids else None},
             "services": [{"service": p.service, "replica": p.replica,
