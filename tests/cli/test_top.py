@@ -64,6 +64,21 @@ def test_the_view_folds_changes_and_deletions_into_one_frame() -> None:
     assert "r1   running  topws      ann   -      n1    10s" in text
 
 
+def test_a_queued_runs_place_is_the_one_tau_queue_shows() -> None:
+    """The record's position is refreshed only near the front of the line; the queue snapshot's is current, so
+    `tau top` shows that one (#1 here, as `tau queue` does), and a run no longer queued shows none."""
+    from taugrid.cli.queue_cmd import queue_view
+
+    view = TopView()
+    view.apply("run_state", "run.a.top-wait", _record("top-wait", "queued", position=4, created=NOW + 1))
+    view.apply("run_state", "run.a.r1", _record("r1", "running", position=None))
+    view.apply("local_cluster", "queues", msgspec.json.encode(QUEUES))
+    snap = view.snapshot(now=NOW + 2, finished=5)
+    assert [(r["run_id"], r["position"]) for r in snap["runs"]] == [("r1", None), ("top-wait", 0)]
+    assert "queued #1" in frame(snap)
+    assert "cq #1: top-wait" in queue_view(QUEUES, show_pending=5, now=NOW)
+
+
 def _env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAU_")}
     return {**env, "TAU_NATS_URL": url, "TAU_DATA_DIR": "/nonexistent-tau-top"}

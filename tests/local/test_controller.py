@@ -22,7 +22,7 @@ import msgspec
 import nats
 import pytest
 
-from taugrid.bus import Bus, platformstore
+from taugrid.bus import Bus, kv, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import connect
 from taugrid.bus.replay import replay
@@ -342,6 +342,34 @@ async def test_a_burst_on_one_cluster_queue_is_admitted_one_head_per_cycle_back_
     await cluster.tick()
     assert [cluster.wls[n].state for n in names] == ["running"] * 5
     assert cluster.cycles - cycles == 6  # five cycles of one admission each (one ClusterQueue), then an empty one
+
+
+async def test_every_waiting_run_has_one_reason_and_the_place_tau_queue_shows(cluster: LocalCluster) -> None:
+    """Issue 23 item 6: a cycle that admits nothing has tried one head; the heads behind it are tried in the same
+    wake, so every waiting run says WaitingForQuota (not the first few), and its recorded position (runs ahead
+    of it) is the one `tau queue` prints from the queue snapshot."""
+    cluster.simulate = True
+    names = []
+    for _ in range(12):  # 8 CPUs of quota (less the node's room), one CPU each: the last few wait
+        rid = run_id()
+        names.append(f"{rid}-a1")
+        big = main(["true"], resources={"requests": {"cpu": "1", "memory": "64Mi"}})
+        await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[job(names[-1], big)]))
+    await cluster.tick()
+    waiting = [n for n in names if cluster.wls[n].state == "pending"]
+    assert len(waiting) >= 4
+    reserved = [next(c for c in cluster.wls[n].workload["status"]["conditions"] if c["type"] == "QuotaReserved")
+                for n in waiting]
+    assert {c["reason"] for c in reserved} == {"WaitingForQuota"}
+    positions = [int(cluster.wls[n].workload["metadata"]["annotations"]["taugrid.io/queue-position"])
+                 for n in waiting]
+    await cluster._publish_queues(time.time())
+    entry = await kv.get(cluster.bus, BUCKET, "queues")
+    assert entry is not None
+    snap = msgspec.json.decode(entry.value)
+    [lab] = snap["queues"]
+    assert [(p["workload"], p["position"]) for p in lab["pending"]] == list(zip(waiting, positions, strict=True))
+    assert positions == list(range(len(waiting)))
 
 
 async def test_a_simulated_pod_ends_when_its_duration_is_up_without_a_housekeeping_tick(

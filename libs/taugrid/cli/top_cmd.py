@@ -62,10 +62,14 @@ class TopView:
         counts: dict[str, int] = {}
         for r in records:
             counts[r.state] = counts.get(r.state, 0) + 1
+        queues = (self.queues or {}).get("queues", [])
+        # a queued run's place in line is the queue snapshot's, as `tau queue` shows it: the record's is
+        # refreshed only near the front of the line
+        places = {p["run_id"]: p["position"] for q in queues for p in q["pending"] if p.get("run_id")}
         return {
             "schemaVersion": SCHEMA, "time": now, "counts": dict(sorted(counts.items())),
-            "queues": [_queue_row(q) for q in (self.queues or {}).get("queues", [])],
-            "runs": [_run_row(r, now) for r in live + done],
+            "queues": [_queue_row(q) for q in queues],
+            "runs": [_run_row(r, now, places) for r in live + done],
             "nodes": node_rows(list(self.nodes.values()), records, now),
         }
 
@@ -77,10 +81,11 @@ def _queue_row(q: dict[str, Any]) -> dict[str, Any]:
             "next": [p["run_id"] for p in q["pending"][:3]]}
 
 
-def _run_row(r: Any, now: float) -> dict[str, Any]:
+def _run_row(r: Any, now: float, places: dict[str, int]) -> dict[str, Any]:
     end = r.finished if r.finished else now
+    position = places.get(r.run_id, r.position) if r.state == "queued" else None
     return {"run_id": r.run_id, "state": r.state, "workspace": r.workspace, "user": r.user,
-            "queue": r.cluster_queue or r.queue, "position": r.position, "node": r.node, "attempt": r.attempt,
+            "queue": r.cluster_queue or r.queue, "position": position, "node": r.node, "attempt": r.attempt,
             "age_s": round(now - r.created, 1) if r.created else None,
             "duration_s": round(end - r.created, 1) if r.created else None, "reason": r.reason}
 

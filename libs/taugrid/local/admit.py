@@ -80,7 +80,7 @@ def pool_nodes(p: Platform | None, machine: PoolNode) -> list[PoolNode]:
 class Pending:
     reason: str
     message: str
-    position: int
+    position: int  # runs ahead of it in its ClusterQueue (0: next), as `tau queue` numbers them
 
 
 @dataclass
@@ -275,6 +275,10 @@ class LocalAdmitter:
         self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted
 
+    def quiescent(self) -> bool:
+        """True when another cycle would examine no head (each waiting run has been tried, or is parked)."""
+        return self.engine is None or self.engine.quiescent()
+
     def next_requeue(self) -> float | None:
         """When a backed-off workload returns to its queue, so the admission loop can wake for it."""
         return self.engine.next_requeue() if self.engine is not None else None
@@ -289,7 +293,7 @@ class LocalAdmitter:
             return out
         stopped = self._all_cordoned()
         for name, p in self.engine.pending_all().items():
-            out[name] = Pending("Unschedulable", stopped, p.position) if stopped else self._worded(p)
+            out[name] = Pending("Unschedulable", stopped, p.ahead) if stopped else self._worded(p)
         return out
 
     def _worded(self, p: adm.Pending) -> Pending:
@@ -297,7 +301,7 @@ class LocalAdmitter:
         message = p.message
         if self.cordoned and "eligible node" in message:
             message += "; cordoned: " + ", ".join(f"{n} ({why})" for n, why in sorted(self.cordoned.items()))
-        return Pending(p.reason, message, p.position)
+        return Pending(p.reason, message, p.ahead)
 
     def info(self, name: str) -> Pending | None:
         req = self.requests.get(name)
@@ -308,7 +312,7 @@ class LocalAdmitter:
         p = self.engine.pending_info(name)
         stopped = self._all_cordoned()
         if stopped and name in self.requests and not self.engine.is_admitted(name):
-            return Pending("Unschedulable", stopped, p.position if p else 0)
+            return Pending("Unschedulable", stopped, p.ahead if p else 0)
         if p is None:
             return None
         return self._worded(p)

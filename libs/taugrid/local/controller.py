@@ -423,20 +423,24 @@ class LocalCluster:
 
     async def _admit(self) -> None:
         """Admission cycles back to back, each admitting at most one head per ClusterQueue (Kueue's cycle),
-        until a cycle admits nothing. Cycles are pure engine work, so a batch of them runs first and the
-        admitted workloads then start concurrently; a cycle that preempts ends its batch, so victims are
-        stopped before anything later is admitted. A batch that ends early (a preemption, or ``ADMIT_BATCH``
-        admissions) wakes the loop again rather than holding the lock, so housekeeping interleaves with a
-        long burst."""
+        until a cycle admits nothing and no head is left untried. Cycles are pure engine work, so a batch of
+        them runs first and the admitted workloads then start concurrently; a cycle that preempts ends its
+        batch, so victims are stopped before anything later is admitted. A batch that ends early (a preemption,
+        or ``ADMIT_BATCH`` admissions or fruitless cycles) wakes the loop again rather than holding the lock, so
+        housekeeping interleaves with a long burst."""
         await self.refresh_platform()
         granted: list[Granted] = []
         preempted: list[Evicted] = []
+        examined = 0
         while len(granted) < ADMIT_BATCH:
             got = self.admitter.cycle()
             self.cycles += 1
             granted += got
             preempted = list(self.admitter.preempted)
-            if not got or preempted:
+            examined = 0 if got else examined + 1
+            # a cycle that admits nothing has still tried one head per queue; the heads behind it are tried too
+            # (one may fit, and every waiting run then has its reason), so one reason holds for the whole line
+            if preempted or (not got and (self.admitter.quiescent() or examined >= ADMIT_BATCH)):
                 break
         now = time.time()
         for ev in preempted:
@@ -444,7 +448,7 @@ class LocalCluster:
                 await self._preempt(self.wls[ev.victim], ev.reason, ev.message, ev.preemptor, now)
         await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes) for g in granted
                          if g.name in self.wls and self.wls[g.name].state == "pending")
-        if preempted or len(granted) >= ADMIT_BATCH:
+        if preempted or len(granted) >= ADMIT_BATCH or examined >= ADMIT_BATCH:
             self.wake()  # the batch ended early: a head may still be admissible, so the next cycle runs at once
 
     async def _housekeep(self) -> None:
