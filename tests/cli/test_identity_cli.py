@@ -60,6 +60,16 @@ def test_admin_issues_credentials_that_work_until_removed(secure_nats: SecureNat
     assert json.loads(login.stdout)["public_key"] == result["public_key"]
     me = json.loads(tau("whoami", "--output", "json", env=erin, cwd=tmp_path).stdout)
     assert (me["user"], me["role"], me["workspaces"]) == ("erin", "researcher", ["vision"])
+    # Submitting into a workspace she is not a member of is refused in one sentence, before any publish.
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "tau.yaml").write_text("name: t\nentrypoint: t.py\n")
+    (project / "t.py").write_text("print('hi')\n")
+    outsider = tau("run", str(project), "--workspace", "language", env=erin, cwd=tmp_path)
+    assert outsider.returncode == 5, outsider.stderr
+    assert outsider.stderr.splitlines() == [
+        "error: erin is not a member of workspace language (theirs: vision): submit into one of them with "
+        "--workspace NAME, or ask a platform admin to add them"]
     # A researcher may not administer users.
     denied = tau("admin", "user", "remove", "erin", env=erin, cwd=tmp_path)
     assert denied.returncode == 5 and "kv.platform" in denied.stderr

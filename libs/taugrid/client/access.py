@@ -23,6 +23,14 @@ class Viewer:
     def may_read(self, workspace: str) -> bool:
         return self.workspaces is None or workspace in self.workspaces
 
+    def not_a_member(self, workspace: str) -> str:
+        """Why this person may not submit into ``workspace``, in one sentence ("" when they may)."""
+        if self.may_read(workspace):
+            return ""
+        mine = ", ".join(self.workspaces or ()) or "none"
+        return (f"{self.name} is not a member of workspace {workspace} (theirs: {mine}): submit into one of "
+                "them with --workspace NAME, or ask a platform admin to add them")
+
 
 async def viewer(bus: Bus, public_key: str) -> Viewer | None:
     """The person whose nkey is ``public_key``, or None when the platform does not know them."""

@@ -28,7 +28,7 @@ from taugrid.config.project import check_project, project_root
 from taugrid.config.source import raise_issues
 from taugrid.config.taujob import TauConfig, load_tau_config, load_tau_config_shared
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
-from taugrid.core.errors import ConfigError, NotFound, PermanentError
+from taugrid.core.errors import ConfigError, NotFound, PermanentError, PermissionDenied
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import RunRecord
@@ -84,6 +84,7 @@ class Client:
         cfg = config or load_tau_config(text, path=str(config_path))
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "")
         ws = ws or await self._namespace_workspace(cfg) or "default"
+        await self._refuse_outsider(ws)
         sid = submission_id or new_submission_id()
         run_id = new_run_id(cfg.name or "", sid)  # no name: "run-<hex>"
         req = msgspec.structs.replace(await self._project_request(config_path, text, cfg), submission_id=sid,
@@ -95,6 +96,17 @@ class Client:
             )
         self._workspaces[run_id] = ws
         return run_id
+
+    async def _refuse_outsider(self, workspace: str) -> None:
+        """A person submitting into a workspace they are not a member of is told so in one sentence, before the
+        bus refuses the publish (which would only say which subject it refused)."""
+        from taugrid.client.access import viewer
+
+        me = self.bus.identity
+        person = await viewer(self.bus, me.public_key) if me is not None else None
+        why = person.not_a_member(workspace) if person is not None else ""
+        if why:
+            raise PermissionDenied(why)
 
     async def _project_request(self, config_path: Path, text: str, cfg: TauConfig) -> SubmitRequested:
         """A submission of the project holding ``config_path`` as it is now (``text`` parsed as ``cfg``): its
