@@ -106,6 +106,11 @@ def test_a_failed_environment_build_marks_the_phase_failed_and_is_not_retried() 
     assert states.apply(r, "exec.failed", 1, {"reason": "EnvironmentFailed", "message": "uv failed"}, 3.0)
     assert next(p for p in r.phases if p.name == "environment").status == "failed"
     assert classify("EnvironmentFailed", 1) == "config"
+    # the pod's exit status 128 is the local cluster's, not the code's: the summary never says the code exited
+    assert states.apply(r, "recovery.gave_up", 1, {"reason": "EnvironmentFailed: not retryable", "exit_code": 128},
+                        4.0)
+    finished = next(p for p in r.phases if p.name == "finished")
+    assert "exited with status" not in finished.hint and "code never ran" in finished.hint
     decision = decide(reason="EnvironmentFailed", exit_code=1, attempt=1,
                       resilience=Resilience(max_retries=3, retry_on=["Any"]))
     assert decision == type(decision)(False, "config", 0.0, "EnvironmentFailed: not retryable", False)

@@ -357,6 +357,8 @@ def failure_hint(data: dict[str, Any]) -> str:
     if reason in ("Evicted", "PreemptionByScheduler", "DeletionByTaintManager", "TerminationByKubelet",
                   "NodeFailure", "GpuFault"):
         return "the node, not the code, ended the pod: recovery retries it elsewhere while retries remain"
+    if reason.startswith("EnvironmentFailed"):  # the pod's 128 is no exit status of the code, which never ran
+        return "the run's environment could not be built, so the code never ran: fix the requirement it names"
     if isinstance(code, int) and code != 0:
         return f"the code exited with status {code}: `tau logs RUN` shows its output"
     return ""
