@@ -32,6 +32,23 @@ def test_a_script_error_names_its_exit_code_and_the_retry_hint() -> None:
     assert d.last_lines == ["Traceback", "ValueError: bad lr"]
 
 
+def test_sizes_read_alike_in_diagnose_and_status() -> None:
+    """One formatter (core/quantity.human_bytes): diagnose's limit reads as the OOM message tau status shows."""
+    import msgspec
+
+    from taugrid.core.quantity import human_bytes
+    from taugrid.local.containers import exit_reason
+
+    small = msgspec.structs.replace(RUN, limits=Resources(memory=200 << 20))
+    d = diagnose(RunRecord(run_id="r-1", workspace="ws", resolved=small, state="failed", reason="OOMKilled",
+                           exit_code=137), RunFacts())
+    assert d.cause == "killed for using more memory than its limit of 200 MiB (OOMKilled)"
+    assert exit_reason(137, stopped=False, memory_limit=200 << 20) == (
+        "OOMKilled", "killed by SIGKILL inside the container's memory limit (200 MiB)")
+    assert [human_bytes(n) for n in (512, 1536, 200 << 20, 3 << 29, 1 << 40, 100 << 30)] == [
+        "512 B", "1.5 KiB", "200 MiB", "1.5 GiB", "1 TiB", "100 GiB"]
+
+
 def test_a_gpu_fault_is_the_platforms_not_the_scripts_even_with_a_non_zero_exit() -> None:
     d = diagnose(record(state="failed", reason="Error", exit_code=1, node="n2", attempt=2, exclude_nodes=["n2"]),
                  RunFacts(degraded=[("n2", "GpuXid", "XID 79 on GPU 0")], node_verdict="unhealthy"))

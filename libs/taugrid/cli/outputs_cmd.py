@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from taugrid.cli.common import EXIT_FAILED, connected, emit_json, output_option, run_async
+from taugrid.core.quantity import human_bytes
 from taugrid.core.states import RunRecord
 from taugrid.evidence.bundle import scan_dir
 from taugrid.local.scratch import warning
@@ -68,11 +69,7 @@ async def listing(client: Any, record: RunRecord) -> dict[str, Any]:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    raise AssertionError
+    return human_bytes(n)
 
 
 def _own_files(found: dict[str, Any]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from taugrid.core.classify import CRASH_HINT, classify
 from taugrid.core.contracts import Issue, RecoveryGaveUp
+from taugrid.core.quantity import human_bytes
 from taugrid.core.states import RunRecord
 
 
@@ -102,7 +103,7 @@ def diagnose(record: RunRecord, facts: RunFacts) -> Diagnosis:
                     f"the platform retries platform faults on another node while resilience.max_retries allows; "
                     f"raise it, or {retry} (the node is avoided)")
     if cls == "oom":
-        bound = f" of {limit / 2**30:g} GiB" if limit else ""
+        bound = f" of {human_bytes(limit)}" if limit else ""
         return done(cls, f"killed for using more memory than its limit{bound} (OOMKilled)",
                     "raise compute.memory_limit in tau.yaml (or use less memory, e.g. a smaller batch); then "
                     f"{edited} (`tau run resume {record.run_id} --from .` to start from its last checkpoint)")

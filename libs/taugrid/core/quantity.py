@@ -75,6 +75,17 @@ def format_memory(value: int) -> str:
     return str(value)
 
 
+def human_bytes(value: float) -> str:
+    """Bytes for a person, worded one way wherever taugrid prints a size: 209715200 → ``"200 MiB"``,
+    1610612736 → ``"1.5 GiB"``, 512 → ``"512 B"`` (one decimal below 100 of a unit, none from there)."""
+    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= factor:
+            amount = value / factor
+            shown = f"{amount:.0f}" if amount >= 100 else f"{amount:.1f}".removesuffix(".0")
+            return f"{shown} {unit}"
+    return f"{value:.0f} B"
+
+
 def format_cpu(value: float) -> str:
     """Cores as Kubernetes writes them: 2.0 → ``"2"``, 0.5 → ``"500m"``."""
     if value == int(value):

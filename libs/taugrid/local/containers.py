@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from taugrid.core.quantity import human_bytes
+
 ENGINE_ANNOTATION = "taugrid.io/container-engine"
 # Host variables that mean nothing inside a container.
 HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
@@ -111,5 +113,5 @@ def exit_reason(code: int, *, stopped: bool, memory_limit: int) -> tuple[str, st
     if code == ENGINE_FAILED_EXIT:
         return "StartError", "the container engine could not run the container (exit 125): see the container's log"
     if code == SIGKILL_EXIT and memory_limit and not stopped:
-        return "OOMKilled", f"killed by SIGKILL inside the container's memory limit ({memory_limit >> 20} MiB)"
+        return "OOMKilled", f"killed by SIGKILL inside the container's memory limit ({human_bytes(memory_limit)})"
     return None

@@ -31,6 +31,7 @@ from typing import IO, Any
 
 import psutil
 
+from taugrid.core.quantity import human_bytes
 from taugrid.local import containers, scratch
 from taugrid.local.secrets import Redactor, redactor, unseal
 
@@ -151,7 +152,7 @@ class Container:
         rss = _tree_rss(self.ps)
         if rss <= limit:
             return False
-        self.oom_message = f"memory {rss >> 20} MiB exceeded the limit {limit >> 20} MiB"
+        self.oom_message = f"memory {human_bytes(rss)} exceeded the limit {human_bytes(limit)}"
         return True
 
 
