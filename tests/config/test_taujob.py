@@ -135,3 +135,22 @@ resilience: {max_retries: 2, retry_on: [Preempted, Evicted], backoff_initial: 30
 """
     cfg = load_tau_config(text)
     assert cfg.engine == "ray" and cfg.compute.worker_memory_request == "64Gi"
+
+
+@pytest.mark.parametrize(("text", "line", "message", "fix"), [
+    ("name: t\nentrypoint train.py\ncompute: {gpus: 1}\n", 2, "a key without ':'", "write 'key: value' on line 2"),
+    ("name: t\ncompute: {gpus: 1\nentrypoint: t.py\n", 2, "(a '}' is missing)", "close the '{' opened on line 2"),
+    ("name: 't\nentrypoint: t.py\n", 1, "a quote is never closed", "close the quote opened on line 1"),
+    ("name: t\n\tentrypoint: t.py\n", 2, "a tab in the indentation", "indent line 2 with spaces, not tabs"),
+    ("name: t\ncompute:\n  gpus: 1\n cpus: 2\n", 4, "line 4 is indented unlike", "indent line 4 as its siblings"),
+])
+def test_a_yaml_syntax_error_names_the_line_of_the_mistake_and_the_fix(
+        text: str, line: int, message: str, fix: str) -> None:
+    """Issue 23 item 6: as schema errors do, with the line where the mistake was made (the parser notices a
+    missing ':' or an unclosed '{' only on the next line)."""
+    with pytest.raises(ConfigError) as info:
+        load_tau_config(text, path="tau.yaml")
+    [issue] = info.value.issues
+    assert issue["line"] == line and message in str(issue["message"]) and fix in str(issue["fix"])
+    head, fix_line = str(info.value).splitlines()
+    assert head.startswith(f"tau.yaml:{line}: not valid YAML: ") and fix_line.startswith("    fix: ")

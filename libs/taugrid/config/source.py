@@ -107,21 +107,8 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
     except RecursionError:  # a backstop: expansion bounds nesting far below Python's recursion limit
         _refuse(path, "the document nests too deeply to read", "flatten the nested lists and mappings")
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(
-            f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}",
-            issues=[
-                {
-                    "field": "",
-                    "message": f"not valid YAML: {problem}",
-                    "fix": "fix the YAML syntax (indentation, quotes, colons)",
-                    "file": path,
-                    "line": line,
-                }
-            ],
-        ) from None
+        line, problem, fix = yaml_problem(exc)
+        _refuse(path, f"not valid YAML: {problem}", fix, line=line)
     if data is None or not isinstance(data, dict):
         got = "empty" if data is None else f"a {type(data).__name__}"
         message = f"{what} must be a YAML mapping of keys to values; this file is {got}"
@@ -146,6 +133,34 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
 
 _MAX_BYTES = {"tau.yaml": TAU_YAML_MAX_BYTES, "platform.yaml": PLATFORM_YAML_MAX_BYTES}
 _MAX_EXPANDED = {"tau.yaml": TAU_YAML_MAX_EXPANDED_BYTES, "platform.yaml": PLATFORM_YAML_MAX_EXPANDED_BYTES}
+
+
+def yaml_problem(exc: yaml.YAMLError) -> tuple[int | None, str, str]:
+    """(line, problem, fix) of a YAML syntax error. The parser notices some mistakes only on a later line (a key
+    without its ':', a '{' or quote never closed); the line is then the one where the mistake was made."""
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
+    problem = str(getattr(exc, "problem", None) or exc)
+    context = str(getattr(exc, "context", None) or "")
+    at = problem_mark.line + 1 if problem_mark is not None else None
+    opened = context_mark.line + 1 if context_mark is not None else at
+    if "could not find expected ':'" in problem and "simple key" in context:
+        return opened, "a key without ':'", f"write 'key: value' on line {opened} (a space after the ':')"
+    if "flow mapping" in context or "flow sequence" in context:
+        bracket = "}" if "mapping" in context else "]"
+        return opened, f"{problem} (a '{bracket}' is missing)", (
+            f"close the '{'{' if bracket == '}' else '['}' opened on line {opened} with '{bracket}', or write its "
+            "entries as indented lines")
+    if "quoted scalar" in context:
+        return opened, f"a quote is never closed ({problem})", f"close the quote opened on line {opened}"
+    if "'\\t'" in problem:  # PyYAML writes the tab it found as '\t'
+        return at, "a tab in the indentation", f"indent line {at} with spaces, not tabs"
+    if "mapping values are not allowed" in problem:
+        return at, problem, f"quote the value on line {at} if it holds ': ' (e.g. name: 'a: b')"
+    if "expected <block end>" in problem:
+        return at, f"line {at} is indented unlike the lines around it", (
+            f"indent line {at} as its siblings are (a list item starts with '- ')")
+    return at, problem, "fix the YAML syntax (indentation, quotes, colons)"
 
 
 def _refuse(path: str, message: str, fix: str, *, line: int | None = None) -> None:
