@@ -240,3 +240,15 @@ def test_validate_prints_the_warnings_and_strict_refuses_them(tmp_path: Path) ->
     strict = _tau("run", "validate", str(tmp_path), "--strict", "--output", "json", "--offline")
     assert strict.returncode == 2
     assert [i["field"] for i in yaml.safe_load(strict.stdout)["issues"]] == ["scheduling"]
+
+
+def test_validate_takes_the_workspace_its_errors_suggest(tmp_path: Path) -> None:
+    """An unknown workspace's fix names --workspace: `tau run validate` has it, as `tau run` does."""
+    (tmp_path / "tau.yaml").write_text("schema_version: 1\nname: w\nrun: {entrypoint: train.py}\n")
+    (tmp_path / "train.py").write_text("print('ok')\n")
+    wrong = _tau("run", "validate", str(tmp_path), "--offline", "--workspace", "nowhere", "--output", "json")
+    assert wrong.returncode == 2, wrong.stderr
+    [issue] = yaml.safe_load(wrong.stdout)["issues"]
+    assert (issue["field"], issue["message"].split(";")[0]) == ("policy.workspace", "unknown workspace 'nowhere'")
+    right = _tau("run", "validate", str(tmp_path), "--offline", "-w", "default")
+    assert right.returncode == 0, right.stderr

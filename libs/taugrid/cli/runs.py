@@ -282,9 +282,11 @@ async def retry(run_id: str, from_project: str | None, follow: bool, output: str
               "platform (the one `tau up` creates).")
 @click.option("--strict", is_flag=True, help="Treat warnings (a managed manifest's unknown keys, keys that change "
               "nothing here) as errors: exit 2.")
+@click.option("--workspace", "-w", default=None, help="Check it as `tau run --workspace` would submit it (default: "
+              "policy.workspace, else 'default').")
 @output_option
 @run_async
-async def validate(target: str, offline: bool, strict: bool, output: str) -> None:
+async def validate(target: str, offline: bool, strict: bool, workspace: str | None, output: str) -> None:
     path = resolve_target(target)
     try:
         cfg = load_tau_config(path.read_text(), path=str(path))
@@ -292,7 +294,8 @@ async def validate(target: str, offline: bool, strict: bool, output: str) -> Non
             raise_issues(cfg.warnings)
         raise_issues(check_project(cfg, path.parent.resolve()))
         revision, checked = (
-            (None, _check_against_machine(cfg, "--offline")) if offline else await _check_against_platform(cfg)
+            (None, _check_against_machine(cfg, "--offline", workspace)) if offline
+            else await _check_against_platform(cfg, workspace)
         )
     except ConfigError as err:
         if output == "json":
@@ -329,29 +332,29 @@ async def _stack_platform() -> tuple[tuple[str, int] | None, str]:
         await client.close()
 
 
-async def _check_against_platform(cfg: TauConfig) -> tuple[int | None, str]:
+async def _check_against_platform(cfg: TauConfig, workspace: str | None = None) -> tuple[int | None, str]:
     """Resolve ``cfg`` as the policy service would: against the stack's current platform (its revision, "")
     when a stack answers, else against this machine's default platform, the one `tau up` creates (None, and
     a note saying so)."""
     got, why = await _stack_platform()
     if got is not None:
         text, revision = got
-        _resolve(cfg, text, revision, purpose="validate")
+        _resolve(cfg, text, revision, purpose="validate", workspace=workspace)
         return revision, ""
-    return None, _check_against_machine(cfg, why)
+    return None, _check_against_machine(cfg, why, workspace)
 
 
 MACHINE_CHECKED = "against this machine's default platform, the one `tau up` creates ({why})"
 
 
-def _check_against_machine(cfg: TauConfig, why: str) -> str:
+def _check_against_machine(cfg: TauConfig, why: str, workspace: str | None = None) -> str:
     """Resolve ``cfg`` against this machine's default platform; the note that says so. A problem raises the
     ConfigError with that note added, so the reader knows which platform refused it."""
     from taugrid.stack.machine_platform import machine_platform_yaml
 
     note = MACHINE_CHECKED.format(why=why)
     try:
-        _resolve(cfg, machine_platform_yaml(data_dir()), 0, purpose="validate")
+        _resolve(cfg, machine_platform_yaml(data_dir()), 0, purpose="validate", workspace=workspace)
     except ConfigError as err:
         raise ConfigError(f"{err}\n(checked {note})",
                           issues=[{**i, "platform": "machine-default"} for i in err.issues]) from err
