@@ -154,3 +154,17 @@ def test_a_yaml_syntax_error_names_the_line_of_the_mistake_and_the_fix(
     assert issue["line"] == line and message in str(issue["message"]) and fix in str(issue["fix"])
     head, fix_line = str(info.value).splitlines()
     assert head.startswith(f"tau.yaml:{line}: not valid YAML: ") and fix_line.startswith("    fix: ")
+
+
+@pytest.mark.parametrize("text", ["active_deadline: 2h\n", "resilience: {timeout: 2h}\n", "timeout: 7200\n"])
+def test_a_deadline_written_elsewhere_points_at_run_active_deadline(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_tau_config("name: t\nentrypoint: t.py\n" + text, path="tau.yaml")
+    [issue] = info.value.issues
+    assert (issue["line"], issue["message"], issue["fix"]) == (
+        3, "unknown key; the time limit of one attempt is run.active_deadline",
+        "move it to run.active_deadline (seconds, or a duration such as 2h)")
+    # a managed manifest keeps TauGrid's warning, and its fix says where the deadline lives
+    managed = load_tau_config("schema_version: 1\nname: t\nrun: {entrypoint: t.py}\nresilience: {timeout: 2h}\n")
+    [warning] = managed.warnings
+    assert "run.active_deadline" in str(warning["fix"])

@@ -204,12 +204,14 @@ def _kind(data: dict[str, Any]) -> str | None:
 
 
 def project(
-    data: dict[str, Any], *, path: str, lines: Lines, direct: dict[str, bool]
+    data: dict[str, Any], *, path: str, lines: Lines, direct: dict[str, bool],
+    elsewhere: dict[tuple[str, ...], tuple[str, str]] | None = None,
 ) -> tuple[dict[str, Any], list[Issue]]:
     """The direct-config mapping of a managed manifest and its warnings; raises ``ConfigError`` for what the
     manifest asks and taugrid cannot do."""
     errors: list[Issue] = []
     warnings: list[Issue] = []
+    elsewhere = elsewhere or {}
 
     def err(p: tuple[str | int, ...], message: str, fix: str) -> None:
         errors.append(make_issue(p, message, fix, file=path, lines=lines))
@@ -220,9 +222,12 @@ def project(
     candidates = sorted({p for p in direct if not direct[p]} | {p for p, d in MANAGED_PATHS.items() if not d})
     for key, children in unknown_keys(data, direct):
         hint = _suggestion(key, children, candidates)
+        meant = elsewhere.get(tuple(key.split(".")))
+        # the message is TauGrid's own (its did-you-mean); the fix may point further, at where the setting lives
         warn(tuple(key.split(".")), f"unknown config key {key!r} in {path} (ignored)"
              + (f"; did you mean {hint!r}?" if hint else ""),
-             f"rename it to {hint}" if hint else "remove it (see `tau run schema`)", "unknown")
+             f"rename it to {hint}" if hint else f"{meant[0]}: {meant[1]}" if meant
+             else "remove it (see `tau run schema`)", "unknown")
 
     out: dict[str, Any] = {}
     for key, value in data.items():

@@ -241,12 +241,17 @@ def pydantic_issues(
     *,
     file: str,
     lines: Lines,
+    elsewhere: dict[tuple[str, ...], tuple[str, str]] | None = None,
 ) -> list[dict[str, object]]:
+    """``elsewhere``: keys people write for a setting that lives under another key: (where it is, the fix)."""
     issues = []
     for err in exc.errors(include_url=False):
         loc: Path = tuple(p for p in err["loc"] if isinstance(p, int) or not _is_union_tag(p))
         kind = err["type"]
-        if kind == "extra_forbidden":
+        meant = (elsewhere or {}).get(tuple(map(str, loc))) if kind == "extra_forbidden" else None
+        if meant is not None:
+            message, fix = f"unknown key; {meant[0]}", meant[1]
+        elif kind == "extra_forbidden":
             parent = _model_at(model, loc[:-1])
             valid = sorted(parent.model_fields) if parent else []
             guess = suggest(str(loc[-1]), valid)

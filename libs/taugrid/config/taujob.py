@@ -315,6 +315,16 @@ def _engine_value(value: Any) -> Any:
     return value.strip().lower() if isinstance(value, str) else value
 
 
+_DEADLINE = ("the time limit of one attempt is run.active_deadline",
+             "move it to run.active_deadline (seconds, or a duration such as 2h)")
+ELSEWHERE: dict[tuple[str, ...], tuple[str, str]] = {
+    # keys people write for a setting that lives elsewhere: (where it is, the fix)
+    **{(key,): _DEADLINE for key in ("active_deadline", "deadline", "timeout", "time_limit")},
+    **{(block, key): _DEADLINE for block in ("resilience", "compute", "runtime", "execution", "policy")
+       for key in ("active_deadline", "deadline", "timeout", "time_limit")},
+}
+
+
 def load_tau_config(text: str, *, path: str = "tau.yaml") -> TauConfig:
     """Parse and validate a ``tau.yaml``; raises ``ConfigError`` listing each problem at file:line.
 
@@ -328,7 +338,8 @@ def load_tau_config(text: str, *, path: str = "tau.yaml") -> TauConfig:
     warnings: list[dict[str, object]] = []
     is_managed = managed.looks_managed(data)
     if is_managed:
-        data, warnings = managed.project(data, path=path, lines=lines, direct=_direct_paths())
+        data, warnings = managed.project(data, path=path, lines=lines, direct=_direct_paths(),
+                                         elsewhere=ELSEWHERE)
     elif "schema_version" in data:
         data = {k: v for k, v in data.items() if k != "schema_version"}
         warnings.append(make_issue(
@@ -337,7 +348,7 @@ def load_tau_config(text: str, *, path: str = "tau.yaml") -> TauConfig:
     try:
         cfg = TauConfig.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise_issues(pydantic_issues(exc, TauConfig, file=path, lines=lines))
+        raise_issues(pydantic_issues(exc, TauConfig, file=path, lines=lines, elsewhere=ELSEWHERE))
         raise  # unreachable: pydantic never reports zero errors
     cfg._path, cfg._lines, cfg._managed = path, lines, is_managed
     raise_issues(check_rules(cfg, raw=data))
