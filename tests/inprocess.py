@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from taugrid.bus import Bus, connect, identity, platformstore, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, connect, identity, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
-from taugrid.bus.service import Service
 from taugrid.client import Client
 from taugrid.local.controller import LocalCluster
+from taugrid.service import Service
 from taugrid.stack import natsserver
 
 
@@ -47,9 +48,9 @@ async def private_server(root: Path, *, name: str = "bootstrap") -> AsyncIterato
 
 
 async def service_bus(url: str, name: str) -> Bus:
-    """A service's own connection, resolving signers as `taugrid.bus.service.run` does."""
+    """A service's own connection, resolving signers as `taugrid.service.run` does."""
     bus = await connect(url, name=name)
-    bus.user_lookup = runstate.VerifiedUsers(bus)
+    bus.user_lookup = runrecord.VerifiedUsers(bus)
     return bus
 
 
@@ -116,7 +117,7 @@ async def sign_as_local_user(bus: Bus, user: str = "tester") -> None:
 
 class RunningServices:
     """Services run as tasks of the test's event loop, each on its own connection, and stopped the way
-    `taugrid.bus.service.main` stops them on SIGTERM: loops told to stop, given 10 s to drain, then cancelled."""
+    `taugrid.service.main` stops them on SIGTERM: loops told to stop, given 10 s to drain, then cancelled."""
 
     def __init__(self, url: str) -> None:
         self.url = url

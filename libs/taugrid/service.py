@@ -1,5 +1,8 @@
 """Process runner for a service: logging, tracing, uvloop, connect, run its loops, drain on SIGTERM.
 
+It sits above the bus adapter and the run record: every run event a service emits names the run's verified
+submitter, read from the run record (``runrecord.VerifiedUsers``).
+
 A service module provides ``async def start(bus) -> list[Awaitable]`` (its consumer loops and timers). On
 SIGTERM/SIGINT the loops stop fetching, in-flight handlers finish and acks are flushed by ``drain``.
 """
@@ -20,6 +23,7 @@ from taugrid.bus import metrics, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.consumer import STUCK_S, ConsumerLoop, Handler, report_stuck
 from taugrid.core.errors import TemporaryError
+from taugrid.runrecord import VerifiedUsers
 
 log = logging.getLogger("taugrid.service")
 
@@ -88,8 +92,6 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
         except TemporaryError as exc:
             log.warning("%s; retrying", exc)
             await asyncio.sleep(1.0)
-    from taugrid.bus.runstate import VerifiedUsers
-
     bus.user_lookup = VerifiedUsers(bus)  # every run event this service emits names the run's submitter
     svc = Service(bus)
     await start(svc)

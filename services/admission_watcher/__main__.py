@@ -1,4 +1,4 @@
-from taugrid.bus.service import Service, main
+from taugrid.service import Service, main
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 
 

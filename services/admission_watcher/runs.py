@@ -18,7 +18,7 @@ finished, the verified user) and what it emitted since, and reads again only on 
 
 What never needs a read: a run known finished, an attempt older than the one known, or an attempt this replica
 ended itself (``exec.succeeded`` / ``exec.cancelled``): those never come back. The read itself decodes only the
-three fields it needs (``_Gate``), not the record's history.
+three fields it needs (``runrecord.summary``), not the record's history.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import msgspec
-
-from taugrid.bus import kv, runstate
+from taugrid import runrecord
 from taugrid.bus.connection import Bus
 from taugrid.core.states import TERMINAL
 from taugrid.kube.translate import RunEventOut
@@ -39,14 +37,6 @@ MEMORY = 20_000  # runs remembered (least recently used out)
 ENDS_ATTEMPT = frozenset({"exec.succeeded", "exec.cancelled"})  # the projection makes the run terminal
 UNSETTLES = frozenset({"exec.failed", "admission.preempted"})  # recovery decides what comes next
 DECISIVE = ENDS_ATTEMPT | UNSETTLES  # always checked against the record
-
-
-class _Gate(msgspec.Struct):
-    """The part of a ``RunRecord`` the decision needs (msgspec skips the rest, history included)."""
-
-    state: str = "new"
-    attempt: int = 1
-    user: str = ""
 
 
 @dataclass(slots=True)
@@ -79,7 +69,7 @@ class RunGate:
         gate = await self._read(out.workspace, out.run_id)
         if gate is None:
             return True, None  # no record yet: emitted as before, the emit resolves (or waits for) the user
-        user = gate.user if gate.user and gate.state not in ("new", "submitted") else ""
+        user = gate.user if gate.user and gate.state not in runrecord.UNDECIDED else ""
         ended = known.ended if known is not None else 0
         doubt = known is not None and known.doubt and known.attempt == gate.attempt  # recovery has not acted yet
         self._known[run] = _Known(attempt=gate.attempt, finished=gate.state in TERMINAL, user=user,
@@ -101,9 +91,6 @@ class RunGate:
         elif out.event_type in UNSETTLES:
             known.doubt = True
 
-    async def _read(self, workspace: str, run_id: str) -> _Gate | None:
+    async def _read(self, workspace: str, run_id: str) -> runrecord.Summary | None:
         self.reads += 1
-        found = await kv.get(self.bus, runstate.BUCKET, runstate.key(workspace, run_id))
-        if found is None or not found.value:
-            return None
-        return msgspec.json.decode(found.value, type=_Gate)
+        return await runrecord.summary(self.bus, workspace, run_id)

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 from taugrid.bus import creds
-from taugrid.bus.service import Service, main
 from taugrid.core.errors import PermanentError
 from taugrid.evidence.anchor import Exporter
+from taugrid.service import Service, main
 
 log = logging.getLogger("taugrid.anchor")
 

@@ -29,12 +29,12 @@ from taugrid.bus import streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.consumer import Handler
 from taugrid.bus.envelope import Event
-from taugrid.bus.service import Service, main
 from taugrid.core.contracts import NodeCondition
 from taugrid.core.errors import PermanentError
 from taugrid.core.events import node_subject
 from taugrid.health.monitor import STREAM, HealthMonitor, policy_from_env
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeUncordon
+from taugrid.service import Service, main
 
 if TYPE_CHECKING:
     from taugrid.kube.nodes import NodeActuator

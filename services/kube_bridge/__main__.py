@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from taugrid.bus.service import Service, main
 from taugrid.kube.client import KubeApi, make_api_client
+from taugrid.service import Service, main
 from taugrid_services.kube_bridge.bridge import Bridge
 
 

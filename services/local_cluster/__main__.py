@@ -1,10 +1,10 @@
 import os
 
 from taugrid import settings
-from taugrid.bus.service import Service, main
 from taugrid.local import runas
 from taugrid.local.controller import LocalCluster
 from taugrid.local.machine import inventory
+from taugrid.service import Service, main
 
 
 async def start(svc: Service) -> None:

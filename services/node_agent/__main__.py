@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import os
 
-from taugrid.bus.service import Service, main
 from taugrid.health.agent import NodeAgent, node_name, probe_from_env
 from taugrid.health.ib import SYSFS_ROOT
 from taugrid.health.pool import AgentPool
+from taugrid.service import Service, main
 
 log = logging.getLogger("taugrid.node_agent")
 

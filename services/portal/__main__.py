@@ -13,7 +13,7 @@ import os
 
 from aiohttp import web
 
-from taugrid.bus.service import Service, main
+from taugrid.service import Service, main
 from taugrid_services.portal.app import build
 
 log = logging.getLogger("taugrid.portal")

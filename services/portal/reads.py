@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from taugrid.bus import kv, runstate
+from taugrid import runrecord
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.replay import batches
 from taugrid.client.access import Viewer
@@ -50,7 +51,7 @@ async def runs(bus: Bus, viewer: Viewer, query: dict[str, str]) -> dict[str, Any
     cursor = query.get("cursor", "")
     if cursor:
         paging.decode_cursor(cursor)  # refuse a bad cursor before reading anything
-    records = await runstate.list_records(bus, workspaces=_workspaces(viewer))
+    records = await runrecord.list_records(bus, workspaces=_workspaces(viewer))
     wanted = [r for r in records
               if not any(query.get(f) and getattr(r, f) != query[f] for f in ("state", "workspace", "user"))
               and not (query.get("q") and query["q"] not in r.run_id)]
@@ -60,7 +61,7 @@ async def runs(bus: Bus, viewer: Viewer, query: dict[str, str]) -> dict[str, Any
 
 async def run(bus: Bus, viewer: Viewer, run_id: str) -> RunRecord:
     """The run's record if the viewer may read it; ``NotFound`` otherwise (its existence is not disclosed)."""
-    record = await runstate.find(bus, run_id, workspaces=_workspaces(viewer))
+    record = await runrecord.find(bus, run_id, workspaces=_workspaces(viewer))
     if record is None or not viewer.may_read(record.workspace):
         where = " in your workspaces" if viewer.workspaces is not None else ""
         raise NotFound(f"run {run_id} not found{where}")
@@ -101,7 +102,7 @@ async def queues(bus: Bus, viewer: Viewer) -> dict[str, Any]:
         return {"queues": [], "time": None}
     snap: dict[str, Any] = msgspec.json.decode(entry.value)
     if viewer.workspaces is not None:
-        mine = {r.run_id for r in await runstate.list_records(bus, workspaces=_workspaces(viewer))}
+        mine = {r.run_id for r in await runrecord.list_records(bus, workspaces=_workspaces(viewer))}
         for q in snap.get("queues", []):
             for p in q.get("pending", []):
                 if p.get("run_id") not in mine:
@@ -115,7 +116,7 @@ async def nodes(bus: Bus, viewer: Viewer) -> list[dict[str, Any]]:
     from taugrid.health.wire import NodeState
 
     states = await kv.values(bus, "node_state", NodeState, prefix="node.")
-    records = await runstate.list_records(bus, workspaces=_workspaces(viewer))
+    records = await runrecord.list_records(bus, workspaces=_workspaces(viewer))
     rows = node_rows(states, records, time.time())
     for row in rows:
         row["gpu_samples"] = await gpu_samples(bus, row["node"])

@@ -1,6 +1,6 @@
 import os
 
-from taugrid.bus.service import Service, main
+from taugrid.service import Service, main
 from taugrid_services.recovery.handlers import Recovery
 
 

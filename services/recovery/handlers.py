@@ -17,7 +17,7 @@ import time
 
 import msgspec
 
-from taugrid.bus import runstate
+from taugrid import runrecord
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.classify import classify, decide
@@ -55,9 +55,7 @@ class Recovery:
     async def on_event(self, ev: Event) -> None:
         if ev.type == "admission.preempted":
             return  # the queue (Kueue or the local cluster) requeues a preempted workload itself
-        record, _ = await runstate.get_for(self.bus, ev)
-        if record is None or record.resolved is None:
-            raise TemporaryError("run record not projected yet", delay=0.5)
+        record, run = await runrecord.require_resolved(self.bus, ev)
         if record.state in TERMINAL or record.cancel_requested or ev.attempt < record.attempt:
             return
         node, exit_code, reason, message = "", None, "", ""
@@ -67,7 +65,7 @@ class Recovery:
             cls = classify(reason, exit_code)
             if node and cls not in PLATFORM_FAULTS:
                 state, _ = await read_state(self.bus, node)
-                settle = self.settle_s if may_wait(record.resolved, cls) else 0.0
+                settle = self.settle_s if may_wait(run, cls) else 0.0
                 b = blame(state, failed_at=_event_time(ev), now=time.time(), settle_s=settle)
                 if b.verdict == "wait":
                     raise TemporaryError(f"{b.message}; deciding after its next sample", delay=SAMPLE_POLL_S)
@@ -86,7 +84,6 @@ class Recovery:
             node, reason, message = hd.node, "GpuFault", f"{hd.condition}: {hd.message}"
             if record.state not in ("running", "admitted"):
                 return
-        run = record.resolved
         d = decide(reason=reason, exit_code=exit_code, attempt=ev.attempt, resilience=run.resilience,
                    event_type=ev.type)
         if not d.retry:

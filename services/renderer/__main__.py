@@ -1,5 +1,5 @@
 from taugrid.backend import from_env
-from taugrid.bus.service import Service, main
+from taugrid.service import Service, main
 from taugrid_services.renderer.handlers import Renderer
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from taugrid.bus import runstate
+from taugrid import runrecord
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
@@ -88,7 +88,7 @@ class Renderer:
 
     async def apply(self, ev: Event, run: ResolvedRun, *, attempt: int, exclude: list[str],
                     resume_from: str = "") -> None:
-        record, _ = await runstate.get(self.bus, run.workspace, run.run_id)
+        record, _ = await runrecord.get(self.bus, run.workspace, run.run_id)
         if run.run_id in self.cancelled:
             return
         if record is not None and (record.cancel_requested or record.state in TERMINAL):
@@ -125,9 +125,7 @@ class Renderer:
         wait = req.not_before - time.time()
         if wait > 0.05:
             raise TemporaryError(f"backoff before attempt {req.attempt}", delay=min(wait, 600.0))
-        record, _ = await runstate.get_for(self.bus, ev)
-        if record is None or record.resolved is None:
-            raise TemporaryError("run record not projected yet", delay=0.5)
+        record, run = await runrecord.require_resolved(self.bus, ev)
         if record.attempt > req.attempt or record.state in TERMINAL:
             return  # superseded by a later attempt, or the run is over
         previous = req.attempt - 1
@@ -138,7 +136,6 @@ class Renderer:
             raise PermanentError(
                 f"refused recovery.retrying for attempt {req.attempt} of {ev.subject}: the run record shows "
                 f"attempt {previous} did not fail (state {record.state}, attempt {record.attempt})")
-        run = record.resolved
         if req.run is not None:
             extra = {k: req.run.env[k] for k in _RETRY_ENV if k in req.run.env}
             run = msgspec.structs.replace(run, env={**run.env, **extra})
@@ -146,9 +143,7 @@ class Renderer:
         await self.apply(ev, run, attempt=req.attempt, exclude=req.exclude_nodes, resume_from=req.resume_from)
 
     async def cancel(self, ev: Event) -> None:
-        record, _ = await runstate.get_for(self.bus, ev)
-        if record is None:
-            raise TemporaryError("run record not projected yet", delay=0.5)
+        record = await runrecord.require(self.bus, ev)
         request = _request(ev)
         answer = hashlib.sha256(ev.id.encode()).hexdigest()[:12]  # one answer per request
         try:

@@ -1,4 +1,5 @@
-"""submitter: validates submission events, creates each run once, and projects RUNS into the run_state KV.
+"""submitter: validates submission events and creates each run once.
 
-Owns: ``submit.requested`` → ``submit.accepted`` | ``submit.rejected``; and the ``runstate`` projection.
+Owns: ``submit.requested`` → ``submit.accepted`` | ``submit.rejected``. (The run record is projected by
+``run_record``.)
 """

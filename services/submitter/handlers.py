@@ -1,4 +1,4 @@
-"""Submission handling and the run-state projection.
+"""Submission handling.
 
 Identity: a submission is accepted only with a valid signature by a known user (``signers.Signers``); the
 verified name — never the client's claim — goes on ``submit.accepted`` (payload ``user`` and ``ce-tauuser``), from
@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from taugrid.bus import kv, ratelimit, runstate, snapshots
+from taugrid import runrecord
+from taugrid.bus import kv, ratelimit, snapshots
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.signers import Refused, Signers
@@ -67,7 +68,6 @@ def _lane(req: SubmitRequested, platform: Platform | None, workspace: str) -> st
 class Submitter:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self.projector = runstate.Projector(bus)
         self.signers = Signers(bus)
         self.pacer = ratelimit.Pacer(bus)
 
@@ -116,7 +116,7 @@ class Submitter:
             )], user=user)
             return
         if await kv.create(self.bus, "submissions", req.submission_id, ev.subject.encode()) is None:
-            record, _ = await runstate.get_for(self.bus, ev)
+            record, _ = await runrecord.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on
             wait = await self.pacer.due(req.submission_id)  # a paced submission back for its slot
@@ -209,6 +209,3 @@ class Submitter:
             payload=Rejected(reasons=reasons, message=message or reasons[0].message),
             user=user,
         )
-
-    async def on_any(self, ev: Event) -> None:
-        await self.projector.project(ev)

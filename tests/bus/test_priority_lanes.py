@@ -19,16 +19,17 @@ import pytest
 from taugrid.bus import Bus, platformstore
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
-from taugrid.bus.service import Service
 from taugrid.bus.topology import CONSUMERS, LANE_DURABLES
 from taugrid.client.client import Client
 from taugrid.core.contracts import SubmitRequested
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import new_run_id, new_submission_id
 from taugrid.local.backend import LocalBackend
+from taugrid.service import Service
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
 
@@ -100,7 +101,7 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
         await platformstore.put_text(bus, PLATFORM)
         await sign_as_local_user(bus)
         p = PipelineLoops(url, fetch_timeout=0.2)
-        await p.connect("submitter", "policy", "renderer", "admission-watcher", "local-cluster")
+        await p.connect("submitter", "run-record", "policy", "renderer", "admission-watcher", "local-cluster")
         svc = p.svc
         sub = Submitter(svc["submitter"])
         handlers = {"submitter": sub.on_requested, "policy": Policy(svc["policy"]).on_accepted,
@@ -113,8 +114,9 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
             stream = CONSUMERS[durable].stream
             default = p.consume(stream, durable, _held(gates[durable], handler), durable)
             p.consume(stream, LANE_DURABLES[durable], handler, durable, tails=default.tails)
-        projector = p.consume("RUNS", "runstate", sub.on_any, "submitter")
-        p.consume("RUNS", "runstate-high", sub.on_any, "submitter", tails=projector.tails)
+        record = Recorder(svc["run-record"]).on_event
+        projector = p.consume("RUNS", "runstate", record, "run-record")
+        p.consume("RUNS", "runstate-high", record, "run-record", tails=projector.tails)
         p.every(0.1, cluster.tick)
         try:
             yield Pipeline(bus, Client(bus), gates)

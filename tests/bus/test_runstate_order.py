@@ -19,7 +19,8 @@ from pathlib import Path
 import msgspec
 from prometheus_client import REGISTRY
 
-from taugrid.bus import Bus, connect, identity, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, connect, identity
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
@@ -76,7 +77,7 @@ async def test_an_event_redelivered_after_later_ones_still_projects_in_stream_or
     ws, run = f"ro{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
         await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
-    cache = runstate.RecordCache()
+    cache = runrecord.RecordCache()
     failed: list[int] = []
 
     async def handler(ev: Event) -> None:
@@ -85,14 +86,14 @@ async def test_an_event_redelivered_after_later_ones_still_projects_in_stream_or
         if ev.type == "submit.accepted" and not failed:
             failed.append(ev.seq)
             raise TemporaryError("run_state write lost with the server", delay=0.2)
-        await runstate.project(bus, ev, cache=cache)
+        await runrecord.project(bus, ev, cache=cache)
 
     async def all_projected() -> bool:
-        record, _ = await runstate.get(bus, ws, run)
+        record, _ = await runrecord.get(bus, ws, run)
         return record is not None and len(record.history) == 5
 
     await project_until(bus, f"ro-{ws}", ws, handler, all_projected)
-    record, _ = await runstate.get(bus, ws, run)
+    record, _ = await runrecord.get(bus, ws, run)
     assert record is not None and failed
     assert record.state == "running"
     assert [h["type"] for h in record.history] == ["submit.requested", "submit.accepted", "policy.approved",
@@ -112,9 +113,9 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
     ws, runs = "burst", [f"r{i:02d}-{uuid.uuid4().hex[:6]}" for i in range(24)]
     durable = f"rs-{ws}"
     await ensure_consumer(projector, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
-    cache = runstate.RecordCache()
+    cache = runrecord.RecordCache()
     loop = ConsumerLoop(projector, stream="RUNS", durable=durable, fetch_timeout=0.2,
-                        handler=lambda ev: runstate.project(projector, ev, cache=cache))
+                        handler=lambda ev: runrecord.project(projector, ev, cache=cache))
     projecting = asyncio.create_task(loop.run())
     restarted: list[subprocess.Popen[bytes]] = []
 
@@ -153,7 +154,7 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
         stored = await replay(publisher, stream="RUNS", subject=f"run.{ws}.>")
         assert len(stored) == 5 * len(runs)
         for run in runs:
-            record, _ = await runstate.get(publisher, ws, run)
+            record, _ = await runrecord.get(publisher, ws, run)
             assert record is not None, run
             seqs = sorted(m.metadata.sequence.stream for m in stored if m.headers["ce-subject"] == run)
             assert ([h["seq"] for h in record.history], record.state) == (seqs, "running"), record.history
@@ -178,19 +179,19 @@ async def test_a_sealed_runs_record_leaves_the_projectors_cache(bus: Bus) -> Non
     await emit_as_owner(bus, workspace=ws, run_id=sealed, attempt=1, event_type="evidence.sealed",
                         payload=c.EvidenceSealed(attempt=1, terminal_state="succeeded", bundle="b", digest="d",
                                                  ledger_head="h", entries=6))
-    cache = runstate.RecordCache()
+    cache = runrecord.RecordCache()
 
     async def handler(ev: Event) -> None:
-        await runstate.project(bus, ev, cache=cache)
+        await runrecord.project(bus, ev, cache=cache)
 
     async def all_projected() -> bool:
-        records = [(await runstate.get(bus, ws, run))[0] for run in (sealed, going)]
+        records = [(await runrecord.get(bus, ws, run))[0] for run in (sealed, going)]
         return [len(r.history) if r else 0 for r in records] == [7, 5]
 
     await project_until(bus, f"rc-{ws}", ws, handler, all_projected)
-    record, _ = await runstate.get(bus, ws, sealed)
+    record, _ = await runrecord.get(bus, ws, sealed)
     assert record is not None and record.history[-1]["type"] == "evidence.sealed"
-    assert (runstate.key(ws, sealed) in cache, runstate.key(ws, going) in cache, len(cache)) == (False, True, 1)
+    assert (runrecord.key(ws, sealed) in cache, runrecord.key(ws, going) in cache, len(cache)) == (False, True, 1)
 
 
 def run_state_writes() -> float:
@@ -209,18 +210,18 @@ async def test_a_runs_events_arriving_during_its_write_are_written_together_in_s
     for kind, payload in lifecycle(bus, ws, run):
         await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
     events = await stored_events(bus, ws, run)
-    projector, before = runstate.Projector(bus), run_state_writes()
+    projector, before = runrecord.Projector(bus), run_state_writes()
     changed = await asyncio.gather(*(projector.project(ev) for ev in events))
-    record, _ = await runstate.get(bus, ws, run)
+    record, _ = await runrecord.get(bus, ws, run)
     assert record is not None and changed == [True] * 5 and run_state_writes() - before == 2
     assert [h["seq"] for h in record.history] == [ev.seq for ev in events]
     assert (record.state, record.user, record.name, record.node) == ("running", "ada", "train", "box")
     again = await asyncio.gather(*(projector.project(ev) for ev in events))  # redelivered: nothing to write
     assert again == [False] * 5 and run_state_writes() - before == 2
     # a projector without the record cached (restarted): submit.requested tries to create the record, finds it, reads it
-    fresh = await asyncio.gather(*(runstate.Projector(bus).project(ev) for ev in events))
+    fresh = await asyncio.gather(*(runrecord.Projector(bus).project(ev) for ev in events))
     assert fresh == [False] * 5 and run_state_writes() - before == 2
-    assert (await runstate.get(bus, ws, run))[0] == record
+    assert (await runrecord.get(bus, ws, run))[0] == record
 
 
 async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -> None:
@@ -229,11 +230,11 @@ async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -
         await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
     events = await stored_events(bus, ws, run)
     events[2] = msgspec.structs.replace(events[2], data=b'{"run": 5}')  # policy.approved, undecodable
-    projector = runstate.Projector(bus)
+    projector = runrecord.Projector(bus)
     outcomes = await asyncio.gather(*(projector.project(ev) for ev in events), return_exceptions=True)
     assert outcomes[:2] == [True, True] and isinstance(outcomes[2], msgspec.ValidationError)
     assert outcomes[3:] == [False, False]  # not applicable to an accepted run: noted, not applied
-    record, _ = await runstate.get(bus, ws, run)
+    record, _ = await runrecord.get(bus, ws, run)
     assert record is not None and record.state == "accepted"
     assert [(h["type"], h["applied"]) for h in record.history] == [
         ("submit.requested", True), ("submit.accepted", True), ("render.applied", False), ("exec.running", False)]

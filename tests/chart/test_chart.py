@@ -19,8 +19,8 @@ from .tools import REPO, tool
 
 CHART = REPO / "charts" / "taugrid"
 K8S_VERSION = "1.30.0"
-SERVICES = ["submitter", "policy", "renderer", "admission-watcher", "health-monitor", "recovery", "evidence",
-            "kube-bridge", "log-shipper", "portal"]
+SERVICES = ["submitter", "run-record", "policy", "renderer", "admission-watcher", "health-monitor", "recovery",
+            "evidence", "kube-bridge", "log-shipper", "portal"]
 WITH_API_ACCESS = {"renderer", "kube-bridge", "health-monitor", "log-shipper"}
 
 Obj = dict[str, Any]

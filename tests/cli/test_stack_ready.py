@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus.service import READY_FILE_ENV, say_ready
 from taugrid.cli.stack import _starting
+from taugrid.service import READY_FILE_ENV, say_ready
 from taugrid.stack.scaling import ready_file
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
@@ -23,7 +23,7 @@ def test_a_replica_is_starting_until_its_ready_file_holds_its_own_pid(tmp_path: 
     state = {"services": [{"service": "submitter", "replica": 0, "pid": os.getpid()},
                           {"service": "renderer", "replica": 1, "pid": 42},
                           {"service": "policy", "replica": 0, "pid": 43}]}
-    # what a service writes once it consumes (taugrid.bus.service.say_ready), at any log level
+    # what a service writes once it consumes (taugrid.service.say_ready), at any log level
     monkeypatch.setenv(READY_FILE_ENV, str(ready_file(tmp_path, "submitter", 0)))
     say_ready()
     # an earlier process of the same replica said so, not this one

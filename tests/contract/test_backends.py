@@ -33,7 +33,8 @@ from typing import Any
 
 import pytest
 
-from taugrid.bus import Bus, platformstore, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, platformstore
 from taugrid.client.client import Client
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.backend import KubernetesBackend
@@ -47,6 +48,7 @@ from taugrid_services.log_shipper.shipper import LogShipper
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
 from tests.kube.cluster import EmulatedCluster
@@ -159,12 +161,12 @@ async def _running_stack(backend: str, tmp: Path, url: str, bus: Bus) -> AsyncIt
     await sign_as_local_user(bus)
     # Each service on its own connection under its own name, as in production: consumers check ce-source.
     p = PipelineLoops(url, fetch_timeout=0.5)
-    await p.connect("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
+    await p.connect("submitter", "run-record", "policy", "renderer", "admission-watcher", "recovery", "local-cluster",
                     "kube-bridge", "log-shipper")
     svc = p.svc
     sub = Submitter(svc["submitter"])
     p.consume("RUNS", "submitter", sub.on_requested, "submitter")
-    p.consume("RUNS", "runstate", sub.on_any, "submitter")
+    p.consume("RUNS", "runstate", Recorder(svc["run-record"]).on_event, "run-record")
     p.consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
     p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
     p.consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
@@ -253,7 +255,7 @@ async def test_cancel_while_running(stack: Stack) -> None:
     await stack.client.cancel(run_id)
     got = record("cancel", stack, await stack.events(run_id))
     assert [t for _, t in got][-4:] == ["exec.running", "cancel.requested", "cancel.accepted", "exec.cancelled"], got
-    record_ = await runstate.find(stack.bus, run_id)
+    record_ = await runrecord.find(stack.bus, run_id)
     assert record_ is not None and record_.state == "cancelled"
 
 
@@ -279,7 +281,7 @@ async def test_the_phase_tree_has_the_same_shape_on_both_backends(stack: Stack) 
     await stack.events(run_id)
     deadline = time.monotonic() + 10
     while True:
-        record_ = await runstate.find(stack.bus, run_id)
+        record_ = await runrecord.find(stack.bus, run_id)
         if (record_ is not None and record_.state == "succeeded") or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.1)
@@ -467,7 +469,7 @@ async def test_a_two_node_torchrun_job_rendezvouses_across_its_two_pods(stack: S
         lines = [ln for ln in lines if ln not in fetched]
     assert sorted(lines) == ["rank 0/2: all-reduce sum 11", "rank 1/2: all-reduce sum 11"], lines
     assert outputs_of(stack, run_id) == {"rank0.txt": "11\n", "rank1.txt": "11\n"}
-    record_ = await runstate.find(stack.bus, run_id)
+    record_ = await runrecord.find(stack.bus, run_id)
     assert record_ is not None and len(record_.pods) == 2
 
 
@@ -520,7 +522,7 @@ PRINTER = {
 
 async def printed(stack: Stack, run_id: str, n: int) -> None:
     async with asyncio.timeout(30):
-        while (await runstate.find(stack.bus, run_id)) is None or len(
+        while (await runrecord.find(stack.bus, run_id)) is None or len(
                 [ln async for ch in stack.client.logs(run_id) for ln in ch.lines]) < n:
             await asyncio.sleep(0.05)
 
@@ -545,5 +547,5 @@ async def test_a_restart_mid_run_loses_and_doubles_no_log_line(stack: Stack, res
     assert [t for _, t in events] == SUCCESS, events
     lines = pod_lines(stack, await log_lines(stack, run_id, last="line 59"), run_id)
     assert lines == [f"line {i}" for i in range(60)]
-    record_ = await runstate.find(stack.bus, run_id)
+    record_ = await runrecord.find(stack.bus, run_id)
     assert record_ is not None and record_.state == "succeeded"

@@ -419,7 +419,8 @@ async def test_a_projected_run_is_read_at_its_recorded_sequences_and_anything_un
     those sequences (no walk of the stream by subject). A run with an event the record does not list (a
     projection behind) is read by subject from its submission's sequence, not from the start of the stream, and
     both give the same events."""
-    from taugrid.bus import runstate, streams
+    from taugrid import runrecord
+    from taugrid.bus import streams
 
     walked: list[tuple[str, int]] = []
     by_subject = streams.history
@@ -435,10 +436,10 @@ async def test_a_projected_run_is_read_at_its_recorded_sequences_and_anything_un
         await publish_run(bus, ws, run, tmp_path / run, log_lines=["hello"])
     terminal = await _finish(bus, ws, projected)
     for ev in await _events(bus, ws, projected):
-        await runstate.project(bus, ev)
+        await runrecord.project(bus, ev)
     lagging = await _finish(bus, ws, behind)
     for ev in (await _events(bus, ws, behind))[:-2]:  # exec.running and the terminal event not projected yet
-        await runstate.project(bus, ev)
+        await runrecord.project(bus, ev)
 
     fast = await store.run_history(bus, terminal)
     assert [ev.id for ev in fast] == [ev.id for ev in await _events(bus, ws, projected)]

@@ -11,9 +11,9 @@ import msgspec
 import nats
 import pytest
 
-from taugrid.bus import Bus, connect, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, connect
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.service import Service
 from taugrid.core.contracts import HealthDegraded, NodeCondition
 from taugrid.core.states import RunRecord
 from taugrid.health.agent import NodeAgent
@@ -21,6 +21,7 @@ from taugrid.health.monitor import HealthMonitor, read_state
 from taugrid.health.probe import DeclaredProbe
 from taugrid.health.rules import Policy
 from taugrid.health.wire import NodeCordon, NodeUncordon, NodeValidation
+from taugrid.service import Service
 
 ROOMY = Policy(clean_samples_to_release=2, max_cordoned=10_000, max_cordoned_fraction=1.0)
 
@@ -35,9 +36,9 @@ async def last(bus: Bus, stream: str, subject: str) -> nats.js.api.RawStreamMsg 
 async def test_xid_79_cordons_and_degrades_runs_then_validation_uncordons(bus: Bus) -> None:
     node, ws = f"gpu-{uuid.uuid4().hex[:6]}", f"w{uuid.uuid4().hex[:6]}"
     live, done = f"live-{uuid.uuid4().hex[:6]}", f"done-{uuid.uuid4().hex[:6]}"
-    assert await runstate.create(bus, RunRecord(run_id=live, workspace=ws, state="running", node=node,
+    assert await runrecord.create(bus, RunRecord(run_id=live, workspace=ws, state="running", node=node,
                                                 attempt=2))
-    assert await runstate.create(bus, RunRecord(run_id=done, workspace=ws, state="succeeded", node=node))
+    assert await runrecord.create(bus, RunRecord(run_id=done, workspace=ws, state="succeeded", node=node))
     probe = DeclaredProbe(2, 80000)
     agent_bus = await connect(os.environ["TAU_NATS_URL"], name="node-agent")  # samples come from the agent
     agent = NodeAgent(agent_bus, probe, node)
@@ -124,7 +125,7 @@ async def test_redelivered_sample_is_ignored_and_republish_is_deduplicated(bus: 
 
 async def test_guard_reads_the_fleet_from_node_state_and_withholds_the_cordon(bus: Bus) -> None:
     node, ws, run = f"gpu-{uuid.uuid4().hex[:6]}", f"w{uuid.uuid4().hex[:6]}", f"r-{uuid.uuid4().hex[:6]}"
-    await runstate.create(bus, RunRecord(run_id=run, workspace=ws, state="running", node=node))
+    await runrecord.create(bus, RunRecord(run_id=run, workspace=ws, state="running", node=node))
     probe = DeclaredProbe(2)
     fleet = await HealthMonitor(bus).fleet(node)
     full = Policy(max_cordoned=len(fleet.cordoned), max_cordoned_fraction=1.0, min_cordon_budget=0)

@@ -22,7 +22,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, connect, delegation, identity, platformstore, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, connect, delegation, identity, platformstore
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
 from taugrid.client import CancelRefused, Client
 from taugrid.core.contracts import (
@@ -43,6 +44,7 @@ from taugrid_services.evidence.__main__ import start as evidence
 from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.run_record.__main__ import start as run_record
 from taugrid_services.submitter.__main__ import start as submitter
 from tests.inprocess import RunningServices, one_node_cluster, private_server, wait_for_events
 from tests.owners import acting_as
@@ -121,8 +123,8 @@ async def _running_stack(tmp: Path, url: str, admin: Bus) -> AsyncIterator[Stack
 
     running = RunningServices(url)
     try:
-        for name, start in [("submitter", submitter), ("policy", policy), ("admission-watcher", admission_watcher),
-                            ("recovery", recovery), ("evidence", evidence)]:
+        for name, start in [("submitter", submitter), ("run-record", run_record), ("policy", policy),
+                            ("admission-watcher", admission_watcher), ("recovery", recovery), ("evidence", evidence)]:
             svc = await running.service(name)
             await start(svc)
             running.start(svc)
@@ -307,7 +309,7 @@ async def test_a_forged_policy_approved_from_the_wrong_source_is_not_applied(sta
     await until_dead_lettered(stack.bus, reason, ("renderer", "runstate"))  # the record never sees it either
     await asyncio.sleep(0.5)
     assert [e.type for e in await stack.events(run_id)] == ["policy.approved"]  # nothing acted on it
-    assert await runstate.find(stack.bus, run_id) is None
+    assert await runrecord.find(stack.bus, run_id) is None
 
 
 async def _approved_spec(stack: Stack) -> Any:

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, kv, objects, platformstore, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, kv, objects, platformstore
 from taugrid.client import Client
 from taugrid.core.errors import NotFound, PermissionDenied
 from taugrid.core.states import RunRecord
@@ -46,17 +47,17 @@ async def runs(secure_nats: SecureNats) -> AsyncIterator[tuple[str, str]]:
     text = PLATFORM
     for who in ("alice", "bob", "carol"):
         text = text.replace(f"nkey: {who.upper()}", f"nkey: {secure_nats.identity(who).public_key}")
-    boot, submitter, evidence = [await secure_nats.connect(n) for n in ("bootstrap", "submitter", "evidence")]
+    boot, recorder, evidence = [await secure_nats.connect(n) for n in ("bootstrap", "run_record", "evidence")]
     try:
         await platformstore.put_text(boot, text)
         mine, theirs = f"mine-{uuid.uuid4().hex[:6]}", f"theirs-{uuid.uuid4().hex[:6]}"
         for ws, run in (("vision", mine), ("language", theirs)):
-            assert await runstate.create(submitter, RunRecord(run_id=run, workspace=ws, state="running"))
+            assert await runrecord.create(recorder, RunRecord(run_id=run, workspace=ws, state="running"))
             await store.update(evidence, ws, run, lambda led: led)  # a fresh ledger
             await objects.write(evidence, bundle_name(run), f'{{"run": "{run}"}}'.encode() * 40000, workspace=ws)
         yield mine, theirs
     finally:
-        for b in (boot, submitter, evidence):
+        for b in (boot, recorder, evidence):
             await b.close()
 
 
@@ -88,13 +89,13 @@ async def test_a_researcher_reads_only_their_workspaces_records(secure_nats, run
         assert await _consumers(secure_nats, "KV_run_state") <= before  # each listing's consumer is deleted at once
         # The server itself refuses the reads, whatever the client would ask.
         with pytest.raises(PermissionDenied, match=r"kv_run_state\.\$kv\.run_state\.run\.language\."):
-            await alice.guarded(runstate.get(alice, "language", theirs))
+            await alice.guarded(runrecord.get(alice, "language", theirs))
         with pytest.raises(PermissionDenied, match=r"direct\.get\.kv_run_state\.\$kv\.run_state\.run\.\*\."):
-            await alice.guarded(runstate.find(alice, theirs))  # a wildcard lookup by id alone
+            await alice.guarded(runrecord.find(alice, theirs))  # a wildcard lookup by id alone
         with pytest.raises(PermissionDenied, match=r"consumer\.create\.kv_run_state"):
             await alice.guarded(kv.values(alice, "run_state", RunRecord, prefix="run."))
         with pytest.raises(PermissionDenied, match=r"consumer\.create\.kv_run_state\..*run\.language"):
-            await alice.guarded(runstate.list_records(alice, workspaces=["language"]))
+            await alice.guarded(runrecord.list_records(alice, workspaces=["language"]))
     finally:
         await alice.close()
 

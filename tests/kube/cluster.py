@@ -52,7 +52,8 @@ from typing import Any
 
 import aiohttp
 
-from taugrid.bus import Bus, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus
 from taugrid.local.controller import excluded_nodes
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.rendezvous import local_command
@@ -142,7 +143,7 @@ class EmulatedCluster:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            record = await runstate.find(self.bus, run_id)
+            record = await runrecord.find(self.bus, run_id)
             if record is not None and any(
                 h["type"] == event_type and h["attempt"] == attempt for h in record.history
             ):

@@ -13,7 +13,8 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
-from taugrid.bus import Bus, kv, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, kv
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.events import run_subject
@@ -76,7 +77,7 @@ def pod(run_id: str, phase: str, attempt: int = 1) -> dict[str, Any]:
 
 
 async def record(bus: Bus, run_id: str, *, state: str, attempt: int = 1) -> None:
-    await kv.put(bus, runstate.BUCKET, runstate.key(WORKSPACE, run_id),
+    await kv.put(bus, runrecord.BUCKET, runrecord.key(WORKSPACE, run_id),
                  RunRecord(run_id=run_id, workspace=WORKSPACE, state=state, attempt=attempt, user="alice"))
 
 

@@ -12,7 +12,8 @@ import nkeys
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from taugrid.bus import Bus, connect, delegation, platformstore, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, connect, delegation, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.identity import new_user_seed
 from taugrid.core import paging
@@ -34,10 +35,10 @@ async def portal(fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> Async
             name="owner", nkey=nkeys.from_seed(person).public_key.decode()))
         portal_key = nkeys.from_seed(new_user_seed()).public_key.decode()
         for i in range(RUNS):
-            assert await runstate.create(bus, RunRecord(run_id=f"r{i}", workspace="default", state="succeeded",
+            assert await runrecord.create(bus, RunRecord(run_id=f"r{i}", workspace="default", state="succeeded",
                                                         created=1000.0 + i))
         for run_id in ("r3a", "r3b"):
-            assert await runstate.create(bus, RunRecord(run_id=run_id, workspace="other", state="failed",
+            assert await runrecord.create(bus, RunRecord(run_id=run_id, workspace="other", state="failed",
                                                         created=1003.0))
         token = delegation.issue(person, delegate=portal_key, ttl_s=600)
         async with TestClient(TestServer(build(bus, portal_key=portal_key))) as client:
@@ -82,7 +83,7 @@ async def test_a_new_run_does_not_shift_a_later_page(portal: tuple[TestClient[An
     assert [r["run_id"] for r in first["runs"]] == ["r6", "r5", "r4"]
     bus = await connect(f"nats://127.0.0.1:{fresh_nats[1]}", name="test-late-run")
     try:
-        assert await runstate.create(bus, RunRecord(run_id="r9", workspace="default", state="queued",
+        assert await runrecord.create(bus, RunRecord(run_id="r9", workspace="default", state="queued",
                                                     created=2000.0))
     finally:
         await bus.close()

@@ -25,6 +25,7 @@ from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.contract.test_backends import PLATFORM
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user, wait_for_events
@@ -55,11 +56,12 @@ async def pipeline(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pi
         await platformstore.put_text(bus, PLATFORM.replace("OUTPUTS", str(tmp / "outputs")))
         await sign_as_local_user(bus)
         p = PipelineLoops(url, fetch_timeout=0.2)
-        await p.connect("submitter", "policy", "renderer", "admission-watcher", "recovery", "local-cluster")
+        await p.connect("submitter", "run-record", "policy", "renderer", "admission-watcher", "recovery",
+                        "local-cluster")
         svc = p.svc
         sub = Submitter(svc["submitter"])
         p.consume("RUNS", "submitter", sub.on_requested, "submitter")
-        p.consume("RUNS", "runstate", sub.on_any, "submitter")
+        p.consume("RUNS", "runstate", Recorder(svc["run-record"]).on_event, "run-record")
         p.consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
         p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event,
                   "admission-watcher")

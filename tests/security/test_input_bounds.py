@@ -21,10 +21,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, connect, dlq, runstate
+from taugrid import runrecord
+from taugrid.bus import Bus, connect, dlq
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.runstate import Projector
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.client.access import Viewer
 from taugrid.config.platform import load_platform
@@ -35,6 +35,7 @@ from taugrid.core.errors import ConfigError
 from taugrid.evidence.verify import verify_run
 from taugrid.local.podspec import PodSpecError
 from taugrid.local.secrets import SecretStore
+from taugrid.runrecord import Projector
 from taugrid_services.portal import reads
 from tests.owners import acting_as, emit_as_owner
 from tests.security.sealing import finish_and_seal, new_run, publish_run
@@ -162,7 +163,7 @@ async def test_the_projection_dead_letters_a_deep_event_with_the_reason_and_keep
                             payload=c.SubmitAccepted(submission_id="s1", config={"name": "t"}, config_hash="h"))
 
         async def settled() -> bool:
-            record, _ = await runstate.get(bus, ws, run)
+            record, _ = await runrecord.get(bus, ws, run)
             return (record is not None and record.state == "accepted"
                     and bool(await dlq.dead_letters(bus, durable=durable)))
 
@@ -173,7 +174,7 @@ async def test_the_projection_dead_letters_a_deep_event_with_the_reason_and_keep
     [letter] = await dlq.dead_letters(bus, durable=durable)
     assert (letter.kind, letter.stream_seq, letter.error) == (
         "refused", deep_seq, f"undecodable cancel.requested payload: {TOO_DEEP}")
-    record, _ = await runstate.get(bus, ws, run)
+    record, _ = await runrecord.get(bus, ws, run)
     assert record is not None
     assert [h["type"] for h in record.history] == ["submit.requested", "submit.accepted"]
     assert (record.state, record.name, record.cancel_requested) == ("accepted", "t", False)
@@ -210,7 +211,7 @@ def test_tau_events_lists_a_deep_event_as_undecodable(bootstrapped: str, tmp_pat
     async def publish() -> int:
         bus = await connect(bootstrapped, name="test")
         try:
-            await runstate.create(bus, states.RunRecord(run_id=run, workspace=ws, created=time.time()))
+            await runrecord.create(bus, states.RunRecord(run_id=run, workspace=ws, created=time.time()))
             await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type="submit.requested",
                                 payload=c.SubmitRequested(submission_id="s1", config_text="name: t\n", workspace=ws))
             return await publish_deep(bus, ws, run)

@@ -24,6 +24,7 @@ from taugrid_services.admission_watcher.__main__ import start as admission_watch
 from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery
 from taugrid_services.renderer.handlers import Renderer
+from taugrid_services.run_record.__main__ import start as run_record
 from taugrid_services.submitter.__main__ import start as submitter
 from tests.hardening.conftest import PLATFORM  # the same lab platform as the pre-run suites
 from tests.inprocess import RunningServices, one_node_cluster, private_server
@@ -71,7 +72,7 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
         running = RunningServices(url)
         try:
             p = Pipeline(url, admin, await running.client(seed), tmp_path, running)
-            for name, start in [("submitter", submitter), ("policy", policy),
+            for name, start in [("submitter", submitter), ("run-record", run_record), ("policy", policy),
                                 ("admission-watcher", admission_watcher), ("recovery", recovery)]:
                 svc = await running.service(name)
                 await start(svc)

@@ -157,7 +157,7 @@ class Bus:
         # A person's nkey seed: their submit/cancel requests are signed with it (the client sets it).
         self.seed: bytes | None = None
         # run id → its verified submitter, for events emitted outside a run event's handler (a service sets
-        # it: ``runstate.verified_user``); None leaves ``ce-tauuser`` off unless the caller names the user.
+        # it: ``runrecord.VerifiedUsers``); None leaves ``ce-tauuser`` off unless the caller names the user.
         self.user_lookup: Callable[[str, str], Awaitable[str]] | None = None  # (workspace, run id) → user
         self._denials: list[asyncio.Future[str]] = []
         self.replies = Replies(nc)

@@ -8,7 +8,7 @@ stream order (each waits for the previous one of its key to be handled, not for 
 round trip is off a run's critical path, and a lost ack only brings an already handled message back, which every
 handler takes as a repeat), different runs concurrently. A loop made ``ordered=False`` hands a run's next event
 to its handler without waiting, in the order fetched, and the handler keeps each run's order itself (the run_state
-projection, ``runstate.Projector``, which writes the events of a run that arrive meanwhile together). Fetching is
+projection, ``runrecord.Projector``, which writes the events of a run that arrive meanwhile together). Fetching is
 pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
 one slow run never holds the others back. Every verb is confirmed by the server (sent as a request, again until

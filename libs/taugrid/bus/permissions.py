@@ -62,11 +62,12 @@ class ServiceRole:
 SERVICE_ROLES: dict[str, ServiceRole] = {
     r.name: r
     for r in [
-        ServiceRole("submitter", ("submitter", "submitter-high", "runstate", "runstate-high"),
-                    ("submissions", "run_state"), sources="promote",
-                    replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
+        ServiceRole("submitter", ("submitter", "submitter-high"), ("submissions",), sources="promote",
                     why="accepts submissions (verifies their uploaded snapshot and promotes it into `sources`, "
-                        "which only it writes); projects RUNS into run_state"),
+                        "which only it writes)"),
+        ServiceRole("run_record", ("runstate", "runstate-high"), ("run_state",),
+                    replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
+                    why="projects RUNS into run_state, the record every other stage reads; publishes nothing"),
         ServiceRole("policy", ("policy", "policy-high"), why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer", "renderer-high"), why="the only identity that applies to a backend"),
         ServiceRole("admission_watcher", ("admission-watcher", "admission-watcher-high"), ("bridge",),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from taugrid.bus import identity, platformstore, replay, runstate, snapshots, tracing
+from taugrid import runrecord
+from taugrid.bus import identity, platformstore, replay, snapshots, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
@@ -273,9 +274,9 @@ class Client:
         """The run's record; by id alone, it is looked for in the workspaces this connection may read."""
         ws = workspace or self._workspaces.get(run_id)
         if ws is not None:
-            record, _ = await runstate.get(self.bus, ws, run_id)
+            record, _ = await runrecord.get(self.bus, ws, run_id)
         else:
-            record = await runstate.find(self.bus, run_id, workspaces=await self.readable_workspaces())
+            record = await runrecord.find(self.bus, run_id, workspaces=await self.readable_workspaces())
         if record is None:  # "in your workspaces" only where there are others this person may not read
             where = " in your workspaces" if await self.readable_workspaces() is not None else ""
             raise NotFound(f"run {run_id} not found{where} (see `tau list`)")
@@ -296,7 +297,7 @@ class Client:
         ``*`` when the run is not known yet, which only a platform admin may read."""
         if run_id in self._workspaces:
             return self._workspaces[run_id]
-        record = await runstate.find(self.bus, run_id, workspaces=await self.readable_workspaces())
+        record = await runrecord.find(self.bus, run_id, workspaces=await self.readable_workspaces())
         if record is None or not record.workspace:
             return "*"
         self._workspaces[run_id] = record.workspace
@@ -309,7 +310,7 @@ class Client:
 
     async def list(self) -> list[RunRecord]:
         """The runs of the workspaces this connection may read (a person: only their own workspaces)."""
-        records = await runstate.list_records(self.bus, workspaces=await self.readable_workspaces())
+        records = await runrecord.list_records(self.bus, workspaces=await self.readable_workspaces())
         return sorted(records, key=lambda r: r.created)
 
     async def replay(

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from taugrid import settings
-from taugrid.bus import kv, runstate, streams
+from taugrid import runrecord, settings
+from taugrid.bus import kv, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
 from taugrid.bus.objects import read as read_object
@@ -329,13 +329,13 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     ws, run, _ = parse_run_subject(terminal_event.nats_subject)
     subject = f"run.{ws}.{run}.>"
     through = terminal_event.seq
-    record, _ = await runstate.get(bus, ws, run)
+    record, _ = await runrecord.get(bus, ws, run)
     known = await _by_projected_sequences(bus, record, subject, through)
     for pause in _CATCH_UP_PAUSES_S:  # the projection is usually milliseconds behind: look again first
         if known is not None or not _projection_may_catch_up(record, terminal_event):
             break
         await asyncio.sleep(pause)
-        record, _ = await runstate.get(bus, ws, run)
+        record, _ = await runrecord.get(bus, ws, run)
         known = await _by_projected_sequences(bus, record, subject, through)
     if known is not None:
         return [ev for ev in known if source_problem(ev.nats_subject, ev.source) is None]
@@ -360,11 +360,11 @@ _CATCH_UP_PAUSES_S = (0.01, 0.03, 0.06)  # looks again in-process before a retry
 
 def _projection_may_catch_up(record: states.RunRecord | None, terminal_event: Event) -> bool:
     """Whether to seal a little later rather than walk the stream by subject: the record is short of events
-    only because the projection is a step behind (its history is not cut at ``runstate.HISTORY``), and the
+    only because the projection is a step behind (its history is not cut at ``runrecord.HISTORY``), and the
     terminal event is recent. In a burst a run may end before its record has its last events, and a walk makes
     the server scan the stream from each of the run's events to the next. The consumer's retry delays (0.5 s,
     doubled) make it at most four deliveries."""
-    if record is not None and len(record.history) >= runstate.HISTORY:
+    if record is not None and len(record.history) >= runrecord.HISTORY:
         return False  # a cut history never lists them all: walk now
     return bool(terminal_event.stored) and time.time() - terminal_event.stored < PROJECTION_WAIT_S
 
@@ -386,7 +386,7 @@ async def _by_projected_sequences(bus: Bus, record: states.RunRecord | None, sub
     """The run's events read at the sequences its run_state record lists (its history) plus the terminal event's,
     when those are provably all of them: the server's subject index counts exactly as many messages stored on the
     run's subjects, and every one read back is on them. None otherwise (no record, a projection behind, a history
-    cut at ``runstate.HISTORY``, events stored after the terminal one, an event aged out of RUNS): the caller
+    cut at ``runrecord.HISTORY``, events stored after the terminal one, an event aged out of RUNS): the caller
     then finds them by subject.
 
     Why not always by subject: a direct get ``next_by_subj`` on a wildcard walks the stream from its start

@@ -18,7 +18,8 @@ from typing import TypeVar
 
 import msgspec
 
-from taugrid.bus import kv, metrics, runstate, streams
+from taugrid import runrecord
+from taugrid.bus import kv, metrics, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import HealthDegraded, NodeSample
@@ -185,7 +186,7 @@ class HealthMonitor:
         """Tell recovery about every live run on the node; it decides retry/resume with the node excluded."""
         worst = max(rules.faults(st), key=lambda c: c.severity, default=None)
         condition = worst.type if worst is not None else "Unknown"
-        for rec in await runstate.list_records(self.bus):
+        for rec in await runrecord.list_records(self.bus):
             if rec.node != st.node or rec.state in TERMINAL:
                 continue
             await self.bus.emit(

@@ -1,10 +1,7 @@
-"""Read and project run records in the ``run_state`` KV bucket.
+"""The run-record projection: folds RUNS into the ``run_state`` KV bucket (run by ``services/run_record`` only).
 
-Keys are ``run.<workspace>.<run>`` (both as subject tokens), so a person's bus permissions can confine their
-reads to their workspaces' records (``permissions.person_permissions``). The workspace of a projected event is
-the one in its NATS subject, which the server's publish permissions vouch for (never the ``ce-workspace``
-header alone). A run found by id alone (``find``) is looked up with one wildcard direct get, which only
-services and platform admins may send; people search their own workspaces.
+The workspace of a projected event is the one in its NATS subject, which the server's publish permissions vouch
+for (never the ``ce-workspace`` header alone).
 
 Every write is a compare-and-set against the revision just read; a lost race re-reads and re-applies, and an
 invalid transition (duplicate, stale attempt, after terminal) is a no-op, so the projection is idempotent.
@@ -17,7 +14,7 @@ rebuilds the record from the run's stored events, in stream order (``_refold``).
 A projector may keep a ``RecordCache`` of the records it last wrote: the cached revision is only the CAS
 precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket (so
 an event of a cached record costs one KV write and no read).
-The submitter's ``Projector`` writes the events of one record that arrive while its previous write is in flight
+The ``Projector`` writes the events of one record that arrive while its previous write is in flight
 together: each is checked and folded as it would be alone, in the order they arrived (the stream's), and the
 record is written once for them all, so a run's burst of events (a pod's progress and its end) costs one write.
 """
@@ -38,56 +35,11 @@ from taugrid.bus.envelope import Event
 from taugrid.core import states
 from taugrid.core.contracts import PolicyApproved, SubmitAccepted, SubmitRequested
 from taugrid.core.errors import PermissionDenied, TemporaryError
-from taugrid.core.ids import token
+from taugrid.runrecord.read import BUCKET, event_key, load_key
 
-log = logging.getLogger("taugrid.runstate")
-BUCKET = "run_state"
+log = logging.getLogger("taugrid.runrecord")
 STREAM = "RUNS"
 HISTORY = 200  # history entries a record keeps (the newest)
-
-
-def key(workspace: str, run_id: str) -> str:
-    return f"run.{token(workspace)}.{token(run_id)}"
-
-
-def _event_key(ev: Event) -> tuple[str, str]:
-    """(key, workspace) of the record a RUNS event belongs to: the workspace token of its NATS subject."""
-    parts = ev.nats_subject.split(".")
-    ws = parts[1] if len(parts) >= 3 and parts[0] == "run" else token(ev.workspace)
-    return f"run.{ws}.{token(ev.subject)}", ev.workspace or ws
-
-
-async def _get_key(bus: Bus, k: str) -> tuple[states.RunRecord | None, int]:
-    return await kv.load(bus, BUCKET, k, states.RunRecord)
-
-
-async def get(bus: Bus, workspace: str, run_id: str) -> tuple[states.RunRecord | None, int]:
-    """The record of ``run_id`` in ``workspace`` and its revision; (None, 0) when there is none."""
-    return await _get_key(bus, key(workspace, run_id))
-
-
-async def get_for(bus: Bus, ev: Event) -> tuple[states.RunRecord | None, int]:
-    """The record of the run a RUNS event is about, in the workspace its subject names."""
-    return await _get_key(bus, _event_key(ev)[0])
-
-
-async def find(bus: Bus, run_id: str, *, workspaces: Sequence[str] | None = None) -> states.RunRecord | None:
-    """The record of ``run_id`` when its workspace is not known. ``workspaces=None``: any workspace, by one
-    wildcard direct get (services, platform admins); else only those workspaces, one get each (people, whose
-    permissions name their workspaces)."""
-    if workspaces is not None:
-        for ws in workspaces:
-            record, _ = await get(bus, ws, run_id)
-            if record is not None:
-                return record
-        return None
-    raw = await kv.last_by_wildcard(bus, BUCKET, f"run.*.{token(run_id)}")
-    return msgspec.json.decode(raw, type=states.RunRecord) if raw else None
-
-
-async def create(bus: Bus, record: states.RunRecord) -> bool:
-    """Create-once: False when the record already exists."""
-    return await kv.create(bus, BUCKET, key(record.workspace, record.run_id), record) is not None
 
 
 # A run's first event: its record is created without being read first (a record that exists after all, e.g. on a
@@ -137,7 +89,7 @@ async def project(bus: Bus, ev: Event, *, cache: RecordCache | None = None) -> b
 async def _project_all(bus: Bus, events: Sequence[Event], *, cache: RecordCache | None) -> list[bool]:
     """Apply events of one record, in the order given, and write the record once (no write when every one is
     already in it); whether each changed the record. A lost compare-and-set re-reads and re-applies them all."""
-    record_key, workspace = _event_key(events[0])
+    record_key, workspace = event_key(events[0])
     keep = cache is not None and all(ev.type != LAST_EVENT for ev in events)
     for tries in range(20):
         cached = cache.take(record_key) if cache is not None else None
@@ -146,7 +98,7 @@ async def _project_all(bus: Bus, events: Sequence[Event], *, cache: RecordCache 
         elif tries == 0 and events[0].type == FIRST_EVENT:
             record, revision = None, 0  # a run's first event: no record yet, almost always (else the create fails)
         else:
-            record, revision = await _get_key(bus, record_key)
+            record, revision = await load_key(bus, record_key)
         if record is None:
             record = states.RunRecord(run_id=events[0].subject, workspace=workspace, created=time.time())
         changes: list[bool | None] = []
@@ -210,7 +162,7 @@ class Projector:
 
     async def project(self, ev: Event) -> bool:
         """Apply ``ev`` to its record (with whatever else of the record is waiting); whether it changed it."""
-        record_key = _event_key(ev)[0]
+        record_key = event_key(ev)[0]
         loop = asyncio.get_running_loop()
         mine: asyncio.Future[bool] = loop.create_future()
         joined = self._open.get(record_key)
@@ -316,40 +268,3 @@ def _enrich(record: states.RunRecord, ev: Event) -> None:
         record.exclude_nodes = list(ev.as_dict().get("exclude_nodes", []))
     elif ev.type == "evidence.sealed":
         record.evidence_digest = str(ev.as_dict().get("digest", ""))
-
-
-class VerifiedUsers:
-    """(workspace, run id) → its verified submitter, read from the run record once and then cached (it never changes).
-
-    Used by services for events they emit outside a run event's handler (watch events, node samples).
-    A run the submitter has not decided yet has no verified user: that is a ``TemporaryError``, so the
-    event waits rather than going out unattributed."""
-
-    def __init__(self, bus: Bus, size: int = 8192) -> None:
-        self.bus, self.size = bus, size
-        self._known: OrderedDict[str, str] = OrderedDict()
-
-    async def __call__(self, workspace: str, run_id: str) -> str:
-        k = key(workspace, run_id)
-        if k in self._known:
-            self._known.move_to_end(k)
-            return self._known[k]
-        record, _ = await get(self.bus, workspace, run_id)
-        if record is None or record.state in ("new", "submitted"):
-            raise TemporaryError(f"run {run_id} has no verified submitter yet", delay=0.5)
-        if record.user:
-            self._known[k] = record.user
-            while len(self._known) > self.size:
-                self._known.popitem(last=False)
-        return record.user
-
-
-async def list_records(bus: Bus, *, workspaces: Sequence[str] | None = None) -> list[states.RunRecord]:
-    """Every record (``workspaces=None``: services, platform admins), else only those workspaces' records,
-    each read through a consumer whose filter names the workspace (what people's permissions allow)."""
-    if workspaces is None:
-        return await kv.values(bus, BUCKET, states.RunRecord, prefix="run.")
-    out: list[states.RunRecord] = []
-    for ws in dict.fromkeys(token(w) for w in workspaces):
-        out += await kv.filtered_values(bus, BUCKET, states.RunRecord, key_filter=f"run.{ws}.*")
-    return out

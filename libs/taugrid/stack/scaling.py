@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 SERVICES = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "health_monitor",
-            "node_agent", "local_cluster", "portal"]
+            "node_agent", "local_cluster", "portal", "run_record"]  # a new one goes last: metrics ports follow it
 SINGLETONS = {
     "local_cluster": "it owns this machine's pods and GPUs",
     "node_agent": "it samples this machine's GPUs",
@@ -29,7 +29,7 @@ SINGLETONS = {
 # before admission: large runs' mean time to admission was 7.3 s with it, 3.0 s without. Seals catch up after.
 BACKGROUND = {"evidence"}
 BACKGROUND_NICENESS = 10
-# taugrid.bus.service.say_ready writes a replica's pid there once it consumes; `tau up` waits for every one
+# taugrid.service.say_ready writes a replica's pid there once it consumes; `tau up` waits for every one
 READY_FILE_ENV = "TAU_READY_FILE"
 MAX_REPLICAS = 32  # one machine: a typo like renderer=200 should not fork two hundred processes
 CONTROL_FILE = "scale.json"
