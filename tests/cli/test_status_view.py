@@ -67,3 +67,50 @@ def test_follow_line_of_a_progress_event_says_where_the_pod_stopped() -> None:
     assert event_line(ev).endswith(
         'exec.progress        /svc/admission-watcher   r1-a1-0-x7k2p: image-pull failed container main: '
         'ImagePullBackOff: Back-off pulling image "ghcr.io/lab/trian:1"')
+
+
+def test_follow_prints_one_progress_line_per_change_and_no_image_pull_for_a_local_pod(
+        capsys: object, monkeypatch: object) -> None:
+    """Issue 23 item 6: a local pod (a host process) pulls no image, so it never says "pulling images"; a pod's
+    status changes more often than where it is, and --follow prints a line only when that line changes."""
+    import asyncio
+    from typing import Any
+
+    from taugrid.cli import console
+    from taugrid.core.contracts import ExecProgress
+    from taugrid.core.states import RunRecord
+    from taugrid.local import objects
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "r1-a1", "namespace": "ws", "uid": "u"},
+           "spec": {"template": {"metadata": {"labels": {"taugrid.io/run-id": "r1", "taugrid.io/workspace": "ws",
+                                                         "taugrid.io/attempt": "1"}},
+                                 "spec": {"containers": [{"name": "main", "image": "python:3.11-slim"}]}}}}
+    created = objects.pod(job, name="r1-a1-pod", node="n1", index=0, at=1.0)
+    reports = [progress(WatchEvent(type="ADDED", object=created, cluster="local"))[0].payload]
+    assert isinstance(reports[0], ExecProgress)
+    assert [(p.name, p.status) for p in reports[0].phases][:2] == [("scheduling", "done"), ("image-pull", "done")]
+    objects.pod_running(created, at=2.0)
+    running = progress(WatchEvent(type="MODIFIED", object=created, cluster="local"))[0].payload
+    reports += [running, msgspec.structs.replace(running, pod_phase="Running"), running]
+
+    class Client:
+        async def console(self, run_id: str) -> Any:
+            for i, report in enumerate(reports):
+                yield Event(id=f"r1.1.exec.progress.{i}", type="exec.progress", source="/svc/admission-watcher",
+                            subject="r1", time="2026-11-30T10:01:09Z", data=msgspec.json.encode(report))
+
+        async def settled(self, run_id: str) -> RunRecord:
+            return RunRecord(run_id="r1", workspace="ws", state="succeeded")
+
+    async def no_listing(client: object, record: object) -> dict[str, Any]:
+        return {}
+
+    monkeypatch.setattr(console, "listing", no_listing)  # type: ignore[attr-defined]
+    monkeypatch.setattr(console, "summary_lines", lambda found: [])  # type: ignore[attr-defined]
+    asyncio.run(console.follow_run(Client(), "r1", "text"))
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    lines = [line for line in out.splitlines() if "exec.progress" in line]
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        "exec.progress        r1-a1-pod: container-start active creating containers",
+        "exec.progress        r1-a1-pod: started"]
+    assert "pulling" not in out

@@ -306,7 +306,7 @@ def test_several_pods_tell_one_phase_by_the_slowest_pod() -> None:
         for out in progress(watch(obj)):
             states.apply(record, out.event_type, 1, msgspec.to_builtins(out.payload), 5.0)
     image = _phase(record, "image-pull")
-    assert (image.status, image.detail) == ("active", "1/2 pods; r1-a1-1-q9z8w: pulling images")
+    assert (image.status, image.detail) == ("active", "1/2 pods; r1-a1-1-q9z8w: pulling ghcr.io/lab/train:1")
     assert [p.name for p in record.pods] == ["r1-a1-0-x7k2p", "r1-a1-1-q9z8w"]
 
 

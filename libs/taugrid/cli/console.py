@@ -26,6 +26,7 @@ async def follow_run(client: Any, run_id: str, output: str) -> None:
     start = time.time()
     tails: dict[int, deque[str]] = {}
     attempt = 1
+    shown: dict[tuple[int, str], str] = {}  # (attempt, pod) → its progress line last printed
     async for item in client.console(run_id):
         if isinstance(item, LogChunk):
             tails.setdefault(item.attempt, deque(maxlen=TAIL_LINES)).extend(item.lines)
@@ -44,7 +45,13 @@ async def follow_run(client: Any, run_id: str, output: str) -> None:
             delay = float(data.get("delay_s") or 0)
             backoff = f", backoff {delay:g}s" if delay > 0 else ""
             click.echo(attempt_separator(attempt, f"retry after {data.get('reason', '')}{backoff}"))
-        click.echo(color(f"[{elapsed(start, None):>6}] ", "cyan") + stage_line(item))
+        line = stage_line(item)
+        if item.type == "exec.progress":  # a pod's status changes more often than where it is: one line per change
+            pod = (item.attempt, line.split(":", 1)[0])
+            if shown.get(pod) == line:
+                continue
+            shown[pod] = line
+        click.echo(color(f"[{elapsed(start, None):>6}] ", "cyan") + line)
     record = await client.settled(run_id)
     if output != "json":
         tail = tails.get(record.attempt)

@@ -17,6 +17,8 @@ LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 # run labels, so a job's uid never needs resolving; an evicted Workload names its preemptor's run.
 ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
 ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
+# A local pod pulls no image of its own (a host process; a container engine pulls inside the environment step).
+ANNOTATION_NO_IMAGE_PULL = "taugrid.io/no-image-pull"
 TAU_LABELS = ("taugrid.io/run-id", "taugrid.io/workspace", "taugrid.io/attempt", "taugrid.io/managed-by")
 
 
@@ -129,6 +131,7 @@ def pod(owner: dict[str, Any], *, name: str, node: str, index: int, at: float) -
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": owner["metadata"].get("namespace", "default"),
                      "uid": f"pod-{name}", "labels": labels, "creationTimestamp": ts(at),
+                     "annotations": {ANNOTATION_NO_IMAGE_PULL: "true"},
                      "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
                                           "name": owner["metadata"]["name"],
                                           "uid": owner["metadata"].get("uid", "")}]},
