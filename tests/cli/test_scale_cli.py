@@ -86,3 +86,24 @@ def test_control_file_round_trip_and_bad_entries(tmp_path: Path) -> None:
 def test_stack_and_outputs_commands_have_help(command: list[str]) -> None:
     proc = subprocess.run([*TAU, *command, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "Usage:" in proc.stdout
+
+
+def test_tau_stack_prints_a_sign_in_link_only_when_asked(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23 item 6: a sign-in link is a credential: `tau stack` names the portal and how to sign in;
+    `tau stack --token` (or `tau portal`) prints a fresh link, and `tau up` once, as the stack comes up."""
+    from taugrid.cli import stack
+
+    monkeypatch.setattr(stack, "_portal_link", lambda state: "http://127.0.0.1:8080/login?token=SECRET")
+    state: dict[str, object] = {"nats_url": "nats://127.0.0.1:4222", "data_dir": "/d", "services": [],
+                                "portal": {"url": "http://127.0.0.1:8080", "key": "UKEY"}}
+    stack._report(state, "text", "running")
+    shown = capsys.readouterr().out
+    assert "SECRET" not in shown
+    assert "web portal: http://127.0.0.1:8080 (sign in with the link `tau portal` prints)" in shown
+    stack._report(state, "json", "running")
+    assert "SECRET" not in capsys.readouterr().out
+    stack._report(state, "text", "running", token=True)
+    assert "web portal: http://127.0.0.1:8080/login?token=SECRET" in capsys.readouterr().out
+    stack._report(state, "text", "up")
+    assert "token=SECRET" in capsys.readouterr().out

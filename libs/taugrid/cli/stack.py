@@ -205,8 +205,14 @@ def _settled(state: dict[str, object], wanted: dict[str, int]) -> bool:
     return True
 
 
-def _report(state: dict[str, object], output: str, what: str) -> None:
-    link = _portal_link(state) if what != "rescaled" else None
+def _report(state: dict[str, object], output: str, what: str, *, token: bool | None = None) -> None:
+    """``token``: print a fresh portal sign-in link (a credential): asked for, or by default only when the
+    stack has just come up."""
+    from taugrid.cli.portal_cmd import stack_portal
+
+    if token is None:
+        token = what == "up"
+    link = _portal_link(state) if token else None
     if output == "json":
         emit_json({**state, "portal_sign_in_url": link} if link else state)
         return
@@ -221,6 +227,8 @@ def _report(state: dict[str, object], output: str, what: str) -> None:
     if link:
         click.echo(f"web portal: {link}")
         click.echo("  (a sign-in link for you, valid 12h; `tau portal` prints a new one)")
+    elif (portal := stack_portal(state)) is not None:
+        click.echo(f"web portal: {portal[0]} (sign in with the link `tau portal` prints)")
 
 
 def _portal_link(state: dict[str, object]) -> str | None:
@@ -271,19 +279,21 @@ def scale(replicas: tuple[str, ...], timeout: float, output: str) -> None:
 
 
 @click.command("stack", help="Show the embedded stack: NATS URL, data dir, and replicas per service with pids.")
+@click.option("--token", is_flag=True, help="Also print a fresh portal sign-in link (a credential, valid 12h; "
+              "as `tau portal` does).")
 @output_option
-def stack_status(output: str) -> None:
-    show_stack(output)
+def stack_status(token: bool, output: str) -> None:
+    show_stack(output, token=token)
 
 
-def show_stack(output: str) -> None:
+def show_stack(output: str, *, token: bool = False) -> None:
     """The running stack's URL, data dir and replicas (also `tau status --stack`)."""
     d = data_dir()
     state = _running(d)
     if state is None:
         fail(f"the stack is not running (data dir {d}): start it with `tau up`", EXIT_UNAVAILABLE)
         return
-    _report(state, output, "running")
+    _report(state, output, "running", token=token)
 
 
 @click.command(help="Stop the embedded stack: services drain, then nats-server stops.")
