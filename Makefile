@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# setuptools warns on every editable install of a package-dir mapping (taugrid = libs/taugrid) that folders named
+# like the package may shadow it, and pip prints the build backend's warnings: nothing to act on, so not shown.
+QUIET_PIP := PYTHONWARNINGS=ignore $(BIN)/pip install --quiet
 # The data dir is the CLI's default (taugrid.settings: /var/lib/taugrid for root, else ~/.tau) unless
 # TAU_DATA_DIR is set, so `make run`, `make down` and a later `tau` agree on it.
 
@@ -15,12 +18,12 @@ $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing taugrid"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(QUIET_PIP) -e .
 	@touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
 	@echo "==> installing the test tools"
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(QUIET_PIP) -e '.[test]'
 	@touch $(TEST_STAMP)
 
 install: $(STAMP)
