@@ -1,5 +1,5 @@
 """Publishing in tests as the service that owns a subject: every consumer checks ``ce-source`` against the
-permission table (``taugrid.bus.sources``), so a test that stands in for a service must say which one."""
+permission table (``taugrid.core.publishing``), so a test that stands in for a service must say which one."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from taugrid.bus import Bus
-from taugrid.bus.sources import publishers
 from taugrid.core.events import run_subject
+from taugrid.core.publishing import publishers
 
 
 @contextlib.contextmanager

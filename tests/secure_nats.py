@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from taugrid.bus import Bus, connect, creds, permissions
+from taugrid.access import permissions
+from taugrid.bus import Bus, connect, creds
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver

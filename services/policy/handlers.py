@@ -14,10 +14,10 @@ import posixpath
 
 import msgspec
 
+from taugrid.access.signers import Signers
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
-from taugrid.bus.signers import Signers
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config_shared

@@ -1,4 +1,4 @@
-"""Who is signed in to the portal: the session is a delegation token (``taugrid.bus.delegation``) that the person
+"""Who is signed in to the portal: the session is a delegation token (``taugrid.access.delegation``) that the person
 signed with their nkey for this portal's key, carried in a cookie (the browser) or an ``Authorization: Bearer``
 header (scripts). Each token is checked in full (signature, delegate, expiry) and its person looked up in the
 platform, then cached briefly so a page of requests costs one platform read; a removed user or a changed
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from taugrid.bus import delegation
+from taugrid.access import delegation
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid
 from taugrid.client.access import Viewer, viewer

@@ -27,9 +27,9 @@ from typing import Any
 import msgspec
 
 from taugrid import runrecord
+from taugrid.access.signers import Refused, Signers
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.bus.signers import Refused, Signers
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import (
     BackendApply,

@@ -23,10 +23,10 @@ import functools
 from typing import Any
 
 from taugrid import runrecord
+from taugrid.access.signers import Refused, Signers
 from taugrid.bus import kv, ratelimit, snapshots
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.bus.signers import Refused, Signers
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import lane_for
 from taugrid.config.taujob import config_hash, load_tau_config_shared

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from nats.js.api import StreamConfig
 
-from taugrid.bus import permissions, snapshots
+from taugrid.access import permissions
+from taugrid.bus import snapshots
 from taugrid.bus.bootstrap import consumer_config
 from taugrid.bus.topology import CONSUMERS, SOURCES_STORE, UPLOADS_STORE
 from taugrid.client import Client
@@ -253,7 +254,8 @@ async def test_a_removed_user_is_refused_at_once_after_a_reload(secure_nats):
 
 def test_the_documented_permission_table_is_the_generated_one():
     doc = (ROOT / "docs" / "architecture.md").read_text()
-    assert permissions.markdown_table() in doc, "regenerate: python -m taugrid.bus.permissions >> the Identity section"
+    assert permissions.markdown_table() in doc, (
+        "regenerate: python -m taugrid.access.permissions >> the Identity section")
 
 
 def test_every_durable_belongs_to_exactly_one_service():
@@ -270,7 +272,7 @@ def test_the_rendered_config_admits_each_identity_by_key_only(secure_nats):
 
 
 def test_every_publishing_service_has_credentials_and_a_grant():
-    from taugrid.bus.sources import SERVICE_PUBLISH
+    from taugrid.core.publishing import SERVICE_PUBLISH
 
     assert {s.replace("-", "_") for s in SERVICE_PUBLISH} <= set(permissions.SERVICE_ROLES)
 

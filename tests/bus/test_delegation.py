@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from taugrid.bus import delegation, identity
+from taugrid.access import delegation
+from taugrid.bus import identity
 from taugrid.bus.envelope import SignatureInvalid
 
 NOW = 1_800_000_000.0

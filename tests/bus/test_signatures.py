@@ -22,7 +22,9 @@ from taugrid.bus.envelope import (
     sign_headers,
     verify_signature,
 )
-from taugrid.bus.sources import (
+from taugrid.bus.topology import ConsumerSpec
+from taugrid.core.contracts import CancelRequested, PolicyApproved, ResolvedRun
+from taugrid.core.publishing import (
     PERSON_REQUESTS,
     SERVICE_PUBLISH,
     publishers,
@@ -30,8 +32,6 @@ from taugrid.bus.sources import (
     subject_matches,
     verdict,
 )
-from taugrid.bus.topology import ConsumerSpec
-from taugrid.core.contracts import CancelRequested, PolicyApproved, ResolvedRun
 from tests.owners import acting_as
 
 SUBJECT = "run.team-a.hello-1234.cancel.requested"

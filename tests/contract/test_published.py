@@ -13,15 +13,15 @@ import msgspec
 import nkeys
 import yaml
 
-from taugrid.bus import delegation
-from taugrid.bus.asyncapi import asyncapi, dump, json_schema
+from taugrid.access import delegation
 from taugrid.bus.envelope import headers_for, sign_headers
 from taugrid.bus.identity import new_user_seed
-from taugrid.bus.sources import PERSON_REQUESTS, SERVICE_PUBLISH
 from taugrid.bus.topology import CONSUMERS, STREAMS
+from taugrid.cli.asyncapi import asyncapi, dump, json_schema
 from taugrid.core import contracts as c
 from taugrid.core.contracts import NodeCordon, NodeRepair, NodeUncordon, NodeValidation
 from taugrid.core.events import RUN_EVENTS, ce_type, run_subject
+from taugrid.core.publishing import PERSON_REQUESTS, SERVICE_PUBLISH
 from taugrid.health import wire
 
 REPO = Path(__file__).resolve().parents[2]

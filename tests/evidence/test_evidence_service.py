@@ -291,7 +291,7 @@ async def _finish(bus: Bus, ws: str, run: str, kind: str = "exec.succeeded") -> 
 
 @pytest.fixture
 async def evidence() -> AsyncIterator[Bus]:
-    """A connection of the evidence service's (``evidence.sealed`` is its to publish: ``bus/sources.py``)."""
+    """A connection of the evidence service's (``evidence.sealed`` is its to publish: ``core/publishing.py``)."""
     own = await connect(os.environ["TAU_NATS_URL"], name="evidence")
     yield own
     await own.close()

@@ -23,7 +23,8 @@ import msgspec
 import pytest
 
 from taugrid import runrecord
-from taugrid.bus import Bus, connect, delegation, identity, platformstore
+from taugrid.access import delegation
+from taugrid.bus import Bus, connect, identity, platformstore
 from taugrid.bus.envelope import SIGNER_HEADER, Event, headers_for, sign_headers
 from taugrid.client import CancelRefused, Client
 from taugrid.core.contracts import (
@@ -365,7 +366,7 @@ async def test_bob_cannot_cancel_alices_run_but_her_workspace_admin_can(stack: S
 
 
 async def test_a_cancel_the_portal_signs_for_a_person_has_exactly_that_persons_authority(stack: Stack) -> None:
-    """The portal signs with its own key and carries the person's delegation token (bus/delegation.py)."""
+    """The portal signs with its own key and carries the person's delegation token (access/delegation.py)."""
     run_id = await stack.submit("alice", "delegated", "sleep 60")
     await stack.wait_for(run_id, {"exec.running"})
     portal_seed = identity.new_user_seed()

@@ -13,7 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from taugrid import runrecord
-from taugrid.bus import Bus, connect, delegation, platformstore
+from taugrid.access import delegation
+from taugrid.bus import Bus, connect, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.identity import new_user_seed
 from taugrid.core import paging

@@ -15,11 +15,11 @@ from nats.js.api import StreamConfig
 from prometheus_client import REGISTRY
 
 from taugrid.bus import Bus, metrics
-from taugrid.bus.asyncapi import OTHER_CHANNELS
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.topology import ConsumerSpec
+from taugrid.cli.asyncapi import OTHER_CHANNELS
 from taugrid.core.events import RUN_EVENTS, ce_type, k8s_subject, run_subject
 from taugrid.kube.watch import DEFAULT_RESOURCES
 from taugrid.ports import free_port

@@ -5,10 +5,10 @@ with its bus nkey (``envelope.sign_service_headers``, done by ``Bus.publish``), 
 stream acts on a stage's event only when
 
 - its headers agree with its subject (``Event.problem``: the subject alone says workspace, run and type),
-- its ``ce-source`` names a service that ``sources.SERVICE_PUBLISH`` allows to publish the subject, and
+- its ``ce-source`` names a service that ``publishing.SERVICE_PUBLISH`` allows to publish the subject, and
 - it is signed by that same service's key, as the ``service_keys`` bucket lists it.
 
-People's requests (``sources.PERSON_REQUESTS``) pass here: their own signature is checked where they are
+People's requests (``publishing.PERSON_REQUESTS``) pass here: their own signature is checked where they are
 handled (``signers``). A permission mistake, a stolen routine credential that may publish a subject, or a
 message copied onto another subject is thus refused, not applied (``../shared/design/trust.md`` §2).
 
@@ -27,9 +27,9 @@ import time
 
 import nats
 
-from taugrid.bus import sources
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, SignatureInvalid, verify_service_signature
+from taugrid.core import publishing
 
 log = logging.getLogger("taugrid.authors")
 
@@ -93,10 +93,10 @@ class Authors:
         """Why a stage must not act on ``ev``; None when it may."""
         if ev.problem:
             return ev.problem
-        person, allowed = sources.verdict(ev.nats_subject)
+        person, allowed = publishing.verdict(ev.nats_subject)
         if person:
             return None
-        claimed = sources.source_problem(ev.nats_subject, ev.source)
+        claimed = publishing.source_problem(ev.nats_subject, ev.source)
         if claimed is not None:
             return claimed
         if not self.services or (ev.signer and ev.signer not in self.services):
@@ -107,7 +107,7 @@ class Authors:
         if service is None:
             return (f"{ev.type} on {ev.nats_subject} is not signed by any service's key (signer "
                     f"{ev.signer or 'none'}): only {', '.join(allowed) or 'no service'} may publish it")
-        if service not in allowed or ev.source != f"{sources.SOURCE_PREFIX}{service}":
+        if service not in allowed or ev.source != f"{publishing.SOURCE_PREFIX}{service}":
             return (f"{ev.type} on {ev.nats_subject} is signed by {service}, which may not publish it as "
                     f"{ev.source!r}: only {', '.join(allowed) or 'no service'} may")
         try:

@@ -19,7 +19,7 @@ exception → nak with backoff (the server's max-deliver advisory then
 lands in the DLQ stream).
 
 Before a handler sees an event, its author is checked (``authors.Authors.problem``): headers that contradict
-the subject, a ``ce-source`` that ``sources.SERVICE_PUBLISH`` does not allow on the subject, or (on a bus with
+the subject, a ``ce-source`` that ``publishing.SERVICE_PUBLISH`` does not allow on the subject, or (on a bus with
 authentication) a signature that is not that service's, and the event is dead-lettered with the reason and never
 handled. While a
 handler runs, ``identity.run_user`` holds the run's verified submitter from a service-published run event, so
@@ -42,10 +42,11 @@ import nats
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
-from taugrid.bus import identity, metrics, sources, tracing
+from taugrid.bus import identity, metrics, tracing
 from taugrid.bus.authors import Authors
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
+from taugrid.core import publishing
 from taugrid.core.errors import NotYet, PermanentError, TemporaryError
 
 log = logging.getLogger("taugrid.consumer")
@@ -215,7 +216,7 @@ class ConsumerLoop:
             metrics.child(metrics.HANDLED, self.durable, event.type, name).observe(time.perf_counter() - started)
 
         problem = event.problem or None
-        if self.stream in sources.CHECKED_STREAMS and problem is None:
+        if self.stream in publishing.CHECKED_STREAMS and problem is None:
             problem = await self.authors.problem(event)
         if problem is not None:
             log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
@@ -225,8 +226,8 @@ class ConsumerLoop:
             metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
             outcome("refused")
             return
-        if self.stream in sources.CHECKED_STREAMS and event.user and event.subject \
-                and not sources.verdict(msg.subject)[0]:
+        if self.stream in publishing.CHECKED_STREAMS and event.user and event.subject \
+                and not publishing.verdict(msg.subject)[0]:
             identity.run_user.set((event.subject, event.user))
         stuck = asyncio.get_running_loop().call_later(STUCK_S, self._report_stuck, asyncio.current_task(), msg)
         try:

@@ -48,7 +48,7 @@ USER_HEADER = "ce-tauuser"
 SIGNER_HEADER = "tau-signer"
 SIGNATURE_HEADER = "tau-signature"
 SIGNATURE_SCHEME = "tau-sig-v1"
-DELEGATION_HEADER = "tau-delegation"  # see bus/delegation.py
+DELEGATION_HEADER = "tau-delegation"  # see access/delegation.py
 # Requests people publish; every other run event comes from a service and is never signed.
 SIGNED_TYPES = frozenset({"submit.requested", "cancel.requested"})
 
@@ -71,7 +71,7 @@ class Event(msgspec.Struct, kw_only=True):
     user: str = ""  # ce-tauuser: the run's verified submitter (trust it only from a service, see consumer)
     signer: str = ""  # tau-signer: the author's public nkey on a signed request
     signature: str = ""  # tau-signature
-    delegation: str = ""  # tau-delegation: a person's token letting the signer act for them (bus/delegation.py)
+    delegation: str = ""  # tau-delegation: a person's token letting the signer act for them (access/delegation.py)
     stored: float = 0.0  # when the stream stored it (epoch seconds; 0 when not read from a stream)
     # Why the headers contradict the subject ("" when they agree): such a message is refused before any handler
     # sees it (``consumer``) and left out of every reading (``replay``); its fields hold the subject's values.

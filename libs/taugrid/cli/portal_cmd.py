@@ -1,5 +1,5 @@
 """``tau portal``: a sign-in link to the web portal. The link carries a session token that this person signs
-with their nkey for the portal's key (``taugrid.bus.delegation``), so the portal knows who they are without a
+with their nkey for the portal's key (``taugrid.access.delegation``), so the portal knows who they are without a
 password and can cancel runs for them with the same authority ``tau cancel`` has, until the token expires."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ DEFAULT_TTL_S = 12 * 3600.0
 
 def sign_in_url(base_url: str, *, delegate: str, seed: bytes, ttl_s: float) -> str:
     """``<base>/login?token=…`` with a session token by ``seed``'s person for the portal whose key is ``delegate``."""
-    from taugrid.bus.delegation import issue
+    from taugrid.access.delegation import issue
 
     return f"{base_url.rstrip('/')}/login?token={quote(issue(seed, delegate=delegate, ttl_s=ttl_s))}"
 

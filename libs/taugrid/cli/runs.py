@@ -580,7 +580,7 @@ def events(
 @click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default=None,
               help="Serialisation [default: yaml for asyncapi, json for jsonschema].")
 def events_schema(fmt: str, output: str | None) -> None:
-    from taugrid.bus.asyncapi import asyncapi, dump, json_schema
+    from taugrid.cli.asyncapi import asyncapi, dump, json_schema
 
     document = asyncapi() if fmt == "asyncapi" else json_schema()
     click.echo(dump(document, output or ("yaml" if fmt == "asyncapi" else "json")), nl=False)

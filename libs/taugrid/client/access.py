@@ -1,6 +1,6 @@
 """What one person may read: the workspaces whose runs, logs and evidence they see, decided from the platform's
 users and the embedded stack's local user, the same rule the bus permissions are rendered from
-(``bus/permissions.person_permissions``). The CLI applies it to its own connection (``Client.readable_workspaces``);
+(``access/permissions.person_permissions``). The CLI applies it to its own connection (``Client.readable_workspaces``);
 the web portal, which reads with a service's connection, applies it per signed-in person on the server side."""
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from taugrid.bus.objects import read as read_object
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import follow, replay
-from taugrid.bus.sources import source_problem
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.config.platform import Platform
 from taugrid.core import states
@@ -44,6 +43,7 @@ from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, Policy
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
+from taugrid.core.publishing import source_problem
 from taugrid.core.quantity import parse_memory
 from taugrid.core.redaction import Redactor
 from taugrid.evidence import bundle as b

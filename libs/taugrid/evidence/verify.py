@@ -25,10 +25,10 @@ import msgspec
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid, canonical_form, from_message, verify_form
 from taugrid.bus.replay import replay
-from taugrid.bus.sources import source_problem
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
+from taugrid.core.publishing import source_problem
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store

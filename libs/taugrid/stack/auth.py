@@ -17,7 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from taugrid.bus import creds, permissions
+from taugrid.access import permissions
+from taugrid.bus import creds
 from taugrid.config.platform import Platform
 
 LOCAL_ADMIN_ENV = "TAU_LOCAL_ADMIN"  # "<name>:<public key>" of the person who ran `tau up`, for services

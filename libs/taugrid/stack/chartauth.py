@@ -18,7 +18,7 @@ stack's supervisor does, then signals the server to reload (SIGHUP to the pid in
 connect at once, removed people are disconnected, no service restarts. It also reloads when the TLS certificate
 files change (cert-manager renews them in place).
 
-Invariants: one permission table (``bus/permissions.py``) for both deployments; seeds are never overwritten
+Invariants: one permission table (``access/permissions.py``) for both deployments; seeds are never overwritten
 (re-running the command reuses them, so adding a workspace namespace needs no restart); a platform revision
 that does not parse keeps the previous users.
 """
@@ -41,7 +41,8 @@ from typing import Any
 
 import yaml
 
-from taugrid.bus import creds, permissions
+from taugrid.access import permissions
+from taugrid.bus import creds
 from taugrid.config.platform import Platform
 from taugrid.core.errors import ConfigError, PermanentError
 from taugrid.stack import auth

@@ -82,7 +82,7 @@ def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = N
           wait: bool = True) -> tuple[subprocess.Popen[bytes], int]:
     """Start nats-server bound to loopback; returns the process and its client port.
 
-    With ``auth_conf`` (an ``authorization {}`` block, see ``taugrid.bus.permissions``) every connection must
+    With ``auth_conf`` (an ``authorization {}`` block, see ``taugrid.access.permissions``) every connection must
     authenticate; ``reload`` applies a rewritten file without a restart. With ``route`` it is one node of a
     JetStream cluster. ``wait=False`` returns before its client port opens (``wait_port``).
     """

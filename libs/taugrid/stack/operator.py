@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from taugrid.bus import creds, permissions
+from taugrid.access import permissions
+from taugrid.bus import creds
 
 OPERATOR_DIR_ENV = "TAU_OPERATOR_DIR"
 BREAK_GLASS_FILE = "breakglass.nk"

@@ -2,7 +2,7 @@
 service as its own OS process, each restarted (with backoff) when it dies.
 
 Authentication is always on: every service connects with its own nkey user (least privilege, see
-``taugrid.bus.permissions``), the person who ran ``tau up`` gets platform-admin credentials in
+``taugrid.access.permissions``), the person who ran ``tau up`` gets platform-admin credentials in
 ``creds/user.nk`` (found by the CLI and ``taugrid.client`` through ``stack.json``), and a watcher of the platform KV
 rewrites the server's users and reloads it whenever the platform's people change (``tau admin user add|remove``).
 

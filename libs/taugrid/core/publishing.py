@@ -1,4 +1,4 @@
-"""Which service may publish which subjects, as the ``ce-source`` check every consumer makes sees it
+"""Which service may publish which subjects (pure: no I/O), as the ``ce-source`` check every consumer makes sees it
 (and, with server authentication on, behind each service user's NATS publish permissions).
 
 A service names itself in ``ce-source`` as ``/svc/<service>``. Events people publish (``PERSON_REQUESTS``)
@@ -30,7 +30,7 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
     "local-cluster": ("k8s.local.>", "log.>"),
     "log-shipper": ("log.>",),
     "kube-bridge": ("k8s.>",),
-    # a person's cancel, signed by the portal with the person's delegation token (bus/delegation.py)
+    # a person's cancel, signed by the portal with the person's delegation token (access/delegation.py)
     "portal": ("run.*.*.cancel.requested",),
 }
 

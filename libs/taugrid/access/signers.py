@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import time
 
-from taugrid.bus import delegation, platformstore
+from taugrid.access import delegation
+from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import (
     SIGNATURE_HEADER,
@@ -57,7 +58,7 @@ class Signers:
         return local is not None and bool(signer) and local.nkey == signer
 
     def _delegator(self, ev: Event, signer: str) -> str:
-        """The person a delegated request speaks for (``bus/delegation.py``); ``Refused`` if the token fails."""
+        """The person a delegated request speaks for (``access/delegation.py``); ``Refused`` if the token fails."""
         try:
             return delegation.read(ev.delegation, delegate=signer, now=ev.stored or time.time()).user
         except SignatureInvalid as exc:

@@ -21,7 +21,7 @@ import msgspec
 import yaml
 
 from taugrid import __version__
-from taugrid.bus import delegation
+from taugrid.access import delegation
 from taugrid.bus.dlq import ADVISORY_PREFIX
 from taugrid.bus.dlq import STREAM as DLQ_STREAM
 from taugrid.bus.envelope import (
