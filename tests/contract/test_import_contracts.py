@@ -1,0 +1,35 @@
+"""The import-linter contracts (pyproject.toml, docs/architecture.md §14) name every service and every package, so a
+new room cannot slip outside them: `lint-imports` only checks the modules a contract names."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _contracts() -> dict[str, dict[str, object]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return {c["name"]: c for c in config}
+
+
+def test_every_service_is_in_the_independence_contract() -> None:
+    services = {f"taugrid_services.{d.name}" for d in (ROOT / "services").iterdir() if (d / "__main__.py").exists()}
+    assert set(_contracts()["services are independent"]["modules"]) == services  # type: ignore[arg-type]
+
+
+def test_every_package_of_the_library_has_a_layer() -> None:
+    layers = _contracts()["layers of the library"]["layers"]
+    named = {m.strip() for layer in layers for m in str(layer).split("|")}  # type: ignore[attr-defined]
+    lib = ROOT / "libs" / "taugrid"
+    rooms = {f"taugrid.{p.stem}" for p in lib.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    assert rooms - named == set()
+
+
+def test_only_the_bus_adapter_imports_nats() -> None:
+    nats = _contracts()["nats only in taugrid.bus"]
+    assert (nats["type"], nats["forbidden_modules"], nats["ignore_imports"]) == (
+        "forbidden", ["nats"], ["taugrid.bus.** -> nats"])
+    assert set(nats["source_modules"]) == {"taugrid", "taugrid_services"}  # type: ignore[arg-type]
