@@ -27,13 +27,13 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import PUBLISH_TIMEOUT_S as _WRITE_TIMEOUT_S
 from taugrid.bus.connection import Bus, stored_seq
+from taugrid.bus.errors import KEY_ABSENT, UNAVAILABLE
 from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 T = TypeVar("T")
 log = logging.getLogger("taugrid.bus")
-_ABSENT = (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError)
-_UNAVAILABLE = (nats.errors.Error, TimeoutError)
+_ABSENT, _UNAVAILABLE = KEY_ABSENT, UNAVAILABLE  # bus/errors.py: the one table
 _VALID_KEY = re.compile(r"[-/_=a-zA-Z0-9][-/_=.a-zA-Z0-9]*")  # nats-py's key rule: no leading or trailing dot
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 _WRONG_LAST = (10071, 10164)  # the server's "wrong last sequence" error codes (nats-py's ``update`` reads these)

@@ -20,6 +20,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo, ObjectMetaOptions
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.errors import UNAVAILABLE
 from taugrid.bus.metrics import OBJECT_SECONDS, timed
 from taugrid.bus.topology import OBJECT_STORE
 from taugrid.core.errors import NotFound, PermissionDenied, TemporaryError
@@ -75,7 +76,7 @@ async def _exists(bus: Bus, name: str) -> bool:
         await obs.get_info(name)
     except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
         return False
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"looking up object {name!r} failed: {exc!r}", delay=1.0) from exc
     return True
 
@@ -98,7 +99,7 @@ async def _read(bus: Bus, name: str) -> bytes | None:
         meta = await bus.guarded(bus.js.get_last_msg(f"OBJ_{OBJECT_STORE}", _meta_subject(name), direct=True))
     except nats.js.errors.NotFoundError:
         return None
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
     info = ObjectInfo.from_response(json.loads(meta.data or b"{}"))
     if info.deleted:
@@ -119,7 +120,7 @@ async def _read(bus: Bus, name: str) -> bytes | None:
                 await sub.unsubscribe()
             with contextlib.suppress(nats.errors.Error, PermissionDenied, TimeoutError):
                 await bus.guarded(bus.js.delete_consumer(f"OBJ_{OBJECT_STORE}", cfg.name or ""))
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
     data = b"".join(parts)
     if info.digest != _digest(data):
@@ -163,5 +164,5 @@ async def _write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
                                          headers={"Nats-Rollup": "sub"}))
         if old is not None and old.nuid != nuid:
             await bus.js.purge_stream(f"OBJ_{OBJECT_STORE}", subject=f"$O.{OBJECT_STORE}.C.{old.nuid}")
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"object store write of {name} failed: {exc!r}", delay=1.0) from exc

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 
-import nats
-
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
+from taugrid.bus.errors import UNAVAILABLE
 from taugrid.config.platform import Platform, load_platform
 from taugrid.core.errors import ConfigError, TauError, TemporaryError
 
@@ -21,6 +20,8 @@ log = logging.getLogger(__name__)
 
 INVALID_RETRY_S = 15.0
 
+
+_NO_ANSWER: tuple[type[Exception], ...] = (TauError, *UNAVAILABLE)  # no grant, a server away, an invalid platform
 
 class PlatformReader:
     def __init__(self, bus: Bus) -> None:
@@ -66,7 +67,7 @@ class PlatformReader:
         away): for hints that may go without it, such as the priority lane a client claims."""
         try:
             got = await self.get()
-        except (TauError, nats.errors.Error, TimeoutError):
+        except _NO_ANSWER:
             return None
         return got[0] if got is not None else None
 
@@ -83,7 +84,7 @@ class PlatformReader:
         try:
             kv = await self.bus.kv("platform")
             entries = await kv.history(platformstore.KEY)
-        except (nats.errors.Error, nats.js.errors.NoKeysError, TimeoutError) as exc:
+        except UNAVAILABLE as exc:  # NoKeysError too: an Error
             raise TemporaryError(f"reading the platform's history failed: {exc!r}", delay=2.0) from exc
         out = [(e.value.decode(), int(e.revision or 0)) for e in entries
                if e.value and (e.revision or 0) < below and e.operation is None]

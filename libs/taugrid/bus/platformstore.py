@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import msgspec
-import nats
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.errors import KEY_ABSENT, TIMEOUT, WRONG_LAST
 from taugrid.bus.kv import Conflict
 from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import TemporaryError
@@ -34,10 +34,10 @@ async def put_text(bus: Bus, text: str, *, revision: int | None = None) -> int:
             if revision == 0:
                 return int(await bus.guarded(kv.create(KEY, text.encode())))
             return int(await bus.guarded(kv.update(KEY, text.encode(), last=revision)))
-        except nats.js.errors.KeyWrongLastSequenceError as exc:
+        except WRONG_LAST as exc:
             timing.outcome = "conflict"
             raise Conflict(f"the platform changed since revision {revision}", delay=0.1) from exc
-        except nats.errors.TimeoutError as exc:
+        except TIMEOUT as exc:
             raise TemporaryError("platform KV unavailable", delay=1.0) from exc
 
 
@@ -53,9 +53,9 @@ async def _get_text(bus: Bus, revision: int | None) -> tuple[str, int] | None:
     kv = await bus.kv("platform")
     try:
         entry = await kv.get(KEY, revision=revision)
-    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+    except KEY_ABSENT:
         return None
-    except nats.errors.TimeoutError as exc:
+    except TIMEOUT as exc:
         raise TemporaryError("platform KV unavailable", delay=1.0) from exc
     if entry.value is None:
         return None
@@ -71,7 +71,7 @@ async def follow_text(bus: Bus, *, tick: float = 1.0) -> AsyncIterator[tuple[str
         while True:
             try:
                 entry = await watcher.updates(timeout=tick)
-            except nats.errors.TimeoutError:
+            except TIMEOUT:
                 yield None
                 continue
             if entry is not None and entry.value:
@@ -108,9 +108,9 @@ async def _get_local_user(bus: Bus) -> LocalUser | None:
     kv = await bus.kv("platform")
     try:
         entry = await kv.get(LOCAL_USER_KEY)
-    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+    except KEY_ABSENT:
         return None
-    except nats.errors.TimeoutError as exc:
+    except TIMEOUT as exc:
         raise TemporaryError("platform KV unavailable", delay=1.0) from exc
     if not entry.value:
         return None

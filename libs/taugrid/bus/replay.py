@@ -25,6 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.errors import UNAVAILABLE
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
@@ -47,7 +48,7 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
         psub = await bus.guarded(bus.js.pull_subscribe(subject, stream=stream, config=config))
     except nats.js.errors.NotFoundError as exc:
         raise TemporaryError(f"stream {stream} not found (is the bus bootstrapped?)", delay=2.0) from exc
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
     out: list[Msg] = []
     name = ""
@@ -120,7 +121,7 @@ async def batches(
         info = await bus.guarded(bus.js.add_consumer(stream, config=config))
     except nats.js.errors.NotFoundError:
         return
-    except (nats.errors.TimeoutError, nats.errors.Error) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
     got: list[Msg] = []
     answered = asyncio.Event()  # the current request is done: its messages, or a status, arrived

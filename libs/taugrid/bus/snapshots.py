@@ -23,9 +23,8 @@ import hashlib
 import io
 import re
 
-import nats
-
 from taugrid.bus.connection import Bus
+from taugrid.bus.errors import OBJECT_ABSENT, UNAVAILABLE
 from taugrid.bus.metrics import OBJECT_SECONDS, timed
 from taugrid.bus.objects import download
 from taugrid.bus.topology import SOURCES_STORE, UPLOADS_STORE
@@ -104,9 +103,9 @@ async def recorded_digest(bus: Bus, name: str) -> str | None:
     try:
         obs = await bus.objects(SOURCES_STORE)
         info = await obs.get_info(name)
-    except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError, nats.js.errors.NotFoundError):
+    except OBJECT_ABSENT:
         return None
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"looking up source snapshot {name} failed: {exc!r}", delay=1.0) from exc
     recorded = (info.digest or "").partition("=")
     if recorded[0].upper() != "SHA-256" or not recorded[2]:
@@ -181,7 +180,7 @@ async def _put_once(bus: Bus, store: str, name: str, data: bytes, want: str) -> 
         # in place by then (its old chunks stay behind, unreferenced, until the uploads' TTL).
         if await stored_digest(bus, name, store) != want:
             raise
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"uploading source snapshot {name} failed: {exc!r}", delay=1.0) from exc
 
 

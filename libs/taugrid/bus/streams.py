@@ -14,6 +14,7 @@ import nats
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.errors import UNAVAILABLE
 from taugrid.core.errors import TemporaryError
 
 
@@ -22,7 +23,7 @@ async def _get(bus: Bus, stream: str, **where: object) -> Event | None:
         msg = await bus.js.get_msg(stream, **where)  # type: ignore[arg-type]
     except nats.js.errors.NotFoundError:
         return None
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"reading {stream} ({where}) failed: {exc!r}", delay=1.0) from exc
     return from_message(msg.subject or "", msg.headers, msg.data or b"", seq=int(msg.seq or 0))
 
@@ -48,7 +49,7 @@ async def bounds(bus: Bus, stream: str) -> tuple[int, int]:
         info = await bus.js.stream_info(stream)
     except nats.js.errors.NotFoundError:
         return 0, 0
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"reading {stream}'s state failed: {exc!r}", delay=1.0) from exc
     return int(info.state.first_seq or 0), int(info.state.last_seq or 0)
 
@@ -60,7 +61,7 @@ async def count(bus: Bus, stream: str, subject: str) -> int:
         info = await bus.js.stream_info(stream, subjects_filter=subject)
     except nats.js.errors.NotFoundError:
         return 0
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"counting {stream} on {subject} failed: {exc!r}", delay=1.0) from exc
     return sum((info.state.subjects or {}).values())
 
@@ -118,7 +119,7 @@ async def _direct_next(bus: Bus, stream: str, where: dict[str, object], subject:
         msg = await bus.nc.request(f"$JS.API.DIRECT.GET.{stream}", request, timeout=5.0)
     except nats.errors.NoRespondersError as exc:
         raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
-    except (nats.errors.Error, TimeoutError) as exc:
+    except UNAVAILABLE as exc:
         raise TemporaryError(f"reading {stream} ({subject} from {seq}) failed: {exc!r}", delay=1.0) from exc
     headers = msg.headers or {}
     status = headers.get("Status", "")
