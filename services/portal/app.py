@@ -1,7 +1,8 @@
 """The portal's HTTP side (aiohttp): a static single page and a JSON + server-sent-events API over the bus.
 
 Routes (every ``/api`` route but ``/api/portal`` needs a session, see ``sessions``):
-  GET  /login?token=…            check the token, set the session cookie, go to the runs page
+  GET  /login?token=…            check the token, set the session cookie, go to the page the link's
+                                 fragment names (#/runs/X), else the runs page
   GET  /logout                   forget the cookie
   GET  /api/portal               this portal's public key (what ``tau portal --url`` signs a session for)
   GET  /api/me                   the signed-in person, their role and workspaces
@@ -85,7 +86,9 @@ def build(bus: Bus, *, portal_key: str) -> web.Application:
             return web.Response(status=401, content_type="text/html",
                                 text=f"<h1>Sign-in refused</h1><p>{_html(str(exc))}</p>"
                                      "<p>Run <code>tau portal</code> for a new sign-in link.</p>")
-        response = web.HTTPSeeOther("/#/runs")
+        # no fragment here: the browser keeps the link's own (`/login?token=…#/runs/X` lands on run X), else the
+        # page opens on the runs list
+        response = web.HTTPSeeOther("/")
         max_age = max(1, int(session.expires - dt.datetime.now(dt.UTC).timestamp()))
         response.set_cookie(COOKIE, token, max_age=max_age, httponly=True, samesite="Strict", path="/",
                             secure=request.secure)

@@ -91,7 +91,24 @@ async def evidence(bus: Bus, record: RunRecord) -> dict[str, Any]:
                "identity": {k: (doc.get("identity") or {}).get(k) for k in ("user", "signer")},
                "attempts": len(doc.get("attempts") or []), "events": len(doc.get("events") or []),
                "accounting": doc.get("accounting")}
-    return {"sealed": True, "bundle": summary, "verify": report}
+    return {"sealed": True, "bundle": summary, "verify": report, "outputs": outputs(doc.get("outputs") or {})}
+
+
+def outputs(section: dict[str, Any]) -> dict[str, Any]:
+    """The sealed output and checkpoint directories and their files (as ``tau outputs`` lists them: the output
+    directory without the checkpoints nested in it), each file's path, size and sha256."""
+    out: dict[str, Any] = {}
+    ckpt_path = str((section.get("checkpoint_dir") or {}).get("path") or "")
+    for key in ("output_dir", "checkpoint_dir"):
+        d = section.get(key) or {}
+        path = str(d.get("path") or "")
+        nested = ckpt_path[len(path):].strip("/") + "/" if key == "output_dir" and path and \
+            ckpt_path.startswith(path + "/") else ""
+        files = [{k: f.get(k) for k in ("path", "size", "sha256", "error") if f.get(k) is not None}
+                 for f in d.get("files") or [] if not (nested and str(f.get("path", "")).startswith(nested))]
+        out[key] = {"path": path, "present": bool(d.get("present")), "truncated": bool(d.get("truncated")),
+                    "files": files}
+    return out
 
 
 async def queues(bus: Bus, viewer: Viewer) -> dict[str, Any]:

@@ -38,10 +38,19 @@ new MutationObserver(() => {
 """
 
 STEPS = 6
-SCRIPT = ("import time\n"
+SCRIPT = ("import os, time\n"
           f"for i in range({STEPS}):\n"
           "    print(f'step {i} loss {1 / (i + 1):.3f}', flush=True)\n"
-          "    time.sleep(0.6)\n")
+          "    time.sleep(0.6)\n"
+          "open(os.path.join(os.environ['TAU_OUTPUT_DIR'], 'metrics.jsonl'), 'w').write('{}\\n')\n"
+          "os.makedirs(os.environ['TAU_CHECKPOINT_DIR'], exist_ok=True)\n"
+          "open(os.path.join(os.environ['TAU_CHECKPOINT_DIR'], 'last.pt'), 'wb').write(b'0' * 2048)\n")
+# At 1280 px nothing the eye scans breaks inside a word: the state badge and each event's name and time are one line.
+ONE_LINE = """els => els.filter(e => {
+  const text = document.createRange();
+  text.selectNodeContents(e);
+  return new Set([...text.getClientRects()].map(r => Math.round(r.top))).size > 1;
+}).map(e => e.textContent)"""
 
 
 def _as_person(stack: Stack, key: Path, *args: str) -> Any:
@@ -160,6 +169,12 @@ def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, peo
             events = page.eval_on_selector_all("#events-box tr[data-type]", "rows => rows.map(r => r.dataset.type)")
             assert events.index("admission.queued") < events.index("exec.running") < events.index("exec.succeeded")
             assert events[-1] == "evidence.sealed"
+            # the sealed outputs and checkpoints are listed on the run page
+            page.wait_for_selector("#outputs tr[data-file='metrics.jsonl']", timeout=30_000)
+            assert page.inner_text("#checkpoints-dir").startswith("checkpoints ")
+            assert "last.pt\t2 KiB" in page.inner_text("#outputs")
+            assert "checkpoints/last.pt" not in page.inner_text("#outputs")  # listed once, under checkpoints
+            assert page.eval_on_selector_all(".state, #events-box td.nowrap, #pods td.nowrap", ONE_LINE) == []
             page.screenshot(path=str(shots / "portal-run.png"), full_page=True)
 
             states = [s for s, _ in seen]
@@ -178,6 +193,15 @@ def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, peo
             page.wait_for_selector("#gpus td")
             assert "e2e-node" in page.inner_text("#nodes")
             page.screenshot(path=str(shots / "portal-nodes.png"), full_page=True)
+
+            # a sign-in link that names a run lands on that run, not on the list
+            fresh = browser.new_page(viewport={"width": 1280, "height": 900})
+            deep = _as_person(stack, people["key"], "portal", "--run", run_id)["sign_in_url"]
+            assert deep.endswith(f"#/runs/{run_id}")
+            fresh.goto(deep)
+            fresh.wait_for_selector("#run-state .state.succeeded", timeout=30_000)
+            assert fresh.url.endswith(f"/#/runs/{run_id}")
+            fresh.close()
 
             page.goto(f"{people['base']}/#/runs/{people['theirs']}")
             page.wait_for_selector("#error:not([hidden])")

@@ -53,8 +53,9 @@ def _remote_key(url: str) -> str:
                     "signed with your key; it lasts --ttl. Without --url, the embedded stack's portal.")
 @click.option("--url", default=None, help="The portal's address, e.g. https://tau.example.org (default: the stack's).")
 @click.option("--ttl", default=DEFAULT_TTL, show_default=True, help="How long the session lasts (30m, 12h, 7d).")
+@click.option("--run", "run_id", default=None, help="Open on this run's page (the link ends in #/runs/RUN).")
 @output_option
-def portal(url: str | None, ttl: str, output: str) -> None:
+def portal(url: str | None, ttl: str, run_id: str | None, output: str) -> None:
     from taugrid.bus.identity import load_user_seed
     from taugrid.cli.stack import _running
 
@@ -75,6 +76,8 @@ def portal(url: str | None, ttl: str, output: str) -> None:
              EXIT_NOT_FOUND)
         return
     link = sign_in_url(base, delegate=key, seed=seed, ttl_s=ttl_s)
+    if run_id:  # the sign-in redirect keeps the fragment: the page opens on the run
+        link += f"#/runs/{quote(run_id, safe='')}"
     if output == "json":
         emit_json({"url": base, "sign_in_url": link, "ttl_s": ttl_s})
         return

@@ -60,7 +60,7 @@ async function runsPage() {
     document.getElementById("runs").innerHTML = table(
       ["run", "state", "workspace", "user", "queue", "attempt", "node", "submitted", "reason"],
       runs.map(r => `<tr><td><a href="#/runs/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a></td>` +
-        `<td>${badge(r.state)}${r.position != null && r.state === "queued" ? ` #${r.position + 1}` : ""}</td>` +
+        `<td class="nowrap">${badge(r.state)}${r.position != null && r.state === "queued" ? ` #${r.position + 1}` : ""}</td>` +
         `<td>${esc(r.workspace)}</td><td>${esc(r.user)}</td><td>${esc(r.queue)}</td><td class="num">${r.attempt}</td>` +
         `<td>${esc(r.node)}</td><td>${when(r.created)}</td><td>${esc(r.reason)}</td></tr>`));
   };
@@ -81,6 +81,7 @@ async function runPage(runId) {
       <div><h3>Events</h3><div id="events-box">${table(["time", "event", "detail"], [])}</div></div>
     </div>
     <h3>Logs <span class="muted" id="log-count"></span></h3><pre class="logs" id="logs"></pre>
+    <h3>Outputs</h3><div id="outputs" class="muted">listed when the run is sealed</div>
     <h3>Evidence</h3><div id="evidence" class="muted">sealed when the run ends</div>`;
   const events = [];
   let evidenceShown = false;
@@ -93,7 +94,8 @@ async function runPage(runId) {
       `<li class="${esc(p.status)}" data-phase="${esc(p.name)}"><span class="mark">${MARKS[p.status] || "?"}</span>` +
       `${esc(p.name)} <span class="muted">${esc(p.detail)}</span>${p.hint ? ` <em>tip: ${esc(p.hint)}</em>` : ""}</li>`).join("");
     document.getElementById("pods").innerHTML = record.pods.length ? table(["pod", "node", "phase"],
-      record.pods.map(p => `<tr><td>${esc(p.name)}</td><td>${esc(p.node)}</td><td>${esc(p.pod_phase || p.phase)}</td></tr>`))
+      record.pods.map(p => `<tr><td>${esc(p.name)}</td><td class="nowrap">${esc(p.node)}</td>` +
+        `<td class="nowrap">${esc(p.pod_phase || p.phase)}</td></tr>`))
       : `<span class="muted">none</span>`;
     const cancel = document.getElementById("cancel");
     cancel.hidden = TERMINAL.includes(record.state) || record.cancel_requested;
@@ -120,7 +122,8 @@ async function runPage(runId) {
     const ev = JSON.parse(msg.data);
     events.push(ev);
     document.getElementById("events-box").innerHTML = table(["time", "event", "detail"], events.map(e =>
-      `<tr data-type="${esc(e.type)}"><td>${esc(e.time.slice(11, 23))}</td><td>${esc(e.type)}</td><td>${esc(e.detail)}</td></tr>`));
+      `<tr data-type="${esc(e.type)}"><td class="nowrap">${esc(e.time.slice(11, 23))}</td>` +
+      `<td class="nowrap">${esc(e.type)}</td><td>${esc(e.detail)}</td></tr>`));
     if (!pending) pending = setTimeout(() => { pending = null; refresh().catch(e => showError(e.message)); }, 150);
   });
   source.addEventListener("log", msg => {
@@ -141,6 +144,7 @@ async function showEvidence(runId) {
   box.textContent = "verifying …";
   const ev = await api(`/api/runs/${encodeURIComponent(runId)}/evidence`);
   if (!ev.sealed) { box.textContent = "not sealed yet"; return; }
+  showOutputs(ev.outputs);
   const v = ev.verify;
   const identity = ev.bundle.identity || {};
   box.classList.remove("muted");
@@ -155,6 +159,26 @@ async function showEvidence(runId) {
         `${ev.bundle.accounting.running_s}s, ${ev.bundle.accounting.gpu_seconds} GPU-s, est. cost ${ev.bundle.accounting.cost}`]] : [])
     ].map(([k, val]) =>
         `<tr><td>${esc(k)}</td><td><code>${esc(val)}</code></td></tr>`));
+}
+
+function size(n) {
+  const units = [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+  for (const [unit, f] of units) {
+    if (n >= f) { const v = n / f; return `${v >= 100 ? v.toFixed(0) : v.toFixed(1).replace(/\.0$/, "")} ${unit}`; }
+  }
+  return `${n} B`;
+}
+
+function showOutputs(found) {  // the sealed output and checkpoint directories, as `tau outputs` lists them
+  const box = document.getElementById("outputs");
+  if (!found) return;
+  box.classList.remove("muted");
+  box.innerHTML = [["outputs", found.output_dir], ["checkpoints", found.checkpoint_dir]].filter(([, d]) => d && d.path)
+    .map(([label, d]) => `<p id="${label}-dir"><strong>${label}</strong> <code>${esc(d.path)}</code>` +
+      `${d.files.length ? "" : ' <span class="muted">nothing written</span>'}${d.truncated ? " (truncated)" : ""}</p>` +
+      (d.files.length ? table(["file", "size", "sha256"], d.files.map(f => `<tr data-file="${esc(f.path)}">` +
+        `<td>${esc(f.path)}</td><td class="num nowrap">${f.error ? esc(f.error) : size(f.size || 0)}</td>` +
+        `<td><code>${esc((f.sha256 || "").slice(0, 16))}</code></td></tr>`)) : "")).join("");
 }
 
 // ------------------------------------------------------------------ queues, nodes, usage

@@ -1,0 +1,64 @@
+"""The portal's run page: a sign-in link that names a run (``/login?token=…#/runs/X``) lands on it, and a sealed
+run's output and checkpoint files are listed as ``tau outputs`` lists them (issue 23 item 6)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import nkeys
+from aiohttp.test_utils import TestClient, TestServer
+
+from taugrid.access import delegation
+from taugrid.bus import Bus, connect, platformstore
+from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.identity import new_user_seed
+from taugrid_services.portal.app import build
+from taugrid_services.portal.reads import outputs
+
+STATIC = Path(__file__).resolve().parents[2] / "services" / "portal" / "static"
+
+
+async def test_sign_in_redirects_without_a_fragment_so_the_links_own_is_kept(
+        fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> None:
+    """A redirect without a fragment keeps the request's (RFC 9110 §10.2.2): the browser opens #/runs/X."""
+    _, port, _ = fresh_nats
+    bus: Bus = await connect(f"nats://127.0.0.1:{port}", name="test-portal-login")
+    try:
+        await bootstrap(bus)
+        person = new_user_seed()
+        await platformstore.put_local_user(bus, platformstore.LocalUser(
+            name="owner", nkey=nkeys.from_seed(person).public_key.decode()))
+        portal_key = nkeys.from_seed(new_user_seed()).public_key.decode()
+        token = delegation.issue(person, delegate=portal_key, ttl_s=600)
+        async with TestClient(TestServer(build(bus, portal_key=portal_key))) as client:
+            response = await client.get("/login", params={"token": token}, allow_redirects=False)
+            assert response.status == 303 and response.headers["Location"] == "/"
+            assert "#" not in response.headers["Location"]
+    finally:
+        await bus.close()
+
+
+def test_the_run_page_lists_outputs_and_checkpoints_apart() -> None:
+    section = {
+        "output_dir": {"path": "/o/ws/r1", "present": True, "truncated": False, "files": [
+            {"path": "metrics.jsonl", "size": 2048, "sha256": "ab" * 32},
+            {"path": "checkpoints/last.pt", "size": 200 << 20, "sha256": "cd" * 32}]},
+        "checkpoint_dir": {"path": "/o/ws/r1/checkpoints", "present": True, "truncated": False, "files": [
+            {"path": "last.pt", "size": 200 << 20, "sha256": "cd" * 32}]},
+    }
+    got = outputs(section)
+    assert [f["path"] for f in got["output_dir"]["files"]] == ["metrics.jsonl"]  # the checkpoint is listed once
+    assert [f["path"] for f in got["checkpoint_dir"]["files"]] == ["last.pt"]
+    assert got["checkpoint_dir"]["path"] == "/o/ws/r1/checkpoints"
+    assert outputs({})["output_dir"] == {"path": "", "present": False, "truncated": False, "files": []}
+    page = (STATIC / "portal.js").read_text()
+    assert 'id="outputs"' in page and "showOutputs(ev.outputs)" in page
+
+
+def test_state_badges_and_event_names_never_break_mid_word() -> None:
+    css = (STATIC / "portal.css").read_text()
+    assert "white-space: nowrap" in css.split(".state {", 1)[1].split("}", 1)[0]
+    assert "td.nowrap { white-space: nowrap; overflow-wrap: normal; }" in css.replace("th, td.nowrap", "td.nowrap")
+    js = (STATIC / "portal.js").read_text()
+    assert '<td class="nowrap">${esc(e.type)}</td>' in js
