@@ -24,7 +24,7 @@ from typing import Any
 
 from taugrid import runrecord
 from taugrid.access.signers import Refused, Signers
-from taugrid.bus import kv, ratelimit, snapshots
+from taugrid.bus import kv, ratelimit
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform
@@ -39,6 +39,7 @@ from taugrid.core.limits import (
     SUBMISSION_MAX_BYTES,
     size_text,
 )
+from taugrid.sources import snapshots
 
 
 @functools.lru_cache(maxsize=256)

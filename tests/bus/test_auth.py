@@ -10,13 +10,13 @@ import pytest
 from nats.js.api import StreamConfig
 
 from taugrid.access import permissions
-from taugrid.bus import snapshots
 from taugrid.bus.bootstrap import consumer_config
 from taugrid.bus.topology import CONSUMERS, SOURCES_STORE, UPLOADS_STORE
 from taugrid.client import Client
 from taugrid.core.contracts import CancelRequested, Rejected, SubmitRequested
 from taugrid.core.errors import PermissionDenied
 from taugrid.core.ids import new_run_id
+from taugrid.sources import snapshots
 from tests.secure_nats import SecureNats
 
 ROOT = Path(__file__).resolve().parents[2]

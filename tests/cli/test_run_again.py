@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus import kv, platformstore, snapshots
+from taugrid.bus import kv, platformstore
 from taugrid.client.client import Client
 from taugrid.core.contracts import ResolvedRun, SubmitRequested
 from taugrid.core.limits import SNAPSHOT_UPLOAD_MAX_BYTES
 from taugrid.core.states import RunRecord
+from taugrid.sources import snapshots
 from tests.secure_nats import SecureNats
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]

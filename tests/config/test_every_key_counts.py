@@ -13,12 +13,12 @@ import msgspec
 import pytest
 import yaml
 
-from taugrid.client.snapshot import snapshot
 from taugrid.config.platform import load_platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
 from taugrid.render import render, validate
+from taugrid.sources.archive import snapshot
 
 PLATFORM = load_platform((Path(__file__).resolve().parent / "taugrid" / "platform.yaml").read_text())
 DEL = object()  # a patch value that removes the key

@@ -12,7 +12,7 @@ policy, renderer, admission-watcher, recovery. Only the renderer's backend diffe
   (tests/kube/cluster.py: Kueue admission and the Job controller, every pod run by the real local kubelet as
   host processes, its status PATCHed over HTTP) and the real log shipper following the pods' log endpoint onto
   LOGS. The renderer points the source-fetch init container at this stack's nats-server, so the submitted
-  project reaches each pod through the real ``tau-source-fetch`` (``python -m taugrid.sourcefetch``).
+  project reaches each pod through the real ``tau-source-fetch`` (``python -m taugrid.sources.fetch``).
 
 Both run the same work for real: shell one-liners, ``examples/quickstart`` (its checkpoints, metrics and log
 lines compared file for file and line for line), a failing script, a two-pod Indexed Job that rendezvouses

@@ -176,7 +176,7 @@ async def test_the_project_reaches_the_source_volume_and_the_runtime_chooses_the
     mounts = [{"name": "tau-source", "mountPath": "/tau/source"}, {"name": "scratch", "mountPath": "/scratch"}]
     container = main(["python3", "train.py"], workingDir="/tau/source", volumeMounts=mounts,
                      env=[{"name": "NOTE", "value": "/scratch/note"}])
-    fetch = {"name": "tau-source-fetch", "image": "taugrid", "command": ["python", "-m", "taugrid.sourcefetch"]}
+    fetch = {"name": "tau-source-fetch", "image": "taugrid", "command": ["python", "-m", "taugrid.sources.fetch"]}
     note = {"name": "note", "image": "busybox", "command": ["/bin/sh", "-c", "echo from-init > /scratch/note"],
             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
     manifest = job(name, container, initContainers=[fetch, note],

@@ -64,7 +64,7 @@ def test_every_pod_fetches_the_snapshot_into_its_working_directory(shape: str) -
         assert fetch == {
             "name": FETCH_CONTAINER,
             "image": "registry.example/taugrid:1.2.3",
-            "command": ["python", "-m", "taugrid.sourcefetch"],
+            "command": ["python", "-m", "taugrid.sources.fetch"],
             "workingDir": "/tau/source",
             "env": [
                 {"name": "TAU_NATS_URL", "value": "nats://nats.bus.svc:4222"},

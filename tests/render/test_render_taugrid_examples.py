@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from taugrid.client.snapshot import source_object
 from taugrid.config.platform import load_platform
 from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import config_hash, load_tau_config
 from taugrid.render import render, validate
+from taugrid.sources.archive import source_object
 
 PLATFORM = load_platform((Path(__file__).resolve().parents[2] / "deploy" / "platform.yaml").read_text())
 DIGEST = "sha256:" + "c0" * 32

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus import Bus, identity, platformstore, snapshots
+from taugrid.bus import Bus, identity, platformstore
 from taugrid.bus.topology import SOURCES_STORE, UPLOADS_STORE
 from taugrid.client import Client
-from taugrid.client.snapshot import snapshot, source_object
 from taugrid.core.contracts import Rejected, SubmitRequested
 from taugrid.core.errors import NotFound
 from taugrid.core.ids import new_run_id
 from taugrid.local.backend import LocalBackend
+from taugrid.sources import snapshots
+from taugrid.sources.archive import snapshot, source_object
 from taugrid_services.admission_watcher.__main__ import start as admission_watcher
 from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.recovery.__main__ import start as recovery

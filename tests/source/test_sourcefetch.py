@@ -1,4 +1,4 @@
-"""The source-fetch init container (`python -m taugrid.sourcefetch`), run as the pod would run it, against a
+"""The source-fetch init container (`python -m taugrid.sources.fetch`), run as the pod would run it, against a
 real nats-server: the submitted snapshot unpacks; a wrong digest or a missing object fails with its reason on
 stderr and in the termination message."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from taugrid.bus import Bus
 from taugrid.bus.topology import SOURCES_STORE
-from taugrid.client.snapshot import snapshot, source_object
+from taugrid.sources.archive import snapshot, source_object
 
 
 def _project(root: Path) -> Path:
@@ -41,7 +41,7 @@ async def _fetch(nats_url: str, *, obj: str, digest: str, dest: Path, term: Path
     }
     dest.mkdir(parents=True, exist_ok=True)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "taugrid.sourcefetch", env=env, cwd=dest,
+        sys.executable, "-m", "taugrid.sources.fetch", env=env, cwd=dest,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)

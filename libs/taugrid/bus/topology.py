@@ -66,7 +66,7 @@ KV_BUCKETS = {
     "service_keys": 1,  # each service's public nkey, written by the bootstrap identity only (bus/authors.py)
 }
 OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only
-SOURCES_STORE = "sources"  # content-addressed project snapshots (bus/snapshots.py): the submitter writes, pods read
+SOURCES_STORE = "sources"  # content-addressed project snapshots (sources/snapshots.py): the submitter writes, pods read
 UPLOADS_STORE = "uploads"  # people put snapshots here; the submitter verifies and promotes them into SOURCES_STORE
 UPLOADS_TTL_S = 24 * 3600  # an upload is needed only until its submission is accepted
 

@@ -172,9 +172,9 @@ def _say_whose_python(project: Path) -> None:
 async def _dry_run(path: Path, cfg: Any, workspace: str | None, platform_file: Path | None) -> None:
     """The manifests a submission would apply, rendered against ``platform_file``, else the stack's platform,
     else (no stack answers, or it has no platform yet) this machine's default one; works with no stack."""
-    from taugrid.client.snapshot import snapshot, source_object
     from taugrid.render import RenderSettings, render, to_yaml
     from taugrid.render.validate import validate
+    from taugrid.sources.archive import snapshot, source_object
 
     if platform_file is not None:
         text, revision = platform_file.read_text(), 0

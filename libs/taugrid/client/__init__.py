@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from taugrid.client.client import CancelRefused, Client, open_client
-    from taugrid.client.snapshot import snapshot
+    from taugrid.sources.archive import snapshot
 
 __all__ = ["CancelRefused", "Client", "open_client", "snapshot"]
 
-_LAZY = {"CancelRefused": "client", "Client": "client", "open_client": "client", "snapshot": "snapshot"}
+_LAZY = {"CancelRefused": "taugrid.client.client", "Client": "taugrid.client.client",
+         "open_client": "taugrid.client.client", "snapshot": "taugrid.sources.archive"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f"taugrid.client.{_LAZY[name]}"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'taugrid.client' has no attribute {name!r}")

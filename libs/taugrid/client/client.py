@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from taugrid import runrecord
-from taugrid.bus import identity, platformstore, replay, snapshots, tracing
+from taugrid.bus import identity, platformstore, replay, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
@@ -23,7 +23,6 @@ from taugrid.bus.replay import ReplayCursor
 from taugrid.client import again, platformplan
 from taugrid.client.again import Again
 from taugrid.client.interpreter import submitting_python
-from taugrid.client.snapshot import snapshot, source_object
 from taugrid.config.platform import Platform, load_platform
 from taugrid.config.project import check_project, project_root
 from taugrid.config.source import raise_issues
@@ -33,6 +32,8 @@ from taugrid.core.errors import ConfigError, NotFound, PermanentError, Permissio
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import RunRecord
+from taugrid.sources import snapshots
+from taugrid.sources.archive import snapshot, source_object
 
 LANE_PLATFORM_S = 5.0  # how long the platform read for a lane claim is reused (a sweep submits many runs at once)
 POD_END_HOLD_S = 5.0  # the longest an attempt's end waits in the console for its log lines to be read

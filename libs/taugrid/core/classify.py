@@ -33,7 +33,7 @@ _BY_REASON = {
     "errimagepull": "config",
     "invalidimagename": "config",
     "createcontainerconfigerror": "config",
-    "sourcemismatch": "config",  # the source snapshot is not what was submitted (bus/snapshots.py)
+    "sourcemismatch": "config",  # the source snapshot is not what was submitted (sources/snapshots.py)
     "environmentfailed": "config",  # the run's Python environment could not be built: the requirements
     "deleted": "cancelled",
     "cancelled": "cancelled",

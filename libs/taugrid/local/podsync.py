@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from taugrid.bus import snapshots
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import LogChunk
 from taugrid.core.errors import NotFound
@@ -38,6 +37,7 @@ from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, Runtime
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.render.source import FETCH_CONTAINER, SOURCE_DIGEST_ANNOTATION, SOURCE_VOLUME
+from taugrid.sources import snapshots
 
 log = logging.getLogger("taugrid.local")
 

@@ -4,7 +4,7 @@ Every pod of a Job or RayJob whose run carries a source snapshot (``run.source_d
 
 * an ``emptyDir`` volume ``tau-source``;
 * an init container ``tau-source-fetch`` from the taugrid image (``RenderSettings.fetch_image``) running
-  ``python -m taugrid.sourcefetch``, which reads the snapshot object from the object store over NATS, checks
+  ``python -m taugrid.sources.fetch``, which reads the snapshot object from the object store over NATS, checks
   its SHA-256 against the pod's own ``taugrid.io/source-digest`` annotation (downward API), and unpacks it
   into the volume; a mismatch or a missing object exits non-zero with a one-line reason, written to the
   container's termination message, so the pod fails with it;
@@ -143,7 +143,7 @@ def fetch_container(run: ResolvedRun, settings: RenderSettings) -> dict[str, Any
     container: dict[str, Any] = {
         "name": FETCH_CONTAINER,
         "image": settings.fetch_image,
-        "command": ["python", "-m", "taugrid.sourcefetch"],
+        "command": ["python", "-m", "taugrid.sources.fetch"],
         # The fetcher unpacks into its working directory, the volume: a kubelet that maps volumes to host
         # directories (the local one) needs nothing but workingDir to run it.
         "workingDir": SOURCE_DIR,
@@ -159,7 +159,7 @@ def fetch_container(run: ResolvedRun, settings: RenderSettings) -> dict[str, Any
 
 
 def snapshot_object(digest: str) -> str:
-    """The object store name the client gives a snapshot (``client/snapshot.py``)."""
+    """The object store name the client gives a snapshot (``sources/archive.py``)."""
     return f"sources/{digest.removeprefix('sha256:')}.tar.gz"
 
 

@@ -1,4 +1,4 @@
-"""``python -m taugrid.sourcefetch``: the init container that puts a run's submitted project into its pod.
+"""``python -m taugrid.sources.fetch``: the init container that puts a run's submitted project into its pod.
 
 Reads the snapshot object (``TAU_SOURCE_OBJECT``) from the ``sources`` object store over NATS
 (``TAU_NATS_URL``, optional credentials file ``TAU_NATS_CREDS``), checks its SHA-256 against

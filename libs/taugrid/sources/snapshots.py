@@ -1,6 +1,6 @@
 """Source snapshots: content-addressed, verified on upload, when promoted, and on every use; write-once.
 
-A snapshot's name is its digest (``sources/<sha256 hex>.tar.gz``, ``client/snapshot.source_object``), so what
+A snapshot's name is its digest (``sources/<sha256 hex>.tar.gz``, ``sources/archive.source_object``), so what
 a name may hold is fixed. Two object stores:
 - ``uploads``: people put snapshots here (their grants allow put and read, never purge). Anyone may overwrite
   anyone's upload, so nothing runs from it.
@@ -11,7 +11,7 @@ Invariants:
 - ``upload`` skips the put only when ``sources`` already holds the named content (it verifies there), so the
   client is never tricked into relying on a planted object.
 - ``promote`` (the submitter, before accepting a run) and ``fetch`` (the local controller, before unpacking;
-  the Kubernetes init container has its own streaming check, ``taugrid.sourcefetch``) hash every byte and
+  the Kubernetes init container has its own streaming check, ``taugrid.sources.fetch``) hash every byte and
   refuse content whose sha256 is not the one the name and the submission state, with ``SourceMismatch``.
 """
 
@@ -99,7 +99,7 @@ async def recorded_digest(bus: Bus, name: str) -> str | None:
     which computes the recorded digest from the same bytes) and the bus's bootstrap identity may write
     ``sources``; people may only read it. A snapshot replaced by another ``put`` records the new bytes' digest,
     so it no longer matches and is checked (and re-promoted) byte by byte. What runs is still hashed on use
-    (``fetch``, ``taugrid.sourcefetch``), so a damaged chunk is refused there."""
+    (``fetch``, ``taugrid.sources.fetch``), so a damaged chunk is refused there."""
     try:
         obs = await bus.objects(SOURCES_STORE)
         info = await obs.get_info(name)

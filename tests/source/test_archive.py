@@ -11,8 +11,7 @@ import pytest
 
 from taugrid.core.errors import PermanentError
 
-# the package re-exports the function `snapshot`, which shadows the module as an attribute
-snap = importlib.import_module("taugrid.client.snapshot")
+snap = importlib.import_module("taugrid.sources.archive")
 
 
 def _names(data: bytes) -> list[str]:
