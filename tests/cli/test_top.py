@@ -121,7 +121,7 @@ async def test_a_live_view_redraws_when_a_record_changes(bus: Bus, bootstrapped:
 
 
 async def test_a_researchers_watch_is_confined_to_her_workspaces(secure_nats: SecureNats) -> None:
-    svc = await secure_nats.connect("submitter")  # the run_state projection's writer
+    svc = await secure_nats.connect("run_record")  # the run_state projection's writer
     alice = await secure_nats.connect("alice")
     try:
         await kv.put(svc, "run_state", "run.vision.top-a", _record("top-a", "running", ws="vision"))
