@@ -1,18 +1,30 @@
 """The embedded stack for end-to-end tests: `tau up` in a temp data dir (its own nats-server on a free port),
-driven through the real `tau` CLI as a user would."""
+driven through the real `tau` CLI as a user would.
+
+The data dir is a 0711 folder under /tmp, outside pytest's own temp tree (0700 to every other user), so that a
+stack started as root (as CI runs) runs each workspace's runs as that workspace's own OS user, as a root install
+does by default (/var/lib/taugrid), rather than falling back to the stack's own. Runs then pin (TAU_PYTHON) the
+first interpreter those users may run, since the one `tau run` would record here may sit under root's 0700 home
+(each run would then say it fell back; tests/e2e/test_run_users.py submits one that way). The operator's folder
+(the break-glass key, the pinned anchor key) is a temp folder too, never ~/.config/taugrid."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from taugrid.local import runas
+from taugrid.local.ownenv import clean_pythons
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
 
@@ -52,13 +64,16 @@ workspaces:
 
 
 class Stack:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, operator_dir: Path) -> None:
         self.data_dir = data_dir
-        self.env = {**os.environ, "TAU_DATA_DIR": str(data_dir), "TAU_DECLARED_GPUS": "2x16000",
+        self.env = {**os.environ, "TAU_DATA_DIR": str(data_dir), "TAU_OPERATOR_DIR": str(operator_dir),
+                    "TAU_DECLARED_GPUS": "2x16000",
                     "TAU_NODE_NAME": "e2e-node",
                     "TAU_CONTAINER_ENGINES": "",  # runtime.image runs on the host, the same with or without docker
                     "TAU_ANCHOR_INTERVAL_S": "3"}  # anchors (tests/e2e/test_hardening.py) without a minute's wait
         self.env.pop("TAU_NATS_URL", None)
+        if os.geteuid() == 0 and (python := runas.runnable(clean_pythons(), runas.OTHERS)[0]):
+            self.env["TAU_PYTHON"] = python
 
     def tau(self, *args: str, check: bool = False, timeout: float = 120, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
@@ -108,13 +123,36 @@ def write_project(root: Path, name: str, script: str, config: str) -> Path:
     return d / "tau.yaml"
 
 
+def reachable_dir(prefix: str) -> Path:
+    """A new folder other OS users may pass through (0711), as a stack's data dir must be for per-workspace run
+    users; the caller removes it."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, 0o711)
+    return d
+
+
+@pytest.fixture
+def exchange() -> Iterator[Path]:
+    """A folder a test and its runs share (a file a run waits for, one it writes back): every OS user may write
+    it, which pytest's own (0700) are not to a workspace's run user."""
+    d = reachable_dir("tau-e2e-exchange-")
+    os.chmod(d, 0o777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    d = tmp_path_factory.mktemp("stack")
-    s = Stack(d)
-    s.tau("up", "--scale", "renderer=2", check=True, timeout=90)
-    platform = d / "platform.yaml"
-    platform.write_text(TEST_PLATFORM.replace("{outputs}", str(d / "outputs")))
-    s.tau("platform", "apply", str(platform), check=True)
-    yield s
-    s.tau("down", timeout=60)
+    d = reachable_dir("tau-e2e-")
+    try:
+        s = Stack(d, tmp_path_factory.mktemp("operator"))
+        s.tau("up", "--scale", "renderer=2", check=True, timeout=90)
+        platform = d / "platform.yaml"
+        platform.write_text(TEST_PLATFORM.replace("{outputs}", str(d / "outputs")))
+        s.tau("platform", "apply", str(platform), check=True)
+        yield s
+        s.tau("down", timeout=60)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

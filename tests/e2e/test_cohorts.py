@@ -98,8 +98,8 @@ def _facts(stack: Stack, run_id: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def test_a_queue_borrows_its_cohort_peers_idle_gpu(lab: Stack, tmp_path: Path) -> None:
-    release = tmp_path / "release"
+def test_a_queue_borrows_its_cohort_peers_idle_gpu(lab: Stack, tmp_path: Path, exchange: Path) -> None:
+    release = exchange / "release"
     cfg = write_project(tmp_path, "wide", SCRIPT, f"name: wide\nentrypoint: main.py\nargs: ['until:{release}']\n"
                         "compute: {gpus: 2}\n")
     run = lab.tau("run", str(cfg), "-w", "team-a", check=True).stdout.strip()
@@ -114,8 +114,8 @@ def test_a_queue_borrows_its_cohort_peers_idle_gpu(lab: Stack, tmp_path: Path) -
     assert sorted(str(_facts(lab, run)[0]["gpus"]).split(",")) == ["0", "1"]  # one of them team-b's
 
 
-def test_the_lender_reclaims_its_gpu_by_preempting_the_borrower(lab: Stack, tmp_path: Path) -> None:
-    release = tmp_path / "release"
+def test_the_lender_reclaims_its_gpu_by_preempting_the_borrower(lab: Stack, tmp_path: Path, exchange: Path) -> None:
+    release = exchange / "release"
     wide = write_project(tmp_path, "wide", SCRIPT, f"name: wide\nentrypoint: main.py\nargs: ['until:{release}']\n"
                          "compute: {gpus: 2}\n")
     own = write_project(tmp_path, "own", SCRIPT, "name: own\nentrypoint: main.py\nargs: ['1']\ncompute: {gpus: 1}\n")
@@ -133,8 +133,9 @@ def test_the_lender_reclaims_its_gpu_by_preempting_the_borrower(lab: Stack, tmp_
     assert any(f["reason"] == "Preempted" for f in _facts(lab, borrower))  # the restarted process knows why
 
 
-def test_a_kai_project_reclaims_its_deserved_gpu_from_an_over_quota_sibling(lab: Stack, tmp_path: Path) -> None:
-    release = tmp_path / "release"
+def test_a_kai_project_reclaims_its_deserved_gpu_from_an_over_quota_sibling(lab: Stack, tmp_path: Path,
+                                                                             exchange: Path) -> None:
+    release = exchange / "release"
     hold = write_project(tmp_path, "hold", SCRIPT, f"name: hold\nentrypoint: main.py\nargs: ['until:{release}']\n"
                          "compute: {gpus: 1}\n")
     own = write_project(tmp_path, "own", SCRIPT, "name: own\nentrypoint: main.py\nargs: ['1']\ncompute: {gpus: 1}\n")

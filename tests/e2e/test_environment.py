@@ -28,7 +28,8 @@ def test_requirements_build_an_environment_once_and_the_next_run_reuses_it(stack
     assert phases["environment"]["status"] == "done"
     env = status["environment"]
     assert env["env_cached"] == "false" and len(env["env"]) == 20
-    assert env["python"] == str(stack.data_dir / "envs" / env["env"] / "bin" / "python")
+    own = "tau-ws-default" if stack.state()["run_as"]["mode"] == "workspace" else ""  # the run user's envs/
+    assert env["python"] == str(stack.data_dir / "envs" / own / env["env"] / "bin" / "python")
     assert env["python_version"].count(".") == 2 and env["source"]
     assert "tauprobe says 7" in stack.tau("logs", first, check=True).stdout
     human = stack.tau("status", first, check=True).stdout

@@ -73,8 +73,8 @@ def test_failing_script_is_retried_per_resilience_then_gives_up(stack: Stack, tm
     assert "attempt 3 of 2 reason Error resume" in logs
 
 
-def test_cancel_stops_the_process(stack: Stack, tmp_path: Path) -> None:
-    marker = tmp_path / "pid"
+def test_cancel_stops_the_process(stack: Stack, tmp_path: Path, exchange: Path) -> None:
+    marker = exchange / "pid"
     cfg = write_project(tmp_path, "sleeper", (
         "import os, time\n"
         f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"

@@ -51,8 +51,8 @@ def test_a_gpu_memory_request_gets_that_share_of_one_gpu(stack: Stack, tmp_path:
     assert facts["gpus"] in ("0", "1")
 
 
-def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, tmp_path: Path) -> None:
-    release = tmp_path / "release-low"
+def test_higher_priority_preempts_lower_only_where_policy_allows(stack: Stack, tmp_path: Path, exchange: Path) -> None:
+    release = exchange / "release-low"
     low = write_project(tmp_path, "low", SCRIPT, f"name: low\nentrypoint: main.py\nargs: ['until:{release}']\n"
                         "compute: {gpus: 2}\npolicy: {workload_priority_class: low}\n")
     peer = write_project(tmp_path, "peer", SCRIPT, "name: peer\nentrypoint: main.py\nargs: ['1']\n"
@@ -126,8 +126,9 @@ def test_spread_placement_puts_shared_runs_on_different_gpus(stack: Stack, tmp_p
     assert {_facts(stack, r)[0]["gpus"] for r in runs} == {"0", "1"}
 
 
-def test_tau_nodes_shows_this_node_its_gpus_health_and_the_runs_on_it(stack: Stack, tmp_path: Path) -> None:
-    release = tmp_path / "release-nodes"
+def test_tau_nodes_shows_this_node_its_gpus_health_and_the_runs_on_it(stack: Stack, tmp_path: Path,
+                                                                      exchange: Path) -> None:
+    release = exchange / "release-nodes"
     cfg = write_project(tmp_path, "onnode", SCRIPT, f"name: onnode\nentrypoint: main.py\nargs: ['until:{release}']\n"
                         "compute: {gpus: 1}\n")
     run_id = stack.tau("run", str(cfg), check=True).stdout.strip()
