@@ -4,8 +4,9 @@ loop, KV/object/stream/replay helpers, DLQ, tracing and metrics of bus calls.
 This package is the only one that imports nats-py (an import-linter contract holds it to that): every nats
 exception is translated here (the classes named once, in ``errors``), so the rest of taugrid sees only
 ``taugrid.core.errors`` and the bus errors below. What only uses the bus lives elsewhere: the run record in
-``taugrid.runrecord``, who may do what in ``taugrid.access``, source snapshots in ``taugrid.sources``. KV access goes through ``kv`` (create-once, compare-and-set, one reader), objects through ``objects``,
-stored messages through ``replay`` and ``streams``.
+``taugrid.runrecord``, who may do what in ``taugrid.access``, source snapshots in ``taugrid.sources``.
+KV access goes through ``kv`` (create-once, compare-and-set, one reader), objects through ``objects``, stored
+messages through ``replay`` and ``streams``.
 
 The package's own names load on first use (PEP 562), so importing a light submodule (``taugrid.bus.envelope``,
 which the CLI's views need) does not import nats-py and its HTTP stack: ``tau --help`` and ``tau run validate``
