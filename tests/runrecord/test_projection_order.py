@@ -59,7 +59,7 @@ def lifecycle(bus: Bus, ws: str, run: str) -> list[tuple[str, msgspec.Struct]]:
 
 
 async def project_until(bus: Bus, durable: str, ws: str, handler, done) -> None:  # type: ignore[no-untyped-def]
-    """Run ``handler`` on its own durable over ``run.<ws>.>`` (as the submitter runs runstate) until ``done()``."""
+    """Run ``handler`` on its own durable over ``run.<ws>.>`` (as run_record runs runstate) until ``done()``."""
     await ensure_consumer(bus, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
     loop = ConsumerLoop(bus, stream="RUNS", durable=durable, handler=handler, fetch_timeout=0.2)
     task = asyncio.create_task(loop.run())
@@ -109,7 +109,7 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
     setup = await connect(url, name="bootstrap")
     await bootstrap(setup)
     await setup.close()
-    projector, publisher = await connect(url, name="submitter"), await connect(url, name="publisher")
+    projector, publisher = await connect(url, name="run-record"), await connect(url, name="publisher")
     ws, runs = "burst", [f"r{i:02d}-{uuid.uuid4().hex[:6]}" for i in range(24)]
     durable = f"rs-{ws}"
     await ensure_consumer(projector, ConsumerSpec(durable, "RUNS", [f"run.{ws}.>"], ack_wait=5))
@@ -204,7 +204,7 @@ async def stored_events(bus: Bus, ws: str, run: str) -> list[Event]:
 
 
 async def test_a_runs_events_arriving_during_its_write_are_written_together_in_stream_order(bus: Bus) -> None:
-    """The submitter's projection (``Projector`` behind a consumer that does not wait per run): the first event
+    """run_record's projection (``Projector`` behind a consumer that does not wait per run): the first event
     is written at once, the four that arrive meanwhile in one more write, folded in the order they came."""
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
