@@ -157,11 +157,16 @@ def test_offline_validate_refuses_what_this_machine_cannot_run_and_says_which_pl
 
 
 def test_unreachable_stack_is_one_line_and_exit_4(tmp_path: Path) -> None:
-    for command in (["list"], ["status", "x"], ["events"], ["logs", "x"], ["evidence", "x"], ["cancel", "x"]):
-        proc = tau(*command, env={**OFFLINE, "TAU_DATA_DIR": str(tmp_path)})
+    # All six at once: each spends its few seconds on connection attempts, which need no CPU.
+    commands = (["list"], ["status", "x"], ["events"], ["logs", "x"], ["evidence", "x"], ["cancel", "x"])
+    env = {**os.environ, **OFFLINE, "TAU_DATA_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([*TAU, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              env=env) for command in commands]
+    for command, proc in zip(commands, procs, strict=True):
+        _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 4, command
-        assert proc.stderr == ("error: cannot reach the taugrid stack at nats://127.0.0.1:1 (is the stack up? "
-                               "start it with `tau up`, or set TAU_NATS_URL)\n"), command
+        assert stderr == ("error: cannot reach the taugrid stack at nats://127.0.0.1:1 (is the stack up? "
+                          "start it with `tau up`, or set TAU_NATS_URL)\n"), command
 
 
 def test_dry_run_works_with_no_stack_against_this_machine_or_a_given_platform(tmp_path: Path) -> None:

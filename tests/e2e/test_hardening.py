@@ -25,7 +25,9 @@ out.mkdir(parents=True, exist_ok=True)
 print("token", os.environ["HF_TOKEN"])
 print("sha", hashlib.sha256(os.environ["HF_TOKEN"].encode()).hexdigest())
 (out / "pid").write_text(str(os.getpid()))
-time.sleep(30)  # long enough to look at every process while it runs, however slow the machine
+deadline = time.time() + 30  # running until the test has looked at every process, however slow the machine
+while not (out / "release").exists() and time.time() < deadline:
+    time.sleep(0.1)
 """
 
 
@@ -60,6 +62,7 @@ def test_a_secret_reaches_only_its_run_and_never_disk_or_other_processes(stack: 
         time.sleep(0.2)
     assert pid_file.exists()
     assert holders(value.encode()) == {int(pid_file.read_text())}
+    (pid_file.parent / "release").touch()  # looked: the run may end
     stack.wait_sealed(run_id, timeout=120)
     logs = stack.tau("logs", run_id, check=True).stdout.splitlines()
     assert "token [REDACTED]" in logs
