@@ -23,8 +23,17 @@ from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.local.controller import LocalCluster
 from taugrid.stack import natsserver
 from tests.hardening.conftest import Stack
-from tests.inprocess import one_node_cluster
+from tests.inprocess import one_node_cluster, private_server
 from tests.local.test_controller import PLATFORM, job, main, until_finished
+
+
+@pytest.fixture(scope="module")
+async def bootstrapped(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """A server of this module's own (``bus`` connects to it): the local cluster loads every workload its bucket
+    holds, and the session's server holds whatever other modules' tests left there, in an order that depends on
+    which tests ran before on this worker; the queue below is asserted empty."""
+    async with private_server(tmp_path_factory.mktemp("stuck")) as (url, _):
+        yield url
 
 
 @pytest.fixture
