@@ -63,6 +63,7 @@ def was_oom(record: RunRecord) -> bool:
 async def retry(client: Client, run_id: str, *, submission_id: str | None = None,
                 project: Path | None = None) -> Again:
     record = await client.status(run_id)
+    await client._workspace_still_there(record, "tau run retry")  # first: said before anything else is read
     original = await _original(client, record)
     new = await client.project_request(project) if project is not None else None
     return await _submit(client, record, original, new, project=project, submission_id=submission_id,
@@ -72,6 +73,7 @@ async def retry(client: Client, run_id: str, *, submission_id: str | None = None
 async def resume(client: Client, run_id: str, *, checkpoint: str = "", force: bool = False,
                  submission_id: str | None = None, project: Path | None = None) -> Again:
     record = await client.status(run_id)
+    await client._workspace_still_there(record, "tau run resume")
     original = await _original(client, record)
     if was_oom(record) and not force:
         if project is None:
@@ -114,7 +116,6 @@ async def _submit(client: Client, record: RunRecord, original: SubmitRequested,
                   new: tuple[SubmitRequested, TauConfig] | None, *, project: Path | None, submission_id: str | None,
                   span: str, resume_from: str = "", resumes: str = "", retries: str = "") -> Again:
     """Submit ``record``'s run again as a new run, in its workspace: its original request, or ``new``."""
-    await client._workspace_still_there(record, span)
     req, name = original, record.name or record.run_id
     if new is not None:
         req, name = new[0], new[1].name or name
