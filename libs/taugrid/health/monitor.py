@@ -26,7 +26,7 @@ from taugrid.core.contracts import HealthDegraded, NodeSample
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import node_subject
 from taugrid.core.ids import token
-from taugrid.core.states import TERMINAL
+from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.health import repair, rules
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeState, NodeUncordon, NodeValidation, condition_key
 
@@ -172,6 +172,9 @@ class HealthMonitor:
                 log.info("%s: uncordon: %s", st.node, action.reason)
                 continue
             types = sorted({c.type for c in rules.faults(st)})
+            # the runs on the node as the drain begins: read before the cordon goes out, since the drain it starts
+            # may end a run, and recovery retry it elsewhere, before a later read would find it on this node
+            live = await self._live_runs(st) if action.drain else []
             await self.bus.publish(
                 node_subject(st.node, "cordon"),
                 NodeCordon(node=st.node, reason=action.reason, drain=action.drain, conditions=types,
@@ -180,15 +183,17 @@ class HealthMonitor:
                 msg_id=f"{node}.cordon.{action.seq}{'.drain' if action.drain else ''}")
             log.warning("%s: cordon%s: %s", st.node, " + drain" if action.drain else "", action.reason)
             if action.drain:
-                await self._degrade_runs(st, action)
+                await self._degrade_runs(st, action, live)
 
-    async def _degrade_runs(self, st: NodeState, action: rules.Action) -> None:
+    async def _live_runs(self, st: NodeState) -> list[RunRecord]:
+        return [rec for rec in await runrecord.list_records(self.bus)
+                if rec.node == st.node and rec.state not in TERMINAL]
+
+    async def _degrade_runs(self, st: NodeState, action: rules.Action, live: list[RunRecord]) -> None:
         """Tell recovery about every live run on the node; it decides retry/resume with the node excluded."""
         worst = max(rules.faults(st), key=lambda c: c.severity, default=None)
         condition = worst.type if worst is not None else "Unknown"
-        for rec in await runrecord.list_records(self.bus):
-            if rec.node != st.node or rec.state in TERMINAL:
-                continue
+        for rec in live:
             await self.bus.emit(
                 workspace=rec.workspace, run_id=rec.run_id, attempt=rec.attempt, event_type="health.degraded",
                 payload=HealthDegraded(node=st.node, condition=condition, message=action.reason),
