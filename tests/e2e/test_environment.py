@@ -4,6 +4,7 @@ installer's words."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.e2e.conftest import Stack, write_project
@@ -59,7 +60,13 @@ def test_a_bad_requirement_fails_the_run_with_the_installers_reason(stack: Stack
     human = stack.tau("status", run_id, check=True).stdout
     assert "uv pip install failed" in human and "nosuchpkg-1.0-py3-none-any.whl" in human
     assert "hint: fix the requirement named above" in human
-    assert {p["name"]: p["status"] for p in status["phases"]}["environment"] == "failed"
+    phases: dict[str, str] = {}
+    for _ in range(50):  # the record is projected apart from the stream `--follow` read (the run-record service)
+        phases = {p["name"]: p["status"] for p in stack.json("status", run_id)["phases"]}
+        if "environment" in phases:
+            break
+        time.sleep(0.2)
+    assert phases.get("environment") == "failed", phases
 
 
 def test_runtime_pip_builds_the_environment_of_a_ray_run(stack: Stack, tmp_path: Path) -> None:
