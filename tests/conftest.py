@@ -1,4 +1,8 @@
-"""Shared fixtures: a real nats-server per test session on a free port with a temp JetStream store."""
+"""Shared fixtures: a real nats-server per test session on a free port with a temp JetStream store.
+
+`make test` runs the suite on pytest-xdist workers (``-n``, ``--dist loadfile``: a module's tests on one worker, in
+file order); a session is then one worker's, so each worker has its own servers (free ports, temp stores, no fixed
+path) and, when it runs an e2e module, its own `tau up` stack."""
 
 from __future__ import annotations
 
@@ -13,6 +17,17 @@ from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver
 from tests.secure_nats import SecureNats
+
+E2E = "tests/e2e/"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the end-to-end modules come first (each module's order kept): `make test`'s ``--dist
+    loadfile --no-loadscope-reorder`` hands modules out in this order, and the e2e ones are the longest, so one
+    handed out last would keep the run going while the other workers sit idle. Every worker sorts alike, as the
+    scheduler requires; a plain `pytest` run keeps the collection's order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: not item.nodeid.startswith(E2E))  # stable: file order within each part
 
 
 @pytest.fixture(scope="session")
