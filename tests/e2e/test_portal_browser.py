@@ -124,14 +124,18 @@ def test_the_api_shows_a_person_only_her_workspaces(stack: Stack, people: dict[s
     assert people["theirs"] in [r["run_id"] for r in admin_runs]
 
 
-def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, people: dict[str, Any]) -> None:
+def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, people: dict[str, Any],
+                                                               exchange: Path) -> None:
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
         pytest.fail(f"chromium is not installed at {CHROMIUM}: `apt-get install -y chromium` (.ci/run does)")
     from playwright.sync_api import sync_playwright
 
     shots = Path(os.environ.get("TAU_PORTAL_SCREENSHOTS", people["dir"] / "shots"))
     shots.mkdir(parents=True, exist_ok=True)
-    blocker = write_project(people["dir"], "blocker", "import time\ntime.sleep(15)\n",
+    release = exchange / "release-blocker"  # the blocker holds both GPUs until the queue has been looked at
+    blocker = write_project(people["dir"], "blocker", "import os, time\ndeadline = time.time() + 15\n"
+                            f"while not os.path.exists({str(release)!r}) and time.time() < deadline:\n"
+                            "    time.sleep(0.1)\n",
                             "name: blocker\nentrypoint: main.py\ncompute: {gpus: 2}\n")
     project = write_project(people["dir"], "train", SCRIPT, "name: train\nentrypoint: main.py\ncompute: {gpus: 1}\n")
     started = time.monotonic()
@@ -159,6 +163,7 @@ def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, peo
             page.wait_for_selector(f"#queues a[href='#/runs/{run_id}']")
             assert "#1" in page.inner_text("#queues")
             page.screenshot(path=str(shots / "portal-queues.png"), full_page=True)
+            release.touch()
             page.goto(f"{people['base']}/#/runs/{run_id}")
             page.wait_for_selector("#run-state .state.succeeded", timeout=60_000)
             seen = [(s, n) for s, n in page.evaluate("window.__seen") if s]
