@@ -20,8 +20,9 @@ from taugrid.core.contracts import ExecFinished, PolicyApproved, RecoveryRetryin
 from taugrid.core.errors import PermissionDenied
 from tests.e2e.conftest import Stack, write_project
 
-VICTIM = """import time
-time.sleep(4)
+VICTIM = """import os, time
+while not os.path.exists({release!r}):  # running until the attacks are over
+    time.sleep(0.1)
 print("victim finished its own work")
 """
 
@@ -60,13 +61,17 @@ async def _attack(url: str, creds: Path, victim: str) -> None:
         await eve.close()
 
 
-def test_a_researchers_forgeries_leave_a_colleagues_run_as_it_would_have_been(stack: Stack, tmp_path: Path) -> None:
+def test_a_researchers_forgeries_leave_a_colleagues_run_as_it_would_have_been(stack: Stack, tmp_path: Path,
+                                                                              exchange: Path) -> None:
     creds = tmp_path / "eve.nk"
     stack.tau("admin", "user", "add", "eve", "--workspace", "default", "--out", str(creds), check=True)
-    project = write_project(tmp_path, "victim", VICTIM, "name: victim\nentrypoint: main.py\ncompute: {gpus: 0}\n")
+    release = exchange / "attacks-over"
+    project = write_project(tmp_path, "victim", VICTIM.format(release=str(release)),
+                            "name: victim\nentrypoint: main.py\ncompute: {gpus: 0}\n")
     victim = json.loads(stack.tau("run", str(project), "--output", "json", check=True).stdout)["run_id"]
     stack.wait_state(victim, {"running"})
     asyncio.run(_attack(stack.state()["nats_url"], creds, victim))
+    release.touch()
     status = stack.wait_state(victim, {"succeeded", "failed", "cancelled", "rejected"})
     events = stack.wait_sealed(victim)
     assert (status["state"], status["attempt"], status["cancel_requested"]) == ("succeeded", 1, False)
