@@ -136,8 +136,8 @@ async def upload(bus: Bus, name: str, data: bytes) -> bool:
     try:
         if await stored_digest(bus, name) == want:
             return False
-    except NotFound:
-        pass
+    except (NotFound, TemporaryError):
+        pass  # not there, or not readable now (a server restarting mid-read): the check only saves a transfer
     await _put(bus, UPLOADS_STORE, name, data, want)
     return True
 
