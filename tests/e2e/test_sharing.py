@@ -29,10 +29,16 @@ def _facts(stack: Stack, run_id: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def test_two_half_gpu_runs_share_one_gpu_at_once(stack: Stack, tmp_path: Path) -> None:
+def test_two_half_gpu_runs_share_one_gpu_at_once(stack: Stack, tmp_path: Path, exchange: Path) -> None:
+    # both hold their half until both run (with a fixed sleep, a loaded machine's second run started after the first
+    # had ended)
+    release = exchange / "release-halves"
     cfg = write_project(tmp_path, "half", SCRIPT,
-                        "name: half\nentrypoint: main.py\nargs: ['3']\ncompute: {gpu_fraction: 0.5}\n")
+                        f"name: half\nentrypoint: main.py\nargs: ['until:{release}']\ncompute: {{gpu_fraction: 0.5}}\n")
     runs = [stack.tau("run", str(cfg), check=True).stdout.strip() for _ in range(2)]
+    for r in runs:
+        stack.wait_state(r, {"running"}, timeout=90)
+    release.touch()
     for r in runs:
         assert stack.wait_state(r, {"succeeded", "failed"}, timeout=90)["state"] == "succeeded"
     a, b = (_facts(stack, r) for r in runs)
