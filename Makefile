@@ -50,8 +50,8 @@ $(NODE_CLIENT)/node_modules/.package-lock.json: $(NODE_CLIENT)/package-lock.json
 
 # The suite on TEST_WORKERS pytest-xdist workers. Most of its time is spent waiting on servers, subprocesses and
 # runs rather than computing, so three workers pay on two cores. A module's tests stay on one worker, in file order
-# (--dist loadfile; xdist's loadgroup does not group under pytest 9.2), and the e2e modules are handed out first
-# (tests/conftest.py). TEST_WORKERS=0 runs it all in one process, as plain `pytest` does.
+# (--dist loadfile), the e2e modules on two `tau up` stacks, each one worker's, handed out first (tests/conftest.py:
+# scope_of). TEST_WORKERS=0 runs it all in one process, as plain `pytest` does.
 TEST_WORKERS ?= 3
 test: lint bytecode $(NODE_CLIENT)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

@@ -1,8 +1,8 @@
 """Shared fixtures: a real nats-server per test session on a free port with a temp JetStream store.
 
 `make test` runs the suite on pytest-xdist workers (``-n``, ``--dist loadfile``: a module's tests on one worker, in
-file order); a session is then one worker's, so each worker has its own servers (free ports, temp stores, no fixed
-path) and, when it runs an e2e module, its own `tau up` stack."""
+file order, the e2e modules together, see ``scope_of``); a session is then one worker's, so each worker has its own
+servers (free ports, temp stores, no fixed path) and, when it runs e2e modules, its own `tau up` stack."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,13 +20,41 @@ from taugrid.stack import natsserver
 from tests.secure_nats import SecureNats
 
 E2E = "tests/e2e/"
+# The e2e modules run on two `tau up` stacks, each on one worker: these on the first (about half the e2e time, as
+# measured; test_chaos.py first among them, as in a plain run), every other e2e module on the second.
+FIRST_STACK = {f"{E2E}{name}.py" for name in ("test_chaos", "test_cohorts", "test_hardening", "test_pipeline",
+                                               "test_portal_browser")}
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit a worker is handed: a module, or the e2e modules of one stack. Sharing a stack, as a plain `pytest`
+    run shares one, they run one after another in file order; two stacks are half the e2e time each, a unit short
+    enough to keep every worker busy to the end, and no more stacks than that run at a time."""
+    module = nodeid.split("::", 1)[0]
+    if not module.startswith(E2E):
+        return module
+    return f"{E2E} (stack 1)" if module in FIRST_STACK else f"{E2E} (stack 2)"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test`'s ``--dist loadfile``, by ``scope_of`` rather than by module."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return Scheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker, the end-to-end modules come first (each module's order kept): `make test`'s ``--dist
-    loadfile --no-loadscope-reorder`` hands modules out in this order, and the e2e ones are the longest, so one
-    handed out last would keep the run going while the other workers sit idle. Every worker sorts alike, as the
-    scheduler requires; a plain `pytest` run keeps the collection's order."""
+    """On an xdist worker, the e2e modules come first (file order kept): with ``--no-loadscope-reorder`` the
+    scheduler hands units out in this order, and the e2e ones are the longest, so one handed out last would keep
+    the run going while the other workers sit idle. Every worker sorts alike, as the scheduler requires; a plain
+    `pytest` run keeps the collection's order."""
     if hasattr(config, "workerinput"):
         items.sort(key=lambda item: not item.nodeid.startswith(E2E))  # stable: file order within each part
 
