@@ -158,8 +158,7 @@ async def usage(bus: Bus, viewer: Viewer, *, by: str, since: dt.datetime | None)
     """``tau usage --by BY --since …`` over the viewer's workspaces."""
     from taugrid.bus import platformstore
     from taugrid.config.platform import load_platform
-    from taugrid.core.contracts import PolicyApproved
-    from taugrid.core.usage import Seen, fold, roll_up
+    from taugrid.core.usage import Seen, fold, roll_up, seen_of
 
     got = await platformstore.get_text(bus)
     prices = {p.name: p.gpu_hour_price for p in load_platform(got[0]).compute_profiles} if got else {}
@@ -169,12 +168,7 @@ async def usage(bus: Bus, viewer: Viewer, *, by: str, since: dt.datetime | None)
         subject = f"run.{token(ws)}.>" if ws else "run.>"
         async for batch in batches(bus, subject, since=since):
             for ev in batch:
-                resolved = None
-                if ev.type == "policy.approved":
-                    try:
-                        resolved = ev.payload(PolicyApproved).run
-                    except msgspec.DecodeError:
-                        continue  # undecodable (hostile nesting): it approved nothing, so it costs nothing
-                seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved))
+                if (seen_ev := seen_of(ev)) is not None:
+                    seen.append(seen_ev)
     submitted = {s.run_id for s in seen if s.type == "submit.requested"}
     return roll_up(fold([s for s in seen if s.run_id in submitted], prices=prices, now=time.time()), by)

@@ -249,3 +249,31 @@ async def test_the_renderer_never_applies_a_spec_for_another_run_than_its_subjec
     with pytest.raises(PermanentError, match="^policy.approved on run.vision.eves-run.policy.approved carries the "
                                              "spec of run bobs-run in workspace language: refused$"):
         await Renderer(bus, NoBackend()).on_event(ev)
+
+
+async def test_an_event_waits_for_the_service_keys_rather_than_being_acted_on_unchecked(
+        secure_nats: SecureNats, boot: Bus) -> None:
+    run = f"r-{uuid.uuid4().hex[:12]}"
+    subject = f"run.vision.{run}.policy.approved"
+    keys = await boot.kv("service_keys")
+    recorded = {name: (await keys.get(name)).value for name in await keys.keys()}
+    for name in recorded:  # as on a chart whose bootstrap Job has not run yet
+        await keys.purge(name)
+    loop, task, handled, durable = await _watch(boot, subject)
+    policy = await secure_nats.connect("policy")
+    try:
+        await policy.emit(workspace="vision", run_id=run, attempt=1, event_type="policy.approved",
+                          payload=PolicyApproved(run=_resolved(run, "vision")), user="alice")
+        await asyncio.sleep(1.0)
+        assert handled == []
+        assert await replay(boot, stream="DLQ", subject=f"dlq.RUNS.{durable}") == []  # waiting, not refused
+    finally:
+        for name, value in recorded.items():
+            await keys.put(name, value or b"")
+        await policy.close()
+    for _ in range(200):
+        if handled:
+            break
+        await asyncio.sleep(0.05)
+    await _stop(loop, task)
+    assert [(e.subject, e.user) for e in handled] == [(run, "alice")]

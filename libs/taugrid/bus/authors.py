@@ -14,9 +14,10 @@ message copied onto another subject is thus refused, not applied (``../shared/de
 
 The keys. The bootstrap identity, and only it (``permissions``: no other identity may write the bucket), puts
 each service's public key under the service's name (``publish_keys``: ``tau up``; the chart's bootstrap Job).
-A bus without authentication has no keys and no boundary to keep: there the check is the ``ce-source`` one
-alone. A signer not yet known makes the keys be read again (at most every ``REFRESH_S``), so a rotated key is
-taken without a restart.
+A connection without credentials (a bus without authentication) has no boundary to keep: there the check is
+the ``ce-source`` one alone. On an authenticated bus whose keys are not recorded yet, an event waits (a
+``TemporaryError``: the consumer naks it) until they are; it is never acted on unchecked. A signer not yet
+known makes the keys be read again (at most every ``REFRESH_S``), so a rotated key is taken without a restart.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import nats
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, SignatureInvalid, verify_service_signature
 from taugrid.core import publishing
+from taugrid.core.errors import TemporaryError
 
 log = logging.getLogger("taugrid.authors")
 
@@ -99,10 +101,13 @@ class Authors:
         claimed = publishing.source_problem(ev.nats_subject, ev.source)
         if claimed is not None:
             return claimed
+        if self.bus.identity is None:
+            return None  # a bus without authentication: nobody to tell apart, no keys to check against
         if not self.services or (ev.signer and ev.signer not in self.services):
             await self._refresh()
-        if not self.services:
-            return None  # a bus without authentication: nobody to tell apart
+        if not self.services:  # authenticated, but the bootstrap has not recorded the keys yet (a chart's Job
+            # runs after the services start): wait for them rather than act on an event nobody can vouch for
+            raise TemporaryError("no service keys recorded yet (the bootstrap publishes them)", delay=2.0)
         service = self.services.get(ev.signer)
         if service is None:
             return (f"{ev.type} on {ev.nats_subject} is not signed by any service's key (signer "

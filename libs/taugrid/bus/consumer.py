@@ -217,7 +217,14 @@ class ConsumerLoop:
 
         problem = event.problem or None
         if self.stream in publishing.CHECKED_STREAMS and problem is None:
-            problem = await self.authors.problem(event)
+            try:
+                problem = await self.authors.problem(event)
+            except TemporaryError as exc:  # its author cannot be checked yet: later, never unchecked
+                log.info("%s: %s seq=%s waits: %s", self.durable, msg.subject, meta.sequence.stream, exc)
+                _resolve(handled)
+                await self._settle(msg, nak(exc.delay))
+                outcome("retry")
+                return
         if problem is not None:
             log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
             await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))

@@ -7,7 +7,6 @@ import datetime as dt
 import time
 
 import click
-import msgspec
 
 from taugrid.cli.common import connected, emit_json, output_option, run_async
 from taugrid.cli.views import table
@@ -31,8 +30,7 @@ def _since(value: str | None) -> dt.datetime | None:
 @run_async
 async def usage(by: str, since_text: str | None, output: str) -> None:
     from taugrid.config.platform import load_platform
-    from taugrid.core.contracts import PolicyApproved
-    from taugrid.core.usage import Seen, fold, roll_up
+    from taugrid.core.usage import Seen, fold, roll_up, seen_of
 
     since = _since(since_text)
     async with connected() as client:
@@ -44,13 +42,8 @@ async def usage(by: str, since_text: str | None, output: str) -> None:
         for workspace in workspaces:
             async for batch in client.event_batches(since=since, workspace=workspace):
                 for ev in batch:
-                    resolved = None
-                    if ev.type == "policy.approved":
-                        try:
-                            resolved = ev.payload(PolicyApproved).run
-                        except msgspec.DecodeError:
-                            continue  # undecodable (hostile nesting): it approved nothing, so it costs nothing
-                    seen.append(Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved))
+                    if (seen_ev := seen_of(ev)) is not None:
+                        seen.append(seen_ev)
     # A run counts from its submission: drop runs whose submission lies before --since.
     submitted = {s.run_id for s in seen if s.type == "submit.requested"}
     rows = roll_up(fold([s for s in seen if s.run_id in submitted], prices=prices, now=time.time()), by)

@@ -8,10 +8,14 @@ fraction, Ray workers' GPUs included) and an estimated cost (GPU-hours × the co
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from taugrid.core.contracts import ResolvedRun
+import msgspec
+
+from taugrid.core.contracts import PolicyApproved, ResolvedRun
 
 QUEUE_START = ("submit.requested", "recovery.retrying")
 RUN_END = ("exec.succeeded", "exec.failed", "exec.cancelled", "admission.preempted", "admission.evicted")
@@ -27,6 +31,32 @@ class Seen:
     at: float
     user: str = ""
     resolved: ResolvedRun | None = None  # on policy.approved
+
+
+class Observed(Protocol):
+    """What ``seen_of`` reads of an event (``taugrid.bus.envelope.Event`` is one)."""
+
+    type: str
+    subject: str
+    workspace: str
+    user: str
+
+    @property
+    def happened(self) -> float: ...
+
+    def payload(self, kind: builtins.type[Any]) -> Any: ...  # builtins: the field ``type`` shadows it
+
+
+def seen_of(ev: Observed) -> Seen | None:
+    """The event as accounting sees it; None for a ``policy.approved`` whose payload does not decode (hostile
+    nesting): it approved nothing, so it costs nothing."""
+    resolved = None
+    if ev.type == "policy.approved":
+        try:
+            resolved = ev.payload(PolicyApproved).run
+        except msgspec.DecodeError:
+            return None
+    return Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved)
 
 
 @dataclass

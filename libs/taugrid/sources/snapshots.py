@@ -157,11 +157,7 @@ async def promote(bus: Bus, name: str, digest: str = "", *, max_bytes: int) -> s
         pass
     buf = _Bounded(name, max_bytes)
     await download(bus, name, buf, store=UPLOADS_STORE)
-    data = buf.getvalue()
-    got = "sha256:" + hashlib.sha256(data).hexdigest()
-    if got != want:
-        raise SourceMismatch(f"uploaded source snapshot {name} holds content with digest {got}, not {want}: "
-                             "it was replaced after upload; refusing to run code that is not what was submitted")
+    data = _checked(buf.getvalue(), name, want, what="uploaded source snapshot")
     await _put(bus, SOURCES_STORE, name, data, want)
     return want
 
@@ -189,9 +185,13 @@ async def fetch(bus: Bus, name: str, digest: str = "") -> bytes:
     want = expected_digest(name, digest)
     buf = io.BytesIO()
     await download(bus, name, buf, store=SOURCES_STORE)
-    data = buf.getvalue()
+    return _checked(buf.getvalue(), name, want, what="source snapshot")
+
+
+def _checked(data: bytes, name: str, want: str, *, what: str) -> bytes:
+    """``data`` when it hashes to ``want``; else ``SourceMismatch``."""
     got = "sha256:" + hashlib.sha256(data).hexdigest()
     if got != want:
-        raise SourceMismatch(f"source snapshot {name} holds content with digest {got}, not {want}: "
+        raise SourceMismatch(f"{what} {name} holds content with digest {got}, not {want}: "
                              "it was replaced after upload; refusing to run code that is not what was submitted")
     return data
