@@ -28,12 +28,22 @@ from .model import (
     ResourceQuota,
     Taint,
     Toleration,
+    Topology,
+    TopologyRequest,
     WhenCanBorrow,
     WhenCanPreempt,
     WithinClusterQueue,
     Workload,
 )
-from .results import Admission, CycleResult, Pending, PodPlacement, PodSetAdmission, Preemption
+from .results import (
+    Admission,
+    CycleResult,
+    Pending,
+    PodPlacement,
+    PodSetAdmission,
+    Preemption,
+    TopologyAssignment,
+)
 
 __all__ = [
     "GPU", "Admission", "BorrowWithinCohort", "BorrowWithinCohortPolicy", "ClusterQueue", "Cohort",
@@ -41,5 +51,6 @@ __all__ = [
     "GpuDevice", "KaiQueue", "KaiSpec", "LocalQueue", "Node", "Pending", "PlacementStrategy",
     "PodPlacement", "PodSet", "PodSetAdmission", "Preemption", "PreemptionPolicy", "QueueingStrategy",
     "ReclaimWithinCohort", "ResourceFlavor", "ResourceGroup", "ResourceQuota", "Taint", "Toleration",
-    "WhenCanBorrow", "WhenCanPreempt", "WithinClusterQueue", "Workload",
+    "Topology", "TopologyAssignment", "TopologyRequest", "WhenCanBorrow", "WhenCanPreempt", "WithinClusterQueue",
+    "Workload",
 ]

@@ -32,6 +32,7 @@ from .model import (
     Node,
     ReclaimWithinCohort,
     ResourceFlavor,
+    Topology,
     Workload,
     fraction_units,
     from_units,
@@ -53,9 +54,13 @@ class Engine:
                  fair_sharing_strategies: Sequence[str] = DEFAULT_STRATEGIES,
                  recompute_on_overlap: bool = True,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 3600.0, backoff_preempted: bool = False,
-                 gpu_memory_mb: int = 81920, audit: bool = False, kai: KaiSpec | None = None) -> None:
+                 gpu_memory_mb: int = 81920, audit: bool = False, kai: KaiSpec | None = None,
+                 topologies: Iterable[Topology] = ()) -> None:
         cqs = list(cluster_queues)
         self.flavors = {f.name: f for f in flavors}
+        self.topologies = {t.name: t for t in topologies}
+        for t in self.topologies.values():
+            t.validate()
         self.tree = QuotaTree(cqs, cohorts)
         self.queues = {cq.name: CQQueue(cq, self.tree.cqs[cq.name]) for cq in cqs}
         self.local_queues = {lq.name: lq.cluster_queue for lq in local_queues}

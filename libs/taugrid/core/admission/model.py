@@ -138,10 +138,40 @@ def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) 
 
 
 @dataclass(frozen=True, slots=True)
+class Topology:
+    """Kueue ``Topology``: node label keys naming the levels of the data centre, highest level first
+    (e.g. block, rack, ``kubernetes.io/hostname``)."""
+
+    name: str
+    levels: tuple[str, ...]
+
+    def validate(self) -> None:
+        if not self.levels:
+            raise PermanentError(f"topology {self.name}: levels is empty; list node label keys, highest first")
+        if len(set(self.levels)) != len(self.levels):
+            raise PermanentError(f"topology {self.name}: levels {list(self.levels)} repeat a key; list each once")
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceFlavor:
     name: str
     node_labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    topology_name: str | None = None  # Kueue ``spec.topologyName``: a TAS flavor
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """A pod set's Kueue TAS annotations: ``podset-required-topology`` (all pods in one domain of that level),
+    ``podset-preferred-topology`` (one domain if possible, else as few as possible),
+    ``podset-unconstrained-topology`` (anywhere, counted per node), ``podset-slice-required-topology`` with
+    ``podset-slice-size`` (pods in groups of ``slice_size``, each group inside one domain of that level)."""
+
+    required: str | None = None
+    preferred: str | None = None
+    unconstrained: bool = False
+    slice_required: str | None = None
+    slice_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +244,7 @@ class PodSet:
     # Required node affinity ``kubernetes.io/hostname NotIn``: a retry after a GPU/node fault stays off these.
     excluded_nodes: frozenset[str] = frozenset()
     tolerations: tuple[Toleration, ...] = ()  # this pod set's own, on top of the workload's
+    topology_request: TopologyRequest | None = None  # Kueue TAS; None: no topology constraint
 
     @property
     def shares_gpu(self) -> bool:
@@ -247,6 +278,24 @@ class Workload:
                 raise PermanentError(f"{where}: a shared GPU cannot be combined with {GPU}; drop one")
             if any(v < 0 for v in ps.requests.values()):
                 raise PermanentError(f"{where}: negative request; requests must be >= 0")
+            if ps.topology_request is not None:
+                _validate_topology_request(where, ps.count, ps.topology_request)
+
+
+def _validate_topology_request(where: str, count: int, tr: TopologyRequest) -> None:
+    """Kueue's webhook rules for the TAS podset annotations."""
+    if sum((tr.required is not None, tr.preferred is not None, tr.unconstrained)) > 1:
+        raise PermanentError(f"{where}: topology_request sets more than one of required, preferred and "
+                             f"unconstrained; choose one")
+    if tr.slice_required is not None and tr.slice_size is None:
+        raise PermanentError(f"{where}: topology_request slice_size must be set when slice_required is; give "
+                             f"the number of pods per slice")
+    if tr.slice_required is None and tr.slice_size is not None:
+        raise PermanentError(f"{where}: topology_request slice_size may not be set without slice_required; name "
+                             f"the level each slice must fit in")
+    if tr.slice_size is not None and not 1 <= tr.slice_size <= count:
+        raise PermanentError(f"{where}: topology_request slice_size={tr.slice_size}; use 1 <= slice_size <= the "
+                             f"pod set count {count}")
 
 
 @dataclass(frozen=True, slots=True)

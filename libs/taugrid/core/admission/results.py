@@ -70,6 +70,15 @@ class PodPlacement(Struct, frozen=True):
     gpu_fraction: float = 0.0
 
 
+class TopologyAssignment(Struct, frozen=True):
+    """Kueue ``topologyAssignment``: the topology's level keys, and per domain its values (one per level, highest
+    first, down to the lowest level) and how many of the pod set's pods it takes. Domains are listed in the order
+    pods fill them: pod indices 0..n-1 of the first domain, then the next (Kueue's rank ordering)."""
+
+    levels: tuple[str, ...]
+    domains: tuple[tuple[tuple[str, ...], int], ...]
+
+
 class PodSetAdmission(Struct, frozen=True):
     name: str
     count: int
@@ -85,6 +94,7 @@ class Admission(Struct, frozen=True):
     pod_sets: tuple[PodSetAdmission, ...] = ()
     placements: tuple[PodPlacement, ...] = ()  # empty when the engine runs without nodes
     admitted_at: float = 0.0
+    topology_assignments: dict[str, TopologyAssignment] = msgspec.field(default_factory=dict)  # by pod set name
 
 
 class Preemption(Struct, frozen=True):
