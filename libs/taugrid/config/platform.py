@@ -18,6 +18,7 @@ from pydantic import Field
 
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, Department
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
+from taugrid.config.podsready import WaitForPodsReady
 from taugrid.config.source import load_yaml, pydantic_issues, raise_issues
 from taugrid.core.quantity import parse_cpu, parse_memory
 
@@ -268,6 +269,8 @@ class Platform(Strict):
     departments: list[Department] = Field(
         default_factory=list, description="KAI's department → project queues (see taugrid.config.departments)")
     fair_sharing: FairSharingPolicy = Field(default_factory=FairSharingPolicy)
+    wait_for_pods_ready: WaitForPodsReady = Field(default_factory=WaitForPodsReady,
+                                                  description="Kueue's waitForPodsReady (taugrid.config.podsready)")
 
     def all_cohorts(self) -> list[Cohort]:
         """The cohorts written plus those the departments imply (the implicit root, then one per department)."""
