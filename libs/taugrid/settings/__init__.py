@@ -1,4 +1,12 @@
-"""Settings every layer resolves the same way, read here and nowhere else: where the embedded stack keeps its data.
+"""The one home of taugrid's settings: every ``TAU_*`` variable a process reads, parsed once, typed and frozen.
+
+``current()`` is this process's :class:`Settings`, parsed from its environment on first use and kept; a service's
+main reads it once (``taugrid.service``) and hands it, or the field it needs, down to what it builds. Code that
+is given an environment of its own (a test, a child's ``env``) asks ``Settings.from_env(environ)``. The cache is
+keyed by the ``TAU_*`` variables (and ``KUBECONFIG``) as they are: a process parses them once, and a test that
+sets one (``monkeypatch.setenv``) gets a fresh parse, with no reset hook to forget. A value that does not parse
+is a ``SettingsError`` naming the variable and the fix. ``python -m taugrid.settings`` prints every variable
+(docs/architecture.md §14 "Settings" holds that table; a test keeps them equal).
 
 The data dir (``TAU_DATA_DIR``) holds the embedded stack (``stack.json``, its keys in ``creds/``, the bus's store,
 pods, environments, outputs) and the CLI's own ``login.json``. Unset, it is:
@@ -11,7 +19,8 @@ pods, environments, outputs) and the CLI's own ``login.json``. Unset, it is:
 
 ``tau up`` hands the resolved path to every service it starts (``TAU_DATA_DIR``), so a service, the CLI and
 ``make run``/``make down`` agree on it. :func:`stack_data_dir` is that handed-down path only: None off the
-embedded stack (e.g. on Kubernetes, where nothing is kept on a local disk).
+embedded stack (e.g. on Kubernetes, where nothing is kept on a local disk). :func:`data_dir` is the one place
+the default is resolved (at each call: ``tau up`` may create ``/var/lib/taugrid`` meanwhile).
 
 Pure lookups: nothing is created here.
 """
@@ -22,9 +31,42 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from taugrid.settings.model import (
+    HANDED_DOWN,
+    HANDED_DOWN_PREFIXES,
+    AnchorSettings,
+    BusSettings,
+    HealthSettings,
+    KubeSettings,
+    LocalSettings,
+    Settings,
+    variables,
+)
+from taugrid.settings.parse import SettingsError
+
+__all__ = ["HANDED_DOWN", "HANDED_DOWN_PREFIXES", "AnchorSettings", "BusSettings", "HealthSettings",
+           "KubeSettings", "LocalSettings", "Settings", "SettingsError", "current", "data_dir", "stack_data_dir",
+           "variables"]
+
 DATA_DIR_ENV = "TAU_DATA_DIR"
 SYSTEM_DATA_DIR = Path("/var/lib/taugrid")  # root's default
 HOME_DATA_DIR = ".tau"  # everyone else's, under their home
+
+_cached: tuple[tuple[tuple[str, str], ...], Settings] | None = None
+
+
+def current() -> Settings:
+    """This process's settings (see the module's docstring); ``SettingsError`` when a value does not parse."""
+    global _cached
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("TAU", "KUBECONFIG"))))
+    if _cached is None or _cached[0] != key:
+        _cached = (key, Settings.from_env(os.environ))
+    return _cached[1]
+
+
+def of(environ: Mapping[str, str] | None) -> Settings:
+    """``environ``'s settings, or this process's when None (for functions that take an optional environment)."""
+    return current() if environ is None else Settings.from_env(environ)
 
 
 def data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -42,6 +84,4 @@ def data_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 def stack_data_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     """``TAU_DATA_DIR`` as set (the supervisor sets it for every service of the embedded stack), else None."""
-    env = os.environ if environ is None else environ
-    given = env.get(DATA_DIR_ENV, "").strip()
-    return Path(given).expanduser() if given else None
+    return of(environ).data.dir
