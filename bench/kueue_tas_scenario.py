@@ -1,0 +1,307 @@
+"""Kueue's TAS scheduler-performance scenario, replayed through the whole taugrid pipeline.
+
+The configuration is Kueue's ``test/performance/scheduler/configs/tas`` (``kueue_tas_shape`` says where it was
+read and gives every figure): 640 nodes in 1 block x 10 racks x 64 hosts, one TAS flavor, 5 cohorts x 6
+ClusterQueues, per queue nine classes (small, medium and large workloads of 2, 4 and 8 pods, each asking for one
+rack as required, preferred, or slices required within a rack), 15,000 workloads in all.
+
+Here the embedded stack (nats-server, every service its own process) runs the local cluster with simulated pods
+(a pod completes after ``SIMULATED_DURATION``, no process spawned, as Kueue's runner mimics its jobs). The
+platform declares the topology, the flavor (``topology_name``) and the 640 nodes as ``local.nodes`` carrying the
+block and rack labels; each run is a ``tau.yaml`` with ``execution.nodes`` pods (torchrun, so a multi-pod Job),
+``compute.cpu_request`` per pod and ``policy.topology`` + ``policy.topology_policy`` (required, preferred) or
+``policy.topology_slice`` (Kueue's balanced class: slice-required topology and slice size). Runs are submitted
+through the client at Kueue's cadence, each class on its own clock, the first one interval after the start.
+
+Measured as ``kueue_scenario.py`` measures the baseline, by the cluster's clock (each event's ``ce-time``): wall
+time from the first submission to the last run's end; usage = cpu each run held from its admission to its end,
+summed, over the 30 queues' nominal quota times the wall (Kueue's checker: admitted cpu integrated over time
+over nominal quota times the monitored time); mean time to admission per class from the submission. Every run
+started counts: one never admitted counts with its wait until the bench gave up.
+
+Placement is checked from the pods the local cluster publishes (``k8s.local.pod.*.*.added``: each pod's
+``spec.nodeName`` and completion index), the last attempt of each run: a run of a *required* class with pods in
+two racks, a *balanced* class whose pods in a rack are not a whole number of slices, an admitted run whose pods
+were not all seen, or a pod on a node outside the pool, is a violation. How often a *preferred* run spread
+over racks, and how often a balanced run's consecutive-index slices did not share a rack, are printed beside.
+
+Exits 1 when any of Kueue's limits is missed, a placement violates its request, a run did not finish, or two
+submissions got one run id. ``--fraction 0.1`` shrinks the counts (not the cadence) for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import nats
+from kueue_tas_shape import (  # bench/ is this script's directory, first on sys.path
+    BLOCK_LABEL,
+    BORROWING_LIMIT_CPU,
+    CLASSES,
+    FLAVOR,
+    HOSTNAME_LABEL,
+    NODE_CPU,
+    NODE_GROUP,
+    NODE_MEMORY_GI,
+    NOMINAL_CPU,
+    RACK_LABEL,
+    TOPOLOGY,
+    USAGE_LIMIT_PCT,
+    WALL_LIMIT_S,
+    TasClass,
+    count,
+    mean,
+    nodes,
+    nominal_cpu,
+    queue_names,
+)
+from pipeline import cpu_seconds, rss, simulated_stack, stack_up
+
+from taugrid.bus.envelope import from_message
+from taugrid.client import open_client
+from taugrid.core.ids import new_run_id, new_submission_id
+
+TERMINAL = ("exec.succeeded", "recovery.gave_up", "submit.rejected", "policy.rejected", "exec.cancelled")
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+_REQUEUED = re.compile(r"-r(\d+)$")
+
+
+def platform_yaml() -> str:
+    lines = [f"topologies: [{{name: {TOPOLOGY}, levels: [{BLOCK_LABEL}, {RACK_LABEL}, {HOSTNAME_LABEL}]}}]",
+             f"resource_flavors: [{{name: {FLAVOR}, node_labels: {{{NODE_GROUP[0]}: {NODE_GROUP[1]}}}, "
+             f"topology_name: {TOPOLOGY}}}]",
+             "cohorts:"]
+    lines += [f"  - {{name: {c}}}" for c in sorted({c for c, _ in queue_names()})]
+    lines.append("cluster_queues:")
+    for cohort, cq in queue_names():
+        lines += [
+            f"  - name: {cq}", f"    cohort: {cohort}",
+            "    preemption: {within_cluster_queue: LowerPriority, reclaim_within_cohort: Any}",
+            "    resource_groups:", "      - covered_resources: [cpu, memory]", "        flavors:",
+            f"          - name: {FLAVOR}", "            resources:",
+            f'              - {{name: cpu, nominal_quota: "{NOMINAL_CPU}", borrowing_limit: "{BORROWING_LIMIT_CPU}"}}',
+            '              - {name: memory, nominal_quota: "1000Gi"}',
+        ]
+    lines.append("local_queues:")
+    lines += [f"  - {{name: l{cq}, namespace: default, cluster_queue: {cq}}}" for _, cq in queue_names()]
+    prios = sorted({c.priority for c in CLASSES})
+    lines += ["priority_classes: [" + ", ".join(f"{{name: p{p}, value: {p}}}" for p in prios) + "]",
+              "compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]", "workspaces:"]
+    lines += [f"  - {{name: ws-{cq}, namespace: default, local_queue: l{cq}, default_profile: unit, "
+              f"default_priority: p{prios[0]}, submissions_per_minute: 0}}" for _, cq in queue_names()]
+    lines += ["local:", "  nodes:"]
+    lines += [f"    - {{name: {n.name}, cpus: '{NODE_CPU}', memory: {NODE_MEMORY_GI}Gi, labels: "
+              f"{{{NODE_GROUP[0]}: {NODE_GROUP[1]}, {BLOCK_LABEL}: {n.block}, {RACK_LABEL}: {n.rack}}}}}"
+              for n in nodes()]
+    return "\n".join(lines) + "\n"
+
+
+def run_yaml(cls: TasClass) -> str:
+    if cls.constraint == "balanced":
+        topology = f"topology_slice: {{level: {RACK_LABEL}, size: {cls.slice_size}}}"
+    else:
+        topology = f"topology: {RACK_LABEL}, topology_policy: {cls.constraint}"
+    return (f"name: {cls.name}\nentrypoint: sim.py\n"
+            f"compute: {{gpus: 0, cpu_request: '{cls.cpu:g}', memory_request: 1Mi}}\n"
+            f"execution: {{launcher: torchrun, nodes: {cls.pods}}}\n"
+            f"policy: {{workload_priority_class: {cls.priority_class}, {topology}}}\n"
+            f"runtime: {{env: {{SIMULATED_DURATION: '{cls.seconds:g}'}}}}\n")
+
+
+class Placements:
+    """Each run's pods as the local cluster published them: (requeue count, completion index) → node."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[tuple[int, int], str]] = {}
+
+    async def on_pod(self, msg: nats.aio.msg.Msg) -> None:
+        obj = msgspec.json.decode(msg.data).get("object") or {}
+        meta = obj.get("metadata") or {}
+        index = int((meta.get("labels") or {}).get(INDEX_LABEL, "0"))
+        requeued = _REQUEUED.search(meta.get("name", ""))
+        key = (int(requeued.group(1)) if requeued else 0, index)
+        self.pods.setdefault(msg.headers.get("ce-subject", ""), {})[key] = (obj.get("spec") or {}).get("nodeName", "")
+
+    def last_attempt(self, run: str) -> dict[int, str]:
+        """Completion index → node, of the run's latest admission (a preempted run's pods come back renamed)."""
+        pods = self.pods.get(run, {})
+        latest = max((r for r, _ in pods), default=0)
+        return {i: node for (r, i), node in pods.items() if r == latest}
+
+
+def check(cls: TasClass, placed: dict[int, str], rack_of: dict[str, str]) -> tuple[str, bool, bool]:
+    """One admitted run's placement: (violation or "", spread over racks, a consecutive-index slice split)."""
+    if len(placed) != cls.pods:
+        return f"{len(placed)} of {cls.pods} pods seen placed", False, False
+    racks = [rack_of.get(placed[i], "") for i in range(cls.pods)] if set(placed) == set(range(cls.pods)) else []
+    if not racks or "" in racks:
+        return f"a pod outside the pool or an index missing: {sorted(placed.items())}", False, False
+    per_rack: dict[str, int] = {}
+    for r in racks:
+        per_rack[r] = per_rack.get(r, 0) + 1
+    spread = len(per_rack) > 1
+    if cls.constraint == "required" and spread:
+        return f"required one rack, pods in {per_rack}", spread, False
+    if cls.constraint == "balanced":
+        split = any(len(set(racks[j:j + cls.slice_size])) > 1 for j in range(0, cls.pods, cls.slice_size))
+        if any(n % cls.slice_size for n in per_rack.values()):
+            return f"slices of {cls.slice_size} split across racks: {per_rack}", spread, split
+        return "", spread, split
+    return "", spread, False
+
+
+async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, timeout: float) -> dict[str, object]:
+    client = await open_client(url, creds=creds)  # the bootstrap identity sees every run's events
+    submitter = await open_client(url, creds=user_creds)  # the stack's owner, a platform user, submits
+    nc = client.bus.nc
+    submissions: list[tuple[str, TasClass, float, float]] = []  # (run id, class, when submitted, when scheduled)
+    admitted: dict[str, float] = {}
+    finished: dict[str, float] = {}
+
+    def happened(msg: nats.aio.msg.Msg) -> float:
+        return from_message(msg.subject, msg.headers, b"").happened or time.time()
+
+    async def on_admitted(msg: nats.aio.msg.Msg) -> None:
+        admitted.setdefault(msg.headers.get("ce-subject", ""), happened(msg))
+
+    async def on_terminal(msg: nats.aio.msg.Msg) -> None:
+        finished.setdefault(msg.headers.get("ce-subject", ""), happened(msg))
+
+    placements = Placements()
+    await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)
+    for t in TERMINAL:
+        await nc.subscribe(f"run.*.*.{t}", cb=on_terminal)
+    for subject in ("k8s.local.pod.*.*.added", "k8s.local.pod.*.*.added.*"):
+        await nc.subscribe(subject, cb=placements.on_pod)
+    texts = {cls.name: run_yaml(cls) for cls in CLASSES}
+    total = sum(count(cls, fraction) for cls in CLASSES) * len(queue_names())
+    start = time.time()
+
+    async def feed(cq: str, cls: TasClass) -> None:
+        for i in range(count(cls, fraction)):
+            due = start + (i + 1) * cls.every  # Kueue's generator waits one interval before each creation
+            await asyncio.sleep(max(0.0, due - time.time()))
+            sid = new_submission_id()
+            submissions.append((new_run_id(cls.name, sid), cls, time.time(), due))
+            await submitter.submit_text(texts[cls.name], workspace=f"ws-{cq}", submission_id=sid, name=cls.name)
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(2.0)
+            print(f"  t={time.time() - start:6.1f}s submitted {len(submissions):5d}/{total}  admitted "
+                  f"{len(admitted):5d}  finished {len(finished):5d}", flush=True)
+
+    reporter = asyncio.create_task(progress())
+    await asyncio.gather(*(feed(cq, cls) for _, cq in queue_names() for cls in CLASSES))
+    deadline = time.time() + timeout
+    while not all(r in finished for r, *_ in submissions) and time.time() < deadline:
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(1.0)  # the last pods' events, published before their runs' ends, are in
+    reporter.cancel()
+    end = time.time()
+    done = all(r in finished for r, *_ in submissions)
+    wall = (max(finished.values(), default=start) if done else end) - start
+    held = sum(cls.units * (finished.get(r, end) - admitted[r]) for r, cls, _, _ in submissions if r in admitted)
+    rack_of = {n.name: n.rack for n in nodes()}
+    violations: dict[str, int] = {}
+    spread: dict[str, int] = {}
+    split: dict[str, int] = {}
+    examples: list[str] = []
+    for run_id, cls, _, _ in submissions:
+        if run_id not in admitted:
+            continue
+        why, spread_out, slice_split = check(cls, placements.last_attempt(run_id), rack_of)
+        spread[cls.name] = spread.get(cls.name, 0) + spread_out
+        split[cls.name] = split.get(cls.name, 0) + slice_split
+        if why:
+            violations[cls.name] = violations.get(cls.name, 0) + 1
+            if len(examples) < 5:
+                examples.append(f"{run_id} ({cls.name}): {why}")
+    await client.close()
+    await submitter.close()
+    return {
+        "runs": len(submissions), "distinct": len({r for r, *_ in submissions}),
+        "admitted": sum(1 for r, *_ in submissions if r in admitted),
+        "finished": sum(1 for r, *_ in submissions if r in finished),
+        "wall_s": wall, "usage_pct": 100.0 * held / nominal_cpu() / max(wall, 1e-9),
+        "work_pct": 100.0 * sum(cls.units * cls.seconds for r, cls, _, _ in submissions if r in finished)
+        / nominal_cpu() / max(wall, 1e-9),
+        "late_s": max((at - due for _, _, at, due in submissions), default=0.0),
+        "submitted_s": max((at for _, _, at, _ in submissions), default=start) - start,
+        "classes": {cls.name: mean([admitted.get(r, end) - at for r, c, at, _ in submissions if c is cls])
+                    for cls in CLASSES},
+        "violations": violations, "spread": spread, "split": split, "examples": examples,
+    }
+
+
+def report(result: dict[str, object], memory: dict[str, float], cpu: dict[str, float]) -> bool:
+    runs = int(result["runs"])  # type: ignore[call-overload]
+    ok = result["finished"] == result["distinct"] == runs
+    print("\nmetric                                   taugrid      Kueue limit")
+    print(f"runs started                             {runs}  (the last submitted at {result['submitted_s']:.1f} s, "
+          f"at most {result['late_s']:.2f} s behind Kueue's cadence)")
+    print(f"distinct run ids                         {result['distinct']}/{runs}"
+          f"{'' if result['distinct'] == runs else '  LOST RUNS'}")
+    print(f"runs admitted                            {result['admitted']}/{runs}")
+    print(f"runs finished                            {result['finished']}/{runs}"
+          f"{'' if result['finished'] == runs else '  MISSED'}")
+    rows = [("wall time (s)", float(result["wall_s"]), "≤", WALL_LIMIT_S),  # type: ignore[arg-type]
+            ("avg ClusterQueue usage (%)", float(result["usage_pct"]), "≥", USAGE_LIMIT_PCT)]  # type: ignore[arg-type]
+    classes: dict[str, float] = result["classes"]  # type: ignore[assignment]
+    rows += [(f"mean time to admission {cls.name}", classes[cls.name], "≤", cls.limit_s) for cls in CLASSES]
+    for label, value, sense, limit in rows:
+        met = value <= limit if sense == "≤" else value >= limit
+        ok &= met
+        print(f"{label:<41}{value:8.2f}    {sense} {limit:g}  {'ok' if met else 'MISSED'}")
+    print(f"(of the quota, the jobs' own work (cpu x duration) used {float(result['work_pct']):.2f} %; the rest of the"  # type: ignore[arg-type]
+          " usage is quota held from admission to the end: pods starting and ending, admission cycles)")
+    violations: dict[str, int] = result["violations"]  # type: ignore[assignment]
+    spread: dict[str, int] = result["spread"]  # type: ignore[assignment]
+    split: dict[str, int] = result["split"]  # type: ignore[assignment]
+    ok &= not violations
+    print(f"{'topology violations':<41}{sum(violations.values()):8d}    = 0  {'ok' if not violations else 'MISSED'}"
+          + (f"  {violations}" if violations else ""))
+    for e in result["examples"]:  # type: ignore[attr-defined]
+        print(f"    {e}")
+    print("(preferred runs spread over more than one rack: "
+          + ", ".join(f"{c.name} {spread.get(c.name, 0)}" for c in CLASSES if c.constraint == "preferred")
+          + "; balanced runs with a consecutive-index slice split across racks: "
+          + ", ".join(f"{c.name} {split.get(c.name, 0)}" for c in CLASSES if c.constraint == "balanced") + ")")
+    print("(resident memory after the scenario, MB: " + ", ".join(
+        f"{k} {v:.0f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])) + ")")
+    print(f"(CPU per run, ms: {1000 * sum(cpu.values()) / max(runs, 1):.1f} in all; " + ", ".join(
+        f"{k} {1000 * v / runs:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+        if runs and 1000 * v / runs >= 0.05) + ")")
+    return ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fraction", type=float, default=1.0, help="share of Kueue's run counts (cadence unchanged)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every run to finish")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs, the bus's store)")
+    args = ap.parse_args()
+    data, env, tau = simulated_stack("tau-bench-kueue-tas-")
+    with stack_up(data, env, tau, platform_yaml(), keep=args.keep) as url:
+        print(f"Kueue TAS scenario through the full pipeline, fraction {args.fraction:g}, 640 simulated nodes "
+              f"(data dir {data})", flush=True)
+        user_creds = msgspec.json.decode((data / "stack.json").read_bytes())["user_creds"]
+        cpu_before = cpu_seconds(data)
+        result = asyncio.run(drive(url, args.fraction, creds=data / "creds" / "bootstrap.nk",
+                                   user_creds=user_creds, timeout=args.timeout))
+        cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(data).items()}
+        memory = rss(data)
+    ok = report(result, memory, cpu)
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
