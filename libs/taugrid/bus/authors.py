@@ -26,10 +26,9 @@ import asyncio
 import logging
 import time
 
-import nats
-
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, SignatureInvalid, verify_service_signature
+from taugrid.bus.errors import KEY_ABSENT, NO_BUCKET, NO_KEYS
 from taugrid.core import publishing
 from taugrid.core.errors import TemporaryError
 
@@ -49,7 +48,7 @@ async def publish_keys(bus: Bus, keys: dict[str, str]) -> None:
             current = await kv.get(name)
             if current.value is not None and current.value.decode() == public_key:
                 continue
-        except nats.js.errors.KeyNotFoundError:
+        except KEY_ABSENT:
             pass
         await kv.put(name, public_key.encode())
 
@@ -78,9 +77,9 @@ class Authors:
             try:
                 kv = await self.bus.kv(BUCKET)
                 names = await kv.keys()
-            except nats.js.errors.NoKeysError:
+            except NO_KEYS:
                 names = []
-            except nats.js.errors.BucketNotFoundError:
+            except NO_BUCKET:
                 return  # an older bus provisioned before the bucket: no keys to check against yet
             found: dict[str, str] = {}
             for name in names:

@@ -23,7 +23,6 @@ import os
 import sys
 from pathlib import Path
 
-import nats
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -39,6 +38,7 @@ from nats.js.api import (
 
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus, connect
+from taugrid.bus.errors import MISSING, NO_BUCKET
 from taugrid.bus.topology import (
     AUDIT_MAX_AGE,
     AUDIT_STREAM,
@@ -81,7 +81,7 @@ async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> lis
     which only the break-glass identity may)."""
     try:
         info = await bus.js.stream_info(config.name or "")
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         await bus.js.add_stream(config)
         return []
     diff = _differences(config, info.config)
@@ -116,7 +116,7 @@ async def audit_drift(bus: Bus) -> list[str]:
     """How AUDIT differs from its protective settings (empty when it holds them); a missing AUDIT is drift too."""
     try:
         info = await bus.js.stream_info(AUDIT_STREAM)
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return [f"{AUDIT_STREAM} does not exist"]
     return _differences(audit_config(), info.config)
 
@@ -141,7 +141,7 @@ async def ensure_consumer(bus: Bus, spec: ConsumerSpec) -> None:
     the durable stands, under the new filter)."""
     try:
         info = await bus.js.consumer_info(spec.stream, spec.durable)
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         await bus.js.add_consumer(spec.stream, consumer_config(spec))
         return
     have = list(info.config.filter_subjects or ([info.config.filter_subject] if info.config.filter_subject else []))
@@ -185,14 +185,14 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
     for bucket, history in KV_BUCKETS.items():
         try:
             await bus.js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
+        except NO_BUCKET:
             await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
                                                          direct=True, replicas=replicas))
         drifted[f"KV_{bucket}"] = await _allow_direct(bus, f"KV_{bucket}", update=update)
     for store, ttl in ((OBJECT_STORE, None), (SOURCES_STORE, None), (UPLOADS_STORE, UPLOADS_TTL_S)):
         try:
             await bus.js.object_store(store)
-        except nats.js.errors.BucketNotFoundError:
+        except NO_BUCKET:
             await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl,
                                                                       replicas=replicas))
     for spec in CONSUMERS.values():

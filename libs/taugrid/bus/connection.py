@@ -39,6 +39,7 @@ from taugrid.bus.envelope import (
     sign_headers,
     sign_service_headers,
 )
+from taugrid.bus.errors import CLOSED, DENIED, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import message_id, run_subject
 from taugrid.core.limits import EVENT_MAX_BYTES, size_text
@@ -239,7 +240,7 @@ class Bus:
             sign_service_headers(self.signing_key, nats_subject=subject, headers=headers, body=data)
         try:
             reply = await self.replies.request(subject, data, headers=headers, timeout=PUBLISH_TIMEOUT_S, guarded=True)
-        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError) as exc:
+        except (*TIMEOUT, *CLOSED, *NO_RESPONDERS) as exc:
             raise TemporaryError(f"publish to {subject} failed: {exc!r}", delay=1.0) from exc
         return stored_seq(reply)
 
@@ -275,13 +276,13 @@ class Bus:
         """Drain (let subscriptions finish their messages) then close; ``drain=False`` closes at once, for a
         client whose every publish already awaited its ack and that may stop reading mid-stream."""
         if not self.nc.is_closed and not drain:
-            with contextlib.suppress(nats.errors.Error):
+            with contextlib.suppress(*UNAVAILABLE):
                 await self.nc.close()
             return
         if not self.nc.is_closed:
             try:
                 await asyncio.wait_for(self.nc.drain(), timeout=5)
-            except (TimeoutError, nats.errors.Error):
+            except UNAVAILABLE:
                 await self.nc.close()
 
 
@@ -332,7 +333,7 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
         if found and bus_ref:
             bus_ref[0].denied(found.group(1), found.group(2))
             return
-        if not bus_ref and (isinstance(exc, nats.errors.AuthorizationError)
+        if not bus_ref and (isinstance(exc, DENIED)
                             or "authorization violation" in str(exc).lower()):
             refused.set()
         if not bus_ref and isinstance(exc, ssl.SSLCertVerificationError):
@@ -393,7 +394,7 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
         )
     try:
         connecting.result()
-    except (OSError, nats.errors.Error) as exc:
+    except (OSError, *UNAVAILABLE) as exc:
         detail = "" if quiet else f": {exc}"
         raise TemporaryError(f"cannot reach the taugrid stack at {where}{detail}", delay=1.0) from exc
     # nats-py reads 0 as "forever"; ours is "-1 forever, else at least one more try".

@@ -38,7 +38,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
@@ -46,6 +45,7 @@ from taugrid.bus import identity, metrics, tracing
 from taugrid.bus.authors import Authors
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.errors import CLOSED, TIMEOUT, UNAVAILABLE
 from taugrid.core import publishing
 from taugrid.core.errors import NotYet, PermanentError, TemporaryError
 
@@ -127,7 +127,7 @@ class ConsumerLoop:
         try:
             await self._loop(psub)
         finally:
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
+            with contextlib.suppress(*UNAVAILABLE):
                 await psub.unsubscribe()
 
     async def _loop(self, psub: Any) -> None:
@@ -158,11 +158,10 @@ class ConsumerLoop:
                 asked = min(self.batch, limit - len(inflight))
                 try:
                     msgs = await psub.fetch(asked, timeout=self.fetch_timeout)
-                except (nats.errors.TimeoutError, TimeoutError):
+                except TIMEOUT:
                     self.drained.set()
                     continue
-                except (nats.errors.ConnectionClosedError, nats.js.errors.ServiceUnavailableError,
-                        nats.errors.ConnectionReconnectingError, nats.js.errors.APIError, nats.errors.Error) as exc:
+                except UNAVAILABLE as exc:  # reconnecting, the API unavailable, or closed (then stop)
                     if self.bus.nc.is_closed:
                         return
                     log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
@@ -292,9 +291,9 @@ class ConsumerLoop:
             try:
                 await self.bus.replies.request(msg.reply, verb, timeout=SETTLE_WAIT_S)
                 return
-            except nats.errors.ConnectionClosedError:
+            except CLOSED:
                 return  # stopping: the server redelivers after ack_wait
-            except (nats.errors.Error, TimeoutError) as exc:
+            except UNAVAILABLE as exc:
                 if time.monotonic() + pause >= deadline:
                     log.warning("%s: %s for seq=%s unconfirmed after %.0fs (%r); it comes back after ack_wait",
                                 self.durable, verb.split(b" ")[0].decode(), msg.metadata.sequence.stream,
@@ -307,5 +306,5 @@ class ConsumerLoop:
     async def _safe(aw: Awaitable[Any]) -> None:
         try:
             await aw
-        except (nats.errors.Error, TimeoutError) as exc:
+        except UNAVAILABLE as exc:
             log.warning("ack/nak failed: %r", exc)

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterable
 
 import msgspec
-import nats
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.errors import MISSING, UNAVAILABLE
 from taugrid.core.errors import NotFound, PermanentError, PermissionDenied
 
 STREAM = "DLQ"
@@ -61,7 +61,7 @@ def _parse(seq: int, subject: str, headers: dict[str, str] | None, data: bytes, 
 async def _original_subject(bus: Bus, stream: str, seq: int) -> str:
     try:
         return str((await bus.guarded(bus.js.get_msg(stream, seq))).subject or "")
-    except (nats.errors.Error, PermissionDenied):  # aged out of its stream, or not readable by this identity
+    except (*UNAVAILABLE, PermissionDenied):  # aged out of its stream, or not readable by this identity
         return ""
 
 
@@ -74,7 +74,7 @@ async def dead_letters(bus: Bus, *, durable: str | None = None, limit: int | Non
             break
         try:
             msg = await bus.guarded(bus.js.get_msg(STREAM, seq))
-        except nats.js.errors.NotFoundError:  # deleted (replayed) or a gap
+        except MISSING:  # deleted (replayed) or a gap
             continue
         when = msg.time.timestamp() if msg.time is not None else time.time()
         letter = _parse(seq, str(msg.subject), dict(msg.headers or {}), msg.data or b"", when)
@@ -96,14 +96,14 @@ async def replay(bus: Bus, seqs: Iterable[int]) -> list[DeadLetter]:
     for seq in seqs:
         try:
             msg = await bus.guarded(bus.js.get_msg(STREAM, seq))
-        except nats.js.errors.NotFoundError:
+        except MISSING:
             raise NotFound(f"no dead letter #{seq}: `tau dlq list` shows the ones held") from None
         letter = _parse(seq, str(msg.subject), dict(msg.headers or {}), msg.data or b"", time.time())
         if letter is None:
             raise NotFound(f"DLQ #{seq} is not a dead letter ({msg.subject})")
         try:
             original = await bus.js.get_msg(letter.stream, letter.stream_seq)
-        except nats.js.errors.NotFoundError:
+        except MISSING:
             raise PermanentError(
                 f"dead letter #{seq}: its original ({letter.stream} #{letter.stream_seq}) is no longer in its "
                 "stream (aged out or purged); nothing to replay") from None

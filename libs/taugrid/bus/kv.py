@@ -27,16 +27,14 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import PUBLISH_TIMEOUT_S as _WRITE_TIMEOUT_S
 from taugrid.bus.connection import Bus, stored_seq
-from taugrid.bus.errors import KEY_ABSENT, UNAVAILABLE
+from taugrid.bus.errors import KEY_ABSENT, MISSING, REFUSED, TIMEOUT, UNAVAILABLE, WRONG_LAST, conflicted, unavailable
 from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 T = TypeVar("T")
 log = logging.getLogger("taugrid.bus")
-_ABSENT, _UNAVAILABLE = KEY_ABSENT, UNAVAILABLE  # bus/errors.py: the one table
 _VALID_KEY = re.compile(r"[-/_=a-zA-Z0-9][-/_=.a-zA-Z0-9]*")  # nats-py's key rule: no leading or trailing dot
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
-_WRONG_LAST = (10071, 10164)  # the server's "wrong last sequence" error codes (nats-py's ``update`` reads these)
 
 
 class Conflict(TemporaryError):
@@ -60,11 +58,11 @@ async def get(bus: Bus, bucket: str, key: str, *, revision: int | None = None) -
         try:
             kv = await bus.kv(bucket)
             entry = await kv.get(key, revision=revision)
-        except _ABSENT:
+        except KEY_ABSENT:
             timing.outcome = "absent"
             return None
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"reading {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+        except UNAVAILABLE as exc:
+            raise unavailable(f"reading {bucket}/{key}", exc) from exc
     return Record(value=entry.value or b"", revision=int(entry.revision or 0))
 
 
@@ -83,21 +81,21 @@ async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes)
     with timed(KV_SECONDS, bucket, "create") as timing:
         try:
             return await _create(bus, bucket, key, _encode(value))
-        except nats.js.errors.KeyWrongLastSequenceError:
+        except WRONG_LAST:
             timing.outcome = "exists"
             return None
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"creating {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+        except UNAVAILABLE as exc:
+            raise unavailable(f"creating {bucket}/{key}", exc) from exc
 
 
 async def _create(bus: Bus, bucket: str, key: str, data: bytes) -> int:
-    """Write a key that must not exist (``KeyWrongLastSequenceError`` when it does): first as a plain write
+    """Write a key that must not exist (``WRONG_LAST`` when it does): first as a plain write
     expecting no revision, through ``Bus.replies``; only when that fails, nats-py's ``create``, which reuses a
     deleted or purged key (its delete marker is a revision) and raises for a live one."""
     try:
         return await _write(bus, bucket, key, data, revision=0)
-    except nats.js.errors.APIError as exc:
-        if exc.err_code not in _WRONG_LAST:
+    except REFUSED as exc:
+        if not conflicted(exc):
             raise
     kv = await bus.kv(bucket)
     return int(await kv.create(key, data))
@@ -105,7 +103,7 @@ async def _create(bus: Bus, bucket: str, key: str, data: bytes) -> int:
 
 async def _write(bus: Bus, bucket: str, key: str, data: bytes, *, revision: int) -> int:
     """What nats-py's ``update`` sends (the key's expected last revision, 0: none), through the bus's cheaper
-    request (``Bus.replies``); a stale revision raises ``APIError`` with ``err_code`` in ``_WRONG_LAST``."""
+    request (``Bus.replies``); a stale revision raises ``APIError`` with a wrong-last code (``conflicted``)."""
     if not _VALID_KEY.fullmatch(key) or key[-1] == ".":
         raise nats.js.errors.InvalidKeyError(key)
     kv = await bus.kv(bucket)
@@ -122,16 +120,11 @@ async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *
             if revision == 0:
                 return await _create(bus, bucket, key, data)
             return await _write(bus, bucket, key, data, revision=revision)
-        except nats.js.errors.KeyWrongLastSequenceError as exc:
-            timing.outcome = "conflict"
-            raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
-        except nats.js.errors.APIError as exc:
-            if exc.err_code in _WRONG_LAST:  # a stale revision, as nats-py's ``update`` reads it
+        except UNAVAILABLE as exc:
+            if conflicted(exc):  # nats-py's class, or a stale revision's code as its ``update`` reads it
                 timing.outcome = "conflict"
                 raise Conflict(f"{bucket}/{key} changed since revision {revision}", delay=0.1) from exc
-            raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+            raise unavailable(f"writing {bucket}/{key}", exc) from exc
 
 
 async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int:
@@ -140,8 +133,8 @@ async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) ->
         try:
             kv = await bus.kv(bucket)
             return int(await kv.put(key, _encode(value)))
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"writing {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+        except UNAVAILABLE as exc:
+            raise unavailable(f"writing {bucket}/{key}", exc) from exc
 
 
 async def delete(bus: Bus, bucket: str, key: str) -> None:
@@ -150,10 +143,10 @@ async def delete(bus: Bus, bucket: str, key: str) -> None:
         try:
             kv = await bus.kv(bucket)
             await kv.delete(key)
-        except _ABSENT:
+        except KEY_ABSENT:
             timing.outcome = "absent"
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"deleting {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+        except UNAVAILABLE as exc:
+            raise unavailable(f"deleting {bucket}/{key}", exc) from exc
 
 
 async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "") -> list[T]:
@@ -201,10 +194,10 @@ async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: 
             if msg.metadata.num_pending == 0:
                 return out
     finally:
-        with contextlib.suppress(nats.errors.Error):
+        with contextlib.suppress(*UNAVAILABLE):
             await sub.unsubscribe()
         # deleted at once, not left to its inactive threshold: a polling `tau list` would pile them up
-        with contextlib.suppress(nats.errors.Error, PermissionDenied, TimeoutError):
+        with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
             await bus.guarded(bus.js.delete_consumer(stream, cfg.name or ""))
 
 
@@ -214,10 +207,10 @@ async def count_keys(bus: Bus, bucket: str, key_filter: str) -> int:
     with timed(KV_SECONDS, bucket, "count"):
         try:
             info = await bus.guarded(bus.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{key_filter}"))
-        except nats.js.errors.NotFoundError:
+        except MISSING:
             return 0
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"counting {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+        except UNAVAILABLE as exc:
+            raise unavailable(f"counting {bucket}/{key_filter}", exc) from exc
     return len(info.state.subjects or {})
 
 
@@ -234,10 +227,10 @@ async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | No
 async def _last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
     try:
         msg = await bus.guarded(bus.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key_filter}", direct=True))
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return None
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"reading {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading {bucket}/{key_filter}", exc) from exc
     if (msg.headers or {}).get("KV-Operation") in _DELETED or not msg.data:
         return None
     return bytes(msg.data)
@@ -249,21 +242,21 @@ async def updates(bus: Bus, bucket: str, key: str, *, idle: float = 1.0) -> Asyn
     try:
         kv = await bus.kv(bucket)
         watcher = await kv.watch(key, include_history=False)
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"watching {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"watching {bucket}/{key}", exc) from exc
     try:
         while True:
             try:
                 entry = await watcher.updates(timeout=idle)
-            except nats.errors.TimeoutError:
+            except TIMEOUT:
                 yield None
                 continue
-            except nats.errors.Error as exc:
-                raise TemporaryError(f"watching {bucket}/{key} failed: {exc!r}", delay=1.0) from exc
+            except UNAVAILABLE as exc:
+                raise unavailable(f"watching {bucket}/{key}", exc) from exc
             if entry is not None and entry.value:
                 yield Record(value=entry.value, revision=int(entry.revision or 0))
     finally:
-        with contextlib.suppress(*_UNAVAILABLE):  # the connection is gone already
+        with contextlib.suppress(*UNAVAILABLE):  # the connection is gone already
             await watcher.stop()
 
 
@@ -282,8 +275,8 @@ async def watch(bus: Bus, bucket: str, key_filter: str) -> AsyncIterator[tuple[s
     try:
         sub = await bus.guarded(bus.js.subscribe(pre + key_filter, stream=stream, ordered_consumer=True,
                                                  config=cfg))
-    except _UNAVAILABLE as exc:
-        raise TemporaryError(f"watching {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"watching {bucket}/{key_filter}", exc) from exc
     try:
         info = await sub.consumer_info()
         caught_up = info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq)
@@ -292,15 +285,15 @@ async def watch(bus: Bus, bucket: str, key_filter: str) -> AsyncIterator[tuple[s
         while True:
             try:
                 msg = await sub.next_msg(timeout=None)
-            except _UNAVAILABLE as exc:
-                raise TemporaryError(f"watching {bucket}/{key_filter} failed: {exc!r}", delay=1.0) from exc
+            except UNAVAILABLE as exc:
+                raise unavailable(f"watching {bucket}/{key_filter}", exc) from exc
             deleted = (msg.headers or {}).get("KV-Operation") in _DELETED or not msg.data
             yield msg.subject[len(pre):], None if deleted else bytes(msg.data)
             if not caught_up and msg.metadata.num_pending == 0:
                 caught_up = True
                 yield CAUGHT_UP
     finally:
-        with contextlib.suppress(*_UNAVAILABLE, PermissionDenied):
+        with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
             await sub.unsubscribe()
-        with contextlib.suppress(*_UNAVAILABLE, PermissionDenied):
+        with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
             await bus.guarded(bus.js.delete_consumer(stream, cfg.name or ""))

@@ -16,11 +16,10 @@ import json
 import secrets
 from typing import BinaryIO
 
-import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo, ObjectMetaOptions
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import UNAVAILABLE
+from taugrid.bus.errors import DAMAGED, MISSING, OBJECT_GONE, TIMEOUT, UNAVAILABLE, unavailable
 from taugrid.bus.metrics import OBJECT_SECONDS, timed
 from taugrid.bus.topology import OBJECT_STORE
 from taugrid.core.errors import NotFound, PermissionDenied, TemporaryError
@@ -47,17 +46,17 @@ async def _download(bus: Bus, name: str, dest: BinaryIO, *, store: str) -> int:
         # nats-py reads the chunks from a subscription with no timeout: bounded here, so a read whose chunks never
         # come (seen while services were SIGKILLed around it) fails and is retried instead of hanging its handler
         result = await asyncio.wait_for(obs.get(name, writeinto=dest), DOWNLOAD_TIMEOUT_S)  # type: ignore[arg-type]
-    except TimeoutError as exc:
+    except TIMEOUT as exc:
         raise TemporaryError(f"reading object {name!r} timed out ({exc!r}; a whole read may take "
                              f"{DOWNLOAD_TIMEOUT_S:.0f}s)", delay=1.0) from exc
-    except nats.js.errors.ObjectNotFoundError as exc:
+    except OBJECT_GONE as exc:
         raise NotFound(f"object {name!r} is not in the object store") from exc
-    except nats.js.errors.NotFoundError as exc:
+    except MISSING as exc:
         raise NotFound(f"the object store does not exist (bootstrap the bus): {exc}") from exc
-    except nats.js.errors.DigestMismatchError as exc:
+    except DAMAGED as exc:
         raise TemporaryError(f"object {name!r} arrived damaged (chunk digest mismatch)") from exc
-    except (nats.errors.Error, OSError) as exc:
-        raise TemporaryError(f"reading object {name!r} failed: {exc!r}", delay=1.0) from exc
+    except (*UNAVAILABLE, OSError) as exc:
+        raise unavailable(f"reading object {name!r}", exc) from exc
     return int(result.info.size or 0)
 
 
@@ -74,10 +73,10 @@ async def _exists(bus: Bus, name: str) -> bool:
     try:
         obs = await bus.objects()
         await obs.get_info(name)
-    except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+    except OBJECT_GONE:
         return False
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"looking up object {name!r} failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"looking up object {name!r}", exc) from exc
     return True
 
 
@@ -97,10 +96,10 @@ async def _read(bus: Bus, name: str) -> bytes | None:
     try:
         await bus.objects()  # the store exists
         meta = await bus.guarded(bus.js.get_last_msg(f"OBJ_{OBJECT_STORE}", _meta_subject(name), direct=True))
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return None
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"object store read of {name}", exc) from exc
     info = ObjectInfo.from_response(json.loads(meta.data or b"{}"))
     if info.deleted:
         return None
@@ -116,12 +115,12 @@ async def _read(bus: Bus, name: str) -> bytes | None:
             while len(parts) < info.chunks:
                 parts.append(bytes((await sub.next_msg(timeout=10)).data))
         finally:
-            with contextlib.suppress(nats.errors.Error):
+            with contextlib.suppress(*UNAVAILABLE):
                 await sub.unsubscribe()
-            with contextlib.suppress(nats.errors.Error, PermissionDenied, TimeoutError):
+            with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
                 await bus.guarded(bus.js.delete_consumer(f"OBJ_{OBJECT_STORE}", cfg.name or ""))
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"object store read of {name} failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"object store read of {name}", exc) from exc
     data = b"".join(parts)
     if info.digest != _digest(data):
         raise TemporaryError(f"object {name!r} arrived damaged (digest mismatch)", delay=1.0)
@@ -151,7 +150,7 @@ async def _write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
         obs = await bus.objects()
         try:
             old = await obs.get_info(name)
-        except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+        except OBJECT_GONE:
             old = None
         count = 0
         for offset in range(0, len(data), _CHUNK):
@@ -165,4 +164,4 @@ async def _write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
         if old is not None and old.nuid != nuid:
             await bus.js.purge_stream(f"OBJ_{OBJECT_STORE}", subject=f"$O.{OBJECT_STORE}.C.{old.nuid}")
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"object store write of {name} failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"object store write of {name}", exc) from exc

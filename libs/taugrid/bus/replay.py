@@ -19,13 +19,12 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
-from taugrid.bus.errors import UNAVAILABLE
+from taugrid.bus.errors import MISSING, TIMEOUT, UNAVAILABLE, unavailable
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
@@ -46,7 +45,7 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
     )
     try:
         psub = await bus.guarded(bus.js.pull_subscribe(subject, stream=stream, config=config))
-    except nats.js.errors.NotFoundError as exc:
+    except MISSING as exc:
         raise TemporaryError(f"stream {stream} not found (is the bus bootstrapped?)", delay=2.0) from exc
     except UNAVAILABLE as exc:
         raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
@@ -60,19 +59,19 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
         while len(out) < want and idle < 5:
             try:
                 msgs = await psub.fetch(min(_BATCH, want - len(out)), timeout=1.0)
-            except (nats.errors.TimeoutError, TimeoutError):
+            except TIMEOUT:
                 idle += 1
                 continue
             out.extend(msgs)
         if len(out) < want:
             raise TemporaryError(f"replay of {subject} from {stream} stalled at {len(out)}/{want}", delay=1.0)
-    except nats.errors.Error as exc:
-        raise TemporaryError(f"replay of {subject} from {stream} failed: {exc!r}", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"replay of {subject} from {stream}", exc) from exc
     finally:
-        with contextlib.suppress(nats.errors.Error, TimeoutError):
+        with contextlib.suppress(*UNAVAILABLE):
             await psub.unsubscribe()
         if name:
-            with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, TimeoutError):
+            with contextlib.suppress(*UNAVAILABLE):  # MISSING too: the server may have removed it already
                 await bus.js.delete_consumer(stream, name)
     return out
 
@@ -91,7 +90,7 @@ class ReplayCursor:
             return False
         try:
             info = await self.sub.consumer_info()
-        except nats.errors.Error:
+        except UNAVAILABLE:
             return False  # the ordered consumer is being recreated: not known yet
         delivered = int(info.delivered.consumer_seq or 0) if info.delivered else 0
         return int(info.num_pending or 0) == 0 and self.yielded >= delivered
@@ -119,7 +118,7 @@ async def batches(
     )
     try:
         info = await bus.guarded(bus.js.add_consumer(stream, config=config))
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return
     except UNAVAILABLE as exc:
         raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
@@ -157,13 +156,13 @@ async def batches(
                                               stored=_stored_at(m.reply)) for m in got) if not ev.problem]
         if left > 0:
             raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
-    except nats.errors.Error as exc:
-        raise TemporaryError(f"replay of {subject} from {stream} failed: {exc!r}", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"replay of {subject} from {stream}", exc) from exc
     finally:
         if sub is not None:
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
+            with contextlib.suppress(*UNAVAILABLE):
                 await sub.unsubscribe()
-        with contextlib.suppress(nats.errors.Error, nats.js.errors.NotFoundError, PermissionDenied, TimeoutError):
+        with contextlib.suppress(*UNAVAILABLE, PermissionDenied):  # MISSING too: removed already
             await bus.guarded(bus.js.delete_consumer(stream, name))
 
 
@@ -211,7 +210,7 @@ async def follow(
     )
     try:
         sub = await bus.guarded(bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return
     if cursor is not None:
         cursor.sub = sub
@@ -222,7 +221,7 @@ async def follow(
         while True:
             try:
                 msg = await sub.next_msg(timeout=idle_timeout if not live else 3600)
-            except nats.errors.TimeoutError:
+            except TIMEOUT:
                 if live:
                     continue
                 return
@@ -235,9 +234,9 @@ async def follow(
             if not live and meta.num_pending == 0:
                 return
     finally:
-        with contextlib.suppress(nats.errors.Error):  # a draining or closed connection drops it anyway
+        with contextlib.suppress(*UNAVAILABLE):  # a draining or closed connection drops it anyway
             await sub.unsubscribe()
         # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
         # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
-        with contextlib.suppress(nats.errors.Error, PermissionDenied):
+        with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
             await bus.guarded(bus.js.delete_consumer(stream, name))

@@ -10,21 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-import nats
-
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
-from taugrid.bus.errors import UNAVAILABLE
+from taugrid.bus.errors import MISSING, NO_RESPONDERS, UNAVAILABLE, unavailable
 from taugrid.core.errors import TemporaryError
 
 
 async def _get(bus: Bus, stream: str, **where: object) -> Event | None:
     try:
         msg = await bus.js.get_msg(stream, **where)  # type: ignore[arg-type]
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return None
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"reading {stream} ({where}) failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"reading {stream} ({where})", exc) from exc
     return from_message(msg.subject or "", msg.headers, msg.data or b"", seq=int(msg.seq or 0))
 
 
@@ -47,10 +45,10 @@ async def bounds(bus: Bus, stream: str) -> tuple[int, int]:
     """(first, last) sequence ``stream`` holds; (0, 0) when it is missing."""
     try:
         info = await bus.js.stream_info(stream)
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return 0, 0
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"reading {stream}'s state failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"reading {stream}'s state", exc) from exc
     return int(info.state.first_seq or 0), int(info.state.last_seq or 0)
 
 
@@ -59,10 +57,10 @@ async def count(bus: Bus, stream: str, subject: str) -> int:
     with a subjects filter: no scan of the stream's messages)."""
     try:
         info = await bus.js.stream_info(stream, subjects_filter=subject)
-    except nats.js.errors.NotFoundError:
+    except MISSING:
         return 0
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"counting {stream} on {subject} failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"counting {stream} on {subject}", exc) from exc
     return sum((info.state.subjects or {}).values())
 
 
@@ -117,10 +115,10 @@ async def _direct_next(bus: Bus, stream: str, where: dict[str, object], subject:
     request = json.dumps({**where, "next_by_subj": subject}).encode()
     try:
         msg = await bus.nc.request(f"$JS.API.DIRECT.GET.{stream}", request, timeout=5.0)
-    except nats.errors.NoRespondersError as exc:
+    except NO_RESPONDERS as exc:
         raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
     except UNAVAILABLE as exc:
-        raise TemporaryError(f"reading {stream} ({subject} from {seq}) failed: {exc!r}", delay=1.0) from exc
+        raise unavailable(f"reading {stream} ({subject} from {seq})", exc) from exc
     headers = msg.headers or {}
     status = headers.get("Status", "")
     if status == "404":
