@@ -34,6 +34,8 @@ ASSET = {**JOB, "storage": {"image_assets": [
 RAY_WS = {**JOB, "policy": {"workspace": "ray"}}
 PROFILED = {**JOB, "policy": {"workspace": "default", "profile": "kind-cpu-job"}}
 TOPOLOGY = {**JOB, "policy": {"workspace": "default", "topology": "kubernetes.io/hostname"}}
+SLICED = {**JOB, "execution": {"launcher": "torchrun", "nodes": 4},
+          "policy": {"workspace": "default", "topology_slice": {"level": "kubernetes.io/hostname", "size": 2}}}
 OFFLOAD = {**JOB, "metrics": {"history": ["m.jsonl"]}, "experiment": {"project": "p", "name": "n"}}
 NCCL = {**JOB, "runtime": {"env": {"NCCL_DEBUG": "INFO"}}}
 PROFILER = {"profiler": {"mode": "nsys"}}
@@ -112,6 +114,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "policy.priority": (JOB, {"policy": {"priority": "high"}}),
     "policy.priority_tier": (JOB, {"policy": {"priority_tier": "high"}}),
     "policy.topology_policy": (TOPOLOGY, {"policy": {"topology_policy": "preferred"}}),
+    "policy.topology_slice.level": (SLICED, {"policy": {"topology_slice": {"level": "example.com/rack"}}}),
+    "policy.topology_slice.size": (SLICED, {"policy": {"topology_slice": {"size": 4}}}),
     "policy.workload_profile_snapshot": (JOB, {"policy": {"workload_profile_snapshot": "snap-1"}}),
     "policy.workload_priority_class": (JOB, {"policy": {"workload_priority_class": "high"}}),
     "policy.pod_priority_class": (JOB, {"policy": {"pod_priority_class": "research-high"}}),

@@ -23,7 +23,7 @@ TOPOLOGY_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 TOPOLOGY_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 HOSTNAME = "kubernetes.io/hostname"
 TOPOLOGY_NAMES = {"hostname": HOSTNAME, "node": HOSTNAME, "single-node": HOSTNAME}
-TOPOLOGY_POLICIES = ("required", "preferred")
+TOPOLOGY_POLICIES = ("required", "preferred", "unconstrained")
 GPU_CLASS_LABEL = "taugrid.io/gpu-class"
 MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$")
 RAY_TRAIN_SECTIONS = ("torch_config", "scaling_config", "failure_config")
@@ -43,6 +43,58 @@ def topology_level(name: str) -> str | None:
     if name in TOPOLOGY_NAMES or name.startswith("single-node"):
         return HOSTNAME
     return None
+
+
+def _topology(cfg: TauConfig, add: Any) -> None:
+    """``policy.topology`` / ``topology_policy`` / ``topology_slice`` as Kueue's TAS annotations allow them: one of
+    required, preferred (both with a level) or unconstrained (without one); a slice level that is a label key."""
+    p = cfg.policy
+    unconstrained = p.topology_policy == "unconstrained"
+    if p.topology_policy and p.topology_policy not in TOPOLOGY_POLICIES:
+        add(("policy", "topology_policy"), f"unknown topology policy {p.topology_policy!r}",
+            "use required, preferred or unconstrained")
+    elif p.topology_policy and not unconstrained and not p.topology:
+        add(("policy", "topology_policy"), "needs policy.topology (the level to keep the pods within)",
+            "set policy.topology, e.g. kubernetes.io/hostname")
+    if unconstrained and p.topology:
+        add(("policy", "topology"), "topology_policy: unconstrained places pods by free capacity at no level "
+            "(Kueue's podset-unconstrained-topology takes none)",
+            "remove policy.topology, or use topology_policy: required or preferred")
+    if p.topology and topology_level(p.topology) is None:
+        add(("policy", "topology"), f"{p.topology!r} names no topology level",
+            "write a node label key (e.g. kubernetes.io/hostname, cloud.provider.com/topology-block) or "
+            "single-node / hostname")
+    if p.topology_slice is not None and topology_level(p.topology_slice.level) is None:
+        add(("policy", "topology_slice", "level"), f"{p.topology_slice.level!r} names no topology level",
+            "write a node label key (e.g. cloud.provider.com/topology-rack) or hostname")
+
+
+def topology_fit(cfg: TauConfig, levels: list[list[str]], count: int, add: Any) -> None:
+    """The run's topology request against the pod count of the pod set it shapes (``count``: Job pods, or Ray
+    workers) and the platform's topologies (``levels``: each topology's levels, highest first; none declared:
+    the cluster's own Topology objects decide, so only the count is checked)."""
+    p = cfg.policy
+    level = topology_level(p.topology) if p.topology and p.topology_policy != "unconstrained" else None
+    piece = p.topology_slice
+    slice_level = topology_level(piece.level) if piece is not None else None
+    if piece is not None and piece.size > count:
+        add(("policy", "topology_slice", "size"), f"a slice of {piece.size} pods is more than the run's {count} "
+            "(Kueue's rule: the slice size is at most the pod set's count)", f"use a size of at most {count}")
+    elif piece is not None and count % piece.size:
+        add(("policy", "topology_slice", "size"), f"the run's {count} pods do not divide into slices of "
+            f"{piece.size} (each slice is placed whole)", "use a size that divides the pod count")
+    if not levels:
+        return
+    known = sorted({lv for ls in levels for lv in ls})
+    for path, wanted in ((("policy", "topology"), level), (("policy", "topology_slice", "level"), slice_level)):
+        if wanted is not None and wanted not in known:
+            add(path, f"{wanted!r} is a level of no topology of this platform",
+                f"use one of: {', '.join(known)}")
+    if (level is not None and slice_level is not None and level in known and slice_level in known
+            and not any(level in ls and slice_level in ls[ls.index(level):] for ls in levels)):
+        add(("policy", "topology_slice", "level"), f"slice level {slice_level!r} is not at or below "
+            f"{level!r} in any topology (Kueue refuses a slice above the pod set's level)",
+            "name a lower level for the slices, or a higher policy.topology")
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -77,16 +129,7 @@ def refusals(cfg: TauConfig, add: Any) -> None:
     if p.workload_profile_snapshot:
         add(("policy", "workload_profile_snapshot"), "taugrid resolves profiles from the live platform; a "
             "snapshot of a TauCluster profile is not read", "remove it (tau reproduce pins the platform revision)")
-    if p.topology_policy and not p.topology:
-        add(("policy", "topology_policy"), "needs policy.topology (the level to keep the pods within)",
-            "set policy.topology, e.g. kubernetes.io/hostname")
-    if p.topology_policy and p.topology_policy not in TOPOLOGY_POLICIES:
-        add(("policy", "topology_policy"), f"unknown topology policy {p.topology_policy!r}",
-            "use required or preferred")
-    if p.topology and topology_level(p.topology) is None:
-        add(("policy", "topology"), f"{p.topology!r} names no topology level",
-            "write a node label key (e.g. kubernetes.io/hostname, cloud.provider.com/topology-block) or "
-            "single-node / hostname")
+    _topology(cfg, add)
     if p.clear_node_selector and (ray or cfg.managed):
         add(("policy", "clear_node_selector"), "clears the profile's node selector of a direct Job only "
             "(TauGrid's rule)", "remove it, or write a direct config with engine: job")

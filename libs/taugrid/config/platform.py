@@ -1,7 +1,7 @@
-"""``platform.yaml``: the administrator's policy — flavors, cohorts, queues, priorities, profiles, workspaces,
-and the people allowed on the bus (users, groups, workspace members and admins).
+"""``platform.yaml``: the administrator's policy — topologies, flavors, cohorts, queues, priorities, profiles,
+workspaces, and the people allowed on the bus (users, groups, workspace members and admins).
 
-Shapes follow Kueue (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass) in snake_case,
+Shapes follow Kueue (Topology, ResourceFlavor, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass) in snake_case,
 plus taugrid's compute profiles and workspaces. A platform with no ``users`` is single-user (embedded) mode: the
 person who ran ``tau up`` is its platform admin. Invariants: every model forbids unknown keys;
 ``load_platform`` returns only a platform whose cross-references all resolve (see ``platformcheck``); the
@@ -41,11 +41,23 @@ class Toleration(Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] = ""
 
 
+class Topology(Strict):
+    """Kueue's ``Topology``: the node labels that group nodes into domains, highest level first (block → rack →
+    host). Checked in ``platformtopology`` as Kueue's CRD and webhook check it (1-16 unique label keys;
+    ``kubernetes.io/hostname`` only as the last level)."""
+
+    name: str
+    levels: list[str] = Field(default_factory=list,
+                              description="node label keys, highest level first (Kueue spec.levels[].nodeLabel)")
+
+
 class ResourceFlavor(Strict):
     name: str
     node_labels: dict[str, Text] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     tolerations: list[Toleration] = Field(default_factory=list)
+    topology_name: str | None = Field(default=None, description="a topologies[].name: this flavor's nodes are "
+                                      "placed by topology-aware scheduling (Kueue spec.topologyName)")
 
 
 class Cohort(Strict):
@@ -255,6 +267,7 @@ class LocalPool(Strict):
 
 
 class Platform(Strict):
+    topologies: list[Topology] = Field(default_factory=list)
     resource_flavors: list[ResourceFlavor] = Field(default_factory=list)
     cohorts: list[Cohort] = Field(default_factory=list)
     cluster_queues: list[ClusterQueue] = Field(default_factory=list)
@@ -388,6 +401,9 @@ class Platform(Strict):
 
     def flavor(self, name: str) -> ResourceFlavor | None:
         return next((f for f in self.resource_flavors if f.name == name), None)
+
+    def topology(self, name: str) -> Topology | None:
+        return next((t for t in self.topologies if t.name == name), None)
 
     def cohort_root(self, cohort: str | None) -> str | None:
         """The top of a cohort's tree (the cohort itself when it has no parent); ``None`` for no cohort."""

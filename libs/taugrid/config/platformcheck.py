@@ -1,4 +1,5 @@
-"""Cross-reference checks of a ``Platform``: every name it mentions must exist, every quota must parse.
+"""Cross-reference checks of a ``Platform``: every name it mentions must exist, every quota must parse (the
+topologies and what uses them: ``platformtopology``).
 
 Invariant: ``check_platform`` never raises; it returns every problem at once, each naming the field path
 (``workspaces[1].local_queue``), its line when known, and the fix — usually the list of names that do exist.
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, KaiQueueFields
 from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
+from taugrid.config.platformtopology import check_topologies
 from taugrid.config.source import Lines, make_issue, suggest
 from taugrid.core.identity import is_user_public_key
 
@@ -26,6 +28,7 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
         issues.append(make_issue(path, message, fix, file=file, lines=known_lines))
 
     for section in (
+        "topologies",
         "resource_flavors",
         "cohorts",
         "cluster_queues",
@@ -44,6 +47,7 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     _profiles(platform, add)
     _workspaces(platform, add)
     _people(platform, add)
+    check_topologies(platform, add)
     return issues
 
 

@@ -93,6 +93,7 @@ _SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], list[dict[str, Any]]]], .
     ("cluster_queue", lambda d: [_quotas_flat(q) for q in d["cluster_queues"]]),
     ("local_queue", lambda d: d["local_queues"]),
     ("cohort", lambda d: d["cohorts"]),
+    ("topology", lambda d: d["topologies"]),
     ("resource_flavor", lambda d: d["resource_flavors"]),
     ("priority_class", lambda d: d["priority_classes"]),
     ("compute_profile", lambda d: d["compute_profiles"]),

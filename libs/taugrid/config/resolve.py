@@ -19,7 +19,7 @@ import math
 import posixpath
 
 from taugrid.config.departments import KAI_QUEUE_LABEL
-from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_level
+from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_fit, topology_level
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
 from taugrid.config.source import make_issue, raise_issues
@@ -125,6 +125,8 @@ def resolve_run(
     head = _head(cfg)
     working_dir = _working_dir(cfg, project_subdir, issues)
     launcher, command, nproc = build_command(cfg, requests.gpu, issues.add)
+    topology_fit(cfg, [t.levels for t in platform.topologies],
+                 cfg.execution.nodes if cfg.engine == "job" else pods, issues.add)
     raise_issues(issues.items)
     return ResolvedRun(
         run_id=run_id,
@@ -191,6 +193,10 @@ def resolve_run(
         gpu_resource=f"nvidia.com/mig-{cfg.compute.mig_profile}" if cfg.compute.mig_profile else "",
         topology_level=(topology_level(cfg.policy.topology) or "") if cfg.policy.topology else "",
         topology_required=cfg.policy.topology_policy != "preferred",
+        topology_unconstrained=cfg.policy.topology_policy == "unconstrained",
+        topology_slice_level=(topology_level(cfg.policy.topology_slice.level) or "")
+        if cfg.policy.topology_slice else "",
+        topology_slice_size=cfg.policy.topology_slice.size if cfg.policy.topology_slice else 0,
         devices=dict(cfg.runtime.devices),
         shm_size=parse_memory(cfg.runtime.shm_size) if cfg.runtime.shm_size else 0,
         labels={**{f"taugrid.io/{k}": v for k, v in (("team", cfg.policy.team), ("lane", cfg.policy.lane)) if v},

@@ -112,6 +112,14 @@ class Compute(Strict):
     gang: bool | None = Field(default=None, description="taugrid: start all pods together or none")
 
 
+class TopologySlice(Strict):
+    """taugrid: Kueue TAS pod-set slices (``podset-slice-required-topology`` + ``podset-slice-size``): the pods
+    in groups of ``size``, each group inside one domain of ``level``."""
+
+    level: str = Field(description="a node label key (or hostname / node / single-node) each slice stays within")
+    size: int = Field(ge=1, description="pods per slice; divides the run's pod count")
+
+
 class Policy(Strict):
     workspace: str | None = None
     namespace: str | None = None
@@ -125,7 +133,8 @@ class Policy(Strict):
     shape: str | None = None
     priority: str | None = Field(default=None, description="alias of priority_tier")
     priority_tier: str | None = None
-    topology_policy: str | None = None
+    topology_policy: str | None = Field(default=None, description="required (default), preferred or unconstrained")
+    topology_slice: TopologySlice | None = None
     workload_profile_snapshot: str | None = None
     workload_priority_class: str | None = None
     pod_priority_class: str | None = None

@@ -120,6 +120,9 @@ class ResolvedRun(Struct, frozen=True):
     gpu_resource: str = ""  # the extended resource whole GPUs are asked as ("" = nvidia.com/gpu; MIG slices)
     topology_level: str = ""  # policy.topology: Kueue TAS level every pod set stays within
     topology_required: bool = True  # policy.topology_policy: required (else preferred)
+    topology_unconstrained: bool = False  # policy.topology_policy: unconstrained (no level; placed by free capacity)
+    topology_slice_level: str = ""  # policy.topology_slice.level: each slice of the pod set stays within one
+    topology_slice_size: int = 0  # policy.topology_slice.size: pods per slice (0: no slices)
     devices: dict[str, int] = msgspec.field(default_factory=dict)  # runtime.devices: extra extended resources
     shm_size: int = 0  # runtime.shm_size: bytes of in-memory /dev/shm (0 = the renderer's choice)
     labels: dict[str, str] = msgspec.field(default_factory=dict)  # policy.team / policy.lane as taugrid.io/ labels

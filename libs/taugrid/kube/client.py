@@ -62,6 +62,7 @@ _KNOWN = [
     Resource("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues"),
     Resource("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
     Resource("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", False),
+    Resource("kueue.x-k8s.io/v1beta2", "Topology", "topologies", False),  # Kueue TAS (cluster-scoped)
     Resource("kueue.x-k8s.io/v1beta2", "Cohort", "cohorts", False),
     Resource("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False),
     Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),

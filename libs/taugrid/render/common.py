@@ -28,6 +28,9 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GPU_RESOURCE = "nvidia.com/gpu"
 TOPOLOGY_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 TOPOLOGY_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+TOPOLOGY_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+TOPOLOGY_SLICE = "kueue.x-k8s.io/podset-slice-required-topology"
+TOPOLOGY_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DATA_MOUNT = "/data"
 # Set by the renderer service on what it applies (never by ``render``), read back by kube-bridge.
@@ -74,12 +77,19 @@ def tau_labels(run: ResolvedRun, *, attempt: int) -> dict[str, str]:
     }
 
 
-def template_annotations(run: ResolvedRun) -> dict[str, str]:
-    """Pod-template annotations: the tau ones plus Kueue's topology-aware scheduling request (per pod set)."""
+def template_annotations(run: ResolvedRun, *, slices: bool = True) -> dict[str, str]:
+    """Pod-template annotations: the tau ones plus Kueue's topology-aware scheduling request (per pod set): one of
+    required / preferred (a level) / unconstrained, and, on the pod set the slices divide (``slices``: the Job's
+    pods, a RayJob's workers, not its one-pod head), the slice level and size."""
     out = tau_annotations(run)
-    if run.topology_level:
+    if run.topology_unconstrained:
+        out[TOPOLOGY_UNCONSTRAINED] = "true"
+    elif run.topology_level:
         key = TOPOLOGY_REQUIRED if run.topology_required else TOPOLOGY_PREFERRED
         out[key] = run.topology_level
+    if slices and run.topology_slice_size:
+        out[TOPOLOGY_SLICE] = run.topology_slice_level
+        out[TOPOLOGY_SLICE_SIZE] = str(run.topology_slice_size)
     return out
 
 

@@ -1,8 +1,8 @@
 """Render a ``platform.yaml`` as the Kueue objects a cluster needs (``kueue.x-k8s.io/v1beta2``).
 
-``render_platform(p)`` → ResourceFlavors, Cohorts (parents before children), ClusterQueues, LocalQueues and
-WorkloadPriorityClasses, in that order, so a server-side apply in list order never names an object that does
-not exist yet (Kueue tolerates that anyway, but ``kubectl get`` reads better).
+``render_platform(p)`` → Topologies, ResourceFlavors, Cohorts (parents before children), ClusterQueues,
+LocalQueues and WorkloadPriorityClasses, in that order, so a server-side apply in list order never names an
+object that does not exist yet (Kueue tolerates that anyway, but ``kubectl get`` reads better).
 
 Invariants:
   * pure and deterministic: the same platform gives byte-identical objects;
@@ -28,6 +28,7 @@ from taugrid.config.platform import (
     ResourceFlavor,
     Taint,
     Toleration,
+    Topology,
 )
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -41,6 +42,7 @@ def render_platform(p: Platform) -> list[dict[str, Any]]:
     from taugrid.render.kai import render_kai_queues
 
     return [
+        *(topology(t) for t in p.topologies),
         *(resource_flavor(f) for f in p.resource_flavors),
         *(cohort(c) for c in _parents_first(p.all_cohorts())),
         *(cluster_queue(q) for q in p.all_cluster_queues()),
@@ -91,7 +93,15 @@ def resource_flavor(f: ResourceFlavor) -> dict[str, Any]:
         spec["nodeTaints"] = [_taint(t) for t in f.taints]
     if f.tolerations:
         spec["tolerations"] = [toleration(t) for t in f.tolerations]
+    if f.topology_name is not None:
+        spec["topologyName"] = f.topology_name
     return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": _meta(f.name), "spec": spec}
+
+
+def topology(t: Topology) -> dict[str, Any]:
+    """Kueue's TAS ``Topology``: its levels as node labels, highest first (Kueue reads them in that order)."""
+    return {"apiVersion": API_VERSION, "kind": "Topology", "metadata": _meta(t.name),
+            "spec": {"levels": [{"nodeLabel": level} for level in t.levels]}}
 
 
 def cohort(c: Cohort) -> dict[str, Any]:

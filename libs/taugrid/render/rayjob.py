@@ -165,7 +165,7 @@ def _cluster_spec(
         "headGroupSpec": {
             # Values are strings in the CRD. No CPUs/GPUs on the head: tasks land on workers only.
             "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
-            "template": _template(run, attempt, head_pod),
+            "template": _template(run, attempt, head_pod, slices=False),
         },
         "workerGroupSpecs": [
             {
@@ -228,8 +228,10 @@ def _pod(run: ResolvedRun, container: dict[str, Any], exclude_nodes: Sequence[st
     return pod
 
 
-def _template(run: ResolvedRun, attempt: int, pod: dict[str, Any]) -> dict[str, Any]:
+def _template(run: ResolvedRun, attempt: int, pod: dict[str, Any], *, slices: bool = True) -> dict[str, Any]:
+    """``slices``: whether this group takes the run's TAS slices (the workers do; the one-pod head cannot)."""
     return {
-        "metadata": {"labels": tau_labels(run, attempt=attempt), "annotations": template_annotations(run)},
+        "metadata": {"labels": tau_labels(run, attempt=attempt),
+                     "annotations": template_annotations(run, slices=slices)},
         "spec": pod,
     }
