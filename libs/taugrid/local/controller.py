@@ -38,7 +38,9 @@ from taugrid.local.backend import run_user
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.lanelock import LaneLock
+from taugrid.local.podsready import WAITING_MESSAGE, WAITING_REASON
 from taugrid.local.podsync import PodRuntime, PodSync, PreparedRuntimes, failure
+from taugrid.local.readiness import Readiness
 from taugrid.local.runas import RunUser, WorkspaceUsers
 from taugrid.local.runtime import PodRuntimes
 from taugrid.local.secrets import SecretStore
@@ -115,12 +117,17 @@ class LocalCluster:
         self.podsync = PodSync(bus, self.kubelet, node=node, gpu_memory_mb=gpu_memory_mb, lock=self.lock,
                                publish=self.publish, save=self.save,
                                runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir), run_as), users=run_as)
+        # Kueue's waitForPodsReady, as the platform's ``wait_for_pods_ready`` sets it (``readiness``)
+        self.readiness = Readiness(podsync=self.podsync, admitter=self.admitter, publish=self.publish, save=self.save,
+                                   request=self._request, drop_versions=self._drop_versions, forget=self._forget,
+                                   wake=self.wake)
         # Simulated node pool (as Kueue's performance tests do): pods complete after SIMULATED_DURATION seconds
         # from their env, and no process is spawned.
         self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
         self._snapshot_at = 0.0
         self._platform_checked = 0.0
         self._pending_at = 0.0
+        self._blocked = False  # admission held by Kueue's blockAdmission at the last wake-up
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
         self.work = asyncio.Event()  # set on new work or freed capacity (``wake``)
         self.cycles = 0  # admission cycles run, for tests and benchmarks
@@ -150,6 +157,7 @@ class LocalCluster:
         for wl in self.wls.values():  # a new revision may move a LocalQueue to another ClusterQueue
             wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
         self.admitter.configure(p)
+        self.readiness.rule = p.wait_for_pods_ready
         self._refill()
         self.wake()
 
@@ -157,10 +165,12 @@ class LocalCluster:
         return time.time() - self._platform_checked >= PLATFORM_CHECK_S
 
     def _refill(self) -> None:
-        """Give a fresh engine every workload this cluster holds, running ones first."""
+        """Give a fresh engine every workload this cluster holds, running ones first (not those backing off after
+        a PodsReady timeout: ``readiness`` submits them when their backoff ends)."""
         held = list(self.wls.values())
         self.admitter.rebuild([self._request(w) for w in held if w.state in ("running", "deleted")],
-                              [self._request(w) for w in held if w.state == "pending"])
+                              [self._request(w) for w in held if w.state == "pending"
+                               and not self.readiness.backing_off(w)])
 
     async def load(self) -> None:
         await self.refresh_platform()
@@ -349,7 +359,8 @@ class LocalCluster:
         return per_pod, int(main["spec"].get("parallelism") or 1), int(parse_memory(lim)) if lim else 0
 
     def _request(self, wl: LocalWorkload) -> Request:
-        return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority, created=wl.created,
+        return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority,
+                       created=wl.queued_at or wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
                        excluded_nodes=tuple(wl.excluded_nodes),
@@ -393,6 +404,12 @@ class LocalCluster:
             await self._admit()
             await self._housekeep()
 
+    async def pods_ready_pass(self, now: float) -> None:
+        """The waitForPodsReady checks at time ``now`` (housekeeping runs them at the current time; tests step
+        ``now`` past a timeout or a backoff instead of sleeping through it)."""
+        async with self.lock:
+            await self.readiness.check(list(self.wls.values()), now)
+
     async def housekeep(self) -> None:
         """The timer's part: pods to launch, reasons for waiting runs, pods to supervise, the queue snapshot."""
         async with self.lock:
@@ -429,6 +446,13 @@ class LocalCluster:
         or ``ADMIT_BATCH`` admissions or fruitless cycles) wakes the loop again rather than holding the lock, so
         housekeeping interleaves with a long burst."""
         await self.refresh_platform()
+        if self.readiness.blocked(list(self.wls.values())):
+            # Kueue's blockAdmission: an admitted workload is not ready yet (``readiness`` wakes us once it is);
+            # every waiting run is told why at the next housekeeping, not half a second later
+            self._pending_at = 0.0 if not self._blocked else self._pending_at
+            self._blocked = True
+            return
+        self._blocked = False
         granted: list[Granted] = []
         preempted: list[Evicted] = []
         examined = 0
@@ -457,9 +481,12 @@ class LocalCluster:
         await self._each(self._launch_pending(wl) for wl in list(self.wls.values())
                          if wl.state == "running" and (not wl.announced or any(
                              p.phase == "Pending" or (p.sim_end and not p.added) for p in wl.pods)))
+        await self.readiness.check(list(self.wls.values()), now)
         if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue
             self._pending_at = now
             why = self.admitter.pending_all()
+            if self.readiness.blocked(list(self.wls.values())):
+                why = {n: Pending(WAITING_REASON, WAITING_MESSAGE, p.position) for n, p in why.items()}
             news = [wl for wl in list(self.wls.values())
                     if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)]
             await self._each(self.publish(wl, "Workload", wl.workload, "modified") for wl in news)
@@ -503,6 +530,7 @@ class LocalCluster:
         await self.publish(wl, wl.job["kind"], wl.job, "modified")
         wl.pods, wl.state, wl.last_pending = [], "pending", ""
         wl.requeues += 1
+        wl.retry_reason = "Preempted"
         await self.save(wl)
 
     def _pending_news(self, wl: LocalWorkload, info: Pending | None, now: float) -> bool:
@@ -532,6 +560,7 @@ class LocalCluster:
         way (the bus timed out) leaves pods in phase Pending, and the next tick carries on from there."""
         objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors,
                       pod_counts={"main": wl.pods_wanted}, at=now)
+        self.readiness.admitted(wl, now)
         wl.pods = []
         if wl.pods_wanted > 1 and not wl.rdzv_port:
             wl.rdzv_port = free_port()

@@ -217,8 +217,8 @@ class PodSync:
             if mem:
                 env["TAU_GPU_MEMORY_MB"] = str(mem)
         literal = _literal_env(wl)
-        if wl.requeues:  # restarted after preemption: same attempt, resume from the last checkpoint
-            env["TAU_RETRY_REASON"] = "Preempted"
+        if wl.requeues:  # restarted after a preemption or a PodsReady timeout: same attempt, resume from checkpoint
+            env["TAU_RETRY_REASON"] = wl.retry_reason or "Preempted"
             env["TAU_RESUME_FROM"] = literal.get("TAU_RESUME_FROM") or literal.get("TAU_CHECKPOINT_DIR", "")
         if wl.pods_wanted > 1:
             env["MASTER_ADDR"] = literal.get("MASTER_ADDR", "127.0.0.1")

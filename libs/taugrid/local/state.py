@@ -62,3 +62,12 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     rdzv_port: int = 0  # multi-node torchrun: the loopback rendezvous port of this workload
     last_pending: str = ""
     last_pending_at: float = 0.0
+    # Kueue's waitForPodsReady (``readiness``): whether this admission's pods all became ready; how many times it
+    # was requeued for not becoming ready in time (Kueue's requeueState.count, apart from preemptions); when its
+    # backoff ends (0: not backing off, it is in the admission queue); its place in the queue once requeued (0:
+    # ``created``); why its pods restart (TAU_RETRY_REASON; "" after a preemption: "Preempted").
+    ready: bool = False
+    ready_requeues: int = 0
+    requeue_at: float = 0.0
+    queued_at: float = 0.0
+    retry_reason: str = ""
