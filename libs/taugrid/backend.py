@@ -6,12 +6,12 @@ their backends: ``taugrid.local.backend.LocalBackend`` and ``taugrid.kube.backen
 
 from __future__ import annotations
 
-import os
 from typing import Any, Protocol
 
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.local.backend import LocalBackend
+from taugrid.settings.model import ProcessSettings
 
 
 class Backend(Protocol):
@@ -22,11 +22,11 @@ class Backend(Protocol):
     async def delete(self, req: BackendDelete) -> None: ...
 
 
-async def from_env(bus: Bus) -> Any:
-    """``TAU_BACKEND=local`` (default) or ``kubernetes`` (kubeconfig or in-cluster credentials)."""
-    kind = os.environ.get("TAU_BACKEND", "local")
-    if kind == "kubernetes":
+async def make(bus: Bus, given: ProcessSettings) -> Any:
+    """The backend ``TAU_BACKEND`` names: ``local`` (default) or ``kubernetes`` (kubeconfig or in-cluster
+    credentials)."""
+    if given.backend == "kubernetes":
         from taugrid.kube.backend import kube_backend_from_env
 
         return await kube_backend_from_env()
-    return LocalBackend(bus, os.environ.get("TAU_CLUSTER", "local"))
+    return LocalBackend(bus, given.cluster or "local")

@@ -19,11 +19,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from taugrid import settings
 from taugrid.bus import metrics, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.consumer import STUCK_S, ConsumerLoop, Handler, report_stuck
 from taugrid.core.errors import TemporaryError
 from taugrid.runrecord import VerifiedUsers
+from taugrid.settings import Settings, SettingsError
 
 log = logging.getLogger("taugrid.service")
 
@@ -31,8 +33,11 @@ log = logging.getLogger("taugrid.service")
 class Service:
     """What a service's ``start`` uses to declare its work."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, given: Settings | None = None) -> None:
+        """``given``: the process's settings, read once by ``main`` (default: ``settings.current()``); a
+        service's ``start`` hands what it needs from them to what it builds."""
         self.bus = bus
+        self.settings = given if given is not None else settings.current()
         self.loops: list[ConsumerLoop] = []
         self.tasks: list[Coroutine[Any, Any, None]] = []
         self.stopping = asyncio.Event()
@@ -83,25 +88,26 @@ class Service:
 StartFn = Callable[[Service], Awaitable[None]]
 
 
-async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
+async def run(name: str, start: StartFn, *, url: str | None = None, given: Settings | None = None) -> None:
     tracing.setup(name)
+    given = given if given is not None else settings.current()
     bus = None
     while bus is None:
         try:
-            bus = await connect(url, name=name)
+            bus = await connect(url or given.bus.url, name=name)
         except TemporaryError as exc:
             log.warning("%s; retrying", exc)
             await asyncio.sleep(1.0)
     bus.user_lookup = VerifiedUsers(bus)  # every run event this service emits names the run's submitter
-    svc = Service(bus)
+    svc = Service(bus, given)
     await start(svc)
-    if metrics.serve_from_env() is not None:
+    if metrics.serve(given.metrics) is not None:
         svc.every(5.0, lambda: _consumer_gauges(bus, svc.loops))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, svc.stop)
     log.info("%s started (pid %s) with %d consumer(s)", name, os.getpid(), len(svc.loops))
-    say_ready()
+    say_ready(given.process.ready_file)
     tasks = [asyncio.create_task(lp.run()) for lp in svc.loops] + [asyncio.create_task(t) for t in svc.tasks]
     stop_wait = asyncio.create_task(svc.stopping.wait())
     done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -120,15 +126,14 @@ async def run(name: str, start: StartFn, *, url: str | None = None) -> None:
 READY_FILE_ENV = "TAU_READY_FILE"  # as taugrid.stack.scaling names it (the bus layer does not import the stack)
 
 
-def say_ready() -> None:
+def say_ready(path: Path | None) -> None:
     """Write this process's pid to ``$TAU_READY_FILE`` (set by the embedded stack's supervisor for each replica)
     once its handlers are set up, just before its loops bind their durables (which the bootstrap made, so what is
     published meanwhile waits in them): `tau up` waits for it, whatever the log level (at
     ``TAU_LOG_LEVEL=WARNING`` the "started" log line it read before never came, and `tau up` waited out its whole
     timeout, then said the services were still starting)."""
-    path = os.environ.get(READY_FILE_ENV, "")
-    if path:
-        ready = Path(path)
+    if path is not None:
+        ready = path
         ready.parent.mkdir(parents=True, exist_ok=True)
         tmp = ready.with_name(f"{ready.name}.{os.getpid()}.tmp")
         tmp.write_text(str(os.getpid()))
@@ -148,9 +153,13 @@ async def _consumer_gauges(bus: Bus, loops: list[ConsumerLoop]) -> None:
 
 
 def main(name: str, start: StartFn) -> None:
-    """Entry point for ``python -m taugrid_services.<name>``."""
+    """Entry point for ``python -m taugrid_services.<name>``: the one place a service reads its settings."""
+    try:
+        given = settings.current()
+    except SettingsError as exc:
+        sys.exit(f"{name}: {exc}")
     logging.basicConfig(
-        level=os.environ.get("TAU_LOG_LEVEL", "INFO"),
+        level=given.process.log_level,
         format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
     try:
@@ -159,4 +168,4 @@ def main(name: str, start: StartFn) -> None:
         uvloop.install()
     except ImportError:  # uvloop is optional on platforms without it
         pass
-    asyncio.run(run(name, start))
+    asyncio.run(run(name, start, given=given))

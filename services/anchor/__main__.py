@@ -11,38 +11,36 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from pathlib import Path
 
 from taugrid.bus import creds
 from taugrid.core.errors import PermanentError
 from taugrid.evidence.anchor import Exporter
 from taugrid.service import Service, main
+from taugrid.settings import AnchorSettings
 
 log = logging.getLogger("taugrid.anchor")
 
 
-def exporter_from_env() -> Exporter:
-    try:
-        path, key = Path(os.environ["TAU_ANCHOR_FILE"]), Path(os.environ["TAU_ANCHOR_KEY"])
-    except KeyError as missing:
-        raise PermanentError(f"{missing.args[0]} is not set: the anchor service needs the file to append to "
-                             "(TAU_ANCHOR_FILE) and the signing seed (TAU_ANCHOR_KEY)") from None
-    return Exporter(path, bytearray(creds.read_seed(key).encode()))
+def exporter(given: AnchorSettings) -> Exporter:
+    if given.file is None or given.key is None:
+        missing = "TAU_ANCHOR_FILE" if given.file is None else "TAU_ANCHOR_KEY"
+        raise PermanentError(f"{missing} is not set: the anchor service needs the file to append to "
+                             "(TAU_ANCHOR_FILE) and the signing seed (TAU_ANCHOR_KEY)")
+    return Exporter(given.file, bytearray(creds.read_seed(given.key).encode()))
 
 
 async def start(svc: Service) -> None:
-    exporter = exporter_from_env()
-    interval = float(os.environ.get("TAU_ANCHOR_INTERVAL_S", "60"))
+    given = svc.settings.anchor
+    anchoring = exporter(given)
 
     async def anchor() -> None:
-        signed, drift = await exporter.export(svc.bus)
+        signed, drift = await anchoring.export(svc.bus)
         for d in drift:
             log.error("ALARM: AUDIT %s", d)
         if signed is not None:
             log.info("anchor %s", json.dumps(signed, sort_keys=True, separators=(",", ":")))
 
-    svc.every(interval, anchor)
+    svc.every(given.interval_s, anchor)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ the default, or ``nodemaintenance``).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -32,24 +31,23 @@ from taugrid.bus.envelope import Event
 from taugrid.core.contracts import NodeCondition
 from taugrid.core.errors import PermanentError
 from taugrid.core.events import node_subject
-from taugrid.health.monitor import STREAM, HealthMonitor, policy_from_env
+from taugrid.health.monitor import STREAM, HealthMonitor, policy
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeUncordon
 from taugrid.service import Service, main
+from taugrid.settings import KubeSettings
 
 if TYPE_CHECKING:
     from taugrid.kube.nodes import NodeActuator
 
 
-async def actuator_from_env() -> NodeActuator:
+async def actuator(kube: KubeSettings) -> NodeActuator:
     # Imported here, for the Kubernetes backend only: kubernetes_asyncio is about 65 MB resident, which a local
     # stack's health monitor would otherwise carry for nothing (tests/contract/test_import_weight.py).
     from taugrid.kube.client import KubeApi, make_api_client
     from taugrid.kube.nodes import NodeActuator
 
     api_client = await make_api_client(
-        kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
-        context=os.environ.get("TAU_KUBE_CONTEXT") or None,
-        host=os.environ.get("TAU_KUBE_HOST") or None,
+        kubeconfig=kube.kubeconfig or None, context=kube.context or None, host=kube.host or None,
     )
     return NodeActuator(KubeApi(api_client))
 
@@ -123,13 +121,12 @@ def actuate(bus: Bus, actuator: NodeActuator, *, grace_s: int = 30, reboot_via: 
 
 
 async def start(svc: Service) -> None:
-    monitor = HealthMonitor(svc.bus, policy=policy_from_env())
+    health = svc.settings.health
+    monitor = HealthMonitor(svc.bus, policy=policy(health))
     svc.consume("health-monitor", monitor.handle)
-    if os.environ.get("TAU_BACKEND", "local") == "kubernetes":
-        actuator = await actuator_from_env()
-        grace_s = int(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30"))
-        via = os.environ.get("TAU_HEALTH_REBOOT_VIA", "annotation")
-        svc.consume("health-actuator", actuate(svc.bus, actuator, grace_s=grace_s, reboot_via=via))
+    if svc.settings.process.backend == "kubernetes":
+        svc.consume("health-actuator", actuate(svc.bus, await actuator(svc.settings.kube),
+                                               grace_s=health.drain_grace_s, reboot_via=health.reboot_via))
 
 
 if __name__ == "__main__":

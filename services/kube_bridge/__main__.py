@@ -8,30 +8,22 @@ namespaced kinds in; empty = all namespaces — the Helm chart sets it when RBAC
 
 from __future__ import annotations
 
-import os
-
 from taugrid.kube.client import KubeApi, make_api_client
 from taugrid.service import Service, main
 from taugrid_services.kube_bridge.bridge import Bridge
 
 
-def watch_namespaces(value: str) -> list[str]:
-    """``"a, b,,a"`` → ``["a", "b"]``; empty → [] (every namespace)."""
-    return sorted({n.strip() for n in value.split(",") if n.strip()})
-
-
 async def start(svc: Service) -> None:
+    kube = svc.settings.kube
     api_client = await make_api_client(
-        kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
-        context=os.environ.get("TAU_KUBE_CONTEXT") or None,
-        host=os.environ.get("TAU_KUBE_HOST") or None,
+        kubeconfig=kube.kubeconfig or None, context=kube.context or None, host=kube.host or None,
     )
     bridge = Bridge(
         svc.bus,
         KubeApi(api_client),
-        cluster=os.environ.get("TAU_CLUSTER", "default"),
-        lease_ttl_s=float(os.environ.get("TAU_BRIDGE_LEASE_TTL", "15")),
-        namespaces=watch_namespaces(os.environ.get("TAU_WATCH_NAMESPACES", "")),
+        cluster=svc.settings.process.cluster or "default",
+        lease_ttl_s=kube.bridge_lease_ttl_s,
+        namespaces=sorted(kube.watch_namespaces),
     )
 
     async def run() -> None:

@@ -1,5 +1,3 @@
-import os
-
 from taugrid import settings
 from taugrid.local import runas
 from taugrid.local.controller import LocalCluster
@@ -8,11 +6,11 @@ from taugrid.service import Service, main
 
 
 async def start(svc: Service) -> None:
-    node, capacity, gpus, gpu_mem = inventory()
+    node, capacity, gpus, gpu_mem = inventory(svc.settings.local)
     data = settings.data_dir()
     cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
                            gpu_memory_mb=gpu_mem,
-                           drain_grace_s=float(os.environ.get("TAU_HEALTH_DRAIN_GRACE_S", "30")),
+                           drain_grace_s=float(svc.settings.health.drain_grace_s),
                            run_as=runas.from_env(data))  # each workspace's OS user when the stack is root
     await cluster.load()
     svc.consume("local-cluster", cluster.on_backend)

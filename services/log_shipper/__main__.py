@@ -8,20 +8,17 @@ compare-and-set and nothing is doubled, but the work is).
 
 from __future__ import annotations
 
-import os
-
 from taugrid.kube.client import KubeApi, make_api_client
 from taugrid.service import Service, main
 from taugrid_services.log_shipper.shipper import LogShipper
 
 
 async def start(svc: Service) -> None:
+    kube = svc.settings.kube
     api_client = await make_api_client(
-        kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
-        context=os.environ.get("TAU_KUBE_CONTEXT") or None,
-        host=os.environ.get("TAU_KUBE_HOST") or None,
+        kubeconfig=kube.kubeconfig or None, context=kube.context or None, host=kube.host or None,
     )
-    namespaces = sorted({n.strip() for n in os.environ.get("TAU_WATCH_NAMESPACES", "").split(",") if n.strip()})
+    namespaces = sorted(kube.watch_namespaces)
     shipper = LogShipper(KubeApi(api_client), svc.bus, namespaces=namespaces)
 
     async def run() -> None:

@@ -10,10 +10,8 @@ declares ``local.nodes`` (the local backend's pool), one agent samples each of t
 from __future__ import annotations
 
 import logging
-import os
 
-from taugrid.health.agent import NodeAgent, node_name, probe_from_env
-from taugrid.health.ib import SYSFS_ROOT
+from taugrid.health.agent import NodeAgent, node_name, probe
 from taugrid.health.pool import AgentPool
 from taugrid.service import Service, main
 
@@ -21,9 +19,9 @@ log = logging.getLogger("taugrid.node_agent")
 
 
 async def start(svc: Service) -> None:
-    probe = probe_from_env()
-    agent = NodeAgent(svc.bus, probe, node_name(), ib_root=os.environ.get("TAU_IB_SYSFS", SYSFS_ROOT) or None)
-    interval = float(os.environ.get("TAU_NODE_SAMPLE_INTERVAL", "5"))
+    local, health = svc.settings.local, svc.settings.health
+    agent = NodeAgent(svc.bus, probe(local), node_name(local), ib_root=health.ib_sysfs or None)
+    interval = health.sample_interval_s
     first = await agent.sample()
     if first is not None:
         log.info("node %s: %d GPU(s) via %s %s", agent.node, len(first.gpus), first.gpu_source, first.message)

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
+from taugrid import settings
 from taugrid.bus import Bus, metrics
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
@@ -60,11 +61,11 @@ async def test_outcomes_redeliveries_and_dead_letters_are_counted(bus: Bus) -> N
 
 def test_metrics_are_served_only_when_a_port_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(metrics.PORT_ENV, raising=False)
-    assert metrics.serve_from_env() is None
+    assert metrics.serve(settings.current().metrics) is None
     port = free_port()
     monkeypatch.setenv(metrics.PORT_ENV, str(port))
     monkeypatch.setenv(metrics.ADDR_ENV, "127.0.0.1")
-    assert metrics.serve_from_env() == port
+    assert metrics.serve(settings.current().metrics) == port
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert "# TYPE taugrid_handler_seconds histogram" in body
     assert "# TYPE taugrid_consumer_ack_pending gauge" in body
@@ -74,9 +75,9 @@ def test_the_embedded_stack_gives_each_replica_its_own_metrics_port(monkeypatch:
     from taugrid.stack.supervisor import METRICS_BASE_ENV, SERVICES, metrics_port
 
     monkeypatch.delenv(METRICS_BASE_ENV, raising=False)
-    assert metrics_port("renderer", 0) is None
+    assert metrics_port("renderer", 0, settings.current().metrics.base_port) is None
     monkeypatch.setenv(METRICS_BASE_ENV, "19000")
-    ports = [metrics_port(s, r) for s in SERVICES for r in range(32)]
+    ports = [metrics_port(s, r, settings.current().metrics.base_port) for s in SERVICES for r in range(32)]
     assert len(set(ports)) == len(ports) == 32 * len(SERVICES) and min(ports) == 19000  # type: ignore[type-var]
 
 
@@ -172,7 +173,7 @@ async def test_kv_and_object_store_operations_are_timed_and_served(bus: Bus, mon
     port = free_port()
     monkeypatch.setenv(metrics.PORT_ENV, str(port))
     monkeypatch.setenv(metrics.ADDR_ENV, "127.0.0.1")
-    assert metrics.serve_from_env() == port
+    assert metrics.serve(settings.current().metrics) == port
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     families = {f.name: f for f in text_string_to_metric_families(body)}
     assert families["taugrid_kv_seconds"].type == "histogram"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from taugrid import settings
 from taugrid.cli.stack import _starting
 from taugrid.service import READY_FILE_ENV, say_ready
 from taugrid.stack.scaling import ready_file
@@ -25,7 +26,7 @@ def test_a_replica_is_starting_until_its_ready_file_holds_its_own_pid(tmp_path: 
                           {"service": "policy", "replica": 0, "pid": 43}]}
     # what a service writes once it consumes (taugrid.service.say_ready), at any log level
     monkeypatch.setenv(READY_FILE_ENV, str(ready_file(tmp_path, "submitter", 0)))
-    say_ready()
+    say_ready(settings.current().process.ready_file)
     # an earlier process of the same replica said so, not this one
     ready_file(tmp_path, "renderer", 1).write_text("7")
     assert _starting(tmp_path, state) == ["renderer-1", "policy-0"]

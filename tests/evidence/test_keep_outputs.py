@@ -13,6 +13,7 @@ from taugrid.bus import Bus
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
+from taugrid.settings import SettingsError
 
 outputs_cmd = importlib.import_module("taugrid.cli.outputs_cmd")
 
@@ -38,10 +39,20 @@ def test_keeper_copies_small_files_within_the_budget_by_content(tmp_path: Path) 
     assert "object" not in b.scan_dir(str(tmp_path), metrics=False)["files"][1]  # no keeper: nothing kept
 
 
-@pytest.mark.parametrize(("raw", "budget"), [("", 0), ("64Mi", 64 << 20), ("1000", 1000), ("lots", 0)])
+@pytest.mark.parametrize(("raw", "budget"), [("", 0), ("64Mi", 64 << 20), ("1000", 1000)])
 def test_keep_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, budget: int) -> None:
     monkeypatch.setenv("TAU_EVIDENCE_KEEP_OUTPUTS", raw)
     assert store.keep_outputs_budget() == budget
+
+
+def test_a_keep_budget_that_is_no_quantity_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TAU_EVIDENCE_KEEP_OUTPUTS", "lots")
+    with pytest.raises(SettingsError) as refused:
+        store.keep_outputs_budget()
+    assert str(refused.value) == (
+        "TAU_EVIDENCE_KEEP_OUTPUTS='lots': must be a size in bytes, e.g. 64Mi or 1G (memory 'lots' is not a "
+        "quantity (examples: 2, 500m, 64Gi)); set e.g. TAU_EVIDENCE_KEEP_OUTPUTS=64Mi, or unset it for the "
+        "default (0)")
 
 
 async def test_copy_fetches_kept_files_from_the_object_store_and_names_the_rest(bus: Bus, tmp_path: Path) -> None:

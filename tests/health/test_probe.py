@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from taugrid.health.agent import probe_from_env
+from taugrid.health import agent
 from taugrid.health.nvml import NvmlProbe
 from taugrid.health.probe import DeclaredProbe, validate_node
+from taugrid.settings import Settings
 
 
 def test_nvml_probe_without_gpus_says_so_and_never_raises() -> None:
@@ -148,7 +149,7 @@ def test_declared_probe_spec_and_fault_injection() -> None:
 
 
 def test_env_selects_declared_or_nvml() -> None:
-    assert isinstance(probe_from_env({"TAU_DECLARED_GPUS": "2x80000"}), DeclaredProbe)
-    nvml = probe_from_env({})
+    assert isinstance(agent.probe(Settings.from_env({"TAU_DECLARED_GPUS": "2x80000"}).local), DeclaredProbe)
+    nvml = agent.probe(Settings.from_env({}).local)
     assert isinstance(nvml, NvmlProbe)
     nvml.close()

@@ -11,9 +11,14 @@ import nats.js.errors
 from taugrid.bus import Bus
 from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.watch import MANAGED_SELECTOR
-from taugrid_services.kube_bridge.__main__ import watch_namespaces
+from taugrid.settings import Settings
 from taugrid_services.kube_bridge.bridge import Bridge
 from tests.kube.test_bridge import JOBS, job, last, until
+
+
+def watch_namespaces(raw: str) -> list[str]:
+    """As kube-bridge's start hands them to the bridge."""
+    return sorted(Settings.from_env({"TAU_WATCH_NAMESPACES": raw}).kube.watch_namespaces)
 
 
 def test_env_value_parsing() -> None:

@@ -14,8 +14,8 @@ from taugrid.local.runtime import (
     Ready,
     RuntimeRequest,
     choose_python,
-    engines_from_env,
 )
+from taugrid.settings import Settings
 from tests.local.wheels import make_wheel
 
 FALLBACK = sys.executable
@@ -101,9 +101,12 @@ def test_an_image_goes_to_the_first_engine_whose_info_answers(tmp_path: Path) ->
 
 
 def test_container_engines_are_docker_then_podman_unless_the_machine_says_otherwise(tmp_path: Path) -> None:
-    assert engines_from_env({}) == ENGINES == ("docker", "podman")
-    assert engines_from_env({"TAU_CONTAINER_ENGINES": " podman , "}) == ("podman",)
-    assert engines_from_env({"TAU_CONTAINER_ENGINES": ""}) == ()
+    def engines(env: dict[str, str]) -> tuple[str, ...]:
+        return Settings.from_env(env).local.container_engines
+
+    assert engines({}) == ENGINES == ("docker", "podman")
+    assert engines({"TAU_CONTAINER_ENGINES": " podman , "}) == ("podman",)
+    assert engines({"TAU_CONTAINER_ENGINES": ""}) == ()
     runtimes = PodRuntimes(tmp_path, machine_pin="", fallback=FALLBACK, engines=())
     runtimes.begin("p", work=tmp_path, request=RuntimeRequest(image="x:1"))
     got = wait(runtimes, "p")

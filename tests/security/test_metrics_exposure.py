@@ -14,6 +14,7 @@ import pytest
 from nats.js.api import StreamConfig
 from prometheus_client import REGISTRY
 
+from taugrid import settings
 from taugrid.bus import Bus, metrics
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
@@ -33,12 +34,12 @@ def listening(port: int) -> set[str]:
 
 def test_metrics_listen_on_loopback_when_no_address_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(metrics.ADDR_ENV, raising=False)
-    assert metrics.listen_addr() == "127.0.0.1"
+    assert metrics.listen_addr(settings.current().metrics) == "127.0.0.1"
     monkeypatch.setenv(metrics.ADDR_ENV, " ")
-    assert metrics.listen_addr() == "127.0.0.1"
+    assert metrics.listen_addr(settings.current().metrics) == "127.0.0.1"
     port = free_port()
     monkeypatch.setenv(metrics.PORT_ENV, str(port))
-    assert metrics.serve_from_env() == port
+    assert metrics.serve(settings.current().metrics) == port
     assert listening(port) == {"127.0.0.1"}
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert "# TYPE taugrid_handler_seconds histogram" in body
@@ -48,7 +49,7 @@ def test_metrics_listen_on_the_address_named(monkeypatch: pytest.MonkeyPatch) ->
     port = free_port()
     monkeypatch.setenv(metrics.PORT_ENV, str(port))
     monkeypatch.setenv(metrics.ADDR_ENV, "127.0.0.2")  # what the chart does with the pod's IP
-    assert metrics.serve_from_env() == port
+    assert metrics.serve(settings.current().metrics) == port
     assert listening(port) == {"127.0.0.2"}
 
 

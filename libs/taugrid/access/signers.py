@@ -5,9 +5,9 @@ admin whatever the platform lists). Used by the submitter (submissions) and the 
 
 from __future__ import annotations
 
-import os
 import time
 
+from taugrid import settings
 from taugrid.access import delegation
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
@@ -23,8 +23,6 @@ from taugrid.bus.envelope import (
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import Issue
-
-LOCAL_ADMIN_ENV = "TAU_LOCAL_ADMIN"
 
 
 class Refused(Exception):
@@ -48,7 +46,7 @@ class Signers:
     async def local_user(self) -> platformstore.LocalUser | None:
         """The embedded stack's person: ``TAU_LOCAL_ADMIN`` (``<name>:<public key>``, set by the supervisor for
         its services) when set, else what ``tau up`` stored in the platform bucket."""
-        name, _, key = os.environ.get(LOCAL_ADMIN_ENV, "").partition(":")
+        name, _, key = settings.current().bus.local_admin.partition(":")
         if name and key:
             return platformstore.LocalUser(name=name, nkey=key)
         return await platformstore.get_local_user(self.bus)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nkeys
 
+from taugrid import settings
 from taugrid.core.errors import PermanentError
 from taugrid.core.identity import is_user_public_key
 
@@ -91,5 +92,5 @@ def write(path: Path, identity: Identity, *, comment: str = "") -> Path:
 
 
 def from_env() -> Path | None:
-    value = os.environ.get(CREDS_ENV, "").strip()
-    return Path(value).expanduser() if value else None
+    """``TAU_NATS_CREDS``, as this process's settings read it."""
+    return settings.current().bus.creds

@@ -41,12 +41,10 @@ def load_user_seed() -> bytes | None:
     credentials file ``TAU_NATS_CREDS``, else ``$TAU_DATA_DIR/creds/user.nk`` (the local user ``tau up``
     created), else another ``*.nk``/``*.creds`` file there that is not a service's or the bootstrap's.
     None when there is none."""
-    if os.environ.get("TAU_NKEY_SEED"):
-        return seed_in(os.environ["TAU_NKEY_SEED"].encode())
-    candidates: list[Path] = []
-    for env in ("TAU_NKEY_FILE", "TAU_NATS_CREDS"):
-        if os.environ.get(env, "").strip():
-            candidates.append(Path(os.environ[env].strip()).expanduser())
+    given = settings.current()
+    if given.identity.nkey_seed:
+        return seed_in(given.identity.nkey_seed.encode())
+    candidates = [p for p in (given.identity.nkey_file, given.bus.creds) if p is not None]
     creds = data_dir() / "creds"
     if creds.is_dir():
         candidates.append(creds / LOCAL_USER_FILE)

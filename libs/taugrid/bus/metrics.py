@@ -15,13 +15,13 @@ anyone who may publish on a subject chooses its type, and every label value is a
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from taugrid.core.events import RUN_EVENTS
+from taugrid.settings.model import MetricsSettings
 
 PORT_ENV = "TAU_METRICS_PORT"
 ADDR_ENV = "TAU_METRICS_ADDR"
@@ -56,18 +56,17 @@ PENDING = Gauge("taugrid_consumer_pending", "Events in the stream the durable ha
 ACK_PENDING = Gauge("taugrid_consumer_ack_pending", "Events handed out and not yet acknowledged", ["durable"])
 
 
-def listen_addr() -> str:
+def listen_addr(given: MetricsSettings) -> str:
     """Where ``/metrics`` listens: ``TAU_METRICS_ADDR``, else the loopback interface."""
-    return os.environ.get(ADDR_ENV, "").strip() or DEFAULT_ADDR
+    return given.addr.strip() or DEFAULT_ADDR
 
 
-def serve_from_env() -> int | None:
-    """Serve ``/metrics`` on ``TAU_METRICS_PORT`` at ``listen_addr()``; the port, or None when metrics are off."""
-    port = os.environ.get(PORT_ENV, "").strip()
-    if not port:
+def serve(given: MetricsSettings) -> int | None:
+    """Serve ``/metrics`` on ``TAU_METRICS_PORT`` at ``listen_addr``; the port, or None when metrics are off."""
+    if given.port is None:
         return None
-    start_http_server(int(port), addr=listen_addr())
-    return int(port)
+    start_http_server(given.port, addr=listen_addr(given))
+    return given.port
 
 
 # ---------------------------------------------------------------- queues (local cluster; kube-bridge on Kubernetes)

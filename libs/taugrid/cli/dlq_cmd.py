@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import click
 
+from taugrid import settings
 from taugrid.cli.common import connected, emit_json, output_option, run_async
 from taugrid.cli.views import table
 
@@ -52,7 +52,7 @@ def _bootstrap_creds() -> Path | None:
     """The embedded stack's bootstrap identity, when this person started the stack the CLI is talking to."""
     from taugrid.client import locate
 
-    if os.environ.get("TAU_NATS_CREDS") or locate.stack().get("nats_url") != locate.bus_url():
+    if settings.current().bus.creds is not None or locate.stack().get("nats_url") != locate.bus_url():
         return None
     path = locate.data_dir() / "creds" / "bootstrap.nk"
     return path if path.is_file() else None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -44,7 +43,6 @@ from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
-from taugrid.core.quantity import parse_memory
 from taugrid.core.redaction import Redactor
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
@@ -281,15 +279,9 @@ async def _gpu_hour_price(bus: Bus, approved: PolicyApproved | None) -> tuple[fl
 
 def keep_outputs_budget() -> int:
     """Bytes of small output files copied into the object store per run (``TAU_EVIDENCE_KEEP_OUTPUTS``, a
-    quantity such as 64Mi; default 0: locally the files are on this machine already)."""
-    raw = os.environ.get("TAU_EVIDENCE_KEEP_OUTPUTS", "").strip()
-    if not raw:
-        return 0
-    try:
-        return max(0, parse_memory(raw))
-    except ValueError:
-        log.error("TAU_EVIDENCE_KEEP_OUTPUTS=%r is not a quantity (e.g. 64Mi); keeping no outputs", raw)
-        return 0
+    quantity such as 64Mi; default 0: locally the files are on this machine already). A value that is not a
+    quantity stops the evidence service at its start (``settings.SettingsError``), not at a run's seal."""
+    return settings.current().evidence.keep_outputs
 
 
 def scratch_writes(pods: list[str]) -> list[dict[str, Any]]:

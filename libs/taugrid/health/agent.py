@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -25,18 +24,19 @@ from taugrid.health.ib import read_ports
 from taugrid.health.monitor import read_state
 from taugrid.health.probe import HealthProbe, make_probe, validate_node
 from taugrid.health.wire import NodeRepair, NodeState, NodeValidation
+from taugrid.settings import LocalSettings
 
 log = logging.getLogger("taugrid.health.agent")
 
 
-def node_name(env: dict[str, str] | None = None) -> str:
-    e = os.environ if env is None else env
-    return e.get("TAU_NODE_NAME") or socket.gethostname()
+def node_name(given: LocalSettings) -> str:
+    """``TAU_NODE_NAME``, else the host name."""
+    return given.node_name or socket.gethostname()
 
 
-def probe_from_env(env: dict[str, str] | None = None) -> HealthProbe:
-    e = os.environ if env is None else env
-    return make_probe(e.get("TAU_DECLARED_GPUS") or None)
+def probe(given: LocalSettings) -> HealthProbe:
+    """The GPUs ``TAU_DECLARED_GPUS`` declares, else NVML's."""
+    return make_probe(given.declared_gpus or None)
 
 
 async def publish_sample(bus: Bus, sample: NodeSample) -> int:

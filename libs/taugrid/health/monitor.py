@@ -13,7 +13,6 @@ and is deduplicated by the stream; a lost CAS race re-reads and re-evaluates.
 from __future__ import annotations
 
 import logging
-import os
 from typing import TypeVar
 
 import msgspec
@@ -29,6 +28,7 @@ from taugrid.core.ids import token
 from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.health import repair, rules
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeState, NodeUncordon, NodeValidation, condition_key
+from taugrid.settings import HealthSettings
 
 log = logging.getLogger("taugrid.health.monitor")
 
@@ -41,21 +41,20 @@ def state_key(node: str) -> str:
     return f"node.{token(node)}"
 
 
-def policy_from_env(env: dict[str, str] | None = None) -> rules.Policy:
-    e = os.environ if env is None else env
-    d = rules.Policy()
-    expected = e.get("TAU_HEALTH_EXPECTED_GPUS")
+def policy(given: HealthSettings) -> rules.Policy:
+    """The monitor's thresholds as the settings give them (``TAU_HEALTH_*``; their defaults are
+    ``rules.Policy``'s, tests/test_settings.py checks it)."""
     return rules.Policy(
-        thermal_raise_c=int(e.get("TAU_HEALTH_THERMAL_C", d.thermal_raise_c)),
-        thermal_clear_c=int(e.get("TAU_HEALTH_THERMAL_CLEAR_C", d.thermal_clear_c)),
-        clean_samples_to_release=int(e.get("TAU_HEALTH_CLEAN_SAMPLES", d.clean_samples_to_release)),
-        max_cordoned=int(e.get("TAU_HEALTH_MAX_CORDONED", d.max_cordoned)),
-        max_cordoned_fraction=float(e.get("TAU_HEALTH_MAX_CORDONED_FRACTION", d.max_cordoned_fraction)),
-        min_cordon_budget=int(e.get("TAU_HEALTH_MIN_CORDON_BUDGET", d.min_cordon_budget)),
-        pcie_replays_per_min=float(e.get("TAU_HEALTH_PCIE_REPLAYS_PER_MIN", d.pcie_replays_per_min)),
-        expected_gpus=int(expected) if expected else None,
-        repair_budget=int(e.get("TAU_HEALTH_REPAIR_BUDGET", d.repair_budget)),
-        repair_retry_s=float(e.get("TAU_HEALTH_REPAIR_RETRY_S", d.repair_retry_s)),
+        thermal_raise_c=given.thermal_c,
+        thermal_clear_c=given.thermal_clear_c,
+        clean_samples_to_release=given.clean_samples,
+        max_cordoned=given.max_cordoned,
+        max_cordoned_fraction=given.max_cordoned_fraction,
+        min_cordon_budget=given.min_cordon_budget,
+        pcie_replays_per_min=given.pcie_replays_per_min,
+        expected_gpus=given.expected_gpus,
+        repair_budget=given.repair_budget,
+        repair_retry_s=given.repair_retry_s,
     )
 
 

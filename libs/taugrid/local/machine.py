@@ -9,6 +9,9 @@ import sys
 
 import psutil
 
+from taugrid import settings
+from taugrid.settings import LocalSettings
+
 GPU = "nvidia.com/gpu"
 NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml itself loads on Linux
 
@@ -26,9 +29,10 @@ def nvml_library_missing() -> str:
     return ""
 
 
-def declared_gpus() -> tuple[int, int] | None:
-    """``TAU_DECLARED_GPUS=2`` or ``2x80000`` (count × memory MiB): simulate GPUs where none exist."""
-    raw = os.environ.get("TAU_DECLARED_GPUS", "").strip()
+def declared_gpus(given: LocalSettings | None = None) -> tuple[int, int] | None:
+    """``TAU_DECLARED_GPUS=2`` or ``2x80000`` (count × memory MiB): simulate GPUs where none exist. ``given``:
+    default this process's settings."""
+    raw = (given or settings.current().local).declared_gpus
     if not raw:
         return None
     count, _, mem = raw.partition("x")
@@ -53,8 +57,10 @@ def nvml_gpus() -> tuple[int, int]:
         pynvml.nvmlShutdown()
 
 
-def inventory() -> tuple[str, dict[str, float], int, int]:
-    node = os.environ.get("TAU_NODE_NAME") or socket.gethostname().split(".")[0] or "local"
-    gpus, gpu_mem = declared_gpus() or nvml_gpus()
+def inventory(given: LocalSettings | None = None) -> tuple[str, dict[str, float], int, int]:
+    """(node name: ``TAU_NODE_NAME``, else the short host name; capacity; GPUs; GPU memory MiB)."""
+    given = given or settings.current().local
+    node = given.node_name or socket.gethostname().split(".")[0] or "local"
+    gpus, gpu_mem = declared_gpus(given) or nvml_gpus()
     capacity = {"cpu": float(os.cpu_count() or 1), "memory": float(psutil.virtual_memory().total), GPU: float(gpus)}
     return node, capacity, gpus, gpu_mem

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from taugrid import settings
 from taugrid.local.ownenv import clean_pythons
 
 ENV = "TAU_RUN_AS"
@@ -313,8 +314,8 @@ class Decision:
 def decide(data_dir: Path, *, environ: Mapping[str, str] | None = None, python: str = "") -> Decision:
     """The mode for a stack in ``data_dir`` (see the module's docstring). ``python``: the one interpreter runs
     fall back to (default: ``TAU_LOCAL_PYTHON``, then ``ownenv.clean_pythons``, the first another user may run)."""
-    env = os.environ if environ is None else environ
-    asked = env.get(ENV, "").strip().lower()
+    given = settings.of(environ).local
+    asked = given.run_as
     if asked not in ("", WORKSPACE, STACK):
         return Decision(STACK, refused=f"{ENV}={asked!r} is not one of {WORKSPACE}, {STACK}")
     if asked == STACK:
@@ -323,7 +324,7 @@ def decide(data_dir: Path, *, environ: Mapping[str, str] | None = None, python: 
     if impossible:
         refused = f"{ENV}=workspace cannot be had: {impossible}" if asked == WORKSPACE else ""
         return Decision(STACK, why=impossible, refused=refused)
-    pin = env.get("TAU_LOCAL_PYTHON", "").strip()
+    pin = given.python
     candidates = (python,) if python else tuple(dict.fromkeys(p for p in (pin, *clean_pythons()) if p))
     unreachable, note = _unreachable(data_dir, candidates)
     if unreachable and asked != WORKSPACE:
@@ -377,6 +378,5 @@ def _me() -> str:
 def from_env(data_dir: Path, environ: Mapping[str, str] | None = None) -> WorkspaceUsers | None:
     """The run users for the local cluster: per-workspace users when ``TAU_RUN_AS`` (as the supervisor resolved
     it, or by :func:`decide`) says ``workspace``, else None (pods run as the stack's user)."""
-    env = os.environ if environ is None else environ
-    mode = env.get(ENV, "").strip().lower() or decide(data_dir, environ=env).mode
+    mode = settings.of(environ).local.run_as or decide(data_dir, environ=environ).mode
     return WorkspaceUsers() if mode == WORKSPACE and os.geteuid() == 0 else None

@@ -30,15 +30,16 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from taugrid import settings
 from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
 from taugrid.local.ownenv import base_python, clean_pythons
 from taugrid.local.runas import RunUser, cannot_reach, runnable
+from taugrid.settings.model import DEFAULT_ENGINES
 
-ENGINES = ("docker", "podman")
+ENGINES = DEFAULT_ENGINES
 ENGINES_ENV = "TAU_CONTAINER_ENGINES"  # comma-separated, tried in order; empty = never run pods in containers
 ENGINE_PROBE_TIMEOUT_S = 10.0
 
@@ -101,10 +102,10 @@ class PodRuntimes:
     """Prepares pods' runtimes in threads; ``data_dir/envs`` caches built environments."""
 
     data_dir: Path
-    machine_pin: str = field(default_factory=lambda: os.environ.get("TAU_LOCAL_PYTHON", ""))
+    machine_pin: str = field(default_factory=lambda: settings.current().local.python)
     fallback: str = field(default_factory=base_python)  # never taugrid's own venv (``ownenv``)
     spares: tuple[str, ...] = field(default_factory=clean_pythons)  # for users who cannot run ``fallback``
-    engines: tuple[str, ...] = field(default_factory=lambda: engines_from_env(os.environ))
+    engines: tuple[str, ...] = field(default_factory=lambda: settings.current().local.container_engines)
     _jobs: dict[str, _Job] = field(default_factory=dict)
     _engine: str | None = None
     _engine_probed: bool = False
@@ -219,12 +220,6 @@ class PodRuntimes:
             f"no interpreter can be run by {user.name}, the OS user of this workspace's runs: {tried}",
             hint="set TAU_PYTHON (before `tau run`) or TAU_LOCAL_PYTHON (before `tau up`) to an interpreter every "
                  "user may run, e.g. /usr/bin/python3")
-
-
-def engines_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:
-    raw = environ.get(ENGINES_ENV)
-    names = ",".join(ENGINES) if raw is None else raw
-    return tuple(n.strip() for n in names.split(",") if n.strip())
 
 
 def _engine_answers(engine: str) -> bool:

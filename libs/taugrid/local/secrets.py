@@ -96,9 +96,9 @@ class StoreResolver:
 
 def local_store() -> SecretStore | None:
     """The embedded stack's store (``TAU_SECRETS_DIR``, else ``$TAU_DATA_DIR/secrets``); None off it (Kubernetes)."""
-    data = settings.stack_data_dir()
-    root = os.environ.get("TAU_SECRETS_DIR") or (str(data / "secrets") if data is not None else "")
-    return SecretStore(Path(root)) if root else None
+    data = settings.current().data
+    root = data.secrets_dir or (data.dir / "secrets" if data.dir is not None else None)
+    return SecretStore(root) if root is not None else None
 
 
 def write_secret(root: Path, scope: str, name: str, values: Mapping[str, str]) -> Path:

@@ -30,6 +30,7 @@ from taugrid.bus.connection import Bus, connect
 from taugrid.bus.objects import download
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.errors import NotFound, TemporaryError
+from taugrid.settings import Settings, SettingsError, current
 
 ARCHIVE_NAME = ".tau-source.tar.gz"
 
@@ -92,46 +93,47 @@ async def _connect_within(url: str, timeout_s: float) -> Bus:
             await asyncio.sleep(1.0)
 
 
-async def run(env: dict[str, str]) -> str:
-    """Fetch as the environment says; returns the success line."""
-    missing = [k for k in ("TAU_SOURCE_OBJECT", "TAU_SOURCE_DIGEST") if not env.get(k)]
+async def run(given: Settings) -> str:
+    """Fetch as the settings say (``source_fetch``, the bus's); returns the success line."""
+    wanted = given.source_fetch
+    missing = [k for k, v in (("TAU_SOURCE_OBJECT", wanted.object), ("TAU_SOURCE_DIGEST", wanted.digest)) if not v]
     if missing:
         raise FetchFailed(f"source fetch misconfigured: {', '.join(missing)} not set")
-    dest = Path(env.get("TAU_SOURCE_DIR") or os.getcwd())
-    url = env.get("TAU_NATS_URL", "nats://127.0.0.1:4222")
-    timeout_s = float(env.get("TAU_SOURCE_FETCH_TIMEOUT") or 120)
-    bus = await _connect_within(url, timeout_s)
+    dest = wanted.dir or Path(os.getcwd())
+    timeout_s = wanted.timeout_s
+    bus = await _connect_within(given.bus.url, timeout_s)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                files = await fetch(
-                    bus, object_name=env["TAU_SOURCE_OBJECT"], digest=env["TAU_SOURCE_DIGEST"], dest=dest
-                )
+                files = await fetch(bus, object_name=wanted.object, digest=wanted.digest, dest=dest)
                 break
             except TemporaryError as exc:
                 if time.monotonic() >= deadline:
-                    raise FetchFailed(f"source snapshot {env['TAU_SOURCE_OBJECT']}: {exc}") from exc
+                    raise FetchFailed(f"source snapshot {wanted.object}: {exc}") from exc
                 await asyncio.sleep(1.0)
     finally:
         await bus.close()
-    return f"source {env['TAU_SOURCE_DIGEST']}: {files} files in {dest}"
+    return f"source {wanted.digest}: {files} files in {dest}"
 
 
-def _report(line: str, env: dict[str, str]) -> None:
+def _report(line: str, path: Path | None) -> None:
     print(line, file=sys.stderr, flush=True)
-    path = env.get("TAU_TERMINATION_MESSAGE_PATH", "")
-    if path:
+    if path is not None:
         with contextlib.suppress(OSError):  # not in a pod (or no writable termination log): stderr carries it
-            Path(path).write_text(line + "\n")
+            path.write_text(line + "\n")
 
 
 def main() -> int:
-    env = dict(os.environ)
     try:
-        print(asyncio.run(run(env)), flush=True)
+        given = current()
+    except SettingsError as exc:
+        _report(f"source fetch failed: {exc}", None)
+        return 1
+    try:
+        print(asyncio.run(run(given)), flush=True)
     except FetchFailed as exc:
-        _report(f"source fetch failed: {exc}", env)
+        _report(f"source fetch failed: {exc}", given.source_fetch.termination_message_path)
         return 1
     return 0
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from taugrid import settings
 from taugrid.access import permissions
 from taugrid.bus import creds
 from taugrid.config.platform import Platform
@@ -288,9 +289,14 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the auth.conf the server includes")
     parser.add_argument("--pid-file", type=Path, default=Path("/run/nats/nats.pid"))
     parser.add_argument("--watch", type=Path, action="append", default=[], help="reload when this file changes")
-    parser.add_argument("--url", default=os.environ.get("TAU_NATS_URL", "nats://127.0.0.1:4222"))
+    try:
+        given = settings.current()
+    except settings.SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    parser.add_argument("--url", default=given.bus.url)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TAU_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=given.process.log_level, format="%(asctime)s %(levelname)s %(message)s")
     try:
         ids = load_identities(args.identities)
     except PermanentError as exc:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from taugrid import settings
 from taugrid.access import permissions
 from taugrid.bus import creds
 
@@ -33,10 +34,11 @@ ANCHOR_KEY_FILE = "anchor.pub"
 
 
 def operator_dir(environ: Mapping[str, str] | None = None) -> Path:
+    given = settings.of(environ).data.operator_dir
+    if given is not None:
+        return given
     env = os.environ if environ is None else environ
-    if env.get(OPERATOR_DIR_ENV, "").strip():
-        return Path(env[OPERATOR_DIR_ENV]).expanduser()
-    config = env.get("XDG_CONFIG_HOME", "").strip()
+    config = env.get("XDG_CONFIG_HOME", "").strip()  # the platform's own convention, not a taugrid setting
     return (Path(config).expanduser() if config else Path.home() / ".config") / "taugrid"
 
 

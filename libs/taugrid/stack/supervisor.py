@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from taugrid.local import runas
 from taugrid.ports import free_port
+from taugrid.settings import Settings, SettingsError, current
 from taugrid.stack import auth, natsserver, scaling
 from taugrid.stack.machine_platform import machine_platform_yaml
 from taugrid.stack.natsserver import without_secrets
@@ -51,11 +52,10 @@ METRICS_BASE_ENV = "TAU_METRICS_BASE_PORT"
 METRICS_PORT_ENV = "TAU_METRICS_PORT"
 
 
-def metrics_port(service: str, replica: int) -> int | None:
-    """The /metrics port of one replica when ``tau up`` ran with TAU_METRICS_BASE_PORT (32 ports per service, the
-    most replicas a service may have on one machine), else None: metrics stay off."""
-    base = os.environ.get(METRICS_BASE_ENV, "").strip()
-    return int(base) + 32 * SERVICES.index(service) + replica if base else None
+def metrics_port(service: str, replica: int, base: int | None) -> int | None:
+    """The /metrics port of one replica when ``tau up`` ran with TAU_METRICS_BASE_PORT (``base``; 32 ports per
+    service, the most replicas a service may have on one machine), else None: metrics stay off."""
+    return base + 32 * SERVICES.index(service) + replica if base is not None else None
 
 
 @dataclass
@@ -84,6 +84,7 @@ class Stack:
     portal_port: int = 0  # every portal replica listens here (SO_REUSEPORT)
     cluster: natsserver.Cluster | None = None  # --ha: three servers; ``nats`` is then the first one's process
     run_as: runas.Decision | None = None  # which OS user runs the pods (``taugrid.local.runas``), and why
+    settings: Settings = field(default_factory=current)  # `tau up`'s own, read once
 
     @property
     def servers(self) -> list[subprocess.Popen[bytes]]:
@@ -118,6 +119,9 @@ class Stack:
     def url(self) -> str:
         return self.cluster.url if self.cluster is not None else f"nats://127.0.0.1:{self.port}"
 
+    def metrics_port(self, p: Proc) -> int | None:
+        return metrics_port(p.service, p.replica, self.settings.metrics.base_port)
+
     def state_file(self) -> Path:
         return self.data_dir / "stack.json"
 
@@ -137,7 +141,7 @@ class Stack:
                        "key": self.ids.services["portal"].public_key if self.ids else None},
             "services": [{"service": p.service, "replica": p.replica,
                           "pid": p.popen.pid if p.popen and p.popen.poll() is None else None,
-                          "restarts": p.restarts, "metrics_port": metrics_port(p.service, p.replica)}
+                          "restarts": p.restarts, "metrics_port": self.metrics_port(p)}
                          for p in self.procs],
         }
         tmp = self.state_file().with_suffix(".tmp")
@@ -153,7 +157,7 @@ class Stack:
                "TAU_REPLICA": str(p.replica), "TAU_NATS_CREDS": str(self.ids.service_creds(p.service)),
                auth.LOCAL_ADMIN_ENV: self.ids.local_admin,
                scaling.READY_FILE_ENV: str(scaling.ready_file(self.data_dir, p.service, p.replica))}
-        port = metrics_port(p.service, p.replica)
+        port = self.metrics_port(p)
         if port is not None:
             env[METRICS_PORT_ENV] = str(port)
         if p.service == "portal":
@@ -231,9 +235,6 @@ def _watch_platform(stack: Stack) -> None:
     threading.Thread(target=lambda: asyncio.run(watch()), name="platform-users", daemon=True).start()
 
 
-ANCHOR_INTERVAL_S = float(os.environ.get("TAU_ANCHOR_INTERVAL_S", "60"))
-
-
 def anchor_file(data_dir: Path) -> Path:
     return data_dir / "anchors" / "ledger.jsonl"
 
@@ -263,7 +264,7 @@ def _export_anchors(stack: Stack) -> None:
                     log.error("ALARM: AUDIT %s", d)
             except Exception as exc:  # noqa: BLE001 - keep anchoring; a restarting server must not stop this
                 log.warning("anchor export: %r; retrying", exc)
-            await asyncio.sleep(ANCHOR_INTERVAL_S)
+            await asyncio.sleep(stack.settings.anchor.interval_s)
 
     threading.Thread(target=lambda: asyncio.run(loop()), name="anchors", daemon=True).start()
 
@@ -287,7 +288,7 @@ def run(stack: Stack) -> int:
     stack.ids = auth.ensure_identities(stack.data_dir / "creds", SERVICES)
     if not stack.auth_conf.exists():  # else keep the last users until the platform is read again
         auth.write_conf(stack.auth_conf, auth.render(stack.ids, None))
-    first_port = int(os.environ.get("TAU_NATS_PORT", "0")) or None
+    first_port = stack.settings.stack.nats_port or None
     if stack.cluster is not None:
         stack.cluster.auth_conf = stack.auth_conf
         stack.cluster.start(first_port=first_port)
@@ -298,7 +299,7 @@ def run(stack: Stack) -> int:
     if stack.run_as is not None and stack.run_as.mode == runas.WORKSPACE:
         runas.close_data_dir(stack.data_dir)  # now that the server's store and log exist
     asyncio.run(_prepare(stack))
-    stack.portal_port = int(os.environ.get(PORTAL_PORT_ENV, "0")) or free_port()
+    stack.portal_port = stack.settings.portal.port or free_port()
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     _watch_platform(stack)
     _export_anchors(stack)
@@ -435,13 +436,17 @@ def main() -> None:
     ap.add_argument("--ha", action="store_true", help="a 3-server JetStream cluster, every stream on all three")
     args = ap.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s supervisor %(levelname)s %(message)s")
+    try:
+        given = current()
+    except SettingsError as exc:
+        raise SystemExit(str(exc)) from None
     data_dir = args.data_dir.resolve()
     problem = natsserver.layout_problem(data_dir / "nats", ha=args.ha)
     if problem:
         raise SystemExit(problem)
     ha = args.ha or natsserver.is_cluster_store(data_dir / "nats")
     sys.exit(run(Stack(data_dir=data_dir, scale=parse_scale(args.scale),
-                       cluster=natsserver.Cluster(data_dir / "nats") if ha else None)))
+                       cluster=natsserver.Cluster(data_dir / "nats") if ha else None, settings=given)))
 
 
 if __name__ == "__main__":
