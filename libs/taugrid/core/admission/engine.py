@@ -42,6 +42,7 @@ from .nominate import Assignment, Granular, Mode, PMode, PodSetAssignment, nomin
 from .placement import Cluster
 from .queues import ADMITTED, PENDING, CQQueue, WState
 from .quota import FR, QNode, QuotaTree
+from .tas_nominate import with_topology
 from .victims import DEFAULT_STRATEGIES, LedgerSim, Target, fair_targets, get_targets
 
 _Entry = tuple[WState, CQQueue, Assignment, list[Target]]
@@ -64,7 +65,8 @@ class Engine:
         self.tree = QuotaTree(cqs, cohorts)
         self.queues = {cq.name: CQQueue(cq, self.tree.cqs[cq.name]) for cq in cqs}
         self.local_queues = {lq.name: lq.cluster_queue for lq in local_queues}
-        self.cluster = Cluster(nodes) if nodes is not None else None
+        self.cluster = Cluster(nodes, self.topologies) if nodes is not None else None
+        self._tas = any(f.topology_name is not None for f in self.flavors.values())
         # Quota charge for gpu_memory pods: a share of the largest device (KAI charges the actual device later).
         self._charge_mem = (self.cluster.max_gpu_memory_mb if self.cluster else 0) or gpu_memory_mb
         self.fair_sharing = fair_sharing
@@ -97,6 +99,13 @@ class Engine:
                 if missing:
                     q.inactive = (f"ClusterQueue {q.spec.name} is inactive: flavor(s) {', '.join(missing)} not "
                                   f"found; define the ResourceFlavor or use one of {sorted(self.flavors)}")
+            for q in self.queues.values():  # Kueue: a TAS flavor whose Topology is missing makes the queue inactive
+                lost = sorted({f"{f.name} (topology {f.topology_name})" for g in q.spec.resource_groups
+                               for fq in g.flavors if (f := self.flavors.get(fq.name)) is not None
+                               and f.topology_name is not None and f.topology_name not in self.topologies})
+                if lost and not q.inactive:
+                    q.inactive = (f"ClusterQueue {q.spec.name} is inactive: flavor(s) {', '.join(lost)} name a "
+                                  f"topology that is not defined; define it or use one of {sorted(self.topologies)}")
 
     # -- inputs ------------------------------------------------------------------------------------------
 
@@ -112,6 +121,7 @@ class Engine:
         if workload.name in self.states:
             raise PermanentError(f"workload {workload.name} already submitted; names must be unique")
         cq = self.resolve_queue(workload.queue)
+        self._check_topology_levels(workload, cq)
         requests = self._requests(workload)
         ws = WState(workload, cq, requests, queue_ts=workload.created_at)
         self.states[workload.name] = ws
@@ -143,6 +153,7 @@ class Engine:
             raise PermanentError(f"workload {workload.name}: {len(flavors)} flavor assignment(s) for "
                                  f"{len(workload.pod_sets)} pod set(s); give one per pod set")
         requests = self._requests(workload)
+        topology: dict[str, R.TopologyAssignment] = {}
         offered = {fq.name for g in q.spec.resource_groups for fq in g.flavors}
         known = set(self.flavors) or offered
         psas: list[PodSetAssignment] = []
@@ -172,12 +183,32 @@ class Engine:
             if isinstance(placed, str):
                 raise PermanentError(f"workload {workload.name}: cannot restore its pods: {placed}")
             placements = tuple(placed)
+            topology = self.cluster.topology_of(workload, flv_list, self.flavors, placements)
         self.states[workload.name] = ws
-        a = Assignment(mode=Mode.FIT, pod_sets=psas, usage=total)
+        a = Assignment(mode=Mode.FIT, pod_sets=psas, usage=total, topology=topology if self.cluster else {})
         adm = self._admit(ws, q, a, placements, admitted_at)
         ws.admit_seq = 0  # restored admissions at the same instant are ordered by name, as Kueue does by UID
         ws.evicting = evicted
         return adm
+
+    def _check_topology_levels(self, workload: Workload, cq: str) -> None:
+        """Refuse a topology request naming a level that none of the queue's TAS flavors' topologies has (it
+        could never be placed)."""
+        topos = [self.topologies[f.topology_name] for g in self.queues[cq].spec.resource_groups for fq in g.flavors
+                 if (f := self.flavors.get(fq.name)) is not None and f.topology_name in self.topologies]
+        if not topos:
+            return
+        for ps in workload.pod_sets:
+            tr = ps.topology_request
+            if tr is None:
+                continue
+            for name, key in (("required", tr.required), ("preferred", tr.preferred),
+                              ("slice_required", tr.slice_required)):
+                if key is not None and not any(key in t.levels for t in topos):
+                    levels = sorted({lv for t in topos for lv in t.levels})
+                    raise PermanentError(
+                        f"workload {workload.name} pod set {ps.name}: topology_request.{name}={key!r} is not a "
+                        f"level of the topology of any flavor of ClusterQueue {cq}; use one of {levels}")
 
     def _requests(self, workload: Workload) -> list[dict[str, int]]:
         requests = []
@@ -331,8 +362,15 @@ class Engine:
         def oracle(fr: FR, val: int) -> Granular:
             return self._simulate_preemption(ws, q, fr, val)
 
-        a = nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
-                     known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing, sticky=sticky)
+        def run(excluded: Mapping[tuple[str, str], str] | None = None) -> Assignment:
+            return nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
+                            known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing, sticky=sticky,
+                            topologies=self.topologies if self._tas else None, excluded=excluded)
+
+        a = run()
+        if self._tas:
+            a = with_topology(a, workload=ws.workload, cluster=self.cluster, flavors=self.flavors,
+                              when_can_preempt=q.spec.flavor_fungibility.when_can_preempt, renominate=run)
         return self.kai.nominated(self, ws, q, a) if self.kai is not None else a
 
     def _sim(self, ws: WState, q: CQQueue, usage: Mapping[FR, int],
@@ -499,6 +537,7 @@ class Engine:
                         return
                 else:
                     placements = tuple(placed)
+                    a.topology = placed.topology
             if not targets:
                 admitted.append(self._admit(ws, q, a, placements, now))
                 return
@@ -552,7 +591,7 @@ class Engine:
             pod_sets=tuple(R.PodSetAdmission(name=p.name, count=p.count, flavors=dict(p.flavors),
                                              resource_usage={fr[1]: from_units(v) for fr, v in p.usage.items()})
                            for p in a.pod_sets),
-            placements=placements, admitted_at=now)
+            placements=placements, admitted_at=now, topology_assignments=dict(a.topology))
         ws.status, ws.usage, ws.admission, ws.placements = ADMITTED, dict(a.usage), adm, placements
         ws.admitted_at, ws.pending, ws.preempting = now, None, False
         self._admit_seq += 1

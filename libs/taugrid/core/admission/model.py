@@ -312,6 +312,8 @@ class Node:
     memory: float = 0.0
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    ready: bool = True  # a NotReady node takes nothing new (Kueue's TAS drops it from the topology)
+    max_pods: int | None = None  # allocatable ``pods``; None: no limit
 
 
 def fraction_units(pod_set: PodSet, gpu_memory_mb: int) -> int:

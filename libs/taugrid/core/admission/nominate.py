@@ -27,8 +27,10 @@ from .model import (
     ClusterQueue,
     FlavorFungibility,
     FungibilityPreference,
+    PodSet,
     ReclaimWithinCohort,
     ResourceFlavor,
+    Topology,
     WhenCanBorrow,
     WhenCanPreempt,
     Workload,
@@ -36,6 +38,7 @@ from .model import (
     untolerated,
 )
 from .quota import FR, QNode, QuotaTree
+from .results import TopologyAssignment
 
 
 class Mode(IntEnum):
@@ -125,6 +128,7 @@ class Assignment:
     reason: str = ""
     message: str = ""
     shortfalls: list[Shortfall] = field(default_factory=list)
+    topology: dict[str, TopologyAssignment] = field(default_factory=dict)  # TAS pod sets, when it fits
 
     @property
     def frs_need_preemption(self) -> set[FR]:
@@ -169,12 +173,45 @@ def _classify(tree: QuotaTree, node: QNode, cq: ClusterQueue, fr: FR, prev: int,
     return PMode.NO_FIT, borrow
 
 
+def tas_only(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor]) -> bool:
+    """Kueue ``IsTASOnly``: every flavor of the ClusterQueue has a topology (pod sets without a request are then
+    placed by TAS as if unconstrained: Kueue's implied TAS)."""
+    names = [fq.name for g in cq.resource_groups for fq in g.flavors]
+    return bool(names) and all(flavors.get(n) is not None and flavors[n].topology_name is not None for n in names)
+
+
+def _tas_mismatch(ps: PodSet, rf: ResourceFlavor, covered: tuple[str, ...], implied: bool,
+                  topologies: Mapping[str, Topology]) -> str | None:
+    """Kueue ``checkPodSetAndFlavorMatchForTAS``: why this flavor cannot serve this pod set's topology needs."""
+    tr = ps.topology_request
+    if tr is not None:
+        if rf.topology_name is None:
+            if not any(r in ps.requests for r in covered):
+                return None
+            return f'Flavor "{rf.name}" does not support TopologyAwareScheduling'
+        topo = topologies.get(rf.topology_name)
+        if topo is None:
+            return f'Flavor "{rf.name}" information missing in TAS cache'
+        if any(k is not None and k not in topo.levels for k in (tr.required, tr.preferred, tr.slice_required)):
+            return f'Flavor "{rf.name}" does not contain the requested level'
+        return None
+    if rf.topology_name is not None and not implied:
+        return f'Flavor "{rf.name}" supports only TopologyAwareScheduling'
+    return None
+
+
 def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor],
              workload: Workload, requests: list[dict[str, int]], oracle: Oracle | None = None, *,
              known_flavors_only: bool = False, fair_sharing: bool = False,
-             sticky: Mapping[tuple[str, str], str] | None = None) -> Assignment:
-    """Assign a flavor to every (pod set, resource group) the workload touches; see module docstring."""
+             sticky: Mapping[tuple[str, str], str] | None = None,
+             topologies: Mapping[str, Topology] | None = None,
+             excluded: Mapping[tuple[str, str], str] | None = None) -> Assignment:
+    """Assign a flavor to every (pod set, resource group) the workload touches; see module docstring.
+
+    ``topologies`` turns on Kueue's TAS flavor checks; ``excluded`` maps (pod set, flavor) to why that flavor's
+    topology cannot hold the pod set (the engine's TAS pass), so the search moves on to the next flavor."""
     fung = cq.flavor_fungibility
+    implied = topologies is not None and tas_only(cq, flavors)
     out = Assignment(mode=Mode.FIT)
     assigned: dict[FR, int] = {}
     counts_pods = any("pods" in g.covered_resources for g in cq.resource_groups)
@@ -205,12 +242,20 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
                         reasons.append(f"flavor {fq.name} not found")
                         continue
                     rf = ResourceFlavor(fq.name)
+                if topologies is not None:
+                    mismatch = _tas_mismatch(ps, rf, group.covered_resources, implied, topologies)
+                    if mismatch is not None:
+                        reasons.append(mismatch)
+                        continue
                 if any(ps.node_selector.get(k, v) != v for k, v in rf.node_labels.items()):
                     reasons.append(f"flavor {fq.name} doesn't match node affinity")
                     continue
                 taint = untolerated(rf.taints, workload.tolerations + ps.tolerations)
                 if taint is not None:
                     reasons.append(f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {fq.name}")
+                    continue
+                if excluded and (ps.name, fq.name) in excluded:
+                    reasons.append(excluded[(ps.name, fq.name)])
                     continue
                 rep: Granular = BEST
                 modes: dict[str, PMode] = {}

@@ -4,7 +4,10 @@ Role: when the engine is given nodes, every admitted pod gets a concrete node an
 are placed inside one transaction: all fit, or the transaction is rolled back and nothing is placed.
 
 Invariants:
-- nothing new lands on a node marked unschedulable (cordoned) or named in a pod set's ``excluded_nodes``;
+- nothing new lands on a node marked unschedulable (cordoned), not ready, over its ``max_pods``, or named in a
+  pod set's ``excluded_nodes``;
+- a pod set on a TAS flavor (``ResourceFlavor.topology_name``) lands only in the domains ``tas`` chose for it,
+  pod indices filling one lowest-level domain before the next (Kueue's rank order);
 - per GPU, used share is an integer in [0, 1000] m-GPU: a whole-GPU pod takes an unused device (1000),
   sharing pods take ``ceil(fraction*1000)`` (``gpu_memory_mb`` converts to a fraction of that device's memory),
   so fractions on one GPU never sum above 1;
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .model import (
     GPU,
@@ -25,12 +29,16 @@ from .model import (
     PlacementStrategy,
     PodSet,
     ResourceFlavor,
+    Topology,
     Workload,
     fraction_units,
     to_units,
     untolerated,
 )
-from .results import PodPlacement
+from .results import PodPlacement, TopologyAssignment
+from .tas import HOSTNAME, PODS, TasNode, TasPodSet, find_assignments
+
+NO_POD_LIMIT = 1 << 30
 
 # One pod's allocation: (node index, cpu, memory, ((gpu index, m-GPU), ...))
 Alloc = tuple[int, int, int, tuple[tuple[int, int], ...]]
@@ -44,6 +52,7 @@ class _NodeState:
     cpu_free: int
     mem_free: int
     gpu_used: list[int]  # m-GPU used per device, same order as node.gpus
+    pods: int = 0  # pods placed here
 
     def gpu_free_units(self) -> int:
         return len(self.gpu_used) * UNIT - sum(self.gpu_used)
@@ -59,10 +68,32 @@ class _Pod:
     shares: bool
 
 
+class TasFailure(NamedTuple):
+    """The first TAS pod set whose topology does not hold it, on which flavor, and Kueue's reason; ``placed``:
+    the assignments of the pod sets placed before it."""
+
+    pod_set: str
+    flavor: str
+    reason: str
+    placed: Mapping[str, TopologyAssignment] = {}
+
+
+class Placed(list[PodPlacement]):
+    """A gang's placements, with the topology assignment of each TAS pod set (by pod set name)."""
+
+    topology: dict[str, TopologyAssignment]
+
+    def __init__(self, items: Iterable[PodPlacement] = (), topology: dict[str, TopologyAssignment] | None = None
+                 ) -> None:
+        super().__init__(items)
+        self.topology = topology or {}
+
+
 class Cluster:
     """Mutable free-capacity view of the nodes, with per-workload allocations for release/restore."""
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
+    def __init__(self, nodes: Iterable[Node], topologies: Mapping[str, Topology] | None = None) -> None:
+        self.topologies = dict(topologies or {})
         self.nodes = [
             _NodeState(n, to_units(n.cpu), to_units(n.memory), to_units(n.cpu), to_units(n.memory),
                        [0] * len(n.gpus))
@@ -82,6 +113,7 @@ class Cluster:
         ns = self.nodes[alloc[0]]
         ns.cpu_free -= sign * alloc[1]
         ns.mem_free -= sign * alloc[2]
+        ns.pods += sign
         for gi, units in alloc[3]:
             ns.gpu_used[gi] += sign * units
 
@@ -100,8 +132,12 @@ class Cluster:
     # -- placement ---------------------------------------------------------------------------------------
 
     def place(self, workload: Workload, flavors_per_pod_set: list[dict[str, str]],
-              flavor_specs: Mapping[str, ResourceFlavor], *, commit: bool) -> list[PodPlacement] | str:
+              flavor_specs: Mapping[str, ResourceFlavor], *, commit: bool) -> Placed | str:
         """Place every pod of the gang; returns placements, or a message saying which pod did not fit."""
+        tas = self.tas_assign(workload, flavors_per_pod_set, flavor_specs)
+        if isinstance(tas, TasFailure):
+            return f"couldn't assign flavors to pod set {tas.pod_set}: {tas.reason}"
+        pins, topology = tas
         pods: list[_Pod] = []
         for i, ps in enumerate(workload.pod_sets):
             whole = int(round(ps.requests.get(GPU, 0)))
@@ -115,10 +151,14 @@ class Cluster:
         done: list[tuple[_Pod, Alloc]] = []
         failure = ""
         for pod in pods:
-            alloc = self._place_one(workload, pod, eligible[pod.pod_set])
+            where = eligible[pod.pod_set]
+            if pod.pod_set in pins:  # TAS: only the nodes of the domain this pod index falls in
+                allowed = set(pins[pod.pod_set][pod.index])
+                where = [ni for ni in where if ni in allowed]
+            alloc = self._place_one(workload, pod, where)
             if alloc is None:
                 ps = workload.pod_sets[pod.pod_set]
-                failure = (f"couldn't place pod set {ps.name}: none of {len(eligible[pod.pod_set])} eligible "
+                failure = (f"couldn't place pod set {ps.name}: none of {len(where)} eligible "
                            f"node(s) has room for pod {pod.index} ({self._describe(ps)}) "
                            f"with {len(done)} of {len(pods)} pods of the gang placed")
                 break
@@ -131,7 +171,7 @@ class Cluster:
                 return failure
         if commit:
             self.allocs[workload.name] = [a for _, a in done]
-        out = []
+        out = Placed(topology=topology)
         for pod, (ni, _, _, gpus) in sorted(done, key=lambda d: (d[0].pod_set, d[0].index)):
             frac = gpus[0][1] / UNIT if pod.shares and gpus else 0.0
             out.append(PodPlacement(pod_set=workload.pod_sets[pod.pod_set].name, index=pod.index,
@@ -139,6 +179,95 @@ class Cluster:
                                     gpus=tuple(self.nodes[ni].node.gpus[g].index for g, _ in gpus),
                                     gpu_fraction=frac))
         return out
+
+    # -- topology aware scheduling -----------------------------------------------------------------------
+
+    def tas_flavor(self, flavors: Mapping[str, str], flavor_specs: Mapping[str, ResourceFlavor]
+                   ) -> ResourceFlavor | None:
+        """The TAS flavor a pod set was assigned (Kueue ``onlyTASFlavor``), or None."""
+        for fname in flavors.values():
+            spec = flavor_specs.get(fname)
+            if spec is not None and spec.topology_name is not None:
+                return spec
+        return None
+
+    def tas_nodes(self, flavor: ResourceFlavor, *, empty: bool = False) -> list[TasNode]:
+        """The flavor's nodes as TAS sees them: matching its labels, ready and not cordoned, with what is free
+        (everything, with ``empty``: Kueue's simulation of every TAS workload preempted)."""
+        out = []
+        for i, ns in enumerate(self.nodes):
+            n = ns.node
+            if not n.ready or n.name in self.unschedulable:
+                continue
+            if any(n.labels.get(k) != v for k, v in flavor.node_labels.items()):
+                continue
+            limit = NO_POD_LIMIT if n.max_pods is None else n.max_pods
+            if empty:
+                free = {"cpu": ns.cpu_total, "memory": ns.mem_total, GPU: len(ns.gpu_used) * UNIT, PODS: limit}
+            else:
+                free = {"cpu": ns.cpu_free, "memory": ns.mem_free,
+                        GPU: sum(UNIT for used in ns.gpu_used if used == 0), PODS: limit - ns.pods}
+            out.append(TasNode(i, n.name, n.labels, n.taints, free))
+        return out
+
+    def tas_assign(self, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
+                   flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool = False
+                   ) -> tuple[dict[int, list[tuple[int, ...]]], dict[str, TopologyAssignment]] | TasFailure:
+        """Topology assignments of the workload's TAS pod sets: per pod set index, per pod the node indices it
+        may use, and Kueue's assignment per pod set name; or (pod set, flavor, reason) for the first that does
+        not fit."""
+        by_flavor: dict[str, list[int]] = {}
+        for i, flv in enumerate(flavors_per_pod_set):
+            spec = self.tas_flavor(flv, flavor_specs)
+            if spec is not None:
+                by_flavor.setdefault(spec.name, []).append(i)
+        pins: dict[int, list[tuple[int, ...]]] = {}
+        topology: dict[str, TopologyAssignment] = {}
+        for fname, indices in by_flavor.items():
+            spec = flavor_specs[fname]
+            topo = self.topologies.get(spec.topology_name or "")
+            if topo is None:
+                return TasFailure(workload.pod_sets[indices[0]].name, fname,
+                                  f"flavor {fname} names topology {spec.topology_name!r}, which is not defined")
+            requests = [self._tas_pod_set(workload, workload.pod_sets[i]) for i in indices]
+            found, failure = find_assignments(topo, self.tas_nodes(spec, empty=empty), requests)
+            for i in indices:
+                name = workload.pod_sets[i].name
+                if name in found:
+                    ta, chosen = found[name]
+                    topology[name] = ta
+                    pins[i] = [d.nodes for d in chosen for _ in range(d.count)]
+            if failure is not None:
+                return TasFailure(failure[0], fname, failure[1], topology)
+        return pins, topology
+
+    def topology_of(self, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
+                    flavor_specs: Mapping[str, ResourceFlavor], placements: Sequence[PodPlacement]
+                    ) -> dict[str, TopologyAssignment]:
+        """The topology assignment of pods that already run (a restore): per TAS pod set, its pods counted by
+        the leaf domain of their node, in pod index order."""
+        by_name = {ns.node.name: ns.node for ns in self.nodes}
+        out: dict[str, TopologyAssignment] = {}
+        for ps, flv in zip(workload.pod_sets, flavors_per_pod_set, strict=True):
+            spec = self.tas_flavor(flv, flavor_specs)
+            topo = self.topologies.get(spec.topology_name or "") if spec is not None else None
+            if topo is None:
+                continue
+            start = len(topo.levels) - 1 if topo.levels[-1] == HOSTNAME else 0
+            counts: dict[tuple[str, ...], int] = {}
+            for p in sorted((p for p in placements if p.pod_set == ps.name), key=lambda p: p.index):
+                node = by_name[p.node]
+                values = tuple(node.labels.get(k, "") for k in topo.levels)
+                counts[values[start:]] = counts.get(values[start:], 0) + 1
+            out[ps.name] = TopologyAssignment(levels=topo.levels[start:], domains=tuple(counts.items()))
+        return out
+
+    @staticmethod
+    def _tas_pod_set(workload: Workload, ps: PodSet) -> TasPodSet:
+        per_pod = {"cpu": to_units(ps.requests.get("cpu", 0)), "memory": to_units(ps.requests.get("memory", 0)),
+                   GPU: int(round(ps.requests.get(GPU, 0))) * UNIT}
+        return TasPodSet(ps.name, ps.count, per_pod, ps.topology_request, ps.node_selector,
+                         workload.tolerations + ps.tolerations)
 
     def adopt(self, workload: Workload, gpus: Sequence[Sequence[int]],
               nodes: Sequence[str] | None = None) -> list[PodPlacement] | str:
@@ -198,7 +327,8 @@ class Cluster:
                 want.update(spec.node_labels)
         out = []
         for i, ns in enumerate(self.nodes):
-            if ns.node.name in self.unschedulable or ns.node.name in ps.excluded_nodes:
+            if (ns.node.name in self.unschedulable or ns.node.name in ps.excluded_nodes
+                    or not ns.node.ready):
                 continue
             labels = ns.node.labels
             if all(labels.get(k) == v for k, v in want.items()) and untolerated(
@@ -213,6 +343,8 @@ class Cluster:
         for ni in eligible:
             ns = self.nodes[ni]
             if ns.cpu_free < pod.cpu or ns.mem_free < pod.mem:
+                continue
+            if ns.node.max_pods is not None and ns.pods >= ns.node.max_pods:
                 continue
             gpus: tuple[tuple[int, int], ...] = ()
             if pod.whole:

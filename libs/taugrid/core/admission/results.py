@@ -21,6 +21,7 @@ WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 UNSCHEDULABLE = "Unschedulable"
 INADMISSIBLE = "Inadmissible"
 BACKOFF = "Backoff"
+TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"  # Kueue: no TAS domain holds the pods, even all freed
 
 # Preempted reasons (Kueue).
 IN_CLUSTER_QUEUE = "InClusterQueue"
