@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 from taugrid.core import contracts as c
+from taugrid.core.classify import classify
 from taugrid.kube.translate import (
     ANNOTATION_PREEMPTOR_RUN,
     RunRef,
@@ -245,6 +246,17 @@ def test_eviction_for_other_reasons_is_reported_as_evicted() -> None:
     out = only(translate(ev(wl), OWNERS))
     assert out.event_type == "admission.preempted"
     assert out.payload.reason == "Evicted" and out.payload.message.startswith("PodsReadyTimeout: Exceeded")
+
+
+def test_a_workload_kueue_deactivated_past_its_requeue_limit_fails_the_attempt() -> None:
+    """Kueue v0.19.2's workload_controller_eviction_test: past waitForPodsReady's backoffLimitCount the Workload is
+    Evicted with DeactivatedDueToRequeuingLimitExceeded and never admitted again; the run must not wait for it."""
+    message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+    wl = workload([cond("Evicted", "True", "DeactivatedDueToRequeuingLimitExceeded", message)])
+    out = only(translate(ev(wl), OWNERS))
+    assert (out.event_type, out.payload) == ("exec.failed", c.ExecFinished(
+        reason="RequeuingLimitExceeded", message=message))
+    assert classify("RequeuingLimitExceeded") == "evicted"  # resilience.retry_on: [Evicted] may retry it
 
 
 def test_a_second_eviction_is_a_new_event_and_readmission_too() -> None:

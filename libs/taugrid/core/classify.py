@@ -21,6 +21,7 @@ _BY_REASON = {
     "incohortreclaimwhileborrowing": "preempted",
     "evicted": "evicted",
     "podsreadytimeout": "evicted",
+    "requeuinglimitexceeded": "evicted",  # waitForPodsReady evicted it backoff_limit_count times, then gave up
     "deadlineexceeded": "timeout",
     "gpufault": "gpu_fault",
     "xid": "gpu_fault",

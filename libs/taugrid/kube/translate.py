@@ -54,6 +54,8 @@ ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
 # On an evicted Workload: the run whose job preempted it (the local cluster knows it; Kueue names only the job
 # uid, which the admission watcher resolves through the ``bridge`` KV bucket).
 ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
+# Kueue's Evicted reason once waitForPodsReady's requeue limit deactivates a Workload (reason DueTo cause).
+_DEACTIVATED_BY_LIMIT = "DeactivatedDueToRequeuingLimitExceeded"
 MAIN_CONTAINER = "main"
 
 # Waiting reasons that will not fix themselves within one attempt.
@@ -237,6 +239,11 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         return []  # the Job/RayJob reports the outcome, with exit code and reason
     evicted = conds.get("Evicted")
     if evicted and evicted.get("status") == "True":
+        if evicted.get("reason") == _DEACTIVATED_BY_LIMIT:
+            # Kueue's waitForPodsReady gave up (requeuingStrategy.backoffLimitCount passed): it set the Workload
+            # inactive and admits it no more, so this attempt has failed (the Job stays suspended)
+            payload = c.ExecFinished(reason="RequeuingLimitExceeded", message=evicted.get("message", ""))
+            return [("exec.failed", payload, "")]
         return [_preempted(obj, evicted, conds.get("Preempted"), owners)]
     admission = status.get("admission") or {}
     cluster_queue = admission.get("clusterQueue", "")
