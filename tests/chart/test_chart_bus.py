@@ -21,6 +21,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from taugrid import settings
 from taugrid.bus import Bus, connect, creds
 from taugrid.bus.bootstrap import bootstrap, record_local_admin
 from taugrid.bus.platformstore import get_local_user, put_text
@@ -33,7 +34,7 @@ from taugrid.evidence import anchor
 from taugrid.ports import free_port
 from taugrid.render.source import RenderSettings, fetch_container
 from taugrid.stack import chartauth, natsserver
-from taugrid_services.anchor.__main__ import exporter_from_env
+from taugrid_services.anchor.__main__ import exporter
 
 from .test_chart import CHART, K8S_VERSION, one
 from .tools import tool
@@ -350,12 +351,12 @@ async def test_the_anchor_service_signs_with_its_seed_and_may_only_read(
     monkeypatch.setenv("TAU_ANCHOR_KEY", str(key))
     bus = await chart_bus.service("anchor")
     try:
-        exporter = exporter_from_env()
-        signed, drift = await exporter.export(bus)
+        anchoring = exporter(settings.current().anchor)
+        signed, drift = await anchoring.export(bus)
         assert signed is not None and drift == []
         assert anchor.signature_problems(signed, trusted=creds.load(key).public_key) == []
         assert anchor.read(path) == [signed]
-        assert await exporter.export(bus) == (None, [])  # nothing changed: no new line
+        assert await anchoring.export(bus) == (None, [])  # nothing changed: no new line
         assert oct(path.stat().st_mode & 0o777) == "0o600"
         with pytest.raises(PermissionDenied):
             await bus.guarded((await bus.kv("ledger")).put("run.ws.r", b"{}"))

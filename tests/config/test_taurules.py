@@ -89,8 +89,14 @@ def test_gpu_fraction_must_be_a_proper_fraction_of_a_single_gpu():
     assert "compute.gpu_fraction" in fields(MINIMAL + "compute: {gpu_fraction: 1.5}\n")
     assert "compute.gpu_fraction" in fields(MINIMAL + "compute: {gpu_fraction: 0.5, gpus: 2}\n")
     assert "compute.gpu_memory" in fields(MINIMAL + "compute: {gpu_fraction: 0.5, gpu_memory: 20Gi}\n")
-    cfg = load_tau_config(MINIMAL + "compute: {gpu_memory: 20Gi, placement: spread, gang: false}\n")
+    cfg = load_tau_config(MINIMAL + "compute: {gpu_memory: 20Gi, placement: spread, gang: true}\n")
     assert cfg.compute.gpu_memory == "20Gi" and cfg.compute.placement == "spread"
+
+
+def test_a_partial_gang_is_refused_naming_the_key_and_the_fix():
+    found = fields(MINIMAL + "compute: {gpus: 2, gang: false}\n")["compute.gang"]
+    assert "a run's pods always start together or not at all" in str(found["message"])
+    assert str(found["fix"]).startswith("remove compute.gang")
 
 
 def test_retry_reasons_are_known_and_suggested():

@@ -56,6 +56,7 @@ def check_rules(cfg: TauConfig, *, raw: dict[str, Any] | None = None) -> Issues:
     _launcher(cfg, add)
     _gpu_share(cfg, add)
     _misc(cfg, add)
+    _gang(cfg, add)
     _paths(cfg, add)
     from taugrid.config.keyrules import refusals
 
@@ -297,6 +298,22 @@ def _gpu_share(cfg: TauConfig, add: Any) -> None:
     if share and c.gpu_resource_mode == "mig":
         add(
             ("compute", "gpu_resource_mode"), "MIG slices and GPU shares are different mechanisms", "pick one"
+        )
+
+
+def _gang(cfg: TauConfig, add: Any) -> None:
+    """``compute.gang: false`` is refused: a run's pods always start as one gang. Kueue admits a workload's pods
+    together or not at all and gives no workload a way out of waitForPodsReady (a controller-wide setting, here
+    ``platform.yaml`` ``wait_for_pods_ready``); KAI gangs a PodGroup whole, and taugrid renders no PodGroup with a
+    smaller ``minMember``. ``true`` is what every run gets."""
+    if cfg.compute.gang is False:
+        add(
+            ("compute", "gang"),
+            "a run's pods always start together or not at all (Kueue admits a workload whole, and the platform's "
+            "wait_for_pods_ready evicts and requeues one whose pods are not all ready in time); there is no "
+            "partial start to turn on",
+            "remove compute.gang; for pods that should start and fail independently, submit them as separate "
+            "runs (e.g. a sweep)",
         )
 
 
