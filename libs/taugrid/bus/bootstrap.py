@@ -19,7 +19,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from nats.js.api import (
     StreamSource,
 )
 
+from taugrid import settings
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.errors import MISSING, NO_BUCKET
@@ -95,12 +95,9 @@ REPLICAS_ENV = "TAU_BUS_REPLICAS"
 
 
 def replicas_from_env() -> int:
-    """``TAU_BUS_REPLICAS`` (1 to 5, what a JetStream cluster allows), else 1."""
-    raw = os.environ.get(REPLICAS_ENV, "").strip() or "1"
-    if not raw.isdigit() or not 1 <= int(raw) <= 5:
-        raise ConfigError(f"{REPLICAS_ENV}={raw!r}: give the number of servers that hold each stream, 1 to 5 "
-                          "(3 for a 3-node cluster)")
-    return int(raw)
+    """``TAU_BUS_REPLICAS`` (1 to 5, what a JetStream cluster allows), else 1; a ``SettingsError`` (a
+    ``ConfigError``) names any other value and the fix."""
+    return settings.current().bus.replicas
 
 
 def audit_config(replicas: int = 1) -> StreamConfig:
@@ -235,7 +232,7 @@ async def _main(url: str | None, *, update: bool, replicas: int | None, service_
         alarms = await bootstrap(bus, update=update, replicas=replicas)
         if keys:  # what every stage checks its events' signatures against (bus/authors.py)
             await publish_keys(bus, keys)
-        await record_local_admin(bus, os.environ.get("TAU_LOCAL_ADMIN", ""))
+        await record_local_admin(bus, settings.current().bus.local_admin)
     finally:
         await bus.close()
     for alarm in alarms:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import ssl
 import time
@@ -29,6 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
+from taugrid import settings
 from taugrid.bus import creds as credentials
 from taugrid.bus import identity, natsheaders, tracing
 from taugrid.bus.envelope import (
@@ -138,7 +138,8 @@ class PayloadTooLarge(PermanentError):
 
 
 def default_url() -> str:
-    return os.environ.get("TAU_NATS_URL", DEFAULT_URL)
+    """``TAU_NATS_URL``, else the embedded stack's usual address (``DEFAULT_URL``)."""
+    return settings.current().bus.url
 
 
 class Bus:
@@ -296,9 +297,9 @@ def tls_context(ca: Path | str | None = None) -> ssl.SSLContext | None:
     """The TLS context for a bus whose certificate a private CA signed: ``ca`` (a PEM file), else the file named
     by ``TAU_NATS_CA``, else the PEM text in ``TAU_NATS_CA_PEM`` (what the renderer gives run pods' source
     fetch); None leaves verification to the system's CAs. Used whenever the server requires TLS."""
-    path = Path(ca).expanduser() if ca else (Path(os.environ[CA_ENV]).expanduser()
-                                             if os.environ.get(CA_ENV, "").strip() else None)
-    pem = os.environ.get(CA_PEM_ENV, "").strip() if path is None else ""
+    given = settings.current().bus
+    path = Path(ca).expanduser() if ca else given.ca
+    pem = given.ca_pem if path is None else ""
     if path is None and not pem:
         return None
     try:
