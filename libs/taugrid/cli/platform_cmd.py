@@ -106,7 +106,7 @@ async def show(output: str) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @run_async
 async def render(file: Path) -> None:
-    from taugrid.render import to_yaml
+    from taugrid.render import kueueconfig, to_yaml
     from taugrid.render.kueue import configuration_note, render_platform
     from taugrid.render.validate import validate
 
@@ -115,6 +115,6 @@ async def render(file: Path) -> None:
     for o in objs:
         validate(o)
     click.echo(to_yaml(objs), nl=False)
-    note = configuration_note(p)
+    note = configuration_note(p) + kueueconfig.note(p)  # what Kueue's ConfigMap needs, not API objects
     if note:
         click.echo(note, err=True, nl=False)
