@@ -11,7 +11,8 @@ Invariants:
 - per GPU, used share is an integer in [0, 1000] m-GPU: a whole-GPU pod takes an unused device (1000),
   sharing pods take ``ceil(fraction*1000)`` (``gpu_memory_mb`` converts to a fraction of that device's memory),
   so fractions on one GPU never sum above 1;
-- free cpu/memory of a node never go negative;
+- free cpu/memory of a node never go negative through placement (a restore of pods already running on a named
+  node may overcommit it, as Kueue's cache does; nothing new lands there until it is free again);
 - binpack picks the fullest node / most-used GPU that still fits, spread the emptiest (KAI's
   ``nodeplacement`` + ``gpupack``/``gpuspread``); ties go to the lower node order / GPU index.
 """
@@ -223,6 +224,7 @@ class Cluster:
                 by_flavor.setdefault(spec.name, []).append(i)
         pins: dict[int, list[tuple[int, ...]]] = {}
         topology: dict[str, TopologyAssignment] = {}
+        assumed: dict[int, dict[str, int]] = {}  # shared across flavors: two flavors may select the same nodes
         for fname, indices in by_flavor.items():
             spec = flavor_specs[fname]
             topo = self.topologies.get(spec.topology_name or "")
@@ -230,7 +232,7 @@ class Cluster:
                 return TasFailure(workload.pod_sets[indices[0]].name, fname,
                                   f"flavor {fname} names topology {spec.topology_name!r}, which is not defined")
             requests = [self._tas_pod_set(workload, workload.pod_sets[i]) for i in indices]
-            found, failure = find_assignments(topo, self.tas_nodes(spec, empty=empty), requests)
+            found, failure = find_assignments(topo, self.tas_nodes(spec, empty=empty), requests, assumed)
             for i in indices:
                 name = workload.pod_sets[i].name
                 if name in found:
@@ -256,7 +258,9 @@ class Cluster:
             start = len(topo.levels) - 1 if topo.levels[-1] == HOSTNAME else 0
             counts: dict[tuple[str, ...], int] = {}
             for p in sorted((p for p in placements if p.pod_set == ps.name), key=lambda p: p.index):
-                node = by_name[p.node]
+                node = by_name.get(p.node)
+                if node is None:
+                    continue
                 values = tuple(node.labels.get(k, "") for k in topo.levels)
                 counts[values[start:]] = counts.get(values[start:], 0) + 1
             out[ps.name] = TopologyAssignment(levels=topo.levels[start:], domains=tuple(counts.items()))
@@ -275,27 +279,40 @@ class Cluster:
 
         Used when restoring admitted workloads: the pods keep the devices they have. Each pod goes to its node
         (``nodes``, per pod, "" = any) or else the first node that has those device indices with room (and its
-        cpu/memory); a message says which pod could not. A cordoned node still takes back what runs on it.
+        cpu/memory); a message says which pod could not. A cordoned node still takes back what runs on it, and a
+        named node takes its pods' cpu/memory even past what it has (what runs holds it, as Kueue's cache counts
+        it; nothing new lands there until it is free again).
         """
         pods: list[tuple[int, int, PodSet]] = [(i, k, ps) for i, ps in enumerate(workload.pod_sets)
                                                for k in range(ps.count)]
         if len(gpus) != len(pods):
             return f"{len(gpus)} GPU lists for {len(pods)} pods; give one per pod"
+        if nodes is not None and len(nodes) != len(pods):
+            return f"{len(nodes)} node names for {len(pods)} pods; give one per pod"
         done: list[Alloc] = []
         out: list[PodPlacement] = []
-        for (_i, k, ps), indices in zip(pods, gpus, strict=True):
+        for p, ((_i, k, ps), indices) in enumerate(zip(pods, gpus, strict=True)):
             alloc = None
+            named = nodes[p] if nodes is not None else ""
             for ni, ns in enumerate(self.nodes):
+                if named and ns.node.name != named:
+                    continue
                 pos = {g.index: j for j, g in enumerate(ns.node.gpus)}
                 if any(x not in pos for x in indices):
                     continue
                 units = [(pos[x], fraction_units(ps, ns.node.gpus[pos[x]].memory_mb) if ps.shares_gpu else UNIT)
                          for x in indices]
                 cpu, mem = to_units(ps.requests.get("cpu", 0)), to_units(ps.requests.get("memory", 0))
-                if ns.cpu_free < cpu or ns.mem_free < mem or any(ns.gpu_used[j] + u > UNIT for j, u in units):
+                if any(ns.gpu_used[j] + u > UNIT for j, u in units):
+                    continue
+                if not named and (ns.cpu_free < cpu or ns.mem_free < mem):
                     continue
                 alloc = (ni, cpu, mem, tuple(units))
                 break
+            if alloc is None and named and all(ns.node.name != named for ns in self.nodes):
+                # Its node is gone (deleted): the pod holds no node capacity, as in Kueue's cache.
+                out.append(PodPlacement(pod_set=ps.name, index=k, node=named, gpus=tuple(indices)))
+                continue
             if alloc is None:
                 for a in done:
                     self._apply(a, -1)

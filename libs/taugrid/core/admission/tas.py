@@ -323,13 +323,16 @@ class _Finder:
                                   domains=tuple((d.values[start:], d.count) for d in chosen))
 
 
-def find_assignments(topology: Topology, nodes: Sequence[TasNode], pod_sets: Sequence[TasPodSet]
+def find_assignments(topology: Topology, nodes: Sequence[TasNode], pod_sets: Sequence[TasPodSet],
+                     assumed: dict[int, dict[str, int]] | None = None
                      ) -> tuple[dict[str, tuple[TopologyAssignment, list[DomainPlacement]]], tuple[str, str] | None]:
     """Place every pod set of one workload on one TAS flavor's topology, in order, each seeing the usage of
-    the ones before it. Returns per pod set (assignment, chosen domains) for those placed, and (pod set, reason)
-    for the first that does not fit (None when all do); Kueue stops at that one too."""
+    the ones before it (and ``assumed``, per node index: what this workload's pod sets on other flavors sharing
+    the nodes took; Kueue's TASHandleOverlappingFlavors). Returns per pod set (assignment, chosen domains) for
+    those placed, and (pod set, reason) for the first that does not fit (None when all do); Kueue stops at that
+    one too. ``assumed`` is updated with what the placed pod sets take."""
     finder = _Finder(topology, nodes)
-    assumed: dict[int, dict[str, int]] = {}
+    assumed = {} if assumed is None else assumed
     out: dict[str, tuple[TopologyAssignment, list[DomainPlacement]]] = {}
     for ps in pod_sets:
         chosen = finder.find(ps, assumed)
