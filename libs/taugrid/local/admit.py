@@ -1,10 +1,12 @@
 """Admission for the local cluster, backed by the pure Kueue/KAI engine (``taugrid.core.admission``).
 
-Translates the platform policy into engine objects (flavors, cohorts, ClusterQueues with quota per flavor,
-LocalQueues), the node pool into engine Nodes (the platform's ``local.nodes``, each with its own GPUs as devices;
-without them, this machine as one node whose CPU is time-shared by processes, so only quota bounds it), and
-each workload into an engine Workload. ``cycle`` returns the admissions (with the node and GPU devices each pod
-got) and records preemptions for the cluster to carry out.
+Translates the platform policy into engine objects (topologies, flavors with their topology names, cohorts,
+ClusterQueues with quota per flavor, LocalQueues), the node pool into engine Nodes (the platform's
+``local.nodes``, each with its own GPUs as devices and its labels, ``kubernetes.io/hostname`` included; without
+them, this machine as one node whose CPU is time-shared by processes, so only quota bounds it), and each workload
+into an engine Workload whose pod set carries the rendered pod template's Kueue TAS request (``job_topology``,
+passed only when the platform declares topologies). ``cycle`` returns the admissions (with the node and GPU
+devices each pod got) and records preemptions for the cluster to carry out.
 
 Invariants: a cordoned node keeps what runs on it but gets nothing new; a workload's ``excluded_nodes`` (the
 rendered ``kubernetes.io/hostname NotIn`` affinity of a retry after a GPU/node fault) never land there.
@@ -13,13 +15,23 @@ rendered ``kubernetes.io/hostname NotIn`` affinity of a retry after a GPU/node f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from taugrid.config.platform import Platform
+from taugrid.config.platformtopology import HOSTNAME_LABEL, node_labels
 from taugrid.core import admission as adm
 from taugrid.core.errors import PermanentError
 from taugrid.core.quantity import parse_cpu, parse_memory
 from taugrid.local.kaiqueues import kai_spec, with_department_quota
+from taugrid.render.common import (
+    TOPOLOGY_PREFERRED,
+    TOPOLOGY_REQUIRED,
+    TOPOLOGY_SLICE,
+    TOPOLOGY_SLICE_SIZE,
+    TOPOLOGY_UNCONSTRAINED,
+)
 
 GPU = "nvidia.com/gpu"
 _UNLIMITED_CPU = 1e6
@@ -38,6 +50,7 @@ class Request:
     preemptible: bool = True
     placement: str = "binpack"
     excluded_nodes: tuple[str, ...] = ()
+    topology: adm.TopologyRequest | None = None  # the pod set's Kueue TAS request (``topology_request``)
     # For a workload that is already running: the flavors it was admitted with and each pod's GPU indices.
     flavors: dict[str, str] = field(default_factory=dict)
     gpus: list[list[int]] = field(default_factory=list)
@@ -66,14 +79,46 @@ class PoolNode:
 
 
 def pool_nodes(p: Platform | None, machine: PoolNode) -> list[PoolNode]:
-    """The platform's ``local.nodes``, or this machine alone when it declares none."""
+    """The platform's ``local.nodes``, or this machine alone when it declares none. A node's labels include
+    ``kubernetes.io/hostname`` (its name unless written), as a kubelet labels its node: TAS reads it as a level."""
     if p is None or not p.local.nodes:
-        return [machine]
+        return [replace(machine, labels=tuple(sorted({HOSTNAME_LABEL: machine.name, **dict(machine.labels)}.items())))]
     return [PoolNode(n.name, n.gpus, int(parse_memory(n.gpu_memory)) >> 20 if n.gpu_memory else 81920,
                      parse_cpu(n.cpus) if n.cpus is not None else None,
                      float(parse_memory(n.memory)) if n.memory is not None else machine.memory,
-                     tuple(sorted((k, str(v)) for k, v in n.labels.items())))
+                     tuple(sorted(node_labels(n).items())))
             for n in p.local.nodes]
+
+
+def topology_request(annotations: Mapping[str, str], *, slices: bool = True) -> adm.TopologyRequest | None:
+    """A pod template's Kueue TAS annotations as the engine's request, read as Kueue's jobframework reads them
+    (required, else preferred, else unconstrained; the slice pair with either or alone); None when it asks for
+    none. ``slices=False`` (a RayJob, one pod on this backend) drops the slice pair: one pod is inside one domain
+    of every level, so any slice is met."""
+    required = annotations.get(TOPOLOGY_REQUIRED)
+    preferred = annotations.get(TOPOLOGY_PREFERRED)
+    unconstrained = annotations.get(TOPOLOGY_UNCONSTRAINED, "").lower() == "true"
+    slice_level = annotations.get(TOPOLOGY_SLICE) if slices else None
+    size = annotations.get(TOPOLOGY_SLICE_SIZE) if slices else None
+    if not (required or preferred or unconstrained or (slice_level and size)):
+        return None
+    return adm.TopologyRequest(
+        required=required or None, preferred=None if required else preferred or None,
+        unconstrained=unconstrained and not (required or preferred),
+        slice_required=slice_level if slice_level and size else None,
+        slice_size=int(size) if slice_level and size else None)
+
+
+def job_topology(job: Mapping[str, Any]) -> adm.TopologyRequest | None:
+    """The TAS request of a rendered Job's pod template or a RayJob's workers (the pod set the local cluster
+    admits: a Job's pods, or a RayJob as one pod)."""
+    spec = job.get("spec") or {}
+    if job.get("kind") == "RayJob":
+        groups = (spec.get("rayClusterSpec") or {}).get("workerGroupSpecs") or [{}]
+        template = groups[0].get("template") or {}
+        return topology_request((template.get("metadata") or {}).get("annotations") or {}, slices=False)
+    template = spec.get("template") or {}
+    return topology_request((template.get("metadata") or {}).get("annotations") or {})
 
 
 @dataclass
@@ -103,9 +148,15 @@ def amount(resource: str, value: object) -> float:
 _FUNGIBLE = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}  # Kueue's deprecated names
 
 
+def engine_topologies(p: Platform) -> list[adm.Topology]:
+    """The platform's ``topologies`` as the engine's (levels highest first, as Kueue's Topology lists them)."""
+    return [adm.Topology(t.name, tuple(t.levels)) for t in p.topologies]
+
+
 def engine_objects(p: Platform) -> tuple[list[adm.ClusterQueue], list[adm.Cohort], list[adm.ResourceFlavor]]:
-    flavors = [adm.ResourceFlavor(f.name, dict(f.node_labels),
-                                  tuple(adm.Taint(t.key, t.value, t.effect) for t in f.taints))
+    flavors = [adm.ResourceFlavor(f.name, {k: str(v) for k, v in f.node_labels.items()},
+                                  tuple(adm.Taint(t.key, t.value, t.effect) for t in f.taints),
+                                  topology_name=f.topology_name)
                for f in p.resource_flavors]
     cohorts = [adm.Cohort(c.name, parent=c.parent, fair_weight=c.fair_weight) for c in p.all_cohorts()]
     cqs = []
@@ -146,6 +197,9 @@ class LocalAdmitter:
     cohort_of: dict[str, str] = field(default_factory=dict)
     cordoned: dict[str, str] = field(default_factory=dict)  # node → why; nothing new lands there until re-validated
     pool: list[PoolNode] = field(default_factory=list)
+    # Whether the platform declares topologies: only then is a pod set's TAS request passed to the engine (without
+    # them no flavor is a TAS flavor, and the local backend keeps its old answer: the request has no effect here).
+    tas: bool = False
 
     def machine(self) -> PoolNode:
         return PoolNode(self.node, self.gpu_count, self.gpu_memory_mb or 81920, None, self.capacity.get("memory", 0.0))
@@ -154,6 +208,7 @@ class LocalAdmitter:
         """Build an empty engine for a platform revision; ``rebuild`` refills it."""
         cqs, cohorts, flavors = engine_objects(p)
         self.pool = pool_nodes(p, self.machine())
+        self.tas = bool(p.topologies)
         nodes = [adm.Node(n.name, tuple(adm.GpuDevice(i, n.gpu_memory_mb) for i in range(n.gpus)),
                           cpu=_UNLIMITED_CPU if n.cpu is None else n.cpu, memory=n.memory, labels=dict(n.labels))
                  for n in self.pool]
@@ -167,7 +222,7 @@ class LocalAdmitter:
         self.engine = adm.Engine(cqs, cohorts, flavors, nodes, fair_sharing=fair,
                                  fair_sharing_strategies=tuple(p.fair_sharing.preemption_strategies),
                                  gpu_memory_mb=max((n.gpu_memory_mb for n in self.pool), default=81920),
-                                 kai=kai_spec(p, pool))
+                                 kai=kai_spec(p, pool), topologies=engine_topologies(p))
         for name in self.cordoned:
             self.engine.set_schedulable(name, False)
         self.quotas = {}
@@ -240,7 +295,8 @@ class LocalAdmitter:
         return adm.Workload(
             req.name, req.cluster_queue,
             (adm.PodSet("main", req.pods, requests, gpu_fraction=req.gpu_fraction, gpu_memory_mb=req.gpu_memory_mb,
-                        excluded_nodes=frozenset(req.excluded_nodes)),),
+                        excluded_nodes=frozenset(req.excluded_nodes),
+                        topology_request=req.topology if self.tas else None),),
             priority=req.priority, preemptible=req.preemptible, created_at=req.created,
             placement=adm.PlacementStrategy(req.placement if req.placement in ("binpack", "spread") else "binpack"),
         )

@@ -33,7 +33,7 @@ from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.local import envrefs, objects
-from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount
+from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount, job_topology
 from taugrid.local.backend import run_user
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
@@ -363,7 +363,7 @@ class LocalCluster:
                        created=wl.queued_at or wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
-                       excluded_nodes=tuple(wl.excluded_nodes),
+                       excluded_nodes=tuple(wl.excluded_nodes), topology=job_topology(wl.job),
                        flavors=_admitted_flavors(wl),
                        gpus=[list(p.gpus) for p in sorted(wl.pods, key=lambda p: p.index)]
                        if wl.state in ("running", "deleted") else [],
