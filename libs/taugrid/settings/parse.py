@@ -1,9 +1,10 @@
 """How one ``TAU_*`` value is read: a declaration (:func:`setting`) and the parsers it names.
 
 A value that does not parse is a :class:`SettingsError` naming the variable, the value, what it must be and
-how to fix it (``TAU_X='abc': must be a whole number of seconds; set e.g. TAU_X=30, or unset it for the
-default (30)``). A variable that is unset, or set to blank, takes its default; the two that treat blank as a
-value of its own (no container engine, no InfiniBand tree) say so with ``blank=True``.
+how to fix it (``TAU_HEALTH_DRAIN_GRACE_S='abc': must be a whole number of seconds; set e.g.
+TAU_HEALTH_DRAIN_GRACE_S=30, or unset it for the default (30)``). A variable that is unset, or set to blank,
+takes its default; the two that treat blank as a value of its own (no container engine, no InfiniBand tree)
+say so with ``blank=True``.
 """
 
 from __future__ import annotations
