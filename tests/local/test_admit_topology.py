@@ -110,3 +110,41 @@ def test_without_topologies_a_request_is_not_passed_to_the_engine() -> None:
     la.configure(load_platform(text[text.index("resource_flavors:"):].replace("    topology_name: racks\n", "")))
     req = Request("w", "team", 0, 0.0, 2, {GPU: 2.0}, topology=adm.TopologyRequest(required=RACK))
     assert la._workload(req).pod_sets[0].topology_request is None
+
+
+def placed(la: LocalAdmitter) -> dict[str, list[str]]:
+    return {g.name: g.nodes for g in la.cycle()}
+
+
+def test_a_run_requiring_a_rack_gets_all_its_pods_on_one_racks_nodes() -> None:
+    """a1 (rack r1) is taken; a two-pod run that must stay in one rack lands on r2's b1 and b2, where without the
+    request the same run spans both racks (a2 and b1)."""
+    la = admitter()
+    la.submit(Request("one", "team", 0, 0.0, 1, {GPU: 2.0, "cpu": 1.0}))
+    assert placed(la) == {"one": ["a1"]}
+    la.submit(Request("rack", "team", 0, 1.0, 2, {GPU: 2.0, "cpu": 1.0}, topology=adm.TopologyRequest(required=RACK)))
+    assert placed(la) == {"rack": ["b1", "b2"]}
+
+    la = admitter()
+    la.submit(Request("one", "team", 0, 0.0, 1, {GPU: 2.0, "cpu": 1.0}))
+    placed(la)
+    la.submit(Request("plain", "team", 0, 1.0, 2, {GPU: 2.0, "cpu": 1.0}))
+    assert placed(la) == {"plain": ["a2", "b1"]}
+
+
+def test_a_run_no_rack_can_hold_waits_saying_so() -> None:
+    la = admitter()
+    la.submit(Request("three", "team", 0, 0.0, 3, {GPU: 2.0, "cpu": 1.0},
+                      topology=adm.TopologyRequest(required=RACK)))
+    assert placed(la) == {}
+    assert la.pending_all()["three"].reason == "TopologyPlacementFailed"
+    assert la.pending_all()["three"].message == (
+        'couldn\'t assign flavors to pod set main: topology "racks" allows to fit only 2 out of 3 pod(s)')
+
+
+def test_slices_of_two_pods_each_share_a_host() -> None:
+    la = admitter()
+    la.submit(Request("sliced", "team", 0, 0.0, 4, {GPU: 1.0, "cpu": 1.0},
+                      topology=adm.TopologyRequest(slice_required=HOST, slice_size=2)))
+    # four one-GPU pods in slices of two per host: two hosts filled (BestFit, rack r1 first), never one per host
+    assert placed(la) == {"sliced": ["a1", "a1", "a2", "a2"]}
