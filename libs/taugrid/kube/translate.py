@@ -242,8 +242,8 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         if evicted.get("reason") == _DEACTIVATED_BY_LIMIT:
             # Kueue's waitForPodsReady gave up (requeuingStrategy.backoffLimitCount passed): it set the Workload
             # inactive and admits it no more, so this attempt has failed (the Job stays suspended)
-            payload = c.ExecFinished(reason="RequeuingLimitExceeded", message=evicted.get("message", ""))
-            return [("exec.failed", payload, "")]
+            gave_up = c.ExecFinished(reason="RequeuingLimitExceeded", message=evicted.get("message", ""))
+            return [("exec.failed", gave_up, "")]
         return [_preempted(obj, evicted, conds.get("Preempted"), owners)]
     admission = status.get("admission") or {}
     cluster_queue = admission.get("clusterQueue", "")
