@@ -14,6 +14,7 @@ one.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,20 +39,13 @@ from taugrid.core.admission import (  # noqa: E402
 )
 from taugrid.core.errors import PermanentError  # noqa: E402
 
-CASES = port.load("tas_schedule")["cases"]
+# Kueue's tests count GPUs as the extended resource example.com/gpu; the engine's GPUs are nvidia.com/gpu.
+CASES = json.loads(json.dumps(port.load("tas_schedule")["cases"]).replace("example.com/gpu", "nvidia.com/gpu"))
 GPU_NAMES = ("nvidia.com/gpu", "example.com/gpu")
 
 # Cases whose Kueue behaviour taugrid deliberately answers differently, with how.
 NOT_PORTED_DIVERGENT = {
     "workload with a PodSet of size zero": "taugrid refuses a pod set with count 0 (count must be >= 1)",
-    **{name: "a preemptor's TAS capacity is not reserved on the nodes for the rest of the cycle" for name in (
-        "reclaim within cohort; capacity reserved by preempting workload does not allow to schedule last workload; "
-        "TASRecomputeAssignmentWithinSchedulingCycle enabled",
-        "preempting workload with targets reserves capacity so that lower priority workload cannot use it; "
-        "TASRecomputeAssignmentWithinSchedulingCycle enabled",
-        "preempting workload without targets reserves capacity so that lower priority workload cannot use it; "
-        "TASRecomputeAssignmentWithinSchedulingCycle enabled",
-        "preempt in multiple flavors out of which one requires update Fit -> Preempt due to fragmentation")},
 }
 REFUSED_AT_SUBMIT = {
     # Kueue leaves it inadmissible ("Flavor ... does not contain the requested level"); taugrid refuses the

@@ -148,3 +148,14 @@ def test_slices_of_two_pods_each_share_a_host() -> None:
                       topology=adm.TopologyRequest(slice_required=HOST, slice_size=2)))
     # four one-GPU pods in slices of two per host: two hosts filled (BestFit, rack r1 first), never one per host
     assert placed(la) == {"sliced": ["a1", "a1", "a2", "a2"]}
+
+
+def test_the_local_warning_names_the_topology_keys_only_without_platform_topologies() -> None:
+    from taugrid.local.podspec import kubernetes_only
+
+    pod = {"metadata": {"annotations": {f"{TAS}unconstrained-topology": "true",
+                                        f"{TAS}slice-required-topology": HOST, f"{TAS}slice-size": "2"}},
+           "spec": {"containers": [{"name": "main", "command": ["true"]}]}}
+    assert kubernetes_only(pod) == ("policy.topology_policy, policy.topology_slice have no effect on the local "
+                                    "backend (Kubernetes only)")
+    assert kubernetes_only(pod, tas=True) == ""

@@ -157,6 +157,7 @@ class LocalCluster:
         for wl in self.wls.values():  # a new revision may move a LocalQueue to another ClusterQueue
             wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
         self.admitter.configure(p)
+        self.podsync.tas = self.admitter.tas
         self.readiness.rule = p.wait_for_pods_ready
         self._refill()
         self.wake()

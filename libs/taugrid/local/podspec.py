@@ -399,23 +399,28 @@ def _in_engine(run: ContainerRun, *, engine: str, image: str, pod: str, volumes:
     run.engine, run.engine_name = engine, name
 
 
-# What a Kubernetes pod asks that the local cluster does not do, and the tau.yaml key that asked it.
-_KUBERNETES_ONLY_ANNOTATIONS = {
+# Kueue's topology request, and the tau.yaml key that asked it: honoured by the local admission only when the
+# platform declares topologies (``LocalAdmitter.tas``); without them no flavor is a TAS flavor here.
+_TOPOLOGY_ANNOTATIONS = {
     "kueue.x-k8s.io/podset-required-topology": "policy.topology",
     "kueue.x-k8s.io/podset-preferred-topology": "policy.topology",
+    "kueue.x-k8s.io/podset-unconstrained-topology": "policy.topology_policy",
+    "kueue.x-k8s.io/podset-slice-required-topology": "policy.topology_slice",
 }
 
 
-def kubernetes_only(manifest: dict[str, Any], *, in_engine: bool = False) -> str:
+def kubernetes_only(manifest: dict[str, Any], *, in_engine: bool = False, tas: bool = False) -> str:
     """A warning naming the config keys whose pod fields mean nothing on this host ("" when none): the pod's
-    priority class (the local admitter orders by the workload's priority only), Kueue's topology request (one
-    host), and the run-as ids of a host process (it runs as the stack's user)."""
+    priority class (the local admitter orders by the workload's priority only), Kueue's topology request (unless
+    ``tas``: the platform declares topologies and the local admission placed the pod by it), and the run-as ids of
+    a host process (it runs as the stack's user)."""
     spec = manifest.get("spec") or {}
     annotations = (manifest.get("metadata") or {}).get("annotations") or {}
     keys = []
     if spec.get("priorityClassName"):
         keys.append("policy.pod_priority_class")
-    keys += sorted({key for a, key in _KUBERNETES_ONLY_ANNOTATIONS.items() if a in annotations})
+    if not tas:
+        keys += sorted({key for a, key in _TOPOLOGY_ANNOTATIONS.items() if a in annotations})
     security = spec.get("securityContext") or {}
     in_engine = in_engine or bool(annotations.get(ENGINE_ANNOTATION))
     if not in_engine and ("runAsUser" in security or "runAsGroup" in security):

@@ -114,6 +114,7 @@ class PodSync:
         self.lock, self.publish, self.save = lock, publish, save
         self.runtime: PodRuntime = runtime or HostPython()
         self._said: dict[str, tuple[str, float]] = {}  # pod -> the last PreparingEnvironment message, when
+        self.tas = False  # the platform declares topologies: a pod's Kueue TAS request was honoured by admission
 
     async def launch(self, wl: LocalWorkload, p: LocalPod) -> None:
         """One step towards starting a Pending pod: announce it, place the project, let the runtime prepare,
@@ -151,7 +152,7 @@ class PodSync:
         if isinstance(outcome, Failed):
             await self._failed_to_start(wl, p, outcome.reason, outcome.message, now)
             return
-        ignored = kubernetes_only(manifest, in_engine=bool(outcome.engine))  # said, like an ignored image
+        ignored = kubernetes_only(manifest, in_engine=bool(outcome.engine), tas=self.tas)  # said, like an ignored image
         warning = "; ".join(w for w in (outcome.warning, ignored) if w)
         if warning:
             await self._say_preparing(wl, p, warning, force=True)

@@ -90,6 +90,7 @@ class Engine:
         self._violations: list[str] = []
         self._admit_seq = 0
         self._reserved: list[tuple[QNode, dict[FR, int]]] = []
+        self._held_nodes: list[str] = []  # Cluster allocation keys holding TAS preemptors' domains this cycle
         self._cycle_victims: dict[str, Target] = {}
         self._by_node = {q.node: q for q in self.queues.values()}
         self.kai = KaiPolicy(kai) if kai is not None else None  # KAI department/project queues (kai.py)
@@ -328,6 +329,10 @@ class Engine:
             self._process(entry, now, admitted, preempted)
         for node, usage in self._reserved:
             self.tree.charge(node, usage, -1)
+        if self.cluster is not None:
+            for key in self._held_nodes:
+                self.cluster.release(key)
+        self._held_nodes = []
         for p in preempted:
             victim = self.states[p.victim]
             self._requeue_evicted(victim, now, "Preempted", backoff=self.backoff_preempted)
@@ -495,7 +500,7 @@ class Engine:
             return
         if a.mode == Mode.PREEMPT and not targets:
             self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
-            self._reserve_unreclaimable(q, a)
+            self._reserve_unreclaimable(ws, q, a)
             q.park(ws)
             return
         if self.recompute_on_overlap and any(t.name in self._cycle_victims for t in targets):
@@ -513,7 +518,7 @@ class Engine:
                 return
             if not targets:
                 self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
-                self._reserve_unreclaimable(q, a)
+                self._reserve_unreclaimable(ws, q, a)
                 q.park(ws)
                 return
         if any(t.name in self._cycle_victims for t in targets):
@@ -552,18 +557,37 @@ class Engine:
                         f"{R.HUMAN_REASONS.get(t.reason, t.reason)}"))
         ws.preempting = True
         q.waiting = ws
+        self._hold_topology(ws, a, targets)
         # The preemptor takes its usage for the rest of the cycle (Kueue adds it to the snapshot), so a later
         # head cannot take what the victims free; dropped when the cycle ends.
         self._reserve(q, a.usage)
         self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.msg_pending_preemption(len(names)), tuple(names))
         q.push(ws)
 
-    def _reserve_unreclaimable(self, q: CQQueue, a: Assignment) -> None:
+    def _hold_topology(self, ws: WState, a: Assignment, targets: list[Target]) -> None:
+        """Kueue ``updateAssignmentForTAS``: a preempting TAS workload holds the domains it will take for the rest
+        of the cycle: found with its victims set aside, or as if the nodes were empty when it has none."""
+        if self.cluster is None or not self._tas:
+            return
+        key = f"\0held:{ws.workload.name}"
+        flv = [p.flavors for p in a.pod_sets]
+        sim = self._sim(ws, self.queues[ws.cq], {}, None)
+        for t in targets:
+            sim.remove(t.name)
+        try:
+            if self.cluster.reserve_tas(key, ws.workload, flv, self.flavors, empty=not targets):
+                self._held_nodes.append(key)
+        finally:
+            for t in targets:
+                sim.restore(t.name)
+
+    def _reserve_unreclaimable(self, ws: WState, q: CQQueue, a: Assignment) -> None:
         """Kueue ``reserveCapacityForUnreclaimablePreempt``: a head that needs preemption, found no victims and
         whose queue cannot always reclaim (``reclaimWithinCohort`` is not ``Any``) holds what it could use for
         the rest of the cycle, so a lower head of the cohort does not take it."""
         if q.spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.ANY:
             return
+        self._hold_topology(ws, a, [])
         node = q.node
         usage: dict[FR, int] = {}
         for fr, v in a.usage.items():

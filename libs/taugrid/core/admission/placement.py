@@ -243,6 +243,31 @@ class Cluster:
                 return TasFailure(failure[0], fname, failure[1], topology)
         return pins, topology
 
+    def reserve_tas(self, key: str, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
+                    flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool) -> bool:
+        """Hold the nodes a preempting TAS workload would take, under ``key``, until ``release(key)`` (Kueue
+        adds a preemptor's TAS usage to the cycle's snapshot, so a lower head cannot take those domains). The
+        domains are found as things are now (the caller has set the victims aside) or, with ``empty``, as if
+        every admitted workload were gone (a preemptor without victims). The hold may overcommit a node.
+        Returns False when no domains hold the workload (nothing is reserved)."""
+        found = self.tas_assign(workload, flavors_per_pod_set, flavor_specs, empty=empty)
+        if isinstance(found, TasFailure):
+            return False
+        pins, _ = found
+        allocs: list[Alloc] = []
+        for i, per_pod in pins.items():
+            ps = workload.pod_sets[i]
+            whole = int(round(ps.requests.get(GPU, 0)))
+            for nodes in per_pod:
+                ns = self.nodes[nodes[0]]
+                free = [g for g, used in enumerate(ns.gpu_used) if used == 0][:whole]
+                allocs.append((nodes[0], to_units(ps.requests.get("cpu", 0)),
+                               to_units(ps.requests.get("memory", 0)), tuple((g, UNIT) for g in free)))
+        for a in allocs:
+            self._apply(a, +1)
+        self.allocs[key] = allocs
+        return True
+
     def topology_of(self, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
                     flavor_specs: Mapping[str, ResourceFlavor], placements: Sequence[PodPlacement]
                     ) -> dict[str, TopologyAssignment]:

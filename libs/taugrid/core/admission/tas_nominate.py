@@ -33,16 +33,22 @@ def _uses_tas(a: Assignment, flavors: Mapping[str, ResourceFlavor]) -> bool:
                for p in a.pod_sets for f in p.flavors.values())
 
 
-def _failed(a: Assignment, failure: TasFailure, *, preempt: bool) -> Assignment:
+def _all_tas_preempt(a: Assignment, flavors: Mapping[str, ResourceFlavor]) -> None:
+    """Kueue ``updateModeForTASRequests(Preempt)``: every resource of every TAS pod set may need preemption
+    (the quota may fit in total but the free capacity be fragmented over the domains)."""
+    for p in a.pod_sets:
+        if any(flavors.get(f) is not None and flavors[f].topology_name is not None for f in p.flavors.values()):
+            for r in p.flavors:
+                p.modes[r] = Mode.PREEMPT
+
+
+def _failed(a: Assignment, failure: TasFailure, flavors: Mapping[str, ResourceFlavor], *, preempt: bool
+            ) -> Assignment:
     a.message = R.msg_couldnt_assign(failure.pod_set, [failure.reason])
     if preempt:
         a.mode = Mode.PREEMPT
         a.reason = R.WAITING_FOR_QUOTA
-        for p in a.pod_sets:
-            if p.name == failure.pod_set:
-                for r, f in p.flavors.items():
-                    if f == failure.flavor:
-                        p.modes[r] = Mode.PREEMPT
+        _all_tas_preempt(a, flavors)
     else:
         a.mode = Mode.NO_FIT
         a.reason = R.TOPOLOGY_PLACEMENT_FAILED
@@ -61,15 +67,17 @@ def with_topology(a: Assignment, *, workload: Workload, cluster: Cluster | None,
             name = next(p.name for p in a.pod_sets
                         if any(flavors[f].topology_name for f in p.flavors.values() if f in flavors))
             return _failed(a, TasFailure(name, "", "topology aware scheduling needs nodes; give the engine its "
-                                                   "nodes"), preempt=False)
+                                                   "nodes"), flavors, preempt=False)
         found = cluster.tas_assign(workload, per_pod_set, flavors, empty=a.mode == Mode.PREEMPT)
         if not isinstance(found, TasFailure):
             if a.mode == Mode.FIT:
                 a.topology = found[1]
+            else:
+                _all_tas_preempt(a, flavors)
             return a
         preempt = a.mode == Mode.FIT and not isinstance(
             cluster.tas_assign(workload, per_pod_set, flavors, empty=True), TasFailure)
-        failed = _failed(a, found, preempt=preempt)
+        failed = _failed(a, found, flavors, preempt=preempt)
         if first is None:
             first = failed
         if preempt and when_can_preempt == WhenCanPreempt.MAY_STOP_SEARCH:
