@@ -79,3 +79,11 @@ def test_a_merged_platform_written_as_yaml_reads_back_the_same() -> None:
     merged = merge_people(STORED, platform()).platform
     text = yaml.safe_dump(merged.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
     assert load_platform(text) == merged
+
+
+def test_the_diff_names_each_wait_for_pods_ready_field_that_changes() -> None:
+    new = load_platform(BASE.replace("MEMBERS", "[]") + "wait_for_pods_ready: {timeout: 5m, requeuing_strategy: "
+                        "{backoff_limit_count: 3}}\n")
+    [change] = diff(platform(), new)
+    assert change.lines() == ["~ wait_for_pods_ready policy", "    timeout: 1800.0 → 300.0",
+                              "    requeuing_strategy.backoff_limit_count: unset → 3"]
