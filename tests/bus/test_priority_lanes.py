@@ -32,26 +32,10 @@ from taugrid_services.renderer.handlers import Renderer
 from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
+from tests.platforms import FOUR_PRIORITIES, lab_platform, workspace
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: low, value: 50}, {name: normal, value: 100}, {name: high, value: 200},
-                   {name: urgent, value: 300}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: default, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, allowed_priority_classes: [low, normal, high]}
-"""
+PLATFORM = lab_platform(priority_classes=FOUR_PRIORITIES,
+                        workspaces=[workspace(allowed_priority_classes=["low", "normal", "high"])])
 BACKLOG = 12
 UNTIL_RENDERED = ["submit.requested", "submit.accepted", "policy.approved", "render.applied"]
 # stage (its default durable) → the event its held backlog waits on

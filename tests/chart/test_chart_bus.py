@@ -35,30 +35,13 @@ from taugrid.ports import free_port
 from taugrid.render.source import RenderSettings, fetch_container
 from taugrid.stack import chartauth, natsserver
 from taugrid_services.anchor.__main__ import exporter
+from tests.platforms import lab_platform, workspace
 
 from .test_chart import CHART, K8S_VERSION, one
 from .tools import tool
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cohorts: [{name: lab}]
-cluster_queues:
-  - name: lab
-    cohort: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: team-a, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: team-a, namespace: team-a, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: /data/runs, members: MEMBERS}
-"""
+PLATFORM = lab_platform(cohort=True, namespace="team-a", workspaces=[
+    workspace("team-a", namespace="team-a", output_root="/data/runs", members="MEMBERS")])
 
 
 def _openssl(*args: str, cwd: Path) -> None:

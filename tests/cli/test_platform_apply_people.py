@@ -19,25 +19,13 @@ from taugrid.client import platformplan
 from taugrid.config.platform import load_platform
 from taugrid.core.states import RunRecord
 from taugrid.stack import auth
+from tests.platforms import people_platform
 from tests.secure_nats import SecureNats
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
-PLATFORM = """\
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: cq
-    resource_groups:
-      - covered_resources: [cpu]
-        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8}]}]
-local_queues: [{name: q, namespace: ns, cluster_queue: cq}]
-workspaces:
-  - {name: vision, namespace: ns, local_queue: q}
-  - {name: language, namespace: ns, local_queue: q}
-"""
-QUOTA_CHANGED = PLATFORM.replace("nominal_quota: 8", "nominal_quota: 16")
-ONLY_AUDIO = PLATFORM.replace("  - {name: vision, namespace: ns, local_queue: q}\n"
-                              "  - {name: language, namespace: ns, local_queue: q}\n",
-                              "  - {name: audio, namespace: ns, local_queue: q}\n")
+PLATFORM = people_platform("vision", "language")
+QUOTA_CHANGED = people_platform("vision", "language", cpu=16)
+ONLY_AUDIO = people_platform("audio")
 
 
 @pytest.fixture(scope="module")

@@ -20,20 +20,11 @@ from taugrid.core.contracts import ResolvedRun, SubmitRequested
 from taugrid.core.limits import SNAPSHOT_UPLOAD_MAX_BYTES
 from taugrid.core.states import RunRecord
 from taugrid.sources import snapshots
+from tests.platforms import people_platform
 from tests.secure_nats import SecureNats
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
-PLATFORM = """\
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: cq
-    resource_groups:
-      - covered_resources: [cpu]
-        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8}]}]
-local_queues: [{name: q, namespace: ns, cluster_queue: cq}]
-workspaces:
-  - {name: vision, namespace: ns, local_queue: q}
-"""
+PLATFORM = people_platform("vision")
 CONFIG = "name: train\nentrypoint: main.py\ncompute: {gpus: 0, memory_limit: 200Mi}\n"
 RAISED = CONFIG.replace("200Mi", "2Gi")
 

@@ -53,27 +53,9 @@ from taugrid_services.submitter.handlers import Submitter
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
 from tests.kube.cluster import EmulatedCluster
 from tests.kube.conftest import FakeKube, emulated_api
+from tests.platforms import lab_platform, workspace
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cohorts: [{name: lab}]
-cluster_queues:
-  - name: lab
-    cohort: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: default, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS}
-"""
+PLATFORM = lab_platform(cohort=True, workspaces=[workspace(output_root="OUTPUTS")])
 
 SUCCESS = [
     "submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.queued",

@@ -8,23 +8,13 @@ from taugrid.config.platform import load_platform
 from taugrid.config.resolve import lane_for
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.events import HIGH_LANE, lane_of, parse_run_subject, run_subject
+from tests.platforms import FOUR_PRIORITIES, lab_platform, workspace
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: lab
-    resource_groups:
-      - covered_resources: [cpu]
-        flavors: [{name: default, resources: [{name: cpu, nominal_quota: "8"}]}]
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: low, value: 50}, {name: normal, value: 100}, {name: high, value: 200},
-                   {name: urgent, value: 300}]
-compute_profiles: [{name: small, cpu: "1", memory: 1Gi}]
-workspaces:
-  - {name: default, namespace: default, local_queue: default, default_priority: normal, default_profile: small,
-     allowed_priority_classes: [low, normal, high]}
-  - {name: nodefault, namespace: default, local_queue: default, default_profile: small}
-"""
+PLATFORM = lab_platform(
+    quota={"cpu": "8"}, priority_classes=FOUR_PRIORITIES,
+    compute_profiles=[{"name": "small", "cpu": "1", "memory": "1Gi"}],
+    workspaces=[workspace(default_profile="small", allowed_priority_classes=["low", "normal", "high"]),
+                workspace("nodefault", default_priority=None, default_profile="small")])
 
 
 def test_a_high_lane_subject_has_a_sixth_token_and_parses_to_the_same_event() -> None:

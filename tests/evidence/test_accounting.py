@@ -21,24 +21,9 @@ from taugrid.evidence import store
 from taugrid.evidence.verify import _check_accounting, verify_run
 from taugrid_services.evidence.handlers import Evidence
 from tests.owners import emit_as_owner
+from tests.platforms import lab_platform
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cohorts: [{name: lab}]
-cluster_queues:
-  - name: lab
-    cohort: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: a100-2, gpu: 2, gpu_hour_price: PRICE}]
-"""
+PLATFORM = lab_platform(cohort=True, compute_profiles=[{"name": "a100-2", "gpu": 2, "gpu_hour_price": "PRICE"}])
 
 
 def _at(ev: Event) -> float:

@@ -16,27 +16,12 @@ from taugrid_services.policy.__main__ import start as policy
 from taugrid_services.run_record.__main__ import start as run_record
 from taugrid_services.submitter.__main__ import start as submitter
 from tests.inprocess import RunningServices, private_server, wait_for_events
+from tests.platforms import lab_platform, workspace
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: team-a, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS}
-  - {name: slow, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS, submissions_per_minute: 60}
-"""
+PLATFORM = lab_platform(workspaces=[
+    workspace("team-a", output_root="OUTPUTS"),
+    workspace("slow", output_root="OUTPUTS", submissions_per_minute=60),
+])
 
 
 @dataclass

@@ -49,39 +49,19 @@ from taugrid_services.run_record.__main__ import start as run_record
 from taugrid_services.submitter.__main__ import start as submitter
 from tests.inprocess import RunningServices, one_node_cluster, private_server, wait_for_events
 from tests.owners import acting_as
+from tests.platforms import NORMAL, lab_platform, workspace
 
 PEOPLE = ("alice", "bob", "carol", "root", "owner")  # owner: the stack's local admin, not in `users`
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cohorts: [{name: lab}]
-cluster_queues:
-  - name: lab
-    cohort: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes:
-  - {name: normal, value: 100}
-  - {name: critical, value: 1000, preemptible: false}
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-users:
-  - {name: alice, nkey: ALICE}
-  - {name: bob, nkey: BOB}
-  - {name: carol, nkey: CAROL}
-  - {name: root, nkey: ROOT, role: platform-admin}
-workspaces:
-  - {name: team-a, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS, members: [alice, bob], admins: [carol],
-     allowed_priority_classes: [normal]}
-  - {name: team-b, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: OUTPUTS, members: [bob]}
-"""
+PLATFORM = lab_platform(  # nkeys and OUTPUTS filled in by the stack fixture
+    cohort=True,
+    priority_classes=[*NORMAL, {"name": "critical", "value": 1000, "preemptible": False}],
+    users=[{"name": "alice", "nkey": "ALICE"}, {"name": "bob", "nkey": "BOB"}, {"name": "carol", "nkey": "CAROL"},
+           {"name": "root", "nkey": "ROOT", "role": "platform-admin"}],
+    workspaces=[workspace("team-a", output_root="OUTPUTS", members=["alice", "bob"], admins=["carol"],
+                          allowed_priority_classes=["normal"]),
+                workspace("team-b", output_root="OUTPUTS", members=["bob"])],
+)
 
 
 def tau_yaml(name: str, command: str, extra: str = "") -> str:

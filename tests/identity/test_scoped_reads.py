@@ -17,27 +17,16 @@ from taugrid.core.states import RunRecord
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
+from tests.platforms import lab_platform, workspace
 from tests.secure_nats import SecureNats
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cohorts: [{name: lab}]
-cluster_queues:
-  - name: lab
-    cohort: lab
-    resource_groups:
-      - covered_resources: [cpu]
-        flavors: [{name: default, resources: [{name: cpu, nominal_quota: "8"}]}]
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-users:
-  - {name: alice, nkey: ALICE}
-  - {name: bob, nkey: BOB}
-  - {name: carol, nkey: CAROL, role: platform-admin}
-workspaces:
-  - {name: vision, namespace: default, local_queue: default, default_priority: normal, members: [alice]}
-  - {name: language, namespace: default, local_queue: default, default_priority: normal, members: [bob]}
-"""
+PLATFORM = lab_platform(  # nkeys filled in by the fixture
+    cohort=True, quota={"cpu": "8"}, compute_profiles=[],
+    users=[{"name": "alice", "nkey": "ALICE"}, {"name": "bob", "nkey": "BOB"},
+           {"name": "carol", "nkey": "CAROL", "role": "platform-admin"}],
+    workspaces=[workspace("vision", default_profile=None, members=["alice"]),
+                workspace("language", default_profile=None, members=["bob"])],
+)
 
 
 @pytest.fixture

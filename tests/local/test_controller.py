@@ -38,25 +38,9 @@ from taugrid.local.secrets import write_secret
 from taugrid.local.state import LocalWorkload
 from taugrid.stack import natsserver
 from tests.inprocess import one_node_cluster, stop_server
+from tests.platforms import lab_platform, workspace
 
-PLATFORM = """
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: lab
-    resource_groups:
-      - covered_resources: [cpu, memory]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: default, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: /tmp}
-"""
+PLATFORM = lab_platform(workspaces=[workspace(output_root="/tmp")])
 
 
 def job(name: str, container: dict[str, Any], *, pods: int = 1, **pod_spec: Any) -> dict[str, Any]:

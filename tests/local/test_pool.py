@@ -26,30 +26,12 @@ from taugrid.local.state import LocalWorkload
 from taugrid.render.common import node_exclusion
 from tests.inprocess import private_server
 from tests.local.test_controller import job, main
+from tests.platforms import CPU_MEMORY, lab_platform, workspace
 
-POOL_PLATFORM = """
-resource_flavors: [{name: default}]
-cluster_queues:
-  - name: lab
-    resource_groups:
-      - covered_resources: [cpu, memory, nvidia.com/gpu]
-        flavors:
-          - name: default
-            resources:
-              - {name: cpu, nominal_quota: "8"}
-              - {name: memory, nominal_quota: 16Gi}
-              - {name: nvidia.com/gpu, nominal_quota: "4"}
-local_queues: [{name: default, namespace: default, cluster_queue: lab}]
-priority_classes: [{name: normal, value: 100}]
-compute_profiles: [{name: cpu-small, cpu: "100m", memory: 128Mi}]
-workspaces:
-  - {name: default, namespace: default, local_queue: default, default_priority: normal,
-     default_profile: cpu-small, output_root: /tmp}
-local:
-  nodes:
-    - {name: gpu-a, gpus: 1, gpu_memory: 16000Mi}
-    - {name: gpu-b, gpus: 1, gpu_memory: 16000Mi}
-"""
+POOL_PLATFORM = lab_platform(
+    quota={**CPU_MEMORY, "nvidia.com/gpu": "4"}, workspaces=[workspace(output_root="/tmp")],
+    local={"nodes": [{"name": "gpu-a", "gpus": 1, "gpu_memory": "16000Mi"},
+                     {"name": "gpu-b", "gpus": 1, "gpu_memory": "16000Mi"}]})
 
 
 @pytest.fixture
