@@ -19,6 +19,8 @@ import heapq
 import pstats
 import sys
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from kueue_tas_shape import (  # bench/ is this script's directory, first on sys.path
     BLOCK_LABEL,
@@ -41,6 +43,7 @@ from kueue_tas_shape import (  # bench/ is this script's directory, first on sys
 
 from taugrid.core import admission as adm
 
+T = TypeVar("T")
 POLICY = adm.PreemptionPolicy(within_cluster_queue=adm.WithinClusterQueue.LOWER_PRIORITY,
                               reclaim_within_cohort=adm.ReclaimWithinCohort.ANY)
 
@@ -133,10 +136,10 @@ def replay(fraction: float, profiler: cProfile.Profile | None) -> bool:
     spread = 0  # preferred workloads given more than one rack
     busy, cycles, worst, admissions, preemptions, now, gen = 0.0, 0, 0.0, 0, 0, 0.0, 0
 
-    def timed(call: object, *args: object) -> object:
+    def timed(call: Callable[..., T], *args: object) -> T:
         nonlocal busy
         t0 = time.perf_counter()
-        out = profiler.runcall(call, *args) if profiler else call(*args)  # type: ignore[operator]
+        out = profiler.runcall(call, *args) if profiler else call(*args)
         busy += time.perf_counter() - t0
         return out
 
@@ -156,7 +159,7 @@ def replay(fraction: float, profiler: cProfile.Profile | None) -> bool:
                 held += classes[name].units * (now - since.pop(name))
                 timed(eng.finish, name, now)
         t0 = time.perf_counter()
-        res: adm.CycleResult = timed(eng.cycle, now)  # type: ignore[assignment]
+        res = timed(eng.cycle, now)
         worst = max(worst, time.perf_counter() - t0)
         cycles += 1
         preemptions += len(res.preempted)

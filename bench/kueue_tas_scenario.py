@@ -37,10 +37,10 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-import nats
 from kueue_tas_shape import (  # bench/ is this script's directory, first on sys.path
     BLOCK_LABEL,
     BORROWING_LIMIT_CPU,
@@ -62,6 +62,7 @@ from kueue_tas_shape import (  # bench/ is this script's directory, first on sys
     nominal_cpu,
     queue_names,
 )
+from nats.aio.msg import Msg
 from pipeline import cpu_seconds, rss, simulated_stack, stack_up
 
 from taugrid.bus.envelope import from_message
@@ -121,19 +122,38 @@ class Placements:
     def __init__(self) -> None:
         self.pods: dict[str, dict[tuple[int, int], str]] = {}
 
-    async def on_pod(self, msg: nats.aio.msg.Msg) -> None:
+    async def on_pod(self, msg: Msg) -> None:
         obj = msgspec.json.decode(msg.data).get("object") or {}
         meta = obj.get("metadata") or {}
         index = int((meta.get("labels") or {}).get(INDEX_LABEL, "0"))
         requeued = _REQUEUED.search(meta.get("name", ""))
         key = (int(requeued.group(1)) if requeued else 0, index)
-        self.pods.setdefault(msg.headers.get("ce-subject", ""), {})[key] = (obj.get("spec") or {}).get("nodeName", "")
+        run = (msg.headers or {}).get("ce-subject", "")
+        self.pods.setdefault(run, {})[key] = (obj.get("spec") or {}).get("nodeName", "")
 
     def last_attempt(self, run: str) -> dict[int, str]:
         """Completion index → node, of the run's latest admission (a preempted run's pods come back renamed)."""
         pods = self.pods.get(run, {})
         latest = max((r for r, _ in pods), default=0)
         return {i: node for (r, i), node in pods.items() if r == latest}
+
+
+@dataclass
+class Outcome:
+    runs: int
+    distinct: int  # distinct run ids among the submissions (fewer: two submissions got one id)
+    admitted: int
+    finished: int
+    wall_s: float
+    usage_pct: float
+    work_pct: float  # the jobs' own work (cpu x duration) over the quota and the wall
+    late_s: float  # how far the submissions fell behind Kueue's cadence, at most
+    submitted_s: float  # when the last run was submitted
+    classes: dict[str, float]  # mean time to admission per class
+    violations: dict[str, int]  # per class, runs placed against their request
+    spread: dict[str, int]  # per preferred class, runs over more than one rack
+    split: dict[str, int]  # per balanced class, runs with a consecutive-index slice in two racks
+    examples: list[str]
 
 
 def check(cls: TasClass, placed: dict[int, str], rack_of: dict[str, str]) -> tuple[str, bool, bool]:
@@ -157,7 +177,7 @@ def check(cls: TasClass, placed: dict[int, str], rack_of: dict[str, str]) -> tup
     return "", spread, False
 
 
-async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, timeout: float) -> dict[str, object]:
+async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, timeout: float) -> Outcome:
     client = await open_client(url, creds=creds)  # the bootstrap identity sees every run's events
     submitter = await open_client(url, creds=user_creds)  # the stack's owner, a platform user, submits
     nc = client.bus.nc
@@ -165,14 +185,14 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, time
     admitted: dict[str, float] = {}
     finished: dict[str, float] = {}
 
-    def happened(msg: nats.aio.msg.Msg) -> float:
+    def happened(msg: Msg) -> float:
         return from_message(msg.subject, msg.headers, b"").happened or time.time()
 
-    async def on_admitted(msg: nats.aio.msg.Msg) -> None:
-        admitted.setdefault(msg.headers.get("ce-subject", ""), happened(msg))
+    async def on_admitted(msg: Msg) -> None:
+        admitted.setdefault((msg.headers or {}).get("ce-subject", ""), happened(msg))
 
-    async def on_terminal(msg: nats.aio.msg.Msg) -> None:
-        finished.setdefault(msg.headers.get("ce-subject", ""), happened(msg))
+    async def on_terminal(msg: Msg) -> None:
+        finished.setdefault((msg.headers or {}).get("ce-subject", ""), happened(msg))
 
     placements = Placements()
     await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)
@@ -226,59 +246,55 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, time
                 examples.append(f"{run_id} ({cls.name}): {why}")
     await client.close()
     await submitter.close()
-    return {
-        "runs": len(submissions), "distinct": len({r for r, *_ in submissions}),
-        "admitted": sum(1 for r, *_ in submissions if r in admitted),
-        "finished": sum(1 for r, *_ in submissions if r in finished),
-        "wall_s": wall, "usage_pct": 100.0 * held / nominal_cpu() / max(wall, 1e-9),
-        "work_pct": 100.0 * sum(cls.units * cls.seconds for r, cls, _, _ in submissions if r in finished)
+    return Outcome(
+        runs=len(submissions), distinct=len({r for r, *_ in submissions}),
+        admitted=sum(1 for r, *_ in submissions if r in admitted),
+        finished=sum(1 for r, *_ in submissions if r in finished),
+        wall_s=wall, usage_pct=100.0 * held / nominal_cpu() / max(wall, 1e-9),
+        work_pct=100.0 * sum(cls.units * cls.seconds for r, cls, _, _ in submissions if r in finished)
         / nominal_cpu() / max(wall, 1e-9),
-        "late_s": max((at - due for _, _, at, due in submissions), default=0.0),
-        "submitted_s": max((at for _, _, at, _ in submissions), default=start) - start,
-        "classes": {cls.name: mean([admitted.get(r, end) - at for r, c, at, _ in submissions if c is cls])
-                    for cls in CLASSES},
-        "violations": violations, "spread": spread, "split": split, "examples": examples,
-    }
+        late_s=max((at - due for _, _, at, due in submissions), default=0.0),
+        submitted_s=max((at for _, _, at, _ in submissions), default=start) - start,
+        classes={cls.name: mean([admitted.get(r, end) - at for r, c, at, _ in submissions if c is cls])
+                 for cls in CLASSES},
+        violations=violations, spread=spread, split=split, examples=examples,
+    )
 
 
-def report(result: dict[str, object], memory: dict[str, float], cpu: dict[str, float]) -> bool:
-    runs = int(result["runs"])  # type: ignore[call-overload]
-    ok = result["finished"] == result["distinct"] == runs
+def report(r: Outcome, memory: dict[str, float], cpu: dict[str, float]) -> bool:
+    ok = r.finished == r.distinct == r.runs
     print("\nmetric                                   taugrid      Kueue limit")
-    print(f"runs started                             {runs}  (the last submitted at {result['submitted_s']:.1f} s, "
-          f"at most {result['late_s']:.2f} s behind Kueue's cadence)")
-    print(f"distinct run ids                         {result['distinct']}/{runs}"
-          f"{'' if result['distinct'] == runs else '  LOST RUNS'}")
-    print(f"runs admitted                            {result['admitted']}/{runs}")
-    print(f"runs finished                            {result['finished']}/{runs}"
-          f"{'' if result['finished'] == runs else '  MISSED'}")
-    rows = [("wall time (s)", float(result["wall_s"]), "≤", WALL_LIMIT_S),  # type: ignore[arg-type]
-            ("avg ClusterQueue usage (%)", float(result["usage_pct"]), "≥", USAGE_LIMIT_PCT)]  # type: ignore[arg-type]
-    classes: dict[str, float] = result["classes"]  # type: ignore[assignment]
-    rows += [(f"mean time to admission {cls.name}", classes[cls.name], "≤", cls.limit_s) for cls in CLASSES]
+    print(f"runs started                             {r.runs}  (the last submitted at {r.submitted_s:.1f} s, "
+          f"at most {r.late_s:.2f} s behind Kueue's cadence)")
+    lost = "" if r.distinct == r.runs else "  LOST RUNS"
+    print(f"distinct run ids                         {r.distinct}/{r.runs}{lost}")
+    print(f"runs admitted                            {r.admitted}/{r.runs}")
+    unfinished = "" if r.finished == r.runs else "  MISSED"
+    print(f"runs finished                            {r.finished}/{r.runs}{unfinished}")
+    rows = [("wall time (s)", r.wall_s, "≤", WALL_LIMIT_S),
+            ("avg ClusterQueue usage (%)", r.usage_pct, "≥", USAGE_LIMIT_PCT)]
+    rows += [(f"mean time to admission {cls.name}", r.classes[cls.name], "≤", cls.limit_s) for cls in CLASSES]
     for label, value, sense, limit in rows:
         met = value <= limit if sense == "≤" else value >= limit
         ok &= met
         print(f"{label:<41}{value:8.2f}    {sense} {limit:g}  {'ok' if met else 'MISSED'}")
-    print(f"(of the quota, the jobs' own work (cpu x duration) used {float(result['work_pct']):.2f} %; the rest of the"  # type: ignore[arg-type]
-          " usage is quota held from admission to the end: pods starting and ending, admission cycles)")
-    violations: dict[str, int] = result["violations"]  # type: ignore[assignment]
-    spread: dict[str, int] = result["spread"]  # type: ignore[assignment]
-    split: dict[str, int] = result["split"]  # type: ignore[assignment]
-    ok &= not violations
-    print(f"{'topology violations':<41}{sum(violations.values()):8d}    = 0  {'ok' if not violations else 'MISSED'}"
-          + (f"  {violations}" if violations else ""))
-    for e in result["examples"]:  # type: ignore[attr-defined]
+    print(f"(of the quota, the jobs' own work (cpu x duration) used {r.work_pct:.2f} %; the rest of the usage is "
+          "quota held from admission to the end: pods starting and ending, admission cycles)")
+    ok &= not r.violations
+    print(f"{'topology violations':<41}{sum(r.violations.values()):8d}    = 0  {'ok' if not r.violations else 'MISSED'}"
+          + (f"  {r.violations}" if r.violations else ""))
+    for e in r.examples:
         print(f"    {e}")
     print("(preferred runs spread over more than one rack: "
-          + ", ".join(f"{c.name} {spread.get(c.name, 0)}" for c in CLASSES if c.constraint == "preferred")
+          + ", ".join(f"{c.name} {r.spread.get(c.name, 0)}" for c in CLASSES if c.constraint == "preferred")
           + "; balanced runs with a consecutive-index slice split across racks: "
-          + ", ".join(f"{c.name} {split.get(c.name, 0)}" for c in CLASSES if c.constraint == "balanced") + ")")
+          + ", ".join(f"{c.name} {r.split.get(c.name, 0)}" for c in CLASSES if c.constraint == "balanced") + ")")
     print("(resident memory after the scenario, MB: " + ", ".join(
         f"{k} {v:.0f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])) + ")")
-    print(f"(CPU per run, ms: {1000 * sum(cpu.values()) / max(runs, 1):.1f} in all; " + ", ".join(
+    runs = max(r.runs, 1)
+    print(f"(CPU per run, ms: {1000 * sum(cpu.values()) / runs:.1f} in all; " + ", ".join(
         f"{k} {1000 * v / runs:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
-        if runs and 1000 * v / runs >= 0.05) + ")")
+        if 1000 * v / runs >= 0.05) + ")")
     return ok
 
 
