@@ -101,3 +101,10 @@ def test_a_rayjob_slices_its_workers_not_its_head() -> None:
 def test_no_topology_asked_renders_no_tas_annotation() -> None:
     job = render(run(), attempt=0)[0]
     assert tas(job["spec"]["template"]["metadata"]["annotations"]) == {}
+
+
+def test_platform_apply_addresses_topologies_as_cluster_scoped() -> None:
+    from taugrid.kube.client import resource_for
+
+    resource = resource_for("Topology", "kueue.x-k8s.io/v1beta2")
+    assert (resource.plural, resource.namespaced) == ("topologies", False)
