@@ -156,3 +156,26 @@ async def test_block_admission_holds_every_other_workload_until_the_admitted_one
                                  namespace="default", name=gang))
     await c.tick()  # the not-ready workload is going: nothing blocks any more
     assert c.wls[other].state == "running"
+
+
+async def test_a_restart_during_the_backoff_keeps_the_workload_out_of_its_queue_until_the_backoff_ends(
+        bus: Bus, tmp_path: Path, limited: LocalCluster) -> None:
+    name = await submit(limited, pods=2)
+    await limited.tick()
+    evicted_at = limited.wls[name].admitted_at + TIMEOUT_S
+    await limited.pods_ready_pass(evicted_at)
+    await limited.kubelet.close()
+    again = await one_node_cluster(bus, tmp_path)  # the same KV records, a fresh engine
+    again.podsync.runtime = SecondPodNeverReady()
+    try:
+        wl = again.wls[name]
+        assert (wl.state, wl.requeue_at, wl.ready_requeues) == ("pending", evicted_at + 60, 1)
+        engine = again.admitter.engine
+        assert engine is not None and name not in engine.states
+        await again.tick()
+        assert wl.state == "pending"
+        await again.pods_ready_pass(evicted_at + 60)
+        await again.tick()
+        assert wl.state == "running" and wl.admitted_at > 0 and not wl.ready
+    finally:
+        await again.kubelet.close()

@@ -62,10 +62,13 @@ class Readiness:
         """One pass: backoffs that ended go back to their queue; running workloads become ready, or are evicted
         or deactivated when their timeout has passed."""
         for wl in wls:
-            if self.backing_off(wl) and now >= wl.requeue_at:
-                await self._requeue(wl, now)
-            elif wl.state == "running" and not wl.ready:
-                await self._running(wl, now)
+            try:
+                if self.backing_off(wl) and now >= wl.requeue_at:
+                    await self._requeue(wl, now)
+                elif wl.state == "running" and not wl.ready:
+                    await self._running(wl, now)
+            except Exception as exc:  # the bus failed mid-way: the next pass decides again from what is recorded
+                log.warning("waitForPodsReady step for %s failed; retrying next tick: %r", wl.name, exc)
 
     async def _running(self, wl: LocalWorkload, now: float) -> None:
         if rules.pods_ready((p.phase for p in wl.pods), wl.pods_wanted):
@@ -119,11 +122,15 @@ class Readiness:
 
     async def _requeue(self, wl: LocalWorkload, now: float) -> None:
         """Its backoff is over: back in its queue, at the place ``requeuing_strategy.timestamp`` gives it."""
-        wl.requeue_at = 0.0
+        due, wl.requeue_at = wl.requeue_at, 0.0
+        try:
+            await self.save(wl)
+        except BaseException:
+            wl.requeue_at = due  # not recorded: still backing off, tried again at the next pass
+            raise
         objects.set_condition(wl.workload, "Requeued", "True", rules.BACKOFF_FINISHED,
                               rules.BACKOFF_FINISHED_MESSAGE, now)
         (wl.workload["status"].get("requeueState") or {}).pop("requeueAt", None)
-        await self.save(wl)
         self.admitter.submit(self.request(wl))
         self.wake()
 
