@@ -133,6 +133,9 @@ class Replies:
                 waiting.set_exception(error)
 
 
+_UNREACHABLE: tuple[type[Exception], ...] = (OSError, *UNAVAILABLE)  # connecting: no route, or no server
+
+
 class PayloadTooLarge(PermanentError):
     """An event over ``EVENT_MAX_BYTES``: refused before it reaches the server, with its size and the limit."""
 
@@ -395,7 +398,7 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
         )
     try:
         connecting.result()
-    except (OSError, *UNAVAILABLE) as exc:
+    except _UNREACHABLE as exc:
         detail = "" if quiet else f": {exc}"
         raise TemporaryError(f"cannot reach the taugrid stack at {where}{detail}", delay=1.0) from exc
     # nats-py reads 0 as "forever"; ours is "-1 forever, else at least one more try".

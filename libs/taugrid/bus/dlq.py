@@ -27,6 +27,7 @@ from taugrid.core.errors import NotFound, PermanentError, PermissionDenied
 
 STREAM = "DLQ"
 ADVISORY_PREFIX = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
+_UNREADABLE: tuple[type[Exception], ...] = (*UNAVAILABLE, PermissionDenied)
 
 
 class DeadLetter(msgspec.Struct, frozen=True):
@@ -61,7 +62,7 @@ def _parse(seq: int, subject: str, headers: dict[str, str] | None, data: bytes, 
 async def _original_subject(bus: Bus, stream: str, seq: int) -> str:
     try:
         return str((await bus.guarded(bus.js.get_msg(stream, seq))).subject or "")
-    except (*UNAVAILABLE, PermissionDenied):  # aged out of its stream, or not readable by this identity
+    except _UNREADABLE:  # aged out of its stream, or not readable by this identity
         return ""
 
 

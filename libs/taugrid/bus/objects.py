@@ -26,6 +26,7 @@ from taugrid.core.errors import NotFound, PermissionDenied, TemporaryError
 from taugrid.core.ids import token
 
 _CHUNK = 128 * 1024  # nats-py's default chunk size
+_READ_FAILED: tuple[type[Exception], ...] = (*UNAVAILABLE, OSError)  # the bus, or the file written into
 DOWNLOAD_TIMEOUT_S = 60.0  # a snapshot is at most 64 MiB: seconds even on a loaded machine
 
 
@@ -55,7 +56,7 @@ async def _download(bus: Bus, name: str, dest: BinaryIO, *, store: str) -> int:
         raise NotFound(f"the object store does not exist (bootstrap the bus): {exc}") from exc
     except DAMAGED as exc:
         raise TemporaryError(f"object {name!r} arrived damaged (chunk digest mismatch)") from exc
-    except (*UNAVAILABLE, OSError) as exc:
+    except _READ_FAILED as exc:
         raise unavailable(f"reading object {name!r}", exc) from exc
     return int(result.info.size or 0)
 
