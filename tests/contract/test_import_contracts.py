@@ -33,3 +33,9 @@ def test_only_the_bus_adapter_imports_nats() -> None:
     assert (nats["type"], nats["forbidden_modules"], nats["ignore_imports"]) == (
         "forbidden", ["nats"], ["taugrid.bus.** -> nats"])
     assert set(nats["source_modules"]) == {"taugrid", "taugrid_services"}  # type: ignore[arg-type]
+
+
+def test_no_package_of_either_root_may_hold_an_import_circle() -> None:
+    circles = _contracts()["no import circles"]
+    assert circles["type"] == "acyclic_siblings"
+    assert set(circles["ancestors"]) == {"taugrid", "taugrid_services"}  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import click
 
 from taugrid.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, data_dir, emit_json, fail, output_option
+from taugrid.cli.stackstate import running
 
 DEFAULT_TTL = "12h"
 DEFAULT_TTL_S = 12 * 3600.0
@@ -57,13 +58,12 @@ def _remote_key(url: str) -> str:
 @output_option
 def portal(url: str | None, ttl: str, run_id: str | None, output: str) -> None:
     from taugrid.bus.identity import load_user_seed
-    from taugrid.cli.stack import _running
 
     ttl_s = _ttl(ttl)
     if url:
         base, key = url, _remote_key(url)
     else:
-        state = _running(data_dir())
+        state = running(data_dir())
         found = stack_portal(state) if state else None
         if found is None:
             fail(f"no running stack with a portal (data dir {data_dir()}): start it with `tau up`, or pass --url",

@@ -3,30 +3,23 @@ service as its own process, replica counts changeable while it runs)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
 from taugrid.cli.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, data_dir, emit_json, fail, output_option
+from taugrid.cli.portal_cmd import DEFAULT_TTL_S, sign_in_url, stack_portal
+from taugrid.cli.stackstate import read_state, running
 from taugrid.core.errors import PermanentError
 from taugrid.local import runas
 from taugrid.local.pods import pid_alive
 from taugrid.stack import auth, operator, scaling
 from taugrid.stack.natsserver import SECRET_ENV_PREFIX, layout_problem, without_secrets
-
-
-def _state(d: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((d / "stack.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _parse_scale(items: tuple[str, ...]) -> dict[str, int]:
@@ -35,13 +28,6 @@ def _parse_scale(items: tuple[str, ...]) -> dict[str, int]:
     except scaling.ScaleError as err:
         fail(f"--scale {err}", EXIT_USAGE)
         raise AssertionError from err
-
-
-def _running(d: Path) -> dict[str, object] | None:
-    state = _state(d)
-    if state and state.get("phase") == "ready" and pid_alive(state.get("pid")):
-        return state
-    return None
 
 
 @click.command(
@@ -62,7 +48,7 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path 
     wanted = _parse_scale(scale)  # refuse a typo before anything starts
     d = data_dir()
     d.mkdir(parents=True, exist_ok=True)
-    state = _running(d)
+    state = running(d)
     if state and ha and not state.get("ha"):
         fail(f"the stack in {d} is running with a single nats-server; --ha needs a new data dir "
              "(TAU_DATA_DIR=… tau up --ha)", EXIT_USAGE)
@@ -92,7 +78,7 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path 
     deadline = time.time() + timeout
     shown = False
     while time.time() < deadline:
-        state = _state(d)
+        state = read_state(d)
         if state and state.get("phase") == "ready":
             _report(_wait_for_services(d, state, deadline, output), output, "up")
             return
@@ -167,7 +153,7 @@ def _wait_for_services(d: Path, state: dict[str, object], deadline: float, outpu
             click.echo(f"waiting for the services to connect: {', '.join(waiting)} …", err=True)
             said = True
         time.sleep(0.5)
-        state = _state(d) or state
+        state = read_state(d) or state
     if waiting and output != "json":
         click.echo(f"warning: still starting: {', '.join(waiting)} (what they handle waits on the bus until "
                    f"they connect; see {d / 'logs'})", err=True)
@@ -180,7 +166,7 @@ def _apply_scale(d: Path, wanted: dict[str, int], timeout: float) -> dict[str, o
     request = scaling.write_request(d, wanted)
     deadline = time.time() + timeout
     while time.time() < deadline:
-        state = _state(d)
+        state = read_state(d)
         if state and int(state.get("scale_request") or 0) >= request and _settled(state, wanted):
             return state
         if state is None or not pid_alive(state.get("pid")):
@@ -208,8 +194,6 @@ def _settled(state: dict[str, object], wanted: dict[str, int]) -> bool:
 def _report(state: dict[str, object], output: str, what: str, *, token: bool | None = None) -> None:
     """``token``: print a fresh portal sign-in link (a credential): asked for, or by default only when the
     stack has just come up."""
-    from taugrid.cli.portal_cmd import stack_portal
-
     if token is None:
         token = what == "up"
     link = _portal_link(state) if token else None
@@ -234,7 +218,6 @@ def _report(state: dict[str, object], output: str, what: str, *, token: bool | N
 def _portal_link(state: dict[str, object]) -> str | None:
     """A sign-in link to the stack's portal for the person who started it (signed with their key)."""
     from taugrid.bus.identity import load_user_seed
-    from taugrid.cli.portal_cmd import DEFAULT_TTL_S, sign_in_url, stack_portal
 
     found = stack_portal(state)
     seed = load_user_seed() if found else None
@@ -272,7 +255,7 @@ def scale(replicas: tuple[str, ...], timeout: float, output: str) -> None:
         fail(str(err), EXIT_USAGE)
         return
     d = data_dir()
-    if _running(d) is None:
+    if running(d) is None:
         fail(f"the stack is not running (data dir {d}): start it with `tau up --scale "
              + " ".join(replicas) + "`", EXIT_UNAVAILABLE)
     _report(_apply_scale(d, wanted, timeout), output, "rescaled")
@@ -289,7 +272,7 @@ def stack_status(token: bool, output: str) -> None:
 def show_stack(output: str, *, token: bool = False) -> None:
     """The running stack's URL, data dir and replicas (also `tau status --stack`)."""
     d = data_dir()
-    state = _running(d)
+    state = running(d)
     if state is None:
         fail(f"the stack is not running (data dir {d}): start it with `tau up`", EXIT_UNAVAILABLE)
         return
@@ -300,7 +283,7 @@ def show_stack(output: str, *, token: bool = False) -> None:
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the stack to stop.")
 def down(timeout: float) -> None:
     d = data_dir()
-    state = _state(d)
+    state = read_state(d)
     if not state or not pid_alive(state.get("pid")):
         click.echo("the stack is not running")
         return

@@ -21,8 +21,10 @@ from taugrid.core.contracts import NodeSample
 from taugrid.core.events import node_subject
 from taugrid.core.ids import token
 from taugrid.health.ib import read_ports
+from taugrid.health.kmsg import KmsgReader
 from taugrid.health.monitor import read_state
-from taugrid.health.probe import HealthProbe, make_probe, validate_node
+from taugrid.health.nvml import NvmlProbe
+from taugrid.health.probe import DeclaredProbe, HealthProbe, validate_node
 from taugrid.health.wire import NodeRepair, NodeState, NodeValidation
 from taugrid.settings import LocalSettings
 
@@ -34,9 +36,12 @@ def node_name(given: LocalSettings) -> str:
     return given.node_name or socket.gethostname()
 
 
-def probe(given: LocalSettings) -> HealthProbe:
-    """The GPUs ``TAU_DECLARED_GPUS`` declares, else NVML's."""
-    return make_probe(given.declared_gpus or None)
+def probe(given: LocalSettings, *, kmsg_path: str = "/dev/kmsg") -> HealthProbe:
+    """The GPUs ``TAU_DECLARED_GPUS`` declares, else NVML's (which reports "no GPUs: …" if it cannot). Chosen
+    here, above both probes: ``nvml`` builds on ``probe``, so the choice cannot live in ``probe``."""
+    if given.declared_gpus:
+        return DeclaredProbe.from_spec(given.declared_gpus)
+    return NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
 
 
 async def publish_sample(bus: Bus, sample: NodeSample) -> int:

@@ -22,7 +22,6 @@ import msgspec
 import psutil
 
 from taugrid.core.contracts import GpuSample, NodeSample
-from taugrid.health.kmsg import KmsgReader
 
 log = logging.getLogger("taugrid.health.probe")
 
@@ -214,12 +213,3 @@ class DeclaredProbe:
 
     def close(self) -> None:
         pass
-
-
-def make_probe(declared: str | None = None, *, kmsg_path: str = "/dev/kmsg") -> HealthProbe:
-    """``TAU_DECLARED_GPUS`` set → DeclaredProbe; otherwise NVML (which reports "no GPUs: …" if it cannot)."""
-    if declared:
-        return DeclaredProbe.from_spec(declared)
-    from taugrid.health.nvml import NvmlProbe  # it builds on this module
-
-    return NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
