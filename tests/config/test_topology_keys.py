@@ -84,7 +84,7 @@ def test_a_slice_level_must_name_a_level_and_its_size_fit_the_pods() -> None:
 
 def test_levels_are_checked_against_the_platforms_topologies() -> None:
     assert refused("  topology: example.com/zone\n") == {
-        "policy.topology": ("'example.com/zone' is a level of no topology of this platform",
+        "policy.topology": ("'example.com/zone' is a level of no topology that cluster queue 'vision' places by",
                             "use one of: example.com/block, example.com/rack, kubernetes.io/hostname")}
     assert refused("  topology: example.com/rack\n  topology_slice: {level: example.com/block, size: 2}\n") == {
         "policy.topology_slice.level": ("slice level 'example.com/block' is not at or below 'example.com/rack' in "
@@ -95,3 +95,14 @@ def test_levels_are_checked_against_the_platforms_topologies() -> None:
 def test_a_platform_without_topologies_leaves_levels_to_the_cluster() -> None:
     run = resolve("  topology: example.com/zone\n", PLAIN)
     assert run.topology_level == "example.com/zone"
+
+
+def test_a_request_on_a_queue_without_a_topology_flavor_is_refused() -> None:
+    """No flavor of the vision queue names a topology here: Kueue would never admit a TAS request there."""
+    platform = load_platform(TOPOLOGY + SAMPLE_TEXT)
+    assert refused("  topology: example.com/rack\n", platform) == {
+        "policy.topology": ("cluster queue 'vision' has no flavor that names a topology (Kueue admits a topology "
+                            "request only on such a flavor, so the run would never start)",
+                            "set topology_name on one of its resource_flavors, or remove the topology request")}
+    assert list(refused("  topology_policy: unconstrained\n", platform)) == ["policy.topology_policy"]
+    assert resolve("", platform).topology_level == ""  # no request: nothing to refuse

@@ -69,10 +69,11 @@ def _topology(cfg: TauConfig, add: Any) -> None:
             "write a node label key (e.g. cloud.provider.com/topology-rack) or hostname")
 
 
-def topology_fit(cfg: TauConfig, levels: list[list[str]], count: int, add: Any) -> None:
+def topology_fit(cfg: TauConfig, levels: list[list[str]] | None, count: int, add: Any, *, queue: str = "") -> None:
     """The run's topology request against the pod count of the pod set it shapes (``count``: Job pods, or Ray
-    workers) and the platform's topologies (``levels``: each topology's levels, highest first; none declared:
-    the cluster's own Topology objects decide, so only the count is checked)."""
+    workers) and the topologies its cluster queue ``queue`` can place by (``levels``: each topology's levels,
+    highest first, of the queue's flavors that name one; None when the platform declares no topologies: the
+    cluster's own Topology objects decide, so only the count is checked)."""
     p = cfg.policy
     level = topology_level(p.topology) if p.topology and p.topology_policy != "unconstrained" else None
     piece = p.topology_slice
@@ -83,12 +84,21 @@ def topology_fit(cfg: TauConfig, levels: list[list[str]], count: int, add: Any) 
     elif piece is not None and count % piece.size:
         add(("policy", "topology_slice", "size"), f"the run's {count} pods do not divide into slices of "
             f"{piece.size} (each slice is placed whole)", "use a size that divides the pod count")
+    if levels is None:
+        return
     if not levels:
+        asked = [path for path, on in ((("policy", "topology"), level is not None),
+                                       (("policy", "topology_policy"), p.topology_policy == "unconstrained"),
+                                       (("policy", "topology_slice"), piece is not None)) if on]
+        for path in asked[:1]:
+            add(path, f"cluster queue {queue!r} has no flavor that names a topology (Kueue admits a topology "
+                "request only on such a flavor, so the run would never start)",
+                "set topology_name on one of its resource_flavors, or remove the topology request")
         return
     known = sorted({lv for ls in levels for lv in ls})
     for path, wanted in ((("policy", "topology"), level), (("policy", "topology_slice", "level"), slice_level)):
         if wanted is not None and wanted not in known:
-            add(path, f"{wanted!r} is a level of no topology of this platform",
+            add(path, f"{wanted!r} is a level of no topology that cluster queue {queue!r} places by",
                 f"use one of: {', '.join(known)}")
     if (level is not None and slice_level is not None and level in known and slice_level in known
             and not any(level in ls and slice_level in ls[ls.index(level):] for ls in levels)):

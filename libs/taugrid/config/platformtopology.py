@@ -113,3 +113,18 @@ def _local_nodes(platform: Platform, add: Add, flavor: str, flavor_labels: Mappi
                     f"node {node.name!r} is in flavor {flavor!r}, whose topology {topology_name!r} has level "
                     f"{level!r}, but the node has no {level!r} label",
                     f"add labels: {{{level}: <domain>}} to node {node.name!r} (e.g. the rack it stands in)")
+
+
+def queue_topologies(platform: Platform, cluster_queue: str) -> list[list[str]] | None:
+    """The levels of each topology ``cluster_queue``'s flavors name (what a run of it can be placed by); None when
+    the platform declares no topologies or names no such queue (nothing to check against)."""
+    cq = platform.cluster_queue(cluster_queue) if platform.topologies else None
+    if cq is None:
+        return None
+    flavors = {fq.name for g in cq.resource_groups for fq in g.flavors}
+    out: list[list[str]] = []
+    for f in platform.resource_flavors:
+        topology = platform.topology(f.topology_name) if f.name in flavors and f.topology_name else None
+        if topology is not None and topology.levels not in out:
+            out.append(list(topology.levels))
+    return out

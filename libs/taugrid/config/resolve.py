@@ -22,6 +22,7 @@ from taugrid.config.departments import KAI_QUEUE_LABEL
 from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_fit, topology_level
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
+from taugrid.config.platformtopology import queue_topologies
 from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
 from taugrid.config.taurules import check_rules, entrypoint_escape
@@ -125,8 +126,8 @@ def resolve_run(
     head = _head(cfg)
     working_dir = _working_dir(cfg, project_subdir, issues)
     launcher, command, nproc = build_command(cfg, requests.gpu, issues.add)
-    topology_fit(cfg, [t.levels for t in platform.topologies],
-                 cfg.execution.nodes if cfg.engine == "job" else pods, issues.add)
+    topology_fit(cfg, queue_topologies(platform, cluster_queue), cfg.execution.nodes if cfg.engine == "job" else pods,
+                 issues.add, queue=cluster_queue)
     raise_issues(issues.items)
     return ResolvedRun(
         run_id=run_id,
