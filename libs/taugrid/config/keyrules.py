@@ -90,13 +90,15 @@ def topology_fit(cfg: TauConfig, levels: list[list[str]] | None, count: int, add
         asked = [path for path, on in ((("policy", "topology"), level is not None),
                                        (("policy", "topology_policy"), p.topology_policy == "unconstrained"),
                                        (("policy", "topology_slice"), piece is not None)) if on]
-        for path in asked[:1]:
-            add(path, f"cluster queue {queue!r} has no flavor that names a topology (Kueue admits a topology "
+        for where in asked[:1]:
+            add(where, f"cluster queue {queue!r} has no flavor that names a topology (Kueue admits a topology "
                 "request only on such a flavor, so the run would never start)",
                 "set topology_name on one of its resource_flavors, or remove the topology request")
         return
     known = sorted({lv for ls in levels for lv in ls})
-    for path, wanted in ((("policy", "topology"), level), (("policy", "topology_slice", "level"), slice_level)):
+    checks: tuple[tuple[tuple[str, ...], str | None], ...] = (
+        (("policy", "topology"), level), (("policy", "topology_slice", "level"), slice_level))
+    for path, wanted in checks:
         if wanted is not None and wanted not in known:
             add(path, f"{wanted!r} is a level of no topology that cluster queue {queue!r} places by",
                 f"use one of: {', '.join(known)}")
