@@ -94,12 +94,6 @@ async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> lis
 REPLICAS_ENV = "TAU_BUS_REPLICAS"
 
 
-def replicas_from_env() -> int:
-    """``TAU_BUS_REPLICAS`` (1 to 5, what a JetStream cluster allows), else 1; a ``SettingsError`` (a
-    ``ConfigError``) names any other value and the fix."""
-    return settings.current().bus.replicas
-
-
 def audit_config(replicas: int = 1) -> StreamConfig:
     """AUDIT mirrors RUNS; deletes and purges are denied so an auditor's replay is complete."""
     return StreamConfig(
@@ -169,7 +163,7 @@ async def _allow_direct(bus: Bus, stream: str, *, update: bool) -> list[str]:
 async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = None) -> list[str]:
     """Provision what is missing; returns the alarms (AUDIT drift) and logs every difference it did not apply.
     ``replicas``: None reads ``TAU_BUS_REPLICAS``."""
-    replicas = replicas_from_env() if replicas is None else replicas
+    replicas = settings.current().bus.replicas if replicas is None else replicas
     drifted: dict[str, list[str]] = {}
     for s in STREAMS:
         drifted[s.name] = await _ensure_stream(bus, StreamConfig(

@@ -292,7 +292,7 @@ class Bus:
 
 def default_creds() -> str | None:
     """A NATS credentials file (``TAU_NATS_CREDS``), e.g. mounted from a Secret; None connects without."""
-    found = credentials.from_env()
+    found = settings.current().bus.creds
     return str(found) if found else None
 
 
@@ -326,7 +326,7 @@ async def connect(url: str | None = None, *, name: str, connect_timeout: float =
     not vouch for is a ``PermanentError``. ``quiet`` (the CLI) logs connection errors at debug level: a person
     gets one clear error from the failed call instead of one warning per refused connection attempt.
     """
-    creds_path = Path(creds).expanduser() if creds else credentials.from_env()
+    creds_path = Path(creds).expanduser() if creds else settings.current().bus.creds
     identity_ = credentials.load(creds_path, name=name) if creds_path else None
     bus_ref: list[Bus] = []
     refused = asyncio.Event()

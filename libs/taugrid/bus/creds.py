@@ -13,7 +13,6 @@ from pathlib import Path
 
 import nkeys
 
-from taugrid import settings
 from taugrid.core.errors import PermanentError
 from taugrid.core.identity import is_user_public_key
 
@@ -90,7 +89,3 @@ def write(path: Path, identity: Identity, *, comment: str = "") -> Path:
     tmp.replace(path)
     return path
 
-
-def from_env() -> Path | None:
-    """``TAU_NATS_CREDS``, as this process's settings read it."""
-    return settings.current().bus.creds
