@@ -121,3 +121,14 @@ def test_hostname_is_the_node_name_unless_written() -> None:
                                     "cloud.provider.com/topology-rack: r1, kubernetes.io/hostname: host-a1}"))
     assert p.local.nodes[0].labels["kubernetes.io/hostname"] == "host-a1"
     assert "kubernetes.io/hostname" not in p.local.nodes[1].labels
+
+
+def test_tau_platform_apply_names_a_changed_topology() -> None:
+    from taugrid.config.platformdiff import diff
+
+    old = load_platform(RACKS)
+    new = load_platform(RACKS.replace("      - cloud.provider.com/topology-block\n", ""))
+    assert [c.lines() for c in diff(old, new)] == [["~ topology default",
+                                                    "    levels: -cloud.provider.com/topology-block"]]
+    added = diff(load_platform("resource_flavors: []\n"), old)[0]
+    assert (added.kind, added.name, added.action) == ("topology", "default", "add")
