@@ -37,7 +37,7 @@ from .model import (
     untolerated,
 )
 from .results import PodPlacement, TopologyAssignment
-from .tas import HOSTNAME, PODS, TasNode, TasPodSet, find_assignments
+from .tas import HOSTNAME, PODS, TasNode, TasPodSet, TasTree, find_assignments
 
 NO_POD_LIMIT = 1 << 30
 
@@ -95,6 +95,7 @@ class Cluster:
 
     def __init__(self, nodes: Iterable[Node], topologies: Mapping[str, Topology] | None = None) -> None:
         self.topologies = dict(topologies or {})
+        self._trees: dict[tuple[str, Topology, frozenset[tuple[str, str]], frozenset[str]], TasTree] = {}
         self.nodes = [
             _NodeState(n, to_units(n.cpu), to_units(n.memory), to_units(n.cpu), to_units(n.memory),
                        [0] * len(n.gpus))
@@ -192,24 +193,28 @@ class Cluster:
                 return spec
         return None
 
-    def tas_nodes(self, flavor: ResourceFlavor, *, empty: bool = False) -> list[TasNode]:
-        """The flavor's nodes as TAS sees them: matching its labels, ready and not cordoned, with what is free
-        (everything, with ``empty``: Kueue's simulation of every TAS workload preempted)."""
-        out = []
-        for i, ns in enumerate(self.nodes):
-            n = ns.node
-            if not n.ready or n.name in self.unschedulable:
-                continue
-            if any(n.labels.get(k) != v for k, v in flavor.node_labels.items()):
-                continue
-            limit = NO_POD_LIMIT if n.max_pods is None else n.max_pods
-            if empty:
-                free = {"cpu": ns.cpu_total, "memory": ns.mem_total, GPU: len(ns.gpu_used) * UNIT, PODS: limit}
-            else:
-                free = {"cpu": ns.cpu_free, "memory": ns.mem_free,
-                        GPU: sum(UNIT for used in ns.gpu_used if used == 0), PODS: limit - ns.pods}
-            out.append(TasNode(i, n.name, n.labels, n.taints, free))
-        return out
+    def tas_tree(self, flavor: ResourceFlavor, topology: Topology) -> TasTree:
+        """The flavor's domain tree over its usable nodes: matching its labels, ready and not cordoned. Kept
+        until the cordoned set changes (labels and readiness of a ``Node`` do not change)."""
+        key = (flavor.name, topology, frozenset(flavor.node_labels.items()), frozenset(self.unschedulable))
+        tree = self._trees.get(key)
+        if tree is None:
+            nodes = [TasNode(i, ns.node.name, ns.node.labels, ns.node.taints) for i, ns in enumerate(self.nodes)
+                     if ns.node.ready and ns.node.name not in self.unschedulable
+                     and all(ns.node.labels.get(k) == v for k, v in flavor.node_labels.items())]
+            if len(self._trees) > 64:
+                self._trees.clear()
+            tree = self._trees[key] = TasTree(topology, nodes)
+        return tree
+
+    def tas_free(self, ni: int, *, empty: bool = False) -> dict[str, int]:
+        """What node ``ni`` has free for TAS (everything, with ``empty``: Kueue's simulation of every TAS
+        workload preempted)."""
+        ns = self.nodes[ni]
+        limit = NO_POD_LIMIT if ns.node.max_pods is None else ns.node.max_pods
+        if empty:
+            return {"cpu": ns.cpu_total, "memory": ns.mem_total, GPU: len(ns.gpu_used) * UNIT, PODS: limit}
+        return {"cpu": ns.cpu_free, "memory": ns.mem_free, GPU: UNIT * ns.gpu_used.count(0), PODS: limit - ns.pods}
 
     def tas_assign(self, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
                    flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool = False
@@ -232,7 +237,8 @@ class Cluster:
                 return TasFailure(workload.pod_sets[indices[0]].name, fname,
                                   f"flavor {fname} names topology {spec.topology_name!r}, which is not defined")
             requests = [self._tas_pod_set(workload, workload.pod_sets[i]) for i in indices]
-            found, failure = find_assignments(topo, self.tas_nodes(spec, empty=empty), requests, assumed)
+            found, failure = find_assignments(self.tas_tree(spec, topo), requests,
+                                              lambda ni: self.tas_free(ni, empty=empty), assumed)
             for i in indices:
                 name = workload.pod_sets[i].name
                 if name in found:

@@ -22,7 +22,7 @@ Kueue feature gates or annotations taugrid does not expose).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .model import Taint, Toleration, Topology, TopologyRequest, untolerated
@@ -34,16 +34,19 @@ PODS = "pods"  # one per pod, as Kueue adds to every request; a node without a p
 
 @dataclass(frozen=True, slots=True)
 class TasNode:
-    """A node as TAS sees it: labels, taints and free capacity per resource (integer units, ``pods`` too)."""
+    """A node as TAS sees it: its index in the caller's node list, labels and taints (what is free is asked
+    through the ``free`` callback at each placement: it changes, the tree does not)."""
 
     index: int
     name: str
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
-    free: Mapping[str, int]
 
     def value(self, key: str) -> str | None:
         return self.labels.get(key)
+
+
+Free = Callable[[int], Mapping[str, int]]  # node index -> free capacity per resource (units, ``pods`` too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,19 +119,9 @@ def _taint_text(t: Taint) -> str:
     return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
 
 
-def _count_in(free: Mapping[str, int], per_pod: Mapping[str, int]) -> tuple[int, str]:
-    """How many pods fit in ``free``, and the resource that limits it when none does."""
-    best, limiting = 1 << 40, ""
-    for r, v in per_pod.items():
-        if v <= 0:
-            continue
-        n = free.get(r, 0) // v
-        if n < best:
-            best, limiting = n, r
-    return max(best, 0), limiting
+class TasTree:
+    """Kueue's domain tree of one TAS flavor (built once per set of usable nodes, reused across placements)."""
 
-
-class _Finder:
     def __init__(self, topology: Topology, nodes: Sequence[TasNode]) -> None:
         self.name = topology.name
         self.levels = topology.levels
@@ -157,33 +150,43 @@ class _Finder:
 
     # -- phase 1: how many pods and slices fit where --------------------------------------------------
 
-    def _fill(self, ps: TasPodSet, assumed: Mapping[int, Mapping[str, int]], slice_size: int, slice_idx: int,
-              stats: _Stats) -> None:
-        per_pod = {**ps.per_pod, PODS: 1}
-        for level in self.per_level:
+    def _fill(self, ps: TasPodSet, assumed: Mapping[int, Mapping[str, int]], free_of: Free, slice_size: int,
+              slice_idx: int, stats: _Stats) -> None:
+        per_pod = [(r, v) for r, v in {**ps.per_pod, PODS: 1}.items() if v > 0]
+        for level in self.per_level[:-1]:
             for d in level.values():
                 d.pods = d.slices = 0
+        selector = list(ps.node_selector.items())
         for leaf in self.per_level[-1].values():
-            free: dict[str, int] = {}
+            leaf.pods = leaf.slices = 0
+            free: Mapping[str, int] | None = None
             for ni in leaf.nodes:
                 node = self.nodes[ni]
                 if self.by_node:  # Kueue checks taints and the node selector only when leaves are nodes
                     stats.total += 1
-                    taint = untolerated(node.taints, ps.tolerations)
+                    taint = untolerated(node.taints, ps.tolerations) if node.taints else None
                     if taint is not None:
                         text = _taint_text(taint)
                         stats.taints[text] = stats.taints.get(text, 0) + 1
                         continue
-                    if any(node.labels.get(k) != v for k, v in ps.node_selector.items()):
+                    if selector and any(node.labels.get(k) != v for k, v in selector):
                         stats.selector += 1
                         continue
-                for r, v in node.free.items():
-                    free[r] = free.get(r, 0) + v - assumed.get(ni, {}).get(r, 0)
+                here, used = free_of(ni), assumed.get(ni)
+                if used:
+                    here = {r: v - used.get(r, 0) for r, v in here.items()}
+                # Several nodes in one leaf (a rack as the lowest level): their capacity adds up.
+                free = here if free is None else {r: free.get(r, 0) + here.get(r, 0) for r in free.keys() | here.keys()}
             if not self.by_node:
                 stats.total += 1  # Kueue counts leaves here, not nodes
-            elif not free:
+            if free is None:
                 continue
-            leaf.pods, limiting = _count_in(free, per_pod)
+            count, limiting = 1 << 40, ""
+            for r, v in per_pod:
+                n = free.get(r, 0) // v
+                if n < count:
+                    count, limiting = n, r
+            leaf.pods = max(count, 0)
             if leaf.pods == 0 and limiting:
                 stats.resources[limiting] = stats.resources.get(limiting, 0) + 1
         for root in self.roots:
@@ -280,7 +283,8 @@ class _Finder:
             out.append(d)
         raise AssertionError(f"{remaining} pods left after every domain (Kueue: assumptions violated)")
 
-    def find(self, ps: TasPodSet, assumed: Mapping[int, Mapping[str, int]]) -> list[DomainPlacement] | str:
+    def find(self, ps: TasPodSet, assumed: Mapping[int, Mapping[str, int]], free: Free
+             ) -> list[DomainPlacement] | str:
         tr = ps.request
         key = level_of(tr, self.levels)
         if key not in self.levels:
@@ -297,7 +301,7 @@ class _Finder:
         least_free = tr is None or tr.unconstrained or (
             tr.required is None and tr.preferred is None and tr.slice_required is not None)
         stats = _Stats()
-        self._fill(ps, assumed, slice_size, slice_idx, stats)
+        self._fill(ps, assumed, free, slice_size, slice_idx, stats)
         found = self._fit_level(level_idx, ps.count, slice_size, required, least_free, stats)
         if isinstance(found, str):
             return found
@@ -323,7 +327,7 @@ class _Finder:
                                   domains=tuple((d.values[start:], d.count) for d in chosen))
 
 
-def find_assignments(topology: Topology, nodes: Sequence[TasNode], pod_sets: Sequence[TasPodSet],
+def find_assignments(tree: TasTree, pod_sets: Sequence[TasPodSet], free: Free,
                      assumed: dict[int, dict[str, int]] | None = None
                      ) -> tuple[dict[str, tuple[TopologyAssignment, list[DomainPlacement]]], tuple[str, str] | None]:
     """Place every pod set of one workload on one TAS flavor's topology, in order, each seeing the usage of
@@ -331,14 +335,13 @@ def find_assignments(topology: Topology, nodes: Sequence[TasNode], pod_sets: Seq
     the nodes took; Kueue's TASHandleOverlappingFlavors). Returns per pod set (assignment, chosen domains) for
     those placed, and (pod set, reason) for the first that does not fit (None when all do); Kueue stops at that
     one too. ``assumed`` is updated with what the placed pod sets take."""
-    finder = _Finder(topology, nodes)
     assumed = {} if assumed is None else assumed
     out: dict[str, tuple[TopologyAssignment, list[DomainPlacement]]] = {}
     for ps in pod_sets:
-        chosen = finder.find(ps, assumed)
+        chosen = tree.find(ps, assumed, free)
         if isinstance(chosen, str):
             return out, (ps.name, chosen)
-        out[ps.name] = (finder.assignment(chosen), chosen)
+        out[ps.name] = (tree.assignment(chosen), chosen)
         # Charge the leaf so the next pod set sees it used (Kueue's assumedUsage): on its node, or on the first
         # node of a multi-node leaf, whose capacity is the sum over its nodes.
         for d in chosen:
