@@ -17,7 +17,7 @@ import pytest
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver
-from tests.secure_nats import SecureNats
+from tests.secure_nats import SecureNats, started
 
 E2E = "tests/e2e/"
 # The e2e modules run on two `tau up` stacks, each on one worker: these on the first (about half the e2e time, as
@@ -111,10 +111,5 @@ async def private_bus(fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> 
 async def secure_nats(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SecureNats]:
     """A bootstrapped nats-server with authentication on (see tests/secure_nats.py); people alice (researcher
     in vision), bob (researcher in language), carol (platform admin); a user per service."""
-    server = SecureNats(tmp_path_factory.mktemp("secure-nats"))
-    server.start()
-    try:
-        await server.bootstrap()
+    async with started(tmp_path_factory.mktemp("secure-nats")) as server:
         yield server
-    finally:
-        server.stop()

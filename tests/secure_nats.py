@@ -3,13 +3,14 @@ table, and people whose users and workspaces a test can change (the server is re
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from taugrid.access import permissions
-from taugrid.bus import Bus, connect, creds
+from taugrid.bus import Bus, connect, creds, platformstore
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.stack import natsserver
@@ -89,3 +90,26 @@ class SecureNats:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+@contextlib.asynccontextmanager
+async def started(root: Path, *, owner: str | None = None, platform: str | None = None) -> AsyncIterator[SecureNats]:
+    """A ``SecureNats`` under ``root``, started and bootstrapped, stopped afterwards. ``owner``: the stack's own
+    person (the local user ``tau up`` records) is this one of ``PEOPLE``; ``platform``: stored as the platform."""
+    server = SecureNats(root)
+    server.start()
+    try:
+        await server.bootstrap()
+        if owner is not None or platform is not None:
+            boot = await server.connect("bootstrap")
+            try:
+                if owner is not None:
+                    await platformstore.put_local_user(
+                        boot, platformstore.LocalUser(owner, server.identity(owner).public_key))
+                if platform is not None:
+                    await platformstore.put_text(boot, platform)
+            finally:
+                await boot.close()
+        yield server
+    finally:
+        server.stop()

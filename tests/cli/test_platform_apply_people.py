@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus import kv, platformstore
+from taugrid.bus import kv
 from taugrid.bus.kv import Conflict
 from taugrid.client import platformplan
 from taugrid.config.platform import load_platform
 from taugrid.core.states import RunRecord
 from taugrid.stack import auth
 from tests.platforms import people_platform
-from tests.secure_nats import SecureNats
+from tests.secure_nats import SecureNats, started
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
 PLATFORM = people_platform("vision", "language")
@@ -31,16 +31,8 @@ ONLY_AUDIO = people_platform("audio")
 @pytest.fixture(scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SecureNats]:
     """A private authenticated server whose stack owner (what `tau up` records) is carol, a platform admin."""
-    nats = SecureNats(tmp_path_factory.mktemp("apply-people"))
-    nats.start()
-    try:
-        await nats.bootstrap()
-        boot = await nats.connect("bootstrap")
-        await platformstore.put_local_user(boot, platformstore.LocalUser("carol", nats.identity("carol").public_key))
-        await boot.close()
+    async with started(tmp_path_factory.mktemp("apply-people"), owner="carol") as nats:
         yield nats
-    finally:
-        nats.stop()
 
 
 class Tau:

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus import kv, platformstore
+from taugrid.bus import kv
 from taugrid.client.client import Client
 from taugrid.core.contracts import ResolvedRun, SubmitRequested
 from taugrid.core.limits import SNAPSHOT_UPLOAD_MAX_BYTES
 from taugrid.core.states import RunRecord
 from taugrid.sources import snapshots
 from tests.platforms import people_platform
-from tests.secure_nats import SecureNats
+from tests.secure_nats import SecureNats, started
 
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
 PLATFORM = people_platform("vision")
@@ -31,17 +31,8 @@ RAISED = CONFIG.replace("200Mi", "2Gi")
 
 @pytest.fixture(scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SecureNats]:
-    nats = SecureNats(tmp_path_factory.mktemp("run-again"))
-    nats.start()
-    try:
-        await nats.bootstrap()
-        boot = await nats.connect("bootstrap")
-        await platformstore.put_local_user(boot, platformstore.LocalUser("carol", nats.identity("carol").public_key))
-        await platformstore.put_text(boot, PLATFORM)
-        await boot.close()
+    async with started(tmp_path_factory.mktemp("run-again"), owner="carol", platform=PLATFORM) as nats:
         yield nats
-    finally:
-        nats.stop()
 
 
 class Old:

@@ -12,11 +12,9 @@ import pytest
 from taugrid.bus import Bus, identity, platformstore
 from taugrid.bus.envelope import Event
 from taugrid.client import Client
-from taugrid_services.policy.__main__ import start as policy
-from taugrid_services.run_record.__main__ import start as run_record
-from taugrid_services.submitter.__main__ import start as submitter
 from tests.inprocess import RunningServices, private_server, wait_for_events
 from tests.platforms import lab_platform, workspace
+from tests.stages import start_stages
 
 PLATFORM = lab_platform(workspaces=[
     workspace("team-a", output_root="OUTPUTS"),
@@ -49,10 +47,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         await platformstore.put_local_user(admin, platformstore.LocalUser("owner", identity.public_key(seed)))
         running = RunningServices(url)
         try:
-            for name, start in (("submitter", submitter), ("run-record", run_record), ("policy", policy)):
-                svc = await running.service(name)
-                await start(svc)
-                running.start(svc)
+            await start_stages(running, "submitter", "run-record", "policy")
             yield Stack(url, tmp, admin, await running.client(seed), text)
         finally:
             await running.stop()

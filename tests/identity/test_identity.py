@@ -39,17 +39,10 @@ from taugrid.core.events import message_id, run_subject
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
-from taugrid.local.backend import LocalBackend
-from taugrid_services.admission_watcher.__main__ import start as admission_watcher
-from taugrid_services.evidence.__main__ import start as evidence
-from taugrid_services.policy.__main__ import start as policy
-from taugrid_services.recovery.__main__ import start as recovery
-from taugrid_services.renderer.handlers import Renderer
-from taugrid_services.run_record.__main__ import start as run_record
-from taugrid_services.submitter.__main__ import start as submitter
-from tests.inprocess import RunningServices, one_node_cluster, private_server, wait_for_events
+from tests.inprocess import RunningServices, private_server, wait_for_events
 from tests.owners import acting_as
 from tests.platforms import NORMAL, lab_platform, workspace
+from tests.stages import start_local_cluster, start_stages
 
 PEOPLE = ("alice", "bob", "carol", "root", "owner")  # owner: the stack's local admin, not in `users`
 
@@ -104,19 +97,9 @@ async def _running_stack(tmp: Path, url: str, admin: Bus) -> AsyncIterator[Stack
 
     running = RunningServices(url)
     try:
-        for name, start in [("submitter", submitter), ("run-record", run_record), ("policy", policy),
-                            ("admission-watcher", admission_watcher), ("recovery", recovery), ("evidence", evidence)]:
-            svc = await running.service(name)
-            await start(svc)
-            running.start(svc)
-        rsvc = await running.service("renderer")
-        rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
-        running.start(rsvc)
-        csvc = await running.service("local-cluster")
-        cluster = await one_node_cluster(csvc.bus, tmp)
-        csvc.consume("local-cluster", cluster.on_backend)
-        csvc.every(0.1, cluster.tick)
-        running.start(csvc)
+        await start_stages(running, "submitter", "run-record", "policy", "admission-watcher", "recovery", "evidence",
+                           "renderer")
+        await start_local_cluster(running, tmp)
         st = Stack(url, admin, seeds)
         for p in PEOPLE:
             st.people[p] = await running.client(seeds[p])

@@ -18,17 +18,11 @@ from taugrid.client import Client
 from taugrid.core.contracts import Rejected, SubmitRequested
 from taugrid.core.errors import NotFound
 from taugrid.core.ids import new_run_id
-from taugrid.local.backend import LocalBackend
 from taugrid.sources import snapshots
 from taugrid.sources.archive import snapshot, source_object
-from taugrid_services.admission_watcher.__main__ import start as admission_watcher
-from taugrid_services.policy.__main__ import start as policy
-from taugrid_services.recovery.__main__ import start as recovery
-from taugrid_services.renderer.handlers import Renderer
-from taugrid_services.run_record.__main__ import start as run_record
-from taugrid_services.submitter.__main__ import start as submitter
 from tests.hardening.conftest import PLATFORM  # the same lab platform as the pre-run suites
-from tests.inprocess import RunningServices, one_node_cluster, private_server
+from tests.inprocess import RunningServices, private_server
+from tests.stages import THROUGH_RENDERER, start_local_cluster, start_stages
 
 
 def _project(root: Path) -> Path:
@@ -47,11 +41,7 @@ class Pipeline:
     running: RunningServices
 
     async def start_local_cluster(self) -> None:
-        svc = await self.running.service("local-cluster")
-        cluster = await one_node_cluster(svc.bus, self.tmp / "cluster")
-        svc.consume("local-cluster", cluster.on_backend)
-        svc.every(0.1, cluster.tick)
-        self.running.start(svc)
+        await start_local_cluster(self.running, self.tmp / "cluster")
 
     async def events(self, run_id: str) -> list[str]:
         return [ev.type async for ev in self.client.events(run_id=run_id)]
@@ -73,14 +63,7 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
         running = RunningServices(url)
         try:
             p = Pipeline(url, admin, await running.client(seed), tmp_path, running)
-            for name, start in [("submitter", submitter), ("run-record", run_record), ("policy", policy),
-                                ("admission-watcher", admission_watcher), ("recovery", recovery)]:
-                svc = await running.service(name)
-                await start(svc)
-                running.start(svc)
-            rsvc = await running.service("renderer")
-            rsvc.consume("renderer", Renderer(rsvc.bus, LocalBackend(rsvc.bus)).on_event)
-            running.start(rsvc)
+            await start_stages(running, *THROUGH_RENDERER)
             yield p
         finally:
             await running.stop()
