@@ -90,7 +90,9 @@ def test_lender_reclaims_its_quota_by_preempting_the_borrower() -> None:
     assert [(p.victim, p.preemptor, p.reason) for p in res.preempted] == [
         ("a-big", "b-1", R.IN_COHORT_RECLAMATION)]
     info = e.pending_info("b-1")
-    assert info is not None and info.message == "Pending the preemption of 1 workload(s)"
+    assert info is not None and info.message == (  # Kueue's wording: why it preempts, then what it waits for
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor default, "
+        "2 more needed. Pending the preemption of 1 workload(s)")
     assert info.reason == R.WAITING_FOR_PREEMPTED and info.waiting_for == ("a-big",)
     res = e.cycle(2)
     assert [a.workload for a in res.admitted] == ["b-1"]

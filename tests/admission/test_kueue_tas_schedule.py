@@ -1,5 +1,5 @@
-"""Kueue's TestScheduleForTAS and TestScheduleForTASCohorts tables (``pkg/scheduler/scheduler_tas_test.go``),
-ported as data.
+"""Kueue's TestScheduleForTAS, TestScheduleForTASPreemption and TestScheduleForTASCohorts tables
+(``pkg/scheduler/scheduler_tas_test.go``), ported as data.
 
 Each case builds the engine with the case's Topologies, TAS ResourceFlavors, ClusterQueues and cohorts, the
 nodes (labels, allocatable, readiness, cordon, taints; non-TAS pods' requests taken off their nodes), restores
@@ -45,7 +45,8 @@ GPU_NAMES = ("nvidia.com/gpu", "example.com/gpu")
 
 # Cases whose Kueue behaviour taugrid deliberately answers differently, with how.
 NOT_PORTED_DIVERGENT = {
-    "workload with a PodSet of size zero": "taugrid refuses a pod set with count 0 (count must be >= 1)",
+    "TestScheduleForTAS/workload with a PodSet of size zero":
+        "taugrid refuses a pod set with count 0 (count must be >= 1)",
 }
 REFUSED_AT_SUBMIT = {
     # Kueue leaves it inadmissible ("Flavor ... does not contain the requested level"); taugrid refuses the
@@ -58,8 +59,13 @@ def _reason(case: dict[str, Any]) -> str:
     return "; ".join(case["unsupported"])
 
 
-NOT_PORTED: dict[str, str] = {c["case"]: _reason(c) for c in CASES if c["unsupported"]} | NOT_PORTED_DIVERGENT
-IN_SCOPE = [c for c in CASES if c["case"] not in NOT_PORTED]
+def _id(case: dict[str, Any]) -> str:
+    return f"{case['test']}/{case['case']}"
+
+
+# Keyed "<Kueue test>/<case>": a case name can appear in two of Kueue's test functions.
+NOT_PORTED: dict[str, str] = {_id(c): _reason(c) for c in CASES if c["unsupported"]} | NOT_PORTED_DIVERGENT
+IN_SCOPE = [c for c in CASES if _id(c) not in NOT_PORTED]
 
 
 def _requests(spec: dict[str, str]) -> dict[str, float]:
@@ -134,10 +140,6 @@ def run(case: dict[str, Any]) -> tuple[Engine, Any, set[str]]:
     return engine, engine.cycle(0.0), refused
 
 
-def _id(case: dict[str, Any]) -> str:
-    return f"{case['test']}/{case['case']}"
-
-
 @pytest.mark.parametrize("case", IN_SCOPE, ids=_id)
 def test_kueue_schedule_for_tas_case(case: dict[str, Any]) -> None:
     engine, result, refused = run(case)
@@ -164,6 +166,6 @@ def test_kueue_schedule_for_tas_case(case: dict[str, Any]) -> None:
 
 
 def test_every_case_is_run_or_listed_with_a_reason() -> None:
-    assert len(CASES) == 67 + 26
+    assert len(CASES) == 67 + 11 + 26  # TestScheduleForTAS, TestScheduleForTASPreemption, ...Cohorts
     assert len(IN_SCOPE) + len(NOT_PORTED) == len(CASES)
     assert all(NOT_PORTED.values())

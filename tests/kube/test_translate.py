@@ -259,6 +259,29 @@ def test_a_workload_kueue_deactivated_past_its_requeue_limit_fails_the_attempt()
     assert classify("RequeuingLimitExceeded") == "evicted"  # resilience.retry_on: [Evicted] may retry it
 
 
+def test_a_pods_ready_backoff_is_the_runs_queued_reason_as_kueues_requeued_condition_words_it() -> None:
+    message = "Exceeded the PodsReady timeout team-a/x"
+    evicted = cond("Evicted", "True", "PodsReadyTimeout", message, at="2025-06-01T11:00:00Z")
+    waiting = workload([evicted, cond("Requeued", "False", "PodsReadyTimeout", message, at="2025-06-01T11:00:00Z")])
+    waiting["status"]["requeueState"] = {"count": 1, "requeueAt": "2025-06-01T11:01:00Z"}
+    preempted, queued = translate(ev(waiting), OWNERS)
+    assert preempted.event_type == "admission.preempted"
+    assert (queued.event_type, queued.payload.reason, queued.payload.message, queued.payload.waiting_for) == (
+        "admission.queued", "PodsReadyTimeout", message, {"queue": "team-a-lq", "requeue_at": "2025-06-01T11:01:00Z"})
+    done = workload([evicted, cond("Requeued", "True", "BackoffFinished", "The workload backoff was finished",
+                                   at="2025-06-01T11:01:00Z")])
+    done["status"]["requeueState"] = {"count": 1}
+    again, finished = translate(ev(done), OWNERS)
+    assert again.dedup == preempted.dedup and finished.payload.reason == "BackoffFinished"
+    later = workload([cond("Evicted", "True", "PodsReadyTimeout", message, at="2025-06-01T12:00:00Z"),
+                      cond("Requeued", "False", "PodsReadyTimeout", message, at="2025-06-01T12:00:00Z")])
+    later["status"]["requeueState"] = {"count": 2, "requeueAt": "2025-06-01T12:02:00Z"}
+    assert translate(ev(later), OWNERS)[1].dedup != queued.dedup  # the same words, a new backoff
+    stale = workload([cond("Evicted", "True", "Preempted", at="2025-06-01T13:00:00Z"),
+                      cond("Requeued", "True", "BackoffFinished", at="2025-06-01T11:01:00Z")])
+    assert [o.event_type for o in translate(ev(stale), OWNERS)] == ["admission.preempted"]
+
+
 def test_a_second_eviction_is_a_new_event_and_readmission_too() -> None:
     first = workload([cond("Evicted", "True", "Preempted", at="2025-06-01T11:00:00Z")])
     second = workload([cond("Evicted", "True", "Preempted", at="2025-06-01T12:00:00Z")])

@@ -56,6 +56,7 @@ ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
 ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
 # Kueue's Evicted reason once waitForPodsReady's requeue limit deactivates a Workload (reason DueTo cause).
 _DEACTIVATED_BY_LIMIT = "DeactivatedDueToRequeuingLimitExceeded"
+_BACKOFF_REASONS = ("PodsReadyTimeout", "BackoffFinished")  # Requeued's reasons during a waitForPodsReady backoff
 MAIN_CONTAINER = "main"
 
 # Waiting reasons that will not fix themselves within one attempt.
@@ -244,7 +245,7 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
             # inactive and admits it no more, so this attempt has failed (the Job stays suspended)
             gave_up = c.ExecFinished(reason="RequeuingLimitExceeded", message=evicted.get("message", ""))
             return [("exec.failed", gave_up, "")]
-        return [_preempted(obj, evicted, conds.get("Preempted"), owners)]
+        return [_preempted(obj, evicted, conds.get("Preempted"), owners), *_backoff(obj, evicted, conds)]
     admission = status.get("admission") or {}
     cluster_queue = admission.get("clusterQueue", "")
     admitted = conds.get("Admitted")
@@ -284,6 +285,25 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     if not conds:
         return [_queued(obj, "Pending", "waiting for Kueue to consider the workload", cluster_queue, {})]
     return []
+
+
+def _backoff(obj: Mapping[str, Any], evicted: Mapping[str, Any], conds: Mapping[str, Mapping[str, Any]]) -> _Out:
+    """After a waitForPodsReady eviction the Workload stays ``Evicted`` until it is admitted again, while its
+    ``Requeued`` condition says where its backoff is (``PodsReadyTimeout``, with ``requeueState.requeueAt``; then
+    ``BackoffFinished``): that is the run's queued reason. Only a ``Requeued`` set at or after this eviction
+    counts (one left from an earlier backoff says nothing about a later preemption)."""
+    requeued = conds.get("Requeued")
+    if not requeued or requeued.get("reason") not in _BACKOFF_REASONS:
+        return []
+    if str(requeued.get("lastTransitionTime") or "") < str(evicted.get("lastTransitionTime") or ""):
+        return []  # RFC 3339 in UTC to the second: the text orders as the time does
+    state = (obj.get("status") or {}).get("requeueState") or {}
+    requeue_at = state.get("requeueAt")
+    event_type, payload, _ = _queued(obj, requeued.get("reason") or "", requeued.get("message", ""), "",
+                                     {"requeue_at": requeue_at} if requeue_at else {})
+    # the same words come back at every eviction: the requeue count and time tell them apart
+    return [(event_type, payload, _digest(requeued.get("reason"), state.get("count"), requeue_at,
+                                          requeued.get("lastTransitionTime")))]
 
 
 def _preempted(

@@ -491,7 +491,8 @@ def main() -> None:
                          text=True).stdout.strip()
     find = find_cases(show("pkg/cache/scheduler/tas_cache_test.go"))
     src = show("pkg/scheduler/scheduler_tas_test.go")
-    sched = schedule_cases(src, "TestScheduleForTAS") + schedule_cases(src, "TestScheduleForTASCohorts")
+    sched = [c for fn in ("TestScheduleForTAS", "TestScheduleForTASPreemption", "TestScheduleForTASCohorts")
+             for c in schedule_cases(src, fn)]
     for name, cases in (("cases_tas_find.json", find), ("cases_tas_schedule.json", sched)):
         (HERE / name).write_text(json.dumps({"kueue_commit": sha, "cases": cases}, indent=1) + "\n")
         print(name, len(cases), "cases,", sum(1 for c in cases if not c["unsupported"]), "without unsupported parts")

@@ -561,7 +561,8 @@ class Engine:
         # The preemptor takes its usage for the rest of the cycle (Kueue adds it to the snapshot), so a later
         # head cannot take what the victims free; dropped when the cycle ends.
         self._reserve(q, a.usage)
-        self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.msg_pending_preemption(len(names)), tuple(names))
+        self._set_pending(ws, R.WAITING_FOR_PREEMPTED, R.msg_pending_preemption(len(names), a.message),
+                          tuple(names))
         q.push(ws)
 
     def _hold_topology(self, ws: WState, a: Assignment, targets: list[Target]) -> None:

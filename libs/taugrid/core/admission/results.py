@@ -45,8 +45,9 @@ MSG_DEFERRED_FIT = ("Workload has overlapping preemption targets with another wo
 MSG_QUEUED = "Waiting for the next scheduling cycle"
 
 
-def msg_pending_preemption(n: int) -> str:
-    return f"Pending the preemption of {n} workload(s)"
+def msg_pending_preemption(n: int, why: str = "") -> str:
+    """Kueue appends this to the flavor assigner's message (why it needs preemption), when there is one."""
+    return f"{why}. Pending the preemption of {n} workload(s)" if why else f"Pending the preemption of {n} workload(s)"
 
 
 def msg_strict_fifo(head: str, cq: str) -> str:
