@@ -18,7 +18,14 @@ import pytest
 
 from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
-from taugrid.core.contracts import AdmissionPreempted, BackendApply, BackendDelete, ExecFinished, WatchEvent
+from taugrid.core.contracts import (
+    AdmissionPreempted,
+    AdmissionQueued,
+    BackendApply,
+    BackendDelete,
+    ExecFinished,
+    WatchEvent,
+)
 from taugrid.kube.translate import translate
 from taugrid.local.controller import LocalCluster
 from taugrid.local.runtime import Preparing, Ready
@@ -116,14 +123,20 @@ async def test_a_gang_whose_second_pod_never_gets_ready_is_evicted_requeued_then
         "status": "True", "reason": "PodsReadyTimeout", "message": message}
     assert condition(last.object, "Requeued")["reason"] == "PodsReadyTimeout"
     assert last.object["status"]["requeueState"]["count"] == 1
-    [(event_type, payload)] = [(o.event_type, o.payload) for o in translate(last)]
-    assert (event_type, payload) == ("admission.preempted",
-                                     AdmissionPreempted(reason="Evicted", message=f"PodsReadyTimeout: {message}"))
+    preempted, queued = translate(last)
+    assert (preempted.event_type, preempted.payload) == (
+        "admission.preempted", AdmissionPreempted(reason="Evicted", message=f"PodsReadyTimeout: {message}"))
+    assert (queued.event_type, queued.payload) == ("admission.queued", AdmissionQueued(
+        reason="PodsReadyTimeout", message=message,
+        waiting_for={"queue": "default", "requeue_at": last.object["status"]["requeueState"]["requeueAt"]}))
 
     await c.tick()  # backing off: not admitted
     assert wl.state == "pending"
     await c.pods_ready_pass(evicted_at + 60)  # backoff over: back in its queue
     assert wl.requeue_at == 0 and condition(wl.workload, "Requeued")["reason"] == "BackoffFinished"
+    finished = translate((await watched(bus, "workload", wl_name))[-1])
+    assert [(o.event_type, o.payload.reason) for o in finished] == [  # type: ignore[attr-defined]
+        ("admission.preempted", "Evicted"), ("admission.queued", "BackoffFinished")]
     await c.tick()
     assert wl.state == "running" and [p.name for p in wl.pods] == [f"{name}-0-r1", f"{name}-1-r1"]
 

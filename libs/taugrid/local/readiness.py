@@ -134,6 +134,7 @@ class Readiness:
         (wl.workload["status"].get("requeueState") or {}).pop("requeueAt", None)
         self.admitter.submit(self.request(wl))
         self.wake()
+        await self.publish(wl, "Workload", wl.workload, "modified")  # the run's queued reason: BackoffFinished
 
     async def _deactivate(self, wl: LocalWorkload, v: rules.Deactivate, now: float) -> None:
         """Kueue deactivates it (``spec.active: false``) and it waits for a person; a run has nobody to
