@@ -159,3 +159,40 @@ def test_an_unconstrained_gang_fills_the_fullest_nodes_first() -> None:
     # LeastFreeCapacity: the half-used node first, then the next in order.
     first = e.admission("one").placements[0].node  # type: ignore[union-attr]
     assert adm.placements[0].node == first
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_admitted_pod_lies_in_its_domain_in_rank_order_and_required_levels_hold(seed: int) -> None:
+    """Random pools, gangs and requests: each pod's node is in its pod set's assigned domain, consecutive pod
+    indices fill a domain before the next, a required level holds every pod in one domain of it, and no node
+    takes more GPUs than it has."""
+    import random
+    rnd = random.Random(seed)
+    nodes = [Node(n.name, tuple(GpuDevice(g) for g in range(rnd.choice((1, 2, 4)))), cpu=8, memory=64e9,
+                  labels=n.labels) for n in pool()]
+    e = engine(nodes)
+    for i in range(12):
+        level = rnd.choice((BLOCK, RACK, HOST))
+        kind = rnd.choice(("required", "preferred", "unconstrained"))
+        tr = (TopologyRequest(unconstrained=True) if kind == "unconstrained"
+              else TopologyRequest(**{kind: level}))
+        e.submit(job(f"w{i}", rnd.randint(1, 6), tr), i)
+    for t in range(12):
+        e.cycle(t)
+    assert e.admitted_names()
+    by_node = {n.name: n for n in nodes}
+    used: dict[str, int] = {}
+    for name in e.admitted_names():
+        adm = e.admission(name)
+        assert adm is not None
+        ta = adm.topology_assignments["workers"]
+        pods = sorted(adm.placements, key=lambda p: p.index)
+        expected = [values for values, n in ta.domains for _ in range(n)]
+        assert len(expected) == len(pods)
+        for p, values in zip(pods, expected, strict=True):
+            assert tuple(by_node[p.node].labels[k] for k in ta.levels) == values
+            used[p.node] = used.get(p.node, 0) + len(p.gpus)
+        tr = e.states[name].workload.pod_sets[0].topology_request
+        if tr is not None and tr.required is not None:
+            assert len({by_node[p.node].labels[tr.required] for p in pods}) == 1
+    assert all(used[n] <= len(by_node[n].gpus) for n in used)
