@@ -45,7 +45,7 @@ from taugrid.settings.model import (
 from taugrid.settings.parse import SettingsError
 
 __all__ = ["HANDED_DOWN", "HANDED_DOWN_PREFIXES", "AnchorSettings", "BusSettings", "HealthSettings",
-           "KubeSettings", "LocalSettings", "Settings", "SettingsError", "current", "data_dir", "stack_data_dir",
+           "KubeSettings", "LocalSettings", "Settings", "SettingsError", "current", "data_dir", "of", "stack_data_dir",
            "variables"]
 
 DATA_DIR_ENV = "TAU_DATA_DIR"
