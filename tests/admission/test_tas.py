@@ -91,6 +91,17 @@ def test_required_rack_that_no_rack_holds_waits_with_kueues_reason() -> None:
                             '6 pod(s)')
 
 
+def test_explain_names_the_domains_and_what_to_change() -> None:
+    e = engine(pool())
+    e.submit(job("train", 4, TopologyRequest(required=RACK)), 0)
+    e.submit(job("big", 6, TopologyRequest(required=RACK)), 0)
+    e.cycle(0)
+    e.cycle(1)
+    assert "pod set workers in topology domains (kubernetes.io/hostname): b1-r1-n1 x2, b1-r1-n2 x2" in \
+        e.explain("train")
+    assert "preferred instead of required placement" in e.explain("big")
+
+
 def test_cordoned_and_not_ready_nodes_leave_tas_capacity() -> None:
     nodes = pool()
     nodes[0] = Node(nodes[0].name, nodes[0].gpus, cpu=8, memory=64e9, labels=nodes[0].labels, ready=False)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .nominate import Mode, fmt
 from .queues import ADMITTED
+from .results import TOPOLOGY_PLACEMENT_FAILED
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -24,6 +25,9 @@ def explain(engine: Engine, name: str) -> str:
         flavors = ", ".join(f"{r} in {f}" for r, f in sorted(adm.flavors.items())) or "no quota"
         lines = [f"{name} is admitted in ClusterQueue {ws.cq} since t={adm.admitted_at:g} ({flavors}"
                  f"{', borrowing from the cohort' if adm.borrowing else ''})."]
+        for ps_name, ta in sorted(adm.topology_assignments.items()):
+            domains = ", ".join(f"{'/'.join(values)} x{n}" for values, n in ta.domains)
+            lines.append(f"  pod set {ps_name} in topology domains ({', '.join(ta.levels)}): {domains}")
         for pl in adm.placements:
             gpu = f" GPU {','.join(map(str, pl.gpus))}" if pl.gpus else ""
             share = f" ({pl.gpu_fraction:g} of it)" if pl.gpu_fraction else ""
@@ -37,6 +41,9 @@ def explain(engine: Engine, name: str) -> str:
     if info.requeue_at is not None:
         lines.append(f"It was evicted {ws.requeue_count} time(s) and waits until t={info.requeue_at:g} "
                      f"before it is considered again.")
+    if info.reason == TOPOLOGY_PLACEMENT_FAILED:
+        lines.append("No topology domain holds its pods even with every admitted workload gone: ask for fewer "
+                     "pods, a higher level, or preferred instead of required placement.")
     a = engine._nominate(ws, q)
     node = q.node
     seen = set()
