@@ -19,3 +19,13 @@ def test_a_drained_node_shows_its_repair_and_the_runs_still_on_it() -> None:
     assert row["repair"] == {"wanted": "node-reboot", "steps": 1, "last": ""}
     assert (row["cordoned_for_s"], row["conditions"], row["runs"]) == (
         10.0, {"GpuXidError/0": "Xid79: GPU 0: XID 79"}, ["r1"])
+
+
+def test_a_multi_node_run_is_on_each_of_its_pods_nodes() -> None:
+    from taugrid.core.states import PodView
+
+    states = [NodeState(node=n, last_sample=99.0, expected_gpus=2, verdict="healthy") for n in ("a1", "b1", "b2")]
+    run = RunRecord(run_id="r1", workspace="w", state="running", node="b1",
+                    pods=[PodView(name="r1-0", node="b1"), PodView(name="r1-1", node="b2")])
+    assert {row["node"]: row["runs"] for row in node_rows(states, [run], now=100.0)} == {
+        "a1": [], "b1": ["r1"], "b2": ["r1"]}

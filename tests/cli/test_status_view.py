@@ -114,3 +114,29 @@ def test_follow_prints_one_progress_line_per_change_and_no_image_pull_for_a_loca
         "exec.progress        r1-a1-pod: container-start active creating containers",
         "exec.progress        r1-a1-pod: started"]
     assert "pulling" not in out
+
+
+def test_the_topology_assignment_is_recorded_at_admission_shown_by_rank_and_cleared_on_preemption() -> None:
+    from taugrid.core import states
+    from taugrid.core.contracts import AdmissionAdmitted, AdmissionPreempted, PodSetTopology, TopologyDomain
+    from taugrid.core.states import RunRecord
+
+    rack = "cloud.provider.com/topology-rack"
+    topology = [PodSetTopology(pod_set="main", levels=["kubernetes.io/hostname"], domains=[
+        TopologyDomain(values=["b1"], count=1), TopologyDomain(values=["b2"], count=3)])]
+    record = RunRecord(run_id="r1", workspace="ws", state="queued")
+    admitted = msgspec.to_builtins(AdmissionAdmitted(cluster_queue="team", topology=topology))
+    assert states.apply(record, "admission.admitted", 1, admitted, at=1.0)
+    assert record.topology == topology
+    assert phase_tree(record).splitlines()[-3:] == [
+        "  topology (main): kubernetes.io/hostname", "    b1  rank 0", "    b2  ranks 1-3"]
+    assert status_json(record)["topology"] == [{"pod_set": "main", "levels": ["kubernetes.io/hostname"],
+                                                "domains": [{"values": ["b1"], "count": 1},
+                                                            {"values": ["b2"], "count": 3}]}]
+    assert states.apply(record, "admission.preempted", 1,
+                        msgspec.to_builtins(AdmissionPreempted(reason="Preempted")), at=2.0)
+    assert record.topology == []
+    racks = {"cluster_queue": "team", "topology": [{"pod_set": "main", "levels": [rack],
+                                                     "domains": [{"values": ["r2"], "count": 2}]}]}
+    assert states.apply(record, "admission.admitted", 1, racks, at=3.0)
+    assert phase_tree(record).splitlines()[-2:] == [f"  topology (main): {rack}", "    r2  ranks 0-1"]

@@ -175,6 +175,36 @@ def test_flavors_that_differ_between_podsets_are_keyed_by_podset() -> None:
     assert flavors["nvidia.com/gpu"] == "a100-80g" and flavors["workers/nvidia.com/gpu"] == "h100"
 
 
+def test_a_tas_admission_carries_each_pod_sets_topology_assignment_uncompressed() -> None:
+    """Kueue v1beta2's compressed form (a universal block, racks under a prefix, individual pod counts; the CRD's
+    own example 2) for the workers, v1beta1's domains for the launcher, read into the run's admission event."""
+    rack, block = "cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"
+    host = "kubernetes.io/hostname"
+    admission = copy.deepcopy(ADMISSION)
+    admission["podSetAssignments"][0]["topologyAssignment"] = {"levels": [host], "domains": [
+        {"values": ["node-7"], "count": 1}]}
+    admission["podSetAssignments"].append({
+        "name": "workers", "count": 6, "flavors": {"nvidia.com/gpu": "a100-80g"},
+        "topologyAssignment": {"levels": [block, rack], "slices": [{
+            "domainCount": 2, "valuesPerLevel": [{"universal": "block-1"},
+                                                 {"individual": {"prefix": "rack-", "roots": ["1", "2"]}}],
+            "podCounts": {"individual": [4, 2]}}]}})
+    wl = workload([cond("Admitted", "True", "Admitted")], admission=admission)
+    assert only(translate(ev(wl), OWNERS)).payload.topology == [
+        c.PodSetTopology(pod_set="main", levels=[host], domains=[c.TopologyDomain(values=["node-7"], count=1)]),
+        c.PodSetTopology(pod_set="workers", levels=[block, rack], domains=[
+            c.TopologyDomain(values=["block-1", "rack-1"], count=4),
+            c.TopologyDomain(values=["block-1", "rack-2"], count=2)])]
+
+
+def test_an_unreadable_topology_assignment_is_left_out_and_the_run_is_still_admitted() -> None:
+    admission = copy.deepcopy(ADMISSION)
+    admission["podSetAssignments"][0]["topologyAssignment"] = {"levels": ["kubernetes.io/hostname"], "slices": [
+        {"domainCount": 2, "valuesPerLevel": [{"universal": "n"}], "podCounts": {"individual": [1]}}]}
+    out = only(translate(ev(workload([cond("Admitted", "True", "Admitted")], admission=admission)), OWNERS))
+    assert (out.event_type, out.payload.cluster_queue, out.payload.topology) == ("admission.admitted", "gpu-cq", [])
+
+
 def test_quota_reserved_but_checks_pending_is_still_queued() -> None:
     wl = workload(
         [cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "False", "NoChecks")],

@@ -1,7 +1,7 @@
 """``tau nodes``: each node the health monitor knows, its GPUs, health verdict and failing conditions, whether it
 is cordoned and why, its repair steps (the one asked, how many, the last outcome), and the runs on it (of the
-workspaces you may read). It reads two KV buckets, the health monitor's ``node_state`` and ``run_state``, the same
-on both backends."""
+workspaces you may read; a run is on every node one of its pods runs on). It reads two KV buckets, the health
+monitor's ``node_state`` and ``run_state``, the same on both backends."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def node_rows(states: list[Any], records: list[Any], now: float) -> list[dict[st
     for st in sorted(states, key=lambda s: s.node):
         failing = {key: f"{c.reason or c.type}{': ' + c.message if c.message else ''}"
                    for key, c in sorted(st.conditions.items()) if c.status == "True"}
-        runs = sorted(r.run_id for r in records if r.node == st.node and r.state in live)
+        runs = sorted(r.run_id for r in records if r.state in live and on_node(r, st.node))
         out.append({"node": st.node, "verdict": st.verdict, "gpus": st.expected_gpus, "gpu_source": st.gpu_source,
                     "cordoned": st.cordoned, "cordon_reason": st.cordon_reason,
                     "cordoned_for_s": round(now - st.cordon_time, 1) if st.cordoned and st.cordon_time else None,
@@ -29,6 +29,11 @@ def node_rows(states: list[Any], records: list[Any], now: float) -> list[dict[st
                     "repair": {"wanted": st.repair_wanted, "steps": st.repairs, "last": st.last_repair},
                     "last_sample_age_s": round(now - st.last_sample, 1) if st.last_sample else None, "runs": runs})
     return out
+
+
+def on_node(record: Any, node: str) -> bool:
+    """The run has a pod there (a multi-node run is on each of its pods' nodes), or reported the node itself."""
+    return record.node == node or any(p.node == node for p in record.pods)
 
 
 @click.command(help="Show nodes: GPUs, health verdict, failing conditions, cordon and its reason, and the runs on "

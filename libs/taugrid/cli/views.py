@@ -56,6 +56,7 @@ def phase_tree(record: RunRecord) -> str:
         if p and p.hint:
             lines.append(f"      tip: {p.hint}")
     lines += pod_lines(record)
+    lines += topology_lines(record)
     if record.state == "queued" and record.position is not None:
         lines.append(f"  waiting: {record.position} run(s) ahead in ClusterQueue {record.cluster_queue}")
     if record.reason and record.state in ("failed", "rejected", "cancelled", "failing", "retrying"):
@@ -100,6 +101,20 @@ def pod_lines(record: RunRecord) -> list[str]:
             if ct.restarts:
                 state += f", {ct.restarts} restarts"
             lines.append(f"      {ct.kind:<4} {ct.name:<16} {state}")
+    return lines
+
+
+def topology_lines(record: RunRecord) -> list[str]:
+    """Where admission placed the current attempt by topology: per TAS pod set, its domains in rank order with
+    the ranks (pod indices, JOB_COMPLETION_INDEX) each one holds."""
+    lines = []
+    for ps in record.topology:
+        lines.append(f"  topology ({ps.pod_set}): {' / '.join(ps.levels)}")
+        first = 0
+        for d in ps.domains:
+            ranks = f"rank {first}" if d.count == 1 else f"ranks {first}-{first + d.count - 1}"
+            lines.append(f"    {' / '.join(d.values)}  {ranks}")
+            first += d.count
     return lines
 
 

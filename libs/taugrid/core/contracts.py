@@ -212,10 +212,29 @@ class AdmissionQueued(Struct, frozen=True):
     waiting_for: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class TopologyDomain(Struct, frozen=True):
+    """One domain of a topology assignment: its label values (one per level, highest first) and its pod count."""
+
+    values: list[str]
+    count: int
+
+
+class PodSetTopology(Struct, frozen=True):
+    """Kueue's ``topologyAssignment`` of one pod set, uncompressed (``core.topologyassignment``): the levels it
+    names (only ``kubernetes.io/hostname`` when that is the topology's lowest level) and its domains in the order
+    pods fill them, so pod index i runs in the domain the first i+1 counts reach."""
+
+    pod_set: str
+    levels: list[str]
+    domains: list[TopologyDomain]
+
+
 class AdmissionAdmitted(Struct, frozen=True):
     cluster_queue: str = ""
     flavors: dict[str, str] = msgspec.field(default_factory=dict)
     node: str = ""
+    # the TAS pod sets' assignments, as the Workload's admission carries them (empty: no topology-aware flavor)
+    topology: list[PodSetTopology] = msgspec.field(default_factory=list)
 
 
 class AdmissionPreempted(Struct, frozen=True):

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from taugrid.core.contracts import ContainerReport, ResolvedRun
+from taugrid.core.contracts import ContainerReport, PodSetTopology, ResolvedRun
 
 TERMINAL = frozenset({"succeeded", "failed", "rejected", "cancelled"})
 
@@ -96,6 +96,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     last_seq: int = 0
     phases: list[Phase] = msgspec.field(default_factory=list)
     pods: list[PodView] = msgspec.field(default_factory=list)
+    # The current attempt's topology assignment per TAS pod set (admission.admitted), domains in rank order
+    topology: list[PodSetTopology] = msgspec.field(default_factory=list)
     history: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
@@ -181,9 +183,9 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.attempt = attempt
         record.phases = [p for p in record.phases if p.name in ("submitted", "policy")]
         record.environment = {}
-        record.pods = []
+        record.pods, record.topology = [], []
     elif event_type == "admission.preempted":  # the pods are gone; the requeued workload gets new ones
-        record.pods = []
+        record.pods, record.topology = [], []
         record.phases = [p for p in record.phases if PHASE_NAMES.index(p.name) <= PHASE_NAMES.index("admission")]
     _update_phases(record, event_type, data, at)
     if event_type == "exec.preparing":
@@ -202,6 +204,8 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.position = data.get("position")
     if event_type in ("admission.queued", "admission.admitted") and data.get("cluster_queue"):
         record.cluster_queue = str(data["cluster_queue"])
+    if event_type == "admission.admitted":
+        record.topology = _topology(data.get("topology"))
     if record.state != "queued":
         record.position = None
     if event_type == "render.applied":
@@ -210,6 +214,14 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if record.state in TERMINAL:
         record.finished = at
     return True
+
+
+def _topology(raw: Any) -> list[PodSetTopology]:
+    """The admission's topology assignments; one that does not fit the contract says nothing (the run moves on)."""
+    try:
+        return msgspec.convert(raw or [], list[PodSetTopology])
+    except msgspec.ValidationError:
+        return []
 
 
 def _why(record: RunRecord, event_type: str, data: dict[str, Any]) -> tuple[str, str]:

@@ -30,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Mapping, MutableMapping
 from datetime import datetime
@@ -38,6 +39,9 @@ from typing import Any, NamedTuple
 import msgspec
 
 from taugrid.core import contracts as c
+from taugrid.core import topologyassignment
+
+log = logging.getLogger("taugrid.kube.translate")
 
 LABEL_RUN_ID = "taugrid.io/run-id"
 LABEL_WORKSPACE = "taugrid.io/workspace"
@@ -250,7 +254,8 @@ def _workload(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     cluster_queue = admission.get("clusterQueue", "")
     admitted = conds.get("Admitted")
     if admitted and admitted.get("status") == "True":
-        payload = c.AdmissionAdmitted(cluster_queue=cluster_queue, flavors=_flavors(admission))
+        payload = c.AdmissionAdmitted(cluster_queue=cluster_queue, flavors=_flavors(admission),
+                                      topology=_topology(admission))
         return [("admission.admitted", payload, _digest(admitted.get("lastTransitionTime"), cluster_queue))]
     reserved = conds.get("QuotaReserved")
     if reserved and reserved.get("status") == "True":
@@ -367,6 +372,20 @@ def _flavors(admission: Mapping[str, Any]) -> dict[str, str]:
                 out[f"{psa.get('name', '')}/{resource}"] = flavor
             else:
                 out[resource] = flavor
+    return out
+
+
+def _topology(admission: Mapping[str, Any]) -> list[c.PodSetTopology]:
+    """Each TAS pod set's ``topologyAssignment`` (v1beta2's compressed slices or v1beta1's domains), uncompressed.
+    One Kueue wrote malformed is left out and logged: the admission itself still stands."""
+    out = []
+    for psa in admission.get("podSetAssignments") or []:
+        if psa.get("topologyAssignment"):
+            name = str(psa.get("name") or "main")
+            try:
+                out.append(topologyassignment.decode(name, psa["topologyAssignment"]))
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.warning("pod set %s: unreadable topologyAssignment left out: %s", name, exc)
     return out
 
 

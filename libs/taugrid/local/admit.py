@@ -22,6 +22,7 @@ from typing import Any
 from taugrid.config.platform import Platform
 from taugrid.config.platformtopology import HOSTNAME_LABEL, node_labels
 from taugrid.core import admission as adm
+from taugrid.core.contracts import PodSetTopology, TopologyDomain
 from taugrid.core.errors import PermanentError
 from taugrid.core.quantity import parse_cpu, parse_memory
 from taugrid.local.kaiqueues import kai_spec, with_department_quota
@@ -64,6 +65,8 @@ class Granted:
     flavors: dict[str, str]
     gpus: list[list[int]]  # per pod: GPU indices
     nodes: list[str] = field(default_factory=list)  # per pod: the node it was placed on
+    # the engine's topology assignment per TAS pod set (Kueue's, domains in rank order); empty without TAS
+    topology: list[PodSetTopology] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,13 @@ def job_topology(job: Mapping[str, Any]) -> adm.TopologyRequest | None:
         return topology_request((template.get("metadata") or {}).get("annotations") or {}, slices=False)
     template = spec.get("template") or {}
     return topology_request((template.get("metadata") or {}).get("annotations") or {})
+
+
+def wire_topology(assignments: Mapping[str, adm.TopologyAssignment]) -> list[PodSetTopology]:
+    """The engine's topology assignments as the Workload's admission carries them (pod sets in name order)."""
+    return [PodSetTopology(pod_set=name, levels=list(ta.levels),
+                           domains=[TopologyDomain(values=list(values), count=count) for values, count in ta.domains])
+            for name, ta in sorted(assignments.items())]
 
 
 @dataclass
@@ -327,7 +337,8 @@ class LocalAdmitter:
             n = req.pods if req else len(per_pod)
             granted.append(Granted(a.workload, a.cluster_queue, dict(a.flavors),
                                    [per_pod.get(i, []) for i in range(n)],
-                                   [node_of.get(i, self.node) for i in range(n)]))
+                                   [node_of.get(i, self.node) for i in range(n)],
+                                   wire_topology(a.topology_assignments)))
         self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted
 

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,7 +27,7 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
-from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
+from taugrid.core.contracts import BackendApply, BackendDelete, PodSetTopology, WatchEvent
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
@@ -471,7 +471,8 @@ class LocalCluster:
         for ev in preempted:
             if ev.victim in self.wls:
                 await self._preempt(self.wls[ev.victim], ev.reason, ev.message, ev.preemptor, now)
-        await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes) for g in granted
+        await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes, topology=g.topology)
+                         for g in granted
                          if g.name in self.wls and self.wls[g.name].state == "pending")
         if preempted or len(granted) >= ADMIT_BATCH or examined >= ADMIT_BATCH:
             self.wake()  # the batch ended early: a head may still be admissible, so the next cycle runs at once
@@ -556,11 +557,12 @@ class LocalCluster:
         return True
 
     async def _start(self, wl: LocalWorkload, flavors: dict[str, str], gpus: list[list[int]], now: float, *,
-                     nodes: list[str] | None = None) -> None:
+                     nodes: list[str] | None = None, topology: Sequence[PodSetTopology] = ()) -> None:
         """Admitted: persist the pods first, then announce and launch them. Resumable: a tick that fails half
-        way (the bus timed out) leaves pods in phase Pending, and the next tick carries on from there."""
+        way (the bus timed out) leaves pods in phase Pending, and the next tick carries on from there. Pod i
+        runs on ``nodes[i]`` (the engine placed pods in rank order, so a TAS assignment's domains fill by index)."""
         objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors,
-                      pod_counts={"main": wl.pods_wanted}, at=now)
+                      pod_counts={"main": wl.pods_wanted}, at=now, topology=topology)
         self.readiness.admitted(wl, now)
         wl.pods = []
         if wl.pods_wanted > 1 and not wl.rdzv_port:

@@ -9,8 +9,11 @@ import copy
 import datetime as dt
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from taugrid.core.contracts import PodSetTopology
+from taugrid.core.topologyassignment import encode
 
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 # The same keys as ``taugrid.kube.translate``'s (this layer does not import it): our Workloads and pods carry the
@@ -77,10 +80,16 @@ def workload(owner: dict[str, Any], *, uid: str, queue: str, priority: int, prio
 
 
 def admit(wl: dict[str, Any], *, cluster_queue: str, flavors: dict[str, str], pod_counts: dict[str, int],
-          at: float) -> None:
+          at: float, topology: Sequence[PodSetTopology] = ()) -> None:
+    """Admitted, as Kueue records it; a TAS pod set's assignment in v1beta2's compressed form."""
+    assigned = {t.pod_set: t for t in topology}
     wl["status"]["admission"] = {
         "clusterQueue": cluster_queue,
-        "podSetAssignments": [{"name": name, "flavors": flavors, "count": n} for name, n in pod_counts.items()],
+        "podSetAssignments": [
+            {"name": name, "flavors": flavors, "count": n,
+             **({"topologyAssignment": encode(assigned[name].levels, assigned[name].domains)}
+                if name in assigned else {})}
+            for name, n in pod_counts.items()],
     }
     wl["metadata"]["annotations"].pop("taugrid.io/queue-position", None)
     wl["status"].pop("requeueState", None)

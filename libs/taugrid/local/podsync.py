@@ -224,6 +224,9 @@ class PodSync:
         if wl.pods_wanted > 1:
             env["MASTER_ADDR"] = literal.get("MASTER_ADDR", "127.0.0.1")
             env["MASTER_PORT"] = str(wl.rdzv_port)
+            # rank i's node, as admission placed it (rank 0's first: where MASTER_ADDR's rendezvous runs); a
+            # topology request's domains fill in rank order, so consecutive ranks share the lowest domain
+            env["TAU_RANK_NODES"] = ",".join(q.node or self.node for q in sorted(wl.pods, key=lambda q: q.index))
         for key in ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR"):  # the platform's host directories
             if literal.get(key):
                 try:

@@ -285,6 +285,7 @@ HANDED_DOWN = {
     "TAU_GPU_FRACTION": "the share of a GPU a fractional run was given (local)",
     "TAU_GPU_MEMORY_MB": "the GPU memory a fractional run may use (local)",
     "TAU_LOCAL": "1 when the run is on the embedded local cluster",
+    "TAU_RANK_NODES": "a multi-pod local run's node of each rank, comma-separated, rank 0 first",
     "TAU_REPLICA": "which replica of its service a process is (the supervisor numbers them from 0)",
 }
 # Families of names, by prefix: a run's secrets (never in a service's environment: natsserver.without_secrets),
