@@ -151,6 +151,8 @@ def test_conflicting_topology_annotations_are_refused() -> None:
         job("bad", 2, TopologyRequest(required=RACK, preferred=RACK)).validate()
     with pytest.raises(PermanentError, match="slice_size"):
         job("bad", 2, TopologyRequest(required=RACK, slice_required=HOST, slice_size=3)).validate()
+    with pytest.raises(PermanentError, match="does not divide the pod set count 5"):
+        job("bad", 5, TopologyRequest(required=RACK, slice_required=HOST, slice_size=2)).validate()
 
 
 def test_a_flavor_naming_a_missing_topology_makes_its_queue_inactive() -> None:

@@ -296,6 +296,10 @@ def _validate_topology_request(where: str, count: int, tr: TopologyRequest) -> N
     if tr.slice_size is not None and not 1 <= tr.slice_size <= count:
         raise PermanentError(f"{where}: topology_request slice_size={tr.slice_size}; use 1 <= slice_size <= the "
                              f"pod set count {count}")
+    if tr.slice_size is not None and count % tr.slice_size:
+        # Kueue places count // slice_size whole slices and leaves the rest unplaced; refuse instead.
+        raise PermanentError(f"{where}: topology_request slice_size={tr.slice_size} does not divide the pod set "
+                             f"count {count}; use a divisor of it")
 
 
 @dataclass(frozen=True, slots=True)
