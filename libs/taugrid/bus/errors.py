@@ -1,8 +1,10 @@
 """The one table from nats-py's exceptions to taugrid's errors (``taugrid.core.errors``).
 
-No module of ``taugrid.bus`` but this one names a nats-py exception class in an ``except`` or a ``suppress``
-(``tests/bus/test_errors.py`` holds them to it): each catches one of the rows below, so what a failure means
-(absent, a lost race, unavailable) is decided in one place. Not every call is wrapped yet: a nats-py error
+No module of ``taugrid.bus`` but this one names a nats-py exception class in an ``except``, a ``suppress`` or an
+``isinstance`` (``tests/bus/test_errors.py`` holds them to it): each catches one of the rows below, so what a
+failure means (absent, a lost race, unavailable) is decided in one place. ``Bus.replies`` raises nats-py's own
+classes where nats-py's request would (a timeout, no responders, an ``APIError`` in a publish ack), so the same
+rows classify its failures. Not every call is wrapped yet: a nats-py error
 outside the rows a path catches still leaves ``kv.filtered_values``, ``replay.follow``, ``platformstore``'s writes
 and follow, a publish ack's ``APIError`` in ``Bus.publish``, ``bootstrap`` and ``dlq`` as it is.
 
