@@ -1,0 +1,224 @@
+"""What the bus stores per run, and what nats-server holds in memory over that history (issue 27).
+
+The embedded stack (simulated pods, the one-queue platform of bench/pipeline.py) runs ``--runs`` trivial runs,
+``--batch`` at a time, each batch waited for until every run is sealed (``evidence.sealed``). Then, from the
+JetStream account (the bootstrap identity): the bytes every stream, KV bucket (``KV_<bucket>``) and object store
+(``OBJ_<store>``) gained over the runs, divided by the runs, with messages and subjects per run beside them;
+nats-server's resident memory with the stack up, and after a restart of nats-server alone over that history
+(the stack's own configuration and store, every stream's info read once so that each is loaded).
+
+Targets (issue 27): ≤ 10 KB stored per finished run, logs aside (the LOGS stream and the evidence's attempt
+logs are a run's own output, counted but not held to it); nats-server ≤ 100 MB resident after a restart over
+5,000 runs. Exits 1 when a target is missed or a run did not seal. ``--runs 300`` gives the per-run figures
+in a few minutes (they do not depend on the machine's load); the restart target is judged at 5,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psutil
+from pipeline import PLATFORM, RUN, simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
+
+from taugrid.client import open_client
+from taugrid.core.ids import new_submission_id
+from taugrid.stack import natsserver
+
+PER_RUN_TARGET_B = 10 * 1024
+RESTART_RSS_TARGET_MB = 100.0
+RESTART_TARGET_RUNS = 5000  # the history the restart target is stated for
+
+
+@dataclass
+class Store:
+    """One stream as the account reports it: bytes, messages and subjects held."""
+
+    name: str
+    bytes: int
+    messages: int
+    subjects: int
+
+    @property
+    def kind(self) -> str:
+        return "kv" if self.name.startswith("KV_") else "object" if self.name.startswith("OBJ_") else "stream"
+
+    @property
+    def logs(self) -> bool:
+        return self.name == "LOGS"
+
+
+async def stores(nc: Any) -> dict[str, Store]:
+    """Every stream's state, by the JetStream API itself (nats-py's StreamState has no ``num_subjects``)."""
+    names = msgspec.json.decode((await nc.request("$JS.API.STREAM.NAMES", b"{}", timeout=10)).data)["streams"]
+    out: dict[str, Store] = {}
+    for name in names or []:
+        info = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"{}", timeout=10)).data)
+        st = info["state"]
+        out[name] = Store(name, int(st.get("bytes", 0)), int(st.get("messages", 0)), int(st.get("num_subjects", 0)))
+    return out
+
+
+async def evidence_log_bytes(js: Any) -> int:
+    """Bytes the evidence store holds for attempt logs (``runs/<run>/attempt-<n>.log``): a run's own output."""
+    total = 0
+    try:
+        obs = await js.object_store("evidence")
+        for info in await obs.list():
+            if info.name.endswith(".log"):
+                total += int(info.size or 0)
+    except Exception as exc:  # noqa: BLE001 - an empty store raises; a figure we cannot read is said so
+        print(f"evidence log objects not counted: {exc!r}", file=sys.stderr)
+    return total
+
+
+def nats_rss_mb(pid: int) -> float:
+    return float(psutil.Process(pid).memory_info().rss) / 2**20
+
+
+async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> dict[str, Any]:
+    state = msgspec.json.decode((data / "stack.json").read_bytes())
+    client = await open_client(url, creds=state["user_creds"])
+    admin = await open_client(url, creds=data / "creds" / "bootstrap.nk")
+    js = admin.bus.js
+    sealed: set[str] = set()
+    changed = asyncio.Event()
+
+    async def on_sealed(msg: Any) -> None:
+        sealed.add(msg.headers.get("ce-subject", ""))
+        changed.set()
+
+    await admin.bus.nc.subscribe("run.*.*.evidence.sealed", cb=on_sealed)
+    text = RUN.format(name="store")
+    # one warm-up run, so that what every stack writes once (platform, service keys, first-use state) is not
+    # counted against the runs
+    warm = await client.submit_text(RUN.format(name="warmup"), workspace="bench", submission_id=new_submission_id(),
+                                    name="warmup")
+    await _until(lambda: warm in sealed, changed, timeout)
+    await asyncio.sleep(2.0)
+    before = await stores(admin.bus.nc)
+    log_before = await evidence_log_bytes(js)
+    started: list[str] = []
+    t0 = time.time()
+    for i in range(0, runs, batch):
+        ids = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
+                                                        name="store") for _ in range(min(batch, runs - i))))
+        started.extend(ids)
+        await _until(lambda ids=ids: all(r in sealed for r in ids), changed, timeout)
+        print(f"  {len(started)} runs submitted, {sum(1 for r in started if r in sealed)} sealed, "
+              f"{time.time() - t0:.0f} s", file=sys.stderr)
+    await asyncio.sleep(3.0)  # projections and the last acks settle
+    after = await stores(admin.bus.nc)
+    log_after = await evidence_log_bytes(js)
+    rss_up = nats_rss_mb(int(msgspec.json.decode((data / "stack.json").read_bytes())["nats_pid"]))
+    await client.close()
+    await admin.close()
+    return {"before": before, "after": after, "evidence_logs": log_after - log_before, "rss_up": rss_up,
+            "started": len(started), "sealed": sum(1 for r in started if r in sealed), "wall_s": time.time() - t0}
+
+
+async def _until(done: Any, changed: asyncio.Event, timeout: float) -> bool:
+    deadline = time.time() + timeout
+    while not done():
+        if time.time() > deadline:
+            return False
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout=1.0)
+    return True
+
+
+async def restarted_rss(data: Path) -> tuple[float, float]:
+    """nats-server alone on the stack's store and configuration: resident MB once every stream's info was read
+    (each stream loaded), and again 5 s later."""
+    proc, port = natsserver.start(data / "nats", auth_conf=data / "nats" / "auth.conf",
+                                  log_file=data / "nats-restart.log")
+    try:
+        admin = await open_client(f"nats://127.0.0.1:{port}", creds=data / "creds" / "bootstrap.nk")
+        try:
+            deadline = time.time() + 120
+            while True:  # JetStream answers once it has recovered every stream
+                try:
+                    await stores(admin.bus.nc)
+                    break
+                except Exception:
+                    if time.time() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+            first = nats_rss_mb(proc.pid)
+            await asyncio.sleep(5.0)
+            await stores(admin.bus.nc)
+            return first, nats_rss_mb(proc.pid)
+        finally:
+            await admin.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def disk_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=RESTART_TARGET_RUNS, help="runs to store")
+    ap.add_argument("--batch", type=int, default=250, help="runs submitted at once, each batch waited for")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for one batch to seal")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    args = ap.parse_args()
+    data, env, tau = simulated_stack("tau-bench-storage-")
+    with stack_up(data, env, tau, PLATFORM, keep=True) as url:
+        got = asyncio.run(drive(url, data, args.runs, args.batch, args.timeout))
+    disk = disk_bytes(data / "nats")
+    rss_first, rss_later = asyncio.run(restarted_rss(data))
+    if not args.keep:
+        subprocess.run(["rm", "-rf", str(data)], check=False)
+    else:
+        print(f"data directory kept: {data}")
+
+    n = max(1, got["started"])
+    before, after = got["before"], got["after"]
+    print(f"\ntaugrid storage bench: {got['started']} runs, {got['sealed']} sealed in {got['wall_s']:.0f} s; "
+          "simulated pods, bytes the bus gained per run (JetStream account info)")
+    print(f"  {'store':<22}{'kind':<8}{'B/run':>10}{'msgs/run':>10}{'subjects/run':>14}")
+    total = logs = 0.0
+    for name in sorted(after, key=lambda k: -(after[k].bytes - (before[k].bytes if k in before else 0))):
+        s, b = after[name], before.get(name, Store(name, 0, 0, 0))
+        per = (s.bytes - b.bytes) / n
+        if per == 0 and s.messages == b.messages:
+            continue
+        total += per
+        logs += per if s.logs else 0.0
+        print(f"  {name:<22}{s.kind:<8}{per:10.0f}{(s.messages - b.messages) / n:10.2f}"
+              f"{(s.subjects - b.subjects) / n:14.2f}" + ("   (logs)" if s.logs else ""))
+    ev_logs = got["evidence_logs"] / n
+    stored = total - logs - ev_logs
+    print(f"  {'all stores':<30}{total:10.0f} B/run; logs {logs:.0f} (LOGS) + {ev_logs:.0f} (evidence attempt logs)")
+    ok = got["sealed"] == got["started"]
+    ok_bytes = stored <= PER_RUN_TARGET_B
+    print(f"  {'stored per run, logs aside':<30}{stored:10.0f} B     target ≤ {PER_RUN_TARGET_B} B  "
+          + ("ok" if ok_bytes else "MISSED"))
+    print(f"  on disk: {disk / 2**20:.1f} MB in all ({disk / n:.0f} B/run, the stack's first state included)")
+    print("nats-server resident memory (MB)")
+    print(f"  with the stack up, after the runs         {got['rss_up']:8.1f}")
+    judged = got["started"] >= RESTART_TARGET_RUNS
+    ok_rss = rss_later <= RESTART_RSS_TARGET_MB or not judged
+    print(f"  after a restart over that history         {rss_first:8.1f} → {rss_later:.1f} 5 s later     "
+          f"target ≤ {RESTART_RSS_TARGET_MB:g} MB over {RESTART_TARGET_RUNS} runs  "
+          + (("ok" if ok_rss else "MISSED") if judged else f"(not judged: {got['started']} runs)"))
+    print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    sys.exit(0 if ok and ok_bytes and ok_rss else 1)
+
+
+if __name__ == "__main__":
+    main()
