@@ -13,17 +13,20 @@ block and rack labels; each run is a ``tau.yaml`` with ``execution.nodes`` pods 
 ``policy.topology_slice`` (Kueue's balanced class: slice-required topology and slice size). Runs are submitted
 through the client at Kueue's cadence, each class on its own clock, the first one interval after the start.
 
-Measured as ``kueue_scenario.py`` measures the baseline, by the cluster's clock (each event's ``ce-time``): wall
-time from the first submission to the last run's end; usage = cpu each run held from its admission to its end,
-summed, over the 30 queues' nominal quota times the wall (Kueue's checker: admitted cpu integrated over time
-over nominal quota times the monitored time); mean time to admission per class from the submission. Every run
+Measured by the cluster's clock (each event's ``ce-time``, as ``kueue_scenario.py`` measures the baseline):
+wall time from the first submission to the last run's end; usage = cpu each run held from each admission to its
+preemption or its end, summed, over the 30 queues' nominal quota times the wall (Kueue's checker: admitted cpu
+integrated over time over nominal quota times the monitored time); mean time to admission per class, from the
+submission to the run's last admission (Kueue's recorder times the Admitted condition's last transition, so a
+preempted and re-admitted workload counts to its re-admission; ``kueue_scenario.py`` takes the first). Every run
 started counts: one never admitted counts with its wait until the bench gave up.
 
-Placement is checked from the pods the local cluster publishes (``k8s.local.pod.*.*.added``: each pod's
-``spec.nodeName`` and completion index), the last attempt of each run: a run of a *required* class with pods in
-two racks, a *balanced* class whose pods in a rack are not a whole number of slices, an admitted run whose pods
-were not all seen, or a pod on a node outside the pool, is a violation. How often a *preferred* run spread
-over racks, and how often a balanced run's consecutive-index slices did not share a rack, are printed beside.
+Placement (``kueue_tas_checks``): each admitted run's last admission event must carry a topology assignment that
+holds all its pods and keeps its request (every pod in one rack for a required class; whole slices in each rack
+for a balanced class), and each pod the local cluster published (``k8s.local.pod.*.*.added``: ``spec.nodeName``
+and completion index, of the last attempt) must run on the node its rank was assigned; anything else is a
+violation. How often a *preferred* run spread over racks, and how often a balanced run's consecutive-rank slice
+did not share a rack, are printed beside.
 
 Exits 1 when any of Kueue's limits is missed, a placement violates its request, a run did not finish, or two
 submissions got one run id. ``--fraction 0.1`` shrinks the counts (not the cadence) for a quick look.
@@ -34,14 +37,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-from kueue_tas_shape import (  # bench/ is this script's directory, first on sys.path
+from kueue_tas_checks import Heard, check  # bench/ is this script's directory, first on sys.path
+from kueue_tas_shape import (
     BLOCK_LABEL,
     BORROWING_LIMIT_CPU,
     CLASSES,
@@ -62,16 +65,12 @@ from kueue_tas_shape import (  # bench/ is this script's directory, first on sys
     nominal_cpu,
     queue_names,
 )
-from nats.aio.msg import Msg
 from pipeline import cpu_seconds, rss, simulated_stack, stack_up
 
-from taugrid.bus.envelope import from_message
 from taugrid.client import open_client
 from taugrid.core.ids import new_run_id, new_submission_id
 
 TERMINAL = ("exec.succeeded", "recovery.gave_up", "submit.rejected", "policy.rejected", "exec.cancelled")
-INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-_REQUEUED = re.compile(r"-r(\d+)$")
 
 
 def platform_yaml() -> str:
@@ -116,28 +115,6 @@ def run_yaml(cls: TasClass) -> str:
             f"runtime: {{env: {{SIMULATED_DURATION: '{cls.seconds:g}'}}}}\n")
 
 
-class Placements:
-    """Each run's pods as the local cluster published them: (requeue count, completion index) → node."""
-
-    def __init__(self) -> None:
-        self.pods: dict[str, dict[tuple[int, int], str]] = {}
-
-    async def on_pod(self, msg: Msg) -> None:
-        obj = msgspec.json.decode(msg.data).get("object") or {}
-        meta = obj.get("metadata") or {}
-        index = int((meta.get("labels") or {}).get(INDEX_LABEL, "0"))
-        requeued = _REQUEUED.search(meta.get("name", ""))
-        key = (int(requeued.group(1)) if requeued else 0, index)
-        run = (msg.headers or {}).get("ce-subject", "")
-        self.pods.setdefault(run, {})[key] = (obj.get("spec") or {}).get("nodeName", "")
-
-    def last_attempt(self, run: str) -> dict[int, str]:
-        """Completion index → node, of the run's latest admission (a preempted run's pods come back renamed)."""
-        pods = self.pods.get(run, {})
-        latest = max((r for r, _ in pods), default=0)
-        return {i: node for (r, i), node in pods.items() if r == latest}
-
-
 @dataclass
 class Outcome:
     runs: int
@@ -156,50 +133,18 @@ class Outcome:
     examples: list[str]
 
 
-def check(cls: TasClass, placed: dict[int, str], rack_of: dict[str, str]) -> tuple[str, bool, bool]:
-    """One admitted run's placement: (violation or "", spread over racks, a consecutive-index slice split)."""
-    if len(placed) != cls.pods:
-        return f"{len(placed)} of {cls.pods} pods seen placed", False, False
-    racks = [rack_of.get(placed[i], "") for i in range(cls.pods)] if set(placed) == set(range(cls.pods)) else []
-    if not racks or "" in racks:
-        return f"a pod outside the pool or an index missing: {sorted(placed.items())}", False, False
-    per_rack: dict[str, int] = {}
-    for r in racks:
-        per_rack[r] = per_rack.get(r, 0) + 1
-    spread = len(per_rack) > 1
-    if cls.constraint == "required" and spread:
-        return f"required one rack, pods in {per_rack}", spread, False
-    if cls.constraint == "balanced":
-        split = any(len(set(racks[j:j + cls.slice_size])) > 1 for j in range(0, cls.pods, cls.slice_size))
-        if any(n % cls.slice_size for n in per_rack.values()):
-            return f"slices of {cls.slice_size} split across racks: {per_rack}", spread, split
-        return "", spread, split
-    return "", spread, False
-
-
 async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, timeout: float) -> Outcome:
     client = await open_client(url, creds=creds)  # the bootstrap identity sees every run's events
     submitter = await open_client(url, creds=user_creds)  # the stack's owner, a platform user, submits
     nc = client.bus.nc
     submissions: list[tuple[str, TasClass, float, float]] = []  # (run id, class, when submitted, when scheduled)
-    admitted: dict[str, float] = {}
-    finished: dict[str, float] = {}
-
-    def happened(msg: Msg) -> float:
-        return from_message(msg.subject, msg.headers, b"").happened or time.time()
-
-    async def on_admitted(msg: Msg) -> None:
-        admitted.setdefault((msg.headers or {}).get("ce-subject", ""), happened(msg))
-
-    async def on_terminal(msg: Msg) -> None:
-        finished.setdefault((msg.headers or {}).get("ce-subject", ""), happened(msg))
-
-    placements = Placements()
-    await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)
+    heard = Heard()
+    await nc.subscribe("run.*.*.admission.admitted", cb=heard.on_admitted)
+    await nc.subscribe("run.*.*.admission.preempted", cb=heard.on_preempted)
     for t in TERMINAL:
-        await nc.subscribe(f"run.*.*.{t}", cb=on_terminal)
+        await nc.subscribe(f"run.*.*.{t}", cb=heard.on_terminal)
     for subject in ("k8s.local.pod.*.*.added", "k8s.local.pod.*.*.added.*"):
-        await nc.subscribe(subject, cb=placements.on_pod)
+        await nc.subscribe(subject, cb=heard.on_pod)
     texts = {cls.name: run_yaml(cls) for cls in CLASSES}
     total = sum(count(cls, fraction) for cls in CLASSES) * len(queue_names())
     start = time.time()
@@ -216,46 +161,47 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, time
         while True:
             await asyncio.sleep(2.0)
             print(f"  t={time.time() - start:6.1f}s submitted {len(submissions):5d}/{total}  admitted "
-                  f"{len(admitted):5d}  finished {len(finished):5d}", flush=True)
+                  f"{len(heard.admissions):5d}  finished {len(heard.finished):5d}", flush=True)
 
     reporter = asyncio.create_task(progress())
     await asyncio.gather(*(feed(cq, cls) for _, cq in queue_names() for cls in CLASSES))
     deadline = time.time() + timeout
-    while not all(r in finished for r, *_ in submissions) and time.time() < deadline:
+    while not all(r in heard.finished for r, *_ in submissions) and time.time() < deadline:
         await asyncio.sleep(0.5)
     await asyncio.sleep(1.0)  # the last pods' events, published before their runs' ends, are in
     reporter.cancel()
     end = time.time()
+    finished = heard.finished
     done = all(r in finished for r, *_ in submissions)
     wall = (max(finished.values(), default=start) if done else end) - start
-    held = sum(cls.units * (finished.get(r, end) - admitted[r]) for r, cls, _, _ in submissions if r in admitted)
+    held = sum(cls.units * heard.held_s(r, end) for r, cls, _, _ in submissions)
     rack_of = {n.name: n.rack for n in nodes()}
     violations: dict[str, int] = {}
     spread: dict[str, int] = {}
     split: dict[str, int] = {}
     examples: list[str] = []
     for run_id, cls, _, _ in submissions:
-        if run_id not in admitted:
+        if heard.admitted_at(run_id) is None:
             continue
-        why, spread_out, slice_split = check(cls, placements.last_attempt(run_id), rack_of)
-        spread[cls.name] = spread.get(cls.name, 0) + spread_out
-        split[cls.name] = split.get(cls.name, 0) + slice_split
-        if why:
+        verdict = check(cls, heard.topology(run_id), heard.last_pods(run_id), rack_of)
+        spread[cls.name] = spread.get(cls.name, 0) + verdict.spread
+        split[cls.name] = split.get(cls.name, 0) + verdict.split
+        if verdict.violation:
             violations[cls.name] = violations.get(cls.name, 0) + 1
             if len(examples) < 5:
-                examples.append(f"{run_id} ({cls.name}): {why}")
+                examples.append(f"{run_id} ({cls.name}): {verdict.violation}")
     await client.close()
     await submitter.close()
     return Outcome(
         runs=len(submissions), distinct=len({r for r, *_ in submissions}),
-        admitted=sum(1 for r, *_ in submissions if r in admitted),
+        admitted=sum(1 for r, *_ in submissions if heard.admitted_at(r) is not None),
         finished=sum(1 for r, *_ in submissions if r in finished),
         wall_s=wall, usage_pct=100.0 * held / nominal_cpu() / max(wall, 1e-9),
         work_pct=100.0 * sum(cls.units * cls.seconds for r, cls, _, _ in submissions if r in finished)
         / nominal_cpu() / max(wall, 1e-9),
         late_s=max((at - due for _, _, at, due in submissions), default=0.0),
         submitted_s=max((at for _, _, at, _ in submissions), default=start) - start,
-        classes={cls.name: mean([admitted.get(r, end) - at for r, c, at, _ in submissions if c is cls])
+        classes={cls.name: mean([(heard.admitted_at(r) or end) - at for r, c, at, _ in submissions if c is cls])
                  for cls in CLASSES},
         violations=violations, spread=spread, split=split, examples=examples,
     )
