@@ -54,7 +54,9 @@ async def test_the_bundle_carries_the_runs_accounting_and_verify_recomputes_it(
             ("submit.accepted", c.SubmitAccepted(submission_id="s1", config={"name": "train"}, config_hash="h",
                                                  user="ada", signer=identity.public_key(bus.seed)), 0.0),
             ("policy.approved", c.PolicyApproved(run=resolved, platform_revision=revision), 0.0),
-            ("admission.admitted", c.AdmissionAdmitted(cluster_queue="lab"), 0.2),  # queued ≥ 0.2 s
+            ("admission.admitted", c.AdmissionAdmitted(cluster_queue="lab", topology=[c.PodSetTopology(
+                pod_set="main", levels=["kubernetes.io/hostname"],
+                domains=[c.TopologyDomain(values=["box"], count=1)])]), 0.2),  # queued ≥ 0.2 s
             ("exec.running", c.ExecRunning(node="box", pod=f"{run}-a1-0", pid=42), 0.0),
             ("exec.succeeded", c.ExecFinished(exit_code=0, reason="Completed", node="box"), 0.4),  # ran ≥ 0.4 s
         ]
@@ -80,6 +82,9 @@ async def test_the_bundle_carries_the_runs_accounting_and_verify_recomputes_it(
             "cost": round(2 * running / 3600 * 3.6, 6), "clock": "ce-time",
         }
 
+        # the evidence records where admission placed the attempt (Kueue's topology assignment, by pod set)
+        assert doc["attempts"][0]["admitted"] == {"cluster_queue": "lab", "flavors": {}, "node": "", "topology": [
+            {"pod_set": "main", "levels": ["kubernetes.io/hostname"], "domains": [{"values": ["box"], "count": 1}]}]}
         report = await verify_run(bus, run)
         assert (report.ok, report.problems) == (True, [])
         assert report.accounting == doc["accounting"]

@@ -77,7 +77,8 @@ async function runPage(runId) {
       <button id="cancel" hidden>Cancel</button></h2>
     <div id="summary" class="muted"></div>
     <div class="grid">
-      <div><h3>Phases</h3><ul class="phases" id="phases"></ul><h3>Pods</h3><div id="pods"></div></div>
+      <div><h3>Phases</h3><ul class="phases" id="phases"></ul><h3>Pods</h3><div id="pods"></div>
+        <div id="topology"></div></div>
       <div><h3>Events</h3><div id="events-box">${table(["time", "event", "detail"], [])}</div></div>
     </div>
     <h3>Logs <span class="muted" id="log-count"></span></h3><pre class="logs" id="logs"></pre>
@@ -97,6 +98,17 @@ async function runPage(runId) {
       record.pods.map(p => `<tr><td>${esc(p.name)}</td><td class="nowrap">${esc(p.node)}</td>` +
         `<td class="nowrap">${esc(p.pod_phase || p.phase)}</td></tr>`))
       : `<span class="muted">none</span>`;
+    // where admission placed the attempt by topology: each domain of a TAS pod set with the ranks it holds
+    document.getElementById("topology").innerHTML = (record.topology || []).map(ps => {
+      let first = 0;
+      const rows = ps.domains.map(d => {
+        const ranks = d.count === 1 ? `${first}` : `${first}-${first + d.count - 1}`;
+        first += d.count;
+        return `<tr><td class="nowrap">${esc(d.values.join(" / "))}</td><td class="num">${ranks}</td></tr>`;
+      });
+      return `<h3>Topology <span class="muted">${esc(ps.pod_set)}: ${esc(ps.levels.join(" / "))}</span></h3>` +
+        table(["domain", "ranks"], rows);
+    }).join("");
     const cancel = document.getElementById("cancel");
     cancel.hidden = TERMINAL.includes(record.state) || record.cancel_requested;
     if (TERMINAL.includes(record.state) && record.evidence_digest && !evidenceShown) {
