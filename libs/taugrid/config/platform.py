@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import Field
 
+from taugrid.config.clusters import Cluster
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, Department
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
 from taugrid.config.podsready import WaitForPodsReady
@@ -284,6 +285,9 @@ class Platform(Strict):
     fair_sharing: FairSharingPolicy = Field(default_factory=FairSharingPolicy)
     wait_for_pods_ready: WaitForPodsReady = Field(default_factory=WaitForPodsReady,
                                                   description="Kueue's waitForPodsReady (taugrid.config.podsready)")
+    clusters: list[Cluster] = Field(default_factory=list,
+                                    description="the sites runs are dispatched to (taugrid.config.clusters); none: "
+                                    "the stack's own backend is the one cluster")
 
     def all_cohorts(self) -> list[Cohort]:
         """The cohorts written plus those the departments imply (the implicit root, then one per department)."""

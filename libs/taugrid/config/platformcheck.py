@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 
+from taugrid.config.clusters import check_clusters
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, KaiQueueFields
 from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
 from taugrid.config.platformtopology import check_topologies
@@ -48,6 +49,7 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     _workspaces(platform, add)
     _people(platform, add)
     check_topologies(platform, add)
+    check_clusters(platform, add)
     return issues
 
 

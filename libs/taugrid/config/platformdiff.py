@@ -99,6 +99,7 @@ _SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], list[dict[str, Any]]]], .
     ("compute_profile", lambda d: d["compute_profiles"]),
     ("department", lambda d: d["departments"]),
     ("local_node", lambda d: d["local"]["nodes"]),
+    ("cluster", lambda d: d["clusters"]),
 )
 
 

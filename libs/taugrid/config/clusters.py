@@ -1,0 +1,82 @@
+"""``platform.yaml`` ``clusters``: the places runs may go, as MultiKueue's worker clusters are to its manager.
+
+Each cluster is a site with its own backend (the embedded local pool or a Kubernetes cluster with Kueue), its own
+bus (a NATS leaf node whose JetStream domain is the cluster's name, ``taugrid.bus.sites``) and the ClusterQueues it
+serves. The dispatcher (``taugrid.dispatch``) nominates clusters for a run in ``preference`` order, lower first
+(ties keep the file's order): the first cluster to admit the run wins and the other copies are withdrawn.
+
+No ``clusters`` means what it always meant: one cluster, the stack's own backend (``TAU_BACKEND``/``TAU_CLUSTER``),
+serving every queue; nothing is dispatched.
+
+Invariants: a cluster's name is one subject token and one JetStream domain name (lowercase letters, digits, '-');
+``check_clusters`` never raises, it reports every problem through ``add`` (field path, message, fix) as
+``platformcheck`` does; every ClusterQueue is served by at least one cluster when any is declared, so no run is
+accepted that no cluster would ever take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field
+
+from taugrid.config.fields import Strict
+from taugrid.config.source import suggest
+
+if TYPE_CHECKING:
+    from taugrid.config.platform import Platform
+
+# A subject token and a JetStream domain (nats-server refuses '.', '*', '>' and spaces in a domain).
+ClusterName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
+
+Add = Callable[..., None]
+
+
+class Cluster(Strict):
+    """One site: where its runs execute, in which order it is tried, which queues it serves."""
+
+    name: ClusterName = Field(description="one token: the site's subjects (backend.<name>.*, k8s.<name>.*) and the "
+                              "JetStream domain of its leaf node")
+    backend: Literal["local", "kubernetes"] = Field(description="local: an embedded pool (local.nodes); kubernetes: "
+                                                    "Kueue on a real cluster, through its kube-bridge")
+    preference: int = Field(default=0, ge=0, description="spill-over order: lower is nominated first (on-prem "
+                            "before cloud); equal preferences keep the file's order")
+    cluster_queues: list[str] | None = Field(
+        default=None, description="the ClusterQueues this cluster serves (a run of another queue is never "
+        "nominated to it); absent: every ClusterQueue")
+
+
+def serves(cluster: Cluster, cluster_queue: str) -> bool:
+    """Whether ``cluster`` may be nominated for a run admitted through ``cluster_queue``."""
+    return cluster.cluster_queues is None or cluster_queue in cluster.cluster_queues
+
+
+def in_preference_order(clusters: list[Cluster]) -> list[Cluster]:
+    """The clusters as they are tried: lower ``preference`` first, the file's order among equals (a stable sort)."""
+    return sorted(clusters, key=lambda c: c.preference)
+
+
+def check_clusters(platform: Platform, add: Add) -> None:
+    """Names unique, every named ClusterQueue declared, every ClusterQueue served by some cluster."""
+    if not platform.clusters:
+        return
+    seen: set[str] = set()
+    for i, cluster in enumerate(platform.clusters):
+        if cluster.name in seen:
+            add(("clusters", i, "name"), f"duplicate cluster name {cluster.name!r}",
+                "give each cluster a distinct name")
+        seen.add(cluster.name)
+    queues = [q.name for q in platform.all_cluster_queues()]
+    for i, cluster in enumerate(platform.clusters):
+        for j, name in enumerate(cluster.cluster_queues or []):
+            if name not in queues:
+                guess = suggest(name, queues)
+                add(("clusters", i, "cluster_queues", j),
+                    f"unknown cluster queue {name!r}" + (f"; did you mean '{guess}'?" if guess else ""),
+                    f"use one of: {', '.join(queues)}" if queues else "declare it under cluster_queues first")
+    for queue in queues:
+        if not any(serves(c, queue) for c in platform.clusters):
+            add(("clusters",), f"no cluster serves cluster queue {queue!r}: its runs would never be dispatched",
+                f"add {queue} to a cluster's cluster_queues, or leave cluster_queues out on one cluster "
+                "(it then serves every queue)")

@@ -1,0 +1,102 @@
+"""platform.yaml ``clusters``: the sites runs are dispatched to. Validated with the line and the fix; absent, the
+platform is today's single cluster; the order they are tried in is ``preference``, then the file's order."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from taugrid.config.clusters import in_preference_order, serves
+from taugrid.config.platform import load_platform
+from taugrid.core.errors import ConfigError
+
+BASE = """\
+resource_flavors:
+  - name: default
+cluster_queues:
+  - name: research
+    resource_groups:
+      - covered_resources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8}]}]
+  - name: batch
+    resource_groups:
+      - covered_resources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8}]}]
+"""
+
+THREE = BASE + """\
+clusters:
+  - name: cloud
+    backend: kubernetes
+    preference: 10
+  - name: onprem-a
+    backend: local
+    cluster_queues: [research]
+  - name: onprem-b
+    backend: local
+    cluster_queues: [research, batch]
+"""
+
+
+def issues(text: str) -> list[tuple[str, int | None, str, str]]:
+    with pytest.raises(ConfigError) as err:
+        load_platform(textwrap.dedent(text))
+    return [(str(i["field"]), i["line"], str(i["message"]), str(i["fix"])) for i in err.value.issues]  # type: ignore[misc]
+
+
+def test_no_clusters_is_the_single_cluster_of_before() -> None:
+    assert load_platform(BASE).clusters == []
+
+
+def test_clusters_are_tried_by_preference_then_in_file_order_and_serve_their_queues() -> None:
+    p = load_platform(THREE)
+    assert [c.name for c in in_preference_order(p.clusters)] == ["onprem-a", "onprem-b", "cloud"]
+    by_name = {c.name: c for c in p.clusters}
+    assert [n for n, c in by_name.items() if serves(c, "batch")] == ["cloud", "onprem-b"]
+    assert [n for n, c in by_name.items() if serves(c, "research")] == ["cloud", "onprem-a", "onprem-b"]
+    assert by_name["cloud"].backend == "kubernetes"
+
+
+def test_an_unknown_queue_is_named_with_the_nearest() -> None:
+    assert issues(THREE.replace("cluster_queues: [research]", "cluster_queues: [reserch]")) == [
+        ("clusters[1].cluster_queues[0]", 18, "unknown cluster queue 'reserch'; did you mean 'research'?",
+         "use one of: research, batch")]
+
+
+def test_a_queue_no_cluster_serves_is_refused() -> None:
+    text = BASE + "clusters:\n  - {name: a, backend: local, cluster_queues: [research]}\n"
+    assert issues(text) == [
+        ("clusters", 12, "no cluster serves cluster queue 'batch': its runs would never be dispatched",
+         "add batch to a cluster's cluster_queues, or leave cluster_queues out on one cluster "
+         "(it then serves every queue)")]
+
+
+def test_duplicate_names_a_bad_name_a_backend_and_an_unknown_key_are_refused() -> None:
+    found = issues(BASE + """\
+clusters:
+  - {name: a, backend: local}
+  - {name: a, backend: local}
+  - {name: B.x, backend: local}
+  - {name: c, backend: slurm}
+  - {name: d, backend: local, region: eu}
+  - {name: e, backend: local, preference: -1}
+""")
+    fields = [(f, line) for f, line, _, _ in found]
+    assert fields == [("clusters[2].name", 15), ("clusters[3].backend", 16), ("clusters[4].region", 17),
+                      ("clusters[5].preference", 18)], found
+    messages = {f: m for f, _, m, _ in found}
+    assert "pattern" in messages["clusters[2].name"] or "match" in messages["clusters[2].name"], messages
+    assert "'local' or 'kubernetes'" in messages["clusters[3].backend"], messages
+    # the duplicate is reported by the cross-checks, which run once the shapes are right
+    assert issues(BASE + "clusters:\n  - {name: a, backend: local}\n  - {name: a, backend: local}\n") == [
+        ("clusters[1].name", 14, "duplicate cluster name 'a'", "give each cluster a distinct name")]
+
+
+def test_the_apply_diff_names_an_added_and_a_changed_cluster() -> None:
+    from taugrid.config.platformdiff import Change, diff
+
+    before = load_platform(THREE)
+    after = load_platform(THREE.replace("preference: 10", "preference: 5") + "  - {name: edge, backend: local}\n")
+    assert diff(before, after) == [Change("cluster", "edge", "add"),
+                                   Change("cluster", "cloud", "change", ("preference: 10 → 5",))]
