@@ -209,3 +209,30 @@ def test_every_admitted_pod_lies_in_its_domain_in_rank_order_and_required_levels
         if tr is not None and tr.required is not None:
             assert len({by_node[p.node].labels[tr.required] for p in pods}) == 1
     assert all(used[n] <= len(by_node[n].gpus) for n in used)
+
+
+def test_a_leader_and_its_workers_share_one_rack() -> None:
+    e = engine(pool())
+    group = dict(required=RACK, pod_set_group="lws")
+    e.submit(Workload("lws", "cq", (PodSet("leader", 1, {"cpu": 1}, topology_request=TopologyRequest(**group)),
+                                    PodSet("workers", 3, {GPU: 1, "cpu": 1},
+                                           topology_request=TopologyRequest(**group)))), 0)
+    [adm] = e.cycle(0).admitted
+    racks = {p.node[:5] for p in adm.placements}
+    assert racks == {"b1-r1"} and len(adm.placements) == 4
+    assert set(adm.topology_assignments) == {"leader", "workers"}
+
+
+def test_a_pod_set_group_must_be_a_leader_and_its_workers_at_one_level() -> None:
+    def ps(name: str, count: int, **tr: str) -> PodSet:
+        return PodSet(name, count, {"cpu": 1}, topology_request=TopologyRequest(**tr))
+    with pytest.raises(PermanentError, match="exactly 2 pod sets"):
+        Workload("w", "cq", (ps("a", 1, required=RACK, pod_set_group="g"),)).validate()
+    with pytest.raises(PermanentError, match="must have 1 pod"):
+        Workload("w", "cq", (ps("a", 2, required=RACK, pod_set_group="g"),
+                             ps("b", 2, required=RACK, pod_set_group="g"))).validate()
+    with pytest.raises(PermanentError, match="different levels"):
+        Workload("w", "cq", (ps("a", 1, required=RACK, pod_set_group="g"),
+                             ps("b", 2, required=BLOCK, pod_set_group="g"))).validate()
+    with pytest.raises(PermanentError, match="needs required or preferred"):
+        Workload("w", "cq", (ps("a", 1, pod_set_group="g"), ps("b", 2, pod_set_group="g"))).validate()

@@ -155,7 +155,7 @@ def topology_request(v: Any) -> dict[str, Any] | None:
         elif name == "PodSetSliceSize":
             out["slice_size"] = int(number(val))
         elif name == "PodSetGroupName":
-            raise Unsupported("leader/worker pod-set groups (podSetGroupName)")
+            out["pod_set_group"] = s(val)
         elif name == "PodsetSliceRequiredTopologyConstraints":
             raise Unsupported("multi-layer slice constraints (TASMultiLayerTopology)")
         else:
@@ -191,7 +191,7 @@ def toleration(v: Any) -> dict[str, str]:
 def find_pod_set(v: Any, uns: list[str]) -> dict[str, Any]:
     lit = resolve(v)
     out: dict[str, Any] = {"name": "main", "count": 1, "requests": {}, "request": None, "node_selector": {},
-                           "tolerations": [], "want": None, "want_reason": ""}
+                           "tolerations": [], "want": None, "want_reason": "", "group": None}
     for k, val in lit.items:
         name = k.name
         if name == "podSetName":
@@ -211,7 +211,7 @@ def find_pod_set(v: Any, uns: list[str]) -> dict[str, Any]:
         elif name == "wantReason":
             out["want_reason"] = s(val)
         elif name == "podSetGroupName":
-            uns.append("leader/worker pod-set groups (podSetGroupName)")
+            out["group"] = s(val)
         elif name == "previousAssignment":
             uns.append("elastic workload slices (previousAssignment)")
         elif name == "nodeAffinity":
@@ -325,6 +325,8 @@ def tas_pod_set(v: Any) -> dict[str, Any]:
         elif m == "Toleration":
             from extract import toleration as tol
             out["tolerations"].append(tol(a[0]))
+        elif m == "PodSetGroup":
+            req["pod_set_group"] = s(a[0])
         elif m == "Obj":
             continue
         else:

@@ -165,13 +165,16 @@ class TopologyRequest:
     """A pod set's Kueue TAS annotations: ``podset-required-topology`` (all pods in one domain of that level),
     ``podset-preferred-topology`` (one domain if possible, else as few as possible),
     ``podset-unconstrained-topology`` (anywhere, counted per node), ``podset-slice-required-topology`` with
-    ``podset-slice-size`` (pods in groups of ``slice_size``, each group inside one domain of that level)."""
+    ``podset-slice-size`` (pods in groups of ``slice_size``, each group inside one domain of that level),
+    ``podset-group-name`` (a leader pod set and its workers placed as one)."""
 
     required: str | None = None
     preferred: str | None = None
     unconstrained: bool = False
     slice_required: str | None = None
     slice_size: int | None = None
+    # Kueue ``podset-group-name``: two pod sets (a one-pod leader and its workers) placed together.
+    pod_set_group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +283,28 @@ class Workload:
                 raise PermanentError(f"{where}: negative request; requests must be >= 0")
             if ps.topology_request is not None:
                 _validate_topology_request(where, ps.count, ps.topology_request)
+        _validate_groups(self)
+
+
+def _validate_groups(w: Workload) -> None:
+    """Kueue's ``ValidatePodSetGroupingTopology``: a group is exactly two pod sets, one of them a single pod,
+    asking for the same required or preferred level."""
+    groups: dict[str, list[PodSet]] = {}
+    for ps in w.pod_sets:
+        if ps.topology_request is not None and ps.topology_request.pod_set_group is not None:
+            groups.setdefault(ps.topology_request.pod_set_group, []).append(ps)
+    for name, members in groups.items():
+        where = f"workload {w.name} topology_request.pod_set_group {name!r}"
+        if len(members) != 2:
+            raise PermanentError(f"{where}: {len(members)} pod set(s); a group is exactly 2 pod sets (a leader "
+                                 f"and its workers)")
+        a, b = (m.topology_request for m in members)
+        if a is None or b is None or (a.required, a.preferred) != (b.required, b.preferred):
+            raise PermanentError(f"{where}: its pod sets ask for different levels; give both the same required "
+                                 f"or preferred level")
+        if members[0].count != 1 and members[1].count != 1:
+            raise PermanentError(f"{where}: pod sets of {members[0].count} and {members[1].count} pods; one of "
+                                 f"them (the leader) must have 1 pod")
 
 
 def _validate_topology_request(where: str, count: int, tr: TopologyRequest) -> None:
@@ -296,6 +321,13 @@ def _validate_topology_request(where: str, count: int, tr: TopologyRequest) -> N
     if tr.slice_size is not None and not 1 <= tr.slice_size <= count:
         raise PermanentError(f"{where}: topology_request slice_size={tr.slice_size}; use 1 <= slice_size <= the "
                              f"pod set count {count}")
+    if tr.pod_set_group is not None:
+        if tr.required is None and tr.preferred is None:
+            raise PermanentError(f"{where}: topology_request pod_set_group needs required or preferred; name the "
+                                 f"level the group must share")
+        if tr.slice_required is not None:
+            raise PermanentError(f"{where}: topology_request pod_set_group may not be set with slice_required; "
+                                 f"drop one")
     if tr.slice_size is not None and count % tr.slice_size:
         # Kueue places count // slice_size whole slices and leaves the rest unplaced; refuse instead.
         raise PermanentError(f"{where}: topology_request slice_size={tr.slice_size} does not divide the pod set "

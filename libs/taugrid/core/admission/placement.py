@@ -37,7 +37,8 @@ from .model import (
     untolerated,
 )
 from .results import PodPlacement, TopologyAssignment
-from .tas import HOSTNAME, PODS, TasNode, TasPodSet, TasTree, find_assignments
+from .tas import TasPodSet, find_assignments
+from .tas_tree import HOSTNAME, PODS, TasNode, TasTree
 
 NO_POD_LIMIT = 1 << 30
 
