@@ -46,7 +46,11 @@ IDENTS = {"corev1.LabelHostname": HOSTNAME, "corev1.ResourceCPU": "cpu", "corev1
 # Kueue feature gates whose default the port follows; enabling any other gate is out of the port's scope.
 DEFAULT_ON = {"TASProfileMixed", "TASHandleOverlappingFlavors", "TopologyAwareScheduling",
               "TASRecomputeAssignmentWithinSchedulingCycle", "SkipReassignmentForPodOwnedWorkloads",
-              "VectorizedResourceRequests", "TASCacheNodeMatchResults", "FlavorFungibility"}
+              "VectorizedResourceRequests", "TASCacheNodeMatchResults", "FlavorFungibility",
+              "RecomputeAssignmentUponPreemptionTargetsOverlap"}
+# Gates whose setting does not change what taugrid decides here: with SchedulerLibraryIntegration Kueue keeps
+# cordoned and not-ready nodes in its cache but still leaves them out of TAS, which taugrid always does.
+NO_EFFECT = {"SchedulerLibraryIntegration"}
 
 
 def consts(src: str, func: str) -> dict[str, str]:
@@ -102,8 +106,8 @@ def node(v: Any) -> dict[str, Any]:
     for m, a in calls:
         if m == "Label":
             out["labels"][s(a[0])] = s(a[1])
-        elif m == "StatusAllocatable":
-            out["alloc"] = resource_list(a[0])
+        elif m == "StatusAllocatable":  # Kueue's builder merges into what is there
+            out["alloc"].update(resource_list(a[0]))
         elif m == "Ready":
             out["ready"] = True
         elif m == "NotReady":
@@ -111,8 +115,12 @@ def node(v: Any) -> dict[str, Any]:
         elif m == "Unschedulable":
             out["unschedulable"] = True
         elif m == "Taints":
-            out["taints"] = [taint(x) for x in a]
-        elif m == "Obj":
+            out["taints"] += [taint(x) for x in a]
+        elif m == "StatusConditions":
+            # Readiness comes from Ready()/NotReady(); other conditions (NetworkUnavailable) do not count for TAS.
+            if any(resolve(resolve(c).get("Type")) == Ident("corev1.NodeReady") for c in a):
+                raise Unsupported("node Ready condition set by StatusConditions")
+        elif m in ("Obj", "DeepCopy", "Clone"):
             continue
         else:
             raise Unsupported(f"node builder {m}")
@@ -227,6 +235,8 @@ def gates(v: Any, uns: list[str]) -> dict[str, bool]:
         name = k.name.rpartition(".")[2]
         on = bool(resolve(val))
         out[name] = on
+        if name in NO_EFFECT:
+            continue
         if name in DEFAULT_ON and not on:
             uns.append(f"feature gate {name} off (taugrid follows its default, on)")
         elif name not in DEFAULT_ON and on:
