@@ -20,6 +20,7 @@ from taugrid.config.clusters import Cluster
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, Department
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
 from taugrid.config.podsready import WaitForPodsReady
+from taugrid.config.retention import Retention
 from taugrid.config.source import load_yaml, pydantic_issues, raise_issues
 from taugrid.core.quantity import parse_cpu, parse_memory
 
@@ -285,6 +286,8 @@ class Platform(Strict):
     fair_sharing: FairSharingPolicy = Field(default_factory=FairSharingPolicy)
     wait_for_pods_ready: WaitForPodsReady = Field(default_factory=WaitForPodsReady,
                                                   description="Kueue's waitForPodsReady (taugrid.config.podsready)")
+    retention: Retention = Field(default_factory=Retention, description="what the bus keeps and where sealed "
+                                 "evidence is archived (taugrid.config.retention)")
     clusters: list[Cluster] = Field(default_factory=list,
                                     description="the sites runs are dispatched to (taugrid.config.clusters); none: "
                                     "the stack's own backend is the one cluster")
