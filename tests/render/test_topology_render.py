@@ -108,3 +108,21 @@ def test_platform_apply_addresses_topologies_as_cluster_scoped() -> None:
 
     resource = resource_for("Topology", "kueue.x-k8s.io/v1beta2")
     assert (resource.plural, resource.namespaced) == ("topologies", False)
+
+
+def test_a_rayjob_asking_for_a_rack_groups_its_head_with_its_workers() -> None:
+    """Kueue's podset-group-name on both groups: head (the one-pod leader) and workers placed in one rack, the head
+    ranked first; a grouping Kueue's webhook accepts (two pod sets, one of one pod, the same level)."""
+    rack = "cloud.provider.com/topology-rack"
+    manifests = render(run(engine="ray", workers=3, topology_level=rack), attempt=0)
+    validate(manifests[0])
+    cluster = manifests[0]["spec"]["rayClusterSpec"]
+    grouped = {f"{TAS}required-topology": rack, f"{TAS}group-name": "ray"}
+    assert tas(cluster["headGroupSpec"]["template"]["metadata"]["annotations"]) == grouped
+    assert tas(cluster["workerGroupSpecs"][0]["template"]["metadata"]["annotations"]) == grouped
+    preferred = render(run(engine="ray", workers=3, topology_level=rack, topology_required=False), attempt=0)[0]
+    assert preferred["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["annotations"][
+        f"{TAS}group-name"] == "ray"
+    loose = render(run(engine="ray", workers=3, topology_unconstrained=True), attempt=0)[0]
+    assert f"{TAS}group-name" not in loose["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"][
+        "annotations"]

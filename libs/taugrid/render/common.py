@@ -31,6 +31,7 @@ TOPOLOGY_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 TOPOLOGY_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 TOPOLOGY_SLICE = "kueue.x-k8s.io/podset-slice-required-topology"
 TOPOLOGY_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+TOPOLOGY_GROUP = "kueue.x-k8s.io/podset-group-name"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DATA_MOUNT = "/data"
 # Set by the renderer service on what it applies (never by ``render``), read back by kube-bridge.

@@ -19,6 +19,7 @@ import yaml
 from taugrid.core.contracts import ResolvedRun, Resources
 from taugrid.core.errors import PermanentError
 from taugrid.render.common import (
+    TOPOLOGY_GROUP,
     Manifest,
     container_env,
     container_security,
@@ -228,10 +229,19 @@ def _pod(run: ResolvedRun, container: dict[str, Any], exclude_nodes: Sequence[st
     return pod
 
 
+# Kueue's pod-set group of a RayJob's head and workers: placed as one, in one domain of the requested level, the
+# one-pod head (the group's leader) ranked first, its workers after it on the same assignment.
+RAY_TOPOLOGY_GROUP = "ray"
+
+
 def _template(run: ResolvedRun, attempt: int, pod: dict[str, Any], *, slices: bool = True) -> dict[str, Any]:
-    """``slices``: whether this group takes the run's TAS slices (the workers do; the one-pod head cannot)."""
+    """``slices``: whether this group takes the run's TAS slices (the workers do; the one-pod head cannot). A
+    required or preferred level without slices groups the head with the workers (``RAY_TOPOLOGY_GROUP``); Kueue
+    allows no group with a slice request, so sliced workers are placed apart from the head."""
+    annotations = template_annotations(run, slices=slices)
+    if run.topology_level and not run.topology_unconstrained and not run.topology_slice_size:
+        annotations[TOPOLOGY_GROUP] = RAY_TOPOLOGY_GROUP
     return {
-        "metadata": {"labels": tau_labels(run, attempt=attempt),
-                     "annotations": template_annotations(run, slices=slices)},
+        "metadata": {"labels": tau_labels(run, attempt=attempt), "annotations": annotations},
         "spec": pod,
     }
