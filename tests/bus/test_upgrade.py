@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig, StreamConfig
 
 from taugrid.bus import Bus, streams
 from taugrid.bus.bootstrap import bootstrap
@@ -58,3 +58,23 @@ async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
     await private_bus.js.delete_msg("RUNS", 1)
     assert await streams.at(private_bus, "RUNS", 1) is None
     assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want
+
+
+async def test_a_run_state_bucket_made_with_five_revisions_keeps_one_after_the_update(
+    private_bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    # an earlier release's run_state: five revisions of every record
+    kv = await private_bus.js.create_key_value(KeyValueConfig(bucket="run_state", history=5, direct=True))
+    for state in ("submitted", "accepted", "approved", "succeeded"):
+        await kv.put("run.ws.r1", state.encode())
+    with caplog.at_level(logging.WARNING, logger="taugrid.bootstrap"):
+        assert await bootstrap(private_bus, replicas=1) == []
+    assert "stream KV_run_state: history is 5, declared 1; not changed" in caplog.text
+    assert (await private_bus.js.stream_info("KV_run_state")).state.messages == 4
+
+    assert await bootstrap(private_bus, update=True, replicas=1) == []
+    info = await private_bus.js.stream_info("KV_run_state")
+    assert (info.config.max_msgs_per_subject, info.state.messages) == (1, 1)
+    assert (await kv.get("run.ws.r1")).value == b"succeeded"
+    await kv.put("run.ws.r1", b"sealed")
+    assert (await private_bus.js.stream_info("KV_run_state")).state.messages == 1

@@ -10,6 +10,11 @@ AUDIT's protective settings (mirror of RUNS, deny delete and purge, retention) a
 any difference raises an alarm (``audit_drift``; logged at ERROR and returned). An existing consumer gets the
 declared filter when its own differs (a release narrowed it); its other fields are left as they are (JetStream
 does not allow changing most of them).
+
+Retention (``platform.yaml``'s ``retention``, ``taugrid.config.retention``): RUNS' and LOGS' max age and size and
+AUDIT's max age come from the platform stored in the ``platform`` KV when there is one (else the defaults, which
+are the limits the streams always had). A stream is created with them; one that exists and differs is reported
+like any other difference, and ``--update`` applies it (AUDIT's max age too: its mirror and protections stay).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from nats.js.api import (
 from taugrid import settings
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus, connect
-from taugrid.bus.errors import MISSING, NO_BUCKET
+from taugrid.bus.errors import MISSING, NO_BUCKET, UNAVAILABLE
 from taugrid.bus.topology import (
     AUDIT_MAX_AGE,
     AUDIT_STREAM,
@@ -51,7 +56,8 @@ from taugrid.bus.topology import (
     UPLOADS_TTL_S,
     ConsumerSpec,
 )
-from taugrid.core.errors import ConfigError
+from taugrid.config.retention import Retention
+from taugrid.core.errors import ConfigError, TauError
 
 log = logging.getLogger("taugrid.bootstrap")
 
@@ -94,22 +100,44 @@ async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> lis
 REPLICAS_ENV = "TAU_BUS_REPLICAS"
 
 
-def audit_config(replicas: int = 1) -> StreamConfig:
+def audit_config(replicas: int = 1, max_age: float = AUDIT_MAX_AGE) -> StreamConfig:
     """AUDIT mirrors RUNS; deletes and purges are denied so an auditor's replay is complete."""
     return StreamConfig(
         name=AUDIT_STREAM, mirror=StreamSource(name="RUNS"), storage=StorageType.FILE,
-        retention=RetentionPolicy.LIMITS, max_age=AUDIT_MAX_AGE, deny_delete=True, deny_purge=True,
+        retention=RetentionPolicy.LIMITS, max_age=max_age, deny_delete=True, deny_purge=True,
         num_replicas=replicas,
     )
 
 
-async def audit_drift(bus: Bus) -> list[str]:
-    """How AUDIT differs from its protective settings (empty when it holds them); a missing AUDIT is drift too."""
+async def audit_drift(bus: Bus, max_age: float = AUDIT_MAX_AGE) -> list[str]:
+    """How AUDIT differs from its protective settings and the retention declared (``max_age``: the platform's
+    ``retention.audit.max_age``); empty when it holds them; a missing AUDIT is drift too."""
     try:
         info = await bus.js.stream_info(AUDIT_STREAM)
     except MISSING:
         return [f"{AUDIT_STREAM} does not exist"]
-    return _differences(audit_config(), info.config)
+    return _differences(audit_config(max_age=max_age), info.config)
+
+
+async def _update_audit_age(bus: Bus, max_age: float) -> None:
+    """Give AUDIT the declared max age (break-glass ``--update``): only the limit changes; a mirror's source
+    cannot change, and the deny flags are kept as they are (their drift stays an alarm)."""
+    info = await bus.js.stream_info(AUDIT_STREAM)
+    if info.config.max_age != max_age:
+        await bus.guarded(bus.js.update_stream(dataclasses.replace(info.config, max_age=max_age)))
+
+
+async def stored_retention(bus: Bus) -> Retention:
+    """The retention of the newest valid platform in the ``platform`` KV; the defaults when none is stored yet
+    (a fresh bus: the bucket is made by this bootstrap) or it cannot be read."""
+    from taugrid.bus.platformread import PlatformReader
+
+    try:
+        got = await PlatformReader(bus).get()
+    except (TauError, *NO_BUCKET, *UNAVAILABLE) as exc:
+        log.warning("retention: no platform to read (%s); the streams get the default limits", exc)
+        return Retention()
+    return got[0].retention if got is not None else Retention()
 
 
 def consumer_config(spec: ConsumerSpec) -> ConsumerConfig:
@@ -148,38 +176,51 @@ def _filters(spec: ConsumerSpec) -> tuple[list[str] | None, str | None]:
     return (spec.filters if len(spec.filters) > 1 else None, spec.filters[0] if len(spec.filters) == 1 else None)
 
 
-async def _allow_direct(bus: Bus, stream: str, *, update: bool) -> list[str]:
+async def _kv_settings(bus: Bus, stream: str, *, history: int, update: bool) -> list[str]:
     """Reads by key must be direct gets (the key in the request subject) so permissions can confine them to
-    some keys; buckets made before that get it turned on (by the break-glass identity: ``update``)."""
+    some keys, and a bucket keeps the history declared for it (a bucket made with a deeper one keeps every older
+    revision until then); a bucket made before either gets it (by the break-glass identity: ``update``).
+    Lowering the history drops the older revisions the bucket holds."""
     info = await bus.js.stream_info(stream)
-    if info.config.allow_direct:
+    config = info.config
+    diff = []
+    if not config.allow_direct:
+        diff.append("allow_direct is False, declared True")
+    if (config.max_msgs_per_subject or 0) != history:
+        diff.append(f"history is {config.max_msgs_per_subject}, declared {history}")
+    if diff and update:
+        await bus.guarded(bus.js.update_stream(dataclasses.replace(config, allow_direct=True,
+                                                                   max_msgs_per_subject=history)))
         return []
-    if update:
-        await bus.guarded(bus.js.update_stream(dataclasses.replace(info.config, allow_direct=True)))
-        return []
-    return ["allow_direct is False, declared True"]
+    return diff
 
 
-async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = None) -> list[str]:
+async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = None,
+                    retention: Retention | None = None) -> list[str]:
     """Provision what is missing; returns the alarms (AUDIT drift) and logs every difference it did not apply.
-    ``replicas``: None reads ``TAU_BUS_REPLICAS``."""
+    ``replicas``: None reads ``TAU_BUS_REPLICAS``. ``retention``: None reads the stored platform's."""
     replicas = settings.current().bus.replicas if replicas is None else replicas
+    limits = (retention if retention is not None else await stored_retention(bus)).stream_limits()
     drifted: dict[str, list[str]] = {}
     for s in STREAMS:
+        max_age, max_bytes = limits.get(s.name, (s.max_age, s.max_bytes))
         drifted[s.name] = await _ensure_stream(bus, StreamConfig(
             name=s.name, subjects=s.subjects, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-            max_age=s.max_age, duplicate_window=s.duplicate_window, max_bytes=s.max_bytes,
+            max_age=max_age, duplicate_window=s.duplicate_window, max_bytes=max_bytes,
             discard=DiscardPolicy.OLD, num_replicas=replicas, allow_direct=s.allow_direct or None,
         ), update=update)
-    await _ensure_stream(bus, audit_config(replicas), update=False)  # a mirror's settings are never updated
-    alarms = [f"ALARM: {AUDIT_STREAM} {d}" for d in await audit_drift(bus)]
+    audit_age = limits[AUDIT_STREAM][0]
+    await _ensure_stream(bus, audit_config(replicas, audit_age), update=False)  # a mirror is never re-declared
+    if update:
+        await _update_audit_age(bus, audit_age)
+    alarms = [f"ALARM: {AUDIT_STREAM} {d}" for d in await audit_drift(bus, audit_age)]
     for bucket, history in KV_BUCKETS.items():
         try:
             await bus.js.key_value(bucket)
         except NO_BUCKET:
             await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
                                                          direct=True, replicas=replicas))
-        drifted[f"KV_{bucket}"] = await _allow_direct(bus, f"KV_{bucket}", update=update)
+        drifted[f"KV_{bucket}"] = await _kv_settings(bus, f"KV_{bucket}", history=history, update=update)
     for store, ttl in ((OBJECT_STORE, None), (SOURCES_STORE, None), (UPLOADS_STORE, UPLOADS_TTL_S)):
         try:
             await bus.js.object_store(store)

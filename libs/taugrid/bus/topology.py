@@ -55,7 +55,10 @@ AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 
 KV_BUCKETS = {
-    "run_state": 5,  # bucket → history depth
+    # bucket → history depth. run_state keeps one revision: every write is a compare-and-set against the latest
+    # and nothing reads an older revision (the record carries its run's event history itself), so each older
+    # revision of a ~2-5 KB record was dead weight, kept forever (issue 27: 5 revisions were 26 KB per run).
+    "run_state": 1,
     "platform": 64,
     "node_state": 5,
     "local_cluster": 1,
