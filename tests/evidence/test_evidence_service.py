@@ -22,7 +22,7 @@ from taugrid.core import contracts as c
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, log_subject
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import store
+from taugrid.evidence import packing, store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
@@ -175,6 +175,10 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     data, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
     assert lg.sha256(data) == payload.digest
+    # stored compressed; the digest is the canonical JSON's
+    stored = await store.read_object(bus, bundle_name(run))
+    assert stored is not None and stored[:2] == packing.GZIP_MAGIC and packing.unpack(stored) == data
+    assert len(stored) < len(data) // 2
     assert doc["config"]["text"] == TAU_YAML and doc["config"]["path"] == "tau.yaml"
     assert doc["resolved"]["output_dir"] == str(tmp_path / "output") and doc["platform"]["revision"] == 7
     assert doc["source"] == {"object": f"sources/{run}.tar", "digest": "sha256:abc"}
@@ -222,6 +226,12 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert after == led
     assert len(await sealed_events(bus, ws, run)) == 1
     assert (await verify_run(bus, run)).ok
+
+    # A bundle stored before bundles were compressed (its canonical JSON as it is) reads and verifies the same.
+    await store.put_object(bus, bundle_name(run), data, workspace=ws)
+    assert await store.read_bundle(bus, run) == (data, doc)
+    report = await verify_run(bus, run)
+    assert report.problems == [] and report.digest == payload.digest
 
 
 async def _events(bus: Bus, ws: str, run: str) -> list[Event]:

@@ -46,6 +46,7 @@ from taugrid.core.publishing import source_problem
 from taugrid.core.redaction import Redactor
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
+from taugrid.evidence import packing
 from taugrid.local import scratch
 from taugrid.local.secrets import local_store
 
@@ -119,7 +120,7 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
     ``workspace``: the run's, as the caller's record says; a bundle of a run of that id in another workspace is
     then None (a reader with broad rights, the portal, must not serve one workspace's bundle for a record
     someone made under the same run id in theirs)."""
-    data = await read_object(bus, b.bundle_name(run_id))
+    data = await read_bundle_bytes(bus, b.bundle_name(run_id))
     if data is None:
         return None
     doc = msgspec.json.decode(data)
@@ -127,6 +128,13 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
     if workspace is not None and token(theirs) != token(workspace):
         return None
     return data, doc
+
+
+async def read_bundle_bytes(bus: Bus, name: str) -> bytes | None:
+    """The canonical JSON of the stored bundle ``name`` (stored compressed, or plain before compression;
+    ``packing``), or None when absent. What its digest is taken over."""
+    stored = await read_object(bus, name)
+    return None if stored is None else packing.unpack(stored)
 
 
 async def collect(
@@ -461,13 +469,16 @@ async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapp
     claim = ledger.seal
     assert claim is not None
     name = b.bundle_name(ledger.run_id)
-    existing = await read_object(bus, name)
+    try:
+        existing = await read_bundle_bytes(bus, name)
+    except packing.PackingError:
+        existing = None  # damaged: stored again below
     if existing is not None and _commits_to(existing, claim):
         return lg.sha256(existing)  # never rebuilt: the outputs it scanned may have changed since
     data, extra = await collect(bus, ledger, known=known)
     for obj, blob in sorted(extra.items()):
         await put_object(bus, obj, blob, workspace=workspace)
-    await put_object(bus, name, data, workspace=workspace)
+    await put_object(bus, name, packing.pack(data), workspace=workspace)
     return lg.sha256(data)
 
 

@@ -31,7 +31,7 @@ from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import store
+from taugrid.evidence import packing, store
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):
@@ -221,7 +221,11 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
         report.problems.append(
             f"evidence.sealed announced {announced.digest[:12]}…, the ledger records " f"{seal.digest[:12]}…"
         )
-    data = await store.read_object(bus, report.bundle)
+    try:
+        data = await store.read_bundle_bytes(bus, report.bundle)
+    except packing.PackingError as exc:
+        report.problems.append(f"bundle {report.bundle} is damaged: {exc}")
+        return report
     if data is None:
         report.problems.append(f"bundle {report.bundle} is missing from the evidence object store")
         return report
