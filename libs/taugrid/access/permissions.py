@@ -86,7 +86,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("log_shipper", (), ("log_shipper",), why="ships Kubernetes pod logs"),
         ServiceRole("source_fetch", sources="read", kv_reads=(),
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
-        ServiceRole("anchor", replays=("AUDIT",), kv_reads=("ledger",),
+        ServiceRole("anchor", replays=("AUDIT",), kv_reads=("ledger", "platform"),  # platform: AUDIT's max age
                     why="Kubernetes: signs the ledger heads and AUDIT's position to a file outside the bus"),
         ServiceRole("portal", (), (), "read", replays=("RUNS", "AUDIT", "LOGS", "NODES"),
                     why="the web portal: reads for each signed-in person (filtered by the portal), cancels for them"),

@@ -32,7 +32,7 @@ from typing import Any
 import nkeys
 
 from taugrid.bus import kv, streams
-from taugrid.bus.bootstrap import audit_drift
+from taugrid.bus.bootstrap import audit_drift, stored_retention
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SignatureInvalid, verify_form
 from taugrid.bus.topology import AUDIT_STREAM
@@ -81,7 +81,8 @@ async def take(bus: Bus) -> dict[str, Any]:
         "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "audit": {"first_seq": first, "last_seq": last,
                   "last_digest": await _digest_at(bus, last) if last else "",
-                  "drift": await audit_drift(bus)},
+                  # AUDIT's max age is the platform's retention.audit.max_age: a change there is no drift
+                  "drift": await audit_drift(bus, (await stored_retention(bus)).audit.max_age)},
         "runs": runs,
     }
 
