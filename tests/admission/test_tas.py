@@ -112,6 +112,18 @@ def test_cordoned_and_not_ready_nodes_leave_tas_capacity() -> None:
     assert {p.node for p in adm.placements} == {"b1-r2-n3", "b1-r2-n4"}
 
 
+def test_a_node_that_turns_not_ready_leaves_tas_capacity_at_once_and_comes_back_when_ready() -> None:
+    e = engine(pool())
+    e.set_ready("b1-r1-n1", False)
+    e.submit(job("a", 4, TopologyRequest(required=RACK)), 0)
+    [adm] = e.cycle(0).admitted
+    assert {p.node for p in adm.placements} == {"b1-r2-n3", "b1-r2-n4"}
+    e.set_ready("b1-r1-n1", True)
+    e.submit(job("b", 4, TopologyRequest(required=RACK)), 1)
+    [adm] = e.cycle(1).admitted
+    assert {p.node for p in adm.placements} == {"b1-r1-n1", "b1-r1-n2"}
+
+
 def test_slices_of_two_pods_each_stay_inside_one_node() -> None:
     e = engine(pool(gpus=3))
     e.submit(job("sliced", 4, TopologyRequest(required=BLOCK, slice_required=HOST, slice_size=2)), 0)

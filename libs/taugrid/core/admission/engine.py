@@ -249,6 +249,17 @@ class Engine:
         else:
             self.cluster.unschedulable.add(node)
 
+    def set_ready(self, node: str, ready: bool) -> None:
+        """A node became NotReady (unhealthy) or Ready again: a NotReady node takes nothing new and leaves TAS
+        capacity at once (what runs there keeps its allocation); Ready again is a capacity event."""
+        if self.cluster is None:
+            return
+        if ready:
+            self.cluster.not_ready.discard(node)
+            self._dirty.update(self._tree_queues)
+        else:
+            self.cluster.not_ready.add(node)
+
     def finish(self, name: str, now: float) -> None:
         """The workload completed (or was deleted): free its quota and forget it."""
         ws = self._get(name)

@@ -105,6 +105,8 @@ class Cluster:
         self.allocs: dict[str, list[Alloc]] = {}
         # Cordoned nodes (``spec.unschedulable``): what runs there keeps its allocation, nothing new is placed.
         self.unschedulable: set[str] = set()
+        # Not-ready nodes (``Node.ready`` False, or later ``Engine.set_ready``): the same, and out of TAS.
+        self.not_ready: set[str] = {ns.node.name for ns in self.nodes if not ns.node.ready}
 
     @property
     def max_gpu_memory_mb(self) -> int:
@@ -197,11 +199,12 @@ class Cluster:
     def tas_tree(self, flavor: ResourceFlavor, topology: Topology) -> TasTree:
         """The flavor's domain tree over its usable nodes: matching its labels, ready and not cordoned. Kept
         until the cordoned set changes (labels and readiness of a ``Node`` do not change)."""
-        key = (flavor.name, topology, frozenset(flavor.node_labels.items()), frozenset(self.unschedulable))
+        key = (flavor.name, topology, frozenset(flavor.node_labels.items()),
+               frozenset(self.unschedulable | self.not_ready))
         tree = self._trees.get(key)
         if tree is None:
             nodes = [TasNode(i, ns.node.name, ns.node.labels, ns.node.taints) for i, ns in enumerate(self.nodes)
-                     if ns.node.ready and ns.node.name not in self.unschedulable
+                     if ns.node.name not in self.not_ready and ns.node.name not in self.unschedulable
                      and all(ns.node.labels.get(k) == v for k, v in flavor.node_labels.items())]
             if len(self._trees) > 64:
                 self._trees.clear()
@@ -377,7 +380,7 @@ class Cluster:
         out = []
         for i, ns in enumerate(self.nodes):
             if (ns.node.name in self.unschedulable or ns.node.name in ps.excluded_nodes
-                    or not ns.node.ready):
+                    or ns.node.name in self.not_ready):
                 continue
             labels = ns.node.labels
             if all(labels.get(k) == v for k, v in want.items()) and untolerated(
