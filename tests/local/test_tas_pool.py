@@ -152,6 +152,27 @@ async def test_a_cordoned_node_leaves_tas_capacity_at_once_and_an_uncordon_bring
     await settle(c, lambda: not c.wls)
 
 
+async def test_consecutive_ranks_share_a_host_in_slices_of_two_each_on_its_own_gpu(pool: LocalCluster) -> None:
+    """Four one-GPU pods in slices of two per host (``podset-slice-required-topology``): ranks 0-1 on one node,
+    2-3 on the next, the two pods of a node on different GPUs of it."""
+    c = pool
+    container = main(SAY)
+    container["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    manifest = job("sliced-a1", container, pods=4)
+    manifest["spec"]["template"]["metadata"]["annotations"] = {
+        "kueue.x-k8s.io/podset-slice-required-topology": HOST, "kueue.x-k8s.io/podset-slice-size": "2"}
+    await submit(c, "sliced-a1", manifest)
+    await settle(c, lambda: c.wls["sliced-a1"].state == "running")
+    assert c.wls["sliced-a1"].workload["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] == {
+        "levels": [HOST], "slices": [{"domainCount": 2, "valuesPerLevel": [{"individual": {"prefix": "a",
+                                                                                           "roots": ["1", "2"]}}],
+                                      "podCounts": {"universal": 2}}]}
+    await settle(c, lambda: "sliced-a1" not in c.wls)
+    assert [(d["JOB_COMPLETION_INDEX"], d["TAU_NODE_NAME"], d["CUDA_VISIBLE_DEVICES"]) for d in said(
+        c, "sliced-a1", 4)] == [("0", "a1", "0"), ("1", "a1", "1"), ("2", "a2", "0"), ("3", "a2", "1")]
+    assert {d["TAU_RANK_NODES"] for d in said(c, "sliced-a1", 4)} == {"a1,a1,a2,a2"}
+
+
 def test_the_local_workloads_topology_assignment_passes_kueues_workload_crd() -> None:
     """The admission the local cluster writes is valid v1beta2 (Kueue v0.19.2's CRD, ``deploy/crds``); a pod count
     of 0, which Kueue's schema refuses, is refused here too."""
