@@ -15,6 +15,7 @@ import posixpath
 import re
 from typing import Any
 
+from taugrid.config.elastic import elastic_rules
 from taugrid.config.source import make_issue
 from taugrid.config.taujob import TauConfig
 
@@ -132,9 +133,10 @@ def refusals(cfg: TauConfig, add: Any) -> None:
     if cfg.profiler is not None:
         add(("profiler",), "taugrid does not wrap runs in nsys/ncu", "remove profiler and start the profiler in "
             "your entrypoint (e.g. entrypoint: nsys profile -o /data/out/profile python train.py)")
-    if p.mode == "elastic":
-        add(("policy", "mode"), "elastic runs (resizing on preemption) are not implemented",
-            "remove policy.mode or set it to fixed")
+    if elastic_rules(cfg, add):
+        # The admission engine decides resizes (core/admission/elastic.py); neither backend carries them out yet.
+        add(("policy", "mode"), "elastic runs are not carried out yet: neither backend resizes a running run's "
+            "pods", "remove policy.mode or set it to fixed")
     if p.shape:
         add(("policy", "shape"), "TauGrid's topology shape catalog is not modelled by taugrid",
             "size the run with compute.* and execution.nodes, and place it with policy.topology")

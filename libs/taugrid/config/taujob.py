@@ -25,6 +25,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field, field_validator, model_validator
 
+from taugrid.config.elastic import ElasticRange
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
 from taugrid.config.source import Lines, line_of, load_yaml, make_issue, pydantic_issues, raise_issues
 
@@ -129,6 +130,7 @@ class Policy(Strict):
     lane: Literal["eval", "training", "large-memory", "elastic"] | None = None
     gpu_class: str | None = None
     mode: Literal["fixed", "elastic"] | None = None
+    elastic: ElasticRange | None = Field(default=None, description="taugrid: size range of an elastic run")
     topology: str | None = None
     shape: str | None = None
     priority: str | None = Field(default=None, description="alias of priority_tier")

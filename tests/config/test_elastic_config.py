@@ -1,0 +1,70 @@
+"""``policy.mode: elastic`` with ``policy.elastic``: each malformed range is refused naming its line, the field and
+the fix; a well-formed one passes every range rule (and is then refused only because no backend resizes yet)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from taugrid.config.elastic import elastic_bounds
+from taugrid.config.taujob import TauConfig, load_tau_config
+from taugrid.core.errors import ConfigError
+
+TORCHRUN = """\
+name: grow
+engine: job
+entrypoint: train.py
+policy:
+  workspace: default
+  mode: elastic
+  elastic: {elastic}
+execution:
+  launcher: torchrun
+  nodes: {nodes}
+"""
+
+
+def issues(text: str) -> list[tuple[str, int | None, str, str]]:
+    try:
+        load_tau_config(text, path="tau.yaml")
+    except ConfigError as err:
+        return [(str(i["field"]), i.get("line"), str(i["message"]), str(i["fix"])) for i in err.issues]
+    return []
+
+
+def test_a_well_formed_range_fails_only_on_the_missing_execution() -> None:
+    found = issues(TORCHRUN.format(elastic="{min: 2, max: 4, step: 1, cooldown: 2m}", nodes=3))
+    assert [(f, line) for f, line, _, _ in found] == [("policy.mode", 6)]
+    assert "neither backend resizes" in found[0][2]
+
+
+def test_bounds_default_max_to_the_written_size() -> None:
+    cfg = TauConfig.model_validate(yaml.safe_load(TORCHRUN.format(elastic="{min: 2}", nodes=3)))
+    assert elastic_bounds(cfg) == (2, 3)
+    assert cfg.policy.elastic is not None and cfg.policy.elastic.cooldown == 60.0
+
+
+@pytest.mark.parametrize(("elastic", "nodes", "field", "fix"), [
+    ("{min: 5, max: 4}", 4, "policy.elastic.min", "set min to at most 4"),
+    ("{min: 2, max: 4}", 5, "execution.nodes", "set execution.nodes between 2 and 4"),
+    ("{min: 3}", 3, "policy.elastic", "raise max above min, or set policy.mode: fixed"),
+    ("{min: 2, max: 4, step: 3}", 3, "policy.elastic.step", "set step to at most 2"),
+])
+def test_a_bad_range_is_refused_with_its_fix(elastic: str, nodes: int, field: str, fix: str) -> None:
+    found = issues(TORCHRUN.format(elastic=elastic, nodes=nodes))
+    assert [(f, x) for f, _, _, x in found] == [(field, fix)]
+
+
+def test_elastic_without_a_range_or_a_range_without_elastic() -> None:
+    no_range = TORCHRUN.replace("  elastic: {elastic}\n", "").format(nodes=2)
+    assert [(f, x) for f, _, _, x in issues(no_range)] == [
+        ("policy.mode", "add policy.elastic with min (and max, default the written size), e.g. {min: 2, max: 4}")]
+    fixed = TORCHRUN.replace("mode: elastic", "mode: fixed").format(elastic="{min: 1, max: 3}", nodes=2)
+    assert [(f, line, x) for f, line, _, x in issues(fixed)] == [
+        ("policy.elastic", 7, "set policy.mode: elastic, or remove policy.elastic")]
+
+
+def test_only_resizable_launchers() -> None:
+    python = TORCHRUN.replace("launcher: torchrun", "launcher: python").format(elastic="{min: 1, max: 2}", nodes=1)
+    assert [(f, x) for f, _, _, x in issues(python)] == [
+        ("policy.mode", "set execution.launcher: torchrun, or use engine: ray")]
