@@ -5,6 +5,10 @@ Authorization the bus cannot express: on a platform that lists users, the submis
 by the submitter) must be a member of the workspace; the priority class must be one the workspace allows
 (``resolve_run``).
 
+The config: resolved from the submitter's parse on ``submit.accepted`` (``config.accepted.rebuild``), which only
+the submitter may publish (the consumer checks its ``ce-source`` and signature first); ``config_text`` is never
+parsed here.
+
 Priority lanes: ``submit.accepted`` arrives on the default durable or the high lane's (``policy-high``); the
 resolved priority alone decides the lane of ``policy.approved`` (``Platform.high_lane``)."""
 
@@ -18,9 +22,9 @@ from taugrid.access.signers import Signers
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
+from taugrid.config import accepted
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run
-from taugrid.config.taujob import load_tau_config_shared
 from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE
@@ -63,7 +67,9 @@ class Policy:
                 return
             platform, revision = pinned, acc.platform_revision
         try:
-            cfg = load_tau_config_shared(acc.config_text, path=acc.config_path)
+            # the submitter's parse, not config_text: the submitter alone may publish submit.accepted
+            cfg = accepted.rebuild(acc.config, path=acc.config_path, lines=acc.config_lines,
+                                   managed=acc.config_managed)
             run = resolve_run(
                 cfg,
                 platform,

@@ -5,6 +5,9 @@ verified name — never the client's claim — goes on ``submit.accepted`` (payl
 where every later event of the run carries it. The workspace is taken from the signed body and must match the
 signed subject, so a re-routed copy cannot land in another workspace.
 
+The config: the submitter is its one parser of record (``parsed``). ``submit.accepted`` carries the validated
+config (``config.accepted.record``) that the policy resolves, and the user's exact text only for the evidence.
+
 Priority lanes: ``submit.requested`` arrives on the default durable or the high lane's (``submitter-high``), as the
 client claimed; ``submit.accepted`` goes on the lane the submitter decides from the parsed config and the
 platform (``_lane``), so a claim the platform does not back only ever skipped this one stage's queue.
@@ -20,16 +23,16 @@ or, when the run already moved on, does nothing.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from taugrid import runrecord
 from taugrid.access.signers import Refused, Signers
 from taugrid.bus import kv, ratelimit
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.config import accepted
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import lane_for
-from taugrid.config.taujob import config_hash, load_tau_config_shared
+from taugrid.config.taujob import TauConfig, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError, NotFound, NotYet, PermanentError
 from taugrid.core.ids import token
@@ -43,11 +46,12 @@ from taugrid.sources import snapshots
 
 
 @functools.lru_cache(maxsize=256)
-def parsed(config_text: str, config_path: str) -> tuple[dict[str, Any], str]:
-    """The accepted config as JSON values and its hash; both pure functions of the text, so memoised (read-only:
-    the dict is shared by every run with the same text). Raises ``ConfigError`` (never cached)."""
+def parsed(config_text: str, config_path: str) -> tuple[TauConfig, accepted.Accepted]:
+    """The one parse of record of a submission's tau.yaml, and what ``submit.accepted`` carries of it (every later
+    stage reads that, never the text); pure functions of the text, so memoised (read-only: shared by every run
+    with the same text). Raises ``ConfigError`` (never cached)."""
     cfg = load_tau_config_shared(config_text, path=config_path)
-    return cfg.model_dump(mode="json", exclude_none=True), config_hash(cfg)
+    return cfg, accepted.record(cfg)
 
 
 def _rate_limit(platform: Platform | None, workspace: str) -> int:
@@ -57,13 +61,13 @@ def _rate_limit(platform: Platform | None, workspace: str) -> int:
     return ws.submissions_per_minute
 
 
-def _lane(req: SubmitRequested, platform: Platform | None, workspace: str) -> str:
+def _lane(cfg: TauConfig, platform: Platform | None, workspace: str) -> str:
     """The lane ``submit.accepted`` goes on, decided here from the parsed config and the current platform
     (whatever lane the client claimed): high only for a class the workspace allows that outranks its default.
     The policy decides the real priority and lane of ``policy.approved`` again."""
     if platform is None:
         return ""
-    return lane_for(load_tau_config_shared(req.config_text, path=req.config_path), platform, workspace)
+    return lane_for(cfg, platform, workspace)
 
 
 class Submitter:
@@ -138,7 +142,7 @@ class Submitter:
             raise NotYet(f"paced: workspace {workspace!r} is over its submission rate; this one is admitted in "
                          f"{wait:.1f}s", delay=wait)
         try:
-            config, digest = parsed(req.config_text, req.config_path)
+            cfg, parse = parsed(req.config_text, req.config_path)
         except ConfigError as err:
             await self._reject(ev, issues_of(err, file=req.config_path), message=str(err), user=user)
             return
@@ -152,12 +156,14 @@ class Submitter:
             attempt=1,
             event_type="submit.accepted",
             user=user,
-            lane=_lane(req, platform, workspace),
+            lane=_lane(cfg, platform, workspace),
             payload=SubmitAccepted(
                 submission_id=req.submission_id,
-                config=config,
-                config_hash=digest,
-                config_text=req.config_text,
+                config=parse.config,
+                config_hash=parse.config_hash,
+                config_lines=parse.lines,
+                config_managed=parse.managed,
+                config_text=req.config_text,  # what the user wrote, sealed by the evidence
                 config_path=req.config_path,
                 source_object=req.source_object,
                 source_digest=req.source_digest,

@@ -1,6 +1,8 @@
 """Fuzzed configs (tests/config/fuzzdocs.py): no tau.yaml or platform.yaml document crashes the parser or policy's
 resolution; each is accepted or refused with every issue naming its field (or the document, for YAML itself)
-and a fix. The suite runs 200 per parser; bench/fuzz_config.py runs 10,000 and more."""
+and a fix; the policy, resolving from the submitter's record of an accepted config, answers as it would from the
+parsed config (the config is parsed once: ``config.accepted``). The suite runs 200 per parser;
+bench/fuzz_config.py runs 10,000 and more."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
+from taugrid.config import accepted
 from taugrid.config.machine import default_platform
 from taugrid.config.platform import Platform, load_platform
 from taugrid.config.resolve import resolve_run
-from taugrid.config.taujob import config_hash, load_tau_config, tau_json_schema
+from taugrid.config.taujob import TauConfig, config_hash, load_tau_config, tau_json_schema
 from taugrid.core.errors import ConfigError
 from tests.config.fuzzdocs import document
 
@@ -31,18 +34,29 @@ def named(err: ConfigError) -> None:
 DOCUMENT_WIDE = ("not valid YAML", "the document", "tau.yaml", "platform.yaml", "YAML")
 
 
+def resolved(cfg: TauConfig) -> Any:
+    """The policy's answer: the resolved run, or the ``ConfigError`` with every issue (each checked ``named``)."""
+    try:
+        return resolve_run(cfg, MACHINE, run_id="fuzz-0", submission_id="s", workspace=None, platform_revision=1,
+                           config_hash=config_hash(cfg))
+    except ConfigError as err:
+        named(err)
+        return err
+
+
 def check_tau(text: str) -> str:
     try:
         cfg = load_tau_config(text)
     except ConfigError as err:
         named(err)
         return "refused"
-    try:
-        resolve_run(cfg, MACHINE, run_id="fuzz-0", submission_id="s", workspace=None, platform_revision=1,
-                    config_hash=config_hash(cfg))
-    except ConfigError as err:
-        named(err)
+    rec = accepted.record(cfg)
+    answer = resolved(cfg)
+    again = resolved(accepted.rebuild(rec.config, path="tau.yaml", lines=rec.lines, managed=rec.managed))
+    if isinstance(answer, ConfigError):
+        assert isinstance(again, ConfigError) and again.issues == answer.issues, (answer, again)
         return "refused by policy"
+    assert again == answer
     return "accepted"
 
 

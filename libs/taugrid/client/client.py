@@ -1,4 +1,9 @@
-"""Client operations over NATS only: submit, status, list, cancel, events (replay and follow), logs."""
+"""Client operations over NATS only: submit, status, list, cancel, events (replay and follow), logs.
+
+The client parses a tau.yaml before it submits, for the person at the keyboard: problems come back at once with
+their line and fix, the project is checked and its snapshot shipped, and a lane is claimed. That parse is not the
+record: the submitter parses the text it is sent again and alone decides (``submit.accepted`` carries its parse,
+which every later stage reads), so a client that skips or fakes this step changes nothing downstream."""
 
 from __future__ import annotations
 
@@ -83,7 +88,7 @@ class Client:
         ``config_text`` submits that config instead of the file's (a sweep driver's variant of it); the
         project snapshot is still ``config_path``'s folder."""
         text = config_text if config_text is not None else config_path.read_text()
-        cfg = config or load_tau_config(text, path=str(config_path))
+        cfg = config or load_tau_config(text, path=str(config_path))  # fast errors here; the submitter's is the record
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "")
         ws = ws or await self._namespace_workspace(cfg) or "default"
         await self._refuse_outsider(ws)

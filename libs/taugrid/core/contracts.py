@@ -157,10 +157,12 @@ class SubmitRequested(Struct, frozen=True):
 
 
 class SubmitAccepted(Struct, frozen=True):
+    """The submitter's parse of record (``config.accepted``): later stages read it, never ``config_text``."""
+
     submission_id: str
-    config: dict[str, Any]
+    config: dict[str, Any]  # the validated tau.yaml as JSON values, aliases folded (what the policy resolves)
     config_hash: str
-    config_text: str = ""
+    config_text: str = ""  # the user's exact text, for the evidence to seal; not parsed after the submitter
     config_path: str = "tau.yaml"
     source_object: str = ""
     source_digest: str = ""
@@ -174,6 +176,10 @@ class SubmitAccepted(Struct, frozen=True):
     python_source: str = ""
     signer: str = ""  # the public nkey whose signature the submitter verified
     signature: str = ""  # that signature (base64url), so evidence can re-check it
+    # (key path, line) of each key config_text spelled out: which keys the user wrote and where, for the
+    # policy's issues; a managed workflow manifest projected onto the direct config
+    config_lines: list[tuple[tuple[str | int, ...], int]] = msgspec.field(default_factory=list)
+    config_managed: bool = False
 
 
 class Rejected(Struct, frozen=True):

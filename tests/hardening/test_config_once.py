@@ -1,0 +1,47 @@
+"""The config is parsed once, by the submitter: ``submit.accepted`` carries its parse (the folded config, the line of
+each key the user wrote) beside the user's exact text, and the policy resolves from that parse, never the text
+again: a refusal at resolution still names the line, and an accepted event whose text says something else is
+resolved as its parse says."""
+
+from __future__ import annotations
+
+from taugrid.config import accepted
+from taugrid.config.taujob import load_tau_config
+from taugrid.core.contracts import PolicyApproved, Rejected, SubmitAccepted, SubmitRequested
+from taugrid.core.ids import new_run_id, new_submission_id
+from tests.hardening.conftest import Stack
+from tests.owners import emit_as_owner
+
+DONE = {"policy.approved", "policy.rejected", "submit.rejected"}
+
+
+async def test_the_submitters_parse_is_on_the_record_and_the_policys_refusal_names_the_line(stack: Stack) -> None:
+    text = "name: once\nentrypoint: t.py\npolicy:\n  profile: no-such-profile\n"
+    run = await stack.client.submit_request(SubmitRequested(submission_id="", config_text=text),
+                                            workspace="team-a", name="once", span="test")
+    evs = await stack.wait_for(run, DONE)
+    [acc] = [e.payload(SubmitAccepted) for e in evs if e.type == "submit.accepted"]
+    cfg = load_tau_config(text)
+    assert (acc.config, acc.config_text, acc.config_managed) == (accepted.record(cfg).config, text, False)
+    assert ((("policy", "profile"), 4) in acc.config_lines
+            and dict(acc.config_lines) == {tuple(p): n for p, n in cfg._lines.items()})
+    assert evs[-1].type == "policy.rejected"
+    [issue] = evs[-1].payload(Rejected).reasons
+    assert (issue.field, issue.line) == ("policy.profile", 4)
+
+
+async def test_the_policy_resolves_the_accepted_parse_not_the_text(stack: Stack) -> None:
+    """Only the submitter may publish submit.accepted, and what it parsed is what runs: the text rides along for
+    the evidence (here it would not even parse)."""
+    parsed = accepted.record(load_tau_config("name: from-parse\nentrypoint: parsed.py\n"))
+    sid = new_submission_id()
+    run = new_run_id("from-parse", sid)
+    await emit_as_owner(stack.admin, workspace="team-a", run_id=run, attempt=1, event_type="submit.accepted",
+                        user="owner", payload=SubmitAccepted(
+                            submission_id=sid, config=parsed.config, config_hash=parsed.config_hash,
+                            config_text="name: [not: yaml", config_lines=parsed.lines, user="owner"))
+    evs = await stack.wait_for(run, DONE)
+    assert evs[-1].type == "policy.approved"
+    approved = evs[-1].payload(PolicyApproved).run
+    assert (approved.name, approved.config_hash, approved.command[-1]) == (
+        "from-parse", parsed.config_hash, "parsed.py")
