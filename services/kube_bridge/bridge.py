@@ -41,6 +41,7 @@ from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import NotFound, PermanentError, TauError, TemporaryError
 from taugrid.core.events import k8s_subject
 from taugrid.core.ids import token
+from taugrid.core.watched import slim
 from taugrid.kube import queues
 from taugrid.kube.client import KubeApi, Resource
 from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, traceparent_of
@@ -254,11 +255,12 @@ class Bridge:
         subject = k8s_subject(
             self.cluster, kind, meta.get("namespace") or "", meta.get("name") or "", ev.type
         )
+        carried = WatchEvent(type=ev.type, object=slim(ev.object), cluster=ev.cluster)  # what consumers read
         while True:
             try:
                 await self.bus.publish(
                     subject,
-                    ev,
+                    carried,
                     event_type=f"{kind.lower()}.{ev.type.lower()}",
                     ce_subject=ordering_key(ev.object),
                     msg_id=message_id(ev),

@@ -32,6 +32,7 @@ from taugrid.core.errors import TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
+from taugrid.core.watched import slim
 from taugrid.local import envrefs, objects
 from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount, job_topology
 from taugrid.local.backend import run_user
@@ -735,7 +736,7 @@ class LocalCluster:
         version = self._versions.get(uid, int(meta.get("resourceVersion", "0") or 0)) + 1
         self._versions[uid] = version
         meta["resourceVersion"] = str(version)
-        watch = WatchEvent(type=change.upper(), object=obj, cluster="local")
+        watch = WatchEvent(type=change.upper(), object=slim(obj), cluster="local")  # what consumers read
         async with self._inflight:
             await self.bus.publish(
                 k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
