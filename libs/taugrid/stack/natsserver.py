@@ -3,6 +3,7 @@ a JetStream cluster of them on loopback (``Cluster``: each node its own store, c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -59,13 +60,45 @@ class Route:
     cluster_name: str = "taugrid"
 
 
-def _conf(store_dir: Path, *, port: int, max_store: str, auth_conf: Path | None, route: Route | None) -> str:
+@dataclass(frozen=True)
+class Leaf:
+    """A server's place in a hub-and-leaves bus (many clusters, docs §13d): its JetStream ``domain`` (its API is
+    then also ``$JS.<domain>.API``), the port a hub listens on for leaf connections, and the hub a leaf connects to.
+    Subjects named in ``deny_exports`` never leave a leaf over its link (they reach the hub only as a sourced
+    stream, so a publish is stored once, at the site, whether or not the link is up); ``deny_imports`` never
+    arrive through it."""
+
+    domain: str
+    listen_port: int | None = None
+    hub_url: str | None = None
+    deny_exports: tuple[str, ...] = ()
+    deny_imports: tuple[str, ...] = ()
+
+
+def _leaf_conf(leaf: Leaf) -> str:
+    text = ""
+    if leaf.listen_port is not None:
+        text += f'leafnodes {{\n  listen: "127.0.0.1:{leaf.listen_port}"\n}}\n'
+    if leaf.hub_url is not None:
+        deny = "".join(f"    {key}: {json.dumps(list(subjects))}\n"
+                       for key, subjects in (("deny_exports", leaf.deny_exports), ("deny_imports", leaf.deny_imports))
+                       if subjects)
+        # a short reconnect delay: a site catches up soon after its link comes back
+        text += (f'leafnodes {{\n  reconnect: "1s"\n  remotes: [{{\n    url: "{leaf.hub_url}"\n{deny}  }}]\n}}\n')
+    return text
+
+
+def _conf(store_dir: Path, *, port: int, max_store: str, auth_conf: Path | None, route: Route | None,
+          leaf: Leaf | None = None) -> str:
+    domain = f'  domain: "{leaf.domain}"\n' if leaf is not None else ""
     text = (
         f'listen: "127.0.0.1:{port}"\n'
-        f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n'
+        f'jetstream {{\n  store_dir: "{store_dir / "js"}"\n{domain}'
         f"  max_file_store: {max_store}\n  max_memory_store: 256M\n}}\n"
         "max_payload: 8MB\n"
     )
+    if leaf is not None:
+        text += f'server_name: "tau-{leaf.domain}"\n' + _leaf_conf(leaf)
     if route is not None:
         # Routes listen on loopback only, so they need no credentials of their own: only this machine reaches them.
         routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route.peers)
@@ -79,17 +112,18 @@ def _conf(store_dir: Path, *, port: int, max_store: str, auth_conf: Path | None,
 
 def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = None,
           max_store: str = "8G", auth_conf: Path | None = None, route: Route | None = None,
-          wait: bool = True) -> tuple[subprocess.Popen[bytes], int]:
+          leaf: Leaf | None = None, wait: bool = True) -> tuple[subprocess.Popen[bytes], int]:
     """Start nats-server bound to loopback; returns the process and its client port.
 
     With ``auth_conf`` (an ``authorization {}`` block, see ``taugrid.access.permissions``) every connection must
     authenticate; ``reload`` applies a rewritten file without a restart. With ``route`` it is one node of a
-    JetStream cluster. ``wait=False`` returns before its client port opens (``wait_port``).
+    JetStream cluster. With ``leaf`` it has a JetStream domain and is a hub (``listen_port``) or a leaf
+    (``hub_url``) of a many-cluster bus. ``wait=False`` returns before its client port opens (``wait_port``).
     """
     port = port or free_port()
     store_dir.mkdir(parents=True, exist_ok=True)
     conf = store_dir / "nats.conf"
-    conf.write_text(_conf(store_dir, port=port, max_store=max_store, auth_conf=auth_conf, route=route))
+    conf.write_text(_conf(store_dir, port=port, max_store=max_store, auth_conf=auth_conf, route=route, leaf=leaf))
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen([binary(), "-c", str(conf)], stdout=out, stderr=out,
                             start_new_session=True, env=without_secrets(os.environ))

@@ -1,0 +1,91 @@
+"""One bus across sites: each cluster's services run against a NATS leaf node with its own JetStream domain (the
+cluster's name), connected to the control plane's server (the hub, domain ``hub``). Work and reports cross the
+link only as *sourced streams*, never as plain publishes, so a site keeps running while its link is down and the
+two sides catch up when it returns, each message stored once (JetStream sourcing resumes from the last source
+sequence it stored, and a source message is stored once per sequence).
+
+- hub → site: the site's ``SITE_IN`` stream sources the hub's BACKEND, filtered to ``backend.<cluster>.>``: the
+  requests addressed to this cluster only.
+- site → hub: the site publishes its reports (``k8s.<cluster>.>``, its nodes, logs) into its own ``SITE_OUT``
+  stream, and the hub's ``SITE_<CLUSTER>`` stream sources it with the subject transform ``> → site.<cluster>.>``.
+
+Trust: the hub stamps the cluster's name itself. Whatever subject a site writes, its messages land only in its
+own ``SITE_<CLUSTER>`` stream on the hub, under ``site.<cluster>.``; a reader that takes the cluster from the
+stream it reads (``origin``) cannot be told by one site that it is another.
+
+Invariant: nothing here starts servers (``taugrid.stack.natsserver.Leaf`` configures them); everything is
+idempotent (an existing stream is left as it is).
+"""
+
+from __future__ import annotations
+
+from nats.js.api import (
+    ExternalStream,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamSource,
+    SubjectTransform,
+)
+
+from taugrid.bus.connection import Bus
+from taugrid.bus.errors import UNAVAILABLE, unavailable
+
+HUB_DOMAIN = "hub"
+SITE_IN = "SITE_IN"
+SITE_OUT = "SITE_OUT"
+_DAY = 24 * 3600.0
+
+
+def hub_stream(cluster: str) -> str:
+    """The hub's stream of ``cluster``'s reports (stream names take no '-' or '.')."""
+    return "SITE_" + cluster.upper().replace("-", "_")
+
+
+def hub_subject(cluster: str, subject: str = ">") -> str:
+    """Where the hub stores a report the site published on ``subject``."""
+    return f"site.{cluster}.{subject}"
+
+
+def origin(stream: str, clusters: list[str]) -> str | None:
+    """The cluster whose reports ``stream`` (a hub stream) holds, or None: the one thing a reader on the hub trusts
+    about where a report came from."""
+    return next((c for c in clusters if hub_stream(c) == stream), None)
+
+
+def site_out_subjects(cluster: str) -> list[str]:
+    """What a site's own services publish and its ``SITE_OUT`` stores: the cluster's watch changes."""
+    return [f"k8s.{cluster}.>"]
+
+
+def api_prefix(domain: str) -> str:
+    return f"$JS.{domain}.API"
+
+
+async def _add(bus: Bus, config: StreamConfig) -> None:
+    try:
+        await bus.js.add_stream(config)
+    except UNAVAILABLE as exc:
+        raise unavailable(f"creating stream {config.name}", exc) from exc
+
+
+async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAIN, backend_stream: str = "BACKEND",
+                         max_age: float = 7 * _DAY) -> None:
+    """On the site's leaf server: ``SITE_IN`` (the hub's requests for this cluster, sourced across the link) and
+    ``SITE_OUT`` (this site's reports, stored here first)."""
+    await _add(site, StreamConfig(
+        name=SITE_IN, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
+        sources=[StreamSource(name=backend_stream, filter_subject=f"backend.{cluster}.>",
+                              external=ExternalStream(api=api_prefix(hub_domain)))]))
+    await _add(site, StreamConfig(
+        name=SITE_OUT, subjects=site_out_subjects(cluster), retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE, max_age=max_age, duplicate_window=600.0))
+
+
+async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) -> None:
+    """On the hub: ``SITE_<CLUSTER>``, sourcing the site's ``SITE_OUT`` from its domain, each subject prefixed with
+    ``site.<cluster>.`` by the hub."""
+    await _add(hub, StreamConfig(
+        name=hub_stream(cluster), retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
+        sources=[StreamSource(name=SITE_OUT, external=ExternalStream(api=api_prefix(cluster)),
+                              subject_transforms=[SubjectTransform(src=">", dest=hub_subject(cluster))])]))
