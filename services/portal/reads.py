@@ -129,12 +129,14 @@ async def queues(bus: Bus, viewer: Viewer) -> dict[str, Any]:
 
 async def nodes(bus: Bus, viewer: Viewer) -> list[dict[str, Any]]:
     """``tau nodes``: each node's GPUs, verdict, failing conditions and cordon, with the viewer's runs on it."""
-    from taugrid.cli.nodes_cmd import node_rows
+    from taugrid.bus import platformstore
+    from taugrid.cli.nodes_cmd import node_rows, pool_domains
     from taugrid.health.wire import NodeState
 
     states = await kv.values(bus, "node_state", NodeState, prefix="node.")
     records = await runrecord.list_records(bus, workspaces=_workspaces(viewer))
-    rows = node_rows(states, records, time.time())
+    platform = await platformstore.get_text(bus)
+    rows = node_rows(states, records, time.time(), pool_domains(platform[0]) if platform else None)
     for row in rows:
         row["gpu_samples"] = await gpu_samples(bus, row["node"])
     return rows

@@ -29,3 +29,16 @@ def test_a_multi_node_run_is_on_each_of_its_pods_nodes() -> None:
                     pods=[PodView(name="r1-0", node="b1"), PodView(name="r1-1", node="b2")])
     assert {row["node"]: row["runs"] for row in node_rows(states, [run], now=100.0)} == {
         "a1": [], "b1": ["r1"], "b2": ["r1"]}
+
+
+def test_a_local_pool_node_shows_its_topology_domain_from_the_platform() -> None:
+    from taugrid.cli.nodes_cmd import pool_domains
+    from tests.local.test_tas_pool import RACK, TAS_PLATFORM
+
+    domains = pool_domains(TAS_PLATFORM)
+    assert domains == {"a1": {RACK: "r1"}, "a2": {RACK: "r1"}, "b1": {RACK: "r2"}, "b2": {RACK: "r2"}}
+    states = [NodeState(node=n, last_sample=99.0, expected_gpus=2, verdict="healthy") for n in ("b1", "machine")]
+    assert [(row["node"], row["domain"]) for row in node_rows(states, [], now=100.0, domains=domains)] == [
+        ("b1", {RACK: "r2"}), ("machine", {})]
+    assert pool_domains(TAS_PLATFORM.replace("topologies:", "unused:")) == {}  # does not load: no domains
+    assert pool_domains("resource_flavors: [{name: default}]\n") == {}  # no topologies

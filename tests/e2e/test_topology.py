@@ -108,6 +108,18 @@ def wait_pods(stack: Stack, run_id: str, count: int, timeout: float = 30) -> dic
     raise AssertionError(f"{run_id}: pods never all shown with their nodes: {status.get('pods')}")
 
 
+def wait_nodes(stack: Stack, names: set[str], timeout: float = 30) -> list[dict[str, Any]]:
+    """``tau nodes`` once every named node's agent has sampled (an agent per pool node, every few seconds)."""
+    deadline = time.time() + timeout
+    rows: list[dict[str, Any]] = []
+    while time.time() < deadline:
+        rows = stack.json("nodes")
+        if names <= {r["node"] for r in rows}:
+            return rows
+        time.sleep(0.5)
+    raise AssertionError(f"tau nodes never listed {sorted(names)}: {[r['node'] for r in rows]}")
+
+
 def test_a_two_node_run_asking_for_a_rack_lands_in_one_rack_and_one_without_may_span(
         racks: Stack, tmp_path: Path, exchange: Path) -> None:
     release = exchange / "release"
@@ -137,5 +149,11 @@ def test_a_two_node_run_asking_for_a_rack_lands_in_one_rack_and_one_without_may_
     # nothing asked: the first free nodes, e2e-a2 in rack r1 and e2e-b1 in r2
     assert [(d["NODE_RANK"], d["TAU_NODE_NAME"], d["TAU_RANK_NODES"]) for d in printed(racks, run)] == [
         ("0", "e2e-a2", "e2e-a2,e2e-b1"), ("1", "e2e-b1", "e2e-a2,e2e-b1")]
+    # tau nodes (asked last: the new nodes' agents have sampled by now): each pool node with its rack (from the
+    # platform's labels), the holder still on e2e-a1
+    pool = {name for name, _ in NODES}
+    assert {n["node"]: (n["domain"], n["runs"]) for n in wait_nodes(racks, pool) if n["node"] in pool} == {
+        "e2e-a1": ({RACK: "r1"}, [holder]), "e2e-a2": ({RACK: "r1"}, []), "e2e-b1": ({RACK: "r2"}, []),
+        "e2e-b2": ({RACK: "r2"}, [])}
     release.touch()
     assert racks.wait_state(holder, {"succeeded", "failed"}, timeout=40)["state"] == "succeeded"

@@ -221,9 +221,11 @@ async function nodesPage() {
   view.innerHTML = `<h2>Nodes</h2><div id="nodes"></div><h3>GPUs</h3><div id="gpus"></div>`;
   const load = async () => {
     const nodes = await api("/api/nodes");
-    document.getElementById("nodes").innerHTML = table(["node", "GPUs", "health", "scheduling", "failing conditions",
-      "your runs on it"], nodes.map(n => `<tr><td>${esc(n.node)}</td><td class="num">${n.gpus} (${esc(n.gpu_source)})</td>` +
+    document.getElementById("nodes").innerHTML = table(["node", "GPUs", "health", "scheduling", "domain",
+      "failing conditions", "your runs on it"], nodes.map(n => `<tr><td>${esc(n.node)}</td>` +
+      `<td class="num">${n.gpus} (${esc(n.gpu_source)})</td>` +
       `<td>${badge(n.verdict)}</td><td>${n.cordoned ? "cordoned: " + esc(n.cordon_reason) : "schedulable"}</td>` +
+      `<td class="nowrap">${esc(Object.values(n.domain || {}).join("/")) || "-"}</td>` +
       `<td>${Object.entries(n.conditions).map(([k, v]) => esc(k + " " + v)).join("<br>") || "-"}</td>` +
       `<td>${n.runs.map(r => `<a href="#/runs/${encodeURIComponent(r)}">${esc(r)}</a>`).join("<br>") || "-"}</td></tr>`));
     document.getElementById("gpus").innerHTML = table(["node", "GPU", "name", "temp °C", "util %", "memory MiB",
