@@ -21,7 +21,7 @@ from taugrid import settings
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.events import TERMINAL_EVENTS
-from taugrid.evidence import store
+from taugrid.evidence import archive, store
 from taugrid.local.cleanup import remove_finished_pods
 
 log = logging.getLogger("taugrid.evidence")
@@ -35,7 +35,13 @@ class Evidence:
         if ev.type not in TERMINAL_EVENTS:
             return  # delivered under the durable's earlier filter (``run.>``, before an upgrade): nothing to do
         sealed = await store.seal(self.bus, ev)
-        if not await store.announce(self.bus, sealed):
+        announced = await store.announce(self.bus, sealed)
+        # after the announcement, and on every delivery: a redelivery finishes a move an outage interrupted
+        # (a run archived already has no bundle left on the bus: nothing is read from the archive then)
+        into = await archive.configured(self.bus)
+        if into is not None and await archive.archive_run(self.bus, sealed.ledger, into):
+            log.info("archived the evidence of %s to %s", sealed.ledger.run_id, into.where)
+        if not announced:
             return  # a redelivery, or a later terminal event of a run already sealed and announced
         ledger = sealed.ledger
         _, run_id = store.run_of(ev)

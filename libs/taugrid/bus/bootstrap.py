@@ -127,6 +127,9 @@ async def _update_audit_age(bus: Bus, max_age: float) -> None:
         await bus.guarded(bus.js.update_stream(dataclasses.replace(info.config, max_age=max_age)))
 
 
+_NO_PLATFORM: tuple[type[Exception], ...] = (TauError, *UNAVAILABLE)  # no grant, an invalid platform, a server away
+
+
 async def stored_retention(bus: Bus) -> Retention:
     """The retention of the newest valid platform in the ``platform`` KV; the defaults when none is stored yet
     (a fresh bus: the bucket is made by this bootstrap) or it cannot be read."""
@@ -134,7 +137,9 @@ async def stored_retention(bus: Bus) -> Retention:
 
     try:
         got = await PlatformReader(bus).get()
-    except (TauError, *NO_BUCKET, *UNAVAILABLE) as exc:
+    except NO_BUCKET:
+        return Retention()  # a fresh bus: no platform applied yet
+    except _NO_PLATFORM as exc:
         log.warning("retention: no platform to read (%s); the streams get the default limits", exc)
         return Retention()
     return got[0].retention if got is not None else Retention()

@@ -166,3 +166,17 @@ async def _write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
             await bus.js.purge_stream(f"OBJ_{OBJECT_STORE}", subject=f"$O.{OBJECT_STORE}.C.{old.nuid}")
     except UNAVAILABLE as exc:
         raise unavailable(f"object store write of {name}", exc) from exc
+
+
+async def remove(bus: Bus, name: str) -> bool:
+    """Delete object ``name`` of the evidence store (its chunks purged, a deleted marker left as its metadata, as
+    nats-py's object store does); False when there is none. Used once its copy in an archive is verified."""
+    with timed(OBJECT_SECONDS, OBJECT_STORE, "delete"):
+        try:
+            obs = await bus.objects()
+            await bus.guarded(obs.delete(name))
+        except (*OBJECT_GONE, *MISSING):
+            return False
+        except UNAVAILABLE as exc:
+            raise unavailable(f"object store delete of {name}", exc) from exc
+        return True

@@ -130,9 +130,9 @@ async def _fetch(client: Any, found: dict[str, Any], dest: Path) -> tuple[int, l
                 await asyncio.to_thread(shutil.copy2, here, target)
                 copied += 1
                 continue
-            from taugrid.evidence.store import read_object
+            from taugrid.evidence.archive import read_object  # the bus, else the evidence archive
 
-            data = await read_object(client.bus, f["object"]) if f.get("object") else None
+            data = (await read_object(client.bus, f["object"]))[0] if f.get("object") else None
             if data is not None and hashlib.sha256(data).hexdigest() == f["sha256"]:
                 target.write_bytes(data)
                 copied += 1

@@ -31,7 +31,7 @@ from taugrid import runrecord, settings
 from taugrid.bus import kv, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
-from taugrid.bus.objects import read as read_object
+from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_object: the bus's copy only)
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import follow, replay
@@ -44,9 +44,9 @@ from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
 from taugrid.core.redaction import Redactor
+from taugrid.evidence import archive, packing
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import packing
 from taugrid.local import scratch
 from taugrid.local.secrets import local_store
 
@@ -132,8 +132,9 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
 
 async def read_bundle_bytes(bus: Bus, name: str) -> bytes | None:
     """The canonical JSON of the stored bundle ``name`` (stored compressed, or plain before compression;
-    ``packing``), or None when absent. What its digest is taken over."""
-    stored = await read_object(bus, name)
+    ``packing``), or None when absent. What its digest is taken over. Read from the bus, else from the evidence
+    archive (``archive.py``) when the platform names one."""
+    stored, _ = await archive.read_object(bus, name)
     return None if stored is None else packing.unpack(stored)
 
 

@@ -12,6 +12,8 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    ``submit.requested`` that AUDIT holds, and is the key the submitter verified;
 7. the bundle's accounting (queue wait, running time, GPU-seconds, cost) is what its own events give
    (``bundle.accounting`` recomputed from the bundled events and the sealed price).
+A bundle (and its logs) archived out of the bus (``archive.py``) is read from the archive and checked the same
+way: the digest on the bus (the ledger's seal, ``evidence.sealed`` in AUDIT) is what it must hash to.
 Reads only; never repairs.
 """
 
@@ -29,9 +31,9 @@ from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
+from taugrid.evidence import archive, packing, store
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import packing, store
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):
@@ -41,6 +43,7 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     bundle: str = ""
     digest: str = ""  # sha256 of the stored bundle bytes, recomputed now
     announced_digest: str = ""  # from evidence.sealed (or the ledger's seal when the event is missing)
+    archive: str = ""  # where the bundle was read when not on the bus (``directory /path``, ``s3://bucket/prefix``)
     ledger_head: str = ""
     entries: int = 0
     audit_events: int = 0
@@ -167,11 +170,12 @@ async def _check_logs(bus: Bus, doc: dict[str, Any]) -> list[str]:
     for att in doc.get("attempts", []):
         logs = att.get("logs") or {}
         if "object" in logs:
-            data = await store.read_object(bus, logs["object"])
+            data, where = await archive.read_object(bus, logs["object"])
             if data is None:
                 problems.append(f"attempt {att.get('attempt')}: log object {logs['object']} is missing")
             elif lg.sha256(data) != logs.get("sha256"):
-                problems.append(f"attempt {att.get('attempt')}: log object {logs['object']} was modified")
+                problems.append(f"attempt {att.get('attempt')}: log object {logs['object']} was modified"
+                                + (f" (read from the archive, {where})" if where else ""))
         elif "text" in logs and lg.sha256(str(logs["text"]).encode()) != logs.get("sha256"):
             problems.append(f"attempt {att.get('attempt')}: inline log does not match its sha256")
     return problems
@@ -221,19 +225,22 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
         report.problems.append(
             f"evidence.sealed announced {announced.digest[:12]}…, the ledger records " f"{seal.digest[:12]}…"
         )
+    stored, report.archive = await archive.read_object(bus, report.bundle)  # the bus, else the archive
+    from_archive = f" in the archive, {report.archive}" if report.archive else ""
     try:
-        data = await store.read_bundle_bytes(bus, report.bundle)
+        data = None if stored is None else packing.unpack(stored)
     except packing.PackingError as exc:
-        report.problems.append(f"bundle {report.bundle} is damaged: {exc}")
+        report.problems.append(f"bundle {report.bundle} is damaged{from_archive}: {exc}")
         return report
     if data is None:
-        report.problems.append(f"bundle {report.bundle} is missing from the evidence object store")
+        report.problems.append(f"bundle {report.bundle} is missing from the evidence object store (and from the "
+                               f"evidence archive, when the platform names one)")
         return report
     report.digest = lg.sha256(data)
     if report.digest != report.announced_digest:
         report.problems.append(
             f"bundle {report.bundle} hashes to {report.digest[:12]}…, sealed as "
-            f"{report.announced_digest[:12]}… (the bundle was modified)"
+            f"{report.announced_digest[:12]}… (the bundle was modified{from_archive})"
         )
     try:
         doc = msgspec.json.decode(data)
