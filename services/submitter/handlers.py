@@ -26,7 +26,7 @@ import functools
 
 from taugrid import runrecord
 from taugrid.access.signers import Refused, Signers
-from taugrid.bus import kv, ratelimit
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config import accepted
@@ -43,6 +43,7 @@ from taugrid.core.limits import (
     size_text,
 )
 from taugrid.sources import snapshots
+from taugrid_services.submitter import ratelimit
 
 
 @functools.lru_cache(maxsize=256)

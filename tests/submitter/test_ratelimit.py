@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from taugrid.bus import Bus
-from taugrid.bus.ratelimit import Backlogged, Pacer
 from taugrid.core.limits import DEFAULT_SUBMISSIONS_PER_MINUTE
+from taugrid_services.submitter.ratelimit import Backlogged, Pacer
 
 
 def workspace() -> str:

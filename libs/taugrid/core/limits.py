@@ -49,8 +49,8 @@ SNAPSHOT_UPLOAD_MAX_BYTES = SNAPSHOT_MAX_BYTES + 16 * MIB
 
 DEFAULT_SUBMISSIONS_PER_MINUTE = 2000
 """Per workspace, unless ``workspaces[].submissions_per_minute`` says otherwise (0 = unlimited): that many are
-admitted at once, then one every ``60 / rate`` seconds; the rest wait their turn (``bus/ratelimit.py``). So a
-2,000-run sweep is admitted whole."""
+admitted at once, then one every ``60 / rate`` seconds; the rest wait their turn
+(``services/submitter/ratelimit.py``). So a 2,000-run sweep is admitted whole."""
 PACED_SUBMISSIONS_MAX = 500
 """Submissions one workspace may have waiting for their slots: they wait as unacknowledged deliveries of the
 submitter's durable (``max_ack_pending`` 2,000), so a quarter of it, leaving room for every other workspace."""
