@@ -3,15 +3,19 @@ the stored platform's limits; a changed platform is reported, not applied, until
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import subprocess
+from pathlib import Path
 
 import pytest
 from nats.js.api import KeyValueConfig, StorageType
 
-from taugrid.bus import Bus
-from taugrid.bus.bootstrap import audit_drift, bootstrap
+from taugrid.bus import Bus, connect
+from taugrid.bus.bootstrap import audit_drift, bootstrap, main
 from taugrid.bus.platformstore import put_text
 from taugrid.config.retention import AUDIT_MAX_AGE_S, DAY, LOGS_MAX_AGE_S, RUNS_MAX_AGE_S
+from taugrid.core.errors import ConfigError
 
 PLATFORM = """\
 retention:
@@ -60,3 +64,23 @@ async def test_no_platform_stored_gives_the_defaults(private_bus: Bus) -> None:
     assert await limits(private_bus, "RUNS") == (RUNS_MAX_AGE_S, -1)
     assert await limits(private_bus, "LOGS") == (LOGS_MAX_AGE_S, -1)
     assert await limits(private_bus, "AUDIT") == (AUDIT_MAX_AGE_S, -1)
+
+
+def test_the_charts_bootstrap_takes_the_retention_of_the_platform_file_it_is_about_to_apply(
+        fresh_nats: tuple[subprocess.Popen[bytes], int, Path], tmp_path: Path) -> None:
+    _, port, _ = fresh_nats
+    url = f"nats://127.0.0.1:{port}"
+    (tmp_path / "platform.yaml").write_text(PLATFORM)
+    assert main([url, "--replicas", "1", "--platform", str(tmp_path / "platform.yaml")]) == 0
+
+    async def stored() -> list[tuple[float, int]]:
+        bus = await connect(url, name="test")
+        try:
+            return [await limits(bus, s) for s in ("RUNS", "LOGS", "AUDIT")]
+        finally:
+            await bus.close()
+
+    assert asyncio.run(stored()) == [(7 * DAY, 1 << 30), (2 * DAY, 256 << 20), (90 * DAY, -1)]
+    (tmp_path / "bad.yaml").write_text("retention: {runs: {max_age: 1h}}\n")
+    with pytest.raises(ConfigError, match="runs.max_age is under 1d"):
+        main([url, "--platform", str(tmp_path / "bad.yaml")])

@@ -465,7 +465,10 @@ def test_platform_is_rendered_and_applied_after_the_bus_bootstrap(render: Render
     spec = one(objs, "Job", "t-taugrid-bootstrap")["spec"]["template"]["spec"]
     assert [c["command"] for c in spec["initContainers"]] == [
         ["python", "-m", "taugrid.bus.bootstrap", "--replicas", "1",
-         "--service-keys", "/etc/taugrid/identities/identities.json"]]
+         "--service-keys", "/etc/taugrid/identities/identities.json",
+         "--platform", "/etc/taugrid/platform/platform.yaml"]]  # the streams' retention: the platform's
+    assert {"name": "platform", "mountPath": "/etc/taugrid/platform", "readOnly": True} in \
+        spec["initContainers"][0]["volumeMounts"]
     (apply,) = spec["containers"]
     assert apply["command"] == ["tau", "platform", "apply", "/etc/taugrid/platform.yaml", "--backend", "kubernetes"]
     assert {"name": "platform", "mountPath": "/etc/taugrid", "readOnly": True} in apply["volumeMounts"]

@@ -265,11 +265,25 @@ def _service_keys(path: Path) -> dict[str, str]:
                           f"chart-credentials` ({exc!r}); fix: mount the credentials Secret's identities.json") from exc
 
 
-async def _main(url: str | None, *, update: bool, replicas: int | None, service_keys: Path | None) -> int:
+def _file_retention(path: Path) -> Retention:
+    """The retention of a platform.yaml about to be applied (the chart's bootstrap Job applies it after the bus
+    exists, so the streams' first limits come from the file, not the defaults)."""
+    from taugrid.config.platform import load_platform
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"--platform {path}: {exc}; fix: mount the platform ConfigMap") from exc
+    return load_platform(text, path=str(path)).retention
+
+
+async def _main(url: str | None, *, update: bool, replicas: int | None, service_keys: Path | None,
+                platform: Path | None = None) -> int:
     keys = _service_keys(service_keys) if service_keys is not None else {}
+    retention = _file_retention(platform) if platform is not None else None
     bus = await connect(url, name="bootstrap")
     try:
-        alarms = await bootstrap(bus, update=update, replicas=replicas)
+        alarms = await bootstrap(bus, update=update, replicas=replicas, retention=retention)
         if keys:  # what every stage checks its events' signatures against (bus/authors.py)
             await publish_keys(bus, keys)
         await record_local_admin(bus, settings.current().bus.local_admin)
@@ -289,8 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--service-keys", type=Path, metavar="IDENTITIES_JSON",
                     help="publish each service's public key from this identities.json (the chart's credentials "
                          "Secret): stages act only on events their owning service signed")
+    ap.add_argument("--platform", type=Path, metavar="PLATFORM_YAML",
+                    help="take the streams' retention from this platform.yaml (the one about to be applied) "
+                         "instead of the one stored in the platform KV")
     args = ap.parse_args(argv)
-    return asyncio.run(_main(args.url, update=args.update, replicas=args.replicas, service_keys=args.service_keys))
+    return asyncio.run(_main(args.url, update=args.update, replicas=args.replicas, service_keys=args.service_keys,
+                             platform=args.platform))
 
 
 if __name__ == "__main__":
