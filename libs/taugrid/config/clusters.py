@@ -17,15 +17,12 @@ accepted that no cluster would ever take.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from taugrid.config.fields import Strict
 from taugrid.config.source import suggest
-
-if TYPE_CHECKING:
-    from taugrid.config.platform import Platform
 
 # A subject token and a JetStream domain (nats-server refuses '.', '*', '>' and spaces in a domain).
 ClusterName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
@@ -57,18 +54,22 @@ def in_preference_order(clusters: list[Cluster]) -> list[Cluster]:
     return sorted(clusters, key=lambda c: c.preference)
 
 
-def check_clusters(platform: Platform, add: Add) -> None:
-    """Names unique, every named ClusterQueue declared, every ClusterQueue served by some cluster."""
-    if not platform.clusters:
+def eligible(clusters: list[Cluster], cluster_queue: str) -> list[str]:
+    """The clusters a run of ``cluster_queue`` may be nominated to, in the order they are tried."""
+    return [c.name for c in in_preference_order(clusters) if serves(c, cluster_queue)]
+
+
+def check_clusters(clusters: list[Cluster], queues: list[str], add: Add) -> None:
+    """Names unique, every named ClusterQueue one of ``queues`` (the platform's), every one of them served."""
+    if not clusters:
         return
     seen: set[str] = set()
-    for i, cluster in enumerate(platform.clusters):
+    for i, cluster in enumerate(clusters):
         if cluster.name in seen:
             add(("clusters", i, "name"), f"duplicate cluster name {cluster.name!r}",
                 "give each cluster a distinct name")
         seen.add(cluster.name)
-    queues = [q.name for q in platform.all_cluster_queues()]
-    for i, cluster in enumerate(platform.clusters):
+    for i, cluster in enumerate(clusters):
         for j, name in enumerate(cluster.cluster_queues or []):
             if name not in queues:
                 guess = suggest(name, queues)
@@ -76,7 +77,7 @@ def check_clusters(platform: Platform, add: Add) -> None:
                     f"unknown cluster queue {name!r}" + (f"; did you mean '{guess}'?" if guess else ""),
                     f"use one of: {', '.join(queues)}" if queues else "declare it under cluster_queues first")
     for queue in queues:
-        if not any(serves(c, queue) for c in platform.clusters):
+        if not any(serves(c, queue) for c in clusters):
             add(("clusters",), f"no cluster serves cluster queue {queue!r}: its runs would never be dispatched",
                 f"add {queue} to a cluster's cluster_queues, or leave cluster_queues out on one cluster "
                 "(it then serves every queue)")

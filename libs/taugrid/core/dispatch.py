@@ -1,0 +1,100 @@
+"""Dispatch across clusters, as Kueue's MultiKueue does it (pure: no I/O, the time passed in).
+
+A run's copy goes to the clusters *nominated* for it; each cluster's own admission decides; the first cluster to
+admit wins, is written once as the run's cluster, and every other copy is withdrawn.
+
+Nomination (Kueue's ``workloaddispatcher``): ``AllAtOnce`` nominates every eligible cluster at once;
+``Incremental`` nominates ``step`` clusters (Kueue's default 3), and when a round has lasted ``round_timeout``
+(Kueue's 5 minutes) without an admission it adds the next ``step`` — the earlier ones stay nominated. Eligible
+clusters come in preference order (``config.clusters.eligible``: lower ``preference`` first, the file's order among
+equals), which is Kueue's ``MultiKueueIncrementalDispatcherRespectConfigOrder``: on-premises clusters first, the
+cloud only when they have not admitted in time (ordered spill-over, kueue#9270).
+
+Invariants: ``nominate`` never drops a nominated cluster and never nominates one twice; ``on_admitted`` lets a
+cluster win only if it was nominated and no other cluster won, so the chosen cluster is decided once (the caller
+writes it with a compare-and-set and, losing that race, asks again with the winner it read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Mode = Literal["AllAtOnce", "Incremental"]
+DEFAULT_STEP = 3  # Kueue's DefaultStepSize
+ROUND_TIMEOUT_S = 300.0  # Kueue's incrementalDispatcherRoundTimeout
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """What to do now: ``added`` are the clusters to send a copy to (none: nothing to do yet), ``clusters`` every
+    cluster nominated so far in order, ``round_started`` when the current round began, ``wait_s`` until the
+    next round may add more (None: no more rounds), ``reason`` one line for the run's event."""
+
+    added: tuple[str, ...]
+    clusters: tuple[str, ...]
+    round_started: float
+    wait_s: float | None
+    reason: str
+
+
+def nominate(eligible: Sequence[str], nominated: Sequence[str], *, mode: Mode, now: float,
+             round_started: float | None = None, step: int = DEFAULT_STEP,
+             round_timeout: float = ROUND_TIMEOUT_S) -> Nomination:
+    """The next nomination for a run not admitted anywhere yet. ``eligible`` in preference order; ``nominated``
+    so far (empty for a new run); ``round_started`` of the current round (None before the first)."""
+    if step < 1:
+        raise ValueError(f"step must be at least 1, not {step}")
+    remaining = [c for c in eligible if c not in nominated]
+    so_far = tuple(nominated)
+    if not eligible:
+        return Nomination((), so_far, now, None, "no cluster serves this run's cluster queue")
+    if mode == "AllAtOnce":
+        if not remaining:
+            return Nomination((), so_far, round_started if round_started is not None else now, None,
+                              "every eligible cluster is nominated")
+        return Nomination(tuple(remaining), (*so_far, *remaining), now, None,
+                          f"AllAtOnce: nominated {', '.join(remaining)}")
+    if round_started is not None and now - round_started < round_timeout:
+        return Nomination((), so_far, round_started, round_timeout - (now - round_started),
+                          "Incremental: the round is still in progress")
+    if not remaining:
+        return Nomination((), so_far, round_started if round_started is not None else now, None,
+                          "Incremental: no more clusters to nominate")
+    added = tuple(remaining[:step])
+    more = len(remaining) > step
+    why = (f"Incremental: nominated {', '.join(added)}" if not so_far else
+           f"Incremental: no admission in {round_timeout:g}s from {', '.join(so_far)}; nominated {', '.join(added)}")
+    return Nomination(added, (*so_far, *added), now, round_timeout if more else None, why)
+
+
+Verdict = Literal["claim", "won", "withdraw", "refuse"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a cluster's admission of a run's copy means: ``claim`` (write this cluster as the run's, once), ``won``
+    (it is the run's cluster already: a repeat), ``withdraw`` (another cluster won: take this copy back), ``refuse``
+    (this cluster was never nominated: nothing it says about the run counts)."""
+
+    verdict: Verdict
+    reason: str
+
+
+def on_admitted(cluster: str, nominated: Sequence[str], chosen: str | None) -> Admission:
+    """The decision on ``cluster`` admitting a run's copy, given the clusters nominated and the cluster already
+    chosen (None: none yet)."""
+    if cluster not in nominated:
+        return Admission("refuse", f"cluster {cluster} was not nominated for this run "
+                         f"(nominated: {', '.join(nominated) or 'none'})")
+    if chosen is None:
+        return Admission("claim", f"{cluster} admitted it first")
+    if chosen == cluster:
+        return Admission("won", f"{cluster} is the run's cluster already")
+    return Admission("withdraw", f"{chosen} admitted it first")
+
+
+def withdrawals(chosen: str, nominated: Sequence[str]) -> list[str]:
+    """The copies to take back once ``chosen`` won: every other nominated cluster, in nomination order."""
+    return [c for c in nominated if c != chosen]
