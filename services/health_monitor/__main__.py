@@ -43,13 +43,10 @@ if TYPE_CHECKING:
 async def actuator(kube: KubeSettings) -> NodeActuator:
     # Imported here, for the Kubernetes backend only: kubernetes_asyncio is about 65 MB resident, which a local
     # stack's health monitor would otherwise carry for nothing (tests/contract/test_import_weight.py).
-    from taugrid.kube.client import KubeApi, make_api_client
+    from taugrid.kube.client import KubeApi, api_client_for
     from taugrid.kube.nodes import NodeActuator
 
-    api_client = await make_api_client(
-        kubeconfig=kube.kubeconfig or None, context=kube.context or None, host=kube.host or None,
-    )
-    return NodeActuator(KubeApi(api_client))
+    return NodeActuator(KubeApi(await api_client_for(kube)))
 
 
 async def _last_seq(bus: Bus, subject: str) -> tuple[int, bytes]:

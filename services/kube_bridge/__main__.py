@@ -8,16 +8,14 @@ namespaced kinds in; empty = all namespaces — the Helm chart sets it when RBAC
 
 from __future__ import annotations
 
-from taugrid.kube.client import KubeApi, make_api_client
+from taugrid.kube.client import KubeApi, api_client_for
 from taugrid.service import Service, main
 from taugrid_services.kube_bridge.bridge import Bridge
 
 
 async def start(svc: Service) -> None:
     kube = svc.settings.kube
-    api_client = await make_api_client(
-        kubeconfig=kube.kubeconfig or None, context=kube.context or None, host=kube.host or None,
-    )
+    api_client = await api_client_for(kube)
     bridge = Bridge(
         svc.bus,
         KubeApi(api_client),

@@ -8,16 +8,14 @@ compare-and-set and nothing is doubled, but the work is).
 
 from __future__ import annotations
 
-from taugrid.kube.client import KubeApi, make_api_client
+from taugrid.kube.client import KubeApi, api_client_for
 from taugrid.service import Service, main
 from taugrid_services.log_shipper.shipper import LogShipper
 
 
 async def start(svc: Service) -> None:
     kube = svc.settings.kube
-    api_client = await make_api_client(
-        kubeconfig=kube.kubeconfig or None, context=kube.context or None, host=kube.host or None,
-    )
+    api_client = await api_client_for(kube)
     namespaces = sorted(kube.watch_namespaces)
     shipper = LogShipper(KubeApi(api_client), svc.bus, namespaces=namespaces)
 

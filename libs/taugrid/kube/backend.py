@@ -10,7 +10,7 @@ import os
 
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.kube.apply import KubeBackend
-from taugrid.kube.client import make_api_client
+from taugrid.kube.client import api_client_for
 
 
 class KubernetesBackend:
@@ -29,9 +29,4 @@ class KubernetesBackend:
 
 async def kube_backend_from_env() -> KubernetesBackend:
     """From ``TAU_KUBE_HOST`` / ``TAU_KUBECONFIG`` (or ``KUBECONFIG``) + ``TAU_KUBE_CONTEXT`` / in-cluster."""
-    api_client = await make_api_client(
-        kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
-        context=os.environ.get("TAU_KUBE_CONTEXT") or None,
-        host=os.environ.get("TAU_KUBE_HOST") or None,
-    )
-    return KubernetesBackend(KubeBackend(api_client), os.environ.get("TAU_CLUSTER", "default"))
+    return KubernetesBackend(KubeBackend(await api_client_for()), os.environ.get("TAU_CLUSTER", "default"))

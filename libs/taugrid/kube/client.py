@@ -20,11 +20,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from taugrid.core.errors import NotFound, PermanentError, TemporaryError
+from taugrid.settings import KubeSettings, current
 
 
 class Gone(TemporaryError):
@@ -120,11 +122,20 @@ async def make_api_client(
                 if in_cluster:
                     raise
         return await k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (k8s_config.ConfigException, OSError, ValueError, KeyError) as exc:
+    except (k8s_config.ConfigException, OSError, ValueError, KeyError, yaml.YAMLError) as exc:  # a bad kubeconfig
         raise PermanentError(
             f"cannot configure the Kubernetes client ({exc}); set `kubeconfig:` in platform.yaml, "
             "$KUBECONFIG, or run inside the cluster with a service account"
         ) from exc
+
+
+async def api_client_for(kube: KubeSettings | None = None) -> k8s_client.ApiClient:
+    """The Kubernetes client a process's settings name, the one way every service and command builds it:
+    ``TAU_KUBE_HOST`` (tests, proxies), else ``TAU_KUBECONFIG`` (or ``KUBECONFIG``) with ``TAU_KUBE_CONTEXT``,
+    else the in-cluster service account. ``kube``: default this process's settings."""
+    kube = kube or current().kube
+    return await make_api_client(kubeconfig=kube.kubeconfig or None, context=kube.context or None,
+                                 host=kube.host or None)
 
 
 def status_message(body: object) -> str:

@@ -10,12 +10,11 @@ ClusterQueue that still has admitted workloads is an operator's decision, not a 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from taugrid.config.platform import Platform
 from taugrid.kube.apply import KubeBackend
-from taugrid.kube.client import make_api_client
+from taugrid.kube.client import api_client_for
 from taugrid.render.kueue import render_platform
 from taugrid.render.validate import validate
 
@@ -40,11 +39,7 @@ async def apply_platform(p: Platform, *, api_client: Any = None) -> list[str]:
         validate(obj)
     own = api_client is None
     if own:
-        api_client = await make_api_client(
-            kubeconfig=os.environ.get("TAU_KUBECONFIG") or os.environ.get("KUBECONFIG") or None,
-            context=os.environ.get("TAU_KUBE_CONTEXT") or None,
-            host=os.environ.get("TAU_KUBE_HOST") or None,
-        )
+        api_client = await api_client_for()
     kube = KubeBackend(api_client)
     applied: list[str] = []
     try:
