@@ -520,3 +520,15 @@ def test_evidence_mounts_the_outputs_volume_read_only_and_keeps_small_outputs(re
     assert [v["name"] for v in policy["volumes"]] == ["tmp", "bus-creds", "nats-ca"]
     for obj in objs:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_the_s3_archive_credentials_reach_the_evidence_service_and_the_portal_only(render: Render) -> None:
+    assert "envFrom" not in one(render(), "Deployment", "t-taugrid-evidence")["spec"]["template"]["spec"][
+        "containers"][0]
+    objs = render("services.evidence.archiveSecret=archive-writer", "services.portal.archiveSecret=archive-reader")
+    for svc, secret in (("evidence", "archive-writer"), ("portal", "archive-reader")):
+        container = one(objs, "Deployment", f"t-taugrid-{svc}")["spec"]["template"]["spec"]["containers"][0]
+        assert container["envFrom"] == [{"secretRef": {"name": secret}}]
+    assert "envFrom" not in one(objs, "Deployment", "t-taugrid-policy")["spec"]["template"]["spec"]["containers"][0]
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
