@@ -6,7 +6,7 @@ import yaml
 
 from taugrid.bus import identity
 from taugrid.config.platform import Platform, load_platform
-from taugrid.config.platformdiff import Change, diff, merge_people
+from taugrid.config.platformdiff import Change, diff, merge_people, retention_note
 
 ALICE, BOB = (identity.public_key(identity.new_user_seed()) for _ in range(2))
 BASE = """
@@ -87,3 +87,16 @@ def test_the_diff_names_each_wait_for_pods_ready_field_that_changes() -> None:
     [change] = diff(platform(), new)
     assert change.lines() == ["~ wait_for_pods_ready policy", "    timeout: 1800.0 → 300.0",
                               "    requeuing_strategy.backoff_limit_count: unset → 3"]
+
+
+def test_the_diff_names_each_retention_field_and_says_what_applying_it_leaves_to_do() -> None:
+    new = load_platform(BASE.replace("MEMBERS", "[]") + "retention: {runs: {max_age: 7d}, evidence: {archive: "
+                        "{directory: /var/lib/taugrid/archive}}}\n")
+    [change] = diff(platform(), new)
+    assert change.lines() == ["~ retention policy", "    runs.max_age: 2592000.0 → 604800.0",
+                              "    evidence.archive: unset → {'directory': '/var/lib/taugrid/archive', 's3': None}"]
+    assert retention_note([change]) == (
+        "existing streams keep their limits until `python -m taugrid.bus.bootstrap --update` (the break-glass "
+        "identity) applies retention.runs/logs/audit; the evidence archive applies from the next seal; runs sealed "
+        "before stay where they are")
+    assert retention_note(diff(platform(), platform())) == ""

@@ -14,6 +14,7 @@ import click
 
 from taugrid.cli.common import EXIT_NOT_FOUND, EXIT_USAGE, connected, emit_json, fail, output_option, run_async
 from taugrid.config.platform import load_platform
+from taugrid.config.platformdiff import retention_note
 
 if TYPE_CHECKING:
     from taugrid.client.platformplan import Plan
@@ -77,6 +78,9 @@ def _report(planned: Plan, *, applied: bool, revision: int, dry_run: bool, outpu
     if applied:
         click.echo(f"platform revision {revision} applied from {planned.path} ({len(planned.changes)} change(s) "
                    f"{since})")
+        note = retention_note(list(planned.changes))
+        if note:
+            click.echo(f"note: {note}")
     elif not planned.changes and planned.revision:
         click.echo(f"{planned.path} changes nothing: the platform stays at revision {planned.revision}")
     elif dry_run:

@@ -133,7 +133,21 @@ def diff(old: Platform, new: Platform) -> list[Change]:
     if a["wait_for_pods_ready"] != b["wait_for_pods_ready"]:
         out.append(Change("wait_for_pods_ready", "policy", "change",
                           tuple(_fields(a["wait_for_pods_ready"], b["wait_for_pods_ready"], ""))))
+    if a["retention"] != b["retention"]:
+        out.append(Change("retention", "policy", "change", tuple(_fields(a["retention"], b["retention"], ""))))
     return out
+
+
+def retention_note(changes: list[Change]) -> str:
+    """What applying a retention change does not do by itself (config/retention.py), or "" without one."""
+    fields = [f for c in changes if c.kind == "retention" for f in c.details]
+    notes = []
+    if any(not f.startswith("evidence.") for f in fields):
+        notes.append("existing streams keep their limits until `python -m taugrid.bus.bootstrap --update` "
+                     "(the break-glass identity) applies retention.runs/logs/audit")
+    if any(f.startswith("evidence.") for f in fields):
+        notes.append("the evidence archive applies from the next seal; runs sealed before stay where they are")
+    return "; ".join(notes)
 
 
 def _fields(old: Any, new: Any, path: str) -> Iterable[str]:
