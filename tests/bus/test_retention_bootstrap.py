@@ -47,7 +47,9 @@ async def test_a_fresh_bus_gets_the_stored_platforms_limits_and_a_change_waits_f
     await put_text(private_bus, PLATFORM.replace("max_age: 7d", "max_age: 10d").replace("90d", "120d"))
     with caplog.at_level(logging.WARNING, logger="taugrid.bootstrap"):
         alarms = await bootstrap(private_bus, replicas=1)
-    assert alarms == [f"ALARM: AUDIT max_age is {90 * DAY!r}, declared {120 * DAY!r}"]
+    assert alarms == [f"ALARM: AUDIT max_age is {90 * DAY!r}, declared {120 * DAY!r} (the platform's "
+                      "retention.audit.max_age changed? apply it with the break-glass identity: "
+                      "python -m taugrid.bus.bootstrap --update)"]  # AUDIT keeps less than asked: an alarm
     assert f"stream RUNS: max_age is {7 * DAY!r}, declared {10 * DAY!r}; not changed" in caplog.text
     assert await limits(private_bus, "RUNS") == (7 * DAY, 1 << 30)
 
@@ -57,6 +59,12 @@ async def test_a_fresh_bus_gets_the_stored_platforms_limits_and_a_change_waits_f
     assert await limits(private_bus, "AUDIT") == (120 * DAY, -1)
     audit = (await private_bus.js.stream_info("AUDIT")).config
     assert (audit.deny_delete, audit.deny_purge, audit.mirror and audit.mirror.name) == (True, True, "RUNS")
+
+    # a shorter AUDIT age asked for: AUDIT keeping more than asked loses nothing, so it is pending, not an alarm
+    await put_text(private_bus, PLATFORM.replace("90d", "30d"))
+    with caplog.at_level(logging.WARNING, logger="taugrid.bootstrap"):
+        assert await bootstrap(private_bus, replicas=1) == []
+    assert f"stream AUDIT: max_age is {120 * DAY!r}, declared {30 * DAY!r}; not changed" in caplog.text
 
 
 async def test_no_platform_stored_gives_the_defaults(private_bus: Bus) -> None:
