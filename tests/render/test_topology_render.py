@@ -126,3 +126,17 @@ def test_a_rayjob_asking_for_a_rack_groups_its_head_with_its_workers() -> None:
     loose = render(run(engine="ray", workers=3, topology_unconstrained=True), attempt=0)[0]
     assert f"{TAS}group-name" not in loose["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"][
         "annotations"]
+
+
+def test_every_main_container_learns_its_node_from_the_downward_api() -> None:
+    """``TAU_NODE_NAME`` = ``spec.nodeName``: where Kueue's assignment put the pod's rank, as the local cluster
+    sets it; the run's own value, if it names one, is left alone."""
+    node = {"name": "TAU_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    job = [m for m in render(run(launcher="torchrun", nodes=2), attempt=0) if m["kind"] == "Job"][0]
+    assert [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "TAU_NODE_NAME"] == [
+        node]
+    cluster = render(run(engine="ray", workers=2), attempt=0)[0]["spec"]["rayClusterSpec"]
+    for template in (cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]):
+        assert [e for e in template["spec"]["containers"][0]["env"] if e["name"] == "TAU_NODE_NAME"] == [node]
+    own = render(run(env={"TAU_NODE_NAME": "mine"}), attempt=0)[0]["spec"]["template"]["spec"]["containers"][0]
+    assert [e for e in own["env"] if e["name"] == "TAU_NODE_NAME"] == [{"name": "TAU_NODE_NAME", "value": "mine"}]

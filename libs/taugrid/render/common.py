@@ -247,7 +247,11 @@ def secret_env(run: ResolvedRun) -> list[dict[str, Any]]:
 def container_env(run: ResolvedRun, *, attempt: int, resume_from: str = "") -> list[dict[str, Any]]:
     literal = literal_env(run, attempt=attempt, resume_from=resume_from)
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in literal.items()]
-    return env + secret_env(run)
+    # The node the pod runs on, from the downward API (where Kueue's topology assignment put its rank), the
+    # variable the local cluster sets too; not when the run's own env names it.
+    node = [] if "TAU_NODE_NAME" in literal or "TAU_NODE_NAME" in run.env_secret else [
+        {"name": "TAU_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    return env + node + secret_env(run)
 
 
 def _identity(run: ResolvedRun) -> dict[str, int]:
