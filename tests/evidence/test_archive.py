@@ -23,13 +23,14 @@ from taugrid.bus.platformstore import put_text
 from taugrid.bus.replay import replay
 from taugrid.config.retention import Archive, S3Location
 from taugrid.core import contracts as c
-from taugrid.core.errors import TemporaryError
+from taugrid.core.errors import PermissionDenied, TemporaryError
 from taugrid.evidence import archive, store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
 from tests.evidence.test_evidence_service import publish_run
 from tests.owners import acting_as, emit_as_owner
+from tests.secure_nats import SecureNats
 
 LINES = [f"line {i:06d} " + "x" * 60 for i in range(INLINE_LOG_BYTES // 60)]  # stored as its own log object
 
@@ -145,3 +146,18 @@ async def test_s3_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_path: P
         archive.store_for(Archive(s3=S3Location(endpoint=s3, bucket="tau-evidence",
                                                                 prefix="site-a/evidence"))).put(
             bundle_name(run), b"other bytes")
+
+
+async def test_only_the_evidence_service_may_delete_an_evidence_object(secure_nats: SecureNats) -> None:
+    evidence, alice = await secure_nats.connect("evidence"), await secure_nats.connect("alice")
+    name = f"runs/arch-{uuid.uuid4().hex[:6]}/bundle.json"
+    try:
+        await objects.write(evidence, name, b"{}" * 100, workspace="vision")
+        with pytest.raises(PermissionDenied):
+            await alice.guarded(objects.remove(alice, name))
+        assert await objects.read(evidence, name) == b"{}" * 100
+        assert await objects.remove(evidence, name) is True  # what the archive does once its copy reads back
+        assert await objects.read(evidence, name) is None and await objects.remove(evidence, name) is False
+    finally:
+        await evidence.close()
+        await alice.close()
