@@ -12,6 +12,7 @@ from .model import (
     BorrowWithinCohortPolicy,
     ClusterQueue,
     Cohort,
+    Elastic,
     FlavorFungibility,
     FlavorQuotas,
     FungibilityPreference,
@@ -42,15 +43,16 @@ from .results import (
     PodPlacement,
     PodSetAdmission,
     Preemption,
+    Resize,
     TopologyAssignment,
 )
 
 __all__ = [
     "GPU", "Admission", "BorrowWithinCohort", "BorrowWithinCohortPolicy", "ClusterQueue", "Cohort",
-    "CycleResult", "Engine", "FlavorFungibility", "FlavorQuotas", "FungibilityPreference",
+    "CycleResult", "Elastic", "Engine", "FlavorFungibility", "FlavorQuotas", "FungibilityPreference",
     "GpuDevice", "KaiQueue", "KaiSpec", "LocalQueue", "Node", "Pending", "PlacementStrategy",
     "PodPlacement", "PodSet", "PodSetAdmission", "Preemption", "PreemptionPolicy", "QueueingStrategy",
-    "ReclaimWithinCohort", "ResourceFlavor", "ResourceGroup", "ResourceQuota", "Taint", "Toleration",
+    "ReclaimWithinCohort", "Resize", "ResourceFlavor", "ResourceGroup", "ResourceQuota", "Taint", "Toleration",
     "Topology", "TopologyAssignment", "TopologyRequest", "WhenCanBorrow", "WhenCanPreempt", "WithinClusterQueue",
     "Workload",
 ]

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from taugrid.core.errors import NotFound, PermanentError
 
+from . import elastic as E
 from . import results as R
 from .fairshare import tournament
 from .kai import KaiPolicy, KaiSpec
@@ -92,6 +93,7 @@ class Engine:
         self._reserved: list[tuple[QNode, dict[FR, int]]] = []
         self._held_nodes: list[str] = []  # Cluster allocation keys holding TAS preemptors' domains this cycle
         self._cycle_victims: dict[str, Target] = {}
+        self._resized: list[R.Resize] = []  # elastic shrinks decided in this cycle
         self._by_node = {q.node: q for q in self.queues.values()}
         self.kai = KaiPolicy(kai) if kai is not None else None  # KAI department/project queues (kai.py)
         if self.flavors:  # Kueue: a ClusterQueue naming a flavor that does not exist is inactive
@@ -125,6 +127,9 @@ class Engine:
         self._check_topology_levels(workload, cq)
         requests = self._requests(workload)
         ws = WState(workload, cq, requests, queue_ts=workload.created_at)
+        old = E.replaced_slice(self, workload, cq)
+        if old is not None:  # a Kueue scale-up slice: charged only the pods it adds
+            ws.replaces, ws.requests = old.workload.name, E.slice_requests(self, workload, old)
         self.states[workload.name] = ws
         q = self.queues[cq]
         q.push(ws)
@@ -234,10 +239,25 @@ class Engine:
         if self.cluster is not None:
             self.cluster.release(ws.workload.name)
         q.admitted.pop(ws.workload.name, None)
-        ws.usage, ws.admission, ws.placements = {}, None, ()
+        held = bool(ws.held or ws.held_pods)
+        ws.usage, ws.admission, ws.placements, ws.held, ws.held_pods = {}, None, (), {}, ()
+        self._capacity_event(q)
+        if held:
+            E.notify_released(self, ws.workload.name)
+
+    def _capacity_event(self, q: CQQueue) -> None:
         self._dirty.add(self.tree.root(q.node))
         if self.cluster is not None:
             self._dirty.update(self._tree_queues)  # nodes are shared by every cohort tree
+
+    def shrink(self, name: str, count: int, now: float, cause: str = R.SHRUNK) -> R.Resize:
+        """Kueue's in-place scale-down of an admitted elastic workload's resizable pod set to ``count`` (e.g. a
+        GPU fault on one worker). The removed pods' quota and node room stay held until ``release_removed``."""
+        return E.shrink(self, self._get(name), count, now, cause)
+
+    def release_removed(self, name: str) -> None:
+        """The pods an in-place shrink removed are gone: free their quota and node room."""
+        E.release_removed(self, self._get(name))
 
     def set_schedulable(self, node: str, schedulable: bool) -> None:
         """Cordon (``False``) or uncordon a node; an uncordon is a capacity event for every parked head."""
@@ -327,6 +347,10 @@ class Engine:
                 self._set_pending(ws, R.INADMISSIBLE, q.inactive)
                 q.park(ws)
                 continue
+            if ws.awaiting:  # its elastic victims are shrinking: their pods still hold what it needs
+                ws.parked = True
+                q.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
+                continue
             a = self._nominate(ws, q)
             targets: list[Target] = []
             if a.mode == Mode.PREEMPT:
@@ -336,6 +360,7 @@ class Engine:
         preempted: list[R.Preemption] = []
         self._cycle_victims = {}
         self._reserved = []
+        self._resized = []
         for entry in self._ordered(entries):
             self._process(entry, now, admitted, preempted)
         for node, usage in self._reserved:
@@ -347,8 +372,18 @@ class Engine:
         for p in preempted:
             victim = self.states[p.victim]
             self._requeue_evicted(victim, now, "Preempted", backoff=self.backoff_preempted)
+        resized = self._resized + self._grow(now)
         return R.CycleResult(now=now, admitted=admitted, preempted=preempted, heads=len(entries),
-                             violations=self._violations)
+                             violations=self._violations, resized=resized)
+
+    def _grow(self, now: float) -> list[R.Resize]:
+        """Elastic growth into capacity no active pending head of the cohort tree wants (nodes are shared, so
+        with nodes any active head anywhere holds growth back)."""
+        busy = {self.tree.root(q.node) for q in self.queues.values() if q.has_active(self.states)}
+        busy |= {self.tree.root(self.queues[ws.cq].node) for ws in self.states.values() if ws.awaiting}
+        if busy and self.cluster is not None:
+            return []
+        return E.grow(self, now, busy)
 
     def preemption_targets(self, name: str, flavors: Sequence[Mapping[str, str]],
                            preempt: Sequence[Iterable[str]]) -> list[tuple[str, str]]:
@@ -378,10 +413,14 @@ class Engine:
         def oracle(fr: FR, val: int) -> Granular:
             return self._simulate_preemption(ws, q, fr, val)
 
+        old = self.states.get(ws.replaces) if ws.replaces else None
+        original = E.original_flavors(old) if old is not None and old.admission is not None else None
+
         def run(excluded: Mapping[tuple[str, str], str] | None = None) -> Assignment:
             return nominate(self.tree, q.node, q.spec, self.flavors, ws.workload, ws.requests, oracle,
                             known_flavors_only=bool(self.flavors), fair_sharing=self.fair_sharing, sticky=sticky,
-                            topologies=self.topologies if self._tas else None, excluded=excluded)
+                            topologies=self.topologies if self._tas else None, excluded=excluded,
+                            original=original)
 
         a = run()
         if self._tas:
@@ -392,12 +431,25 @@ class Engine:
     def _sim(self, ws: WState, q: CQQueue, usage: Mapping[FR, int],
              pod_set_flavors: list[dict[str, str]] | None) -> LedgerSim:
         return LedgerSim(tree=self.tree, cluster=self.cluster, states=self.states, queues=self.queues,
-                         workload=ws.workload, node=q.node, usage=usage, pod_set_flavors=pod_set_flavors,
+                         workload=E.delta_workload(ws, self), node=q.node, usage=usage,
+                         pod_set_flavors=pod_set_flavors,
                          flavors=self.flavors)
 
     def _find(self, ws: WState, q: CQQueue, requests: Mapping[FR, int], frs_need: set[FR],
               flv: list[dict[str, str]] | None) -> list[Target]:
-        """Kueue ``getTargets``: fair-sharing preemption when fair sharing is on, else classical."""
+        """Kueue ``getTargets``: fair-sharing preemption when fair sharing is on, else classical. A scale-up
+        slice never counts its own old slice as a victim (Kueue ``FindReplacedSliceTarget``)."""
+        old = self.states.get(ws.replaces) if ws.replaces else None
+        if old is None or old.status != ADMITTED:
+            return self._find_targets(ws, q, requests, frs_need, flv)
+        old.status = "replacing"
+        try:
+            return self._find_targets(ws, q, requests, frs_need, flv)
+        finally:
+            old.status = ADMITTED
+
+    def _find_targets(self, ws: WState, q: CQQueue, requests: Mapping[FR, int], frs_need: set[FR],
+                      flv: list[dict[str, str]] | None) -> list[Target]:
         if self.fair_sharing:
             return fair_targets(tree=self.tree, states=self.states, queues=self.queues, preemptor=ws,
                                 requests=requests, frs_need=frs_need,
@@ -543,7 +595,8 @@ class Engine:
         if a.mode == Mode.FIT:
             placements: tuple[R.PodPlacement, ...] = ()
             if self.cluster is not None:
-                placed = self.cluster.place(ws.workload, [p.flavors for p in a.pod_sets], self.flavors, commit=True)
+                placed = self.cluster.place(E.delta_workload(ws, self), [p.flavors for p in a.pod_sets],
+                                            self.flavors, commit=True)
                 if isinstance(placed, str):
                     # Quota fits but the nodes do not: preempt for node room where the policy allows (KAI).
                     targets = self._node_targets(ws, q, a)
@@ -557,7 +610,13 @@ class Engine:
             if not targets:
                 admitted.append(self._admit(ws, q, a, placements, now))
                 return
-        names = [t.name for t in targets]
+        plan = E.shrink_plan(self, ws, lambda evicted: self._fits_after(ws, q, a, evicted), targets)
+        if plan is not None:  # elastic victims give up pods instead of being evicted whole
+            targets, shrinks = plan
+            for vs, count in shrinks:
+                self._resized.append(E.shrink(self, vs, count, now, R.SHRUNK_FOR_PREEMPTOR, ws.workload.name))
+                ws.awaiting.add(vs.workload.name)
+        names = [t.name for t in targets] + sorted(ws.awaiting)
         for t in targets:
             self._cycle_victims[t.name] = t
             self.states[t.name].evicting = True
@@ -630,9 +689,15 @@ class Engine:
             placements=placements, admitted_at=now, topology_assignments=dict(a.topology))
         ws.status, ws.usage, ws.admission, ws.placements = ADMITTED, dict(a.usage), adm, placements
         ws.admitted_at, ws.pending, ws.preempting = now, None, False
+        ws.pod_set_usage = [dict(p.usage) for p in a.pod_sets]
+        ws.last_resize = now  # an elastic workload's cooldown runs from its admission
         self._admit_seq += 1
         ws.admit_seq = self._admit_seq
         q.admitted[ws.workload.name] = ws
+        if ws.replaces is not None:  # a Kueue scale-up slice takes over the old slice's usage and pods
+            E.merge_slice(self, ws, q)
+            assert ws.admission is not None
+            return ws.admission
         return adm
 
     def _audit(self, ws: WState, q: CQQueue, a: Assignment, targets: list[Target]) -> None:
@@ -714,7 +779,8 @@ class Engine:
             return False
         if self.cluster is None:
             return True
-        placed = self.cluster.place(ws.workload, [p.flavors for p in a.pod_sets], self.flavors, commit=False)
+        placed = self.cluster.place(E.delta_workload(ws, self), [p.flavors for p in a.pod_sets], self.flavors,
+                                    commit=False)
         return not isinstance(placed, str)
 
     def explain(self, name: str) -> str:

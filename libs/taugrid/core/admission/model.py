@@ -255,6 +255,19 @@ class PodSet:
 
 
 @dataclass(frozen=True, slots=True)
+class Elastic:
+    """Kueue's ``kueue.x-k8s.io/elastic-job`` opt-in (ElasticJobsViaWorkloadSlices) with taugrid's size range for
+    one pod set: it may be shrunk in place down to ``min_count`` (for a preemptor, before any whole workload is
+    evicted) and grows by ``step`` pods up to ``max_count`` when quota frees, at most once per ``cooldown_s``."""
+
+    pod_set: str | None = None  # the pod set that resizes; None: the last one (the workers)
+    min_count: int = 1
+    max_count: int | None = None  # None: the pod set's count as submitted
+    step: int = 1
+    cooldown_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     name: str
     queue: str  # a LocalQueue name, or a ClusterQueue name
@@ -264,6 +277,18 @@ class Workload:
     created_at: float = 0.0
     tolerations: tuple[Toleration, ...] = ()
     placement: PlacementStrategy = PlacementStrategy.BINPACK
+    elastic: Elastic | None = None
+    # Kueue ``kueue.x-k8s.io/workload-slice-replacement-for``: this workload is a scale-up slice of the admitted
+    # workload named; it is charged only the pods it adds, on the flavors the old slice has, and replaces it.
+    replaces: str | None = None
+
+    def elastic_index(self) -> int | None:
+        """Index of the pod set that resizes, None for a fixed-size workload."""
+        if self.elastic is None:
+            return None
+        if self.elastic.pod_set is None:
+            return len(self.pod_sets) - 1
+        return next((i for i, ps in enumerate(self.pod_sets) if ps.name == self.elastic.pod_set), None)
 
     def validate(self) -> None:
         """Reject requests KAI/Kueue would reject; the message names the field and the fix."""
@@ -284,6 +309,39 @@ class Workload:
             if ps.topology_request is not None:
                 _validate_topology_request(where, ps.count, ps.topology_request)
         _validate_groups(self)
+        if self.elastic is not None:
+            _validate_elastic(self)
+
+
+# Kueue's flavorassigner errors for TAS requests on elastic workloads (ElasticJobsViaWorkloadSlicesWithTAS).
+ERR_ELASTIC_REQUIRED = "required topology is not supported with ElasticJobsViaWorkloadSlices"
+ERR_ELASTIC_PREFERRED = "preferred topology is not supported with ElasticJobsViaWorkloadSlices"
+
+
+def _validate_elastic(w: Workload) -> None:
+    e = w.elastic
+    assert e is not None
+    where = f"workload {w.name} elastic"
+    i = w.elastic_index()
+    if i is None:
+        raise PermanentError(f"{where}: pod_set {e.pod_set!r} is not a pod set of the workload; use one of "
+                             f"{[ps.name for ps in w.pod_sets]}")
+    count = w.pod_sets[i].count
+    high = e.max_count if e.max_count is not None else count
+    if not 1 <= e.min_count <= count <= high:
+        raise PermanentError(f"{where}: min_count={e.min_count}, count={count}, max_count={high}; use "
+                             f"1 <= min_count <= count <= max_count")
+    if e.step < 1 or e.cooldown_s < 0:
+        raise PermanentError(f"{where}: step={e.step}, cooldown_s={e.cooldown_s:g}; use step >= 1 and "
+                             f"cooldown_s >= 0")
+    for ps in w.pod_sets:
+        tr = ps.topology_request
+        if tr is not None and tr.required is not None:
+            raise PermanentError(f"workload {w.name} pod set {ps.name}: {ERR_ELASTIC_REQUIRED}; use an "
+                                 f"unconstrained topology request or drop elastic")
+        if tr is not None and tr.preferred is not None:
+            raise PermanentError(f"workload {w.name} pod set {ps.name}: {ERR_ELASTIC_PREFERRED}; use an "
+                                 f"unconstrained topology request or drop elastic")
 
 
 def _validate_groups(w: Workload) -> None:

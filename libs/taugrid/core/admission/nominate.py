@@ -205,11 +205,14 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
              known_flavors_only: bool = False, fair_sharing: bool = False,
              sticky: Mapping[tuple[str, str], str] | None = None,
              topologies: Mapping[str, Topology] | None = None,
-             excluded: Mapping[tuple[str, str], str] | None = None) -> Assignment:
+             excluded: Mapping[tuple[str, str], str] | None = None,
+             original: Mapping[tuple[str, str], str] | None = None) -> Assignment:
     """Assign a flavor to every (pod set, resource group) the workload touches; see module docstring.
 
     ``topologies`` turns on Kueue's TAS flavor checks; ``excluded`` maps (pod set, flavor) to why that flavor's
-    topology cannot hold the pod set (the engine's TAS pass), so the search moves on to the next flavor."""
+    topology cannot hold the pod set (the engine's TAS pass), so the search moves on to the next flavor.
+    ``original`` maps (pod set, resource) to the flavor of the slice a scale-up slice replaces: no other flavor
+    may take that resource (Kueue's ElasticJobsViaWorkloadSlices keeps a resized workload on its flavors)."""
     fung = cq.flavor_fungibility
     implied = topologies is not None and tas_only(cq, flavors)
     out = Assignment(mode=Mode.FIT)
@@ -235,6 +238,11 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
                 if stuck is not None:
                     reasons.append(f"skipping flavor {fq.name} as it is not found in the nomination mapping for "
                                    f"resource {stuck}")
+                    continue
+                moved = [r for r in wanted if original and original.get((ps.name, r), fq.name) != fq.name]
+                if moved:
+                    reasons.extend(f"could not assign {fq.name} flavor since the original workload is assigned: "
+                                   f"{original[(ps.name, r)]}" for r in moved if original)
                     continue
                 rf = flavors.get(fq.name)
                 if rf is None:

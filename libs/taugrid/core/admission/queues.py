@@ -45,6 +45,14 @@ class WState:
     admission: Admission | None = None
     placements: tuple[PodPlacement, ...] = ()
     pending: Pending | None = None
+    pod_set_usage: list[dict[FR, int]] = field(default_factory=list)  # admitted: usage per pod set
+    # Elastic (elastic.py): usage and pods taken off by an in-place shrink, held until the pods are gone;
+    # for a preemptor, the shrinks it waits for; the last resize time (cooldown).
+    held: dict[FR, int] = field(default_factory=dict)
+    held_pods: tuple[PodPlacement, ...] = ()
+    awaiting: set[str] = field(default_factory=set)
+    last_resize: float = float("-inf")
+    replaces: str | None = None  # a Kueue scale-up slice: the admitted workload it replaces
 
 
 class CQQueue:

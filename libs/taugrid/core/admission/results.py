@@ -97,6 +97,7 @@ class Admission(Struct, frozen=True):
     placements: tuple[PodPlacement, ...] = ()  # empty when the engine runs without nodes
     admitted_at: float = 0.0
     topology_assignments: dict[str, TopologyAssignment] = msgspec.field(default_factory=dict)  # by pod set name
+    replaced: str = ""  # a Kueue scale-up slice: the workload it replaced (finished with reason Replaced)
 
 
 class Preemption(Struct, frozen=True):
@@ -106,6 +107,28 @@ class Preemption(Struct, frozen=True):
     victim_cluster_queue: str = ""
     preemptor_cluster_queue: str = ""
     message: str = ""
+
+
+# Resize causes (elastic workloads).
+GROWN = "Grown"  # quota freed: a slice of ``step`` pods was added
+SHRUNK = "Shrunk"  # asked for (Kueue's in-place scale-down), e.g. a GPU fault on one worker
+SHRUNK_FOR_PREEMPTOR = "ShrunkForPreemptor"  # given up to a preemptor instead of being evicted whole
+WORKLOAD_SLICE_REPLACED = "WorkloadSliceReplaced"  # Kueue's Finished reason of a replaced slice
+
+
+class Resize(Struct, frozen=True):
+    """An elastic workload changed size in place. Grown: ``placements`` are the new pods (start them). Shrunk:
+    ``placements`` are the pods to stop; their quota and node room stay held until ``Engine.release_removed``."""
+
+    workload: str
+    cluster_queue: str
+    pod_set: str
+    old_count: int
+    new_count: int
+    cause: str
+    preemptor: str = ""
+    placements: tuple[PodPlacement, ...] = ()
+    at: float = 0.0
 
 
 class Pending(Struct, frozen=True):
@@ -125,6 +148,7 @@ class CycleResult(Struct, frozen=True):
     preempted: list[Preemption]
     heads: int  # how many ClusterQueue heads this cycle considered
     violations: list[str] = msgspec.field(default_factory=list)  # audit mode only
+    resized: list[Resize] = msgspec.field(default_factory=list)  # elastic workloads grown or shrunk
 
     @property
     def progressed(self) -> bool:
