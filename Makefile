@@ -82,6 +82,7 @@ bench: $(TEST_STAMP) bytecode
 	$(BIN)/python bench/bus_chaos.py || status=1; \
 	$(BIN)/python bench/priority_lanes.py || status=1; \
 	$(BIN)/python bench/rss_flat.py || status=1; \
+	$(BIN)/python bench/replay.py || status=1; \
 	$(BIN)/python bench/slurm_peer.py --install || status=1; \
 	exit $$status
 

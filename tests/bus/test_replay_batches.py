@@ -7,7 +7,9 @@ import asyncio
 import json
 import uuid
 
-from taugrid.bus import Bus, replay
+import pytest
+
+from taugrid.bus import Bus, rawmsgs, replay
 from taugrid.cli.views import event_json_lines
 from taugrid.core.contracts import CancelRequested
 
@@ -41,3 +43,70 @@ async def test_json_lines_equal_each_events_to_json(bus: Bus) -> None:
     lines = event_json_lines(events).decode().splitlines()
     assert [json.loads(line) for line in lines] == [ev.to_json() for ev in events]
     assert sorted(json.loads(line)["data"]["reason"] for line in lines) == ["n0", "n1", "n2"]
+
+
+async def _publish_raw(port: int, subject: str, header_block: bytes, payload: bytes) -> None:
+    """One message exactly as written on the wire (HPUB), as any client of the server may write it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await reader.readline()  # INFO
+    writer.write(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+                 + f"HPUB {subject} {len(header_block)} {len(header_block) + len(payload)}\r\n".encode()
+                 + header_block + payload + b"\r\nPING\r\n")
+    await writer.drain()
+    assert await reader.readline() == b"PONG\r\n"
+    writer.close()
+
+
+async def test_raw_reading_gives_the_events_nats_py_would_and_skips_contradicting_headers(
+        bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    await _emit_many(bus, ws, 5)
+    port = int(bus.nc.connected_url.port)  # type: ignore[union-attr]
+    # a workspace header that says another workspace than the subject: refused, never read (§4)
+    forged = b"NATS/1.0\r\nce-type: io.taugrid.run.cancel.requested.v1\r\nce-workspace: other\r\n\r\n"
+    await _publish_raw(port, f"run.{ws}.{ws}-forged.cancel.requested", forged, b'{"reason":"x"}')
+    await _emit_many(bus, ws, 2)  # after the forged one: reading carries on past it
+    raw = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=3)] for ev in b]
+    monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # as with a nats-py the hook was not checked against
+    via_msgs = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=3)] for ev in b]
+    assert raw == via_msgs
+    assert len(raw) == 5  # 5 + 2 emitted, 2 deduplicated (same ids), the forged one left out
+    assert [ev.seq for ev in raw] == sorted(ev.seq for ev in raw)
+    assert all(ev.stored > 0 and ev.workspace == ws and ev.headers["ce-workspace"] == ws for ev in raw)
+
+
+async def test_a_stored_message_shaped_like_a_status_is_read_not_taken_for_the_end_of_a_request(
+        bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's status (404, 408) comes without a reply subject; a stored message always has one, whatever
+    its header block says, so a publisher cannot end a request early and stall someone's replay."""
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    port = int(bus.nc.connected_url.port)  # type: ignore[union-attr]
+    await _emit_many(bus, ws, 2)
+    await _publish_raw(port, f"run.{ws}.{ws}-s.exec.running", b"NATS/1.0 404 No Messages\r\n\r\n", b"")
+    await _emit_many(bus, ws, 4)
+    events = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=2)] for ev in b]
+    assert sorted(ev.subject for ev in events) == sorted([f"{ws}-r{i}" for i in range(4)] + [f"{ws}-s"])
+    [odd] = [ev for ev in events if ev.subject == f"{ws}-s"]
+    assert (odd.type, odd.data, odd.workspace) == ("exec.running", b"", ws)
+    monkeypatch.setattr(rawmsgs, "_CHECKED", False)
+    assert [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=2)] for ev in b] == events
+
+
+def test_reply_subject_tokens_give_the_stream_sequence_and_the_stored_time() -> None:
+    plain = b"$JS.ACK.RUNS.tau-1.1.42.7.1700000000123456789.0".split(b".")
+    domain = ["$JS", "ACK", "hub", "ACCHASH", "RUNS", "tau-1", "1", "42", "7", "1700000000123456789", "0"]
+    with_token = [*domain, "r4nd0m"]
+    for tokens in (plain, domain, with_token):
+        assert (rawmsgs.stream_seq(tokens), rawmsgs.stored_at(tokens)) == (42, 1700000000.1234567)
+    assert (rawmsgs.stream_seq(["_INBOX", "x"]), rawmsgs.stored_at(["_INBOX", "x"])) == (0, 0.0)
+
+
+async def test_json_lines_of_an_undecodable_payload_say_why_after_the_data() -> None:
+    from taugrid.bus.envelope import from_message
+
+    ev = from_message("run.ws.r1.exec.running", {"ce-type": "io.taugrid.run.exec.running.v1"}, b"{not json", seq=3)
+    [line] = event_json_lines([ev]).splitlines()
+    doc = json.loads(line)
+    assert list(doc) == [*ev.to_json_head(), "data", "undecodable"]
+    assert (doc["data"], doc["seq"], doc["type"]) == (None, 3, "io.taugrid.run.exec.running.v1")
+    assert doc["undecodable"].startswith("JSON is malformed")

@@ -28,6 +28,7 @@ import base64
 import binascii
 import builtins
 import datetime as dt
+import functools
 import hashlib
 from typing import Any, TypeVar
 
@@ -37,7 +38,7 @@ import nacl.signing
 import nkeys
 
 from taugrid.core import nesting
-from taugrid.core.events import RUN_EVENTS, ce_type, lane_of, short_type
+from taugrid.core.events import HIGH_LANE, RUN_EVENTS, ce_type, lane_of, short_type
 from taugrid.core.ids import token
 
 T = TypeVar("T")
@@ -165,53 +166,64 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     are the subject's (``run.<ws>.<run>.<stage>.<outcome>[.<lane>]``), and a log chunk's workspace and run too
     (``log.<ws>.<run>.<attempt>``); a ``ce-type``, ``ce-workspace`` or ``ce-subject`` header that says otherwise
     sets ``problem`` (the message is refused, never read with the header's value). A message with no
-    CloudEvents headers still yields an Event."""
+    CloudEvents headers still yields an Event.
+
+    Every message a service or a replay reads comes through here (a long replay: tens of thousands a second),
+    so the lane is looked up only when the last token could name one, and the header values it compares are
+    reduced through small caches (a stream holds a few types and workspaces over and over)."""
     h = headers or {}
-    ce = h.get("ce-type", "")
+    get = h.get
+    ce = get("ce-type", "")
     parts = subject.split(".")
-    if lane_of(subject):
+    if parts[-1] == HIGH_LANE and lane_of(subject):
         parts = parts[:-1]  # the lane token
-    workspace, about = h.get("ce-workspace", ""), h.get("ce-subject", "")
+    workspace, about = get("ce-workspace", ""), get("ce-subject", "")
     problem = ""
     if parts[0] == "run" and len(parts) == 5:
         kind = f"{parts[3]}.{parts[4]}"
-        problem = _disagreement(ce and short_type(ce), kind, "ce-type") or \
-            _disagreement(workspace and token(workspace), parts[1], "ce-workspace") or \
-            _disagreement(about and token(about), parts[2], "ce-subject")
+        problem = _disagreement(ce and _short_type(ce), kind, "ce-type") or \
+            _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
+            _disagreement(about and _token(about), parts[2], "ce-subject")
         workspace, about = parts[1], parts[2]
     else:
-        kind = short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
+        kind = _short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
         if parts[0] == "log" and len(parts) == 4:
-            problem = _disagreement(workspace and token(workspace), parts[1], "ce-workspace") or \
-                _disagreement(about and token(about), parts[2], "ce-subject")
+            problem = _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
+                _disagreement(about and _token(about), parts[2], "ce-subject")
             workspace, about = parts[1], parts[2]
     if problem:
         problem = f"{problem} on {subject}: the subject decides, so this message is refused"
+    attempt_text = get("ce-attempt", "1")
     try:
-        attempt = int(h.get("ce-attempt", "1"))
+        attempt = 1 if attempt_text == "1" else int(attempt_text)
     except ValueError:
         attempt = 1
     return Event(
-        id=h.get("ce-id", h.get("Nats-Msg-Id", "")),
+        id=get("ce-id", get("Nats-Msg-Id", "")),
         type=kind,
-        source=h.get("ce-source", ""),
+        source=get("ce-source", ""),
         subject=about,
-        time=h.get("ce-time", ""),
+        time=get("ce-time", ""),
         data=data,
         nats_subject=subject,
         workspace=workspace,
         attempt=attempt,
-        traceparent=h.get("traceparent", ""),
+        traceparent=get("traceparent", ""),
         seq=seq,
         ce_type=ce,
-        user=h.get(USER_HEADER, ""),
-        signer=h.get(SIGNER_HEADER, ""),
-        signature=h.get(SIGNATURE_HEADER, ""),
-        delegation=h.get(DELEGATION_HEADER, ""),
+        user=get(USER_HEADER, ""),
+        signer=get(SIGNER_HEADER, ""),
+        signature=get(SIGNATURE_HEADER, ""),
+        delegation=get(DELEGATION_HEADER, ""),
         stored=stored,
         problem=problem,
         headers=h,
     )
+
+
+# Pure functions of a header value, bounded so a publisher's endless distinct values cannot grow them.
+_short_type = functools.lru_cache(maxsize=4096)(short_type)
+_token = functools.lru_cache(maxsize=4096)(token)
 
 
 def _disagreement(claimed: str, actual: str, header: str) -> str:

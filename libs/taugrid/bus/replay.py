@@ -16,19 +16,20 @@ import datetime as dt
 import json
 import secrets
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from taugrid.bus import rawmsgs
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.errors import MISSING, TIMEOUT, UNAVAILABLE, unavailable
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
-_REPLAY_BATCH = 1024  # messages per pull request when streaming history: fewer round trips, bounded memory
+_REPLAY_BATCH = 4096  # messages per pull request when streaming history: fewer round trips, bounded memory
 
 
 async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -> list[Msg]:
@@ -99,13 +100,17 @@ class ReplayCursor:
 async def batches(
     bus: Bus, subject: str, *, stream: str = "RUNS", since: dt.datetime | None = None, batch: int = _REPLAY_BATCH,
 ) -> AsyncGenerator[list[Event], None]:
-    """The events stored on ``subject`` (from ``since`` when given) in stream order, ``batch`` at a time,
-    through one ephemeral pull consumer (no acks, memory state, deleted at the end). A missing stream yields
-    nothing.
+    """The events stored on ``subject`` (from ``since`` when given) in stream order, one pull request's worth
+    (``batch`` messages) at a time, through one ephemeral pull consumer (no acks, memory state, deleted at the
+    end). A missing stream yields nothing.
 
-    The pull requests are sent by hand (``no_wait``: the server answers at once with what it holds, then a status)
-    to an inbox whose messages a callback collects, instead of through nats-py's ``fetch``, which awaits every
-    message of a batch with a timer of its own (a task and a timeout per message: most of a long replay's time)."""
+    Built for tens of thousands of events a second: the pull requests are sent by hand (``no_wait``: the server
+    answers at once with what it holds, then a status) to an inbox whose messages come raw from the wire
+    (``rawmsgs``: no ``Msg``, queue, task or callback per message) and are read into Events a request at a time;
+    the next request is sent as soon as one is answered, so the server delivers it while this one is read and
+    handed over. Where ``rawmsgs`` cannot hook this nats-py, the inbox is an ordinary subscription with a
+    callback. Either way a message is read by ``envelope.from_message`` (its run, workspace and type from the
+    subject), and one whose headers contradict its subject is left out."""
     name = f"tau-{secrets.token_hex(16)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
         name=name,
@@ -122,66 +127,97 @@ async def batches(
         return
     except UNAVAILABLE as exc:
         raise TemporaryError(f"cannot replay {subject} from {stream}: {exc!r}", delay=1.0) from exc
-    got: list[Msg] = []
-    answered = asyncio.Event()  # the current request is done: its messages, or a status, arrived
-
-    async def collect(msg: Msg) -> None:
-        if not msg.data and msg.headers and msg.headers.get("Status"):
-            answered.set()  # 404 no messages, 408 request timeout, 409: this request delivers nothing more
-            return
-        got.append(msg)
-        if len(got) >= wanted:
-            answered.set()
-
-    inbox = bus.nc.new_inbox()
+    inbox = _Inbox()
     sub = None
-    wanted = 0
     try:
-        sub = await bus.nc.subscribe(inbox, cb=collect)
+        sub = await bus.nc.subscribe(bus.nc.new_inbox(), cb=inbox.collect_msg)
+        raw = rawmsgs.route(bus.nc, sub._id, inbox.collect_raw)
         left = int(info.num_pending or 0)
         idle = 0
-        while left > 0 and idle < 5:
-            wanted, got, answered = min(batch, left), [], asyncio.Event()
-            await bus.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}",
-                                 json.dumps({"batch": wanted, "no_wait": True}).encode(), reply=inbox)
+        request, reply = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", sub.subject
+
+        async def ask() -> _Request:
+            asked = inbox.start(min(batch, left))
+            await bus.nc.publish(request, json.dumps({"batch": asked.wanted, "no_wait": True}).encode(), reply=reply)
+            return asked
+
+        current = await ask() if left > 0 else None
+        while current is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(answered.wait(), timeout=1.0)
-            if not got:
-                idle += 1
-                continue
-            idle = 0
-            left -= len(got)
-            # a message whose headers contradict its subject is never read (envelope.from_message)
-            yield [ev for ev in (from_message(m.subject, m.headers, m.data, seq=_stream_seq(m.reply),
-                                              stored=_stored_at(m.reply)) for m in got) if not ev.problem]
+                await asyncio.wait_for(current.answered.wait(), timeout=1.0)
+            left -= current.count
+            idle = idle + 1 if not current.count else 0
+            ahead = await ask() if left > 0 and idle < 5 else None  # delivered while this one is read
+            if current.count:
+                events = await rawmsgs.stored_events(bus.nc, current.raws) if raw else current.events()
+                yield [ev for ev in events if not ev.problem]  # contradicting headers: never read
+            current = ahead
         if left > 0:
             raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
     except UNAVAILABLE as exc:
         raise unavailable(f"replay of {subject} from {stream}", exc) from exc
     finally:
         if sub is not None:
+            rawmsgs.unroute(bus.nc, sub._id)
             with contextlib.suppress(*UNAVAILABLE):
                 await sub.unsubscribe()
         with contextlib.suppress(*UNAVAILABLE, PermissionDenied):  # MISSING too: removed already
             await bus.guarded(bus.js.delete_consumer(stream, name))
 
 
-def _stream_seq(reply: str) -> int:
-    """The stream sequence from a JetStream reply subject, as nats-py's ``Msg.metadata`` reads it but without
-    building the rest of the metadata per message: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>...`` (9
-    tokens) or, with a domain and an account hash, ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.
-    <sseq>...`` (11 or 12 tokens)."""
-    tokens = reply.split(".")
-    if len(tokens) == 9:
-        return int(tokens[5])
-    return int(tokens[7]) if len(tokens) >= 11 else 0
+@dataclass
+class _Request:
+    """One pull request's answer so far: its stored messages (raw, or as nats-py's ``Msg`` without the hook),
+    and whether it is done (as many as asked for, or a status from the server)."""
+
+    wanted: int
+    raws: list[rawmsgs.Raw] = field(default_factory=list)
+    msgs: list[Msg] = field(default_factory=list)
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def count(self) -> int:
+        return len(self.raws) + len(self.msgs)
+
+    def events(self) -> list[Event]:
+        out = []
+        for m in self.msgs:
+            tokens = m.reply.split(".")
+            out.append(from_message(m.subject, m.headers, m.data, seq=rawmsgs.stream_seq(tokens),
+                                    stored=rawmsgs.stored_at(tokens)))
+        return out
 
 
-def _stored_at(reply: str) -> float:
-    """When the stream stored the message (epoch seconds), from the same reply subject: its second-to-last token
-    is the store time in nanoseconds (``…<sseq>.<cseq>.<timestamp>.<pending>``)."""
-    tokens = reply.split(".")
-    return int(tokens[-2]) / 1e9 if len(tokens) >= 9 else 0.0
+class _Inbox:
+    """Where a replay's pull requests are answered. A stored message comes with its ``$JS.ACK…`` reply subject;
+    what comes without one is the server's status ending a request (404 no messages, 408 request timeout, 409).
+    Messages go to the latest request in the order they arrive, which is stream order: one still arriving for a
+    request given up on (slower than a second) is counted with the next."""
+
+    def __init__(self) -> None:
+        self.current = _Request(0)
+
+    def start(self, wanted: int) -> _Request:
+        self.current = _Request(wanted)
+        return self.current
+
+    def collect_raw(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
+        current = self.current
+        if not reply:
+            current.answered.set()
+            return
+        current.raws.append((subject, reply, headers, data))
+        if len(current.raws) >= current.wanted:
+            current.answered.set()
+
+    async def collect_msg(self, msg: Msg) -> None:
+        current = self.current
+        if not msg.reply:
+            current.answered.set()
+            return
+        current.msgs.append(msg)
+        if len(current.msgs) >= current.wanted:
+            current.answered.set()
 
 
 async def follow(

@@ -341,8 +341,15 @@ class Client:
         self, *, run_id: str | None = None, since: dt.datetime | None = None, follow: bool = False
     ) -> AsyncIterator[Event]:
         subject = f"run.{await self._ws_filter(run_id)}.{token(run_id)}.>" if run_id else "run.>"
-        async for ev in self.replay(subject, since=since, follow=follow):
-            yield ev
+        if follow:
+            async for ev in self.replay(subject, since=since, follow=True):
+                yield ev
+            return
+        feed = replay.batches(self.bus, subject, since=since)  # the stored history: one generator between, not three
+        async with contextlib.aclosing(feed):
+            async for got in feed:
+                for ev in got:
+                    yield ev
 
     async def event_batches(
         self, *, run_id: str | None = None, since: dt.datetime | None = None, workspace: str | None = None
