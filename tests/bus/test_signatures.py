@@ -107,7 +107,7 @@ def test_the_table_names_who_may_publish_each_stage() -> None:
     assert not subject_matches("run.*.*.admission.>", "run.w.r.admission")
     assert publishers("run.w.r.policy.approved") == ["policy"]
     assert publishers("run.w.r.exec.cancelled") == ["admission-watcher", "renderer"]
-    assert publishers("backend.local.apply") == ["renderer"]
+    assert publishers("backend.local.apply") == ["dispatcher", "renderer"]  # the dispatcher sends runs' copies
     assert source_problem("run.w.r.policy.approved", "/svc/policy") is None
     assert source_problem("run.w.r.submit.requested", "/svc/anyone") is None  # signed instead
     assert source_problem("run.w.r.policy.approved", "/svc/client") == (
@@ -207,4 +207,5 @@ def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> Non
         "exec.failed": ["admission-watcher"], "exec.cancelled": ["admission-watcher", "renderer"],
         "recovery.retrying": ["recovery"], "recovery.gave_up": ["recovery"],
         "health.degraded": ["health-monitor"], "evidence.sealed": ["evidence"],
+        "dispatch.nominated": ["dispatcher"], "dispatch.chosen": ["dispatcher"], "dispatch.withdrawn": ["dispatcher"],
     }

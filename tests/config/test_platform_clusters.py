@@ -100,3 +100,19 @@ def test_the_apply_diff_names_an_added_and_a_changed_cluster() -> None:
     after = load_platform(THREE.replace("preference: 10", "preference: 5") + "  - {name: edge, backend: local}\n")
     assert diff(before, after) == [Change("cluster", "edge", "add"),
                                    Change("cluster", "cloud", "change", ("preference: 10 → 5",))]
+
+
+def test_dispatch_keys_act_only_where_they_mean_something() -> None:
+    incremental = load_platform(THREE + "dispatch: {mode: Incremental, incremental_step: 2, round_timeout: 90s}\n")
+    assert (incremental.dispatch.mode, incremental.dispatch.incremental_step,
+            incremental.dispatch.round_timeout) == ("Incremental", 2, 90.0)
+    assert load_platform(THREE).dispatch.mode == "AllAtOnce"
+    assert issues(THREE + "dispatch: {incremental_step: 2}\n") == [
+        ("dispatch.incremental_step", 22, "incremental_step has no effect with mode AllAtOnce (every cluster is "
+         "nominated at once)", "set mode: Incremental, or remove incremental_step")]
+    assert issues(BASE + "dispatch: {mode: Incremental}\n") == [
+        ("dispatch", 12, "dispatch has no effect without clusters",
+         "declare clusters: [{name: ..., backend: local}, ...], or remove dispatch")]
+    assert issues(BASE + "clusters:\n  - {name: dispatch, backend: local}\n") == [
+        ("clusters[0].name", 13, "'dispatch' is reserved: the renderer's requests to the dispatcher travel as "
+         "backend.dispatch.*", "choose another name")]

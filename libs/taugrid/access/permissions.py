@@ -73,6 +73,8 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("admission_watcher", ("admission-watcher", "admission-watcher-high"), ("bridge",),
                     why="translates watch events into run events"),
         ServiceRole("recovery", ("recovery",), why="the only source of retries"),
+        ServiceRole("dispatcher", ("dispatcher",), ("dispatch",),
+                    why="many clusters: sends a run's copies to the clusters nominated, withdraws the losers' (§13d)"),
         ServiceRole("evidence", ("evidence",), ("ledger",), "write", replays=("RUNS", "AUDIT", "LOGS"),
                     why="ledger, sealed bundles"),
         ServiceRole("health_monitor", ("health-monitor", "health-actuator"), ("node_state",),

@@ -20,6 +20,8 @@ idempotent (an existing stream is left as it is).
 from __future__ import annotations
 
 from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
     ExternalStream,
     RetentionPolicy,
     StorageType,
@@ -34,6 +36,7 @@ from taugrid.bus.errors import UNAVAILABLE, unavailable
 HUB_DOMAIN = "hub"
 SITE_IN = "SITE_IN"
 SITE_OUT = "SITE_OUT"
+DISPATCHER_DURABLE = "dispatcher"  # the dispatcher's durable on each hub site stream: the cluster's Workloads
 _DAY = 24 * 3600.0
 
 
@@ -84,8 +87,14 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
 
 async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) -> None:
     """On the hub: ``SITE_<CLUSTER>``, sourcing the site's ``SITE_OUT`` from its domain, each subject prefixed with
-    ``site.<cluster>.`` by the hub."""
+    ``site.<cluster>.`` by the hub, and the dispatcher's durable on its Workload changes."""
     await _add(hub, StreamConfig(
         name=hub_stream(cluster), retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
         sources=[StreamSource(name=SITE_OUT, external=ExternalStream(api=api_prefix(cluster)),
                               subject_transforms=[SubjectTransform(src=">", dest=hub_subject(cluster))])]))
+    try:
+        await hub.js.add_consumer(hub_stream(cluster), ConsumerConfig(
+            durable_name=DISPATCHER_DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0, max_deliver=20,
+            max_ack_pending=2000, filter_subject=hub_subject(cluster, "k8s.*.Workload.>")))
+    except UNAVAILABLE as exc:
+        raise unavailable(f"creating the dispatcher's durable on {hub_stream(cluster)}", exc) from exc

@@ -66,6 +66,7 @@ KV_BUCKETS = {
     "submissions": 1,
     "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
     "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
+    "dispatch": 1,  # dispatcher: per run attempt, the clusters nominated and the one chosen (written once, CAS)
     "service_keys": 1,  # each service's public nkey, written by the bootstrap identity only (bus/authors.py)
 }
 OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only
@@ -110,6 +111,8 @@ CONSUMERS = {
         ConsumerSpec("health-monitor", "NODES", ["node.*.sample"]),
         # exactly three tokens: a high-lane run's apply (backend.local.apply.high) goes to local-cluster-high
         ConsumerSpec("local-cluster", "BACKEND", ["backend.local.*"], max_deliver=20),
+        # the renderer's requests when the platform names clusters (TAU_CLUSTER=dispatch), docs §13d
+        ConsumerSpec("dispatcher", "BACKEND", ["backend.dispatch.>"], max_deliver=20),
         ConsumerSpec("local-cluster-high", "BACKEND", [f"backend.local.*.{HIGH_LANE}"], max_deliver=20,
                      description="the high priority lane of the local cluster's applies"),
         ConsumerSpec("local-cluster-nodes", "NODES", ["node.*.cordon", "node.*.uncordon"],

@@ -21,13 +21,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from taugrid.config.fields import Strict
+from taugrid.config.fields import Duration, Strict
 from taugrid.config.source import suggest
 
 # A subject token and a JetStream domain (nats-server refuses '.', '*', '>' and spaces in a domain).
 ClusterName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
 
 Add = Callable[..., None]
+# The renderer's requests for the dispatcher travel as backend.dispatch.* (TAU_CLUSTER=dispatch): no cluster's name.
+DISPATCH = "dispatch"
 
 
 class Cluster(Strict):
@@ -42,6 +44,17 @@ class Cluster(Strict):
     cluster_queues: list[str] | None = Field(
         default=None, description="the ClusterQueues this cluster serves (a run of another queue is never "
         "nominated to it); absent: every ClusterQueue")
+
+
+class Dispatch(Strict):
+    """How runs are nominated to clusters (Kueue's MultiKueue dispatchers, ``core/dispatch.py``)."""
+
+    mode: Literal["AllAtOnce", "Incremental"] = Field(
+        default="AllAtOnce", description="AllAtOnce: every eligible cluster at once; Incremental: "
+        "incremental_step clusters per round, the next ones after round_timeout without an admission")
+    incremental_step: int = Field(default=3, ge=1, description="clusters added per Incremental round (Kueue's 3)")
+    round_timeout: Duration = Field(default=300.0, description="how long an Incremental round waits for an "
+                                    "admission before the next clusters are nominated (Kueue's 5 minutes)")
 
 
 def serves(cluster: Cluster, cluster_queue: str) -> bool:
@@ -59,12 +72,24 @@ def eligible(clusters: list[Cluster], cluster_queue: str) -> list[str]:
     return [c.name for c in in_preference_order(clusters) if serves(c, cluster_queue)]
 
 
-def check_clusters(clusters: list[Cluster], queues: list[str], add: Add) -> None:
-    """Names unique, every named ClusterQueue one of ``queues`` (the platform's), every one of them served."""
+def check_clusters(clusters: list[Cluster], queues: list[str], add: Add, dispatch: Dispatch | None = None) -> None:
+    """Names unique, every named ClusterQueue one of ``queues`` (the platform's), every one of them served; the
+    ``dispatch`` keys only where they act (with clusters; the Incremental ones with that mode)."""
+    written = dispatch.model_fields_set if dispatch is not None else set()
     if not clusters:
+        if written:
+            add(("dispatch",), "dispatch has no effect without clusters",
+                "declare clusters: [{name: ..., backend: local}, ...], or remove dispatch")
         return
+    if dispatch is not None and dispatch.mode == "AllAtOnce":
+        for name in sorted(written & {"incremental_step", "round_timeout"}):
+            add(("dispatch", name), f"{name} has no effect with mode AllAtOnce (every cluster is nominated at once)",
+                f"set mode: Incremental, or remove {name}")
     seen: set[str] = set()
     for i, cluster in enumerate(clusters):
+        if cluster.name == DISPATCH:
+            add(("clusters", i, "name"), f"{DISPATCH!r} is reserved: the renderer's requests to the dispatcher "
+                f"travel as backend.{DISPATCH}.*", "choose another name")
         if cluster.name in seen:
             add(("clusters", i, "name"), f"duplicate cluster name {cluster.name!r}",
                 "give each cluster a distinct name")

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import Field
 
-from taugrid.config.clusters import Cluster
+from taugrid.config.clusters import Cluster, Dispatch
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, Department
 from taugrid.config.fields import CpuQuantity, Duration, MemoryQuantity, Strict, Text
 from taugrid.config.podsready import WaitForPodsReady
@@ -291,6 +291,7 @@ class Platform(Strict):
     clusters: list[Cluster] = Field(default_factory=list,
                                     description="the sites runs are dispatched to (taugrid.config.clusters); none: "
                                     "the stack's own backend is the one cluster")
+    dispatch: Dispatch = Field(default_factory=Dispatch, description="how runs are nominated to the clusters")
 
     def all_cohorts(self) -> list[Cohort]:
         """The cohorts written plus those the departments imply (the implicit root, then one per department)."""

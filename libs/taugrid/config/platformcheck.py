@@ -49,7 +49,7 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     _workspaces(platform, add)
     _people(platform, add)
     check_topologies(platform, add)
-    check_clusters(platform.clusters, [q.name for q in platform.all_cluster_queues()], add)
+    check_clusters(platform.clusters, [q.name for q in platform.all_cluster_queues()], add, platform.dispatch)
     return issues
 
 

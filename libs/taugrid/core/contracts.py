@@ -355,6 +355,15 @@ class HealthDegraded(Struct, frozen=True):
     message: str = ""
 
 
+class DispatchStep(Struct, frozen=True):
+    """A dispatcher step for a run's attempt (``dispatch.nominated`` / ``chosen`` / ``withdrawn``, core/dispatch.py):
+    the clusters it concerns (nominated, the one chosen, those withdrawn), the nomination mode and why."""
+
+    clusters: list[str]
+    mode: str
+    reason: str
+
+
 class EvidenceSealed(Struct, frozen=True):
     attempt: int
     terminal_state: str

@@ -44,6 +44,10 @@ RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
     "recovery.gave_up": c.RecoveryGaveUp,
     "health.degraded": c.HealthDegraded,
     "evidence.sealed": c.EvidenceSealed,
+    # the dispatcher across clusters (docs §13d): where a run's copies went, which cluster won, what was withdrawn
+    "dispatch.nominated": c.DispatchStep,
+    "dispatch.chosen": c.DispatchStep,
+    "dispatch.withdrawn": c.DispatchStep,
 }
 
 # Events after which a run never changes state again (evidence.sealed follows them).

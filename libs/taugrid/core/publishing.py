@@ -24,6 +24,8 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
     "admission-watcher": ("run.*.*.admission.>", "run.*.*.exec.>"),
     "recovery": ("run.*.*.recovery.retrying", "run.*.*.recovery.gave_up"),
     "evidence": ("run.*.*.evidence.sealed",),
+    # nominations and withdrawals go to the clusters as backend requests; a site's reports never come from it
+    "dispatcher": ("run.*.*.dispatch.>", "backend.>"),
     "health-monitor": ("run.*.*.health.degraded", "node.*.condition.>", "node.*.cordon", "node.*.uncordon",
                        "node.*.repair"),
     "node-agent": ("node.*.sample", "node.*.validation", "node.*.repair"),

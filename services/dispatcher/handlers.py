@@ -1,0 +1,200 @@
+"""Fan a run's request out to the clusters nominated for it; the first cluster to admit it wins.
+
+Idempotency: the dispatch record of a run attempt is created once and changed only by compare-and-set, and is
+written before anything it decides is published; every publish has a deterministic id (a copy's request
+``<run>.<attempt>.apply.<cluster>``, a withdrawal ``….delete.<cluster>``, an event ``<run>.<attempt>.dispatch.<step>``
+with the nomination's size for ``nominated``), so a redelivery or a crash between the write and the publishes only
+publishes the same messages again, which the streams drop as duplicates.
+
+Trust: a report's cluster is the hub stream it was read from (``reports_of(cluster)``, bound per stream), never a
+token or field inside the report; a cluster that was not nominated for the run cannot claim it
+(``core.dispatch.on_admitted`` refuses it), and the chosen cluster is written once (the KV revision check).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from taugrid.bus import kv
+from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import Event
+from taugrid.config.clusters import eligible
+from taugrid.config.platform import Platform
+from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, WatchEvent
+from taugrid.core.dispatch import nominate, on_admitted, withdrawals
+from taugrid.core.errors import PermanentError
+from taugrid.core.events import HIGH_LANE, backend_subject, run_subject
+from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
+
+log = logging.getLogger("taugrid.dispatcher")
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RUN_LABEL = "taugrid.io/run-id"
+ATTEMPT_LABEL = "taugrid.io/attempt"
+_WORKLOAD_KINDS = ("Job", "RayJob")  # what a withdrawal deletes (their Workloads and pods go with them)
+
+
+def cluster_queue_of(platform: Platform, manifests: list[dict[str, Any]]) -> str:
+    """The ClusterQueue a rendered run goes through: its workload's LocalQueue (Kueue's queue-name label) in its
+    namespace, as the platform maps it."""
+    for m in manifests:
+        meta = m.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if m.get("kind") in _WORKLOAD_KINDS and name:
+            queue = platform.local_queue(name, str(meta.get("namespace") or "default"))
+            if queue is None:
+                raise PermanentError(f"local queue {meta.get('namespace')}/{name} is not in the platform")
+            return queue.cluster_queue
+    raise PermanentError("the rendered run has no Job or RayJob with a kueue.x-k8s.io/queue-name label")
+
+
+def admitted(workload: dict[str, Any]) -> bool:
+    """Whether a Workload holds quota in its cluster (Kueue's QuotaReserved, or Admitted, is True)."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c.get("type") in ("QuotaReserved", "Admitted") and c.get("status") == "True" for c in conditions)
+
+
+class Dispatcher:
+    def __init__(self, bus: Bus, platform: Callable[[], Awaitable[Platform]], *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.bus, self.platform, self.clock = bus, platform, clock
+
+    # --- the renderer's requests (backend.dispatch.apply|delete) ---
+
+    async def on_request(self, ev: Event) -> None:
+        verb = ev.nats_subject.split(".")[2:3]  # backend.dispatch.<verb>[.high]
+        if verb == ["apply"]:
+            await self._apply(ev.payload(BackendApply))
+        elif verb == ["delete"]:
+            await self._delete(ev.payload(BackendDelete))
+
+    async def _apply(self, req: BackendApply) -> None:
+        platform = await self.platform()
+        rec, revision = await kv.load(self.bus, BUCKET, key(req.run_id, req.attempt), DispatchRecord)
+        if rec is None:
+            queue = cluster_queue_of(platform, req.manifests)
+            d = platform.dispatch
+            step = nominate(eligible(platform.clusters, queue), [], mode=d.mode, now=self.clock(),
+                            step=d.incremental_step, round_timeout=d.round_timeout)
+            rec = DispatchRecord(apply=req, cluster_queue=queue, mode=d.mode, nominated=list(step.clusters),
+                                 round_started=step.round_started)
+            await kv.save(self.bus, BUCKET, key(req.run_id, req.attempt), rec, revision=revision)
+            await self._send(rec, step.reason)
+        elif not rec.chosen and not rec.deleted:  # a redelivery: the same copies and event, dropped as repeats
+            await self._send(rec, f"{rec.mode}: nominated {', '.join(rec.nominated)}")
+
+    async def _send(self, rec: DispatchRecord, reason: str) -> None:
+        req = rec.apply
+        for cluster in rec.nominated:
+            subject = backend_subject(cluster, "apply") + (f".{HIGH_LANE}" if req.lane == HIGH_LANE else "")
+            await self.bus.publish(subject, req, event_type="apply", ce_subject=req.run_id,
+                                   msg_id=f"{req.run_id}.{req.attempt}.apply.{cluster}", workspace=req.workspace,
+                                   attempt=req.attempt, family="backend")
+        await self._event(rec, "dispatch.nominated", rec.nominated, reason, suffix=str(len(rec.nominated)))
+
+    async def _delete(self, req: BackendDelete) -> None:
+        k = key(req.run_id, req.attempt)
+        rec, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if rec is None:
+            return  # never dispatched: nothing went to any cluster
+        if not rec.deleted:
+            rec = msgspec.structs.replace(rec, deleted=True)
+            await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        for cluster in rec.nominated:
+            await self._withdraw(rec, cluster, req.reason or "the run was taken back")
+
+    # --- each cluster's reports, read from its hub stream ---
+
+    def reports_of(self, cluster: str) -> Callable[[Event], Awaitable[None]]:
+        """The handler for the hub stream of ``cluster``: every report it passes on is that cluster's."""
+
+        async def handle(ev: Event) -> None:
+            await self.on_report(cluster, ev.payload(WatchEvent))
+
+        return handle
+
+    async def on_report(self, cluster: str, change: WatchEvent) -> None:
+        obj = change.object
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if obj.get("kind") != "Workload" or change.type == "DELETED" or not admitted(obj):
+            return
+        run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
+        if not run_id or not attempt.isdigit():
+            return
+        k = key(run_id, int(attempt))
+        rec, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if rec is None:
+            log.warning("cluster %s admitted %s attempt %s, which was never dispatched: ignored", cluster, run_id,
+                        attempt)
+            return
+        if rec.deleted:  # taken back: every copy was withdrawn, this one too (the same request again, a repeat)
+            if cluster in rec.nominated:
+                await self._withdraw(rec, cluster, "the run was taken back")
+            return
+        decision = on_admitted(cluster, rec.nominated, rec.chosen or None)
+        if decision.verdict == "refuse":
+            log.warning("%s: %s", run_id, decision.reason)
+            return
+        if decision.verdict == "withdraw":
+            await self._withdraw(rec, cluster, decision.reason)
+            return
+        if decision.verdict == "claim":
+            rec = msgspec.structs.replace(rec, chosen=cluster)
+            # written once: a concurrent claim makes this a Conflict, redelivered, and then read as withdraw/won
+            await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        await self._event(rec, "dispatch.chosen", [cluster], decision.reason if decision.verdict == "claim"
+                          else f"{cluster} admitted it first")
+        for other in withdrawals(cluster, rec.nominated):
+            await self._withdraw(rec, other, f"{cluster} admitted it first")
+
+    async def _withdraw(self, rec: DispatchRecord, cluster: str, reason: str) -> None:
+        req = rec.apply
+        for m in req.manifests:
+            if m.get("kind") not in _WORKLOAD_KINDS:
+                continue
+            meta = m.get("metadata") or {}
+            delete = BackendDelete(run_id=req.run_id, workspace=req.workspace, attempt=req.attempt,
+                                   kind=str(m["kind"]), namespace=str(meta.get("namespace") or "default"),
+                                   name=str(meta.get("name")), reason=reason)
+            await self.bus.publish(backend_subject(cluster, "delete"), delete, event_type="delete",
+                                   ce_subject=req.run_id, msg_id=f"{req.run_id}.{req.attempt}.delete.{cluster}",
+                                   workspace=req.workspace, attempt=req.attempt, family="backend")
+        await self._event(rec, "dispatch.withdrawn", [cluster], reason, suffix=cluster)
+
+    # --- Incremental rounds ---
+
+    async def next_rounds(self) -> None:
+        """Every undecided Incremental dispatch whose round has run out gets its next clusters."""
+        platform = await self.platform()
+        for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
+            if rec.mode == "Incremental" and not rec.chosen and not rec.deleted:
+                await self._next_round(platform, rec)
+
+    async def _next_round(self, platform: Platform, rec: DispatchRecord) -> None:
+        d = platform.dispatch
+        step = nominate(eligible(platform.clusters, rec.cluster_queue), rec.nominated, mode="Incremental",
+                        now=self.clock(), round_started=rec.round_started, step=d.incremental_step,
+                        round_timeout=d.round_timeout)
+        if not step.added:
+            return
+        k = key(rec.apply.run_id, rec.apply.attempt)
+        current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if current != rec:
+            return  # decided or advanced meanwhile (a report, another replica): the next tick reads it again
+        rec = msgspec.structs.replace(rec, nominated=list(step.clusters), round_started=step.round_started)
+        await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        await self._send(rec, step.reason)
+
+    async def _event(self, rec: DispatchRecord, event_type: str, clusters: list[str], reason: str, *,
+                     suffix: str = "") -> None:
+        req = rec.apply
+        await self.bus.publish(run_subject(req.workspace, req.run_id, event_type),
+                               DispatchStep(clusters=clusters, mode=rec.mode, reason=reason), event_type=event_type,
+                               ce_subject=req.run_id,
+                               msg_id=f"{req.run_id}.{req.attempt}.{event_type}" + (f".{suffix}" if suffix else ""),
+                               workspace=req.workspace, attempt=req.attempt)

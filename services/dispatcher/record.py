@@ -1,0 +1,25 @@
+"""What the dispatcher keeps per run attempt, in the ``dispatch`` KV bucket under ``run.<run>.a<attempt>``: the
+request it fans out (so a later Incremental round can send it on), the clusters nominated, when the round began,
+and the chosen cluster, written once."""
+
+from __future__ import annotations
+
+import msgspec
+
+from taugrid.core.contracts import BackendApply
+
+BUCKET = "dispatch"
+
+
+class DispatchRecord(msgspec.Struct, frozen=True):
+    apply: BackendApply
+    cluster_queue: str
+    mode: str
+    nominated: list[str]
+    round_started: float
+    chosen: str = ""
+    deleted: bool = False  # the renderer took the run back: every copy withdrawn, nothing more nominated
+
+
+def key(run_id: str, attempt: int) -> str:
+    return f"run.{run_id}.a{attempt}"
