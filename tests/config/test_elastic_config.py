@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from taugrid.config.elastic import elastic_bounds
+from taugrid.config.launch import ELASTIC_MAX_RESTARTS, build_command
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.errors import ConfigError
 
@@ -68,3 +69,12 @@ def test_only_resizable_launchers() -> None:
     python = TORCHRUN.replace("launcher: torchrun", "launcher: python").format(elastic="{min: 1, max: 2}", nodes=1)
     assert [(f, x) for f, _, _, x in issues(python)] == [
         ("policy.mode", "set execution.launcher: torchrun, or use engine: ray")]
+
+
+def test_torchrun_of_an_elastic_run_takes_a_node_range_and_a_c10d_rendezvous() -> None:
+    cfg = TauConfig.model_validate(yaml.safe_load(TORCHRUN.format(elastic="{min: 2, max: 4}", nodes=3)))
+    launcher, command, nproc = build_command(cfg, 0, lambda *a: None)
+    assert (launcher, nproc) == ("torchrun", 1)
+    assert command == ["python3", "-m", "torch.distributed.run", "--nnodes=2:4", "--nproc_per_node=1",
+                       f"--max-restarts={ELASTIC_MAX_RESTARTS}", "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "train.py"]

@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from taugrid.config.elastic import elastic_bounds
 from taugrid.config.taujob import TauConfig
 
 Add = Callable[..., None]
@@ -26,6 +27,18 @@ def _flags(configs: dict[str, Any]) -> list[str]:
         elif value is not False and value is not None:
             out.append(f"--{key}={value if isinstance(value, (str, int, float)) else json.dumps(value)}")
     return out
+
+
+# Restarts of the worker group torchrun allows: a node leaving (an elastic shrink) costs one, a node joining none.
+ELASTIC_MAX_RESTARTS = 100
+
+
+def elastic_torchrun(low: int, high: int, nproc: int, endpoint: str) -> list[str]:
+    """torchrun flags of an elastic run: ``--nnodes=MIN:MAX`` with a c10d rendezvous at ``endpoint`` (pod 0's,
+    which an elastic shrink never removes); a membership change restarts every worker at the new world size,
+    and the script resumes from its last checkpoint."""
+    return [f"--nnodes={low}:{high}", f"--nproc_per_node={nproc}", f"--max-restarts={ELASTIC_MAX_RESTARTS}",
+            "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}"]
 
 
 def build_command(cfg: TauConfig, gpu: int, add: Add) -> tuple[str, list[str], int]:
@@ -52,7 +65,10 @@ def build_command(cfg: TauConfig, gpu: int, add: Add) -> tuple[str, list[str], i
                 f"set processes_per_node to {gpu} or fewer",
             )
         head = ["python3", "-m", "torch.distributed.run"]
-        if ex.nodes == 1:
+        bounds = elastic_bounds(cfg)
+        if bounds is not None:  # torchrun's elastic mode: ranks come from the c10d rendezvous, not the index
+            head += elastic_torchrun(bounds[0], bounds[1], nproc, "$(MASTER_ADDR):$(MASTER_PORT)")
+        elif ex.nodes == 1:
             head += ["--standalone", f"--nproc_per_node={nproc}"]
         else:  # the renderer sets MASTER_ADDR/MASTER_PORT and the Indexed Job's completion index
             head += [

@@ -19,6 +19,7 @@ import math
 import posixpath
 
 from taugrid.config.departments import KAI_QUEUE_LABEL
+from taugrid.config.elastic import elastic_bounds
 from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_fit, topology_level
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
@@ -153,6 +154,10 @@ def resolve_run(
         resources=requests,
         limits=limits,
         nodes=cfg.execution.nodes if cfg.engine == "job" else 1,
+        elastic_min=_elastic_fields(cfg)[0],
+        elastic_max=_elastic_fields(cfg)[1],
+        elastic_step=_elastic_fields(cfg)[2],
+        elastic_cooldown_s=_elastic_fields(cfg)[3],
         processes_per_node=nproc,
         workers=pods if cfg.engine == "ray" else 0,
         gpus_per_worker=requests.gpu if cfg.engine == "ray" else 0,
@@ -604,3 +609,12 @@ def _deadline(cfg: TauConfig, ws: Workspace, issues: _Issues) -> int | None:
         )
     chosen = asked if asked is not None else cap
     return math.ceil(chosen) if chosen is not None else None
+
+
+def _elastic_fields(cfg: TauConfig) -> tuple[int, int, int, float]:
+    """``policy.mode: elastic``'s (min, max, step, cooldown) for the renderers and the local backend; zeros (the
+    defaults of ``ResolvedRun``) for a fixed run."""
+    bounds = elastic_bounds(cfg)
+    if bounds is None or cfg.policy.elastic is None:
+        return 0, 0, 1, 60.0
+    return bounds[0], bounds[1], cfg.policy.elastic.step, cfg.policy.elastic.cooldown

@@ -123,6 +123,11 @@ class ResolvedRun(Struct, frozen=True):
     topology_unconstrained: bool = False  # policy.topology_policy: unconstrained (no level; placed by free capacity)
     topology_slice_level: str = ""  # policy.topology_slice.level: each slice of the pod set stays within one
     topology_slice_size: int = 0  # policy.topology_slice.size: pods per slice (0: no slices)
+    # policy.mode: elastic with policy.elastic: the resizable size range (torchrun nodes, Ray workers); 0 = fixed.
+    elastic_min: int = 0
+    elastic_max: int = 0
+    elastic_step: int = 1
+    elastic_cooldown_s: float = 60.0
     devices: dict[str, int] = msgspec.field(default_factory=dict)  # runtime.devices: extra extended resources
     shm_size: int = 0  # runtime.shm_size: bytes of in-memory /dev/shm (0 = the renderer's choice)
     labels: dict[str, str] = msgspec.field(default_factory=dict)  # policy.team / policy.lane as taugrid.io/ labels

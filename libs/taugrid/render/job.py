@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from taugrid.config.launch import elastic_torchrun
 from taugrid.core.contracts import ResolvedRun
 from taugrid.core.errors import PermanentError
 from taugrid.render.common import (
@@ -37,6 +38,7 @@ from taugrid.render.common import (
 from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source
 
 RDZV_PORT = 29500
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's per-job opt-in (ElasticJobsViaWorkloadSlices, beta in v0.18)
 HEADLESS_SUFFIX = "-headless"
 # Service names are DNS labels (≤ 63) and carry the suffix; index hostnames add "-<index>" to the Job name.
 MULTI_NODE_NAME_MAX = 63 - len(HEADLESS_SUFFIX)
@@ -55,7 +57,7 @@ def render_job(
     """Manifests for one attempt: ``[Job]`` or, for ``nodes > 1``, ``[Service, Job]`` (Service first so
     the rendezvous host resolves as soon as pod 0 starts). ``exclude_nodes`` become a required node
     anti-affinity on the pod template; every pod fetches the run's source snapshot (``render/source.py``)."""
-    multi_node = run.nodes > 1
+    multi_node = run.nodes > 1 or run.elastic_max > 0
     if multi_node and run.launcher != "torchrun":
         raise PermanentError(
             f"execution.nodes={run.nodes} needs `execution.launcher: torchrun` (got {run.launcher!r})"
@@ -73,7 +75,14 @@ def render_job(
     }
     if run.active_deadline_s is not None:
         spec["activeDeadlineSeconds"] = run.active_deadline_s
-    if multi_node:
+    if run.elastic_max:
+        # Kueue's elastic Job: parallelism is the size (a change is a scale-up slice or an in-place scale-down);
+        # completions allow up to the maximum, and the Job succeeds when pod 0 (torchrun's rendezvous host, which
+        # a shrink never removes) does, so indexes never run again on their own after training ends.
+        job_annotations[ELASTIC_JOB] = "true"
+        spec.update(completionMode="Indexed", completions=run.elastic_max, parallelism=run.nodes,
+                    successPolicy={"rules": [{"succeededIndexes": "0"}]})
+    elif multi_node:
         spec.update(completionMode="Indexed", completions=run.nodes, parallelism=run.nodes)
     else:
         spec.update(completions=1, parallelism=1)
@@ -106,6 +115,13 @@ def render_job(
 
 def job_command(run: ResolvedRun, *, name: str) -> list[str]:
     """The container command. Single-node shapes arrive precomputed in ``run.command``."""
+    if run.elastic_max:
+        if not run.entrypoint:
+            raise PermanentError("elastic torchrun needs an `entrypoint` (a .py script)")
+        return ["python3", "-m", "torch.distributed.run",
+                *elastic_torchrun(run.elastic_min, run.elastic_max, run.processes_per_node,
+                                  f"{name}-0.{name}{HEADLESS_SUFFIX}:{RDZV_PORT}"),
+                f"--rdzv_id={name}", run.entrypoint, *run.args]
     if run.nodes > 1:
         if not run.entrypoint:
             raise PermanentError("multi-node torchrun needs an `entrypoint` (a .py script)")

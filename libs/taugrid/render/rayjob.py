@@ -36,6 +36,7 @@ from taugrid.render.common import (
     template_annotations,
     tolerations,
 )
+from taugrid.render.job import ELASTIC_JOB
 from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source, needs_fetch, source_layout
 
 RAYJOB_NAME_MAX = 47
@@ -88,6 +89,9 @@ def render_rayjob(
     spec["rayClusterSpec"] = _cluster_spec(
         run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes, settings=settings
     )
+    if run.elastic_max:  # Kueue's elastic RayJob: the opt-in annotation and KubeRay's in-tree autoscaler
+        annotations = {**annotations, ELASTIC_JOB: "true"}
+        spec["rayClusterSpec"]["enableInTreeAutoscaling"] = True
     return [
         {
             "apiVersion": "ray.io/v1",
@@ -172,8 +176,10 @@ def _cluster_spec(
             {
                 "groupName": WORKER_GROUP,
                 "replicas": run.workers,
-                "minReplicas": run.workers,
-                "maxReplicas": run.workers,
+                # An elastic run: KubeRay's autoscaler moves the group between the bounds, Kueue admits each
+                # scale-up as a workload slice; else min = max, so KubeRay never resizes what Kueue admitted.
+                "minReplicas": run.elastic_min or run.workers,
+                "maxReplicas": run.elastic_max or run.workers,
                 "rayStartParams": {},
                 "template": _template(run, attempt, worker_pod),
             }
