@@ -94,3 +94,16 @@ def test_the_first_nominated_cluster_to_admit_wins_and_the_others_are_withdrawn(
     # a cluster never nominated cannot claim the run, whatever it reports
     assert on_admitted("x", nominated, None) == Admission(
         "refuse", "cluster x was not nominated for this run (nominated: a, b, c)")
+
+
+def test_the_run_record_keeps_where_its_attempt_went_and_tau_status_says_why() -> None:
+    from taugrid.cli.views import phase_tree
+    from taugrid.core import states
+
+    r = states.RunRecord(run_id="r", workspace="ws", state="applied", attempt=2, created=1.0)
+    chosen = {"clusters": ["onprem-c"], "mode": "AllAtOnce", "reason": "onprem-c admitted it first"}
+    assert not states.apply(r, "dispatch.chosen", 1, chosen, 2.0)  # an older attempt's choice
+    assert states.apply(r, "dispatch.chosen", 2, chosen, 3.0)
+    assert (r.cluster, r.cluster_reason, r.state) == ("onprem-c", "onprem-c admitted it first", "applied")
+    assert not states.apply(r, "dispatch.nominated", 2, {"clusters": ["a"], "mode": "AllAtOnce", "reason": ""}, 4.0)
+    assert "  cluster: onprem-c (onprem-c admitted it first)" in phase_tree(r).splitlines()

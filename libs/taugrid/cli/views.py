@@ -57,6 +57,8 @@ def phase_tree(record: RunRecord) -> str:
         lines.append(f"  {color(mark, fg)} {_LABEL.get(name, name):<16} {took:>7}  {detail}".rstrip())
         if p and p.hint:
             lines.append(f"      tip: {p.hint}")
+    if record.cluster:
+        lines.append(f"  cluster: {record.cluster}" + (f" ({record.cluster_reason})" if record.cluster_reason else ""))
     lines += pod_lines(record)
     lines += topology_lines(record)
     if record.state == "queued" and record.position is not None:

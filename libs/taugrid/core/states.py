@@ -81,6 +81,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     node: str = ""
     queue: str = ""
     cluster_queue: str = ""
+    cluster: str = ""  # many clusters (docs §13d): the cluster that admitted the attempt first, from dispatch.chosen
+    cluster_reason: str = ""
     position: int | None = None
     cancel_requested: bool = False
     cancelled_by: str = ""  # the verified canceller, from cancel.accepted
@@ -158,6 +160,12 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
             and data.get("environment")):
         # The job said running first; its pod adds what the process runs with.
         record.environment = {str(k): str(v) for k, v in data["environment"].items()}
+        record.updated = at
+        return True
+    if event_type == "dispatch.chosen":  # where the run went; the state moves with the admission watcher's events
+        if record.state in TERMINAL or attempt != record.attempt or not data.get("clusters"):
+            return False
+        record.cluster, record.cluster_reason = str(data["clusters"][0]), str(data.get("reason") or "")
         record.updated = at
         return True
     if not allowed(record, event_type, attempt):
