@@ -49,6 +49,8 @@ def test_a_sealed_run_is_verified_and_exported_from_the_archive(archived: tuple[
             break
         time.sleep(0.1)
 
+    human = stack.tau("verify", run_id, check=True).stdout.splitlines()
+    assert human[1] == f"  bundle read from the evidence archive, directory {archive} (the bus keeps its digest)"
     report = stack.json("verify", run_id)
     assert (report["ok"], report["problems"], report["archive"]) == (True, [], f"directory {archive}")
     saved = tmp_path / "bundle.json"

@@ -108,6 +108,8 @@ async def verify(run_id: str, anchor_path: Path | None, anchor_key: str | None, 
             f"{run_id}: {'verified' if report.ok else 'NOT verified'} ({report.entries} entries, "
             f"digest {report.digest})"
         )
+        if report.archive:
+            click.echo(f"  bundle read from the evidence archive, {report.archive} (the bus keeps its digest)")
         if report.user or report.signer:
             click.echo(f"  submitted by {report.user or '(unverified)'}, signed by {report.signer or '(nobody)'}")
         acc = report.accounting
