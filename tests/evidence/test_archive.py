@@ -23,7 +23,7 @@ from taugrid.bus.platformstore import put_text
 from taugrid.bus.replay import replay
 from taugrid.config.retention import Archive, S3Location
 from taugrid.core import contracts as c
-from taugrid.core.errors import PermissionDenied, TemporaryError
+from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.evidence import archive, store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
 from taugrid.evidence.verify import verify_run
@@ -161,3 +161,15 @@ async def test_only_the_evidence_service_may_delete_an_evidence_object(secure_na
     finally:
         await evidence.close()
         await alice.close()
+
+
+def test_a_directory_archive_is_write_once(tmp_path: Path) -> None:
+    store = archive.DirectoryStore(str(tmp_path / "a"))
+    store.put("runs/r1/bundle.json", b"sealed")
+    store.put("runs/r1/bundle.json", b"sealed")  # the same bytes again (a retried move): nothing to do
+    with pytest.raises(archive.ArchiveConflict, match="never overwritten"):
+        store.put("runs/r1/bundle.json", b"forged")
+    assert store.get("runs/r1/bundle.json") == b"sealed" and store.get("runs/r2/bundle.json") is None
+    assert sorted(p.name for p in (tmp_path / "a" / "runs" / "r1").iterdir()) == ["bundle.json"]  # no temp left
+    with pytest.raises(PermanentError, match="cannot be archived"):
+        store.put("runs/../../etc/bundle.json", b"x")

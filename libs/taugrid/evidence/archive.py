@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import stat
 import weakref
 from pathlib import Path
@@ -87,20 +88,26 @@ class DirectoryStore:
     def put(self, name: str, data: bytes) -> None:
         root = self._checked_root()
         path = root / _safe_name(name)
+        try:
+            self._put(path, data)
+        except FileExistsError:
+            if path.read_bytes() != data:
+                raise ArchiveConflict(f"{self.where}: {name} holds other bytes; it is never overwritten (the bus "
+                                      f"keeps its copy): look into who changed it") from None
+        except OSError as exc:  # a full disk, a folder made unwritable: the seal retries, the bus keeps its copy
+            raise TemporaryError(f"{self.where}: writing {name}: {exc}", delay=RETRY_S) from exc
+
+    @staticmethod
+    def _put(path: Path, data: bytes) -> None:
         path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{id(data):x}.tmp"
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o440)
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
-            try:
-                os.link(tmp, path)  # fails when the name exists: never replaced
-            except FileExistsError:
-                if path.read_bytes() != data:
-                    raise ArchiveConflict(f"{self.where}: {name} holds other bytes; it is never overwritten "
-                                          f"(the bus keeps its copy): look into who changed it") from None
+            os.link(tmp, path)  # FileExistsError when the name exists: never replaced
         finally:
             tmp.unlink(missing_ok=True)
 
