@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import logging
 
-from taugrid import settings
+from taugrid import backend
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.events import TERMINAL_EVENTS
 from taugrid.evidence import archive, store
-from taugrid.local.cleanup import remove_finished_pods
 
 log = logging.getLogger("taugrid.evidence")
 
@@ -45,11 +44,9 @@ class Evidence:
             return  # a redelivery, or a later terminal event of a run already sealed and announced
         ledger = sealed.ledger
         _, run_id = store.run_of(ev)
-        data_dir = settings.stack_data_dir()
-        if data_dir is not None:  # the embedded stack: what the pods left on disk is sealed now (outputs stay)
-            removed = remove_finished_pods(data_dir / "pods", run_id)
-            if removed:
-                log.info("removed pod directories of %s: %s", run_id, ", ".join(removed))
+        removed = backend.release_sealed(run_id)  # what the pods left on disk is sealed now (outputs stay)
+        if removed:
+            log.info("removed pod directories of %s: %s", run_id, ", ".join(removed))
         claim = ledger.seal
         assert claim is not None
         log.info("sealed %s (%s, attempt %s): %s", run_id, claim.type, claim.attempt, claim.digest)

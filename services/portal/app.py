@@ -171,7 +171,7 @@ def build(bus: Bus, *, portal_key: str) -> web.Application:
 
 async def _run_feed(client: Client, run_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """The run's console (``Client.console``: events and log lines interleaved, until sealed) as SSE messages."""
-    from taugrid.cli.views import event_detail
+    from taugrid.client.summaries import event_detail
 
     async for item in client.console(run_id):
         if isinstance(item, LogChunk):

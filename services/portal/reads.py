@@ -130,7 +130,7 @@ async def queues(bus: Bus, viewer: Viewer) -> dict[str, Any]:
 async def nodes(bus: Bus, viewer: Viewer) -> list[dict[str, Any]]:
     """``tau nodes``: each node's GPUs, verdict, failing conditions and cordon, with the viewer's runs on it."""
     from taugrid.bus import platformstore
-    from taugrid.cli.nodes_cmd import node_rows, pool_domains
+    from taugrid.client.summaries import node_rows, pool_domains
     from taugrid.health.wire import NodeState
 
     states = await kv.values(bus, "node_state", NodeState, prefix="node.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taugrid.cli.nodes_cmd import node_rows
+from taugrid.client.summaries import node_rows
 from taugrid.core.states import RunRecord
 from taugrid.health.wire import ConditionState, NodeState
 
@@ -32,7 +32,7 @@ def test_a_multi_node_run_is_on_each_of_its_pods_nodes() -> None:
 
 
 def test_a_local_pool_node_shows_its_topology_domain_from_the_platform() -> None:
-    from taugrid.cli.nodes_cmd import pool_domains
+    from taugrid.client.summaries import pool_domains
     from tests.local.test_tas_pool import RACK, TAS_PLATFORM
 
     domains = pool_domains(TAS_PLATFORM)

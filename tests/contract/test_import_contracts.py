@@ -39,3 +39,22 @@ def test_no_package_of_either_root_may_hold_an_import_circle() -> None:
     circles = _contracts()["no import circles"]
     assert circles["type"] == "acyclic_siblings"
     assert set(circles["ancestors"]) == {"taugrid", "taugrid_services"}  # type: ignore[arg-type]
+
+
+def test_no_service_imports_the_command_line() -> None:
+    cli = _contracts()["services never import the command line"]
+    assert (cli["type"], cli["source_modules"], cli["forbidden_modules"]) == (
+        "forbidden", ["taugrid_services"], ["taugrid.cli"])
+
+
+def test_every_service_but_the_local_clusters_own_is_kept_from_the_local_backend() -> None:
+    services = {f"taugrid_services.{d.name}" for d in (ROOT / "services").iterdir() if (d / "__main__.py").exists()}
+    local = _contracts()["the local backend only in its own service"]
+    assert (local["type"], local["forbidden_modules"]) == ("forbidden", ["taugrid.local"])
+    assert set(local["source_modules"]) == services - {"taugrid_services.local_cluster"}  # type: ignore[arg-type]
+
+
+def test_the_health_library_knows_no_backend() -> None:
+    health = _contracts()["health knows no backend"]
+    assert (health["source_modules"], health["forbidden_modules"]) == (["taugrid.health"], ["taugrid.local",
+                                                                                            "taugrid.kube"])

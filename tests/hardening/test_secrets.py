@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from taugrid import backend
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.errors import ConfigError
 from taugrid.local.cleanup import remove_finished_pods
@@ -101,3 +102,15 @@ def test_only_the_runs_finished_pod_directories_are_removed(tmp_path: Path) -> N
     _pod(tmp_path, "r-1-x-a1-pod", "r-1-x", done=True)  # another run whose id extends this one
     assert remove_finished_pods(tmp_path, "r-1") == ["r-1-a1-pod"]
     assert sorted(os.listdir(tmp_path)) == ["r-1-a2-pod", "r-1-x-a1-pod"]
+
+
+def test_the_backend_port_releases_a_sealed_runs_pods_on_the_embedded_stack_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evidence service asks the port (``backend.release_sealed``), not the local backend: with
+    ``TAU_DATA_DIR`` (the embedded stack) the run's finished pod directories go; without it nothing is touched."""
+    _pod(tmp_path / "pods", "r-1-a1-pod", "r-1", done=True)
+    monkeypatch.delenv("TAU_DATA_DIR", raising=False)
+    assert backend.release_sealed("r-1") == [] and (tmp_path / "pods" / "r-1-a1-pod").exists()
+    monkeypatch.setenv("TAU_DATA_DIR", str(tmp_path))
+    assert backend.release_sealed("r-1") == ["r-1-a1-pod"]
+    assert os.listdir(tmp_path / "pods") == []

@@ -53,7 +53,7 @@ class TopView:
             held.pop(key, None)  # a record this version cannot read is left out, not fatal
 
     def snapshot(self, *, now: float, finished: int) -> dict[str, Any]:
-        from taugrid.cli.nodes_cmd import node_rows
+        from taugrid.client.summaries import node_rows
 
         records = list(self.runs.values())
         live = sorted((r for r in records if r.state not in TERMINAL), key=lambda r: r.created)

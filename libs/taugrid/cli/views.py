@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from taugrid.cli.common import color
+from taugrid.client.summaries import event_detail
 from taugrid.core import nesting
 from taugrid.core.events import ce_type
 from taugrid.core.states import OPTIONAL_PHASES, PHASE_NAMES, RunRecord
@@ -133,28 +134,6 @@ def table(rows: list[list[str]], headers: list[str]) -> str:
     out = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
     out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(out)
-
-
-def event_detail(ev: Event) -> str:
-    try:
-        data = ev.as_dict()
-    except msgspec.DecodeError as exc:  # one hostile event must not end the listing: show it as what it is
-        return f"undecodable payload ({len(ev.data)} bytes): {exc}"
-    if ev.type == "exec.progress":  # where the pod is: its first phase not yet through, with the detail
-        ahead = [p for p in data.get("phases") or [] if p.get("status") not in ("done", "skipped")]
-        where = f"{ahead[0]['name']} {ahead[0]['status']} {ahead[0].get('detail', '')}" if ahead else "started"
-        return f"{data.get('pod') or 'raycluster'}: {where}".strip()
-    if ev.type == "recovery.retrying":  # decided at once; the backoff is a wait before the next attempt
-        delay = float(data.get("delay_s") or 0)
-        wait = f"; backoff: it starts in {delay:g}s" if delay > 0 else ""
-        return f"attempt {data.get('attempt')} after {data.get('reason') or data.get('classification')}{wait}"
-    if ev.type.endswith("rejected"):
-        reasons = data.get("reasons") or []
-        return "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]
-    for key in ("reason", "message", "node", "exit_code", "digest", "object_name", "cluster_queue"):
-        if data.get(key) not in (None, "", []):
-            return f"{key}={data[key]}"
-    return ""
 
 
 def event_line(ev: Event) -> str:

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from taugrid.core.contracts import GpuSample, NodeSample
+from taugrid.gpulib import nvml_library_missing
 from taugrid.health.kmsg import KmsgReader, pci_key
 from taugrid.health.probe import GpuReading, take_sample
-from taugrid.local.machine import nvml_library_missing
 
 log = logging.getLogger("taugrid.health.nvml")
 

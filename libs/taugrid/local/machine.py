@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
-import sys
 
 import psutil
 
 from taugrid import settings
+from taugrid.gpulib import nvml_library_missing
 from taugrid.settings import LocalSettings
 
 GPU = "nvidia.com/gpu"
-NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml itself loads on Linux
-
-
-def nvml_library_missing() -> str:
-    """Why NVML cannot work here ("" when its library loads): checked before ``import pynvml``, since that
-    module alone is about 17 MB resident (its ctypes structures), which a machine without the NVIDIA
-    driver, and so every service on it that asks, would carry for nothing."""
-    if not sys.platform.startswith("linux"):
-        return ""  # pynvml looks elsewhere (nvml.dll); let it say
-    try:
-        ctypes.CDLL(NVML_LIBRARY)
-    except OSError as exc:
-        return f"NVML Shared Library Not Found ({exc})"
-    return ""
 
 
 def declared_gpus(given: LocalSettings | None = None) -> tuple[int, int] | None:
