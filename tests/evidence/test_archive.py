@@ -24,10 +24,12 @@ from taugrid.bus.replay import replay
 from taugrid.config.retention import Archive, S3Location
 from taugrid.core import contracts as c
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
+from taugrid.core.states import RunRecord
 from taugrid.evidence import archive, store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
+from taugrid_services.portal import reads
 from tests.evidence.test_evidence_service import publish_run
 from tests.owners import acting_as, emit_as_owner
 from tests.secure_nats import SecureNats
@@ -79,6 +81,8 @@ async def test_directory_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_
     assert (report.problems, report.ok, report.digest, report.archive) == ([], True, digest, f"directory {root}")
     got = await store.read_bundle(bus, run, workspace=ws)  # tau evidence RUN, the portal
     assert got is not None and got[1]["run_id"] == run and got[1]["attempts"][0]["logs"]["object"] == log_object
+    page = await reads.evidence(bus, RunRecord(run_id=run, workspace=ws))  # the portal's evidence tab
+    assert (page["sealed"], page["verify"]["ok"], page["verify"]["archive"]) == (True, True, f"directory {root}")
 
     # one byte of the log changed in the archive
     log_file.chmod(0o640)
