@@ -4,6 +4,7 @@ with nodes (the new pods' placements, the removed pods' devices held)."""
 
 from __future__ import annotations
 
+import pytest
 from adm_build import cq, run_until_quiet
 
 from taugrid.core.admission import (
@@ -142,3 +143,53 @@ def test_with_nodes_growth_places_new_pods_and_a_shrink_holds_the_devices_until_
     assert admitted == ["x"]
     adm_x = engine.admission("x")
     assert adm_x is not None and adm_x.placements[0].gpus == removed.placements[0].gpus
+
+
+@pytest.mark.parametrize("seed", [25, 26, 27])
+def test_random_resizes_keep_the_ledger_equal_to_what_the_workloads_hold(seed: int) -> None:
+    """Random arrivals (elastic and fixed, mixed priorities), cycles, releases of removed pods and finishes on a
+    2-node pool: after every step each queue is charged exactly what its admitted workloads hold (held pods
+    included), never more than its quota, every admitted pod has a placement, and no GPU is given twice."""
+    import random
+
+    rng = random.Random(seed)
+    nodes = [Node(f"n{i}", gpus=tuple(GpuDevice(g) for g in range(4)), cpu=64, memory=512e9) for i in range(2)]
+    engine = Engine([cq("q", gpu=8, preemption=LOWER)], nodes=nodes)
+    held: set[str] = set()
+    for step in range(400):
+        now = float(step)
+        roll = rng.random()
+        if roll < 0.25:
+            name, prio = f"w{step}", rng.choice((0, 5, 10))
+            if rng.random() < 0.6:
+                hi = rng.randint(2, 5)
+                engine.submit(elastic(name, rng.randint(1, hi), lo=1, hi=hi, prio=prio, t=now,
+                                      cooldown=rng.choice((0, 3))), now)
+            else:
+                engine.submit(fixed(name, rng.randint(1, 3), prio=prio, t=now), now)
+        elif roll < 0.45 and held:
+            name = rng.choice(sorted(held))
+            held.discard(name)
+            if engine.is_admitted(name):
+                engine.release_removed(name)
+        elif roll < 0.55 and engine.admitted_names():
+            name = rng.choice(sorted(engine.admitted_names()))
+            held.discard(name)
+            engine.finish(name, now)
+        elif roll < 0.62:
+            shrinkable = [ws for ws in map(engine.states.get, engine.admitted_names()) if ws is not None
+                          and ws.workload.elastic is not None and ws.workload.pod_sets[0].count > 1]
+            if shrinkable:
+                ws = rng.choice(shrinkable)
+                engine.shrink(ws.workload.name, ws.workload.pod_sets[0].count - 1, now)
+                held.add(ws.workload.name)
+        else:
+            res = engine.cycle(now)
+            held |= {r.workload for r in res.resized if r.cause != R.GROWN}
+        admitted = [engine.states[n] for n in engine.admitted_names()]
+        total = sum(ws.usage.get(("default", GPU), 0) for ws in admitted)
+        assert engine.usage("q").get(("default", GPU), 0) == total <= 8000, step
+        devices = [(p.node, g) for ws in admitted for p in (*ws.placements, *ws.held_pods) for g in p.gpus]
+        assert len(devices) == len(set(devices)) == total // 1000, step
+        for ws in admitted:
+            assert len(ws.placements) == sum(ps.count for ps in ws.workload.pod_sets), (step, ws.workload.name)

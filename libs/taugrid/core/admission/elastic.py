@@ -22,7 +22,7 @@ Invariant: ``ws.usage`` is always what the tree is charged for the workload (hel
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -30,15 +30,32 @@ from taugrid.core.errors import PermanentError
 
 from . import results as R
 from .fairshare import drs
-from .model import Workload, from_units
+from .model import ResourceFlavor, Workload, from_units
 from .nominate import Mode
 from .queues import ADMITTED, PENDING, WState
 from .quota import FR, QNode
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .nominate import Assignment
+    from .placement import Cluster
     from .queues import CQQueue
+    from .quota import QuotaTree
     from .victims import Target
+
+
+class Engine(Protocol):
+    """What these functions use of ``engine.Engine`` (a protocol, so the engine can import this module)."""
+
+    states: dict[str, WState]
+    queues: dict[str, CQQueue]
+    tree: QuotaTree
+    cluster: Cluster | None
+    flavors: dict[str, ResourceFlavor]
+    fair_sharing: bool
+
+    def _requests(self, workload: Workload) -> list[dict[str, int]]: ...
+    def _nominate(self, ws: WState, q: CQQueue) -> Assignment: ...
+    def _capacity_event(self, q: CQQueue) -> None: ...
 
 
 def with_counts(w: Workload, counts: list[int], name: str | None = None) -> Workload:
