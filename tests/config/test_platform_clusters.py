@@ -116,3 +116,13 @@ def test_dispatch_keys_act_only_where_they_mean_something() -> None:
     assert issues(BASE + "clusters:\n  - {name: dispatch, backend: local}\n") == [
         ("clusters[0].name", 13, "'dispatch' is reserved: the renderer's requests to the dispatcher travel as "
          "backend.dispatch.*", "choose another name")]
+
+
+def test_a_platform_dumped_whole_loads_again() -> None:
+    """A platform written with every default (tau up's machine platform, a merged apply) is not refused for its
+    default dispatch block."""
+    import yaml
+
+    for text in (BASE, THREE):
+        dumped = yaml.safe_dump(load_platform(text).model_dump(mode="json"))
+        assert load_platform(dumped) == load_platform(text)

@@ -75,14 +75,18 @@ def eligible(clusters: list[Cluster], cluster_queue: str) -> list[str]:
 def check_clusters(clusters: list[Cluster], queues: list[str], add: Add, dispatch: Dispatch | None = None) -> None:
     """Names unique, every named ClusterQueue one of ``queues`` (the platform's), every one of them served; the
     ``dispatch`` keys only where they act (with clusters; the Incremental ones with that mode)."""
-    written = dispatch.model_fields_set if dispatch is not None else set()
+    # judged by value, not by the keys written: a platform dumped whole (tau up's machine platform, a merged
+    # apply) writes every default, and a default changes nothing anywhere
+    default = Dispatch()
     if not clusters:
-        if written:
+        if dispatch is not None and dispatch != default:
             add(("dispatch",), "dispatch has no effect without clusters",
                 "declare clusters: [{name: ..., backend: local}, ...], or remove dispatch")
         return
     if dispatch is not None and dispatch.mode == "AllAtOnce":
-        for name in sorted(written & {"incremental_step", "round_timeout"}):
+        for name in ("incremental_step", "round_timeout"):
+            if getattr(dispatch, name) == getattr(default, name):
+                continue
             add(("dispatch", name), f"{name} has no effect with mode AllAtOnce (every cluster is nominated at once)",
                 f"set mode: Incremental, or remove {name}")
     seen: set[str] = set()
