@@ -113,3 +113,37 @@ def test_container_engines_are_docker_then_podman_unless_the_machine_says_otherw
     assert isinstance(got, Ready) and got.warning == (
         f"runtime.image 'x:1' is ignored locally: container engines are switched off (TAU_CONTAINER_ENGINES is "
         f"empty); the run uses {FALLBACK}")
+
+
+def test_a_snapshot_prepared_once_is_ready_at_begin_for_its_next_pods(tmp_path: Path) -> None:
+    """Once per source digest and machine: the second pod of a snapshot needs no thread, probe or file read."""
+    work = tmp_path / "work"
+    make_wheel(work / "wheels")
+    (work / "requirements.txt").write_text("./wheels/tauprobe-1.0-py3-none-any.whl\n")
+    runtimes = PodRuntimes(tmp_path / "data", machine_pin="", fallback=FALLBACK)
+    source = "sources/" + "ab" * 32 + ".tar.gz"
+    runtimes.begin("a", work=work, request=RuntimeRequest(), source=source)
+    first = wait(runtimes, "a")
+    assert isinstance(first, Ready) and first.environment["env_cached"] == "false"
+    (work / "requirements.txt").unlink()  # not read again: the snapshot (its digest) decides what it asks for
+    runtimes.begin("b", work=work, request=RuntimeRequest(), source=source)
+    assert runtimes.poll("b") == Ready(python=first.python, environment={**first.environment, "env_cached": "true"})
+    # another request, or no snapshot, is prepared afresh (from what the folder now holds: no requirements)
+    runtimes.begin("c", work=work, request=RuntimeRequest(pip=("six",)), source="")
+    assert runtimes.poll("c") == Preparing("")
+    runtimes.begin("d", work=work, request=RuntimeRequest())
+    plain = wait(runtimes, "d")
+    assert isinstance(plain, Ready) and plain.python == FALLBACK
+
+
+def test_a_remembered_interpreter_that_is_gone_is_prepared_again_in_a_thread(tmp_path: Path) -> None:
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)
+    runtimes = PodRuntimes(tmp_path / "data", machine_pin=str(python), fallback=FALLBACK)
+    runtimes.begin("a", work=tmp_path, request=RuntimeRequest(), source="sources/x.tar.gz")
+    assert isinstance(first := wait(runtimes, "a"), Ready) and first.python == str(python)
+    python.unlink()
+    runtimes.begin("b", work=tmp_path, request=RuntimeRequest(), source="sources/x.tar.gz")
+    assert runtimes.poll("b") == Preparing("")  # through the thread again, not the remembered outcome
+    assert wait(runtimes, "b") == first  # (the builder's own per-process version cache answers the same)

@@ -46,6 +46,7 @@ Save = Callable[[LocalWorkload], Awaitable[None]]
 TERMINAL = ("Succeeded", "Failed")
 PREPARING_REFRESH_S = 1.0  # preparation progress is republished at most this often
 SOURCE_PLACED = ".source-placed"
+SOURCES_KEPT_BYTES = 64 * 1024 * 1024  # snapshots kept in memory for the next pods of the same runs
 
 
 class PodRuntime(Protocol):
@@ -95,8 +96,9 @@ class PreparedRuntimes:
             except RunAsError as exc:
                 return Failed("CreateContainerError", str(exc))
             self.runtimes.begin(pod, work=project, request=RuntimeRequest(
-                python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image), user=user)
-            return Preparing("")
+                python=wl.python, python_source=wl.python_source, pip=tuple(wl.pip), image=wl.image), user=user,
+                source=wl.source_object)
+            return self.runtimes.poll(pod) or Preparing("")  # a snapshot prepared before is ready at once
         return outcome
 
     def forget(self, pod: str) -> None:
@@ -113,6 +115,7 @@ class PodSync:
         self.bus, self.kubelet, self.node, self.gpu_memory_mb = bus, kubelet, node, gpu_memory_mb
         self.lock, self.publish, self.save = lock, publish, save
         self.runtime: PodRuntime = runtime or HostPython()
+        self._sources: dict[tuple[str, str], bytes] = {}  # (snapshot, digest) -> its bytes, verified (``source``)
         self._said: dict[str, tuple[str, float]] = {}  # pod -> the last PreparingEnvironment message, when
         self.tas = False  # the platform declares topologies: a pod's Kueue TAS request was honoured by admission
 
@@ -311,16 +314,27 @@ class PodSync:
 
     async def source(self, name: str, digest: str = "") -> bytes | None:
         """The snapshot's bytes, checked against its content address and the pod's digest annotation, as the
-        Kubernetes init container checks them; a mismatch fails the pod (``SourceMismatch``, never retried)."""
+        Kubernetes init container checks them; a mismatch fails the pod (``SourceMismatch``, never retried).
+        Fetched once per snapshot and digest while it stays among the last ``SOURCES_KEPT_BYTES`` fetched: the
+        name is the content's address, so a later pod of the same snapshot gets what a fetch would give."""
         if not name:
             return None
+        kept = self._sources.get((name, digest))
+        if kept is not None:
+            self._sources[(name, digest)] = self._sources.pop((name, digest))  # the most recently used last
+            return kept
         try:
-            return await snapshots.fetch(self.bus, name, digest)
+            data = await snapshots.fetch(self.bus, name, digest)
         except snapshots.SourceMismatch as bad:
             raise PodSpecError("SourceMismatch", str(bad)) from bad
         except NotFound:
             log.warning("source snapshot %s not found; the pod starts in an empty directory", name)
             return None
+        if len(data) <= SOURCES_KEPT_BYTES:
+            self._sources[(name, digest)] = data
+            while sum(len(v) for v in self._sources.values()) > SOURCES_KEPT_BYTES:
+                self._sources.pop(next(iter(self._sources)))  # the least recently used first
+        return data
 
 
 def failure(p: LocalPod) -> tuple[str, str]:

@@ -13,23 +13,23 @@ A workspace's pods resolve ``secretKeyRef`` only from that workspace's file: ano
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from taugrid import settings
 from taugrid.config import expansion
 from taugrid.core.limits import MIB
-from taugrid.core.redaction import REDACT_MIN, Redactor
+from taugrid.core.redaction import REDACT_MIN
 from taugrid.local.podspec import PodSpecError
 
-_PLACEHOLDER = re.compile("\x00tau-secret-([0-9]+)\x00")
+# the placeholders and redaction live in ``sealing``, which the pod shim imports alone (it starts once per pod)
+from taugrid.local.sealing import encode_for_shim, redactor, seal, unseal
+
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BOUNDS = expansion.Bounds(json_bytes=4 * MIB)  # read as every YAML is: aliases bounded by what they expand to
 
@@ -141,40 +141,5 @@ class Recording(Mapping[str, str]):
         return len(self.data)
 
 
-def seal(doc: Any, values: list[str]) -> Any:
-    """``doc`` with every occurrence of a secret value replaced by its placeholder (longest values first)."""
-    order = sorted(range(len(values)), key=lambda i: -len(values[i]))
-
-    def one(text: str) -> str:
-        for i in order:
-            if values[i]:
-                text = text.replace(values[i], f"\x00tau-secret-{i}\x00")
-        return text
-
-    return _walk(doc, one)
-
-
-def unseal(doc: Any, values: list[str]) -> Any:
-    def one(text: str) -> str:
-        return _PLACEHOLDER.sub(lambda m: values[int(m.group(1))], text) if "\x00" in text else text
-
-    return _walk(doc, one)
-
-
-def _walk(doc: Any, fn: Any) -> Any:
-    if isinstance(doc, str):
-        return fn(doc)
-    if isinstance(doc, list):
-        return [_walk(v, fn) for v in doc]
-    if isinstance(doc, dict):
-        return {k: _walk(v, fn) for k, v in doc.items()}
-    return doc
-
-
-def redactor(values: list[str]) -> Redactor:
-    """What the shim blanks from a pod's logs: every value and its common encodings (``core.redaction``)."""
-    return Redactor(values)
-
-
-def encode_for_shim(values: list[str]) -> bytes:
-    return json.dumps(values).encode()
+__all__ = ["Recording", "SecretStore", "StoreResolver", "encode_for_shim", "local_store", "redactor", "seal",
+           "unseal", "write_secret"]

@@ -32,8 +32,9 @@ from typing import IO, Any
 import psutil
 
 from taugrid.core.quantity import human_bytes
+from taugrid.core.redaction import Redactor
 from taugrid.local import containers, scratch
-from taugrid.local.secrets import Redactor, redactor, unseal
+from taugrid.local.sealing import redactor, unseal
 
 POLL_S = 0.1
 MAX_LINE = 16 * 1024  # longer lines are split into partial (P) records, as the CRI does
