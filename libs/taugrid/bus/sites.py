@@ -19,6 +19,7 @@ idempotent (an existing stream is left as it is).
 
 from __future__ import annotations
 
+import msgspec
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -31,7 +32,7 @@ from nats.js.api import (
 )
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import UNAVAILABLE, unavailable
+from taugrid.bus.errors import MISSING, UNAVAILABLE, unavailable
 
 HUB_DOMAIN = "hub"
 SITE_IN = "SITE_IN"
@@ -98,3 +99,26 @@ async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) ->
             max_ack_pending=2000, filter_subject=hub_subject(cluster, "k8s.*.Workload.>")))
     except UNAVAILABLE as exc:
         raise unavailable(f"creating the dispatcher's durable on {hub_stream(cluster)}", exc) from exc
+
+
+class Link(msgspec.Struct, frozen=True):
+    """The hub's view of a site's link: reports not yet pulled (``lag``), seconds since the hub last heard from
+    the site's stream (``silent_s``; None: never since the hub started), reports stored on the hub."""
+
+    lag: int
+    silent_s: float | None
+    stored: int
+
+
+async def link(hub: Bus, cluster: str) -> Link | None:
+    """The link of ``cluster`` as its hub stream's source reports it; None when the hub has no stream for it."""
+    try:
+        info = await hub.js.stream_info(hub_stream(cluster))
+    except MISSING:
+        return None
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading {hub_stream(cluster)}", exc) from exc
+    source = info.sources[0] if info.sources else None
+    active = source.active if source is not None and source.active is not None else -1
+    return Link(lag=int(source.lag or 0) if source is not None else 0,
+                silent_s=None if active < 0 else active / 1e9, stored=int(info.state.messages or 0))

@@ -18,6 +18,7 @@ from taugrid import __version__
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "admin": ("identity_cmd", "admin", "Platform administration: people and their..."),
     "cancel": ("runs", "cancel", "Cancel a run: its process gets SIGTERM,..."),
+    "clusters": ("clusters_cmd", "clusters", "Show the clusters runs are dispatched to:..."),
     "completion": ("completion", "completion", "Print the shell completion script for SHELL."),
     "diagnose": ("diagnose_cmd", "diagnose", "Why a run failed (or where it stands):..."),
     "dlq": ("dlq_cmd", "dlq", "Dead letters: events a service refused or..."),

@@ -1,0 +1,57 @@
+"""What `tau clusters` shows: each cluster the platform names, the health of its link to the control plane, the
+reports its link has not yet delivered (lag), and the runs it holds now (usage).
+
+Health comes from the hub's stream of the cluster's reports (``bus.sites.link``): ``ok`` when the hub heard from
+the site's stream within ``SILENT_AFTER_S``, ``silent`` after that, ``never reached`` when it has not since the
+hub started, ``no link`` when the hub has no stream for it (the site was never provisioned). Usage counts the runs
+whose record says they went there (``dispatch.chosen``) and that are admitted or running.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from taugrid.bus import kv
+from taugrid.bus.connection import Bus
+from taugrid.bus.sites import Link, link
+from taugrid.config.platform import Platform
+from taugrid.core.states import RunRecord
+
+SILENT_AFTER_S = 30.0
+_HOLDING = frozenset({"admitted", "running"})
+
+
+class ClusterRow(msgspec.Struct, frozen=True):
+    name: str
+    backend: str
+    preference: int
+    cluster_queues: list[str] | None  # None: every ClusterQueue
+    health: str
+    lag: int | None  # reports the hub has not pulled yet; None without a link
+    silent_s: float | None
+    runs: int  # runs admitted or running there now
+
+
+def health(found: Link | None) -> str:
+    if found is None:
+        return "no link"
+    if found.silent_s is None:
+        return "never reached"
+    if found.silent_s > SILENT_AFTER_S:
+        return f"silent {found.silent_s:.0f}s"
+    return "ok"
+
+
+async def cluster_rows(bus: Bus, platform: Platform) -> list[ClusterRow]:
+    holding: dict[str, int] = {}
+    for record in await kv.values(bus, "run_state", RunRecord):
+        if record.cluster and record.state in _HOLDING:
+            holding[record.cluster] = holding.get(record.cluster, 0) + 1
+    rows = []
+    for c in platform.clusters:
+        found = await link(bus, c.name)
+        rows.append(ClusterRow(name=c.name, backend=c.backend, preference=c.preference,
+                               cluster_queues=c.cluster_queues, health=health(found),
+                               lag=found.lag if found else None, silent_s=found.silent_s if found else None,
+                               runs=holding.get(c.name, 0)))
+    return rows
