@@ -193,3 +193,29 @@ def test_random_resizes_keep_the_ledger_equal_to_what_the_workloads_hold(seed: i
         assert len(devices) == len(set(devices)) == total // 1000, step
         for ws in admitted:
             assert len(ws.placements) == sum(ps.count for ps in ws.workload.pod_sets), (step, ws.workload.name)
+
+
+def test_an_unconstrained_tas_workload_grows_and_shrinks_with_its_topology_assignment() -> None:
+    import dataclasses
+
+    from test_tas import engine as tas_engine
+    from test_tas import job, pool
+
+    from taugrid.core.admission import TopologyRequest
+
+    engine = tas_engine(pool())  # two GPUs per node
+    w = dataclasses.replace(job("e", 2, TopologyRequest(unconstrained=True)),
+                            elastic=Elastic(min_count=1, max_count=4, step=2))
+    engine.submit(w, 0.0)
+    res = engine.cycle(0.0)
+    assert [(r.old_count, r.new_count) for r in res.resized] == [(2, 4)]
+    adm = engine.admission("e")
+    assert adm is not None
+    (assignment,) = adm.topology_assignments.values()
+    assert sorted(n for (n,), _ in assignment.domains) == sorted({p.node for p in adm.placements})
+    assert sum(c for _, c in assignment.domains) == 4
+    engine.shrink("e", 1, 1.0)
+    adm = engine.admission("e")
+    assert adm is not None
+    (assignment,) = adm.topology_assignments.values()
+    assert sum(c for _, c in assignment.domains) == 1

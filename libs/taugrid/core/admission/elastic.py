@@ -125,6 +125,15 @@ def _readmit(ws: WState, placements: tuple[R.PodPlacement, ...], replaced: str =
     ws.placements = placements
 
 
+def _retopology(engine: Engine, ws: WState) -> None:
+    """A resized TAS workload's topology assignment: rebuilt from the nodes its pods are on."""
+    if engine.cluster is None or ws.admission is None or not ws.admission.topology_assignments:
+        return
+    flv = [dict(p.flavors) for p in ws.admission.pod_sets]
+    topo = engine.cluster.topology_of(ws.workload, flv, engine.flavors, ws.placements)
+    ws.admission = msgspec.structs.replace(ws.admission, topology_assignments=dict(topo))
+
+
 def merge_slice(engine: Engine, new: WState, q: CQQueue) -> None:
     """Kueue: the admitted slice replaces the old one. ``new`` was charged only the pods it adds; it takes the
     old slice's usage and pods, and the old slice is finished."""
@@ -150,6 +159,7 @@ def merge_slice(engine: Engine, new: WState, q: CQQueue) -> None:
     new.requests = engine._requests(new.workload)  # it was charged the delta; from now on it holds the whole
     new.last_resize = new.admitted_at
     _readmit(new, placements, replaced=old.workload.name)
+    _retopology(engine, new)
 
 
 def shrink(engine: Engine, ws: WState, count: int, now: float, cause: str, preemptor: str = "") -> R.Resize:
@@ -177,6 +187,7 @@ def shrink(engine: Engine, ws: WState, count: int, now: float, cause: str, preem
     ws.last_resize = now
     kept = tuple(p for p in ws.placements if not (p.pod_set == ps.name and p.index >= count))
     _readmit(ws, kept)
+    _retopology(engine, ws)
     return R.Resize(workload=w.name, cluster_queue=ws.cq, pod_set=ps.name, old_count=ps.count, new_count=count,
                     cause=cause, preemptor=preemptor, placements=removed, at=now)
 
@@ -358,6 +369,7 @@ def _grow_one(engine: Engine, ws: WState, now: float) -> R.Resize | None:
     full = _sorted(list(ws.placements) + list(placements), ws.workload)
     _readopt(engine, w.name, ws.workload, full)
     _readmit(ws, full)
+    _retopology(engine, ws)
     return R.Resize(workload=w.name, cluster_queue=ws.cq, pod_set=w.pod_sets[i].name, old_count=old,
                     new_count=new, cause=R.GROWN, placements=placements, at=now)
 
