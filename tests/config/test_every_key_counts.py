@@ -98,6 +98,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "compute.gpu_resource_mode": (JOB, {"compute": {"gpus": 1, "gpu_resource_mode": "dra"}}),
     "compute.mig_profile": ({**JOB, "compute": {"gpus": 1}}, {"compute": {"mig_profile": "1g.18gb"}}),
     "compute.gpu_fraction": (JOB, {"compute": {"gpu_fraction": 0.5}}),
+    "compute.gpu_vendor": ({**JOB, "compute": {"gpus": 1}}, {"compute": {"gpu_vendor": "amd"}}),
     "compute.gpu_memory": (JOB, {"compute": {"gpu_memory": "10Gi"}}),
     "compute.placement": (JOB, {"compute": {"placement": "spread"}}),
     "compute.gang": (JOB, {"compute": {"gang": False}}),

@@ -60,6 +60,8 @@ class ResourceFlavor(Strict):
     tolerations: list[Toleration] = Field(default_factory=list)
     topology_name: str | None = Field(default=None, description="a topologies[].name: this flavor's nodes are "
                                       "placed by topology-aware scheduling (Kueue spec.topologyName)")
+    gpu_model: str | None = Field(default=None, description="the GPU model of this flavor's nodes (taugrid.core."
+                                  "devices: nvidia-h100, amd-mi300x, gaudi3, ...); its GPU quota is that vendor's")
 
 
 class Cohort(Strict):
@@ -180,6 +182,10 @@ class ComputeProfile(Strict):
     memory: MemoryQuantity = "1Gi"
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
     gpu_memory: MemoryQuantity | None = None
+    gpu_model: str | None = Field(default=None, description="the GPU model runs on this profile get (taugrid.core."
+                                  "devices), so its vendor's resource: nvidia-h100, amd-mi300x, gaudi3, ...")
+    image: str | None = Field(default=None, description="the image of a run on this profile that names none "
+                              "(the vendor's stack: a ROCm or Gaudi image on those profiles)")
     node_selector: dict[str, Text] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
     gpu_hour_price: float = Field(default=0.0, ge=0, description="estimated price of one GPU-hour on this profile, "

@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable
 from taugrid.config.clusters import check_clusters
 from taugrid.config.departments import DEPARTMENTS_ROOT, KAI_RESOURCES, KaiQueueFields
 from taugrid.config.platform import GPU_RESOURCE, Platform, ResourceQuota, amount
+from taugrid.config.platformdevices import check_devices
 from taugrid.config.platformtopology import check_topologies
 from taugrid.config.source import Lines, make_issue, suggest
+from taugrid.core.devices import is_gpu_resource
 from taugrid.core.identity import is_user_public_key
 
 Issues = list[dict[str, object]]
@@ -46,6 +48,7 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     _cluster_queues(platform, add)
     _local_queues(platform, add)
     _profiles(platform, add)
+    check_devices(platform, add)
     _workspaces(platform, add)
     _people(platform, add)
     check_topologies(platform, add)
@@ -204,7 +207,7 @@ def _quota(add: Add, path: tuple[str | int, ...], quota: ResourceQuota, *, has_c
         except ValueError as exc:
             add((*path, key), str(exc), "write a quantity such as 16, 500m or 64Gi")
             continue
-        if quota.name == GPU_RESOURCE and values[key] != int(values[key]):
+        if is_gpu_resource(quota.name) and values[key] != int(values[key]):
             add((*path, key), f"GPUs are whole devices, got {raw!r}", "use a whole number")
     if not has_cohort:
         for key in ("borrowing_limit", "lending_limit"):

@@ -20,6 +20,7 @@ import posixpath
 
 from taugrid.config.departments import KAI_QUEUE_LABEL
 from taugrid.config.elastic import elastic_bounds
+from taugrid.config.gpuvendor import choose_vendor
 from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_fit, topology_level
 from taugrid.config.launch import build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
@@ -28,6 +29,7 @@ from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
 from taugrid.config.taurules import check_rules, entrypoint_escape
 from taugrid.core.contracts import Resilience, ResolvedRun, Resources
+from taugrid.core.devices import GPU_RESOURCES
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import is_run_id
 from taugrid.core.quantity import format_cpu, format_memory, parse_cpu, parse_memory
@@ -103,11 +105,12 @@ def resolve_run(
             f"workspace {ws.name!r} runs in namespace {ws.namespace!r}, not {cfg.policy.namespace!r}",
             "remove policy.namespace (the workspace decides it), or name the workspace of that namespace",
         )
-    image = _image(cfg, ws, issues)
     profile = _profile(cfg, platform, ws, issues)
+    image = _image(cfg, ws, issues, profile)
     requests, limits, pods = _resources(cfg, profile, issues)
     local_queue, cluster_queue = _queue(cfg, platform, ws, issues)
-    _capacity(cfg, platform, ws, profile, requests, pods, cluster_queue, issues)
+    gpu_resource = _gpu_resource(cfg, platform, profile, requests, cluster_queue, issues)
+    _capacity(cfg, platform, ws, profile, requests, pods, cluster_queue, issues, gpu_resource)
     priority_class, priority, preemptible = _priority(cfg, platform, ws, issues)
     node_selector = _node_selector(cfg, profile, issues)
     output_dir = _output_dir(cfg, ws, run_id, issues)
@@ -196,7 +199,7 @@ def resolve_run(
         pod_priority_class=cfg.policy.pod_priority_class or "",
         run_as_user=cfg.runtime.security.run_as_user,
         run_as_group=cfg.runtime.security.run_as_group,
-        gpu_resource=f"nvidia.com/mig-{cfg.compute.mig_profile}" if cfg.compute.mig_profile else "",
+        gpu_resource="" if gpu_resource == GPU_RESOURCE else gpu_resource,
         topology_level=(topology_level(cfg.policy.topology) or "") if cfg.policy.topology else "",
         topology_required=cfg.policy.topology_policy != "preferred",
         topology_unconstrained=cfg.policy.topology_policy == "unconstrained",
@@ -212,11 +215,13 @@ def resolve_run(
     )
 
 
-def _image(cfg: TauConfig, ws: Workspace, issues: _Issues) -> str:
+def _image(cfg: TauConfig, ws: Workspace, issues: _Issues, profile: ComputeProfile | None) -> str:
     image = cfg.runtime.image or ""
     # point at the spelling that won: runtime.image, then run.image, then the top-level alias
     written = [p for p in (("runtime", "image"), ("run", "image"), ("image",)) if cfg.written(*p)]
     field: tuple[str, ...] = written[0] if written else ("runtime", "image")
+    if not image and cfg.run.source is None and profile is not None and profile.image:
+        image, field = profile.image, ("policy", "profile")  # the profile's vendor stack (a ROCm, a Gaudi image)
     if cfg.run.source is not None:
         # A source-image job runs in its source image: the code is already there.
         if image and image != cfg.run.source.image:
@@ -346,6 +351,7 @@ def _capacity(
     pods: int,
     cluster_queue: str,
     issues: _Issues,
+    gpu_resource: str = GPU_RESOURCE,
 ) -> None:
     """Refuse what can never run: over the workspace GPU cap, or over a queue that cannot borrow."""
     ray = cfg.engine == "ray"
@@ -372,9 +378,10 @@ def _capacity(
         q for q in platform.cluster_queues if q is cq or (root and platform.cohort_root(q.cohort) == root)
     ]
     # MIG slices and extra devices are resources of their own: a queue without quota for them never admits
-    gpu_resource = f"nvidia.com/mig-{cfg.compute.mig_profile}" if cfg.compute.mig_profile else GPU_RESOURCE
-    if gpu_resource != GPU_RESOURCE:
+    if cfg.compute.mig_profile:
         gpu_field = ("compute", "mig_profile")
+    elif cfg.written("compute", "gpu_vendor") and gpu_resource != GPU_RESOURCE:
+        gpu_field = ("compute", "gpu_vendor")  # another vendor's GPUs are a resource of their own, as MIG slices are
     need = {"cpu": req.cpu * pods, "memory": float(req.memory * pods), gpu_resource: float(total_gpus)}
     need.update({name: float(count * pods) for name, count in cfg.runtime.devices.items()})
     prefix = "worker_" if ray else ""
@@ -402,8 +409,18 @@ def _capacity(
                 fields[resource],
                 f"asks for {shown[0]} {resource} in total; {where} can never hold more "
                 f"than {shown[1]}, so the run would never start",
-                "ask for less",
+                "ask for less" if have or resource not in GPU_RESOURCES
+                else "ask for a GPU vendor the queue has quota for (compute.gpu_vendor: any takes whichever it has)",
             )
+
+
+def _gpu_resource(cfg: TauConfig, platform: Platform, profile: ComputeProfile | None, req: Resources,
+                  cluster_queue: str, issues: _Issues) -> str:
+    """The extended resource the run's GPUs are asked as: a MIG slice, else its vendor's (``gpuvendor``)."""
+    shared = req.gpu_fraction > 0 or req.gpu_memory_mb > 0
+    vendor = choose_vendor(cfg, platform, profile, cluster_queue, wants_gpu=req.gpu > 0 or shared, shared=shared,
+                           add=issues.add)
+    return f"nvidia.com/mig-{cfg.compute.mig_profile}" if cfg.compute.mig_profile else vendor.resource
 
 
 def _requested_priority(cfg: TauConfig, ws: Workspace) -> tuple[tuple[str, ...], str | None]:

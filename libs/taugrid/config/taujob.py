@@ -105,6 +105,8 @@ class Compute(Strict):
     worker_memory_limit: MemoryQuantity | None = None
     gpu_resource_mode: Literal["device-plugin", "nvidia", "dra", "mig"] | None = None
     mig_profile: str | None = Field(default=None, description="e.g. 1g.18gb; needs gpu_resource_mode: mig")
+    gpu_vendor: Literal["nvidia", "amd", "intel-gaudi", "any"] | None = Field(
+        default=None, description="taugrid: the GPU vendor (any, or absent: whichever the run's queue offers)")
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1, description="taugrid: share of one GPU")
     gpu_memory: MemoryQuantity | None = Field(
         default=None, description="taugrid: GPU memory share, e.g. 20Gi"
