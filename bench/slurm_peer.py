@@ -12,10 +12,15 @@ job script in a small project directory (snapshot uploaded as by ``tau run``). S
 before taugrid starts, so neither loads the machine while the other is measured.
 
 The job, on both: its first statement stamps ``time.time()``, which it appends to a file named by its job id
-(``SLURM_JOB_ID`` / ``TAU_RUN_ID``); both run it with the same interpreter. Figures, each side:
-- burst: N jobs (``--burst``, 300) submitted at once (Slurm: one ``sbatch`` per job, ``--sbatch-parallel`` at
-  a time; taugrid: one client submission per job, all concurrently): jobs/s = N / (last start - first
-  submit), and the time to all started
+(``SLURM_JOB_ID`` / ``TAU_RUN_ID``); both run it with the same interpreter. How each submits, printed at the
+start with Slurm's whole slurm.conf: Slurm, one ``sbatch --parsable --job-name=peer --ntasks=1 --cpus-per-task=1
+--output=/dev/null --chdir=<project> --export=ALL,BENCH_STAMPS=<dir> <project>/job.py`` process per job;
+taugrid, one ``Client.submit`` of the project's tau.yaml per job through one client; on both, at most
+``--submit-concurrency`` (32) submissions in flight at once (the same for both). Figures, each side:
+- burst: N jobs (``--burst``, 300) submitted as fast as that concurrency allows: jobs/s = N / (last start -
+  first submit), the time to all started and the time to all submitted; for Slurm also the median time from
+  submit to slurmctld's allocation, from allocation to slurmd's launch and from launch to the job's first
+  statement (from its logs: where its time goes)
 - idle: M jobs (``--idle``, 20) one at a time, each waited for to finish: submit → start p50 and p99 (with 20
   jobs p99 is the slowest)
 Every job submitted counts: one that never starts counts with its wait until the bench gave up.
@@ -30,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -232,11 +239,16 @@ class LocalSlurm:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
 
+    @staticmethod
+    def sbatch_argv(script: Path, stamps: Path) -> list[str]:
+        """How every job is submitted: one batch script, one task on one CPU, its output discarded."""
+        return ["sbatch", "--parsable", "--job-name=peer", "--ntasks=1", "--cpus-per-task=1", "--output=/dev/null",
+                f"--chdir={script.parent}", f"--export=ALL,BENCH_STAMPS={stamps}", str(script)]
+
     async def sbatch(self, script: Path, stamps: Path) -> str:
         proc = await asyncio.create_subprocess_exec(
-            "sbatch", "--parsable", "--job-name=peer", "--ntasks=1", "--cpus-per-task=1", "--output=/dev/null",
-            f"--chdir={script.parent}", f"--export=ALL,BENCH_STAMPS={stamps}", str(script),
-            env=self.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *self.sbatch_argv(script, stamps), env=self.env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
         out, err = await proc.communicate()
         if proc.returncode != 0:
             raise RuntimeError(f"sbatch failed ({proc.returncode}): {err.decode().strip()}")
@@ -258,6 +270,32 @@ class LocalSlurm:
         return out.decode().strip()
 
 
+def slurm_phases(log_dir: Path, side: Side) -> dict[str, float]:
+    """Where Slurm's burst time went, from its own logs: the median seconds from a job's submit to slurmctld's
+    ``sched: Allocate JobId=N``, from that to slurmd's ``Launching batch job N``, and from that to the job's own
+    start stamp (NaN where a log has no line for the jobs). The logs' times are local and to the millisecond."""
+    def stamped(path: Path, pattern: str) -> dict[str, float]:
+        found: dict[str, float] = {}
+        text = path.read_text(errors="replace") if path.exists() else ""
+        for at, job in re.findall(r"^\[([0-9T:.-]+)\] " + pattern, text, flags=re.M):
+            found.setdefault(job, dt.datetime.fromisoformat(at).timestamp())
+        return found
+
+    allocated = stamped(log_dir / "slurmctld.log", r"sched: Allocate JobId=(\d+) ")
+    launched = stamped(log_dir / "slurmd.log", r"Launching batch job (\d+) ")
+    jobs = dict(side.burst_submitted)
+
+    def median(pairs: list[tuple[float | None, float | None]]) -> float:
+        gaps = sorted(b - a for a, b in pairs if a is not None and b is not None)
+        return gaps[len(gaps) // 2] if gaps else float("nan")
+
+    return {
+        "submit → allocated": median([(jobs[j], allocated.get(j)) for j in jobs]),
+        "allocated → launched": median([(allocated.get(j), launched.get(j)) for j in jobs]),
+        "launched → started": median([(launched.get(j), side.burst_started.get(j)) for j in jobs]),
+    }
+
+
 # ---------------------------------------------------------------- shared measurement
 @dataclass
 class Side:
@@ -267,6 +305,7 @@ class Side:
     burst_submitted: list[tuple[str, float]] = field(default_factory=list)
     burst_started: dict[str, float] = field(default_factory=dict)
     burst_gave_up: float = 0.0
+    burst_submit_s: float = float("nan")  # from the first submission sent to the last one answered
     idle_ms: list[float] = field(default_factory=list)
     idle_lost: int = 0
     failed: int = 0  # jobs that started but did not end well (Slurm: not COMPLETED; taugrid: not succeeded)
@@ -371,7 +410,7 @@ async def slurm_side(slurm: LocalSlurm, script: Path, stamps: Path, args: argpar
 
     await warm_and_idle(side, run_one, 120, args)
 
-    gate = asyncio.Semaphore(args.sbatch_parallel)
+    gate = asyncio.Semaphore(args.submit_concurrency)
 
     async def submit() -> None:
         async with gate:
@@ -379,7 +418,9 @@ async def slurm_side(slurm: LocalSlurm, script: Path, stamps: Path, args: argpar
             job = await slurm.sbatch(script, stamps)
             side.burst_submitted.append((job, at))
 
+    began = time.time()
     await asyncio.gather(*(submit() for _ in range(args.burst)))
+    side.burst_submit_s = time.time() - began
     deadline = time.time() + args.timeout
     await until_burst_started(side, stamps, deadline)
     # every job of the burst must also end well (not part of the figures), and none may outlive the daemons
@@ -425,7 +466,15 @@ async def taugrid_side(url: str, data: Path, project: Path, stamps: Path, args: 
         # job, it is not among the figures, but a lost one counts).
         await warm_and_idle(side, run_one, 300, args)
 
-        side.burst_submitted = list(await asyncio.gather(*(submit() for _ in range(args.burst))))
+        gate = asyncio.Semaphore(args.submit_concurrency)  # as many in flight as Slurm's sbatch processes
+
+        async def gated() -> tuple[str, float]:
+            async with gate:
+                return await submit()
+
+        began = time.time()
+        side.burst_submitted = list(await asyncio.gather(*(gated() for _ in range(args.burst))))
+        side.burst_submit_s = time.time() - began
         deadline = time.time() + args.timeout
         await until_burst_started(side, stamps, deadline)
         # every run of the burst must also end well: wait for the ends (not part of the figures)
@@ -458,6 +507,7 @@ def compare(slurm: Side, tau: Side) -> tuple[list[tuple[str, str, str, str, str]
          "ok" if idle_ok else "MISSED"),
         ("jobs lost (never started) / ended badly", f"{slurm.lost} / {slurm.failed} of {n_s}",
          f"{tau.lost} / {tau.failed} of {n_t}", "none", "ok" if tau_whole and slurm_whole else "MISSED"),
+        ("burst: time to all submitted (s)", f"{slurm.burst_submit_s:.1f}", f"{tau.burst_submit_s:.1f}", "", ""),
     ]
     return rows, burst_ok and idle_ok and tau_whole and slurm_whole
 
@@ -476,7 +526,9 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=64, help="CPUs of Slurm's node and of taugrid's quota")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for a burst's jobs to start")
     ap.add_argument("--idle-timeout", type=float, default=60, help="seconds to wait for one idle job")
-    ap.add_argument("--sbatch-parallel", type=int, default=32, help="sbatch processes at a time in the burst")
+    ap.add_argument("--submit-concurrency", type=int, default=32,
+                    help="submissions in flight at once in the burst, on both systems (Slurm: sbatch processes; "
+                         "taugrid: Client.submit calls)")
     ap.add_argument("--scheduler-parameters", default="",
                     help="SchedulerParameters for slurm.conf (default: none, Slurm's defaults)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter both systems run the job with")
@@ -504,21 +556,27 @@ def main() -> None:
     project = work / "project"
     script = write_job(project, args.python)
     sched = args.scheduler_parameters or "none (Slurm's defaults)"
-    print(f"Slurm beside taugrid: {args.burst} jobs at once, {args.idle} one at a time, {args.cpus} CPUs each; "
-          f"job interpreter {args.python}; Slurm SchedulerParameters: {sched}; work dir {work}", flush=True)
+    print(f"Slurm beside taugrid: {args.burst} jobs in a burst ({args.submit_concurrency} submissions in flight "
+          f"at once on both), {args.idle} one at a time, {args.cpus} CPUs each; job interpreter {args.python}; "
+          f"Slurm SchedulerParameters: {sched}; work dir {work}", flush=True)
+    print(f"Slurm submits: {' '.join(LocalSlurm.sbatch_argv(script, Path('<stamps>')))} (one process per job); "
+          "taugrid submits: Client.submit(<project>/tau.yaml) per job, one client", flush=True)
     slurm = LocalSlurm(work / "slurm", cpus=args.cpus, scheduler_parameters=args.scheduler_parameters)
     try:
         version = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True).stdout.strip()
         try:
             slurm.start()
-            print(f"Slurm: {version} up (slurmctld, slurmd, munged in {slurm.root}); {slurm.scheduler()}",
-                  flush=True)
+            print(f"Slurm: {version} up (slurmctld, slurmd, munged in {slurm.root}); {slurm.scheduler()}; "
+                  "its slurm.conf:\n" + "".join(f"    {ln}\n" for ln in
+                                                 (slurm.root / "slurm.conf").read_text().splitlines()), flush=True)
             slurm_stamps = work / "stamps-slurm"
             slurm_stamps.mkdir()
             s_side = asyncio.run(slurm_side(slurm, script, slurm_stamps, args))
         finally:
             slurm.stop()
-        print(f"Slurm done: {len(s_side.burst_started)}/{args.burst} burst jobs started", flush=True)
+        phases = "; ".join(f"{k} {v:.2f} s" for k, v in slurm_phases(slurm.root / "log", s_side).items())
+        print(f"Slurm done: {len(s_side.burst_started)}/{args.burst} burst jobs started; burst medians: {phases}",
+              flush=True)
 
         tau_stamps = work / "stamps-taugrid"
         tau_stamps.mkdir()

@@ -82,3 +82,35 @@ def test_a_run_that_never_started_counts_until_the_bench_gave_up_and_fails(peer:
     rows, ok = peer.compare(slurm, tau)
     assert not ok
     assert rows[4][1:] == ("0 / 0 of 2", "1 / 0 of 3", "none", "MISSED")
+
+
+def test_the_time_to_all_submitted_is_a_row_of_its_own(peer: ModuleType) -> None:
+    slurm = side(peer, "Slurm", starts=[101.0], idle_ms=[100.0])
+    tau = side(peer, "taugrid", starts=[101.0], idle_ms=[50.0])
+    slurm.burst_submit_s, tau.burst_submit_s = 6.25, 1.5
+    rows, _ = peer.compare(slurm, tau)
+    assert rows[5] == ("burst: time to all submitted (s)", "6.2", "1.5", "", "")
+
+
+def test_slurm_phases_come_from_its_logs_as_medians(peer: ModuleType, tmp_path: Path) -> None:
+    import datetime as dt
+
+    def at(text: str) -> float:
+        return dt.datetime.fromisoformat(text).timestamp()
+
+    (tmp_path / "slurmctld.log").write_text(
+        "[2026-12-01T18:46:50.889] _slurm_rpc_submit_batch_job: JobId=1 InitPrio=1 usec=476\n"
+        "[2026-12-01T18:46:52.000] sched: Allocate JobId=1 NodeList=localhost #CPUs=1 Partition=bench\n"
+        "[2026-12-01T18:46:52.500] sched: Allocate JobId=2 NodeList=localhost #CPUs=1 Partition=bench\n"
+        "[2026-12-01T18:46:53.000] sched: Allocate JobId=3 NodeList=localhost #CPUs=1 Partition=bench\n")
+    (tmp_path / "slurmd.log").write_text(
+        "[2026-12-01T18:47:00.000] Launching batch job 1 for UID 0\n"
+        "[2026-12-01T18:47:02.500] Launching batch job 2 for UID 0\n"
+        "[2026-12-01T18:47:13.000] Launching batch job 3 for UID 0\n")
+    s = peer.Side("Slurm")
+    s.burst_submitted = [("1", at("2026-12-01T18:46:51")), ("2", at("2026-12-01T18:46:51")),
+                         ("3", at("2026-12-01T18:46:51"))]
+    s.burst_started = {"1": at("2026-12-01T18:47:00.250"), "2": at("2026-12-01T18:47:03")}  # job 3 never started
+    phases = peer.slurm_phases(tmp_path, s)
+    assert phases == {"submit → allocated": pytest.approx(1.5), "allocated → launched": pytest.approx(10.0),
+                      "launched → started": pytest.approx(0.5)}
