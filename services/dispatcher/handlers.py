@@ -28,7 +28,7 @@ from taugrid.config.platform import Platform
 from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, WatchEvent
 from taugrid.core.dispatch import nominate, on_admitted, withdrawals
 from taugrid.core.errors import PermanentError
-from taugrid.core.events import HIGH_LANE, backend_subject, run_subject
+from taugrid.core.events import HIGH_LANE, backend_subject, k8s_subject, run_subject
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 
 log = logging.getLogger("taugrid.dispatcher")
@@ -114,9 +114,34 @@ class Dispatcher:
         """The handler for the hub stream of ``cluster``: every report it passes on is that cluster's."""
 
         async def handle(ev: Event) -> None:
-            await self.on_report(cluster, ev.payload(WatchEvent))
+            change = ev.payload(WatchEvent)
+            await self.on_report(cluster, change)
+            await self.mirror(cluster, ev, change)
 
         return handle
+
+    async def mirror(self, cluster: str, ev: Event, change: WatchEvent) -> None:
+        """Pass a run's object change on to the hub's K8S stream when ``cluster`` is the run's chosen cluster (as
+        MultiKueue mirrors the admitting worker's status back), under ``k8s.<cluster>.…`` built from the object, not
+        from the subject the site wrote; the admission watcher turns it into the run's events. A copy elsewhere
+        never reaches the run: its changes stop here."""
+        obj = change.object
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
+        if ev.source == "/svc/dispatcher":  # our own mirror come back (a site that imports k8s.>): never again
+            return
+        if not run_id or not attempt.isdigit() or not obj.get("kind") or not meta.get("name"):
+            return
+        rec, _ = await kv.load(self.bus, BUCKET, key(run_id, int(attempt)), DispatchRecord)
+        if rec is None or rec.chosen != cluster:
+            return
+        kind = str(obj["kind"])
+        subject = k8s_subject(cluster, kind, str(meta.get("namespace") or ""), str(meta["name"]), change.type)
+        await self.bus.publish(subject, WatchEvent(type=change.type, object=obj, cluster=cluster),
+                               event_type=f"{kind.lower()}.{change.type.lower()}", ce_subject=run_id,
+                               msg_id=f"{cluster}.{ev.id}",
+                               workspace=rec.apply.workspace, attempt=int(attempt), family="k8s")
 
     async def on_report(self, cluster: str, change: WatchEvent) -> None:
         obj = change.object

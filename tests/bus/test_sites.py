@@ -66,8 +66,8 @@ async def test_a_site_keeps_working_while_cut_off_and_both_sides_catch_up_once(t
     hub, _ = natsserver.start(tmp_path / "hub", port=hub_port, log_file=tmp_path / "hub.log", leaf=hub_leaf)
     site, site_port = natsserver.start(
         tmp_path / "site", log_file=tmp_path / "site.log",
-        leaf=Leaf("site-a", hub_url=f"nats-leaf://127.0.0.1:{leaf_port}", deny_exports=("k8s.>",),
-                  deny_imports=("backend.>",)))
+        leaf=Leaf("site-a", hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
+                  deny_exports=sites.SITE_DENY_EXPORTS, deny_imports=sites.SITE_DENY_IMPORTS))
     hub_bus = await connect(f"nats://127.0.0.1:{hub_port}", name="renderer")
     site_bus = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster")
     try:

@@ -41,7 +41,8 @@ async def test_each_cluster_shows_its_link_lag_and_runs(tmp_path: Path) -> None:
                                      leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
     site, site_port = natsserver.start(tmp_path / "site", log_file=tmp_path / "site.log",
                                        leaf=Leaf("site-a", hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                                                 deny_exports=("k8s.>",), deny_imports=("backend.>",)))
+                                                 deny_exports=sites.SITE_DENY_EXPORTS,
+                                                 deny_imports=sites.SITE_DENY_IMPORTS))
     url = f"nats://127.0.0.1:{hub_port}"
     hub_bus = await connect(url, name="bootstrap")
     site_bus = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster")

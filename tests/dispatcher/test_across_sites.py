@@ -65,7 +65,8 @@ async def test_the_first_site_to_admit_wins_and_the_other_copy_is_withdrawn_acro
         for name in SITES:
             proc, port = natsserver.start(tmp_path / name, log_file=tmp_path / f"{name}.log",
                                           leaf=Leaf(name, hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                                                    deny_exports=("k8s.>",), deny_imports=("backend.>",)))
+                                                    deny_exports=sites.SITE_DENY_EXPORTS,
+                                                 deny_imports=sites.SITE_DENY_IMPORTS))
             procs.append(proc)
             site_buses[name] = await connect(f"nats://127.0.0.1:{port}", name="local-cluster")
             await sites.provision_site(site_buses[name], name)
@@ -106,7 +107,19 @@ async def test_the_first_site_to_admit_wins_and_the_other_copy_is_withdrawn_acro
                                                                          "backend.site-a.delete"]
 
         await until(withdrawn)
+        # the chosen site's object changes reach the hub's K8S for the admission watcher; the loser's never do
+        for name in SITES:
+            pod = {"kind": "Pod", "metadata": {"name": f"{run}-a1-0", "namespace": "default", "labels": {
+                "taugrid.io/run-id": run, "taugrid.io/attempt": "1"}}, "status": {"phase": "Running"}}
+            await site_buses[name].publish(f"k8s.{name}.pod.default.{run}-a1-0.modified",
+                                           WatchEvent(type="MODIFIED", object=pod, cluster="forged"),
+                                           event_type="pod.modified", ce_subject=run, msg_id=f"{name}.pod",
+                                           family="k8s")
         await until(lambda: _settled(hub))
+        assert await stored(hub, "K8S") == [
+            f"k8s.site-b.workload.default.job-{run}-a1.modified", f"k8s.site-b.pod.default.{run}-a1-0.modified"]
+        mirrored = await streams.last(hub, "K8S", f"k8s.site-b.pod.default.{run}-a1-0.modified")
+        assert mirrored is not None and mirrored.payload(WatchEvent).cluster == "site-b"
         assert await stored(site_buses["site-b"], sites.SITE_IN) == ["backend.site-b.apply"]
         assert [s[:2] for s in await steps(hub, run)] == [
             ("dispatch.nominated", ["site-a", "site-b"]), ("dispatch.chosen", ["site-b"]),

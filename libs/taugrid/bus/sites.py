@@ -37,7 +37,13 @@ from taugrid.bus.errors import MISSING, UNAVAILABLE, unavailable
 HUB_DOMAIN = "hub"
 SITE_IN = "SITE_IN"
 SITE_OUT = "SITE_OUT"
-DISPATCHER_DURABLE = "dispatcher"  # the dispatcher's durable on each hub site stream: the cluster's Workloads
+# What a site's leaf remote denies (``natsserver.Leaf``): its watch changes never leave as plain publishes (only
+# through SITE_OUT's source), and neither the hub's requests nor the hub's own watch changes (the dispatcher's
+# mirror of them, below) ever come in as plain publishes, or a site's stream would store the hub's copy of its own
+# report and send it back.
+SITE_DENY_EXPORTS = ("k8s.>",)
+SITE_DENY_IMPORTS = ("backend.>", "k8s.>")
+DISPATCHER_DURABLE = "dispatcher"  # the dispatcher's durable on each hub site stream: the cluster's object changes
 _DAY = 24 * 3600.0
 
 
@@ -96,7 +102,7 @@ async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) ->
     try:
         await hub.js.add_consumer(hub_stream(cluster), ConsumerConfig(
             durable_name=DISPATCHER_DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0, max_deliver=20,
-            max_ack_pending=2000, filter_subject=hub_subject(cluster, "k8s.*.Workload.>")))
+            max_ack_pending=2000, filter_subject=hub_subject(cluster, "k8s.>")))
     except UNAVAILABLE as exc:
         raise unavailable(f"creating the dispatcher's durable on {hub_stream(cluster)}", exc) from exc
 

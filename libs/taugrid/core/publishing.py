@@ -25,7 +25,8 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
     "recovery": ("run.*.*.recovery.retrying", "run.*.*.recovery.gave_up"),
     "evidence": ("run.*.*.evidence.sealed",),
     # nominations and withdrawals go to the clusters as backend requests; a site's reports never come from it
-    "dispatcher": ("run.*.*.dispatch.>", "backend.>"),
+    # and passes the chosen cluster's object changes on to K8S (k8s.<cluster>.<kind>.<ns>.<name>.<change>)
+    "dispatcher": ("run.*.*.dispatch.>", "backend.>", "k8s.*.*.*.*.*"),
     "health-monitor": ("run.*.*.health.degraded", "node.*.condition.>", "node.*.cordon", "node.*.uncordon",
                        "node.*.repair"),
     "node-agent": ("node.*.sample", "node.*.validation", "node.*.repair"),
