@@ -97,7 +97,7 @@ def test_a_cpu_run_naming_a_vendor_is_refused() -> None:
 
 
 def test_a_vendor_the_queue_has_no_quota_for_is_refused_naming_the_vendor() -> None:
-    text = TEXT.replace("{name: habana.ai/gaudi, nominal_quota: 8}", "{name: habana.ai/gaudi, nominal_quota: 0}")
+    text = TEXT.replace("{name: habana.ai/gaudi, nominal_quota: 16}", "{name: habana.ai/gaudi, nominal_quota: 0}")
     platform = load_platform(text)
     cfg = load_tau_config(RUN + "compute: {gpus: 1, gpu_vendor: intel-gaudi}\n")
     with pytest.raises(ConfigError) as info:

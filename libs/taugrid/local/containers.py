@@ -13,8 +13,11 @@ annotation ``taugrid.io/container-engine: <engine>``; the kubelet then runs ever
 - the container's variables are passed by name (``-e NAME``: the value comes from the engine client's own
   environment, which the shim sets to the container's), except the host's own (``PATH``, ``HOME``, …, which mean
   nothing inside an image);
-- GPUs: ``CUDA_VISIBLE_DEVICES`` chooses the devices (``--gpus device=…`` for docker, CDI ``--device
-  nvidia.com/gpu=N`` for podman) and is renumbered from 0 inside, as the devices are;
+- GPUs, by the vendor whose variable names them (``core/devices``): NVIDIA's ``CUDA_VISIBLE_DEVICES`` as
+  ``--gpus device=…`` for docker, CDI ``--device nvidia.com/gpu=N`` for podman; AMD's ``ROCR_VISIBLE_DEVICES`` as
+  CDI ``--device amd.com/gpu=N`` on both (AMD's container toolkit generates that spec); each renumbered from 0
+  inside, as the devices are (ROCR's and HIP's both); Gaudi's ``HABANA_VISIBLE_DEVICES`` as ``--runtime habana``
+  with the host indices, which that runtime's hook reads to map the devices (Gaudi ships no CDI spec);
 - host networking (the rendezvous of a multi-pod run is on loopback); the memory limit as ``--memory``;
 - stop: ``<engine> stop -t <grace> <name>`` (SIGTERM, then the engine's SIGKILL after the grace period; the
   shim builds it when the stop comes, with that stop's grace),
@@ -30,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from taugrid.core.devices import VENDORS, VISIBILITY_ENV
 from taugrid.core.quantity import human_bytes
 
 ENGINE_ANNOTATION = "taugrid.io/container-engine"
 # Host variables that mean nothing inside a container.
 HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
-GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 ENGINE_FAILED_EXIT = 125  # docker/podman run: the engine itself failed, the container never ran
 SIGKILL_EXIT = 137
 # Directories never mounted, even when a variable names them.
@@ -57,20 +60,36 @@ def run_argv(command: list[str], *, engine: str, image: str, name: str, cwd: str
         if spec not in seen:
             seen.add(spec)
             out += ["-v", spec]
-    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     for key in sorted(env):
-        if key in HOST_ONLY_ENV or key in GPU_ENV:
+        if key in HOST_ONLY_ENV or key in VISIBILITY_ENV:
             continue
         out += ["-e", key]
-    if gpus:
-        out += ["-e", "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(len(gpus)))]
-        out += (["--gpus", "device=" + ",".join(gpus)] if Path(engine).name == "docker"
-                else [arg for g in gpus for arg in ("--device", f"nvidia.com/gpu={g}")])
-    elif "NVIDIA_VISIBLE_DEVICES" in env:
-        out += ["-e", "NVIDIA_VISIBLE_DEVICES"]  # "void": none, whatever the image's own setting says
+    out += device_args(engine, env)
     if memory_limit:
         out += ["--memory", str(memory_limit)]
     return [*out, image, *command]
+
+
+def device_args(engine: str, env: Mapping[str, str]) -> list[str]:
+    """The engine options that map a pod's GPUs into its container, read from its vendor's variable."""
+    for vendor in VENDORS.values():
+        gpus = [g.strip() for g in env.get(vendor.device_env[0], "").split(",") if g.strip()]
+        if gpus:
+            break
+    else:
+        return ["-e", "NVIDIA_VISIBLE_DEVICES"] if "NVIDIA_VISIBLE_DEVICES" in env else []  # "void": none at all
+    inside = ",".join(str(i) for i in range(len(gpus)))
+    # a pod of another vendor keeps NVIDIA's "void", whatever the image's own NVIDIA_VISIBLE_DEVICES says
+    out = ["-e", "NVIDIA_VISIBLE_DEVICES"] if vendor.name != "nvidia" and "NVIDIA_VISIBLE_DEVICES" in env else []
+    if vendor.name == "nvidia":
+        out += ["-e", "CUDA_VISIBLE_DEVICES=" + inside]
+        return out + (["--gpus", "device=" + ",".join(gpus)] if Path(engine).name == "docker"
+                      else [arg for g in gpus for arg in ("--device", vendor.cdi_device(g))])
+    if vendor.cdi_kind:
+        out += [arg for k in (*vendor.device_env, *vendor.ordinal_env) for arg in ("-e", f"{k}={inside}")]
+        return out + [arg for g in gpus for arg in ("--device", vendor.cdi_device(g))]
+    return [*out, "--runtime", vendor.oci_runtime,
+            *(arg for k in vendor.device_env for arg in ("-e", f"{k}={','.join(gpus)}"))]
 
 
 def mounts_for(*, volumes: Iterable[tuple[str, str]], env: Mapping[str, str],

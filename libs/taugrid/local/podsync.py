@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from taugrid.bus.connection import Bus
+from taugrid.core import devices
 from taugrid.core.contracts import LogChunk
 from taugrid.core.errors import NotFound
 from taugrid.core.events import log_subject
@@ -211,9 +212,10 @@ class PodSync:
         await self.kubelet.stop(p.name, reason=reason)
 
     def _manifest(self, wl: LocalWorkload, p: LocalPod) -> dict[str, Any]:
-        gpus = ",".join(str(g) for g in p.gpus)
-        env = {"CUDA_VISIBLE_DEVICES": gpus, "NVIDIA_VISIBLE_DEVICES": gpus or "void", "TAU_LOCAL": "1",
-               "TAU_NODE_NAME": p.node or self.node, "PYTHONUNBUFFERED": "1"}
+        # the visibility variables of the vendor whose GPUs admission gave the pod (a GPU share is NVIDIA's)
+        vendor = devices.vendor_of_resources(r for r, v in wl.per_pod.items() if v > 0)
+        env = {**devices.visibility_env(vendor or (devices.DEFAULT_VENDOR if p.gpus else None), p.gpus),
+               "TAU_LOCAL": "1", "TAU_NODE_NAME": p.node or self.node, "PYTHONUNBUFFERED": "1"}
         if wl.gpu_fraction or wl.gpu_memory_mb:
             fraction = wl.gpu_fraction or min(1.0, wl.gpu_memory_mb / (self.gpu_memory_mb or 81920))
             env["TAU_GPU_FRACTION"] = f"{fraction:g}"

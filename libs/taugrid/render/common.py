@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from taugrid.core.contracts import ResolvedRun, Resources
+from taugrid.core.devices import vendor_of_resource
 from taugrid.core.errors import PermanentError
 
 Manifest = dict[str, Any]
@@ -185,8 +186,11 @@ def gpu_share_annotations(res: Resources) -> dict[str, str]:
 
 
 def tolerations(run: ResolvedRun, *, gpu: bool) -> list[dict[str, Any]]:
+    """The profile's tolerations, and for a GPU pod the taint GPU nodes carry by their vendor's resource name
+    (``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``; a MIG slice's node is an NVIDIA node)."""
     out = [dict(t) for t in run.tolerations]
-    gpu_toleration = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    vendor = vendor_of_resource(run.gpu_resource or GPU_RESOURCE)
+    gpu_toleration = {"key": vendor.resource if vendor else GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
     if gpu and gpu_toleration not in out:
         out.append(gpu_toleration)
     return out
