@@ -70,6 +70,7 @@ async def test_raw_reading_gives_the_events_nats_py_would_and_skips_contradictin
     monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # as with a nats-py the hook was not checked against
     via_msgs = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=3)] for ev in b]
     assert raw == via_msgs
+    assert "_process_msg" not in bus.nc.__dict__  # the hook is gone with the last replay that used it
     assert len(raw) == 5  # 5 + 2 emitted, 2 deduplicated (same ids), the forged one left out
     assert [ev.seq for ev in raw] == sorted(ev.seq for ev in raw)
     assert all(ev.stored > 0 and ev.workspace == ws and ev.headers["ce-workspace"] == ws for ev in raw)

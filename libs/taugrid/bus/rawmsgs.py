@@ -3,14 +3,15 @@
 nats-py turns every message it receives into a ``Msg`` (its headers parsed, a queue put, a task woken, a
 callback awaited) before anyone sees it: at a replay's tens of thousands of messages a second that is most of
 the reading. ``route`` registers a function that receives a subscription's messages instead, as
-``(subject, reply, header block, payload)`` bytes from nats-py's protocol parser, and ``event_of`` reads one into
-an ``Event`` exactly as a subscription's ``Msg`` would be read: the same header parsing (nats-py's, with
+``(subject, reply, header block, payload)`` bytes from nats-py's protocol parser, and ``stored_events`` reads
+them into ``Event``s exactly as a subscription's ``Msg`` would be read: the same header parsing (nats-py's, with
 ``natsheaders``' faster equal parser), then ``envelope.from_message``. Every other subscription's message goes
 through nats-py as before.
 
-The hook is nats-py's ``Client._process_msg``, wrapped on the one connection asked for, and only while nats-py
-ships the method it was checked against (its docstring and parameters, as nats-py 2.16 has them); otherwise
-``route`` returns False and the caller reads through an ordinary subscription.
+The hook is nats-py's ``Client._process_msg``, wrapped on the one connection asked for while a routed
+subscription lasts (``unroute`` of the last one puts nats-py's back), and only while nats-py ships the method it
+was checked against (its docstring and parameters, as nats-py 2.16 has them); otherwise ``route`` returns False
+and the caller reads through an ordinary subscription.
 """
 
 from __future__ import annotations
@@ -64,9 +65,13 @@ def route(nc: Client, sid: int, sink: Sink) -> bool:
 
 
 def unroute(nc: Client, sid: int) -> None:
+    """Stop routing ``sid``; with no subscription left to route, nats-py's own method is back in place (every
+    other message then pays nothing for the hook)."""
     router = nc.__dict__.get("_process_msg")
     if isinstance(router, _Router):
         router.sinks.pop(sid, None)
+        if not router.sinks:
+            del nc.__dict__["_process_msg"]
 
 
 Raw = tuple[bytes, bytes, "bytes | None", bytes]  # subject, reply, header block, payload
