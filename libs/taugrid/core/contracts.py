@@ -462,7 +462,7 @@ class NodeSample(Struct, frozen=True):
     memory_available_bytes: int = 0
     load_1m: float = 0.0
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
-    gpu_source: str = "none"  # nvml | declared | none
+    gpu_source: str = "none"  # nvml | amd-smi | hl-smi | declared | none
     message: str = ""
     ib_ports: list[IbPort] = msgspec.field(default_factory=list)
 

@@ -20,11 +20,13 @@ from taugrid.bus.connection import Bus
 from taugrid.core.contracts import NodeSample
 from taugrid.core.events import node_subject
 from taugrid.core.ids import token
+from taugrid.gpulib import nvml_library_missing
 from taugrid.health.ib import read_ports
 from taugrid.health.kmsg import KmsgReader
 from taugrid.health.monitor import read_state
 from taugrid.health.nvml import NvmlProbe
 from taugrid.health.probe import DeclaredProbe, HealthProbe, validate_node
+from taugrid.health.smi import amd_probe, gaudi_probe
 from taugrid.health.wire import NodeRepair, NodeState, NodeValidation
 from taugrid.settings import LocalSettings
 
@@ -37,11 +39,15 @@ def node_name(given: LocalSettings) -> str:
 
 
 def probe(given: LocalSettings, *, kmsg_path: str = "/dev/kmsg") -> HealthProbe:
-    """The GPUs ``TAU_DECLARED_GPUS`` declares, else NVML's (which reports "no GPUs: …" if it cannot). Chosen
-    here, above both probes: ``nvml`` builds on ``probe``, so the choice cannot live in ``probe``."""
+    """The GPUs ``TAU_DECLARED_GPUS`` declares; else NVML's where NVIDIA's library loads; else AMD's or Gaudi's
+    where their tool is on the machine (``health.smi``); else NVML's, which reports "no GPUs: …". Chosen here,
+    above the probes: ``nvml`` and ``smi`` build on ``probe``, so the choice cannot live in ``probe``."""
     if given.declared_gpus:
         return DeclaredProbe.from_spec(given.declared_gpus)
-    return NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
+    if not nvml_library_missing():
+        return NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
+    vendor = next((p for p in (amd_probe(), gaudi_probe()) if p.available()), None)
+    return vendor or NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
 
 
 async def publish_sample(bus: Bus, sample: NodeSample) -> int:
