@@ -1,15 +1,23 @@
 """``policy.mode: elastic`` with ``policy.elastic``: each malformed range is refused naming its line, the field and
-the fix; a well-formed one passes every range rule (and is then refused only because no backend resizes yet)."""
+the fix; a well-formed torchrun range resolves and renders (an elastic Ray run is refused: the local cluster cannot
+resize it)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import yaml
 
 from taugrid.config.elastic import elastic_bounds
 from taugrid.config.launch import ELASTIC_MAX_RESTARTS, build_command
+from taugrid.config.platform import load_platform
+from taugrid.config.resolve import resolve_run
 from taugrid.config.taujob import TauConfig, load_tau_config
 from taugrid.core.errors import ConfigError
+from taugrid.render import render, validate
+
+PLATFORM = load_platform((Path(__file__).resolve().parent / "taugrid" / "platform.yaml").read_text())
 
 TORCHRUN = """\
 name: grow
@@ -33,10 +41,30 @@ def issues(text: str) -> list[tuple[str, int | None, str, str]]:
     return []
 
 
-def test_a_well_formed_range_fails_only_on_the_missing_execution() -> None:
-    found = issues(TORCHRUN.format(elastic="{min: 2, max: 4, step: 1, cooldown: 2m}", nodes=3))
-    assert [(f, line) for f, line, _, _ in found] == [("policy.mode", 6)]
-    assert "neither backend resizes" in found[0][2]
+def test_a_well_formed_torchrun_range_is_accepted_and_resolved() -> None:
+    text = TORCHRUN.format(elastic="{min: 2, max: 4, step: 1, cooldown: 2m}", nodes=3)
+    assert issues(text) == []
+    run = resolve_run(load_tau_config(text, path="tau.yaml"), PLATFORM, run_id="grow-1", submission_id="s",
+                      workspace=None, platform_revision=1, config_hash="h")
+    assert (run.nodes, run.elastic_min, run.elastic_max, run.elastic_step, run.elastic_cooldown_s) == (3, 2, 4, 1, 120)
+    manifests = render(run, attempt=1)
+    for m in manifests:
+        validate(m)
+    (job,) = [m for m in manifests if m["kind"] == "Job"]
+    assert job["metadata"]["annotations"]["taugrid.io/elastic"] == "2:4:1:120"
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 4)
+
+
+def test_an_elastic_ray_run_is_refused_with_its_fix() -> None:
+    ray = """\
+name: grow
+engine: ray
+entrypoint: train.py
+policy: {workspace: ray, mode: elastic, elastic: {min: 1, max: 3}}
+compute: {workers: 2}
+"""
+    assert [(f, line, x) for f, line, _, x in issues(ray)] == [
+        ("policy.mode", 4, "use engine: job with execution.launcher: torchrun, or remove policy.mode")]
 
 
 def test_bounds_default_max_to_the_written_size() -> None:

@@ -133,10 +133,10 @@ def refusals(cfg: TauConfig, add: Any) -> None:
     if cfg.profiler is not None:
         add(("profiler",), "taugrid does not wrap runs in nsys/ncu", "remove profiler and start the profiler in "
             "your entrypoint (e.g. entrypoint: nsys profile -o /data/out/profile python train.py)")
-    if elastic_rules(cfg, add):
-        # The admission engine decides resizes (core/admission/elastic.py); neither backend carries them out yet.
-        add(("policy", "mode"), "elastic runs are not carried out yet: neither backend resizes a running run's "
-            "pods", "remove policy.mode or set it to fixed")
+    if elastic_rules(cfg, add) and cfg.engine == "ray":
+        # The local cluster runs a RayJob as one process group: its workers cannot grow or shrink there.
+        add(("policy", "mode"), "an elastic Ray run is not resized by the local cluster (a RayJob runs there as one "
+            "process group)", "use engine: job with execution.launcher: torchrun, or remove policy.mode")
     if p.shape:
         add(("policy", "shape"), "TauGrid's topology shape catalog is not modelled by taugrid",
             "size the run with compute.* and execution.nodes, and place it with policy.topology")

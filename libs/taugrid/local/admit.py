@@ -56,6 +56,7 @@ class Request:
     flavors: dict[str, str] = field(default_factory=dict)
     gpus: list[list[int]] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)  # per pod: the pool node it runs on ("" = unknown)
+    elastic: adm.Elastic | None = None  # an elastic run's range (``job_elastic``)
 
 
 @dataclass
@@ -110,6 +111,18 @@ def topology_request(annotations: Mapping[str, str], *, slices: bool = True) -> 
         unconstrained=unconstrained and not (required or preferred),
         slice_required=slice_level if slice_level and size else None,
         slice_size=int(size) if slice_level and size else None)
+
+
+def job_elastic(job: Mapping[str, Any]) -> adm.Elastic | None:
+    """An elastic Job's range (``render``'s ``taugrid.io/elastic``: min:max:step:cooldown, with Kueue's opt-in); its
+    pods are the pod set that resizes. None for anything else."""
+    ann = job.get("metadata", {}).get("annotations", {}) or {}
+    text = ann.get("taugrid.io/elastic", "")
+    # A RayJob is one local process group (its workers are not pods here): only a Job's pods resize locally.
+    if job.get("kind") != "Job" or ann.get("kueue.x-k8s.io/elastic-job") != "true" or not text:
+        return None
+    low, high, step, cooldown = text.split(":")
+    return adm.Elastic(min_count=int(low), max_count=int(high), step=int(step), cooldown_s=float(cooldown))
 
 
 def job_topology(job: Mapping[str, Any]) -> adm.TopologyRequest | None:
@@ -203,6 +216,7 @@ class LocalAdmitter:
     engine: adm.Engine | None = None
     requests: dict[str, Request] = field(default_factory=dict)
     preempted: list[Evicted] = field(default_factory=list)
+    resized: list[adm.Resize] = field(default_factory=list)  # elastic workloads the last cycle grew or shrank
     quotas: dict[str, dict[str, float]] = field(default_factory=dict)
     cohort_of: dict[str, str] = field(default_factory=dict)
     cordoned: dict[str, str] = field(default_factory=dict)  # node → why; nothing new lands there until re-validated
@@ -309,6 +323,7 @@ class LocalAdmitter:
                         topology_request=req.topology if self.tas else None),),
             priority=req.priority, preemptible=req.preemptible, created_at=req.created,
             placement=adm.PlacementStrategy(req.placement if req.placement in ("binpack", "spread") else "binpack"),
+            elastic=req.elastic,
         )
 
     def submit(self, req: Request) -> None:
@@ -321,11 +336,17 @@ class LocalAdmitter:
         if self.engine is not None and name in self.engine.states:
             self.engine.finish(name, time.time())
 
+    def release_removed(self, name: str) -> None:
+        """The pods an elastic shrink removed are stopped: their quota and devices are free."""
+        if self.engine is not None and self.engine.is_admitted(name):
+            self.engine.release_removed(name)
+
     def cycle(self) -> list[Granted]:
-        self.preempted = []
+        self.preempted, self.resized = [], []
         if self.engine is None:
             return []
         result = self.engine.cycle(time.time())
+        self.resized = list(result.resized)
         granted = []
         for a in result.admitted:
             per_pod: dict[int, list[int]] = {}

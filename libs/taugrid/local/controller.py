@@ -27,14 +27,25 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import Platform
+from taugrid.core.admission import Resize
 from taugrid.core.contracts import BackendApply, BackendDelete, PodSetTopology, WatchEvent
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.core.watched import slim
-from taugrid.local import envrefs, objects
-from taugrid.local.admit import GPU, Evicted, Granted, LocalAdmitter, Pending, Request, amount, job_topology
+from taugrid.local import envrefs, objects, resize
+from taugrid.local.admit import (
+    GPU,
+    Evicted,
+    Granted,
+    LocalAdmitter,
+    Pending,
+    Request,
+    amount,
+    job_elastic,
+    job_topology,
+)
 from taugrid.local.backend import run_user
 from taugrid.local.jobpods import template
 from taugrid.local.kubelet import Kubelet
@@ -370,7 +381,7 @@ class LocalCluster:
                        gpus=[list(p.gpus) for p in sorted(wl.pods, key=lambda p: p.index)]
                        if wl.state in ("running", "deleted") else [],
                        nodes=[p.node for p in sorted(wl.pods, key=lambda p: p.index)]
-                       if wl.state in ("running", "deleted") else [])
+                       if wl.state in ("running", "deleted") else [], elastic=job_elastic(wl.job))
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
@@ -457,16 +468,18 @@ class LocalCluster:
         self._blocked = False
         granted: list[Granted] = []
         preempted: list[Evicted] = []
+        resized: list[Resize] = []
         examined = 0
         while len(granted) < ADMIT_BATCH:
             got = self.admitter.cycle()
             self.cycles += 1
             granted += got
             preempted = list(self.admitter.preempted)
+            resized += self.admitter.resized
             examined = 0 if got else examined + 1
             # a cycle that admits nothing has still tried one head per queue; the heads behind it are tried too
             # (one may fit, and every waiting run then has its reason), so one reason holds for the whole line
-            if preempted or (not got and (self.admitter.quiescent() or examined >= ADMIT_BATCH)):
+            if preempted or resized or (not got and (self.admitter.quiescent() or examined >= ADMIT_BATCH)):
                 break
         now = time.time()
         for ev in preempted:
@@ -475,6 +488,8 @@ class LocalCluster:
         await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes, topology=g.topology)
                          for g in granted
                          if g.name in self.wls and self.wls[g.name].state == "pending")
+        for r in resized:  # elastic runs (after the starts: a run may grow in the cycle that admits it)
+            await resize.apply(self, r)
         if preempted or len(granted) >= ADMIT_BATCH or examined >= ADMIT_BATCH:
             self.wake()  # the batch ended early: a head may still be admissible, so the next cycle runs at once
 
@@ -566,7 +581,7 @@ class LocalCluster:
                       pod_counts={"main": wl.pods_wanted}, at=now, topology=topology)
         self.readiness.admitted(wl, now)
         wl.pods = []
-        if wl.pods_wanted > 1 and not wl.rdzv_port:
+        if (wl.pods_wanted > 1 or job_elastic(wl.job)) and not wl.rdzv_port:
             wl.rdzv_port = free_port()
         for i in range(wl.pods_wanted):
             name = f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod"

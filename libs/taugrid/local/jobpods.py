@@ -82,7 +82,7 @@ def pod_manifest(job: dict[str, Any], pod_obj: dict[str, Any], *, index: int, po
         e for e in main.get("env") or [] if e["name"] not in env]
     if memory_limit:
         main.setdefault("resources", {}).setdefault("limits", {})["memory"] = str(memory_limit)
-    if pods > 1:  # an Indexed Job (multi-node torchrun): rendezvous on loopback, on the workload's own port
+    if pods > 1 or rdzv_port:  # an Indexed Job (multi-node or elastic torchrun): rendezvous on loopback, own port
         subdomain = str(spec.get("subdomain", ""))
         main["command"] = local_command(list(main.get("command") or []), job=job["metadata"]["name"],
                                         subdomain=subdomain, port=rdzv_port)

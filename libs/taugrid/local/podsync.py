@@ -226,7 +226,7 @@ class PodSync:
         if wl.requeues:  # restarted after a preemption or a PodsReady timeout: same attempt, resume from checkpoint
             env["TAU_RETRY_REASON"] = wl.retry_reason or "Preempted"
             env["TAU_RESUME_FROM"] = literal.get("TAU_RESUME_FROM") or literal.get("TAU_CHECKPOINT_DIR", "")
-        if wl.pods_wanted > 1:
+        if wl.pods_wanted > 1 or wl.rdzv_port:  # multi-node, or elastic (it may grow from one pod)
             env["MASTER_ADDR"] = literal.get("MASTER_ADDR", "127.0.0.1")
             env["MASTER_PORT"] = str(wl.rdzv_port)
             # rank i's node, as admission placed it (rank 0's first: where MASTER_ADDR's rendezvous runs); a

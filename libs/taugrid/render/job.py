@@ -39,6 +39,12 @@ from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source
 
 RDZV_PORT = 29500
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # Kueue's per-job opt-in (ElasticJobsViaWorkloadSlices, beta in v0.18)
+# taugrid's range for the local cluster's engine: "min:max:step:cooldown_s" (Kubernetes ignores it).
+ELASTIC_RANGE = "taugrid.io/elastic"
+
+
+def elastic_range(run: ResolvedRun) -> str:
+    return f"{run.elastic_min}:{run.elastic_max}:{run.elastic_step}:{run.elastic_cooldown_s:g}"
 HEADLESS_SUFFIX = "-headless"
 # Service names are DNS labels (≤ 63) and carry the suffix; index hostnames add "-<index>" to the Job name.
 MULTI_NODE_NAME_MAX = 63 - len(HEADLESS_SUFFIX)
@@ -80,6 +86,7 @@ def render_job(
         # completions allow up to the maximum, and the Job succeeds when pod 0 (torchrun's rendezvous host, which
         # a shrink never removes) does, so indexes never run again on their own after training ends.
         job_annotations[ELASTIC_JOB] = "true"
+        job_annotations[ELASTIC_RANGE] = elastic_range(run)
         spec.update(completionMode="Indexed", completions=run.elastic_max, parallelism=run.nodes,
                     successPolicy={"rules": [{"succeededIndexes": "0"}]})
     elif multi_node:

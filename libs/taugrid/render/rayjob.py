@@ -36,7 +36,7 @@ from taugrid.render.common import (
     template_annotations,
     tolerations,
 )
-from taugrid.render.job import ELASTIC_JOB
+from taugrid.render.job import ELASTIC_JOB, ELASTIC_RANGE, elastic_range
 from taugrid.render.source import DEFAULT_SETTINGS, RenderSettings, add_source, needs_fetch, source_layout
 
 RAYJOB_NAME_MAX = 47
@@ -90,7 +90,7 @@ def render_rayjob(
         run, attempt=attempt, resume_from=resume_from, exclude_nodes=exclude_nodes, settings=settings
     )
     if run.elastic_max:  # Kueue's elastic RayJob: the opt-in annotation and KubeRay's in-tree autoscaler
-        annotations = {**annotations, ELASTIC_JOB: "true"}
+        annotations = {**annotations, ELASTIC_JOB: "true", ELASTIC_RANGE: elastic_range(run)}
         spec["rayClusterSpec"]["enableInTreeAutoscaling"] = True
     return [
         {

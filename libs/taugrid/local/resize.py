@@ -1,0 +1,86 @@
+"""Carry out the admission engine's resizes of an elastic run on the local pool (``core/admission/elastic.py``).
+
+Role: a grown run gets pods for the new indices (placed where the engine put them, started like any admitted pod);
+a shrunk run has its highest-index pods stopped (SIGTERM, then SIGKILL after the grace) and deleted, and only then
+does the engine free their quota and devices (``release_removed``), so nothing is admitted onto capacity still in
+use. torchrun's elastic agents (``--nnodes=MIN:MAX``, c10d rendezvous on pod 0, which a shrink never removes)
+restart the workers at the new world size; the script resumes from its last checkpoint.
+
+Invariant: runs under the controller's lock, from its admission pass; a run that is no longer running has nothing to
+start or stop, and a shrink of it is released at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from taugrid.core.admission import Resize
+from taugrid.core.admission import results as R
+from taugrid.local import objects
+from taugrid.local.admit import LocalAdmitter
+from taugrid.local.podsync import PodSync
+from taugrid.local.state import LocalPod, LocalWorkload
+
+
+class LocalCluster(Protocol):
+    """What a resize uses of ``controller.LocalCluster`` (a protocol: the controller imports this module)."""
+
+    wls: dict[str, LocalWorkload]
+    admitter: LocalAdmitter
+    podsync: PodSync
+    node: str
+    simulate: bool
+
+    def wake(self) -> None: ...
+    async def save(self, wl: LocalWorkload) -> None: ...
+    async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None: ...
+    def _sim_start(self, wl: LocalWorkload, p: LocalPod, now: float) -> None: ...
+    async def _launch_pending(self, wl: LocalWorkload) -> None: ...
+
+
+async def apply(c: LocalCluster, r: Resize) -> None:
+    wl = c.wls.get(r.workload)
+    if wl is None or wl.state != "running":
+        if r.cause != R.GROWN:
+            c.admitter.release_removed(r.workload)
+        return
+    if r.cause == R.GROWN:
+        await _grow(c, wl, r)
+    else:
+        await _shrink(c, wl, r)
+    c.wake()  # a shrink freed capacity; a growth may be followed by another once its cooldown passes
+
+
+async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
+    now = time.time()
+    stamp = f"g{int(now * 1000) % 100_000_000}"  # an index may come back after a shrink: a new pod, a new name
+    for pl in r.placements:
+        name = f"{wl.name}-{pl.index}-{stamp}"
+        node = pl.node or c.node
+        wl.pods.append(LocalPod(name=name, index=pl.index, obj=objects.pod(wl.job, name=name, node=node,
+                                                                           index=pl.index, at=now),
+                                gpus=list(pl.gpus), node=node))
+    wl.pods_wanted = r.new_count
+    if c.simulate:
+        for p in wl.pods:
+            if p.phase == "Pending":
+                c._sim_start(wl, p, now)
+    await c.save(wl)
+    await c._launch_pending(wl)
+
+
+async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
+    removed = {pl.index for pl in r.placements}
+    gone = [p for p in wl.pods if p.index in removed]
+    for p in gone:
+        c.podsync.forget(p)
+        if p.phase == "Running" and not p.sim_end:
+            await c.podsync.ship_logs(wl, p, final=True)
+            await c.podsync.stop(p, "Resized")
+        p.phase = "Deleted"
+        await c.publish(wl, "Pod", p.obj, "deleted")
+    wl.pods = [p for p in wl.pods if p.index not in removed]
+    wl.pods_wanted = r.new_count
+    await c.save(wl)
+    c.admitter.release_removed(wl.name)

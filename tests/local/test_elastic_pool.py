@@ -1,0 +1,112 @@
+"""The local cluster, real bus, simulated pods: an elastic Job (``kueue.x-k8s.io/elastic-job`` with taugrid's
+``taugrid.io/elastic`` range, as ``render`` writes them) starts at 2 pods and grows to its maximum of 3 in free
+quota; a higher-priority Job needing 2 GPUs (one is free) shrinks it to 2 instead of evicting it (the removed pod is
+deleted first, then the newcomer starts); when the newcomer ends the run grows back to 3, each new pod placed on a free
+GPU."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taugrid.bus import platformstore
+from taugrid.core.contracts import BackendApply
+from taugrid.local.controller import LocalCluster
+from tests.inprocess import private_server
+
+PLATFORM = """\
+priority_classes:
+  - {name: low, value: 10}
+  - {name: high, value: 100}
+resource_flavors:
+  - {name: gpu}
+cluster_queues:
+  - name: team
+    preemption: {within_cluster_queue: LowerPriority}
+    resource_groups:
+      - covered_resources: [cpu, memory, nvidia.com/gpu]
+        flavors:
+          - name: gpu
+            resources:
+              - {name: cpu, nominal_quota: 16}
+              - {name: memory, nominal_quota: 64Gi}
+              - {name: nvidia.com/gpu, nominal_quota: 4}
+local_queues:
+  - {name: default, namespace: default, cluster_queue: team}
+workspaces:
+  - {name: default, namespace: default, local_queue: default, output_root: /tmp}
+local:
+  nodes:
+    - {name: g1, gpus: 4}
+"""
+
+
+@pytest.fixture
+async def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LocalCluster]:
+    monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")
+    async with private_server(tmp_path, name="elastic") as (_url, bus):
+        await platformstore.put_text(bus, PLATFORM)
+        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": 8.0 * 2**30},
+                               gpu_count=0)
+        await cluster.load()
+        try:
+            yield cluster
+        finally:
+            await cluster.kubelet.close()
+
+
+def job(name: str, *, pods: int, priority: str, seconds: float, elastic: str = "") -> dict[str, Any]:
+    container = {"name": "main", "image": "python:3.11-slim", "command": ["true"],
+                 "env": [{"name": "SIMULATED_DURATION", "value": str(seconds)}],
+                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                               "limits": {"nvidia.com/gpu": "1"}}}
+    annotations = {"kueue.x-k8s.io/elastic-job": "true", "taugrid.io/elastic": elastic} if elastic else {}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations,
+                         "labels": {"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": priority,
+                                    "taugrid.io/run-id": name[:-3], "taugrid.io/workspace": "default",
+                                    "taugrid.io/attempt": "1"}},
+            "spec": {"suspend": True, "backoffLimit": 0, "completions": 3 if elastic else pods, "parallelism": pods,
+                     "completionMode": "Indexed",
+                     "template": {"metadata": {"labels": {}, "annotations": {}},
+                                  "spec": {"restartPolicy": "Never", "subdomain": f"{name}-headless",
+                                           "containers": [container]}}}}
+
+
+async def until(c: LocalCluster, check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await c.tick()
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError({n: (w.state, w.pods_wanted, [(p.index, p.phase, p.gpus) for p in w.pods])
+                          for n, w in c.wls.items()})
+
+
+def running(c: LocalCluster, name: str) -> list[int]:
+    wl = c.wls.get(name)
+    return sorted(p.index for p in wl.pods if p.phase == "Running") if wl else []
+
+
+async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool: LocalCluster) -> None:
+    c = pool
+    await c.apply(BackendApply(run_id="el", workspace="default", attempt=1,
+                               manifests=[job("el-a1", pods=2, priority="low", seconds=600, elastic="1:3:1:0")]))
+    await until(c, lambda: running(c, "el-a1") == [0, 1, 2])  # grown into free quota, up to its maximum
+    assert c.wls["el-a1"].pods_wanted == 3
+    await c.apply(BackendApply(run_id="hi", workspace="default", attempt=1,
+                               manifests=[job("hi-a1", pods=2, priority="high", seconds=1.5)]))
+    await until(c, lambda: len(running(c, "hi-a1")) == 2)
+    assert running(c, "el-a1") == [0, 1]  # one pod given up (one GPU was free), never evicted
+    assert c.wls["el-a1"].state == "running" and c.wls["el-a1"].requeues == 0
+    gpus = [g for w in c.wls.values() for p in w.pods if p.phase == "Running" for g in p.gpus]
+    assert sorted(gpus) == [0, 1, 2, 3]
+    await until(c, lambda: c.wls.get("hi-a1") is None or c.wls["hi-a1"].state != "running", timeout=30)
+    await until(c, lambda: running(c, "el-a1") == [0, 1, 2])  # grown back once the quota freed
+    assert sorted(g for p in c.wls["el-a1"].pods for g in p.gpus) == [0, 1, 2]
