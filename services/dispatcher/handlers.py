@@ -168,14 +168,17 @@ class Dispatcher:
         if decision.verdict == "withdraw":
             await self._withdraw(rec, cluster, decision.reason)
             return
+        if decision.verdict == "won" and rec.announced:
+            return  # the winner's later changes (a run of days changes its Workload often): all was said
         if decision.verdict == "claim":
             rec = msgspec.structs.replace(rec, chosen=cluster)
             # written once: a concurrent claim makes this a Conflict, redelivered, and then read as withdraw/won
-            await kv.save(self.bus, BUCKET, k, rec, revision=revision)
-        await self._event(rec, "dispatch.chosen", [cluster], decision.reason if decision.verdict == "claim"
-                          else f"{cluster} admitted it first")
+            revision = await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        await self._event(rec, "dispatch.chosen", [cluster], f"{cluster} admitted it first")
         for other in withdrawals(cluster, rec.nominated):
             await self._withdraw(rec, other, f"{cluster} admitted it first")
+        # said once: a crash before this line repeats the same ids (dropped); after it, nothing is said again
+        await kv.save(self.bus, BUCKET, k, msgspec.structs.replace(rec, announced=True), revision=revision)
 
     async def _withdraw(self, rec: DispatchRecord, cluster: str, reason: str) -> None:
         req = rec.apply

@@ -19,6 +19,8 @@ class DispatchRecord(msgspec.Struct, frozen=True):
     round_started: float
     chosen: str = ""
     deleted: bool = False  # the renderer took the run back: every copy withdrawn, nothing more nominated
+    announced: bool = False  # dispatch.chosen and the withdrawals are published (a later change of the winner's
+    # Workload says nothing again, even after the streams' dedup window)
 
 
 def key(run_id: str, attempt: int) -> str:

@@ -106,8 +106,10 @@ async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_wit
     await d.on_report("onprem-c", admitted(run))
     await d.on_report("onprem-c", admitted(run))  # a repeat
     await d.on_report("cloud", admitted(run))  # admitted too late: its copy is withdrawn (again: one request)
-    rec, _ = await kv.load(bus, BUCKET, key(run, 1), DispatchRecord)
-    assert rec is not None and rec.chosen == "onprem-c"
+    rec, revision = await kv.load(bus, BUCKET, key(run, 1), DispatchRecord)
+    assert rec is not None and rec.chosen == "onprem-c" and rec.announced
+    await d.on_report("onprem-c", admitted(run))  # the winner's Workload changes again: nothing more is written
+    assert (await kv.load(bus, BUCKET, key(run, 1), DispatchRecord))[1] == revision
     assert await sent(bus, run) == {
         "cloud.apply": 1, "cloud.delete": 1, "onprem-a.apply": 1, "onprem-a.delete": 1, "onprem-b.apply": 1,
         "onprem-b.delete": 1, "onprem-c.apply": 1}
