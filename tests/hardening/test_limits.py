@@ -10,6 +10,7 @@ import time
 import pytest
 
 from taugrid.bus.connection import PayloadTooLarge
+from taugrid.config import expansion
 from taugrid.config.platform import load_platform
 from taugrid.config.taujob import load_tau_config
 from taugrid.core.contracts import Rejected, SubmitRequested
@@ -51,6 +52,34 @@ def test_a_few_aliases_still_work() -> None:
 def test_a_recursive_alias_is_refused() -> None:
     with pytest.raises(ConfigError, match="YAML aliases expand this document to more than 20000 nodes"):
         load_tau_config("name: r\nentrypoint: t.py\nexecution:\n  configs: &a {x: [*a]}\n")
+
+
+def kueue_large_scale_platform() -> str:
+    """Kueue's large-scale scheduler test's shape: 10 cohorts x 100 ClusterQueues of 20 cpu (borrowing 100). The
+    first queue's resource groups are aliased by the other 999, so that the test composes few nodes; they expand
+    to about 25,000."""
+    group = ('&rg [{covered_resources: [cpu], flavors: [{name: default, resources: '
+             '[{name: cpu, nominal_quota: "20", borrowing_limit: "100"}]}]}]')
+    lines = ["resource_flavors: [{name: default}]",
+             "cohorts: [" + ", ".join(f"{{name: c{c}}}" for c in range(10)) + "]", "cluster_queues:"]
+    lines += [f"  - {{name: cq-{i}, cohort: c{i // 100}, resource_groups: {group if i == 0 else '*rg'}}}"
+              for i in range(1000)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_platform_of_1000_cluster_queues_loads_past_the_tau_yaml_node_bound() -> None:
+    text = kueue_large_scale_platform()
+    with pytest.raises(expansion.Refused, match="more than 20000 nodes"):  # a tau.yaml's bound
+        expansion.load(text, expansion.Bounds())
+    platform = load_platform(text)
+    assert [q.name for q in platform.cluster_queues] == [f"cq-{i}" for i in range(1000)]
+    assert platform.cluster_queues[999].cohort == "c9"
+    assert platform.cluster_queues[999].resource_groups == platform.cluster_queues[0].resource_groups
+
+
+def test_a_yaml_bomb_in_a_platform_stops_at_the_platform_node_bound() -> None:
+    with pytest.raises(ConfigError, match="expand this document to more than 200000 nodes"):
+        load_platform(yaml_bomb().split("\n    ", 1)[1].replace("\n    ", "\n"))
 
 
 def test_an_oversize_document_is_refused_naming_the_limit() -> None:

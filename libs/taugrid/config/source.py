@@ -28,8 +28,10 @@ from taugrid.core.errors import ConfigError
 from taugrid.core.limits import (
     PLATFORM_YAML_MAX_BYTES,
     PLATFORM_YAML_MAX_EXPANDED_BYTES,
+    PLATFORM_YAML_MAX_NODES,
     TAU_YAML_MAX_BYTES,
     TAU_YAML_MAX_EXPANDED_BYTES,
+    YAML_MAX_NODES,
     size_text,
 )
 
@@ -100,7 +102,8 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
         _refuse(path, f"the document is {size} bytes; the limit for a {what} is {size_text(limit)}",
                 "keep large data out of the config: ship it in the project folder or as a file the run reads")
     try:
-        bounds = expansion.Bounds(json_bytes=_MAX_EXPANDED.get(what, TAU_YAML_MAX_EXPANDED_BYTES))
+        bounds = expansion.Bounds(json_bytes=_MAX_EXPANDED.get(what, TAU_YAML_MAX_EXPANDED_BYTES),
+                                  nodes=_MAX_NODES.get(what, YAML_MAX_NODES))
         node, data = expansion.load(text, bounds)
     except expansion.Refused as exc:
         _refuse(path, exc.message, exc.fix, line=exc.line)
@@ -133,6 +136,7 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
 
 _MAX_BYTES = {"tau.yaml": TAU_YAML_MAX_BYTES, "platform.yaml": PLATFORM_YAML_MAX_BYTES}
 _MAX_EXPANDED = {"tau.yaml": TAU_YAML_MAX_EXPANDED_BYTES, "platform.yaml": PLATFORM_YAML_MAX_EXPANDED_BYTES}
+_MAX_NODES = {"platform.yaml": PLATFORM_YAML_MAX_NODES}  # a platform of 1,000 ClusterQueues is a real one
 
 
 def yaml_problem(exc: yaml.YAMLError) -> tuple[int | None, str, str]:

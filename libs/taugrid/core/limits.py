@@ -19,6 +19,10 @@ PLATFORM_YAML_MAX_BYTES = 1 * MIB
 """A ``platform.yaml`` (many workspaces and users)."""
 YAML_MAX_NODES = 20_000
 """YAML nodes after alias expansion; real configs have hundreds."""
+PLATFORM_YAML_MAX_NODES = 200_000
+"""A ``platform.yaml``'s nodes after alias expansion: Kueue's large-scale test (1,000 ClusterQueues, each with
+its local queue and workspace) has about 57,000; a platform that fills its 1 MiB text limit has no more than
+this."""
 TAU_YAML_MAX_EXPANDED_BYTES = 512 * KIB
 """A ``tau.yaml`` once its aliases are expanded, counted as JSON (what ``submit.accepted`` carries): twice the
 text's own limit, so an alias-free document always fits and ``submit.accepted`` stays far below ``EVENT_MAX_BYTES``
