@@ -22,7 +22,14 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from taugrid.bus.topology import CONSUMERS, KV_BUCKETS, OBJECT_STORE, SOURCES_STORE, UPLOADS_STORE
+from taugrid.bus.topology import (
+    CONSUMERS,
+    KV_BUCKETS,
+    OBJECT_STORE,
+    SITE_DISPATCHER_DURABLE,
+    SOURCES_STORE,
+    UPLOADS_STORE,
+)
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import token
 from taugrid.core.publishing import SERVICE_PUBLISH
@@ -53,6 +60,8 @@ class ServiceRole:
     replays: tuple[str, ...] = ()  # streams it reads with short-lived consumers (any subject)
     why: str = ""
     kv_reads: tuple[str, ...] | None = None  # KV buckets it reads; None: all of them
+    # a durable of this name it binds on streams made at run time (the hub's SITE_<CLUSTER>, bus/sites.py)
+    site_durable: str = ""
 
     @property
     def emits(self) -> tuple[str, ...]:
@@ -73,7 +82,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("admission_watcher", ("admission-watcher", "admission-watcher-high"), ("bridge",),
                     why="translates watch events into run events"),
         ServiceRole("recovery", ("recovery",), why="the only source of retries"),
-        ServiceRole("dispatcher", ("dispatcher",), ("dispatch",),
+        ServiceRole("dispatcher", ("dispatcher",), ("dispatch",), site_durable=SITE_DISPATCHER_DURABLE,
                     why="many clusters: sends a run's copies to the clusters nominated, withdraws the losers' (§13d)"),
         ServiceRole("evidence", ("evidence",), ("ledger",), "write", replays=("RUNS", "AUDIT", "LOGS"),
                     why="ledger, sealed bundles"),
@@ -194,6 +203,8 @@ def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
     pub += list(role.emits)
     for durable in role.durables:
         pub += _durable(CONSUMERS[durable].stream, durable)
+    if role.site_durable:
+        pub += _durable("*", role.site_durable)
     for stream in role.replays:
         pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>", f"{API}.CONSUMER.INFO.{stream}.*",
                 f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",
@@ -327,6 +338,8 @@ def markdown_table() -> str:
         perms = service_permissions(role, key)
         parts = [f"`{s}`" for s in role.emits]
         parts += [f"durable `{d}`" for d in role.durables]
+        if role.site_durable:
+            parts.append(f"durable `{role.site_durable}` on each `SITE_*` stream")
         parts += [f"KV put `{b}`" for b in role.kv_writes]
         if role.objects != "none":
             parts.append(f"object store `{OBJECT_STORE}` {role.objects}")

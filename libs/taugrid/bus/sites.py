@@ -33,6 +33,7 @@ from nats.js.api import (
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import MISSING, UNAVAILABLE, unavailable
+from taugrid.bus.topology import SITE_DISPATCHER_DURABLE
 
 HUB_DOMAIN = "hub"
 SITE_IN = "SITE_IN"
@@ -43,7 +44,7 @@ SITE_OUT = "SITE_OUT"
 # report and send it back.
 SITE_DENY_EXPORTS = ("k8s.>",)
 SITE_DENY_IMPORTS = ("backend.>", "k8s.>")
-DISPATCHER_DURABLE = "dispatcher"  # the dispatcher's durable on each hub site stream: the cluster's object changes
+DISPATCHER_DURABLE = SITE_DISPATCHER_DURABLE  # on each hub site stream: the cluster's object changes
 _DAY = 24 * 3600.0
 
 

@@ -51,6 +51,10 @@ LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "render
                  "admission-watcher": "admission-watcher-high", "runstate": "runstate-high",
                  "local-cluster": "local-cluster-high"}
 
+# The dispatcher's durable on each hub SITE_<CLUSTER> stream (bus/sites.py makes them; not in CONSUMERS: the streams
+# are made per cluster at run time).
+SITE_DISPATCHER_DURABLE = "dispatcher"
+
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 

@@ -1,0 +1,28 @@
+"""On an authenticated server, the dispatcher's identity may pull from its durable on a site's hub stream and no
+other service may (the durable is made by the bootstrap identity through ``sites.provision_hub``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from taugrid.bus import sites
+from taugrid.core.errors import PermissionDenied
+
+
+async def test_only_the_dispatcher_pulls_from_a_sites_hub_stream(secure_nats):  # type: ignore[no-untyped-def]
+    boot = await secure_nats.connect("bootstrap")
+    dispatcher = await secure_nats.connect("dispatcher")
+    renderer = await secure_nats.connect("renderer")
+    try:
+        await sites.provision_hub(boot, "site-z")
+        sub = await dispatcher.guarded(dispatcher.js.pull_subscribe_bind(sites.DISPATCHER_DURABLE,
+                                                                         stream=sites.hub_stream("site-z")))
+        with pytest.raises(Exception) as empty:  # nothing sourced yet: the pull is allowed and times out
+            await dispatcher.guarded(sub.fetch(1, timeout=0.5))
+        assert not isinstance(empty.value, PermissionDenied), empty.value
+        theirs = await renderer.js.pull_subscribe_bind(sites.DISPATCHER_DURABLE, stream=sites.hub_stream("site-z"))
+        with pytest.raises(PermissionDenied, match="consumer.msg.next.site_site_z.dispatcher"):
+            await renderer.guarded(theirs.fetch(1, timeout=2))
+    finally:
+        for bus in (boot, dispatcher, renderer):
+            await bus.close()
