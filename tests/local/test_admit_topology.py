@@ -159,3 +159,20 @@ def test_the_local_warning_names_the_topology_keys_only_without_platform_topolog
     assert kubernetes_only(pod) == ("policy.topology_policy, policy.topology_slice have no effect on the local "
                                     "backend (Kubernetes only)")
     assert kubernetes_only(pod, tas=True) == ""
+
+
+def test_a_retry_that_excludes_a_node_takes_a_whole_rack_without_it() -> None:
+    """A retry excludes a1 (where its last attempt failed): TAS leaves a1 out of the domains, so a run that must
+    stay in one rack of two pods cannot take rack r1 (only a2 is left there) and lands on r2, not pending."""
+    la = admitter()
+    la.submit(Request("retry", "team", 0, 0.0, 2, {GPU: 2.0, "cpu": 1.0}, topology=adm.TopologyRequest(required=RACK),
+                      excluded_nodes=("a1",)))
+    assert placed(la) == {"retry": ["b1", "b2"]}
+
+    la = admitter()
+    la.submit(Request("both", "team", 0, 0.0, 2, {GPU: 2.0, "cpu": 1.0}, topology=adm.TopologyRequest(required=RACK),
+                      excluded_nodes=("a1", "b1")))
+    assert placed(la) == {}
+    assert la.pending_all()["both"].reason == "TopologyPlacementFailed"
+    assert la.pending_all()["both"].message == (
+        'couldn\'t assign flavors to pod set main: topology "racks" allows to fit only 1 out of 2 pod(s)')

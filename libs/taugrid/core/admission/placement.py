@@ -306,7 +306,7 @@ class Cluster:
         per_pod = {"cpu": to_units(ps.requests.get("cpu", 0)), "memory": to_units(ps.requests.get("memory", 0)),
                    GPU: int(round(ps.requests.get(GPU, 0))) * UNIT}
         return TasPodSet(ps.name, ps.count, per_pod, ps.topology_request, ps.node_selector,
-                         workload.tolerations + ps.tolerations)
+                         workload.tolerations + ps.tolerations, ps.excluded_nodes)
 
     def adopt(self, workload: Workload, gpus: Sequence[Sequence[int]],
               nodes: Sequence[str] | None = None) -> list[PodPlacement] | str:

@@ -39,6 +39,7 @@ class TasPodSet:
     request: TopologyRequest | None  # None: implied (a TAS-only ClusterQueue), placed as unconstrained
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    excluded_nodes: frozenset[str] = frozenset()  # a retry's nodes to avoid (PodSet.excluded_nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +257,7 @@ def find(tree: TasTree, ps: TasPodSet, leader: TasPodSet | None, assumed: Mappin
         tr.required is None and tr.preferred is None and tr.slice_required is not None)
     stats = Stats()
     tree.fill(Demand(ps.per_pod, leader.per_pod if leader is not None else None, ps.node_selector,
-                     ps.tolerations, slice_size, slice_idx), assumed, free, stats)
+                     ps.tolerations, slice_size, slice_idx, ps.excluded_nodes), assumed, free, stats)
     s = _Search(tree, count=ps.count, leaders=1 if leader is not None else 0, slice_size=slice_size,
                 required=tr is not None and tr.required is not None, least_free=least_free, stats=stats)
     found = s.fit_level(level_idx)

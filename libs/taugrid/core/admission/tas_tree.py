@@ -8,7 +8,8 @@ above it), and with a leader pod set (Kueue's pod-set groups) whether a domain c
 workers still fit beside it (``pods_wl``/``slices_wl``).
 
 Invariants: the tree changes only with the set of usable nodes (the caller keeps it); counts are reset on every
-fill; only leaves that are nodes check taints and the node selector, as Kueue does.
+fill; only leaves that are nodes check taints and the node selector, as Kueue does; a pod set's excluded
+nodes (taugrid's retries) count as absent at every level.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Demand:
     tolerations: tuple[Toleration, ...]
     slice_size: int
     slice_idx: int
+    excluded: frozenset[str] = frozenset()  # node names this pod set must avoid (a retry's excluded nodes)
 
 
 def _taint_text(t: Taint) -> str:
@@ -131,6 +133,8 @@ class TasTree:
             free: dict[str, int] | None = None
             for ni in leaf.nodes:
                 node = self.nodes[ni]
+                if node.name in demand.excluded:
+                    continue  # not a candidate at all, as if absent from the topology (not counted in stats)
                 if self.by_node:  # Kueue checks taints and the node selector only when leaves are nodes
                     stats.total += 1
                     taint = untolerated(node.taints, demand.tolerations) if node.taints else None
