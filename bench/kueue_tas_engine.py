@@ -165,6 +165,9 @@ def replay(fraction: float, profiler: cProfile.Profile | None, *, one_at_a_time:
         worst = max(worst, time.perf_counter() - t0)
         cycles += 1
         heads += res.heads
+        if cycles % 500 == 0:  # a long replay says how far it is
+            print(f"  ... simulated t={now:.1f} s: {admissions} admissions, {heads} heads, engine CPU {busy:.1f} s",
+                  flush=True)
         preemptions += len(res.preempted)
         for p in res.preempted:
             if p.victim in running:
