@@ -161,38 +161,64 @@ def unknown_keys(data: Any, direct: dict[str, bool]) -> list[tuple[str, list[str
     return sorted(found.items())
 
 
-def _levenshtein(a: str, b: str) -> int:
+def _levenshtein(a: str, b: str, cutoff: int | None = None) -> int:
+    """The edit distance of ``a`` and ``b``; with ``cutoff``, any distance over it reads ``cutoff + 1``, found as
+    soon as a whole row of the table is over it (a row's minimum never falls)."""
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
         cur = [i]
         for j, cb in enumerate(b, 1):
             cur.append(min(cur[j - 1] + 1, prev[j] + 1, prev[j - 1] + (ca != cb)))
+        if cutoff is not None and min(cur) > cutoff:
+            return cutoff + 1
         prev = cur
-    return prev[-1]
+    return prev[-1] if cutoff is None else min(prev[-1], cutoff + 1)
+
+
+SUGGEST_MAX_CHARS = 128  # a longer unknown path is given no did-you-mean (Python's edit distance is quadratic)
 
 
 def suggest_path(path: str, candidates: list[str]) -> str | None:
     """The closest known path (TauGrid's rule: edit distance on the path, or on the leaf at equal depth; at most
-    a third of the leaf wrong, between 2 and 6 edits)."""
+    a third of the leaf wrong, between 2 and 6 edits).
+
+    Only a candidate within that limit is ever returned, so one that cannot come within it is measured no further
+    than it takes to know (a distance is at least the difference in length; ``_levenshtein``'s cutoff): the answer
+    is TauGrid's, and a manifest of unknown keys costs milliseconds, not the minutes its full tables took."""
+    if len(path) > SUGGEST_MAX_CHARS:
+        return None  # no typo of a known path (the longest is under 64 characters)
     leaf, depth = path.rsplit(".", 1)[-1], path.count(".")
+    limit = min(max(len(leaf) // 3, 2), 6)
     best, best_d, best_pd = None, -1, -1
     for cand in candidates:
-        pd = _levenshtein(path, cand)
-        d = pd
-        if cand.count(".") == depth:
-            d = min(d, _levenshtein(leaf, cand.rsplit(".", 1)[-1]))
+        cand_leaf = cand.rsplit(".", 1)[-1]
+        leaf_d = limit + 1
+        if cand.count(".") == depth and abs(len(leaf) - len(cand_leaf)) <= limit:
+            leaf_d = _levenshtein(leaf, cand_leaf, limit)
+        if leaf_d <= limit:
+            pd = _levenshtein(path, cand)  # exact: it breaks ties between candidates within the limit
+        elif abs(len(path) - len(cand)) > limit or (pd := _levenshtein(path, cand, limit)) > limit:
+            continue  # neither the path nor the leaf comes within the limit
+        d = min(pd, leaf_d)
         if best is None or d < best_d or (d == best_d and pd < best_pd):
             best, best_d, best_pd = cand, d, pd
-    limit = min(max(len(leaf) // 3, 2), 6)
     return best if best is not None and best_d <= limit else None
 
 
 def _suggestion(path: str, children: list[str], candidates: list[str]) -> str | None:
+    """A suggestion for ``path`` itself, else the one parent every child is a typo under (the search ends at the
+    first child that is none, or under a second parent)."""
     if (got := suggest_path(path, candidates)) is not None:
         return got
-    parents = {s.rsplit(".", 1)[0] for c in children if (s := suggest_path(f"{path}.{c}", candidates)) and "." in s}
-    hits = [c for c in children if (s := suggest_path(f"{path}.{c}", candidates)) and "." in s]
-    return parents.pop() if len(parents) == 1 and len(hits) == len(children) else None
+    parents: set[str] = set()
+    for child in children:
+        s = suggest_path(f"{path}.{child}", candidates)
+        if not s or "." not in s:
+            return None
+        parents.add(s.rsplit(".", 1)[0])
+        if len(parents) > 1:
+            return None
+    return parents.pop() if parents else None
 
 
 def _kind(data: dict[str, Any]) -> str | None:
