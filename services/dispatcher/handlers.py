@@ -1,10 +1,17 @@
 """Fan a run's request out to the clusters nominated for it; the first cluster to admit it wins.
 
+As MultiKueue does (it creates the Workload on every nominated worker and the Job only on the one that reserved
+quota first): a nominated cluster gets a *reservation* (``backend.<cluster>.reserve``: queue the workload and
+reserve quota, start nothing); only the chosen cluster then gets the request to run it (``backend.<cluster>.apply``),
+and every other reservation is withdrawn (``backend.<cluster>.delete``). So two clusters admitting at once never
+both start the run.
+
 Idempotency: the dispatch record of a run attempt is created once and changed only by compare-and-set, and is
-written before anything it decides is published; every publish has a deterministic id (a copy's request
-``<run>.<attempt>.apply.<cluster>``, a withdrawal ``….delete.<cluster>``, an event ``<run>.<attempt>.dispatch.<step>``
-with the nomination's size for ``nominated``), so a redelivery or a crash between the write and the publishes only
-publishes the same messages again, which the streams drop as duplicates.
+written before anything it decides is published; every publish has a deterministic id (a reservation
+``<run>.<attempt>.reserve.<cluster>``, the winner's ``….apply.<cluster>``, a withdrawal ``….delete.<cluster>``,
+an event ``<run>.<attempt>.dispatch.<step>`` with the nomination's size for ``nominated``), so a redelivery or a
+crash between the write and the publishes only publishes the same messages again, which the streams drop as
+duplicates.
 
 Trust: a report's cluster is the hub stream it was read from (``reports_of(cluster)``, bound per stream), never a
 token or field inside the report; a cluster that was not nominated for the run cannot claim it
@@ -89,13 +96,19 @@ class Dispatcher:
             await self._send(rec, f"{rec.mode}: nominated {', '.join(rec.nominated)}")
 
     async def _send(self, rec: DispatchRecord, reason: str) -> None:
-        req = rec.apply
+        """A reservation to each nominated cluster: queue the run's workload and reserve quota, start nothing."""
         for cluster in rec.nominated:
-            subject = backend_subject(cluster, "apply") + (f".{HIGH_LANE}" if req.lane == HIGH_LANE else "")
-            await self.bus.publish(subject, req, event_type="apply", ce_subject=req.run_id,
-                                   msg_id=f"{req.run_id}.{req.attempt}.apply.{cluster}", workspace=req.workspace,
-                                   attempt=req.attempt, family="backend")
+            await self._request(rec, cluster, "reserve")
         await self._event(rec, "dispatch.nominated", rec.nominated, reason, suffix=str(len(rec.nominated)))
+
+    async def _request(self, rec: DispatchRecord, cluster: str, verb: str) -> None:
+        """``backend.<cluster>.reserve|apply`` with the run's request (the high lane kept), id ``<run>.<attempt>.<verb>.
+        <cluster>``."""
+        req = rec.apply
+        subject = backend_subject(cluster, verb) + (f".{HIGH_LANE}" if req.lane == HIGH_LANE else "")
+        await self.bus.publish(subject, req, event_type=verb, ce_subject=req.run_id,
+                               msg_id=f"{req.run_id}.{req.attempt}.{verb}.{cluster}", workspace=req.workspace,
+                               attempt=req.attempt, family="backend")
 
     async def _delete(self, req: BackendDelete) -> None:
         k = key(req.run_id, req.attempt)
@@ -174,6 +187,7 @@ class Dispatcher:
             rec = msgspec.structs.replace(rec, chosen=cluster)
             # written once: a concurrent claim makes this a Conflict, redelivered, and then read as withdraw/won
             revision = await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        await self._request(rec, cluster, "apply")  # only now may the run start, and only there
         await self._event(rec, "dispatch.chosen", [cluster], f"{cluster} admitted it first")
         for other in withdrawals(cluster, rec.nominated):
             await self._withdraw(rec, other, f"{cluster} admitted it first")

@@ -86,7 +86,7 @@ async def test_the_first_site_to_admit_wins_and_the_other_copy_is_withdrawn_acro
 
         async def copies_arrived() -> bool:
             got = [await stored(site_buses[n], sites.SITE_IN) for n in SITES]
-            return got == [[f"backend.{n}.apply"] for n in SITES]
+            return got == [[f"backend.{n}.reserve"] for n in SITES]
 
         await until(copies_arrived)
 
@@ -103,7 +103,7 @@ async def test_the_first_site_to_admit_wins_and_the_other_copy_is_withdrawn_acro
         await report(site_buses["site-a"], "site-a", run)  # too late: its copy is taken back, once
 
         async def withdrawn() -> bool:
-            return await stored(site_buses["site-a"], sites.SITE_IN) == ["backend.site-a.apply",
+            return await stored(site_buses["site-a"], sites.SITE_IN) == ["backend.site-a.reserve",
                                                                          "backend.site-a.delete"]
 
         await until(withdrawn)
@@ -120,7 +120,8 @@ async def test_the_first_site_to_admit_wins_and_the_other_copy_is_withdrawn_acro
             f"k8s.site-b.workload.default.job-{run}-a1.modified", f"k8s.site-b.pod.default.{run}-a1-0.modified"]
         mirrored = await streams.last(hub, "K8S", f"k8s.site-b.pod.default.{run}-a1-0.modified")
         assert mirrored is not None and mirrored.payload(WatchEvent).cluster == "site-b"
-        assert await stored(site_buses["site-b"], sites.SITE_IN) == ["backend.site-b.apply"]
+        # the winner alone is asked to run it, after its reservation; the loser never is
+        assert await stored(site_buses["site-b"], sites.SITE_IN) == ["backend.site-b.reserve", "backend.site-b.apply"]
         assert [s[:2] for s in await steps(hub, run)] == [
             ("dispatch.nominated", ["site-a", "site-b"]), ("dispatch.chosen", ["site-b"]),
             ("dispatch.withdrawn", ["site-a"])]

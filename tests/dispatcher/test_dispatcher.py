@@ -66,7 +66,7 @@ async def sent(bus: Bus, run: str) -> dict[str, int]:
     """How many requests each cluster's subject holds for ``run`` (``<cluster>.<verb>`` → count)."""
     out = {}
     for cluster in ("cloud", "onprem-a", "onprem-b", "onprem-c", "gpu-only"):
-        for verb in ("apply", "delete"):
+        for verb in ("reserve", "apply", "delete"):
             n = 0
             first, last = await streams.bounds(bus, "BACKEND")
             for seq in range(first, last + 1):
@@ -99,7 +99,9 @@ async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_wit
     d = Dispatcher(bus, plat)
     await request(bus, d, apply_for(run))
     await request(bus, d, apply_for(run))  # redelivered: the same copies, dropped as repeats
-    assert await sent(bus, run) == {"cloud.apply": 1, "onprem-a.apply": 1, "onprem-b.apply": 1, "onprem-c.apply": 1}
+    # reservations only: nothing may start before a cluster has won
+    assert await sent(bus, run) == {"cloud.reserve": 1, "onprem-a.reserve": 1, "onprem-b.reserve": 1,
+                                    "onprem-c.reserve": 1}
 
     await d.on_report("gpu-only", admitted(run))  # never nominated (it serves only gpu): cannot claim the run
     await d.on_report("onprem-b", admitted(run, reserved=False))  # pending there: nothing decided
@@ -111,8 +113,8 @@ async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_wit
     await d.on_report("onprem-c", admitted(run))  # the winner's Workload changes again: nothing more is written
     assert (await kv.load(bus, BUCKET, key(run, 1), DispatchRecord))[1] == revision
     assert await sent(bus, run) == {
-        "cloud.apply": 1, "cloud.delete": 1, "onprem-a.apply": 1, "onprem-a.delete": 1, "onprem-b.apply": 1,
-        "onprem-b.delete": 1, "onprem-c.apply": 1}
+        "cloud.reserve": 1, "cloud.delete": 1, "onprem-a.reserve": 1, "onprem-a.delete": 1, "onprem-b.reserve": 1,
+        "onprem-b.delete": 1, "onprem-c.reserve": 1, "onprem-c.apply": 1}
     assert await steps(bus, run) == [
         ("dispatch.nominated", ["onprem-a", "onprem-b", "onprem-c", "cloud"],
          "AllAtOnce: nominated onprem-a, onprem-b, onprem-c, cloud"),
@@ -146,7 +148,9 @@ async def test_two_clusters_admitting_at_once_leave_one_winner(bus: Bus) -> None
     chosen = [s for s in await steps(bus, run) if s[0] == "dispatch.chosen"]
     assert chosen == [("dispatch.chosen", [rec.chosen], f"{rec.chosen} admitted it first")]
     loser = "cloud" if rec.chosen == "onprem-a" else "onprem-a"
-    assert (await sent(bus, run)).get(f"{loser}.delete") == 1
+    requests = await sent(bus, run)
+    assert requests.get(f"{loser}.delete") == 1
+    assert [k for k in requests if k.endswith(".apply")] == [f"{rec.chosen}.apply"]  # the run starts in one place
 
 
 async def test_incremental_rounds_spill_over_by_preference(bus: Bus) -> None:
@@ -158,14 +162,14 @@ async def test_incremental_rounds_spill_over_by_preference(bus: Bus) -> None:
 
     d = Dispatcher(bus, plat, clock=lambda: now[0])
     await request(bus, d, apply_for(run))
-    assert await sent(bus, run) == {"onprem-a.apply": 1, "onprem-b.apply": 1}
+    assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1}
     now[0] += 30
     await d.next_rounds()
-    assert await sent(bus, run) == {"onprem-a.apply": 1, "onprem-b.apply": 1}  # the round is still on
+    assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1}  # the round is still on
     now[0] += 31
     await d.next_rounds()
-    assert await sent(bus, run) == {"onprem-a.apply": 1, "onprem-b.apply": 1, "onprem-c.apply": 1,
-                                    "cloud.apply": 1}
+    assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1, "onprem-c.reserve": 1,
+                                    "cloud.reserve": 1}
     await d.on_report("cloud", admitted(run))
     now[0] += 600
     await d.next_rounds()  # decided: nothing more is nominated
@@ -197,7 +201,7 @@ async def test_a_run_taken_back_withdraws_every_copy(bus: Bus) -> None:
     rec, _ = await kv.load(bus, BUCKET, key(run, 1), DispatchRecord)
     assert rec is not None and rec.deleted and rec.chosen == ""
     assert await sent(bus, run) == {f"{c}.{v}": 1 for c in ("cloud", "onprem-a", "onprem-b", "onprem-c")
-                                    for v in ("apply", "delete")}
+                                    for v in ("reserve", "delete")}
 
 
 def test_the_record_round_trips() -> None:
