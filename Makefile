@@ -78,6 +78,7 @@ bench: $(TEST_STAMP) bytecode
 	$(BIN)/python bench/kueue_scenario.py || status=1; \
 	$(BIN)/python bench/kueue_tas_engine.py || status=1; \
 	$(BIN)/python bench/kueue_tas_scenario.py || status=1; \
+	$(BIN)/python bench/kueue_large_scenario.py || status=1; \
 	$(BIN)/python bench/health_chain.py || status=1; \
 	$(BIN)/python bench/bus_chaos.py || status=1; \
 	$(BIN)/python bench/priority_lanes.py || status=1; \

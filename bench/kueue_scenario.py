@@ -19,7 +19,8 @@ figures as the bench saw the events arrive (after the admission watcher's lag) a
 Every run started is counted: a run never admitted counts with its wait until the bench gave up, an
 unfinished run makes the wall time the time the bench gave up, and two submissions given one run id count as a
 lost run. Also prints each service's resident memory after the scenario against issue 11's aim (80 MB; checked
-too) and the CPU per run of each process. Exits 1 when a limit or that aim is missed or a run did not finish.
+too) and the CPU per run of each process. Exits 1 when a limit or that aim is missed, or a run was never admitted
+or did not succeed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -36,6 +39,7 @@ from pipeline import cpu_seconds, rss, simulated_stack, stack_up  # bench/ is th
 
 from taugrid.bus.envelope import from_message
 from taugrid.client import Client, open_client
+from taugrid.core.errors import TemporaryError
 from taugrid.core.ids import new_run_id, new_submission_id
 
 COHORTS, CQS = 5, 6
@@ -48,32 +52,67 @@ KUEUE_LIMITS = {"wall_s": 425.0, "usage_pct": 50.0, "large": 23.0, "medium": 90.
 RSS_AIM_MB = 80.0  # issue 11: resident memory per service after 15,000 runs (nats-server is not one)
 
 
-def platform_yaml() -> str:
+@dataclass(frozen=True)
+class Shape:
+    """One of Kueue's generator configurations: ``cohorts`` x ``cqs`` ClusterQueues of ``nominal`` units (borrowing
+    up to ``borrowing``), each fed every class of ``classes`` (name: count per queue, units, seconds, priority
+    class, interval), judged against ``limits`` (wall_s, usage_pct and each class's mean time to admission)."""
+
+    title: str
+    cohorts: int
+    cqs: int
+    classes: dict[str, tuple[int, int, float, str, float]]
+    limits: dict[str, float]
+    nominal: int = 20
+    borrowing: int = 100
+    # How ``--fraction`` shrinks the counts: False, each queue gets max(1, int(count x fraction)) of a class (the
+    # baseline's 30 queues); True, each class's total shrinks by the fraction and is spread evenly over the
+    # queues (a queue may get none), so that with 1,000 queues a small fraction keeps Kueue's mix of classes.
+    spread: bool = False
+
+    @property
+    def queues(self) -> list[tuple[int, int]]:
+        return [(c, q) for c in range(self.cohorts) for q in range(self.cqs)]
+
+    def count(self, cls: str, index: int, fraction: float) -> int:
+        """How many runs of ``cls`` the ``index``-th queue gets."""
+        n = self.classes[cls][0]
+        if not self.spread:
+            return max(1, int(n * fraction))
+        return int((index + 1) * n * fraction) - int(index * n * fraction)
+
+    def total(self, fraction: float) -> int:
+        return sum(self.count(cls, i, fraction) for cls in self.classes for i in range(len(self.queues)))
+
+
+BASELINE = Shape("Kueue baseline scenario", COHORTS, CQS, CLASSES, KUEUE_LIMITS)
+
+
+def platform_yaml(shape: Shape = BASELINE) -> str:
     lines = ["resource_flavors: [{name: default}]", "cohorts:"]
-    lines += [f"  - {{name: cohort-{c}}}" for c in range(COHORTS)]
+    lines += [f"  - {{name: cohort-{c}}}" for c in range(shape.cohorts)]
     lines.append("cluster_queues:")
-    for c in range(COHORTS):
-        for q in range(CQS):
-            lines += [
-                f"  - name: cq-{c}-{q}", f"    cohort: cohort-{c}",
-                "    preemption: {within_cluster_queue: LowerPriority, reclaim_within_cohort: Any}",
-                "    resource_groups:", "      - covered_resources: [cpu, memory]", "        flavors:",
-                "          - name: default", "            resources:",
-                '              - {name: cpu, nominal_quota: "20", borrowing_limit: "100"}',
-                '              - {name: memory, nominal_quota: "1000Gi"}',
-            ]
+    for c, q in shape.queues:
+        lines += [
+            f"  - name: cq-{c}-{q}", f"    cohort: cohort-{c}",
+            "    preemption: {within_cluster_queue: LowerPriority, reclaim_within_cohort: Any}",
+            "    resource_groups:", "      - covered_resources: [cpu, memory]", "        flavors:",
+            "          - name: default", "            resources:",
+            f'              - {{name: cpu, nominal_quota: "{shape.nominal}", borrowing_limit: "{shape.borrowing}"}}',
+            '              - {name: memory, nominal_quota: "1000Gi"}',
+        ]
     lines.append("local_queues:")
-    lines += [f"  - {{name: lq-{c}-{q}, namespace: default, cluster_queue: cq-{c}-{q}}}"
-              for c in range(COHORTS) for q in range(CQS)]
-    lines += ["priority_classes: [{name: p50, value: 50}, {name: p100, value: 100}, {name: p200, value: 200}]",
+    lines += [f"  - {{name: lq-{c}-{q}, namespace: default, cluster_queue: cq-{c}-{q}}}" for c, q in shape.queues]
+    prios = sorted({(int(p[1:]), p) for _, _, _, p, _ in shape.classes.values()})
+    lines += ["priority_classes: [" + ", ".join(f"{{name: {p}, value: {v}}}" for v, p in prios) + "]",
               "compute_profiles: [{name: unit, cpu: '1', memory: 1Mi}]", "workspaces:"]
     lines += [f"  - {{name: ws-{c}-{q}, namespace: default, local_queue: lq-{c}-{q}, default_profile: unit, "
-              f"default_priority: p50, submissions_per_minute: 0}}" for c in range(COHORTS) for q in range(CQS)]
+              f"default_priority: {prios[0][1]}, submissions_per_minute: 0}}" for c, q in shape.queues]
     return "\n".join(lines) + "\n"
 
 
-def run_yaml(cls: str) -> str:
-    _, units, secs, prio, _ = CLASSES[cls]
+def run_yaml(cls: str, shape: Shape = BASELINE) -> str:
+    _, units, secs, prio, _ = shape.classes[cls]
     return (f"name: {cls}\nentrypoint: sim.py\ncompute: {{gpus: 0, cpu_request: '{units}', memory_request: 1Mi}}\n"
             f"policy: {{workload_priority_class: {prio}}}\nruntime: {{env: {{SIMULATED_DURATION: '{secs}'}}}}\n")
 
@@ -83,7 +122,8 @@ STAGES = ("submit.accepted", "policy.approved", "render.applied", "workload.adde
 
 
 async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stages: bool = False,
-                timeout: float = 1800) -> dict[str, object]:
+                timeout: float = 1800, shape: Shape = BASELINE, warmup: bool = False,
+                in_flight: int = 0, on_start: Callable[[], None] | None = None) -> dict[str, object]:
     # The bench listens to every run's events live, which only the stack's bootstrap identity may do.
     client = await open_client(url, creds=creds)
     # Submissions are signed by the stack's owner, a platform user (the bootstrap identity is not one).
@@ -123,26 +163,76 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
         if run not in admitted:
             admitted[run], seen_admitted[run] = happened(msg), time.time()
 
+    ended_by: dict[str, str] = {}  # run id → the terminal event's type (exec.succeeded, policy.rejected, ...)
+
     async def on_terminal(msg: nats.aio.msg.Msg) -> None:
         run = msg.headers.get("ce-subject", "")
         if run not in finished:
             finished[run], seen_finished[run] = happened(msg), time.time()
+            ended_by[run] = ".".join(msg.subject.split(".")[3:5])
 
     await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)
     for t in ("exec.succeeded", "recovery.gave_up", "submit.rejected", "policy.rejected", "exec.cancelled"):
         await nc.subscribe(f"run.*.*.{t}", cb=on_terminal)
-    texts = {cls: run_yaml(cls) for cls in CLASSES}
-    total = sum(max(1, int(n * fraction)) for n, *_ in CLASSES.values()) * COHORTS * CQS
-    start = time.time()
+    texts = {cls: run_yaml(cls, shape) for cls in shape.classes}
+    total = shape.total(fraction)
+    quota = shape.nominal * len(shape.queues)  # the ClusterQueues' nominal quota, in units
 
-    async def feed(ws: str, cls: str) -> None:
-        n, _, _, _, every = CLASSES[cls]
-        for i in range(max(1, int(n * fraction))):
+    # ``in_flight`` > 0 bounds the submissions awaiting the server's ack, as a client's rate limit does (Kueue's
+    # runner creates its Workloads through a rate-limited API client): thousands at once time out in the client
+    # while it signs and sends the others. A run's wait counts from when it is sent, as Kueue's from the
+    # Workload's creation; how far behind Kueue's cadence the sending fell is in ``submit_s``.
+    slots = asyncio.Semaphore(in_flight) if in_flight > 0 else None
+
+    async def feed(ws: str, cls: str, index: int) -> None:
+        every = shape.classes[cls][4]
+        for i in range(shape.count(cls, index, fraction)):
             await asyncio.sleep(max(0.0, start + i * every - time.time()))
             sid = new_submission_id()
             run_id = new_run_id(cls, sid)
-            submissions.append((run_id, cls, time.time()))
-            await submitter.submit_text(texts[cls], workspace=ws, submission_id=sid, name=cls)
+            if slots is None:
+                submissions.append((run_id, cls, time.time()))
+                await submit(texts[cls], ws, sid, cls)
+                continue
+            async with slots:
+                submissions.append((run_id, cls, time.time()))
+                await submit(texts[cls], ws, sid, cls)
+
+    async def submit(text: str, ws: str, sid: str, name: str) -> None:
+        # A publish the server did not acknowledge in time is sent again under the same submission id (its event
+        # id is the same, so the server keeps one), as a client would; a run still not submitted after that is
+        # counted like any other run started (never admitted, never finished).
+        for attempt in range(5):
+            try:
+                await submitter.submit_text(text, workspace=ws, submission_id=sid, name=name)
+                return
+            except TemporaryError as exc:
+                retries[0] += 1
+                if retries[0] <= 10:
+                    print(f"  submission {sid} not acknowledged (attempt {attempt + 1}): {exc}", flush=True)
+                await asyncio.sleep(exc.delay or 1.0)
+
+    retries = [0]
+    warmup_s = 0.0
+    if warmup:
+        # One run before the clock starts, waited for to its end: every service (and the submitter's client, for
+        # its priority lane) reads and parses the platform once, which for 1,000 ClusterQueues takes seconds.
+        first_ws, first_cls = f"ws-{shape.queues[0][0]}-{shape.queues[0][1]}", next(iter(shape.classes))
+        sid, t0 = new_submission_id(), time.time()
+        warm = new_run_id("warmup", sid)
+        await submit(texts[first_cls], first_ws, sid, "warmup")
+        while warm not in finished and time.time() - t0 < timeout:
+            await asyncio.sleep(0.2)
+        warmup_s = (finished[warm] if warm in finished else time.time()) - t0
+        print(f"warm-up run {'ended' if warm in finished else 'NOT ENDED'} ({ended_by.get(warm, 'no end')}) "
+              f"{warmup_s:.1f} s after its submission; the scenario starts now", flush=True)
+        for seen in (admitted, seen_admitted, finished, seen_finished):
+            seen.pop(warm, None)
+        if ended_by.pop(warm, "") != "exec.succeeded":
+            warmup_s = float("inf")
+    if on_start is not None:  # e.g. the caller's CPU counters, read when the scenario's clock starts
+        on_start()
+    start = time.time()
 
     usage: list[float] = []
 
@@ -153,7 +243,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
             try:
                 snap = msgspec.json.decode((await kv.get("queues")).value)
                 used = sum(q["used"].get("cpu", 0.0) for q in snap["queues"])
-                usage.append(100.0 * used / (20 * COHORTS * CQS))
+                usage.append(100.0 * used / quota)
             except (nats.js.errors.KeyNotFoundError, TypeError):
                 pass
             print(f"  t={time.time() - start:6.1f}s submitted {len(submissions):5d}/{total}"
@@ -163,7 +253,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
                 print("           " + "  ".join(f"{k.split('.')[-1]} {v:5d}" for k, v in reached.items()), flush=True)
 
     sampler = asyncio.create_task(sample())
-    feeders = [feed(f"ws-{c}-{q}", cls) for c in range(COHORTS) for q in range(CQS) for cls in CLASSES]
+    feeders = [feed(f"ws-{c}-{q}", cls, i) for i, (c, q) in enumerate(shape.queues) for cls in shape.classes]
     await asyncio.gather(*feeders)
     deadline = time.time() + timeout
     while not all(r in finished for r, _, _ in submissions) and time.time() < deadline:
@@ -175,46 +265,50 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     done = all(r in finished for r, _, _ in submissions)
     wall = (max(finished.values(), default=start) if done else end) - start
     seen_wall = (max(seen_finished.values(), default=start) if done else end) - start
-    by_class: dict[str, list[float]] = {c: [] for c in CLASSES}
-    seen_by_class: dict[str, list[float]] = {c: [] for c in CLASSES}
+    by_class: dict[str, list[float]] = {c: [] for c in shape.classes}
+    seen_by_class: dict[str, list[float]] = {c: [] for c in shape.classes}
     for run_id, cls, at in submissions:
         by_class[cls].append(admitted.get(run_id, end) - at)
         seen_by_class[cls].append(seen_admitted.get(run_id, end) - at)
-    counts = await stored_per_type(client) if stages else {}
+    counts = await stored_per_type(client, shape) if stages else {}
     await client.close()
     await submitter.close()
     # Usage is averaged over the busy period (until the last run finished), as Kueue's test reports it: the units
     # each run held from its admission to its end (a run never finished holds them until the bench gave up).
-    units = {cls: CLASSES[cls][1] for cls in CLASSES}
+    units = {cls: shape.classes[cls][1] for cls in shape.classes}
     held = sum(units[cls] * (finished.get(run_id, end) - admitted[run_id])
                for run_id, cls, _ in submissions if run_id in admitted)
-    usage_pct = 100.0 * held / (20 * COHORTS * CQS) / max(wall, 1e-9)
+    usage_pct = 100.0 * held / quota / max(wall, 1e-9)
     seen_held = sum(units[cls] * (seen_finished.get(run_id, end) - seen_admitted[run_id])
                     for run_id, cls, _ in submissions if run_id in seen_admitted)
-    seen_usage_pct = 100.0 * seen_held / (20 * COHORTS * CQS) / max(seen_wall, 1e-9)
+    seen_usage_pct = 100.0 * seen_held / quota / max(seen_wall, 1e-9)
     # What of that was the jobs' own work (units × duration): the rest is quota held while pods started and ended.
-    work = sum(units[cls] * CLASSES[cls][2] for run_id, cls, _ in submissions if run_id in finished)
-    work_pct = 100.0 * work / (20 * COHORTS * CQS) / max(wall, 1e-9)
+    work = sum(units[cls] * shape.classes[cls][2] for run_id, cls, _ in submissions if run_id in finished)
+    work_pct = 100.0 * work / quota / max(wall, 1e-9)
     breakdown = {cls: {k: _mean([stage_times[r][k] - at for r, c, at in submissions
                                  if c == cls and k in stage_times.get(r, {})]) for k in STAGES}
-                 for cls in CLASSES} if stages else {}
+                 for cls in shape.classes} if stages else {}
     return {"runs": len(submissions), "distinct": len({r for r, _, _ in submissions}), "breakdown": breakdown,
+            "warmup_s": warmup_s, "retries": retries[0],
+            "run_ids": [r for r, _, _ in submissions], "submit_s": max((at for _, _, at in submissions),
+                                                                       default=start) - start,
             "counts": counts,
             "admitted": sum(1 for r, _, _ in submissions if r in admitted),
             "finished": sum(1 for r, _, _ in submissions if r in finished), "wall_s": wall,
+            "succeeded": sum(1 for r, _, _ in submissions if ended_by.get(r) == "exec.succeeded"),
             "usage_pct": usage_pct, "work_pct": work_pct,
             **{c: _mean(v) for c, v in by_class.items()},
             "seen": {"wall_s": seen_wall, "usage_pct": seen_usage_pct,
                      **{c: _mean(v) for c, v in seen_by_class.items()}}}
 
 
-async def stored_per_type(client: Client) -> dict[str, int]:
+async def stored_per_type(client: Client, shape: Shape = BASELINE) -> dict[str, int]:
     """Messages stored per kind in the streams a run passes through (``run.*.*.<family>.<type>``,
     ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first."""
     counts: dict[str, int] = {}
     # The server lists at most 100,000 subjects per request: ask in slices that stay below it (a workspace's runs,
     # one kind of watched object).
-    slices = [("RUNS", f"run.ws-{c}-{q}.>") for c in range(COHORTS) for q in range(CQS)]
+    slices = [("RUNS", f"run.ws-{c}-{q}.>") for c, q in shape.queues]
     slices += [("K8S", f"k8s.local.{kind}.>") for kind in ("job", "workload", "pod")] + [("BACKEND", "backend.>")]
     for stream, subjects in slices:
         info = await client.bus.js.stream_info(stream, subjects_filter=subjects)
@@ -250,21 +344,32 @@ def main() -> None:
                                    stages=args.stages, timeout=args.timeout))
         cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(data).items()}
         memory = rss(data)
-    runs = result["runs"]
-    ok = result["finished"] == result["distinct"] == runs
+    sys.exit(0 if report(result, BASELINE, memory, cpu) else 1)
+
+
+def report(result: dict[str, object], shape: Shape, memory: dict[str, float], cpu: dict[str, float], *,
+           judge_limits: bool = True) -> bool:
+    """Print the scenario's figures beside Kueue's limits, the services' resident memory and CPU per run; False
+    when a run was lost, never admitted or did not succeed, a service is above the memory aim, or (when
+    ``judge_limits``) one of Kueue's limits is missed."""
+    runs = int(result["runs"])  # type: ignore[call-overload]
+    ok = result["finished"] == result["distinct"] == result["admitted"] == result["succeeded"] == runs
     print("\nmetric                      taugrid      Kueue limit")
     print(f"runs started                {runs}")
     lost = "" if result["distinct"] == runs else "  LOST RUNS"
     print(f"distinct run ids            {result['distinct']}/{runs}{lost}")
-    print(f"runs admitted               {result['admitted']}/{runs}")
-    print(f"runs finished               {result['finished']}/{runs}{'' if result['finished'] == runs else '  MISSED'}")
+    print(f"runs admitted               {result['admitted']}/{runs}{'' if result['admitted'] == runs else '  MISSED'}")
+    print(f"runs finished               {result['finished']}/{runs}{'' if result['finished'] == runs else '  MISSED'}"
+          f"  ({result['succeeded']} succeeded)")
     checks = [("wall time (s)", "wall_s", "≤"), ("avg ClusterQueue usage (%)", "usage_pct", "≥")]
-    checks += [(f"mean time to admission {c:<6}", c, "≤") for c in ("large", "medium", "small")]
+    checks += [(f"mean time to admission {c:<6}", c, "≤") for c in sorted(shape.classes, key=lambda c:
+                                                                           -shape.classes[c][1])]
     for label, key, sense in checks:
-        value, limit = float(result[key]), KUEUE_LIMITS[key]  # type: ignore[arg-type]
+        value, limit = float(result[key]), shape.limits[key]  # type: ignore[arg-type]
         met = value <= limit if sense == "≤" else value >= limit
-        ok &= met
-        print(f"{label:<28}{value:8.2f}    {sense} {limit:g}  {'ok' if met else 'MISSED'}")
+        ok &= met or not judge_limits
+        verdict = ("ok" if met else "MISSED") if judge_limits else f"({'met' if met else 'missed'}, not judged)"
+        print(f"{label:<28}{value:8.2f}    {sense} {limit:g}  {verdict}")
     print(f"(of the quota, the jobs' own work (units x duration) used {float(result['work_pct']):.2f} %; the rest of"
           " the usage above is quota held from admission to the end by the cluster's clock: pods starting and "
           "ending, and admission cycles)")
@@ -278,7 +383,7 @@ def main() -> None:
     met = largest <= RSS_AIM_MB
     ok &= met
     print(f"{'largest service (MB)':<28}{largest:8.2f}    ≤ {RSS_AIM_MB:g}  {'ok' if met else 'MISSED'}"
-          "  (issue 11's aim, resident memory after the scenario: " + ", ".join(
+          "  (resident memory after the scenario: " + ", ".join(
               f"{k} {v:.0f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])) + ")")
     print("(CPU per run, ms, from the first submission to the last end, seals still under way not counted: "
           f"{1000 * sum(cpu.values()) / runs:.1f} in all; "
@@ -289,11 +394,12 @@ def main() -> None:
         print("\nmessages stored per run, by kind: " + ", ".join(f"{k} {n / runs:.2f}" for k, n in counts.items()))
     seen: dict[str, float] = result["seen"]  # type: ignore[assignment]
     print(f"(as the bench saw the events arrive, after the admission watcher: wall {seen['wall_s']:.2f} s, usage "
-          f"{seen['usage_pct']:.2f} %, mean time to admission large {seen['large']:.2f} s, medium "
-          f"{seen['medium']:.2f} s, small {seen['small']:.2f} s)")
+          f"{seen['usage_pct']:.2f} %, mean time to admission "
+          + ", ".join(f"{c} {seen[c]:.2f} s" for c in sorted(shape.classes, key=lambda c: -shape.classes[c][1]))
+          + ")")
     print("(unadmitted runs count with their wait until the bench gave up; unfinished ones make the wall time "
           "the time it gave up)")
-    sys.exit(0 if ok else 1)
+    return ok
 
 
 if __name__ == "__main__":
