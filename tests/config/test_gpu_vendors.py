@@ -127,6 +127,9 @@ def test_the_platform_checks_models_and_each_vendors_quota() -> None:
     assert platform_refused(wrong) == {
         f"{AMD_QUOTA}.nominal_quota": "GPUs are whole devices, got '2.5'",
         f"{AMD_QUOTA}.name": "flavor 'h100' is a nvidia flavor; its nodes have no amd.com/gpu"}
+    nodes = TEXT + ("local: {nodes: [{name: mi-0, gpus: 8, gpu_model: amd-mi300x}, "
+                    "{name: x-0, gpus: 1, gpu_model: mi300}]}\n")
+    assert platform_refused(nodes) == {"local.nodes[1].gpu_model": "unknown GPU model 'mi300'"}
     shared = TEXT.replace("{name: mi300x-1, gpu: 1, gpu_model: amd-mi300x,",
                           "{name: mi300x-1, gpu: 0, gpu_fraction: 0.5, gpu_model: amd-mi300x,")
     assert platform_refused(shared) == {

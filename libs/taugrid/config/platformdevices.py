@@ -39,6 +39,9 @@ def check_devices(platform: Platform, add: Add) -> None:
         if shared and not vendor.fractions:
             add(("compute_profiles", i, shared), f"{model.name} is a {vendor.name} GPU: {vendor.fractions_why}",
                 f"remove {shared} and set gpu to a whole number")
+    for i, node in enumerate(platform.local.nodes):
+        if node.gpu_model is not None and devices.model(node.gpu_model) is None:
+            add(("local", "nodes", i, "gpu_model"), f"unknown GPU model {node.gpu_model!r}", f"use one of: {known}")
     for i, cq in enumerate(platform.cluster_queues):
         for g, group in enumerate(cq.resource_groups):
             for f, fq in enumerate(group.flavors):

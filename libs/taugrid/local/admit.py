@@ -22,6 +22,7 @@ from typing import Any
 from taugrid.config.platform import Platform
 from taugrid.config.platformtopology import HOSTNAME_LABEL, node_labels
 from taugrid.core import admission as adm
+from taugrid.core import devices
 from taugrid.core.contracts import PodSetTopology, TopologyDomain
 from taugrid.core.errors import PermanentError
 from taugrid.core.quantity import parse_cpu, parse_memory
@@ -80,6 +81,7 @@ class PoolNode:
     cpu: float | None = None  # None: time-shared (quota is the only bound)
     memory: float = 0.0
     labels: tuple[tuple[str, str], ...] = ()
+    gpu_resource: str = GPU  # its GPUs' vendor resource (local.nodes[].gpu_model)
 
 
 def pool_nodes(p: Platform | None, machine: PoolNode) -> list[PoolNode]:
@@ -90,8 +92,13 @@ def pool_nodes(p: Platform | None, machine: PoolNode) -> list[PoolNode]:
     return [PoolNode(n.name, n.gpus, int(parse_memory(n.gpu_memory)) >> 20 if n.gpu_memory else 81920,
                      parse_cpu(n.cpus) if n.cpus is not None else None,
                      float(parse_memory(n.memory)) if n.memory is not None else machine.memory,
-                     tuple(sorted(node_labels(n).items())))
+                     tuple(sorted(node_labels(n).items())), _gpu_resource(n.gpu_model))
             for n in p.local.nodes]
+
+
+def _gpu_resource(gpu_model: str | None) -> str:
+    model = devices.model(gpu_model) if gpu_model else None
+    return devices.VENDORS[model.vendor].resource if model is not None else GPU
 
 
 def topology_request(annotations: Mapping[str, str], *, slices: bool = True) -> adm.TopologyRequest | None:
@@ -234,7 +241,8 @@ class LocalAdmitter:
         self.pool = pool_nodes(p, self.machine())
         self.tas = bool(p.topologies)
         nodes = [adm.Node(n.name, tuple(adm.GpuDevice(i, n.gpu_memory_mb) for i in range(n.gpus)),
-                          cpu=_UNLIMITED_CPU if n.cpu is None else n.cpu, memory=n.memory, labels=dict(n.labels))
+                          cpu=_UNLIMITED_CPU if n.cpu is None else n.cpu, memory=n.memory, labels=dict(n.labels),
+                          gpu_resource=n.gpu_resource)
                  for n in self.pool]
         # departments (KAI queues) divide the whole pool; their fair shares, not Kueue's fair sharing, apply to them
         pool = {"cpu": _UNLIMITED_CPU if any(n.cpu is None for n in self.pool) else sum(n.cpu or 0 for n in self.pool),

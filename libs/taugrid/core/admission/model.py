@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from taugrid.core.devices import GPU_RESOURCES
 from taugrid.core.errors import PermanentError
 
 GPU = "nvidia.com/gpu"
@@ -408,6 +409,18 @@ class Node:
     taints: tuple[Taint, ...] = ()
     ready: bool = True  # a NotReady node takes nothing new (Kueue's TAS drops it from the topology)
     max_pods: int | None = None  # allocatable ``pods``; None: no limit
+    # The vendor resource its GPUs are (``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``): a node has
+    # one vendor's GPUs, and only pods asking for that resource (a GPU share: NVIDIA's) get them.
+    gpu_resource: str = GPU
+
+
+def gpu_request(pod_set: PodSet) -> tuple[str, int]:
+    """The whole-GPU resource a pod set asks for and how many per pod; a share of a GPU is NVIDIA's
+    (``(GPU, 0)`` for a pod set asking for no GPU)."""
+    for resource, amount in pod_set.requests.items():
+        if resource in GPU_RESOURCES and amount > 0:
+            return resource, int(round(amount))
+    return GPU, 0
 
 
 def fraction_units(pod_set: PodSet, gpu_memory_mb: int) -> int:

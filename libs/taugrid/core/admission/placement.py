@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .model import (
-    GPU,
     UNIT,
     Node,
     PlacementStrategy,
@@ -33,6 +32,7 @@ from .model import (
     Topology,
     Workload,
     fraction_units,
+    gpu_request,
     to_units,
     untolerated,
 )
@@ -145,7 +145,7 @@ class Cluster:
         pins, topology = tas
         pods: list[_Pod] = []
         for i, ps in enumerate(workload.pod_sets):
-            whole = int(round(ps.requests.get(GPU, 0)))
+            whole = gpu_request(ps)[1]
             for k in range(ps.count):
                 pods.append(_Pod(i, k, to_units(ps.requests.get("cpu", 0)),
                                  to_units(ps.requests.get("memory", 0)), whole, ps.shares_gpu))
@@ -217,8 +217,10 @@ class Cluster:
         ns = self.nodes[ni]
         limit = NO_POD_LIMIT if ns.node.max_pods is None else ns.node.max_pods
         if empty:
-            return {"cpu": ns.cpu_total, "memory": ns.mem_total, GPU: len(ns.gpu_used) * UNIT, PODS: limit}
-        return {"cpu": ns.cpu_free, "memory": ns.mem_free, GPU: UNIT * ns.gpu_used.count(0), PODS: limit - ns.pods}
+            return {"cpu": ns.cpu_total, "memory": ns.mem_total, ns.node.gpu_resource: len(ns.gpu_used) * UNIT,
+                    PODS: limit}
+        return {"cpu": ns.cpu_free, "memory": ns.mem_free, ns.node.gpu_resource: UNIT * ns.gpu_used.count(0),
+                PODS: limit - ns.pods}
 
     def tas_assign(self, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
                    flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool = False
@@ -267,7 +269,7 @@ class Cluster:
         allocs: list[Alloc] = []
         for i, per_pod in pins.items():
             ps = workload.pod_sets[i]
-            whole = int(round(ps.requests.get(GPU, 0)))
+            whole = gpu_request(ps)[1]
             for nodes in per_pod:
                 ns = self.nodes[nodes[0]]
                 free = [g for g, used in enumerate(ns.gpu_used) if used == 0][:whole]
@@ -303,8 +305,9 @@ class Cluster:
 
     @staticmethod
     def _tas_pod_set(workload: Workload, ps: PodSet) -> TasPodSet:
+        resource, whole = gpu_request(ps)
         per_pod = {"cpu": to_units(ps.requests.get("cpu", 0)), "memory": to_units(ps.requests.get("memory", 0)),
-                   GPU: int(round(ps.requests.get(GPU, 0))) * UNIT}
+                   resource: whole * UNIT}
         return TasPodSet(ps.name, ps.count, per_pod, ps.topology_request, ps.node_selector,
                          workload.tolerations + ps.tolerations, ps.excluded_nodes)
 
@@ -377,10 +380,12 @@ class Cluster:
             spec = flavor_specs.get(fname)
             if spec is not None:
                 want.update(spec.node_labels)
+        resource, whole = gpu_request(ps)
+        vendor = resource if whole or ps.shares_gpu else ""  # a node of another vendor's GPUs has none for it
         out = []
         for i, ns in enumerate(self.nodes):
             if (ns.node.name in self.unschedulable or ns.node.name in ps.excluded_nodes
-                    or ns.node.name in self.not_ready):
+                    or ns.node.name in self.not_ready or (vendor and ns.node.gpu_resource != vendor)):
                 continue
             labels = ns.node.labels
             if all(labels.get(k) == v for k, v in want.items()) and untolerated(
