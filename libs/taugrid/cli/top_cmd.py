@@ -22,6 +22,7 @@ import msgspec
 
 from taugrid.cli.common import connected, emit_json, output_option, run_async
 from taugrid.cli.views import table
+from taugrid.core.devices import GPU_RESOURCES
 
 SCHEMA = "taugrid.io/top/v1"
 FRAME_S = 0.5  # the quickest redraw: a burst of changes makes one frame
@@ -91,7 +92,8 @@ def _run_row(r: Any, now: float, places: dict[str, int]) -> dict[str, Any]:
 
 
 def _gpu(values: dict[str, float]) -> str:
-    return f"{values.get('nvidia.com/gpu', 0):g}"
+    """GPUs of every vendor together (``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``)."""
+    return f"{sum(v for r, v in values.items() if r in GPU_RESOURCES):g}"
 
 
 def frame(snap: dict[str, Any]) -> str:
