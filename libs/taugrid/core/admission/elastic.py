@@ -207,7 +207,7 @@ def release_removed(engine: Engine, ws: WState) -> None:
 
 def notify_released(engine: Engine, name: str) -> None:
     """Preemptors waiting on this workload's shrink may go again (first in their queue)."""
-    for other in engine.states.values():
+    for other in engine.states.values():  # in submission order (an event, not every cycle: O(pending) is fine)
         if name in other.awaiting:
             other.awaiting.discard(name)
             if not other.awaiting and other.status == PENDING:
@@ -309,7 +309,7 @@ def grow(engine: Engine, now: float, busy_roots: set[QNode]) -> list[R.Resize]:
     """Grow elastic workloads into free capacity (see the module docstring); ``busy_roots``: cohort trees that
     still have an active pending head (growth leaves their capacity to it)."""
     cands: list[WState] = []
-    for ws in engine.states.values():
+    for ws in [engine.states[n] for n in engine._elastic if n in engine.states]:  # not every pending run
         w = ws.workload
         i = w.elastic_index()
         if (i is None or w.elastic is None or ws.status != ADMITTED or ws.evicting or ws.held

@@ -34,6 +34,7 @@ from .model import (
     ReclaimWithinCohort,
     ResourceFlavor,
     Topology,
+    WithinClusterQueue,
     Workload,
     fraction_units,
     from_units,
@@ -41,7 +42,7 @@ from .model import (
 )
 from .nominate import Assignment, Granular, Mode, PMode, PodSetAssignment, nominate
 from .placement import Cluster
-from .queues import ADMITTED, PENDING, CQQueue, WState
+from .queues import ADMITTED, PENDING, CQQueue, Memo, WState
 from .quota import FR, QNode, QuotaTree
 from .tas_nominate import with_topology
 from .victims import DEFAULT_STRATEGIES, LedgerSim, Target, fair_targets, get_targets
@@ -57,7 +58,7 @@ class Engine:
                  recompute_on_overlap: bool = True,
                  backoff_base_s: float = 1.0, backoff_max_s: float = 3600.0, backoff_preempted: bool = False,
                  gpu_memory_mb: int = 81920, audit: bool = False, kai: KaiSpec | None = None,
-                 topologies: Iterable[Topology] = ()) -> None:
+                 topologies: Iterable[Topology] = (), memo: bool = True) -> None:
         cqs = list(cluster_queues)
         self.flavors = {f.name: f for f in flavors}
         self.topologies = {t.name: t for t in topologies}
@@ -96,6 +97,12 @@ class Engine:
         self._resized: list[R.Resize] = []  # elastic shrinks decided in this cycle
         self._by_node = {q.node: q for q in self.queues.values()}
         self.kai = KaiPolicy(kai) if kai is not None else None  # KAI department/project queues (kai.py)
+        # Reuse an inadmissible head's verdict for the next head of the same shape while nothing it read changed
+        # (off: every head is nominated, the reference the property tests compare against). Not with KAI,
+        # whose queues read state outside the cohort tree.
+        self.memo = memo and self.kai is None
+        self._elastic: set[str] = set()  # admitted at some point and elastic: what ``grow`` looks at
+        self._awaiting: set[str] = set()  # preemptors waiting for elastic victims to shrink
         if self.flavors:  # Kueue: a ClusterQueue naming a flavor that does not exist is inactive
             for q in self.queues.values():
                 missing = sorted({fq.name for g in q.spec.resource_groups for fq in g.flavors} - set(self.flavors))
@@ -263,6 +270,7 @@ class Engine:
         """Cordon (``False``) or uncordon a node; an uncordon is a capacity event for every parked head."""
         if self.cluster is None:
             return
+        self.cluster.epoch += 1
         if schedulable:
             self.cluster.unschedulable.discard(node)
             self._dirty.update(self._tree_queues)
@@ -274,6 +282,7 @@ class Engine:
         capacity at once (what runs there keeps its allocation); Ready again is a capacity event."""
         if self.cluster is None:
             return
+        self.cluster.epoch += 1
         if ready:
             self.cluster.not_ready.discard(node)
             self._dirty.update(self._tree_queues)
@@ -288,6 +297,7 @@ class Engine:
         ws.status = "finished"
         ws.version += 1
         del self.states[name]
+        self._elastic.discard(name)
 
     def evict(self, name: str, now: float, reason: str = "Evicted") -> None:
         """Evict an admitted workload (e.g. PodsReadyTimeout); it requeues with exponential backoff."""
@@ -339,6 +349,7 @@ class Engine:
         self._dirty.clear()
         self._violations = []
         entries: list[_Entry] = []
+        known = 0  # heads settled by a memo (counted as heads: the reference engine nominates them)
         for q in self.queues.values():
             ws = q.pop_head(self.states)
             if ws is None:
@@ -350,6 +361,13 @@ class Engine:
             if ws.awaiting:  # its elastic victims are shrinking: their pods still hold what it needs
                 ws.parked = True
                 q.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
+                continue
+            q.head_epochs = self._epochs(q)
+            memo = q.memo
+            if memo is not None and self._memo_hit(ws, q, memo):
+                self._set_pending(ws, memo.reason, memo.message)
+                q.park(ws)
+                known += 1
                 continue
             a = self._nominate(ws, q)
             targets: list[Target] = []
@@ -373,14 +391,15 @@ class Engine:
             victim = self.states[p.victim]
             self._requeue_evicted(victim, now, "Preempted", backoff=self.backoff_preempted)
         resized = self._resized + self._grow(now)
-        return R.CycleResult(now=now, admitted=admitted, preempted=preempted, heads=len(entries),
+        return R.CycleResult(now=now, admitted=admitted, preempted=preempted, heads=len(entries) + known,
                              violations=self._violations, resized=resized)
 
     def _grow(self, now: float) -> list[R.Resize]:
         """Elastic growth into capacity no active pending head of the cohort tree wants (nodes are shared, so
         with nodes any active head anywhere holds growth back)."""
         busy = {self.tree.root(q.node) for q in self.queues.values() if q.has_active(self.states)}
-        busy |= {self.tree.root(self.queues[ws.cq].node) for ws in self.states.values() if ws.awaiting}
+        self._awaiting = {n for n in self._awaiting if (ws := self.states.get(n)) is not None and ws.awaiting}
+        busy |= {self.tree.root(self.queues[self.states[n].cq].node) for n in self._awaiting}
         if busy and self.cluster is not None:
             return []
         return E.grow(self, now, busy)
@@ -511,6 +530,38 @@ class Engine:
         ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=reason, message=message,
                                position=0, ahead=0, waiting_for=waiting_for)
 
+    def _epochs(self, q: CQQueue) -> tuple[int, int]:
+        """What a nomination reads, as two counters: the cohort tree's quota epoch and the nodes' epoch."""
+        return self.tree.root(q.node).epoch, self.cluster.epoch if self.cluster is not None else 0
+
+    def _remember(self, ws: WState, q: CQQueue) -> None:
+        """Keep the verdict of a head that its nomination alone made inadmissible (see ``_memo_hit``)."""
+        if self.memo and self._memo_shape_ok(ws):
+            assert ws.pending is not None
+            q.memo = Memo(ws.workload, ws.queue_ts, q.head_epochs, ws.pending.reason, ws.pending.message)
+
+    @staticmethod
+    def _memo_shape_ok(ws: WState) -> bool:
+        # Preemptors, scale-up slices and elastic workloads read more than their shape (their victims, the old
+        # slice, their own admitted pods): never memoized.
+        return not ws.preempting and ws.replaces is None and ws.workload.elastic is None
+
+    def _memo_hit(self, ws: WState, q: CQQueue, memo: Memo) -> bool:
+        """Would nominating ``ws`` now give ``memo``'s verdict? Yes when nothing a nomination reads changed since
+        the memo's head was nominated (both epochs equal: no usage, admitted workload or node changed in its
+        cohort tree or on the nodes, simulations aside) and ``ws`` asks for the same thing: the same pod sets
+        (requests, counts, selectors, excluded nodes, topology), tolerations, placement, priority and
+        preemptibility. Its preemption candidates are then the same too: they depend on the preemptor's priority
+        and, under ``LowerOrNewerEqualPriority`` only, on its queue timestamp, which must then be equal."""
+        if memo.epochs != q.head_epochs or not self._memo_shape_ok(ws):
+            return False
+        w, m = ws.workload, memo.workload
+        if (w.priority != m.priority or w.preemptible != m.preemptible or w.placement != m.placement
+                or w.tolerations != m.tolerations or (w.pod_sets is not m.pod_sets and w.pod_sets != m.pod_sets)):
+            return False
+        return (ws.queue_ts == memo.queue_ts
+                or q.spec.preemption.within_cluster_queue != WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY)
+
     def _node_targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         """Victims that free node room for a head whose quota fits (none overlapping this cycle's victims)."""
         targets = self._find(ws, q, a.usage, set(a.usage), [p.flavors for p in a.pod_sets])
@@ -557,12 +608,16 @@ class Engine:
     def _process(self, entry: _Entry, now: float, admitted: list[R.Admission], preempted: list[R.Preemption]
                  ) -> None:
         ws, q, a, targets = entry
+        q.memo = None
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)
+            self._remember(ws, q)
             q.park(ws)
             return
         if a.mode == Mode.PREEMPT and not targets:
             self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
+            if q.spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.ANY:
+                self._remember(ws, q)  # else it holds capacity for the cycle: a verdict with a side effect
             self._reserve_unreclaimable(ws, q, a)
             q.park(ws)
             return
@@ -616,6 +671,7 @@ class Engine:
             for vs, count in shrinks:
                 self._resized.append(E.shrink(self, vs, count, now, R.SHRUNK_FOR_PREEMPTOR, ws.workload.name))
                 ws.awaiting.add(vs.workload.name)
+                self._awaiting.add(ws.workload.name)
         names = [t.name for t in targets] + sorted(ws.awaiting)
         for t in targets:
             self._cycle_victims[t.name] = t
@@ -694,6 +750,8 @@ class Engine:
         self._admit_seq += 1
         ws.admit_seq = self._admit_seq
         q.admitted[ws.workload.name] = ws
+        if ws.workload.elastic is not None:
+            self._elastic.add(ws.workload.name)
         if ws.replaces is not None:  # a Kueue scale-up slice takes over the old slice's usage and pods
             E.merge_slice(self, ws, q)
             assert ws.admission is not None

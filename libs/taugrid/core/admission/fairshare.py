@@ -73,14 +73,14 @@ def tournament(tree: QuotaTree, root: QNode, heads: Mapping[str, E], node_of: Ca
     for name, entry in heads.items():
         cq = node_of(entry)
         usage = dict(usage_of(entry))
-        tree.charge(cq, usage)
+        tree.charge(cq, usage, quiet=True)  # a score, undone below
         try:
             child = cq
             while child.parent is not None:
                 scores[(child.parent.name, name)] = (borrowing_on(child, usage), drs_key(tree, child))
                 child = child.parent
         finally:
-            tree.charge(cq, usage, -1)
+            tree.charge(cq, usage, -1, quiet=True)
 
     def play(node: QNode) -> tuple[str, E] | None:
         if node.is_cq:

@@ -107,6 +107,10 @@ class Cluster:
         self.unschedulable: set[str] = set()
         # Not-ready nodes (``Node.ready`` False, or later ``Engine.set_ready``): the same, and out of TAS.
         self.not_ready: set[str] = {ns.node.name for ns in self.nodes if not ns.node.ready}
+        # Bumped by every change of what the nodes hold or take that is not a simulation (a trial placement,
+        # a victim set aside): an unchanged epoch means every node is exactly as it was (the engine's memo of
+        # inadmissible heads relies on it; whoever changes ``unschedulable``/``not_ready`` bumps it too).
+        self.epoch = 0
 
     @property
     def max_gpu_memory_mb(self) -> int:
@@ -114,7 +118,9 @@ class Cluster:
 
     # -- transactions ------------------------------------------------------------------------------------
 
-    def _apply(self, alloc: Alloc, sign: int) -> None:
+    def _apply(self, alloc: Alloc, sign: int, quiet: bool = False) -> None:
+        if not quiet:
+            self.epoch += 1
         ns = self.nodes[alloc[0]]
         ns.cpu_free -= sign * alloc[1]
         ns.mem_free -= sign * alloc[2]
@@ -122,15 +128,16 @@ class Cluster:
         for gi, units in alloc[3]:
             ns.gpu_used[gi] += sign * units
 
-    def release(self, name: str) -> list[Alloc]:
+    def release(self, name: str, *, quiet: bool = False) -> list[Alloc]:
+        """Free what ``name`` holds; ``quiet``: a simulation the caller undoes with ``restore(quiet=True)``."""
         allocs = self.allocs.pop(name, [])
         for a in allocs:
-            self._apply(a, -1)
+            self._apply(a, -1, quiet)
         return allocs
 
-    def restore(self, name: str, allocs: list[Alloc]) -> None:
+    def restore(self, name: str, allocs: list[Alloc], *, quiet: bool = False) -> None:
         for a in allocs:
-            self._apply(a, +1)
+            self._apply(a, +1, quiet)
         if allocs:
             self.allocs[name] = allocs
 
@@ -167,11 +174,11 @@ class Cluster:
                            f"node(s) has room for pod {pod.index} ({self._describe(ps)}) "
                            f"with {len(done)} of {len(pods)} pods of the gang placed")
                 break
-            self._apply(alloc, +1)
+            self._apply(alloc, +1, not commit)
             done.append((pod, alloc))
         if failure or not commit:
             for _, alloc in done:
-                self._apply(alloc, -1)
+                self._apply(alloc, -1, not commit)
             if failure:
                 return failure
         if commit:

@@ -7,7 +7,9 @@ Invariants:
 - a heap entry is live only while its ``version`` equals the workload's ``version`` and the workload is
   pending and not parked; anything else is a stale entry skipped on pop (lazy deletion);
 - BestEffortFIFO parks a head that did not fit (``parked``) until a capacity event in its cohort tree;
-  StrictFIFO keeps the head in place and marks the queue ``blocked`` until such an event or a new arrival.
+  StrictFIFO keeps the head in place and marks the queue ``blocked`` until such an event or a new arrival;
+- ``memo`` is only a shortcut: it holds the verdict of a head whose fate was decided by its nomination alone,
+  stamped with the epochs it was nominated at; the engine reuses it only while both epochs are unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +25,17 @@ PENDING = "pending"
 ADMITTED = "admitted"
 
 HeapEntry = tuple[int, float, int, str, int]  # (-priority, queue_ts, seq, name, version)
+
+
+@dataclass(frozen=True, slots=True)
+class Memo:
+    """An inadmissible head's verdict, reusable for a head of the same shape while nothing it read changed."""
+
+    workload: Workload
+    queue_ts: float
+    epochs: tuple[int, int]  # (its cohort tree's quota epoch, the nodes' epoch) when it was nominated
+    reason: str
+    message: str
 
 
 @dataclass(slots=True, eq=False)
@@ -56,7 +69,8 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "waiting", "inactive", "_seq")
+    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "waiting", "inactive", "memo",
+                 "head_epochs", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
@@ -67,6 +81,10 @@ class CQQueue:
         self.blocked = False
         self.waiting: WState | None = None  # preemptor whose victims were evicted: this queue's next entry
         self.inactive = ""  # why the queue admits nothing (Kueue: an inactive ClusterQueue), or ""
+        # The last head whose nomination alone made it inadmissible, with the epochs it was nominated at (see
+        # ``Engine._memo_hit``): a later head of the same shape meets the same fate while the epochs hold.
+        self.memo: Memo | None = None
+        self.head_epochs: tuple[int, int] = (0, 0)  # epochs this cycle's head was nominated at
         self._seq = 0
 
     @property

@@ -18,7 +18,7 @@ stays within ``nominal + borrowing_limit`` and no lender lends beyond its lendin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from taugrid.core.errors import PermanentError
 
@@ -31,7 +31,7 @@ class QNode:
     """One ClusterQueue or Cohort in the tree."""
 
     __slots__ = ("name", "is_cq", "parent", "children", "nominal", "blimit", "llimit", "subtree",
-                 "guaranteed", "usage", "weight")
+                 "guaranteed", "usage", "weight", "epoch")
 
     def __init__(self, name: str, *, is_cq: bool, weight: float = 1.0) -> None:
         self.name = name
@@ -45,6 +45,10 @@ class QNode:
         self.guaranteed: dict[FR, int] = {}
         self.usage: dict[FR, int] = {}
         self.weight = weight
+        # Roots only: bumped by every usage change in the tree that is not a simulation (``charge(quiet=True)``),
+        # so an unchanged epoch means the tree's quota state is exactly as it was (the engine's memo of
+        # inadmissible heads relies on it).
+        self.epoch = 0
 
     def load_groups(self, groups: Iterable[ResourceGroup]) -> None:
         for group in groups:
@@ -231,6 +235,10 @@ class QuotaTree:
             delta = max(0, new - g) - max(0, old - g)
             node = node.parent
 
-    def charge(self, node: QNode, usage: dict[FR, int], sign: int = 1) -> None:
+    def charge(self, node: QNode, usage: Mapping[FR, int], sign: int = 1, *, quiet: bool = False) -> None:
+        """Add (``sign`` 1) or remove usage. ``quiet``: a simulation that is undone before anything else reads
+        the tree (the root's epoch is left alone); every other change bumps the root's epoch."""
         for fr, val in usage.items():
             self.add_usage(node, fr, sign * val)
+        if not quiet:
+            self.root(node).epoch += 1

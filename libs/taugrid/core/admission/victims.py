@@ -61,15 +61,15 @@ class LedgerSim:
 
     def remove(self, name: str) -> None:
         ws = self.states[name]
-        self.tree.charge(self.queues[ws.cq].node, ws.usage, -1)
+        self.tree.charge(self.queues[ws.cq].node, ws.usage, -1, quiet=True)  # undone by ``restore``
         if self.cluster is not None:
-            self._saved[name] = self.cluster.release(name)
+            self._saved[name] = self.cluster.release(name, quiet=True)
 
     def restore(self, name: str) -> None:
         ws = self.states[name]
-        self.tree.charge(self.queues[ws.cq].node, ws.usage, +1)
+        self.tree.charge(self.queues[ws.cq].node, ws.usage, +1, quiet=True)
         if self.cluster is not None:
-            self.cluster.restore(name, self._saved.pop(name))
+            self.cluster.restore(name, self._saved.pop(name), quiet=True)
 
     def fits(self, allow_borrow: bool = True) -> bool:
         for fr, val in self.usage.items():
