@@ -100,6 +100,8 @@ def test_the_apply_diff_names_an_added_and_a_changed_cluster() -> None:
     after = load_platform(THREE.replace("preference: 10", "preference: 5") + "  - {name: edge, backend: local}\n")
     assert diff(before, after) == [Change("cluster", "edge", "add"),
                                    Change("cluster", "cloud", "change", ("preference: 10 → 5",))]
+    incremental = load_platform(THREE + "dispatch: {mode: Incremental}\n")
+    assert diff(before, incremental) == [Change("dispatch", "policy", "change", ("mode: AllAtOnce → Incremental",))]
 
 
 def test_dispatch_keys_act_only_where_they_mean_something() -> None:

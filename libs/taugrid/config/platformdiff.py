@@ -130,6 +130,8 @@ def diff(old: Platform, new: Platform) -> list[Change]:
     if a["fair_sharing"] != b["fair_sharing"]:
         out.append(Change("fair_sharing", "policy", "change",
                           tuple(_fields(a["fair_sharing"], b["fair_sharing"], ""))))
+    if a["dispatch"] != b["dispatch"]:
+        out.append(Change("dispatch", "policy", "change", tuple(_fields(a["dispatch"], b["dispatch"], ""))))
     if a["wait_for_pods_ready"] != b["wait_for_pods_ready"]:
         out.append(Change("wait_for_pods_ready", "policy", "change",
                           tuple(_fields(a["wait_for_pods_ready"], b["wait_for_pods_ready"], ""))))
