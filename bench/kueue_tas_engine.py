@@ -6,7 +6,8 @@ Arrivals follow Kueue's cadence; a workload finishes its runtime after admission
 cycles until it is quiescent (the local cluster also runs cycles back to back while heads are admissible). The
 time to admission printed is simulated time, so it shows the policy's outcome without the pipeline's costs; the
 engine's own CPU time per cycle is the figure this bench is for. ``--profile`` prints where the engine's time goes
-(cProfile over ``Engine.cycle`` and ``Engine.finish`` only). Exits 1 on a topology violation.
+(cProfile over ``Engine.cycle`` and ``Engine.finish`` only). Exits 1 on a topology violation or a workload
+never admitted.
 
 Usage: python bench/kueue_tas_engine.py [--fraction 1.0] [--profile] [--one-at-a-time]
 """

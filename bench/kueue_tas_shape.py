@@ -17,8 +17,9 @@ lowered by #12840), ``test/performance/scheduler/runner/generator/generator.go``
   kubelet sets it: the same 640 hosts and 10 racks.)
 - ResourceFlavor ``tas-flavor``: node labels ``tas-node-group: tas``, ``topologyName: default-topology``.
 - 5 cohorts x 6 ClusterQueues, each with cpu on ``tas-flavor``: nominalQuota 20, borrowingLimit 100; preemption
-  reclaimWithinCohort Any, withinClusterQueue LowerPriority. Only cpu is covered in Kueue's; here memory is covered
-  too with a quota no run reaches (every taugrid pod requests memory; 1Mi here).
+  reclaimWithinCohort Any, withinClusterQueue LowerPriority. Only cpu is covered in Kueue's (and in the engine
+  replay); the pipeline's platform covers memory too, with a quota no run reaches (every taugrid pod requests
+  memory; 1Mi here).
 - Per ClusterQueue, nine workload sets created concurrently, each on its own cadence (the generator waits one
   interval before each creation, the first included); each workload one pod set ``main`` of ``podCount`` pods of
   ``request`` cpu, finished ``runtimeMs`` after admission (the runner mimics the job):
