@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from taugrid import settings
 from taugrid.local.ownenv import base_python, own_prefix, owns
 
 BASE_SOURCE = "base of taugrid's venv"  # the fallback's python_source: taugrid's own environment was skipped
@@ -43,7 +44,7 @@ def submitting_python(project: Path, environ: Mapping[str, str] | None = None, *
     (default: this process's virtualenv, ``local.ownenv.own_prefix``)."""
     env = os.environ if environ is None else environ
     mine = own_prefix() if own is None else own
-    pinned = env.get("TAU_PYTHON", "")
+    pinned = settings.of(environ).client.python
     if pinned:
         found = pinned if os.sep in pinned else shutil.which(pinned, path=env.get("PATH")) or pinned
         return str(Path(found).absolute()), "TAU_PYTHON"
@@ -66,7 +67,7 @@ def own_environment_note(project: Path, environ: Mapping[str, str] | None = None
     active, or first on ``PATH``) and was passed over; "" otherwise."""
     env = os.environ if environ is None else environ
     mine = own_prefix() if own is None else own
-    python, source = submitting_python(project, env, own=mine)
+    python, source = submitting_python(project, environ, own=mine)
     if not mine or source in ("TAU_PYTHON", "project .venv"):
         return ""
     active = env.get("VIRTUAL_ENV", "")

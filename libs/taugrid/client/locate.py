@@ -11,14 +11,13 @@ that server.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from taugrid import settings
-from taugrid.bus.creds import CREDS_ENV
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+URL_ENV = "TAU_NATS_URL"
 
 
 def data_dir() -> Path:
@@ -48,14 +47,15 @@ def stack() -> dict[str, Any]:
 
 
 def bus_url() -> str:
-    if os.environ.get("TAU_NATS_URL"):
-        return os.environ["TAU_NATS_URL"]
+    if settings.is_set(URL_ENV):  # set, even to the default address: it wins over `tau login` and the stack
+        return settings.current().bus.url
     return str(login().get("server") or stack().get("nats_url") or DEFAULT_URL)
 
 
 def bus_creds(url: str | None = None) -> Path | None:
-    if os.environ.get(CREDS_ENV, "").strip():
-        return Path(os.environ[CREDS_ENV]).expanduser()
+    given = settings.current().bus.creds
+    if given is not None:
+        return given
     url = url or bus_url()
     saved, local = login(), stack()
     if saved.get("server") == url and saved.get("creds"):
@@ -67,8 +67,9 @@ def bus_creds(url: str | None = None) -> Path | None:
 
 def bus_ca(url: str | None = None) -> Path | None:
     """The CA certificate to verify ``url``'s TLS with; None: the system's CAs (or no TLS)."""
-    if os.environ.get("TAU_NATS_CA", "").strip():
-        return Path(os.environ["TAU_NATS_CA"]).expanduser()
+    given = settings.current().bus.ca
+    if given is not None:
+        return given
     saved = login()
     if saved.get("server") == (url or bus_url()) and saved.get("ca"):
         return Path(saved["ca"])

@@ -45,8 +45,8 @@ from taugrid.settings.model import (
 from taugrid.settings.parse import SettingsError
 
 __all__ = ["HANDED_DOWN", "HANDED_DOWN_PREFIXES", "AnchorSettings", "BusSettings", "HealthSettings",
-           "KubeSettings", "LocalSettings", "Settings", "SettingsError", "current", "data_dir", "of", "stack_data_dir",
-           "variables"]
+           "KubeSettings", "LocalSettings", "Settings", "SettingsError", "current", "data_dir", "is_set", "of",
+           "stack_data_dir", "variables"]
 
 DATA_DIR_ENV = "TAU_DATA_DIR"
 SYSTEM_DATA_DIR = Path("/var/lib/taugrid")  # root's default
@@ -67,6 +67,13 @@ def current() -> Settings:
 def of(environ: Mapping[str, str] | None) -> Settings:
     """``environ``'s settings, or this process's when None (for functions that take an optional environment)."""
     return current() if environ is None else Settings.from_env(environ)
+
+
+def is_set(env: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``env`` is set to a non-blank value (blank counts as unset, as the settings read it): for the
+    few lookups whose unset case falls back somewhere other than the field's default (the client's bus URL
+    falls back to ``tau login``'s server, then the embedded stack's, before ``nats://127.0.0.1:4222``)."""
+    return bool((os.environ if environ is None else environ).get(env, "").strip())
 
 
 def data_dir(environ: Mapping[str, str] | None = None) -> Path:
