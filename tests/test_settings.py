@@ -89,10 +89,7 @@ DIRECT_READ = re.compile(r"(?:os\.environ\[\s*(?:['\"]TAU_|[A-Z_]+_ENV\b)(?![^\]
                          r"|(?:\benviron|\benv|\be)\.get\(\s*(?:['\"]TAU_|[A-Z_]+_ENV\b)|getenv\()")
 # Files that still read their TAU_ variables themselves: other helpers held them while the settings object
 # landed (issue #29). Each variable is declared in the object; switching a file removes it here.
-NOT_YET_SWITCHED = {
-    "libs/taugrid/local/controller.py", "libs/taugrid/local/podsync.py", "libs/taugrid/kube/backend.py",
-    "libs/taugrid/render/crds.py", "libs/taugrid/render/source.py", "services/portal/__main__.py",
-}
+NOT_YET_SWITCHED = {"libs/taugrid/local/controller.py", "libs/taugrid/local/podsync.py"}
 
 
 def _names_in_strings(path: Path) -> set[str]:

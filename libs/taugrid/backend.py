@@ -14,7 +14,7 @@ from taugrid.bus.connection import Bus
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.local.backend import LocalBackend
 from taugrid.local.cleanup import remove_finished_pods
-from taugrid.settings.model import ProcessSettings
+from taugrid.settings.model import Settings
 
 
 class Backend(Protocol):
@@ -25,14 +25,14 @@ class Backend(Protocol):
     async def delete(self, req: BackendDelete) -> None: ...
 
 
-async def make(bus: Bus, given: ProcessSettings) -> Any:
+async def make(bus: Bus, given: Settings) -> Any:
     """The backend ``TAU_BACKEND`` names: ``local`` (default) or ``kubernetes`` (kubeconfig or in-cluster
-    credentials)."""
-    if given.backend == "kubernetes":
+    credentials, ``given.kube``). ``TAU_CLUSTER`` names it in subjects: unset, ``local`` or ``default``."""
+    if given.process.backend == "kubernetes":
         from taugrid.kube.backend import kube_backend_from_env
 
-        return await kube_backend_from_env()
-    return LocalBackend(bus, given.cluster or "local")
+        return await kube_backend_from_env(given.process.cluster or "default", given.kube)
+    return LocalBackend(bus, given.process.cluster or "local")
 
 
 def release_sealed(run_id: str) -> list[str]:

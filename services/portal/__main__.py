@@ -9,7 +9,6 @@ over them. The portal signs cancels with its own key on a person's behalf, so it
 from __future__ import annotations
 
 import logging
-import os
 
 from aiohttp import web
 
@@ -25,8 +24,8 @@ async def start(svc: Service) -> None:
     if me is None or not me.seed:
         raise SystemExit("the portal needs its own bus credentials (TAU_NATS_CREDS): it signs cancels with them")
     svc.bus.seed = me.seed.encode()
-    host = os.environ.get("TAU_PORTAL_HOST", "127.0.0.1")
-    port = int(os.environ.get("TAU_PORTAL_PORT", str(DEFAULT_PORT)))
+    host, given_port = svc.settings.portal.host, svc.settings.portal.port
+    port = DEFAULT_PORT if given_port is None else given_port
     runner = web.AppRunner(build(svc.bus, portal_key=me.public_key), access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=True)

@@ -4,6 +4,7 @@ fetch; Ray's runtime_env no longer points at a path on the submitter's machine."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -12,8 +13,10 @@ import yaml
 from render_runs import build_run
 
 from taugrid.core.contracts import ResolvedRun
+from taugrid.core.errors import PermanentError
 from taugrid.render import RenderSettings, render, validate
 from taugrid.render.source import FETCH_CONTAINER
+from taugrid.settings import Settings
 
 DIGEST = "sha256:" + "5e" * 32
 OBJECT = "sources/" + "5e" * 32 + ".tar.gz"
@@ -112,6 +115,20 @@ def test_settings_come_from_the_renderer_environment() -> None:
            "TAU_SOURCE_FETCH_CREDS_SECRET": "s"}
     assert RenderSettings.from_env(env) == RenderSettings(fetch_image="r/t:9", nats_url="nats://x:4222",
                                                            nats_creds_secret="s")
+
+
+def test_the_renderer_service_builds_them_from_its_settings_and_an_unreadable_ca_names_the_fix(
+        tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    env = {"TAU_SOURCE_FETCH_NATS_CA": str(tmp_path / "ca.crt"), "TAU_SOURCE_FETCH_CREDS_SECRET": "fetch"}
+    built = RenderSettings.from_settings(Settings.from_env(env).renderer)
+    assert built == RenderSettings.from_env(env) == RenderSettings(
+        nats_creds_secret="fetch", nats_ca_pem="-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    with pytest.raises(PermanentError) as refused:
+        RenderSettings.from_env({"TAU_SOURCE_FETCH_NATS_CA": str(tmp_path / "gone.crt")})
+    assert str(refused.value) == (f"TAU_SOURCE_FETCH_NATS_CA={tmp_path / 'gone.crt'}: cannot read the bus's CA "
+                                  "certificate (No such file or directory); check the chart's nats.embedded.tls "
+                                  "values")
 
 
 def test_runtime_working_dir_keeps_its_meaning() -> None:

@@ -6,11 +6,11 @@ succeeds. ``exclude_nodes`` is not enforced here: the renderer puts node anti-af
 
 from __future__ import annotations
 
-import os
-
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.client import api_client_for
+from taugrid.settings import current
+from taugrid.settings.model import KubeSettings
 
 
 class KubernetesBackend:
@@ -27,6 +27,8 @@ class KubernetesBackend:
         await self.kube.close()
 
 
-async def kube_backend_from_env() -> KubernetesBackend:
-    """From ``TAU_KUBE_HOST`` / ``TAU_KUBECONFIG`` (or ``KUBECONFIG``) + ``TAU_KUBE_CONTEXT`` / in-cluster."""
-    return KubernetesBackend(KubeBackend(await api_client_for()), os.environ.get("TAU_CLUSTER", "default"))
+async def kube_backend_from_env(cluster: str | None = None, kube: KubeSettings | None = None) -> KubernetesBackend:
+    """The client from ``kube`` (``TAU_KUBE_HOST`` / ``TAU_KUBECONFIG`` (or ``KUBECONFIG``) + ``TAU_KUBE_CONTEXT`` /
+    in-cluster), named ``cluster`` (``TAU_CLUSTER``, else ``default``); each defaults to this process's settings."""
+    name = cluster if cluster is not None else current().process.cluster or "default"
+    return KubernetesBackend(KubeBackend(await api_client_for(kube)), name)

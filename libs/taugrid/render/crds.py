@@ -15,7 +15,6 @@ Invariants: files are read lazily, once per process per (group, kind); lookups a
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from taugrid import settings
 from taugrid.core.errors import PermanentError
 
 CRDS_ENV = "TAUGRID_CRDS_DIR"
@@ -56,9 +56,10 @@ _KIND = re.compile(r"^\s{4}kind:\s*(\S+)\s*$", re.MULTILINE)
 
 
 def crds_dir() -> Path:
-    env = os.environ.get(CRDS_ENV)
-    if env:
-        return Path(env)
+    """``TAUGRID_CRDS_DIR`` (the settings' ``renderer.crds_dir``), else the ``deploy/crds`` shipped here."""
+    given = settings.current().renderer.crds_dir
+    if given is not None:
+        return given
     # libs/taugrid/render/crds.py → repository root is four levels up.
     return Path(__file__).resolve().parents[3] / "deploy" / "crds"
 

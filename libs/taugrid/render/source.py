@@ -21,9 +21,8 @@ the run; credentials are a Secret mounted as a file, never a literal (the bus's 
 
 from __future__ import annotations
 
-import os
 import posixpath
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -32,6 +31,8 @@ from taugrid import __version__
 from taugrid.core.contracts import ResolvedRun
 from taugrid.core.errors import PermanentError
 from taugrid.render.common import LABEL_PREFIX, container_security
+from taugrid.settings import of as settings_of
+from taugrid.settings.model import RendererSettings
 
 SOURCE_DIR = "/tau/source"
 SOURCE_VOLUME = "tau-source"
@@ -49,7 +50,8 @@ FETCH_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"m
 
 class RenderSettings(msgspec.Struct, frozen=True):
     """Cluster-wide rendering settings (not per run): where the source fetcher comes from and how it reaches
-    the bus. The chart sets them on the renderer Deployment; ``from_env`` reads them."""
+    the bus. The chart sets them on the renderer Deployment; the renderer service builds them from its settings
+    (``from_settings``), ``from_env`` from an environment's."""
 
     fetch_image: str = DEFAULT_FETCH_IMAGE
     nats_url: str = DEFAULT_FETCH_NATS_URL
@@ -61,20 +63,25 @@ class RenderSettings(msgspec.Struct, frozen=True):
     nats_ca_pem: str = ""
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> RenderSettings:
-        e = os.environ if env is None else env
-        ca_file = e.get("TAU_SOURCE_FETCH_NATS_CA", "").strip()
+    def from_settings(cls, given: RendererSettings) -> RenderSettings:
+        """From the renderer's settings (``TAU_SOURCE_FETCH_*``); the CA file is read here, once, as PEM text."""
         try:
-            ca_pem = Path(ca_file).read_text() if ca_file else ""
+            ca_pem = given.fetch_nats_ca.read_text() if given.fetch_nats_ca is not None else ""
         except OSError as exc:
-            raise PermanentError(f"TAU_SOURCE_FETCH_NATS_CA={ca_file}: cannot read the bus's CA certificate "
-                                 f"({exc.strerror or exc}); check the chart's nats.embedded.tls values") from exc
+            raise PermanentError(f"TAU_SOURCE_FETCH_NATS_CA={given.fetch_nats_ca}: cannot read the bus's CA "
+                                 f"certificate ({exc.strerror or exc}); check the chart's nats.embedded.tls "
+                                 "values") from exc
         return cls(
-            fetch_image=e.get("TAU_SOURCE_FETCH_IMAGE") or DEFAULT_FETCH_IMAGE,
-            nats_url=e.get("TAU_SOURCE_FETCH_NATS_URL") or DEFAULT_FETCH_NATS_URL,
-            nats_creds_secret=e.get("TAU_SOURCE_FETCH_CREDS_SECRET", ""),
+            fetch_image=given.fetch_image or DEFAULT_FETCH_IMAGE,
+            nats_url=given.fetch_nats_url or DEFAULT_FETCH_NATS_URL,
+            nats_creds_secret=given.fetch_creds_secret,
             nats_ca_pem=ca_pem,
         )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RenderSettings:
+        """From ``env``'s settings (default: this process's)."""
+        return cls.from_settings(settings_of(env).renderer)
 
 
 DEFAULT_SETTINGS = RenderSettings()
