@@ -119,10 +119,13 @@ async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> 
     await asyncio.sleep(3.0)  # projections and the last acks settle
     after = await stores(admin.bus.nc)
     log_after = await evidence_log_bytes(js)
-    rss_up = nats_rss_mb(int(msgspec.json.decode((data / "stack.json").read_bytes())["nats_pid"]))
+    nats_pid = int(msgspec.json.decode((data / "stack.json").read_bytes())["nats_pid"])
+    rss_up = nats_rss_mb(nats_pid)
+    times = psutil.Process(nats_pid).cpu_times()
     await client.close()
     await admin.close()
     return {"before": before, "after": after, "evidence_logs": log_after - log_before, "rss_up": rss_up,
+            "nats_cpu_s": times.user + times.system,
             "started": len(started), "sealed": sum(1 for r in started if r in sealed), "wall_s": time.time() - t0}
 
 
@@ -209,8 +212,10 @@ def main() -> None:
     print(f"  {'stored per run, logs aside':<30}{stored:10.0f} B     target ≤ {PER_RUN_TARGET_B} B  "
           + ("ok" if ok_bytes else "MISSED"))
     print(f"  on disk: {disk / 2**20:.1f} MB in all ({disk / n:.0f} B/run, the stack's first state included)")
-    print("nats-server resident memory (MB)")
-    print(f"  with the stack up, after the runs         {got['rss_up']:8.1f}")
+    limit = natsserver.server_environment(os.environ)["GOMEMLIMIT"]
+    print(f"nats-server resident memory (MB; Go's soft memory limit GOMEMLIMIT={limit})")
+    print(f"  with the stack up, after the runs         {got['rss_up']:8.1f}   "
+          f"(its CPU since it started: {got['nats_cpu_s']:.0f} s)")
     judged = got["started"] >= RESTART_TARGET_RUNS
     ok_rss = rss_later <= RESTART_RSS_TARGET_MB or not judged
     print(f"  after a restart over that history         {rss_first:8.1f} → {rss_later:.1f} 5 s later     "

@@ -221,6 +221,18 @@ def test_embedded_nats_is_a_single_statefulset_with_jetstream_on_a_pvc(render: R
     assert one(objs, "Service", "t-taugrid-nats")["spec"]["ports"][0]["port"] == 4222
 
 
+def test_the_nats_server_gets_go_s_soft_memory_limit_unless_it_is_emptied(render: Render) -> None:
+    def server(objs: list[Obj]) -> Obj:
+        sts = one(objs, "StatefulSet", "t-taugrid-nats")
+        [container] = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "nats"]
+        return container
+
+    nats = server(render())
+    assert env_of(nats)["GOMEMLIMIT"] == "900MiB" and nats["resources"]["limits"]["memory"] == "1Gi"
+    assert env_of(server(render("nats.embedded.goMemLimit=2GiB")))["GOMEMLIMIT"] == "2GiB"
+    assert "GOMEMLIMIT" not in env_of(server(render("nats.embedded.goMemLimit=")))
+
+
 def test_external_nats_renders_no_server_and_points_every_service_at_it(render: Render) -> None:
     objs = render("nats.embedded.enabled=false", "nats.url=nats://bus.nats-system.svc:4222")
     assert not find(objs, "StatefulSet") and not find(objs, "ConfigMap", "t-taugrid-nats")
