@@ -87,9 +87,6 @@ NAME = re.compile(r"\bTAU_[A-Z][A-Z0-9_]*")
 # A direct read of a TAU_ variable: os.environ.get / [...] / getenv, or .get on a mapping called env/environ/e.
 DIRECT_READ = re.compile(r"(?:os\.environ\[\s*(?:['\"]TAU_|[A-Z_]+_ENV\b)(?![^\]]*\]\s*=[^=])"
                          r"|(?:\benviron|\benv|\be)\.get\(\s*(?:['\"]TAU_|[A-Z_]+_ENV\b)|getenv\()")
-# Files that still read their TAU_ variables themselves: other helpers held them while the settings object
-# landed (issue #29). Each variable is declared in the object; switching a file removes it here.
-NOT_YET_SWITCHED = {"libs/taugrid/local/controller.py", "libs/taugrid/local/podsync.py"}
 
 
 def _names_in_strings(path: Path) -> set[str]:
@@ -113,7 +110,7 @@ def test_every_tau_variable_in_the_source_is_a_declared_setting_or_one_taugrid_h
 def test_no_file_reads_a_tau_variable_around_the_settings_object() -> None:
     reading = {str(path) for path in SOURCE if "taugrid/settings/" not in str(path)
                and DIRECT_READ.search(path.read_text())}
-    assert reading == NOT_YET_SWITCHED
+    assert reading == set()
 
 
 def test_defaults_are_the_ones_the_code_had() -> None:

@@ -11,7 +11,8 @@ async def start(svc: Service) -> None:
     cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
                            gpu_memory_mb=gpu_mem,
                            drain_grace_s=float(svc.settings.health.drain_grace_s),
-                           run_as=runas.from_env(data))  # each workspace's OS user when the stack is root
+                           run_as=runas.from_env(data),  # each workspace's OS user when the stack is root
+                           given=svc.settings)
     await cluster.load()
     svc.consume("local-cluster", cluster.on_backend)
     svc.consume("local-cluster-nodes", cluster.on_node)

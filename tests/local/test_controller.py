@@ -36,6 +36,7 @@ from taugrid.local.podspec import secret_volumes_dir
 from taugrid.local.runtime import Preparing, Ready
 from taugrid.local.secrets import write_secret
 from taugrid.local.state import LocalWorkload
+from taugrid.settings import Settings
 from taugrid.stack import natsserver
 from tests.inprocess import one_node_cluster, stop_server
 from tests.platforms import lab_platform, workspace
@@ -202,6 +203,33 @@ async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, 
     jobs = await replay(bus, stream="K8S", subject=f"k8s.local.job.default.{name}.>")
     status = msgspec.json.decode(jobs[-1].data, type=WatchEvent).object["status"]
     assert status["failed"] == 1
+
+
+async def test_the_settings_the_service_hands_down_choose_the_secrets_store_and_the_simulated_pool(
+        bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service passes its settings (``given``); the environment the cluster runs in is not read again."""
+    await platformstore.put_text(bus, PLATFORM)
+    monkeypatch.setenv("TAU_SECRETS_DIR", str(tmp_path / "not-this-one"))
+    given = Settings.from_env({"TAU_SECRETS_DIR": str(tmp_path / "vault")})
+    cluster = LocalCluster(bus, data_dir=tmp_path, node="node-1", capacity={"cpu": 4.0, "memory": float(8 << 30)},
+                           gpu_count=0, given=given)
+    await cluster.load()
+    try:
+        assert cluster.simulate is False
+        rid = run_id()
+        name = f"{rid}-a1"
+        env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}}]
+        await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                         manifests=[job(name, main(["python3", "-c", "print(1)"], env=env))]))
+        await until_finished(cluster, name)
+        waiting = config_error_waiting(await pod_events(bus, f"{name}-pod"))
+        assert waiting["message"].endswith(f"to {tmp_path / 'vault' / 'default.yaml'} (mode 0600)")
+    finally:
+        await cluster.kubelet.close()
+    simulated = LocalCluster(bus, data_dir=tmp_path / "sim", node="node-1", capacity={"cpu": 1.0}, gpu_count=0,
+                             given=Settings.from_env({"TAU_LOCAL_SIMULATE": "on"}))
+    assert simulated.simulate is True
+    await simulated.kubelet.close()
 
 
 async def test_a_secret_volume_lives_in_memory_0600_and_goes_with_the_pod(

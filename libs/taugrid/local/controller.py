@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -58,6 +57,7 @@ from taugrid.local.runtime import PodRuntimes
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.ports import free_port
+from taugrid.settings import Settings, current
 
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"
@@ -94,12 +94,15 @@ def excluded_nodes(pod_spec: dict[str, Any]) -> list[str]:
 class LocalCluster:
     def __init__(self, bus: Bus, *, data_dir: Path, node: str, capacity: dict[str, float], gpu_count: int,
                  gpu_memory_mb: int = 0, runtime: PodRuntime | None = None, drain_grace_s: float = 30.0,
-                 run_as: WorkspaceUsers | None = None) -> None:
+                 run_as: WorkspaceUsers | None = None, given: Settings | None = None) -> None:
         """``runtime`` decides which interpreter runs ``python``/``python3`` in a workload's pods (default: the
         researcher's interpreter or a per-run environment, ``podsync.PreparedRuntimes``). ``node`` is this
         machine's name, the pool's one node unless the platform declares ``local.nodes``. ``drain_grace_s``: how
         long a drained node's pods get between SIGTERM and SIGKILL. ``run_as``: each workspace's OS user, which
-        its pods run as (``runas``; the service passes ``runas.from_env``); None: the cluster's own user."""
+        its pods run as (``runas``; the service passes ``runas.from_env``); None: the cluster's own user.
+        ``given``: the process's settings (the service passes its own; default ``settings.current()``): the
+        secrets store (``data.secrets_dir``), simulated pods (``local.simulate``), the pods' interpreter."""
+        given = given if given is not None else current()
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
@@ -121,21 +124,22 @@ class LocalCluster:
         self.lock = LaneLock()
         self.platforms = PlatformReader(bus)
         # secrets come from the workspace's 0600 file under data_dir/secrets, read as each pod starts
-        secrets_dir = Path(os.environ.get("TAU_SECRETS_DIR") or data_dir / "secrets")
+        secrets_dir = given.data.secrets_dir or data_dir / "secrets"
         self.kubelet = Kubelet(data_dir / "pods", resolve_secret=SecretStore(secrets_dir).resolver(),
                                resolve_config_map=envrefs.config_map_resolver(), claims_dir=data_dir / "claims",
                                secret_scope=objects.workspace_of,
                                run_user=None if run_as is None else _workspace_user(run_as))
         self.podsync = PodSync(bus, self.kubelet, node=node, gpu_memory_mb=gpu_memory_mb, lock=self.lock,
                                publish=self.publish, save=self.save,
-                               runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir), run_as), users=run_as)
+                               runtime=runtime or PreparedRuntimes(PodRuntimes(data_dir), run_as), users=run_as,
+                               secrets_dir=secrets_dir, local=given.local)
         # Kueue's waitForPodsReady, as the platform's ``wait_for_pods_ready`` sets it (``readiness``)
         self.readiness = Readiness(podsync=self.podsync, admitter=self.admitter, publish=self.publish, save=self.save,
                                    request=self._request, drop_versions=self._drop_versions, forget=self._forget,
                                    wake=self.wake)
         # Simulated node pool (as Kueue's performance tests do): pods complete after SIMULATED_DURATION seconds
         # from their env, and no process is spawned.
-        self.simulate = os.environ.get("TAU_LOCAL_SIMULATE", "") not in ("", "0", "false")
+        self.simulate = given.local.simulate
         self._snapshot_at = 0.0
         self._platform_checked = 0.0
         self._pending_at = 0.0

@@ -38,6 +38,7 @@ from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, Runtime
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.render.source import FETCH_CONTAINER, SOURCE_DIGEST_ANNOTATION, SOURCE_VOLUME
+from taugrid.settings import LocalSettings, current
 from taugrid.sources import snapshots
 
 log = logging.getLogger("taugrid.local")
@@ -66,16 +67,20 @@ class PodRuntime(Protocol):
         """The pod started, failed or went away: drop what was prepared for it."""
 
 
-def host_python() -> str:
-    """``TAU_LOCAL_PYTHON`` if set, else the interpreter running the local cluster."""
-    return os.environ.get("TAU_LOCAL_PYTHON", sys.executable)
+def host_python(local: LocalSettings | None = None) -> str:
+    """``TAU_LOCAL_PYTHON`` (``local.python``; default this process's settings) if set, else the interpreter
+    running the local cluster."""
+    return (local if local is not None else current().local).python or sys.executable
 
 
 class HostPython:
     """:func:`host_python` for every pod, at once (for tests and simple embeddings)."""
 
+    def __init__(self, local: LocalSettings | None = None) -> None:
+        self.local = local
+
     def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed:
-        return Ready(python=host_python(), environment={})
+        return Ready(python=host_python(self.local), environment={})
 
     def forget(self, pod: str) -> None:
         return None
@@ -109,13 +114,18 @@ class PreparedRuntimes:
 class PodSync:
     def __init__(self, bus: Bus, kubelet: Kubelet, *, node: str, gpu_memory_mb: int, lock: LaneLock,
                  publish: Publish, save: Save, runtime: PodRuntime | None = None,
-                 users: WorkspaceUsers | None = None) -> None:
+                 users: WorkspaceUsers | None = None, secrets_dir: Path | None = None,
+                 local: LocalSettings | None = None) -> None:
         """``users``: each workspace's OS user (``runas``), when pods run as those; the output and checkpoint
-        directories are then that user's (0700) under parents nobody may list (0711)."""
+        directories are then that user's (0700) under parents nobody may list (0711). ``secrets_dir``: the
+        secrets store a pod's hints name (``TAU_SECRETS_DIR``, else ``secrets/`` beside the pods' root);
+        ``local``: the local cluster's settings (``TAU_LOCAL_PYTHON``); each defaults to this process's."""
         self.users = users
+        self.secrets_dir = secrets_dir or current().data.secrets_dir or kubelet.pods.root.parent / "secrets"
+        self.local = local if local is not None else current().local
         self.bus, self.kubelet, self.node, self.gpu_memory_mb = bus, kubelet, node, gpu_memory_mb
         self.lock, self.publish, self.save = lock, publish, save
-        self.runtime: PodRuntime = runtime or HostPython()
+        self.runtime: PodRuntime = runtime or HostPython(self.local)
         self._sources: dict[tuple[str, str], bytes] = {}  # (snapshot, digest) -> its bytes, verified (``source``)
         self._said: dict[str, tuple[str, float]] = {}  # pod -> the last PreparingEnvironment message, when
         self.tas = False  # the platform declares topologies: a pod's Kueue TAS request was honoured by admission
@@ -205,7 +215,7 @@ class PodSync:
             manifest = self._manifest(wl, p)
         except PodSpecError:
             manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": p.obj["metadata"], "spec": p.obj["spec"]}
-        manifest = replace_python(manifest, host_python())
+        manifest = replace_python(manifest, host_python(self.local))
         await self.kubelet.start(manifest, lambda status: self._on_status(wl, p, status))
 
     async def stop(self, p: LocalPod, reason: str) -> None:
@@ -276,8 +286,7 @@ class PodSync:
             terminal = status.get("phase") in TERMINAL
             if terminal:
                 await self.ship_logs(wl, p, final=True)
-            status = _with_hint(copy.deepcopy(status), self.kubelet.pods.manifest(p.name),
-                                Path(os.environ.get("TAU_SECRETS_DIR") or self.kubelet.pods.root.parent / "secrets"))
+            status = _with_hint(copy.deepcopy(status), self.kubelet.pods.manifest(p.name), self.secrets_dir)
             p.obj["status"] = _with_fetch(status, p.obj["spec"])
             if wl.state != "deleted":
                 await self.publish(wl, "Pod", p.obj, "modified")
