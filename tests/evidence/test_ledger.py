@@ -7,6 +7,7 @@ import pytest
 
 from taugrid.bus.envelope import Event
 from taugrid.evidence import ledger as lg
+from taugrid.evidence import packing
 
 
 def ev(n: int, kind: str = "exec.running", data: bytes = b"{}") -> Event:
@@ -37,6 +38,15 @@ def test_entries_chain_from_genesis_and_verify_clean() -> None:
     assert led.head == led.entries[-1].hash and len(led.head) == 64
     assert lg.verify(led) == []
     assert lg.decode(lg.encode(led)) == led
+
+
+def test_the_stored_ledger_is_compressed_and_a_plain_one_of_earlier_releases_still_reads() -> None:
+    led = chain(11)
+    stored, plain = lg.encode(led), msgspec.json.encode(led)
+    assert stored[:2] == packing.GZIP_MAGIC and len(stored) < len(plain) // 2
+    assert lg.decode(stored) == led and lg.decode(plain) == led
+    with pytest.raises(packing.PackingError):
+        lg.decode(stored[: len(stored) // 2])
 
 
 def test_append_is_idempotent_by_event_id() -> None:

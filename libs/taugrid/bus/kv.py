@@ -18,7 +18,7 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 import msgspec
@@ -149,7 +149,8 @@ async def delete(bus: Bus, bucket: str, key: str) -> None:
             raise unavailable(f"deleting {bucket}/{key}", exc) from exc
 
 
-async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "") -> list[T]:
+async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "",
+                 decode: Callable[[bytes], T] | None = None) -> list[T]:
     """Decoded live values of the keys starting with ``prefix`` ("" or whole tokens ending in a dot, e.g.
     ``run.``). A record that no longer decodes is logged and skipped: one bad record must not stop a service
     from starting or listing.
@@ -157,24 +158,27 @@ async def values(bus: Bus, bucket: str, kind: type[T], *, prefix: str = "") -> l
     Read through one filtered consumer (``filtered_values``), not nats-py's ``kv.keys()`` plus a get per key:
     ``keys()`` decides it has seen everything by asking the consumer's pending count while its callbacks are
     still held back, so when the server had already pushed every key it returns none (``tau list`` and the
-    portal then showed no runs, now and then, in CI)."""
+    portal then showed no runs, now and then, in CI). ``decode``: how a value is read when it is not ``kind``'s
+    plain JSON (the ledger's compressed values)."""
     if prefix and not prefix.endswith("."):
         raise ValueError(f"prefix {prefix!r} must be whole key tokens ending in a dot (e.g. 'run.'), or empty")
-    return await filtered_values(bus, bucket, kind, key_filter=f"{prefix}>")
+    return await filtered_values(bus, bucket, kind, key_filter=f"{prefix}>", decode=decode)
 
 
 _DELETED = ("DEL", "PURGE")
 
 
 async def filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: str,
-                          timeout: float = 5.0) -> list[T]:
+                          timeout: float = 5.0, decode: Callable[[bytes], T] | None = None) -> list[T]:
     """Decoded live values of the keys matching ``key_filter`` (NATS wildcards), read through a short-lived
-    named consumer whose create subject carries the filter."""
+    named consumer whose create subject carries the filter; ``decode`` reads a value (default: ``kind``'s JSON)."""
     with timed(KV_SECONDS, bucket, "filtered"):
-        return await _filtered_values(bus, bucket, kind, key_filter=key_filter, timeout=timeout)
+        return await _filtered_values(bus, bucket, kind, key_filter=key_filter, timeout=timeout,
+                                      decode=decode or (lambda data: msgspec.json.decode(data, type=kind)))
 
 
-async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: str, timeout: float) -> list[T]:
+async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: str, timeout: float,
+                           decode: Callable[[bytes], T]) -> list[T]:
     stream, pre = f"KV_{bucket}", f"$KV.{bucket}."
     cfg = ConsumerConfig(name=f"kvr-{secrets.token_hex(16)}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                          inactive_threshold=30.0)
@@ -188,8 +192,8 @@ async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: 
             msg = await sub.next_msg(timeout=timeout)
             if (msg.headers or {}).get("KV-Operation") not in _DELETED and msg.data:
                 try:
-                    out.append(msgspec.json.decode(msg.data, type=kind))
-                except msgspec.DecodeError as exc:  # ValidationError included
+                    out.append(decode(msg.data))
+                except (msgspec.DecodeError, ValueError) as exc:  # ValidationError and an uninflatable value too
                     log.error("skipping unreadable %s record %s: %s", bucket, msg.subject[len(pre):], exc)
             if msg.metadata.num_pending == 0:
                 return out

@@ -70,7 +70,7 @@ def signature_problems(doc: dict[str, Any], *, trusted: str | None = None) -> li
 async def take(bus: Bus) -> dict[str, Any]:
     """The current ledger heads and AUDIT position (unsigned)."""
     runs: dict[str, dict[str, Any]] = {}
-    for ledger in await kv.values(bus, BUCKET, lg.Ledger):
+    for ledger in await kv.values(bus, BUCKET, lg.Ledger, decode=lg.decode):
         runs[f"{ledger.workspace}/{ledger.run_id}"] = {
             "head": ledger.head, "entries": len(ledger.entries),
             "digest": ledger.seal.digest if ledger.seal is not None else "",

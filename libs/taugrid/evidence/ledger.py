@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import msgspec
 
 from taugrid.core.events import TERMINAL_EVENTS
+from taugrid.evidence import packing
 
 GENESIS = "0" * 64
 SCHEMA = "taugrid.ledger/v1"
@@ -189,8 +190,13 @@ def prefix(ledger: Ledger, index: int) -> tuple[Entry, ...]:
 
 
 def encode(ledger: Ledger) -> bytes:
-    return msgspec.json.encode(ledger)
+    """The ``ledger`` KV value: the ledger's JSON gzip-compressed (``packing``; issue 27: each entry's ``prev``
+    repeats the hash before it, so a run's ledger stores in under a third of its JSON). Never hashed: entry hashes
+    are over ``canonical`` entries."""
+    return packing.pack(msgspec.json.encode(ledger))
 
 
 def decode(data: bytes) -> Ledger:
-    return msgspec.json.decode(data, type=Ledger)
+    """A ``ledger`` KV value, compressed or (written by earlier releases) plain JSON; ``packing.PackingError`` (a
+    ``ValueError``) when it does not inflate."""
+    return msgspec.json.decode(packing.unpack(data), type=Ledger)
