@@ -5,8 +5,9 @@ from __future__ import annotations
 import msgspec
 
 from taugrid.bus.envelope import Event
-from taugrid.cli.views import event_line, phase_tree, status_json
-from taugrid.core.contracts import WatchEvent
+from taugrid.cli.views import event_line, phase_tree, stage_line, status_json
+from taugrid.core.contracts import ExecResized, WatchEvent
+from taugrid.core.states import apply
 from taugrid.kube.progress import progress
 from tests.kube.test_progress import IMAGE_PULL_BACKOFF, RAYJOB_PROVISIONING, _feed, _running_record, pod
 
@@ -140,3 +141,15 @@ def test_the_topology_assignment_is_recorded_at_admission_shown_by_rank_and_clea
                                                      "domains": [{"values": ["r2"], "count": 2}]}]}
     assert states.apply(record, "admission.admitted", 1, racks, at=3.0)
     assert phase_tree(record).splitlines()[-2:] == [f"  topology (main): {rack}", "    r2  ranks 0-1"]
+
+
+def test_an_elastic_runs_resize_shows_in_the_follow_line_and_the_status_tree() -> None:
+    record = _running_record()
+    resized = ExecResized(old_count=3, new_count=2, cause="ShrunkForPreemptor", preemptor="hi-1", pod_set="main")
+    ev = Event(id="r1.1.exec.resized.x", type="exec.resized", source="/svc/admission-watcher", subject="r1",
+               time="2026-11-30T10:01:09Z", data=msgspec.json.encode(resized))
+    assert stage_line(ev) == "exec.resized         3 -> 2 pods, given up to run hi-1 (ShrunkForPreemptor)"
+    assert apply(record, "exec.resized", 1, ev.as_dict(), 2.0)
+    assert "  size: 2 pods (last resize: 3 -> 2 pods, given up to run hi-1 (ShrunkForPreemptor))" in \
+        phase_tree(record).splitlines()
+    assert (status_json(record)["size"], status_json(record)["resized"]) == (2, record.resized)

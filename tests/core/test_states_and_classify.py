@@ -165,3 +165,16 @@ def test_a_pods_environment_arrives_after_the_job_already_said_running() -> None
     assert states.apply(r, "exec.running", 1, {"environment": {"python": "/e/bin/python"}}, 2.0)
     assert r.state == "running" and r.environment == {"python": "/e/bin/python"}
     assert not states.apply(r, "exec.running", 1, {}, 3.0)  # nothing new: still a duplicate
+
+
+def test_an_elastic_runs_resize_is_recorded_while_it_runs_and_forgotten_with_its_pods() -> None:
+    r = _record()
+    shrunk = {"old_count": 3, "new_count": 2, "cause": "ShrunkForPreemptor", "preemptor": "hi-1"}
+    assert states.apply(r, "exec.resized", 1, shrunk, 2.0)
+    assert (r.state, r.size, r.resized) == ("running", 2, "3 -> 2 pods, given up to run hi-1 (ShrunkForPreemptor)")
+    assert not states.apply(r, "exec.resized", 2, {"old_count": 2, "new_count": 3, "cause": "Grown"}, 3.0)  # stale
+    assert states.apply(r, "exec.resized", 1, {"old_count": 2, "new_count": 3, "cause": "Grown"}, 3.0)
+    assert (r.size, r.resized) == (3, "2 -> 3 pods, quota freed (Grown)")
+    assert states.apply(r, "admission.preempted", 1, {"reason": "Preempted"}, 4.0)
+    assert (r.size, r.resized) == (0, "")  # the requeued workload starts again at its admitted size
+    assert not states.apply(r, "exec.resized", 1, shrunk, 5.0)  # not running: nothing to resize

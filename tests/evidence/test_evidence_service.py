@@ -463,3 +463,20 @@ async def test_a_projected_run_is_read_at_its_recorded_sequences_and_anything_un
     assert [ev.id for ev in slow] == [ev.id for ev in behind_events]
     assert behind_events[0].type == "submit.requested" and behind_events[0].seq > 1
     assert walked == [(f"run.{ws}.{behind}.>", behind_events[0].seq)]
+
+
+async def test_an_elastic_runs_resizes_are_sealed_with_their_attempt_in_order(bus: Bus, tmp_path: Path) -> None:
+    ws, run = f"ev{uuid.uuid4().hex[:6]}", f"elastic-{uuid.uuid4().hex[:6]}"
+    await publish_run(bus, ws, run, tmp_path, log_lines=["step 1"])
+    for old, new, cause, by in ((3, 2, "ShrunkForPreemptor", "hi-1"), (2, 3, "Grown", "")):
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type="exec.resized", dedup=cause,
+                            payload=c.ExecResized(old_count=old, new_count=new, cause=cause, preemptor=by,
+                                                  pod_set="main"))
+    await _finish(bus, ws, run)
+    await drain(bus, f"evidence-{ws}", ws, announced(ws, run, bus))
+    _, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
+    [att] = doc["attempts"]
+    assert [(r["old_count"], r["new_count"], r["cause"], r["preemptor"], r["pod_set"]) for r in att["resizes"]] == [
+        (3, 2, "ShrunkForPreemptor", "hi-1", "main"), (2, 3, "Grown", "", "main")]
+    assert att["resizes"][0]["seq"] < att["resizes"][1]["seq"] < att["exit"]["seq"]
+    assert (await verify_run(bus, run)).ok

@@ -7,8 +7,10 @@ from typing import Any
 
 from taugrid.core import contracts as c
 from taugrid.core.classify import classify
+from taugrid.core.watched import slim
 from taugrid.kube.translate import (
     ANNOTATION_PREEMPTOR_RUN,
+    ANNOTATION_RESIZED,
     RunRef,
     owner_uids,
     remember_owner,
@@ -623,3 +625,26 @@ def test_pods_with_tau_labels_need_no_owner_map() -> None:
 def test_objects_of_other_kinds_or_runs_are_ignored() -> None:
     assert translate(ev({"kind": "Node", "metadata": {"labels": TAU_LABELS}})) == []
     assert translate(ev(pod("Running", labels={})), {}) == []
+
+
+def test_a_resize_recorded_on_a_running_job_is_exec_resized_once_per_resize() -> None:
+    shrink = ('{"old_count":3,"new_count":2,"cause":"ShrunkForPreemptor","preemptor":"hi-1","pod_set":"main",'
+              '"at":"2026-12-01T19:00:00Z"}')
+    running = job({"active": 2})
+    running["metadata"]["annotations"] = {ANNOTATION_RESIZED: shrink}
+    out = only(translate(ev(slim(running))))  # as the bus carries it: no Job spec
+    assert (out.event_type, out.run_id, out.attempt) == ("exec.resized", "train-3f2a1b", 2)
+    assert out.payload == c.ExecResized(old_count=3, new_count=2, cause="ShrunkForPreemptor", preemptor="hi-1",
+                                        pod_set="main")
+    again = copy.deepcopy(running)
+    again["status"]["ready"] = 2  # another change of the same Job: the same resize, the same message id
+    assert only(translate(ev(again))).dedup == out.dedup
+    grown = copy.deepcopy(running)
+    grown["metadata"]["annotations"][ANNOTATION_RESIZED] = shrink.replace('"at":"2026-12-01T19:00:00Z"',
+                                                                          '"at":"2026-12-01T19:05:00Z"')
+    assert only(translate(ev(grown))).dedup != out.dedup  # a later resize to the same size is its own event
+    suspended = copy.deepcopy(running)
+    suspended["status"]["conditions"] = [cond("Suspended", "True", "JobSuspended")]
+    assert translate(ev(suspended)) == []  # preempted: it starts again at its admitted size
+    running["metadata"]["annotations"][ANNOTATION_RESIZED] = '{"old_count":"three"}'
+    assert translate(ev(running)) == []  # unreadable: logged, nothing invented

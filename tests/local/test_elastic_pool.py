@@ -12,10 +12,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from taugrid.bus import platformstore
-from taugrid.core.contracts import BackendApply
+from taugrid.bus.replay import replay
+from taugrid.core.contracts import BackendApply, WatchEvent
+from taugrid.kube.translate import translate
 from taugrid.local.controller import LocalCluster
 from tests.inprocess import private_server
 
@@ -95,6 +98,9 @@ def running(c: LocalCluster, name: str) -> list[int]:
 
 
 async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool: LocalCluster) -> None:
+    """And what the admission watcher reads on the bus: every resize once, as ``exec.resized`` with the old and
+    new count and the cause (the preemptor named by its run), the Job's parallelism and the Workload's admitted
+    count as they are now."""
     c = pool
     await c.apply(BackendApply(run_id="el", workspace="default", attempt=1,
                                manifests=[job("el-a1", pods=2, priority="low", seconds=600, elastic="1:3:1:0")]))
@@ -107,6 +113,19 @@ async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool:
     assert c.wls["el-a1"].state == "running" and c.wls["el-a1"].requeues == 0
     gpus = [g for w in c.wls.values() for p in w.pods if p.phase == "Running" for g in p.gpus]
     assert sorted(gpus) == [0, 1, 2, 3]
+    assert c.wls["el-a1"].job["spec"]["parallelism"] == 2
+    assert [a["count"] for a in c.wls["el-a1"].workload["status"]["admission"]["podSetAssignments"]] == [2]
     await until(c, lambda: c.wls.get("hi-a1") is None or c.wls["hi-a1"].state != "running", timeout=30)
     await until(c, lambda: running(c, "el-a1") == [0, 1, 2])  # grown back once the quota freed
     assert sorted(g for p in c.wls["el-a1"].pods for g in p.gpus) == [0, 1, 2]
+
+    jobs = await replay(c.bus, stream="K8S", subject="k8s.local.job.default.el-a1.>")
+    events = [out for m in jobs for out in translate(msgspec.json.decode(m.data, type=WatchEvent))
+              if out.event_type == "exec.resized"]
+    once = list({out.dedup: out for out in events}.values())  # a repeated change keeps its message id
+    assert [(o.payload.old_count, o.payload.new_count, o.payload.cause, o.payload.preemptor)  # type: ignore[attr-defined]
+            for o in once] == [(2, 3, "Grown", ""), (3, 2, "ShrunkForPreemptor", "hi"), (2, 3, "Grown", "")]
+    assert {(o.run_id, o.attempt) for o in once} == {("el", 1)}
+    workloads = await replay(c.bus, stream="K8S", subject="k8s.local.workload.default.job-el-a1.>")
+    last = msgspec.json.decode(workloads[-1].data, type=WatchEvent).object
+    assert [a["count"] for a in last["status"]["admission"]["podSetAssignments"]] == [3]

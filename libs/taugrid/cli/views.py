@@ -62,6 +62,8 @@ def phase_tree(record: RunRecord) -> str:
         lines.append(f"  cluster: {record.cluster}" + (f" ({record.cluster_reason})" if record.cluster_reason else ""))
     lines += pod_lines(record)
     lines += topology_lines(record)
+    if record.resized:  # an elastic run: how many pods it has now, and why (exec.resized)
+        lines.append(f"  size: {record.size} pods (last resize: {record.resized})")
     if record.state == "queued" and record.position is not None:
         lines.append(f"  waiting: {record.position} run(s) ahead in ClusterQueue {record.cluster_queue}")
     if record.reason and record.state in ("failed", "rejected", "cancelled", "failing", "retrying"):

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from taugrid.core.states import resize_text
+
 if TYPE_CHECKING:
     from taugrid.bus.envelope import Event
 
@@ -27,6 +29,8 @@ def event_detail(ev: Event) -> str:
         delay = float(data.get("delay_s") or 0)
         wait = f"; backoff: it starts in {delay:g}s" if delay > 0 else ""
         return f"attempt {data.get('attempt')} after {data.get('reason') or data.get('classification')}{wait}"
+    if ev.type == "exec.resized":  # an elastic run: old -> new pods and why
+        return resize_text(data)
     if ev.type.endswith("rejected"):
         reasons = data.get("reasons") or []
         return "; ".join(f"{r.get('field')}: {r.get('message')}" for r in reasons)[:300]

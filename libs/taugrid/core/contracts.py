@@ -264,6 +264,20 @@ class ExecRunning(Struct, frozen=True):
     environment: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+class ExecResized(Struct, frozen=True):
+    """``exec.resized``: an elastic run changed its number of pods while running (docs §10 Elastic workloads).
+
+    ``cause``: ``Grown`` (quota freed, a slice of pods was added), ``ShrunkForPreemptor`` (it gave up pods to
+    ``preemptor``, a higher-priority run, instead of being preempted whole) or ``Shrunk`` (asked to shrink)."""
+
+    old_count: int
+    new_count: int
+    cause: str
+    preemptor: str = ""  # the run whose admission shrank this one (ShrunkForPreemptor)
+    pod_set: str = ""
+    message: str = ""
+
+
 class ExecPreparing(Struct, frozen=True):
     """``exec.preparing``: admitted, the pod is being prepared before its process starts (locally: building the
     run's Python environment). Repeated with each new progress message; a failure arrives as ``exec.failed``."""

@@ -34,6 +34,7 @@ RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
     "exec.preparing": c.ExecPreparing,
     "exec.running": c.ExecRunning,
     "exec.progress": c.ExecProgress,
+    "exec.resized": c.ExecResized,
     "exec.succeeded": c.ExecFinished,
     "exec.failed": c.ExecFinished,
     "exec.cancelled": c.ExecFinished,

@@ -100,6 +100,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     pods: list[PodView] = msgspec.field(default_factory=list)
     # The current attempt's topology assignment per TAS pod set (admission.admitted), domains in rank order
     topology: list[PodSetTopology] = msgspec.field(default_factory=list)
+    # An elastic run's pods after its last resize in the current attempt (exec.resized), and what the resize
+    # was, in words; 0 and "" when the attempt has not been resized.
+    size: int = 0
+    resized: str = ""
     history: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
@@ -162,6 +166,12 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.environment = {str(k): str(v) for k, v in data["environment"].items()}
         record.updated = at
         return True
+    if event_type == "exec.resized":  # an elastic run changed size; it stays running
+        if record.state not in ("admitted", "running") or attempt != record.attempt:
+            return False
+        record.size, record.resized = int(data.get("new_count") or 0), resize_text(data)
+        record.updated = at
+        return True
     if event_type == "dispatch.chosen":  # where the run went; the state moves with the admission watcher's events
         if record.state in TERMINAL or attempt != record.attempt or not data.get("clusters"):
             return False
@@ -191,9 +201,9 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.attempt = attempt
         record.phases = [p for p in record.phases if p.name in ("submitted", "policy")]
         record.environment = {}
-        record.pods, record.topology = [], []
+        record.pods, record.topology, record.size, record.resized = [], [], 0, ""
     elif event_type == "admission.preempted":  # the pods are gone; the requeued workload gets new ones
-        record.pods, record.topology = [], []
+        record.pods, record.topology, record.size, record.resized = [], [], 0, ""
         record.phases = [p for p in record.phases if PHASE_NAMES.index(p.name) <= PHASE_NAMES.index("admission")]
     _update_phases(record, event_type, data, at)
     if event_type == "exec.preparing":
@@ -222,6 +232,13 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if record.state in TERMINAL:
         record.finished = at
     return True
+
+
+def resize_text(data: dict[str, Any]) -> str:
+    """An ``exec.resized`` in words: ``3 -> 2 pods, given up to run r-1 (ShrunkForPreemptor)``."""
+    why = {"Grown": "quota freed", "ShrunkForPreemptor": f"given up to run {data.get('preemptor') or '?'}",
+           "Shrunk": "asked to shrink"}.get(str(data.get("cause") or ""), "resized")
+    return f"{data.get('old_count')} -> {data.get('new_count')} pods, {why} ({data.get('cause') or '?'})"
 
 
 def _topology(raw: Any) -> list[PodSetTopology]:

@@ -341,6 +341,8 @@ def build(
             attempt(ev.attempt)["admitted"] = data
         elif ev.type == "exec.running":
             attempt(ev.attempt)["running"] = data
+        elif ev.type == "exec.resized":  # an elastic run's resizes, in order
+            attempt(ev.attempt).setdefault("resizes", []).append({"seq": ev.seq, "time": ev.time, **data})
         elif ev.type in _EXITS:
             attempt(ev.attempt)["exit"] = {"event": ev.type, "seq": ev.seq, "time": ev.time, **data}
         elif ev.type in ("recovery.retrying", "recovery.gave_up"):

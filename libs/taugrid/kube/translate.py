@@ -58,6 +58,10 @@ ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
 # On an evicted Workload: the run whose job preempted it (the local cluster knows it; Kueue names only the job
 # uid, which the admission watcher resolves through the ``bridge`` KV bucket).
 ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
+# On an elastic Job/RayJob: its last resize, as whoever carried it out recorded it (the local cluster; the kube
+# bridge when it changes a Job's parallelism): JSON ``{"old_count", "new_count", "cause", "preemptor", "pod_set",
+# "at"}``, read as ``exec.resized`` while the job runs (``at`` makes each resize its own event).
+ANNOTATION_RESIZED = "taugrid.io/resized"
 # Kueue's Evicted reason once waitForPodsReady's requeue limit deactivates a Workload (reason DueTo cause).
 _DEACTIVATED_BY_LIMIT = "DeactivatedDueToRequeuingLimitExceeded"
 _BACKOFF_REASONS = ("PodsReadyTimeout", "BackoffFinished")  # Requeued's reasons during a waitForPodsReady backoff
@@ -431,7 +435,34 @@ def _job(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         return [("exec.failed", payload, "")]
     if ev.type == "DELETED":
         return [_deleted(obj)]
-    return []  # suspended → the Workload reports the queue; active → the pods report running
+    return _resized(obj)  # suspended → the Workload reports the queue; active → the pods report running
+
+
+def _resized(obj: Mapping[str, Any]) -> _Out:
+    """The job's last resize (``ANNOTATION_RESIZED``) as ``exec.resized``; nothing while it is suspended (a
+    preempted elastic run starts again at its admitted size) or when the annotation does not parse."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESIZED)
+    suspended = _conditions(obj).get("Suspended") or {}
+    if not raw or suspended.get("status") == "True":  # the watch carries no Job spec (watched.slim)
+        return []
+    try:
+        resize = msgspec.json.decode(raw.encode(), type=_Resized)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        log.warning("job %s: unreadable %s annotation %r", (obj.get("metadata") or {}).get("name"),
+                    ANNOTATION_RESIZED, raw[:200])
+        return []
+    payload = c.ExecResized(old_count=resize.old_count, new_count=resize.new_count, cause=resize.cause,
+                            preemptor=resize.preemptor, pod_set=resize.pod_set)
+    return [("exec.resized", payload, _digest(raw))]
+
+
+class _Resized(msgspec.Struct, frozen=True):
+    old_count: int
+    new_count: int
+    cause: str
+    preemptor: str = ""
+    pod_set: str = ""
+    at: str = ""
 
 
 # ---------------------------------------------------------------- ray.io/v1 RayJob

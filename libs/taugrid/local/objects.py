@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import functools
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 # run labels, so a job's uid never needs resolving; an evicted Workload names its preemptor's run.
 ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
 ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
+# An elastic Job's last resize (``kube.translate.ANNOTATION_RESIZED``, read there as ``exec.resized``).
+ANNOTATION_RESIZED = "taugrid.io/resized"
 # A local pod pulls no image of its own (a host process; a container engine pulls inside the environment step).
 ANNOTATION_NO_IMAGE_PULL = "taugrid.io/no-image-pull"
 TAU_LABELS = ("taugrid.io/run-id", "taugrid.io/workspace", "taugrid.io/attempt", "taugrid.io/managed-by")
@@ -208,6 +211,17 @@ def job_started(job: dict[str, Any], *, active: int, at: float) -> None:
         job["status"].update(jobDeploymentStatus="Initializing", jobStatus="")
 
 
+def job_resized(job: dict[str, Any], *, old_count: int, new_count: int, cause: str, at: float, pod_set: str,
+                preemptor: str) -> None:
+    """An elastic Job now runs ``new_count`` pods: its parallelism and active count, and the resize recorded
+    on it as ``kube.translate`` reads it."""
+    job["spec"]["parallelism"] = new_count
+    job.setdefault("status", {})["active"] = new_count
+    job["metadata"].setdefault("annotations", {})[ANNOTATION_RESIZED] = json.dumps(
+        {"old_count": old_count, "new_count": new_count, "cause": cause, "preemptor": preemptor,
+         "pod_set": pod_set, "at": ts(at)}, separators=(",", ":"))
+
+
 def rayjob_running(job: dict[str, Any]) -> bool:
     """Mark a RayJob Running (its entrypoint started); False when it already was."""
     st = job.setdefault("status", {})
@@ -219,6 +233,8 @@ def rayjob_running(job: dict[str, Any]) -> bool:
 
 def job_suspended(job: dict[str, Any]) -> None:
     job["spec"]["suspend"] = True
+    # a preempted elastic run starts again at its admitted size: its last resize is history (its event was sent)
+    (job["metadata"].get("annotations") or {}).pop(ANNOTATION_RESIZED, None)
     job.setdefault("status", {})["active"] = 0
     if job["kind"] == "RayJob":
         job["status"].update(jobDeploymentStatus="Suspended", jobStatus="")

@@ -49,6 +49,7 @@ async def apply(c: LocalCluster, r: Resize) -> None:
         await _grow(c, wl, r)
     else:
         await _shrink(c, wl, r)
+    await _record(c, wl, r)
     c.wake()  # a shrink freed capacity; a growth may be followed by another once its cooldown passes
 
 
@@ -84,3 +85,18 @@ async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     wl.pods_wanted = r.new_count
     await c.save(wl)
     c.admitter.release_removed(wl.name)
+
+
+async def _record(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
+    """Say what changed as Kubernetes would show it: the Workload's admitted count for the pod set (Kueue's
+    in-place update), the Job's parallelism and active pods, and the resize on the Job (``exec.resized``)."""
+    now = time.time()
+    for psa in (wl.workload.get("status") or {}).get("admission", {}).get("podSetAssignments") or []:
+        if psa.get("name") == r.pod_set:
+            psa["count"] = r.new_count
+    by = c.wls.get(r.preemptor) if r.preemptor else None
+    objects.job_resized(wl.job, old_count=r.old_count, new_count=r.new_count, cause=r.cause, at=now,
+                        pod_set=r.pod_set, preemptor=by.run_id if by else r.preemptor)
+    await c.save(wl)
+    await c.publish(wl, "Workload", wl.workload, "modified")
+    await c.publish(wl, wl.job["kind"], wl.job, "modified")

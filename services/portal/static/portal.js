@@ -90,7 +90,8 @@ async function runPage(runId) {
     document.getElementById("run-state").innerHTML = badge(record.state);
     document.getElementById("summary").textContent = `workspace ${record.workspace} · user ${record.user || "?"} · ` +
       `attempt ${record.attempt}` + (record.node ? ` · node ${record.node}` : "") +
-      (record.reason ? ` · ${record.reason}` : "") + (record.message ? `: ${record.message}` : "");
+      (record.reason ? ` · ${record.reason}` : "") + (record.message ? `: ${record.message}` : "") +
+      (record.resized ? ` · ${record.size} pods (last resize: ${record.resized})` : "");  // an elastic run
     document.getElementById("phases").innerHTML = record.phases.map(p =>
       `<li class="${esc(p.status)}" data-phase="${esc(p.name)}"><span class="mark">${MARKS[p.status] || "?"}</span>` +
       `${esc(p.name)} <span class="muted">${esc(p.detail)}</span>${p.hint ? ` <em>tip: ${esc(p.hint)}</em>` : ""}</li>`).join("");
