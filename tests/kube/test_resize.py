@@ -1,0 +1,117 @@
+"""Resizing an elastic Job on Kubernetes (``kube/resize.py``) over real HTTP (kmock): a shrink is a merge patch of
+``spec.parallelism`` that records the resize at once; a growth is only asked for until Kueue admits its workload
+slice; every resize reads back as exactly one ``exec.resized``; what cannot be resized is refused with the fix."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from taugrid.core import contracts as c
+from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.watched import slim
+from taugrid.kube.client import KubeApi
+from taugrid.kube.resize import ANNOTATION_RESIZE_REQUESTED, SLICE_REPLACEMENT_FOR, JobScaler
+from taugrid.kube.translate import ANNOTATION_RESIZED, translate
+
+JOBS, WORKLOADS = ("batch", "v1", "jobs"), ("kueue.x-k8s.io", "v1beta2", "workloads")
+NS, NAME = "team-a", "train-3f2a1b-a1"
+
+
+def elastic_job(*, parallelism: int = 3, suspend: bool = False, elastic: str = "1:4:1:60") -> dict[str, Any]:
+    """As ``render`` writes an elastic torchrun Job (Kueue's opt-in, taugrid's range), running."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": NAME, "namespace": NS,
+                         "labels": {"taugrid.io/run-id": "train-3f2a1b", "taugrid.io/workspace": "team-a",
+                                    "taugrid.io/attempt": "1"},
+                         "annotations": {"kueue.x-k8s.io/elastic-job": "true", "taugrid.io/elastic": elastic}},
+            "spec": {"suspend": suspend, "parallelism": parallelism, "completions": 4,
+                     "completionMode": "Indexed", "template": {}},
+            "status": {"active": parallelism}}
+
+
+def slice_workload(count: int, *, admitted: bool) -> dict[str, Any]:
+    """Kueue's scale-up slice of the Job (owned by it, naming the slice it replaces)."""
+    status: dict[str, Any] = {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending"}]}
+    if admitted:
+        status = {"admission": {"clusterQueue": "team-a-cq",
+                                "podSetAssignments": [{"name": "main", "count": count,
+                                                       "flavors": {"nvidia.com/gpu": "h100"}}]},
+                  "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
+                                 {"type": "Admitted", "status": "True", "reason": "Admitted"}]}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": f"job-{NAME}-b7c1", "namespace": NS,
+                         "annotations": {SLICE_REPLACEMENT_FOR: f"{NS}/job-{NAME}-a9f0"},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": NAME,
+                                              "uid": "u1", "controller": True}]},
+            "spec": {"queueName": "team-a-lq", "podSets": [{"name": "main", "count": count}]},
+            "status": status}
+
+
+def resized_events(job: dict[str, Any]) -> list[Any]:
+    return [o for o in translate(c.WatchEvent(type="MODIFIED", object=slim(job))) if o.event_type == "exec.resized"]
+
+
+async def test_a_shrink_is_recorded_at_once_and_a_growth_when_kueue_admits_its_slice(fake_kube: Any) -> None:
+    fake, api_client = fake_kube
+    fake.put(JOBS, elastic_job())
+    scaler = JobScaler(KubeApi(api_client, retry_cap_s=0.05))
+
+    shrunk = await scaler.resize(NS, NAME, 2, cause="ShrunkForPreemptor", preemptor="hi-1")
+    assert fake.applies[-1]["content_type"].startswith("application/merge-patch+json")
+    assert shrunk["spec"]["parallelism"] == 2 and ANNOTATION_RESIZE_REQUESTED not in shrunk["metadata"]["annotations"]
+    [event] = resized_events(shrunk)
+    assert event.payload == c.ExecResized(old_count=3, new_count=2, cause="ShrunkForPreemptor", preemptor="hi-1",
+                                          pod_set="main")
+    assert (event.run_id, event.attempt) == ("train-3f2a1b", 1)
+
+    asked = await scaler.resize(NS, NAME, 4)  # Kueue now creates a slice; the run is still at 2
+    assert asked["spec"]["parallelism"] == 4
+    assert json.loads(asked["metadata"]["annotations"][ANNOTATION_RESIZE_REQUESTED])["new_count"] == 4
+    assert [e.dedup for e in resized_events(asked)] == [event.dedup]  # only the shrink, already sent
+
+    assert not await scaler.confirm_slice(slice_workload(4, admitted=False))  # pending: nothing happened yet
+    assert not await scaler.confirm_slice(slice_workload(3, admitted=True))  # not the size asked for
+    assert await scaler.confirm_slice(slice_workload(4, admitted=True))
+    grown = fake.objects[(JOBS, NS, NAME)]
+    assert ANNOTATION_RESIZE_REQUESTED not in grown["metadata"]["annotations"]
+    [after] = resized_events(grown)
+    assert after.payload == c.ExecResized(old_count=2, new_count=4, cause="Grown", pod_set="main")
+    assert after.dedup != event.dedup
+    assert not await scaler.confirm_slice(slice_workload(4, admitted=True))  # a redelivered watch change
+
+    before = fake.objects[(JOBS, NS, NAME)]["metadata"]["resourceVersion"]
+    assert (await scaler.resize(NS, NAME, 4))["metadata"]["resourceVersion"] == before  # already 4: no patch
+
+
+@pytest.mark.parametrize(("job", "count", "message"), [
+    (elastic_job(elastic=""), 2, f"Job {NS}/{NAME} is not elastic (no kueue.x-k8s.io/elastic-job: \"true\" with a "
+     "taugrid.io/elastic range): submit it with policy.mode: elastic to let it resize"),
+    (elastic_job(suspend=True), 2, f"Job {NS}/{NAME} is suspended: Kueue admits it whole at its written size; "
+     "resize it once it runs"),
+    (elastic_job(), 5, f"Job {NS}/{NAME}: 5 pods is outside its range 1..4 (policy.elastic.min/max)"),
+    (elastic_job(), 0, f"Job {NS}/{NAME}: 0 pods is outside its range 1..4 (policy.elastic.min/max)"),
+])
+async def test_what_cannot_be_resized_is_refused_with_the_fix_and_left_alone(
+        fake_kube: Any, job: dict[str, Any], count: int, message: str) -> None:
+    fake, api_client = fake_kube
+    stored = copy.deepcopy(fake.put(JOBS, job))
+    with pytest.raises(PermanentError) as err:
+        await JobScaler(KubeApi(api_client, retry_cap_s=0.05)).resize(NS, NAME, count)
+    assert str(err.value) == message
+    assert fake.objects[(JOBS, NS, NAME)] == stored
+
+
+async def test_a_job_changed_since_it_was_read_is_a_conflict_not_overwritten(fake_kube: Any) -> None:
+    fake, api_client = fake_kube
+    fake.put(JOBS, elastic_job())
+    scaler = JobScaler(KubeApi(api_client, retries=0))
+    job = await scaler._get(NS, NAME)
+    fake.modify(JOBS, NS, NAME, lambda o: o["status"].update(ready=3))  # the Job controller moved on
+    with pytest.raises(TemporaryError):
+        await scaler._patch(NS, NAME, {"spec": {"parallelism": 2}}, str(job["metadata"]["resourceVersion"]))
+    assert fake.objects[(JOBS, NS, NAME)]["spec"]["parallelism"] == 3
+    assert ANNOTATION_RESIZED not in fake.objects[(JOBS, NS, NAME)]["metadata"]["annotations"]
