@@ -1,13 +1,21 @@
 """Time the admission engine alone (no bus, no clock): one cycle over 10k pending, then cycles to quiescence,
-plus a simulated-time replay of Kueue's baseline shape (5 cohorts x 6 ClusterQueues, 15,000 workloads).
+plus a simulated-time replay of Kueue's baseline shape (5 cohorts x 6 ClusterQueues, 15,000 workloads), and the
+engine at scale (issue 30 item 4): 100,000 pending over 1,000 ClusterQueues, every cycle after the first (none
+can admit) and an idle cycle checked against their targets; exits 1 on a miss. Timings are wall clock: on a
+shared machine read them beside the load average it prints (``--reference`` also times the engine without its
+memo of inadmissible heads, for the ratio).
 
 Usage: python bench/engine_cycle.py [--cqs 100] [--cohorts 10] [--pending 10000] [--kueue-baseline]
+                                    [--scale-cqs 1000] [--scale-pending 100000] [--reference] [--no-scale]
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import os
+import statistics
+import sys
 import time
 
 from taugrid.core.admission import (
@@ -63,6 +71,54 @@ def bench_pending(n_cqs: int, n_cohorts: int, n_pending: int) -> None:
           f"{len(first.admitted) / t_first:,.0f} admissions/s)")
     print(f"  to quiescence: {cycles} cycles, {total * 1e3:8.1f} ms total, {total / cycles * 1e3:.3f} ms/cycle, "
           f"{admitted} admitted ({admitted / total:,.0f}/s), {preempted} preempted")
+
+
+CYCLE_TARGET_MS = 10.0  # every cycle after the first at 100k pending x 1,000 ClusterQueues (issue 30 item 4)
+IDLE_TARGET_MS = 1.0  # "an idle cycle near zero"
+
+
+def _timed(engine: Engine, now: float) -> float:
+    t0 = time.perf_counter()
+    engine.cycle(now)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _to_quiescence(engine: Engine) -> list[float]:
+    times = []
+    while not engine.quiescent():
+        times.append(_timed(engine, 0.0))
+    return times
+
+
+def _stats(times: list[float]) -> str:
+    if not times:
+        return "no cycles"
+    q = sorted(times)
+    return (f"{len(times)} cycles, mean {statistics.fmean(times):.2f} ms, median {q[len(q) // 2]:.2f}, "
+            f"p95 {q[int(len(q) * 0.95)]:.2f}, max {q[-1]:.1f}")
+
+
+def bench_scale(n_cqs: int, n_cohorts: int, n_pending: int, *, memo: bool = True) -> tuple[float, float]:
+    """Kueue's heavy shape: every ClusterQueue fills its nominal quota in the first cycle, then no head can be
+    admitted (the cohorts are full and nobody borrows); returns (mean ms of the cycles after the first, mean
+    ms of an idle cycle)."""
+    engine = Engine(make_cqs(n_cqs, n_cohorts), memo=memo)
+    for i in range(n_pending):
+        engine.submit(workload(i, f"cq{i % n_cqs}", i % 3, float(i)), 0.0)
+    label = "scale" if memo else "scale, reference: no memo"
+    print(f"[{label}] {n_cqs} CQs in {n_cohorts} cohorts, {n_pending} pending; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    first = _timed(engine, 0.0)
+    print(f"  first cycle:       {first:8.2f} ms (admits one head per ClusterQueue)")
+    churn = _to_quiescence(engine)
+    print(f"  cycles after it:   {_stats(churn)} (nothing admissible)")
+    idle = [_timed(engine, 0.0) for _ in range(50)]
+    print(f"  idle cycle:        {_stats(idle)}")
+    # One event: a finished run frees quota in one cohort; its parked heads return and are tried again.
+    engine.finish(next(iter(engine.admitted_names())), 0.0)
+    event = _to_quiescence(engine)
+    print(f"  after one finish:  {_stats(event)}")
+    return (statistics.fmean(churn) if churn else 0.0), statistics.fmean(idle)
 
 
 def bench_kueue_baseline(n_cohorts: int = 5, per_cohort: int = 6) -> None:
@@ -128,10 +184,32 @@ def main() -> None:
     ap.add_argument("--cohorts", type=int, default=10)
     ap.add_argument("--pending", type=int, default=10_000)
     ap.add_argument("--kueue-baseline", action="store_true", help="also replay the 15,000-workload shape")
+    ap.add_argument("--scale-cqs", type=int, default=1000)
+    ap.add_argument("--scale-cohorts", type=int, default=100)
+    ap.add_argument("--scale-pending", type=int, default=100_000)
+    ap.add_argument("--reference", action="store_true", help="also time the engine without its memo")
+    ap.add_argument("--no-scale", action="store_true", help="skip the scale check")
     args = ap.parse_args()
     bench_pending(args.cqs, args.cohorts, args.pending)
     if args.kueue_baseline:
         bench_kueue_baseline()
+    if args.no_scale:
+        return
+    cycle, idle = bench_scale(args.scale_cqs, args.scale_cohorts, args.scale_pending)
+    misses = []
+    print(f"  target: cycles after the first <= {CYCLE_TARGET_MS:g} ms (mean {cycle:.2f}), "
+          f"idle <= {IDLE_TARGET_MS:g} ms (mean {idle:.2f})")
+    if cycle > CYCLE_TARGET_MS:
+        misses.append(f"cycle {cycle:.2f} ms > {CYCLE_TARGET_MS:g} ms")
+    if idle > IDLE_TARGET_MS:
+        misses.append(f"idle cycle {idle:.2f} ms > {IDLE_TARGET_MS:g} ms")
+    if args.reference:
+        ref_cycle, ref_idle = bench_scale(args.scale_cqs, args.scale_cohorts, args.scale_pending, memo=False)
+        print(f"  memo vs reference: cycles after the first {ref_cycle / max(cycle, 1e-9):.1f}x cheaper, "
+              f"idle {ref_idle / max(idle, 1e-9):.1f}x")
+    if misses:
+        print("MISSED: " + "; ".join(misses))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -359,6 +359,7 @@ def _grow_one(engine: Engine, ws: WState, now: float) -> R.Resize | None:
         placements = tuple(msgspec.structs.replace(p, index=p.index + old) for p in placed
                            if p.pod_set == w.pod_sets[i].name)
     engine.tree.charge(q.node, a.usage)
+    engine.quota_taken(q)
     ws.usage = {fr: ws.usage.get(fr, 0) + a.usage.get(fr, 0) for fr in set(ws.usage) | set(a.usage)}
     for p, psa in zip(range(len(w.pod_sets)), a.pod_sets, strict=True):
         ws.pod_set_usage[p] = {fr: ws.pod_set_usage[p].get(fr, 0) + psa.usage.get(fr, 0)

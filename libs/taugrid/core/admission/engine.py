@@ -103,6 +103,13 @@ class Engine:
         self.memo = memo and self.kai is None
         self._elastic: set[str] = set()  # admitted at some point and elastic: what ``grow`` looks at
         self._awaiting: set[str] = set()  # preemptors waiting for elastic victims to shrink
+        # A head parked for lack of node room passed quota on some flavor; quota or node room taken later (in
+        # any cohort tree: nodes are shared, and a topology that no longer fits moves a TAS head to its next
+        # flavor) can move its flavor choice to one whose nodes have room. ``_taken`` counts admissions and
+        # growths; ``_node_parked`` holds, per cohort tree root with such heads, the count when the cycle that
+        # parked the first began (its nominations saw that state): a change unparks the tree.
+        self._taken = self._cycle_taken = 0
+        self._node_parked: dict[QNode, int] = {}
         if self.flavors:  # Kueue: a ClusterQueue naming a flavor that does not exist is inactive
             for q in self.queues.values():
                 missing = sorted({fq.name for g in q.spec.resource_groups for fq in g.flavors} - set(self.flavors))
@@ -271,9 +278,10 @@ class Engine:
         if self.cluster is None:
             return
         self.cluster.epoch += 1
+        # Either way a capacity event: fewer nodes can move a topology (TAS) head to another flavor too.
+        self._dirty.update(self._tree_queues)
         if schedulable:
             self.cluster.unschedulable.discard(node)
-            self._dirty.update(self._tree_queues)
         else:
             self.cluster.unschedulable.add(node)
 
@@ -283,9 +291,9 @@ class Engine:
         if self.cluster is None:
             return
         self.cluster.epoch += 1
+        self._dirty.update(self._tree_queues)  # either way, as for a cordon
         if ready:
             self.cluster.not_ready.discard(node)
-            self._dirty.update(self._tree_queues)
         else:
             self.cluster.not_ready.add(node)
 
@@ -343,13 +351,17 @@ class Engine:
                 self.queues[ws.cq].blocked = False
         if self.kai is not None:
             self._dirty.update(self.kai.refresh(self))
+        for root, taken in list(self._node_parked.items()):
+            if self._taken != taken:
+                self._dirty.add(root)
+        self._cycle_taken = self._taken
         for root in self._dirty:
+            self._node_parked.pop(root, None)
             for q in self._tree_queues[root]:
                 q.unpark(self.states)
         self._dirty.clear()
         self._violations = []
         entries: list[_Entry] = []
-        known = 0  # heads settled by a memo (counted as heads: the reference engine nominates them)
         for q in self.queues.values():
             ws = q.pop_head(self.states)
             if ws is None:
@@ -365,9 +377,9 @@ class Engine:
             q.head_epochs = self._epochs(q)
             memo = q.memo
             if memo is not None and self._memo_hit(ws, q, memo):
-                self._set_pending(ws, memo.reason, memo.message)
-                q.park(ws)
-                known += 1
+                # Its nomination would repeat the memo's (no victims either): ordered and processed as such.
+                assert isinstance(memo.assignment, Assignment)
+                entries.append((ws, q, memo.assignment, []))
                 continue
             a = self._nominate(ws, q)
             targets: list[Target] = []
@@ -391,7 +403,7 @@ class Engine:
             victim = self.states[p.victim]
             self._requeue_evicted(victim, now, "Preempted", backoff=self.backoff_preempted)
         resized = self._resized + self._grow(now)
-        return R.CycleResult(now=now, admitted=admitted, preempted=preempted, heads=len(entries) + known,
+        return R.CycleResult(now=now, admitted=admitted, preempted=preempted, heads=len(entries),
                              violations=self._violations, resized=resized)
 
     def _grow(self, now: float) -> list[R.Resize]:
@@ -530,15 +542,18 @@ class Engine:
         ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=reason, message=message,
                                position=0, ahead=0, waiting_for=waiting_for)
 
+    def quota_taken(self, q: CQQueue) -> None:
+        """Quota and node room were taken in ``q`` (an admission, an elastic growth): see ``_node_parked``."""
+        self._taken += 1
+
     def _epochs(self, q: CQQueue) -> tuple[int, int]:
         """What a nomination reads, as two counters: the cohort tree's quota epoch and the nodes' epoch."""
         return self.tree.root(q.node).epoch, self.cluster.epoch if self.cluster is not None else 0
 
-    def _remember(self, ws: WState, q: CQQueue) -> None:
-        """Keep the verdict of a head that its nomination alone made inadmissible (see ``_memo_hit``)."""
+    def _remember(self, ws: WState, q: CQQueue, a: Assignment) -> None:
+        """Keep the nomination of a head that it alone made inadmissible (see ``_memo_hit``)."""
         if self.memo and self._memo_shape_ok(ws):
-            assert ws.pending is not None
-            q.memo = Memo(ws.workload, ws.queue_ts, q.head_epochs, ws.pending.reason, ws.pending.message)
+            q.memo = Memo(ws.workload, ws.queue_ts, q.head_epochs, a)
 
     @staticmethod
     def _memo_shape_ok(ws: WState) -> bool:
@@ -608,16 +623,19 @@ class Engine:
     def _process(self, entry: _Entry, now: float, admitted: list[R.Admission], preempted: list[R.Preemption]
                  ) -> None:
         ws, q, a, targets = entry
-        q.memo = None
+        if q.memo is None or q.memo.assignment is not a:  # a memo hit keeps the memo
+            q.memo = None
+            if a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
+                                         reclaim_within_cohort == ReclaimWithinCohort.ANY):
+                # A verdict of its nomination alone (a PREEMPT head of a queue that cannot always reclaim holds
+                # capacity for the cycle: a verdict with a side effect, not memoized).
+                self._remember(ws, q, a)
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)
-            self._remember(ws, q)
             q.park(ws)
             return
         if a.mode == Mode.PREEMPT and not targets:
             self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
-            if q.spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.ANY:
-                self._remember(ws, q)  # else it holds capacity for the cycle: a verdict with a side effect
             self._reserve_unreclaimable(ws, q, a)
             q.park(ws)
             return
@@ -657,7 +675,13 @@ class Engine:
                     targets = self._node_targets(ws, q, a)
                     if not targets:
                         self._set_pending(ws, R.UNSCHEDULABLE, placed)
-                        q.park(ws)
+                        if self._held_nodes:
+                            # Room held for a preemptor until the cycle ends may be what it lacks: it comes back
+                            # when the hold does, with no capacity event to unpark it, so it is tried next cycle.
+                            q.push(ws)
+                        else:
+                            q.park(ws)
+                            self._node_parked.setdefault(self.tree.root(q.node), self._cycle_taken)
                         return
                 else:
                     placements = tuple(placed)
@@ -733,6 +757,7 @@ class Engine:
         node = q.node
         borrowing = any(node.usage.get(fr, 0) + v > node.nominal.get(fr, 0) for fr, v in a.usage.items())
         self.tree.charge(node, a.usage)
+        self.quota_taken(q)
         merged: dict[str, str] = {}
         for p in a.pod_sets:
             for r, f in p.flavors.items():

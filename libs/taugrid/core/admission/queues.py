@@ -34,8 +34,7 @@ class Memo:
     workload: Workload
     queue_ts: float
     epochs: tuple[int, int]  # (its cohort tree's quota epoch, the nodes' epoch) when it was nominated
-    reason: str
-    message: str
+    assignment: object  # its nominate.Assignment (NO_FIT, or PREEMPT without victims), never changed after
 
 
 @dataclass(slots=True, eq=False)
