@@ -38,7 +38,7 @@ from .model import (
 )
 from .results import PodPlacement, TopologyAssignment
 from .tas import TasPodSet, find_assignments
-from .tas_tree import HOSTNAME, PODS, TasNode, TasTree
+from .tas_tree import HOSTNAME, PODS, NodeChanges, TasNode, TasTree
 
 NO_POD_LIMIT = 1 << 30
 
@@ -111,6 +111,10 @@ class Cluster:
         # a victim set aside): an unchanged epoch means every node is exactly as it was (the engine's memo of
         # inadmissible heads relies on it; whoever changes ``unschedulable``/``not_ready`` bumps it too).
         self.epoch = 0
+        # Every change of a node's free capacity, simulations included, in order: the TAS trees keep their counts
+        # per demand shape and recount only the nodes logged since (``_apply`` is the one place that changes it).
+        self.changes = NodeChanges()
+        self._totals = NodeChanges()  # what ``tas_free(empty=True)`` reports never changes
 
     @property
     def max_gpu_memory_mb(self) -> int:
@@ -121,6 +125,7 @@ class Cluster:
     def _apply(self, alloc: Alloc, sign: int, quiet: bool = False) -> None:
         if not quiet:
             self.epoch += 1
+        self.changes.touch(alloc[0])
         ns = self.nodes[alloc[0]]
         ns.cpu_free -= sign * alloc[1]
         ns.mem_free -= sign * alloc[2]
@@ -158,7 +163,9 @@ class Cluster:
                                  to_units(ps.requests.get("memory", 0)), whole, ps.shares_gpu))
         # Hardest pods first, so a gang does not fail on its big pods after spending room on small ones.
         pods.sort(key=lambda p: (-p.whole, not p.shares, -p.cpu, p.pod_set, p.index))
-        eligible = [self._eligible(workload, i, flavors_per_pod_set[i], flavor_specs)
+        # A TAS pod set may use only its domains' nodes: check those alone rather than every node.
+        eligible = [self._eligible(workload, i, flavors_per_pod_set[i], flavor_specs,
+                                   sorted({ni for nodes in pins[i] for ni in nodes}) if i in pins else None)
                     for i in range(len(workload.pod_sets))]
         done: list[tuple[_Pod, Alloc]] = []
         failure = ""
@@ -251,7 +258,8 @@ class Cluster:
                                   f"flavor {fname} names topology {spec.topology_name!r}, which is not defined")
             requests = [self._tas_pod_set(workload, workload.pod_sets[i]) for i in indices]
             found, failure = find_assignments(self.tas_tree(spec, topo), requests,
-                                              lambda ni: self.tas_free(ni, empty=empty), assumed)
+                                              lambda ni: self.tas_free(ni, empty=empty), assumed,
+                                              changes=self._totals if empty else self.changes, source=empty)
             for i in indices:
                 name = workload.pod_sets[i].name
                 if name in found:
@@ -380,7 +388,8 @@ class Cluster:
         return ", ".join(parts) or "no requests"
 
     def _eligible(self, workload: Workload, ps_index: int, flavors: dict[str, str],
-                  flavor_specs: Mapping[str, ResourceFlavor]) -> list[int]:
+                  flavor_specs: Mapping[str, ResourceFlavor], among: Sequence[int] | None = None) -> list[int]:
+        """The nodes (of ``among``, by default all, in index order) where a pod of the pod set may go."""
         ps = workload.pod_sets[ps_index]
         want: dict[str, str] = dict(ps.node_selector)
         for fname in set(flavors.values()):
@@ -390,7 +399,8 @@ class Cluster:
         resource, whole = gpu_request(ps)
         vendor = resource if whole or ps.shares_gpu else ""  # a node of another vendor's GPUs has none for it
         out = []
-        for i, ns in enumerate(self.nodes):
+        for i in range(len(self.nodes)) if among is None else among:
+            ns = self.nodes[i]
             if (ns.node.name in self.unschedulable or ns.node.name in ps.excluded_nodes
                     or ns.node.name in self.not_ready or (vendor and ns.node.gpu_resource != vendor)):
                 continue

@@ -21,12 +21,12 @@ placement, node-affinity preferences (Kueue feature gates or fields taugrid does
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .model import Toleration, TopologyRequest
 from .results import TopologyAssignment
-from .tas_tree import PODS, Demand, Domain, Free, Stats, TasTree
+from .tas_tree import PODS, Demand, Domain, Free, NodeChanges, Stats, TasTree
 
 Found = dict[str, tuple[TopologyAssignment, "list[DomainPlacement]"]]
 
@@ -237,9 +237,10 @@ class _Search:
 
 
 def find(tree: TasTree, ps: TasPodSet, leader: TasPodSet | None, assumed: Mapping[int, Mapping[str, int]],
-         free: Free) -> tuple[list[DomainPlacement], list[DomainPlacement]] | str:
+         free: Free, changes: NodeChanges | None = None, source: Hashable = None
+         ) -> tuple[list[DomainPlacement], list[DomainPlacement]] | str:
     """Place the workers ``ps`` (and ``leader``, one pod, with them): the chosen leaf domains of each, or
-    Kueue's reason."""
+    Kueue's reason. ``changes``/``source``: see ``TasTree.fill``."""
     tr = ps.request
     levels = tree.levels
     key = level_of(tr, levels)
@@ -257,7 +258,7 @@ def find(tree: TasTree, ps: TasPodSet, leader: TasPodSet | None, assumed: Mappin
         tr.required is None and tr.preferred is None and tr.slice_required is not None)
     stats = Stats()
     tree.fill(Demand(ps.per_pod, leader.per_pod if leader is not None else None, ps.node_selector,
-                     ps.tolerations, slice_size, slice_idx, ps.excluded_nodes), assumed, free, stats)
+                     ps.tolerations, slice_size, slice_idx, ps.excluded_nodes), assumed, free, stats, changes, source)
     s = _Search(tree, count=ps.count, leaders=1 if leader is not None else 0, slice_size=slice_size,
                 required=tr is not None and tr.required is not None, least_free=least_free, stats=stats)
     found = s.fit_level(level_idx)
@@ -305,16 +306,18 @@ def _groups(pod_sets: Sequence[TasPodSet]) -> list[tuple[TasPodSet, TasPodSet | 
 
 
 def find_assignments(tree: TasTree, pod_sets: Sequence[TasPodSet], free: Free,
-                     assumed: dict[int, dict[str, int]] | None = None) -> tuple[Found, tuple[str, str] | None]:
+                     assumed: dict[int, dict[str, int]] | None = None, *, changes: NodeChanges | None = None,
+                     source: Hashable = None) -> tuple[Found, tuple[str, str] | None]:
     """Place every pod set of one workload on one TAS flavor's topology, in order, each seeing the usage of
     the ones before it (and ``assumed``, per node index: what this workload's pod sets on other flavors sharing
     the nodes took; Kueue's TASHandleOverlappingFlavors). Returns per pod set (assignment, chosen domains) for
     those placed, and (pod set, reason) for the first that does not fit (None when all do); Kueue stops at that
-    one too. ``assumed`` is updated with what the placed pod sets take."""
+    one too. ``assumed`` is updated with what the placed pod sets take. ``changes``: the log of nodes whose
+    ``free`` changed, so the tree recounts only those (``source`` names what ``free`` measures)."""
     assumed = {} if assumed is None else assumed
     out: Found = {}
     for workers, leader in _groups(pod_sets):
-        chosen = find(tree, workers, leader, assumed, free)
+        chosen = find(tree, workers, leader, assumed, free, changes, source)
         if isinstance(chosen, str):
             return out, (workers.name, chosen)
         for ps, domains in ((workers, chosen[0]), (leader, chosen[1])):

@@ -8,13 +8,15 @@ above it), and with a leader pod set (Kueue's pod-set groups) whether a domain c
 workers still fit beside it (``pods_wl``/``slices_wl``).
 
 Invariants: the tree changes only with the set of usable nodes (the caller keeps it); counts are reset on every
-fill; only leaves that are nodes check taints and the node selector, as Kueue does; a pod set's excluded
-nodes (taugrid's retries) count as absent at every level.
+fill, to what counting every leaf afresh gives: given the caller's log of changed nodes, the tree keeps each
+demand shape's counts and recounts only the leaves of nodes changed since and their ancestors; only leaves
+that are nodes check taints and the node selector, as Kueue does; a pod set's excluded nodes (taugrid's
+retries) count as absent at every level.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .model import Taint, Toleration, Topology, untolerated
@@ -23,6 +25,10 @@ from .results import TopologyAssignment
 HOSTNAME = "kubernetes.io/hostname"
 PODS = "pods"  # one per pod, as Kueue adds to every request; a node without a pod limit has plenty
 Free = Callable[[int], Mapping[str, int]]  # node index -> free capacity per resource (units, ``pods`` too)
+Vals = tuple[int, int, int, int, int]  # a domain's (pods, slices, leader, pods_wl, slices_wl)
+_ZERO: Vals = (0, 0, 0, 0, 0)
+MAX_SHAPES = 64  # demand shapes whose counts a tree keeps (few request shapes in practice); more: start over
+MAX_LOG = 1 << 14  # node changes logged before the log starts over (every kept count is then redone once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,7 @@ class TasNode:
 @dataclass(slots=True, eq=False)
 class Domain:
     values: tuple[str, ...]
+    id: int = 0  # position in ``TasTree.domains``
     parent: Domain | None = None
     children: list[Domain] = field(default_factory=list)
     nodes: list[int] = field(default_factory=list)  # leaves only
@@ -67,6 +74,34 @@ class Stats:
         return f". Total nodes: {self.total}; excluded: {', '.join(sorted(reasons))}"
 
 
+@dataclass(slots=True)
+class NodeChanges:
+    """The nodes whose free capacity changed, in order: their owner (``placement.Cluster``) records each change,
+    a tree's kept counts remember how far they have read. The log starts over (``generation``) when long."""
+
+    log: list[int] = field(default_factory=list)
+    generation: int = 0
+
+    def touch(self, node: int) -> None:
+        if len(self.log) >= MAX_LOG:
+            self.log.clear()
+            self.generation += 1
+        self.log.append(node)
+
+
+@dataclass(slots=True)
+class Counts:
+    """One demand shape's counts on a tree: per domain id its values, per leaf id the resource that leaves
+    it no pod, the shape's static exclusions (taints, selector, totals) and the limiting-resource tally."""
+
+    vals: list[Vals]
+    limiting: dict[int, str]
+    static: Stats
+    resources: dict[str, int]
+    generation: int = 0
+    seen: int = 0  # how much of the change log these counts have taken in
+
+
 @dataclass(frozen=True, slots=True)
 class Demand:
     """What one fill counts: a pod's requests (and the leader's), where it may go, and the slice shape."""
@@ -82,6 +117,46 @@ class Demand:
 
 def _taint_text(t: Taint) -> str:
     return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+class _Shape:
+    """A demand's requests as (resource, amount) pairs, ``pods`` included, and its node selector."""
+
+    __slots__ = ("per_pod", "leader", "selector")
+
+    def __init__(self, demand: Demand) -> None:
+        self.per_pod = [(r, v) for r, v in {**demand.per_pod, PODS: 1}.items() if v > 0]
+        self.leader = ([(r, v) for r, v in {**demand.leader_per_pod, PODS: 1}.items() if v > 0]
+                       if demand.leader_per_pod is not None else None)
+        self.selector = list(demand.node_selector.items())
+
+
+def _combine(d: Domain, vals: Sequence[Vals], demand: Demand) -> Vals:
+    """Kueue ``fillInCountsHelper``: a parent sums its children; with a leader, the workers beside it are
+    the sum less the smallest loss among the children that could take it."""
+    with_leader = demand.leader_per_pod is not None
+    pods = slices = leader = 0
+    min_pods = min_slices = 1 << 40
+    contributes = False
+    for c in d.children:
+        c_pods, c_slices, c_leader, c_pods_wl, c_slices_wl = vals[c.id]
+        pods += c_pods
+        slices += c_slices
+        if not with_leader or c_leader > 0:
+            contributes = True
+            min_pods = min(min_pods, c_pods - c_pods_wl)
+            min_slices = min(min_slices, c_slices - c_slices_wl)
+        leader = max(leader, c_leader)
+    if not contributes:
+        return pods, slices, leader, 0, 0
+    return pods, slices, leader, pods - min_pods, slices - min_slices
+
+
+def _sliced(v: Vals, level: int, demand: Demand) -> Vals:
+    """At the slice level a domain's slices are its whole groups of ``slice_size`` pods."""
+    if level != demand.slice_idx:
+        return v
+    return v[0], v[0] // demand.slice_size, v[2], v[3], v[3] // demand.slice_size
 
 
 def _count_in(free: Mapping[str, int], per_pod: Sequence[tuple[str, int]]) -> tuple[int, str]:
@@ -110,6 +185,14 @@ class TasTree:
             leaf = self.per_level[-1].get(key) or self._domain(key)
             leaf.nodes.append(n.index)
         self.roots = list(self.per_level[0].values())
+        self.domains = [d for level in self.per_level for d in level.values()]
+        for i, d in enumerate(self.domains):
+            d.id = i
+        self.leaves = list(self.per_level[-1].values())
+        self._leaf_of = {ni: leaf.id for leaf in self.leaves for ni in leaf.nodes}
+        self._node_set = frozenset(self.nodes)
+        self._names = frozenset(n.name for n in nodes)
+        self._cache: dict[Hashable, Counts] = {}  # demand shape -> its counts, brought up to date on each fill
 
     def _domain(self, values: tuple[str, ...]) -> Domain:
         d = Domain(values)
@@ -120,70 +203,121 @@ class TasTree:
             parent.children.append(d)
         return d
 
-    def fill(self, demand: Demand, assumed: Mapping[int, Mapping[str, int]], free_of: Free, stats: Stats) -> None:
-        """Kueue ``fillInCounts``: every domain's pods, slices and leader counts for this demand."""
-        per_pod = [(r, v) for r, v in {**demand.per_pod, PODS: 1}.items() if v > 0]
-        leader = ([(r, v) for r, v in {**demand.leader_per_pod, PODS: 1}.items() if v > 0]
-                  if demand.leader_per_pod is not None else None)
-        for level in self.per_level:
-            for d in level.values():
-                d.pods = d.slices = d.leader = d.pods_wl = d.slices_wl = 0
-        selector = list(demand.node_selector.items())
-        for leaf in self.per_level[-1].values():
-            free: dict[str, int] | None = None
-            for ni in leaf.nodes:
-                node = self.nodes[ni]
-                if node.name in demand.excluded:
-                    continue  # not a candidate at all, as if absent from the topology (not counted in stats)
-                if self.by_node:  # Kueue checks taints and the node selector only when leaves are nodes
-                    stats.total += 1
-                    taint = untolerated(node.taints, demand.tolerations) if node.taints else None
-                    if taint is not None:
-                        text = _taint_text(taint)
-                        stats.taints[text] = stats.taints.get(text, 0) + 1
-                        continue
-                    if selector and any(node.labels.get(k) != v for k, v in selector):
-                        stats.selector += 1
-                        continue
-                here, used = free_of(ni), assumed.get(ni)
-                here = {r: v - used.get(r, 0) for r, v in here.items()} if used else dict(here)
-                # Several nodes in one leaf (a rack as the lowest level): their capacity adds up.
-                free = here if free is None else {r: free.get(r, 0) + here.get(r, 0) for r in free.keys() | here.keys()}
-            if not self.by_node:
-                stats.total += 1  # Kueue counts leaves here, not nodes
-            if free is None:
-                continue
-            leaf.pods, limiting = _count_in(free, per_pod)
-            if leaf.pods == 0 and limiting:
-                stats.resources[limiting] = stats.resources.get(limiting, 0) + 1
-            if leader is not None and _count_in(free, leader)[0] > 0:
-                leaf.leader = 1
-                for r, v in leader:
-                    free[r] = free.get(r, 0) - v
-            leaf.pods_wl = _count_in(free, per_pod)[0]
-        for root in self.roots:
-            self._roll_up(root, demand, 0)
+    def fill(self, demand: Demand, assumed: Mapping[int, Mapping[str, int]], free_of: Free, stats: Stats,
+             changes: NodeChanges | None = None, source: Hashable = None) -> None:
+        """Kueue ``fillInCounts``: every domain's pods, slices and leader counts for this demand.
 
-    def _roll_up(self, d: Domain, demand: Demand, level: int) -> None:
-        """Kueue ``fillInCountsHelper``: a parent sums its children; with a leader, the workers beside it are
-        the sum less the smallest loss among the children that could take it."""
-        if d.children:
-            min_pods = min_slices = 1 << 40
-            contributes = False
-            for c in d.children:
-                self._roll_up(c, demand, level + 1)
-                if demand.leader_per_pod is None or c.leader > 0:
-                    contributes = True
-                    min_pods = min(min_pods, c.pods - c.pods_wl)
-                    min_slices = min(min_slices, c.slices - c.slices_wl)
-                d.leader = max(d.leader, c.leader)
-            d.pods = sum(c.pods for c in d.children)
-            d.slices = sum(c.slices for c in d.children)
-            d.pods_wl = d.pods - min_pods if contributes else 0
-            d.slices_wl = d.slices - min_slices if contributes else 0
-        if level == demand.slice_idx:
-            d.slices = d.pods // demand.slice_size
-            d.slices_wl = d.pods_wl // demand.slice_size
+        With ``changes`` (the log of nodes whose free capacity ``free_of`` reports differently since), the
+        counts of this demand shape and ``source`` (what ``free_of`` measures) are kept between fills and only
+        the leaves of changed nodes and their ancestors are counted again; a fill that sees another pod set's
+        assumed usage or excluded nodes of this tree counts everything afresh."""
+        if (changes is None or (assumed and not self._node_set.isdisjoint(assumed.keys()))
+                or (demand.excluded and not self._names.isdisjoint(demand.excluded))):
+            counts = self.count_all(demand, assumed, free_of)
+        else:
+            counts = self._counted(demand, free_of, changes, source)
+        for d, v in zip(self.domains, counts.vals, strict=True):
+            d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = v
+        stats.total += counts.static.total
+        stats.selector += counts.static.selector
+        for k, n in counts.static.taints.items():
+            stats.taints[k] = stats.taints.get(k, 0) + n
+        for k, n in counts.resources.items():
+            if n:
+                stats.resources[k] = stats.resources.get(k, 0) + n
+
+    def _counted(self, demand: Demand, free_of: Free, changes: NodeChanges, source: Hashable) -> Counts:
+        key = (tuple(sorted(demand.per_pod.items())),
+               None if demand.leader_per_pod is None else tuple(sorted(demand.leader_per_pod.items())),
+               tuple(sorted(demand.node_selector.items())), demand.tolerations, demand.slice_size,
+               demand.slice_idx, source)
+        counts = self._cache.get(key)
+        if counts is None or counts.generation != changes.generation:
+            if len(self._cache) >= MAX_SHAPES:
+                self._cache.clear()
+            counts = self._cache[key] = self.count_all(demand, {}, free_of)
+        else:
+            touched = {self._leaf_of[ni] for ni in changes.log[counts.seen:] if ni in self._leaf_of}
+            if len(touched) * 2 > len(self.leaves):
+                counts = self._cache[key] = self.count_all(demand, {}, free_of)
+            elif touched:
+                self._recount(counts, touched, demand, free_of)
+        counts.generation, counts.seen = changes.generation, len(changes.log)
+        return counts
+
+    def count_all(self, demand: Demand, assumed: Mapping[int, Mapping[str, int]], free_of: Free) -> Counts:
+        """Every leaf counted from ``free_of`` and every domain summed: what a fill without memory computes."""
+        vals = [_ZERO] * len(self.domains)
+        counts = Counts(vals, {}, Stats(), {})
+        shape = _Shape(demand)
+        for leaf in self.leaves:
+            v, limiting = self._leaf(leaf, demand, shape, assumed, free_of, counts.static)
+            vals[leaf.id] = _sliced(v, len(self.levels) - 1, demand)
+            if limiting:
+                counts.limiting[leaf.id] = limiting
+                counts.resources[limiting] = counts.resources.get(limiting, 0) + 1
+        for idx in range(len(self.levels) - 2, -1, -1):
+            for d in self.per_level[idx].values():
+                vals[d.id] = _sliced(_combine(d, vals, demand), idx, demand)
+        return counts
+
+    def _recount(self, counts: Counts, touched: set[int], demand: Demand, free_of: Free) -> None:
+        """Count the touched leaves again and re-sum their ancestors, lowest level first."""
+        vals, scratch, shape = counts.vals, Stats(), _Shape(demand)
+        dirty: set[Domain] = set()
+        for lid in touched:
+            leaf = self.domains[lid]
+            v, limiting = self._leaf(leaf, demand, shape, {}, free_of, scratch)  # static stats are kept
+            vals[lid] = _sliced(v, len(self.levels) - 1, demand)
+            old = counts.limiting.pop(lid, "")
+            if old:
+                counts.resources[old] -= 1
+            if limiting:
+                counts.limiting[lid] = limiting
+                counts.resources[limiting] = counts.resources.get(limiting, 0) + 1
+            if leaf.parent is not None:
+                dirty.add(leaf.parent)
+        for idx in range(len(self.levels) - 2, -1, -1):
+            above: set[Domain] = set()
+            for d in dirty:
+                vals[d.id] = _sliced(_combine(d, vals, demand), idx, demand)
+                if d.parent is not None:
+                    above.add(d.parent)
+            dirty = above
+
+    def _leaf(self, leaf: Domain, demand: Demand, shape: _Shape, assumed: Mapping[int, Mapping[str, int]],
+              free_of: Free, stats: Stats) -> tuple[Vals, str]:
+        """One leaf's (pods, 0, leader, pods_wl, 0) and the resource that leaves it no pod ("" otherwise)."""
+        free: dict[str, int] | None = None
+        for ni in leaf.nodes:
+            node = self.nodes[ni]
+            if node.name in demand.excluded:
+                continue  # not a candidate at all, as if absent from the topology (not counted in stats)
+            if self.by_node:  # Kueue checks taints and the node selector only when leaves are nodes
+                stats.total += 1
+                taint = untolerated(node.taints, demand.tolerations) if node.taints else None
+                if taint is not None:
+                    text = _taint_text(taint)
+                    stats.taints[text] = stats.taints.get(text, 0) + 1
+                    continue
+                if shape.selector and any(node.labels.get(k) != v for k, v in shape.selector):
+                    stats.selector += 1
+                    continue
+            here, used = free_of(ni), assumed.get(ni)
+            here = {r: v - used.get(r, 0) for r, v in here.items()} if used else dict(here)
+            # Several nodes in one leaf (a rack as the lowest level): their capacity adds up.
+            free = here if free is None else {r: free.get(r, 0) + here.get(r, 0) for r in free.keys() | here.keys()}
+        if not self.by_node:
+            stats.total += 1  # Kueue counts leaves here, not nodes
+        if free is None:
+            return _ZERO, ""
+        pods, limiting = _count_in(free, shape.per_pod)
+        leader = 0
+        if shape.leader is not None and _count_in(free, shape.leader)[0] > 0:
+            leader = 1
+            for r, v in shape.leader:
+                free[r] = free.get(r, 0) - v
+        return (pods, 0, leader, _count_in(free, shape.per_pod)[0], 0), limiting if pods == 0 else ""
 
     def assignment(self, chosen: Sequence[tuple[tuple[str, ...], int]]) -> TopologyAssignment:
         """Kueue's ``topologyAssignment``: only the hostname when the lowest level is the node."""
