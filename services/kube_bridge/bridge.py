@@ -21,6 +21,11 @@ Queue snapshot: while it leads, the bridge keeps the ClusterQueues and LocalQueu
 served and allowed; re-probed every ``VISIBILITY_RETRY_S`` otherwise) for each ClusterQueue's pending
 workloads in order, then writes ``taugrid.kube.queues.snapshot`` to the ``local_cluster`` KV bucket under
 ``queues`` — the key the local cluster writes — so ``tau queue`` reads one place on both backends.
+
+Elastic Jobs (``kube/resize.py``): when a watched Workload is Kueue's admitted scale-up slice of an elastic Job
+(``kueue.x-k8s.io/workload-slice-replacement-for``), the leader records on the Job the growth taugrid asked for
+(``taugrid.io/resize-requested`` → ``taugrid.io/resized``, read as ``exec.resized``), after the change itself
+is published. A failure there (RBAC, a conflict) is logged and left to the slice's next change.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from taugrid.core.ids import token
 from taugrid.core.watched import slim
 from taugrid.kube import queues
 from taugrid.kube.client import KubeApi, Resource
+from taugrid.kube.resize import SLICE_REPLACEMENT_FOR, JobScaler
 from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, traceparent_of
 from taugrid.kube.watch import DEFAULT_RESOURCES, Watcher
 from taugrid_services.kube_bridge.lease import Checkpoints, Lease
@@ -113,6 +119,7 @@ class Bridge:
         self.queue_objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {k: {} for k in QUEUE_KINDS}
         self.visibility_version: str | None = None
         self._visibility_probed_at = -VISIBILITY_RETRY_S
+        self.scaler = JobScaler(api)
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Until ``stopping``: stand by, take the lease when free, watch while holding it."""
@@ -191,6 +198,19 @@ class Bridge:
             self._inflight.discard(plural)
             self._safe[plural] = watcher.resource_version
             self._keep_queue(ev)
+            await self._elastic_slice(ev)
+
+    async def _elastic_slice(self, ev: WatchEvent) -> None:
+        """An admitted scale-up slice: its Job's requested growth is done (``JobScaler.confirm_slice``)."""
+        obj = ev.object
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if obj.get("kind") != "Workload" or ev.type == "DELETED" or SLICE_REPLACEMENT_FOR not in annotations:
+            return
+        try:
+            await self.scaler.confirm_slice(obj)
+        except TauError as exc:  # the Job gone, RBAC, a conflict: the slice's next change tries again
+            log.warning("kube-bridge: recording the growth of workload slice %s: %s",
+                        (obj.get("metadata") or {}).get("name"), exc)
 
     def _keep_queue(self, ev: WatchEvent) -> None:
         kind = str(ev.object.get("kind") or "")

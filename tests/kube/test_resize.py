@@ -4,18 +4,23 @@ slice; every resize reads back as exactly one ``exec.resized``; what cannot be r
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from taugrid.bus import Bus
 from taugrid.core import contracts as c
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.watched import slim
-from taugrid.kube.client import KubeApi
+from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.resize import ANNOTATION_RESIZE_REQUESTED, SLICE_REPLACEMENT_FOR, JobScaler
 from taugrid.kube.translate import ANNOTATION_RESIZED, translate
+from taugrid_services.kube_bridge.bridge import Bridge
 
 JOBS, WORKLOADS = ("batch", "v1", "jobs"), ("kueue.x-k8s.io", "v1beta2", "workloads")
 NS, NAME = "team-a", "train-3f2a1b-a1"
@@ -115,3 +120,34 @@ async def test_a_job_changed_since_it_was_read_is_a_conflict_not_overwritten(fak
         await scaler._patch(NS, NAME, {"spec": {"parallelism": 2}}, str(job["metadata"]["resourceVersion"]))
     assert fake.objects[(JOBS, NS, NAME)]["spec"]["parallelism"] == 3
     assert ANNOTATION_RESIZED not in fake.objects[(JOBS, NS, NAME)]["metadata"]["annotations"]
+
+
+async def test_the_bridge_records_a_growth_when_it_sees_kueue_admit_the_slice(bus: Bus, fake_kube: Any) -> None:
+    """The leader's Workload watch: the admitted slice is published, then its Job's asked-for growth recorded."""
+    fake, api_client = fake_kube
+    fake.put(JOBS, elastic_job(parallelism=2))
+    await JobScaler(KubeApi(api_client)).resize(NS, NAME, 3)
+    cluster = f"c{uuid.uuid4().hex[:8]}"
+    bridge = Bridge(bus, KubeApi(api_client, retries=0), cluster=cluster, holder="a",
+                    resources=[(resource_for("Workload"), None)], lease_ttl_s=1.0, checkpoint_every_s=0.1,
+                    backoff_max_s=0.1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(bridge.run(stop))
+    try:
+        fake.put(WORKLOADS, slice_workload(3, admitted=False))
+        await until(lambda: bridge.published >= 1)
+        assert ANNOTATION_RESIZE_REQUESTED in fake.objects[(JOBS, NS, NAME)]["metadata"]["annotations"]
+        fake.modify(WORKLOADS, NS, f"job-{NAME}-b7c1", lambda o: o.update(status=slice_workload(3, admitted=True)
+                                                                           ["status"]))
+        await until(lambda: ANNOTATION_RESIZED in fake.objects[(JOBS, NS, NAME)]["metadata"]["annotations"])
+    finally:
+        stop.set()
+        await task
+    [event] = resized_events(fake.objects[(JOBS, NS, NAME)])
+    assert event.payload == c.ExecResized(old_count=2, new_count=3, cause="Grown", pod_set="main")
+
+
+async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.05)
