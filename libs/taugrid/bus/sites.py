@@ -24,6 +24,7 @@ from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     ExternalStream,
+    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -32,10 +33,13 @@ from nats.js.api import (
 )
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import MISSING, UNAVAILABLE, unavailable
-from taugrid.bus.topology import SITE_DISPATCHER_DURABLE
+from taugrid.bus.errors import MISSING, NO_BUCKET, UNAVAILABLE, unavailable
+from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE
 
 HUB_DOMAIN = "hub"
+# The KV buckets a site's local cluster needs on its own server: its workloads, and the platform it admits by (put
+# there by whoever provisions the site: the hub's is not mirrored yet, docs §16).
+SITE_BUCKETS = ("local_cluster", "platform")
 SITE_IN = "SITE_IN"
 SITE_OUT = "SITE_OUT"
 # What a site's leaf remote denies (``natsserver.Leaf``): its watch changes never leave as plain publishes (only
@@ -91,6 +95,19 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
     await _add(site, StreamConfig(
         name=SITE_OUT, subjects=site_out_subjects(cluster), retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE, max_age=max_age, duplicate_window=600.0))
+    try:
+        # the site's local cluster reads its requests here (``TAU_SITE``), not from a BACKEND of its own
+        await site.js.add_consumer(SITE_IN, ConsumerConfig(
+            durable_name=SITE_LOCAL_DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0, max_deliver=20,
+            max_ack_pending=2000, filter_subject=f"backend.{cluster}.>"))
+        for bucket in SITE_BUCKETS:  # what the site's local cluster keeps at the site, link up or down
+            try:
+                await site.js.key_value(bucket)
+            except NO_BUCKET:
+                await site.js.create_key_value(KeyValueConfig(bucket=bucket, history=KV_BUCKETS[bucket],
+                                                              storage=StorageType.FILE, direct=True))
+    except UNAVAILABLE as exc:
+        raise unavailable(f"provisioning site {cluster}'s local cluster", exc) from exc
 
 
 async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) -> None:

@@ -54,6 +54,8 @@ LANE_DURABLES = {"submitter": "submitter-high", "policy": "policy-high", "render
 # The dispatcher's durable on each hub SITE_<CLUSTER> stream (bus/sites.py makes them; not in CONSUMERS: the streams
 # are made per cluster at run time).
 SITE_DISPATCHER_DURABLE = "dispatcher"
+# A site's local cluster's durable on its own SITE_IN (``TAU_SITE``; made by ``sites.provision_site``).
+SITE_LOCAL_DURABLE = "local-cluster"
 
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY

@@ -25,7 +25,8 @@ from taugrid.config.fields import Duration, Strict
 from taugrid.config.source import suggest
 
 # A subject token and a JetStream domain (nats-server refuses '.', '*', '>' and spaces in a domain).
-ClusterName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
+ClusterName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 Add = Callable[..., None]
 # The renderer's requests for the dispatcher travel as backend.dispatch.* (TAU_CLUSTER=dispatch): no cluster's name.

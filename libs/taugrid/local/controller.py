@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -25,10 +26,11 @@ from taugrid.bus import kv, metrics
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
+from taugrid.config.clusters import DISPATCH, NAME_PATTERN
 from taugrid.config.platform import Platform
 from taugrid.core.admission import Resize
 from taugrid.core.contracts import BackendApply, BackendDelete, PodSetTopology, WatchEvent
-from taugrid.core.errors import TemporaryError
+from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
@@ -103,6 +105,10 @@ class LocalCluster:
         ``given``: the process's settings (the service passes its own; default ``settings.current()``): the
         secrets store (``data.secrets_dir``), simulated pods (``local.simulate``), the pods' interpreter."""
         given = given if given is not None else current()
+        # At a site (``TAU_SITE``) this cluster is the one ``TAU_CLUSTER`` names, in its subjects and its watch
+        # changes, and it answers the dispatcher's reservations; otherwise the one stack's ``local``.
+        self.site = given.process.site
+        self.name = site_name(given.process.cluster) if self.site else "local"
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
@@ -185,7 +191,7 @@ class LocalCluster:
         """Give a fresh engine every workload this cluster holds, running ones first (not those backing off after
         a PodsReady timeout: ``readiness`` submits them when their backoff ends)."""
         held = list(self.wls.values())
-        self.admitter.rebuild([self._request(w) for w in held if w.state in ("running", "deleted")],
+        self.admitter.rebuild([self._request(w) for w in held if w.state in ("running", "reserved", "deleted")],
                               [self._request(w) for w in held if w.state == "pending"
                                and not self.readiness.backing_off(w)])
 
@@ -272,12 +278,16 @@ class LocalCluster:
         verb = ev.nats_subject.split(".")[2:3]  # backend.<cluster>.<verb>[.high]: a high-lane apply has a lane token
         if verb == ["apply"]:
             await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent, high=ev.lane == HIGH_LANE)
+        elif verb == ["reserve"]:  # the dispatcher's: admit it here, start nothing until it is chosen (``held``)
+            await self.apply(ev.payload(BackendApply), traceparent=ev.traceparent, high=ev.lane == HIGH_LANE,
+                             hold=True)
         elif verb == ["delete"]:  # deletes travel in no lane (``LocalBackend.delete``)
             async with self.lock:
                 await self.delete(ev.payload(BackendDelete))
 
-    async def apply(self, req: BackendApply, *, traceparent: str = "", high: bool = False) -> None:
-        """A new workload: saved and announced (its Job and Workload ADDED) before the engine or the control loop
+    async def apply(self, req: BackendApply, *, traceparent: str = "", high: bool = False, hold: bool = False) -> None:
+        """``hold``: a reservation (``held``), admitted but not started until an apply of the same workload comes.
+        A new workload: saved and announced (its Job and Workload ADDED) before the engine or the control loop
         sees it. It takes the lock only for a platform refresh that is due: applies run concurrently (up to the
         consumer's in-flight limit), since one held the lock for its round trip, so applies were handled one
         bus round trip at a time (about 80/s under a burst's load), below Kueue's scenario's arrival rate. Nothing
@@ -290,9 +300,14 @@ class LocalCluster:
         if main is None:
             return
         name = main["metadata"]["name"]
+        if not hold and name in self.wls and self.wls[name].held:
+            async with self.lock.first(high):
+                await self._chosen(name)
+            return
         if name in self.wls or name in self.finished or name in self._applying:
             return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
+        wl.held = hold
         wl.traceparent = traceparent
         wl.lane = self._lane(wl)
         wl.user = run_user(req.run_id)  # the request's verified submitter (its handler's ``identity.run_user``)
@@ -376,22 +391,34 @@ class LocalCluster:
         return per_pod, int(main["spec"].get("parallelism") or 1), int(parse_memory(lim)) if lim else 0
 
     def _request(self, wl: LocalWorkload) -> Request:
+        pods = sorted(wl.pods, key=lambda p: p.index) if wl.state in ("running", "deleted") else []
+        gpus, nodes = [list(p.gpus) for p in pods], [p.node for p in pods]
+        if wl.state == "reserved":  # admitted with no pods yet: where the engine placed it
+            gpus, nodes = [list(g) for g in wl.held_gpus], list(wl.held_nodes)
         return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority,
                        created=wl.queued_at or wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
                        excluded_nodes=tuple(wl.excluded_nodes), topology=job_topology(wl.job),
-                       flavors=_admitted_flavors(wl),
-                       gpus=[list(p.gpus) for p in sorted(wl.pods, key=lambda p: p.index)]
-                       if wl.state in ("running", "deleted") else [],
-                       nodes=[p.node for p in sorted(wl.pods, key=lambda p: p.index)]
-                       if wl.state in ("running", "deleted") else [], elastic=job_elastic(wl.job))
+                       flavors=_admitted_flavors(wl), gpus=gpus, nodes=nodes, elastic=job_elastic(wl.job))
+
+    async def _chosen(self, name: str) -> None:
+        """The dispatcher chose this cluster for a reservation: its pods start now if admission reserved its
+        quota already, else as soon as it does (a plain workload from then on)."""
+        wl = self.wls.get(name)
+        if wl is None or not wl.held:
+            return
+        wl.held = False
+        if wl.state == "reserved":
+            await self._create_pods(wl, wl.held_gpus, wl.held_nodes, time.time())
+        else:
+            await self.save(wl)
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
         if wl is None or wl.state in ("finished", "deleted"):
             return
-        if wl.state == "pending":
+        if wl.state in ("pending", "reserved"):  # a withdrawn reservation gives its quota back, nothing ran
             self.admitter.release(wl.name)
             self.wake()
             await self._gone(wl)
@@ -503,6 +530,8 @@ class LocalCluster:
         await self._each(self._launch_pending(wl) for wl in list(self.wls.values())
                          if wl.state == "running" and (not wl.announced or any(
                              p.phase == "Pending" or (p.sim_end and not p.added) for p in wl.pods)))
+        await self._each(self._announce_reserved(wl) for wl in list(self.wls.values())
+                         if wl.state == "reserved" and not wl.announced)
         await self.readiness.check(list(self.wls.values()), now)
         if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue
             self._pending_at = now
@@ -583,6 +612,22 @@ class LocalCluster:
         runs on ``nodes[i]`` (the engine placed pods in rank order, so a TAS assignment's domains fill by index)."""
         objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors,
                       pod_counts={"main": wl.pods_wanted}, at=now, topology=topology)
+        if wl.held:  # a reservation: the quota is taken and reported, the pods wait for the dispatcher's apply
+            wl.state, wl.announced, wl.admitted_at = "reserved", False, now
+            wl.held_gpus, wl.held_nodes = [list(g) for g in gpus], list(nodes or [])
+            await self.save(wl)
+            await self._announce_reserved(wl)
+            return
+        await self._create_pods(wl, gpus, nodes, now)
+
+    async def _announce_reserved(self, wl: LocalWorkload) -> None:
+        """The reservation's admission (its Workload's QuotaReserved/Admitted), which the dispatcher reads from
+        this site's ``SITE_OUT``; the next housekeeping repeats it when this publish fails."""
+        await self.publish(wl, "Workload", wl.workload, "modified")
+        wl.announced = True
+
+    async def _create_pods(self, wl: LocalWorkload, gpus: list[list[int]], nodes: list[str] | None,
+                           now: float) -> None:
         self.readiness.admitted(wl, now)
         wl.pods = []
         if (wl.pods_wanted > 1 or job_elastic(wl.job)) and not wl.rdzv_port:
@@ -755,13 +800,21 @@ class LocalCluster:
         version = self._versions.get(uid, int(meta.get("resourceVersion", "0") or 0)) + 1
         self._versions[uid] = version
         meta["resourceVersion"] = str(version)
-        watch = WatchEvent(type=change.upper(), object=slim(obj), cluster="local")  # what consumers read
+        watch = WatchEvent(type=change.upper(), object=slim(obj), cluster=self.name)  # what consumers read
         async with self._inflight:
             await self.bus.publish(
-                k8s_subject("local", kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
+                k8s_subject(self.name, kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
                 event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent, user=wl.user,
             )
+
+
+def site_name(cluster: str) -> str:
+    """The cluster a site's local cluster is (``TAU_CLUSTER``), refused unless it can be a cluster's name."""
+    if not re.fullmatch(NAME_PATTERN, cluster) or cluster == DISPATCH:
+        raise ConfigError(f"TAU_SITE is on but TAU_CLUSTER is {cluster!r}: set TAU_CLUSTER to the name platform.yaml's "
+                          f"clusters give this site (a-z, 0-9 and '-', up to 40, not {DISPATCH!r})")
+    return cluster
 
 
 def _workspace_user(users: WorkspaceUsers) -> Callable[[Mapping[str, Any]], RunUser]:

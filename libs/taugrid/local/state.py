@@ -54,7 +54,13 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     traceparent: str = ""  # the trace of the apply, continued by every event this workload causes
     lane: str = ""  # the priority lane its watch changes travel in (events.HIGH_LANE or ""), fixed at apply
     user: str = ""  # the run's verified submitter, as the apply request carried it: its watch changes carry it on
-    state: str = "pending"  # pending | running | finished | deleted
+    state: str = "pending"  # pending | reserved | running | finished | deleted
+    # Reserved for the dispatcher (``backend.<cluster>.reserve``, a site's local cluster): admission reserves its
+    # quota and reports it (state ``reserved``) but starts no pod until its ``apply`` clears ``held``; the devices
+    # and nodes the engine chose are kept for that start.
+    held: bool = False
+    held_gpus: list[list[int]] = msgspec.field(default_factory=list)
+    held_nodes: list[str] = msgspec.field(default_factory=list)
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0
     admitted_at: float = 0.0  # when this admission started the pods: activeDeadlineSeconds counts from here

@@ -86,6 +86,9 @@ class ProcessSettings:
                            "where runs go: the embedded local cluster or Kubernetes")
     cluster: str = setting("TAU_CLUSTER", "", TEXT,
                            "the cluster's name in subjects; unset: local (local backend), default (Kubernetes)")
+    site: bool = setting("TAU_SITE", False, FLAG,
+                         "the local cluster runs at a site behind a leaf node, as the cluster TAU_CLUSTER names: "
+                         "it reads SITE_IN and answers the dispatcher's reservations")
 
 
 @dataclass(frozen=True)
