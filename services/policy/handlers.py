@@ -21,7 +21,6 @@ import msgspec
 from taugrid.access.signers import Signers
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.bus.platformread import PlatformReader
 from taugrid.config import accepted
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run
@@ -34,7 +33,7 @@ class Policy:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.signers = Signers(bus)  # the stack's local admin belongs to every workspace
-        self.reader = PlatformReader(bus)
+        self.reader = self.signers.reader  # one reader: each revision fetched and parsed once in this process
 
     async def platform(self) -> tuple[Platform, int]:
         """The newest platform revision that validates (an invalid one is never acted on); a

@@ -126,7 +126,7 @@ def observe_node(state: Any) -> None:
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60)
 KV_SECONDS = Histogram(
     "taugrid_kv_seconds", "Time of one KV operation, by bucket, operation (get | create | save | put | delete | "
-    "keys | filtered | last) and outcome (ok | absent | exists | conflict | error)", ["bucket", "op", "outcome"],
+    "keys | filtered | last | mark) and outcome (ok | absent | exists | conflict | error)", ["bucket", "op", "outcome"],
     buckets=STORE_BUCKETS)
 OBJECT_SECONDS = Histogram(
     "taugrid_object_seconds", "Time of one object-store operation, by store, operation (download | exists | read | "

@@ -4,11 +4,20 @@
 not parse. Services never act on such a revision: they keep the last good one (walking the key's history back,
 each revision parsed once and remembered) and log the bad one once. Only when no stored revision validates is the
 caller told to wait (``TemporaryError``, naming the problem), so a run that met it is retried after the fix.
+
+Read once per revision: a platform of 1,000 queues is 577 KB of text, and the services read it several times per
+run. Every ``get`` still asks the bucket whether anything changed (``platformstore.mark``: the stream's info,
+about 1 KB, from the stream's leader), so it is exactly as fresh as a fetch of the text (a person removed by an
+apply that has returned is refused by the next ``get``); only when the mark differs from the one the held text was
+read under is the text fetched again. A revision is immutable, so parses are kept by revision number (the last
+``PARSED_KEPT``: a parsed 1,000-queue platform holds tens of MB). ``at`` serves the current revision from memory
+(it is kept, being current) and fetches any other, so a revision the bucket no longer keeps is still reported so.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
@@ -19,6 +28,7 @@ from taugrid.core.errors import ConfigError, TauError, TemporaryError
 log = logging.getLogger(__name__)
 
 INVALID_RETRY_S = 15.0
+PARSED_KEPT = 4  # parsed revisions held: the current one, the last good one, a few pinned by reproduced runs
 
 
 _NO_ANSWER: tuple[type[Exception], ...] = (TauError, *UNAVAILABLE)  # no grant, a server away, an invalid platform
@@ -26,11 +36,14 @@ _NO_ANSWER: tuple[type[Exception], ...] = (TauError, *UNAVAILABLE)  # no grant, 
 class PlatformReader:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self._parsed: dict[int, Platform | ConfigError] = {}
-        self._good: tuple[int, int] | None = None  # (current revision, the good revision chosen for it)
+        self._parsed: OrderedDict[int, Platform | ConfigError] = OrderedDict()  # least recently used first
+        self._good: tuple[int, int, Platform] | None = None  # (current revision, the good one chosen for it, it)
+        # The bucket's mark when the current revision (0: none stored) was last fetched: while the mark is the
+        # same, nothing was written since, so that revision is still the current one.
+        self._seen: tuple[platformstore.Mark, int] | None = None
 
     def _parse(self, text: str, revision: int) -> Platform | ConfigError:
-        known = self._parsed.get(revision)
+        known = self._known(revision)
         if known is None:
             try:
                 known = load_platform(text, path=f"platform.yaml@{revision}")
@@ -38,25 +51,47 @@ class PlatformReader:
                 known = err
                 log.error("platform revision %d is invalid and is not used: %s", revision, err)
             self._parsed[revision] = known
+            while len(self._parsed) > PARSED_KEPT:
+                self._parsed.popitem(last=False)
         return known
+
+    def _known(self, revision: int) -> Platform | ConfigError | None:
+        known = self._parsed.get(revision)
+        if known is not None:
+            self._parsed.move_to_end(revision)
+        return known
+
+    async def _current(self) -> tuple[Platform | ConfigError, int] | None:
+        """The current revision, parsed (or its ConfigError), fetched only when the bucket changed since."""
+        mark = await platformstore.mark(self.bus)
+        if self._seen is not None and self._seen[0] == mark:
+            revision = self._seen[1]
+            if revision == 0:
+                return None
+            known = self._known(revision)
+            if known is not None:
+                return known, revision
+        # Marked before fetching: a write in between only makes the next mark differ, never hides a revision.
+        got = await platformstore.get_text(self.bus)
+        self._seen = (mark, got[1] if got is not None else 0)
+        if got is None:
+            return None
+        return self._parse(*got), got[1]
 
     async def get(self) -> tuple[Platform, int] | None:
         """(platform, its revision) of the newest valid revision; None before any is applied."""
-        got = await platformstore.get_text(self.bus)
+        got = await self._current()
         if got is None:
             return None
-        text, revision = got
-        current = self._parse(text, revision)
+        current, revision = got
         if isinstance(current, Platform):
             return current, revision
         if self._good is not None and self._good[0] == revision:
-            good = self._parsed[self._good[1]]
-            assert isinstance(good, Platform)
-            return good, self._good[1]
+            return self._good[2], self._good[1]
         for older_text, older in await self._history(revision):
             parsed = self._parse(older_text, older)
             if isinstance(parsed, Platform):
-                self._good = (revision, older)
+                self._good = (revision, older, parsed)
                 return parsed, older
         first = str(current).splitlines()[0]
         raise TemporaryError(f"the platform (revision {revision}) is invalid and no earlier revision is valid: "
@@ -74,6 +109,9 @@ class PlatformReader:
     async def at(self, revision: int) -> Platform | ConfigError | None:
         """That revision of the platform (``tau reproduce`` pins the one a run was resolved against): the
         platform, the ConfigError it fails with, or None when the bucket no longer keeps it."""
+        current = await self._current()
+        if current is not None and current[1] == revision:
+            return current[0]
         got = await platformstore.get_text(self.bus, revision=revision)
         if got is None:
             return None

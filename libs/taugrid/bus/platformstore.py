@@ -62,6 +62,27 @@ async def _get_text(bus: Bus, revision: int | None) -> tuple[str, int] | None:
     return entry.value.decode(), int(entry.revision or 0)
 
 
+class Mark(msgspec.Struct, frozen=True):
+    """The ``platform`` bucket's stream as it stands: any write, delete or purge of any key changes it (``last_seq``
+    only grows; a message deleted by sequence lowers ``messages``; a bucket made anew has another ``created``)."""
+
+    created: str
+    last_seq: int
+    messages: int
+
+
+async def mark(bus: Bus) -> Mark:
+    """The bucket's ``Mark``, from the stream's info (about 1 KB, answered by the stream's leader), so a reader
+    that holds the text it read under the same mark knows, without fetching it again, that it is still current."""
+    with timed(KV_SECONDS, "platform", "mark"):
+        kv = await bus.kv("platform")
+        try:
+            info = (await kv.status()).stream_info
+        except TIMEOUT as exc:
+            raise TemporaryError("platform KV unavailable", delay=1.0) from exc
+    return Mark(created=str(info.created or ""), last_seq=info.state.last_seq, messages=info.state.messages)
+
+
 async def follow_text(bus: Bus, *, tick: float = 1.0) -> AsyncIterator[tuple[str, int] | None]:
     """The platform text at every revision, the current one first; ``None`` after each ``tick`` seconds without
     a new one, so a follower can do periodic work. Deletions are skipped."""
