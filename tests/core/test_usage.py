@@ -38,3 +38,19 @@ def test_fractions_ray_workers_and_runs_still_going_count_to_now() -> None:
     assert roll_up(usage.values(), "workspace") == [
         {"workspace": "ws", "runs": 1, "queued_s": 4.0, "running_s": 40.0, "gpu_seconds": 10.0, "cost": 0.0},
         {"workspace": "other", "runs": 1, "queued_s": 45.0, "running_s": 0.0, "gpu_seconds": 0.0, "cost": 0.0}]
+
+
+def test_an_elastic_run_pays_for_the_pods_it_held_between_its_resizes() -> None:
+    run = resolved(resources=Resources(gpu=1), nodes=3)  # started with 3 one-GPU pods
+    evs = [Seen("submit.requested", "e", "ws", 0.0), Seen("policy.approved", "e", "ws", 1.0, resolved=run),
+           Seen("admission.admitted", "e", "ws", 2.0), Seen("exec.running", "e", "ws", 10.0),
+           Seen("exec.resized", "e", "ws", 20.0, pods=2),  # shrunk for a preemptor: 3 GPUs × 10 s
+           Seen("exec.resized", "e", "ws", 50.0, pods=3),  # grown back: 2 GPUs × 30 s
+           Seen("exec.succeeded", "e", "ws", 60.0)]  # 3 GPUs × 10 s
+    [u] = fold(evs, prices={"a100-1": 3.6}, now=100.0)
+    assert (u.gpus, u.running_s, u.gpu_seconds) == (3.0, 50.0, 120.0)
+    assert round(u.cost, 6) == 0.12
+    preempted = [*evs[:5], Seen("admission.preempted", "e", "ws", 30.0), Seen("admission.admitted", "e", "ws", 40.0),
+                 Seen("exec.running", "e", "ws", 40.0)]  # requeued whole: it runs again at its admitted 3 pods
+    [p] = fold(preempted, prices={}, now=50.0)
+    assert (p.running_s, p.gpu_seconds) == (30.0, 3 * 10 + 2 * 10 + 3 * 10)

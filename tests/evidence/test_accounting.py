@@ -18,6 +18,7 @@ from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.replay import replay
 from taugrid.core import contracts as c
 from taugrid.evidence import store
+from taugrid.evidence.bundle import accounting
 from taugrid.evidence.verify import _check_accounting, verify_run
 from taugrid_services.evidence.handlers import Evidence
 from tests.owners import emit_as_owner
@@ -99,3 +100,18 @@ async def test_the_bundle_carries_the_runs_accounting_and_verify_recomputes_it(
     finally:
         await sealer.close()
         await bus.close()
+
+
+def test_a_resized_runs_bundle_accounting_counts_the_gpus_held_between_resizes() -> None:
+    run = msgspec.to_builtins(c.ResolvedRun(run_id="e", submission_id="s", workspace="ws", namespace="ns", name="e",
+                                            profile="a100-1", resources=c.Resources(gpu=1), nodes=3))
+    records = [{"type": "submit.requested", "time": "2026-12-01T10:00:00Z", "data": {}},
+               {"type": "policy.approved", "time": "2026-12-01T10:00:01Z", "data": {"run": run}},
+               {"type": "admission.admitted", "time": "2026-12-01T10:00:02Z", "data": {}},
+               {"type": "exec.running", "time": "2026-12-01T10:00:10Z", "data": {}},
+               {"type": "exec.resized", "time": "2026-12-01T10:00:20Z",
+                "data": {"old_count": 3, "new_count": 2, "cause": "ShrunkForPreemptor"}},
+               {"type": "exec.resized", "time": "2026-12-01T10:00:40Z", "data": None},  # undecodable: no change
+               {"type": "exec.succeeded", "time": "2026-12-01T10:01:00Z", "data": {}}]
+    acc = accounting("e", "ws", records, gpu_hour_price=3.6, price_revision=1)
+    assert (acc["gpus"], acc["running_s"], acc["gpu_seconds"], acc["cost"]) == (3.0, 50.0, 3 * 10 + 2 * 40, 0.11)

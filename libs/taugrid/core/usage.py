@@ -2,7 +2,8 @@
 
 Per run: time queued (from submission, or from a retry's decision, to each admission), time running (each
 attempt's ``exec.running`` to its end), GPU-seconds (GPUs held × running time; a fractional GPU counts by its
-fraction, Ray workers' GPUs included) and an estimated cost (GPU-hours × the compute profile's
+fraction, Ray workers' GPUs included; an elastic run's ``exec.resized`` changes the GPUs held from then on) and an
+estimated cost (GPU-hours × the compute profile's
 ``gpu_hour_price`` from platform.yaml, 0 when it names none). A run still queued or running counts up to ``now``.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from taugrid.core.contracts import PolicyApproved, ResolvedRun
+from taugrid.core.contracts import ExecResized, PolicyApproved, ResolvedRun
 
 QUEUE_START = ("submit.requested", "recovery.retrying")
 RUN_END = ("exec.succeeded", "exec.failed", "exec.cancelled", "admission.preempted", "admission.evicted")
@@ -31,6 +32,7 @@ class Seen:
     at: float
     user: str = ""
     resolved: ResolvedRun | None = None  # on policy.approved
+    pods: int = 0  # on exec.resized: the run's pods from then on
 
 
 class Observed(Protocol):
@@ -50,13 +52,18 @@ class Observed(Protocol):
 def seen_of(ev: Observed) -> Seen | None:
     """The event as accounting sees it; None for a ``policy.approved`` whose payload does not decode (hostile
     nesting): it approved nothing, so it costs nothing."""
-    resolved = None
+    resolved, pods = None, 0
     if ev.type == "policy.approved":
         try:
             resolved = ev.payload(PolicyApproved).run
         except msgspec.DecodeError:
             return None
-    return Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved)
+    elif ev.type == "exec.resized":
+        try:
+            pods = ev.payload(ExecResized).new_count
+        except msgspec.DecodeError:
+            return None  # a resize nobody can read changes no count
+    return Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved, pods)
 
 
 @dataclass
@@ -73,11 +80,24 @@ class RunUsage:
     cost: float = 0.0
     _queued_since: float | None = field(default=None, repr=False)
     _running_since: float | None = field(default=None, repr=False)
+    # An elastic run once resized: GPU-seconds are summed per stretch of constant size, not gpus × running_s.
+    _per_pod: float = field(default=0.0, repr=False)
+    _held: float = field(default=0.0, repr=False)  # GPUs held since ``_mark``
+    _mark: float = field(default=0.0, repr=False)
+    _summed: float = field(default=0.0, repr=False)  # GPU-seconds of the stretches before ``_mark``
+    _resized: bool = field(default=False, repr=False)
+
+    def _close(self, at: float) -> None:
+        self._summed += self._held * max(0.0, at - self._mark)
+        self._mark = at
+
+
+def gpus_per_pod(run: ResolvedRun) -> float:
+    return run.resources.gpu_fraction or float(run.resources.gpu)
 
 
 def gpus_held(run: ResolvedRun) -> float:
-    per_pod = run.resources.gpu_fraction or float(run.resources.gpu)
-    return per_pod * max(1, run.nodes) + run.workers * run.gpus_per_worker
+    return gpus_per_pod(run) * max(1, run.nodes) + run.workers * run.gpus_per_worker
 
 
 def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> list[RunUsage]:
@@ -88,16 +108,22 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
         u.user = u.user or ev.user
         if ev.resolved is not None:
             u.queue, u.profile, u.gpus = ev.resolved.cluster_queue, ev.resolved.profile, gpus_held(ev.resolved)
+            u._per_pod = gpus_per_pod(ev.resolved)
         if ev.type in QUEUE_START and u._queued_since is None:
             u._queued_since = ev.at
         elif ev.type == "admission.admitted" and u._queued_since is not None:
             u.queued_s += max(0.0, ev.at - u._queued_since)
             u._queued_since = None
         elif ev.type == "exec.running" and u._running_since is None:
-            u._running_since = ev.at
+            u._running_since = u._mark = ev.at
+            u._held = u.gpus  # each attempt starts at its admitted size
+        elif ev.type == "exec.resized" and u._running_since is not None and ev.pods > 0:
+            u._close(ev.at)
+            u._held, u._resized = u._per_pod * ev.pods, True
         elif ev.type in RUN_END and u._running_since is not None:
             u.running_s += max(0.0, ev.at - u._running_since)
             u._running_since = None
+            u._close(ev.at)
         if ev.type in ("exec.succeeded", "exec.failed", "exec.cancelled", "submit.rejected", "policy.rejected",
                        "recovery.gave_up"):
             u._queued_since = None  # ended without (another) admission
@@ -106,10 +132,11 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
             u.queued_s += max(0.0, now - u._queued_since)
         if u._running_since is not None:
             u.running_s += max(0.0, now - u._running_since)
+            u._close(now)
         # Times to the millisecond, as shown; GPU-seconds from the shown time, so a row's figures agree with each
         # other (0.5 GPU × 2.409 s is 1.2045 s, not the 1.205 that the unrounded 2.4095 s would give).
         u.queued_s, u.running_s = round(u.queued_s, 3), round(u.running_s, 3)
-        u.gpu_seconds = u.gpus * u.running_s
+        u.gpu_seconds = round(u._summed, 3) if u._resized else u.gpus * u.running_s
         u.cost = u.gpu_seconds / 3600 * prices.get(u.profile, 0.0)
     return list(runs.values())
 

@@ -245,8 +245,9 @@ def accounting(run_id: str, workspace: str, records: list[dict[str, Any]], *, gp
                 resolved = msgspec.convert((rec.get("data") or {}).get("run"), type=c.ResolvedRun)
             except msgspec.ValidationError:
                 resolved = None
+        pods = (rec.get("data") or {}).get("new_count") if rec.get("type") == "exec.resized" else 0
         seen.append(Seen(str(rec.get("type", "")), run_id, workspace, _epoch(str(rec.get("time", ""))),
-                         resolved=resolved))
+                         resolved=resolved, pods=pods if isinstance(pods, int) else 0))
     end = max((s.at for s in seen), default=0.0)
     usage = next(iter(fold(seen, prices={}, now=end)), None)
     if usage is None:
