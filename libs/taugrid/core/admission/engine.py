@@ -7,7 +7,9 @@ No I/O, no clock: time is the ``now`` argument.
 
 Invariants:
 - a cycle costs O(ClusterQueues + decisions), never O(pending): heads come from heaps; parked workloads are
-  re-heaped (C ``heapify``) only after a capacity event in their cohort tree;
+  re-heaped (C ``heapify``) only after a capacity event in their cohort tree; a head of the same shape as its
+  queue's last inadmissible head is settled by that head's nomination while neither epoch (the cohort tree's
+  quota, the nodes) has moved (``_memo_hit``), with the reference engine's decisions (``memo=False``);
 - usage only grows through a fit check against the quota tree, so limits hold (see ``quota``);
 - a gang is charged and placed whole or not at all;
 - victims keep their quota until the end of the cycle that chose them (like Kueue, where they hold it until
