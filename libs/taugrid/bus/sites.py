@@ -20,6 +20,7 @@ idempotent (an existing stream is left as it is).
 from __future__ import annotations
 
 import msgspec
+from nats.js import errors as nats_errors
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -31,10 +32,14 @@ from nats.js.api import (
     StreamSource,
     SubjectTransform,
 )
+from nats.js.kv import KeyValue
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import MISSING, NO_BUCKET, UNAVAILABLE, unavailable
+from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, UNAVAILABLE, conflicted, unavailable
 from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE
+from taugrid.core import siteleases
+from taugrid.core.errors import TemporaryError
+from taugrid.core.siteleases import Renewal
 
 HUB_DOMAIN = "hub"
 # The KV buckets a site's local cluster needs on its own server: its workloads, and the platform it admits by (put
@@ -123,6 +128,12 @@ async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) ->
             max_ack_pending=2000, filter_subject=hub_subject(cluster, "k8s.>")))
     except UNAVAILABLE as exc:
         raise unavailable(f"creating the dispatcher's durable on {hub_stream(cluster)}", exc) from exc
+    try:
+        await hub.js.key_value(LEASES)
+    except NO_BUCKET:
+        await hub.js.create_key_value(KeyValueConfig(bucket=LEASES, history=1, storage=StorageType.FILE, direct=True))
+    except UNAVAILABLE as exc:
+        raise unavailable(f"creating the hub's {LEASES} bucket", exc) from exc
 
 
 class Link(msgspec.Struct, frozen=True):
@@ -146,3 +157,127 @@ async def link(hub: Bus, cluster: str) -> Link | None:
     active = source.active if source is not None and source.active is not None else -1
     return Link(lag=int(source.lag or 0) if source is not None else 0,
                 silent_s=None if active < 0 else active / 1e9, stored=int(info.state.messages or 0))
+
+
+# ---------------------------------------------------------------- leases (core/siteleases.py holds the rules)
+# The hub's bucket of site leases, one key per cluster. A site writes its own across the link (the hub's domain
+# API), each renewal a compare-and-set on the revision it read; the hub judges silence by when *it* saw a revision
+# change (``LeaseClock``), never by a site's clock.
+LEASES = "site_leases"
+
+
+class SiteLease(msgspec.Struct, frozen=True):
+    generation: int = 1
+    lost: bool = False  # the hub declared the cluster lost under ``generation`` (its runs requeued elsewhere)
+
+
+async def _hub_leases(site: Bus, hub_domain: str) -> KeyValue:
+    return await site.nc.jetstream(domain=hub_domain, timeout=5).key_value(LEASES)
+
+
+async def _write_across(site: Bus, cluster: str, lease: SiteLease, *, last: int, hub_domain: str) -> None:
+    """A compare-and-set write of the site's lease into the hub's bucket from the site's server: through the hub
+    domain's API prefix (the server maps it onto the bucket's subject), since a plain ``$KV.`` publish stays on
+    the leaf and nats-py's KeyValue does not prefix its writes."""
+    js = site.nc.jetstream(domain=hub_domain, timeout=5)
+    await js.publish(f"$JS.{hub_domain}.API.$KV.{LEASES}.{cluster}", msgspec.json.encode(lease),
+                     headers={"Nats-Expected-Last-Subject-Sequence": str(last)})
+
+
+async def _read(kv: KeyValue, cluster: str) -> tuple[SiteLease | None, int]:
+    try:
+        entry = await kv.get(cluster)
+    except KEY_ABSENT:
+        return None, 0
+    return msgspec.json.decode(entry.value or b"{}", type=SiteLease), int(entry.revision or 0)
+
+
+async def renew(site: Bus, cluster: str, held_generation: int, *, hub_domain: str = HUB_DOMAIN) -> Renewal:
+    """A site renews its lease on the hub under the generation it holds. When the hub declared it lost (or moved
+    its generation) it writes nothing and answers ``fence``: the caller stops its orphans first, then ``rejoin``s.
+    A renewal that loses its compare-and-set to the hub's declaration is read again and answered the same way."""
+    try:
+        kv = await _hub_leases(site, hub_domain)
+        for _ in range(2):
+            stored, revision = await _read(kv, cluster)
+            decided = siteleases.renewal(None if stored is None else siteleases.Lease(
+                cluster, stored.generation, stored.lost), held_generation)
+            if decided.fence:
+                return decided
+            try:
+                await _write_across(site, cluster, SiteLease(held_generation), last=revision, hub_domain=hub_domain)
+                return decided
+            except UNAVAILABLE as exc:
+                if not conflicted(exc):
+                    raise
+    except UNAVAILABLE as exc:
+        raise unavailable(f"renewing {cluster}'s lease on the hub", exc) from exc
+    raise TemporaryError(f"renewing {cluster}'s lease lost two compare-and-sets in a row", delay=1.0)
+
+
+async def rejoin(site: Bus, cluster: str, generation: int, *, hub_domain: str = HUB_DOMAIN) -> None:
+    """After fencing (its orphans stopped), the site takes its lease back under the hub's ``generation``."""
+    try:
+        kv = await _hub_leases(site, hub_domain)
+        stored, revision = await _read(kv, cluster)
+        if stored is None or stored.generation != generation:
+            raise TemporaryError(f"{cluster}'s lease moved to generation "
+                                 f"{None if stored is None else stored.generation} meanwhile: fence again", delay=0.0)
+        await _write_across(site, cluster, SiteLease(generation), last=revision, hub_domain=hub_domain)
+    except UNAVAILABLE as exc:
+        raise unavailable(f"rejoining {cluster}'s lease on the hub", exc) from exc
+
+
+async def leases(hub: Bus) -> dict[str, tuple[SiteLease, int]]:
+    """Every site's lease on the hub with its revision."""
+    try:
+        kv = await hub.kv(LEASES)
+        try:
+            names = await kv.keys()
+        except nats_errors.NoKeysError:
+            return {}
+        out: dict[str, tuple[SiteLease, int]] = {}
+        for name in names:
+            got, revision = await _read(kv, name)
+            if got is not None:
+                out[name] = (got, revision)
+        return out
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading the hub's {LEASES}", exc) from exc
+
+
+async def declare_lost(hub: Bus, cluster: str, lease: SiteLease, revision: int) -> SiteLease | None:
+    """The hub's fence: the lease it judged expired, written lost under the next generation by compare-and-set on
+    the revision it judged. None when the site renewed meanwhile (then it is not lost)."""
+    new = siteleases.declare_lost(siteleases.Lease(cluster, lease.generation, lease.lost))
+    written = SiteLease(new.generation, True)
+    try:
+        kv = await hub.kv(LEASES)
+        await kv.update(cluster, msgspec.json.encode(written), last=revision)
+    except UNAVAILABLE as exc:
+        if conflicted(exc):
+            return None
+        raise unavailable(f"declaring {cluster} lost", exc) from exc
+    return written
+
+
+class LeaseClock:
+    """When the hub saw each lease's revision change, by its own clock: the ``renewed`` of ``siteleases.Lease``.
+    A lease first seen after the hub started counts as never renewed (silence from the hub's start)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, float | None]] = {}
+
+    def observe(self, current: dict[str, tuple[SiteLease, int]], now: float) -> list[siteleases.Lease]:
+        out = []
+        for cluster, (lease, revision) in sorted(current.items()):
+            before = self._seen.get(cluster)
+            if before is None:
+                renewed = None  # first seen: silent since the hub started, at the earliest (``siteleases.silent``)
+            elif before[0] != revision:
+                renewed = now
+            else:
+                renewed = before[1]
+            self._seen[cluster] = (revision, renewed)
+            out.append(siteleases.Lease(cluster, lease.generation, lease.lost, renewed))
+        return out
