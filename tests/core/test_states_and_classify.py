@@ -178,3 +178,8 @@ def test_an_elastic_runs_resize_is_recorded_while_it_runs_and_forgotten_with_its
     assert states.apply(r, "admission.preempted", 1, {"reason": "Preempted"}, 4.0)
     assert (r.size, r.resized) == (0, "")  # the requeued workload starts again at its admitted size
     assert not states.apply(r, "exec.resized", 1, shrunk, 5.0)  # not running: nothing to resize
+
+
+def test_a_resize_with_a_message_says_why_in_its_words() -> None:
+    drained = {"old_count": 4, "new_count": 2, "cause": "Shrunk", "message": "node g2 drained: XID 79"}
+    assert states.resize_text(drained) == "4 -> 2 pods, node g2 drained: XID 79 (Shrunk)"

@@ -7,6 +7,7 @@ GPU."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,10 +18,12 @@ import pytest
 
 from taugrid.bus import platformstore
 from taugrid.bus.replay import replay
-from taugrid.core.contracts import BackendApply, WatchEvent
+from taugrid.core.contracts import BackendApply, ExecResized, WatchEvent
+from taugrid.health.wire import NodeCordon, NodeUncordon
 from taugrid.kube.translate import translate
 from taugrid.local.controller import LocalCluster
 from tests.inprocess import private_server
+from tests.local.test_pool import node_event
 
 PLATFORM = """\
 priority_classes:
@@ -51,9 +54,22 @@ local:
 
 @pytest.fixture
 async def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LocalCluster]:
+    async with simulated(tmp_path, monkeypatch, PLATFORM) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def two_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LocalCluster]:
+    platform = PLATFORM.replace("    - {name: g1, gpus: 4}", "    - {name: g1, gpus: 2}\n    - {name: g2, gpus: 2}")
+    async with simulated(tmp_path, monkeypatch, platform) as cluster:
+        yield cluster
+
+
+@contextlib.asynccontextmanager
+async def simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: str) -> AsyncIterator[LocalCluster]:
     monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")
     async with private_server(tmp_path, name="elastic") as (_url, bus):
-        await platformstore.put_text(bus, PLATFORM)
+        await platformstore.put_text(bus, platform)
         cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": 8.0 * 2**30},
                                gpu_count=0)
         await cluster.load()
@@ -129,3 +145,40 @@ async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool:
     workloads = await replay(c.bus, stream="K8S", subject="k8s.local.workload.default.job-el-a1.>")
     last = msgspec.json.decode(workloads[-1].data, type=WatchEvent).object
     assert [a["count"] for a in last["status"]["admission"]["podSetAssignments"]] == [3]
+
+
+async def test_a_drain_under_an_elastic_run_shrinks_it_off_the_node_and_it_grows_back_there_once_healthy(
+        two_nodes: LocalCluster) -> None:
+    """Issue 25 item 4: the faulty node's pods (the highest indices) are given up, the run goes on at 2 and is not
+    failed; once the node is uncordoned, the run grows back onto it."""
+    c = two_nodes
+    await c.apply(BackendApply(run_id="el", workspace="default", attempt=1,
+                               manifests=[job("el-a1", pods=4, priority="low", seconds=600, elastic="1:4:1:0")]))
+    await until(c, lambda: running(c, "el-a1") == [0, 1, 2, 3])
+    wl = c.wls["el-a1"]
+    assert sorted((p.index, p.node) for p in wl.pods) == [(0, "g1"), (1, "g1"), (2, "g2"), (3, "g2")]
+    await c.on_node(node_event("node.g2.cordon", NodeCordon(node="g2", reason="XID 79", drain=True)))
+    assert (wl.state, running(c, "el-a1"), {p.node for p in wl.pods}) == ("running", [0, 1], {"g1"})
+    assert (wl.job["spec"]["parallelism"], wl.requeues) == (2, 0)
+    assert "Failed" not in [cond["type"] for cond in wl.job["status"].get("conditions", [])]
+    [shrunk] = [o.payload for o in translate(WatchEvent(type="MODIFIED", object=wl.job))]
+    assert shrunk == ExecResized(old_count=4, new_count=2, cause="Shrunk", pod_set=shrunk.pod_set,  # type: ignore[attr-defined]
+                                 message="node g2 drained: XID 79")
+    for _ in range(5):  # nothing lands on the cordoned node meanwhile
+        await c.tick()
+    assert running(c, "el-a1") == [0, 1]
+    await c.on_node(node_event("node.g2.uncordon", NodeUncordon(node="g2", reason="validated")))
+    await until(c, lambda: running(c, "el-a1") == [0, 1, 2, 3])
+    assert sorted((p.index, p.node) for p in wl.pods) == [(0, "g1"), (1, "g1"), (2, "g2"), (3, "g2")]
+
+
+async def test_a_drain_of_the_rendezvous_pods_node_fails_the_elastic_run_as_before(two_nodes: LocalCluster) -> None:
+    c = two_nodes
+    await c.apply(BackendApply(run_id="el", workspace="default", attempt=1,
+                               manifests=[job("el-a1", pods=4, priority="low", seconds=600, elastic="1:4:1:0")]))
+    await until(c, lambda: running(c, "el-a1") == [0, 1, 2, 3])
+    wl = c.wls["el-a1"]
+    await c.on_node(node_event("node.g1.cordon", NodeCordon(node="g1", reason="XID 79", drain=True)))
+    await until(c, lambda: wl.state != "running")
+    assert wl.job["status"]["conditions"][-1]["type"] == "Failed"  # recovery retries it elsewhere
+    assert wl.job["spec"]["parallelism"] == 4 and "taugrid.io/resized" not in wl.job["metadata"]["annotations"]

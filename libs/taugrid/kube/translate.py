@@ -60,7 +60,7 @@ ANNOTATION_RUN_LABELLED = "taugrid.io/run-labelled"
 ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
 # On an elastic Job/RayJob: its last resize, as whoever carried it out recorded it (the local cluster; the kube
 # bridge when it changes a Job's parallelism): JSON ``{"old_count", "new_count", "cause", "preemptor", "pod_set",
-# "at"}``, read as ``exec.resized`` while the job runs (``at`` makes each resize its own event).
+# "at", "message"}``, read as ``exec.resized`` while the job runs (``at`` makes each resize its own event).
 ANNOTATION_RESIZED = "taugrid.io/resized"
 # Kueue's Evicted reason once waitForPodsReady's requeue limit deactivates a Workload (reason DueTo cause).
 _DEACTIVATED_BY_LIMIT = "DeactivatedDueToRequeuingLimitExceeded"
@@ -452,7 +452,7 @@ def _resized(obj: Mapping[str, Any]) -> _Out:
                     ANNOTATION_RESIZED, raw[:200])
         return []
     payload = c.ExecResized(old_count=resize.old_count, new_count=resize.new_count, cause=resize.cause,
-                            preemptor=resize.preemptor, pod_set=resize.pod_set)
+                            preemptor=resize.preemptor, pod_set=resize.pod_set, message=resize.message)
     return [("exec.resized", payload, _digest(raw))]
 
 
@@ -463,6 +463,7 @@ class _Resized(msgspec.Struct, frozen=True):
     preemptor: str = ""
     pod_set: str = ""
     at: str = ""
+    message: str = ""
 
 
 # ---------------------------------------------------------------- ray.io/v1 RayJob

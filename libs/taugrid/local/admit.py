@@ -344,6 +344,12 @@ class LocalAdmitter:
         if self.engine is not None and name in self.engine.states:
             self.engine.finish(name, time.time())
 
+    def shrink(self, name: str, count: int, now: float) -> adm.Resize:
+        """Kueue's in-place scale-down of an admitted elastic workload (``Shrunk``); its removed pods' quota stays
+        held until ``release_removed``."""
+        assert self.engine is not None  # only engine-admitted workloads are elastic
+        return self.engine.shrink(name, count, now)
+
     def release_removed(self, name: str) -> None:
         """The pods an elastic shrink removed are stopped: their quota and devices are free."""
         if self.engine is not None and self.engine.is_admitted(name):

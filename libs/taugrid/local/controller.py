@@ -247,9 +247,13 @@ class LocalCluster:
     async def _drain(self, node: str, reason: str) -> None:
         """Stop every running workload with a pod on ``node`` (SIGTERM, SIGKILL after the grace period), as a
         drain evicts them. The Job then fails (backoffLimit 0: one failed pod fails a gang), and recovery,
-        told by ``health.degraded``, retries it elsewhere."""
+        told by ``health.degraded``, retries it elsewhere; an elastic run whose pods there can go shrinks instead
+        (``resize.shrink_off``)."""
         for wl in list(self.wls.values()):  # applies join ``wls`` meanwhile (they take no lock)
             if wl.state != "running" or not any((p.node or self.node) == node for p in wl.pods):
+                continue
+            if await resize.shrink_off(self, wl, node, reason):  # an elastic run gives the node's pods up
+                log.warning("node %s drained: %s shrunk off it", node, wl.name)
                 continue
             for p in wl.pods:
                 if p.phase == "Pending":  # not started yet: it never will be, there

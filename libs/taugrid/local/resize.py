@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from taugrid.core.admission import Resize
 from taugrid.core.admission import results as R
 from taugrid.local import objects
-from taugrid.local.admit import LocalAdmitter
+from taugrid.local.admit import LocalAdmitter, job_elastic
 from taugrid.local.podsync import PodSync
 from taugrid.local.state import LocalPod, LocalWorkload
 
@@ -39,7 +39,7 @@ class LocalCluster(Protocol):
     async def _launch_pending(self, wl: LocalWorkload) -> None: ...
 
 
-async def apply(c: LocalCluster, r: Resize) -> None:
+async def apply(c: LocalCluster, r: Resize, message: str = "") -> None:
     wl = c.wls.get(r.workload)
     if wl is None or wl.state != "running":
         if r.cause != R.GROWN:
@@ -49,8 +49,25 @@ async def apply(c: LocalCluster, r: Resize) -> None:
         await _grow(c, wl, r)
     else:
         await _shrink(c, wl, r)
-    await _record(c, wl, r)
+    await _record(c, wl, r, message)
     c.wake()  # a shrink freed capacity; a growth may be followed by another once its cooldown passes
+
+
+async def shrink_off(c: LocalCluster, wl: LocalWorkload, node: str, reason: str) -> bool:
+    """A drain of ``node`` under a running elastic run: when its pods there are its highest indices (never pod 0,
+    torchrun's rendezvous host) and the others keep it at or above its minimum, it gives those pods up (``Shrunk``,
+    the message naming the node and why) and runs on; the engine grows it back once there is room on a healthy
+    node. Whether it did; False leaves the drain to fail the run, as for any other."""
+    el = job_elastic(wl.job)
+    live = [p for p in wl.pods if p.phase in ("Running", "Pending")]
+    if el is None or wl.state != "running" or {p.index for p in live} != set(range(wl.pods_wanted)):
+        return False
+    there = sorted(p.index for p in live if (p.node or c.node) == node)
+    keep = wl.pods_wanted - len(there)
+    if not there or there != list(range(keep, wl.pods_wanted)) or keep < max(1, el.min_count):
+        return False
+    await apply(c, c.admitter.shrink(wl.name, keep, time.time()), message=f"node {node} drained: {reason}")
+    return True
 
 
 async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
@@ -87,7 +104,7 @@ async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     c.admitter.release_removed(wl.name)
 
 
-async def _record(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
+async def _record(c: LocalCluster, wl: LocalWorkload, r: Resize, message: str) -> None:
     """Say what changed as Kubernetes would show it: the Workload's admitted count for the pod set (Kueue's
     in-place update), the Job's parallelism and active pods, and the resize on the Job (``exec.resized``)."""
     now = time.time()
@@ -96,7 +113,7 @@ async def _record(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
             psa["count"] = r.new_count
     by = c.wls.get(r.preemptor) if r.preemptor else None
     objects.job_resized(wl.job, old_count=r.old_count, new_count=r.new_count, cause=r.cause, at=now,
-                        pod_set=r.pod_set, preemptor=by.run_id if by else r.preemptor)
+                        pod_set=r.pod_set, preemptor=by.run_id if by else r.preemptor, message=message)
     await c.save(wl)
     await c.publish(wl, "Workload", wl.workload, "modified")
     await c.publish(wl, wl.job["kind"], wl.job, "modified")
