@@ -1,5 +1,6 @@
 """TAS counts kept between fills (``TasTree`` with the ``Cluster``'s change log) equal counting every leaf afresh,
-after random allocations, releases, simulations (quiet release/restore, trial placements) and cordons."""
+after random allocations, releases, simulations (quiet release/restore, trial placements) and cordons, and
+after a search has rewritten the domains' counts."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from taugrid.core.admission import (
     Workload,
 )
 from taugrid.core.admission.placement import Cluster
+from taugrid.core.admission.tas import TasPodSet, find
 from taugrid.core.admission.tas_tree import Demand, Domain, Stats, TasTree
 
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
@@ -59,21 +61,41 @@ def snapshot(tree: TasTree) -> list[tuple[int, ...]]:
     return [vals(d) for d in tree.domains]
 
 
-def check(cluster: Cluster, empty: bool) -> int:
-    """Fill every tree with every demand, kept counts against fresh ones; returns how many fills compared."""
+def fresh(tree: TasTree, demand: Demand, cluster: Cluster, empty: bool) -> tuple[object, ...]:
+    """Every leaf counted afresh: the domains' values and the stats a fill reports."""
+    counts = tree.count_all(demand, {}, lambda ni: cluster.tas_free(ni, empty=empty))
+    resources = {k: n for k, n in counts.resources.items() if n}
+    return counts.vals, counts.static.total, counts.static.selector, counts.static.taints, resources
+
+
+def kept(tree: TasTree, demand: Demand, cluster: Cluster, empty: bool) -> tuple[object, ...]:
+    stats = Stats()
+    tree.fill(demand, {}, lambda ni: cluster.tas_free(ni, empty=empty), stats, cluster.changes, empty)
+    return snapshot(tree), stats.total, stats.selector, stats.taints, stats.resources
+
+
+def check(cluster: Cluster, rng: random.Random, empty: bool) -> int:
+    """Fill every tree with every demand, kept counts against fresh ones; between two fills of one shape a
+    search rewrites some domains' counts (``find``), which the next fill must undo. Returns the fills compared."""
     compared = 0
     for topo in (BY_NODE, BY_RACK):
         tree = cluster.tas_tree(ResourceFlavor("tas", topology_name=topo.name), topo)
-        for demand in demands(tree):
-            kept = Stats()
-            tree.fill(demand, {}, lambda ni: cluster.tas_free(ni, empty=empty), kept, cluster.changes, empty)
-            got = snapshot(tree)
-            fresh = Stats()
-            tree.fill(demand, {}, lambda ni: cluster.tas_free(ni, empty=empty), fresh)  # no log: every leaf
-            assert got == snapshot(tree)
-            assert (kept.total, kept.selector, kept.taints, kept.resources) == (
-                fresh.total, fresh.selector, fresh.taints, fresh.resources)
+        for i, demand in enumerate(demands(tree)):
+            assert kept(tree, demand, cluster, empty) == fresh(tree, demand, cluster, empty)
             compared += 1
+            if i < 2:  # shapes a plain pod set has: the search fills the same kept counts, then rewrites them
+                ps = TasPodSet("p", rng.randint(1, 6), demand.per_pod, TopologyRequest(preferred=topo.levels[0]),
+                               demand.node_selector, demand.tolerations)
+                find(tree, ps, None, {}, lambda ni: cluster.tas_free(ni, empty=empty), cluster.changes, empty)
+                assert kept(tree, demand, cluster, empty) == fresh(tree, demand, cluster, empty)
+                # One node changes between two fills of one shape: the second recounts it alone.
+                node = cluster.nodes[rng.choice(sorted(tree.nodes))].node.name
+                pod = Workload("probe", "cq", (PodSet("p", 1, {"cpu": 2, "memory": 4e9}),))
+                assert not isinstance(cluster.adopt(pod, [[]], [node]), str)
+                assert kept(tree, demand, cluster, empty) == fresh(tree, demand, cluster, empty)
+                cluster.release("probe")
+                assert kept(tree, demand, cluster, empty) == fresh(tree, demand, cluster, empty)
+                compared += 3
     return compared
 
 
@@ -123,5 +145,5 @@ def test_kept_counts_equal_fresh_counts_after_random_allocations_releases_and_co
                 cluster.unschedulable.discard(name)
             else:
                 cluster.unschedulable.add(name)
-        compared += check(cluster, empty=False) + check(cluster, empty=True)
-    assert compared == 60 * 2 * 2 * 5
+        compared += check(cluster, rng, empty=False) + check(cluster, rng, empty=True)
+    assert compared == 60 * 2 * 2 * 11

@@ -851,8 +851,8 @@ class Engine:
 
     def quiescent(self) -> bool:
         """True when a cycle would consider no head (everything admitted, parked, blocked or backing off)."""
-        if self._dirty:
-            return False
+        if self._dirty or any(taken != self._taken for taken in self._node_parked.values()):
+            return False  # a capacity event (or an admission after a head parked for node room) is pending
         return not any(q.has_active(self.states) for q in self.queues.values())
 
     def would_fit(self, name: str) -> bool:

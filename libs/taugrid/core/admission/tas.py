@@ -186,6 +186,7 @@ class _Search:
         """Kueue ``updateCountsToMinimumGeneric``: take domains in order until ``count`` pods (and the leaders)
         are covered, the last one by BestFit; each chosen domain's ``pods``/``leader`` become what it takes."""
         domains = self.prioritize_leader(domains, count, leaders, slices=slices)
+        self.tree.altered.update(domains)  # what follows rewrites some of these counts (see TasTree.fill)
         out: list[Domain] = []
         remaining = count // slice_size if slices else count
         for i, d in enumerate(domains):

@@ -100,6 +100,7 @@ class Counts:
     resources: dict[str, int]
     generation: int = 0
     seen: int = 0  # how much of the change log these counts have taken in
+    recounted: list[int] = field(default_factory=list)  # domain ids recounted since the tree was last filled
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,10 @@ class TasTree:
         self._node_set = frozenset(self.nodes)
         self._names = frozenset(n.name for n in nodes)
         self._cache: dict[Hashable, Counts] = {}  # demand shape -> its counts, brought up to date on each fill
+        # The counts the domains were last filled with, and the domains a search has since rewritten (it adds
+        # every domain it may change): a fill with the same counts rewrites only those and the recounted ones.
+        self._loaded: Counts | None = None
+        self.altered: set[Domain] = set()
 
     def _domain(self, values: tuple[str, ...]) -> Domain:
         d = Domain(values)
@@ -216,8 +221,16 @@ class TasTree:
             counts = self.count_all(demand, assumed, free_of)
         else:
             counts = self._counted(demand, free_of, changes, source)
-        for d, v in zip(self.domains, counts.vals, strict=True):
-            d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = v
+        if counts is self._loaded:  # the domains hold these counts but for what changed since
+            vals = counts.vals
+            self.altered.update(self.domains[i] for i in counts.recounted)
+            for d in self.altered:
+                d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = vals[d.id]
+        else:
+            for d, v in zip(self.domains, counts.vals, strict=True):
+                d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = v
+        self._loaded, counts.recounted = counts, []
+        self.altered.clear()
         stats.total += counts.static.total
         stats.selector += counts.static.selector
         for k, n in counts.static.taints.items():
@@ -269,6 +282,7 @@ class TasTree:
             leaf = self.domains[lid]
             v, limiting = self._leaf(leaf, demand, shape, {}, free_of, scratch)  # static stats are kept
             vals[lid] = _sliced(v, len(self.levels) - 1, demand)
+            counts.recounted.append(lid)
             old = counts.limiting.pop(lid, "")
             if old:
                 counts.resources[old] -= 1
@@ -281,6 +295,7 @@ class TasTree:
             above: set[Domain] = set()
             for d in dirty:
                 vals[d.id] = _sliced(_combine(d, vals, demand), idx, demand)
+                counts.recounted.append(d.id)
                 if d.parent is not None:
                     above.add(d.parent)
             dirty = above
