@@ -167,7 +167,7 @@ def test_a_pods_environment_arrives_after_the_job_already_said_running() -> None
     assert not states.apply(r, "exec.running", 1, {}, 3.0)  # nothing new: still a duplicate
 
 
-def test_an_elastic_runs_resize_is_recorded_while_it_runs_and_forgotten_with_its_pods() -> None:
+def test_an_elastic_runs_resize_is_recorded_kept_across_a_preemption_and_forgotten_on_a_retry() -> None:
     r = _record()
     shrunk = {"old_count": 3, "new_count": 2, "cause": "ShrunkForPreemptor", "preemptor": "hi-1"}
     assert states.apply(r, "exec.resized", 1, shrunk, 2.0)
@@ -175,9 +175,12 @@ def test_an_elastic_runs_resize_is_recorded_while_it_runs_and_forgotten_with_its
     assert not states.apply(r, "exec.resized", 2, {"old_count": 2, "new_count": 3, "cause": "Grown"}, 3.0)  # stale
     assert states.apply(r, "exec.resized", 1, {"old_count": 2, "new_count": 3, "cause": "Grown"}, 3.0)
     assert (r.size, r.resized) == (3, "2 -> 3 pods, quota freed (Grown)")
+    assert states.apply(r, "exec.resized", 1, shrunk, 3.5)
     assert states.apply(r, "admission.preempted", 1, {"reason": "Preempted"}, 4.0)
-    assert (r.size, r.resized) == (0, "")  # the requeued workload starts again at its admitted size
+    assert (r.size, r.pods) == (2, [])  # requeued at the size it had, as Kueue requeues its Workload
     assert not states.apply(r, "exec.resized", 1, shrunk, 5.0)  # not running: nothing to resize
+    assert states.apply(r, "recovery.retrying", 2, {}, 6.0)
+    assert (r.size, r.resized) == (0, "")  # a new attempt: a new Job at the written size
 
 
 def test_a_resize_with_a_message_says_why_in_its_words() -> None:

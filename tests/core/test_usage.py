@@ -51,6 +51,10 @@ def test_an_elastic_run_pays_for_the_pods_it_held_between_its_resizes() -> None:
     assert (u.gpus, u.running_s, u.gpu_seconds) == (3.0, 50.0, 120.0)
     assert round(u.cost, 6) == 0.12
     preempted = [*evs[:5], Seen("admission.preempted", "e", "ws", 30.0), Seen("admission.admitted", "e", "ws", 40.0),
-                 Seen("exec.running", "e", "ws", 40.0)]  # requeued whole: it runs again at its admitted 3 pods
+                 Seen("exec.running", "e", "ws", 40.0)]  # requeued at the 2 pods it had
     [p] = fold(preempted, prices={}, now=50.0)
-    assert (p.running_s, p.gpu_seconds) == (30.0, 3 * 10 + 2 * 10 + 3 * 10)
+    assert (p.running_s, p.gpu_seconds) == (30.0, 3 * 10 + 2 * 10 + 2 * 10)
+    retried = [*evs[:5], Seen("exec.failed", "e", "ws", 30.0), Seen("recovery.retrying", "e", "ws", 31.0),
+               Seen("admission.admitted", "e", "ws", 40.0), Seen("exec.running", "e", "ws", 40.0)]
+    [r] = fold(retried, prices={}, now=50.0)  # a new attempt: a new Job at the written 3 pods
+    assert (r.running_s, r.gpu_seconds) == (30.0, 3 * 10 + 2 * 10 + 3 * 10)

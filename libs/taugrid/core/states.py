@@ -100,8 +100,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     pods: list[PodView] = msgspec.field(default_factory=list)
     # The current attempt's topology assignment per TAS pod set (admission.admitted), domains in rank order
     topology: list[PodSetTopology] = msgspec.field(default_factory=list)
-    # An elastic run's pods after its last resize in the current attempt (exec.resized), and what the resize
-    # was, in words; 0 and "" when the attempt has not been resized.
+    # An elastic run's pods after its last resize in the current attempt (exec.resized; a preemption requeues it
+    # at that size), and what the resize was, in words; 0 and "" when the attempt has not been resized.
     size: int = 0
     resized: str = ""
     history: list[dict[str, Any]] = msgspec.field(default_factory=list)
@@ -203,7 +203,8 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.environment = {}
         record.pods, record.topology, record.size, record.resized = [], [], 0, ""
     elif event_type == "admission.preempted":  # the pods are gone; the requeued workload gets new ones
-        record.pods, record.topology, record.size, record.resized = [], [], 0, ""
+        # (an elastic run keeps its size: its Workload is requeued at the count it had, as Kueue's is)
+        record.pods, record.topology = [], []
         record.phases = [p for p in record.phases if PHASE_NAMES.index(p.name) <= PHASE_NAMES.index("admission")]
     _update_phases(record, event_type, data, at)
     if event_type == "exec.preparing":

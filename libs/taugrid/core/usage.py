@@ -2,9 +2,10 @@
 
 Per run: time queued (from submission, or from a retry's decision, to each admission), time running (each
 attempt's ``exec.running`` to its end), GPU-seconds (GPUs held × running time; a fractional GPU counts by its
-fraction, Ray workers' GPUs included; an elastic run's ``exec.resized`` changes the GPUs held from then on) and an
-estimated cost (GPU-hours × the compute profile's
-``gpu_hour_price`` from platform.yaml, 0 when it names none). A run still queued or running counts up to ``now``.
+fraction, Ray workers' GPUs included; an elastic run's ``exec.resized`` changes the GPUs held from then on, within
+its attempt, across a preemption too: it is requeued at that size) and an estimated cost (GPU-hours × the compute
+profile's ``gpu_hour_price`` from platform.yaml, 0 when it names none). A run still queued or running counts up
+to ``now``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class RunUsage:
     _mark: float = field(default=0.0, repr=False)
     _summed: float = field(default=0.0, repr=False)  # GPU-seconds of the stretches before ``_mark``
     _resized: bool = field(default=False, repr=False)
+    _pods: int = field(default=0, repr=False)  # the attempt's size after its last resize; 0: as written
 
     def _close(self, at: float) -> None:
         self._summed += self._held * max(0.0, at - self._mark)
@@ -109,6 +111,8 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
         if ev.resolved is not None:
             u.queue, u.profile, u.gpus = ev.resolved.cluster_queue, ev.resolved.profile, gpus_held(ev.resolved)
             u._per_pod = gpus_per_pod(ev.resolved)
+        if ev.type == "recovery.retrying":
+            u._pods = 0  # a new attempt: a new Job at the written size
         if ev.type in QUEUE_START and u._queued_since is None:
             u._queued_since = ev.at
         elif ev.type == "admission.admitted" and u._queued_since is not None:
@@ -116,10 +120,10 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
             u._queued_since = None
         elif ev.type == "exec.running" and u._running_since is None:
             u._running_since = u._mark = ev.at
-            u._held = u.gpus  # each attempt starts at its admitted size
+            u._held = u._per_pod * u._pods if u._pods else u.gpus  # a requeued elastic run keeps its size
         elif ev.type == "exec.resized" and u._running_since is not None and ev.pods > 0:
             u._close(ev.at)
-            u._held, u._resized = u._per_pod * ev.pods, True
+            u._held, u._resized, u._pods = u._per_pod * ev.pods, True, ev.pods
         elif ev.type in RUN_END and u._running_since is not None:
             u.running_s += max(0.0, ev.at - u._running_since)
             u._running_since = None

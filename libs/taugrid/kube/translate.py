@@ -440,7 +440,7 @@ def _job(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
 
 def _resized(obj: Mapping[str, Any]) -> _Out:
     """The job's last resize (``ANNOTATION_RESIZED``) as ``exec.resized``; nothing while it is suspended (a
-    preempted elastic run starts again at its admitted size) or when the annotation does not parse."""
+    preempted elastic run is requeued at the size it had: no new resize) or when the annotation does not parse."""
     raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESIZED)
     suspended = _conditions(obj).get("Suspended") or {}
     if not raw or suspended.get("status") == "True":  # the watch carries no Job spec (watched.slim)

@@ -233,7 +233,7 @@ def rayjob_running(job: dict[str, Any]) -> bool:
 
 def job_suspended(job: dict[str, Any]) -> None:
     job["spec"]["suspend"] = True
-    # a preempted elastic run starts again at its admitted size: its last resize is history (its event was sent)
+    # a preempted elastic run is requeued at the size it had: its last resize is history (its event was sent)
     (job["metadata"].get("annotations") or {}).pop(ANNOTATION_RESIZED, None)
     job.setdefault("status", {})["active"] = 0
     if job["kind"] == "RayJob":
