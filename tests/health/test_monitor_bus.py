@@ -14,8 +14,8 @@ import pytest
 from taugrid import runrecord
 from taugrid.bus import Bus, connect
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.core.contracts import HealthDegraded, NodeCondition
-from taugrid.core.states import RunRecord
+from taugrid.core.contracts import HealthDegraded, NodeCondition, ResolvedRun
+from taugrid.core.states import PodView, RunRecord
 from taugrid.health.agent import NodeAgent
 from taugrid.health.monitor import HealthMonitor, read_state
 from taugrid.health.probe import DeclaredProbe
@@ -39,6 +39,15 @@ async def test_xid_79_cordons_and_degrades_runs_then_validation_uncordons(bus: B
     assert await runrecord.create(bus, RunRecord(run_id=live, workspace=ws, state="running", node=node,
                                                 attempt=2))
     assert await runrecord.create(bus, RunRecord(run_id=done, workspace=ws, state="succeeded", node=node))
+    # elastic runs (issue 25): one with pods on another node too shrinks off this one instead of being retried
+    # whole; one whose pods are all here is degraded like any other
+    spread, here = f"spread-{uuid.uuid4().hex[:6]}", f"here-{uuid.uuid4().hex[:6]}"
+    for rid, nodes in ((spread, [node, "gpu-other", node]), (here, [node, node])):
+        elastic = ResolvedRun(run_id=rid, submission_id="s", workspace=ws, namespace="ns", name=rid, nodes=2,
+                              elastic_min=1, elastic_max=4)
+        assert await runrecord.create(bus, RunRecord(
+            run_id=rid, workspace=ws, state="running", node=node, resolved=elastic,
+            pods=[PodView(name=f"{rid}-{i}", node=n) for i, n in enumerate(nodes)]))
     probe = DeclaredProbe(2, 80000)
     agent_bus = await connect(os.environ["TAU_NATS_URL"], name="node-agent")  # samples come from the agent
     agent = NodeAgent(agent_bus, probe, node)
@@ -82,6 +91,8 @@ async def test_xid_79_cordons_and_degrades_runs_then_validation_uncordons(bus: B
         assert (degraded.node, degraded.condition) == (node, "GpuXidError")
         assert dmsg.headers["ce-attempt"] == "2"
         assert await last(bus, "RUNS", f"run.{ws}.{done}.health.degraded") is None  # terminal runs left alone
+        assert await last(bus, "RUNS", f"run.{ws}.{spread}.health.degraded") is None
+        assert await last(bus, "RUNS", f"run.{ws}.{here}.health.degraded") is not None
         state, _ = await read_state(bus, node)
         assert state is not None and state.cordoned and state.verdict == "unhealthy"
 

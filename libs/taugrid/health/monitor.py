@@ -66,6 +66,15 @@ async def list_states(bus: Bus) -> list[NodeState]:
     return await kv.values(bus, BUCKET, NodeState, prefix="node.")
 
 
+def shrinks_instead(rec: RunRecord, node: str) -> bool:
+    """An elastic run with pods on other nodes too is not told ``health.degraded`` (which would retry it whole):
+    the drain takes only its pods here, and the local pool shrinks it off the node (``local/resize.shrink_off``);
+    where that cannot be (pod 0 is here, the minimum), the drain fails it and recovery blames the node from that
+    failure (``health/blame.py``), so it is still retried elsewhere."""
+    run = rec.resolved
+    return run is not None and run.elastic_max > 0 and any(p.node and p.node != node for p in rec.pods)
+
+
 class HealthMonitor:
     def __init__(self, bus: Bus, *, policy: rules.Policy | None = None) -> None:
         self.bus = bus
@@ -186,7 +195,7 @@ class HealthMonitor:
 
     async def _live_runs(self, st: NodeState) -> list[RunRecord]:
         return [rec for rec in await runrecord.list_records(self.bus)
-                if rec.node == st.node and rec.state not in TERMINAL]
+                if rec.node == st.node and rec.state not in TERMINAL and not shrinks_instead(rec, st.node)]
 
     async def _degrade_runs(self, st: NodeState, action: rules.Action, live: list[RunRecord]) -> None:
         """Tell recovery about every live run on the node; it decides retry/resume with the node excluded."""
