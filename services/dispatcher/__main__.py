@@ -7,6 +7,7 @@ from taugrid.service import Service, main
 from taugrid_services.dispatcher.handlers import Dispatcher
 
 ROUND_TICK_S = 5.0
+LEASE_TICK_S = 5.0  # how often the sites' leases are judged (worker_lost_timeout is minutes)
 
 
 async def start(svc: Service) -> None:
@@ -26,6 +27,7 @@ async def start(svc: Service) -> None:
                             handler=dispatcher.reports_of(cluster.name))
         svc.loops.append(loop)
     svc.every(ROUND_TICK_S, dispatcher.next_rounds)
+    svc.every(LEASE_TICK_S, dispatcher.leases_pass)
 
 
 if __name__ == "__main__":

@@ -27,15 +27,16 @@ from typing import Any
 
 import msgspec
 
-from taugrid.bus import kv
+from taugrid.bus import kv, sites
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.clusters import eligible
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, WatchEvent
-from taugrid.core.dispatch import nominate, on_admitted, withdrawals
+from taugrid.core.dispatch import Mode, nominate, on_admitted, withdrawals
 from taugrid.core.errors import PermanentError
 from taugrid.core.events import HIGH_LANE, backend_subject, k8s_subject, run_subject
+from taugrid.core.siteleases import Lease, judge
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 
 log = logging.getLogger("taugrid.dispatcher")
@@ -60,6 +61,17 @@ def cluster_queue_of(platform: Platform, manifests: list[dict[str, Any]]) -> str
     raise PermanentError("the rendered run has no Job or RayJob with a kueue.x-k8s.io/queue-name label")
 
 
+def finished(workload: dict[str, Any]) -> bool:
+    """Whether a Workload is finished (Kueue's Finished condition is True)."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
+
+
+def _requeued(rec: DispatchRecord) -> str:
+    """The id suffix of what is sent after the ``requeues``-th requeue: new ids, not repeats the streams drop."""
+    return f".r{rec.requeues}" if rec.requeues else ""
+
+
 def admitted(workload: dict[str, Any]) -> bool:
     """Whether a Workload holds quota in its cluster (Kueue's QuotaReserved, or Admitted, is True)."""
     conditions = (workload.get("status") or {}).get("conditions") or []
@@ -70,6 +82,9 @@ class Dispatcher:
     def __init__(self, bus: Bus, platform: Callable[[], Awaitable[Platform]], *,
                  clock: Callable[[], float] = time.time) -> None:
         self.bus, self.platform, self.clock = bus, platform, clock
+        # leases are timed by this process's clock from its start (core/siteleases.py)
+        self.lease_clock, self.up_since = sites.LeaseClock(), clock()
+        self._suspicion = ""  # the last self-suspicion logged, so it is logged once per change
 
     # --- the renderer's requests (backend.dispatch.apply|delete) ---
 
@@ -107,7 +122,8 @@ class Dispatcher:
         req = rec.apply
         subject = backend_subject(cluster, verb) + (f".{HIGH_LANE}" if req.lane == HIGH_LANE else "")
         await self.bus.publish(subject, req, event_type=verb, ce_subject=req.run_id,
-                               msg_id=f"{req.run_id}.{req.attempt}.{verb}.{cluster}", workspace=req.workspace,
+                               msg_id=f"{req.run_id}.{req.attempt}.{verb}.{cluster}{_requeued(rec)}",
+                               workspace=req.workspace,
                                attempt=req.attempt, family="backend")
 
     async def _delete(self, req: BackendDelete) -> None:
@@ -159,6 +175,9 @@ class Dispatcher:
     async def on_report(self, cluster: str, change: WatchEvent) -> None:
         obj = change.object
         labels = (obj.get("metadata") or {}).get("labels") or {}
+        if obj.get("kind") == "Workload" and change.type != "DELETED" and finished(obj):
+            await self._finished(cluster, labels)
+            return
         if obj.get("kind") != "Workload" or change.type == "DELETED" or not admitted(obj):
             return
         run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
@@ -194,6 +213,16 @@ class Dispatcher:
         # said once: a crash before this line repeats the same ids (dropped); after it, nothing is said again
         await kv.save(self.bus, BUCKET, k, msgspec.structs.replace(rec, announced=True), revision=revision)
 
+    async def _finished(self, cluster: str, labels: dict[str, str]) -> None:
+        """The chosen cluster finished the run: a later loss of that cluster no longer requeues it."""
+        run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
+        if not run_id or not attempt.isdigit():
+            return
+        k = key(run_id, int(attempt))
+        rec, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if rec is not None and rec.chosen == cluster and not rec.finished:
+            await kv.save(self.bus, BUCKET, k, msgspec.structs.replace(rec, finished=True), revision=revision)
+
     async def _withdraw(self, rec: DispatchRecord, cluster: str, reason: str) -> None:
         req = rec.apply
         for m in req.manifests:
@@ -204,7 +233,8 @@ class Dispatcher:
                                    kind=str(m["kind"]), namespace=str(meta.get("namespace") or "default"),
                                    name=str(meta.get("name")), reason=reason)
             await self.bus.publish(backend_subject(cluster, "delete"), delete, event_type="delete",
-                                   ce_subject=req.run_id, msg_id=f"{req.run_id}.{req.attempt}.delete.{cluster}",
+                                   ce_subject=req.run_id,
+                                   msg_id=f"{req.run_id}.{req.attempt}.delete.{cluster}{_requeued(rec)}",
                                    workspace=req.workspace, attempt=req.attempt, family="backend")
         await self._event(rec, "dispatch.withdrawn", [cluster], reason, suffix=cluster)
 
@@ -219,7 +249,8 @@ class Dispatcher:
 
     async def _next_round(self, platform: Platform, rec: DispatchRecord) -> None:
         d = platform.dispatch
-        step = nominate(eligible(platform.clusters, rec.cluster_queue), rec.nominated, mode="Incremental",
+        candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in rec.lost]
+        step = nominate(candidates, rec.nominated, mode="Incremental",
                         now=self.clock(), round_started=rec.round_started, step=d.incremental_step,
                         round_timeout=d.round_timeout)
         if not step.added:
@@ -232,11 +263,61 @@ class Dispatcher:
         await kv.save(self.bus, BUCKET, k, rec, revision=revision)
         await self._send(rec, step.reason)
 
+    # --- losing a cluster (core/siteleases.py; each site renews its lease in the hub's site_leases) ---
+
+    async def leases_pass(self) -> None:
+        """Judge the platform's clusters' leases by this process's clock; declare each expired one lost by
+        compare-and-set (the fence), then requeue the unfinished runs chosen there. A lease already lost has its
+        runs requeued again on every pass (a crash between the two steps loses nothing; requeued runs no longer
+        name it). When every live cluster is silent at once nothing is declared: the hub suspects itself."""
+        platform = await self.platform()
+        if not platform.clusters:
+            return
+        now = self.clock()
+        current = await sites.leases(self.bus)
+        named = [c.name for c in platform.clusters]
+        seen = {lease.cluster: lease for lease in self.lease_clock.observe(current, now)}
+        views = [seen.get(name) or Lease(name) for name in named]
+        verdict = judge(views, now, timeout=platform.dispatch.worker_lost_timeout, hub_up_since=self.up_since)
+        if verdict.suspect_self and verdict.reason != self._suspicion:
+            log.warning("%s", verdict.reason)
+        self._suspicion = verdict.reason if verdict.suspect_self else ""
+        lost = [name for name in named if name in current and current[name][0].lost]
+        for name in verdict.lost:
+            stored, revision = current.get(name, (sites.SiteLease(), 0))
+            if await sites.declare_lost(self.bus, name, stored, revision) is not None:
+                log.warning("cluster %s lost (%s): requeueing its runs", name, verdict.reason)
+                lost.append(name)
+        for name in lost:
+            await self._requeue_lost(platform, name, platform.dispatch.worker_lost_timeout)
+
+    async def _requeue_lost(self, platform: Platform, cluster: str, timeout: float) -> None:
+        reason = f"{cluster} lost: no lease renewal for over {timeout:g}s"
+        d = platform.dispatch
+        for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
+            if rec.chosen != cluster or rec.finished or rec.deleted:
+                continue
+            k = key(rec.apply.run_id, rec.apply.attempt)
+            current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+            if current != rec:
+                continue  # changed meanwhile: the next pass reads it again
+            gone = [*rec.lost, cluster]
+            candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in gone]
+            mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"  # as it was dispatched
+            step = nominate(candidates, [], mode=mode, now=self.clock(), step=d.incremental_step,
+                            round_timeout=d.round_timeout)
+            rec = msgspec.structs.replace(rec, chosen="", announced=False, lost=gone, requeues=rec.requeues + 1,
+                                          nominated=list(step.clusters), round_started=step.round_started)
+            await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the new choice is open: compare-and-set
+            await self._withdraw(rec, cluster, reason)  # its delete waits in the site's SITE_IN for its return
+            await self._send(rec, step.reason)
+
     async def _event(self, rec: DispatchRecord, event_type: str, clusters: list[str], reason: str, *,
                      suffix: str = "") -> None:
         req = rec.apply
         await self.bus.publish(run_subject(req.workspace, req.run_id, event_type),
                                DispatchStep(clusters=clusters, mode=rec.mode, reason=reason), event_type=event_type,
                                ce_subject=req.run_id,
-                               msg_id=f"{req.run_id}.{req.attempt}.{event_type}" + (f".{suffix}" if suffix else ""),
+                               msg_id=f"{req.run_id}.{req.attempt}.{event_type}" + (f".{suffix}" if suffix else "")
+                               + _requeued(rec),
                                workspace=req.workspace, attempt=req.attempt)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from taugrid.bus.sites import dispatch_key
 from taugrid.core.contracts import BackendApply
 
 BUCKET = "dispatch"
@@ -21,7 +22,10 @@ class DispatchRecord(msgspec.Struct, frozen=True):
     deleted: bool = False  # the renderer took the run back: every copy withdrawn, nothing more nominated
     announced: bool = False  # dispatch.chosen and the withdrawals are published (a later change of the winner's
     # Workload says nothing again, even after the streams' dedup window)
+    finished: bool = False  # the chosen cluster reported the run's Workload finished: a loss no longer requeues it
+    lost: list[str] = msgspec.field(default_factory=list)  # clusters lost while chosen: never nominated again
+    requeues: int = 0  # times requeued after a loss: the ids of the requests sent since carry it
 
 
 def key(run_id: str, attempt: int) -> str:
-    return f"run.{run_id}.a{attempt}"
+    return dispatch_key(run_id, attempt)  # a returning site reads the chosen cluster under the same key

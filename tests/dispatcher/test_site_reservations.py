@@ -132,8 +132,8 @@ async def test_both_sites_reserve_the_winner_alone_runs_it_once_and_the_loser_fr
         loser = next(n for n in SITES if n != winner)
         winner_cluster, loser_cluster = clusters[winner], clusters[loser]
 
-        async def loser_dropped_it() -> bool:  # gone from the cluster, remembered as done
-            return wl not in loser_cluster.wls and wl in loser_cluster.finished
+        async def loser_dropped_it() -> bool:  # gone, and not remembered as done: it may be reserved again
+            return wl not in loser_cluster.wls and wl not in loser_cluster.finished
 
         async def winner_finished() -> bool:
             return wl not in winner_cluster.wls and wl in winner_cluster.finished

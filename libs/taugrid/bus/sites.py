@@ -281,3 +281,33 @@ class LeaseClock:
             self._seen[cluster] = (revision, renewed)
             out.append(siteleases.Lease(cluster, lease.generation, lease.lost, renewed))
         return out
+
+
+# The hub's dispatch records (services/dispatcher/record.py keeps them), as a returning site reads them to find its
+# orphans: only the chosen cluster.
+DISPATCH_BUCKET = "dispatch"
+
+
+def dispatch_key(run_id: str, attempt: int) -> str:
+    return f"run.{run_id}.a{attempt}"
+
+
+class _Chosen(msgspec.Struct):
+    chosen: str = ""
+
+
+async def chosen_at_hub(site: Bus, keys: set[str], *, hub_domain: str = HUB_DOMAIN) -> dict[str, str]:
+    """The cluster the hub has chosen for each run attempt (``dispatch_key``), read across the link; a key with no
+    record is absent."""
+    out: dict[str, str] = {}
+    try:
+        kv = await site.nc.jetstream(domain=hub_domain, timeout=5).key_value(DISPATCH_BUCKET)
+        for k in sorted(keys):
+            try:
+                entry = await kv.get(k)
+            except KEY_ABSENT:
+                continue
+            out[k] = msgspec.json.decode(entry.value or b"{}", type=_Chosen).chosen
+    except UNAVAILABLE as exc:
+        raise unavailable("reading the hub's dispatch records", exc) from exc
+    return out

@@ -56,6 +56,9 @@ class Dispatch(Strict):
     incremental_step: int = Field(default=3, ge=1, description="clusters added per Incremental round (Kueue's 3)")
     round_timeout: Duration = Field(default=300.0, description="how long an Incremental round waits for an "
                                     "admission before the next clusters are nominated (Kueue's 5 minutes)")
+    worker_lost_timeout: Duration = Field(
+        default=900.0, description="how long a cluster's lease may go unrenewed before its admitted runs are "
+        "requeued on the others (Kueue's workerLostTimeout, 15 minutes); never while every cluster is silent")
 
 
 def serves(cluster: Cluster, cluster_queue: str) -> bool:

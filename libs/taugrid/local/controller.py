@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import msgspec
 
-from taugrid.bus import kv, metrics
+from taugrid.bus import kv, metrics, sites
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
@@ -34,6 +34,7 @@ from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
+from taugrid.core.siteleases import orphans
 from taugrid.core.watched import slim
 from taugrid.local import envrefs, objects, resize
 from taugrid.local.admit import (
@@ -109,6 +110,7 @@ class LocalCluster:
         # changes, and it answers the dispatcher's reservations; otherwise the one stack's ``local``.
         self.site = given.process.site
         self.name = site_name(given.process.cluster) if self.site else "local"
+        self.lease_generation = 1  # the site's lease generation on the hub (``lease_pass``)
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
@@ -418,6 +420,25 @@ class LocalCluster:
         else:
             await self.save(wl)
 
+    async def lease_pass(self) -> None:
+        """At a site: renew this cluster's lease on the hub. When the hub declared it lost (its runs requeued
+        elsewhere), first stop every workload whose run attempt the hub no longer has chosen here (the orphans),
+        then rejoin under the hub's generation (core/siteleases.py)."""
+        got = await sites.renew(self.bus, self.name, self.lease_generation)
+        if got.fence:
+            held = {wl.name: sites.dispatch_key(wl.run_id, wl.attempt) for wl in self.wls.values()
+                    if wl.state in ("pending", "reserved", "running")}
+            chosen = await sites.chosen_at_hub(self.bus, set(held.values()))
+            for name in orphans(held, chosen, self.name):
+                wl = self.wls[name]
+                log.warning("cluster %s was declared lost: stopping %s, requeued elsewhere", self.name, name)
+                async with self.lock:
+                    await self.delete(BackendDelete(run_id=wl.run_id, workspace=wl.workspace, attempt=wl.attempt,
+                                                    kind=str(wl.job["kind"]), namespace=wl.namespace, name=name,
+                                                    reason=f"{self.name} was declared lost"))
+            await sites.rejoin(self.bus, self.name, got.generation)
+        self.lease_generation = got.generation
+
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
         if wl is None or wl.state in ("finished", "deleted"):
@@ -425,7 +446,7 @@ class LocalCluster:
         if wl.state in ("pending", "reserved"):  # a withdrawn reservation gives its quota back, nothing ran
             self.admitter.release(wl.name)
             self.wake()
-            await self._gone(wl)
+            await self._gone(wl, may_return=wl.held)
             return
         wl.state = "deleted"
         for p in wl.pods:
@@ -436,14 +457,14 @@ class LocalCluster:
                 await self.podsync.stop(p, "Cancelled")
         await self.save(wl)
 
-    async def _gone(self, wl: LocalWorkload) -> None:
+    async def _gone(self, wl: LocalWorkload, *, may_return: bool = False) -> None:
         wl.state = "finished"
         await self.save(wl)
         for p in wl.pods:
             await self.publish(wl, "Pod", p.obj, "deleted")
         await self.publish(wl, wl.job["kind"], wl.job, "deleted")
         await self.publish(wl, "Workload", wl.workload, "deleted")
-        self._forget(wl)
+        self._forget(wl, may_return=may_return)
 
     # ---------------------------------------------------------------- the control loop
     async def tick(self) -> None:
@@ -776,8 +797,13 @@ class LocalCluster:
         await self.save(wl)
         self._forget(wl)
 
-    def _forget(self, wl: LocalWorkload) -> None:
+    def _forget(self, wl: LocalWorkload, *, may_return: bool = False) -> None:
+        """``may_return``: a withdrawn reservation, which nothing ran: the dispatcher may reserve the same workload
+        here again after a loss elsewhere, so it is not remembered as done and its objects' versions go on (their
+        event ids stay new within the streams' dedup window)."""
         self.wls.pop(wl.name, None)
+        if may_return:
+            return
         self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
         self.finished[wl.name] = None
         while len(self.finished) > FINISHED_MEMORY:
