@@ -5,6 +5,7 @@ nats-server: the requests for the text (direct gets) and for the mark (stream in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -73,6 +74,18 @@ async def test_reads_of_an_unchanged_platform_fetch_its_text_once(stack: tuple[B
     assert await reader.at(revision) is got[0]  # the run's pinned revision, when it is the current one
     after = await counted.counts()
     assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": 0, "mark": 51}
+
+
+async def test_concurrent_reads_of_a_new_revision_fetch_it_once(stack: tuple[Bus, Counted]) -> None:
+    """A service handles many messages at once: all that meet a new revision wait for one fetch of it."""
+    bus, counted = stack
+    revision = await platformstore.put_text(bus, people("alice"))
+    reader = PlatformReader(bus)
+    before = await counted.counts()
+    got = await asyncio.gather(*(reader.get() for _ in range(20)))
+    assert {g[1] for g in got if g is not None} == {revision} and len({id(g[0]) for g in got if g}) == 1
+    after = await counted.counts()
+    assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": 0, "mark": 20}
 
 
 async def test_an_apply_is_seen_by_the_next_read(stack: tuple[Bus, Counted]) -> None:

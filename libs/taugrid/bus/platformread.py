@@ -6,16 +6,18 @@ each revision parsed once and remembered) and log the bad one once. Only when no
 caller told to wait (``TemporaryError``, naming the problem), so a run that met it is retried after the fix.
 
 Read once per revision: a platform of 1,000 queues is 577 KB of text, and the services read it several times per
-run. Every ``get`` still asks the bucket whether anything changed (``platformstore.mark``: the stream's info,
-about 1 KB, from the stream's leader), so it is exactly as fresh as a fetch of the text (a person removed by an
-apply that has returned is refused by the next ``get``); only when the mark differs from the one the held text was
-read under is the text fetched again. A revision is immutable, so parses are kept by revision number (the last
-``PARSED_KEPT``: a parsed 1,000-queue platform holds tens of MB). ``at`` serves the current revision from memory
-(it is kept, being current) and fetches any other, so a revision the bucket no longer keeps is still reported so.
+run. Every ``get`` still asks the bucket whether anything changed (``platformstore.mark``: the stream's info, 963
+bytes, from the stream's leader), so it is exactly as fresh as a fetch of the text (a person removed by an apply
+that has returned is refused by the next ``get``); only when the mark differs from the one the held text was read
+under is the text fetched again, once however many handlers meet the new mark together. A revision is immutable,
+so parses are kept by revision number (the last ``PARSED_KEPT``: a parsed 1,000-queue platform holds tens of MB).
+``at`` serves the current revision from memory (it is kept, being current) and fetches any other, so a revision
+the bucket no longer keeps is still reported so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 
@@ -41,6 +43,7 @@ class PlatformReader:
         # The bucket's mark when the current revision (0: none stored) was last fetched: while the mark is the
         # same, nothing was written since, so that revision is still the current one.
         self._seen: tuple[platformstore.Mark, int] | None = None
+        self._fetching = asyncio.Lock()
 
     def _parse(self, text: str, revision: int) -> Platform | ConfigError:
         known = self._known(revision)
@@ -64,19 +67,30 @@ class PlatformReader:
     async def _current(self) -> tuple[Platform | ConfigError, int] | None:
         """The current revision, parsed (or its ConfigError), fetched only when the bucket changed since."""
         mark = await platformstore.mark(self.bus)
-        if self._seen is not None and self._seen[0] == mark:
-            revision = self._seen[1]
-            if revision == 0:
+        held = self._held(mark)
+        if held is not None:
+            return held or None
+        async with self._fetching:  # concurrent handlers that met the same new mark fetch the text once
+            held = self._held(mark)
+            if held is not None:
+                return held or None
+            # Marked before fetching: a write in between only makes the next mark differ, never hides a revision.
+            got = await platformstore.get_text(self.bus)
+            self._seen = (mark, got[1] if got is not None else 0)
+            if got is None:
                 return None
-            known = self._known(revision)
-            if known is not None:
-                return known, revision
-        # Marked before fetching: a write in between only makes the next mark differ, never hides a revision.
-        got = await platformstore.get_text(self.bus)
-        self._seen = (mark, got[1] if got is not None else 0)
-        if got is None:
+            return self._parse(*got), got[1]
+
+    def _held(self, mark: platformstore.Mark) -> tuple[Platform | ConfigError, int] | tuple[()] | None:
+        """What was read under ``mark``: the current revision parsed, () when none is stored, None when the text
+        must be fetched (another mark, or its parse no longer kept)."""
+        if self._seen is None or self._seen[0] != mark:
             return None
-        return self._parse(*got), got[1]
+        revision = self._seen[1]
+        if revision == 0:
+            return ()
+        known = self._known(revision)
+        return (known, revision) if known is not None else None
 
     async def get(self) -> tuple[Platform, int] | None:
         """(platform, its revision) of the newest valid revision; None before any is applied."""
