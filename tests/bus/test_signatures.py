@@ -202,7 +202,7 @@ def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> Non
         "cancel.accepted": ["renderer"], "cancel.refused": ["renderer"],
         "admission.queued": ["admission-watcher"], "admission.admitted": ["admission-watcher"],
         "admission.preempted": ["admission-watcher"], "exec.preparing": ["admission-watcher"],
-        "exec.progress": ["admission-watcher"],
+        "exec.progress": ["admission-watcher"], "exec.resized": ["admission-watcher"],
         "exec.running": ["admission-watcher"], "exec.succeeded": ["admission-watcher"],
         "exec.failed": ["admission-watcher"], "exec.cancelled": ["admission-watcher", "renderer"],
         "recovery.retrying": ["recovery"], "recovery.gave_up": ["recovery"],

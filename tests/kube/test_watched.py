@@ -65,7 +65,7 @@ def test_a_real_looking_pod_keeps_its_node_and_container_images_and_loses_the_re
     assert "managedFields" in pod["metadata"] and "env" in pod["spec"]["containers"][0]  # left as it was
 
 
-def test_a_workload_keeps_its_queue_and_pod_set_template_metadata_and_a_job_no_spec() -> None:
+def test_a_workload_keeps_its_queue_active_flag_and_pod_set_template_metadata_and_a_job_no_spec() -> None:
     template = {"metadata": {"labels": {"taugrid.io/managed-by": "taugrid"}},
                 "spec": {"containers": [{"name": "main", "image": "train:1", "env": [{"name": "A", "value": "1"}]}]}}
     wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
@@ -73,7 +73,7 @@ def test_a_workload_keeps_its_queue_and_pod_set_template_metadata_and_a_job_no_s
           "spec": {"queueName": "lq", "priority": 100, "active": True,
                    "podSets": [{"name": "main", "count": 2, "template": template, "minCount": 1}]},
           "status": {"conditions": []}}
-    assert slim(wl)["spec"] == {"queueName": "lq", "podSets": [
+    assert slim(wl)["spec"] == {"queueName": "lq", "active": True, "podSets": [
         {"name": "main", "count": 2, "template": {"metadata": {"labels": {"taugrid.io/managed-by": "taugrid"}}}}]}
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "r1-a1", "uid": "j1", "labels": LABELS},
            "spec": {"template": template, "completions": 1}, "status": {"succeeded": 1}}

@@ -34,7 +34,7 @@ UNKNOWN_TYPE = "unknown"
 # these lists equal to what the platform publishes.
 WATCHED_KINDS = ("workload", "job", "rayjob", "pod", "node", "event", "clusterqueue", "localqueue")
 OTHER_TYPES = frozenset({"node.sample", "node.condition", "node.cordon", "node.uncordon", "node.validation",
-                         "node.repair", "backend.apply", "backend.delete", "log.chunk"})
+                         "node.repair", "backend.apply", "backend.delete", "backend.reserve", "log.chunk"})
 KNOWN_TYPES = frozenset(RUN_EVENTS) | OTHER_TYPES | frozenset(
     f"{kind}.{change}" for kind in WATCHED_KINDS for change in ("added", "modified", "deleted"))
 

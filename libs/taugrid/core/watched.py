@@ -7,7 +7,8 @@ job and workload were ~2 KB each, eight changes a run. The one consumer, the adm
 (name, namespace, uid, labels, annotations, owners, resourceVersion) and status, and of its spec only:
 
 - Pod: ``nodeName`` and each init and app container's ``name`` and ``image``;
-- Workload: ``queueName``, and each pod set's ``name``, ``count`` and template metadata (labels, annotations:
+- Workload: ``queueName``, ``active`` (false once Kueue deactivated it: an audit of the stream shows why the
+  run ended without reading the events), and each pod set's ``name``, ``count`` and template metadata (labels, annotations:
   how a real Kueue Workload is told ours and carries the run's traceparent);
 - Job, RayJob, RayCluster: nothing.
 
@@ -70,8 +71,9 @@ def _pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def _workload_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if "queueName" in spec:
-        out["queueName"] = spec["queueName"]
+    for key in ("queueName", "active"):
+        if key in spec:
+            out[key] = spec[key]
     if "podSets" in spec:
         out["podSets"] = [_pod_set(ps) for ps in spec["podSets"] or [] if isinstance(ps, Mapping)]
     return out
