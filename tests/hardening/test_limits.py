@@ -157,4 +157,10 @@ async def test_a_burst_over_the_workspace_rate_waits_its_turn_and_is_admitted_in
     burst, paced = in_order[:60], in_order[60:]
     assert paced == runs[60:]  # the last three submitted waited, and came in the order they were submitted
     start = accepted[burst[0]]
-    assert [round(accepted[r] - start) for r in paced] == [1, 2, 3]
+    # The k-th run past the burst waits for the k-th token (one a second from the first take). On a loaded machine
+    # serving the burst itself can take seconds, in which time tokens refill: then the three are due at once, and
+    # must come as soon as the burst is served (one housekeeping tick of slack), never before their token.
+    served = max(accepted[r] for r in burst) - start
+    for k, run_id in enumerate(paced, 1):
+        waited = accepted[run_id] - start
+        assert k - 0.5 <= waited <= max(k, served) + 1.5, (k, waited, served)

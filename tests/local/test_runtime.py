@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from taugrid.local.runtime import (
     ENGINES,
@@ -136,7 +139,16 @@ def test_a_snapshot_prepared_once_is_ready_at_begin_for_its_next_pods(tmp_path: 
     assert isinstance(plain, Ready) and plain.python == FALLBACK
 
 
-def test_a_remembered_interpreter_that_is_gone_is_prepared_again_in_a_thread(tmp_path: Path) -> None:
+def test_a_remembered_interpreter_that_is_gone_is_prepared_again_in_a_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+
+    class Counted(threading.Thread):  # which pods went through a preparing thread (its outcome may come at once)
+        def start(self) -> None:
+            started.append(self.name)
+            super().start()
+
+    monkeypatch.setattr("taugrid.local.runtime.threading.Thread", Counted)
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
     python.symlink_to(sys.executable)
@@ -145,5 +157,5 @@ def test_a_remembered_interpreter_that_is_gone_is_prepared_again_in_a_thread(tmp
     assert isinstance(first := wait(runtimes, "a"), Ready) and first.python == str(python)
     python.unlink()
     runtimes.begin("b", work=tmp_path, request=RuntimeRequest(), source="sources/x.tar.gz")
-    assert runtimes.poll("b") == Preparing("")  # through the thread again, not the remembered outcome
+    assert started == ["runtime-a", "runtime-b"]  # through the thread again, not the remembered outcome
     assert wait(runtimes, "b") == first  # (the builder's own per-process version cache answers the same)
