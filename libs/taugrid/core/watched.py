@@ -8,8 +8,8 @@ job and workload were ~2 KB each, eight changes a run. The one consumer, the adm
 
 - Pod: ``nodeName`` and each init and app container's ``name`` and ``image``;
 - Workload: ``queueName``, ``active`` (false once Kueue deactivated it: an audit of the stream shows why the
-  run ended without reading the events), and each pod set's ``name``, ``count`` and template metadata (labels, annotations:
-  how a real Kueue Workload is told ours and carries the run's traceparent);
+  run ended without reading the events), and each pod set's ``name``, ``count`` and template metadata
+  (labels, annotations: how a real Kueue Workload is told ours and carries the run's traceparent);
 - Job, RayJob, RayCluster: nothing.
 
 So ``slim`` keeps exactly that for those kinds and drops ``metadata.managedFields`` and kubectl's
