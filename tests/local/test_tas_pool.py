@@ -85,7 +85,9 @@ def said(c: LocalCluster, name: str, pods: int) -> list[dict[str, str]]:
 
 
 def hold(until: Path) -> list[str]:
-    return ["python3", "-c", f"import os, time\nwhile not os.path.exists({str(until)!r}): time.sleep(0.05)"]
+    """Run until the test says so, or 60 s (a failing test must not leave the process running for ever)."""
+    return ["python3", "-c", f"import os, time\nend = time.time() + 60\n"
+            f"while not os.path.exists({str(until)!r}) and time.time() < end: time.sleep(0.05)"]
 
 
 def node_event(subject: str, payload: msgspec.Struct) -> Event:
