@@ -4,9 +4,11 @@ bundle, and a changed archive fails verification naming it."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import stat
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -58,7 +60,12 @@ async def seal_a_run(bus: Bus, tmp_path: Path) -> tuple[str, str]:
 
 
 async def sealed_digest(bus: Bus, ws: str, run: str) -> str:
-    [m] = await replay(bus, stream="AUDIT", subject=f"run.{ws}.{run}.evidence.sealed")
+    """The seal's digest as AUDIT keeps it: AUDIT sources RUNS, so the copy lands a moment after the publish."""
+    subject = f"run.{ws}.{run}.evidence.sealed"
+    deadline = time.monotonic() + 10
+    while not (found := await replay(bus, stream="AUDIT", subject=subject)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    [m] = found
     return msgspec.json.decode(m.data, type=c.EvidenceSealed).digest
 
 
