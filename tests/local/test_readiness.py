@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from taugrid.bus import Bus, platformstore
+from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.replay import replay
 from taugrid.core.contracts import (
     AdmissionPreempted,
@@ -46,6 +47,14 @@ class SecondPodNeverReady:
 
     def forget(self, pod: str) -> None:
         return None
+
+
+@pytest.fixture
+async def bus(private_bus: Bus) -> AsyncIterator[Bus]:
+    """A server of this test's own: the session's keeps other modules' local workloads, which a new local
+    cluster restores and which would then count in this test's quota."""
+    await bootstrap(private_bus, replicas=1)
+    yield private_bus
 
 
 async def cluster_with(bus: Bus, tmp_path: Path, ready: str) -> LocalCluster:

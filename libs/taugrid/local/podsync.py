@@ -162,6 +162,10 @@ class PodSync:
         if isinstance(outcome, Preparing):
             await self._say_preparing(wl, p, outcome.message)
             return
+        # A build that began and ended between two looks said nothing yet; it is still a step of the run's story
+        # (its ``environment`` phase), so it is said once before the pod starts.
+        built_unsaid = (isinstance(outcome, Ready) and outcome.environment.get("env_cached") == "false"
+                        and p.name not in self._said)
         self.forget(p)
         if isinstance(outcome, Failed):
             await self._failed_to_start(wl, p, outcome.reason, outcome.message, now)
@@ -170,6 +174,9 @@ class PodSync:
         warning = "; ".join(w for w in (outcome.warning, ignored) if w)
         if warning:
             await self._say_preparing(wl, p, warning, force=True)
+        elif built_unsaid:
+            await self._preparing(wl, p, f"built the Python environment {outcome.environment.get('env', '')}"
+                                  .rstrip())
         for key, value in outcome.environment.items():
             p.obj["metadata"].setdefault("annotations", {})[f"environment.taugrid.io/{key}"] = str(value)
         if outcome.engine:  # the image is the environment: its own python, run by the engine (see containers)
