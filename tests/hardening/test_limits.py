@@ -155,12 +155,15 @@ async def test_a_burst_over_the_workspace_rate_waits_its_turn_and_is_admitted_in
         accepted[run_id] = next(e.stored for e in evs if e.type == "submit.accepted")
     in_order = sorted(runs, key=lambda r: accepted[r])
     burst, paced = in_order[:60], in_order[60:]
-    assert paced == runs[60:]  # the last three submitted waited, and came in the order they were submitted
     start = accepted[burst[0]]
-    # The k-th run past the burst waits for the k-th token (one a second from the first take). On a loaded machine
-    # serving the burst itself can take seconds, in which time tokens refill: then the three are due at once, and
-    # must come as soon as the burst is served (one housekeeping tick of slack), never before their token.
-    served = max(accepted[r] for r in burst) - start
+    # The k-th acceptance past the burst waits for the k-th token (one a second from the first take). On a loaded
+    # machine serving the burst itself can take seconds, in which time tokens refill: then the rest are due at
+    # once, and must come as soon as the burst is served (one housekeeping tick of slack), never before a token.
+    served = accepted[burst[-1]] - start
     for k, run_id in enumerate(paced, 1):
         waited = accepted[run_id] - start
         assert k - 0.5 <= waited <= max(k, served) + 1.5, (k, waited, served)
+    # those that did wait for a token were let through in the order they were submitted (ones admitted while
+    # the burst was still being served may interleave with it: they never waited)
+    waiting = [r for r in paced if accepted[r] - start > served + 0.2]
+    assert waiting == [r for r in runs if r in waiting]
