@@ -164,10 +164,12 @@ class PodSync:
             return
         # A build that began and ended between two looks said nothing yet; it is still a step of the run's story
         # (its ``environment`` phase), so it is said once before the pod starts.
-        built_unsaid = (isinstance(outcome, Ready) and outcome.environment.get("env_cached") == "false"
-                        and p.name not in self._said)
+        unsaid = p.name not in self._said
+        built_unsaid = isinstance(outcome, Ready) and outcome.environment.get("env_cached") == "false" and unsaid
         self.forget(p)
         if isinstance(outcome, Failed):
+            if outcome.reason == "EnvironmentFailed" and unsaid:  # the same for a build that failed between looks
+                await self._preparing(wl, p, "building the Python environment")
             await self._failed_to_start(wl, p, outcome.reason, outcome.message, now)
             return
         ignored = kubernetes_only(manifest, in_engine=bool(outcome.engine), tas=self.tas)  # said, like an ignored image
