@@ -591,12 +591,7 @@ class LocalCluster:
 
     async def _preempt(self, wl: LocalWorkload, reason: str, message: str, preemptor: str, now: float) -> None:
         """Stop the pods (SIGTERM, then SIGKILL after the grace period) and requeue, as Kueue does."""
-        for p in wl.pods:
-            self.podsync.forget(p)
-            if p.phase == "Running" and not p.sim_end:
-                await self.podsync.ship_logs(wl, p, final=False)
-                await self.podsync.stop(p, "Preempted")
-            await self.publish(wl, "Pod", p.obj, "deleted")
+        await self.podsync.take_down(wl, wl.pods, "Preempted")
         self._drop_versions(*(p.obj for p in wl.pods))  # requeued: its next pods are new objects
         by = self.wls.get(preemptor)
         objects.evict(wl.workload, reason=reason, message=message, preemptor_uid=by.uid if by else preemptor, at=now,

@@ -230,6 +230,18 @@ class PodSync:
     async def stop(self, p: LocalPod, reason: str) -> None:
         await self.kubelet.stop(p.name, reason=reason)
 
+    async def take_down(self, wl: LocalWorkload, pods: list[LocalPod], reason: str, *, final: bool = False) -> None:
+        """Pods taken away from a workload that lives on (a preemption, a PodsReady timeout, a shrink): each is
+        forgotten, a running one has its logs shipped (``final``: its last) and is stopped (SIGTERM, then SIGKILL
+        after its grace), and each is announced deleted. The caller drops them from ``wl.pods``."""
+        for p in pods:
+            self.forget(p)
+            if p.phase == "Running" and not p.sim_end:
+                await self.ship_logs(wl, p, final=final)
+                await self.stop(p, reason)
+            p.phase = "Deleted"
+            await self.publish(wl, "Pod", p.obj, "deleted")
+
     def _manifest(self, wl: LocalWorkload, p: LocalPod) -> dict[str, Any]:
         # the visibility variables of the vendor whose GPUs admission gave the pod (a GPU share is NVIDIA's)
         vendor = devices.vendor_of_resources(r for r, v in wl.per_pod.items() if v > 0)

@@ -92,12 +92,7 @@ class Readiness:
     async def _stop(self, wl: LocalWorkload, reason: str) -> None:
         """Every pod of the workload goes (the running ones SIGTERM, then SIGKILL after their grace period), and
         its quota is released at once, as Kueue releases an evicted workload's quota once its pods are gone."""
-        for p in wl.pods:
-            self.podsync.forget(p)
-            if p.phase == "Running" and not p.sim_end:
-                await self.podsync.ship_logs(wl, p, final=False)
-                await self.podsync.stop(p, reason)
-            await self.publish(wl, "Pod", p.obj, "deleted")
+        await self.podsync.take_down(wl, wl.pods, reason)
         self.drop_versions(*(p.obj for p in wl.pods))
         wl.pods = []
         self.admitter.release(wl.name)

@@ -90,14 +90,7 @@ async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
 
 async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     removed = {pl.index for pl in r.placements}
-    gone = [p for p in wl.pods if p.index in removed]
-    for p in gone:
-        c.podsync.forget(p)
-        if p.phase == "Running" and not p.sim_end:
-            await c.podsync.ship_logs(wl, p, final=True)
-            await c.podsync.stop(p, "Resized")
-        p.phase = "Deleted"
-        await c.publish(wl, "Pod", p.obj, "deleted")
+    await c.podsync.take_down(wl, [p for p in wl.pods if p.index in removed], "Resized", final=True)
     wl.pods = [p for p in wl.pods if p.index not in removed]
     wl.pods_wanted = r.new_count
     await c.save(wl)
