@@ -477,7 +477,7 @@ class LocalCluster:
         """The waitForPodsReady checks at time ``now`` (housekeeping runs them at the current time; tests step
         ``now`` past a timeout or a backoff instead of sleeping through it)."""
         async with self.lock:
-            await self.readiness.check(list(self.wls.values()), now)
+            await self.readiness.check(self.wls.values(), now)
 
     async def housekeep(self) -> None:
         """The timer's part: pods to launch, reasons for waiting runs, pods to supervise, the queue snapshot."""
@@ -515,7 +515,7 @@ class LocalCluster:
         or ``ADMIT_BATCH`` admissions or fruitless cycles) wakes the loop again rather than holding the lock, so
         housekeeping interleaves with a long burst."""
         await self.refresh_platform()
-        if self.readiness.blocked(list(self.wls.values())):
+        if self.readiness.blocked(self.wls.values()):
             # Kueue's blockAdmission: an admitted workload is not ready yet (``readiness`` wakes us once it is);
             # every waiting run is told why at the next housekeeping, not half a second later
             self._pending_at = 0.0 if not self._blocked else self._pending_at
@@ -557,11 +557,11 @@ class LocalCluster:
                              p.phase == "Pending" or (p.sim_end and not p.added) for p in wl.pods)))
         await self._each(self._announce_reserved(wl) for wl in list(self.wls.values())
                          if wl.state == "reserved" and not wl.announced)
-        await self.readiness.check(list(self.wls.values()), now)
+        await self.readiness.check(self.wls.values(), now)
         if now - self._pending_at >= 0.5:  # reasons and positions for every waiting run, one pass per queue
             self._pending_at = now
             why = self.admitter.pending_all()
-            if self.readiness.blocked(list(self.wls.values())):
+            if self.readiness.blocked(self.wls.values()):
                 why = {n: Pending(WAITING_REASON, WAITING_MESSAGE, p.position) for n, p in why.items()}
             news = [wl for wl in list(self.wls.values())
                     if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from taugrid.config.podsready import WaitForPodsReady
@@ -46,22 +46,24 @@ class Readiness:
             objects.set_condition(wl.workload, "PodsReady", "False", rules.WAIT_FOR_START, rules.NOT_READY_MESSAGE,
                                   now)
 
-    def not_ready(self, wls: list[LocalWorkload]) -> int:
+    def not_ready(self, wls: Iterable[LocalWorkload]) -> int:
         """Admitted workloads whose pods are not all ready (blockAdmission waits for none)."""
         return sum(1 for wl in wls if wl.state == "running" and not wl.ready
                    and not rules.pods_ready((p.phase for p in wl.pods), wl.pods_wanted))
 
-    def blocked(self, wls: list[LocalWorkload]) -> bool:
-        """Kueue's blockAdmission holds (counted only when it is on: admission asks on every wake-up)."""
+    def blocked(self, wls: Iterable[LocalWorkload]) -> bool:
+        """Kueue's blockAdmission holds (counted only when it is on: admission asks on every wake-up, so the
+        caller passes its workloads uncopied, e.g. ``wls.values()``; nothing is iterated while it is off)."""
         return self.rule.block_admission and rules.blocks_admission(self.rule, self.not_ready(wls))
 
     def backing_off(self, wl: LocalWorkload) -> bool:
         return wl.state == "pending" and wl.requeue_at > 0
 
-    async def check(self, wls: list[LocalWorkload], now: float) -> None:
+    async def check(self, wls: Iterable[LocalWorkload], now: float) -> None:
         """One pass: backoffs that ended go back to their queue; running workloads become ready, or are evicted
         or deactivated when their timeout has passed."""
-        # one cheap filter first: housekeeping passes every workload held (thousands waiting, in a burst)
+        # one cheap filter first, taken before any await (applies join ``wls`` meanwhile): housekeeping passes
+        # every workload held (thousands waiting, in a burst)
         for wl in [w for w in wls if w.requeue_at or (w.state == "running" and not w.ready)]:
             try:
                 if self.backing_off(wl) and now >= wl.requeue_at:
