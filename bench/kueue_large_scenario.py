@@ -55,7 +55,7 @@ from typing import Any
 import msgspec
 from kueue_scenario import Shape, drive, platform_yaml, report  # bench/ is this script's directory, first on sys.path
 from pipeline import cpu_seconds, rss, simulated_stack, stack_up
-from storage import Store, stores
+from storage import Store, gained, stores
 
 from taugrid.client import open_client
 
@@ -107,15 +107,11 @@ def print_storage(before: dict[str, Store], after: dict[str, Store], runs: int) 
     print(f"\nbus storage gained over the scenario (JetStream account info; {runs} runs)")
     print(f"  {'store':<22}{'kind':<8}{'MB':>10}{'B/run':>10}{'msgs/run':>10}{'subjects/run':>14}")
     total = logs = 0.0
-    for name in sorted(after, key=lambda k: -(after[k].bytes - (before[k].bytes if k in before else 0))):
-        s, b = after[name], before.get(name, Store(name, 0, 0, 0))
-        gained = s.bytes - b.bytes
-        if gained == 0 and s.messages == b.messages:
-            continue
-        total += gained
-        logs += gained if s.logs else 0
-        print(f"  {name:<22}{s.kind:<8}{gained / 2**20:10.1f}{gained / n:10.0f}{(s.messages - b.messages) / n:10.2f}"
-              f"{(s.subjects - b.subjects) / n:14.2f}" + ("   (logs)" if s.logs else ""))
+    for s, nbytes, messages, subjects in gained(before, after):
+        total += nbytes
+        logs += nbytes if s.logs else 0
+        print(f"  {s.name:<22}{s.kind:<8}{nbytes / 2**20:10.1f}{nbytes / n:10.0f}{messages / n:10.2f}"
+              f"{subjects / n:14.2f}" + ("   (logs)" if s.logs else ""))
     print(f"  {'all stores':<30}{total / 2**20:10.1f} MB, {total / n:.0f} B/run ({logs / n:.0f} of it LOGS)")
 
 

@@ -68,6 +68,17 @@ async def stores(nc: Any) -> dict[str, Store]:
     return out
 
 
+def gained(before: dict[str, Store], after: dict[str, Store]) -> list[tuple[Store, int, int, int]]:
+    """Each store that changed between two readings, most bytes gained first: (its state after, bytes, messages
+    and subjects gained)."""
+    out = []
+    for name, s in after.items():
+        b = before.get(name, Store(name, 0, 0, 0))
+        if s.bytes != b.bytes or s.messages != b.messages:
+            out.append((s, s.bytes - b.bytes, s.messages - b.messages, s.subjects - b.subjects))
+    return sorted(out, key=lambda g: -g[1])
+
+
 async def evidence_log_bytes(js: Any) -> int:
     """Bytes the evidence store holds for attempt logs (``runs/<run>/attempt-<n>.log``): a run's own output."""
     total = 0
@@ -190,20 +201,16 @@ def main() -> None:
         print(f"data directory kept: {data}")
 
     n = max(1, got["started"])
-    before, after = got["before"], got["after"]
     print(f"\ntaugrid storage bench: {got['started']} runs, {got['sealed']} sealed in {got['wall_s']:.0f} s; "
           "simulated pods, bytes the bus gained per run (JetStream account info)")
     print(f"  {'store':<22}{'kind':<8}{'B/run':>10}{'msgs/run':>10}{'subjects/run':>14}")
     total = logs = 0.0
-    for name in sorted(after, key=lambda k: -(after[k].bytes - (before[k].bytes if k in before else 0))):
-        s, b = after[name], before.get(name, Store(name, 0, 0, 0))
-        per = (s.bytes - b.bytes) / n
-        if per == 0 and s.messages == b.messages:
-            continue
+    for s, nbytes, messages, subjects in gained(got["before"], got["after"]):
+        per = nbytes / n
         total += per
         logs += per if s.logs else 0.0
-        print(f"  {name:<22}{s.kind:<8}{per:10.0f}{(s.messages - b.messages) / n:10.2f}"
-              f"{(s.subjects - b.subjects) / n:14.2f}" + ("   (logs)" if s.logs else ""))
+        print(f"  {s.name:<22}{s.kind:<8}{per:10.0f}{messages / n:10.2f}{subjects / n:14.2f}"
+              + ("   (logs)" if s.logs else ""))
     ev_logs = got["evidence_logs"] / n
     stored = total - logs - ev_logs
     print(f"  {'all stores':<30}{total:10.0f} B/run; logs {logs:.0f} (LOGS) + {ev_logs:.0f} (evidence attempt logs)")
