@@ -6,7 +6,7 @@ import yaml
 
 from taugrid.bus import identity
 from taugrid.config.platform import Platform, load_platform
-from taugrid.config.platformdiff import Change, diff, merge_people, retention_note
+from taugrid.config.platformdiff import Change, diff, inert_here, merge_people, retention_note
 
 ALICE, BOB = (identity.public_key(identity.new_user_seed()) for _ in range(2))
 BASE = """
@@ -100,3 +100,16 @@ def test_the_diff_names_each_retention_field_and_says_what_applying_it_leaves_to
         "identity) applies retention.runs/logs/audit; the evidence archive applies from the next seal; runs sealed "
         "before stay where they are")
     assert retention_note(diff(platform(), platform())) == ""
+
+
+def test_what_a_backend_does_not_act_on_is_said_not_silently_stored() -> None:
+    assert inert_here(platform(), "local") == inert_here(platform(), "kubernetes") == []
+    sites = platform(people="clusters: [{name: onprem, backend: local}]\n")
+    for backend in ("local", "kubernetes"):
+        (note,) = inert_here(sites, backend)
+        assert note.startswith("clusters/dispatch are stored, but no stack dispatches yet")
+        assert "this stack's own backend" in note
+    recovery = platform(people="wait_for_pods_ready: {recovery_timeout: 2m}\n")
+    (note,) = inert_here(recovery, "local")
+    assert note.startswith("wait_for_pods_ready.recovery_timeout has nothing to time on the local cluster")
+    assert inert_here(recovery, "kubernetes") == []

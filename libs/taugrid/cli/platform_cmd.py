@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import click
 
 from taugrid.cli.common import EXIT_NOT_FOUND, EXIT_USAGE, connected, emit_json, fail, output_option, run_async
-from taugrid.config.platform import load_platform
-from taugrid.config.platformdiff import retention_note
+from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platformdiff import inert_here, retention_note
 
 if TYPE_CHECKING:
     from taugrid.client.platformplan import Plan
@@ -46,7 +46,7 @@ async def apply(file: Path, backend: str, prune: bool, dry_run: bool, output: st
     from taugrid.client.platformplan import PlatformRefused
 
     text = file.read_text()
-    load_platform(text, path=str(file))  # refuse an invalid file before connecting
+    _say_inert(load_platform(text, path=str(file)), backend)  # refuse an invalid file before connecting
     async with connected() as client:
         if dry_run or backend == "kubernetes":
             planned = await client.platform_plan(text, path=str(file), prune=prune)
@@ -65,6 +65,19 @@ async def apply(file: Path, backend: str, prune: bool, dry_run: bool, output: st
             fail(refused.plan.refusal(), EXIT_USAGE)
             return
     _report(planned, applied=revision != planned.revision, revision=revision, dry_run=False, output=output)
+
+
+def _say_inert(p: Platform, backend: str) -> None:
+    """On stderr (stdout stays the plan, or its JSON): what the file declares that this backend does not act on."""
+    notes = [f"note: {n}\n" for n in inert_here(p, backend)]
+    if backend == "kubernetes":  # Kueue's controller Configuration: no API object, so apply cannot set it
+        from taugrid.render import kueueconfig
+        from taugrid.render.kueue import configuration_note
+
+        notes.append(configuration_note(p) + kueueconfig.note(p))
+    text = "".join(notes)
+    if text:
+        click.echo(text, err=True, nl=False)
 
 
 def _report(planned: Plan, *, applied: bool, revision: int, dry_run: bool, output: str) -> None:

@@ -152,6 +152,23 @@ def retention_note(changes: list[Change]) -> str:
     return "; ".join(notes)
 
 
+def inert_here(p: Platform, backend: str) -> list[str]:
+    """What ``p`` declares that a stack of ``backend`` stores but does not act on, each said with what happens
+    instead ([] when nothing): accepted keys must not be silently ignored (docs §16). Kueue's controller
+    Configuration (``fair_sharing``, ``wait_for_pods_ready``) on Kubernetes is said by ``render.kueue`` and
+    ``render.kueueconfig``, which this layer may not import."""
+    out = []
+    if p.clusters:  # a dispatch other than the default is refused without clusters (check_clusters)
+        out.append("clusters/dispatch are stored, but no stack dispatches yet: `tau up` and the chart start no "
+                   "dispatcher or sites, and the renderer sends every run to this stack's own backend (docs §13d, "
+                   "§16 'Many clusters, what is left')")
+    if backend == "local" and p.wait_for_pods_ready.recovery_timeout is not None:
+        out.append("wait_for_pods_ready.recovery_timeout has nothing to time on the local cluster (a failed pod "
+                   "fails its Job, so no workload waits for a replacement); it applies on Kubernetes, through "
+                   "Kueue's controller Configuration (`tau platform render`)")
+    return out
+
+
 def _fields(old: Any, new: Any, path: str) -> Iterable[str]:
     """Each changed leaf as ``path: old → new``; lists of names as ``path: +added -removed``."""
     if isinstance(old, dict) and isinstance(new, dict):
