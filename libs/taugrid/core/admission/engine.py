@@ -410,9 +410,12 @@ class Engine:
 
     def _grow(self, now: float) -> list[R.Resize]:
         """Elastic growth into capacity no active pending head of the cohort tree wants (nodes are shared, so
-        with nodes any active head anywhere holds growth back)."""
-        busy = {self.tree.root(q.node) for q in self.queues.values() if q.has_active(self.states)}
+        with nodes any active head anywhere holds growth back). Nothing to look at without an elastic workload:
+        the scan of every queue for an active head is skipped (it was half an idle cycle at 1,000 queues)."""
         self._awaiting = {n for n in self._awaiting if (ws := self.states.get(n)) is not None and ws.awaiting}
+        if not self._elastic:
+            return []
+        busy = {self.tree.root(q.node) for q in self.queues.values() if q.has_active(self.states)}
         busy |= {self.tree.root(self.queues[self.states[n].cq].node) for n in self._awaiting}
         if busy and self.cluster is not None:
             return []
