@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from taugrid.bus import platformstore
 from taugrid.core.contracts import BackendApply
 from taugrid.local.controller import LocalCluster
-from tests.inprocess import private_server
+from tests.local.pools import pool_cluster
 
 RACK = "cloud.provider.com/topology-rack"
 NODES = "".join(f"    - {{name: {n}, gpus: 1, labels: {{taugrid.io/pool: gpu, {RACK}: {r}}}}}\n"
@@ -48,15 +47,8 @@ local:
 @pytest.fixture
 async def racks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LocalCluster]:
     monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")  # no processes: placement is what is under test
-    async with private_server(tmp_path, name="racks") as (_url, bus):
-        await platformstore.put_text(bus, PLATFORM)
-        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": 8.0 * 2**30},
-                               gpu_count=0)
-        await cluster.load()
-        try:
-            yield cluster
-        finally:
-            await cluster.kubelet.close()
+    async with pool_cluster(tmp_path, PLATFORM, name="racks") as (_bus, cluster):
+        yield cluster
 
 
 def gpu_job(name: str, *, pods: int, annotations: dict[str, str]) -> dict[str, Any]:

@@ -6,9 +6,7 @@ GPU."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,13 +14,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from taugrid.bus import platformstore
 from taugrid.bus.replay import replay
 from taugrid.core.contracts import BackendApply, ExecResized, WatchEvent
 from taugrid.health.wire import NodeCordon, NodeUncordon
 from taugrid.kube.translate import translate
 from taugrid.local.controller import LocalCluster
-from tests.inprocess import private_server
+from tests.local.pools import pool_cluster, settle
 from tests.local.test_pool import node_event
 
 PLATFORM = """\
@@ -68,15 +65,8 @@ async def two_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
 @contextlib.asynccontextmanager
 async def simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: str) -> AsyncIterator[LocalCluster]:
     monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")
-    async with private_server(tmp_path, name="elastic") as (_url, bus):
-        await platformstore.put_text(bus, platform)
-        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": 8.0 * 2**30},
-                               gpu_count=0)
-        await cluster.load()
-        try:
-            yield cluster
-        finally:
-            await cluster.kubelet.close()
+    async with pool_cluster(tmp_path, platform, name="elastic") as (_bus, cluster):
+        yield cluster
 
 
 def job(name: str, *, pods: int, priority: str, seconds: float, elastic: str = "") -> dict[str, Any]:
@@ -97,15 +87,12 @@ def job(name: str, *, pods: int, priority: str, seconds: float, elastic: str = "
                                            "containers": [container]}}}}
 
 
+def sizes(c: LocalCluster) -> dict[str, Any]:
+    return {n: (w.state, w.pods_wanted, [(p.index, p.phase, p.gpus) for p in w.pods]) for n, w in c.wls.items()}
+
+
 async def until(c: LocalCluster, check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await c.tick()
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError({n: (w.state, w.pods_wanted, [(p.index, p.phase, p.gpus) for p in w.pods])
-                          for n, w in c.wls.items()})
+    await settle(c, check, timeout, show=sizes)
 
 
 def running(c: LocalCluster, name: str) -> list[int]:

@@ -4,8 +4,6 @@ retry's ``kubernetes.io/hostname NotIn`` affinity keeps it off the excluded node
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, platformstore
+from taugrid.bus import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import load_platform
 from taugrid.core.contracts import BackendApply, BackendDelete
@@ -24,7 +22,7 @@ from taugrid.local.controller import LocalCluster
 from taugrid.local.runtime import Preparing
 from taugrid.local.state import LocalWorkload
 from taugrid.render.common import node_exclusion
-from tests.inprocess import private_server
+from tests.local.pools import pool_cluster, settle
 from tests.local.test_controller import job, main
 from tests.platforms import CPU_MEMORY, lab_platform, workspace
 
@@ -36,15 +34,8 @@ POOL_PLATFORM = lab_platform(
 
 @pytest.fixture
 async def pool(tmp_path: Path) -> AsyncIterator[tuple[Bus, LocalCluster]]:
-    async with private_server(tmp_path, name="pool") as (_url, bus):
-        await platformstore.put_text(bus, POOL_PLATFORM)
-        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": float(8 << 30)},
-                               gpu_count=0, drain_grace_s=5.0)
-        await cluster.load()
-        try:
-            yield bus, cluster
-        finally:
-            await cluster.kubelet.close()
+    async with pool_cluster(tmp_path, POOL_PLATFORM, name="pool", drain_grace_s=5.0) as got:
+        yield got
 
 
 def gpu_job(name: str, command: list[str], *, exclude: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
@@ -58,16 +49,6 @@ def node_event(subject: str, payload: msgspec.Struct) -> Event:
     return Event(id=uuid.uuid4().hex, type=subject.rsplit(".", 1)[1], source="/svc/health-monitor",
                  subject=subject.split(".")[1], time="2026-11-30T00:00:00.000Z", data=msgspec.json.encode(payload),
                  nats_subject=subject)
-
-
-async def settle(c: LocalCluster, until: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await c.tick()
-        if until():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError({n: (w.state, [(p.node, p.phase) for p in w.pods]) for n, w in c.wls.items()})
 
 
 async def test_pods_land_per_node_and_a_drain_stops_only_that_nodes_pods_with_grace(

@@ -7,9 +7,7 @@ back."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,13 +16,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from taugrid.bus import platformstore
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import AdmissionAdmitted, BackendApply, PodSetTopology, TopologyDomain, WatchEvent
 from taugrid.health.wire import NodeCordon, NodeUncordon
 from taugrid.kube.translate import translate
 from taugrid.local.controller import LocalCluster
-from tests.inprocess import private_server
+from tests.local.pools import pool_cluster, settle
 from tests.local.test_controller import job, main
 from tests.platforms import CPU_MEMORY, lab_platform, workspace
 
@@ -44,15 +41,8 @@ SAY = ["python3", "-c", "import json, os\nprint(json.dumps({k: os.environ.get(k)
 
 @pytest.fixture
 async def pool(tmp_path: Path) -> AsyncIterator[LocalCluster]:
-    async with private_server(tmp_path, name="tas-pool") as (_url, bus):
-        await platformstore.put_text(bus, TAS_PLATFORM)
-        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": float(8 << 30)},
-                               gpu_count=0, drain_grace_s=1.0)
-        await cluster.load()
-        try:
-            yield cluster
-        finally:
-            await cluster.kubelet.close()
+    async with pool_cluster(tmp_path, TAS_PLATFORM, name="tas-pool", drain_grace_s=1.0) as (_bus, cluster):
+        yield cluster
 
 
 def gang(name: str, command: list[str], *, pods: int, rack: bool) -> dict[str, Any]:
@@ -67,16 +57,6 @@ def gang(name: str, command: list[str], *, pods: int, rack: bool) -> dict[str, A
 
 async def submit(c: LocalCluster, name: str, manifest: dict[str, Any]) -> None:
     await c.apply(BackendApply(run_id=name[:-3], workspace="default", attempt=1, manifests=[manifest]))
-
-
-async def settle(c: LocalCluster, until: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await c.tick()
-        if until():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError({n: (w.state, [(p.node, p.phase) for p in w.pods]) for n, w in c.wls.items()})
 
 
 def said(c: LocalCluster, name: str, pods: int) -> list[dict[str, str]]:

@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from taugrid.bus import platformstore
 from taugrid.local.controller import LocalCluster
-from tests.inprocess import private_server
+from tests.local.pools import pool_cluster, settle
 from tests.local.test_controller import job, main
-from tests.local.test_tas_pool import settle, submit
+from tests.local.test_tas_pool import submit
 from tests.platforms import CPU_MEMORY, lab_platform, workspace
 
 PLATFORM = lab_platform(
@@ -30,15 +29,8 @@ SAY = ["python3", "-c", f"import json, os\nprint(json.dumps({{k: os.environ.get(
 
 @pytest.fixture
 async def pool(tmp_path: Path) -> AsyncIterator[LocalCluster]:
-    async with private_server(tmp_path, name="vendor-pool") as (_url, bus):
-        await platformstore.put_text(bus, PLATFORM)
-        cluster = LocalCluster(bus, data_dir=tmp_path, node="machine", capacity={"cpu": 4.0, "memory": float(8 << 30)},
-                               gpu_count=0, drain_grace_s=1.0)
-        await cluster.load()
-        try:
-            yield cluster
-        finally:
-            await cluster.kubelet.close()
+    async with pool_cluster(tmp_path, PLATFORM, name="vendor-pool", drain_grace_s=1.0) as (_bus, cluster):
+        yield cluster
 
 
 def asking(name: str, resource: str, count: int) -> dict[str, Any]:
