@@ -12,7 +12,6 @@ model); ``cases_tas_find.json`` is written by ``kueue/extract_tas.py``.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,8 @@ from taugrid.core.admission import (  # noqa: E402
 from taugrid.core.admission.placement import Cluster, TasFailure  # noqa: E402
 from taugrid.core.errors import PermanentError  # noqa: E402
 
-# Kueue's tests count GPUs as the extended resource example.com/gpu; the engine's GPUs are nvidia.com/gpu.
-CASES = json.loads(json.dumps(port.load("tas_find")["cases"]).replace("example.com/gpu", "nvidia.com/gpu"))
-GPU_NAMES = ("nvidia.com/gpu", "example.com/gpu")
+CASES = port.load_cases("tas_find")
+GPU_NAMES = port.GPU_NAMES
 
 
 def _reason(case: dict[str, Any]) -> str:

@@ -14,7 +14,6 @@ one.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,8 @@ from taugrid.core.admission import (  # noqa: E402
 )
 from taugrid.core.errors import PermanentError  # noqa: E402
 
-# Kueue's tests count GPUs as the extended resource example.com/gpu; the engine's GPUs are nvidia.com/gpu.
-CASES = json.loads(json.dumps(port.load("tas_schedule")["cases"]).replace("example.com/gpu", "nvidia.com/gpu"))
-GPU_NAMES = ("nvidia.com/gpu", "example.com/gpu")
+CASES = port.load_cases("tas_schedule")
+GPU_NAMES = port.GPU_NAMES
 
 # Cases whose Kueue behaviour taugrid deliberately answers differently, with how.
 NOT_PORTED_DIVERGENT = {

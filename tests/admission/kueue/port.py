@@ -53,6 +53,15 @@ def load(kind: str) -> dict[str, Any]:
     return json.loads((HERE / f"cases_{kind}.json").read_text())
 
 
+# Kueue's tests count GPUs as the extended resource example.com/gpu; the engine's GPUs are nvidia.com/gpu.
+GPU_NAMES = ("nvidia.com/gpu", "example.com/gpu")
+
+
+def load_cases(kind: str) -> list[dict[str, Any]]:
+    """The cases of ``cases_<kind>.json`` with Kueue's example.com/gpu renamed to the engine's nvidia.com/gpu."""
+    return json.loads(json.dumps(load(kind)["cases"]).replace(GPU_NAMES[1], GPU_NAMES[0]))  # type: ignore[no-any-return]
+
+
 def groups(spec: list[list[dict[str, Any]]], limits: bool = True) -> tuple[ResourceGroup, ...]:
     """Resource groups; ``limits=False`` drops borrowing/lending limits (Kueue's tests set them on queues without
     a cohort, where they mean nothing; the engine refuses them there as Kueue's webhook does)."""
