@@ -12,7 +12,7 @@ the bus only into an archive, never by age.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic
 from pydantic import Field
@@ -36,48 +36,53 @@ def _positive_bytes(value: str | None, field: str) -> str | None:
     return value
 
 
-class RunsRetention(Strict):
+class _StreamRetention(Strict):
+    """A stream bounded by age (at least ``min_age_s``: the evidence reads it back at a run's seal) and, if written,
+    by size (at least ``MIN_BYTES``)."""
+
+    stream: ClassVar[str]  # its key under retention
+    min_age_s: ClassVar[float]
+    too_young: ClassVar[str]  # the refusal of a max_age under min_age_s, with its fix
+
+    max_age: Duration
+    max_bytes: MemoryQuantity | None = None
+
+    @pydantic.field_validator("max_age")
+    @classmethod
+    def _age(cls, v: float) -> float:
+        if v < cls.min_age_s:
+            raise ValueError(cls.too_young)
+        return v
+
+    @pydantic.field_validator("max_bytes")
+    @classmethod
+    def _bytes(cls, v: str | None) -> str | None:
+        return _positive_bytes(v, f"{cls.stream}.max_bytes")
+
+
+class RunsRetention(_StreamRetention):
     """The RUNS stream: every run's events, read back at the seal and by `tau logs --events`/replays."""
+
+    stream, min_age_s = "runs", MIN_HISTORY_S
+    too_young = ("runs.max_age is under 1d: a run's events must still be on RUNS when it is sealed; write at least "
+                 "1d (older events are read from AUDIT)")
 
     max_age: Duration = Field(default=RUNS_MAX_AGE_S, description="how long RUNS keeps an event (default 30d, "
                               "at least 1d; older events stay in AUDIT)")
     max_bytes: MemoryQuantity | None = Field(default=None, description="RUNS' size; the oldest events go first "
                                              "(default: no size limit; at least 64Mi)")
 
-    @pydantic.field_validator("max_age")
-    @classmethod
-    def _age(cls, v: float) -> float:
-        if v < MIN_HISTORY_S:
-            raise ValueError("runs.max_age is under 1d: a run's events must still be on RUNS when it is sealed; "
-                             "write at least 1d (older events are read from AUDIT)")
-        return v
 
-    @pydantic.field_validator("max_bytes")
-    @classmethod
-    def _bytes(cls, v: str | None) -> str | None:
-        return _positive_bytes(v, "runs.max_bytes")
-
-
-class LogsRetention(Strict):
+class LogsRetention(_StreamRetention):
     """The LOGS stream: runs' log lines (a sealed run's logs are also in its evidence bundle)."""
+
+    stream, min_age_s = "logs", MIN_LOGS_S
+    too_young = "logs.max_age is under 1h: the evidence reads a run's logs back when it is sealed; write at least 1h"
 
     max_age: Duration = Field(default=LOGS_MAX_AGE_S, description="how long LOGS keeps a log chunk (default "
                               "14d, at least 1h)")
     max_bytes: MemoryQuantity | None = Field(default=None, description="LOGS' size; the oldest chunks go first "
                                              "(default: no size limit; at least 64Mi)")
-
-    @pydantic.field_validator("max_age")
-    @classmethod
-    def _age(cls, v: float) -> float:
-        if v < MIN_LOGS_S:
-            raise ValueError("logs.max_age is under 1h: the evidence reads a run's logs back when it is sealed; "
-                             "write at least 1h")
-        return v
-
-    @pydantic.field_validator("max_bytes")
-    @classmethod
-    def _bytes(cls, v: str | None) -> str | None:
-        return _positive_bytes(v, "logs.max_bytes")
 
 
 class AuditRetention(Strict):
