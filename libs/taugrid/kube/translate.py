@@ -445,25 +445,13 @@ def _resized(obj: Mapping[str, Any]) -> _Out:
     suspended = _conditions(obj).get("Suspended") or {}
     if not raw or suspended.get("status") == "True":  # the watch carries no Job spec (watched.slim)
         return []
-    try:
-        resize = msgspec.json.decode(raw.encode(), type=_Resized)
+    try:  # the record is the event's payload plus ``at``, which only the digest needs (unknown fields are skipped)
+        payload = msgspec.json.decode(raw.encode(), type=c.ExecResized)
     except (msgspec.ValidationError, msgspec.DecodeError):
         log.warning("job %s: unreadable %s annotation %r", (obj.get("metadata") or {}).get("name"),
                     ANNOTATION_RESIZED, raw[:200])
         return []
-    payload = c.ExecResized(old_count=resize.old_count, new_count=resize.new_count, cause=resize.cause,
-                            preemptor=resize.preemptor, pod_set=resize.pod_set, message=resize.message)
     return [("exec.resized", payload, _digest(raw))]
-
-
-class _Resized(msgspec.Struct, frozen=True):
-    old_count: int
-    new_count: int
-    cause: str
-    preemptor: str = ""
-    pod_set: str = ""
-    at: str = ""
-    message: str = ""
 
 
 # ---------------------------------------------------------------- ray.io/v1 RayJob
