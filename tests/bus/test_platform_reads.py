@@ -1,7 +1,8 @@
 """``PlatformReader`` reads the platform's text once per revision (a 1,000-queue platform is 577 KB, read several
 times per run), yet every ``get`` is as fresh as a fetch: it asks the bucket's stream whether anything was written
 since (``platformstore.mark``), so an apply that has returned is seen by the very next read. Counted on a real
-nats-server: the requests for the text (direct gets) and for the mark (stream info) that the reader sends."""
+nats-server: the requests for the text (the stream leader's get, as for the mark: never a direct get, which a lagging
+replica may answer), by sequence (direct gets) and for the mark (stream info) that the reader sends."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from tests.platforms import lab_platform, workspace
 
 ALICE = new_identity("alice").public_key
 BOB = new_identity("bob").public_key
-TEXT_GETS = "$JS.API.DIRECT.GET.KV_platform.>"  # the current text: the last message on the key's subject
+TEXT_GETS = "$JS.API.STREAM.MSG.GET.KV_platform"  # the current text, from the leader: the key's last message
+DIRECT_TEXT_GETS = "$JS.API.DIRECT.GET.KV_platform.>"  # the current text by a direct get: never, any replica answers
 SEQ_GETS = "$JS.API.DIRECT.GET.KV_platform"  # a revision by sequence
 MARKS = "$JS.API.STREAM.INFO.KV_platform"
 
@@ -34,14 +36,23 @@ def people(*names: str) -> str:
 
 
 class Counted:
-    """Requests the reader's connection sends, seen by a second connection subscribed to the same subjects."""
+    """Requests the reader's connection sends, seen by a second connection subscribed to the same subjects:
+    ``start`` then ``since_start`` gives how many of each were sent in between."""
 
     def __init__(self, watcher: Bus, subs: dict[str, Subscription]) -> None:
         self.watcher, self.subs = watcher, subs
+        self.before: dict[str, int] = {}
 
     async def counts(self) -> dict[str, int]:
         await self.watcher.nc.flush()  # the server routed every request before this round trip's answer
         return {name: sub.pending_msgs for name, sub in self.subs.items()}
+
+    async def start(self) -> None:
+        self.before = await self.counts()
+
+    async def since_start(self) -> dict[str, int]:
+        after = await self.counts()
+        return {k: after[k] - self.before[k] for k in after}
 
 
 @pytest.fixture
@@ -53,7 +64,8 @@ async def stack(tmp_path: Path) -> AsyncIterator[tuple[Bus, Counted]]:
     try:
         await bootstrap(bus)
         subs = {name: await watcher.nc.subscribe(subject, pending_msgs_limit=100_000)
-                for name, subject in (("text", TEXT_GETS), ("seq", SEQ_GETS), ("mark", MARKS))}
+                for name, subject in (("text", TEXT_GETS), ("direct", DIRECT_TEXT_GETS), ("seq", SEQ_GETS),
+                                      ("mark", MARKS))}
         await watcher.nc.flush()
         yield bus, Counted(watcher, subs)
     finally:
@@ -67,13 +79,12 @@ async def test_reads_of_an_unchanged_platform_fetch_its_text_once(stack: tuple[B
     bus, counted = stack
     revision = await platformstore.put_text(bus, people("alice", "bob"))
     reader = PlatformReader(bus)
-    before = await counted.counts()
+    await counted.start()
     for _ in range(50):
         got = await reader.get()
         assert got is not None and got[1] == revision
     assert await reader.at(revision) is got[0]  # the run's pinned revision, when it is the current one
-    after = await counted.counts()
-    assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": 0, "mark": 51}
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 51}
 
 
 async def test_concurrent_reads_of_a_new_revision_fetch_it_once(stack: tuple[Bus, Counted]) -> None:
@@ -81,11 +92,10 @@ async def test_concurrent_reads_of_a_new_revision_fetch_it_once(stack: tuple[Bus
     bus, counted = stack
     revision = await platformstore.put_text(bus, people("alice"))
     reader = PlatformReader(bus)
-    before = await counted.counts()
+    await counted.start()
     got = await asyncio.gather(*(reader.get() for _ in range(20)))
     assert {g[1] for g in got if g is not None} == {revision} and len({id(g[0]) for g in got if g}) == 1
-    after = await counted.counts()
-    assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": 0, "mark": 20}
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 20}
 
 
 async def test_an_apply_is_seen_by_the_next_read(stack: tuple[Bus, Counted]) -> None:
@@ -95,12 +105,11 @@ async def test_an_apply_is_seen_by_the_next_read(stack: tuple[Bus, Counted]) -> 
     got = await reader.get()
     assert got is not None and got[1] == first and got[0].user_by_nkey(BOB) is not None
     second = await platformstore.put_text(bus, people("alice"))  # bob removed
-    before = await counted.counts()
+    await counted.start()
     got = await reader.get()
     assert got is not None and got[1] == second
     assert (got[0].user_by_nkey(BOB), got[0].user_by_nkey(ALICE).name) == (None, "alice")  # type: ignore[union-attr]
-    after = await counted.counts()
-    assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": 0, "mark": 1}
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 1}
 
 
 async def test_a_write_to_another_key_costs_one_fetch_and_keeps_the_parse(stack: tuple[Bus, Counted]) -> None:
@@ -110,22 +119,20 @@ async def test_a_write_to_another_key_costs_one_fetch_and_keeps_the_parse(stack:
     got = await reader.get()
     assert got is not None
     await platformstore.put_local_user(bus, platformstore.LocalUser(name="me", nkey=ALICE))  # moves the mark
-    before = await counted.counts()
+    await counted.start()
     again = await reader.get()
     assert again is not None and again[1] == revision and again[0] is got[0]  # the same parse: not parsed again
-    after = await counted.counts()
-    assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": 0, "mark": 1}
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 1}
 
 
 async def test_pinned_revisions_are_fetched_by_sequence_and_parses_are_bounded(stack: tuple[Bus, Counted]) -> None:
     bus, counted = stack
     revisions = [await platformstore.put_text(bus, people("alice") + f"# edit {i}\n") for i in range(PARSED_KEPT + 2)]
     reader = PlatformReader(bus)
-    before = await counted.counts()
+    await counted.start()
     pinned = [await reader.at(r) for r in revisions]
     assert all(isinstance(p, Platform) for p in pinned)
-    after = await counted.counts()
     # the current revision once as the current text; every older one by sequence (the bucket may no longer keep it)
-    assert {k: after[k] - before[k] for k in after} == {"text": 1, "seq": PARSED_KEPT + 1, "mark": PARSED_KEPT + 2}
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": PARSED_KEPT + 1, "mark": PARSED_KEPT + 2}
     assert len(reader._parsed) == PARSED_KEPT
     assert await reader.at(revisions[-1] + 1000) is None

@@ -9,7 +9,9 @@ Read once per revision: a platform of 1,000 queues is 577 KB of text, and the se
 run. Every ``get`` still asks the bucket whether anything changed (``platformstore.mark``: the stream's info, 963
 bytes, from the stream's leader), so it is exactly as fresh as a fetch of the text (a person removed by an apply
 that has returned is refused by the next ``get``); only when the mark differs from the one the held text was read
-under is the text fetched again, once however many handlers meet the new mark together. A revision is immutable,
+under is the text fetched again, once however many handlers meet the new mark together, and from the leader too
+(never a direct get, which a lagging replica of a JetStream cluster may answer: its older text would then be held
+under the newer mark until the bucket is written again). A revision is immutable,
 so parses are kept by revision number (the last ``PARSED_KEPT``: a parsed 1,000-queue platform holds tens of MB).
 ``at`` serves the current revision from memory (it is kept, being current) and fetches any other, so a revision
 the bucket no longer keeps is still reported so.
@@ -75,7 +77,9 @@ class PlatformReader:
             if held is not None:
                 return held or None
             # Marked before fetching: a write in between only makes the next mark differ, never hides a revision.
-            got = await platformstore.get_text(self.bus)
+            # Fetched from the leader, which answered the mark: a replica's direct get may lag it, and a text older
+            # than its mark would be held until the next write to the bucket.
+            got = await platformstore.get_text(self.bus, leader=True)
             self._seen = (mark, got[1] if got is not None else 0)
             if got is None:
                 return None

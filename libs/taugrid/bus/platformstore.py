@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import msgspec
+from nats.js.kv import KeyValue
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import KEY_ABSENT, TIMEOUT, WRONG_LAST
@@ -41,16 +42,21 @@ async def put_text(bus: Bus, text: str, *, revision: int | None = None) -> int:
             raise TemporaryError("platform KV unavailable", delay=1.0) from exc
 
 
-async def get_text(bus: Bus, revision: int | None = None) -> tuple[str, int] | None:
+async def get_text(bus: Bus, revision: int | None = None, *, leader: bool = False) -> tuple[str, int] | None:
+    """The platform text at ``revision`` (None: the current one). ``leader``: read from the stream's leader, as
+    ``mark`` is, never by a direct get, which any replica of a JetStream cluster may answer from behind the
+    leader (a reader that holds a text under a mark must not hold one older than the mark)."""
     with timed(KV_SECONDS, "platform", "get") as timing:
-        got = await _get_text(bus, revision)
+        got = await _get_text(bus, revision, leader=leader)
         if got is None:
             timing.outcome = "absent"
         return got
 
 
-async def _get_text(bus: Bus, revision: int | None) -> tuple[str, int] | None:
+async def _get_text(bus: Bus, revision: int | None, *, leader: bool) -> tuple[str, int] | None:
     kv = await bus.kv("platform")
+    if leader:  # the same bucket, read with the stream's own get (STREAM.MSG.GET: the leader answers)
+        kv = KeyValue(name="platform", stream="KV_platform", pre="$KV.platform.", js=bus.js, direct=False)
     try:
         entry = await kv.get(KEY, revision=revision)
     except KEY_ABSENT:
