@@ -82,16 +82,15 @@ def test_a_merged_platform_written_as_yaml_reads_back_the_same() -> None:
 
 
 def test_the_diff_names_each_wait_for_pods_ready_field_that_changes() -> None:
-    new = load_platform(BASE.replace("MEMBERS", "[]") + "wait_for_pods_ready: {timeout: 5m, requeuing_strategy: "
-                        "{backoff_limit_count: 3}}\n")
+    new = platform(people="wait_for_pods_ready: {timeout: 5m, requeuing_strategy: {backoff_limit_count: 3}}\n")
     [change] = diff(platform(), new)
     assert change.lines() == ["~ wait_for_pods_ready policy", "    timeout: 1800.0 → 300.0",
                               "    requeuing_strategy.backoff_limit_count: unset → 3"]
 
 
 def test_the_diff_names_each_retention_field_and_says_what_applying_it_leaves_to_do() -> None:
-    new = load_platform(BASE.replace("MEMBERS", "[]") + "retention: {runs: {max_age: 7d}, evidence: {archive: "
-                        "{directory: /var/lib/taugrid/archive}}}\n")
+    new = platform(people="retention: {runs: {max_age: 7d}, evidence: {archive: {directory: "
+                   "/var/lib/taugrid/archive}}}\n")
     [change] = diff(platform(), new)
     assert change.lines() == ["~ retention policy", "    runs.max_age: 2592000.0 → 604800.0",
                               "    evidence.archive: unset → {'directory': '/var/lib/taugrid/archive', 's3': None}"]
