@@ -12,9 +12,10 @@ Role: the size changes of an admitted workload, as pure functions over the engin
   classical targets, an elastic workload above its minimum is shrunk instead of evicted, only as far as needed;
   non-elastic targets are put back when the shrinks suffice. The preemptor waits until the pods are gone.
 - *Growth* (taugrid): after the heads of a cycle, an elastic workload below its maximum whose cooldown has passed
-  grows by a slice of ``step`` pods if the slice fits free quota and nodes without preemption and no pending head
-  of its cohort tree at its priority or above is still active; candidates go by priority, then dominant resource
-  share (fair sharing), then age.
+  grows by a slice of ``step`` pods if the slice fits free quota and nodes without preemption and its cohort tree
+  has no active pending head (of any priority) and no preemptor waiting for shrinks (with nodes, any such head
+  anywhere stops all growth: nodes are shared); candidates go by priority, then dominant resource share (fair
+  sharing), then age.
 
 Invariant: ``ws.usage`` is always what the tree is charged for the workload (held quota included).
 """
