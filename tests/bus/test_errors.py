@@ -18,8 +18,18 @@ from taugrid.core.errors import NotFound, TemporaryError
 BUS = Path(taugrid.bus.__file__).parent
 
 
+def _nats_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local names bound to nats-py's modules or classes by ``from nats… import x [as y]`` → their ``nats.…`` path
+    (``from nats.js import errors as nats_errors`` hid ``nats_errors.NoKeysError`` from a check of ``nats.`` names)."""
+    return {(a.asname or a.name): f"{node.module}.{a.name}" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "nats"
+            for a in node.names}
+
+
 def _nats_names_where_caught(tree: ast.AST) -> list[str]:
-    """The ``nats.…`` classes named in an ``except`` clause's type, a ``suppress(…)`` or an ``isinstance(…)``."""
+    """The ``nats.…`` classes named in an ``except`` clause's type, a ``suppress(…)`` or an ``isinstance(…)``, also
+    through a name imported from nats-py."""
+    aliases = _nats_aliases(tree)
     caught: list[ast.expr] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ExceptHandler) and node.type is not None:
@@ -28,8 +38,14 @@ def _nats_names_where_caught(tree: ast.AST) -> list[str]:
                 "suppress", "isinstance"):
             caught.extend(node.args)
     named = [e for c in caught for e in (c.elts if isinstance(c, ast.Tuple) else [c])]
-    return sorted({ast.unparse(e) for e in named
-                   if isinstance(e, ast.Attribute) and ast.unparse(e).startswith("nats.")})
+    out = set()
+    for e in named:
+        text = ast.unparse(e)
+        head, _, rest = text.partition(".")
+        text = f"{aliases[head]}.{rest}".rstrip(".") if head in aliases else text
+        if isinstance(e, ast.Attribute | ast.Name) and text.startswith("nats."):
+            out.add(text)
+    return sorted(out)
 
 
 def test_only_the_table_names_nats_exceptions_where_they_are_caught() -> None:
@@ -41,9 +57,12 @@ def test_only_the_table_names_nats_exceptions_where_they_are_caught() -> None:
 def test_the_checker_sees_a_nats_class_in_each_place_it_looks() -> None:
     code = ("try:\n    pass\nexcept (nats.errors.Error, OSError):\n    pass\n"
             "with contextlib.suppress(nats.js.errors.NotFoundError):\n    pass\n"
-            "isinstance(e, nats.errors.AuthorizationError)\n")
+            "isinstance(e, nats.errors.AuthorizationError)\n"
+            "from nats.js import errors as nats_errors\nfrom nats.errors import TimeoutError as Late\n"
+            "try:\n    pass\nexcept (nats_errors.NoKeysError, Late):\n    pass\n")
     assert _nats_names_where_caught(ast.parse(code)) == [
-        "nats.errors.AuthorizationError", "nats.errors.Error", "nats.js.errors.NotFoundError"]
+        "nats.errors.AuthorizationError", "nats.errors.Error", "nats.errors.TimeoutError", "nats.js.errors.NoKeysError",
+        "nats.js.errors.NotFoundError"]
 
 
 def test_a_lost_compare_and_set_is_told_by_class_or_by_the_servers_code() -> None:

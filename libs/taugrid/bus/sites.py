@@ -20,7 +20,6 @@ idempotent (an existing stream is left as it is).
 from __future__ import annotations
 
 import msgspec
-from nats.js import errors as nats_errors
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -35,7 +34,7 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, UNAVAILABLE, conflicted, unavailable
+from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, UNAVAILABLE, conflicted, unavailable
 from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE
 from taugrid.core import siteleases
 from taugrid.core.errors import TemporaryError
@@ -234,7 +233,7 @@ async def leases(hub: Bus) -> dict[str, tuple[SiteLease, int]]:
         kv = await hub.kv(LEASES)
         try:
             names = await kv.keys()
-        except nats_errors.NoKeysError:
+        except NO_KEYS:
             return {}
         out: dict[str, tuple[SiteLease, int]] = {}
         for name in names:
