@@ -105,6 +105,15 @@ def apply(engine: Engine, ev: tuple[str, object], now: float) -> None:
         (engine.set_schedulable if kind == "schedulable" else engine.set_ready)(arg[0], arg[1])
 
 
+def step(rng: random.Random, engines: tuple[Engine, ...], now: float, next_id: int, cqs: int) -> int:
+    """One step of random events (drawn from the first engine's state) applied to every engine; the next id."""
+    evs = events(rng, engines[0], now, next_id, cqs)
+    for ev in evs:
+        for engine in engines:
+            apply(engine, ev, now)
+    return next_id + sum(1 for kind, _ in evs if kind == "submit")
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1))
 def test_the_memo_never_changes_a_decision_or_a_pending_message(seed: int) -> None:
@@ -114,11 +123,7 @@ def test_the_memo_never_changes_a_decision_or_a_pending_message(seed: int) -> No
     assert fast.memo and not ref.memo
     cqs, now, next_id = len(fast.queues), 0.0, 0
     for _ in range(40):
-        evs = events(rng, fast, now, next_id, cqs)
-        next_id += sum(1 for kind, _ in evs if kind == "submit")
-        for ev in evs:
-            apply(fast, ev, now)
-            apply(ref, ev, now)
+        next_id = step(rng, (fast, ref), now, next_id, cqs)
         a, b = fast.cycle(now), ref.cycle(now)
         assert (a.admitted, a.preempted, a.resized, a.heads, a.violations) == \
             (b.admitted, b.preempted, b.resized, b.heads, b.violations)
@@ -140,10 +145,7 @@ def test_parking_never_strands_a_run_that_would_fit(seed: int) -> None:
     engine = Engine(**platform(rng, strict=False), backoff_preempted=True)  # type: ignore[arg-type]
     cqs, now, next_id = len(engine.queues), 0.0, 0
     for _ in range(30):
-        evs = events(rng, engine, now, next_id, cqs)
-        next_id += sum(1 for kind, _ in evs if kind == "submit")
-        for ev in evs:
-            apply(engine, ev, now)
+        next_id = step(rng, (engine,), now, next_id, cqs)
         for _ in range(200):
             if engine.quiescent():
                 break
