@@ -90,3 +90,29 @@ def test_a_deep_document_never_reaches_libyaml_s_composer() -> None:
         load_yaml(text, path="tau.yaml", what="tau.yaml")
     assert str(err.value).startswith(f"tau.yaml:1: the document nests deeper than {YAML_MAX_DEPTH} levels of lists "
                                      "and mappings (aliases expanded)")
+
+
+@pytest.mark.parametrize("text", [
+    "name: a\r\nentrypoint: t.py\r\nworkspace: w\r\n",  # CRLF
+    "name: a\rentrypoint: t.py\rworkspace: w\r",  # a lone CR
+    "name: a\x85entrypoint: t.py\nworkspace: w\n",  # NEL, a YAML 1.1 line break
+    "name: a\u2028entrypoint: t.py\nworkspace: w\n",  # LINE SEPARATOR, likewise
+    "\ufeffname: a\nentrypoint: t.py\n",  # a BOM
+    "name: \U0001f600\nentrypoint: t.py\n",  # outside the BMP
+    "a: 0b101\nb: 1_000\nc: 0777\nd: 1:20\ne: .inf\nf: 2001-12-14t21:59:43.10-05:00\ng: !!set {x}\n",  # YAML 1.1
+])
+def test_line_breaks_and_yaml_1_1_scalars_read_the_same(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key lines come from libyaml's marks on the fast path: its line breaks must count as the pure reader's."""
+    assert expansion._shallow(text, YAML_MAX_DEPTH)
+    fast, pure = both(text, "tau.yaml", monkeypatch)
+    assert isinstance(fast, tuple) and isinstance(fast[0], dict)
+    assert fast == pure
+
+
+@pytest.mark.parametrize("text", ["name: a\x07b\n", "name: a\x00\n", "name: a\x7fb\n", "name: a\ufffeb\n",
+                                  "name: a\x9bb\n", "name: a\n---\nname: b\n", "name: !!python/object:os.system x\n"])
+def test_characters_and_tags_the_pure_reader_refuses_are_refused_in_its_words(
+        text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, pure = both(text, "tau.yaml", monkeypatch)
+    assert isinstance(fast, tuple) and isinstance(fast[0], str)
+    assert fast == pure
