@@ -172,6 +172,8 @@ class JobScaler:
         namespace = str((workload.get("metadata") or {}).get("namespace") or "")
         if name is None or SLICE_REPLACEMENT_FOR not in ((workload.get("metadata") or {}).get("annotations") or {}):
             return False
+        if admitted_count(workload) is None:  # a pending slice's changes need no look at the Job
+            return False
         job = await self._get(namespace, name)
         patch = slice_admitted_patch(job, workload)
         if not patch:
