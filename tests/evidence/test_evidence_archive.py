@@ -105,6 +105,13 @@ async def test_directory_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_
     assert not report.ok and report.problems[0].startswith(f"bundle {bundle_name(run)} hashes to ")
     assert report.problems[0].endswith(f"sealed as {digest[:12]}… (the bundle was modified in the archive, "
                                        f"directory {root})")
+    # tau evidence, tau outputs, the portal: nothing of a changed archived bundle is shown
+    with pytest.raises(store.BundleModified, match=f"sealed as {digest[:12]}… on the bus"):
+        await store.read_bundle(bus, run, workspace=ws)
+    with pytest.raises(store.BundleModified):
+        await store.read_bundle(bus, run)
+    page = await reads.evidence(bus, RunRecord(run_id=run, workspace=ws))
+    assert (page["sealed"], page["verify"]["ok"], page["bundle"]["terminal_state"]) == (True, False, None)
 
 
 async def test_a_directory_others_may_write_is_refused(bus: Bus, tmp_path: Path) -> None:
@@ -152,6 +159,8 @@ async def test_s3_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_path: P
     report = await verify_run(bus, run)
     assert not report.ok and report.problems[0].endswith(
         f"sealed as {digest[:12]}… (the bundle was modified in the archive, s3://tau-evidence/site-a/evidence)")
+    with pytest.raises(store.BundleModified, match="read from the evidence archive"):
+        await store.read_bundle(bus, run, workspace=ws)
     # and the archive is never overwritten by a later archiving of other bytes
     with pytest.raises(archive.ArchiveConflict, match="never overwritten"):
         archive.store_for(Archive(s3=S3Location(endpoint=s3, bucket="tau-evidence",

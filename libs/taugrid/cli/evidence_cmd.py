@@ -37,7 +37,7 @@ from taugrid.evidence.verify import as_dict, verify_run
 async def evidence(run_id: str, save: Path | None, output: str) -> None:
     async with connected() as client:
         record = await client.status(run_id)  # an unknown run is "not found", not "not sealed yet"
-        got = await read_bundle(client.bus, run_id)
+        got = await read_bundle(client.bus, run_id, workspace=record.workspace)  # not a namesake elsewhere
     if got is None:
         fail(f"run {run_id} is {record.state}: its evidence is sealed when it finishes", EXIT_NOT_FOUND)
         return

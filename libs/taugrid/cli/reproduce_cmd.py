@@ -49,7 +49,7 @@ async def reproduce(run_id: str, follow: bool, output: str) -> None:
         if not report.ok:
             fail(f"cannot reproduce {run_id}: its evidence does not verify: " + "; ".join(report.problems),
                  EXIT_REJECTED)
-        got = await read_bundle(client.bus, run_id)
+        got = await read_bundle(client.bus, run_id, workspace=record.workspace)
         if got is None:
             fail(f"cannot reproduce {run_id}: its evidence bundle is missing", EXIT_REJECTED)
             return

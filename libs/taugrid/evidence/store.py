@@ -119,15 +119,31 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
     """The stored bundle's bytes and its decoded JSON (for ``tau evidence RUN``), or None when not sealed.
     ``workspace``: the run's, as the caller's record says; a bundle of a run of that id in another workspace is
     then None (a reader with broad rights, the portal, must not serve one workspace's bundle for a record
-    someone made under the same run id in theirs)."""
-    data = await read_bundle_bytes(bus, b.bundle_name(run_id))
-    if data is None:
+    someone made under the same run id in theirs).
+    A bundle read from the evidence archive (``archive.py``: written under other credentials than the bus's) is
+    checked against the digest its ledger's seal keeps on the bus before anything of it is shown;
+    ``BundleModified`` when it does not hash to it."""
+    name = b.bundle_name(run_id)
+    stored, where = await archive.read_object(bus, name)
+    if stored is None:
         return None
+    data = packing.unpack(stored)
     doc = msgspec.json.decode(data)
     theirs = str(doc.get("workspace", "")) if isinstance(doc, dict) else ""
     if workspace is not None and token(theirs) != token(workspace):
         return None
+    if where:
+        ledger, _ = await load(bus, workspace if workspace is not None else theirs, run_id)
+        sealed = ledger.seal.digest if ledger is not None and ledger.seal is not None else ""
+        if lg.sha256(data) != sealed:
+            raise BundleModified(f"bundle {name} read from the evidence archive ({where}) hashes to "
+                                 f"{lg.sha256(data)[:12]}…, sealed as {sealed[:12] or 'nothing'}… on the bus: "
+                                 f"it was modified; run `tau verify {run_id}`")
     return data, doc
+
+
+class BundleModified(PermanentError):
+    """A bundle read from the evidence archive that does not hash to the digest its ledger's seal keeps."""
 
 
 async def read_bundle_bytes(bus: Bus, name: str) -> bytes | None:
