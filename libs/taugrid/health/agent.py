@@ -44,10 +44,11 @@ def probe(given: LocalSettings, *, kmsg_path: str = "/dev/kmsg") -> HealthProbe:
     above the probes: ``nvml`` and ``smi`` build on ``probe``, so the choice cannot live in ``probe``."""
     if given.declared_gpus:
         return DeclaredProbe.from_spec(given.declared_gpus)
-    if not nvml_library_missing():
-        return NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
-    vendor = next((p for p in (amd_probe(), gaudi_probe()) if p.available()), None)
-    return vendor or NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
+    if nvml_library_missing():
+        vendor = next((p for p in (amd_probe(), gaudi_probe()) if p.available()), None)
+        if vendor is not None:
+            return vendor
+    return NvmlProbe(kmsg=KmsgReader.open_if_readable(kmsg_path))
 
 
 async def publish_sample(bus: Bus, sample: NodeSample) -> int:
