@@ -14,13 +14,11 @@ from taugrid.bus import connect, kv, sites, streams
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platform import load_platform
 from taugrid.core.contracts import WatchEvent
-from taugrid.ports import free_port
-from taugrid.stack import natsserver
-from taugrid.stack.natsserver import Leaf
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
+from tests.dispatcher.hubs import fixed, link, start_hub, start_site
 from tests.dispatcher.test_dispatcher import admitted, apply_for, request, steps
 from tests.platforms import lab_platform
 
@@ -52,31 +50,19 @@ async def report(site: Bus, cluster: str, run: str) -> None:
 
 
 async def test_the_first_site_to_admit_wins_and_the_other_copy_is_withdrawn_across_its_link(tmp_path: Path) -> None:
-    leaf_port = free_port()
-    procs = []
-    hub_proc, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log",
-                                          leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
-    procs.append(hub_proc)
+    hub_proc, hub_port, leaf_port = start_hub(tmp_path)
+    procs = [hub_proc]
     site_buses: dict[str, Bus] = {}
     hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
     loops: list[ConsumerLoop] = []
     try:
         await bootstrap(hub)
         for name in SITES:
-            proc, port = natsserver.start(tmp_path / name, log_file=tmp_path / f"{name}.log",
-                                          leaf=Leaf(name, hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                                                    deny_exports=sites.SITE_DENY_EXPORTS,
-                                                 deny_imports=sites.SITE_DENY_IMPORTS))
+            proc, port = start_site(tmp_path, name, leaf_port)
             procs.append(proc)
-            site_buses[name] = await connect(f"nats://127.0.0.1:{port}", name="local-cluster")
-            await sites.provision_site(site_buses[name], name)
-            await sites.provision_hub(hub, name)
-        platform = load_platform(lab_platform(clusters=[{"name": n, "backend": "local"} for n in SITES]))
-
-        async def plat() -> Platform:
-            return platform
-
-        d = Dispatcher(hub, plat)
+            site_buses[name] = await link(hub, port, name)
+        d = Dispatcher(hub, fixed(load_platform(lab_platform(clusters=[{"name": n, "backend": "local"}
+                                                                       for n in SITES]))))
         loops = [ConsumerLoop(hub, stream=sites.hub_stream(n), durable=sites.DISPATCHER_DURABLE,
                               handler=d.reports_of(n), fetch_timeout=0.2) for n in SITES]
         tasks = [asyncio.create_task(loop.run()) for loop in loops]

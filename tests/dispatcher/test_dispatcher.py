@@ -22,6 +22,7 @@ from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, Wa
 from taugrid.core.errors import TemporaryError
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
+from tests.dispatcher.hubs import fixed
 from tests.platforms import lab_platform
 
 RUNS = itertools.count(1)
@@ -93,9 +94,7 @@ async def steps(bus: Bus, run: str) -> list[tuple[str, list[str], str]]:
 async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_withdrawn(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
 
-    async def plat() -> Platform:
-        return platform()
-
+    plat = fixed(platform())
     d = Dispatcher(bus, plat)
     await request(bus, d, apply_for(run))
     await request(bus, d, apply_for(run))  # redelivered: the same copies, dropped as repeats
@@ -132,9 +131,7 @@ async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_wit
 async def test_two_clusters_admitting_at_once_leave_one_winner(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
 
-    async def plat() -> Platform:
-        return platform()
-
+    plat = fixed(platform())
     replicas = [Dispatcher(bus, plat), Dispatcher(bus, plat)]
     await request(bus, replicas[0], apply_for(run))
     results = await asyncio.gather(replicas[0].on_report("onprem-a", admitted(run)),
@@ -157,9 +154,7 @@ async def test_incremental_rounds_spill_over_by_preference(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
     now = [1000.0]
 
-    async def plat() -> Platform:
-        return platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "60s"})
-
+    plat = fixed(platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "60s"}))
     d = Dispatcher(bus, plat, clock=lambda: now[0])
     await request(bus, d, apply_for(run))
     assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1}
@@ -185,9 +180,7 @@ async def test_incremental_rounds_spill_over_by_preference(bus: Bus) -> None:
 async def test_a_run_taken_back_withdraws_every_copy(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
 
-    async def plat() -> Platform:
-        return platform()
-
+    plat = fixed(platform())
     d = Dispatcher(bus, plat)
     await request(bus, d, apply_for(run))
     delete = BackendDelete(run_id=run, workspace="ws", attempt=1, kind="Job", namespace="default",

@@ -12,21 +12,18 @@ import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from taugrid.bus import connect, kv, platformstore, sites
+from taugrid.bus import connect, kv, sites
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.sites import SiteLease
 from taugrid.bus.topology import SITE_LOCAL_DURABLE
-from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platform import load_platform
 from taugrid.core.errors import TauError
 from taugrid.local.controller import LocalCluster
-from taugrid.ports import free_port
-from taugrid.settings import Settings
-from taugrid.stack import natsserver
-from taugrid.stack.natsserver import Leaf
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
+from tests.dispatcher.hubs import fixed, link, site_cluster, start_hub, start_site
 from tests.dispatcher.test_across_sites import stored, until
 from tests.dispatcher.test_dispatcher import request, steps
 from tests.dispatcher.test_site_reservations import run_request
@@ -45,18 +42,10 @@ async def _every(seconds: float, fn: Callable[[], Awaitable[None]], stopping: as
         await asyncio.sleep(seconds)
 
 
-def _leaf(tmp_path: Path, name: str, leaf_port: int, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
-    return natsserver.start(tmp_path / name, port=port, log_file=tmp_path / f"{name}.log",
-                            leaf=Leaf(name, hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                                      deny_exports=sites.SITE_DENY_EXPORTS, deny_imports=sites.SITE_DENY_IMPORTS))
-
-
 async def test_a_lost_sites_run_is_requeued_on_the_other_and_the_returning_site_stops_its_orphan(
         tmp_path: Path) -> None:
-    leaf_port = free_port()
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    procs["hub"], hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log",
-                                              leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
+    procs["hub"], hub_port, leaf_port = start_hub(tmp_path)
     hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
     buses: dict[str, Bus] = {}
     ports: dict[str, int] = {}
@@ -66,24 +55,11 @@ async def test_a_lost_sites_run_is_requeued_on_the_other_and_the_returning_site_
     tasks: list[asyncio.Task[None]] = []
     try:
         await bootstrap(hub)
-        platform = load_platform(PLATFORM)
-
-        async def plat() -> Platform:
-            return platform
-
-        d = Dispatcher(hub, plat)
+        d = Dispatcher(hub, fixed(load_platform(PLATFORM)))
         for name in SITES:
-            procs[name], ports[name] = _leaf(tmp_path, name, leaf_port)
-            buses[name] = await connect(f"nats://127.0.0.1:{ports[name]}", name="local-cluster")
-            await sites.provision_site(buses[name], name)
-            await sites.provision_hub(hub, name)
-            await platformstore.put_text(buses[name], PLATFORM)
-            cluster = LocalCluster(buses[name], data_dir=tmp_path / f"{name}-data", node=f"{name}-node",
-                                   capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0,
-                                   given=Settings.from_env({"TAU_SITE": "on", "TAU_CLUSTER": name,
-                                                            "TAU_LOCAL_SIMULATE": "on"}))
-            await cluster.load()
-            clusters[name] = cluster
+            procs[name], ports[name] = start_site(tmp_path, name, leaf_port)
+            buses[name] = await link(hub, ports[name], name)
+            cluster = clusters[name] = await site_cluster(buses[name], tmp_path, name, PLATFORM)
             loops += [ConsumerLoop(buses[name], stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,
                                    handler=cluster.on_backend, fetch_timeout=0.2),
                       ConsumerLoop(hub, stream=sites.hub_stream(name), durable=sites.DISPATCHER_DURABLE,
@@ -122,7 +98,7 @@ async def test_a_lost_sites_run_is_requeued_on_the_other_and_the_returning_site_
         assert clusters["site-a"].wls[wl].state == "running"
 
         # the site comes back on its port and store: told to fence, it stops its orphan, then rejoins under 2
-        procs["site-a"], _ = _leaf(tmp_path, "site-a", leaf_port, port=ports["site-a"])
+        procs["site-a"], _ = start_site(tmp_path, "site-a", leaf_port, port=ports["site-a"])
 
         async def orphan_stopped() -> bool:
             got = clusters["site-a"].wls.get(wl)

@@ -14,21 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus import connect, kv, platformstore, sites
+from taugrid.bus import connect, kv, sites
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.topology import SITE_LOCAL_DURABLE
-from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platform import load_platform
 from taugrid.core.contracts import BackendApply
 from taugrid.core.errors import ConfigError
 from taugrid.local.controller import LocalCluster
-from taugrid.ports import free_port
 from taugrid.settings import Settings
-from taugrid.stack import natsserver
-from taugrid.stack.natsserver import Leaf
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
+from tests.dispatcher.hubs import fixed, link, site_cluster, start_hub, start_site
 from tests.dispatcher.test_across_sites import stored, until
 from tests.dispatcher.test_dispatcher import request, steps
 from tests.platforms import lab_platform
@@ -65,11 +63,8 @@ def test_a_site_needs_its_cluster_name(tmp_path: Path) -> None:
 
 
 async def test_both_sites_reserve_the_winner_alone_runs_it_once_and_the_loser_frees_its_quota(tmp_path: Path) -> None:
-    leaf_port = free_port()
-    procs = []
-    hub_proc, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log",
-                                          leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
-    procs.append(hub_proc)
+    hub_proc, hub_port, leaf_port = start_hub(tmp_path)
+    procs = [hub_proc]
     hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
     buses: dict[str, Bus] = {}
     clusters: dict[str, LocalCluster] = {}
@@ -78,28 +73,12 @@ async def test_both_sites_reserve_the_winner_alone_runs_it_once_and_the_loser_fr
     tasks: list[asyncio.Task[None]] = []
     try:
         await bootstrap(hub)
-        platform = load_platform(PLATFORM)
-
-        async def plat() -> Platform:
-            return platform
-
-        d = Dispatcher(hub, plat)
+        d = Dispatcher(hub, fixed(load_platform(PLATFORM)))
         for name in SITES:
-            proc, port = natsserver.start(tmp_path / name, log_file=tmp_path / f"{name}.log",
-                                          leaf=Leaf(name, hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                                                    deny_exports=sites.SITE_DENY_EXPORTS,
-                                                    deny_imports=sites.SITE_DENY_IMPORTS))
+            proc, port = start_site(tmp_path, name, leaf_port)
             procs.append(proc)
-            buses[name] = await connect(f"nats://127.0.0.1:{port}", name="local-cluster")
-            await sites.provision_site(buses[name], name)
-            await sites.provision_hub(hub, name)
-            await platformstore.put_text(buses[name], PLATFORM)
-            cluster = LocalCluster(buses[name], data_dir=tmp_path / f"{name}-data", node=f"{name}-node",
-                                   capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0,
-                                   given=Settings.from_env({"TAU_SITE": "on", "TAU_CLUSTER": name,
-                                                            "TAU_LOCAL_SIMULATE": "on"}))
-            await cluster.load()
-            clusters[name] = cluster
+            buses[name] = await link(hub, port, name)
+            cluster = clusters[name] = await site_cluster(buses[name], tmp_path, name, PLATFORM)
             loops.append(ConsumerLoop(buses[name], stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,
                                       handler=cluster.on_backend, fetch_timeout=0.2))
             tasks += [asyncio.create_task(cluster.admission_loop(stopping)),
