@@ -39,7 +39,7 @@ from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.config.platform import Platform
 from taugrid.core import states
 from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
-from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.errors import PermanentError, TauError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
@@ -142,8 +142,9 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
     return data, doc
 
 
-class BundleModified(PermanentError):
-    """A bundle read from the evidence archive that does not hash to the digest its ledger's seal keeps."""
+class BundleModified(TauError):
+    """A bundle read from the evidence archive that does not hash to the digest its ledger's seal keeps (the CLI
+    exits 1, as ``tau verify`` does for a bundle that fails)."""
 
 
 async def read_bundle_bytes(bus: Bus, name: str) -> bytes | None:
