@@ -20,6 +20,7 @@ from taugrid.cli.clusters_cmd import clusters_view
 from taugrid.client.clusters import cluster_rows
 from taugrid.config.platform import load_platform
 from taugrid.core.states import RunRecord
+from taugrid.runrecord.read import list_records
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
@@ -60,7 +61,8 @@ async def test_each_cluster_shows_its_link_lag_and_runs(tmp_path: Path) -> None:
                          RunRecord(run_id=run, workspace="ws", state=state, cluster=cluster))
         platform = load_platform(text)
         deadline = time.monotonic() + 30
-        while (rows := await cluster_rows(hub_bus, platform))[0].health != "ok" and time.monotonic() < deadline:
+        while ((rows := await cluster_rows(hub_bus, platform, await list_records(hub_bus)))[0].health != "ok"
+               and time.monotonic() < deadline):
             await asyncio.sleep(0.2)
         assert [(r.name, r.health, r.lag, r.runs, r.cluster_queues) for r in rows] == [
             ("site-a", "ok", 0, 2, None), ("cloud", "no link", None, 0, ["lab"])]

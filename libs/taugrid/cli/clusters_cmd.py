@@ -22,7 +22,7 @@ async def clusters(output: str) -> None:
         if got is None:
             fail("no platform applied yet: `tau platform apply platform.yaml`", EXIT_NOT_FOUND)
             return
-        rows = await cluster_rows(client.bus, got[0])
+        rows = await cluster_rows(client.bus, got[0], await client.list())
     if output == "json":
         emit_json({"clusters": [msgspec.to_builtins(r) for r in rows]})
         return

@@ -4,14 +4,14 @@ reports its link has not yet delivered (lag), and the runs it holds now (usage).
 Health comes from the hub's stream of the cluster's reports (``bus.sites.link``): ``ok`` when the hub heard from
 the site's stream within ``SILENT_AFTER_S``, ``silent`` after that, ``never reached`` when it has not since the
 hub started, ``no link`` when the hub has no stream for it (the site was never provisioned). Usage counts the runs
-whose record says they went there (``dispatch.chosen``) and that are admitted or running.
+whose record says they went there (``dispatch.chosen``) and that are admitted or running, of the records the
+caller passes (``Client.list``: a person's own workspaces, as ``tau nodes`` counts them).
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.sites import Link, link
 from taugrid.config.platform import Platform
@@ -42,9 +42,9 @@ def health(found: Link | None) -> str:
     return "ok"
 
 
-async def cluster_rows(bus: Bus, platform: Platform) -> list[ClusterRow]:
+async def cluster_rows(bus: Bus, platform: Platform, records: list[RunRecord]) -> list[ClusterRow]:
     holding: dict[str, int] = {}
-    for record in await kv.values(bus, "run_state", RunRecord):
+    for record in records:
         if record.cluster and record.state in _HOLDING:
             holding[record.cluster] = holding.get(record.cluster, 0) + 1
     rows = []
