@@ -20,8 +20,8 @@ from taugrid.cli.clusters_cmd import clusters_view
 from taugrid.client.clusters import cluster_rows
 from taugrid.config.platform import load_platform
 from taugrid.core.states import RunRecord
-from taugrid.runrecord.read import list_records
 from taugrid.ports import free_port
+from taugrid.runrecord.read import list_records
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
 from tests.platforms import lab_platform
