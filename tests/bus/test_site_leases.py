@@ -13,19 +13,12 @@ from taugrid.bus import connect, sites
 from taugrid.bus.sites import LeaseClock, SiteLease
 from taugrid.core.errors import TemporaryError
 from taugrid.core.siteleases import Lease, Renewal, judge
-from taugrid.ports import free_port
-from taugrid.stack import natsserver
-from taugrid.stack.natsserver import Leaf
+from tests.sitebus import start_hub, start_site, stop
 
 
 async def test_a_site_renews_across_its_link_and_is_fenced_once_the_hub_declares_it_lost(tmp_path: Path) -> None:
-    leaf_port = free_port()
-    hub_proc, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log",
-                                          leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
-    site_proc, site_port = natsserver.start(
-        tmp_path / "site-a", log_file=tmp_path / "site-a.log",
-        leaf=Leaf("site-a", hub_url=f"nats-leaf://127.0.0.1:{leaf_port}", deny_exports=sites.SITE_DENY_EXPORTS,
-                  deny_imports=sites.SITE_DENY_IMPORTS))
+    hub_proc, hub_port, leaf_port = start_hub(tmp_path)
+    site_proc, site_port = start_site(tmp_path, "site-a", leaf_port)
     hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
     site = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster")
     try:
@@ -67,6 +60,4 @@ async def test_a_site_renews_across_its_link_and_is_fenced_once_the_hub_declares
     finally:
         await hub.close()
         await site.close()
-        for proc in (site_proc, hub_proc):
-            proc.terminate()
-            proc.wait(timeout=10)
+        stop(site_proc, hub_proc)

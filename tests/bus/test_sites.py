@@ -7,7 +7,6 @@ storing its reports; when the hub comes back on its port and store, both sides c
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from taugrid.bus.connection import Bus
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
+from tests.sitebus import start_site, stop
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
@@ -55,19 +55,11 @@ async def request(bus: Bus, cluster: str, n: int) -> None:
                       msg_id=f"{cluster}.{n}", family="backend")
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 async def test_a_site_keeps_working_while_cut_off_and_both_sides_catch_up_once(tmp_path: Path) -> None:
     hub_port, leaf_port = free_port(), free_port()
     hub_leaf = Leaf(sites.HUB_DOMAIN, listen_port=leaf_port)
     hub, _ = natsserver.start(tmp_path / "hub", port=hub_port, log_file=tmp_path / "hub.log", leaf=hub_leaf)
-    site, site_port = natsserver.start(
-        tmp_path / "site", log_file=tmp_path / "site.log",
-        leaf=Leaf("site-a", hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                  deny_exports=sites.SITE_DENY_EXPORTS, deny_imports=sites.SITE_DENY_IMPORTS))
+    site, site_port = start_site(tmp_path, "site-a", leaf_port)
     hub_bus = await connect(f"nats://127.0.0.1:{hub_port}", name="renderer")
     site_bus = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster")
     try:
@@ -117,6 +109,4 @@ async def test_a_site_keeps_working_while_cut_off_and_both_sides_catch_up_once(t
     finally:
         await hub_bus.close()
         await site_bus.close()
-        for proc in (hub, site):
-            if proc.poll() is None:
-                stop(proc)
+        stop(hub, site)

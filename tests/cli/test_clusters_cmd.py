@@ -20,11 +20,9 @@ from taugrid.cli.clusters_cmd import clusters_view
 from taugrid.client.clusters import cluster_rows
 from taugrid.config.platform import load_platform
 from taugrid.core.states import RunRecord
-from taugrid.ports import free_port
 from taugrid.runrecord.read import list_records
-from taugrid.stack import natsserver
-from taugrid.stack.natsserver import Leaf
 from tests.platforms import lab_platform
+from tests.sitebus import start_hub, start_site, stop
 
 CLUSTERS = [{"name": "site-a", "backend": "local"}, {"name": "cloud", "backend": "kubernetes", "preference": 5,
                                                        "cluster_queues": ["lab"]}]
@@ -37,13 +35,8 @@ def tau(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_each_cluster_shows_its_link_lag_and_runs(tmp_path: Path) -> None:
-    leaf_port = free_port()
-    hub, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log",
-                                     leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
-    site, site_port = natsserver.start(tmp_path / "site", log_file=tmp_path / "site.log",
-                                       leaf=Leaf("site-a", hub_url=f"nats-leaf://127.0.0.1:{leaf_port}",
-                                                 deny_exports=sites.SITE_DENY_EXPORTS,
-                                                 deny_imports=sites.SITE_DENY_IMPORTS))
+    hub, hub_port, leaf_port = start_hub(tmp_path)
+    site, site_port = start_site(tmp_path, "site-a", leaf_port)
     url = f"nats://127.0.0.1:{hub_port}"
     hub_bus = await connect(url, name="bootstrap")
     site_bus = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster")
@@ -84,9 +77,7 @@ async def test_each_cluster_shows_its_link_lag_and_runs(tmp_path: Path) -> None:
     finally:
         await hub_bus.close()
         await site_bus.close()
-        for proc in (hub, site):
-            proc.terminate()
-            proc.wait(timeout=10)
+        stop(hub, site)
 
 
 def test_a_silent_link_and_one_never_reached_are_named() -> None:

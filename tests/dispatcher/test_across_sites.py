@@ -18,9 +18,9 @@ from taugrid.config.platform import load_platform
 from taugrid.core.contracts import WatchEvent
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
-from tests.dispatcher.hubs import fixed, link, start_hub, start_site
 from tests.dispatcher.test_dispatcher import admitted, apply_for, request, steps
 from tests.platforms import lab_platform
+from tests.sitebus import fixed, link, start_hub, start_site
 
 SITES = ("site-a", "site-b")
 

@@ -22,8 +22,8 @@ from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, Wa
 from taugrid.core.errors import TemporaryError
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
-from tests.dispatcher.hubs import fixed
 from tests.platforms import lab_platform
+from tests.sitebus import fixed
 
 RUNS = itertools.count(1)
 

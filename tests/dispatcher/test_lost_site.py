@@ -23,11 +23,11 @@ from taugrid.core.errors import TauError
 from taugrid.local.controller import LocalCluster
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
-from tests.dispatcher.hubs import fixed, link, site_cluster, start_hub, start_site
 from tests.dispatcher.test_across_sites import stored, until
 from tests.dispatcher.test_dispatcher import request, steps
 from tests.dispatcher.test_site_reservations import run_request
 from tests.platforms import lab_platform
+from tests.sitebus import fixed, link, site_cluster, start_hub, start_site
 
 SITES = ("site-a", "site-b")
 PLATFORM = lab_platform(clusters=[{"name": "site-a", "backend": "local"},

@@ -26,10 +26,10 @@ from taugrid.local.controller import LocalCluster
 from taugrid.settings import Settings
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
-from tests.dispatcher.hubs import fixed, link, site_cluster, start_hub, start_site
 from tests.dispatcher.test_across_sites import stored, until
 from tests.dispatcher.test_dispatcher import request, steps
 from tests.platforms import lab_platform
+from tests.sitebus import fixed, link, site_cluster, start_hub, start_site
 
 SITES = ("site-a", "site-b")
 PLATFORM = lab_platform(clusters=[{"name": n, "backend": "local"} for n in SITES])

@@ -1,6 +1,6 @@
 """The real servers of the many-cluster tests: a hub (domain ``hub``, listening for leaf nodes) and its leaf sites,
 each provisioned on both sides of its link (``sites.provision_site`` and ``provision_hub``), and a site's simulated
-local cluster (``TAU_SITE``). Shared by test_across_sites, test_site_reservations and test_lost_site."""
+local cluster (``TAU_SITE``). Shared by tests/bus (sites, leases), tests/dispatcher and tests/cli/test_clusters_cmd."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ def start_hub(tmp_path: Path) -> tuple[Proc, int, int]:
     proc, port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log",
                                   leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
     return proc, port, leaf_port
+
+
+def stop(*procs: Proc) -> None:
+    """Stop the servers that still run."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def start_site(tmp_path: Path, name: str, leaf_port: int, port: int | None = None) -> tuple[Proc, int]:
