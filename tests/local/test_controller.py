@@ -33,7 +33,7 @@ from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import BUCKET, LocalCluster
 from taugrid.local.podspec import secret_volumes_dir
-from taugrid.local.runtime import Preparing, Ready
+from taugrid.local.runtime import Failed, Preparing, Ready
 from taugrid.local.secrets import write_secret
 from taugrid.local.state import LocalWorkload
 from taugrid.settings import Settings
@@ -182,6 +182,37 @@ async def test_the_project_reaches_the_source_volume_and_the_runtime_chooses_the
     assert [c["name"] for c in (cluster.kubelet.pods.manifest(f"{name}-pod") or {})["spec"]["initContainers"]] == [
         "note"]
     assert final["metadata"]["annotations"]["environment.taugrid.io/python"] == sys.executable
+
+
+async def test_a_preparation_that_began_and_ended_between_two_looks_is_still_said_once(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """The runtime's last progress rides on its outcome: a build that finished (or failed) before the controller
+    looked again is said once, before the pod starts (or fails), so the run's story keeps its environment phase."""
+
+    class QuickRuntime:
+        def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Ready | Failed:
+            if wl.run_id.endswith("bad"):
+                return Failed("EnvironmentFailed", "uv failed", progress="installing torch with uv")
+            return Ready(python=sys.executable, environment={"env_cached": "false"},
+                         progress="installing numpy with uv")
+
+        def forget(self, pod: str) -> None:
+            return None
+
+    cluster.podsync.runtime = QuickRuntime()
+    for rid, said, phase in ((f"{run_id()}-good", "installing numpy with uv", "Succeeded"),
+                             (f"{run_id()}-bad", "installing torch with uv", "Failed")):
+        name = f"{rid}-a1"
+        await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                         manifests=[job(name, main(["python3", "-c", "print(1)"]))]))
+        await until_finished(cluster, name)
+        events = await pod_events(bus, f"{name}-pod")
+        preparing = [i for i, ev in enumerate(events) for cs in ev["status"].get("containerStatuses", [])
+                     if cs["state"].get("waiting", {}).get("reason") == "PreparingEnvironment"]
+        assert [events[i]["status"]["containerStatuses"][0]["state"]["waiting"]["message"] for i in preparing] == [
+            said]  # once
+        assert all(ev["status"].get("phase") not in ("Running", "Succeeded", "Failed") for ev in events[:preparing[0]])
+        assert events[-1]["status"]["phase"] == phase
 
 
 async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, cluster: LocalCluster,

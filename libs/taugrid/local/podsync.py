@@ -59,7 +59,9 @@ class PodRuntime(Protocol):
     while it works (published as the pod's ``PreparingEnvironment`` waiting message), then ``Ready(python,
     environment[, engine, image])`` (``environment`` becomes ``environment.taugrid.io/<key>`` pod annotations;
     with an ``engine`` the pod carries ``taugrid.io/container-engine`` and its python is the image's) or
-    ``Failed(reason, message)``, which fails the pod."""
+    ``Failed(reason, message)``, which fails the pod. Either may carry ``progress``, the last ``Preparing``
+    message of the work that led to it: said once if it was not yet (work that began and ended between two
+    looks is still a step of the run's story: its ``environment`` phase)."""
 
     def prepare(self, wl: LocalWorkload, pod: str, project: Path) -> Preparing | Ready | Failed: ...
 
@@ -162,23 +164,16 @@ class PodSync:
         if isinstance(outcome, Preparing):
             await self._say_preparing(wl, p, outcome.message)
             return
-        # A build that began and ended between two looks said nothing yet; it is still a step of the run's story
-        # (its ``environment`` phase), so it is said once before the pod starts.
-        unsaid = p.name not in self._said
-        built_unsaid = isinstance(outcome, Ready) and outcome.environment.get("env_cached") == "false" and unsaid
+        # the runtime's last progress, unless already said: a build that began (and ended) between two looks
+        await self._say_preparing(wl, p, outcome.progress, force=True)
         self.forget(p)
         if isinstance(outcome, Failed):
-            if outcome.reason == "EnvironmentFailed" and unsaid:  # the same for a build that failed between looks
-                await self._preparing(wl, p, "building the Python environment")
             await self._failed_to_start(wl, p, outcome.reason, outcome.message, now)
             return
         ignored = kubernetes_only(manifest, in_engine=bool(outcome.engine), tas=self.tas)  # said, like an ignored image
         warning = "; ".join(w for w in (outcome.warning, ignored) if w)
-        if warning:
-            await self._say_preparing(wl, p, warning, force=True)
-        elif built_unsaid:
-            await self._preparing(wl, p, f"built the Python environment {outcome.environment.get('env', '')}"
-                                  .rstrip())
+        if warning and warning != outcome.progress:  # an ignored image's warning is the runtime's progress too
+            await self._preparing(wl, p, warning)
         for key, value in outcome.environment.items():
             p.obj["metadata"].setdefault("annotations", {})[f"environment.taugrid.io/{key}"] = str(value)
         if outcome.engine:  # the image is the environment: its own python, run by the engine (see containers)

@@ -73,12 +73,14 @@ class Ready:
     engine: str = ""  # docker | podman when the pod runs in ``image``
     image: str = ""
     warning: str = ""
+    progress: str = ""  # the last ``Preparing`` message of the preparation that made it ("": none, e.g. a cache hit)
 
 
 @dataclass(frozen=True)
 class Failed:
     reason: str
     message: str
+    progress: str = ""  # as ``Ready.progress``: what it was doing when it failed
 
 
 Outcome = Preparing | Ready | Failed
@@ -155,7 +157,9 @@ class PodRuntimes:
         job = self._jobs.get(pod)
         if job is None:
             return None
-        return job.outcome or Preparing(job.message)
+        if job.outcome is None:
+            return Preparing(job.message)
+        return replace(job.outcome, progress=job.message) if job.message else job.outcome
 
     def forget(self, pod: str) -> None:
         self._jobs.pop(pod, None)
