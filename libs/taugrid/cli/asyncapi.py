@@ -52,6 +52,8 @@ OTHER_CHANNELS: list[tuple[str, str, dict[str, str], type[msgspec.Struct], str, 
     ("backend.reserve", "backend.{cluster}.reserve", {}, c.BackendApply, "reserve", "backend", "BACKEND",
      "the dispatcher (many clusters): queue a run's workload and reserve quota for it, start nothing; the cluster "
      "that reserves first gets the run's apply, the others a delete"),
+    ("backend.reserve.high", "backend.{cluster}.reserve.high", {}, c.BackendApply, "reserve", "backend", "BACKEND",
+     "the dispatcher: the reservation of a high priority lane run"),
     ("backend.delete", "backend.{cluster}.delete", {}, c.BackendDelete, "delete", "backend", "BACKEND",
      "the renderer: a request to a backend to delete a run's object"),
     ("k8s", "k8s.{cluster}.{kind}.{namespace}.{name}.{change}",

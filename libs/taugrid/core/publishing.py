@@ -24,9 +24,11 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
     "admission-watcher": ("run.*.*.admission.>", "run.*.*.exec.>"),
     "recovery": ("run.*.*.recovery.retrying", "run.*.*.recovery.gave_up"),
     "evidence": ("run.*.*.evidence.sealed",),
-    # nominations and withdrawals go to the clusters as backend requests; a site's reports never come from it
-    # and passes the chosen cluster's object changes on to K8S (k8s.<cluster>.<kind>.<ns>.<name>.<change>)
-    "dispatcher": ("run.*.*.dispatch.>", "backend.>", "k8s.*.*.*.*.*"),
+    # nominations and withdrawals go to the clusters as backend requests (a reservation, the winner's apply, in
+    # the run's lane; a withdrawal), and the chosen cluster's object changes pass on to K8S
+    # (k8s.<cluster>.<kind>.<ns>.<name>.<change>); a site's reports never come from it
+    "dispatcher": ("run.*.*.dispatch.>", "backend.*.reserve", f"backend.*.reserve.{HIGH_LANE}", "backend.*.apply",
+                   f"backend.*.apply.{HIGH_LANE}", "backend.*.delete", "k8s.*.*.*.*.*"),
     "health-monitor": ("run.*.*.health.degraded", "node.*.condition.>", "node.*.cordon", "node.*.uncordon",
                        "node.*.repair"),
     "node-agent": ("node.*.sample", "node.*.validation", "node.*.repair"),
