@@ -1,5 +1,6 @@
 """Time the admission engine alone (no bus, no clock): one cycle over 10k pending, then cycles to quiescence,
-plus a simulated-time replay of Kueue's baseline shape (5 cohorts x 6 ClusterQueues, 15,000 workloads), and the
+with ``--kueue-baseline`` (not in ``make bench``) a simulated-time replay of Kueue's baseline shape (5 cohorts x 6
+ClusterQueues, 15,000 workloads), and the
 engine at scale (issue 30 item 4): 100,000 pending over 1,000 ClusterQueues, every cycle after the first (none
 can admit) and an idle cycle checked against their targets; exits 1 on a miss. Timings are wall clock: on a
 shared machine read them beside the load average it prints (``--reference`` also times the engine without its

@@ -117,8 +117,8 @@ async def show(output: str) -> None:
 
 
 @platform.command(
-    help="Render FILE as Kueue objects (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, "
-    "WorkloadPriorityClass, kueue.x-k8s.io/v1beta2) as YAML."
+    help="Render FILE as Kueue objects (Topology, ResourceFlavor, Cohort, ClusterQueue, LocalQueue, "
+    "WorkloadPriorityClass, kueue.x-k8s.io/v1beta2) and, for departments, KAI Queues, as YAML."
 )
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @run_async
