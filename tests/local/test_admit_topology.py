@@ -68,6 +68,15 @@ def test_the_machine_alone_is_labelled_with_its_hostname() -> None:
     assert [dict(n.labels) for n in pool_nodes(None, machine)] == [{HOST: "box"}]
 
 
+def test_a_nodes_gpu_memory_is_its_models_unless_written() -> None:
+    machine = LocalAdmitter(node="box", capacity={"memory": 1.0}).machine()
+    p = load_platform("local:\n  nodes:\n    - {name: h200, gpus: 1, gpu_model: nvidia-h200}\n"
+                      "    - {name: set, gpus: 1, gpu_model: nvidia-h200, gpu_memory: 40Gi}\n"
+                      "    - {name: plain, gpus: 1}\n")
+    assert [(n.name, n.gpu_memory_mb) for n in pool_nodes(p, machine)] == [
+        ("h200", 141 * 1024), ("set", 40 * 1024), ("plain", 80 * 1024)]
+
+
 def test_annotations_read_as_kueue_reads_them() -> None:
     assert topology_request({}) is None
     assert topology_request({f"{TAS}required-topology": RACK}) == adm.TopologyRequest(required=RACK)

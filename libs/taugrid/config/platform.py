@@ -253,7 +253,8 @@ class LocalNode(Strict):
 
     name: NodeName
     gpus: int = Field(default=0, ge=0, le=64, description="GPUs this node offers (declared, simulated)")
-    gpu_memory: MemoryQuantity | None = Field(default=None, description="memory of each GPU (default 80Gi)")
+    gpu_memory: MemoryQuantity | None = Field(default=None, description="memory of each GPU (default: its "
+                                              "gpu_model's, else 80Gi)")
     gpu_model: str | None = Field(default=None, description="the model of its GPUs (taugrid.core.devices; absent: "
                                   "NVIDIA's), whose vendor's resource they are given for")
     cpus: CpuQuantity | None = Field(default=None, description="CPU cores; absent: time-shared, bounded by quota")

@@ -89,11 +89,19 @@ def pool_nodes(p: Platform | None, machine: PoolNode) -> list[PoolNode]:
     ``kubernetes.io/hostname`` (its name unless written), as a kubelet labels its node: TAS reads it as a level."""
     if p is None or not p.local.nodes:
         return [replace(machine, labels=tuple(sorted({HOSTNAME_LABEL: machine.name, **dict(machine.labels)}.items())))]
-    return [PoolNode(n.name, n.gpus, int(parse_memory(n.gpu_memory)) >> 20 if n.gpu_memory else 81920,
+    return [PoolNode(n.name, n.gpus, _gpu_memory_mb(n.gpu_memory, n.gpu_model),
                      parse_cpu(n.cpus) if n.cpus is not None else None,
                      float(parse_memory(n.memory)) if n.memory is not None else machine.memory,
                      tuple(sorted(node_labels(n).items())), _gpu_resource(n.gpu_model))
             for n in p.local.nodes]
+
+
+def _gpu_memory_mb(gpu_memory: str | None, gpu_model: str | None) -> int:
+    """Each GPU's memory: as written, else its model's (an H200's 141 GiB), else 80 GiB."""
+    model = devices.model(gpu_model) if gpu_model else None
+    if gpu_memory:
+        return int(parse_memory(gpu_memory)) >> 20
+    return model.memory_gib << 10 if model is not None else 81920
 
 
 def _gpu_resource(gpu_model: str | None) -> str:
