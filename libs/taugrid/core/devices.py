@@ -14,7 +14,7 @@ A vendor is what a device plugin, a container engine and a program each call its
 * whether its stack shares one GPU between pods by fraction or memory (KAI's GPU sharing is NVIDIA only; ROCm
   and Gaudi partition devices into resources of their own, which a run asks for as ``runtime.devices``).
 
-A model (``nvidia-h100``, ``amd-mi300x``, ``gaudi3``) is one vendor's GPU with its memory and interconnect. The
+A model (``nvidia-h100``, ``amd-mi300x``, ``gaudi3``) is one vendor's GPU with its memory. The
 table is data: adding a model is one line. Nothing here does I/O.
 """
 
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 VendorName = Literal["nvidia", "amd", "intel-gaudi"]
-VENDOR_NAMES: tuple[VendorName, ...] = ("nvidia", "amd", "intel-gaudi")
 ANY = "any"  # a run that takes whichever vendor its queue offers
 
 
@@ -62,25 +61,20 @@ GPU_RESOURCES: frozenset[str] = frozenset(v.resource for v in VENDORS.values())
 class GpuModel:
     name: str
     vendor: VendorName
-    memory_gib: int
-    interconnect: str  # the scale-up link between GPUs of one node
+    memory_gib: int  # each GPU's (a local node's default gpu_memory)
 
 
 MODELS: dict[str, GpuModel] = {m.name: m for m in (
-    GpuModel("nvidia-a100", "nvidia", 80, "nvlink3"),
-    GpuModel("nvidia-h100", "nvidia", 80, "nvlink4"),
-    GpuModel("nvidia-h200", "nvidia", 141, "nvlink4"),
-    GpuModel("nvidia-b200", "nvidia", 192, "nvlink5"),
-    GpuModel("amd-mi250x", "amd", 128, "infinity-fabric"),
-    GpuModel("amd-mi300x", "amd", 192, "infinity-fabric"),
-    GpuModel("amd-mi325x", "amd", 256, "infinity-fabric"),
-    GpuModel("gaudi2", "intel-gaudi", 96, "roce"),
-    GpuModel("gaudi3", "intel-gaudi", 128, "roce"),
+    GpuModel("nvidia-a100", "nvidia", 80),
+    GpuModel("nvidia-h100", "nvidia", 80),
+    GpuModel("nvidia-h200", "nvidia", 141),
+    GpuModel("nvidia-b200", "nvidia", 192),
+    GpuModel("amd-mi250x", "amd", 128),
+    GpuModel("amd-mi300x", "amd", 192),
+    GpuModel("amd-mi325x", "amd", 256),
+    GpuModel("gaudi2", "intel-gaudi", 96),
+    GpuModel("gaudi3", "intel-gaudi", 128),
 )}
-
-
-def vendor(name: str) -> Vendor | None:
-    return VENDORS.get(name)
 
 
 def model(name: str) -> GpuModel | None:
