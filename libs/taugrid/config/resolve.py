@@ -133,6 +133,7 @@ def resolve_run(
     topology_fit(cfg, queue_topologies(platform, cluster_queue), cfg.execution.nodes if cfg.engine == "job" else pods,
                  issues.add, queue=cluster_queue)
     raise_issues(issues.items)
+    elastic_min, elastic_max, elastic_step, elastic_cooldown_s = _elastic_fields(cfg)
     return ResolvedRun(
         run_id=run_id,
         submission_id=submission_id,
@@ -157,10 +158,10 @@ def resolve_run(
         resources=requests,
         limits=limits,
         nodes=cfg.execution.nodes if cfg.engine == "job" else 1,
-        elastic_min=_elastic_fields(cfg)[0],
-        elastic_max=_elastic_fields(cfg)[1],
-        elastic_step=_elastic_fields(cfg)[2],
-        elastic_cooldown_s=_elastic_fields(cfg)[3],
+        elastic_min=elastic_min,
+        elastic_max=elastic_max,
+        elastic_step=elastic_step,
+        elastic_cooldown_s=elastic_cooldown_s,
         processes_per_node=nproc,
         workers=pods if cfg.engine == "ray" else 0,
         gpus_per_worker=requests.gpu if cfg.engine == "ray" else 0,
