@@ -209,3 +209,14 @@ def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> Non
         "health.degraded": ["health-monitor"], "evidence.sealed": ["evidence"],
         "dispatch.nominated": ["dispatcher"], "dispatch.chosen": ["dispatcher"], "dispatch.withdrawn": ["dispatcher"],
     }
+
+
+def test_an_event_waiting_for_its_authors_keys_backs_off_as_a_handler_retry_does() -> None:
+    """An event whose author cannot be checked yet (no service keys recorded) is nak'ed with the same doubling
+    delay as a handler's retry, so its deliveries span about a minute rather than 8 × 2 s; a paced wait is exact."""
+    from taugrid.bus.consumer import retry_delay
+    from taugrid.core.errors import NotYet, TemporaryError
+
+    waiting = TemporaryError("no service keys recorded yet (the bootstrap publishes them)", delay=2.0)
+    assert [retry_delay(waiting, n) for n in range(1, 9)] == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+    assert retry_delay(NotYet("paced", delay=7.5), 5) == 7.5

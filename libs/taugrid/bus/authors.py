@@ -16,7 +16,9 @@ The keys. The bootstrap identity, and only it (``permissions``: no other identit
 each service's public key under the service's name (``publish_keys``: ``tau up``; the chart's bootstrap Job).
 A connection without credentials (a bus without authentication) has no boundary to keep: there the check is
 the ``ce-source`` one alone. On an authenticated bus whose keys are not recorded yet, an event waits (a
-``TemporaryError``: the consumer naks it) until they are; it is never acted on unchecked. A signer not yet
+``TemporaryError``: the consumer naks it, backing off as for any handler's, so its deliveries span about a
+minute); it is never acted on unchecked: one still waiting after ``max_deliver`` reaches the DLQ through the
+server's max-deliveries advisory (``tau dlq replay`` sends it again). A signer not yet
 known makes the keys be read again (at most every ``REFRESH_S``), so a rotated key is taken without a restart.
 """
 

@@ -96,6 +96,17 @@ def _resolve(handled: asyncio.Future[None] | None) -> None:
         handled.set_result(None)
 
 
+def retry_delay(exc: TemporaryError, delivered: int) -> float:
+    """How long a message that met ``exc`` on its ``delivered``-th delivery waits before the next. The delay doubles
+    with each delivery (up to 30 s): what it waits for (a projection, a peer service, the service keys the
+    bootstrap records) may be restarting, and a fixed short delay would spend ``max_deliver`` in seconds and lose
+    the event to the DLQ (8 deliveries now span about a minute). A ``NotYet`` (a paced submission's slot) is a
+    scheduled wait: exactly what it says."""
+    if isinstance(exc, NotYet):
+        return exc.delay
+    return min(30.0, max(exc.delay, exc.delay * 2 ** (delivered - 1)))
+
+
 class ConsumerLoop:
     def __init__(self, bus: Bus, *, stream: str, durable: str, handler: Handler, batch: int = 32,
                  fetch_timeout: float = 1.0, tails: dict[str, asyncio.Future[None]] | None = None,
@@ -219,9 +230,10 @@ class ConsumerLoop:
             try:
                 problem = await self.authors.problem(event)
             except TemporaryError as exc:  # its author cannot be checked yet: later, never unchecked
-                log.info("%s: %s seq=%s waits: %s", self.durable, msg.subject, meta.sequence.stream, exc)
+                delay = retry_delay(exc, meta.num_delivered)
+                log.info("%s: %s seq=%s waits %.1fs: %s", self.durable, msg.subject, meta.sequence.stream, delay, exc)
                 _resolve(handled)
-                await self._settle(msg, nak(exc.delay))
+                await self._settle(msg, nak(delay))
                 outcome("retry")
                 return
         if problem is not None:
@@ -251,12 +263,7 @@ class ConsumerLoop:
                                         else "undecodable").inc()
             outcome("dead_letter")
         except TemporaryError as exc:
-            # The delay doubles with each delivery (up to 30 s): what a handler waits for (a projection, a peer
-            # service) may be restarting, and a fixed short delay would spend max_deliver in seconds and lose
-            # the event to the DLQ (8 deliveries now span about a minute).
-            delay = min(30.0, max(exc.delay, exc.delay * 2 ** (meta.num_delivered - 1)))
-            if isinstance(exc, NotYet):  # a scheduled wait (a paced submission's slot): exactly what it says
-                delay = exc.delay
+            delay = retry_delay(exc, meta.num_delivered)
             log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
                      delay, exc)
             _resolve(handled)
