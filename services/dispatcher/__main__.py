@@ -3,11 +3,11 @@ from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.sites import DISPATCHER_DURABLE, hub_stream
 from taugrid.config.platform import Platform
 from taugrid.core.errors import TemporaryError
+from taugrid.core.siteleases import renew_period
 from taugrid.service import Service, main
 from taugrid_services.dispatcher.handlers import Dispatcher
 
 ROUND_TICK_S = 5.0
-LEASE_TICK_S = 5.0  # how often the sites' leases are judged (worker_lost_timeout is minutes)
 
 
 async def start(svc: Service) -> None:
@@ -27,7 +27,8 @@ async def start(svc: Service) -> None:
                             handler=dispatcher.reports_of(cluster.name))
         svc.loops.append(loop)
     svc.every(ROUND_TICK_S, dispatcher.next_rounds)
-    svc.every(LEASE_TICK_S, dispatcher.leases_pass)
+    # the sites' leases are judged as often as they are renewed (read at start: a change needs a restart)
+    svc.every(renew_period((await platform()).dispatch.worker_lost_timeout), dispatcher.leases_pass)
 
 
 if __name__ == "__main__":

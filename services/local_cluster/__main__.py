@@ -5,13 +5,13 @@ from taugrid.bus import sites
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.topology import SITE_LOCAL_DURABLE
 from taugrid.core.errors import TemporaryError
+from taugrid.core.siteleases import WORKER_LOST_TIMEOUT_S, renew_period
 from taugrid.local import runas
 from taugrid.local.controller import LocalCluster
 from taugrid.local.machine import inventory
 from taugrid.service import Service, main
 
 log = logging.getLogger("taugrid.local_cluster")
-LEASE_RENEW_S = 5.0  # a site's lease renewal period, well inside dispatch.worker_lost_timeout (minutes)
 
 
 async def start(svc: Service) -> None:
@@ -29,7 +29,9 @@ async def start(svc: Service) -> None:
             await cluster.lease_pass()
         except TemporaryError as exc:  # the hub is out of reach: the site works on, renewing every tick
             log.warning("no lease renewal at start: %s", exc)
-        svc.every(LEASE_RENEW_S, cluster.lease_pass)
+        # a quarter of the platform's worker_lost_timeout, at most 5 s (read at start: a change needs a restart)
+        timeout = cluster.platform.dispatch.worker_lost_timeout if cluster.platform else WORKER_LOST_TIMEOUT_S
+        svc.every(renew_period(timeout), cluster.lease_pass)
         # a site's requests are the dispatcher's, sourced from the hub into its own SITE_IN (docs §13d); its
         # nodes' cordons have no stream here yet (§16)
         svc.loops.append(ConsumerLoop(svc.bus, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,

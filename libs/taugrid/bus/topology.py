@@ -73,6 +73,7 @@ KV_BUCKETS = {
     "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
     "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
     "dispatch": 1,  # dispatcher: per run attempt, the clusters nominated and the one chosen (written once, CAS)
+    "site_leases": 1,  # many clusters: one lease per site, renewed by the site, declared lost by the dispatcher
     "service_keys": 1,  # each service's public nkey, written by the bootstrap identity only (bus/authors.py)
 }
 OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only

@@ -43,8 +43,13 @@ def _parse_scale(items: tuple[str, ...]) -> dict[str, int]:
 @click.option("--break-glass-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the break-glass key the first time (default: this stack's folder under "
               "~/.config/taugrid, never the data dir). Keep it offline.")
+@click.option("--platform", "platform_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The platform.yaml a new data dir starts with (instead of one derived from this "
+              "machine). One that names clusters starts a hub, a leaf server and a local cluster per cluster, and "
+              "the dispatcher (docs §13d).")
 @output_option
-def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path | None, output: str) -> None:
+def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path | None, platform_file: Path | None,
+       output: str) -> None:
     wanted = _parse_scale(scale)  # refuse a typo before anything starts
     d = data_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -55,6 +60,9 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path 
     problem = layout_problem(d / "nats", ha=ha)
     if problem and not state:
         fail(problem, EXIT_USAGE)
+    if state and platform_file is not None:
+        fail(f"the stack in {d} is running: --platform only seeds a new data dir; use `tau platform apply "
+             f"{platform_file}` (then `tau down` and `tau up` if it changes clusters)", EXIT_USAGE)
     if state and wanted:
         _report(_apply_scale(d, wanted, timeout), output, "rescaled")
         return
@@ -65,6 +73,8 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path 
     env = {**without_secrets(os.environ), runas.ENV: _run_as(d)}
     _operator_keys(d, break_glass_file)
     cmd = [sys.executable, "-m", "taugrid.stack.supervisor", "--data-dir", str(d)] + (["--ha"] if ha else [])
+    if platform_file is not None:
+        cmd += ["--platform", str(platform_file.resolve())]
     for s in scale:
         cmd += ["--scale", s]
     log = open(d / "supervisor.log", "ab")  # noqa: SIM115 - owned by the child

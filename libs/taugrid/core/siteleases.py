@@ -101,3 +101,9 @@ def orphans(running: Mapping[str, str], chosen: Mapping[str, str], me: str) -> l
     (workload → record key) that the hub no longer has chosen at this cluster (requeued elsewhere, or its record
     gone), sorted."""
     return sorted(w for w, k in running.items() if chosen.get(k) != me)
+
+
+def renew_period(timeout: float) -> float:
+    """How often a site renews its lease and the hub judges them, for a ``worker_lost_timeout`` of ``timeout``:
+    a quarter of it, between 0.5 s and 5 s, so a lease misses several renewals before it can expire."""
+    return min(5.0, max(0.5, timeout / 4))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,14 +101,17 @@ def people(platform: Platform | None, *, local_admin: creds.Identity | None) -> 
     return out
 
 
-def render(ids: StackIdentities, platform: Platform | None) -> str:
+def render(ids: StackIdentities, platform: Platform | None,
+           leaves: Sequence[permissions.LeafUser] = ()) -> str:
+    """The hub's users: the stack's identities, the platform's people, and the leaf node of each site the stack
+    runs (``stack.sites``)."""
     accounts = permissions.accounts(
         bootstrap_key=ids.bootstrap.public_key,
         service_keys={name: i.public_key for name, i in ids.services.items()},
         people=people(platform, local_admin=ids.person),
         break_glass_key=ids.break_glass.public_key if ids.break_glass else None,
     )
-    return permissions.authorization_conf(accounts)
+    return permissions.authorization_conf(accounts, leaves)
 
 
 def write_conf(path: Path, text: str) -> bool:

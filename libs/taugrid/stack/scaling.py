@@ -18,7 +18,10 @@ import time
 from pathlib import Path
 
 SERVICES = ["submitter", "policy", "renderer", "admission_watcher", "recovery", "evidence", "health_monitor",
-            "node_agent", "local_cluster", "portal", "run_record"]  # a new one goes last: metrics ports follow it
+            "node_agent", "local_cluster", "portal", "run_record", "dispatcher"]  # a new one goes last: metrics
+# ports follow it
+# Started only when the platform names clusters (stack/sites.py); the local cluster then runs once per site.
+SITES_ONLY = {"dispatcher"}
 SINGLETONS = {
     "local_cluster": "it owns this machine's pods and GPUs",
     "node_agent": "it samples this machine's GPUs",

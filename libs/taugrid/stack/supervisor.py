@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from taugrid.local import runas
 from taugrid.ports import free_port
 from taugrid.settings import Settings, SettingsError, current
-from taugrid.stack import auth, natsserver, scaling
+from taugrid.stack import auth, natsserver, scaling, sites
 from taugrid.stack.machine_platform import machine_platform_yaml
 from taugrid.stack.natsserver import without_secrets
 from taugrid.stack.scaling import SERVICES, SINGLETONS
@@ -62,6 +62,7 @@ def metrics_port(service: str, replica: int, base: int | None) -> int | None:
 class Proc:
     service: str
     replica: int
+    site: str = ""  # a site's local cluster (many clusters): the site's name
     popen: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     next_start: float = 0.0
@@ -85,6 +86,9 @@ class Stack:
     cluster: natsserver.Cluster | None = None  # --ha: three servers; ``nats`` is then the first one's process
     run_as: runas.Decision | None = None  # which OS user runs the pods (``taugrid.local.runas``), and why
     settings: Settings = field(default_factory=current)  # `tau up`'s own, read once
+    platform_file: Path | None = None  # `tau up --platform FILE`: the platform a new data dir starts with
+    platform_text: str = ""  # the platform read at start
+    sites: sites.Sites | None = None  # the platform names clusters: the hub's leaf sites (stack/sites.py)
 
     @property
     def servers(self) -> list[subprocess.Popen[bytes]]:
@@ -107,7 +111,8 @@ class Stack:
         except ConfigError as exc:  # `tau platform apply` validates; never lock everyone out over a bad revision
             log.error("platform revision %d is invalid, keeping the previous users: %s", revision, exc)
             return
-        changed = auth.write_conf(self.auth_conf, auth.render(self.ids, platform))
+        leaves = self.sites.leaf_users() if self.sites is not None else ()
+        changed = auth.write_conf(self.auth_conf, auth.render(self.ids, platform, leaves))
         self.platform_revision = revision
         if changed:
             for server in self.servers:
@@ -134,6 +139,7 @@ class Stack:
             "retiring": [{"service": p.service, "replica": p.replica, "pid": p.popen.pid}
                          for p, _ in self.retiring if p.popen is not None],
             "user_creds": str(self.ids.person_creds) if self.ids else None,
+            "sites": self.sites.state() if self.sites is not None else [],
             "platform_revision": self.platform_revision,
             "run_as": ({"mode": self.run_as.mode, "why": self.run_as.why, "note": self.run_as.note}
                        if self.run_as else None),
@@ -151,12 +157,14 @@ class Stack:
     def spawn(self, p: Proc) -> None:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        out = open(logs / f"{p.service}-{p.replica}.log", "ab")  # noqa: SIM115 - owned by the child
+        out = open(logs / f"{p.service}-{p.site or p.replica}.log", "ab")  # noqa: SIM115 - owned by the child
         assert self.ids is not None
         env = {**without_secrets(os.environ), "TAU_NATS_URL": self.url, "TAU_DATA_DIR": str(self.data_dir),
                "TAU_REPLICA": str(p.replica), "TAU_NATS_CREDS": str(self.ids.service_creds(p.service)),
                auth.LOCAL_ADMIN_ENV: self.ids.local_admin,
                scaling.READY_FILE_ENV: str(scaling.ready_file(self.data_dir, p.service, p.replica))}
+        if self.sites is not None:
+            env.update(sites.service_env(self.sites, p.service, p.site))
         port = self.metrics_port(p)
         if port is not None:
             env[METRICS_PORT_ENV] = str(port)
@@ -168,7 +176,8 @@ class Stack:
         if p.service in scaling.BACKGROUND:  # after the run's path, for the CPU (see scaling.BACKGROUND)
             os.setpriority(os.PRIO_PROCESS, p.popen.pid,
                            os.getpriority(os.PRIO_PROCESS, 0) + scaling.BACKGROUND_NICENESS)
-        log.info("started %s[%d] pid %d", p.service, p.replica, p.popen.pid)
+        log.info("started %s[%d]%s pid %d", p.service, p.replica, f" at site {p.site}" if p.site else "",
+                 p.popen.pid)
 
 
 async def _prepare(stack: Stack) -> None:
@@ -187,12 +196,36 @@ async def _prepare(stack: Stack) -> None:
             await _bootstrap_cluster(bus, replicas=stack.cluster.size)
         await publish_keys(bus, {name: i.public_key for name, i in stack.ids.services.items()})
         await ensure_local_user(bus, stack.data_dir)
+        if stack.platform_file is not None:
+            await _seed_platform(bus, stack.platform_file)
         if await get_text(bus) is None:
             await put_text(bus, machine_platform_yaml(stack.data_dir))
         got = await get_text(bus)
+        stack.platform_text = got[0] if got else ""
         stack.apply_people(*(got or (None, 0)))
     finally:
         await bus.close()
+
+
+async def _seed_platform(bus: Bus, path: Path) -> None:
+    """``tau up --platform FILE``: the platform of a new data dir. A data dir that has one keeps it (a change goes
+    through ``tau platform apply``, with its diff and checks); the same text again is fine."""
+    from taugrid.bus.platformstore import get_text, put_text
+    from taugrid.config.platform import load_platform
+    from taugrid.core.errors import ConfigError
+
+    try:
+        text = path.read_text()
+        load_platform(text, path=str(path))
+    except (OSError, ConfigError) as exc:
+        raise SystemExit(f"--platform {path}: {exc}") from None
+    got = await get_text(bus)
+    if got is None:
+        await put_text(bus, text)
+    elif got[0] != text:
+        raise SystemExit(f"--platform {path}: this data dir already has a platform (revision {got[1]}); change it "
+                         f"with `tau platform apply {path}` (then `tau down` and `tau up` if it changes clusters), "
+                         "or start without --platform")
 
 
 async def _bootstrap_cluster(bus: Bus, *, replicas: int, timeout: float = 120.0) -> None:
@@ -212,6 +245,38 @@ async def _bootstrap_cluster(bus: Bus, *, replicas: int, timeout: float = 120.0)
             await asyncio.sleep(1.0)
 
 
+def _start_hub(stack: Stack) -> None:
+    """The single server, on its port and store; with sites, as their hub (domain ``hub``, leafnode listener)."""
+    stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
+                                              port=stack.port or None, auth_conf=stack.auth_conf,
+                                              leaf=stack.sites.hub_leaf if stack.sites is not None else None)
+
+
+def _start_sites(stack: Stack) -> None:
+    """When the platform names clusters: the server restarted as their hub with a leaf user per site, a leaf
+    server per site, both sides of each link provisioned (stack/sites.py). Refused (the stack does not start)
+    for what ``tau up`` cannot run."""
+    from taugrid.config.platform import load_platform
+
+    assert stack.ids is not None and stack.nats is not None
+    platform = load_platform(stack.platform_text, path="platform (KV)") if stack.platform_text else None
+    problem = sites.refusal(platform, ha=stack.cluster is not None)
+    if problem:
+        shutdown(stack)
+        raise SystemExit(problem)
+    names = sites.names(platform)
+    if not names:
+        return
+    stack.sites = sites.Sites(stack.data_dir, stack.ids, names)
+    stack.apply_people(stack.platform_text, stack.platform_revision)  # the leaf users, before the hub restarts
+    stack.nats.terminate()
+    stack.nats.wait(timeout=15)
+    _start_hub(stack)
+    stack.sites.start()
+    asyncio.run(stack.sites.provision(stack.url, stack.platform_text))
+    log.info("many clusters: the hub and %d sites (%s) are up", len(names), ", ".join(names))
+
+
 def _watch_platform(stack: Stack) -> None:
     """Follow the platform KV (in a thread) and keep the server's users in step with every revision."""
     from taugrid.bus import kv
@@ -228,6 +293,8 @@ def _watch_platform(stack: Stack) -> None:
                         break
                     if entry is not None and entry.revision != stack.platform_revision:
                         stack.apply_people(entry.value.decode(), entry.revision)
+                        if stack.sites is not None:
+                            await stack.sites.push_platform(entry.value.decode())
             except Exception as exc:  # noqa: BLE001 - keep following; a restarting server must not stop this
                 log.warning("platform watcher: %r; retrying", exc)
                 await asyncio.sleep(1.0)
@@ -294,16 +361,26 @@ def run(stack: Stack) -> int:
         stack.cluster.start(first_port=first_port)
         stack.nats, stack.port = stack.cluster.procs[0], stack.cluster.nodes[0].port
     else:
-        stack.nats, stack.port = natsserver.start(stack.data_dir / "nats", log_file=stack.data_dir / "nats.log",
-                                                  port=first_port, auth_conf=stack.auth_conf)
+        stack.port = first_port or 0
+        _start_hub(stack)
     if stack.run_as is not None and stack.run_as.mode == runas.WORKSPACE:
         runas.close_data_dir(stack.data_dir)  # now that the server's store and log exist
-    asyncio.run(_prepare(stack))
+    try:
+        asyncio.run(_prepare(stack))
+    except SystemExit:  # a --platform refused: nothing of this stack keeps running
+        shutdown(stack)
+        raise
+    _start_sites(stack)
     stack.portal_port = stack.settings.portal.port or free_port()
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     _watch_platform(stack)
     _export_anchors(stack)
     for svc in SERVICES:
+        if stack.sites is not None and svc == "local_cluster":  # one per site instead of the hub's own
+            stack.procs.extend(Proc(svc, i, site=name) for i, name in enumerate(stack.sites.cluster_names))
+            continue
+        if stack.sites is None and svc in scaling.SITES_ONLY:
+            continue
         n = 1 if svc in SINGLETONS else max(1, stack.scale.get(svc, 1))
         stack.procs.extend(Proc(svc, i) for i in range(n))
     for p in stack.procs:
@@ -337,9 +414,12 @@ def run(stack: Stack) -> int:
             stack.nats = stack.cluster.procs[0]
         elif stack.nats.poll() is not None:
             log.error("nats-server exited; restarting it on the same port and store")
-            stack.nats, _ = natsserver.start(stack.data_dir / "nats", port=stack.port,
-                                             log_file=stack.data_dir / "nats.log", auth_conf=stack.auth_conf)
+            _start_hub(stack)
             changed = True  # stack.json names the new server's pid
+        if stack.sites is not None:
+            for name in stack.sites.restart_dead():
+                log.error("site %s's nats-server exited; restarted it on the same port and store", name)
+                changed = True
         if changed:
             stack.write_state("ready")
         time.sleep(0.2)
@@ -411,6 +491,8 @@ def shutdown(stack: Stack) -> None:
                 p.popen.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 p.popen.kill()
+    if stack.sites is not None:
+        stack.sites.stop()
     if stack.cluster is not None:
         stack.cluster.stop()
     elif stack.nats and stack.nats.poll() is None:
@@ -434,6 +516,7 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--scale", action="append", default=[])
     ap.add_argument("--ha", action="store_true", help="a 3-server JetStream cluster, every stream on all three")
+    ap.add_argument("--platform", type=Path, default=None, help="the platform a new data dir starts with")
     args = ap.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s supervisor %(levelname)s %(message)s")
     try:
@@ -446,7 +529,8 @@ def main() -> None:
         raise SystemExit(problem)
     ha = args.ha or natsserver.is_cluster_store(data_dir / "nats")
     sys.exit(run(Stack(data_dir=data_dir, scale=parse_scale(args.scale),
-                       cluster=natsserver.Cluster(data_dir / "nats") if ha else None, settings=given)))
+                       cluster=natsserver.Cluster(data_dir / "nats") if ha else None, settings=given,
+                       platform_file=args.platform.resolve() if args.platform else None)))
 
 
 if __name__ == "__main__":
