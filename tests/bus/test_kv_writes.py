@@ -3,8 +3,10 @@ created again (the writes go through ``Bus.replies``; a deleted key's create fal
 
 from __future__ import annotations
 
+import gzip
 import uuid
 
+import msgspec
 import pytest
 
 from taugrid.bus import Bus, kv
@@ -26,3 +28,31 @@ async def test_create_once_compare_and_set_and_a_deleted_key_created_again(bus: 
     third = await kv.create(bus, "submissions", key, b"three")  # its delete marker is a revision: reused
     assert third is not None and third > second
     assert await kv.get(bus, "submissions", key) == kv.Record(value=b"three", revision=third)
+
+
+async def test_run_records_are_stored_compressed_and_every_reader_sees_their_json(bus: Bus) -> None:
+    """issue 27: ``run_state`` values are stored gzip-compressed; get, load, a listing, a wildcard read, an update
+    and a watch all hand out the JSON, and a record stored plain (an earlier release's) still reads as it is."""
+    from taugrid.core.states import Phase, RunRecord
+
+    ws = f"pk{uuid.uuid4().hex[:6]}"
+    record = RunRecord(run_id="packed-1", workspace=ws, state="running",
+                       phases=[Phase(name=f"phase-{i}", status="done", detail="node vm") for i in range(12)])
+    plain = msgspec.json.encode(record)
+    revision = await kv.save(bus, "run_state", f"run.{ws}.packed-1", record, revision=0)
+    stored = await bus.js.get_msg("KV_run_state", seq=revision)
+    assert stored.data[:2] == b"\x1f\x8b" and len(stored.data) < len(plain) // 2
+    assert gzip.decompress(stored.data) == plain
+    assert await kv.get(bus, "run_state", f"run.{ws}.packed-1") == kv.Record(value=plain, revision=revision)
+    assert await kv.load(bus, "run_state", f"run.{ws}.packed-1", RunRecord) == (record, revision)
+    assert await kv.last_by_wildcard(bus, "run_state", "run.*.packed-1") == plain
+    old = RunRecord(run_id="plain-1", workspace=ws, state="succeeded")
+    await bus.js.publish(f"$KV.run_state.run.{ws}.plain-1", msgspec.json.encode(old))  # as an earlier release wrote
+    listed = await kv.filtered_values(bus, "run_state", RunRecord, key_filter=f"run.{ws}.*")
+    assert sorted(listed, key=lambda r: r.run_id) == [record, old]
+    watched = []
+    async for key, value in kv.watch(bus, "run_state", f"run.{ws}.>"):
+        if (key, value) == kv.CAUGHT_UP:
+            break
+        watched.append((key, value))
+    assert sorted(watched) == [(f"run.{ws}.packed-1", plain), (f"run.{ws}.plain-1", msgspec.json.encode(old))]

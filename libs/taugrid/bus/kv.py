@@ -15,9 +15,11 @@ confine a reader to some keys (``permissions``: people read ``run_state`` and ``
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 import re
 import secrets
+import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
@@ -36,6 +38,15 @@ log = logging.getLogger("taugrid.bus")
 _VALID_KEY = re.compile(r"[-/_=a-zA-Z0-9][-/_=.a-zA-Z0-9]*")  # nats-py's key rule: no leading or trailing dot
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 
+# Buckets whose values are stored gzip-compressed (issue 27). A run record is ~5 KB of JSON that repeats its keys
+# in every phase, pod and history entry, ~1.6 KB compressed, rewritten at each of its run's events; the fastest
+# level loses little on so small a value. Every reader here inflates, so callers only ever see the JSON, and a
+# value stored plain (by an earlier release, or a test that puts bytes) reads as it is: JSON never starts with
+# gzip's magic number. A reader outside this module (``nats kv get``) sees the gzip stream.
+PACKED_BUCKETS = frozenset({"run_state"})
+_GZIP_MAGIC = b"\x1f\x8b"
+_MAX_UNPACKED = 64 * 1024 * 1024  # a record is KBs; a stored value inflating past this is refused
+
 
 class Conflict(TemporaryError):
     """Someone else wrote the key since it was read (or created it first): read again and redo the change."""
@@ -48,8 +59,23 @@ class Record(msgspec.Struct, frozen=True):
     revision: int
 
 
-def _encode(value: msgspec.Struct | bytes) -> bytes:
-    return value if isinstance(value, bytes) else msgspec.json.encode(value)
+def _encode(value: msgspec.Struct | bytes, bucket: str = "") -> bytes:
+    data = value if isinstance(value, bytes) else msgspec.json.encode(value)
+    return gzip.compress(data, compresslevel=1, mtime=0) if bucket in PACKED_BUCKETS else data
+
+
+def unpack(bucket: str, stored: bytes) -> bytes:
+    """A value as its writer gave it: inflated when ``bucket`` stores compressed values and this one is."""
+    if bucket not in PACKED_BUCKETS or not stored.startswith(_GZIP_MAGIC):
+        return stored
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
+    try:
+        out = inflate.decompress(stored, _MAX_UNPACKED)
+    except zlib.error as exc:
+        raise ValueError(f"a compressed {bucket} value that does not inflate: {exc}") from exc
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise ValueError(f"a compressed {bucket} value cut short or inflating past {_MAX_UNPACKED} bytes")
+    return out
 
 
 async def get(bus: Bus, bucket: str, key: str, *, revision: int | None = None) -> Record | None:
@@ -63,7 +89,7 @@ async def get(bus: Bus, bucket: str, key: str, *, revision: int | None = None) -
             return None
         except UNAVAILABLE as exc:
             raise unavailable(f"reading {bucket}/{key}", exc) from exc
-    return Record(value=entry.value or b"", revision=int(entry.revision or 0))
+    return Record(value=unpack(bucket, entry.value or b""), revision=int(entry.revision or 0))
 
 
 async def load(bus: Bus, bucket: str, key: str, kind: type[T]) -> tuple[T | None, int]:
@@ -80,7 +106,7 @@ async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes)
     """Write a key that must not exist yet; its revision, or None when it exists already (left alone)."""
     with timed(KV_SECONDS, bucket, "create") as timing:
         try:
-            return await _create(bus, bucket, key, _encode(value))
+            return await _create(bus, bucket, key, _encode(value, bucket))
         except WRONG_LAST:
             timing.outcome = "exists"
             return None
@@ -114,7 +140,7 @@ async def _write(bus: Bus, bucket: str, key: str, data: bytes, *, revision: int)
 
 async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *, revision: int) -> int:
     """Write ``value`` if the key is still at ``revision`` (0: still absent); returns the new revision."""
-    data = _encode(value)
+    data = _encode(value, bucket)
     with timed(KV_SECONDS, bucket, "save") as timing:
         try:
             if revision == 0:
@@ -132,7 +158,7 @@ async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) ->
     with timed(KV_SECONDS, bucket, "put"):
         try:
             kv = await bus.kv(bucket)
-            return int(await kv.put(key, _encode(value)))
+            return int(await kv.put(key, _encode(value, bucket)))
         except UNAVAILABLE as exc:
             raise unavailable(f"writing {bucket}/{key}", exc) from exc
 
@@ -192,7 +218,7 @@ async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: 
             msg = await sub.next_msg(timeout=timeout)
             if (msg.headers or {}).get("KV-Operation") not in _DELETED and msg.data:
                 try:
-                    out.append(decode(msg.data))
+                    out.append(decode(unpack(bucket, msg.data)))
                 except (msgspec.DecodeError, ValueError) as exc:  # ValidationError and an uninflatable value too
                     log.error("skipping unreadable %s record %s: %s", bucket, msg.subject[len(pre):], exc)
             if msg.metadata.num_pending == 0:
@@ -237,7 +263,7 @@ async def _last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | N
         raise unavailable(f"reading {bucket}/{key_filter}", exc) from exc
     if (msg.headers or {}).get("KV-Operation") in _DELETED or not msg.data:
         return None
-    return bytes(msg.data)
+    return unpack(bucket, bytes(msg.data))
 
 
 async def updates(bus: Bus, bucket: str, key: str, *, idle: float = 1.0) -> AsyncIterator[Record | None]:
@@ -258,7 +284,7 @@ async def updates(bus: Bus, bucket: str, key: str, *, idle: float = 1.0) -> Asyn
             except UNAVAILABLE as exc:
                 raise unavailable(f"watching {bucket}/{key}", exc) from exc
             if entry is not None and entry.value:
-                yield Record(value=entry.value, revision=int(entry.revision or 0))
+                yield Record(value=unpack(bucket, entry.value), revision=int(entry.revision or 0))
     finally:
         with contextlib.suppress(*UNAVAILABLE):  # the connection is gone already
             await watcher.stop()
@@ -292,7 +318,7 @@ async def watch(bus: Bus, bucket: str, key_filter: str) -> AsyncIterator[tuple[s
             except UNAVAILABLE as exc:
                 raise unavailable(f"watching {bucket}/{key_filter}", exc) from exc
             deleted = (msg.headers or {}).get("KV-Operation") in _DELETED or not msg.data
-            yield msg.subject[len(pre):], None if deleted else bytes(msg.data)
+            yield msg.subject[len(pre):], None if deleted else unpack(bucket, bytes(msg.data))
             if not caught_up and msg.metadata.num_pending == 0:
                 caught_up = True
                 yield CAUGHT_UP
