@@ -7,7 +7,8 @@ No I/O, no clock: time is the ``now`` argument.
 
 Invariants:
 - a cycle costs O(ClusterQueues + decisions), never O(pending): heads come from heaps; parked workloads are
-  re-heaped (C ``heapify``) only after a capacity event in their cohort tree; a head of the same shape as its
+  re-heaped (C ``heapify``) only after a capacity event in their cohort tree, or, for a head whose verdict read
+  what the nodes hold now, after any release of node room (``CQQueue.parked_on_nodes``); a head of the same shape as its
   queue's last inadmissible head is settled by that head's nomination while neither epoch (the cohort tree's
   quota, the nodes) has moved (``_memo_hit``), with the reference engine's decisions (``memo=False``);
 - usage only grows through a fit check against the quota tree, so limits hold (see ``quota``);
@@ -91,6 +92,9 @@ class Engine:
         for q in self.queues.values():
             self._tree_queues.setdefault(self.tree.root(q.node), []).append(q)
         self._dirty: set[QNode] = set()
+        # Node room was released since the last cycle (nodes are shared): heads whose verdict read the nodes, in
+        # every cohort tree, are tried again; a head parked by quota alone waits for its own tree's event.
+        self._node_event = False
         self._violations: list[str] = []
         self._admit_seq = 0
         self._reserved: list[tuple[QNode, dict[FR, int]]] = []
@@ -264,7 +268,7 @@ class Engine:
     def _capacity_event(self, q: CQQueue) -> None:
         self._dirty.add(self.tree.root(q.node))
         if self.cluster is not None:
-            self._dirty.update(self._tree_queues)  # nodes are shared by every cohort tree
+            self._node_event = True  # nodes are shared by every cohort tree (see ``_node_event``)
 
     def shrink(self, name: str, count: int, now: float, cause: str = R.SHRUNK) -> R.Resize:
         """Kueue's in-place scale-down of an admitted elastic workload's resizable pod set to ``count`` (e.g. a
@@ -361,7 +365,13 @@ class Engine:
             self._node_parked.pop(root, None)
             for q in self._tree_queues[root]:
                 q.unpark(self.states)
+        if self._node_event:
+            for root, queues in self._tree_queues.items():
+                if root not in self._dirty:
+                    for q in queues:
+                        q.unpark_on_nodes(self.states)
         self._dirty.clear()
+        self._node_event = False
         self._violations = []
         entries: list[_Entry] = []
         for q in self.queues.values():
@@ -381,12 +391,15 @@ class Engine:
             if memo is not None and self._memo_hit(ws, q, memo):
                 # Its nomination would repeat the memo's (no victims either): ordered and processed as such.
                 assert isinstance(memo.assignment, Assignment)
+                ws.on_nodes = memo.on_nodes
                 entries.append((ws, q, memo.assignment, []))
                 continue
+            reads = self._reads()
             a = self._nominate(ws, q)
             targets: list[Target] = []
             if a.mode == Mode.PREEMPT:
                 targets = self._targets(ws, q, a)
+            ws.on_nodes = self._reads() != reads
             entries.append((ws, q, a, targets))
         admitted: list[R.Admission] = []
         preempted: list[R.Preemption] = []
@@ -551,6 +564,15 @@ class Engine:
         """Quota and node room were taken in ``q`` (an admission, an elastic growth): see ``_node_parked``."""
         self._taken += 1
 
+    def _reads(self) -> int:
+        """How many placement questions have read what the nodes hold now (see ``WState.on_nodes``)."""
+        return self.cluster.reads if self.cluster is not None else 0
+
+    def _park(self, ws: WState, q: CQQueue, reads: int) -> None:
+        """Park a head whose processing began at ``reads``: on the nodes' list if its verdict read them."""
+        ws.on_nodes = ws.on_nodes or self._reads() != reads
+        q.park(ws)
+
     def _epochs(self, q: CQQueue) -> tuple[int, int]:
         """What a nomination reads, as two counters: the cohort tree's quota epoch and the nodes' epoch."""
         return self.tree.root(q.node).epoch, self.cluster.epoch if self.cluster is not None else 0
@@ -558,7 +580,7 @@ class Engine:
     def _remember(self, ws: WState, q: CQQueue, a: Assignment) -> None:
         """Keep the nomination of a head that it alone made inadmissible (see ``_memo_hit``)."""
         if self.memo and self._memo_shape_ok(ws):
-            q.memo = Memo(ws.workload, ws.queue_ts, q.head_epochs, a)
+            q.memo = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes)
 
     @staticmethod
     def _memo_shape_ok(ws: WState) -> bool:
@@ -628,6 +650,7 @@ class Engine:
     def _process(self, entry: _Entry, now: float, admitted: list[R.Admission], preempted: list[R.Preemption]
                  ) -> None:
         ws, q, a, targets = entry
+        reads = self._reads()  # a verdict reached below may read the nodes too (recomputed, placed)
         if q.memo is None or q.memo.assignment is not a:  # a memo hit keeps the memo
             q.memo = None
             if a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
@@ -637,12 +660,12 @@ class Engine:
                 self._remember(ws, q, a)
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)
-            q.park(ws)
+            self._park(ws, q, reads)
             return
         if a.mode == Mode.PREEMPT and not targets:
             self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
             self._reserve_unreclaimable(ws, q, a)
-            q.park(ws)
+            self._park(ws, q, reads)
             return
         if self.recompute_on_overlap and any(t.name in self._cycle_victims for t in targets):
             # Kueue (RecomputeAssignmentUponPreemptionTargetsOverlap, on by default): assign again as if this
@@ -655,12 +678,12 @@ class Engine:
                 return
             if a.mode == Mode.NO_FIT:
                 self._set_pending(ws, a.reason, a.message)
-                q.park(ws)
+                self._park(ws, q, reads)
                 return
             if not targets:
                 self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
                 self._reserve_unreclaimable(ws, q, a)
-                q.park(ws)
+                self._park(ws, q, reads)
                 return
         if any(t.name in self._cycle_victims for t in targets):
             self._set_pending(ws, R.WAITING_FOR_QUOTA, R.MSG_OVERLAPPING_TARGETS)
@@ -685,7 +708,7 @@ class Engine:
                             # when the hold does, with no capacity event to unpark it, so it is tried next cycle.
                             q.push(ws)
                         else:
-                            q.park(ws)
+                            self._park(ws, q, reads)
                             self._node_parked.setdefault(self.tree.root(q.node), self._cycle_taken)
                         return
                 else:
@@ -856,6 +879,8 @@ class Engine:
         """True when a cycle would consider no head (everything admitted, parked, blocked or backing off)."""
         if self._dirty or any(taken != self._taken for taken in self._node_parked.values()):
             return False  # a capacity event (or an admission after a head parked for node room) is pending
+        if self._node_event and any(q.parked_on_nodes or q.blocked for q in self.queues.values()):
+            return False  # node room was released and some head waits for it
         return not any(q.has_active(self.states) for q in self.queues.values())
 
     def would_fit(self, name: str) -> bool:

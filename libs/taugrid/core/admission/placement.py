@@ -114,6 +114,9 @@ class Cluster:
         # Every change of a node's free capacity, simulations included, in order: the TAS trees keep their counts
         # per demand shape and recount only the nodes logged since (``_apply`` is the one place that changes it).
         self.changes = NodeChanges()
+        # Placement questions answered from what the nodes hold now (``place``, ``tas_assign`` but with ``empty``):
+        # the engine compares it around a head's nomination to know whether its verdict read the nodes.
+        self.reads = 0
         self._totals = NodeChanges()  # what ``tas_free(empty=True)`` reports never changes
 
     @property
@@ -151,6 +154,7 @@ class Cluster:
     def place(self, workload: Workload, flavors_per_pod_set: list[dict[str, str]],
               flavor_specs: Mapping[str, ResourceFlavor], *, commit: bool) -> Placed | str:
         """Place every pod of the gang; returns placements, or a message saying which pod did not fit."""
+        self.reads += 1
         tas = self.tas_assign(workload, flavors_per_pod_set, flavor_specs)
         if isinstance(tas, TasFailure):
             return f"couldn't assign flavors to pod set {tas.pod_set}: {tas.reason}"
@@ -242,6 +246,8 @@ class Cluster:
         """Topology assignments of the workload's TAS pod sets: per pod set index, per pod the node indices it
         may use, and Kueue's assignment per pod set name; or (pod set, flavor, reason) for the first that does
         not fit."""
+        if not empty:
+            self.reads += 1
         by_flavor: dict[str, list[int]] = {}
         for i, flv in enumerate(flavors_per_pod_set):
             spec = self.tas_flavor(flv, flavor_specs)

@@ -6,8 +6,11 @@ cycle pops one head per queue in O(log n), never scanning all pending workloads.
 Invariants:
 - a heap entry is live only while its ``version`` equals the workload's ``version`` and the workload is
   pending and not parked; anything else is a stale entry skipped on pop (lazy deletion);
-- BestEffortFIFO parks a head that did not fit (``parked``) until a capacity event in its cohort tree;
-  StrictFIFO keeps the head in place and marks the queue ``blocked`` until such an event or a new arrival;
+- BestEffortFIFO parks a head that did not fit (``parked``) until a capacity event in its cohort tree, or, when
+  its verdict read what the nodes hold now (``WState.on_nodes``: a TAS assignment or a placement on the live
+  nodes), in ``parked_on_nodes`` until such an event or any release of node room (nodes are shared by every
+  cohort tree); StrictFIFO keeps the head in place and marks the queue ``blocked`` until either or a new
+  arrival;
 - ``memo`` is only a shortcut: it holds the verdict of a head whose fate was decided by its nomination alone,
   stamped with the epochs it was nominated at; the engine reuses it only while both epochs are unchanged.
 """
@@ -35,6 +38,7 @@ class Memo:
     queue_ts: float
     epochs: tuple[int, int]  # (its cohort tree's quota epoch, the nodes' epoch) when it was nominated
     assignment: object  # its nominate.Assignment (NO_FIT, or PREEMPT without victims), never changed after
+    on_nodes: bool = False  # its nomination read what the nodes hold now (see ``WState.on_nodes``)
 
 
 @dataclass(slots=True, eq=False)
@@ -47,6 +51,9 @@ class WState:
     version: int = 0
     seq: int = 0  # FIFO tie-break, kept across re-pushes so a head keeps its place (0 = not yet given)
     parked: bool = False
+    # Its last verdict read what the nodes hold now (``placement.Cluster.reads`` moved while it was nominated or
+    # processed): parked, it waits in ``parked_on_nodes`` for any release of node room, not only its tree's.
+    on_nodes: bool = False
     preempting: bool = False  # victims were evicted for it; it goes first next cycle
     evicting: bool = False  # chosen as a victim this cycle; released at the end of the cycle
     requeue_at: float | None = None
@@ -68,14 +75,15 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "heap", "parked", "admitted", "blocked", "waiting", "inactive", "memo",
-                 "head_epochs", "_seq")
+    __slots__ = ("spec", "node", "heap", "parked", "parked_on_nodes", "admitted", "blocked", "waiting", "inactive",
+                 "memo", "head_epochs", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
         self.node = node
         self.heap: list[HeapEntry] = []
-        self.parked: list[HeapEntry] = []
+        self.parked: list[HeapEntry] = []  # verdicts of quota alone: back on a capacity event in the cohort tree
+        self.parked_on_nodes: list[HeapEntry] = []  # verdicts that read the nodes: back on any node release too
         self.admitted: dict[str, WState] = {}
         self.blocked = False
         self.waiting: WState | None = None  # preemptor whose victims were evicted: this queue's next entry
@@ -123,25 +131,38 @@ class CQQueue:
             self.blocked = True
             return
         ws.parked = True
-        self.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
+        entry = (-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version)
+        (self.parked_on_nodes if ws.on_nodes else self.parked).append(entry)
 
     def unpark(self, states: dict[str, WState]) -> None:
+        """A capacity event in the cohort tree: every parked head is back (and a StrictFIFO queue unblocked)."""
         self.blocked = False
-        if not self.parked:
+        self._back(self.parked, states)
+        self._back(self.parked_on_nodes, states)
+        self.parked, self.parked_on_nodes = [], []
+
+    def unpark_on_nodes(self, states: dict[str, WState]) -> None:
+        """Node room was released in another cohort tree: the heads whose verdict read the nodes are back; a
+        StrictFIFO queue is unblocked whatever its head's verdict read (it has one head, tried again)."""
+        self.blocked = False
+        self._back(self.parked_on_nodes, states)
+        self.parked_on_nodes = []
+
+    def _back(self, entries: list[HeapEntry], states: dict[str, WState]) -> None:
+        if not entries:
             return
-        for entry in self.parked:
+        for entry in entries:
             ws = states.get(entry[3])
             if ws is not None and ws.version == entry[4]:
                 ws.parked = False
-        self.heap.extend(self.parked)
-        self.parked = []
+        self.heap.extend(entries)
         heapq.heapify(self.heap)
 
     def ordered(self, states: dict[str, WState]) -> list[WState]:
         """Pending workloads of this queue in admission order (for positions; O(n log n), on request only)."""
         seen: set[str] = set()
         out: list[tuple[HeapEntry, WState]] = []
-        for entry in sorted(self.heap + self.parked):
+        for entry in sorted(self.heap + self.parked + self.parked_on_nodes):
             ws = states.get(entry[3])
             if ws is None or ws.version != entry[4] or ws.status != PENDING or entry[3] in seen:
                 continue
