@@ -33,14 +33,14 @@ def test_amd_smi_metric_reads_into_nvmls_fields() -> None:
 
 def test_hl_smi_csv_reads_into_nvmls_fields() -> None:
     assert smi.parse_hl_smi_csv(GAUDI) == [
-        GpuSample(index=0, uuid="01P4-HL3090A0-18-U4V193-22-04-00", name="HL-325L", memory_total_mb=131072,
-                  memory_used_mb=1024, utilization_pct=0, temperature_c=33, power_w=226.0,
+        GpuSample(index=0, uuid="01P4-HL3090A0-18-U4V193-22-04-00", name="HL-325L", pci_bus_id="0000:19:00.0",
+                  memory_total_mb=131072, memory_used_mb=1024, utilization_pct=0, temperature_c=33, power_w=226.0,
                   ecc_volatile_uncorrected=0, ecc_aggregate_uncorrected=0),
-        GpuSample(index=1, uuid="01P4-HL3090A0-18-U4V298-03-07-02", name="HL-325L", memory_total_mb=131072,
-                  memory_used_mb=98304, utilization_pct=100, temperature_c=61, power_w=712.0,
+        GpuSample(index=1, uuid="01P4-HL3090A0-18-U4V298-03-07-02", name="HL-325L", pci_bus_id="0000:1a:00.0",
+                  memory_total_mb=131072, memory_used_mb=98304, utilization_pct=100, temperature_c=61, power_w=712.0,
                   ecc_volatile_uncorrected=2, ecc_aggregate_uncorrected=5),
-        GpuSample(index=2, uuid="01P4-HL3090A0-18-U4V271-18-05-01", name="HL-325L", memory_total_mb=131072,
-                  memory_used_mb=0, temperature_c=96),
+        GpuSample(index=2, uuid="01P4-HL3090A0-18-U4V271-18-05-01", name="HL-325L", pci_bus_id="0000:43:00.0",
+                  memory_total_mb=131072, memory_used_mb=0, temperature_c=96),
     ]
 
 

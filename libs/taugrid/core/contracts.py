@@ -434,10 +434,27 @@ class WatchEvent(Struct, frozen=True):
     cluster: str = "local"
 
 
+class GpuEvent(Struct, frozen=True):
+    """One vendor's health event in the shape every vendor shares (``health.vendorcodes`` fills it from a data
+    table): what happened to which device, and what it means for the node, whichever vendor's code said so."""
+
+    vendor: str  # nvidia | amd | intel-gaudi
+    gpu: int  # the device's index on its node
+    pci: str = ""  # the device's PCI address where the reader knows it
+    component: str = ""  # the part that reported it: umc, gfx, sdma, xgmi, hbm, sram, memory, device
+    kind: str = ""  # e.g. ecc-uncorrectable, ecc-deferred, page-unreservable, bad-page-threshold, critical
+    severity: int = 0  # 0..4, the scale of health.xid (0 event only, 3 drain and reset, 4 drain and reboot/RMA)
+    action: str = "none"  # none | alert | reset | reboot | rma
+    condition: str = ""  # the node condition it raises ("" for an event that raises none)
+    code: str = ""  # the vendor's raw code, as its library names it
+    message: str = ""
+
+
 class GpuSample(Struct, frozen=True):
     index: int
     uuid: str = ""
     name: str = ""
+    pci_bus_id: str = ""  # "0000:19:00.0" where the reader knows it (a Gaudi reset names the device by it)
     memory_total_mb: int = 0
     memory_used_mb: int = 0
     utilization_pct: int | None = None
@@ -454,6 +471,7 @@ class GpuSample(Struct, frozen=True):
     nvlink_links: int | None = None  # links NVML reports on this GPU
     nvlink_down: list[int] = msgspec.field(default_factory=list)  # link numbers not active
     nvlink_errors: dict[str, int] | None = None  # summed over links: replay, recovery, crc_flit, crc_data
+    events: list[GpuEvent] = msgspec.field(default_factory=list)  # vendor events since the last sample
 
 
 class IbPort(Struct, frozen=True):
@@ -478,6 +496,8 @@ class NodeSample(Struct, frozen=True):
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
     gpu_source: str = "none"  # nvml | amd-smi | hl-smi | declared | none
     message: str = ""
+    gpu_vendor: str = ""  # nvidia | amd | intel-gaudi ("" with no GPUs)
+    gpu_model: str = ""  # core.devices.MODELS name where known (declared nodes), else the device's own name
     ib_ports: list[IbPort] = msgspec.field(default_factory=list)
 
 

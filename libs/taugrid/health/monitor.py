@@ -131,10 +131,13 @@ class HealthMonitor:
         repair.ask(st, step, gpus, now)
         log.warning("%s: repair step %d: %s%s", st.node, st.repairs, step, f" (GPUs {gpus})" if gpus else "")
         if step == "replace-node":
+            spent = st.repairs > self.policy.repair_budget  # else the fault's own ladder starts there (an RMA)
+            why = (f"repair budget of {self.policy.repair_budget} step(s) spent ({st.last_repair})" if spent else
+                   "the fault needs the GPU replaced: " + "; ".join(
+                       c.message for c in rules.faults(st) if c.type in repair.LADDERS
+                       and repair.LADDERS[c.type][0] == "replace-node"))
             result = NodeRepair(node=st.node, step=step, ok=False, attempt=st.repairs, gpus=gpus, time=now,
-                                outcome=f"repair budget of {self.policy.repair_budget} step(s) spent "
-                                        f"({st.last_repair}); the node stays cordoned until it is replaced or "
-                                        "repaired by hand")
+                                outcome=f"{why}; the node stays cordoned until it is replaced or repaired by hand")
             await self.bus.publish(node_subject(st.node, "repair"), result, event_type="repair", family="node",
                                    ce_subject=st.node, msg_id=f"{token(st.node)}.repair.{st.repairs}")
             repair.fold(st, result)

@@ -241,7 +241,7 @@ class NvmlProbe:
                 xids.setdefault(index, []).append(rec.xid)
             gpus = [msgspec.structs.replace(g, xid_events=sorted(set(xids.get(g.index, []))))
                     if g.index in xids else g for g in gpus]
-        return GpuReading(source="nvml", gpus=gpus, message="; ".join(notes))
+        return GpuReading(source="nvml", gpus=gpus, message="; ".join(notes), vendor="nvidia")
 
     def sample(self, node: str) -> NodeSample:
         return take_sample(self, node)

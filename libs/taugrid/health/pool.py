@@ -14,6 +14,7 @@ from collections.abc import Callable
 from taugrid.bus.connection import Bus
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import LocalNode
+from taugrid.core import devices
 from taugrid.core.errors import TemporaryError
 from taugrid.core.quantity import parse_memory
 from taugrid.health.agent import NodeAgent
@@ -23,8 +24,12 @@ log = logging.getLogger("taugrid.health.pool")
 
 
 def declared_probe(node: LocalNode) -> DeclaredProbe:
-    memory_mb = int(parse_memory(node.gpu_memory)) >> 20 if node.gpu_memory else 81920
-    return DeclaredProbe(node.gpus, memory_mb, name=f"Declared GPU ({node.name})")
+    """The node's GPUs as declared: its ``gpu_model``'s vendor and memory (absent: NVIDIA's, 80 GiB)."""
+    model = devices.model(node.gpu_model or "")
+    memory_mb = (int(parse_memory(node.gpu_memory)) >> 20 if node.gpu_memory
+                 else model.memory_gib << 10 if model is not None else 81920)
+    return DeclaredProbe(node.gpus, memory_mb, name=f"Declared GPU ({node.name})",
+                         vendor=model.vendor if model is not None else "nvidia", model=node.gpu_model or "")
 
 
 class AgentPool:

@@ -28,9 +28,11 @@ log = logging.getLogger("taugrid.health.probe")
 
 
 class GpuReading(msgspec.Struct, kw_only=True):
-    source: str  # nvml | declared | none
+    source: str  # nvml | amd-smi | hl-smi | declared | none
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
     message: str = ""
+    vendor: str = ""  # whose GPUs (core.devices.VENDORS); "" with none
+    model: str = ""  # core.devices.MODELS name where the probe knows it (declared nodes); else the GPUs' own name
 
 
 class HealthProbe(Protocol):
@@ -77,8 +79,10 @@ def take_sample(probe: HealthProbe, node: str) -> NodeSample:
     except Exception as exc:  # a probe bug must not stop the node from reporting
         log.exception("GPU probe failed")
         reading = GpuReading(source="none", message=f"no GPUs: probe failed: {exc!r}")
-    return msgspec.structs.replace(base, gpus=reading.gpus, gpu_source=reading.source,
-                                   message=reading.message)
+    vendor = reading.vendor if reading.gpus else ""
+    model = (reading.model or reading.gpus[0].name) if reading.gpus else ""
+    return msgspec.structs.replace(base, gpus=reading.gpus, gpu_source=reading.source, message=reading.message,
+                                   gpu_vendor=vendor, gpu_model=model)
 
 
 def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, str]:
@@ -123,7 +127,10 @@ def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, 
 class DeclaredProbe:
     """Reports ``count`` healthy GPUs of ``memory_mb`` each; tests inject faults with ``inject_*``."""
 
-    def __init__(self, count: int, memory_mb: int = 81920, *, name: str = "Declared GPU") -> None:
+    def __init__(self, count: int, memory_mb: int = 81920, *, name: str = "Declared GPU", vendor: str = "nvidia",
+                 model: str = "") -> None:
+        """``vendor`` and ``model``: whose GPUs these stand for (a pool node's ``gpu_model``; NVIDIA's unsaid)."""
+        self.vendor, self.model = vendor, model
         self.gpus = [GpuSample(index=i, uuid=f"GPU-declared-{i:04d}", name=name, memory_total_mb=memory_mb,
                                utilization_pct=0, temperature_c=40, power_w=60.0, ecc_volatile_uncorrected=0,
                                ecc_aggregate_uncorrected=0, remapped_rows_pending=False,
@@ -206,7 +213,8 @@ class DeclaredProbe:
                 continue
             xids = self._xids.pop(g.index, []) if with_events else []
             gpus.append(msgspec.structs.replace(g, xid_events=xids))
-        return GpuReading(source="declared", gpus=gpus, message=f"{len(self.gpus)} declared GPU(s)")
+        return GpuReading(source="declared", gpus=gpus, message=f"{len(self.gpus)} declared GPU(s)",
+                          vendor=self.vendor, model=self.model)
 
     def sample(self, node: str) -> NodeSample:
         return take_sample(self, node)

@@ -26,6 +26,8 @@ NODE_LADDER: tuple[str, ...] = ("node-reboot",)
 # agents know, see ``agent.NodeAgent(repairs=...)``).
 LADDERS: dict[str, tuple[str, ...]] = {
     "GpuEccUncorrectable": GPU_LADDER,  # F04/F15: drain → reset → validate
+    "GpuFatalError": GPU_LADDER,  # AMD fatal RAS record, Gaudi critical event: reset first (health.vendorcodes)
+    "GpuRmaRequired": ("replace-node",),  # AMD bad-page table past its threshold: no reset brings pages back
     "GpuNvlinkError": GPU_LADDER,  # F12: drain → reset → NVLink check
     "GpuNvlinkDown": GPU_LADDER,  # F13
     "GpuRemappedRowsFailure": NODE_LADDER,  # F06: reboot, replacement on recurrence

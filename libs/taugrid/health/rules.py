@@ -6,9 +6,9 @@ comes out. Conditions use problem polarity (``status "True"`` = fault).
 Invariants:
 * Level conditions (remapped rows, thermal, missing GPUs, PCIe replays, NVML unavailable) follow their signal;
   an unknown reading (``None``, NVML NotSupported) never raises or clears one.
-* Latched conditions (XIDs, uncorrectable ECC, failed validation) are born from events; they clear only when
-  the node has had ``clean_samples_to_release`` clean samples in a row AND a validation requested after that
-  passed.
+* Latched conditions (XIDs, uncorrectable ECC, failed validation, vendor events) are born from events; they clear
+  only when the node has had ``clean_samples_to_release`` clean samples in a row AND a validation requested after
+  that passed.
 * A node we cordoned is uncordoned only through that same validation gate.
 * A cordon is never issued past the blast-radius budget: at most ``max_cordoned`` nodes and at most
   ``max_cordoned_fraction`` of the fleet (but at least ``min_cordon_budget``, so a one-machine fleet can still
@@ -41,8 +41,13 @@ SEVERITY = {
     "IbPortDown": 3,  # F21: an InfiniBand port not ACTIVE for longer than ib_down_grace_s
     "IbRateDegraded": 2,  # F22: an active port below the rate it had
     "IbLinkErrors": 3,  # F24: link_downed / link integrity / buffer overrun rising, or symbol errors > 120/h
+    # Raised by vendor events (GpuSample.events, health.vendorcodes), each with its event's severity:
+    "GpuFatalError": 0,  # a fatal RAS record (AMD CPER) or a critical event (Gaudi)
+    "GpuRmaRequired": 0,  # the GPU needs replacing (AMD bad pages past the threshold or unreservable)
+    "GpuVendorEvent": 0,  # a vendor code the table does not know, or one worth an alert only
 }
-LATCHED = frozenset({"GpuXidError", "GpuEccUncorrectable", "GpuValidationFailed", "GpuNvlinkError", "IbLinkErrors"})
+LATCHED = frozenset({"GpuXidError", "GpuEccUncorrectable", "GpuValidationFailed", "GpuNvlinkError", "IbLinkErrors",
+                     "GpuFatalError", "GpuRmaRequired", "GpuVendorEvent"})
 IB_FATAL_COUNTERS = ("link_downed", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
 
 
@@ -216,6 +221,9 @@ def _latched_signals(sample: NodeSample, st: NodeState, policy: Policy) -> list[
             out.append(Signal("GpuXidError", g.index, True, f"Xid{worst.code}",
                               f"GPU {g.index}: XID {codes}; worst {worst.code} ({worst.mnemonic}, NVIDIA "
                               f"bucket {worst.bucket}): {worst.action}", worst.severity))
+        for event in g.events:  # AMD's and Gaudi's codes, already mapped to a condition and a severity
+            if event.severity >= 1 and event.condition:
+                out.append(Signal(event.condition, g.index, True, event.code, event.message, event.severity))
         if g.ecc_volatile_uncorrected:
             out.append(Signal("GpuEccUncorrectable", g.index, True, "VolatileUncorrectedEcc",
                               f"GPU {g.index}: {g.ecc_volatile_uncorrected} uncorrected ECC error(s) since "

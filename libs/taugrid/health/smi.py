@@ -14,6 +14,14 @@ validate, uncordon) whichever vendor's GPU failed:
   ``aip`` for the accelerator): index, uuid, name, bus id, memory total and used (MiB), utilization, temperature,
   power, and ``ecc.errors.uncorrected.volatile.total`` / ``.aggregate.total``.
 
+Beside the metrics, each vendor's library (``health.vendorlib``: ``amdsmi``, ``pyhlml``) adds its health events
+per device (``GpuSample.events``) and the memory pending a reset, where it imports; matched to the tool's devices
+by PCI address where both know it, else by index. ``reset_gpu`` is the vendor's own reset, the ``gpu-reset``
+repair step on this node: ``amd-smi reset --gpureset --gpu N`` (amd-smi's reset command; ``rocm-smi
+--gpureset -d N`` is the tool it replaces) and ``hl-smi -i <PCI address> -r`` (hl-smi's ``--reset-aip`` acts
+on one device named by its PCI address). Neither asks whether a process holds the device: the repair runs only
+on a drained node (``health.repair``).
+
 Invariants (``probe``'s): ``read_gpus`` never raises; a tool that is absent or fails gives ``source="none"`` and
 ``"no GPUs: <why>"``, said once in the log; "N/A" (or a field the tool does not have) is None, unknown, never 0.
 """
@@ -29,8 +37,11 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from taugrid.core.contracts import GpuSample, NodeSample
 from taugrid.health.probe import GpuReading, take_sample
+from taugrid.health.vendorlib import AmdLibEvents, DeviceHealth, GaudiLibEvents, VendorEvents
 
 log = logging.getLogger("taugrid.health.smi")
 
@@ -116,7 +127,7 @@ def parse_hl_smi_csv(text: str) -> list[GpuSample]:
             continue
         v = dict(zip(HL_SMI_FIELDS, cells, strict=False))
         out.append(GpuSample(
-            index=int(_int(v["index"]) or 0), uuid=v["uuid"], name=v["name"],
+            index=int(_int(v["index"]) or 0), uuid=v["uuid"], name=v["name"], pci_bus_id=v["bus_id"],
             memory_total_mb=_int(v["memory.total"]) or 0, memory_used_mb=_int(v["memory.used"]) or 0,
             utilization_pct=_int(v["utilization.aip"]), temperature_c=_int(v["temperature.aip"]),
             power_w=_number(v["power.draw"]),
@@ -125,15 +136,45 @@ def parse_hl_smi_csv(text: str) -> list[GpuSample]:
     return out
 
 
+ResetArgv = Callable[[GpuSample], list[str]]
+
+
+def amd_reset(gpu: GpuSample) -> list[str]:
+    return ["amd-smi", "reset", "--gpureset", "--gpu", str(gpu.index)]
+
+
+def gaudi_reset(gpu: GpuSample) -> list[str]:
+    return ["hl-smi", "-i", gpu.pci_bus_id, "-r"] if gpu.pci_bus_id else []
+
+
+def merge(gpus: list[GpuSample], devices: list[DeviceHealth]) -> list[GpuSample]:
+    """The library's per-device health added to the tool's GPUs: by PCI address where both know it, else index."""
+    out = list(gpus)
+    for dev in devices:
+        at = next((i for i, g in enumerate(out) if dev.pci and g.pci_bus_id.lower() == dev.pci.lower()), None)
+        if at is None:
+            at = next((i for i, g in enumerate(out) if g.index == dev.gpu), None)
+        if at is None:
+            continue
+        g = out[at]
+        out[at] = msgspec.structs.replace(
+            g, events=[*g.events, *dev.events], pci_bus_id=g.pci_bus_id or dev.pci,
+            remapped_rows_pending=g.remapped_rows_pending if dev.rows_pending is None else dev.rows_pending)
+    return out
+
+
 class SmiProbe:
     """A ``HealthProbe`` over a vendor tool: ``argv`` run by ``runner`` (tests pass recorded output), ``parse``
     turning its output into GPUs."""
 
-    def __init__(self, source: str, argv: list[str], parse: Callable[[str], list[GpuSample]], *,
-                 runner: Runner | None = None) -> None:
-        self.source, self.argv, self.parse = source, argv, parse
+    def __init__(self, source: str, argv: list[str], parse: Callable[[str], list[GpuSample]], *, vendor: str,
+                 reset: ResetArgv, runner: Runner | None = None, events: VendorEvents | None = None) -> None:
+        """``reset``: the argv that resets one GPU; ``events``: the vendor library's health events (None: none)."""
+        self.source, self.argv, self.parse, self.vendor = source, argv, parse, vendor
+        self._reset, self._events = reset, events
         self._runner = runner or _run
         self._said = ""
+        self._last: list[GpuSample] = []
 
     def available(self) -> bool:
         """Whether the tool is on this machine (a runner given by a test always is)."""
@@ -151,7 +192,25 @@ class SmiProbe:
         if not gpus:
             return self._none(f"{self.argv[0]} lists no devices")
         self._said = ""
-        return GpuReading(source=self.source, gpus=gpus, message=f"{len(gpus)} GPU(s) via {self.argv[0]}")
+        if with_events and self._events is not None:  # events are drained: a validation's read leaves them
+            gpus = merge(gpus, self._events.read())
+        self._last = gpus
+        return GpuReading(source=self.source, gpus=gpus, message=f"{len(gpus)} GPU(s) via {self.argv[0]}",
+                          vendor=self.vendor)
+
+    def reset_gpu(self, gpu: int) -> tuple[bool, str]:
+        """The vendor's reset of one GPU (as last read); (ok, outcome)."""
+        found = next((g for g in self._last if g.index == gpu), None)
+        argv = self._reset(found) if found is not None else []
+        if not argv:
+            return False, f"GPU {gpu}: not reset, {self.argv[0]} did not name it (index or PCI address) last read"
+        try:
+            self._runner(argv)
+        except subprocess.CalledProcessError as exc:
+            return False, f"{' '.join(argv)} exited {exc.returncode}: {(exc.stderr or '').strip()[:200]}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"{' '.join(argv)} failed: {exc}"
+        return True, f"GPU {gpu} reset ({' '.join(argv)})"
 
     def _none(self, why: str) -> GpuReading:
         if why != self._said:  # once per cause, not every sample
@@ -166,9 +225,13 @@ class SmiProbe:
         pass
 
 
-def amd_probe(runner: Runner | None = None) -> SmiProbe:
-    return SmiProbe("amd-smi", AMD_SMI, parse_amd_smi_metric, runner=runner)
+def amd_probe(runner: Runner | None = None, *, events: VendorEvents | None = None) -> SmiProbe:
+    """amd-smi's metrics plus amdsmi's events (``events`` replaces the library reader)."""
+    return SmiProbe("amd-smi", AMD_SMI, parse_amd_smi_metric, vendor="amd", reset=amd_reset, runner=runner,
+                    events=events if events is not None else AmdLibEvents())
 
 
-def gaudi_probe(runner: Runner | None = None) -> SmiProbe:
-    return SmiProbe("hl-smi", HL_SMI, parse_hl_smi_csv, runner=runner)
+def gaudi_probe(runner: Runner | None = None, *, events: VendorEvents | None = None) -> SmiProbe:
+    """hl-smi's metrics plus pyhlml's events (``events`` replaces the library reader)."""
+    return SmiProbe("hl-smi", HL_SMI, parse_hl_smi_csv, vendor="intel-gaudi", reset=gaudi_reset, runner=runner,
+                    events=events if events is not None else GaudiLibEvents())
