@@ -186,3 +186,9 @@ def test_an_elastic_runs_resize_is_recorded_kept_across_a_preemption_and_forgott
 def test_a_resize_with_a_message_says_why_in_its_words() -> None:
     drained = {"old_count": 4, "new_count": 2, "cause": "Shrunk", "message": "node g2 drained: XID 79"}
     assert states.resize_text(drained) == "4 -> 2 pods, node g2 drained: XID 79 (Shrunk)"
+
+
+def test_a_resize_names_the_checkpoint_step_the_workers_resume_from() -> None:
+    shrunk = {"old_count": 3, "new_count": 2, "cause": "ShrunkForPreemptor", "preemptor": "hi-1", "checkpoint_step": 0}
+    assert states.resize_text(shrunk) == (
+        "3 -> 2 pods, given up to run hi-1 (ShrunkForPreemptor), from checkpoint step 0")

@@ -69,9 +69,11 @@ async def simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: s
         yield cluster
 
 
-def job(name: str, *, pods: int, priority: str, seconds: float, elastic: str = "") -> dict[str, Any]:
+def job(name: str, *, pods: int, priority: str, seconds: float, elastic: str = "", checkpoints: Path | None = None
+        ) -> dict[str, Any]:
+    ckpt = [{"name": "TAU_CHECKPOINT_DIR", "value": str(checkpoints)}] if checkpoints else []
     container = {"name": "main", "image": "python:3.11-slim", "command": ["true"],
-                 "env": [{"name": "SIMULATED_DURATION", "value": str(seconds)}],
+                 "env": [{"name": "SIMULATED_DURATION", "value": str(seconds)}, *ckpt],
                  "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
                                "limits": {"nvidia.com/gpu": "1"}}}
     annotations = {"kueue.x-k8s.io/elastic-job": "true", "taugrid.io/elastic": elastic} if elastic else {}
@@ -100,15 +102,21 @@ def running(c: LocalCluster, name: str) -> list[int]:
     return sorted(p.index for p in wl.pods if p.phase == "Running") if wl else []
 
 
-async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool: LocalCluster) -> None:
+async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool: LocalCluster, tmp_path: Path
+                                                                         ) -> None:
     """And what the admission watcher reads on the bus: every resize once, as ``exec.resized`` with the old and
-    new count and the cause (the preemptor named by its run), the Job's parallelism and the Workload's admitted
-    count as they are now."""
+    new count, the cause (the preemptor named by its run) and the newest checkpoint's step in the run's
+    checkpoint directory then, the Job's parallelism and the Workload's admitted count as they are now."""
     c = pool
-    await c.apply(BackendApply(run_id="el", workspace="default", attempt=1,
-                               manifests=[job("el-a1", pods=2, priority="low", seconds=600, elastic="1:3:1:0")]))
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    (ckpt / "step-10.pt").write_text("")
+    await c.apply(BackendApply(run_id="el", workspace="default", attempt=1, manifests=[
+        job("el-a1", pods=2, priority="low", seconds=600, elastic="1:3:1:0", checkpoints=ckpt)]))
     await until(c, lambda: running(c, "el-a1") == [0, 1, 2])  # grown into free quota, up to its maximum
     assert c.wls["el-a1"].pods_wanted == 3
+    (ckpt / "step-20.pt").write_text("")
+    (ckpt / ".step-30.pt").write_text("")  # still being written: not a checkpoint yet
     await c.apply(BackendApply(run_id="hi", workspace="default", attempt=1,
                                manifests=[job("hi-a1", pods=2, priority="high", seconds=1.5)]))
     await until(c, lambda: len(running(c, "hi-a1")) == 2)
@@ -118,6 +126,7 @@ async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool:
     assert sorted(gpus) == [0, 1, 2, 3]
     assert c.wls["el-a1"].job["spec"]["parallelism"] == 2
     assert [a["count"] for a in c.wls["el-a1"].workload["status"]["admission"]["podSetAssignments"]] == [2]
+    (ckpt / ".step-30.pt").rename(ckpt / "step-30.pt")
     await until(c, lambda: c.wls.get("hi-a1") is None or c.wls["hi-a1"].state != "running", timeout=30)
     await until(c, lambda: running(c, "el-a1") == [0, 1, 2])  # grown back once the quota freed
     assert sorted(g for p in c.wls["el-a1"].pods for g in p.gpus) == [0, 1, 2]
@@ -126,8 +135,9 @@ async def test_an_elastic_job_grows_shrinks_for_a_preemptor_and_grows_back(pool:
     events = [out for m in jobs for out in translate(msgspec.json.decode(m.data, type=WatchEvent))
               if out.event_type == "exec.resized"]
     once = list({out.dedup: out for out in events}.values())  # a repeated change keeps its message id
-    assert [(o.payload.old_count, o.payload.new_count, o.payload.cause, o.payload.preemptor)  # type: ignore[attr-defined]
-            for o in once] == [(2, 3, "Grown", ""), (3, 2, "ShrunkForPreemptor", "hi"), (2, 3, "Grown", "")]
+    assert [(o.payload.old_count, o.payload.new_count, o.payload.cause, o.payload.preemptor,  # type: ignore[attr-defined]
+             o.payload.checkpoint_step) for o in once] == [  # type: ignore[attr-defined]
+        (2, 3, "Grown", "", 10), (3, 2, "ShrunkForPreemptor", "hi", 20), (2, 3, "Grown", "", 30)]
     assert {(o.run_id, o.attempt) for o in once} == {("el", 1)}
     workloads = await replay(c.bus, stream="K8S", subject="k8s.local.workload.default.job-el-a1.>")
     last = msgspec.json.decode(workloads[-1].data, type=WatchEvent).object

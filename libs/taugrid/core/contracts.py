@@ -268,7 +268,11 @@ class ExecResized(Struct, frozen=True):
     """``exec.resized``: an elastic run changed its number of pods while running (docs §10 Elastic workloads).
 
     ``cause``: ``Grown`` (quota freed, a slice of pods was added), ``ShrunkForPreemptor`` (it gave up pods to
-    ``preemptor``, a higher-priority run, instead of being preempted whole) or ``Shrunk`` (asked to shrink)."""
+    ``preemptor``, a higher-priority run, instead of being preempted whole) or ``Shrunk`` (asked to shrink).
+    ``checkpoint_step``: the highest step among the checkpoints in the run's checkpoint directory when the resize
+    was carried out (``local/checkpoints.py`` reads it from their names): the step the restarted workers resume
+    from after a shrink, a lower bound after a growth (they may save another before torchrun restarts them);
+    None when the backend found none."""
 
     old_count: int
     new_count: int
@@ -276,6 +280,7 @@ class ExecResized(Struct, frozen=True):
     preemptor: str = ""  # the run whose admission shrank this one (ShrunkForPreemptor)
     pod_set: str = ""
     message: str = ""
+    checkpoint_step: int | None = None
 
 
 class ExecPreparing(Struct, frozen=True):

@@ -236,12 +236,14 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
 
 
 def resize_text(data: dict[str, Any]) -> str:
-    """An ``exec.resized`` in words: ``3 -> 2 pods, given up to run r-1 (ShrunkForPreemptor)``; its message, when
-    it has one, says why (``node g2 drained: XID 79``)."""
+    """An ``exec.resized`` in words: ``3 -> 2 pods, given up to run r-1 (ShrunkForPreemptor), from checkpoint step
+    20``; its message, when it has one, says why (``node g2 drained: XID 79``)."""
     why = str(data.get("message") or "") or {
         "Grown": "quota freed", "ShrunkForPreemptor": f"given up to run {data.get('preemptor') or '?'}",
         "Shrunk": "asked to shrink"}.get(str(data.get("cause") or ""), "resized")
-    return f"{data.get('old_count')} -> {data.get('new_count')} pods, {why} ({data.get('cause') or '?'})"
+    step = data.get("checkpoint_step")
+    resume = f", from checkpoint step {step}" if step is not None else ""
+    return f"{data.get('old_count')} -> {data.get('new_count')} pods, {why} ({data.get('cause') or '?'}){resume}"
 
 
 def _topology(raw: Any) -> list[PodSetTopology]:

@@ -85,7 +85,7 @@ def pod_manifest(job: dict[str, Any], pod_obj: dict[str, Any], *, index: int, po
     if pods > 1 or rdzv_port:  # an Indexed Job (multi-node or elastic torchrun): rendezvous on loopback, own port
         subdomain = str(spec.get("subdomain", ""))
         main["command"] = local_command(list(main.get("command") or []), job=job["metadata"]["name"],
-                                        subdomain=subdomain, port=rdzv_port)
+                                        subdomain=subdomain, port=rdzv_port, index=index)
         main["args"] = local_command(list(main.get("args") or []), job=job["metadata"]["name"],
-                                     subdomain=subdomain, port=rdzv_port)
+                                     subdomain=subdomain, port=rdzv_port, index=index)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

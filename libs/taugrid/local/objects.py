@@ -212,14 +212,15 @@ def job_started(job: dict[str, Any], *, active: int, at: float) -> None:
 
 
 def job_resized(job: dict[str, Any], *, old_count: int, new_count: int, cause: str, at: float, pod_set: str,
-                preemptor: str, message: str = "") -> None:
+                preemptor: str, message: str = "", checkpoint_step: int | None = None) -> None:
     """An elastic Job now runs ``new_count`` pods: its parallelism and active count, and the resize recorded
-    on it as ``kube.translate`` reads it."""
+    on it as ``kube.translate`` reads it (with the checkpoint step the workers resume from, when there is one)."""
     job["spec"]["parallelism"] = new_count
     job.setdefault("status", {})["active"] = new_count
     job["metadata"].setdefault("annotations", {})[ANNOTATION_RESIZED] = json.dumps(
         {"old_count": old_count, "new_count": new_count, "cause": cause, "preemptor": preemptor,
-         "pod_set": pod_set, "at": ts(at), **({"message": message} if message else {})}, separators=(",", ":"))
+         "pod_set": pod_set, "at": ts(at), **({"message": message} if message else {}),
+         **({"checkpoint_step": checkpoint_step} if checkpoint_step is not None else {})}, separators=(",", ":"))
 
 
 def rayjob_running(job: dict[str, Any]) -> bool:

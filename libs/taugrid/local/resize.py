@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from taugrid.core.admission import Resize
 from taugrid.core.admission import results as R
-from taugrid.local import objects
+from taugrid.local import checkpoints, objects
 from taugrid.local.admit import LocalAdmitter, job_elastic
 from taugrid.local.podsync import PodSync
 from taugrid.local.state import LocalPod, LocalWorkload
@@ -99,14 +99,18 @@ async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
 
 async def _record(c: LocalCluster, wl: LocalWorkload, r: Resize, message: str) -> None:
     """Say what changed as Kubernetes would show it: the Workload's admitted count for the pod set (Kueue's
-    in-place update), the Job's parallelism and active pods, and the resize on the Job (``exec.resized``)."""
+    in-place update), the Job's parallelism and active pods, and the resize on the Job (``exec.resized``), with the
+    newest checkpoint's step: after a shrink the stopped pods are gone, so no later step completes before the
+    others restart from it; after a growth the workers run on until torchrun's agents see the new pod (its monitor
+    interval, 5 s by default), so they may resume from a later checkpoint than the one named."""
     now = time.time()
     for psa in (wl.workload.get("status") or {}).get("admission", {}).get("podSetAssignments") or []:
         if psa.get("name") == r.pod_set:
             psa["count"] = r.new_count
     by = c.wls.get(r.preemptor) if r.preemptor else None
     objects.job_resized(wl.job, old_count=r.old_count, new_count=r.new_count, cause=r.cause, at=now,
-                        pod_set=r.pod_set, preemptor=by.run_id if by else r.preemptor, message=message)
+                        pod_set=r.pod_set, preemptor=by.run_id if by else r.preemptor, message=message,
+                        checkpoint_step=checkpoints.latest_step(checkpoints.checkpoint_dir(wl.job)))
     await c.save(wl)
     await c.publish(wl, "Workload", wl.workload, "modified")
     await c.publish(wl, wl.job["kind"], wl.job, "modified")
