@@ -201,6 +201,9 @@ def _common(public_key: str) -> tuple[list[str], list[str]]:
 def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
     pub, sub = _common(public_key)
     pub += list(role.emits)
+    if any(subject.startswith("run.") for subject in role.emits):
+        # a duplicate ack into RUNS is checked against the subject the id was stored on (``Bus.publish``)
+        pub.append(f"{API}.STREAM.MSG.GET.RUNS")
     for durable in role.durables:
         pub += _durable(CONSUMERS[durable].stream, durable)
     if role.site_durable:

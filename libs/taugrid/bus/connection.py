@@ -11,9 +11,11 @@ matched to the waiting call here and raised as ``PermissionDenied`` at once inst
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import re
+import secrets
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -57,19 +59,31 @@ _VIOLATION = re.compile(r'Permissions Violation for (Publish|Subscription) to "?
 
 
 class _PubAck(msgspec.Struct):
-    """The server's answer to a publish into a stream: its sequence, or the error (``code``, ``err_code``)."""
+    """The server's answer to a publish into a stream: its sequence, or the error (``code``, ``err_code``);
+    ``duplicate``: the message id was stored already, at ``seq``, within the stream's duplicate window."""
 
     seq: int = 0
     error: dict[str, Any] | None = None
+    stream: str = ""
+    duplicate: bool = False
+
+
+def _pub_ack(reply: Msg) -> _PubAck:
+    ack = msgspec.json.decode(reply.data, type=_PubAck)
+    if ack.error is not None:
+        nats.js.errors.APIError.from_error(ack.error)  # raises
+    return ack
 
 
 def stored_seq(reply: Msg) -> int:
     """The stream sequence a JetStream publish ack names; the error it carries raised as nats-py raises it
     (``APIError.from_error``: e.g. ``err_code`` 10071 for a compare-and-set against a stale revision)."""
-    ack = msgspec.json.decode(reply.data, type=_PubAck)
-    if ack.error is not None:
-        nats.js.errors.APIError.from_error(ack.error)  # raises
-    return ack.seq
+    return _pub_ack(reply).seq
+
+
+# The streams people publish into (their submissions and cancels): there anyone may store a message under any
+# ``Nats-Msg-Id``, so a duplicate ack there is checked against the subject it was stored on (``Bus.publish``).
+PEOPLE_WRITABLE_STREAMS = frozenset({"RUNS"})
 
 
 class Replies:
@@ -242,11 +256,45 @@ class Bus:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
         elif self.signing_key is not None and family != "log":  # log chunks are read by people only, never acted on
             sign_service_headers(self.signing_key, nats_subject=subject, headers=headers, body=data)
+        ack = await self._store(subject, data, headers)
+        if ack.duplicate and ack.stream in PEOPLE_WRITABLE_STREAMS and event_type not in SIGNED_TYPES:
+            squatter = await self._subject_at(ack.stream, ack.seq)
+            if squatter != subject:
+                # Someone stored another message under this event's id first (a researcher may set any
+                # Nats-Msg-Id on her own cancel subject, and so made a colleague's exec.succeeded vanish as a
+                # "duplicate"): the event is not stored. It goes again under an id nobody else can compute
+                # (ce-id, which the signature covers, stays the deterministic one).
+                log.warning("message id %s of %s was taken by a message on %s (seq %d): publishing under the "
+                            "service's own id", msg_id, subject, squatter, ack.seq)
+                headers["Nats-Msg-Id"] = self._unforgeable_id(subject, msg_id)
+                ack = await self._store(subject, data, headers)
+        return ack.seq
+
+    def _unforgeable_id(self, subject: str, msg_id: str) -> str:
+        """A message id for ``msg_id`` on ``subject`` that only holders of this service's key can compute, the
+        same for every replica and every repeat (an ed25519 signature is deterministic), so a repeat is still
+        deduplicated; a random one on a bus without credentials (where nothing stops anyone anyway)."""
+        if self.signing_key is None:
+            return f"{msg_id}.{secrets.token_hex(16)}"
+        mark = self.signing_key.sign(f"tau-msg-id-v1\n{subject}\n{msg_id}".encode())
+        return f"{msg_id}.{base64.urlsafe_b64encode(mark[:16]).rstrip(b'=').decode()}"
+
+    async def _store(self, subject: str, data: bytes, headers: dict[str, str]) -> _PubAck:
         try:
             reply = await self.replies.request(subject, data, headers=headers, timeout=PUBLISH_TIMEOUT_S, guarded=True)
         except (*TIMEOUT, *CLOSED, *NO_RESPONDERS) as exc:
             raise TemporaryError(f"publish to {subject} failed: {exc!r}", delay=1.0) from exc
-        return stored_seq(reply)
+        return _pub_ack(reply)
+
+    async def _subject_at(self, stream: str, seq: int) -> str:
+        """The subject of the message ``stream`` stores at ``seq`` ("" when it is gone)."""
+        try:
+            msg = await self.guarded(self.js.get_msg(stream, seq))
+        except nats.js.errors.NotFoundError:
+            return ""
+        except (*TIMEOUT, *CLOSED, *NO_RESPONDERS) as exc:
+            raise TemporaryError(f"reading {stream} message {seq} failed: {exc!r}", delay=1.0) from exc
+        return msg.subject or ""
 
     async def emit(
         self, *, workspace: str, run_id: str, attempt: int, event_type: str, payload: msgspec.Struct,

@@ -1,0 +1,171 @@
+"""Variants of the boundary attacks (issue 22) that the first suite did not try, as a researcher of another
+workspace would, over a real nats-server with authentication on (``tests/secure_nats.py``: alice researches in
+``vision``, bob in ``language``; every service has its own key).
+
+- Message ids: a researcher may set any ``Nats-Msg-Id`` on a request she may publish. Stored first under the id a
+  service's event of a colleague's run will carry (``<run>.<attempt>.exec.succeeded``: run ids are visible to
+  every person, e.g. through ``STREAM.INFO``'s subject list), it made the stream drop that event as a duplicate:
+  the colleague's run stayed ``running`` after its process ended. A service now checks a duplicate ack into RUNS
+  against the subject the id was stored on, and publishes again under a fresh id when it is not its own.
+- Push consumers: a consumer filtered to her own workspace but delivering into another workspace's stage subject,
+  a KV key, an evidence chunk or the JetStream API is created, and delivers nothing there.
+- The JetStream API forms that name their target in the body, not the subject, are refused, or the server refuses
+  a body that disagrees with the subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+
+from taugrid.bus import Bus
+from taugrid.bus.envelope import from_message
+from taugrid.bus.replay import replay
+from taugrid.core.contracts import ExecFinished
+from taugrid.core.errors import PermissionDenied
+from tests.secure_nats import SecureNats
+
+
+@pytest.fixture
+async def boot(secure_nats: SecureNats) -> AsyncIterator[Bus]:
+    bus = await secure_nats.connect("bootstrap")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+async def alice(secure_nats: SecureNats) -> AsyncIterator[Bus]:
+    bus = await secure_nats.connect("alice")
+    yield bus
+    await bus.close()
+
+
+async def test_a_message_id_taken_first_on_a_researchers_own_subject_does_not_drop_a_colleagues_event(
+        secure_nats: SecureNats, boot: Bus, alice: Bus) -> None:
+    victim = f"bobs-{uuid.uuid4().hex[:12]}"
+    # run ids of other workspaces are readable by every person: the stream's subject list names them
+    info = json.loads((await alice.guarded(alice.nc.request(
+        "$JS.API.STREAM.INFO.RUNS", json.dumps({"subjects_filter": "run.language.>"}).encode(), timeout=5))).data)
+    assert "error" not in info
+    for kind in ("exec.succeeded", "evidence.sealed"):
+        await alice.guarded(alice.js.publish(f"run.vision.squat-{uuid.uuid4().hex[:6]}.cancel.requested", b"{}",
+                                             headers={"Nats-Msg-Id": f"{victim}.1.{kind}"}))
+    watcher = await secure_nats.connect("admission_watcher")
+    try:
+        first = await watcher.emit(workspace="language", run_id=victim, attempt=1, event_type="exec.succeeded",
+                                   payload=ExecFinished(reason="Completed", exit_code=0), user="bob")
+        again = await watcher.emit(workspace="language", run_id=victim, attempt=1, event_type="exec.succeeded",
+                                   payload=ExecFinished(reason="Completed", exit_code=0), user="bob")
+    finally:
+        await watcher.close()
+    stored = await replay(boot, stream="RUNS", subject=f"run.language.{victim}.>")
+    # stored once, on its own subject, with its deterministic ce-id; the repeat by the same service is the
+    # duplicate it always was
+    assert [(m.subject, m.metadata.sequence.stream) for m in stored] == [
+        (f"run.language.{victim}.exec.succeeded", first)]
+    assert again == first
+    ev = from_message(stored[0].subject, stored[0].headers, stored[0].data)
+    assert (ev.id, ev.type, ev.workspace, ev.subject, ev.problem) == (
+        f"{victim}.1.exec.succeeded", "exec.succeeded", "language", victim, "")
+    assert (stored[0].headers or {})["Nats-Msg-Id"].startswith(f"{victim}.1.exec.succeeded.")
+
+
+async def test_a_push_consumer_delivering_outside_her_inbox_stores_nothing_anywhere(
+        secure_nats: SecureNats, boot: Bus, alice: Bus) -> None:
+    victim = f"bobs-{uuid.uuid4().hex[:12]}"
+    mine = f"run.vision.push-{uuid.uuid4().hex[:8]}.submit.requested"
+    await alice.guarded(alice.js.publish(mine, json.dumps({"name": "EVIL", "subjects": ["evil.>"]}).encode()))
+    targets = [("AUDIT", f"run.language.{victim}.exec.failed"), ("RUNS", "$KV.node_state.evil"),
+               ("RUNS", "$JS.API.STREAM.CREATE.EVIL"), ("RUNS", "$O.evidence.C.language.evil")]
+    for stream, target in targets:
+        name = uuid.uuid4().hex
+        body = {"stream_name": stream, "config": {
+            "name": name, "ack_policy": "none", "filter_subject": mine, "deliver_subject": target,
+            "deliver_policy": "all", "inactive_threshold": 30_000_000_000}}
+        reply = await alice.guarded(alice.nc.request(f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{mine}",
+                                                     json.dumps(body).encode(), timeout=5))
+        assert "error" not in json.loads(reply.data)
+    await asyncio.sleep(1.0)  # a push consumer with interest delivers at once
+    assert await replay(boot, stream="RUNS", subject=f"run.language.{victim}.>") == []
+    assert "EVIL" not in [s.config.name for s in await boot.js.streams_info()]
+    for stream, subject in (("KV_node_state", "$KV.node_state.evil"), ("OBJ_evidence", "$O.evidence.C.language.>")):
+        state = json.loads((await boot.nc.request(f"$JS.API.STREAM.INFO.{stream}",
+                                                  json.dumps({"subjects_filter": subject}).encode())).data)["state"]
+        assert state.get("subjects") is None, (stream, state)
+    delivered = [c.delivered.consumer_seq for stream in ("RUNS", "AUDIT")
+                 for c in await boot.js.consumers_info(stream) if c.config.deliver_subject in {t for _, t in targets}]
+    assert delivered == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(("api", "body"), [
+    ("STREAM.PURGE.RUNS", {"filter": "run.language.>"}),
+    ("STREAM.PURGE.OBJ_uploads", {}),
+    ("STREAM.MSG.DELETE.RUNS", {"seq": 1}),
+    ("STREAM.MSG.DELETE.OBJ_uploads", {"seq": 1}),
+    ("STREAM.DELETE.OBJ_uploads", {}),
+    ("STREAM.UPDATE.RUNS", {"name": "RUNS"}),
+    ("STREAM.CREATE.EVIL", {"name": "EVIL", "sources": [{"name": "RUNS", "filter_subject": "run.language.>"}]}),
+    ("STREAM.MSG.GET.RUNS", {"last_by_subj": "run.language.x.submit.requested"}),
+    ("STREAM.SNAPSHOT.RUNS", {"deliver_subject": "x"}),
+    ("DIRECT.GET.RUNS", {"last_by_subj": "run.language.x.submit.requested"}),
+    ("DIRECT.GET.KV_run_state.$KV.run_state.run.language.x", {}),
+    ("DIRECT.GET.KV_submissions.$KV.submissions.run.language.x", {}),
+    ("DIRECT.GET.KV_service_keys.$KV.service_keys.policy", {}),
+    ("CONSUMER.LIST.RUNS", {}),
+    ("CONSUMER.NAMES.RUNS", {}),
+    ("CONSUMER.DELETE.RUNS.evidence", {}),
+    ("CONSUMER.PAUSE.RUNS.evidence", {"pause_until": "2030-01-01T00:00:00Z"}),
+    ("CONSUMER.MSG.NEXT.RUNS.renderer-high", {"batch": 1, "no_wait": True}),
+    ("CONSUMER.CREATE.RUNS.x.run.language.>", {"stream_name": "RUNS", "config": {"name": "x"}}),
+    ("CONSUMER.CREATE.KV_run_state.x.$KV.run_state.run.language.>", {"stream_name": "KV_run_state"}),
+    ("CONSUMER.CREATE.OBJ_evidence.x.$O.evidence.C.language.>", {"stream_name": "OBJ_evidence"}),
+    ("CONSUMER.CREATE.DLQ.x.dlq.>", {"stream_name": "DLQ"}),
+    ("CONSUMER.DURABLE.CREATE.RUNS.mine", {"stream_name": "RUNS"}),
+    ("ACCOUNT.PURGE.$G", {}),
+    ("STREAM.LEADER.STEPDOWN.RUNS", {}),
+])
+async def test_the_jetstream_api_refuses_a_researcher_what_she_may_not_touch(
+        alice: Bus, api: str, body: dict[str, object]) -> None:
+    with pytest.raises(PermissionDenied):
+        await alice.guarded(alice.nc.request(f"$JS.API.{api}", json.dumps(body).encode(), timeout=5))
+
+
+@pytest.mark.parametrize("subject", [
+    "$KV.run_state.run.vision.x", "$KV.ledger.run.vision.x", "$KV.service_keys.policy",
+    "$KV.submissions.run.language.x", "$KV.platform.current", "$KV.local_cluster.x", "$KV.node_state.x",
+    "$O.evidence.C.vision.x", "$O.evidence.M.cnVucy94L2J1bmRsZS5qc29u", "$O.sources.M.x",
+    "run.vision.x.submit.accepted", "run.vision.x.cancel.requested.high", "run.vision.x.submit.requested.x",
+    "run.language.x.cancel.requested", "k8s.local.x", "backend.local.apply", "log.vision.x.1",
+])
+async def test_a_researcher_writes_no_key_object_or_subject_she_does_not_own(alice: Bus, subject: str) -> None:
+    with pytest.raises(PermissionDenied):
+        await alice.guarded(alice.js.publish(subject, b"{}"))
+
+
+@pytest.mark.parametrize("config", [
+    {"filter_subject": "run.language.>"},
+    {"filter_subjects": ["run.vision.>", "run.language.>"]},
+    {"filter_subjects": ["run.language.>"]},
+    {},
+])
+async def test_a_consumer_whose_body_filter_differs_from_its_create_subject_is_refused_by_the_server(
+        alice: Bus, config: dict[str, object]) -> None:
+    name = uuid.uuid4().hex
+    reply = await alice.guarded(alice.nc.request(
+        f"$JS.API.CONSUMER.CREATE.RUNS.{name}.run.vision.>",
+        json.dumps({"stream_name": "RUNS", "config": {"name": name, "ack_policy": "explicit", **config}}).encode(),
+        timeout=5))
+    assert json.loads(reply.data)["error"]["err_code"] in (10131, 10137)
+
+
+async def test_her_own_short_lived_consumer_still_reads_her_workspace(alice: Bus) -> None:
+    run = f"r-{uuid.uuid4().hex[:12]}"
+    body = msgspec.json.encode({"reason": "mine"})
+    await alice.guarded(alice.js.publish(f"run.vision.{run}.cancel.requested", body))
+    assert [m.subject for m in await replay(alice, stream="RUNS", subject=f"run.vision.{run}.>")] == [
+        f"run.vision.{run}.cancel.requested"]
