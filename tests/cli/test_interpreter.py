@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from taugrid.client.interpreter import BASE_SOURCE, own_environment_note, submitting_python
-from taugrid.local.ownenv import base_python, owns
+from taugrid.local.ownenv import CLEAN_BASE, base_python, owns
 
 
 def fake_env(root: Path, name: str) -> Path:
@@ -47,7 +47,10 @@ def test_taugrids_own_venv_is_passed_over_even_when_active_and_first_on_path(tmp
     project.mkdir()
     activated = {"VIRTUAL_ENV": str(own.parent.parent), "PATH": f"{own.parent}:{usr.parent}"}
     mine = str(own.parent.parent)
-    assert submitting_python(project, activated, own=mine) == (str(usr), "PATH")
+    assert submitting_python(project, activated, own=mine) == (str(usr), CLEAN_BASE)  # a base, made clean
+    first = {"PATH": f"{own.parent}:{usr.parent}"}  # not activated, but its python3 comes first on PATH
+    assert submitting_python(project, first, own=mine) == (str(usr), CLEAN_BASE)
+    assert submitting_python(project, {"PATH": str(usr.parent)}, own=mine) == (str(usr), "PATH")  # theirs
     alone = {"VIRTUAL_ENV": str(own.parent.parent), "PATH": str(own.parent)}
     assert submitting_python(project, alone, own=mine) == (base_python(), BASE_SOURCE)  # the clean base beneath
     assert submitting_python(project, {"TAU_PYTHON": str(own)}, own=mine) == (str(own), "TAU_PYTHON")  # asked for
@@ -60,9 +63,9 @@ def test_the_projects_venv_wins_and_the_note_says_when_taugrids_was_passed_over(
     project.mkdir()
     activated = {"VIRTUAL_ENV": mine, "PATH": f"{own.parent}:{usr.parent}"}
     assert own_environment_note(project, activated, own=mine) == (
-        f"the run's Python is {usr} (PATH), not taugrid's own environment {mine}, so it sees only what the project "
-        "asks for (requirements.txt, pyproject.toml, runtime.pip); a project .venv next to tau.yaml or TAU_PYTHON "
-        "chooses another")
+        f"the run's Python is a clean virtualenv on {usr}, not taugrid's own environment {mine}: it sees only what "
+        "the project asks for (requirements.txt, pyproject.toml, runtime.pip); a project .venv next to tau.yaml or "
+        "TAU_PYTHON chooses another")
     assert own_environment_note(project, {"PATH": str(usr.parent)}, own=mine) == ""  # nothing was passed over
     venv = fake_env(project, ".venv")
     assert submitting_python(project, activated, own=mine) == (str(venv), "project .venv")

@@ -3,7 +3,9 @@
 ``requirements(work, pip)`` reads what a project asks for (``runtime.pip``, ``requirements.txt``,
 ``pyproject.toml``'s ``[project].dependencies``); ``EnvironmentBuilder.prepare`` returns the interpreter to run:
 the base interpreter itself when nothing is asked for, else ``<root>/<hash>/bin/python`` of a virtualenv built
-with ``uv venv`` + ``uv pip install`` on top of that base. Pure of the bus; ``prepare`` blocks (run it in a thread).
+with ``uv venv`` + ``uv pip install`` on top of that base. ``isolated`` (a base the researcher did not choose,
+``ownenv.CLEAN_BASE``) always makes a virtualenv, empty when nothing is asked for, and never layers the base's
+packages under it. Pure of the bus; ``prepare`` blocks (run it in a thread).
 
 Invariants:
   * The cache key is the base interpreter's path and version plus the requirement texts; a second run with
@@ -193,25 +195,28 @@ class EnvironmentBuilder:
         return self._versions[python]
 
     # ---------------------------------------------------------------- the environment
-    def key(self, base: str, version: str, reqs: Requirements) -> str:
-        blob = json.dumps({"python": base, "version": version, "pip": list(reqs.pip),
-                           "requirements.txt": reqs.requirements_txt, "pyproject": list(reqs.pyproject),
-                           "platform": sys.platform}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:20]
+    def key(self, base: str, version: str, reqs: Requirements, *, isolated: bool = False) -> str:
+        fields = {"python": base, "version": version, "pip": list(reqs.pip),
+                  "requirements.txt": reqs.requirements_txt, "pyproject": list(reqs.pyproject),
+                  "platform": sys.platform}
+        if isolated:  # only then, so the environments built before ``isolated`` existed keep their keys
+            fields["isolated"] = True
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:20]
 
-    def cached(self, base: str, reqs: Requirements) -> Path | None:
+    def cached(self, base: str, reqs: Requirements, *, isolated: bool = False) -> Path | None:
         """The ready environment for these requirements, or None (cheap: no installer, one version probe)."""
-        env = self.root / self.key(base, self.version(base), reqs)
+        env = self.root / self.key(base, self.version(base), reqs, isolated=isolated)
         return env if _python_of(env).exists() else None
 
-    def prepare(self, *, base: str, reqs: Requirements, project: Path, progress: Progress | None = None
-                ) -> Prepared:
-        """The interpreter for a pod: ``base`` itself, or the cached/built environment for ``reqs``."""
+    def prepare(self, *, base: str, reqs: Requirements, project: Path, progress: Progress | None = None,
+                isolated: bool = False) -> Prepared:
+        """The interpreter for a pod: ``base`` itself, or the cached/built environment for ``reqs`` (always an
+        environment when ``isolated``: see the module docstring)."""
         say = progress or (lambda _msg: None)
         version = self.version(base)
-        if reqs.empty:
+        if reqs.empty and not isolated:
             return Prepared(python=base, version=version, base=base)
-        digest = self.key(base, version, reqs)
+        digest = self.key(base, version, reqs, isolated=isolated)
         final = self.root / digest
         if _python_of(final).exists():
             return Prepared(python=str(_python_of(final)), version=version, base=base, env_hash=digest,
@@ -221,11 +226,12 @@ class EnvironmentBuilder:
             if _python_of(final).exists():  # another builder finished while we waited
                 return Prepared(python=str(_python_of(final)), version=version, base=base, env_hash=digest,
                                 cached=True)
-            self._build(final, base=base, version=version, reqs=reqs, project=project, say=say)
+            self._build(final, base=base, version=version, reqs=reqs, project=project, say=say,
+                        isolated=isolated)
         return Prepared(python=str(_python_of(final)), version=version, base=base, env_hash=digest)
 
     def _build(self, final: Path, *, base: str, version: str, reqs: Requirements, project: Path,
-               say: Progress) -> None:
+               say: Progress, isolated: bool = False) -> None:
         if not self.uv:
             raise EnvironmentFailed("the installer `uv` is not available to the local cluster",
                                     hint="install taugrid with its dependencies (uv ships with it)")
@@ -248,12 +254,15 @@ class EnvironmentBuilder:
             say(f"creating a virtualenv on Python {version} ({base})")
             self._uv(["venv", "--quiet", "--relocatable", "--allow-existing", "--python", base, str(tmp)],
                      cwd=project, say=say, what="uv venv")
-            say(f"installing {reqs.describe()} with uv")
-            self._uv(args, cwd=project, say=say, what="uv pip install")
-            self._layer_over(base, tmp)
+            if not reqs.empty:
+                say(f"installing {reqs.describe()} with uv")
+                self._uv(args, cwd=project, say=say, what="uv pip install")
+            if not isolated:
+                self._layer_over(base, tmp)
             self._write(tmp / META_FILE, json.dumps({
                 "base": base, "version": version, "pip": list(reqs.pip), "pyproject": list(reqs.pyproject),
-                "requirements.txt": reqs.requirements_txt, "built": time.time()}, indent=1), python=tmp)
+                "requirements.txt": reqs.requirements_txt, "isolated": isolated, "built": time.time()}, indent=1),
+                python=tmp)
             try:
                 tmp.rename(final)
             except OSError:

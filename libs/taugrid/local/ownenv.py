@@ -17,6 +17,12 @@ import sys
 from pathlib import Path
 
 SYSTEM_PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")  # as PATH orders them on most Linux systems
+# The python_source of a submission whose interpreter was chosen because taugrid's own environment was passed over
+# (it was active, or first on PATH): not the researcher's choice, so the run gets a virtualenv of its own on that
+# interpreter, holding only what the project asks for. A base interpreter is not clean by itself: packages
+# installed into its own site-packages (a pyenv build's `pip install pydantic`, Debian's python3-yaml) would
+# otherwise be imported without being asked for.
+CLEAN_BASE = "a clean base, taugrid's own environment passed over"
 
 
 def own_prefix() -> str:

@@ -15,7 +15,11 @@ launches the pod on the same tick instead of the next one.
 Which interpreter, in order: the run's explicit pin (``TAU_PYTHON`` when it ran ``tau run``), the machine's pin
 (``TAU_LOCAL_PYTHON`` when ``tau up`` ran), the interpreter the submission recorded (project ``.venv``,
 ``VIRTUAL_ENV``, ``CONDA_PREFIX`` or ``python3`` on ``PATH``), else the interpreter the local cluster's virtualenv
-was made from (``ownenv.base_python``: never taugrid's own packages).
+was made from (``ownenv.base_python``: never taugrid's own packages). An interpreter the researcher did not choose
+(the submission recorded ``ownenv.CLEAN_BASE``: taugrid's own environment was active and passed over) is only a
+base: the run gets a virtualenv of its own on it, or on the fallback the OS user falls back to (empty, or holding
+the project's requirements), so the packages installed into that interpreter (a pyenv build's, the
+distribution's) are not importable unasked either.
 
 When the pod runs as its workspace's OS user (``taugrid.local.runas``), that user must be able to run the
 interpreter. The fallback is then the first of ``fallback`` and ``spares`` (``ownenv.clean_pythons``: the system's
@@ -41,7 +45,7 @@ from pathlib import Path
 
 from taugrid import settings
 from taugrid.local.environment import EnvironmentBuilder, EnvironmentFailed, requirements
-from taugrid.local.ownenv import base_python, clean_pythons
+from taugrid.local.ownenv import CLEAN_BASE, base_python, clean_pythons
 from taugrid.local.runas import RunUser, cannot_reach, runnable
 from taugrid.settings.model import DEFAULT_ENGINES
 
@@ -194,6 +198,9 @@ class PodRuntimes:
                  key: tuple[str, RuntimeRequest, int] | None = None) -> None:
         fallback = self.fallback_for(user)
         python, source, warning = choose_python(request, machine_pin=self.machine_pin, fallback=fallback)
+        # A base nobody chose (taugrid's own environment was passed over) and no operator's pin: whichever
+        # interpreter is used is only the base of a virtualenv of the run's own, said once by ``tau run``.
+        clean = request.python_source == CLEAN_BASE and source != "TAU_LOCAL_PYTHON"
 
         def say(message: str) -> None:
             job.message = message
@@ -201,6 +208,8 @@ class PodRuntimes:
         try:
             if user is not None and not (request.image and self.engine()):
                 python, source, warning = self._runnable(python, source, warning, user, fallback)
+            if clean:  # any base the user may run will do: nothing to warn about
+                source, warning = CLEAN_BASE, ""
             if request.image:
                 engine = self.engine()
                 if engine:
@@ -214,9 +223,10 @@ class PodRuntimes:
                 say(warning)
             reqs = requirements(work, request.pip, user=user)
             builder = self.builder_for(user)
-            if not reqs.empty and builder.cached(python, reqs) is None:  # a cache hit says nothing
-                say(f"preparing a Python environment for {reqs.describe()}")
-            got = builder.prepare(base=python, reqs=reqs, project=work, progress=say)
+            if (clean or not reqs.empty) and builder.cached(python, reqs, isolated=clean) is None:  # a hit: silent
+                say(f"preparing a Python environment for {reqs.describe()}" if not reqs.empty else
+                    "preparing a clean Python environment (the project asks for no packages)")
+            got = builder.prepare(base=python, reqs=reqs, project=work, progress=say, isolated=clean)
         except EnvironmentFailed as err:
             job.outcome = Failed("EnvironmentFailed", err.message)
             return
