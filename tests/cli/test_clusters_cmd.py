@@ -46,6 +46,7 @@ async def test_each_cluster_shows_its_link_lag_and_runs(tmp_path: Path) -> None:
         await platformstore.put_text(hub_bus, text)
         await sites.provision_hub(hub_bus, "site-a")
         await sites.provision_site(site_bus, "site-a")
+        await sites.renew(site_bus, "site-a", 1)
         await site_bus.publish("k8s.site-a.Workload.ns.w1.modified", b"{}", event_type="modified",
                                ce_subject="r1", msg_id="w1", family="k8s")
         for run, state, cluster in (("r1", "running", "site-a"), ("r2", "admitted", "site-a"),
@@ -57,17 +58,18 @@ async def test_each_cluster_shows_its_link_lag_and_runs(tmp_path: Path) -> None:
         while ((rows := await cluster_rows(hub_bus, platform, await list_records(hub_bus)))[0].health != "ok"
                and time.monotonic() < deadline):
             await asyncio.sleep(0.2)
-        assert [(r.name, r.health, r.lag, r.runs, r.cluster_queues) for r in rows] == [
-            ("site-a", "ok", 0, 2, None), ("cloud", "no link", None, 0, ["lab"])]
+        assert [(r.name, r.health, r.lease, r.lag, r.runs, r.cluster_queues) for r in rows] == [
+            ("site-a", "ok", "gen 1", 0, 2, None), ("cloud", "no link", "-", None, 0, ["lab"])]
         shown = clusters_view(rows).splitlines()
-        assert shown[0].split() == ["CLUSTER", "BACKEND", "PREFERENCE", "HEALTH", "LAG", "RUNS", "QUEUES"]
-        assert shown[1].split() == ["site-a", "local", "0", "ok", "0", "2", "all"]
-        assert shown[2].split() == ["cloud", "kubernetes", "5", "no", "link", "-", "0", "lab"]
+        assert shown[0].split() == ["CLUSTER", "BACKEND", "PREFERENCE", "HEALTH", "LEASE", "LAG", "RUNS", "QUEUES"]
+        assert shown[1].split() == ["site-a", "local", "0", "ok", "gen", "1", "0", "2", "all"]
+        assert shown[2].split() == ["cloud", "kubernetes", "5", "no", "link", "-", "-", "0", "lab"]
 
         done = await asyncio.to_thread(tau, url, "clusters", "--output", "json")
         assert done.returncode == 0, done.stderr
         got = json.loads(done.stdout)["clusters"]
-        assert [(c["name"], c["health"], c["runs"]) for c in got] == [("site-a", "ok", 2), ("cloud", "no link", 0)]
+        assert [(c["name"], c["health"], c["lease"], c["runs"]) for c in got] == [
+            ("site-a", "ok", "gen 1", 2), ("cloud", "no link", "-", 0)]
 
         await platformstore.put_text(hub_bus, yaml.safe_dump({**yaml.safe_load(text), "clusters": []}))
         plain = await asyncio.to_thread(tau, url, "clusters")
@@ -90,7 +92,16 @@ def test_a_silent_link_and_one_never_reached_are_named() -> None:
     assert health(Link(lag=0, silent_s=1.0, stored=1)) == "ok"
 
 
+def test_a_lease_reads_held_lost_or_not_yet() -> None:
+    from taugrid.bus.sites import SiteLease
+    from taugrid.client.clusters import lease_view
+
+    assert lease_view(SiteLease(1)) == "gen 1"
+    assert lease_view(SiteLease(2, lost=True)) == "lost (gen 2)"
+    assert lease_view(None) == "-"
+
+
 def test_help_says_what_it_shows() -> None:
     done = subprocess.run([sys.executable, "-m", "taugrid.cli.main", "clusters", "--help"], capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 0 and "health of each link, lag, runs" in " ".join(done.stdout.split())
+    assert done.returncode == 0 and "health of each link, lease (lost: its runs were requeued elsewhere), lag, runs held" in " ".join(done.stdout.split())

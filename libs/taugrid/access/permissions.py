@@ -36,7 +36,7 @@ from taugrid.core.publishing import SERVICE_PUBLISH
 
 API = "$JS.API"
 READ_STREAMS = ("RUNS", "AUDIT", "LOGS")  # the streams people read, confined to their workspaces
-PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger")
+PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger", "site_leases")
 # Buckets whose keys are ``run.<workspace>.<run>``: people read only their workspaces' keys there.
 WORKSPACE_KV = ("run_state", "ledger")
 

@@ -1,5 +1,5 @@
 """``tau clusters``: the clusters the platform dispatches runs to (docs §13d), each with its link's health, the
-reports its link has not delivered yet (lag) and the runs it holds now."""
+reports its link has not delivered yet (lag), its lease on the hub and the runs it holds now."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from taugrid.cli.views import table
 from taugrid.client.clusters import ClusterRow, cluster_rows
 
 
-@click.command(help="Show the clusters runs are dispatched to: health of each link, lag, runs held, preference "
-                    "and the ClusterQueues each serves.")
+@click.command(help="Show the clusters runs are dispatched to: health of each link, lease (lost: its runs "
+                    "were requeued elsewhere), lag, runs held, preference and the ClusterQueues each serves.")
 @output_option
 @run_async
 async def clusters(output: str) -> None:
@@ -32,6 +32,6 @@ async def clusters(output: str) -> None:
 def clusters_view(rows: list[ClusterRow]) -> str:
     if not rows:
         return "no clusters declared: runs go to this stack's own backend (platform.yaml clusters, docs §13d)"
-    return table([[r.name, r.backend, str(r.preference), r.health, "-" if r.lag is None else str(r.lag), str(r.runs),
-                   ", ".join(r.cluster_queues) if r.cluster_queues is not None else "all"] for r in rows],
-                 ["cluster", "backend", "preference", "health", "lag", "runs", "queues"])
+    return table([[r.name, r.backend, str(r.preference), r.health, r.lease, "-" if r.lag is None else str(r.lag),
+                   str(r.runs), ", ".join(r.cluster_queues) if r.cluster_queues is not None else "all"] for r in rows],
+                 ["cluster", "backend", "preference", "health", "lease", "lag", "runs", "queues"])
