@@ -79,6 +79,17 @@ def test_a_queued_runs_place_is_the_one_tau_queue_shows() -> None:
     assert "cq #1: top-wait" in queue_view(QUEUES, show_pending=5, now=NOW)
 
 
+def test_tau_status_numbers_a_queued_runs_place_as_tau_queue_does() -> None:
+    """The admission phase of `tau status` says #2 for the run with one ahead of it, as `tau queue` and `tau top`
+    do (it said "position 1": the runs ahead)."""
+    from taugrid.core.states import apply
+
+    record = RunRecord(run_id="r2", workspace="a", state="rendered", attempt=1, created=NOW, updated=NOW)
+    apply(record, "admission.queued", 1, {"reason": "WaitingForQuota", "position": 1, "message": "no cpu"}, NOW + 1)
+    phase = next(p for p in record.phases if p.status == "active")
+    assert (phase.detail, phase.hint) == ("WaitingForQuota — #2 in line — no cpu", "1 run(s) ahead of it")
+
+
 def _env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAU_")}
     return {**env, "TAU_NATS_URL": url, "TAU_DATA_DIR": "/nonexistent-tau-top"}

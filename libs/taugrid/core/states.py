@@ -408,8 +408,8 @@ def failure_hint(data: dict[str, Any]) -> str:
 
 def _queued_detail(data: dict[str, Any]) -> str:
     parts = [str(data.get("reason", ""))]
-    if data.get("position") is not None:
-        parts.append(f"position {data['position']}")
+    if isinstance(data.get("position"), int):  # runs ahead of it: shown 1-based, as `tau queue` and `tau top` do
+        parts.append(f"#{data['position'] + 1} in line")
     if data.get("message"):
         parts.append(str(data["message"]))
     return " — ".join(p for p in parts if p)
