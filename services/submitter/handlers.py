@@ -45,6 +45,13 @@ from taugrid.core.limits import (
 from taugrid.sources import snapshots
 from taugrid_services.submitter import ratelimit
 
+# How long a submission id is remembered (``submissions`` KV; issue 27: the key went only with the bucket, one
+# indexed subject per run ever submitted). It only has to outlive a repeat of its request: a signed request
+# is refused 300 s after it was signed (``envelope.SIGNATURE_MAX_AGE_S``) and a paced one waits at most
+# ``PACED_SUBMISSIONS_MAX`` slots of a minute (8.3 h), both well within a day. The run's own claim
+# (``run.<ws>.<run>``, ``_first_for_run``) is kept: it stops a late request answering into a sealed run.
+SUBMISSION_ID_TTL_S = 24 * 3600.0
+
 
 @functools.lru_cache(maxsize=256)
 def parsed(config_text: str, config_path: str) -> tuple[TauConfig, accepted.Accepted]:
@@ -121,7 +128,8 @@ class Submitter:
                 f"published on {ev.nats_subject}", fix="publish on run.<workspace>.<run>.submit.requested",
             )], user=user)
             return
-        if await kv.create(self.bus, "submissions", req.submission_id, ev.subject.encode()) is None:
+        if await kv.create(self.bus, "submissions", req.submission_id, ev.subject.encode(),
+                           ttl=SUBMISSION_ID_TTL_S) is None:
             record, _ = await runrecord.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on

@@ -3,6 +3,7 @@ created again (the writes go through ``Bus.replies``; a deleted key's create fal
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import uuid
 
@@ -56,3 +57,40 @@ async def test_run_records_are_stored_compressed_and_every_reader_sees_their_jso
             break
         watched.append((key, value))
     assert sorted(watched) == [(f"run.{ws}.packed-1", plain), (f"run.{ws}.plain-1", msgspec.json.encode(old))]
+
+
+async def test_a_key_written_with_a_ttl_and_a_purged_key_leave_nothing_behind(bus: Bus) -> None:
+    """issue 27: a key created or put with a TTL, and a purge's marker, are removed by the server itself (a plain
+    delete's marker stays: one indexed subject per key ever written); readers see the purge as a deletion."""
+    base = f"kvt-{uuid.uuid4().hex[:8]}"
+    created = await kv.create(bus, "local_cluster", f"{base}.a", b"one", ttl=1)
+    put = await kv.put(bus, "local_cluster", f"{base}.b", b"two", ttl=1)
+    assert created is not None and put > created
+    assert (await bus.js.get_msg("KV_local_cluster", seq=created)).headers["Nats-TTL"] == "1"
+    assert await kv.get(bus, "local_cluster", f"{base}.b") == kv.Record(value=b"two", revision=put)
+    await kv.put(bus, "local_cluster", f"{base}.c", b"three")
+    await kv.purge(bus, "local_cluster", f"{base}.c", marker_ttl=1)
+    assert await kv.get(bus, "local_cluster", f"{base}.c") is None
+    assert await kv.count_keys(bus, "local_cluster", f"{base}.*") == 3  # the purge marker is a subject, for now
+    for _ in range(60):  # the server's TTL timer: about a second
+        if await kv.count_keys(bus, "local_cluster", f"{base}.*") == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await kv.count_keys(bus, "local_cluster", f"{base}.*") == 0
+    assert await kv.create(bus, "local_cluster", f"{base}.c", b"again") is not None  # gone, so created anew
+
+
+async def test_a_bucket_made_without_ttls_keeps_the_key_and_says_so(
+        private_bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    """A bucket an earlier nats-py made (no per-message TTLs) refuses the TTL header: the key is written without
+    it, and the log names the fix."""
+    from nats.js.api import DiscardPolicy, StreamConfig
+
+    await private_bus.js.add_stream(StreamConfig(  # the bucket as nats-py made it before 2.11's TTLs
+        name="KV_submissions", subjects=["$KV.submissions.>"], allow_direct=True, allow_rollup_hdrs=True,
+        deny_delete=True, discard=DiscardPolicy.NEW, max_msgs_per_subject=1, duplicate_window=120.0))
+    assert not (await private_bus.js.stream_info("KV_submissions")).config.allow_msg_ttl
+    revision = await kv.create(private_bus, "submissions", "old-bucket", b"x", ttl=60)
+    assert revision is not None
+    assert "Nats-TTL" not in ((await private_bus.js.get_msg("KV_submissions", seq=revision)).headers or {})
+    assert "bucket submissions was made without per-message TTLs" in caplog.text

@@ -37,6 +37,8 @@ T = TypeVar("T")
 log = logging.getLogger("taugrid.bus")
 _VALID_KEY = re.compile(r"[-/_=a-zA-Z0-9][-/_=.a-zA-Z0-9]*")  # nats-py's key rule: no leading or trailing dot
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+_TTL = "Nats-TTL"  # a per-message TTL in whole seconds (nats-server 2.11; nats-py's KV buckets allow it)
+_TTL_DISABLED = 10166  # the server's answer for a bucket made without per-message TTLs (an older nats-py's)
 
 # Buckets whose values are stored gzip-compressed (issue 27). A run record is ~5 KB of JSON that repeats its keys
 # in every phase, pod and history entry, ~1.6 KB compressed, rewritten at each of its run's events; the fastest
@@ -102,11 +104,14 @@ async def load(bus: Bus, bucket: str, key: str, kind: type[T]) -> tuple[T | None
     return msgspec.json.decode(found.value, type=kind), found.revision
 
 
-async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int | None:
-    """Write a key that must not exist yet; its revision, or None when it exists already (left alone)."""
+async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *,
+                 ttl: float | None = None) -> int | None:
+    """Write a key that must not exist yet; its revision, or None when it exists already (left alone).
+    ``ttl``: seconds after which the server removes the key, leaving no marker (a bucket made without
+    per-message TTLs keeps it)."""
     with timed(KV_SECONDS, bucket, "create") as timing:
         try:
-            return await _create(bus, bucket, key, _encode(value, bucket))
+            return await _create(bus, bucket, key, _encode(value, bucket), ttl=ttl)
         except WRONG_LAST:
             timing.outcome = "exists"
             return None
@@ -114,28 +119,53 @@ async def create(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes)
             raise unavailable(f"creating {bucket}/{key}", exc) from exc
 
 
-async def _create(bus: Bus, bucket: str, key: str, data: bytes) -> int:
+async def _create(bus: Bus, bucket: str, key: str, data: bytes, *, ttl: float | None = None) -> int:
     """Write a key that must not exist (``WRONG_LAST`` when it does): first as a plain write
     expecting no revision, through ``Bus.replies``; only when that fails, nats-py's ``create``, which reuses a
     deleted or purged key (its delete marker is a revision) and raises for a live one."""
     try:
-        return await _write(bus, bucket, key, data, revision=0)
+        return await _write(bus, bucket, key, data, revision=0, ttl=ttl)
     except REFUSED as exc:
         if not conflicted(exc):
             raise
     kv = await bus.kv(bucket)
+    try:
+        return int(await kv.create(key, data, msg_ttl=ttl))
+    except REFUSED as exc:
+        if not (ttl and _ttl_refused(bucket, exc)):
+            raise
     return int(await kv.create(key, data))
 
 
-async def _write(bus: Bus, bucket: str, key: str, data: bytes, *, revision: int) -> int:
+def _ttl_refused(bucket: str, exc: BaseException) -> bool:
+    """Whether ``exc`` says the bucket takes no per-message TTL (made by an earlier release); logged, since
+    its keys then stay until deleted (``bootstrap --update`` allows TTLs)."""
+    if getattr(exc, "err_code", None) != _TTL_DISABLED:
+        return False
+    log.warning("bucket %s was made without per-message TTLs: its keys are kept until deleted "
+                "(python -m taugrid.bus.bootstrap --update allows them)", bucket)
+    return True
+
+
+async def _write(bus: Bus, bucket: str, key: str, data: bytes, *, revision: int, ttl: float | None = None,
+                 extra: dict[str, str] | None = None) -> int:
     """What nats-py's ``update`` sends (the key's expected last revision, 0: none), through the bus's cheaper
-    request (``Bus.replies``); a stale revision raises ``APIError`` with a wrong-last code (``conflicted``)."""
+    request (``Bus.replies``); a stale revision raises ``APIError`` with a wrong-last code (``conflicted``).
+    ``revision`` -1 expects nothing (a purge); ``extra``: more headers."""
     if not _VALID_KEY.fullmatch(key) or key[-1] == ".":
         raise nats.js.errors.InvalidKeyError(key)
     kv = await bus.kv(bucket)
+    headers = {**({_EXPECTED_LAST: str(revision)} if revision >= 0 else {}), **(extra or {})}
+    if ttl:
+        headers[_TTL] = str(max(1, int(ttl)))
     reply = await bus.replies.request(f"{getattr(kv, '_pre', f'$KV.{bucket}.')}{key}", data,
-                                      headers={_EXPECTED_LAST: str(revision)}, timeout=_WRITE_TIMEOUT_S)
-    return stored_seq(reply)
+                                      headers=headers, timeout=_WRITE_TIMEOUT_S)
+    try:
+        return stored_seq(reply)
+    except REFUSED as exc:
+        if not (ttl and _ttl_refused(bucket, exc)):
+            raise
+    return await _write(bus, bucket, key, data, revision=revision, extra=extra)
 
 
 async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *, revision: int) -> int:
@@ -153,14 +183,29 @@ async def save(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *
             raise unavailable(f"writing {bucket}/{key}", exc) from exc
 
 
-async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes) -> int:
-    """Overwrite the key whatever it holds; returns the new revision."""
+async def put(bus: Bus, bucket: str, key: str, value: msgspec.Struct | bytes, *, ttl: float | None = None) -> int:
+    """Overwrite the key whatever it holds; returns the new revision. ``ttl``: as for ``create``."""
     with timed(KV_SECONDS, bucket, "put"):
         try:
+            if ttl:
+                return await _write(bus, bucket, key, _encode(value, bucket), revision=-1, ttl=ttl)
             kv = await bus.kv(bucket)
             return int(await kv.put(key, _encode(value, bucket)))
         except UNAVAILABLE as exc:
             raise unavailable(f"writing {bucket}/{key}", exc) from exc
+
+
+async def purge(bus: Bus, bucket: str, key: str, *, marker_ttl: float) -> None:
+    """Remove the key with every revision, leaving a purge marker that watchers see as a deletion and that the
+    server itself removes after ``marker_ttl`` seconds, so a key written once per run leaves nothing behind
+    (``delete``'s marker stays forever: a subject the server indexes, issue 27). A bucket made without
+    per-message TTLs keeps the marker."""
+    with timed(KV_SECONDS, bucket, "purge"):
+        try:
+            await _write(bus, bucket, key, b"", revision=-1, ttl=marker_ttl,
+                         extra={"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
+        except UNAVAILABLE as exc:
+            raise unavailable(f"purging {bucket}/{key}", exc) from exc
 
 
 async def delete(bus: Bus, bucket: str, key: str) -> None:

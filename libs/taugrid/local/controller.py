@@ -64,6 +64,10 @@ from taugrid.settings import Settings, current
 
 log = logging.getLogger("taugrid.local")
 BUCKET = "local_cluster"
+# A finished workload's key is purged, not deleted: the purge marker goes after this long (nothing reads a finished
+# workload's key; the marker only tells a live watcher), where a delete marker stayed forever, one indexed subject
+# per run ever run (issue 27).
+FINISHED_MARKER_TTL_S = 600.0
 PENDING_REFRESH_S = 3.0
 PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
@@ -217,7 +221,7 @@ class LocalCluster:
 
     async def save(self, wl: LocalWorkload) -> None:
         if wl.state == "finished":
-            await kv.delete(self.bus, BUCKET, f"wl.{wl.name}")
+            await kv.purge(self.bus, BUCKET, f"wl.{wl.name}", marker_ttl=FINISHED_MARKER_TTL_S)
         else:
             await kv.put(self.bus, BUCKET, f"wl.{wl.name}", wl)
 
