@@ -195,10 +195,30 @@ class Submitter:
         publish on any run's subject there, signed or not, or replay an old request; answering such a
         request (a rejection, say) would write into someone else's run. Run and workspace are the subject's."""
         claim, mine = f"run.{ev.workspace}.{ev.subject}", str(ev.seq).encode()
-        if await kv.create(self.bus, "submissions", claim, mine) is not None:
-            return True
-        held = await kv.get(self.bus, "submissions", claim)
-        return held is not None and held.value == mine
+        if await kv.create(self.bus, "submissions", claim, mine) is None:
+            held = await kv.get(self.bus, "submissions", claim)
+            if held is None or held.value != mine:
+                return False
+        await self._claim_run_id(ev)
+        return True
+
+    async def _claim_run_id(self, ev: Event) -> None:
+        """A run id names one run on the whole platform: evidence objects (``runs/<run>/…``), the archive and the
+        services' wildcard reads (``run.*.<run>``) key by it alone. Run ids are visible to every person, so a
+        researcher submitting in her workspace under a colleague's run id would have her run's seal replace
+        the colleague's bundle. The first workspace to claim ``id.<run>`` keeps it; a request of another
+        workspace is dead-lettered unanswered (an answer would be sealed under the same names)."""
+        ws = ev.workspace.encode()
+        key = f"id.{ev.subject}"
+        if await kv.create(self.bus, "submissions", key, ws) is not None:
+            return
+        held = await kv.get(self.bus, "submissions", key)
+        theirs = (held.value or b"") if held is not None else ws
+        if theirs != ws:
+            raise PermanentError(
+                f"run id {ev.subject} belongs to a run of workspace {theirs.decode(errors='replace')}: a run "
+                f"of workspace {ev.workspace} under the same id is refused unanswered; submit it again (`tau run` "
+                "picks a new id)")
 
     async def _check_source(self, req: SubmitRequested) -> Issue | None:
         """A submission's snapshot must be in the store under its content address and hash to it (a

@@ -11,6 +11,9 @@ workspace would, over a real nats-server with authentication on (``tests/secure_
   a KV key, an evidence chunk or the JetStream API is created, and delivers nothing there.
 - The JetStream API forms that name their target in the body, not the subject, are refused, or the server refuses
   a body that disagrees with the subject.
+- Run ids: evidence objects are named by run id alone, so a run submitted in her workspace under a colleague's
+  run id would have had its seal replace his bundle. The submitter refuses a run id another workspace holds,
+  unanswered, and the evidence never seals over another workspace's bundle.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from taugrid.bus import Bus
-from taugrid.bus.envelope import from_message
+from taugrid.bus import Bus, objects
+from taugrid.bus.envelope import from_message, headers_for
 from taugrid.bus.replay import replay
-from taugrid.core.contracts import ExecFinished
-from taugrid.core.errors import PermissionDenied
+from taugrid.core.contracts import ExecFinished, SubmitRequested
+from taugrid.core.errors import PermanentError, PermissionDenied
+from taugrid.evidence import ledger as lg
+from taugrid.evidence import store
+from taugrid.evidence.bundle import bundle_name
+from taugrid_services.submitter.handlers import Submitter
 from tests.secure_nats import SecureNats
 
 
@@ -169,3 +176,38 @@ async def test_her_own_short_lived_consumer_still_reads_her_workspace(alice: Bus
     await alice.guarded(alice.js.publish(f"run.vision.{run}.cancel.requested", body))
     assert [m.subject for m in await replay(alice, stream="RUNS", subject=f"run.vision.{run}.>")] == [
         f"run.vision.{run}.cancel.requested"]
+
+
+async def test_a_run_id_of_another_workspace_is_refused_unanswered(bus: Bus) -> None:
+    run = f"bobs-{uuid.uuid4().hex[:12]}"
+    for ws, sid in (("language", "bobs"), ("vision", "eves")):  # bob's run, then eve's under the same id
+        body = msgspec.json.encode(SubmitRequested(submission_id=f"{sid}-{run}", config_text="name: x\n",
+                                                   workspace=ws))
+        await bus.js.publish(f"run.{ws}.{run}.submit.requested", body, headers=headers_for(
+            event_id=f"{run}.{ws}", event_type="submit.requested", source="/client", subject=run, workspace=ws,
+            attempt=1, traceparent=""))
+    bobs, eves = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+                  for m in await replay(bus, stream="RUNS", subject=f"run.*.{run}.submit.requested")]
+    submitter = Submitter(bus)
+    await submitter.on_requested(bobs)
+    await submitter.on_requested(bobs)  # bob's redelivery is answered as before
+    with pytest.raises(PermanentError, match=f"^run id {run} belongs to a run of workspace language: a run of "
+                                             "workspace vision under the same id is refused unanswered"):
+        await submitter.on_requested(eves)
+    assert [m.subject for m in await replay(bus, stream="RUNS", subject=f"run.vision.{run}.>")] == [
+        f"run.vision.{run}.submit.requested"]
+    answered = [m.subject.split(".", 3)[3] for m in await replay(bus, stream="RUNS", subject=f"run.language.{run}.>")]
+    assert answered[0] == "submit.requested" and len(answered) == 2  # one answer, bob's
+
+
+async def test_a_seal_never_replaces_the_bundle_of_another_workspaces_run_of_the_same_id(bus: Bus) -> None:
+    run = f"bobs-{uuid.uuid4().hex[:12]}"
+    bobs = json.dumps({"run_id": run, "workspace": "language"}).encode()
+    await objects.write(bus, bundle_name(run), bobs, workspace="language")
+    eves = lg.Ledger(run_id=run, workspace="vision",
+                     seal=lg.Seal(event_id=f"{run}.1.exec.succeeded", type="exec.succeeded", attempt=1, index=0))
+    with pytest.raises(PermanentError, match=f"^run {run} of workspace vision is not sealed: runs/{run}/bundle.json "
+                                             "is the sealed bundle of the run of that id in workspace language"):
+        await store._store_bundle(bus, "vision", eves, {})
+    got = await store.read_bundle(bus, run, workspace="language")
+    assert got is not None and got[0] == bobs

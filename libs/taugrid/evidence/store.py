@@ -324,6 +324,14 @@ def scratch_writes(pods: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _workspace_of(data: bytes) -> str:
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return ""
+    return str(doc.get("workspace", "")) if isinstance(doc, dict) else ""
+
+
 def _commits_to(data: bytes, seal: lg.Seal) -> bool:
     try:
         doc = msgspec.json.decode(data)
@@ -493,6 +501,12 @@ async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapp
         existing = None  # damaged: stored again below
     if existing is not None and _commits_to(existing, claim):
         return lg.sha256(existing)  # never rebuilt: the outputs it scanned may have changed since
+    if existing is not None and (theirs := _workspace_of(existing)) and token(theirs) != token(workspace):
+        # Object names carry the run id alone: a run made in another workspace under an id already sealed
+        # (run ids are visible to everyone) would replace that run's bundle and logs. Nothing is written.
+        raise PermanentError(
+            f"run {ledger.run_id} of workspace {workspace} is not sealed: {name} is the sealed bundle of the run "
+            f"of that id in workspace {theirs}, which a run of another workspace never replaces")
     data, extra = await collect(bus, ledger, known=known)
     for obj, blob in sorted(extra.items()):
         await put_object(bus, obj, blob, workspace=workspace)
