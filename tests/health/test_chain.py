@@ -31,7 +31,7 @@ from taugrid.health.agent import NodeAgent
 from taugrid.health.kmsg import KmsgReader
 from taugrid.health.monitor import HealthMonitor
 from taugrid.health.nvml import NvmlProbe
-from taugrid.health.probe import DeclaredProbe
+from taugrid.health.probe import DeclaredProbe, HealthProbe
 from taugrid.health.rules import Policy
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeValidation
 from taugrid.kube.apply import KubeBackend
@@ -119,10 +119,13 @@ async def kube_chain(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str, Any]]:
-    """The services of the chain on a private server, with the local pool or the emulated cluster of two Nodes."""
+async def running_chain(tmp_path: Path, backend: str, *, platform: str = POOL_PLATFORM,
+                        probes: dict[str, HealthProbe] | None = None) -> AsyncIterator[dict[str, Any]]:
+    """The services of the chain on a private server, with the local pool or the emulated cluster of two Nodes.
+    ``platform`` and ``probes`` (node → its agent's probe) replace the two NVIDIA nodes (gpu-a's NVML stand-in,
+    gpu-b's declared GPU); the local backend only."""
     async with private_server(tmp_path, name=f"chain-{backend}") as (url, bus):
-        await platformstore.put_text(bus, POOL_PLATFORM.replace("output_root: /tmp", f"output_root: {tmp_path}/out"))
+        await platformstore.put_text(bus, platform.replace("output_root: /tmp", f"output_root: {tmp_path}/out"))
         await sign_as_local_user(bus)
         p = PipelineLoops(url, fetch_timeout=0.2)
         await p.connect("submitter", "run-record", "policy", "renderer", "admission-watcher", "recovery",
@@ -143,8 +146,8 @@ async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str,
         gpu = StandInGpu(kmsg_path)
         kmsg = KmsgReader(os.open(kmsg_path, os.O_RDONLY | os.O_NONBLOCK))
         probe_a = NvmlProbe(nvml=gpu.nvml, kmsg=kmsg, burn=gpu.burn, reboot=gpu.reboot)
-        agents = {"gpu-a": NodeAgent(svc["node-agent"], probe_a, "gpu-a"),
-                  "gpu-b": NodeAgent(svc["node-agent"], DeclaredProbe(1, 16000), "gpu-b")}
+        agents = {name: NodeAgent(svc["node-agent"], probe, name) for name, probe in (
+            probes or {"gpu-a": probe_a, "gpu-b": DeclaredProbe(1, 16000)}).items()}
 
         async def tick(node: str) -> None:
             """One sample of ``node``, handled by the health monitor before it returns."""
@@ -157,7 +160,7 @@ async def running_chain(tmp_path: Path, backend: str) -> AsyncIterator[dict[str,
         async with contextlib.AsyncExitStack() as stack:
             # On Kubernetes the retry deletes the failed attempt's Job (its pod goes with it) while the actuator
             # drains the node: a backoff longer than the actuator's lag makes the eviction the one that stops it.
-            out: dict[str, Any] = {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick,
+            out: dict[str, Any] = {"bus": bus, "client": Client(bus), "gpu": gpu, "tick": tick, "agents": agents,
                                    "backoff": "100ms" if backend == "local" else "3s"}
             if backend == "local":
                 cluster = LocalCluster(svc["local-cluster"], data_dir=tmp_path, node="machine",
