@@ -104,9 +104,11 @@ def test_runs_go_to_one_cluster_each_and_a_cut_clusters_runs_end_once_elsewhere(
     try:
         ended = {run: s.wait_state(run, {"succeeded", "failed"}, timeout=120) for run in runs}
         lost = _leases(s)[victim]
+        shown = _clusters(s)[victim]["lease"]
     finally:
         os.kill(pid, signal.SIGCONT)
     assert lost == sites.SiteLease(generation=2, lost=True)
+    assert shown == "lost (gen 2)"
     assert {run: r["state"] for run, r in ended.items()} == dict.fromkeys(runs, "succeeded")
     for run in cut:  # requeued on another cluster and ended there
         assert ended[run]["cluster"] != victim, run
@@ -115,6 +117,8 @@ def test_runs_go_to_one_cluster_each_and_a_cut_clusters_runs_end_once_elsewhere(
 
     # the cut cluster comes back, is told to fence (its orphans stopped) and rejoins under the hub's generation
     _wait(f"{victim} rejoined", lambda: _leases(s)[victim] == sites.SiteLease(generation=2), 60)
+    assert {c: r["lease"] for c, r in _clusters(s).items()} == {c: "gen 2" if c == victim else "gen 1"
+                                                                 for c in CLUSTERS}
     time.sleep(3)  # what the returning site reports now must change nothing
     for run in runs:
         events = [e["short_type"] for e in s.wait_sealed(run)]
