@@ -202,7 +202,8 @@ async def test_a_run_id_of_another_workspace_is_refused_unanswered(bus: Bus) -> 
 
 async def test_a_seal_never_replaces_the_bundle_of_another_workspaces_run_of_the_same_id(bus: Bus) -> None:
     run = f"bobs-{uuid.uuid4().hex[:12]}"
-    bobs = json.dumps({"run_id": run, "workspace": "language"}).encode()
+    bobs = json.dumps({"run_id": run, "workspace": "language",
+                       "terminal": {"event_id": f"{run}.1.exec.succeeded"}}).encode()  # the id eve's has too
     await objects.write(bus, bundle_name(run), bobs, workspace="language")
     eves = lg.Ledger(run_id=run, workspace="vision",
                      seal=lg.Seal(event_id=f"{run}.1.exec.succeeded", type="exec.succeeded", attempt=1, index=0))

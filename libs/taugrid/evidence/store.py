@@ -499,14 +499,15 @@ async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapp
         existing = await read_bundle_bytes(bus, name)
     except packing.PackingError:
         existing = None  # damaged: stored again below
-    if existing is not None and _commits_to(existing, claim):
-        return lg.sha256(existing)  # never rebuilt: the outputs it scanned may have changed since
     if existing is not None and (theirs := _workspace_of(existing)) and token(theirs) != token(workspace):
         # Object names carry the run id alone: a run made in another workspace under an id already sealed
-        # (run ids are visible to everyone) would replace that run's bundle and logs. Nothing is written.
+        # (run ids are visible to everyone) would replace that run's bundle and logs, or, its terminal event
+        # having the same id, take that bundle's digest as its own seal. Nothing is written.
         raise PermanentError(
             f"run {ledger.run_id} of workspace {workspace} is not sealed: {name} is the sealed bundle of the run "
             f"of that id in workspace {theirs}, which a run of another workspace never replaces")
+    if existing is not None and _commits_to(existing, claim):
+        return lg.sha256(existing)  # never rebuilt: the outputs it scanned may have changed since
     data, extra = await collect(bus, ledger, known=known)
     for obj, blob in sorted(extra.items()):
         await put_object(bus, obj, blob, workspace=workspace)
