@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, KeyValueConfig, StreamConfig
 
 from taugrid.bus import Bus, streams
 from taugrid.bus.bootstrap import bootstrap
@@ -78,3 +78,40 @@ async def test_a_run_state_bucket_made_with_five_revisions_keeps_one_after_the_u
     assert (await kv.get("run.ws.r1")).value == b"succeeded"
     await kv.put("run.ws.r1", b"sealed")
     assert (await private_bus.js.stream_info("KV_run_state")).state.messages == 1
+
+
+async def test_buckets_and_object_stores_get_a_one_second_duplicate_window_and_ttls(
+    private_bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """issue 27: no write to a bucket or object store carries a message id, so the bootstrap makes them with a
+    1 s duplicate window (nats-py's 2 min made the server re-read each one's last 2 min at a restart), buckets
+    taking per-message TTLs; K8S keeps 120 s. One an earlier release made is reported, then set by --update."""
+    from nats.js.api import ObjectStoreConfig
+
+    await private_bus.js.add_stream(StreamConfig(  # a bucket as an earlier nats-py made it: 2 min, no TTLs
+        name="KV_ledger", subjects=["$KV.ledger.>"], allow_direct=True, allow_rollup_hdrs=True, deny_delete=True,
+        discard=DiscardPolicy.NEW, max_msgs_per_subject=1, duplicate_window=120.0))
+    await private_bus.js.create_object_store("evidence", ObjectStoreConfig())
+    with caplog.at_level(logging.WARNING, logger="taugrid.bootstrap"):
+        assert await bootstrap(private_bus, replicas=1) == []
+    assert "stream KV_ledger: allow_msg_ttl is False, declared True; not changed" in caplog.text
+    assert "stream KV_ledger: duplicate_window is 120.0, declared 1.0; not changed" in caplog.text
+    assert "stream OBJ_evidence: duplicate_window is 120.0, declared 1.0; not changed" in caplog.text
+    fresh = {name: (await private_bus.js.stream_info(name)).config
+             for name in ("KV_run_state", "KV_submissions", "OBJ_sources", "OBJ_uploads", "K8S", "RUNS")}
+    assert {name: config.duplicate_window for name, config in fresh.items()} == {
+        "KV_run_state": 1.0, "KV_submissions": 1.0, "OBJ_sources": 1.0, "OBJ_uploads": 1.0, "K8S": 120.0,
+        "RUNS": 600.0}
+    assert fresh["KV_run_state"].allow_msg_ttl and fresh["KV_run_state"].allow_direct
+    assert fresh["OBJ_uploads"].max_age == 24 * 3600.0
+
+    assert await bootstrap(private_bus, update=True, replicas=1) == []
+    ledger = (await private_bus.js.stream_info("KV_ledger")).config
+    assert (ledger.duplicate_window, ledger.allow_msg_ttl) == (1.0, True)
+    assert (await private_bus.js.stream_info("OBJ_evidence")).config.duplicate_window == 1.0
+    kv = await private_bus.js.key_value("ledger")  # nats-py still takes them for what they are
+    await kv.put("run.ws.r1", b"ledger")
+    assert (await kv.get("run.ws.r1")).value == b"ledger"
+    store = await private_bus.js.object_store("sources")
+    await store.put("snap", b"bytes")
+    assert (await store.get("snap")).data == b"bytes"

@@ -32,8 +32,6 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
-    KeyValueConfig,
-    ObjectStoreConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -51,6 +49,7 @@ from taugrid.bus.topology import (
     KV_BUCKETS,
     OBJECT_STORE,
     SOURCES_STORE,
+    STORE_DUPLICATE_WINDOW_S,
     STREAMS,
     UPLOADS_STORE,
     UPLOADS_TTL_S,
@@ -198,11 +197,31 @@ def _filters(spec: ConsumerSpec) -> tuple[list[str] | None, str | None]:
     return (spec.filters if len(spec.filters) > 1 else None, spec.filters[0] if len(spec.filters) == 1 else None)
 
 
+def kv_config(bucket: str, *, history: int, replicas: int) -> StreamConfig:
+    """A KV bucket's stream as nats-py makes it (``create_key_value``), but with ``STORE_DUPLICATE_WINDOW_S``,
+    which nats-py fixes at 2 min; direct gets and per-message TTLs (``kv.create(ttl=)``, ``kv.purge``) allowed."""
+    return StreamConfig(
+        name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"], allow_direct=True, allow_rollup_hdrs=True,
+        allow_msg_ttl=True, deny_delete=True, discard=DiscardPolicy.NEW, duplicate_window=STORE_DUPLICATE_WINDOW_S,
+        max_consumers=-1, max_msgs=-1, max_msgs_per_subject=history, num_replicas=replicas, storage=StorageType.FILE,
+    )
+
+
+def object_store_config(store: str, *, ttl: float | None, replicas: int) -> StreamConfig:
+    """An object store's stream as nats-py makes it (``create_object_store``), with ``STORE_DUPLICATE_WINDOW_S``."""
+    return StreamConfig(
+        name=f"OBJ_{store}", subjects=[f"$O.{store}.C.>", f"$O.{store}.M.>"], max_age=ttl, max_bytes=-1,
+        storage=StorageType.FILE, num_replicas=replicas, discard=DiscardPolicy.NEW, allow_rollup_hdrs=True,
+        allow_direct=True, duplicate_window=STORE_DUPLICATE_WINDOW_S,
+    )
+
+
 async def _kv_settings(bus: Bus, stream: str, *, history: int, update: bool) -> list[str]:
     """Reads by key must be direct gets (the key in the request subject) so permissions can confine them to
     some keys, and a bucket keeps the history declared for it (a bucket made with a deeper one keeps every older
-    revision until then); a bucket made before either gets it (by the break-glass identity: ``update``).
-    Lowering the history drops the older revisions the bucket holds."""
+    revision until then), takes per-message TTLs and has the stores' duplicate window; a bucket made before gets
+    them (by the break-glass identity: ``update``). Lowering the history drops the older revisions the bucket
+    holds."""
     info = await bus.js.stream_info(stream)
     config = info.config
     diff = []
@@ -210,9 +229,30 @@ async def _kv_settings(bus: Bus, stream: str, *, history: int, update: bool) -> 
         diff.append("allow_direct is False, declared True")
     if (config.max_msgs_per_subject or 0) != history:
         diff.append(f"history is {config.max_msgs_per_subject}, declared {history}")
+    if not config.allow_msg_ttl:
+        diff.append("allow_msg_ttl is False, declared True")
+    diff += _window_difference(config)
     if diff and update:
-        await bus.guarded(bus.js.update_stream(dataclasses.replace(config, allow_direct=True,
-                                                                   max_msgs_per_subject=history)))
+        await bus.guarded(bus.js.update_stream(dataclasses.replace(
+            config, allow_direct=True, max_msgs_per_subject=history, allow_msg_ttl=True,
+            duplicate_window=STORE_DUPLICATE_WINDOW_S)))
+        return []
+    return diff
+
+
+def _window_difference(config: StreamConfig) -> list[str]:
+    if config.duplicate_window == STORE_DUPLICATE_WINDOW_S:
+        return []
+    return [f"duplicate_window is {config.duplicate_window!r}, declared {STORE_DUPLICATE_WINDOW_S!r}"]
+
+
+async def _store_settings(bus: Bus, store: str, *, update: bool) -> list[str]:
+    """An object store made before has the server's 2 min duplicate window: reported, set with ``update``."""
+    config = (await bus.js.stream_info(f"OBJ_{store}")).config
+    diff = _window_difference(config)
+    if diff and update:
+        await bus.guarded(bus.js.update_stream(dataclasses.replace(config,
+                                                                   duplicate_window=STORE_DUPLICATE_WINDOW_S)))
         return []
     return diff
 
@@ -240,15 +280,14 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
         try:
             await bus.js.key_value(bucket)
         except NO_BUCKET:
-            await bus.js.create_key_value(KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE,
-                                                         direct=True, replicas=replicas))
+            await bus.js.add_stream(kv_config(bucket, history=history, replicas=replicas))
         drifted[f"KV_{bucket}"] = await _kv_settings(bus, f"KV_{bucket}", history=history, update=update)
     for store, ttl in ((OBJECT_STORE, None), (SOURCES_STORE, None), (UPLOADS_STORE, UPLOADS_TTL_S)):
         try:
             await bus.js.object_store(store)
         except NO_BUCKET:
-            await bus.js.create_object_store(store, ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl,
-                                                                      replicas=replicas))
+            await bus.js.add_stream(object_store_config(store, ttl=ttl, replicas=replicas))
+        drifted[f"OBJ_{store}"] = await _store_settings(bus, store, update=update)
     for spec in CONSUMERS.values():
         await ensure_consumer(bus, spec)
     for stream, diff in drifted.items():

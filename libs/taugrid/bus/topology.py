@@ -38,7 +38,10 @@ class ConsumerSpec:
 
 STREAMS = [
     StreamSpec("RUNS", ["run.>"], max_age=30 * DAY, allow_direct=True),
-    StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY),
+    # a repeat K8S drops is a watch's re-list after a bridge restart, seconds later; a later one only reaches the
+    # admission watcher, whose run events are deterministic and dropped by RUNS' own window. A shorter window is
+    # fewer message ids held, and fewer messages re-read at a restart to rebuild them (issue 27).
+    StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY, duplicate_window=120.0),
     StreamSpec("NODES", ["node.>"], max_age=3 * DAY),
     StreamSpec("LOGS", ["log.>"], max_age=14 * DAY, duplicate_window=120.0, allow_direct=True),
     StreamSpec("BACKEND", ["backend.>"], max_age=7 * DAY),
@@ -76,6 +79,10 @@ KV_BUCKETS = {
     "site_leases": 1,  # many clusters: one lease per site, renewed by the site, declared lost by the dispatcher
     "service_keys": 1,  # each service's public nkey, written by the bootstrap identity only (bus/authors.py)
 }
+# KV buckets and object stores: no write to them carries a message id (a compare-and-set, a create-once and an
+# object's rollup do that work), so their duplicate window dedups nothing; the server's 2 min default only made it
+# re-read each one's last 2 min of messages at a restart (issue 27). The server takes no 0 (that is its default).
+STORE_DUPLICATE_WINDOW_S = 1.0
 OBJECT_STORE = "evidence"  # sealed bundles, large attempt logs, kept outputs: written by the evidence service only
 SOURCES_STORE = "sources"  # content-addressed project snapshots (sources/snapshots.py): the submitter writes, pods read
 UPLOADS_STORE = "uploads"  # people put snapshots here; the submitter verifies and promotes them into SOURCES_STORE
