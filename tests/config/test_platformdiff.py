@@ -104,9 +104,11 @@ def test_the_diff_names_each_retention_field_and_says_what_applying_it_leaves_to
 def test_what_a_backend_does_not_act_on_is_said_not_silently_stored() -> None:
     assert inert_here(platform(), "local") == inert_here(platform(), "kubernetes") == []
     sites = platform(people="clusters: [{name: onprem, backend: local}]\n")
-    for backend in ("local", "kubernetes"):
-        (note,) = inert_here(sites, backend)
-        assert note.startswith("clusters/dispatch are stored, but no stack dispatches yet")
+    (local,) = inert_here(sites, "local")
+    assert local.startswith("clusters/dispatch act from the next start of a local stack (`tau down`, `tau up`)")
+    (kube,) = inert_here(sites, "kubernetes")
+    assert kube.startswith("clusters/dispatch are stored, but the chart starts no dispatcher or sites")
+    for note in (local, kube):
         assert "this stack's own backend" in note
     recovery = platform(people="wait_for_pods_ready: {recovery_timeout: 2m}\n")
     (note,) = inert_here(recovery, "local")

@@ -158,10 +158,14 @@ def inert_here(p: Platform, backend: str) -> list[str]:
     Configuration (``fair_sharing``, ``wait_for_pods_ready``) on Kubernetes is said by ``render.kueue`` and
     ``render.kueueconfig``, which this layer may not import."""
     out = []
-    if p.clusters:  # a dispatch other than the default is refused without clusters (check_clusters)
-        out.append("clusters/dispatch are stored, but no stack dispatches yet: `tau up` and the chart start no "
-                   "dispatcher or sites, and the renderer sends every run to this stack's own backend (docs §13d, "
-                   "§16 'Many clusters, what is left')")
+    if p.clusters and backend == "local":  # a dispatch other than the default is refused without clusters
+        out.append("clusters/dispatch act from the next start of a local stack (`tau down`, `tau up`), which then "
+                   "runs a hub, a leaf server and a simulated local cluster per cluster and the dispatcher; until "
+                   "then a stack started without them sends every run to this stack's own backend, and one started "
+                   "with them keeps the clusters and lease timing it started with (docs §13d)")
+    elif p.clusters:
+        out.append("clusters/dispatch are stored, but the chart starts no dispatcher or sites: the renderer sends "
+                   "every run to this stack's own backend (docs §16 'Many clusters, what is left')")
     if backend == "local" and p.wait_for_pods_ready.recovery_timeout is not None:
         out.append("wait_for_pods_ready.recovery_timeout has nothing to time on the local cluster (a failed pod "
                    "fails its Job, so no workload waits for a replacement); it applies on Kubernetes, through "
