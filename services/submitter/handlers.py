@@ -211,9 +211,13 @@ class Submitter:
         ws = ev.workspace.encode()
         key = f"id.{ev.subject}"
         if await kv.create(self.bus, "submissions", key, ws) is not None:
-            return
-        held = await kv.get(self.bus, "submissions", key)
-        theirs = (held.value or b"") if held is not None else ws
+            # a run submitted before runs claimed their ids holds it by its record alone
+            others = [k.split(".")[1] for k in await kv.matching_keys(self.bus, "run_state", f"run.*.{ev.subject}")
+                      if k.split(".")[1] != ev.workspace]
+            theirs = others[0].encode() if others else ws
+        else:
+            held = await kv.get(self.bus, "submissions", key)
+            theirs = (held.value or b"") if held is not None else ws
         if theirs != ws:
             raise PermanentError(
                 f"run id {ev.subject} belongs to a run of workspace {theirs.decode(errors='replace')}: a run "

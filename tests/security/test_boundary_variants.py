@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, objects
+from taugrid.bus import Bus, kv, objects
 from taugrid.bus.envelope import from_message, headers_for
 from taugrid.bus.replay import replay
 from taugrid.core.contracts import ExecFinished, SubmitRequested
@@ -212,3 +212,17 @@ async def test_a_seal_never_replaces_the_bundle_of_another_workspaces_run_of_the
         await store._store_bundle(bus, "vision", eves, {})
     got = await store.read_bundle(bus, run, workspace="language")
     assert got is not None and got[0] == bobs
+
+
+async def test_a_run_id_held_only_by_an_older_runs_record_is_refused_too(bus: Bus) -> None:
+    run = f"old-{uuid.uuid4().hex[:12]}"
+    await kv.put(bus, "run_state", f"run.language.{run}", b"{}")  # a run submitted before runs claimed their ids
+    body = msgspec.json.encode(SubmitRequested(submission_id=f"eves-{run}", config_text="name: x\n",
+                                               workspace="vision"))
+    await bus.js.publish(f"run.vision.{run}.submit.requested", body, headers=headers_for(
+        event_id=f"{run}.eve", event_type="submit.requested", source="/client", subject=run, workspace="vision",
+        attempt=1, traceparent=""))
+    [eves] = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+              for m in await replay(bus, stream="RUNS", subject=f"run.vision.{run}.>")]
+    with pytest.raises(PermanentError, match=f"^run id {run} belongs to a run of workspace language"):
+        await Submitter(bus).on_requested(eves)

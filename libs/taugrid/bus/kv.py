@@ -289,6 +289,20 @@ async def count_keys(bus: Bus, bucket: str, key_filter: str) -> int:
     return len(info.state.subjects or {})
 
 
+async def matching_keys(bus: Bus, bucket: str, key_filter: str) -> list[str]:
+    """The keys matching ``key_filter`` (NATS wildcards), deleted ones included, from the stream's per-subject
+    state (one request, whatever the number of keys), sorted."""
+    with timed(KV_SECONDS, bucket, "keys"):
+        try:
+            info = await bus.guarded(bus.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{key_filter}"))
+        except MISSING:
+            return []
+        except UNAVAILABLE as exc:
+            raise unavailable(f"listing {bucket}/{key_filter}", exc) from exc
+    prefix = len(f"$KV.{bucket}.")
+    return sorted(subject[prefix:] for subject in info.state.subjects or {})
+
+
 async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
     """The newest live value among the keys matching ``key_filter`` (one direct get whose subject is the
     filter); None when none matches or the newest was deleted. ``TemporaryError`` when the bus cannot answer."""
