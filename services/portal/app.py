@@ -170,15 +170,20 @@ def build(bus: Bus, *, portal_key: str) -> web.Application:
 
 
 async def _run_feed(client: Client, run_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """The run's console (``Client.console``: events and log lines interleaved, until sealed) as SSE messages."""
+    """The run's console (``Client.console``: events and log lines interleaved, until sealed) as SSE messages, one
+    ``exec.progress`` line per change (``ProgressLines``), as ``tau run --follow`` prints them."""
+    from taugrid.client.progresslines import ProgressLines
     from taugrid.client.summaries import event_detail
 
+    progress = ProgressLines()
     async for item in client.console(run_id):
         if isinstance(item, LogChunk):
             yield "log", {"attempt": item.attempt, "pod": item.pod, "lines": item.lines}
-        else:
+            continue
+        detail = event_detail(item)
+        if not progress.repeats(item, detail):
             yield "run", {"seq": item.seq, "type": item.type, "time": item.time, "attempt": item.attempt,
-                          "source": item.source, "detail": event_detail(item)}
+                          "source": item.source, "detail": detail}
     yield "end", {}
 
 

@@ -62,3 +62,39 @@ def test_state_badges_and_event_names_never_break_mid_word() -> None:
     assert "td.nowrap { white-space: nowrap; overflow-wrap: normal; }" in css.replace("th, td.nowrap", "td.nowrap")
     js = (STATIC / "portal.js").read_text()
     assert '<td class="nowrap">${esc(e.type)}</td>' in js
+
+
+async def test_the_event_list_gets_one_progress_line_per_change() -> None:
+    """A finished pod's status brings several exec.progress events that all read "started" (its phase, then its
+    container's end): the portal's stream sends the line once per attempt and pod, as `tau run --follow` prints
+    it (issue 23 item 6); every other event is sent as it came."""
+    import msgspec
+
+    from taugrid.bus.envelope import Event
+    from taugrid.core.contracts import ExecProgress, PhaseReport
+    from taugrid_services.portal.app import _run_feed
+
+    def ev(i: int, kind: str, data: object, attempt: int = 1) -> Event:
+        return Event(id=f"r1.{attempt}.{kind}.{i}", type=kind, source="/svc/admission-watcher", subject="r1",
+                     time="2026-12-01T10:00:00Z", attempt=attempt, data=msgspec.json.encode(data))
+
+    creating = ExecProgress(pod="r1-a1-pod", phases=[PhaseReport(name="container-start", status="active",
+                                                                 detail="creating containers")])
+    started = ExecProgress(pod="r1-a1-pod", pod_phase="Running", phases=[PhaseReport(name="running",
+                                                                                     status="done")])
+    ended = msgspec.structs.replace(started, pod_phase="Failed")
+    again = msgspec.structs.replace(started, pod="r1-a2-pod")
+    feed = [ev(0, "exec.progress", creating), ev(1, "exec.progress", started), ev(2, "exec.running", {"node": "vm"}),
+            ev(3, "exec.progress", ended), ev(4, "exec.failed", {"reason": "Error"}),
+            ev(5, "exec.progress", again, attempt=2), ev(6, "exec.progress", again, attempt=2)]
+
+    class Console:
+        async def console(self, run_id: str):  # type: ignore[no-untyped-def]
+            for item in feed:
+                yield item
+
+    sent = [(data["type"], data["detail"]) async for kind, data in _run_feed(Console(), "r1")  # type: ignore[arg-type]
+            if kind == "run"]
+    assert sent == [("exec.progress", "r1-a1-pod: container-start active creating containers"),
+                    ("exec.progress", "r1-a1-pod: started"), ("exec.running", "node=vm"),
+                    ("exec.failed", "reason=Error"), ("exec.progress", "r1-a2-pod: started")]

@@ -16,6 +16,7 @@ import click
 from taugrid.cli.common import EXIT_FAILED, EXIT_REJECTED, color, emit_json
 from taugrid.cli.outputs_cmd import listing, summary_lines
 from taugrid.cli.views import attempt_separator, elapsed, phase_tree, stage_line
+from taugrid.client.progresslines import ProgressLines
 from taugrid.core.contracts import LogChunk
 
 TAIL_LINES = 10
@@ -26,7 +27,7 @@ async def follow_run(client: Any, run_id: str, output: str) -> None:
     start = time.time()
     tails: dict[int, deque[str]] = {}
     attempt = 1
-    shown: dict[tuple[int, str], str] = {}  # (attempt, pod) → its progress line last printed
+    progress = ProgressLines()
     async for item in client.console(run_id):
         if isinstance(item, LogChunk):
             tails.setdefault(item.attempt, deque(maxlen=TAIL_LINES)).extend(item.lines)
@@ -46,11 +47,8 @@ async def follow_run(client: Any, run_id: str, output: str) -> None:
             backoff = f", backoff {delay:g}s" if delay > 0 else ""
             click.echo(attempt_separator(attempt, f"retry after {data.get('reason', '')}{backoff}"))
         line = stage_line(item)
-        if item.type == "exec.progress":  # a pod's status changes more often than where it is: one line per change
-            pod = (item.attempt, line.split(":", 1)[0])
-            if shown.get(pod) == line:
-                continue
-            shown[pod] = line
+        if progress.repeats(item, line):  # one exec.progress line per change
+            continue
         click.echo(color(f"[{elapsed(start, None):>6}] ", "cyan") + line)
     record = await client.settled(run_id)
     if output != "json":
