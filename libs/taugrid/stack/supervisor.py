@@ -412,7 +412,7 @@ def run(stack: Stack) -> int:
                 log.error("nats-server %s exited; restarted it on the same ports and store", node.route.server_name)
                 changed = True
             stack.nats = stack.cluster.procs[0]
-        elif stack.nats.poll() is not None:
+        elif stack.nats is not None and stack.nats.poll() is not None:
             log.error("nats-server exited; restarting it on the same port and store")
             _start_hub(stack)
             changed = True  # stack.json names the new server's pid
