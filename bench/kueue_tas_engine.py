@@ -208,7 +208,8 @@ def replay(fraction: float, profiler: cProfile.Profile | None, *, one_at_a_time:
           f"on average, "
           f"worst {1e3 * worst:.1f} ms; {admissions} admissions ({admissions / max(busy, 1e-9):,.0f}/s of engine "
           f"time), {preemptions} preemptions; {heads} heads examined ({heads / max(admissions, 1):.1f} per "
-          f"admission, {1e3 * busy / max(heads, 1):.2f} ms each)")
+          f"admission, {1e3 * busy / max(heads, 1):.2f} ms each), {eng.nominations} of them nominated (the rest "
+          f"settled by a memo)")
     usage = 100 * held / (NOMINAL_CPU * len(queue_names())) / max(wall, 1e-9)
     # The simulated figures are the policy's outcome alone (no machine in them), so Kueue's limits are judged on
     # them: the time to admission per class at any fraction (fewer runs wait no longer), the wall and the usage

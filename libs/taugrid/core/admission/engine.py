@@ -51,6 +51,7 @@ from .tas_nominate import with_topology
 from .victims import DEFAULT_STRATEGIES, LedgerSim, Target, fair_targets, get_targets
 
 _Entry = tuple[WState, CQQueue, Assignment, list[Target]]
+MEMO_SLOTS = 16  # memos a queue keeps, one per shape (a queue's heads alternate between a few shapes)
 
 
 class Engine:
@@ -107,6 +108,7 @@ class Engine:
         # (off: every head is nominated, the reference the property tests compare against). Not with KAI,
         # whose queues read state outside the cohort tree.
         self.memo = memo and self.kai is None
+        self.nominations = 0  # heads nominated, not settled by a memo (what a bench reports beside the heads)
         self._elastic: set[str] = set()  # admitted at some point and elastic: what ``grow`` looks at
         self._awaiting: set[str] = set()  # preemptors waiting for elastic victims to shrink
         # A head parked for lack of node room passed quota on some flavor; quota or node room taken later (in
@@ -387,14 +389,15 @@ class Engine:
                 q.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
                 continue
             q.head_epochs = self._epochs(q)
-            memo = q.memo
-            if memo is not None and self._memo_hit(ws, q, memo):
+            memo = self._memo_of(ws, q)
+            if memo is not None:
                 # Its nomination would repeat the memo's (no victims either): ordered and processed as such.
                 assert isinstance(memo.assignment, Assignment)
                 ws.on_nodes = memo.on_nodes
                 entries.append((ws, q, memo.assignment, []))
                 continue
             reads = self._reads()
+            self.nominations += 1
             a = self._nominate(ws, q)
             targets: list[Target] = []
             if a.mode == Mode.PREEMPT:
@@ -580,13 +583,22 @@ class Engine:
     def _remember(self, ws: WState, q: CQQueue, a: Assignment) -> None:
         """Keep the nomination of a head that it alone made inadmissible (see ``_memo_hit``)."""
         if self.memo and self._memo_shape_ok(ws):
-            q.memo = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes)
+            # Memos of other epochs can never hit again (epochs only grow): only this epoch's are kept.
+            kept = [m for m in q.memos if m.epochs == q.head_epochs and not self._memo_hit(ws, q, m)]
+            q.memos = [Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes), *kept[:MEMO_SLOTS - 1]]
 
     @staticmethod
     def _memo_shape_ok(ws: WState) -> bool:
         # Preemptors, scale-up slices and elastic workloads read more than their shape (their victims, the old
         # slice, their own admitted pods): never memoized.
         return not ws.preempting and ws.replaces is None and ws.workload.elastic is None
+
+    def _memo_of(self, ws: WState, q: CQQueue) -> Memo | None:
+        """The queue's memo whose verdict ``ws`` would get now (see ``_memo_hit``), or None."""
+        for memo in q.memos:
+            if self._memo_hit(ws, q, memo):
+                return memo
+        return None
 
     def _memo_hit(self, ws: WState, q: CQQueue, memo: Memo) -> bool:
         """Would nominating ``ws`` now give ``memo``'s verdict? Yes when nothing a nomination reads changed since
@@ -651,13 +663,12 @@ class Engine:
                  ) -> None:
         ws, q, a, targets = entry
         reads = self._reads()  # a verdict reached below may read the nodes too (recomputed, placed)
-        if q.memo is None or q.memo.assignment is not a:  # a memo hit keeps the memo
-            q.memo = None
-            if a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
-                                         reclaim_within_cohort == ReclaimWithinCohort.ANY):
-                # A verdict of its nomination alone (a PREEMPT head of a queue that cannot always reclaim holds
-                # capacity for the cycle: a verdict with a side effect, not memoized).
-                self._remember(ws, q, a)
+        # A verdict of its nomination alone is remembered, unless it came from a memo (a PREEMPT head of a queue
+        # that cannot always reclaim holds capacity for the cycle: a verdict with a side effect, not memoized).
+        alone = a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
+                                          reclaim_within_cohort == ReclaimWithinCohort.ANY)
+        if alone and not any(m.assignment is a for m in q.memos):
+            self._remember(ws, q, a)
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)
             self._park(ws, q, reads)

@@ -19,7 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -80,6 +80,10 @@ class TasFailure(NamedTuple):
     placed: Mapping[str, TopologyAssignment] = {}
 
 
+# Per TAS pod set index, per pod the node indices it may use; and Kueue's assignment per pod set name.
+TasAnswer = tuple[dict[int, list[tuple[int, ...]]], dict[str, TopologyAssignment]] | TasFailure
+
+
 class Placed(list[PodPlacement]):
     """A gang's placements, with the topology assignment of each TAS pod set (by pod set name)."""
 
@@ -118,6 +122,9 @@ class Cluster:
         # the engine compares it around a head's nomination to know whether its verdict read the nodes.
         self.reads = 0
         self._totals = NodeChanges()  # what ``tas_free(empty=True)`` reports never changes
+        # ``tas_assign(empty=True)`` answers, per usable node set and workload shape: a function of the nodes'
+        # totals, which never change, so many TAS preemptors of one shape (every cycle) share one search.
+        self._on_empty: dict[Hashable, TasAnswer] = {}
 
     @property
     def max_gpu_memory_mb(self) -> int:
@@ -241,18 +248,32 @@ class Cluster:
                 PODS: limit - ns.pods}
 
     def tas_assign(self, workload: Workload, flavors_per_pod_set: Sequence[Mapping[str, str]],
-                   flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool = False
-                   ) -> tuple[dict[int, list[tuple[int, ...]]], dict[str, TopologyAssignment]] | TasFailure:
+                   flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool = False) -> TasAnswer:
         """Topology assignments of the workload's TAS pod sets: per pod set index, per pod the node indices it
         may use, and Kueue's assignment per pod set name; or (pod set, flavor, reason) for the first that does
-        not fit."""
-        if not empty:
-            self.reads += 1
+        not fit. With ``empty`` (every TAS workload gone) the answer is kept per usable node set and workload
+        shape and may be shared: a caller must not change it."""
         by_flavor: dict[str, list[int]] = {}
         for i, flv in enumerate(flavors_per_pod_set):
             spec = self.tas_flavor(flv, flavor_specs)
             if spec is not None:
                 by_flavor.setdefault(spec.name, []).append(i)
+        if not empty:
+            self.reads += 1
+            return self._tas_assign(workload, by_flavor, flavor_specs, empty=False)
+        key = (frozenset(self.unschedulable | self.not_ready),
+               tuple((fname, frozenset(flavor_specs[fname].node_labels.items()), flavor_specs[fname].topology_name,
+                      tuple((i, self._tas_shape(workload, workload.pod_sets[i])) for i in indices))
+                     for fname, indices in by_flavor.items()))
+        found = self._on_empty.get(key)
+        if found is None:
+            if len(self._on_empty) >= 4096:
+                self._on_empty.clear()
+            found = self._on_empty[key] = self._tas_assign(workload, by_flavor, flavor_specs, empty=True)
+        return found
+
+    def _tas_assign(self, workload: Workload, by_flavor: Mapping[str, list[int]],
+                    flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool) -> TasAnswer:
         pins: dict[int, list[tuple[int, ...]]] = {}
         topology: dict[str, TopologyAssignment] = {}
         assumed: dict[int, dict[str, int]] = {}  # shared across flavors: two flavors may select the same nodes
@@ -323,6 +344,13 @@ class Cluster:
                 counts[values[start:]] = counts.get(values[start:], 0) + 1
             out[ps.name] = TopologyAssignment(levels=topo.levels[start:], domains=tuple(counts.items()))
         return out
+
+    @staticmethod
+    def _tas_shape(workload: Workload, ps: PodSet) -> Hashable:
+        """What of a pod set ``_tas_pod_set`` reads, hashable."""
+        return (ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.gpu_fraction, ps.gpu_memory_mb,
+                ps.topology_request, tuple(sorted(ps.node_selector.items())), workload.tolerations + ps.tolerations,
+                ps.excluded_nodes)
 
     @staticmethod
     def _tas_pod_set(workload: Workload, ps: PodSet) -> TasPodSet:

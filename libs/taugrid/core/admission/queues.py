@@ -11,8 +11,9 @@ Invariants:
   nodes), in ``parked_on_nodes`` until such an event or any release of node room (nodes are shared by every
   cohort tree); StrictFIFO keeps the head in place and marks the queue ``blocked`` until either or a new
   arrival;
-- ``memo`` is only a shortcut: it holds the verdict of a head whose fate was decided by its nomination alone,
-  stamped with the epochs it was nominated at; the engine reuses it only while both epochs are unchanged.
+- ``memos`` are only a shortcut: each holds the verdict of a head whose fate was decided by its nomination alone,
+  stamped with the epochs it was nominated at, one per shape seen at those epochs (a queue's heads alternate
+  between a few shapes); the engine reuses one only while both epochs are unchanged.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class WState:
 
 class CQQueue:
     __slots__ = ("spec", "node", "heap", "parked", "parked_on_nodes", "admitted", "blocked", "waiting", "inactive",
-                 "memo", "head_epochs", "_seq")
+                 "memos", "head_epochs", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
@@ -88,11 +89,17 @@ class CQQueue:
         self.blocked = False
         self.waiting: WState | None = None  # preemptor whose victims were evicted: this queue's next entry
         self.inactive = ""  # why the queue admits nothing (Kueue: an inactive ClusterQueue), or ""
-        # The last head whose nomination alone made it inadmissible, with the epochs it was nominated at (see
-        # ``Engine._memo_hit``): a later head of the same shape meets the same fate while the epochs hold.
-        self.memo: Memo | None = None
+        # The heads whose nomination alone made them inadmissible, latest first, one per shape, all nominated at
+        # the same epochs (see ``Engine._memo_hit``): a later head of one of these shapes meets the same fate
+        # while the epochs hold.
+        self.memos: list[Memo] = []
         self.head_epochs: tuple[int, int] = (0, 0)  # epochs this cycle's head was nominated at
         self._seq = 0
+
+    @property
+    def memo(self) -> Memo | None:
+        """The latest memo, if any."""
+        return self.memos[0] if self.memos else None
 
     @property
     def strict(self) -> bool:

@@ -9,9 +9,11 @@ workers still fit beside it (``pods_wl``/``slices_wl``).
 
 Invariants: the tree changes only with the set of usable nodes (the caller keeps it); counts are reset on every
 fill, to what counting every leaf afresh gives: given the caller's log of changed nodes, the tree keeps each
-demand shape's counts and recounts only the leaves of nodes changed since and their ancestors; only leaves
-that are nodes check taints and the node selector, as Kueue does; a pod set's excluded nodes (taugrid's
-retries) count as absent at every level.
+demand shape's counts and recounts only the leaves of nodes changed since and their ancestors; each kept shape
+has its own domain objects (a ``_View``), so a fill rewrites only the domains recounted or changed by the last
+search of that shape, not every domain when the shape differs from the last fill's; only leaves that are nodes
+check taints and the node selector, as Kueue does; a pod set's excluded nodes (taugrid's retries) count as
+absent at every level.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ Vals = tuple[int, int, int, int, int]  # a domain's (pods, slices, leader, pods_
 _ZERO: Vals = (0, 0, 0, 0, 0)
 MAX_SHAPES = 64  # demand shapes whose counts a tree keeps (few request shapes in practice); more: start over
 MAX_LOG = 1 << 14  # node changes logged before the log starts over (every kept count is then redone once)
+MAX_VIEW_DOMAINS = 1 << 18  # domain objects the kept shapes' own views may hold in all (beyond: the shared view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,20 @@ class Counts:
     resources: dict[str, int]
     generation: int = 0
     seen: int = 0  # how much of the change log these counts have taken in
-    recounted: list[int] = field(default_factory=list)  # domain ids recounted since the tree was last filled
+    recounted: list[int] = field(default_factory=list)  # domain ids recounted since these counts were loaded
+    view: _View | None = None  # this shape's own domain objects, when kept
+
+
+@dataclass(slots=True, eq=False)
+class _View:
+    """Domain objects a search reads and rewrites: the tree's own (shared by counts not kept) or one set per kept
+    demand shape. ``counts``: the counts they hold, but for ``altered`` (rewritten by a search since) and the
+    counts' ``recounted`` domains."""
+
+    domains: list[Domain]
+    per_level: list[dict[tuple[str, ...], Domain]]
+    altered: set[Domain] = field(default_factory=set)
+    counts: Counts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +210,12 @@ class TasTree:
         self._node_set = frozenset(self.nodes)
         self._names = frozenset(n.name for n in nodes)
         self._cache: dict[Hashable, Counts] = {}  # demand shape -> its counts, brought up to date on each fill
-        # The counts the domains were last filled with, and the domains a search has since rewritten (it adds
-        # every domain it may change): a fill with the same counts rewrites only those and the recounted ones.
-        self._loaded: Counts | None = None
-        self.altered: set[Domain] = set()
+        # The structure (``leaves``, ``_base``'s domains) is what counting walks; ``domains``/``per_level`` are
+        # the view last filled, what the search reads, and ``altered`` the domains a search has rewritten in it
+        # (it adds every domain it may change): the next fill of that view rewrites only those and the recounted.
+        self._base = _View(self.domains, self.per_level)
+        self._view_domains = 0  # domain objects held by kept shapes' own views
+        self.altered: set[Domain] = self._base.altered
 
     def _domain(self, values: tuple[str, ...]) -> Domain:
         d = Domain(values)
@@ -221,16 +239,10 @@ class TasTree:
             counts = self.count_all(demand, assumed, free_of)
         else:
             counts = self._counted(demand, free_of, changes, source)
-        if counts is self._loaded:  # the domains hold these counts but for what changed since
-            vals = counts.vals
-            self.altered.update(self.domains[i] for i in counts.recounted)
-            for d in self.altered:
-                d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = vals[d.id]
-        else:
-            for d, v in zip(self.domains, counts.vals, strict=True):
-                d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = v
-        self._loaded, counts.recounted = counts, []
-        self.altered.clear()
+            if counts.view is None and self._view_domains + len(self.domains) <= MAX_VIEW_DOMAINS:
+                counts.view = self._clone()
+                self._view_domains += len(self.domains)
+        self._load(counts.view or self._base, counts)
         stats.total += counts.static.total
         stats.selector += counts.static.selector
         for k, n in counts.static.taints.items():
@@ -238,6 +250,30 @@ class TasTree:
         for k, n in counts.resources.items():
             if n:
                 stats.resources[k] = stats.resources.get(k, 0) + n
+
+    def _load(self, view: _View, counts: Counts) -> None:
+        """Put ``counts`` in ``view``'s domains and make it the view the search reads."""
+        vals = counts.vals
+        if view.counts is counts:  # the domains hold these counts but for what changed since
+            view.altered.update(view.domains[i] for i in counts.recounted)
+            for d in view.altered:
+                d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = vals[d.id]
+        else:
+            for d, v in zip(view.domains, vals, strict=True):
+                d.pods, d.slices, d.leader, d.pods_wl, d.slices_wl = v
+        view.counts, counts.recounted = counts, []
+        view.altered.clear()
+        self.domains, self.per_level, self.altered = view.domains, view.per_level, view.altered
+
+    def _clone(self) -> _View:
+        """A copy of the domain structure (values, ids, links, nodes) with counts still to load."""
+        base = self._base.domains
+        copies = [Domain(d.values, d.id, nodes=d.nodes) for d in base]
+        for d, c in zip(base, copies, strict=True):
+            if d.parent is not None:
+                c.parent = copies[d.parent.id]
+            c.children = [copies[x.id] for x in d.children]
+        return _View(copies, [{k: copies[d.id] for k, d in level.items()} for level in self._base.per_level])
 
     def _counted(self, demand: Demand, free_of: Free, changes: NodeChanges, source: Hashable) -> Counts:
         key = (tuple(sorted(demand.per_pod.items())),
@@ -248,11 +284,16 @@ class TasTree:
         if counts is None or counts.generation != changes.generation:
             if len(self._cache) >= MAX_SHAPES:
                 self._cache.clear()
+                self._view_domains = 0
+            view = counts.view if counts is not None else None
             counts = self._cache[key] = self.count_all(demand, {}, free_of)
+            counts.view = view  # its domains are loaded afresh (their ``counts`` is not these)
         else:
             touched = {self._leaf_of[ni] for ni in changes.log[counts.seen:] if ni in self._leaf_of}
             if len(touched) * 2 > len(self.leaves):
+                view = counts.view
                 counts = self._cache[key] = self.count_all(demand, {}, free_of)
+                counts.view = view
             elif touched:
                 self._recount(counts, touched, demand, free_of)
         counts.generation, counts.seen = changes.generation, len(changes.log)
@@ -270,7 +311,7 @@ class TasTree:
                 counts.limiting[leaf.id] = limiting
                 counts.resources[limiting] = counts.resources.get(limiting, 0) + 1
         for idx in range(len(self.levels) - 2, -1, -1):
-            for d in self.per_level[idx].values():
+            for d in self._base.per_level[idx].values():
                 vals[d.id] = _sliced(_combine(d, vals, demand), idx, demand)
         return counts
 
@@ -279,7 +320,7 @@ class TasTree:
         vals, scratch, shape = counts.vals, Stats(), _Shape(demand)
         dirty: set[Domain] = set()
         for lid in touched:
-            leaf = self.domains[lid]
+            leaf = self._base.domains[lid]
             v, limiting = self._leaf(leaf, demand, shape, {}, free_of, scratch)  # static stats are kept
             vals[lid] = _sliced(v, len(self.levels) - 1, demand)
             counts.recounted.append(lid)
