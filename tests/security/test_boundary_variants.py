@@ -29,8 +29,9 @@ import pytest
 from taugrid.bus import Bus, kv, objects
 from taugrid.bus.envelope import from_message, headers_for
 from taugrid.bus.replay import replay
+from taugrid.config import source
 from taugrid.core.contracts import ExecFinished, SubmitRequested
-from taugrid.core.errors import PermanentError, PermissionDenied
+from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
@@ -226,3 +227,18 @@ async def test_a_run_id_held_only_by_an_older_runs_record_is_refused_too(bus: Bu
               for m in await replay(bus, stream="RUNS", subject=f"run.vision.{run}.>")]
     with pytest.raises(PermanentError, match=f"^run id {run} belongs to a run of workspace language"):
         await Submitter(bus).on_requested(eves)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("name: x\nseed: " + "9" * 5000 + "\n",
+     "Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits"),
+    ("name: x\nwhen: 2001-13-45\n", "month must be in 1..12"),
+    ("name: x\nwhen: 2001-02-30 10:00:00\n", "day is out of range for month"),
+])
+@pytest.mark.parametrize("what", ["tau.yaml", "platform.yaml"])
+def test_a_scalar_yaml_cannot_construct_is_a_config_error_naming_it(text: str, problem: str, what: str) -> None:
+    # a ValueError escaped the submitter's ConfigError handling: the submission was retried, never answered
+    with pytest.raises(ConfigError) as refused:
+        source.load_yaml(text, path=what, what=what)
+    assert str(refused.value) == (f"{what}: a value cannot be read: {problem}\n"
+                                  "    fix: quote the value to keep it as a string")

@@ -112,6 +112,8 @@ def load_yaml(text: str, *, path: str, what: str) -> tuple[dict[str, Any], Lines
     except yaml.YAMLError as exc:
         line, problem, fix = yaml_problem(exc)
         _refuse(path, f"not valid YAML: {problem}", fix, line=line)
+    except ValueError as exc:  # a scalar the constructor cannot make: an integer of more than 4300 digits
+        _refuse(path, f"a value cannot be read: {str(exc).split(';')[0]}", "quote the value to keep it as a string")
     if data is None or not isinstance(data, dict):
         got = "empty" if data is None else f"a {type(data).__name__}"
         message = f"{what} must be a YAML mapping of keys to values; this file is {got}"
