@@ -62,6 +62,11 @@ def test_state_badges_and_event_names_never_break_mid_word() -> None:
     assert "td.nowrap { white-space: nowrap; overflow-wrap: normal; }" in css.replace("th, td.nowrap", "td.nowrap")
     js = (STATIC / "portal.js").read_text()
     assert '<td class="nowrap">${esc(e.type)}</td>' in js
+    # the runs list: a long run id and the submitted time stay on one line (the reason wraps, between words), and
+    # the page takes the width of a 1280 px window (it was held to 1200 px, so the time broke before "PM")
+    assert '<tr><td class="nowrap"><a href="#/runs/${encodeURIComponent(r.run_id)}">' in js
+    assert '<td class="nowrap">${when(r.created)}</td>' in js
+    assert "max-width: 1600px" in css.split("main {", 1)[1].split("}", 1)[0]
 
 
 async def test_the_event_list_gets_one_progress_line_per_change() -> None:

@@ -59,10 +59,10 @@ async function runsPage() {
       (got.next ? `<a href="${esc(pageLink(got.next))}" id="older">older runs →</a>` : "");
     document.getElementById("runs").innerHTML = table(
       ["run", "state", "workspace", "user", "queue", "attempt", "node", "submitted", "reason"],
-      runs.map(r => `<tr><td><a href="#/runs/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a></td>` +
+      runs.map(r => `<tr><td class="nowrap"><a href="#/runs/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a></td>` +
         `<td class="nowrap">${badge(r.state)}${r.position != null && r.state === "queued" ? ` #${r.position + 1}` : ""}</td>` +
         `<td>${esc(r.workspace)}</td><td>${esc(r.user)}</td><td>${esc(r.queue)}</td><td class="num">${r.attempt}</td>` +
-        `<td>${esc(r.node)}</td><td>${when(r.created)}</td><td>${esc(r.reason)}</td></tr>`));
+        `<td>${esc(r.node)}</td><td class="nowrap">${when(r.created)}</td><td>${esc(r.reason)}</td></tr>`));
   };
   await load();
   const timer = setInterval(() => load().catch(e => showError(e.message)), 3000);
