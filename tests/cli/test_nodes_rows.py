@@ -42,3 +42,15 @@ def test_a_local_pool_node_shows_its_topology_domain_from_the_platform() -> None
         ("b1", {RACK: "r2"}), ("machine", {})]
     assert pool_domains(TAS_PLATFORM.replace("topologies:", "unused:")) == {}  # does not load: no domains
     assert pool_domains("resource_flavors: [{name: default}]\n") == {}  # no topologies
+
+
+def test_each_node_shows_its_gpus_vendor_and_model() -> None:
+    from taugrid.client.summaries import gpu_kind
+
+    states = [NodeState(node="mi-0", expected_gpus=8, gpu_vendor="amd", gpu_model="amd-mi300x"),
+              NodeState(node="hl-0", expected_gpus=8, gpu_vendor="intel-gaudi", gpu_model="HL-325L"),
+              NodeState(node="cpu-0")]
+    rows = node_rows(states, [], now=100.0)
+    assert [(r["node"], r["gpu_vendor"], r["gpu_model"], gpu_kind(r)) for r in rows] == [
+        ("cpu-0", "", "", "-"), ("hl-0", "intel-gaudi", "HL-325L", "intel-gaudi/HL-325L"),
+        ("mi-0", "amd", "amd-mi300x", "amd/amd-mi300x")]

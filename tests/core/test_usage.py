@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from taugrid.core.contracts import ResolvedRun, Resources
 from taugrid.core.usage import Seen, fold, gpus_held, roll_up
 
@@ -58,3 +60,28 @@ def test_an_elastic_run_pays_for_the_pods_it_held_between_its_resizes() -> None:
                Seen("admission.admitted", "e", "ws", 40.0), Seen("exec.running", "e", "ws", 40.0)]
     [r] = fold(retried, prices={}, now=50.0)  # a new attempt: a new Job at the written 3 pods
     assert (r.running_s, r.gpu_seconds) == (30.0, 3 * 10 + 2 * 10 + 3 * 10)
+
+
+def _ran(run_id: str, run: ResolvedRun, node: str, seconds: float) -> list[Seen]:
+    return [Seen("submit.requested", run_id, "ws", 0.0), Seen("policy.approved", run_id, "ws", 0.0, resolved=run),
+            Seen("admission.admitted", run_id, "ws", 0.0), Seen("exec.running", run_id, "ws", 0.0, node=node),
+            Seen("exec.succeeded", run_id, "ws", seconds)]
+
+
+def test_gpu_time_is_accounted_by_vendor_and_model() -> None:
+    """A vendor from the run's GPU resource ("" is NVIDIA's); a model from its profile's gpu_model, else from the
+    node it ran on; a CPU run has neither."""
+    evs = (_ran("cuda", resolved(resources=Resources(gpu=2)), "nv-0", 100.0)
+           + _ran("rocm", msgspec.structs.replace(resolved(resources=Resources(gpu=4), gpu_resource="amd.com/gpu"),
+                                                  profile="mi"), "mi-0", 50.0)
+           + _ran("hpu", resolved(resources=Resources(gpu=1), gpu_resource="habana.ai/gaudi"), "hl-0", 10.0)
+           + _ran("cpu", resolved(resources=Resources(cpu=1.0)), "nv-0", 10.0))
+    usage = fold(evs, prices={}, now=200.0, models={"mi": "amd-mi300x"}, node_models={"hl-0": "gaudi3",
+                                                                                      "mi-0": "amd-mi250x"})
+    assert {u.run_id: (u.vendor, u.model, u.node) for u in usage} == {
+        "cuda": ("nvidia", "", "nv-0"), "rocm": ("amd", "amd-mi300x", "mi-0"), "hpu": ("intel-gaudi", "gaudi3", "hl-0"),
+        "cpu": ("", "", "nv-0")}
+    assert [(r["vendor"], r["runs"], r["gpu_seconds"]) for r in roll_up(usage, "vendor")] == [
+        ("amd", 1, 200.0), ("nvidia", 1, 200.0), ("intel-gaudi", 1, 10.0), ("-", 1, 0.0)]
+    assert [(r["model"], r["gpu_seconds"]) for r in roll_up(usage, "model")] == [
+        ("-", 200.0), ("amd-mi300x", 200.0), ("gaudi3", 10.0)]

@@ -1,5 +1,6 @@
-"""Issue 26's check on the local backend: a platform with NVIDIA, AMD and Gaudi nodes. Runs asking for each vendor
-get its resource, its visibility variables and one of its nodes; an AMD ECC fault and a Gaudi critical event each
+"""Issue 26's check on the local backend: a platform with NVIDIA, AMD and Gaudi nodes, each shown by `tau nodes`
+with its vendor and model. Runs asking for each vendor get its resource, its visibility variables and one of its
+nodes; an AMD ECC fault and a Gaudi critical event each
 drive the chain fault → condition → cordon + drain → retry on the vendor's healthy node → the vendor's own GPU
 reset → re-validation → uncordon.
 
@@ -11,17 +12,20 @@ in-process on a private nats-server (``test_chain.running_chain``); the pods are
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from taugrid.bus import kv
+from taugrid.client.summaries import gpu_kind, node_rows
 from taugrid.core.errors import NotFound
 from taugrid.health import smi
 from taugrid.health.probe import DeclaredProbe, HealthProbe
 from taugrid.health.vendorlib import AmdLibEvents, GaudiLibEvents
-from taugrid.health.wire import NodeCordon, NodeRepair, NodeValidation
+from taugrid.health.wire import NodeCordon, NodeRepair, NodeState, NodeValidation
 from tests.health.test_chain import history, running_chain, wait_for
 from tests.health.vendorfakes import FakeAmdSmi, FakePyhlml
 from tests.platforms import CPU_MEMORY, lab_platform, workspace
@@ -110,6 +114,13 @@ async def test_runs_asking_for_each_vendor_get_its_resource_variables_and_node(t
     machines = {"mi-a": AmdMachine(), "mi-b": AmdMachine(), "hl-a": GaudiMachine(), "hl-b": GaudiMachine()}
     async with running_chain(tmp_path, "local", platform=PLATFORM, probes=probes(machines)) as chain:
         client = chain["client"]
+        for name in chain["agents"]:
+            await chain["tick"](name)
+        # what `tau nodes` shows (its rows from node_state): every node with its vendor and model
+        rows = node_rows(await kv.values(chain["bus"], "node_state", NodeState, prefix="node."), [], time.time())
+        assert [(r["node"], r["gpus"], gpu_kind(r)) for r in rows] == [
+            ("hl-a", 1, "intel-gaudi/HL-325L"), ("hl-b", 1, "intel-gaudi/HL-325L"), ("mi-a", 1, "amd/AMD GPU"),
+            ("mi-b", 1, "amd/AMD GPU"), ("nv-0", 1, "nvidia/Declared GPU")]
         runs = {vendor: await client.submit_text(tau_yaml(f"say-{vendor}", vendor, hold=False),
                                                  name=f"say-{vendor}")
                 for vendor in ("nvidia", "amd", "intel-gaudi")}

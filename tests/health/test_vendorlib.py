@@ -278,3 +278,16 @@ def test_a_validation_read_leaves_pending_events_for_the_next_sample() -> None:
     lib.raise_event(1, "HLML_EVENT_CRITICAL_ERR")
     assert all(not g.events for g in probe.read_gpus(with_events=False).gpus)
     assert [e.code for g in probe.read_gpus().gpus for e in g.events] == ["HLML_EVENT_CRITICAL_ERR"]
+
+
+def test_a_declared_pool_node_reports_its_models_vendor_and_the_node_keeps_it_while_unreadable() -> None:
+    from taugrid.config.platform import LocalNode
+    from taugrid.health.pool import declared_probe
+
+    probe = declared_probe(LocalNode(name="mi-0", gpus=2, gpu_model="amd-mi300x"))
+    sample = probe.sample("mi-0")
+    assert (sample.gpu_vendor, sample.gpu_model, [g.memory_total_mb for g in sample.gpus]) == (
+        "amd", "amd-mi300x", [192 << 10, 192 << 10])
+    st, _ = _plan(sample)
+    st, _ = _plan(NodeSample(node="mi-0", time=2.0, cpus=8, memory_bytes=1 << 34, gpu_source="none"), st)
+    assert (st.gpu_source, st.gpu_vendor, st.gpu_model) == ("none", "amd", "amd-mi300x")

@@ -22,7 +22,10 @@ import msgspec
 
 from taugrid.cli.common import connected, emit_json, output_option, run_async
 from taugrid.cli.views import table
-from taugrid.core.devices import GPU_RESOURCES
+from taugrid.client.summaries import gpu_kind
+from taugrid.core.devices import VENDORS
+
+VENDOR_RESOURCES = {v.resource: v.name for v in VENDORS.values()}  # nvidia.com/gpu → nvidia, in table order
 
 SCHEMA = "taugrid.io/top/v1"
 FRAME_S = 0.5  # the quickest redraw: a burst of changes makes one frame
@@ -91,9 +94,14 @@ def _run_row(r: Any, now: float, places: dict[str, int]) -> dict[str, Any]:
             "duration_s": round(end - r.created, 1) if r.created else None, "reason": r.reason}
 
 
-def _gpu(values: dict[str, float]) -> str:
-    """GPUs of every vendor together (``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``)."""
-    return f"{sum(v for r, v in values.items() if r in GPU_RESOURCES):g}"
+def _gpus(used: dict[str, float], nominal: dict[str, float]) -> str:
+    """A queue's GPUs used of its quota, per vendor where it has more than one vendor's (``3/8 amd, 8/16
+    intel-gaudi``); one vendor's as plain ``3/8``."""
+    held = [r for r in VENDOR_RESOURCES if r in nominal or r in used]
+    if len(held) <= 1:
+        r = held[0] if held else "nvidia.com/gpu"
+        return f"{used.get(r, 0):g}/{nominal.get(r, 0):g}"
+    return ", ".join(f"{used.get(r, 0):g}/{nominal.get(r, 0):g} {VENDOR_RESOURCES[r]}" for r in held)
 
 
 def frame(snap: dict[str, Any]) -> str:
@@ -101,7 +109,7 @@ def frame(snap: dict[str, Any]) -> str:
     stamp = time.strftime("%H:%M:%S", time.localtime(snap["time"]))
     counts = ", ".join(f"{n} {s}" for s, n in snap["counts"].items()) or "no runs"
     lines = [f"tau top  {stamp}  runs: {counts}", "", "QUEUES"]
-    lines.append(table([[q["cluster_queue"], q["cohort"] or "-", f"{_gpu(q['used'])}/{_gpu(q['nominal'])}",
+    lines.append(table([[q["cluster_queue"], q["cohort"] or "-", _gpus(q["used"], q["nominal"]),
                          f"{q['used'].get('cpu', 0):g}/{q['nominal'].get('cpu', 0):g}", str(q["admitted"]),
                          str(q["pending"]), ", ".join(q["next"]) or "-"] for q in snap["queues"]],
                        ["clusterqueue", "cohort", "gpu used", "cpu used", "admitted", "pending", "next"])
@@ -115,10 +123,10 @@ def frame(snap: dict[str, Any]) -> str:
                        ["run", "state", "workspace", "user", "queue", "node", "for", "reason"])
                  if snap["runs"] else "  (no runs)")
     lines += ["", "NODES"]
-    lines.append(table([[n["node"], str(n["gpus"]), n["verdict"],
+    lines.append(table([[n["node"], str(n["gpus"]), gpu_kind(n), n["verdict"],
                          ("cordoned: " + (n["cordon_reason"] or "?")) if n["cordoned"] else "schedulable",
                          str(len(n["runs"]))] for n in snap["nodes"]],
-                       ["node", "gpus", "health", "scheduling", "runs"])
+                       ["node", "gpus", "vendor/model", "health", "scheduling", "runs"])
                  if snap["nodes"] else "  (no node has reported yet)")
     return "\n".join(lines)
 

@@ -68,6 +68,7 @@ def node_rows(states: list[Any], records: list[Any], now: float,
                    for key, c in sorted(st.conditions.items()) if c.status == "True"}
         runs = sorted(r.run_id for r in records if r.state in live and on_node(r, st.node))
         out.append({"node": st.node, "verdict": st.verdict, "gpus": st.expected_gpus, "gpu_source": st.gpu_source,
+                    "gpu_vendor": st.gpu_vendor, "gpu_model": st.gpu_model,
                     "cordoned": st.cordoned, "cordon_reason": st.cordon_reason,
                     "cordoned_for_s": round(now - st.cordon_time, 1) if st.cordoned and st.cordon_time else None,
                     "drained": st.drained, "conditions": failing, "last_validation": st.last_validation,
@@ -75,6 +76,12 @@ def node_rows(states: list[Any], records: list[Any], now: float,
                     "last_sample_age_s": round(now - st.last_sample, 1) if st.last_sample else None, "runs": runs,
                     "domain": domains.get(st.node, {})})
     return out
+
+
+def gpu_kind(row: dict[str, Any]) -> str:
+    """A node row's GPUs as ``vendor/model`` (``amd/amd-mi300x``, ``nvidia/NVIDIA H100 80GB HBM3``); "-" unknown."""
+    vendor, model = row.get("gpu_vendor") or "", row.get("gpu_model") or ""
+    return f"{vendor}/{model}" if vendor and model else vendor or "-"
 
 
 def on_node(record: Any, node: str) -> bool:

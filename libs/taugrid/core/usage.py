@@ -5,7 +5,8 @@ attempt's ``exec.running`` to its end), GPU-seconds (GPUs held × running time; 
 fraction, Ray workers' GPUs included; an elastic run's ``exec.resized`` changes the GPUs held from then on, within
 its attempt, across a preemption too: it is requeued at that size) and an estimated cost (GPU-hours × the compute
 profile's ``gpu_hour_price`` from platform.yaml, 0 when it names none). A run still queued or running counts up
-to ``now``.
+to ``now``. A run with GPUs is also accounted by their vendor (its GPU resource's, ``core.devices``) and model (its
+compute profile's ``gpu_model``, else that of the node it last ran on, where known).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from taugrid.core.contracts import ExecResized, PolicyApproved, ResolvedRun
+from taugrid.core import devices
+from taugrid.core.contracts import ExecResized, ExecRunning, PolicyApproved, ResolvedRun
 
 QUEUE_START = ("submit.requested", "recovery.retrying")
 RUN_END = ("exec.succeeded", "exec.failed", "exec.cancelled", "admission.preempted", "admission.evicted")
@@ -34,6 +36,7 @@ class Seen:
     user: str = ""
     resolved: ResolvedRun | None = None  # on policy.approved
     pods: int = 0  # on exec.resized: the run's pods from then on
+    node: str = ""  # on exec.running: where the attempt runs
 
 
 class Observed(Protocol):
@@ -53,7 +56,7 @@ class Observed(Protocol):
 def seen_of(ev: Observed) -> Seen | None:
     """The event as accounting sees it; None for a ``policy.approved`` whose payload does not decode (hostile
     nesting): it approved nothing, so it costs nothing."""
-    resolved, pods = None, 0
+    resolved, pods, node = None, 0, ""
     if ev.type == "policy.approved":
         try:
             resolved = ev.payload(PolicyApproved).run
@@ -64,7 +67,12 @@ def seen_of(ev: Observed) -> Seen | None:
             pods = ev.payload(ExecResized).new_count
         except msgspec.DecodeError:
             return None  # a resize nobody can read changes no count
-    return Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved, pods)
+    elif ev.type == "exec.running":
+        try:
+            node = ev.payload(ExecRunning).node
+        except msgspec.DecodeError:
+            node = ""  # where it ran is unknown; its time still counts
+    return Seen(ev.type, ev.subject, ev.workspace, ev.happened, ev.user, resolved, pods, node)
 
 
 @dataclass
@@ -74,6 +82,9 @@ class RunUsage:
     user: str = ""
     queue: str = ""
     profile: str = ""
+    vendor: str = ""  # its GPUs' vendor ("" without GPUs)
+    model: str = ""  # its GPUs' model where known
+    node: str = ""  # the node its last attempt ran on
     gpus: float = 0.0
     queued_s: float = 0.0
     running_s: float = 0.0
@@ -102,14 +113,26 @@ def gpus_held(run: ResolvedRun) -> float:
     return gpus_per_pod(run) * max(1, run.nodes) + run.workers * run.gpus_per_worker
 
 
-def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> list[RunUsage]:
-    """Each run's usage from its events in stream order; ``prices``: compute profile → price per GPU-hour."""
+def gpu_vendor(run: ResolvedRun) -> str:
+    """Whose GPUs the run holds ("" for none): its GPU resource's vendor ("" resource: NVIDIA's)."""
+    if not gpus_held(run):
+        return ""
+    found = devices.vendor_of_resource(run.gpu_resource or devices.DEFAULT_VENDOR.resource)
+    return found.name if found is not None else run.gpu_resource
+
+
+def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float, models: dict[str, str] | None = None,
+         node_models: dict[str, str] | None = None) -> list[RunUsage]:
+    """Each run's usage from its events in stream order; ``prices``: compute profile → price per GPU-hour;
+    ``models``: compute profile → its ``gpu_model``; ``node_models``: node → the model of its GPUs."""
+    models, node_models = models or {}, node_models or {}
     runs: dict[str, RunUsage] = {}
     for ev in events:
         u = runs.setdefault(ev.run_id, RunUsage(ev.run_id, ev.workspace))
         u.user = u.user or ev.user
         if ev.resolved is not None:
             u.queue, u.profile, u.gpus = ev.resolved.cluster_queue, ev.resolved.profile, gpus_held(ev.resolved)
+            u.vendor, u.model = gpu_vendor(ev.resolved), models.get(ev.resolved.profile, "")
             u._per_pod = gpus_per_pod(ev.resolved)
         if ev.type == "recovery.retrying":
             u._pods = 0  # a new attempt: a new Job at the written size
@@ -120,6 +143,7 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
             u._queued_since = None
         elif ev.type == "exec.running" and u._running_since is None:
             u._running_since = u._mark = ev.at
+            u.node = ev.node or u.node
             u._held = u._per_pod * u._pods if u._pods else u.gpus  # a requeued elastic run keeps its size
         elif ev.type == "exec.resized" and u._running_since is not None and ev.pods > 0:
             u._close(ev.at)
@@ -132,6 +156,8 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
                        "recovery.gave_up"):
             u._queued_since = None  # ended without (another) admission
     for u in runs.values():
+        if u.vendor and not u.model:
+            u.model = node_models.get(u.node, "")
         if u._queued_since is not None:
             u.queued_s += max(0.0, now - u._queued_since)
         if u._running_since is not None:
@@ -146,7 +172,8 @@ def fold(events: Iterable[Seen], *, prices: dict[str, float], now: float) -> lis
 
 
 def roll_up(usages: Iterable[RunUsage], by: str) -> list[dict[str, float | str | int]]:
-    """Totals per ``by`` (user | workspace | queue | run), largest GPU-seconds first."""
+    """Totals per ``by`` (user | workspace | queue | run | vendor | model), largest GPU-seconds first; a run
+    without GPUs counts under vendor and model "-"."""
     totals: dict[str, dict[str, float | str | int]] = {}
     for u in usages:
         key = u.run_id if by == "run" else str(getattr(u, by) or "-")

@@ -127,6 +127,8 @@ def _level_signals(sample: NodeSample, st: NodeState, policy: Policy) -> list[Si
     elif policy.expected_gpus is not None:
         st.expected_gpus = expected
     st.gpu_source = sample.gpu_source
+    if sample.gpu_vendor:  # a node whose GPUs stopped answering is still that vendor's
+        st.gpu_vendor, st.gpu_model = sample.gpu_vendor, sample.gpu_model
     out.append(Signal("NvmlUnavailable", None, not seen and expected > 0, "NvmlUnavailable",
                       f"expected {expected} GPU(s) but none are readable: {sample.message}",
                       SEVERITY["NvmlUnavailable"]))

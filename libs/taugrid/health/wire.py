@@ -34,6 +34,8 @@ class NodeState(msgspec.Struct, kw_only=True):
     node: str
     last_sample: float = 0.0
     gpu_source: str = "none"
+    gpu_vendor: str = ""  # the node's GPUs' vendor and model, as last read (kept while they cannot be read)
+    gpu_model: str = ""
     expected_gpus: int = 0  # high-water mark of GPUs seen (or the policy's override)
     conditions: dict[str, ConditionState] = msgspec.field(default_factory=dict)
     verdict: str = "healthy"  # healthy | degraded | unhealthy
