@@ -7,12 +7,16 @@ from __future__ import annotations
 import ast
 import importlib.util
 import logging
+import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from taugrid.core.contracts import GpuEvent, NodeSample
+from taugrid.bus import Bus
+from taugrid.core.contracts import GpuEvent, NodeRepair, NodeSample
 from taugrid.health import repair, smi
+from taugrid.health.monitor import HealthMonitor
 from taugrid.health.rules import Fleet, Policy, evaluate, plan
 from taugrid.health.vendorcodes import TABLE, meaning
 from taugrid.health.vendorlib import (
@@ -291,3 +295,26 @@ def test_a_declared_pool_node_reports_its_models_vendor_and_the_node_keeps_it_wh
     st, _ = _plan(sample)
     st, _ = _plan(NodeSample(node="mi-0", time=2.0, cpus=8, memory_bytes=1 << 34, gpu_source="none"), st)
     assert (st.gpu_source, st.gpu_vendor, st.gpu_model) == ("none", "amd", "amd-mi300x")
+
+
+async def test_the_monitor_asks_for_replacement_at_once_for_an_rma_and_says_why(bus: Bus) -> None:
+    """Over a real nats-server: the RMA's ladder starts at replace-node, with its own reason (no budget spent)."""
+    node = f"mi-{uuid.uuid4().hex[:6]}"
+    lib = FakeAmdSmi(1)
+    lib.threshold = 1
+    clean = ('{"gpu_data": [{"gpu": 0, "ecc": {"total_uncorrectable_count": 0, "total_deferred_count": 0}, '
+             '"mem_usage": {"total_vram": {"value": 196592, "unit": "MB"}}}]}')
+    probe = smi.amd_probe(lambda argv: clean, events=AmdLibEvents(lib))
+    monitor = HealthMonitor(bus, policy=Policy(clean_samples_to_release=2, max_cordoned=10_000,
+                                               max_cordoned_fraction=1.0))
+    await monitor.process(probe.sample(node))
+    lib.pages[0] = [{"page_address": 0x1000, "page_size": 4096, "status": 0}]
+    plan = await monitor.process(probe.sample(node))
+    assert plan is not None and [(a.kind, a.drain) for a in plan.actions] == [("cordon", True)]
+    msg = await bus.js.get_last_msg("NODES", f"node.{node}.repair")
+    done = msgspec.json.decode(msg.data, type=NodeRepair)
+    assert (done.step, done.ok, done.attempt, done.gpus) == ("replace-node", False, 1, [0])
+    assert done.outcome == (
+        "the fault needs the GPU replaced: amd GPU 0 (0000:0c:00.0): bad-page-threshold in memory "
+        "(bad-page-threshold); 1 retired page(s), threshold 1; action: rma; the node stays cordoned until it is "
+        "replaced or repaired by hand")
