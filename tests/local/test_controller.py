@@ -31,7 +31,7 @@ from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
 from taugrid.core.errors import TemporaryError
 from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
-from taugrid.local.controller import BUCKET, LocalCluster
+from taugrid.local.controller import BUCKET, FINISHED_MARKER_TTL_S, LocalCluster
 from taugrid.local.podspec import secret_volumes_dir
 from taugrid.local.runtime import Failed, Preparing, Ready
 from taugrid.local.secrets import write_secret
@@ -235,6 +235,27 @@ async def test_a_missing_secret_fails_the_pod_naming_the_secrets_file(bus: Bus, 
     status = msgspec.json.decode(jobs[-1].data, type=WatchEvent).object["status"]
     assert status["failed"] == 1
 
+
+async def test_watch_changes_carry_no_message_id_and_a_finished_workload_leaves_no_marker_for_ever(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """issue 27: each watch change is its object's next resourceVersion, so its ce-id never repeats and it goes
+    without ``Nats-Msg-Id`` (~48 bytes a message, and no id for the stream to hold); the finished workload's key
+    is purged with a marker the server removes after ``FINISHED_MARKER_TTL_S``, not deleted for ever."""
+    rid = run_id()
+    name = f"{rid}-a1"
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1,
+                                     manifests=[job(name, main(["python3", "-c", "print(1)"]))]))
+    await until_finished(cluster, name)
+    changes = [m for m in await replay(bus, stream="K8S", subject="k8s.local.>") if rid in m.subject]
+    assert len(changes) >= 3  # the job, its pod and its workload, at least once each
+    for m in changes:
+        meta = msgspec.json.decode(m.data, type=WatchEvent).object["metadata"]
+        assert m.headers["ce-id"] == f"{meta['uid']}.{meta['resourceVersion']}"
+        assert "Nats-Msg-Id" not in m.headers
+    marker = await bus.js.get_last_msg("KV_local_cluster", f"$KV.local_cluster.wl.{name}")
+    assert (marker.headers or {}).get("KV-Operation") == "PURGE"
+    assert (marker.headers or {}).get("Nats-TTL") == str(int(FINISHED_MARKER_TTL_S))
+    assert await kv.get(bus, BUCKET, f"wl.{name}") is None
 
 async def test_the_settings_the_service_hands_down_choose_the_secrets_store_and_the_simulated_pool(
         bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -234,10 +234,12 @@ class Bus:
     async def publish(
         self, subject: str, payload: msgspec.Struct | bytes, *, event_type: str, ce_subject: str,
         msg_id: str, workspace: str = "", attempt: int = 1, family: str = "run",
-        traceparent: str | None = None, user: str = "", delegation: str = "", time: str = "",
+        traceparent: str | None = None, user: str = "", delegation: str = "", time: str = "", dedup: bool = True,
     ) -> int:
         """Publish one CloudEvent into a stream and return its stream sequence. A person's request
-        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one. ``time``: see ``headers_for``."""
+        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one. ``time``: see ``headers_for``.
+        ``dedup=False`` leaves out ``Nats-Msg-Id`` (``msg_id`` is still the ``ce-id``), for a publisher whose ids
+        never repeat, so the stream has nothing to drop (see ``headers_for``)."""
         data = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
         if len(data) > EVENT_MAX_BYTES:
             raise PayloadTooLarge(
@@ -248,7 +250,7 @@ class Bus:
             event_id=msg_id, event_type=event_type, source=f"/svc/{self.source}", subject=ce_subject,
             workspace=workspace, attempt=attempt,
             traceparent=tracing.current_traceparent() if traceparent is None else traceparent, family=family,
-            user=user, time=time,
+            user=user, time=time, dedup=dedup,
         )
         if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
             headers[DELEGATION_HEADER] = delegation

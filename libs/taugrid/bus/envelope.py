@@ -137,10 +137,14 @@ def now_iso() -> str:
 
 def headers_for(
     *, event_id: str, event_type: str, source: str, subject: str, workspace: str, attempt: int,
-    traceparent: str, family: str = "run", user: str = "", time: str = "",
+    traceparent: str, family: str = "run", user: str = "", time: str = "", dedup: bool = True,
 ) -> dict[str, str]:
     """``time``: when the fact happened, where the publisher only relays it (a run event made from a watch
-    event keeps the watch event's time); "" is now."""
+    event keeps the watch event's time); "" is now. ``dedup=False``: no ``Nats-Msg-Id``, for a publisher whose
+    ids do not repeat (the local cluster's watch changes: each is its object's next resourceVersion; only a
+    restart between a publish and saving the workload repeats one, and that repeat reaches the admission
+    watcher alone, whose run events are deterministic and dropped by RUNS' window), so the stream holds no id
+    for it (issue 27: ~48 bytes on each stored message, and ids the server keeps and re-reads at a restart)."""
     headers = {
         "ce-specversion": SPEC_VERSION,
         "ce-id": event_id,
@@ -152,8 +156,9 @@ def headers_for(
         "ce-attempt": str(attempt),
         # no content-type: every body is JSON (the contract's defaultContentType), and 32 bytes on each of a
         # run's ~40 stored messages were ~1.3 KB a run (issue 27)
-        "Nats-Msg-Id": event_id,
     }
+    if dedup:
+        headers["Nats-Msg-Id"] = event_id
     if traceparent:
         headers["traceparent"] = traceparent
     if user:

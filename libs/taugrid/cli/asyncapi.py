@@ -157,10 +157,12 @@ def _header_schemas() -> dict[str, Any]:
                                 "defaultContentType); left out by taugrid's publishers (issue 27: 32 bytes on "
                                 "every stored message), accepted from a client that sends it",
                                 const="application/json"),
-        "Nats-Msg-Id": _string("equals ce-id; JetStream drops a repeat within the stream's duplicate window"),
+        "Nats-Msg-Id": _string("equals ce-id; JetStream drops a repeat within the stream's duplicate window. "
+                               "Absent on the local cluster's watch changes (k8s.local.…), whose ids do not "
+                               "repeat (each is its object's next resourceVersion)"),
         "traceparent": _string("W3C trace context (optional)"),
     }
-    required = ["ce-specversion", "ce-id", "ce-type", "ce-source", "ce-subject", "ce-time", "Nats-Msg-Id"]
+    required = ["ce-specversion", "ce-id", "ce-type", "ce-source", "ce-subject", "ce-time"]
     service = {
         **common,
         USER_HEADER: _string("the run's verified submitter (the user name whose signature the submitter "
@@ -188,7 +190,7 @@ def _header_schemas() -> dict[str, Any]:
             "description": "headers of a request a person publishes (submit.requested, cancel.requested): "
                            "the CloudEvents headers plus the signature; a client's ce-tauuser is ignored",
             "properties": signed,
-            "required": [*required, "ce-workspace", "ce-attempt", SIGNER_HEADER, SIGNATURE_HEADER],
+            "required": [*required, "Nats-Msg-Id", "ce-workspace", "ce-attempt", SIGNER_HEADER, SIGNATURE_HEADER],
         },
         "DeadLetterHeaders": {
             "type": "object",

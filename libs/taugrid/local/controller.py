@@ -835,6 +835,7 @@ class LocalCluster:
                 k8s_subject(self.name, kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
                 event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent, user=wl.user,
+                dedup=False,  # every publish is the object's next version: its id never repeats (headers_for)
             )
 
 
