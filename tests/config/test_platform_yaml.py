@@ -218,3 +218,15 @@ def test_department_limits_and_names_that_clash_are_refused():
     found = fields(DEPARTMENTS.replace("    flavor: a100\n", ""))
     assert found["departments[0].name"]["message"] == \
         "department 'research' names no flavor and the platform declares 2"
+
+
+def test_a_departments_amd_or_gaudi_quota_is_refused_with_why():
+    """KAI's Queue counts nvidia.com/gpu and amd.com/gpu as one gpu, Gaudi's not at all (issue 26)."""
+    text = DEPARTMENTS.replace("        deserved: {nvidia.com/gpu: 2}", "        deserved: {amd.com/gpu: 2}")
+    amd = fields(text)["departments[0].projects[0].deserved.amd.com/gpu"]
+    assert amd["message"] == (
+        "KAI queue resource 'amd.com/gpu' is not taken: a KAI Queue has one gpu resource, which KAI fills from "
+        "nvidia.com/gpu and amd.com/gpu alike and never from habana.ai/gaudi, while taugrid's local KAI model counts "
+        "each by its name")
+    assert (amd["fix"], amd["line"]) == ("give departments nvidia.com/gpu quota, or give amd.com/gpu runs a cluster "
+                                         "queue of their own (resource_flavors with its gpu_model)", 11)

@@ -140,7 +140,13 @@ def _kai_resources(add: Add, base: tuple[str | int, ...], queue: KaiQueueFields)
         for resource, raw in getattr(queue, key).items():
             path = (*base, key, resource)
             if resource not in KAI_RESOURCES:
-                if resource.lower().rstrip("s") in ("gpu", "nvidia.com/gpu"):  # "gpu" reads closer to "cpu"
+                if is_gpu_resource(resource):  # another vendor's GPUs: a reason, not a typo
+                    add(path, f"KAI queue resource {resource!r} is not taken: a KAI Queue has one gpu resource, "
+                              f"which KAI fills from nvidia.com/gpu and amd.com/gpu alike and never from "
+                              f"habana.ai/gaudi, while taugrid's local KAI model counts each by its name",
+                        f"give departments {GPU_RESOURCE} quota, or give {resource} runs a cluster queue of "
+                        "their own (resource_flavors with its gpu_model)")
+                elif resource.lower().rstrip("s") in ("gpu", "nvidia.com/gpu"):  # "gpu" reads closer to "cpu"
                     add(path, f"unknown KAI queue resource {resource!r}; did you mean '{GPU_RESOURCE}'?",
                         f"use one of: {', '.join(KAI_RESOURCES)}")
                 else:
