@@ -125,6 +125,11 @@ class Cluster:
         # ``tas_assign(empty=True)`` answers, per usable node set and workload shape: a function of the nodes'
         # totals, which never change, so many TAS preemptors of one shape (every cycle) share one search.
         self._on_empty: dict[Hashable, TasAnswer] = {}
+        # The answers on the nodes as they are, while they stay so: kept per workload shape for one position of
+        # the change log (every change of free capacity, simulations included, moves it), so the heads of one
+        # shape nominated between two changes, and a head placed right after its nomination, share one search.
+        self._on_now: dict[Hashable, TasAnswer] = {}
+        self._now_at: tuple[int, int, frozenset[str]] = (-1, -1, frozenset())
 
     @property
     def max_gpu_memory_mb(self) -> int:
@@ -251,20 +256,29 @@ class Cluster:
                    flavor_specs: Mapping[str, ResourceFlavor], *, empty: bool = False) -> TasAnswer:
         """Topology assignments of the workload's TAS pod sets: per pod set index, per pod the node indices it
         may use, and Kueue's assignment per pod set name; or (pod set, flavor, reason) for the first that does
-        not fit. With ``empty`` (every TAS workload gone) the answer is kept per usable node set and workload
-        shape and may be shared: a caller must not change it."""
+        not fit. Answers are kept per workload shape, on the nodes as they are while no free capacity changes and,
+        with ``empty`` (every TAS workload gone), per usable node set: they may be shared, a caller must not change
+        them."""
         by_flavor: dict[str, list[int]] = {}
         for i, flv in enumerate(flavors_per_pod_set):
             spec = self.tas_flavor(flv, flavor_specs)
             if spec is not None:
                 by_flavor.setdefault(spec.name, []).append(i)
+        unusable = frozenset(self.unschedulable | self.not_ready)
+        shape = tuple((fname, frozenset(flavor_specs[fname].node_labels.items()), flavor_specs[fname].topology_name,
+                       tuple((i, self._tas_shape(workload, workload.pod_sets[i])) for i in indices))
+                      for fname, indices in by_flavor.items())
         if not empty:
             self.reads += 1
-            return self._tas_assign(workload, by_flavor, flavor_specs, empty=False)
-        key = (frozenset(self.unschedulable | self.not_ready),
-               tuple((fname, frozenset(flavor_specs[fname].node_labels.items()), flavor_specs[fname].topology_name,
-                      tuple((i, self._tas_shape(workload, workload.pod_sets[i])) for i in indices))
-                     for fname, indices in by_flavor.items()))
+            at = (self.changes.generation, len(self.changes.log), unusable)
+            if at != self._now_at:
+                self._on_now.clear()
+                self._now_at = at
+            found = self._on_now.get(shape)
+            if found is None:
+                found = self._on_now[shape] = self._tas_assign(workload, by_flavor, flavor_specs, empty=False)
+            return found
+        key = (unusable, shape)
         found = self._on_empty.get(key)
         if found is None:
             if len(self._on_empty) >= 4096:
