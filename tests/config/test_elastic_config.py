@@ -53,6 +53,13 @@ def test_a_well_formed_torchrun_range_is_accepted_and_resolved() -> None:
     (job,) = [m for m in manifests if m["kind"] == "Job"]
     assert job["metadata"]["annotations"]["taugrid.io/elastic"] == "2:4:1:120"
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 4)
+    # a pod joining in a growth reads the rendezvous' MASTER_ADDR of its round: torchrun's shared store is off
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    fixed = resolve_run(load_tau_config(text.replace("mode: elastic", "mode: fixed").replace(
+        "  elastic: {min: 2, max: 4, step: 1, cooldown: 2m}\n", ""), path="tau.yaml"), PLATFORM, run_id="grow-1",
+        submission_id="s", workspace=None, platform_revision=1, config_hash="h")
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in fixed.platform_env
 
 
 def test_an_elastic_ray_run_is_refused_with_its_fix() -> None:

@@ -33,6 +33,13 @@ def _flags(configs: dict[str, Any]) -> list[str]:
 ELASTIC_MAX_RESTARTS = 100
 
 
+# The environment of an elastic torchrun run's pods. With torchrun's default shared TCPStore, an agent keeps the
+# MASTER_ADDR/PORT it read in its first round, so rank 0 never writes them for a later round: a pod that joins in a
+# growth waits for them until the store's 60 s timeout and the run fails (torch 2.13's
+# DynamicRendezvousHandler.next_rendezvous). Without the sharing, every round publishes them afresh.
+ELASTIC_TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def elastic_torchrun(low: int, high: int, nproc: int, endpoint: str) -> list[str]:
     """torchrun flags of an elastic run: ``--nnodes=MIN:MAX`` with a c10d rendezvous at ``endpoint`` (pod 0's,
     which an elastic shrink never removes); a membership change restarts every worker at the new world size,

@@ -22,7 +22,7 @@ from taugrid.config.departments import KAI_QUEUE_LABEL
 from taugrid.config.elastic import elastic_bounds
 from taugrid.config.gpuvendor import choose_vendor
 from taugrid.config.keyrules import GPU_CLASS_LABEL, topology_fit, topology_level
-from taugrid.config.launch import build_command
+from taugrid.config.launch import ELASTIC_TORCHRUN_ENV, build_command
 from taugrid.config.platform import GPU_RESOURCE, ComputeProfile, Platform, Workspace
 from taugrid.config.platformtopology import queue_topologies
 from taugrid.config.source import make_issue, raise_issues
@@ -562,6 +562,8 @@ def _platform_env(cfg: TauConfig, checkpoint_dir: str) -> dict[str, str]:
         env["TAU_RAY_TRAIN_CONFIG_JSON"] = json.dumps(ex.configs, sort_keys=True)
     if cfg.storage.checkpoint:
         env["TAU_CHECKPOINT_ARTIFACT"] = posixpath.join(checkpoint_dir, cfg.storage.checkpoint)
+    if cfg.engine != "ray" and ex.launcher == "torchrun" and elastic_bounds(cfg) is not None:
+        env.update(ELASTIC_TORCHRUN_ENV)
     if cfg.metrics.history:
         env["TAU_METRICS_HISTORY"] = json.dumps(list(cfg.metrics.history))
     return env
