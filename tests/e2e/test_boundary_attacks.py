@@ -1,6 +1,7 @@
 """A researcher attacks a colleague's running run on the embedded stack with only her own credentials (issue 22):
 stage events forged in the headers of subjects she may publish, an unsigned submission on the victim's run, a
-stage subject she may not publish, and the services' durable consumers. Each is refused, and the victim's run
+stage subject she may not publish, the services' durable consumers, and the message ids of the victim's last
+events taken first on a subject of her own. Each is refused, and the victim's run
 ends exactly as it would have: one attempt, succeeded, no answer to any of her messages, sealed and verified as
 its submitter's."""
 
@@ -46,6 +47,11 @@ async def _attack(url: str, creds: Path, victim: str) -> None:
             msgspec.json.encode(SubmitRequested(submission_id="eve", config_text="name: x\n", workspace="default")),
             headers=headers_for(event_id="eve-submit", event_type="submit.requested", source="/client",
                                 subject=victim, workspace="default", attempt=1, traceparent="")))
+        # the ids the victim's end will carry, taken first on a subject of her own: the stream would drop the
+        # genuine events as duplicates (the run stuck running, never sealed) but for the services' check
+        for kind in ("exec.succeeded", "evidence.sealed"):
+            await eve.guarded(eve.js.publish("run.default.eves-own.cancel.requested", b"{}",
+                                             headers={"Nats-Msg-Id": f"{victim}.1.{kind}"}))
         with pytest.raises(PermissionDenied):  # only the recovery service publishes retries
             await eve.guarded(eve.js.publish(f"run.default.{victim}.recovery.retrying",
                                              msgspec.json.encode(RecoveryRetrying(
