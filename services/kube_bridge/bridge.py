@@ -25,7 +25,11 @@ workloads in order, then writes ``taugrid.kube.queues.snapshot`` to the ``local_
 Elastic Jobs (``kube/resize.py``): when a watched Workload is Kueue's admitted scale-up slice of an elastic Job
 (``kueue.x-k8s.io/workload-slice-replacement-for``), the leader records on the Job the growth taugrid asked for
 (``taugrid.io/resize-requested`` → ``taugrid.io/resized``, read as ``exec.resized``), after the change itself
-is published. A failure there (RBAC, a conflict) is logged and left to the slice's next change.
+is published. A failure there (RBAC, a conflict) is logged and left to the slice's next change. Kueue itself never
+changes an elastic Job's size: the leader keeps the watched elastic Jobs, Workloads and queues and, every
+``queue_every_s``, carries out what ``kube/elasticdecide.py`` decides (grow into free quota, shrink for a pending
+higher-priority workload) through ``JobScaler.resize``; the patched Job is kept at once, so the next round sees
+the resize in flight and decides nothing more until Kueue has followed it.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from taugrid.core.ids import token
 from taugrid.core.watched import slim
 from taugrid.kube import queues
 from taugrid.kube.client import KubeApi, Resource
-from taugrid.kube.resize import SLICE_REPLACEMENT_FOR, JobScaler
+from taugrid.kube.elasticdecide import decide
+from taugrid.kube.resize import ELASTIC_JOB, SLICE_REPLACEMENT_FOR, JobScaler
 from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, traceparent_of
 from taugrid.kube.watch import DEFAULT_RESOURCES, Watcher
 from taugrid_services.kube_bridge.lease import Checkpoints, Lease
@@ -120,6 +125,8 @@ class Bridge:
         self.visibility_version: str | None = None
         self._visibility_probed_at = -VISIBILITY_RETRY_S
         self.scaler = JobScaler(api)
+        self.elastic_jobs: dict[tuple[str, str], dict[str, Any]] = {}  # full objects: the decider reads their spec
+        self.workloads: dict[tuple[str, str], dict[str, Any]] = {}
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Until ``stopping``: stand by, take the lease when free, watch while holding it."""
@@ -156,6 +163,8 @@ class Bridge:
             tasks.append(asyncio.create_task(self._pump(key, watcher), name=f"watch-{key}"))
         if any(resource.kind == "ClusterQueue" for resource, _ in self.resources):
             tasks.append(asyncio.create_task(self._snapshot_queues(stopping), name="queue-snapshot"))
+        if {"Job", "Workload", "ClusterQueue", "LocalQueue"} <= {resource.kind for resource, _ in self.resources}:
+            tasks.append(asyncio.create_task(self._resize_elastic(stopping), name="elastic-resize"))
         try:
             while not stopping.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -198,6 +207,7 @@ class Bridge:
             self._inflight.discard(plural)
             self._safe[plural] = watcher.resource_version
             self._keep_queue(ev)
+            self._keep_elastic(ev)
             await self._elastic_slice(ev)
 
     async def _elastic_slice(self, ev: WatchEvent) -> None:
@@ -211,6 +221,35 @@ class Bridge:
         except TauError as exc:  # the Job gone, RBAC, a conflict: the slice's next change tries again
             log.warning("kube-bridge: recording the growth of workload slice %s: %s",
                         (obj.get("metadata") or {}).get("name"), exc)
+
+    def _keep_elastic(self, ev: WatchEvent) -> None:
+        """The elastic Jobs and the Workloads the resize decisions read, as the watch last showed them."""
+        kind = str(ev.object.get("kind") or "")
+        meta = ev.object.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        store = self.workloads if kind == "Workload" else self.elastic_jobs if kind == "Job" else None
+        if store is None:
+            return
+        if ev.type == "DELETED" or (kind == "Job" and (meta.get("annotations") or {}).get(ELASTIC_JOB) != "true"):
+            store.pop(key, None)
+        else:
+            store[key] = ev.object
+
+    async def _resize_elastic(self, stopping: asyncio.Event) -> None:
+        """Every ``queue_every_s``: carry out the decider's resizes of running elastic Jobs."""
+        while not stopping.is_set():
+            decisions = decide(cluster_queues=self.queue_objects["ClusterQueue"].values(),
+                               local_queues=self.queue_objects["LocalQueue"].values(),
+                               workloads=self.workloads.values(), jobs=self.elastic_jobs, now=time.time())
+            for d in decisions:
+                try:
+                    self.elastic_jobs[(d.namespace, d.job)] = await self.scaler.resize(
+                        d.namespace, d.job, d.pods, cause=d.cause, preemptor=d.preemptor)
+                    log.info("kube-bridge: Job %s/%s to %d pods (%s)", d.namespace, d.job, d.pods, d.cause)
+                except TauError as exc:  # a conflict, the Job gone, RBAC: the next round decides again
+                    log.warning("kube-bridge: resizing Job %s/%s to %d pods: %s", d.namespace, d.job, d.pods, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=self.queue_every_s)
 
     def _keep_queue(self, ev: WatchEvent) -> None:
         kind = str(ev.object.get("kind") or "")

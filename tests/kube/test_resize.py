@@ -1,6 +1,7 @@
 """Resizing an elastic Job on Kubernetes (``kube/resize.py``) over real HTTP (kmock): a shrink is a merge patch of
 ``spec.parallelism`` that records the resize at once; a growth is only asked for until Kueue admits its workload
-slice; every resize reads back as exactly one ``exec.resized``; what cannot be resized is refused with the fix."""
+slice; every resize reads back as exactly one ``exec.resized``; what cannot be resized is refused with the fix; the
+leading kube-bridge decides the resizes itself (``kube/elasticdecide.py``) and carries them out."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.resize import ANNOTATION_RESIZE_REQUESTED, SLICE_REPLACEMENT_FOR, JobScaler
 from taugrid.kube.translate import ANNOTATION_RESIZED, translate
 from taugrid_services.kube_bridge.bridge import Bridge
+from tests.kube.test_elasticdecide import LOCAL_QUEUE, admitted, cluster_queue, condition, waiting
 
 JOBS, WORKLOADS = ("batch", "v1", "jobs"), ("kueue.x-k8s.io", "v1beta2", "workloads")
 NS, NAME = "team-a", "train-3f2a1b-a1"
@@ -151,3 +153,51 @@ async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not cond():
             await asyncio.sleep(0.05)
+
+
+async def test_the_bridge_grows_an_elastic_job_into_free_quota_and_shrinks_it_for_a_higher_priority_workload(
+        bus: Bus, fake_kube: Any) -> None:
+    """Kueue never resizes a Job itself: the leading bridge decides (``kube/elasticdecide.py``) and patches. Quota
+    4 GPUs, the run at 2 of 1..3: it asks to grow to 3 (Kueue's slice, emulated here, admits it and the growth is
+    recorded), then a pending 2-GPU workload of higher priority takes one pod from it (3 -> 2), not the whole run."""
+    fake, api_client = fake_kube
+    cqs, lqs = ("kueue.x-k8s.io", "v1beta2", "clusterqueues"), ("kueue.x-k8s.io", "v1beta2", "localqueues")
+    job = elastic_job(parallelism=2, elastic="1:3:1:0")
+    job["metadata"]["labels"]["taugrid.io/managed-by"] = "taugrid"
+    job["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    fake.put(JOBS, job)
+    fake.put(cqs, cluster_queue(reserved=2))
+    fake.put(lqs, LOCAL_QUEUE)
+    first = admitted(NAME, 2)
+    fake.put(WORKLOADS, first)
+    bridge = Bridge(bus, KubeApi(api_client, retries=0), cluster=f"c{uuid.uuid4().hex[:8]}", holder="a",
+                    resources=[(resource_for(k), None) for k in ("Workload", "Job", "ClusterQueue", "LocalQueue")],
+                    lease_ttl_s=1.0, checkpoint_every_s=0.1, backoff_max_s=0.1, queue_every_s=0.1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(bridge.run(stop))
+    stored = lambda: fake.objects[(JOBS, NS, NAME)]  # noqa: E731
+    try:
+        await until(lambda: stored()["spec"]["parallelism"] == 3)
+        asked = json.loads(stored()["metadata"]["annotations"][ANNOTATION_RESIZE_REQUESTED])
+        assert (asked["old_count"], asked["new_count"], asked["cause"]) == (2, 3, "Grown")
+        # Kueue admits the scale-up slice, finishes the old one and charges the third GPU
+        fake.put(WORKLOADS, {**slice_workload(3, admitted=True), "spec": {**admitted(NAME, 3)["spec"]},
+                             "status": {**admitted(NAME, 3)["status"]}})
+        fake.modify(WORKLOADS, NS, first["metadata"]["name"], lambda o: o["status"]["conditions"].append(
+            condition("Finished", "True", "WorkloadSliceReplaced")))
+        fake.modify(cqs, None, "team-a-cq", lambda o: o.update(status=cluster_queue(reserved=3)["status"]))
+        await until(lambda: ANNOTATION_RESIZED in stored()["metadata"]["annotations"])
+        [grown] = resized_events(stored())
+        assert grown.payload == c.ExecResized(old_count=2, new_count=3, cause="Grown", pod_set="main")
+
+        fake.put(WORKLOADS, waiting("hi-1-a1-w", gpus=2, run="hi-1"))  # priority 100 over the run's 10
+        await until(lambda: stored()["spec"]["parallelism"] == 2)
+        for _ in range(5):  # and no more: Kueue has not recorded the shrink yet, so nothing is decided twice
+            await asyncio.sleep(0.1)
+        assert stored()["spec"]["parallelism"] == 2
+    finally:
+        stop.set()
+        await task
+    [shrunk] = resized_events(stored())
+    assert shrunk.payload == c.ExecResized(old_count=3, new_count=2, cause="ShrunkForPreemptor", preemptor="hi-1",
+                                           pod_set="main")
