@@ -13,7 +13,8 @@ workspace would, over a real nats-server with authentication on (``tests/secure_
   a body that disagrees with the subject.
 - Run ids: evidence objects are named by run id alone, so a run submitted in her workspace under a colleague's
   run id would have had its seal replace his bundle. The submitter refuses a run id another workspace holds,
-  unanswered, and the evidence never seals over another workspace's bundle.
+  unanswered, and the evidence never seals over another workspace's bundle. Her cancel or submission under a
+  colleague's run id opens no record in her workspace (a platform admin's lookup by id found hers).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from taugrid import runrecord
 from taugrid.bus import Bus, kv, objects
-from taugrid.bus.envelope import from_message, headers_for
+from taugrid.bus.envelope import Event, from_message, headers_for
 from taugrid.bus.replay import replay
 from taugrid.config import source
 from taugrid.core.contracts import ExecFinished, SubmitRequested
@@ -35,6 +37,7 @@ from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
+from taugrid.runrecord import projection
 from taugrid_services.submitter.handlers import Submitter
 from tests.secure_nats import SecureNats
 
@@ -242,3 +245,27 @@ def test_a_scalar_yaml_cannot_construct_is_a_config_error_naming_it(text: str, p
         source.load_yaml(text, path=what, what=what)
     assert str(refused.value) == (f"{what}: a value cannot be read: {problem}\n"
                                   "    fix: quote the value to keep it as a string")
+
+
+async def test_her_requests_under_a_colleagues_run_id_open_no_record_in_her_workspace(bus: Bus) -> None:
+    run, unknown = f"bobs-{uuid.uuid4().hex[:12]}", f"none-{uuid.uuid4().hex[:12]}"
+
+    async def stored(ws: str, run_id: str, kind: str, body: bytes) -> Event:
+        await bus.js.publish(f"run.{ws}.{run_id}.{kind}", body, headers=headers_for(
+            event_id=f"{run_id}.{ws}.{kind}", event_type=kind, source="/client", subject=run_id, workspace=ws,
+            attempt=1, traceparent=""))
+        [m] = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run_id}.{kind}")
+        return from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+
+    submission = msgspec.json.encode(SubmitRequested(submission_id="s", config_text="name: x\n"))
+    assert await projection.project(bus, await stored("language", run, "submit.requested", submission))
+    # a platform admin's `tau status RUN` (the newest record of the id) then found hers, "new", and `tau verify`
+    # said NOT verified for bob's sealed run
+    for ws, run_id, kind, body in (("vision", run, "cancel.requested", b"{}"),
+                                   ("vision", run, "submit.requested", submission),
+                                   ("vision", unknown, "cancel.requested", b"{}")):
+        assert not await projection.project(bus, await stored(ws, run_id, kind, body))
+    assert await kv.matching_keys(bus, "run_state", f"run.*.{run}") == [f"run.language.{run}"]
+    assert await kv.matching_keys(bus, "run_state", f"run.*.{unknown}") == []
+    found = await runrecord.find(bus, run)
+    assert found is not None and (found.workspace, found.state) == ("language", "submitted")

@@ -45,6 +45,7 @@ HISTORY = 200  # history entries a record keeps (the newest)
 # A run's first event: its record is created without being read first (a record that exists after all, e.g. on a
 # redelivery, fails the create, and the record is read and the event applied to it then).
 FIRST_EVENT = "submit.requested"
+PEOPLE_REQUESTS = (FIRST_EVENT, "cancel.requested")  # what people publish (anyone of a workspace, on any run id)
 # A run's last event: its record is not cached after it (a finished run's record, with its history, would
 # otherwise stay among the cache's most recent 4,096 over a long run); a later event re-reads it from KV.
 LAST_EVENT = "evidence.sealed"
@@ -100,6 +101,8 @@ async def _project_all(bus: Bus, events: Sequence[Event], *, cache: RecordCache 
         else:
             record, revision = await load_key(bus, record_key)
         if record is None:
+            if not await _may_open(bus, events, record_key):
+                return [False] * len(events)
             record = states.RunRecord(run_id=events[0].subject, workspace=workspace, created=time.time())
         changes: list[bool | None] = []
         for ev in events:
@@ -117,6 +120,27 @@ async def _project_all(bus: Bus, events: Sequence[Event], *, cache: RecordCache 
             cache.put(record_key, record, int(written))
         return [bool(changed) for changed in changes]
     raise TemporaryError(f"run_state contention on {events[0].subject}", delay=0.2)
+
+
+async def _may_open(bus: Bus, events: Sequence[Event], record_key: str) -> bool:
+    """Whether people's requests may open a record no run has yet. Anyone in a workspace may publish a request on
+    any run id there, and admins' and multi-workspace readers' lookups by run id alone (``find``) take the first
+    or newest record of that id: a cancel (nothing to cancel: no run) opens none, and a submission none under an
+    id another workspace's run holds (the submitter refuses it unanswered). A service's event opens its record
+    whatever came first."""
+    if not all(ev.type in PEOPLE_REQUESTS for ev in events):
+        return True
+    run, ws = record_key.split(".", 2)[2], record_key.split(".")[1]
+    if all(ev.type != FIRST_EVENT for ev in events):
+        log.info("%s: a request of a run that has no record: nothing recorded", record_key)
+        return False
+    others = [key.split(".")[1] for key in await kv.matching_keys(bus, BUCKET, f"run.*.{run}")
+              if key.split(".")[1] != ws]
+    if others:
+        log.warning("%s: run id %s is a run of %s: this workspace's request under it opens no record", record_key,
+                    run, ", ".join(others))
+        return False
+    return True
 
 
 async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
