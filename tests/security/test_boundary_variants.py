@@ -25,17 +25,18 @@ import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
+import nkeys
 import pytest
 
 from taugrid import runrecord
-from taugrid.bus import Bus, kv, objects
+from taugrid.bus import Bus, creds, kv, objects
 from taugrid.bus.envelope import Event, from_message, headers_for
 from taugrid.bus.replay import replay
 from taugrid.config import source
 from taugrid.core.contracts import ExecFinished, SubmitRequested
 from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
+from taugrid.evidence import anchor, store
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
 from taugrid.runrecord import projection
 from taugrid_services.submitter.handlers import Submitter
@@ -269,3 +270,20 @@ async def test_her_requests_under_a_colleagues_run_id_open_no_record_in_her_work
     assert await kv.matching_keys(bus, "run_state", f"run.*.{unknown}") == []
     found = await runrecord.find(bus, run)
     assert found is not None and (found.workspace, found.state) == ("language", "submitted")
+
+
+def test_an_anchor_file_with_one_line_re_signed_or_claiming_the_pinned_key_is_refused() -> None:
+    pinned, eve = (nkeys.from_seed(bytearray(creds.new_identity(name).seed.encode())) for name in ("anchor", "eve"))
+    key = pinned.public_key.decode()
+    doc = {"schema": anchor.SCHEMA, "time": "t1", "audit": {"first_seq": 1, "last_seq": 3, "last_digest": "ab",
+                                                            "drift": []}, "runs": {}}
+    genuine = [anchor.sign({**doc, "time": f"t{n}"}, pinned.seed) for n in (1, 2)]
+    assert anchor.signed_by(genuine, key) == []
+    rewritten = {**doc, "time": "t3", "audit": {**doc["audit"], "last_seq": 2}}  # type: ignore[dict-item]
+    by_eve = anchor.sign(rewritten, eve.seed)  # the later lines only, re-signed by another key
+    claiming = {**by_eve, "signer": key}  # naming the pinned key, signed by hers
+    assert anchor.signed_by([*genuine, by_eve], key) == [
+        f"anchor of t3 is signed by {eve.public_key.decode()}, not the pinned anchor key {key} (the file was "
+        "re-signed or is another stack's)"]
+    assert anchor.signed_by([*genuine, claiming], key) == [
+        "anchor of t3 does not verify: signature does not match the request (tampered, or signed by another key)"]
