@@ -196,9 +196,9 @@ class EnvironmentBuilder:
 
     # ---------------------------------------------------------------- the environment
     def key(self, base: str, version: str, reqs: Requirements, *, isolated: bool = False) -> str:
-        fields = {"python": base, "version": version, "pip": list(reqs.pip),
-                  "requirements.txt": reqs.requirements_txt, "pyproject": list(reqs.pyproject),
-                  "platform": sys.platform}
+        fields: dict[str, object] = {"python": base, "version": version, "pip": list(reqs.pip),
+                                     "requirements.txt": reqs.requirements_txt, "pyproject": list(reqs.pyproject),
+                                     "platform": sys.platform}
         if isolated:  # only then, so the environments built before ``isolated`` existed keep their keys
             fields["isolated"] = True
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:20]
