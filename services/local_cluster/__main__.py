@@ -15,10 +15,10 @@ log = logging.getLogger("taugrid.local_cluster")
 
 
 async def start(svc: Service) -> None:
-    node, capacity, gpus, gpu_mem = inventory(svc.settings.local)
+    node, capacity, gpus, gpu_mem, gpu_resource = inventory(svc.settings.local)
     data = settings.data_dir()
     cluster = LocalCluster(svc.bus, data_dir=data, node=node, capacity=capacity, gpu_count=gpus,
-                           gpu_memory_mb=gpu_mem,
+                           gpu_memory_mb=gpu_mem, gpu_resource=gpu_resource,
                            drain_grace_s=float(svc.settings.health.drain_grace_s),
                            run_as=runas.from_env(data),  # each workspace's OS user when the stack is root
                            given=svc.settings)

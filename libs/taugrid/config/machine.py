@@ -25,6 +25,7 @@ from taugrid.config.platform import (
 )
 from taugrid.config.platformcheck import check_platform
 from taugrid.config.source import raise_issues
+from taugrid.core.devices import vendor_of_resource
 from taugrid.core.quantity import format_memory
 
 _MiB = 1 << 20
@@ -36,13 +37,15 @@ def default_platform(
     gpus: list[str],
     *,
     output_root: str | None = None,
+    gpu_resource: str = GPU_RESOURCE,
 ) -> Platform:
     """One flavor, one cohort, ClusterQueue ``local``, LocalQueue/workspace ``default``, 3 priority classes.
 
     The workspace defaults to ``cpu-small``: a run gets a GPU only when it asks (``compute.gpus``, a profile).
 
-    ``gpus`` are device names (``["NVIDIA H200", ...]``); only their count sizes the quota. ``output_root``
-    defaults to ``~/.taugrid/runs``.
+    ``gpus`` are device names (``["NVIDIA H200", ...]``); only their count sizes the quota, of ``gpu_resource``
+    (AMD's or Gaudi's on a machine of theirs: a run asking for no vendor gets the one its queue has quota for);
+    the half-GPU profile only where the vendor shares GPUs. ``output_root`` defaults to ``~/.taugrid/runs``.
     """
     flavor = "gpu" if gpus else "default"
     memory = (int(memory_bytes * 0.9) // _MiB) * _MiB  # whole MiB, so it prints as a tidy quantity
@@ -52,8 +55,8 @@ def default_platform(
     ]
     covered = ["cpu", "memory"]
     if gpus:
-        resources.append(ResourceQuota(name=GPU_RESOURCE, nominal_quota=str(len(gpus))))
-        covered.append(GPU_RESOURCE)
+        resources.append(ResourceQuota(name=gpu_resource, nominal_quota=str(len(gpus))))
+        covered.append(gpu_resource)
     # clamped so that every profile fits the machine, however small: a profile that never fits never runs
     profiles = [
         ComputeProfile(
@@ -81,7 +84,8 @@ def default_platform(
                 memory=format_memory(min(memory, (per_gpu_mem * n // _MiB) * _MiB)),
             )
         )
-    if gpus:
+    vendor = vendor_of_resource(gpu_resource)
+    if gpus and vendor is not None and vendor.fractions:
         profiles.append(
             ComputeProfile(
                 name="gpu-half",

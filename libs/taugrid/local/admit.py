@@ -228,6 +228,7 @@ class LocalAdmitter:
     capacity: dict[str, float]
     gpu_count: int = 0
     gpu_memory_mb: int = 81920
+    gpu_resource: str = GPU  # whose GPUs this machine's are (machine.inventory), without local.nodes
     engine: adm.Engine | None = None
     requests: dict[str, Request] = field(default_factory=dict)
     preempted: list[Evicted] = field(default_factory=list)
@@ -241,7 +242,8 @@ class LocalAdmitter:
     tas: bool = False
 
     def machine(self) -> PoolNode:
-        return PoolNode(self.node, self.gpu_count, self.gpu_memory_mb or 81920, None, self.capacity.get("memory", 0.0))
+        return PoolNode(self.node, self.gpu_count, self.gpu_memory_mb or 81920, None, self.capacity.get("memory", 0.0),
+                        gpu_resource=self.gpu_resource)
 
     def configure(self, p: Platform) -> None:
         """Build an empty engine for a platform revision; ``rebuild`` refills it."""

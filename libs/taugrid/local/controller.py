@@ -101,14 +101,17 @@ def excluded_nodes(pod_spec: dict[str, Any]) -> list[str]:
 class LocalCluster:
     def __init__(self, bus: Bus, *, data_dir: Path, node: str, capacity: dict[str, float], gpu_count: int,
                  gpu_memory_mb: int = 0, runtime: PodRuntime | None = None, drain_grace_s: float = 30.0,
-                 run_as: WorkspaceUsers | None = None, given: Settings | None = None) -> None:
+                 run_as: WorkspaceUsers | None = None, given: Settings | None = None,
+                 gpu_resource: str = "nvidia.com/gpu") -> None:
         """``runtime`` decides which interpreter runs ``python``/``python3`` in a workload's pods (default: the
         researcher's interpreter or a per-run environment, ``podsync.PreparedRuntimes``). ``node`` is this
         machine's name, the pool's one node unless the platform declares ``local.nodes``. ``drain_grace_s``: how
         long a drained node's pods get between SIGTERM and SIGKILL. ``run_as``: each workspace's OS user, which
         its pods run as (``runas``; the service passes ``runas.from_env``); None: the cluster's own user.
         ``given``: the process's settings (the service passes its own; default ``settings.current()``): the
-        secrets store (``data.secrets_dir``), simulated pods (``local.simulate``), the pods' interpreter."""
+        secrets store (``data.secrets_dir``), simulated pods (``local.simulate``), the pods' interpreter.
+        ``gpu_resource``: whose GPUs this machine's are (``machine.inventory``: AMD's or Gaudi's where their tool
+        lists them), the machine node's vendor when the platform declares no ``local.nodes``."""
         given = given if given is not None else current()
         # At a site (``TAU_SITE``) this cluster is the one ``TAU_CLUSTER`` names, in its subjects and its watch
         # changes, and it answers the dispatcher's reservations; otherwise the one stack's ``local``.
@@ -126,7 +129,7 @@ class LocalCluster:
         self.platform: Platform | None = None
         self.platform_rev = -1
         self.admitter = LocalAdmitter(node=node, capacity=capacity, gpu_count=gpu_count,
-                                      gpu_memory_mb=gpu_memory_mb or 81920)
+                                      gpu_memory_mb=gpu_memory_mb or 81920, gpu_resource=gpu_resource)
         self.lq: dict[tuple[str, str], str] = {}
         self.priorities: dict[str, tuple[int, bool]] = {}
         self._versions: dict[str, int] = {}

@@ -1,14 +1,17 @@
-"""What this machine offers the local cluster: CPUs, memory and GPUs (NVML, or declared for tests)."""
+"""What this machine offers the local cluster: CPUs, memory and GPUs (declared for tests; else NVML's; else AMD's
+or Intel Gaudi's, as ``amd-smi`` or ``hl-smi`` lists them), and whose GPUs they are (the vendor's resource)."""
 
 from __future__ import annotations
 
 import os
 import socket
+from typing import NamedTuple
 
 import psutil
 
 from taugrid import settings
-from taugrid.gpulib import nvml_library_missing
+from taugrid.core import devices
+from taugrid.gpulib import nvml_library_missing, vendor_tool_gpus
 from taugrid.settings import LocalSettings
 
 GPU = "nvidia.com/gpu"
@@ -42,10 +45,31 @@ def nvml_gpus() -> tuple[int, int]:
         pynvml.nvmlShutdown()
 
 
-def inventory(given: LocalSettings | None = None) -> tuple[str, dict[str, float], int, int]:
-    """(node name: ``TAU_NODE_NAME``, else the short host name; capacity; GPUs; GPU memory MiB)."""
+def machine_gpus(given: LocalSettings | None = None) -> tuple[int, int, str]:
+    """(GPUs, the smallest one's memory in MiB, their vendor's resource): declared GPUs and NVML's are NVIDIA's;
+    where NVML finds none, AMD's or Gaudi's tool is asked."""
+    found = declared_gpus(given) or nvml_gpus()
+    if found[0]:
+        return found[0], found[1], GPU
+    listed = vendor_tool_gpus()
+    if listed is None:
+        return 0, 0, GPU
+    vendor, count, memory_mb = listed
+    return count, memory_mb, devices.VENDORS[vendor].resource
+
+
+class Inventory(NamedTuple):
+    node: str  # TAU_NODE_NAME, else the short host name
+    capacity: dict[str, float]
+    gpus: int
+    gpu_memory_mb: int
+    gpu_resource: str  # whose GPUs: nvidia.com/gpu, amd.com/gpu or habana.ai/gaudi
+
+
+def inventory(given: LocalSettings | None = None) -> Inventory:
     given = given or settings.current().local
     node = given.node_name or socket.gethostname().split(".")[0] or "local"
-    gpus, gpu_mem = declared_gpus(given) or nvml_gpus()
-    capacity = {"cpu": float(os.cpu_count() or 1), "memory": float(psutil.virtual_memory().total), GPU: float(gpus)}
-    return node, capacity, gpus, gpu_mem
+    gpus, gpu_mem, resource = machine_gpus(given)
+    capacity = {"cpu": float(os.cpu_count() or 1), "memory": float(psutil.virtual_memory().total),
+                resource: float(gpus)}
+    return Inventory(node, capacity, gpus, gpu_mem, resource)

@@ -1,6 +1,7 @@
 """The default platform for this one machine: what `tau up` applies when no platform exists yet, and what
 `tau run validate` checks against when no stack answers. Its quotas come from this machine (CPUs, memory, GPUs
-from NVML or ``TAU_DECLARED_GPUS``); run outputs go under the data directory."""
+from ``TAU_DECLARED_GPUS``, NVML, or AMD's or Gaudi's tool, under their vendor's resource); run outputs go under
+the data directory."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ def machine_platform_yaml(data_dir: Path) -> str:
     import yaml
 
     from taugrid.config.machine import default_platform
-    from taugrid.local.machine import declared_gpus, nvml_gpus
+    from taugrid.local.machine import machine_gpus
 
-    count, _ = declared_gpus() or nvml_gpus()
+    count, _, resource = machine_gpus()
     platform = default_platform(os.cpu_count() or 1, psutil.virtual_memory().total,
-                                [f"gpu{i}" for i in range(count)], output_root=str(data_dir / "outputs"))
+                                [f"gpu{i}" for i in range(count)], output_root=str(data_dir / "outputs"),
+                                gpu_resource=resource)
     data = platform.model_dump(mode="json", exclude_none=True)
     return "# derived from this machine by `tau up`; replace with `tau platform apply FILE`\n" + yaml.safe_dump(
         data, sort_keys=False)
