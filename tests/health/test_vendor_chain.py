@@ -1,8 +1,8 @@
-"""Issue 26's check on the local backend: a platform with NVIDIA, AMD and Gaudi nodes, each shown by `tau nodes`
-with its vendor and model. Runs asking for each vendor get its resource, its visibility variables and one of its
-nodes; an AMD ECC fault and a Gaudi critical event each
-drive the chain fault → condition → cordon + drain → retry on the vendor's healthy node → the vendor's own GPU
-reset → re-validation → uncordon.
+"""Issue 26's check on the local backend: a platform with NVIDIA, AMD and Gaudi flavors (one per model, selecting
+its nodes by label), each node shown by `tau nodes` with its vendor and model. Runs asking for each vendor get its
+resource, its visibility variables and one of its nodes; an AMD ECC fault and a Gaudi critical event each drive
+the chain fault → condition → cordon + drain → retry on the vendor's healthy node → the vendor's own GPU reset →
+re-validation → uncordon.
 
 The faulted nodes' agents run the real AMD and Gaudi probes (``health.smi`` over the tools' output,
 ``health.vendorlib`` over the libraries) against stand-in machines: amd-smi's JSON and hl-smi's CSV from their
@@ -28,16 +28,26 @@ from taugrid.health.vendorlib import AmdLibEvents, GaudiLibEvents
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeState, NodeValidation
 from tests.health.test_chain import history, running_chain, wait_for
 from tests.health.vendorfakes import FakeAmdSmi, FakePyhlml
-from tests.platforms import CPU_MEMORY, lab_platform, workspace
+from tests.platforms import lab_platform, workspace
 
+MODEL = "taugrid.io/gpu-model"  # the label the admin puts on each node, which each vendor's flavor selects
+FLAVORS = {"h100": ("nvidia-h100", "nvidia.com/gpu", 1), "mi300x": ("amd-mi300x", "amd.com/gpu", 2),
+           "gaudi3": ("gaudi3", "habana.ai/gaudi", 2)}
 PLATFORM = lab_platform(
-    quota={**CPU_MEMORY, "nvidia.com/gpu": "1", "amd.com/gpu": "2", "habana.ai/gaudi": "2"},
     workspaces=[workspace(output_root="/tmp")],
-    local={"nodes": [{"name": "nv-0", "gpus": 1, "gpu_memory": "16000Mi"},
-                     {"name": "mi-a", "gpus": 1, "gpu_model": "amd-mi300x"},
-                     {"name": "mi-b", "gpus": 1, "gpu_model": "amd-mi300x"},
-                     {"name": "hl-a", "gpus": 1, "gpu_model": "gaudi3"},
-                     {"name": "hl-b", "gpus": 1, "gpu_model": "gaudi3"}]})
+    resource_flavors=[{"name": f, "gpu_model": m, "node_labels": {MODEL: m}} for f, (m, _, _) in FLAVORS.items()],
+    cluster_queues=[{"name": "lab", "resource_groups": [{
+        "covered_resources": ["cpu", "memory", "nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"],
+        "flavors": [{"name": f, "resources": [
+            {"name": "cpu", "nominal_quota": "16"}, {"name": "memory", "nominal_quota": "32Gi"},
+            *({"name": r, "nominal_quota": str(n if r == own else 0)}
+              for r in ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"))]}
+            for f, (_, own, n) in FLAVORS.items()]}]}],
+    local={"nodes": [{"name": "nv-0", "gpus": 1, "gpu_model": "nvidia-h100", "gpu_memory": "16000Mi",
+                      "labels": {MODEL: "nvidia-h100"}},
+                     *({"name": name, "gpus": 1, "gpu_model": model, "labels": {MODEL: model}}
+                       for name, model in (("mi-a", "amd-mi300x"), ("mi-b", "amd-mi300x"), ("hl-a", "gaudi3"),
+                                           ("hl-b", "gaudi3")))]})
 KEYS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES")
 SCRIPT = (
     "import json, os, signal, sys, time\n"
