@@ -61,7 +61,7 @@ class _StreamRetention(Strict):
 
 
 class RunsRetention(_StreamRetention):
-    """The RUNS stream: every run's events, read back at the seal and by `tau logs --events`/replays."""
+    """The RUNS stream: every run's events, read back at the seal and by `tau events`/replays."""
 
     stream, min_age_s = "runs", MIN_HISTORY_S
     too_young = ("runs.max_age is under 1d: a run's events must still be on RUNS when it is sealed; write at least "
