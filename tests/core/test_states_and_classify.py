@@ -192,3 +192,16 @@ def test_a_resize_names_the_checkpoint_step_the_workers_resume_from() -> None:
     shrunk = {"old_count": 3, "new_count": 2, "cause": "ShrunkForPreemptor", "preemptor": "hi-1", "checkpoint_step": 0}
     assert states.resize_text(shrunk) == (
         "3 -> 2 pods, given up to run hi-1 (ShrunkForPreemptor), from checkpoint step 0")
+
+
+def test_a_shrink_drops_the_removed_pods_from_the_record_and_a_growth_adds_the_new_ones_by_their_progress() -> None:
+    """No event says a pod was deleted; the shrink removed the highest indices (the names are the Indexed Job's:
+    ``<job>-<index>-<suffix>`` on Kubernetes, ``<job>-<index>`` or ``<job>-<index>-g<stamp>`` locally)."""
+    r = _record()
+    for name in ("r1-a1-0", "r1-a1-1-x7k2p", "r1-a1-2"):
+        assert states.apply(r, "exec.progress", 1, {"source": "pod", "pod": name, "pod_phase": "Running"}, 2.0)
+    assert states.apply(r, "exec.resized", 1, {"old_count": 3, "new_count": 2, "cause": "Shrunk"}, 3.0)
+    assert [p.name for p in r.pods] == ["r1-a1-0", "r1-a1-1-x7k2p"]
+    assert states.apply(r, "exec.progress", 1, {"source": "pod", "pod": "r1-a1-2-g6118", "pod_phase": "Running"}, 4.0)
+    assert states.apply(r, "exec.resized", 1, {"old_count": 2, "new_count": 3, "cause": "Grown"}, 4.1)
+    assert [p.name for p in r.pods] == ["r1-a1-0", "r1-a1-1-x7k2p", "r1-a1-2-g6118"]

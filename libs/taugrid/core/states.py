@@ -170,6 +170,8 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         if record.state not in ("admitted", "running") or attempt != record.attempt:
             return False
         record.size, record.resized = int(data.get("new_count") or 0), resize_text(data)
+        if record.size < int(data.get("old_count") or 0):  # the highest indices were removed; no event says so
+            record.pods = [p for p in record.pods if _pod_index(record, p.name) < record.size]
         record.updated = at
         return True
     if event_type == "dispatch.chosen":  # where the run went; the state moves with the admission watcher's events
@@ -233,6 +235,14 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if record.state in TERMINAL:
         record.finished = at
     return True
+
+
+def _pod_index(record: RunRecord, pod: str) -> int:
+    """An Indexed Job pod's completion index from its name (``<job>-<index>-<suffix>`` on Kubernetes, ``<job>-<index>``
+    or ``<job>-<index>-g<stamp>`` locally; the Job is ``<run>-a<attempt>``); -1 when the name says none."""
+    head = f"{record.run_id}-a{record.attempt}-"
+    token = pod[len(head):].split("-", 1)[0] if pod.startswith(head) else ""
+    return int(token) if token.isdigit() else -1
 
 
 def resize_text(data: dict[str, Any]) -> str:
