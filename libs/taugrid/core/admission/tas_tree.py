@@ -316,13 +316,18 @@ class TasTree:
         return counts
 
     def _recount(self, counts: Counts, touched: set[int], demand: Demand, free_of: Free) -> None:
-        """Count the touched leaves again and re-sum their ancestors, lowest level first."""
+        """Count the touched leaves again and re-sum their ancestors, lowest level first. Without a leader a
+        domain's counts are sums (``pods_wl``/``slices_wl`` equal ``pods``/``slices``; slices are redone from the
+        pods at the slice level), so each touched leaf's change is added up its ancestors instead."""
         vals, scratch, shape = counts.vals, Stats(), _Shape(demand)
+        additive = demand.leader_per_pod is None
+        last = len(self.levels) - 1
         dirty: set[Domain] = set()
         for lid in touched:
             leaf = self._base.domains[lid]
             v, limiting = self._leaf(leaf, demand, shape, {}, free_of, scratch)  # static stats are kept
-            vals[lid] = _sliced(v, len(self.levels) - 1, demand)
+            new, was = _sliced(v, last, demand), vals[lid]
+            vals[lid] = new
             counts.recounted.append(lid)
             old = counts.limiting.pop(lid, "")
             if old:
@@ -330,7 +335,9 @@ class TasTree:
             if limiting:
                 counts.limiting[lid] = limiting
                 counts.resources[limiting] = counts.resources.get(limiting, 0) + 1
-            if leaf.parent is not None:
+            if additive:
+                self._add_up(counts, leaf, new[0] - was[0], new[1] - was[1], demand)
+            elif leaf.parent is not None:
                 dirty.add(leaf.parent)
         for idx in range(len(self.levels) - 2, -1, -1):
             above: set[Domain] = set()
@@ -340,6 +347,19 @@ class TasTree:
                 if d.parent is not None:
                     above.add(d.parent)
             dirty = above
+
+    def _add_up(self, counts: Counts, leaf: Domain, pods: int, slices: int, demand: Demand) -> None:
+        """Add a leaf's change of pods and slices to its ancestors (a demand without a leader)."""
+        vals = counts.vals
+        d, idx = leaf.parent, len(self.levels) - 2
+        while d is not None and (pods or slices):
+            p, sl = vals[d.id][0] + pods, vals[d.id][1] + slices
+            if idx == demand.slice_idx:
+                whole = p // demand.slice_size
+                slices, sl = whole - vals[d.id][1], whole
+            vals[d.id] = (p, sl, 0, p, sl)
+            counts.recounted.append(d.id)
+            d, idx = d.parent, idx - 1
 
     def _leaf(self, leaf: Domain, demand: Demand, shape: _Shape, assumed: Mapping[int, Mapping[str, int]],
               free_of: Free, stats: Stats) -> tuple[Vals, str]:
