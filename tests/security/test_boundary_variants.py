@@ -30,7 +30,8 @@ import pytest
 
 from taugrid import runrecord
 from taugrid.bus import Bus, creds, kv, objects
-from taugrid.bus.envelope import Event, from_message, headers_for
+from taugrid.bus.authors import Authors
+from taugrid.bus.envelope import Event, from_message, headers_for, sign_service_headers
 from taugrid.bus.replay import replay
 from taugrid.config import source
 from taugrid.core.contracts import ExecFinished, SubmitRequested
@@ -287,3 +288,36 @@ def test_an_anchor_file_with_one_line_re_signed_or_claiming_the_pinned_key_is_re
         "re-signed or is another stack's)"]
     assert anchor.signed_by([*genuine, claiming], key) == [
         "anchor of t3 does not verify: signature does not match the request (tampered, or signed by another key)"]
+
+
+async def test_a_genuine_service_event_replayed_onto_another_runs_subject_is_refused(secure_nats: SecureNats) -> None:
+    policy, renderer = await secure_nats.connect("policy"), await secure_nats.connect("renderer")
+    try:
+        assert policy.signing_key is not None
+        mine, theirs = f"eves-{uuid.uuid4().hex[:8]}", f"bobs-{uuid.uuid4().hex[:8]}"
+        body = b'{"run": {}}'
+        subject = f"run.vision.{mine}.policy.approved"
+        headers = headers_for(event_id=f"{mine}.1.policy.approved", event_type="policy.approved",
+                              source="/svc/policy", subject=mine, workspace="vision", attempt=1, traceparent="")
+        sign_service_headers(policy.signing_key, nats_subject=subject, headers=headers, body=body)
+        authors = Authors.of(renderer)
+        assert await authors.problem(from_message(subject, headers, body)) is None  # as the policy published it
+        # the same signed event, its headers made to agree with the colleague's run (published by anyone who may)
+        elsewhere = f"run.vision.{theirs}.policy.approved"
+        moved = {**headers, "ce-subject": theirs}
+        assert await authors.problem(from_message(elsewhere, moved, body)) == (
+            f"policy.approved on {elsewhere} claims policy's key, but signature does not match the request "
+            "(tampered, or signed by another key)")
+        # into another workspace, headers unchanged: the subject decides first
+        other_ws = f"run.language.{mine}.policy.approved"
+        assert await authors.problem(from_message(other_ws, headers, body)) == (
+            f"ce-workspace says 'vision' where the subject says 'language' on {other_ws}: the subject decides, so "
+            "this message is refused")
+        # a stage's type in the headers of the priority lane's submission subject a researcher may publish
+        high = f"run.vision.{theirs}.submit.requested.high"
+        assert await authors.problem(from_message(high, {**moved, "ce-workspace": "vision"}, body)) == (
+            f"ce-type says 'policy.approved' where the subject says 'submit.requested' on {high}: the subject "
+            "decides, so this message is refused")
+    finally:
+        await policy.close()
+        await renderer.close()
