@@ -293,9 +293,14 @@ async def validate(target: str, offline: bool, strict: bool, workspace: str | No
         if strict:
             raise_issues(cfg.warnings)
         raise_issues(check_project(cfg, path.parent.resolve()))
+        from taugrid.config.project import project_root
+
+        # the folder a submission would ship and where tau.yaml sits in it, as `tau run` works them out: a managed
+        # script beside the config's folder (TauGrid's AKS CPU quickstart) is inside the snapshot then
+        _, subdir = project_root(cfg, path.parent)
         revision, checked = (
-            (None, _check_against_machine(cfg, "--offline", workspace)) if offline
-            else await _check_against_platform(cfg, workspace)
+            (None, _check_against_machine(cfg, "--offline", workspace, project_subdir=subdir)) if offline
+            else await _check_against_platform(cfg, workspace, project_subdir=subdir)
         )
     except ConfigError as err:
         if output == "json":
@@ -332,29 +337,32 @@ async def _stack_platform() -> tuple[tuple[str, int] | None, str]:
         await client.close()
 
 
-async def _check_against_platform(cfg: TauConfig, workspace: str | None = None) -> tuple[int | None, str]:
+async def _check_against_platform(cfg: TauConfig, workspace: str | None = None, *,
+                                  project_subdir: str = "") -> tuple[int | None, str]:
     """Resolve ``cfg`` as the policy service would: against the stack's current platform (its revision, "")
     when a stack answers, else against this machine's default platform, the one `tau up` creates (None, and
     a note saying so)."""
     got, why = await _stack_platform()
     if got is not None:
         text, revision = got
-        _resolve(cfg, text, revision, purpose="validate", workspace=workspace)
+        _resolve(cfg, text, revision, purpose="validate", workspace=workspace, project_subdir=project_subdir)
         return revision, ""
-    return None, _check_against_machine(cfg, why, workspace)
+    return None, _check_against_machine(cfg, why, workspace, project_subdir=project_subdir)
 
 
 MACHINE_CHECKED = "against this machine's default platform, the one `tau up` creates ({why})"
 
 
-def _check_against_machine(cfg: TauConfig, why: str, workspace: str | None = None) -> str:
+def _check_against_machine(cfg: TauConfig, why: str, workspace: str | None = None, *,
+                           project_subdir: str = "") -> str:
     """Resolve ``cfg`` against this machine's default platform; the note that says so. A problem raises the
     ConfigError with that note added, so the reader knows which platform refused it."""
     from taugrid.stack.machine_platform import machine_platform_yaml
 
     note = MACHINE_CHECKED.format(why=why)
     try:
-        _resolve(cfg, machine_platform_yaml(data_dir()), 0, purpose="validate", workspace=workspace)
+        _resolve(cfg, machine_platform_yaml(data_dir()), 0, purpose="validate", workspace=workspace,
+                 project_subdir=project_subdir)
     except ConfigError as err:
         raise ConfigError(f"{err}\n(checked {note})",
                           issues=[{**i, "platform": "machine-default"} for i in err.issues]) from err
