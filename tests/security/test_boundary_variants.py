@@ -34,6 +34,8 @@ from taugrid.bus.authors import Authors
 from taugrid.bus.envelope import Event, from_message, headers_for, sign_service_headers
 from taugrid.bus.replay import replay
 from taugrid.config import source
+from taugrid.config.platform import Workspace
+from taugrid.config.resolve import resume_problem
 from taugrid.core.contracts import ExecFinished, SubmitRequested
 from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.evidence import anchor, store
@@ -321,3 +323,21 @@ async def test_a_genuine_service_event_replayed_onto_another_runs_subject_is_ref
     finally:
         await policy.close()
         await renderer.close()
+
+
+@pytest.mark.parametrize(("wanted", "refused"), [
+    ("/srv/out/vision/bobs-run-0123456789abcdef/checkpoints", False),  # another run of her workspace: resumable
+    ("/data/checkpoints/mine", False),  # TauGrid's /data/<path>, read inside her workspace
+    ("/srv/out/language/bobs-run-0123456789abcdef/checkpoints", True),  # another workspace's checkpoints
+    ("/srv/out/vision/../language/x", True),
+    ("/var/lib/taugrid/creds", True),
+    ("relative/path", True),
+])
+def test_a_resume_point_outside_her_workspace_is_refused_naming_the_field(wanted: str, refused: bool) -> None:
+    ws = Workspace(name="vision", namespace="vision", local_queue="q", output_root="/srv/out")
+    problem = resume_problem(wanted, ws)
+    assert (problem is not None) == refused
+    if problem is not None:
+        assert (problem.field, problem.message) == ("resume_from", (
+            f"{wanted!r} is outside /srv/out/vision/, the output directory of workspace 'vision': a run resumes "
+            "only from its own workspace's checkpoints"))

@@ -28,7 +28,7 @@ from taugrid.config.platformtopology import queue_topologies
 from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
 from taugrid.config.taurules import check_rules, entrypoint_escape
-from taugrid.core.contracts import Resilience, ResolvedRun, Resources
+from taugrid.core.contracts import Issue, Resilience, ResolvedRun, Resources
 from taugrid.core.devices import GPU_RESOURCES
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import is_run_id
@@ -613,6 +613,24 @@ def _inside_workspace(wanted: str, ws: Workspace, run_id: str, field: tuple[str,
             f"name a directory of your own under {base}/ (e.g. {base}/<name>), not another run's",
         )
     return normal
+
+
+def resume_problem(wanted: str, ws: Workspace) -> Issue | None:
+    """Why a resume point (``tau run resume``'s checkpoint, ``SubmitRequested.resume_from``) may not be read by a
+    run of ``ws``: it must lie inside the workspace's output directory (any run's there: resuming reads another
+    run's checkpoints), as ``/data/<path>`` reads as there too. The request's body is the submitter's to choose,
+    so without this a run was pointed at another workspace's checkpoints (``TAU_RESUME_FROM``, which a container
+    engine mounts)."""
+    root = ws.output_root.rstrip("/") or "/"
+    base = posixpath.join(root, ws.name)
+    normal = "/" + posixpath.normpath(wanted).lstrip("/") if wanted.startswith("/") else ""
+    if normal.startswith(TAUGRID_DATA + "/") and not _under(normal, root):
+        normal = posixpath.join(base, normal.removeprefix(TAUGRID_DATA + "/"))
+    if normal.startswith(base + "/"):
+        return None
+    return Issue(field="resume_from", message=f"{wanted!r} is outside {base}/, the output directory of workspace "
+                 f"{ws.name!r}: a run resumes only from its own workspace's checkpoints",
+                 fix=f"resume from a checkpoint under {base}/ (`tau run resume RUN` picks the run's own)")
 
 
 def _under(path: str, root: str) -> bool:
