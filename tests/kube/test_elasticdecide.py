@@ -93,6 +93,8 @@ def test_growth_waits_for_the_cooldown_and_for_room_and_stops_at_the_maximum() -
         Decision(NS, "el-a1", 3, "Grown")]
     assert run(cluster_queue(gpus=2, reserved=2), [admitted("el-a1", 2)], [job("el-a1", parallelism=2)]) == []
     assert run(cluster_queue(reserved=4), [admitted("el-a1", 4)], [job("el-a1", parallelism=4)]) == []
+    unreported = {**cluster_queue(), "status": {}}  # Kueue has not said what is reserved: no room is assumed
+    assert run(unreported, [admitted("el-a1", 2)], [job("el-a1", parallelism=2)]) == []
 
 
 def test_growth_takes_nothing_a_waiting_workload_could_use() -> None:

@@ -75,7 +75,8 @@ def decide(*, cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterabl
     """The resizes to carry out now. ``jobs``: the watched Jobs by (namespace, name)."""
     queue_of = {(_meta(lq).get("namespace", ""), _meta(lq).get("name", "")): str((lq.get("spec") or {}).get(
         "clusterQueue") or "") for lq in local_queues}
-    free = {str(_meta(cq).get("name", "")): _free(cq) for cq in cluster_queues}
+    free = {str(_meta(cq).get("name", "")): _free(cq) for cq in cluster_queues
+            if "flavorsReservation" in (cq.get("status") or {})}  # a queue Kueue has not reported on: unknown room
     elastic: list[_Elastic] = []
     pending: dict[str, list[Mapping[str, Any]]] = {}
     for wl in workloads:
