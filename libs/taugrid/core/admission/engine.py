@@ -10,7 +10,7 @@ Invariants:
   re-heaped (C ``heapify``) only after a capacity event in their cohort tree, or, for a head whose verdict read
   what the nodes hold now, after any release of node room (``CQQueue.parked_on_nodes``); a head of the same shape as its
   queue's last inadmissible head is settled by that head's nomination while neither epoch (the cohort tree's
-  quota, the nodes) has moved (``_memo_hit``), with the reference engine's decisions (``memo=False``);
+  quota, the nodes) has moved (``_memo_of``), with the reference engine's decisions (``memo=False``);
 - usage only grows through a fit check against the quota tree, so limits hold (see ``quota``);
 - a gang is charged and placed whole or not at all;
 - victims keep their quota until the end of the cycle that chose them (like Kueue, where they hold it until
@@ -19,8 +19,9 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from taugrid.core.errors import NotFound, PermanentError
 
@@ -52,6 +53,20 @@ from .victims import DEFAULT_STRATEGIES, LedgerSim, Target, fair_targets, get_ta
 
 _Entry = tuple[WState, CQQueue, Assignment, list[Target]]
 MEMO_SLOTS = 16  # memos a queue keeps, one per shape (a queue's heads alternate between a few shapes)
+
+
+def _frozen(value: object) -> object:
+    return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
+
+
+def _shape(ws: WState) -> Hashable:
+    """What a memo must match (see ``Engine._memo_of``), hashable: every field of every pod set, tolerations,
+    placement, priority and preemptibility; kept on the state until its workload object changes."""
+    w = ws.workload
+    if ws.shape_of is not w:
+        pod_sets = tuple(tuple(_frozen(getattr(ps, f.name)) for f in dataclasses.fields(ps)) for ps in w.pod_sets)
+        ws.shape, ws.shape_of = (w.priority, w.preemptible, w.placement, w.tolerations, pod_sets), w
+    return ws.shape
 
 
 class Engine:
@@ -581,11 +596,16 @@ class Engine:
         return self.tree.root(q.node).epoch, self.cluster.epoch if self.cluster is not None else 0
 
     def _remember(self, ws: WState, q: CQQueue, a: Assignment) -> None:
-        """Keep the nomination of a head that it alone made inadmissible (see ``_memo_hit``)."""
+        """Keep the nomination of a head that it alone made inadmissible (see ``_memo_of``)."""
         if self.memo and self._memo_shape_ok(ws):
-            # Memos of other epochs can never hit again (epochs only grow): only this epoch's are kept.
-            kept = [m for m in q.memos if m.epochs == q.head_epochs and not self._memo_hit(ws, q, m)]
-            q.memos = [Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes), *kept[:MEMO_SLOTS - 1]]
+            memo = q.memo
+            if memo is not None and memo.epochs != q.head_epochs:
+                q.memos.clear()  # memos of other epochs can never hit again (epochs only grow)
+            shape = _shape(ws)
+            q.memos.pop(shape, None)
+            q.memos[shape] = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes)
+            if len(q.memos) > MEMO_SLOTS:
+                del q.memos[next(iter(q.memos))]
 
     @staticmethod
     def _memo_shape_ok(ws: WState) -> bool:
@@ -594,27 +614,23 @@ class Engine:
         return not ws.preempting and ws.replaces is None and ws.workload.elastic is None
 
     def _memo_of(self, ws: WState, q: CQQueue) -> Memo | None:
-        """The queue's memo whose verdict ``ws`` would get now (see ``_memo_hit``), or None."""
-        for memo in q.memos:
-            if self._memo_hit(ws, q, memo):
-                return memo
+        """The queue's memo whose verdict nominating ``ws`` now would give, or None. One does when nothing a
+        nomination reads changed since the memo's head was nominated (both epochs equal: no usage, admitted
+        workload or node changed in its cohort tree or on the nodes, simulations aside) and ``ws`` asks for the
+        same thing (``_shape``): the same pod sets (requests, counts, selectors, excluded nodes, topology),
+        tolerations, placement, priority and preemptibility. Its preemption candidates are then the same too:
+        they depend on the preemptor's priority and, under ``LowerOrNewerEqualPriority`` only, on its queue
+        timestamp, which must then be equal."""
+        latest = q.memo
+        if latest is None or latest.epochs != q.head_epochs or not self._memo_shape_ok(ws):
+            return None  # every memo of the queue has the latest's epochs (``_remember``)
+        memo = q.memos.get(_shape(ws))
+        if memo is None:
+            return None
+        if (ws.queue_ts == memo.queue_ts
+                or q.spec.preemption.within_cluster_queue != WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY):
+            return memo
         return None
-
-    def _memo_hit(self, ws: WState, q: CQQueue, memo: Memo) -> bool:
-        """Would nominating ``ws`` now give ``memo``'s verdict? Yes when nothing a nomination reads changed since
-        the memo's head was nominated (both epochs equal: no usage, admitted workload or node changed in its
-        cohort tree or on the nodes, simulations aside) and ``ws`` asks for the same thing: the same pod sets
-        (requests, counts, selectors, excluded nodes, topology), tolerations, placement, priority and
-        preemptibility. Its preemption candidates are then the same too: they depend on the preemptor's priority
-        and, under ``LowerOrNewerEqualPriority`` only, on its queue timestamp, which must then be equal."""
-        if memo.epochs != q.head_epochs or not self._memo_shape_ok(ws):
-            return False
-        w, m = ws.workload, memo.workload
-        if (w.priority != m.priority or w.preemptible != m.preemptible or w.placement != m.placement
-                or w.tolerations != m.tolerations or (w.pod_sets is not m.pod_sets and w.pod_sets != m.pod_sets)):
-            return False
-        return (ws.queue_ts == memo.queue_ts
-                or q.spec.preemption.within_cluster_queue != WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY)
 
     def _node_targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         """Victims that free node room for a head whose quota fits (none overlapping this cycle's victims)."""
@@ -667,7 +683,7 @@ class Engine:
         # that cannot always reclaim holds capacity for the cycle: a verdict with a side effect, not memoized).
         alone = a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
                                           reclaim_within_cohort == ReclaimWithinCohort.ANY)
-        if alone and not any(m.assignment is a for m in q.memos):
+        if alone and not any(m.assignment is a for m in q.memos.values()):
             self._remember(ws, q, a)
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)

@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from .model import ClusterQueue, QueueingStrategy, Workload
@@ -73,6 +74,8 @@ class WState:
     awaiting: set[str] = field(default_factory=set)
     last_resize: float = float("-inf")
     replaces: str | None = None  # a Kueue scale-up slice: the admitted workload it replaces
+    shape: Hashable = None  # what a memo must match (``engine._shape``), for ``shape_of``
+    shape_of: Workload | None = None
 
 
 class CQQueue:
@@ -90,16 +93,16 @@ class CQQueue:
         self.waiting: WState | None = None  # preemptor whose victims were evicted: this queue's next entry
         self.inactive = ""  # why the queue admits nothing (Kueue: an inactive ClusterQueue), or ""
         # The heads whose nomination alone made them inadmissible, latest first, one per shape, all nominated at
-        # the same epochs (see ``Engine._memo_hit``): a later head of one of these shapes meets the same fate
+        # the same epochs (see ``Engine._memo_of``): a later head of one of these shapes meets the same fate
         # while the epochs hold.
-        self.memos: list[Memo] = []
+        self.memos: dict[Hashable, Memo] = {}  # by the head's shape (``engine._shape``), oldest first
         self.head_epochs: tuple[int, int] = (0, 0)  # epochs this cycle's head was nominated at
         self._seq = 0
 
     @property
     def memo(self) -> Memo | None:
         """The latest memo, if any."""
-        return self.memos[0] if self.memos else None
+        return next(reversed(self.memos.values())) if self.memos else None
 
     @property
     def strict(self) -> bool:
