@@ -18,6 +18,7 @@ import posixpath
 
 import msgspec
 
+from taugrid import runrecord
 from taugrid.access.signers import Signers
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
@@ -56,6 +57,9 @@ class Policy:
             await self._reject(ev, [problem])  # membership always by the current platform
             return
         if acc.platform_revision:  # `tau reproduce`: resolve exactly as the original run was
+            if (problem := await self._not_a_reproduction(ev, acc)) is not None:
+                await self._reject(ev, [problem])
+                return
             pinned = await self.reader.at(acc.platform_revision)
             if not isinstance(pinned, Platform):
                 why = "is no longer kept (the platform bucket keeps 64 revisions)" if pinned is None else (
@@ -105,6 +109,24 @@ class Policy:
             # the real priority decides the renderer's lane, whatever lane the submission came on
             lane=HIGH_LANE if platform.high_lane(run.workspace, run.priority_class) else "",
         )
+
+    async def _not_a_reproduction(self, ev: Event, acc: SubmitAccepted) -> Issue | None:
+        """Why a submission may not pin ``acc.platform_revision``: only a reproduction may, of a run of the same
+        workspace that was resolved against that revision from the same config. The body is the submitter's to
+        write, and an older revision may have allowed what the current one does not (a priority class, an image,
+        a larger run): pinned freely, it resolved a new config under a policy since withdrawn."""
+        original = None
+        if acc.reproduces:
+            original, _ = await runrecord.get(self.bus, ev.workspace, acc.reproduces)
+        resolved = original.resolved if original is not None else None
+        if resolved is not None and resolved.platform_revision == acc.platform_revision \
+                and resolved.config_hash == acc.config_hash:
+            return None
+        named = f"; {acc.reproduces} is not one" if acc.reproduces else " (no run named)"
+        return Issue("platform_revision",
+                     f"platform revision {acc.platform_revision} is pinned only to reproduce a run of workspace "
+                     f"{ev.workspace} resolved against it from the same config{named}",
+                     "submit without platform_revision (the current platform applies), or `tau reproduce RUN`")
 
     async def _reject(self, ev: Event, reasons: list[Issue], message: str = "") -> None:
         await self.bus.emit(

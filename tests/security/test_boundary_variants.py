@@ -23,26 +23,31 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 import nkeys
 import pytest
 
 from taugrid import runrecord
-from taugrid.bus import Bus, creds, kv, objects
+from taugrid.bus import Bus, creds, kv, objects, platformstore
 from taugrid.bus.authors import Authors
 from taugrid.bus.envelope import Event, from_message, headers_for, sign_service_headers
 from taugrid.bus.replay import replay
 from taugrid.config import source
 from taugrid.config.platform import Workspace
 from taugrid.config.resolve import resume_problem
-from taugrid.core.contracts import ExecFinished, SubmitRequested
+from taugrid.core import states
+from taugrid.core.contracts import ExecFinished, PolicyApproved, Rejected, SubmitAccepted, SubmitRequested
 from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.evidence import anchor, store
 from taugrid.evidence import ledger as lg
 from taugrid.evidence.bundle import bundle_name
 from taugrid.runrecord import projection
+from taugrid_services.policy.handlers import Policy
 from taugrid_services.submitter.handlers import Submitter
+from tests.inprocess import private_server
+from tests.platforms import lab_platform, workspace
 from tests.secure_nats import SecureNats
 
 
@@ -341,3 +346,38 @@ def test_a_resume_point_outside_her_workspace_is_refused_naming_the_field(wanted
         assert (problem.field, problem.message) == ("resume_from", (
             f"{wanted!r} is outside /srv/out/vision/, the output directory of workspace 'vision': a run resumes "
             "only from its own workspace's checkpoints"))
+
+
+async def test_a_platform_revision_is_pinned_only_to_reproduce_a_run_of_the_workspace(tmp_path: Path) -> None:
+    async with private_server(tmp_path) as (_, bus):
+        first = await platformstore.put_text(bus, lab_platform(workspaces=[workspace("vision")]))
+        await platformstore.put_text(bus, lab_platform(workspaces=[workspace("vision", max_gpus_per_run=0)]))
+        policy = Policy(bus)
+
+        async def decided(run: str, **pinned: object) -> tuple[str, bytes]:
+            acc = SubmitAccepted(submission_id=f"s-{run}", config={"name": "x", "entrypoint": "main.py"},
+                                 config_hash="h1", **pinned)  # type: ignore[arg-type]
+            await bus.emit(workspace="vision", run_id=run, attempt=1, event_type="submit.accepted", payload=acc,
+                           user="eve")
+            [m] = await replay(bus, stream="RUNS", subject=f"run.vision.{run}.submit.accepted")
+            await policy.on_accepted(from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream))
+            [answer] = await replay(bus, stream="RUNS", subject=f"run.vision.{run}.policy.*")
+            return answer.subject.rsplit(".", 1)[1], answer.data
+
+        # an older revision, which may have allowed what the current one does not, named with no run to reproduce
+        kind, body = await decided("eves-new", platform_revision=first)
+        assert kind == "rejected"
+        [reason] = msgspec.json.decode(body, type=Rejected).reasons
+        assert (reason.field, reason.message, reason.fix) == (
+            "platform_revision", f"platform revision {first} is pinned only to reproduce a run of workspace vision "
+            "resolved against it from the same config (no run named)",
+            "submit without platform_revision (the current platform applies), or `tau reproduce RUN`")
+        # a reproduction: the named run of this workspace was resolved against that revision from the same config
+        kind, approved = await decided("orig")
+        assert kind == "approved"
+        original = msgspec.json.decode(approved, type=PolicyApproved).run
+        await kv.put(bus, "run_state", "run.vision.orig", states.RunRecord(
+            run_id="orig", workspace="vision", resolved=msgspec.structs.replace(
+                original, platform_revision=first, config_hash="h1")))
+        kind, _ = await decided("again", platform_revision=first, reproduces="orig")
+        assert kind == "approved"
