@@ -129,15 +129,19 @@ async def verify(bus: Bus, name: str, digest: str = "") -> str:
 
 async def upload(bus: Bus, name: str, data: bytes) -> bool:
     """Put ``data`` into ``uploads`` under its content address ``name`` unless ``sources`` already holds it
-    verified. Returns whether it was written."""
+    verified, or ``uploads`` does (a sweep's runs share one snapshot, submitted before the submitter promoted it:
+    putting it again would replace it, which ends in a purge people may not do, and the server's refusal was
+    printed once per run). Returns whether it was written. Nothing runs from ``uploads``: ``promote`` hashes
+    every byte again, so an upload replaced after this check is refused there."""
     want = expected_digest(name)
     if "sha256:" + hashlib.sha256(data).hexdigest() != want:
         raise SourceMismatch(f"refusing to upload to {name}: the data's digest is not the one the name states")
-    try:
-        if await stored_digest(bus, name) == want:
-            return False
-    except (NotFound, TemporaryError):
-        pass  # not there, or not readable now (a server restarting mid-read): the check only saves a transfer
+    for store in (SOURCES_STORE, UPLOADS_STORE):
+        try:
+            if await stored_digest(bus, name, store) == want:
+                return False
+        except (NotFound, TemporaryError):
+            pass  # not there, or not readable now (a server restarting mid-read): the check only saves a transfer
     await _put(bus, UPLOADS_STORE, name, data, want)
     return True
 
