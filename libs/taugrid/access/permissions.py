@@ -371,7 +371,8 @@ def markdown_table() -> str:
     """The permission table for docs/architecture.md, from the same code that renders the server config."""
     key = "U" + "K" * 55
     rows = ["| identity | may publish (besides `$JS.API.INFO`, `$JS.API.STREAM.INFO.*`, `$JS.API.STREAM.NAMES`, "
-            "`$JS.FC.>`) | why |",
+            "`$JS.FC.>`; and `$JS.API.STREAM.MSG.GET.RUNS` for a service that publishes run events, to check a "
+            "duplicate message id's subject, §4) | why |",
             "|---|---|---|",
             f"| `{BOOTSTRAP}` | everything except changing or deleting a stream, purging AUDIT/RUNS or deleting "
             "their messages (creates streams, consumers, KV buckets, the object store) "
