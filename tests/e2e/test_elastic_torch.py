@@ -4,8 +4,8 @@ size 2, grows back to 3 when that run ends, and finishes with exactly the weight
 
 A slow test (``-m slow``): ``make test`` leaves it out, ``make test-slow`` (which ``.ci/run`` runs after ``make
 test``) builds ``.venv-torch`` with PyTorch's CPU build and runs it. The runs use that interpreter (``TAU_PYTHON``),
-not taugrid's. The platform revision applied here makes the pool one node of three GPUs with three GPUs of quota
-(the session's platform is put back afterwards); PyTorch's CPU build ignores the GPU indices it is given.
+not taugrid's. The test starts a stack of its own whose platform makes the pool one node of three GPUs with three
+GPUs of quota; PyTorch's CPU build ignores the GPU indices it is given.
 
 The script trains a linear model on a global batch of 12 samples per step, each worker taking every world-size-th
 sample. Each worker all-gathers the per-sample gradients and sums them in sample order, so every world size computes
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from typing import Any
 import pytest
 
 from taugrid.local import runas
-from tests.e2e.conftest import TAU, TEST_PLATFORM, Stack
+from tests.e2e.conftest import TAU, TEST_PLATFORM, Stack, reachable_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -115,15 +116,24 @@ def _platform(outputs: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def pool(stack: Stack) -> Iterator[Stack]:
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack of its own with the 3-GPU pool. As root, runs run as each workspace's OS user, which must be able
+    to run ``.venv-torch``'s interpreter: where the checkout lies under a folder closed to other users, the runs
+    run as the stack's user instead (``TAU_RUN_AS=stack``), which changes nothing this test looks at."""
     assert Path(TORCH_PYTHON).exists(), f"{TORCH_PYTHON} is missing: `make test-slow` builds it (PyTorch's CPU build)"
-    if os.geteuid() == 0:  # runs run as the workspace's own OS user, which must be able to run that interpreter
-        assert runas.runnable([TORCH_PYTHON], runas.OTHERS)[0], f"{TORCH_PYTHON} is not runnable by other users"
-    path = stack.data_dir / "platform-elastic.yaml"
-    path.write_text(_platform(stack.data_dir / "outputs"))
-    stack.tau("platform", "apply", str(path), check=True)
-    yield stack
-    stack.tau("platform", "apply", str(stack.data_dir / "platform.yaml"), check=True)
+    d = reachable_dir("tau-e2e-elastic-")
+    try:
+        stack = Stack(d, tmp_path_factory.mktemp("operator"))
+        if os.geteuid() == 0 and not runas.runnable([TORCH_PYTHON], runas.OTHERS)[0]:
+            stack.env["TAU_RUN_AS"] = "stack"
+        stack.tau("up", check=True, timeout=90)
+        path = d / "platform.yaml"
+        path.write_text(_platform(d / "outputs"))
+        stack.tau("platform", "apply", str(path), check=True)
+        yield stack
+        stack.tau("down", timeout=60)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def submit(stack: Stack, root: Path, name: str, config: str, script: str) -> str:
@@ -187,6 +197,8 @@ def test_an_elastic_torchrun_run_shrinks_for_a_preemptor_grows_back_and_ends_as_
     (exchange / "grown").touch()
     status = pool.wait_state(elastic, {"succeeded", "failed"}, timeout=180)
     assert status["state"] == "succeeded", status
+    # pod 2 given up at the shrink, a new pod 2 at the growth: the status lists the three that ran to the end
+    assert sorted(p["name"].split("-a1-")[1].split("-")[0] for p in status["pods"]) == ["0", "1", "2"], status["pods"]
 
     said = progress(exchange, "elastic")
     assert [(p["event"], p["step"], p["world"]) for p in said if p["event"] != "hold"] == [
