@@ -59,13 +59,28 @@ def _frozen(value: object) -> object:
     return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
 
 
+class _Shape:
+    """A hashable shape whose hash is worked out once (a tuple's is not kept, and its dataclasses' cost)."""
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key: tuple[object, ...]) -> None:
+        self.key, self.hash = key, hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Shape) and self.hash == other.hash and self.key == other.key
+
+
 def _shape(ws: WState) -> Hashable:
     """What a memo must match (see ``Engine._memo_of``), hashable: every field of every pod set, tolerations,
     placement, priority and preemptibility; kept on the state until its workload object changes."""
     w = ws.workload
     if ws.shape_of is not w:
         pod_sets = tuple(tuple(_frozen(getattr(ps, f.name)) for f in dataclasses.fields(ps)) for ps in w.pod_sets)
-        ws.shape, ws.shape_of = (w.priority, w.preemptible, w.placement, w.tolerations, pod_sets), w
+        ws.shape, ws.shape_of = _Shape((w.priority, w.preemptible, w.placement, w.tolerations, pod_sets)), w
     return ws.shape
 
 
@@ -575,6 +590,11 @@ class Engine:
                 yield pick
 
     def _set_pending(self, ws: WState, reason: str, message: str, waiting_for: tuple[str, ...] = ()) -> None:
+        p = ws.pending  # a head settled again as it was (a memo's verdict, each time it is tried) keeps its record
+        if (p is not None and p.reason == reason and p.message == message and p.waiting_for == waiting_for
+                and p.requeue_at is None and p.position == p.ahead == 0 and p.workload == ws.workload.name
+                and p.cluster_queue == ws.cq):
+            return
         ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=reason, message=message,
                                position=0, ahead=0, waiting_for=waiting_for)
 
@@ -598,9 +618,9 @@ class Engine:
     def _remember(self, ws: WState, q: CQQueue, a: Assignment) -> None:
         """Keep the nomination of a head that it alone made inadmissible (see ``_memo_of``)."""
         if self.memo and self._memo_shape_ok(ws):
-            memo = q.memo
-            if memo is not None and memo.epochs != q.head_epochs:
+            if q.memo_epochs != q.head_epochs:
                 q.memos.clear()  # memos of other epochs can never hit again (epochs only grow)
+                q.memo_epochs = q.head_epochs
             shape = _shape(ws)
             q.memos.pop(shape, None)
             q.memos[shape] = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes)
@@ -621,9 +641,8 @@ class Engine:
         tolerations, placement, priority and preemptibility. Its preemption candidates are then the same too:
         they depend on the preemptor's priority and, under ``LowerOrNewerEqualPriority`` only, on its queue
         timestamp, which must then be equal."""
-        latest = q.memo
-        if latest is None or latest.epochs != q.head_epochs or not self._memo_shape_ok(ws):
-            return None  # every memo of the queue has the latest's epochs (``_remember``)
+        if not q.memos or q.memo_epochs != q.head_epochs or not self._memo_shape_ok(ws):
+            return None  # every memo of the queue has the epochs ``memo_epochs`` (``_remember``)
         memo = q.memos.get(_shape(ws))
         if memo is None:
             return None
@@ -683,7 +702,7 @@ class Engine:
         # that cannot always reclaim holds capacity for the cycle: a verdict with a side effect, not memoized).
         alone = a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
                                           reclaim_within_cohort == ReclaimWithinCohort.ANY)
-        if alone and not any(m.assignment is a for m in q.memos.values()):
+        if alone and not (q.memos and (m := q.memos.get(_shape(ws))) is not None and m.assignment is a):
             self._remember(ws, q, a)
         if a.mode == Mode.NO_FIT:
             self._set_pending(ws, a.reason, a.message)

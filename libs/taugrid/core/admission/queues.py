@@ -80,7 +80,7 @@ class WState:
 
 class CQQueue:
     __slots__ = ("spec", "node", "heap", "parked", "parked_on_nodes", "admitted", "blocked", "waiting", "inactive",
-                 "memos", "head_epochs", "_seq")
+                 "memos", "memo_epochs", "head_epochs", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
@@ -96,6 +96,7 @@ class CQQueue:
         # the same epochs (see ``Engine._memo_of``): a later head of one of these shapes meets the same fate
         # while the epochs hold.
         self.memos: dict[Hashable, Memo] = {}  # by the head's shape (``engine._shape``), oldest first
+        self.memo_epochs: tuple[int, int] | None = None  # the epochs of every memo in ``memos``
         self.head_epochs: tuple[int, int] = (0, 0)  # epochs this cycle's head was nominated at
         self._seq = 0
 
