@@ -93,7 +93,7 @@ bench: $(TEST_STAMP) bytecode
 	$(BIN)/python bench/fuzz_config.py || status=1; \
 	$(BIN)/python bench/pipeline.py || status=1; \
 	$(BIN)/python bench/kueue_scenario.py || status=1; \
-	$(BIN)/python bench/kueue_tas_engine.py --fraction 0.1 || status=1; \
+	$(BIN)/python bench/kueue_tas_engine.py || status=1; \
 	$(BIN)/python bench/kueue_tas_scenario.py || status=1; \
 	$(BIN)/python bench/kueue_large_scenario.py || status=1; \
 	$(BIN)/python bench/health_chain.py || status=1; \
