@@ -18,7 +18,7 @@ from taugrid.cli.stackstate import read_state, running
 from taugrid.core.errors import PermanentError
 from taugrid.local import runas
 from taugrid.local.pods import pid_alive
-from taugrid.stack import auth, operator, scaling
+from taugrid.stack import LAST_STATE, auth, operator, scaling
 from taugrid.stack.natsserver import SECRET_ENV_PREFIX, layout_problem, without_secrets
 
 
@@ -69,7 +69,8 @@ def up(scale: tuple[str, ...], timeout: float, ha: bool, break_glass_file: Path 
     if state:
         _report(state, output, "already running")
         return
-    (d / "stack.json").unlink(missing_ok=True)
+    if (d / "stack.json").exists():  # kept for the new stack to listen where this one did (supervisor.last_ports)
+        (d / "stack.json").replace(d / LAST_STATE)
     env = {**without_secrets(os.environ), runas.ENV: _run_as(d)}
     _operator_keys(d, break_glass_file)
     cmd = [sys.executable, "-m", "taugrid.stack.supervisor", "--data-dir", str(d)] + (["--ha"] if ha else [])

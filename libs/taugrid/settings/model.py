@@ -103,14 +103,16 @@ class MetricsSettings:
 @dataclass(frozen=True)
 class StackSettings:
     nats_port: int | None = setting("TAU_NATS_PORT", None, PORT,
-                                    "`tau up`: the first bus server's port; unset or 0: a free one")
+                                    "`tau up`: the first bus server's port; unset or 0: the last stack's in this "
+                                    "data dir if free, else a free one")
 
 
 @dataclass(frozen=True)
 class PortalSettings:
     host: str = setting("TAU_PORTAL_HOST", "127.0.0.1", TEXT, "the address the web portal listens on")
     port: int | None = setting("TAU_PORTAL_PORT", None, PORT,
-                               "the web portal's port; unset: the portal's default (`tau up`: a free one)")
+                               "the web portal's port; unset: the portal's default (`tau up`: the last stack's "
+                               "in this data dir if free, else a free one)")
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from taugrid.local import runas
-from taugrid.ports import free_port
+from taugrid.ports import free_port, port_free
 from taugrid.settings import Settings, SettingsError, current
-from taugrid.stack import auth, natsserver, scaling, sites
+from taugrid.stack import LAST_STATE, auth, natsserver, scaling, sites
 from taugrid.stack.machine_platform import machine_platform_yaml
 from taugrid.stack.natsserver import without_secrets
 from taugrid.stack.scaling import SERVICES, SINGLETONS
@@ -349,13 +350,32 @@ def _decide_run_as(stack: Stack) -> None:
                     "other runs' environments: %s", decision.why)
 
 
+def last_ports(state_file: Path) -> tuple[int | None, int | None]:
+    """The bus's and the portal's ports the last stack of this data dir listened on (its ``stack.json``), each
+    when it is free now: people who ran ``tau login --server URL`` or keep a portal link still reach the stack
+    after ``tau down`` and ``tau up`` (a fresh free port each time broke every login). None: take a free one."""
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return None, None
+    found: list[int | None] = []
+    for url in (state.get("nats_url"), (state.get("portal") or {}).get("url")):
+        try:  # an HA stack's URL lists its servers: the first one's port is the one reused
+            port = urlsplit(url.split(",", 1)[0]).port if isinstance(url, str) else None
+        except ValueError:
+            port = None
+        found.append(port if port and port_free(port) else None)
+    return found[0], found[1]
+
+
 def run(stack: Stack) -> int:
     stack.data_dir.mkdir(parents=True, exist_ok=True)
     _decide_run_as(stack)
     stack.ids = auth.ensure_identities(stack.data_dir / "creds", SERVICES)
     if not stack.auth_conf.exists():  # else keep the last users until the platform is read again
         auth.write_conf(stack.auth_conf, auth.render(stack.ids, None))
-    first_port = stack.settings.stack.nats_port or None
+    last_bus, last_portal = last_ports(stack.data_dir / LAST_STATE)
+    first_port = stack.settings.stack.nats_port or last_bus
     if stack.cluster is not None:
         stack.cluster.auth_conf = stack.auth_conf
         stack.cluster.start(first_port=first_port)
@@ -371,7 +391,7 @@ def run(stack: Stack) -> int:
         shutdown(stack)
         raise
     _start_sites(stack)
-    stack.portal_port = stack.settings.portal.port or free_port()
+    stack.portal_port = stack.settings.portal.port or last_portal or free_port()
     scaling.control_path(stack.data_dir).unlink(missing_ok=True)  # a request from a previous stack is stale
     _watch_platform(stack)
     _export_anchors(stack)
