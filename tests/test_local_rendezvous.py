@@ -32,3 +32,10 @@ def test_is_host_joins_the_commands_own_rendezvous_conf_and_replaces_its_is_host
     cmd = [*ELASTIC[:-1], "--rdzv_conf=read_timeout=120,is_host=true", "train.py"]
     out = local_command(cmd, job="el-a1", subdomain="el-a1-headless", port=41234, index=1)
     assert out[9:] == ["--rdzv_conf=read_timeout=120,is_host=false", "train.py"] and len(out) == len(cmd)
+
+
+def test_a_fixed_size_runs_command_is_left_as_rendered() -> None:
+    fixed = ["python3", "-m", "torch.distributed.run", "--nnodes=2", "--node_rank=$(JOB_COMPLETION_INDEX)",
+             "--rdzv_backend=c10d", "--rdzv_endpoint=tr-a1-0.tr-a1-headless:29500", "train.py"]
+    out = local_command(fixed, job="tr-a1", subdomain="tr-a1-headless", port=41234, index=1)
+    assert out == [*fixed[:6], "--rdzv_endpoint=127.0.0.1:41234", "train.py"]
