@@ -1,10 +1,10 @@
 """Many clusters through the whole pipeline (issue 28 item 5): `tau up --platform` with ``--sites`` local clusters
 (10), each behind its own leaf nats-server with simulated pods, the dispatcher in front of them; ``--runs`` runs
 (2000) submitted as fast as one client can, each a simulated pod of ``--duration`` seconds (5). Once half are
-submitted and ``site-0`` runs some of them, ``site-0`` (every site has preference 0, so it is nominated for every
-run) is cut: its server frozen (SIGSTOP: its link and its lease renewals stop while its local cluster process runs
-on) for ``--cut-for`` seconds (30), past ``dispatch.worker_lost_timeout`` (``--lost-timeout``, 10 s), then let go
-(SIGCONT).
+submitted and ``site-0`` runs ``--cut-when`` (5) of them, ``site-0`` (every site has preference 0, so it is
+nominated for every run) is cut: its server frozen (SIGSTOP: its link and its lease renewals stop while its local
+cluster process runs on) for ``--cut-for`` seconds (30), past ``dispatch.worker_lost_timeout``
+(``--lost-timeout``, 10 s), then let go (SIGCONT).
 
 It exits 0 only when every run was sealed, each with exactly one terminal event (``exec.succeeded``) and one
 ``evidence.sealed``; no run ended at the cut cluster after it was declared lost; each run's last
@@ -56,11 +56,11 @@ def tau_command() -> list[str]:
     return [str(tau_bin)] if tau_bin.exists() else [sys.executable, "-m", "taugrid.cli.main"]
 
 
-async def _holding(client: Client, cluster: str, *, timeout: float) -> None:
-    """Until ``cluster`` runs at least one run (its record says so), or ``timeout``."""
+async def _holding(client: Client, cluster: str, *, at_least: int, timeout: float) -> None:
+    """Until ``cluster`` runs ``at_least`` runs (their records say so), or ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(r.cluster == cluster and r.state == "running" for r in await client.list()):
+        if sum(r.cluster == cluster and r.state == "running" for r in await client.list()) >= at_least:
             return
         await asyncio.sleep(0.5)
 
@@ -78,7 +78,7 @@ async def burst(data: Path, args: argparse.Namespace) -> dict[str, object]:
             ids.append(await client.submit_text(RUN.format(name=name, duration=args.duration), workspace="bench",
                                                 submission_id=new_submission_id(), name=name))
             if i == args.runs // 2:  # mid-run: once the victim runs some of them
-                await _holding(client, VICTIM, timeout=120)
+                await _holding(client, VICTIM, at_least=args.cut_when, timeout=args.timeout / 4)
                 os.kill(victim_pid, signal.SIGSTOP)
                 cut_at = time.monotonic()
             if cut_at and not restored_at and time.monotonic() - cut_at > args.cut_for:
@@ -163,6 +163,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=["AllAtOnce", "Incremental"], default="AllAtOnce")
     ap.add_argument("--lost-timeout", type=float, default=10.0, help="dispatch.worker_lost_timeout, seconds")
     ap.add_argument("--cut-for", type=float, default=30.0, help="seconds the cut cluster stays frozen")
+    ap.add_argument("--cut-when", type=int, default=5, help="runs running at the cut cluster before it is cut")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every run to be sealed")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs)")
     args = ap.parse_args()

@@ -2,8 +2,9 @@
 local clusters starts a hub, a leaf server and a simulated local cluster per cluster, and the dispatcher. Runs go
 through the whole pipeline to one cluster each; `tau clusters` shows the three links. One cluster's server is then
 frozen (SIGSTOP: its link and its lease renewals stop, its local cluster still runs) while runs are running there;
-after ``dispatch.worker_lost_timeout`` (6 s) its runs are requeued on the others, and every run ends exactly once,
-once the cut cluster is back (SIGCONT) and has fenced too."""
+after ``dispatch.worker_lost_timeout`` (10 s: a renewal every 2.5 s, so a loaded machine does not lose a cluster
+that runs) its runs are requeued on the others, and every run ends exactly once, once the cut cluster is back
+(SIGCONT) and has fenced too."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import pytest
 
 from taugrid.bus import sites
 from taugrid.bus.connection import connect
+from taugrid.client import open_client
+from taugrid.core.ids import new_submission_id
 from tests.e2e.conftest import TEST_PLATFORM, Stack, reachable_dir, write_project
 
 CLUSTERS = ("east", "west", "north")
@@ -29,10 +32,10 @@ PLATFORM = TEST_PLATFORM + """clusters:
   - {name: east, backend: local}
   - {name: west, backend: local}
   - {name: north, backend: local, preference: 1}
-dispatch: {worker_lost_timeout: 6}
+dispatch: {worker_lost_timeout: 10}
 """
 RUNS = 6
-RUN_SECONDS = 12  # long enough that the cut lands while they run
+RUN_SECONDS = 20  # long enough that the cut lands while they run, on a loaded machine too
 TERMINAL = ("exec.succeeded", "exec.failed", "recovery.gave_up", "exec.cancelled")
 
 
@@ -64,6 +67,16 @@ def _wait(what: str, check: Any, timeout: float) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def _submit(s: Stack, text: str, n: int) -> list[str]:
+    """``n`` runs of ``text`` submitted by the stack's person through one client connection."""
+    client = await open_client(s.state()["nats_url"], creds=Path(s.state()["user_creds"]))
+    try:
+        return [await client.submit_text(text, workspace="default", submission_id=new_submission_id(),
+                                          name="multi") for _ in range(n)]
+    finally:
+        await client.close()
+
+
 def _leases(s: Stack) -> dict[str, sites.SiteLease]:
     async def read() -> dict[str, sites.SiteLease]:
         hub = await connect(s.state()["nats_url"], name="e2e", creds=s.data_dir / "creds" / "bootstrap.nk")
@@ -90,9 +103,18 @@ def test_runs_go_to_one_cluster_each_and_a_cut_clusters_runs_end_once_elsewhere(
     config = write_project(tmp_path, "multi", "print('hi')\n",
                            f"name: multi\nentrypoint: main.py\n"
                            f"runtime: {{env: {{SIMULATED_DURATION: '{RUN_SECONDS}'}}}}\n")
-    runs = [s.tau("run", str(config), check=True).stdout.split()[-1]
-            for _ in range(RUNS)]
-    first = {run: s.wait_state(run, {"running"}, timeout=90)["cluster"] for run in runs}
+    runs = [s.tau("run", str(config), check=True).stdout.split()[-1]]  # one through the CLI, as a person does
+    runs += asyncio.run(_submit(s, config.read_text(), RUNS - 1))  # the others at once: they run together
+
+    def all_running() -> dict[str, str] | None:
+        listed = {r["run_id"]: r for r in s.json("list", "--limit", "100")["runs"]}
+        now = [listed.get(run) or {} for run in runs]
+        if any(r.get("state") in ("succeeded", "failed") for r in now):
+            raise AssertionError(f"a run ended before all ran: {now}")
+        return {run: r["cluster"] for run, r in zip(runs, now, strict=True)} if all(
+            r.get("state") == "running" and r.get("cluster") for r in now) else None
+
+    first = _wait("every run running", all_running, 120)
     assert set(first.values()) <= set(CLUSTERS)
     # usage per cluster, as `tau clusters` counts it
     assert {c: r["runs"] for c, r in _clusters(s).items()} == {c: list(first.values()).count(c) for c in CLUSTERS}
