@@ -57,10 +57,10 @@ def test_twelve_thousand_aliases_of_one_large_string_are_refused_fast_naming_the
     text = aliases_of_a_large_string()
     assert len(text) < 256 * 1024 and text.count("*s") < 20_000  # under the size and node limits
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.monotonic()
+    start = time.process_time()  # CPU seconds: what the refusal costs, not how busy the machine is
     with pytest.raises(ConfigError) as err:
         load_tau_config(text)
-    assert time.monotonic() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024  # KiB: never expanded
     assert str(err.value) == (
         "tau.yaml:6: YAML aliases expand this document to more than 512 KiB (at least 614501 bytes as JSON): "
@@ -79,10 +79,10 @@ def test_a_platform_yaml_expanding_past_two_mib_is_refused() -> None:
 
 def test_deep_nesting_is_refused_before_the_parser_recurses() -> None:
     text = HEAD + "    x: " + "[" * 100_000 + "]" * 100_000 + "\n"
-    start = time.monotonic()
+    start = time.process_time()  # CPU seconds: what the refusal costs, not how busy the machine is
     with pytest.raises(ConfigError) as err:
         load_tau_config(text)
-    assert time.monotonic() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert str(err.value) == ("tau.yaml:5: the document nests deeper than 32 levels of lists and mappings (aliases "
                               "expanded)\n    fix: flatten the nested lists and mappings")
 
@@ -130,9 +130,9 @@ def test_a_payload_is_refused_past_sixty_four_levels_and_brackets_in_strings_do_
             nesting.decode_any(hostile)
         assert str(err.value) == TOO_DEEP
     assert nesting.decode(b'{"reason": "' + b"[" * 1000 + b'"}', c.CancelRequested).reason == "[" * 1000
-    start = time.monotonic()
+    start = time.process_time()
     assert nesting.depth(b"[" + b'{"k": [[1]]},' * 150_000 + b"{}]") == 4  # 2 MB, linear
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 async def publish_deep(bus: Bus, ws: str, run: str, event_type: str = "cancel.requested") -> int:
