@@ -3,7 +3,8 @@
 The embedded stack (simulated pods, the one-queue platform of bench/pipeline.py) runs ``--runs`` trivial runs,
 ``--batch`` at a time, each batch waited for until every run is sealed (``evidence.sealed``). Then, from the
 JetStream account (the bootstrap identity): the bytes every stream, KV bucket (``KV_<bucket>``) and object store
-(``OBJ_<store>``) gained over the runs, divided by the runs, with messages and subjects per run beside them;
+(``OBJ_<store>``) gained over the runs, divided by the runs, with messages and subjects per run beside them and
+the mean header and body bytes of a message (``SAMPLED`` of what each gained);
 nats-server's resident memory with the stack up, and after a restart of nats-server alone over that history
 (the stack's own configuration and store, every stream's info read once so that each is loaded).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import os
 import subprocess
@@ -47,6 +49,7 @@ class Store:
     bytes: int
     messages: int
     subjects: int
+    last_seq: int = 0
 
     @property
     def kind(self) -> str:
@@ -64,8 +67,30 @@ async def stores(nc: Any) -> dict[str, Store]:
     for name in names or []:
         info = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"{}", timeout=10)).data)
         st = info["state"]
-        out[name] = Store(name, int(st.get("bytes", 0)), int(st.get("messages", 0)), int(st.get("num_subjects", 0)))
+        out[name] = Store(name, int(st.get("bytes", 0)), int(st.get("messages", 0)), int(st.get("num_subjects", 0)),
+                          int(st.get("last_seq", 0)))
     return out
+
+
+SAMPLED = 200  # messages read back from what each stream gained, to split its bytes into headers and bodies
+
+
+async def split(nc: Any, name: str, first: int, last: int) -> tuple[float, float]:
+    """Mean header and body bytes of up to ``SAMPLED`` messages spread evenly over sequences ``first``..``last``
+    of stream ``name`` (by the JetStream API's message get: a stream need not allow direct gets); (0, 0) when
+    none could be read."""
+    heads = bodies = n = 0
+    step = max(1, (last - first + 1) // SAMPLED)
+    for seq in range(max(1, first), last + 1, step):
+        reply = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.MSG.GET.{name}",
+                                                      msgspec.json.encode({"seq": seq}), timeout=10)).data)
+        msg = reply.get("message")
+        if not msg:
+            continue  # removed (a KV key rewritten, a TTL)
+        heads += len(base64.b64decode(msg.get("hdrs") or ""))
+        bodies += len(base64.b64decode(msg.get("data") or ""))
+        n += 1
+    return (heads / n, bodies / n) if n else (0.0, 0.0)
 
 
 def gained(before: dict[str, Store], after: dict[str, Store]) -> list[tuple[Store, int, int, int]]:
@@ -129,14 +154,16 @@ async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> 
               f"{time.time() - t0:.0f} s", file=sys.stderr)
     await asyncio.sleep(3.0)  # projections and the last acks settle
     after = await stores(admin.bus.nc)
+    splits = {s.name: await split(admin.bus.nc, s.name, before.get(s.name, Store(s.name, 0, 0, 0)).last_seq + 1,
+                                  s.last_seq) for s, *_ in gained(before, after)}
     log_after = await evidence_log_bytes(js)
     nats_pid = int(msgspec.json.decode((data / "stack.json").read_bytes())["nats_pid"])
     rss_up = nats_rss_mb(nats_pid)
     times = psutil.Process(nats_pid).cpu_times()
     await client.close()
     await admin.close()
-    return {"before": before, "after": after, "evidence_logs": log_after - log_before, "rss_up": rss_up,
-            "nats_cpu_s": times.user + times.system,
+    return {"before": before, "after": after, "splits": splits, "evidence_logs": log_after - log_before,
+            "rss_up": rss_up, "nats_cpu_s": times.user + times.system,
             "started": len(started), "sealed": sum(1 for r in started if r in sealed), "wall_s": time.time() - t0}
 
 
@@ -203,13 +230,15 @@ def main() -> None:
     n = max(1, got["started"])
     print(f"\ntaugrid storage bench: {got['started']} runs, {got['sealed']} sealed in {got['wall_s']:.0f} s; "
           "simulated pods, bytes the bus gained per run (JetStream account info)")
-    print(f"  {'store':<22}{'kind':<8}{'B/run':>10}{'msgs/run':>10}{'subjects/run':>14}")
+    print(f"  {'store':<22}{'kind':<8}{'B/run':>10}{'msgs/run':>10}{'subjects/run':>14}"
+          f"{'headers/msg':>13}{'body/msg':>10}")
     total = logs = 0.0
     for s, nbytes, messages, subjects in gained(got["before"], got["after"]):
         per = nbytes / n
         total += per
         logs += per if s.logs else 0.0
-        print(f"  {s.name:<22}{s.kind:<8}{per:10.0f}{messages / n:10.2f}{subjects / n:14.2f}"
+        head, body = got["splits"].get(s.name, (0.0, 0.0))
+        print(f"  {s.name:<22}{s.kind:<8}{per:10.0f}{messages / n:10.2f}{subjects / n:14.2f}{head:13.0f}{body:10.0f}"
               + ("   (logs)" if s.logs else ""))
     ev_logs = got["evidence_logs"] / n
     stored = total - logs - ev_logs
