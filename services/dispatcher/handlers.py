@@ -42,6 +42,9 @@ from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 log = logging.getLogger("taugrid.dispatcher")
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# How often ``next_rounds`` reads every record (those another replica or an earlier process made) rather than only
+# the undecided Incremental ones this process knows: the whole bucket is every run's request (2,000 runs: 5 MB).
+FULL_SCAN_S = 60.0
 RUN_LABEL = "taugrid.io/run-id"
 ATTEMPT_LABEL = "taugrid.io/attempt"
 _WORKLOAD_KINDS = ("Job", "RayJob")  # what a withdrawal deletes (their Workloads and pods go with them)
@@ -85,6 +88,8 @@ class Dispatcher:
         # leases are timed by this process's clock from its start (core/siteleases.py)
         self.lease_clock, self.up_since = sites.LeaseClock(), clock()
         self._suspicion = ""  # the last self-suspicion logged, so it is logged once per change
+        self._rounds: set[str] = set()  # keys of undecided Incremental dispatches this process made or saw
+        self._full_scan_at = float("-inf")
 
     # --- the renderer's requests (backend.dispatch.apply|delete) ---
 
@@ -106,6 +111,7 @@ class Dispatcher:
             rec = DispatchRecord(apply=req, cluster_queue=queue, mode=d.mode, nominated=list(step.clusters),
                                  round_started=step.round_started)
             await kv.save(self.bus, BUCKET, key(req.run_id, req.attempt), rec, revision=revision)
+            self._track(rec)
             await self._send(rec, step.reason)
         elif not rec.chosen and not rec.deleted:  # a redelivery: the same copies and event, dropped as repeats
             await self._send(rec, f"{rec.mode}: nominated {', '.join(rec.nominated)}")
@@ -240,12 +246,29 @@ class Dispatcher:
 
     # --- Incremental rounds ---
 
+    def _track(self, rec: DispatchRecord) -> None:
+        if rec.mode == "Incremental" and not rec.chosen and not rec.deleted:
+            self._rounds.add(key(rec.apply.run_id, rec.apply.attempt))
+
     async def next_rounds(self) -> None:
-        """Every undecided Incremental dispatch whose round has run out gets its next clusters."""
+        """Every undecided Incremental dispatch whose round has run out gets its next clusters. Those this process
+        knows are read one by one; every ``FULL_SCAN_S`` the whole bucket is read for the others (another
+        replica's, an earlier process's), so such a round may start up to that much late."""
         platform = await self.platform()
-        for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
+        now = self.clock()
+        if now - self._full_scan_at >= FULL_SCAN_S:
+            self._full_scan_at = now
+            self._rounds.clear()
+            undecided = list(await kv.values(self.bus, BUCKET, DispatchRecord))
+        else:
+            undecided = [rec for k in sorted(self._rounds)
+                         if (rec := (await kv.load(self.bus, BUCKET, k, DispatchRecord))[0]) is not None]
+        for rec in undecided:
             if rec.mode == "Incremental" and not rec.chosen and not rec.deleted:
+                self._track(rec)
                 await self._next_round(platform, rec)
+            else:
+                self._rounds.discard(key(rec.apply.run_id, rec.apply.attempt))
 
     async def _next_round(self, platform: Platform, rec: DispatchRecord) -> None:
         d = platform.dispatch
@@ -309,6 +332,7 @@ class Dispatcher:
             rec = msgspec.structs.replace(rec, chosen="", announced=False, lost=gone, requeues=rec.requeues + 1,
                                           nominated=list(step.clusters), round_started=step.round_started)
             await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the new choice is open: compare-and-set
+            self._track(rec)
             await self._withdraw(rec, cluster, reason)  # its delete waits in the site's SITE_IN for its return
             await self._send(rec, step.reason)
 

@@ -20,7 +20,7 @@ from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
 from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, WatchEvent
 from taugrid.core.errors import TemporaryError
-from taugrid_services.dispatcher.handlers import Dispatcher
+from taugrid_services.dispatcher.handlers import FULL_SCAN_S, Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 from tests.platforms import lab_platform
 from tests.sitebus import fixed
@@ -175,6 +175,27 @@ async def test_incremental_rounds_spill_over_by_preference(bus: Bus) -> None:
         ("dispatch.withdrawn", ["onprem-c"])]
     assert (await steps(bus, run))[1][2] == (
         "Incremental: no admission in 60s from onprem-a, onprem-b; nominated onprem-c, cloud")
+
+
+async def test_another_replicas_incremental_round_is_picked_up_by_the_full_read(bus: Bus) -> None:
+    """Between full reads of the bucket a replica advances only the Incremental dispatches it knows; another
+    replica's get their next round at its next full read (``FULL_SCAN_S``)."""
+    run = f"dispatch-{next(RUNS)}"
+    now = [5000.0]
+    plat = fixed(platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "30s"}))
+    mine, other = Dispatcher(bus, plat, clock=lambda: now[0]), Dispatcher(bus, plat, clock=lambda: now[0])
+    await other.next_rounds()  # its first full read, before the run exists
+    await request(bus, mine, apply_for(run))
+    now[0] += 31  # the round has run out
+    await other.next_rounds()  # within FULL_SCAN_S of its last full read: it does not know the run yet
+    assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1}
+    now[0] += FULL_SCAN_S
+    await other.next_rounds()
+    assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1, "onprem-c.reserve": 1,
+                                    "cloud.reserve": 1}
+    await mine.next_rounds()  # it reads the record again and finds the round already moved: nothing repeated
+    assert [s[1] for s in await steps(bus, run)] == [["onprem-a", "onprem-b"],
+                                                    ["onprem-a", "onprem-b", "onprem-c", "cloud"]]
 
 
 async def test_a_run_taken_back_withdraws_every_copy(bus: Bus) -> None:
