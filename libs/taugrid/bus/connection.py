@@ -41,7 +41,7 @@ from taugrid.bus.envelope import (
     sign_headers,
     sign_service_headers,
 )
-from taugrid.bus.errors import CLOSED, DENIED, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
+from taugrid.bus.errors import CLOSED, DENIED, MISSING, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import message_id, run_subject
 from taugrid.core.limits import EVENT_MAX_BYTES, size_text
@@ -292,7 +292,7 @@ class Bus:
         """The subject of the message ``stream`` stores at ``seq`` ("" when it is gone)."""
         try:
             msg = await self.guarded(self.js.get_msg(stream, seq))
-        except nats.js.errors.NotFoundError:
+        except MISSING:
             return ""
         except (*TIMEOUT, *CLOSED, *NO_RESPONDERS) as exc:
             raise TemporaryError(f"reading {stream} message {seq} failed: {exc!r}", delay=1.0) from exc
