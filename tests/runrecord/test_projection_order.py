@@ -238,3 +238,44 @@ async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -
     assert record is not None and record.state == "accepted"
     assert [(h["type"], h["applied"]) for h in record.history] == [
         ("submit.requested", True), ("submit.accepted", True), ("render.applied", False), ("exec.running", False)]
+
+
+async def test_a_lingering_event_is_written_with_the_runs_next_one_which_does_not_wait(
+        bus: Bus, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``exec.running`` (``LINGER``) waits for the run's next event; ``exec.succeeded`` arriving meanwhile ends
+    the wait at once (the linger is made a minute long: only that can end it within the test's 10 s) and both
+    are written in one write, in stream order."""
+    monkeypatch.setattr(runrecord.projection, "LINGER_S", 60.0)
+    ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in [*lifecycle(bus, ws, run), ("exec.succeeded", c.ExecFinished(exit_code=0))]:
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run)
+    assert [ev.type for ev in events[4:]] == ["exec.running", "exec.succeeded"]
+    projector = runrecord.Projector(bus)
+    for ev in events[:4]:
+        assert await projector.project(ev)
+    before = run_state_writes()
+    running = asyncio.create_task(projector.project(events[4]))
+    for _ in range(20):  # the running event's group opens (it lingers: nothing written)
+        await asyncio.sleep(0)
+    assert not running.done() and run_state_writes() == before
+    succeeded = await asyncio.wait_for(projector.project(events[5]), 10)
+    assert succeeded and await asyncio.wait_for(running, 10) and run_state_writes() - before == 1
+    record, _ = await runrecord.get(bus, ws, run)
+    assert record is not None and record.state == "succeeded"
+    assert [h["seq"] for h in record.history] == [ev.seq for ev in events]
+
+
+async def test_a_lingering_event_alone_is_written_after_the_linger(bus: Bus, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(runrecord.projection, "LINGER_S", 0.01)
+    ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, run):
+        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run)
+    projector = runrecord.Projector(bus)
+    for ev in events[:4]:
+        assert await projector.project(ev)
+    before = run_state_writes()
+    assert await asyncio.wait_for(projector.project(events[4]), 10) and run_state_writes() - before == 1
+    record, _ = await runrecord.get(bus, ws, run)
+    assert record is not None and (record.state, record.node) == ("running", "box")

@@ -291,17 +291,25 @@ def public_key_bytes(public_key: str) -> bytes:
     return raw[1:33]
 
 
+@functools.lru_cache(maxsize=1024)
+def _verify_key(public_key: str) -> nacl.signing.VerifyKey:
+    """The verifying key of a user nkey, kept: every event a stage handles is checked against one of a few
+    services' keys, and decoding the nkey (base32, checksum) for each cost about a tenth of the check (issue 30).
+    An invalid key raises each time (``lru_cache`` keeps no exception)."""
+    return nacl.signing.VerifyKey(public_key_bytes(public_key))
+
+
 def verify_form(form: bytes, *, public_key: str, signature: str) -> None:
     """Check ``signature`` (base64url) over ``form`` by ``public_key``; raises ``SignatureInvalid``."""
     if not public_key or not signature:
         raise SignatureInvalid(f"unsigned request: no {SIGNER_HEADER}/{SIGNATURE_HEADER} header")
-    raw_key = public_key_bytes(public_key)
+    key = _verify_key(public_key)
     try:
         sig = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
     except (binascii.Error, ValueError) as exc:
         raise SignatureInvalid(f"{SIGNATURE_HEADER} is not base64url") from exc
     try:
-        nacl.signing.VerifyKey(raw_key).verify(form, sig)
+        key.verify(form, sig)
     except (nacl.exceptions.BadSignatureError, ValueError) as exc:
         raise SignatureInvalid("signature does not match the request (tampered, or signed by another key)") \
             from exc

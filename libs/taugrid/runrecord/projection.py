@@ -49,6 +49,16 @@ PEOPLE_REQUESTS = (FIRST_EVENT, "cancel.requested")  # what people publish (anyo
 # A run's last event: its record is not cached after it (a finished run's record, with its history, would
 # otherwise stay among the cache's most recent 4,096 over a long run); a later event re-reads it from KV.
 LAST_EVENT = "evidence.sealed"
+# Events whose write may wait a moment for the run's next event, to be written with it (issue 30: one KV write
+# fewer each, on the projector and on the server): the run's admission and its pod's phases, which come in
+# quick succession (queued then admitted on an idle queue; admitted, the pod's phases and running within a
+# tick of the local cluster), and which no stage reads back from the record on its path (a stage that must know
+# a run's attempt or end reads the record when it emits a decisive event; the evidence seal reads it after
+# ``exec.succeeded``, which is written at once, with whatever waits). A waiting write goes as soon as an event
+# outside this set arrives for the run, or after ``LINGER_S``: ``tau status`` may show such a phase that much
+# later.
+LINGER = frozenset({"admission.queued", "admission.admitted", "exec.running", "exec.progress"})
+LINGER_S = 0.05
 
 
 class RecordCache:
@@ -164,10 +174,11 @@ async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
 class _Batch:
     """Events of one record waiting for its previous write, each with the future its handler awaits."""
 
-    __slots__ = ("waiting",)
+    __slots__ = ("waiting", "due")
 
     def __init__(self) -> None:
         self.waiting: list[tuple[Event, asyncio.Future[bool]]] = []
+        self.due: asyncio.Future[None] | None = None  # a lingering group's: resolved when it need wait no more
 
 
 class Projector:
@@ -175,7 +186,8 @@ class Projector:
     handled (``ConsumerLoop(ordered=False)``): it keeps each record's events in the order they arrive itself, and
     the events of a record that arrive while its previous write is in flight are applied together and written
     once (one KV write, not one per event; a run's events come in bursts: a pod's progress and its end). A lone
-    event is written at once, as ``project`` writes it. When one event of such a group cannot be applied (a payload
+    event is written at once, as ``project`` writes it, unless it is one of ``LINGER``: its write then waits up to
+    ``LINGER_S`` for the run's next event, and goes with it. When one event of such a group cannot be applied (a payload
     that does not decode), each is applied on its own, so only that one fails (and is dead-lettered)."""
 
     def __init__(self, bus: Bus, cache: RecordCache | None = None) -> None:
@@ -190,8 +202,10 @@ class Projector:
         loop = asyncio.get_running_loop()
         mine: asyncio.Future[bool] = loop.create_future()
         joined = self._open.get(record_key)
-        if joined is not None:  # a group is waiting for this record's previous write: go with it
+        if joined is not None:  # a group is waiting (lingering, or for this record's previous write): join it
             joined.waiting.append((ev, mine))
+            if ev.type not in LINGER and joined.due is not None and not joined.due.done():
+                joined.due.set_result(None)  # this one is wanted at once, and the others with it
             return await mine
         group = _Batch()
         group.waiting.append((ev, mine))
@@ -199,10 +213,14 @@ class Projector:
         written: asyncio.Future[None] = loop.create_future()
         self._tail[record_key] = written
         try:
-            if previous is not None:
+            if previous is not None or ev.type in LINGER:
                 self._open[record_key] = group
                 try:
-                    await asyncio.wait([previous])  # never raises: always resolved with None
+                    if ev.type in LINGER:
+                        group.due = loop.create_future()
+                        await asyncio.wait([group.due], timeout=LINGER_S)
+                    if previous is not None:
+                        await asyncio.wait([previous])  # never raises: always resolved with None
                 finally:
                     if self._open.get(record_key) is group:
                         del self._open[record_key]
