@@ -5,7 +5,10 @@ cluster pays per admission cycle) and checks every admission's topology assignme
 Arrivals follow Kueue's cadence; a workload finishes its runtime after admission; between events the engine runs
 cycles until it is quiescent (the local cluster also runs cycles back to back while heads are admissible). The
 time to admission printed is simulated time, so it shows the policy's outcome without the pipeline's costs; the
-engine's own CPU time per cycle is the figure this bench is for. ``--profile`` prints where the engine's time goes
+engine's own CPU time (process time, steadier than the wall clock on a loaded machine) is the figure this bench is
+for, with the heads examined and how many of them were nominated (the rest settled by the engine's memo). A digest
+of every decision in order (admissions with their domains, preemptions) is printed too: two versions of the
+engine that print the same digest decided alike. ``--profile`` prints where the engine's time goes
 (cProfile over ``Engine.cycle`` and ``Engine.finish`` only). Exits 1 on a topology violation, a workload never
 admitted, or a class's mean simulated time to admission above Kueue's limit (and, at ``--fraction 1``, a simulated
 wall or usage past Kueue's); the engine's CPU per cycle is printed, not judged (``engine_cycle.py`` judges the
