@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "list": ("runs", "list_runs", "List runs, newest first: AGE is the time..."),
     "login": ("identity_cmd", "login", "Store credentials for a remote taugrid..."),
     "logs": ("runs", "logs", "Print a run's output, every attempt (each..."),
-    "nodes": ("nodes_cmd", "nodes", "Show nodes: GPUs, health verdict, failing..."),
+    "nodes": ("nodes_cmd", "nodes", "Show nodes: GPUs (vendor/model), health..."),
     "outputs": ("outputs_cmd", "outputs", "List a run's output and checkpoint files;..."),
     "portal": ("portal_cmd", "portal", "Print a sign-in link to the web portal..."),
     "platform": ("platform_cmd", "platform", "Govern workspaces, queues, quotas, compute..."),
