@@ -1,6 +1,8 @@
 """CPU per run, per service: submit a burst of N runs on a running stack (``TAU_DATA_DIR`` or the default data
-dir, workspace ``bench`` as ``bench/pipeline.py`` sets it up), wait until they end, and print each process's CPU
-time divided by N. A diagnostic (which service a burst waits on); it asserts nothing."""
+dir, workspace ``bench`` as ``bench/pipeline.py`` sets it up), wait until they end and are sealed (the evidence
+service runs niced and seals after a run's end: counted before its seals, its figure would swing with how far
+behind it was), and print each process's CPU time divided by N, and their sum. A diagnostic (which service a
+burst waits on); it asserts nothing."""
 
 from __future__ import annotations
 
@@ -34,19 +36,28 @@ async def main() -> None:
     client = await open_client(state["nats_url"], creds=state["user_creds"])
     admin = await open_client(state["nats_url"], creds=data / "creds" / "bootstrap.nk")
     ended: set[str] = set()
+    sealed: set[str] = set()
 
     async def on_end(msg: object) -> None:
         ended.add(getattr(msg, "headers", {}).get("ce-subject", ""))
 
+    async def on_sealed(msg: object) -> None:
+        sealed.add(getattr(msg, "headers", {}).get("ce-subject", ""))
+
     await admin.bus.nc.subscribe("run.bench.*.exec.succeeded", cb=on_end)
+    await admin.bus.nc.subscribe("run.bench.*.evidence.sealed", cb=on_sealed)
     before, t0 = cpu(procs), time.time()
     runs = await asyncio.gather(*(client.submit_text(RUN, workspace="bench", name="cpu") for _ in range(args.runs)))
     while not set(runs) <= ended and time.time() - t0 < 600:
         await asyncio.sleep(0.2)
     wall = time.time() - t0
-    await asyncio.sleep(2.0)
+    while not set(runs) <= sealed and time.time() - t0 < 600:
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
     after = cpu(procs)
-    print(f"{len(set(runs) & ended)}/{len(runs)} ended in {wall:.1f} s; load {os.getloadavg()[0]:.1f}")
+    total = 1000 * sum(after[k] - before[k] for k in after) / len(runs)
+    print(f"{len(set(runs) & ended)}/{len(runs)} ended in {wall:.1f} s, {len(set(runs) & sealed)} sealed after "
+          f"{time.time() - t0:.1f} s; load {os.getloadavg()[0]:.1f}; {total:.1f} ms CPU per run in all")
     for k in sorted(after, key=lambda k: before[k] - after[k]):
         print(f"  {k:<20}{1000 * (after[k] - before[k]) / len(runs):7.2f} ms CPU per run")
     await client.close()

@@ -41,3 +41,28 @@ async def test_history_from_a_time_starts_where_that_time_starts_in_the_stream(b
     asked_from_time = requests[len(everything) + 1]  # the first get of the second walk (each walk ends on a 404)
     assert set(asked_from_time) == {"start_time", "next_by_subj"}
     assert await streams.history(bus, "LOGS", subject, since=time.time() + 60) == []
+
+
+async def test_at_many_reads_each_sequence_by_direct_gets_and_none_for_one_gone(bus: Bus) -> None:
+    """``streams.at_many`` (the evidence seal's read of a run's events): the messages at the sequences asked,
+    in that order, by direct gets at those sequences; None for a sequence the stream does not hold; the same
+    events ``at`` reads one by one (subject, headers, data)."""
+    run = f"r{uuid.uuid4().hex[:8]}"
+    acks = [await bus.js.publish(log_subject("many", run, 1), f"line {i}".encode(), headers={"k": str(i)})
+            for i in range(3)]
+    seqs = [acks[2].seq, acks[0].seq, acks[2].seq + 10_000]
+    requests: list[dict[str, object]] = []
+
+    async def spy(msg) -> None:  # type: ignore[no-untyped-def]
+        requests.append(json.loads(msg.data))
+
+    sub = await bus.nc.subscribe("$JS.API.DIRECT.GET.LOGS", cb=spy)
+    got = await streams.at_many(bus, "LOGS", seqs)
+    await bus.nc.flush()
+    await sub.unsubscribe()
+    assert got[2] is None and sorted(r["seq"] for r in requests) == sorted(seqs)  # type: ignore[type-var]
+    one_by_one = [await streams.at(bus, "LOGS", seq) for seq in seqs[:2]]
+    assert [(ev.nats_subject, ev.seq, ev.data, ev.headers["k"]) for ev in got[:2] if ev is not None] == [
+        (ev.nats_subject, ev.seq, ev.data, ev.headers["k"]) for ev in one_by_one if ev is not None] == [
+        (log_subject("many", run, 1), acks[2].seq, b"line 2", "2"), (log_subject("many", run, 1), acks[0].seq,
+                                                                      b"line 0", "0")]

@@ -425,8 +425,7 @@ async def _by_projected_sequences(bus: Bus, record: states.RunRecord | None, sub
         return None
     prefix = subject[:-1]  # "run.<ws>.<run>."
     events: list[Event] = []
-    for seq in seqs:
-        ev = await streams.at(bus, "RUNS", seq)
+    for ev in await streams.at_many(bus, "RUNS", seqs):
         if ev is None or not ev.nats_subject.startswith(prefix):
             return None
         events.append(ev)
