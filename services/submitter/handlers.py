@@ -210,14 +210,19 @@ class Submitter:
         workspace is dead-lettered unanswered (an answer would be sealed under the same names)."""
         ws = ev.workspace.encode()
         key = f"id.{ev.subject}"
-        if await kv.create(self.bus, "submissions", key, ws) is not None:
-            # a run submitted before runs claimed their ids holds it by its record alone
+        held = await kv.get(self.bus, "submissions", key)
+        if held is None:
+            # A run submitted before runs claimed their ids holds it by its record alone. The claim is written
+            # for its owner, found first: a claim written for this workspace and then refused would let the same
+            # request through when it is handled again (a redelivery after a crash or a failed listing).
             others = [k.split(".")[1] for k in await kv.matching_keys(self.bus, "run_state", f"run.*.{ev.subject}")
                       if k.split(".")[1] != ev.workspace]
-            theirs = others[0].encode() if others else ws
+            owner = others[0].encode() if others else ws
+            if await kv.create(self.bus, "submissions", key, owner) is None:
+                held = await kv.get(self.bus, "submissions", key)  # another replica claimed it meanwhile
+            theirs = owner if held is None else (held.value or b"")
         else:
-            held = await kv.get(self.bus, "submissions", key)
-            theirs = (held.value or b"") if held is not None else ws
+            theirs = held.value or b""
         if theirs != ws:
             raise PermanentError(
                 f"run id {ev.subject} belongs to a run of workspace {theirs.decode(errors='replace')}: a run "

@@ -239,6 +239,11 @@ async def test_a_run_id_held_only_by_an_older_runs_record_is_refused_too(bus: Bu
               for m in await replay(bus, stream="RUNS", subject=f"run.vision.{run}.>")]
     with pytest.raises(PermanentError, match=f"^run id {run} belongs to a run of workspace language"):
         await Submitter(bus).on_requested(eves)
+    # the same request handled again (a redelivery after a crash) finds the claim its owner's, not eve's
+    with pytest.raises(PermanentError, match=f"^run id {run} belongs to a run of workspace language"):
+        await Submitter(bus).on_requested(eves)
+    claim = await kv.get(bus, "submissions", f"id.{run}")
+    assert claim is not None and claim.value == b"language"
 
 
 @pytest.mark.parametrize(("text", "problem"), [
