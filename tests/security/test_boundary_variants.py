@@ -40,6 +40,7 @@ from taugrid.config.resolve import resume_problem
 from taugrid.core import states
 from taugrid.core.contracts import ExecFinished, PolicyApproved, Rejected, SubmitAccepted, SubmitRequested
 from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
+from taugrid.core.events import HIGH_LANE, message_id, run_subject
 from taugrid.evidence import anchor, store
 from taugrid.evidence import ledger as lg
 from taugrid.evidence.bundle import bundle_name
@@ -95,6 +96,21 @@ async def test_a_message_id_taken_first_on_a_researchers_own_subject_does_not_dr
     assert (stored[0].headers or {})["Nats-Msg-Id"].startswith(f"{victim}.1.exec.succeeded.")
 
 
+async def test_a_stage_repeating_an_event_in_the_other_lane_is_deduplicated_not_stored_twice(
+        secure_nats: SecureNats, boot: Bus) -> None:
+    run = f"lanes-{uuid.uuid4().hex[:12]}"
+    policy = await secure_nats.connect("policy")
+    try:
+        seqs = [await policy.publish(run_subject("language", run, "policy.approved", lane=lane), b"{}",
+                                     event_type="policy.approved", ce_subject=run, workspace="language",
+                                     msg_id=message_id(run, 1, "policy.approved"))
+                for lane in ("", HIGH_LANE)]  # the platform's lanes changed between a publish and its redelivery
+    finally:
+        await policy.close()
+    stored = await replay(boot, stream="RUNS", subject=f"run.language.{run}.>")
+    assert [(m.subject, m.metadata.sequence.stream) for m in stored] == [
+        (f"run.language.{run}.policy.approved", seqs[0])]
+    assert seqs[1] == seqs[0]
 async def test_a_push_consumer_delivering_outside_her_inbox_stores_nothing_anywhere(
         secure_nats: SecureNats, boot: Bus, alice: Bus) -> None:
     victim = f"bobs-{uuid.uuid4().hex[:12]}"

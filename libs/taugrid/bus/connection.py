@@ -43,7 +43,7 @@ from taugrid.bus.envelope import (
 )
 from taugrid.bus.errors import CLOSED, DENIED, MISSING, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
-from taugrid.core.events import message_id, run_subject
+from taugrid.core.events import HIGH_LANE, lane_of, message_id, run_subject
 from taugrid.core.limits import EVENT_MAX_BYTES, size_text
 
 natsheaders.install()  # every message nats-py receives: the same headers, parsed faster (see the module)
@@ -79,6 +79,12 @@ def stored_seq(reply: Msg) -> int:
     """The stream sequence a JetStream publish ack names; the error it carries raised as nats-py raises it
     (``APIError.from_error``: e.g. ``err_code`` 10071 for a compare-and-set against a stale revision)."""
     return _pub_ack(reply).seq
+
+
+def _laneless(subject: str) -> str:
+    """``subject`` without its lane token: a stage that repeats an event in the other lane (the platform's lanes
+    changed between a publish and a redelivery) repeats that event, the duplicate it always was, not a squat."""
+    return subject.removesuffix(f".{HIGH_LANE}") if lane_of(subject) else subject
 
 
 # The streams people publish into (their submissions and cancels): there anyone may store a message under any
@@ -261,7 +267,7 @@ class Bus:
         ack = await self._store(subject, data, headers)
         if ack.duplicate and ack.stream in PEOPLE_WRITABLE_STREAMS and event_type not in SIGNED_TYPES:
             squatter = await self._subject_at(ack.stream, ack.seq)
-            if squatter != subject:
+            if _laneless(squatter) != _laneless(subject):
                 # Someone stored another message under this event's id first (a researcher may set any
                 # Nats-Msg-Id on her own cancel subject, and so made a colleague's exec.succeeded vanish as a
                 # "duplicate"): the event is not stored. It goes again under an id nobody else can compute
