@@ -130,6 +130,18 @@ class Submitter:
             return
         if await kv.create(self.bus, "submissions", req.submission_id, ev.subject.encode(),
                            ttl=SUBMISSION_ID_TTL_S) is None:
+            held = await kv.get(self.bus, "submissions", req.submission_id)
+            if held is not None and held.value != ev.subject.encode():
+                # A submission id names one run. Another run's id taken again is no repeat of this run's
+                # submission: admitted as one, it would skip the workspace's rate (and the pacer's slot is the id's).
+                await self._reject(ev, [Issue(
+                    field="submission_id",
+                    message=f"submission id {req.submission_id!r} is the submission of run "
+                            f"{held.value.decode(errors='replace')}, not of {ev.subject}",
+                    fix="submit without --submission-id (`tau run` picks a new one), or with an id not used in "
+                        "the last 24 hours; the same id with the same job name always yields the same run",
+                )], user=user)
+                return
             record, _ = await runrecord.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
                 return  # a repeated submission: the run already exists and moved on

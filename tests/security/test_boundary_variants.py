@@ -47,7 +47,7 @@ from taugrid.evidence.bundle import bundle_name
 from taugrid.runrecord import projection
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.submitter.handlers import Submitter
-from tests.inprocess import private_server
+from tests.inprocess import private_server, sign_as_local_user
 from tests.platforms import lab_platform, workspace
 from tests.secure_nats import SecureNats
 
@@ -227,6 +227,27 @@ async def test_a_run_id_of_another_workspace_is_refused_unanswered(bus: Bus) -> 
         f"run.vision.{run}.submit.requested"]
     answered = [m.subject.split(".", 3)[3] for m in await replay(bus, stream="RUNS", subject=f"run.language.{run}.>")]
     assert answered[0] == "submit.requested" and len(answered) == 2  # one answer, bob's
+
+
+async def test_a_submission_id_taken_again_for_another_run_is_refused_not_admitted_past_the_rate(
+        tmp_path: Path) -> None:
+    sid, runs = f"sid-{uuid.uuid4().hex[:12]}", [f"r{i}-{uuid.uuid4().hex[:12]}" for i in range(2)]
+    async with private_server(tmp_path) as (_, bus):
+        await sign_as_local_user(bus)
+        submitter = Submitter(bus)
+        for run in runs:  # the run id is the subject's: anyone may pair one submission id with any number of runs
+            await bus.emit(workspace="language", run_id=run, attempt=1, event_type="submit.requested", payload=(
+                SubmitRequested(submission_id=sid, config_text="name: x\nentrypoint: train.py\n",
+                                workspace="language")), user="")
+            [ev] = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+                    for m in await replay(bus, stream="RUNS", subject=f"run.language.{run}.>")]
+            await submitter.on_requested(ev)
+        answers = [[from_message(m.subject, m.headers, m.data) for m in await replay(
+            bus, stream="RUNS", subject=f"run.language.{run}.>")][1:] for run in runs]
+    assert [[ev.type for ev in answer] for answer in answers] == [["submit.accepted"], ["submit.rejected"]]
+    [issue] = answers[1][0].payload(Rejected).reasons
+    assert (issue.field, issue.message) == (
+        "submission_id", f"submission id {sid!r} is the submission of run {runs[0]}, not of {runs[1]}")
 
 
 async def test_a_seal_never_replaces_the_bundle_of_another_workspaces_run_of_the_same_id(bus: Bus) -> None:
