@@ -130,17 +130,8 @@ class Submitter:
             return
         if await kv.create(self.bus, "submissions", req.submission_id, ev.subject.encode(),
                            ttl=SUBMISSION_ID_TTL_S) is None:
-            held = await kv.get(self.bus, "submissions", req.submission_id)
-            if held is not None and held.value != ev.subject.encode():
-                # A submission id names one run. Another run's id taken again is no repeat of this run's
-                # submission: admitted as one, it would skip the workspace's rate (and the pacer's slot is the id's).
-                await self._reject(ev, [Issue(
-                    field="submission_id",
-                    message=f"submission id {req.submission_id!r} is the submission of run "
-                            f"{held.value.decode(errors='replace')}, not of {ev.subject}",
-                    fix="submit without --submission-id (`tau run` picks a new one), or with an id not used in "
-                        "the last 24 hours; the same id with the same job name always yields the same run",
-                )], user=user)
+            if (reused := await self._another_runs_submission(ev, req)) is not None:
+                await self._reject(ev, [reused], user=user)
                 return
             record, _ = await runrecord.get_for(self.bus, ev)
             if record is not None and record.state not in ("new", "submitted"):
@@ -200,6 +191,19 @@ class Submitter:
                 signature=ev.signature,
             ),
         )
+
+    async def _another_runs_submission(self, ev: Event, req: SubmitRequested) -> Issue | None:
+        """Why ``req``'s submission id, claimed already, is not this run's to repeat. A submission id names one
+        run, but the run id is the subject's: another run's id taken again (one's own, or another workspace's),
+        admitted as a repeat, would skip the workspace's rate, and the pacer's slot is the id's."""
+        held = await kv.get(self.bus, "submissions", req.submission_id)
+        if held is None or held.value == ev.subject.encode():
+            return None
+        return Issue(field="submission_id",
+                     message=f"submission id {req.submission_id!r} is the submission of run "
+                             f"{held.value.decode(errors='replace')}, not of {ev.subject}",
+                     fix="submit without --submission-id (`tau run` picks a new one), or with an id not used in "
+                         "the last 24 hours; the same id with the same job name always yields the same run")
 
     async def _first_for_run(self, ev: Event) -> bool:
         """Whether this message (by its stream sequence, the same on every redelivery) is the first request
