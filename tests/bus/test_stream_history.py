@@ -66,3 +66,14 @@ async def test_at_many_reads_each_sequence_by_direct_gets_and_none_for_one_gone(
         (ev.nats_subject, ev.seq, ev.data, ev.headers["k"]) for ev in one_by_one if ev is not None] == [
         (log_subject("many", run, 1), acks[2].seq, b"line 2", "2"), (log_subject("many", run, 1), acks[0].seq,
                                                                       b"line 0", "0")]
+
+
+async def test_count_reads_the_subject_index_and_a_missing_stream_holds_none(bus: Bus) -> None:
+    run, other = f"r{uuid.uuid4().hex[:8]}", f"o{uuid.uuid4().hex[:8]}"
+    for attempt in (1, 1, 2):
+        await bus.js.publish(log_subject("count", run, attempt), b"x")
+    await bus.js.publish(log_subject("count", other, 1), b"y")
+    assert await streams.count(bus, "LOGS", f"log.*.{run}.*") == 3
+    assert await streams.count(bus, "LOGS", f"log.*.{run}.2") == 1
+    assert await streams.count(bus, "LOGS", f"log.*.{uuid.uuid4().hex[:8]}.*") == 0
+    assert await streams.count(bus, f"NOSUCH{uuid.uuid4().hex[:6].upper()}", "x.>") == 0
