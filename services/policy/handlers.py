@@ -24,7 +24,7 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config import accepted
 from taugrid.config.platform import Platform
-from taugrid.config.resolve import resolve_run, resume_problem
+from taugrid.config.resolve import resolve_run, resume_point
 from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE
@@ -91,14 +91,17 @@ class Policy:
             return
         if acc.python:  # the submitting environment's interpreter: the local backend runs `python` with it
             run = msgspec.structs.replace(run, python=acc.python, python_source=acc.python_source)
-        if acc.resume_from and (ws := platform.workspace(run.workspace)) is not None and (
-                problem := resume_problem(acc.resume_from, ws)) is not None:
-            await self._reject(ev, [problem])
-            return
         if acc.resume_from:  # a manual resume: start from the given checkpoint, and retries resume from there too
+            ws = platform.workspace(run.workspace)
+            if ws is None:  # resolve_run refuses an unknown workspace: never reached, and never unchecked
+                raise TemporaryError(f"workspace {run.workspace!r} of run {ev.subject} vanished from the platform")
+            point, problem = resume_point(acc.resume_from, ws)
+            if problem is not None:
+                await self._reject(ev, [problem])
+                return
             run = msgspec.structs.replace(
-                run, env={**run.env, "TAU_RESUME_FROM": acc.resume_from},
-                resilience=msgspec.structs.replace(run.resilience, checkpoint_path=acc.resume_from),
+                run, env={**run.env, "TAU_RESUME_FROM": point},
+                resilience=msgspec.structs.replace(run.resilience, checkpoint_path=point),
             )
         await self.bus.emit(
             workspace=ev.workspace,

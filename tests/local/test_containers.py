@@ -88,6 +88,15 @@ def test_the_kubelet_runs_an_annotated_pod_through_the_engine_with_its_volumes_a
     assert (main.engine, main.engine_name) == ("podman", "p-0-main")
 
 
+def test_only_the_runs_output_checkpoint_and_resume_directories_are_mounted(tmp_path: Path) -> None:
+    keys = tmp_path / "stack" / "creds"  # the stack's data directory: a run's container must never see it
+    outputs, checkpoints = tmp_path / "out" / "r1", tmp_path / "out" / "r1" / "checkpoints"
+    for d in (keys, checkpoints):
+        d.mkdir(parents=True)
+    env = {"TAU_OUTPUT_DIR": str(outputs), "TAU_CHECKPOINT_DIR": str(checkpoints), "TAU_RESUME_FROM": str(outputs),
+           # the config's own strings reach the run in these: none names a directory to mount
+           "TAU_TUNE_METRIC": str(keys), "TAU_RETRY_REASON": str(keys), "TAU_CHECKPOINT_ARTIFACT": str(keys)}
+    assert containers.mounts_for(volumes=[], env=env) == [(str(outputs), str(outputs))]
 @pytest.fixture
 def kubelet(tmp_path: Path) -> Kubelet:
     return Kubelet(tmp_path / "pods", claims_dir=tmp_path / "claims", poll_s=0.05)

@@ -35,10 +35,18 @@ from taugrid.bus.authors import Authors
 from taugrid.bus.envelope import Event, from_message, headers_for, sign_service_headers
 from taugrid.bus.replay import replay
 from taugrid.config import source
-from taugrid.config.platform import Workspace
-from taugrid.config.resolve import resume_problem
+from taugrid.config.platform import Workspace, load_platform
+from taugrid.config.resolve import resolve_run, resume_point
+from taugrid.config.taujob import load_tau_config
 from taugrid.core import states
-from taugrid.core.contracts import ExecFinished, PolicyApproved, Rejected, SubmitAccepted, SubmitRequested
+from taugrid.core.contracts import (
+    ExecFinished,
+    PolicyApproved,
+    Rejected,
+    ResolvedRun,
+    SubmitAccepted,
+    SubmitRequested,
+)
 from taugrid.core.errors import ConfigError, PermanentError, PermissionDenied
 from taugrid.core.events import HIGH_LANE, message_id, run_subject
 from taugrid.evidence import anchor, store
@@ -372,22 +380,41 @@ async def test_a_genuine_service_event_replayed_onto_another_runs_subject_is_ref
         await renderer.close()
 
 
-@pytest.mark.parametrize(("wanted", "refused"), [
-    ("/srv/out/vision/bobs-run-0123456789abcdef/checkpoints", False),  # another run of her workspace: resumable
-    ("/data/checkpoints/mine", False),  # TauGrid's /data/<path>, read inside her workspace
-    ("/srv/out/language/bobs-run-0123456789abcdef/checkpoints", True),  # another workspace's checkpoints
-    ("/srv/out/vision/../language/x", True),
-    ("/var/lib/taugrid/creds", True),
-    ("relative/path", True),
+@pytest.mark.parametrize(("wanted", "given"), [
+    ("/srv/out/vision/bobs-run-0123456789abcdef/checkpoints",  # another run of her workspace: resumable
+     "/srv/out/vision/bobs-run-0123456789abcdef/checkpoints"),
+    ("/data/checkpoints/mine", "/srv/out/vision/checkpoints/mine"),  # TauGrid's /data/<path>, read and given as hers
+    ("/srv/out/language/bobs-run-0123456789abcdef/checkpoints", None),  # another workspace's checkpoints
+    ("/srv/out/vision/../language/x", None),
+    ("/var/lib/taugrid/creds", None),
+    ("relative/path", None),
 ])
-def test_a_resume_point_outside_her_workspace_is_refused_naming_the_field(wanted: str, refused: bool) -> None:
+def test_a_resume_point_outside_her_workspace_is_refused_naming_the_field(wanted: str, given: str | None) -> None:
     ws = Workspace(name="vision", namespace="vision", local_queue="q", output_root="/srv/out")
-    problem = resume_problem(wanted, ws)
-    assert (problem is not None) == refused
-    if problem is not None:
-        assert (problem.field, problem.message) == ("resume_from", (
+    point, problem = resume_point(wanted, ws)
+    if given is not None:
+        assert (point, problem) == (given, None)
+    else:
+        assert problem is not None and (problem.field, problem.message) == ("resume_from", (
             f"{wanted!r} is outside /srv/out/vision/, the output directory of workspace 'vision': a run resumes "
             "only from its own workspace's checkpoints"))
+
+
+def test_a_resume_point_set_in_the_configs_env_is_checked_as_tau_run_resumes_is() -> None:
+    platform = load_platform(lab_platform(workspaces=[workspace("vision", output_root="/srv/out")]))
+
+    def resolved(value: str) -> ResolvedRun:
+        cfg = load_tau_config(f"name: x\nentrypoint: t.py\nruntime:\n  env:\n    TAU_RESUME_FROM: {value}\n")
+        return resolve_run(cfg, platform, run_id="x-0123456789abcdef", submission_id="s", workspace="vision",
+                           platform_revision=1, config_hash="h", source_object="", source_digest="", user="eve")
+
+    # the container engine mounts the directory it names: the stack's keys, were it let through
+    with pytest.raises(ConfigError) as refused:
+        resolved("/var/lib/taugrid/creds")
+    assert [(i["field"], i["line"], i["message"]) for i in refused.value.issues] == [(
+        "runtime.env.TAU_RESUME_FROM", 5, "'/var/lib/taugrid/creds' is outside /srv/out/vision/, the output "
+        "directory of workspace 'vision': a run resumes only from its own workspace's checkpoints")]
+    assert resolved("/data/ckpt").env["TAU_RESUME_FROM"] == "/srv/out/vision/ckpt"
 
 
 async def test_a_platform_revision_is_pinned_only_to_reproduce_a_run_of_the_workspace(tmp_path: Path) -> None:

@@ -120,6 +120,12 @@ def resolve_run(
         _inside_workspace(r.checkpoint_path, ws, run_id, ("resilience", "checkpoint_path"), issues)
         if r.checkpoint_path else checkpoint_dir
     )
+    env = dict(cfg.runtime.env)
+    if "TAU_RESUME_FROM" in env:  # a variable the config may set, checked as `tau run resume`'s point is
+        env["TAU_RESUME_FROM"], problem = resume_point(env["TAU_RESUME_FROM"], ws,
+                                                       field="runtime.env.TAU_RESUME_FROM")
+        if problem is not None:
+            issues.add(("runtime", "env", "TAU_RESUME_FROM"), problem.message, problem.fix)
     if ws.max_retries is not None and r.max_retries > ws.max_retries:
         issues.add(
             ("resilience", "max_retries"),
@@ -146,7 +152,7 @@ def resolve_run(
         args=list(cfg.args),
         command=command,
         image=image,
-        env=dict(cfg.runtime.env),
+        env=env,
         env_secret=dict(cfg.runtime.env_secret),
         working_dir=working_dir,
         local_queue=local_queue,
@@ -615,22 +621,23 @@ def _inside_workspace(wanted: str, ws: Workspace, run_id: str, field: tuple[str,
     return normal
 
 
-def resume_problem(wanted: str, ws: Workspace) -> Issue | None:
-    """Why a resume point (``tau run resume``'s checkpoint, ``SubmitRequested.resume_from``) may not be read by a
-    run of ``ws``: it must lie inside the workspace's output directory (any run's there: resuming reads another
-    run's checkpoints), as ``/data/<path>`` reads as there too. The request's body is the submitter's to choose,
-    so without this a run was pointed at another workspace's checkpoints (``TAU_RESUME_FROM``, which a container
-    engine mounts)."""
+def resume_point(wanted: str, ws: Workspace, *, field: str = "resume_from") -> tuple[str, Issue | None]:
+    """The resume point a run of ``ws`` is given for ``wanted`` (``tau run resume``'s checkpoint,
+    ``SubmitRequested.resume_from``, or ``runtime.env.TAU_RESUME_FROM``), and why it may not have it: it must lie
+    inside the workspace's output directory (any run's there: resuming reads another run's checkpoints), as
+    ``/data/<path>`` reads as there too, and the run is given that reading (given ``/data/<path>`` as written, it
+    named the host's ``/data``, which is nobody's workspace). The request's body and the config are the
+    submitter's to choose, and the path becomes ``TAU_RESUME_FROM``, which a container engine mounts."""
     root = ws.output_root.rstrip("/") or "/"
     base = posixpath.join(root, ws.name)
     normal = "/" + posixpath.normpath(wanted).lstrip("/") if wanted.startswith("/") else ""
     if normal.startswith(TAUGRID_DATA + "/") and not _under(normal, root):
         normal = posixpath.join(base, normal.removeprefix(TAUGRID_DATA + "/"))
     if normal.startswith(base + "/"):
-        return None
-    return Issue(field="resume_from", message=f"{wanted!r} is outside {base}/, the output directory of workspace "
-                 f"{ws.name!r}: a run resumes only from its own workspace's checkpoints",
-                 fix=f"resume from a checkpoint under {base}/ (`tau run resume RUN` picks the run's own)")
+        return normal, None
+    return wanted, Issue(field=field, message=f"{wanted!r} is outside {base}/, the output directory of workspace "
+                         f"{ws.name!r}: a run resumes only from its own workspace's checkpoints",
+                         fix=f"resume from a checkpoint under {base}/ (`tau run resume RUN` picks the run's own)")
 
 
 def _under(path: str, root: str) -> bool:

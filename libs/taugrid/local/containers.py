@@ -1,6 +1,6 @@
 """A pod's containers run through a container engine (docker or podman): the command lines, and what their exits
-mean. No processes (the shim runs them); the one look at the filesystem is whether a ``TAU_*`` variable names a
-directory to mount.
+mean. No processes (the shim runs them); the one look at the filesystem is whether one of the run's directory
+variables (``MOUNTED_ENV``) names a directory to mount.
 
 The local cluster marks a pod whose run names ``runtime.image`` and finds an engine that answers with the
 annotation ``taugrid.io/container-engine: <engine>``; the kubelet then runs every container of that pod as
@@ -8,8 +8,9 @@ annotation ``taugrid.io/container-engine: <engine>``; the kubelet then runs ever
 
 - the working directory and every volume's host directory are mounted at their host paths (the kubelet has
   already rewritten ``mountPath`` references in command, args and env to those paths) and, for volumes, at their
-  ``mountPath`` too, so a program that hard-codes ``/data/x`` finds it; so are the directories named by ``TAU_*``
-  variables (output, checkpoint and resume directories of the local platform);
+  ``mountPath`` too, so a program that hard-codes ``/data/x`` finds it; so are the directories named by
+  ``TAU_OUTPUT_DIR``, ``TAU_CHECKPOINT_DIR`` and ``TAU_RESUME_FROM`` (the local platform's output, checkpoint and
+  resume directories), and by no other variable;
 - the container's variables are passed by name (``-e NAME``: the value comes from the engine client's own
   environment, which the shim sets to the container's), except the host's own (``PATH``, ``HOME``, …, which mean
   nothing inside an image);
@@ -41,6 +42,11 @@ ENGINE_ANNOTATION = "taugrid.io/container-engine"
 HOST_ONLY_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "USER", "PYTHONPATH", "VIRTUAL_ENV"})
 ENGINE_FAILED_EXIT = 125  # docker/podman run: the engine itself failed, the container never ran
 SIGKILL_EXIT = 137
+# The variables whose directories are mounted: the run's output, checkpoint and resume directories, each checked to
+# lie in the run's workspace by the policy (`config/resolve.py`). Not any TAU_* variable: the platform passes the
+# config's own strings in others (TAU_TUNE_METRIC, TAU_RETRY_REASON, a TAU_CHECKPOINT_ARTIFACT joined onto an
+# absolute path), and a config naming the stack's data directory there had it mounted into its container.
+MOUNTED_ENV = ("TAU_OUTPUT_DIR", "TAU_CHECKPOINT_DIR", "TAU_RESUME_FROM")
 # Directories never mounted, even when a variable names them.
 _SYSTEM = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr", "/var")
 
@@ -95,14 +101,14 @@ def device_args(engine: str, env: Mapping[str, str]) -> list[str]:
 def mounts_for(*, volumes: Iterable[tuple[str, str]], env: Mapping[str, str],
                extra: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(host, inside) pairs: each volume at its host path and at its ``mountPath``, ``extra`` host directories
-    at their own paths, and the existing directories that ``TAU_*`` variables name (outputs, checkpoints)."""
+    at their own paths, and the existing directories that ``MOUNTED_ENV`` names (outputs, checkpoints, resume)."""
     out: list[tuple[str, str]] = []
     for mount_path, host in volumes:
         out.append((host, host))
         if mount_path != host and mount_path not in _SYSTEM:
             out.append((host, mount_path))
     out += [(d, d) for d in extra]
-    named = sorted({v for k, v in env.items() if k.startswith("TAU_") and _is_data_dir(v)})
+    named = sorted({env[k] for k in MOUNTED_ENV if k in env and _is_data_dir(env[k])})
     for d in named:
         if not any(d == h or d.startswith(h.rstrip("/") + "/") for h, _ in out):  # not inside a mount already
             out.append((d, d))
