@@ -82,6 +82,33 @@ async def test_an_undecodable_payload_is_dead_lettered_at_once_and_a_replay_is_h
         await stop_loop(loop, task)
 
 
+async def test_a_replay_whose_id_was_taken_first_on_another_subject_is_still_handled(bus: Bus) -> None:
+    ws = f"w{uuid.uuid4().hex[:8]}"
+    durable, run_id = f"dlq-{ws}", f"r-{ws}"
+    seen: list[int] = []
+    fixed = asyncio.Event()
+
+    async def handler(ev: Event) -> None:
+        if not fixed.is_set():
+            ev.payload(SubmitAccepted)
+        seen.append(ev.seq)
+
+    loop, task = await start_loop(bus, durable, f"run.{ws}.*.submit.accepted", handler)
+    try:
+        with acting_as(bus, "submitter"):
+            await bus.publish(f"run.{ws}.{run_id}.submit.accepted", b'{"not": "a submission"}',
+                              event_type="submit.accepted", ce_subject=run_id, msg_id=f"m-{ws}", workspace=ws)
+        await until(lambda: _non_empty(dlq.dead_letters(bus, durable=durable)))
+        [letter] = await dlq.dead_letters(bus, durable=durable)
+        # a researcher stores a request of her own under the id the replay will carry
+        await bus.js.publish(f"run.{ws}.squat.cancel.requested", b"{}",
+                             headers={"Nats-Msg-Id": f"m-{ws}.replay-{letter.seq}"})
+        fixed.set()
+        await dlq.replay(bus, [letter.seq])
+        await until(lambda: _true(len(seen) == 1))
+        assert await dlq.dead_letters(bus, durable=durable) == []
+    finally:
+        await stop_loop(loop, task)
 async def test_a_handler_that_keeps_failing_ends_as_a_max_deliveries_dead_letter(bus: Bus) -> None:
     ws = f"w{uuid.uuid4().hex[:8]}"
     durable, run_id = f"dlq-{ws}", f"r-{ws}"

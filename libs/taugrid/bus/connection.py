@@ -266,7 +266,7 @@ class Bus:
             sign_service_headers(self.signing_key, nats_subject=subject, headers=headers, body=data)
         ack = await self._store(subject, data, headers)
         if ack.duplicate and ack.stream in PEOPLE_WRITABLE_STREAMS and event_type not in SIGNED_TYPES:
-            squatter = await self._subject_at(ack.stream, ack.seq)
+            squatter = await self.subject_at(ack.stream, ack.seq)
             if _laneless(squatter) != _laneless(subject):
                 # Someone stored another message under this event's id first (a researcher may set any
                 # Nats-Msg-Id on her own cancel subject, and so made a colleague's exec.succeeded vanish as a
@@ -294,7 +294,7 @@ class Bus:
             raise TemporaryError(f"publish to {subject} failed: {exc!r}", delay=1.0) from exc
         return _pub_ack(reply)
 
-    async def _subject_at(self, stream: str, seq: int) -> str:
+    async def subject_at(self, stream: str, seq: int) -> str:
         """The subject of the message ``stream`` stores at ``seq`` ("" when it is gone)."""
         try:
             msg = await self.guarded(self.js.get_msg(stream, seq))

@@ -16,6 +16,7 @@ service may do, so replay needs the bootstrap identity (the operator's break-gla
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Iterable
 
@@ -112,7 +113,14 @@ async def replay(bus: Bus, seqs: Iterable[int]) -> list[DeadLetter]:
         first_id = headers.get("Nats-Msg-Id") or f"{letter.stream}.{letter.stream_seq}"
         headers["Nats-Msg-Id"] = f"{first_id}.replay-{seq}"  # else the server would drop it as a duplicate
         headers["x-replay-of"] = f"{letter.stream}.{letter.stream_seq}"
-        await bus.guarded(bus.js.publish(str(original.subject), original.data or b"", headers=headers))
+        ack = await bus.guarded(bus.js.publish(str(original.subject), original.data or b"", headers=headers))
+        if ack.duplicate and await bus.subject_at(ack.stream, ack.seq) != str(original.subject):
+            # The replay's id was taken first on another subject (people may set any Nats-Msg-Id on their requests
+            # into RUNS, and the original's id and the letter's number are no secret): the replay was dropped as a
+            # duplicate, and its dead letter would have been deleted with nothing replayed. It goes again under
+            # an id nobody can have taken.
+            headers["Nats-Msg-Id"] = f"{first_id}.replay-{seq}.{secrets.token_hex(16)}"
+            await bus.guarded(bus.js.publish(str(original.subject), original.data or b"", headers=headers))
         await bus.guarded(bus.js.delete_msg(STREAM, seq))
         done.append(msgspec.structs.replace(letter, subject=str(original.subject)))
     return done
