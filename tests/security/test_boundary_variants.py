@@ -450,3 +450,14 @@ async def test_a_platform_revision_is_pinned_only_to_reproduce_a_run_of_the_work
                 original, platform_revision=first, config_hash="h1")))
         kind, _ = await decided("again", platform_revision=first, reproduces="orig")
         assert kind == "approved"
+        # a run of her workspace resolved against another revision, or from another config, is no reproduction
+        # of that revision: pinned through it, a new config would still get the withdrawn policy
+        for name, revision, config in (("newer", first + 1, "h1"), ("edited", first, "h2")):
+            await kv.put(bus, "run_state", f"run.vision.{name}", states.RunRecord(
+                run_id=name, workspace="vision", resolved=msgspec.structs.replace(
+                    original, platform_revision=revision, config_hash=config)))
+            kind, body = await decided(f"via-{name}", platform_revision=first, reproduces=name)
+            [reason] = msgspec.json.decode(body, type=Rejected).reasons
+            assert (kind, reason.field, reason.message) == ("rejected", "platform_revision", (
+                f"platform revision {first} is pinned only to reproduce a run of workspace vision resolved "
+                f"against it from the same config; {name} is not one"))
