@@ -1,7 +1,8 @@
 """Many clusters through the whole pipeline (issue 28 item 5): `tau up --platform` with ``--sites`` local clusters
 (10), each behind its own leaf nats-server with simulated pods, the dispatcher in front of them; ``--runs`` runs
-(2000) submitted as fast as one client can, each a simulated pod of ``--duration`` seconds (5). Once half are
-submitted and ``site-0`` runs ``--cut-when`` (5) of them, ``site-0`` (every site has preference 0, so it is
+(2000) submitted as fast as one client can, each a simulated pod of ``--duration`` seconds (60: a run the records
+show running at the cut still runs when the loss is declared, the records lagging behind the sites). Once half are
+submitted and ``site-0`` runs ``--cut-when`` (20) of them, ``site-0`` (every site has preference 0, so it is
 nominated for every run) is cut: its server frozen (SIGSTOP: its link and its lease renewals stop while its local
 cluster process runs on) for ``--cut-for`` seconds (30), past ``dispatch.worker_lost_timeout``
 (``--lost-timeout``, 10 s), then let go (SIGCONT).
@@ -159,11 +160,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sites", type=int, default=10)
     ap.add_argument("--runs", type=int, default=2000)
-    ap.add_argument("--duration", type=float, default=5.0, help="seconds each simulated run lasts")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds each simulated run lasts")
     ap.add_argument("--mode", choices=["AllAtOnce", "Incremental"], default="AllAtOnce")
     ap.add_argument("--lost-timeout", type=float, default=10.0, help="dispatch.worker_lost_timeout, seconds")
     ap.add_argument("--cut-for", type=float, default=30.0, help="seconds the cut cluster stays frozen")
-    ap.add_argument("--cut-when", type=int, default=5, help="runs running at the cut cluster before it is cut")
+    ap.add_argument("--cut-when", type=int, default=20, help="runs running at the cut cluster before it is cut")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every run to be sealed")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs)")
     args = ap.parse_args()
