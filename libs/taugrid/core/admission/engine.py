@@ -35,6 +35,7 @@ from .model import (
     Cohort,
     LocalQueue,
     Node,
+    PodSet,
     ReclaimWithinCohort,
     ResourceFlavor,
     Topology,
@@ -55,8 +56,15 @@ _Entry = tuple[WState, CQQueue, Assignment, list[Target]]
 MEMO_SLOTS = 16  # memos a queue keeps, one per shape (a queue's heads alternate between a few shapes)
 
 
-def _frozen(value: object) -> object:
-    return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
+# A pod set's fields, in order, and those that hold a mapping (made hashable as sorted items): worked out once,
+# not per head (``dataclasses.fields`` and an ABC ``isinstance`` per field were most of a parked head's cost).
+_POD_SET_FIELDS = tuple(f.name for f in dataclasses.fields(PodSet))
+_POD_SET_MAPPINGS = frozenset(f.name for f in dataclasses.fields(PodSet) if "Mapping" in str(f.type))
+
+
+def _frozen_pod_set(ps: PodSet) -> tuple[object, ...]:
+    return tuple(tuple(sorted(getattr(ps, name).items())) if name in _POD_SET_MAPPINGS else getattr(ps, name)
+                 for name in _POD_SET_FIELDS)
 
 
 class _Shape:
@@ -79,7 +87,7 @@ def _shape(ws: WState) -> Hashable:
     placement, priority and preemptibility; kept on the state until its workload object changes."""
     w = ws.workload
     if ws.shape_of is not w:
-        pod_sets = tuple(tuple(_frozen(getattr(ps, f.name)) for f in dataclasses.fields(ps)) for ps in w.pod_sets)
+        pod_sets = tuple(_frozen_pod_set(ps) for ps in w.pod_sets)
         ws.shape, ws.shape_of = _Shape((w.priority, w.preemptible, w.placement, w.tolerations, pod_sets)), w
     return ws.shape
 
