@@ -99,7 +99,7 @@ async def mark(bus: Bus) -> Mark:
     with timed(KV_SECONDS, "platform", "mark"):
         kv = await bus.kv("platform")
         try:
-            answer = await bus.nc.request("$JS.API.STREAM.INFO.KV_platform", b"", timeout=10.0)
+            answer = await bus.replies.request("$JS.API.STREAM.INFO.KV_platform", b"", timeout=10.0)
             info = msgspec.json.decode(answer.data, type=_StreamInfo)
             if info.error is not None:
                 full = (await kv.status()).stream_info

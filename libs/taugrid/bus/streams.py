@@ -83,7 +83,7 @@ async def count(bus: Bus, stream: str, subject: str) -> int:
     is asked again through nats-py, which raises it (or says the stream is missing) as before."""
     request = json.dumps({"subjects_filter": subject}).encode()
     try:
-        answer = await bus.nc.request(f"$JS.API.STREAM.INFO.{stream}", request, timeout=10.0)
+        answer = await bus.replies.request(f"$JS.API.STREAM.INFO.{stream}", request, timeout=10.0)
     except UNAVAILABLE as exc:
         raise unavailable(f"counting {stream} on {subject}", exc) from exc
     counted = msgspec.json.decode(answer.data, type=_SubjectsAnswer)
@@ -152,7 +152,7 @@ async def _direct(bus: Bus, stream: str, request: dict[str, object]) -> Event | 
     """The message a direct get ``request`` names, or None when there is none."""
     what = json.dumps(request)
     try:
-        msg = await bus.nc.request(f"$JS.API.DIRECT.GET.{stream}", what.encode(), timeout=5.0)
+        msg = await bus.replies.request(f"$JS.API.DIRECT.GET.{stream}", what.encode(), timeout=5.0)
     except NO_RESPONDERS as exc:
         raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
     except UNAVAILABLE as exc:
