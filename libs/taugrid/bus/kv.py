@@ -29,7 +29,17 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from taugrid.bus.connection import PUBLISH_TIMEOUT_S as _WRITE_TIMEOUT_S
 from taugrid.bus.connection import Bus, stored_seq
-from taugrid.bus.errors import KEY_ABSENT, MISSING, REFUSED, TIMEOUT, UNAVAILABLE, WRONG_LAST, conflicted, unavailable
+from taugrid.bus.errors import (
+    KEY_ABSENT,
+    MISSING,
+    NO_RESPONDERS,
+    REFUSED,
+    TIMEOUT,
+    UNAVAILABLE,
+    WRONG_LAST,
+    conflicted,
+    unavailable,
+)
 from taugrid.bus.metrics import KV_SECONDS, timed
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
@@ -80,10 +90,40 @@ def unpack(bucket: str, stored: bytes) -> bytes:
     return out
 
 
+_GONE_OPERATIONS = ("DEL", "PURGE")  # the KV-Operation header of a delete or purge marker
+
+
+async def _latest(bus: Bus, bucket: str, key: str) -> Record | None | bool:
+    """The key's latest value by a direct get sent through ``Bus.replies`` (nats-py's request and message lift
+    cost about twice the client CPU, and every stage reads KV per run: issue 30); None when absent or deleted;
+    False when this answer cannot say (no direct gets on the bucket, an unexpected status): the caller then asks
+    through nats-py, which raises what it meets as before."""
+    subject = f"$KV.{bucket}.{key}"
+    try:
+        msg = await bus.replies.request(f"$JS.API.DIRECT.GET.KV_{bucket}.{subject}", b"", timeout=10.0)
+    except NO_RESPONDERS:
+        return False
+    headers = msg.headers or {}
+    status = headers.get("Status", "")
+    if status == "404":
+        return None
+    if status or headers.get("Nats-Subject") != subject:
+        return False
+    if headers.get("KV-Operation") in _GONE_OPERATIONS:
+        return None
+    return Record(value=unpack(bucket, msg.data or b""), revision=int(headers.get("Nats-Sequence") or 0))
+
+
 async def get(bus: Bus, bucket: str, key: str, *, revision: int | None = None) -> Record | None:
     """The key's value (at ``revision``, else the latest), or None when it is absent or deleted."""
     with timed(KV_SECONDS, bucket, "get") as timing:
         try:
+            if revision is None and _VALID_KEY.fullmatch(key) and not key.endswith("."):
+                latest = await _latest(bus, bucket, key)
+                if latest is not False:
+                    if latest is None:
+                        timing.outcome = "absent"
+                    return latest  # type: ignore[return-value]
             kv = await bus.kv(bucket)
             entry = await kv.get(key, revision=revision)
         except KEY_ABSENT:
