@@ -573,7 +573,7 @@ class LocalCluster:
             news = [wl for wl in list(self.wls.values())
                     if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)]
             await self._each(self.publish(wl, "Workload", wl.workload, "modified") for wl in news)
-        await self._each(self._supervise(wl) for wl in list(self.wls.values()) if wl.state in ("running", "deleted"))
+        await self._supervise_many(list(self.wls.values()))
         if now - self._snapshot_at > 2.0:
             self._snapshot_at = now
             await self._publish_queues(now)
@@ -751,9 +751,33 @@ class LocalCluster:
         self._arm_sim_timer()
 
     async def _supervise_due(self, names: list[str]) -> None:
+        """Simulated pods' ends: the capacity of every run whose pods have all ended is released and admitted
+        first, then the ends are reported. Each report is a bus round trip (every pod's end, the Job's, the
+        Workload's, the save) made under the lock, with the next passes queued behind it: admission waited for
+        all of them while the quota stood free (under load, seconds a batch in Kueue's TAS scenario)."""
         async with self.lock:
-            await self._each(self._supervise(self.wls[n]) for n in dict.fromkeys(names)
-                             if n in self.wls and self.wls[n].state in ("running", "deleted"))
+            await self._supervise_many([self.wls[n] for n in dict.fromkeys(names) if n in self.wls])
+
+    async def _supervise_many(self, wls: list[LocalWorkload]) -> None:
+        """``_supervise`` each running or deleted workload of ``wls``, once the capacity of those whose simulated
+        pods have all ended is released and admitted (see ``_supervise_due``; housekeeping finds ends too)."""
+        if self._release_ended(wls):
+            await self._admit()
+        # after the admission: a run it preempted is pending again, not to be supervised (nor released)
+        await self._each(self._supervise(wl) for wl in wls if wl.state in ("running", "deleted"))
+
+    def _release_ended(self, wls: Iterable[LocalWorkload]) -> bool:
+        """Release the quota and node room of the running simulated workloads whose every pod has ended (as
+        ``_supervise`` will find them), before their ends are reported: the capacity is free from then on.
+        ``_supervise`` releases them again once reported, which is then a no-op. True if any was released."""
+        now, released = time.time(), False
+        for wl in wls:
+            if wl.state == "running" and wl.pods and all(
+                    p.phase not in ("Running", "Pending") or (p.phase == "Running" and p.sim_end and p.added
+                                                              and now >= p.sim_end) for p in wl.pods):
+                self.admitter.release(wl.name)
+                released = True
+        return released
 
     def _sim_pass_done(self, task: asyncio.Task[None]) -> None:
         self._sim_passes.discard(task)

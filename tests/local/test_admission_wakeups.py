@@ -1,0 +1,99 @@
+"""The local cluster, real bus, simulated pods: capacity a simulated run frees at its end is admitted in the same
+pass that notices the end, before that run's end is reported. Under load each report is a bus round trip and the
+pass holds the cluster's lock for all of them (every pod's end, the Job's and the Workload's, the save), with the
+next passes queued behind it: admission waited for all of that while the quota stood free (Kueue's TAS scenario
+through the pipeline: a batch of 30 large runs every ~4 s where 1 s of runtime allows one a second)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taugrid.core.contracts import BackendApply
+from taugrid.local.controller import LocalCluster
+from tests.local.pools import pool_cluster, settle
+
+RACK = "cloud.provider.com/topology-rack"
+NODES = "".join(f"    - {{name: n{r}{i}, cpus: '4', memory: 8Gi, labels: {{pool: t, {RACK}: r{r}}}}}\n"
+                for r in range(2) for i in range(2))
+# One queue whose quota holds one two-pod run at a time: the second waits for the first's end.
+PLATFORM = f"""\
+topologies:
+  - {{name: racks, levels: [{RACK}, kubernetes.io/hostname]}}
+resource_flavors:
+  - {{name: t, topology_name: racks, node_labels: {{pool: t}}}}
+cluster_queues:
+  - name: team
+    resource_groups:
+      - covered_resources: [cpu, memory]
+        flavors:
+          - name: t
+            resources:
+              - {{name: cpu, nominal_quota: 2}}
+              - {{name: memory, nominal_quota: 8Gi}}
+local_queues:
+  - {{name: default, namespace: default, cluster_queue: team}}
+workspaces:
+  - {{name: default, namespace: default, local_queue: default, output_root: /tmp}}
+local:
+  nodes:
+{NODES}"""
+
+
+def rack_job(name: str) -> dict[str, Any]:
+    container = {"name": "main", "image": "python:3.11-slim", "command": ["true"],
+                 "env": [{"name": "SIMULATED_DURATION", "value": "600"}],
+                 "resources": {"requests": {"cpu": "1", "memory": "1Mi"}}}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"kueue.x-k8s.io/queue-name": "default", "taugrid.io/run-id": name[:-3],
+                                    "taugrid.io/workspace": "default", "taugrid.io/attempt": "1"}},
+            "spec": {"suspend": True, "backoffLimit": 0, "completions": 2, "parallelism": 2,
+                     "completionMode": "Indexed",
+                     "template": {"metadata": {"labels": {}, "annotations": {
+                         "kueue.x-k8s.io/podset-required-topology": RACK}},
+                                  "spec": {"restartPolicy": "Never", "subdomain": f"{name}-headless",
+                                           "containers": [container]}}}}
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LocalCluster]:
+    monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")
+    async with pool_cluster(tmp_path, PLATFORM, name="wakeups") as (_bus, c):
+        yield c
+
+
+@pytest.mark.parametrize("noticed_by", ["the simulated ends' pass", "housekeeping"])
+async def test_a_simulated_end_admits_the_waiting_tas_head_before_its_reports(cluster: LocalCluster,
+                                                                              noticed_by: str) -> None:
+    c = cluster
+    for name in ("first-a1", "second-a1"):
+        await c.apply(BackendApply(run_id=name[:-3], workspace="default", attempt=1, manifests=[rack_job(name)]))
+    await settle(c, lambda: c.wls["first-a1"].state == "running" and all(p.added for p in c.wls["first-a1"].pods))
+    assert c.wls["second-a1"].state == "pending"  # the quota holds one run: the TAS head is parked
+    order: list[str] = []
+    publish = c.publish
+
+    async def recording(wl: Any, kind: str, obj: dict[str, Any], change: str) -> None:
+        order.append(f"{wl.name} {kind} {change}")
+        await publish(wl, kind, obj, change)
+
+    c.publish = recording  # type: ignore[method-assign]
+    for p in c.wls["first-a1"].pods:
+        p.sim_end = time.time() - 1.0  # its pods' runtime is over
+    if noticed_by == "housekeeping":
+        await c.housekeep()
+    else:
+        await c._supervise_due(["first-a1"])  # as its timer runs it
+    # no admission cycle ran but the one these ran
+    assert "first-a1" not in c.wls  # ended and reported
+    second = c.wls["second-a1"]
+    assert second.state == "running"
+    assert sorted(p.node[:2] for p in second.pods) in (["n0", "n0"], ["n1", "n1"])  # one rack, as required
+    # its admission went out before the first run's end was reported
+    assert order.index("second-a1 Workload modified") < order.index("first-a1 Pod modified")
+    assert order[-2:] == ["first-a1 Job modified", "first-a1 Workload modified"]
