@@ -684,9 +684,11 @@ class LocalCluster:
             await self.publish(wl, "Workload", wl.workload, "modified")
             await self.publish(wl, wl.job["kind"], wl.job, "modified")
             wl.announced = True
+        # a run's pods are announced together (a bus round trip for all, not one per pod); one that fails stays
+        # unannounced and is announced by the next tick
+        await self._each(self._announce_simulated(wl, p) for p in wl.pods
+                         if self.simulate and p.phase == "Running" and p.sim_end and not p.added)
         for p in wl.pods:
-            if self.simulate and p.phase == "Running" and p.sim_end and not p.added:
-                await self._announce_simulated(wl, p)
             if p.phase != "Pending":
                 continue
             if self.simulate:
@@ -779,6 +781,13 @@ class LocalCluster:
                 released = True
         return released
 
+    async def _end_simulated(self, wl: LocalWorkload, p: LocalPod) -> None:
+        if wl.state != "deleted":  # published first: a failed publish leaves it Running, tried again
+            objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started,
+                                   at=time.time())
+            await self.publish(wl, "Pod", p.obj, "modified")
+        p.phase = "Succeeded" if wl.state != "deleted" else "Failed"
+
     def _sim_pass_done(self, task: asyncio.Task[None]) -> None:
         self._sim_passes.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -787,17 +796,15 @@ class LocalCluster:
 
     async def _supervise(self, wl: LocalWorkload) -> None:
         """Logs of running pods; simulated pods that are due; the Job's end once no pod runs."""
+        ended = []
         for p in wl.pods:
             if p.phase != "Running":
                 continue
             if not p.sim_end:
                 await self.podsync.ship_logs(wl, p, final=False)
             elif (time.time() >= p.sim_end and p.added) or wl.state == "deleted":  # announced Running first
-                if wl.state != "deleted":  # published first: a failed publish leaves it Running, tried again
-                    objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started,
-                                           at=time.time())
-                    await self.publish(wl, "Pod", p.obj, "modified")
-                p.phase = "Succeeded" if wl.state != "deleted" else "Failed"
+                ended.append(p)
+        await self._each(self._end_simulated(wl, p) for p in ended)  # together: one round trip for the run's pods
         if any(p.phase in ("Running", "Pending") for p in wl.pods):
             return
         self.admitter.release(wl.name)
