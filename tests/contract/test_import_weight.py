@@ -72,7 +72,7 @@ def test_gpu_discovery_imports_pynvml_only_where_the_nvml_library_loads() -> Non
         "from taugrid.health.nvml import NvmlProbe\n"
         "from taugrid.gpulib import nvml_library_missing\n"
         "from taugrid.local.machine import inventory\n"
-        "_, capacity, gpus, _ = inventory()\n"
+        "gpus = inventory().gpus\n"
         "sample = NvmlProbe().sample('n')\n"
         "print(bool(nvml_library_missing()), 'pynvml' in sys.modules, gpus, sample.gpu_source, sample.message)\n"
     )

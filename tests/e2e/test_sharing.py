@@ -150,7 +150,8 @@ def test_tau_nodes_shows_this_node_its_gpus_health_and_the_runs_on_it(stack: Sta
     assert (node["gpus"], node["verdict"], node["cordoned"], node["conditions"]) == (2, "healthy", False, {})
     assert run_id in node["runs"]
     human = stack.tau("nodes", check=True).stdout
-    assert human.splitlines()[0].split() == ["NODE", "GPUS", "HEALTH", "SCHEDULING", "RUNS", "FAILING", "CONDITIONS"]
+    assert human.splitlines()[0].split() == ["NODE", "GPUS", "VENDOR/MODEL", "HEALTH", "SCHEDULING", "RUNS",
+                                                 "FAILING", "CONDITIONS"]
     assert stack.wait_state(run_id, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"
 
 
