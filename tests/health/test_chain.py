@@ -27,6 +27,7 @@ from taugrid.bus import Bus, platformstore
 from taugrid.bus.replay import replay
 from taugrid.client.client import Client
 from taugrid.core.contracts import LogChunk
+from taugrid.core.errors import NotFound
 from taugrid.health.agent import NodeAgent
 from taugrid.health.kmsg import KmsgReader
 from taugrid.health.monitor import HealthMonitor
@@ -258,6 +259,17 @@ async def test_the_same_chain_on_the_emulated_kubernetes_cluster(kube_chain: dic
     await wait_for(uncordoned, "the actuator to uncordon Node gpu-a", timeout=20)
 
 
+async def recorded_node(client: Client, run_id: str) -> str:
+    """The node a running run's record names ("" before): what the monitor reads to tell a run on a faulty node
+    ``health.degraded``. Written up to run_record's ``LINGER_S`` after ``exec.running``, so a test that faults the
+    node on seeing the event alone could overtake the record."""
+    try:
+        rec = await client.status(run_id)
+    except NotFound:  # no record yet
+        return ""
+    return rec.node or "" if rec.state == "running" else ""
+
+
 async def the_chain(chain: dict[str, Any]) -> None:
     bus, client, gpu, tick = chain["bus"], chain["client"], chain["gpu"], chain["tick"]
     await tick("gpu-a")
@@ -266,8 +278,7 @@ async def the_chain(chain: dict[str, Any]) -> None:
     chain["run_id"] = run_id
 
     async def running_on_a() -> bool:
-        evs = [e async for e in client.events(run_id=run_id)]
-        return any(e.type == "exec.running" and e.as_dict().get("node") == "gpu-a" for e in evs)
+        return await recorded_node(client, run_id) == "gpu-a"
 
     await wait_for(running_on_a, "attempt 1 running on gpu-a")
     await wait_for(lambda: chain["printed"](run_id, 1, "attempt 1"), "attempt 1 printing")

@@ -26,7 +26,7 @@ from taugrid.health import smi
 from taugrid.health.probe import DeclaredProbe, HealthProbe
 from taugrid.health.vendorlib import AmdLibEvents, GaudiLibEvents
 from taugrid.health.wire import NodeCordon, NodeRepair, NodeState, NodeValidation
-from tests.health.test_chain import history, running_chain, wait_for
+from tests.health.test_chain import history, recorded_node, running_chain, wait_for
 from tests.health.vendorfakes import FakeAmdSmi, FakePyhlml
 from tests.platforms import lab_platform, workspace
 
@@ -178,11 +178,7 @@ async def test_a_vendor_fault_moves_the_run_to_a_healthy_node_and_the_vendors_re
             await tick(name)
         run_id = await client.submit_text(tau_yaml("chain", vendor, hold=True), name="chain")
 
-        async def first_node() -> str:
-            running = [e for e in [e async for e in client.events(run_id=run_id)] if e.type == "exec.running"]
-            return str(running[0].as_dict().get("node", "")) if running else ""
-
-        faulty = await wait_for(first_node, "attempt 1 running")
+        faulty = await wait_for(lambda: recorded_node(client, run_id), "attempt 1 running")
         healthy = next(n for n in nodes if n != faulty)
         await wait_for(lambda: chain["printed"](run_id, 1, "attempt 1"), "attempt 1 printing")
         machines[faulty].fault()
