@@ -111,6 +111,7 @@ class Renderer:
             run_id=run.run_id, workspace=run.workspace, attempt=attempt, manifests=applied,
             source_object=run.source_object, exclude_nodes=exclude, python=run.python,
             python_source=run.python_source, image=run.image, pip=list(run.pip), lane=ev.lane,
+            platform_revision=run.platform_revision,
         ))
         log.info("applied %s attempt %d via %s", run.run_id, attempt, self.backend.name)
         main = next((m for m in manifests if m.get("kind") in _WORKLOAD_KINDS), manifests[0])

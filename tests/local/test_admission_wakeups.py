@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from taugrid.bus import platformstore
 from taugrid.core.contracts import BackendApply
 from taugrid.local.controller import LocalCluster
 from tests.local.pools import pool_cluster, settle
@@ -97,3 +98,21 @@ async def test_a_simulated_end_admits_the_waiting_tas_head_before_its_reports(cl
     # its admission went out before the first run's end was reported
     assert order.index("second-a1 Workload modified") < order.index("first-a1 Pod modified")
     assert order[-2:] == ["first-a1 Job modified", "first-a1 Workload modified"]
+
+
+async def test_an_apply_resolved_against_a_newer_platform_revision_is_admitted_under_it(
+        cluster: LocalCluster) -> None:
+    """The cluster reads the platform at most once a second; a run the policy resolved against a revision
+    applied since (an admin's apply, then at once a researcher's run) makes it read the platform first, so the run
+    lands on the nodes of its own revision (here rack r0's nodes are gone), never on a removed one."""
+    c = cluster
+    await c.refresh_platform()  # checked just now: the next look-up would be a second away
+    old = c.platform_rev
+    without_r1 = "".join(line for line in PLATFORM.splitlines(keepends=True) if "r0}" not in line)
+    newer = await platformstore.put_text(c.bus, without_r1)
+    assert newer > old and c.platform_rev == old
+    await c.apply(BackendApply(run_id="fresh", workspace="default", attempt=1, manifests=[rack_job("fresh-a1")],
+                               platform_revision=newer))
+    assert c.platform_rev == newer
+    await settle(c, lambda: c.wls["fresh-a1"].state == "running" and all(p.node for p in c.wls["fresh-a1"].pods))
+    assert {p.node for p in c.wls["fresh-a1"].pods} <= {"n10", "n11"}  # rack r1, the one left

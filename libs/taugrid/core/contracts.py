@@ -418,6 +418,9 @@ class BackendApply(Struct, frozen=True):
     # The priority lane of the approval it applies (events.HIGH_LANE or ""): the local backend publishes a
     # high-lane apply on ``backend.<cluster>.apply.high``, read by the local cluster's own durable for it.
     lane: str = ""
+    # The platform revision the run was resolved against: a local cluster still on an older one reads the
+    # platform before it admits this (else a run submitted right after an apply could land on a removed node).
+    platform_revision: int = 0
 
 
 class BackendDelete(Struct, frozen=True):

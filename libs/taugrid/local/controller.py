@@ -306,6 +306,8 @@ class LocalCluster:
         bus round trip at a time (about 80/s under a burst's load), below Kueue's scenario's arrival rate. Nothing
         else can touch the workload meanwhile: it joins ``wls`` and the engine together once its events are out,
         and a run's later requests (its delete) wait for this one in the consumer (one run's events in order)."""
+        if req.platform_revision > self.platform_rev:
+            self._platform_checked = 0.0  # resolved against a revision this cluster has not read: read it now
         if self._platform_due():
             async with self.lock.first(high):
                 await self.refresh_platform()
