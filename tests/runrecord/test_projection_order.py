@@ -242,9 +242,11 @@ async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -
 
 async def test_a_lingering_event_is_written_with_the_runs_next_one_which_does_not_wait(
         bus: Bus, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """``exec.running`` (``LINGER``) waits for the run's next event; ``exec.succeeded`` arriving meanwhile ends
+    """A lingering event (``LINGER``) waits for the run's next event; ``exec.succeeded`` arriving meanwhile ends
     the wait at once (the linger is made a minute long: only that can end it within the test's 10 s) and both
     are written in one write, in stream order."""
+    # the mechanism, shown on exec.running made a lingering event (it is not one: LINGER says why)
+    monkeypatch.setattr(runrecord.projection, "LINGER", runrecord.projection.LINGER | {"exec.running"})
     monkeypatch.setattr(runrecord.projection, "LINGER_S", 60.0)
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in [*lifecycle(bus, ws, run), ("exec.succeeded", c.ExecFinished(exit_code=0))]:
@@ -267,6 +269,8 @@ async def test_a_lingering_event_is_written_with_the_runs_next_one_which_does_no
 
 
 async def test_a_lingering_event_alone_is_written_after_the_linger(bus: Bus, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the mechanism, shown on exec.running made a lingering event (it is not one: LINGER says why)
+    monkeypatch.setattr(runrecord.projection, "LINGER", runrecord.projection.LINGER | {"exec.running"})
     monkeypatch.setattr(runrecord.projection, "LINGER_S", 0.01)
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):

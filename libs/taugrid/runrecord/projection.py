@@ -57,7 +57,9 @@ LAST_EVENT = "evidence.sealed"
 # ``exec.succeeded``, which is written at once, with whatever waits). A waiting write goes as soon as an event
 # outside this set arrives for the run, or after ``LINGER_S``: ``tau status`` may show such a phase that much
 # later.
-LINGER = frozenset({"admission.queued", "admission.admitted", "exec.running", "exec.progress"})
+# ``exec.running`` is not among them: it is the phase people watch for (the portal, `tau status`), and a short
+# run's end arriving within the linger would have been written with it, so that the record never said running.
+LINGER = frozenset({"admission.queued", "admission.admitted", "exec.progress"})
 LINGER_S = 0.05
 
 
