@@ -137,7 +137,7 @@ async def test_a_push_consumer_delivering_outside_her_inbox_stores_nothing_anywh
     await asyncio.sleep(1.0)  # a push consumer with interest delivers at once
     assert await replay(boot, stream="RUNS", subject=f"run.language.{victim}.>") == []
     assert "EVIL" not in [s.config.name for s in await boot.js.streams_info()]
-    for stream, subject in (("KV_node_state", "$KV.node_state.evil"), ("OBJ_evidence", "$O.evidence.C.language.>")):
+    for stream, subject in (("KV_node_state", "$KV.node_state.evil"), ("OBJ_evidence", "$O.evidence.C.language.evil")):
         state = json.loads((await boot.nc.request(f"$JS.API.STREAM.INFO.{stream}",
                                                   json.dumps({"subjects_filter": subject}).encode())).data)["state"]
         assert state.get("subjects") is None, (stream, state)
