@@ -25,6 +25,7 @@ ECC count.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from typing import Any, NamedTuple, Protocol
 
 from taugrid.core.contracts import GpuEvent
@@ -60,7 +61,7 @@ class VendorEvents(Protocol):
     def read(self) -> list[DeviceHealth]: ...
 
 
-class _Library:
+class _Library(ABC):
     """Opens a vendor library once; a library that cannot open is said once and stays closed."""
 
     def __init__(self, lib: Any, module: str) -> None:
@@ -91,8 +92,9 @@ class _Library:
         self._state = "open"
         return self._lib
 
+    @abstractmethod
     def _init(self, lib: Any) -> None:
-        raise NotImplementedError
+        """Initialise the vendor's library (each vendor's own call)."""
 
 
 class AmdLibEvents(_Library):
