@@ -96,6 +96,19 @@ class _Library(ABC):
     def _init(self, lib: Any) -> None:
         """Initialise the vendor's library (each vendor's own call)."""
 
+    @abstractmethod
+    def _unsupported(self, exc: Exception) -> bool:
+        """Whether ``exc`` is the library's "not supported on this device" (answered None, not said)."""
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args)``; None where the device does not support it or the library refused (said once)."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not self._unsupported(exc):
+                self.say(f"{getattr(fn, '__name__', fn)} failed: {exc!r}")
+            return None
+
 
 class AmdLibEvents(_Library):
     """AMD GPUs' ECC per block, bad pages and RAS records through ``amdsmi``; ``lib`` replaces the module."""
@@ -111,15 +124,9 @@ class AmdLibEvents(_Library):
     def _init(self, lib: Any) -> None:
         lib.amdsmi_init()
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args)``; None where the device does not support it or the library refused (said once)."""
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            code = exc.get_error_code() if hasattr(exc, "get_error_code") else None
-            if code != AMDSMI_STATUS_NOT_SUPPORTED:
-                self.say(f"{getattr(fn, '__name__', fn)} failed: {exc!r}")
-            return None
+    def _unsupported(self, exc: Exception) -> bool:
+        get_code = getattr(exc, "get_error_code", None)
+        return get_code is not None and get_code() == AMDSMI_STATUS_NOT_SUPPORTED
 
     def read(self) -> list[DeviceHealth]:
         lib = self.open()
@@ -225,13 +232,8 @@ class GaudiLibEvents(_Library):
         for device in self._devices:
             lib.hlmlDeviceRegisterEvents(device, mask, self._set)
 
-    def _call(self, lib: Any, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:
-            if getattr(exc, "value", None) != _types(lib).HLML_RETURN.HLML_ERROR_NOT_SUPPORTED:
-                self.say(f"{getattr(fn, '__name__', fn)} failed: {exc!r}")
-            return None
+    def _unsupported(self, exc: Exception) -> bool:
+        return getattr(exc, "value", None) == _types(self._lib).HLML_RETURN.HLML_ERROR_NOT_SUPPORTED
 
     def read(self) -> list[DeviceHealth]:
         lib = self.open()
@@ -239,7 +241,7 @@ class GaudiLibEvents(_Library):
             return []
         pcis = []
         for device in self._devices:
-            info = self._call(lib, lib.hlmlDeviceGetPCIInfo, device)
+            info = self._call(lib.hlmlDeviceGetPCIInfo, device)
             bus = getattr(info, "bus_id", b"")
             pcis.append(bus.decode(errors="replace").strip("\0") if isinstance(bus, bytes) else str(bus))
         events: dict[int, list[GpuEvent]] = {i: [] for i in range(len(self._devices))}
@@ -251,7 +253,7 @@ class GaudiLibEvents(_Library):
         out = []
         for index, device in enumerate(self._devices):
             events[index] += self._rows_replaced(lib, device, index, pcis[index])
-            pending = self._call(lib, lib.hlmlDeviceGetReplacedRowsPendingStatus, device)
+            pending = self._call(lib.hlmlDeviceGetReplacedRowsPendingStatus, device)
             out.append(DeviceHealth(index, pcis[index], events[index], None if pending is None else bool(pending)))
         return out
 
@@ -274,7 +276,7 @@ class GaudiLibEvents(_Library):
     def _rows_replaced(self, lib: Any, device: Any, index: int, pci: str) -> list[GpuEvent]:
         out = []
         for cause in ROW_CAUSES:
-            count = self._call(lib, lib.hlmlDeviceGetReplacedRowsCount, device,
+            count = self._call(lib.hlmlDeviceGetReplacedRowsCount, device,
                                getattr(_types(lib).HLML_ROW_REPLACEMENT_CAUSE, cause))
             if not isinstance(count, int):
                 continue
