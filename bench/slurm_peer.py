@@ -27,8 +27,9 @@ Every job submitted counts: one that never starts counts with its wait until the
 
 Exits 1 when taugrid is not ahead of Slurm on burst jobs/s or idle p99, when a taugrid run was lost (never
 started or never succeeded), or when the Slurm side did not complete (the comparison would not be valid).
-When Slurm is not installed the bench says so and exits 0; with ``--install``, run as root where apt-get
-exists, it installs ``slurm-wlm`` (``apt-get install --no-install-recommends``) and goes on.
+When Slurm is not installed (or ``--install`` could not install it) the bench says so and exits 2: no
+comparison ran, so "ahead of Slurm" was not shown and the bench must not pass. With ``--install``, run as root
+where apt-get exists, it installs ``slurm-wlm`` (``apt-get install --no-install-recommends``) and goes on.
 """
 
 from __future__ import annotations
@@ -542,13 +543,13 @@ def main() -> None:
         why = install_slurm()
         if why:
             print(f"Slurm is not installed here (missing {', '.join(missing)}) and could not be installed: {why}; "
-                  "no side-by-side comparison in this run")
-            sys.exit(0)
+                  "no side-by-side comparison in this run, so the target is not shown")
+            sys.exit(2)
         missing = []
     if missing:
         print(f"Slurm is not installed here (missing {', '.join(missing)}); no side-by-side comparison in this run "
               "(--install installs Debian's slurm-wlm when run as root where apt-get exists)")
-        sys.exit(0)
+        sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the daemons
 
     work = Path(tempfile.mkdtemp(prefix="tau-bench-slurm-"))
