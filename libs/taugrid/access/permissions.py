@@ -36,7 +36,7 @@ from taugrid.core.publishing import SERVICE_PUBLISH
 
 API = "$JS.API"
 READ_STREAMS = ("RUNS", "AUDIT", "LOGS")  # the streams people read, confined to their workspaces
-PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger", "site_leases")
+PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger", "site_leases", "site_capacity")
 # Buckets whose keys are ``run.<workspace>.<run>``: people read only their workspaces' keys there.
 WORKSPACE_KV = ("run_state", "ledger")
 
@@ -324,8 +324,9 @@ def leaf_user(cluster: str) -> str:
 def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Permissions:
     """What site ``cluster``'s leaf node may do on the hub, from the leaf's side (publish: what it sends into the
     hub; subscribe: what the hub sends it). Only what its links and its lease need: source BACKEND filtered to its
-    own requests (``backend.<cluster>.>``), read and write its own lease key, read the hub's dispatch records (a
-    returning site's orphans), receive replies on ``inbox`` (its local cluster's); the hub may call its JetStream
+    own requests (``backend.<cluster>.>``), read and write its own lease key, write its own ``site_capacity`` key
+    (its capacity and usage), read the hub's dispatch records (a returning site's orphans), receive replies on
+    ``inbox`` (its local cluster's); the hub may call its JetStream
     API (to source its ``SITE_OUT``). Everything else (any event subject, another cluster's lease or requests,
     every other stream and bucket) is refused by the hub.
 
@@ -336,6 +337,7 @@ def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Pe
     return Permissions(
         publish=(f"{api}.CONSUMER.CREATE.BACKEND.*.backend.{cluster}.>",
                  f"{api}.$KV.site_leases.{cluster}", f"{api}.STREAM.INFO.{leases}",
+                 f"{api}.$KV.site_capacity.{cluster}",  # its own capacity record (bus/sitecapacity.py)
                  f"{api}.DIRECT.GET.{leases}.$KV.site_leases.{cluster}",
                  f"{api}.STREAM.INFO.{dispatch}", f"{api}.DIRECT.GET.{dispatch}.$KV.dispatch.>",
                  "$JSC.R.*", "$JS.S.*", "$JS.FC.>"),
@@ -413,7 +415,8 @@ def markdown_table() -> str:
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")
     rows.append("| a site's leaf node, `leaf-<cluster>` (a password user; many clusters, §13d) | across its link: "
                 "consumers on BACKEND filtered to `backend.<cluster>.>` (its `SITE_IN`), its own `site_leases` key "
-                "(read, compare-and-set), direct gets of the `dispatch` records, the sourcing's `$JS.S.*`/`$JSC.R.*`; "
+                "(read, compare-and-set), its own `site_capacity` key (put), direct gets of the `dispatch` records, "
+                "the sourcing's `$JS.S.*`/`$JSC.R.*`; "
                 "receives only the hub's calls to its own API (`$JS.<cluster>.API.>`), its local cluster's replies "
                 "(`_INBOX.<its key>.>`) and those deliveries "
                 "| `tau up` with clusters: one per site |")

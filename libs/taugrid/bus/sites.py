@@ -33,6 +33,7 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from taugrid.bus import sitecapacity
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, UNAVAILABLE, conflicted, unavailable
 from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE
@@ -116,7 +117,8 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
 
 async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) -> None:
     """On the hub: ``SITE_<CLUSTER>``, sourcing the site's ``SITE_OUT`` from its domain, each subject prefixed with
-    ``site.<cluster>.`` by the hub, and the dispatcher's durable on its Workload changes."""
+    ``site.<cluster>.`` by the hub, the dispatcher's durable on its Workload changes, and the ``site_leases`` and
+    ``site_capacity`` buckets."""
     await _add(hub, StreamConfig(
         name=hub_stream(cluster), retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
         sources=[StreamSource(name=SITE_OUT, external=ExternalStream(api=api_prefix(cluster)),
@@ -133,6 +135,7 @@ async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) ->
         await hub.js.create_key_value(KeyValueConfig(bucket=LEASES, history=1, storage=StorageType.FILE, direct=True))
     except UNAVAILABLE as exc:
         raise unavailable(f"creating the hub's {LEASES} bucket", exc) from exc
+    await sitecapacity.provision_hub(hub)  # each site's capacity and usage, written by the site (its own key)
 
 
 class Link(msgspec.Struct, frozen=True):
