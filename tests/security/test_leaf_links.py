@@ -1,8 +1,9 @@
 """A site's leaf node on an authenticated hub (many clusters, docs §13d): the hub admits it as its own leaf user
-(``permissions.leaf_permissions``), which lets through its own requests and its own lease and nothing else. A site
-owns its server, so a misbehaving one is played here by a client on the site's server: it tries to write another
-cluster's lease, publish a run event into the hub, read the hub's run records, source another cluster's requests
-and listen to the hub's replies. Each is refused by the hub, while the site's own link and lease keep working."""
+(``permissions.leaf_permissions``), which lets through its own requests, its own lease and its own capacity record
+and nothing else. A site owns its server, so a misbehaving one is played here by a client on the site's server: it
+tries to write another cluster's lease or capacity record, publish a run event into the hub, read the hub's run
+records, source another cluster's requests and listen to the hub's replies. Each is refused by the hub, while the
+site's own link, lease and capacity record keep working."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import pytest
 from nats.js.api import ConsumerConfig
 
 from taugrid.access import permissions
-from taugrid.bus import connect, creds, sites
+from taugrid.bus import connect, creds, sitecapacity, sites
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
+from taugrid.core.errors import TemporaryError
+from taugrid.core.sitecapacity import SiteCapacity
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
@@ -77,10 +80,14 @@ async def test_a_site_reaches_only_its_own_requests_and_lease_on_the_hub(tmp_pat
         assert (await sites.renew(site, "site-a", 1)).fence is False
         assert {name: lease for name, (lease, _) in (await sites.leases(hub)).items()} == {
             "site-a": sites.SiteLease(1)}
+        own = SiteCapacity(nodes=2)
+        await sitecapacity.report(site, "site-a", own, hub_domain=sites.HUB_DOMAIN)
 
         hub_js = site.nc.jetstream(domain=sites.HUB_DOMAIN, timeout=2)
         with pytest.raises(Exception):  # noqa: B017 - refused on the hub: the request never gets an answer
             await sites._write_across(site, "site-b", sites.SiteLease(1), last=0, hub_domain=sites.HUB_DOMAIN)
+        with pytest.raises(TemporaryError):  # another cluster's capacity record: no answer, nothing stored
+            await sitecapacity.report(site, "site-b", SiteCapacity(nodes=99), hub_domain=sites.HUB_DOMAIN)
         with pytest.raises(Exception):  # noqa: B017
             await hub_js.key_value("run_state")
         with pytest.raises(Exception):  # noqa: B017 - another cluster's requests
@@ -103,6 +110,7 @@ async def test_a_site_reaches_only_its_own_requests_and_lease_on_the_hub(tmp_pat
         assert {name: lease for name, (lease, _) in (await sites.leases(hub)).items()} == {
             "site-a": sites.SiteLease(1)}
         assert await _stored(site, sites.SITE_IN) == ["backend.site-a.apply"]
+        assert await sitecapacity.reports(hub, ["site-a", "site-b"]) == {"site-a": own}
     finally:
         for bus in (hub, site):
             with contextlib.suppress(Exception):

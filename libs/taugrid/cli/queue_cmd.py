@@ -2,7 +2,11 @@
 
 It reads one KV key on both backends (``local_cluster``/``queues``): the local cluster writes it, and on
 Kubernetes kube-bridge writes it from Kueue's ClusterQueue/LocalQueue status and the pending-workloads
-visibility API (``taugrid.kube.queues``), so the CLI never needs Kubernetes credentials."""
+visibility API (``taugrid.kube.queues``), so the CLI never needs Kubernetes credentials.
+
+On a hub whose platform names clusters (docs §13d) the hub runs no cluster of its own: ``tau queue`` shows the
+control plane's quota view instead, each ClusterQueue summed over the clusters serving it with each cluster's
+share (``client.clusters.quota_view``, from the records the sites report into ``site_capacity``)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,11 @@ import click
 import msgspec
 
 from taugrid.bus import kv
+from taugrid.bus.platformread import PlatformReader
 from taugrid.cli.common import EXIT_NOT_FOUND, connected, emit_json, fail, output_option, run_async
 from taugrid.cli.views import table
+from taugrid.client.clusters import quota_view
+from taugrid.core.sitecapacity import QueueTotal
 
 
 def _fmt(values: dict[str, float]) -> str:
@@ -35,6 +42,17 @@ def _fmt(values: dict[str, float]) -> str:
 @run_async
 async def queue(show_pending: int, output: str) -> None:
     async with connected() as client:
+        got = await PlatformReader(client.bus).get()
+        if got is not None and got[0].clusters:
+            reported, totals = await quota_view(client.bus, got[0])
+            names = [c.name for c in got[0].clusters]
+            if output == "json":
+                emit_json({"clusters": {n: msgspec.to_builtins(reported[n]) for n in names if n in reported},
+                           "queues": [msgspec.to_builtins(t) for t in totals]})
+                return
+            click.echo(clusters_queue_view(totals, show_pending=show_pending,
+                                           silent=[n for n in names if n not in reported]))
+            return
         entry = await kv.get(client.bus, "local_cluster", "queues")
     if entry is None or not entry.value:
         fail("no queue snapshot yet: is the local cluster running (`tau up`), or on Kubernetes kube-bridge "
@@ -78,4 +96,25 @@ def queue_view(snap: dict[str, Any], *, show_pending: int, now: float) -> str:
         lines.append(f"(snapshot {now - snap['time']:.1f}s old from cluster {snap['cluster']})")
     else:
         lines.append(f"(snapshot {now - snap['time']:.1f}s old from node {snap['node']})")
+    return "\n".join(lines)
+
+
+def clusters_queue_view(totals: list[QueueTotal], *, show_pending: int, silent: list[str]) -> str:
+    """The hub's ``tau queue``: each ClusterQueue's total over its clusters (``all``), then each cluster's share,
+    its first waiting runs, and the clusters that have not reported."""
+    rows = []
+    for t in totals:
+        rows.append([t.cluster_queue, "all", _fmt(t.nominal), _fmt(t.used), str(t.admitted), str(t.pending)])
+        rows += [[t.cluster_queue, s.cluster, _fmt(s.nominal), _fmt(s.used), str(s.admitted), str(s.pending)]
+                 for s in t.shares]
+    lines = [table(rows, ["clusterqueue", "cluster", "nominal", "used", "admitted", "pending"])] if rows else [
+        "no cluster has reported its queues yet"]
+    for t in totals:
+        for s in t.shares:
+            for i, run in enumerate(s.first_pending[:show_pending]):
+                lines.append(f"  {t.cluster_queue} at {s.cluster} #{i + 1}: {run}")
+    if silent:
+        lines.append(f"(no report yet from {', '.join(silent)})")
+    lines.append("(summed over the clusters serving each queue, as each last reported: `tau clusters` shows "
+                 "each link's health)")
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import msgspec
 
-from taugrid.bus import kv, metrics, sites
+from taugrid.bus import kv, metrics, sitecapacity, sites
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
@@ -34,6 +34,7 @@ from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
+from taugrid.core.sitecapacity import SiteCapacity
 from taugrid.core.siteleases import orphans
 from taugrid.core.watched import slim
 from taugrid.local import envrefs, objects, resize
@@ -58,6 +59,7 @@ from taugrid.local.readiness import Readiness
 from taugrid.local.runas import RunUser, WorkspaceUsers
 from taugrid.local.runtime import PodRuntimes
 from taugrid.local.secrets import SecretStore
+from taugrid.local.sitecapacity import site_capacity
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.ports import free_port
 from taugrid.settings import Settings, current
@@ -118,6 +120,7 @@ class LocalCluster:
         self.site = given.process.site
         self.name = site_name(given.process.cluster) if self.site else "local"
         self.lease_generation = 1  # the site's lease generation on the hub (``lease_pass``)
+        self._capacity_sent: SiteCapacity | None = None  # the last record the hub took (``report_capacity``)
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
         self.capacity, self.gpu_count, self.gpu_memory_mb = capacity, gpu_count, gpu_memory_mb
@@ -447,6 +450,19 @@ class LocalCluster:
                                                     reason=f"{self.name} was declared lost"))
             await sites.rejoin(self.bus, self.name, got.generation)
         self.lease_generation = got.generation
+        await self.report_capacity()
+
+    async def report_capacity(self) -> None:
+        """At a site: this cluster's capacity and usage into the hub's ``site_capacity`` (its own key), only when
+        the record changed since the last write the hub took: at most once a lease period, never per event."""
+        if self.platform is None:
+            return  # no platform read yet: no queues to report
+        record = site_capacity(self.platform, self.admitter.pool, self.admitter.snapshot(time.time()),
+                               lambda name: self.wls[name].run_id if name in self.wls else None)
+        if record == self._capacity_sent:
+            return
+        await sitecapacity.report(self.bus, self.name, record, hub_domain=sites.HUB_DOMAIN)
+        self._capacity_sent = record
 
     async def delete(self, req: BackendDelete) -> None:
         wl = self.wls.get(req.name)
