@@ -19,6 +19,8 @@ cluster's share (``core.sitecapacity.summed``), what ``tau queue`` shows on a hu
 
 from __future__ import annotations
 
+from functools import partial
+
 import msgspec
 
 from taugrid.bus.connection import Bus
@@ -78,7 +80,7 @@ async def cluster_rows(bus: Bus, platform: Platform, records: list[RunRecord]) -
                                cluster_queues=c.cluster_queues, health=health(found),
                                lag=found.lag if found else None, silent_s=found.silent_s if found else None,
                                runs=holding.get(c.name, 0), lease=lease_view(held.get(c.name)), capacity=report,
-                               usage=None if report is None else usage(report, lambda q, c=c: serves(c, q))))
+                               usage=None if report is None else usage(report, partial(serves, c))))
     return rows
 
 
