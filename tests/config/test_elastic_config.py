@@ -1,6 +1,6 @@
 """``policy.mode: elastic`` with ``policy.elastic``: each malformed range is refused naming its line, the field and
-the fix; a well-formed torchrun range resolves and renders (an elastic Ray run is refused: the local cluster cannot
-resize it)."""
+the fix; a well-formed torchrun or Ray range resolves and renders (a Ray Tune run is refused: it sizes its trials
+itself)."""
 
 from __future__ import annotations
 
@@ -62,16 +62,36 @@ def test_a_well_formed_torchrun_range_is_accepted_and_resolved() -> None:
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in fixed.platform_env
 
 
-def test_an_elastic_ray_run_is_refused_with_its_fix() -> None:
+def test_an_elastic_ray_run_is_accepted_and_renders_its_worker_range() -> None:
     ray = """\
+name: grow
+engine: ray
+entrypoint: train.py
+policy: {workspace: ray, mode: elastic, elastic: {min: 1, max: 3, cooldown: 0}}
+compute: {workers: 2}
+"""
+    assert issues(ray) == []  # the local cluster runs it as a Ray cluster whose workers resize (local/raycluster.py)
+    run = resolve_run(load_tau_config(ray, path="tau.yaml"), PLATFORM, run_id="grow-1", submission_id="s",
+                      workspace=None, platform_revision=1, config_hash="h")
+    assert (run.workers, run.elastic_min, run.elastic_max) == (2, 1, 3)
+    (rayjob,) = [m for m in render(run, attempt=1) if m["kind"] == "RayJob"]
+    validate(rayjob)
+    assert rayjob["metadata"]["annotations"]["taugrid.io/elastic"] == "1:3:1:0"
+    [workers] = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert (workers["replicas"], workers["minReplicas"], workers["maxReplicas"]) == (2, 1, 3)
+
+
+def test_an_elastic_ray_tune_run_is_refused_with_its_fix() -> None:
+    tune = """\
 name: grow
 engine: ray
 entrypoint: train.py
 policy: {workspace: ray, mode: elastic, elastic: {min: 1, max: 3}}
 compute: {workers: 2}
+execution: {launcher: ray-tune, metric: loss, mode: min, configs: {param_space: {lr: [0.1, 0.01]}}}
 """
-    assert [(f, line, x) for f, line, _, x in issues(ray)] == [
-        ("policy.mode", 4, "use engine: job with execution.launcher: torchrun, or remove policy.mode")]
+    assert [(f, line, x) for f, line, _, x in issues(tune) if f == "policy.mode"] == [
+        ("policy.mode", 4, "remove policy.mode, or use execution.launcher: ray-train")]
 
 
 def test_bounds_default_max_to_the_written_size() -> None:

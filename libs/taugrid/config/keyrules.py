@@ -133,10 +133,7 @@ def refusals(cfg: TauConfig, add: Any) -> None:
     if cfg.profiler is not None:
         add(("profiler",), "taugrid does not wrap runs in nsys/ncu", "remove profiler and start the profiler in "
             "your entrypoint (e.g. entrypoint: nsys profile -o /data/out/profile python train.py)")
-    if elastic_rules(cfg, add) and cfg.engine == "ray":
-        # The local cluster runs a RayJob as one process group: its workers cannot grow or shrink there.
-        add(("policy", "mode"), "an elastic Ray run is not resized by the local cluster (a RayJob runs there as one "
-            "process group)", "use engine: job with execution.launcher: torchrun, or remove policy.mode")
+    elastic_rules(cfg, add)  # torchrun's nodes or Ray's workers resize on both backends (a Ray cluster locally)
     if p.shape:
         add(("policy", "shape"), "TauGrid's topology shape catalog is not modelled by taugrid",
             "size the run with compute.* and execution.nodes, and place it with policy.topology")

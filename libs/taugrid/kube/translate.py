@@ -484,9 +484,13 @@ def _rayjob(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
         return [("exec.failed", c.ExecFinished(reason=reason, message=message, duration_s=duration), "")]
     if ev.type == "DELETED":
         return [_deleted(obj)]
+    # an elastic RayJob's worker group resized (the local cluster's Ray cluster records it as on a Job, maybe
+    # before its head runs); each later change of the RayJob repeats it, with the same digest
     if deployment == "Running":
-        return [("exec.running", c.ExecRunning(environment=_environment(obj)), "")]
-    return []  # New/Initializing/Suspending/Suspended/Retrying/Waiting: the Workload and pods tell more
+        return [("exec.running", c.ExecRunning(environment=_environment(obj)), ""), *_resized(obj)]
+    if deployment in ("Suspending", "Suspended"):
+        return []
+    return _resized(obj)  # New/Initializing/Retrying/Waiting: the Workload and pods tell more
 
 
 def _deleted(obj: Mapping[str, Any]) -> tuple[str, msgspec.Struct, str]:

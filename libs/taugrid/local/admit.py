@@ -26,6 +26,7 @@ from taugrid.core import devices
 from taugrid.core.contracts import PodSetTopology, TopologyDomain
 from taugrid.core.errors import PermanentError
 from taugrid.core.quantity import parse_cpu, parse_memory
+from taugrid.local import raycluster
 from taugrid.local.kaiqueues import kai_spec, with_department_quota
 from taugrid.render.common import (
     TOPOLOGY_PREFERRED,
@@ -58,6 +59,13 @@ class Request:
     gpus: list[list[int]] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)  # per pod: the pool node it runs on ("" = unknown)
     elastic: adm.Elastic | None = None  # an elastic run's range (``job_elastic``)
+    # A Ray cluster's head pod's requests (``raycluster``): the workload is Kueue's two RayJob pod sets, ``head``
+    # (one pod) and ``workers`` (``pods`` pods of ``per_pod``, the pod set that resizes); empty: one pod set.
+    head: dict[str, float] = field(default_factory=dict)
+
+    def pod_sets(self) -> list[tuple[str, int]]:
+        """(pod set, pods) in the engine's order: per-pod lists (``gpus``, ``nodes``) follow it."""
+        return [(raycluster.HEAD, 1), (raycluster.WORKERS, self.pods)] if self.head else [("main", self.pods)]
 
 
 @dataclass
@@ -129,12 +137,12 @@ def topology_request(annotations: Mapping[str, str], *, slices: bool = True) -> 
 
 
 def job_elastic(job: Mapping[str, Any]) -> adm.Elastic | None:
-    """An elastic Job's range (``render``'s ``taugrid.io/elastic``: min:max:step:cooldown, with Kueue's opt-in); its
-    pods are the pod set that resizes. None for anything else."""
+    """An elastic Job's or RayJob's range (``render``'s ``taugrid.io/elastic``: min:max:step:cooldown, with Kueue's
+    opt-in); a Job's pods, or a RayJob's workers (a Ray cluster here, ``raycluster``), are the pod set that
+    resizes. None for anything else."""
     ann = job.get("metadata", {}).get("annotations", {}) or {}
     text = ann.get("taugrid.io/elastic", "")
-    # A RayJob is one local process group (its workers are not pods here): only a Job's pods resize locally.
-    if job.get("kind") != "Job" or ann.get("kueue.x-k8s.io/elastic-job") != "true" or not text:
+    if job.get("kind") not in ("Job", "RayJob") or ann.get("kueue.x-k8s.io/elastic-job") != "true" or not text:
         return None
     low, high, step, cooldown = text.split(":")
     return adm.Elastic(min_count=int(low), max_count=int(high), step=int(step), cooldown_s=float(cooldown))
@@ -324,9 +332,9 @@ class LocalAdmitter:
         if req.name in self.engine.states:
             return True
         wl = self._workload(req)
-        gpus = req.gpus if len(req.gpus) == req.pods and any(req.gpus) else None
+        gpus = req.gpus if len(req.gpus) == sum(n for _, n in req.pod_sets()) and any(req.gpus) else None
         try:
-            self.engine.restore(wl, [dict(req.flavors)], now, gpus=gpus, nodes=req.nodes or None)
+            self.engine.restore(wl, [dict(req.flavors) for _ in wl.pod_sets], now, gpus=gpus, nodes=req.nodes or None)
         except PermanentError:
             return False  # the revision changed under it: let a cycle re-admit it
         self.requests[req.name] = req
@@ -334,11 +342,14 @@ class LocalAdmitter:
 
     def _workload(self, req: Request) -> adm.Workload:
         requests = {r: v for r, v in req.per_pod.items() if not (r == GPU and (req.gpu_fraction or req.gpu_memory_mb))}
+        main = adm.PodSet(req.pod_sets()[-1][0], req.pods, requests, gpu_fraction=req.gpu_fraction,
+                          gpu_memory_mb=req.gpu_memory_mb, excluded_nodes=frozenset(req.excluded_nodes),
+                          topology_request=req.topology if self.tas else None)
+        # a Ray cluster's head: one pod, never resized, kept off the same nodes (its TAS request is the workers')
+        head = (adm.PodSet(raycluster.HEAD, 1, dict(req.head), excluded_nodes=frozenset(req.excluded_nodes)),
+                ) if req.head else ()
         return adm.Workload(
-            req.name, req.cluster_queue,
-            (adm.PodSet("main", req.pods, requests, gpu_fraction=req.gpu_fraction, gpu_memory_mb=req.gpu_memory_mb,
-                        excluded_nodes=frozenset(req.excluded_nodes),
-                        topology_request=req.topology if self.tas else None),),
+            req.name, req.cluster_queue, (*head, main),
             priority=req.priority, preemptible=req.preemptible, created_at=req.created,
             placement=adm.PlacementStrategy(req.placement if req.placement in ("binpack", "spread") else "binpack"),
             elastic=req.elastic,
@@ -373,16 +384,17 @@ class LocalAdmitter:
         self.resized = list(result.resized)
         granted = []
         for a in result.admitted:
-            per_pod: dict[int, list[int]] = {}
-            node_of: dict[int, str] = {}
+            per_pod: dict[tuple[str, int], list[int]] = {}
+            node_of: dict[tuple[str, int], str] = {}
             for pl in a.placements:
-                per_pod.setdefault(pl.index, []).extend(pl.gpus)
-                node_of[pl.index] = pl.node
+                per_pod.setdefault((pl.pod_set, pl.index), []).extend(pl.gpus)
+                node_of[(pl.pod_set, pl.index)] = pl.node
             req = self.requests.get(a.workload)
-            n = req.pods if req else len(per_pod)
+            sets = req.pod_sets() if req else [("main", len(per_pod))]
+            order = [(name, i) for name, n in sets for i in range(n)]  # pod sets in order, each from index 0
             granted.append(Granted(a.workload, a.cluster_queue, dict(a.flavors),
-                                   [per_pod.get(i, []) for i in range(n)],
-                                   [node_of.get(i, self.node) for i in range(n)],
+                                   [per_pod.get(k, []) for k in order],
+                                   [node_of.get(k, self.node) for k in order],
                                    wire_topology(a.topology_assignments)))
         self.preempted = [Evicted(p.victim, p.preemptor, p.reason, p.message) for p in result.preempted]
         return granted

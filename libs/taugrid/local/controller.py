@@ -37,7 +37,7 @@ from taugrid.core.quantity import parse_memory
 from taugrid.core.sitecapacity import SiteCapacity
 from taugrid.core.siteleases import orphans
 from taugrid.core.watched import slim
-from taugrid.local import envrefs, objects, resize
+from taugrid.local import envrefs, objects, raycluster, resize
 from taugrid.local.admit import (
     GPU,
     Evicted,
@@ -171,6 +171,7 @@ class LocalCluster:
         self._sim_timer: asyncio.TimerHandle | None = None
         self._sim_armed = 0.0
         self._sim_passes: set[asyncio.Task[None]] = set()
+        self._ending: set[str] = set()  # Ray workers told to stop because their head ended
 
     # ---------------------------------------------------------------- platform and restart
     async def refresh_platform(self) -> None:
@@ -369,17 +370,26 @@ class LocalCluster:
         fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
         gpu_mem = int(float(ann.get("taugrid.io/gpu-memory", 0) or 0))  # MiB, as render.common writes it
         if fraction or gpu_mem:
+        head: dict[str, float] = {}
+        if raycluster.is_ray_cluster(main):  # an elastic RayJob: Kueue's two pod sets, a head and its workers
+            head = {r: amount(r, v) for r, v in raycluster.requests_of(raycluster.head_group(main)).items()}
+            per_pod = {r: amount(r, v) for r, v in raycluster.requests_of(raycluster.worker_group(main)).items()}
+            pods_wanted = int(raycluster.worker_group(main).get("replicas", 1))
+            memory_limit = 0  # each pod keeps its own container's limit
             per_pod[GPU] = 0.0
-        pod_sets = [{"name": "main", "count": pods_wanted,
+        pod_sets = [{"name": name, "count": n,
                      "template": {"spec": {"containers": [{"name": "main", "resources": {"requests": {
-                         k: str(v) for k, v in per_pod.items()}}}]}}}]
+                         k: str(v) for k, v in requests.items()}}}]}}}
+                    for name, n, requests in ([(raycluster.HEAD, 1, head), (raycluster.WORKERS, pods_wanted, per_pod)]
+                                              if head else [("main", pods_wanted, per_pod)])]
         wl_obj = objects.workload(main, uid=uid, queue=queue, priority=prio, priority_class=prio_name,
                                   pod_sets=pod_sets, at=now)
         wl_obj["metadata"]["resourceVersion"] = "1"
         return LocalWorkload(
             name=meta["name"], namespace=ns, uid=uid, run_id=req.run_id, workspace=req.workspace,
             attempt=req.attempt, job=main, workload=wl_obj, cluster_queue=self.lq.get((ns, queue), ""),
-            priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, gpu_fraction=fraction,
+            priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, head_per_pod=head,
+            gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
             placement=str(ann.get("taugrid.io/placement", "binpack")),
             excluded_nodes=excluded_nodes(template(main).get("spec", {})),
@@ -409,7 +419,9 @@ class LocalCluster:
         return per_pod, int(main["spec"].get("parallelism") or 1), int(parse_memory(lim)) if lim else 0
 
     def _request(self, wl: LocalWorkload) -> Request:
-        pods = sorted(wl.pods, key=lambda p: p.index) if wl.state in ("running", "deleted") else []
+        # pods numbered across pod sets in order (a Ray cluster's head first), as the engine numbers them
+        pods = sorted(wl.pods, key=lambda p: (p.pod_set != raycluster.HEAD, p.index)) \
+            if wl.state in ("running", "deleted") else []
         gpus, nodes = [list(p.gpus) for p in pods], [p.node for p in pods]
         if wl.state == "reserved":  # admitted with no pods yet: where the engine placed it
             gpus, nodes = [list(g) for g in wl.held_gpus], list(wl.held_nodes)
@@ -418,7 +430,8 @@ class LocalCluster:
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
                        excluded_nodes=tuple(wl.excluded_nodes), topology=job_topology(wl.job),
-                       flavors=_admitted_flavors(wl), gpus=gpus, nodes=nodes, elastic=job_elastic(wl.job))
+                       flavors=_admitted_flavors(wl), gpus=gpus, nodes=nodes, elastic=job_elastic(wl.job),
+                       head=dict(wl.head_per_pod))
 
     async def _chosen(self, name: str) -> None:
         """The dispatcher chose this cluster for a reservation: its pods start now if admission reserved its
@@ -655,8 +668,10 @@ class LocalCluster:
         """Admitted: persist the pods first, then announce and launch them. Resumable: a tick that fails half
         way (the bus timed out) leaves pods in phase Pending, and the next tick carries on from there. Pod i
         runs on ``nodes[i]`` (the engine placed pods in rank order, so a TAS assignment's domains fill by index)."""
-        objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors,
-                      pod_counts={"main": wl.pods_wanted}, at=now, topology=topology)
+        counts = {raycluster.HEAD: 1, raycluster.WORKERS: wl.pods_wanted} if wl.head_per_pod else {
+            "main": wl.pods_wanted}
+        objects.admit(wl.workload, cluster_queue=wl.cluster_queue, flavors=flavors, pod_counts=counts, at=now,
+                      topology=topology)
         if wl.held:  # a reservation: the quota is taken and reported, the pods wait for the dispatcher's apply
             wl.state, wl.announced, wl.admitted_at = "reserved", False, now
             wl.held_gpus, wl.held_nodes = [list(g) for g in gpus], list(nodes or [])
@@ -676,13 +691,20 @@ class LocalCluster:
         self.readiness.admitted(wl, now)
         wl.pods = []
         if (wl.pods_wanted > 1 or job_elastic(wl.job)) and not wl.rdzv_port:
-            wl.rdzv_port = free_port()
-        for i in range(wl.pods_wanted):
-            name = f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod"
+            wl.rdzv_port = free_port()  # torchrun's rendezvous, or a Ray cluster's head (its GCS port)
+        # (pod set, index, name) per pod, in the engine's order: ``gpus`` and ``nodes`` follow it
+        if wl.head_per_pod:
+            pods = [(raycluster.HEAD, 0, f"{wl.name}-head")] + [
+                (raycluster.WORKERS, i, f"{wl.name}-worker-{i}") for i in range(wl.pods_wanted)]
+        else:
+            pods = [("", i, f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod")
+                    for i in range(wl.pods_wanted)]
+        for k, (pod_set, i, name) in enumerate(pods):
             name += f"-r{wl.requeues}" if wl.requeues else ""  # a requeued pod is a new pod
-            node = nodes[i] if nodes and i < len(nodes) else self.node
-            wl.pods.append(LocalPod(name=name, index=i, obj=objects.pod(wl.job, name=name, node=node, index=i, at=now),
-                                    gpus=gpus[i] if i < len(gpus) else [], node=node))
+            node = nodes[k] if nodes and k < len(nodes) else self.node
+            obj = objects.pod(wl.job, name=name, node=node, index=i, at=now, pod_set=pod_set)
+            wl.pods.append(LocalPod(name=name, index=i, obj=obj, gpus=gpus[k] if k < len(gpus) else [], node=node,
+                                    pod_set=pod_set))
         wl.state, wl.announced = "running", False
         wl.admitted_at = now
         objects.job_started(wl.job, active=len(wl.pods), at=now)
@@ -830,9 +852,13 @@ class LocalCluster:
         if wl.state == "deleted":
             await self._gone(wl)
             return
-        failed = [p for p in wl.pods if p.phase != "Succeeded"]
+        # a Ray cluster's outcome is its entrypoint's: the workers were stopped, or left, on their own
+        failed = [p for p in ([head] if head is not None else wl.pods) if p.phase != "Succeeded"]
         now = time.time()
         if failed:
+        head = next((p for p in wl.pods if p.pod_set == raycluster.HEAD), None)
+        if head is not None and head.phase not in ("Running", "Pending"):
+            await self._end_workers(wl)  # a Ray cluster ends with its head (the entrypoint), as KubeRay's does
             reason, msg = failure(failed[0])
             if reason == "EnvironmentFailed":  # never ran: the installer's words are the reason (a RayJob's too)
                 msg = failed[0].obj["status"]["containerStatuses"][0]["state"]["terminated"].get("message", msg)
@@ -858,11 +884,28 @@ class LocalCluster:
         self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
         self.finished[wl.name] = None
         while len(self.finished) > FINISHED_MEMORY:
+    async def _end_workers(self, wl: LocalWorkload) -> None:
+        """A Ray cluster's head ended: stop its workers (SIGTERM, SIGKILL after the grace) and start no more."""
+        for p in wl.pods:
+            if p.pod_set != raycluster.WORKERS:
+                continue
+            if p.phase == "Pending":
+                self.podsync.forget(p)
+                p.phase = "Deleted"
+            elif p.phase == "Running" and p.sim_end:  # simulated: it ends now, with its head
+                if p.sim_end > time.time():
+                    p.sim_end = time.time()
+                    self._supervise_at(p.sim_end, wl.name)
+            elif p.phase == "Running" and p.name not in self._ending:
+                self._ending.add(p.name)
+                await self.podsync.stop(p, "Completed")
+
             self.finished.popitem(last=False)
 
     def _drop_versions(self, *objs: dict[str, Any]) -> None:
         """Forget the resourceVersions of objects that will not change again (one entry per object ever
         published would otherwise grow without bound); an object published after all continues from the
+        self._ending.difference_update(p.name for p in wl.pods)
         resourceVersion its metadata carries."""
         for obj in objs:
             self._versions.pop(obj["metadata"].get("uid", obj["metadata"]["name"]), None)

@@ -130,13 +130,21 @@ def _has(obj: dict[str, Any], ctype: str) -> bool:
     return any(c["type"] == ctype for c in obj.get("status", {}).get("conditions", []))
 
 
-def pod(owner: dict[str, Any], *, name: str, node: str, index: int, at: float) -> dict[str, Any]:
+def pod(owner: dict[str, Any], *, name: str, node: str, index: int, at: float, pod_set: str = "") -> dict[str, Any]:
     """A scheduled, not yet started pod, with the conditions and container statuses a kubelet would report
-    (``taugrid.kube.progress`` reads its pod-level phases from them on both backends)."""
+    (``taugrid.kube.progress`` reads its pod-level phases from them on both backends). ``pod_set``: a Ray
+    cluster's ``head`` or ``workers`` (``raycluster``): its group's template, labelled as KubeRay labels them."""
     template = owner.get("spec", {}).get("template", {})
+    ray: dict[str, str] = {}
+    if pod_set and owner.get("kind") == "RayJob":
+        cluster = owner["spec"]["rayClusterSpec"]
+        group = cluster["headGroupSpec"] if pod_set == "head" else (cluster.get("workerGroupSpecs") or [{}])[0]
+        template = group.get("template") or {}
+        ray = {"ray.io/node-type": "head" if pod_set == "head" else "worker",
+               "ray.io/group": "headgroup" if pod_set == "head" else str(group.get("groupName", pod_set))}
     spec = copy.deepcopy(template.get("spec", {}))
     spec["nodeName"] = node
-    labels = {**template.get("metadata", {}).get("labels", {}), **_tau_labels(owner),
+    labels = {**template.get("metadata", {}).get("labels", {}), **_tau_labels(owner), **ray,
               "batch.kubernetes.io/job-completion-index": str(index)}
     inits = bool(spec.get("initContainers"))
     p: dict[str, Any] = {
@@ -215,7 +223,11 @@ def job_resized(job: dict[str, Any], *, old_count: int, new_count: int, cause: s
                 preemptor: str, message: str = "", checkpoint_step: int | None = None) -> None:
     """An elastic Job now runs ``new_count`` pods: its parallelism and active count, and the resize recorded
     on it as ``kube.translate`` reads it (with the checkpoint step the workers resume from, when there is one)."""
-    job["spec"]["parallelism"] = new_count
+    if job["kind"] == "RayJob":  # KubeRay's autoscaler moves the worker group's replicas
+        for group in job["spec"]["rayClusterSpec"].get("workerGroupSpecs") or []:
+            group["replicas"] = new_count
+    else:
+        job["spec"]["parallelism"] = new_count
     job.setdefault("status", {})["active"] = new_count
     job["metadata"].setdefault("annotations", {})[ANNOTATION_RESIZED] = json.dumps(
         {"old_count": old_count, "new_count": new_count, "cause": cause, "preemptor": preemptor,

@@ -33,10 +33,12 @@ from taugrid.local.jobpods import main_container, pod_manifest, replace_python, 
 from taugrid.local.kubelet import Kubelet
 from taugrid.local.lanelock import LaneLock
 from taugrid.local.podspec import PodSpecError, kubernetes_only
+from taugrid.local.raycluster import WORKERS
 from taugrid.local.runas import RunAsError, WorkspaceUsers
 from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, RuntimeRequest
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
+from taugrid.ports import free_port
 from taugrid.render.source import FETCH_CONTAINER, SOURCE_DIGEST_ANNOTATION, SOURCE_VOLUME
 from taugrid.settings import LocalSettings, current
 from taugrid.sources import snapshots
@@ -252,7 +254,7 @@ class PodSync:
         if wl.requeues:  # restarted after a preemption or a PodsReady timeout: same attempt, resume from checkpoint
             env["TAU_RETRY_REASON"] = wl.retry_reason or "Preempted"
             env["TAU_RESUME_FROM"] = literal.get("TAU_RESUME_FROM") or literal.get("TAU_CHECKPOINT_DIR", "")
-        if wl.pods_wanted > 1 or wl.rdzv_port:  # multi-node, or elastic (it may grow from one pod)
+        if not p.pod_set and (wl.pods_wanted > 1 or wl.rdzv_port):  # multi-node, or elastic (it may grow from one)
             env["MASTER_ADDR"] = literal.get("MASTER_ADDR", "127.0.0.1")
             env["MASTER_PORT"] = str(wl.rdzv_port)
             # rank i's node, as admission placed it (rank 0's first: where MASTER_ADDR's rendezvous runs); a
@@ -268,7 +270,8 @@ class PodSync:
                 except (OSError, RunAsError) as exc:
                     raise PodSpecError("CreateContainerError", f"cannot create {key}={literal[key]}: {exc}") from exc
         return pod_manifest(wl.job, p.obj, index=p.index, pods=wl.pods_wanted, env=env, rdzv_port=wl.rdzv_port,
-                            memory_limit=wl.memory_limit, hang_timeout_s=wl.hang_timeout_s)
+                            memory_limit=wl.memory_limit, hang_timeout_s=wl.hang_timeout_s, role=p.pod_set,
+                            agent_port=free_port() if p.pod_set else 0, gpus=len(p.gpus))
 
     def forget(self, p: LocalPod) -> None:
         self.runtime.forget(p.name)
@@ -308,8 +311,10 @@ class PodSync:
                 await self.publish(wl, "Pod", p.obj, "modified")
             if _config_error(status) and not terminal:
                 await self.kubelet.stop(p.name, reason="CreateContainerConfigError")  # locally it cannot appear
-            if status.get("phase") == "Running" and wl.job["kind"] == "RayJob" and objects.rayjob_running(wl.job):
+            if (status.get("phase") == "Running" and wl.job["kind"] == "RayJob" and p.pod_set != WORKERS
+                    and objects.rayjob_running(wl.job)):
                 # The RayJob speaks for a Ray run's process (its pods are head/workers): it carries the environment.
+                # Its entrypoint runs in its one pod, or a Ray cluster's head pod (not a worker that started first).
                 wl.job["metadata"].setdefault("annotations", {}).update(
                     {k: v for k, v in p.obj["metadata"].get("annotations", {}).items()
                      if k.startswith("environment.taugrid.io/")})

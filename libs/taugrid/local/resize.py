@@ -4,7 +4,9 @@ Role: a grown run gets pods for the new indices (placed where the engine put the
 a shrunk run has its highest-index pods stopped (SIGTERM, then SIGKILL after the grace) and deleted, and only then
 does the engine free their quota and devices (``release_removed``), so nothing is admitted onto capacity still in
 use. torchrun's elastic agents (``--nnodes=MIN:MAX``, c10d rendezvous on pod 0, which a shrink never removes)
-restart the workers at the new world size; the script resumes from its last checkpoint.
+restart the workers at the new world size; the script resumes from its last checkpoint. An elastic RayJob's pod set
+that resizes is its Ray cluster's workers (``raycluster``): a new worker pod joins the head, a stopped one leaves
+the cluster, and the head pod (the entrypoint) stays.
 
 Invariant: runs under the controller's lock, from its admission pass; a run that is no longer running has nothing to
 start or stop, and a shrink of it is released at once.
@@ -17,7 +19,7 @@ from typing import Any, Protocol
 
 from taugrid.core.admission import Resize
 from taugrid.core.admission import results as R
-from taugrid.local import checkpoints, objects
+from taugrid.local import checkpoints, objects, raycluster
 from taugrid.local.admit import LocalAdmitter, job_elastic
 from taugrid.local.podsync import PodSync
 from taugrid.local.state import LocalPod, LocalWorkload
@@ -59,7 +61,9 @@ async def shrink_off(c: LocalCluster, wl: LocalWorkload, node: str, reason: str)
     the message naming the node and why) and runs on; the engine grows it back once there is room on a healthy
     node. Whether it did; False leaves the drain to fail the run, as for any other."""
     el = job_elastic(wl.job)
-    live = [p for p in wl.pods if p.phase in ("Running", "Pending")]
+    if any(p.pod_set == raycluster.HEAD and (p.node or c.node) == node for p in wl.pods):
+        return False  # a Ray cluster's head (the entrypoint) cannot go
+    live = [p for p in _resizable(wl) if p.phase in ("Running", "Pending")]
     if el is None or wl.state != "running" or {p.index for p in live} != set(range(wl.pods_wanted)):
         return False
     there = sorted(p.index for p in live if (p.node or c.node) == node)
@@ -73,12 +77,13 @@ async def shrink_off(c: LocalCluster, wl: LocalWorkload, node: str, reason: str)
 async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     now = time.time()
     stamp = f"g{int(now * 1000) % 100_000_000}"  # an index may come back after a shrink: a new pod, a new name
+    pod_set = raycluster.WORKERS if wl.head_per_pod else ""
     for pl in r.placements:
-        name = f"{wl.name}-{pl.index}-{stamp}"
+        name = f"{wl.name}-{'worker-' if pod_set else ''}{pl.index}-{stamp}"
         node = pl.node or c.node
         wl.pods.append(LocalPod(name=name, index=pl.index, obj=objects.pod(wl.job, name=name, node=node,
-                                                                           index=pl.index, at=now),
-                                gpus=list(pl.gpus), node=node))
+                                                                           index=pl.index, at=now, pod_set=pod_set),
+                                gpus=list(pl.gpus), node=node, pod_set=pod_set))
     wl.pods_wanted = r.new_count
     if c.simulate:
         for p in wl.pods:
@@ -90,11 +95,17 @@ async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
 
 async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     removed = {pl.index for pl in r.placements}
-    await c.podsync.take_down(wl, [p for p in wl.pods if p.index in removed], "Resized", final=True)
-    wl.pods = [p for p in wl.pods if p.index not in removed]
+    gone = [p for p in _resizable(wl) if p.index in removed]
+    await c.podsync.take_down(wl, gone, "Resized", final=True)
+    wl.pods = [p for p in wl.pods if not any(p is q for q in gone)]
     wl.pods_wanted = r.new_count
     await c.save(wl)
     c.admitter.release_removed(wl.name)
+
+
+def _resizable(wl: LocalWorkload) -> list[LocalPod]:
+    """The pods of the pod set that resizes: all of a Job's, a Ray cluster's workers (not its head)."""
+    return [p for p in wl.pods if p.pod_set != raycluster.HEAD]
 
 
 async def _record(c: LocalCluster, wl: LocalWorkload, r: Resize, message: str) -> None:

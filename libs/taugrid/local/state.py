@@ -22,6 +22,9 @@ class LocalPod(msgspec.Struct, kw_only=True):
     log_seq: int = 0
     sim_end: float = 0.0  # simulated pool: the pod "completes" at this time, no process
     node: str = ""  # the pool node it was placed on ("" in records from before the pool: the machine)
+    # its pod set: "" for a workload's one pod set (a Job's pods, a fixed RayJob's pod); an elastic RayJob's Ray
+    # cluster has a ``head`` pod and ``workers`` pods (``raycluster``), each pod set indexed from 0
+    pod_set: str = ""
 
 
 class LocalWorkload(msgspec.Struct, kw_only=True):
@@ -37,7 +40,8 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     priority: int
     created: float
     pods_wanted: int
-    per_pod: dict[str, float]
+    per_pod: dict[str, float]  # each pod's requests (a Ray cluster's: each worker's)
+    head_per_pod: dict[str, float] = msgspec.field(default_factory=dict)  # a Ray cluster's head pod's requests
     gpu_fraction: float = 0.0
     gpu_memory_mb: int = 0
     memory_limit: int = 0
