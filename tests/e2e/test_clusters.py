@@ -1,6 +1,7 @@
 """Many clusters end to end (issue 28 item 5, the small version): `tau up --platform` with a platform naming three
 local clusters starts a hub, a leaf server and a simulated local cluster per cluster, and the dispatcher. Runs go
-through the whole pipeline to one cluster each; `tau clusters` shows the three links. One cluster's server is then
+through the whole pipeline to one cluster each; `tau clusters` shows the three links (and, at the end, each
+site's capacity and usage; `tau queue` the quota summed over the three). One cluster's server is then
 frozen (SIGSTOP: its link and its lease renewals stop, its local cluster still runs) while runs are running there;
 after ``dispatch.worker_lost_timeout`` (10 s: a renewal every 2.5 s, so a loaded machine does not lose a cluster
 that runs) its runs are requeued on the others, and every run ends exactly once, once the cut cluster is back
@@ -141,6 +142,17 @@ def test_runs_go_to_one_cluster_each_and_a_cut_clusters_runs_end_once_elsewhere(
     _wait(f"{victim} rejoined", lambda: _leases(s)[victim] == sites.SiteLease(generation=2), 60)
     assert {c: r["lease"] for c, r in _clusters(s).items()} == {c: "gen 2" if c == victim else "gen 1"
                                                                  for c in CLUSTERS}
+    # each site's capacity and usage (reported on change) and the hub's quota view, summed over the three: the
+    # runs over, nothing is held anywhere, the cut site's orphans included
+    def idle_view() -> dict[str, Any] | None:
+        view = s.json("queue")
+        return view if [(q["cluster_queue"], q["admitted"], q["pending"], [sh["cluster"] for sh in q["shares"]])
+                        for q in view["queues"]] == [("local", 0, 0, ["east", "west", "north"])] else None
+
+    view = _wait("every cluster's usage back to none", idle_view, 30)
+    assert view["queues"][0]["nominal"] == {"cpu": 3 * 64.0, "memory": 3 * 64.0 * 2**30, "nvidia.com/gpu": 6.0}
+    assert {c: (r["capacity"]["nodes"], r["usage"]["admitted"]) for c, r in _clusters(s).items()} == dict.fromkeys(
+        CLUSTERS, (1, 0))
     time.sleep(3)  # what the returning site reports now must change nothing
     for run in runs:
         events = [e["short_type"] for e in s.wait_sealed(run)]
