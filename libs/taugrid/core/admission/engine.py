@@ -40,7 +40,6 @@ from .model import (
     ReclaimWithinCohort,
     ResourceFlavor,
     Topology,
-    WithinClusterQueue,
     Workload,
     fraction_units,
     from_units,
@@ -166,6 +165,7 @@ class Engine:
         self.memo = memo and self.kai is None
         self.nominations = 0  # heads nominated, not settled by a memo (what a bench reports beside the heads)
         self._shapes: dict[tuple[object, ...], _Shape] = {}  # one object per shape, shared (see ``_shape``)
+        self._oracle_empty: set[tuple[FR, int]] = set()  # the current nomination's empty oracle answers
         self._elastic: set[str] = set()  # admitted at some point and elastic: what ``grow`` looks at
         self._awaiting: set[str] = set()  # preemptors waiting for elastic victims to shrink
         # A head parked for lack of node room passed quota on some flavor; quota or node room taken later (in
@@ -209,6 +209,8 @@ class Engine:
         old = E.replaced_slice(self, workload, cq)
         if old is not None:  # a Kueue scale-up slice: charged only the pods it adds
             ws.replaces, ws.requests = old.workload.name, E.slice_requests(self, workload, old)
+        if self.memo:
+            _shape(ws, self._shapes)  # once, as it arrives: what every cycle that meets it as a head compares
         self.states[workload.name] = ws
         q = self.queues[cq]
         q.push(ws)
@@ -465,9 +467,10 @@ class Engine:
                 continue
             reads = self._reads()
             self.nominations += 1
+            self._oracle_empty.clear()
             a = self._nominate(ws, q)
             targets: list[Target] = []
-            if a.mode == Mode.PREEMPT:
+            if a.mode == Mode.PREEMPT and not self._oracle_found_none(ws, a):
                 targets = self._targets(ws, q, a)
             ws.on_nodes = self._reads() != reads
             entries.append((ws, q, a, targets))
@@ -592,6 +595,7 @@ class Engine:
         usage = {fr: val}
         targets = self._find(ws, q, usage, {fr}, None)
         if not targets:
+            self._oracle_empty.add((fr, val))
             return PMode.NO_CANDIDATES, self.tree.borrow_height(q.node, fr, val)[0]
         sim = self._sim(ws, q, usage, None)
         for t in targets:
@@ -600,6 +604,18 @@ class Engine:
         for t in targets:
             sim.restore(t.name)
         return (PMode.PREEMPT if any(t.cluster_queue == ws.cq for t in targets) else PMode.RECLAIM), borrow
+
+    def _oracle_found_none(self, ws: WState, a: Assignment) -> bool:
+        """The nomination's preemption oracle already searched for exactly these victims and found none: a head
+        asking for one (flavor, resource) whose oracle came back empty for that amount. The search for its
+        targets (Kueue asks ``GetTargets`` again) would repeat it with the same requests, contested resources and
+        state, so it finds none either, unless a node placement is part of it (the flavors it is given then
+        matter, and the oracle passes none) or KAI's reclaim answers instead of the classical search. Only with
+        the memo: the reference engine searches again, as Kueue does (the property tests compare the two)."""
+        if not self.memo or len(a.usage) != 1 or self.cluster is not None:
+            return False
+        (fr, val), = a.usage.items()
+        return (fr, val) in self._oracle_empty and a.frs_need_preemption == {fr}
 
     @staticmethod
     def _classic_key(e: _Entry) -> tuple[bool, int, int, float]:
@@ -650,7 +666,7 @@ class Engine:
 
     def _epochs(self, q: CQQueue) -> tuple[int, int]:
         """What a nomination reads, as two counters: the cohort tree's quota epoch and the nodes' epoch."""
-        return self.tree.root(q.node).epoch, self.cluster.epoch if self.cluster is not None else 0
+        return q.root.epoch, self.cluster.epoch if self.cluster is not None else 0
 
     def _remember(self, ws: WState, q: CQQueue, a: Assignment) -> None:
         """Keep the nomination of a head that it alone made inadmissible (see ``_memo_of``)."""
@@ -678,13 +694,15 @@ class Engine:
         tolerations, placement, priority and preemptibility. Its preemption candidates are then the same too:
         they depend on the preemptor's priority and, under ``LowerOrNewerEqualPriority`` only, on its queue
         timestamp, which must then be equal."""
-        if not q.memos or q.memo_epochs != q.head_epochs or not self._memo_shape_ok(ws):
+        if not q.memos or q.memo_epochs != q.head_epochs or ws.preempting or ws.replaces is not None:
             return None  # every memo of the queue has the epochs ``memo_epochs`` (``_remember``)
-        memo = q.memos.get(_shape(ws, self._shapes))
+        w = ws.workload
+        if w.elastic is not None:
+            return None  # as ``_memo_shape_ok``, inline: this runs once per head of every cycle
+        memo = q.memos.get(ws.shape if ws.shape_of is w else _shape(ws, self._shapes))
         if memo is None:
             return None
-        if (ws.queue_ts == memo.queue_ts
-                or q.spec.preemption.within_cluster_queue != WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY):
+        if ws.queue_ts == memo.queue_ts or not q.newer_equal:
             return memo
         return None
 

@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from .model import ClusterQueue, QueueingStrategy, Workload
+from .model import ClusterQueue, QueueingStrategy, WithinClusterQueue, Workload
 from .quota import FR, QNode
 from .results import Admission, Pending, PodPlacement
 
@@ -79,12 +79,18 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "heap", "parked", "parked_on_nodes", "admitted", "blocked", "waiting", "inactive",
-                 "memos", "memo_epochs", "head_epochs", "_seq")
+    __slots__ = ("spec", "node", "root", "heap", "parked", "parked_on_nodes", "admitted", "blocked", "waiting",
+                 "inactive", "memos", "memo_epochs", "head_epochs", "newer_equal", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
         self.node = node
+        root = node
+        while root.parent is not None:
+            root = root.parent
+        self.root = root  # its cohort tree's root (the tree is fixed for an engine's life), read every cycle
+        # Preemption candidates depend on the preemptor's queue timestamp (a memo must match it too).
+        self.newer_equal = spec.preemption.within_cluster_queue == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
         self.heap: list[HeapEntry] = []
         self.parked: list[HeapEntry] = []  # verdicts of quota alone: back on a capacity event in the cohort tree
         self.parked_on_nodes: list[HeapEntry] = []  # verdicts that read the nodes: back on any node release too
