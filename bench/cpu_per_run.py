@@ -15,6 +15,7 @@ import msgspec
 import psutil
 
 from taugrid import settings
+from taugrid.bus.envelope import run_of
 from taugrid.client import open_client
 
 RUN = ("name: cpu\nentrypoint: sim.py\ncompute: {gpus: 0, cpu_request: '1', memory_request: 1Mi}\n"
@@ -39,10 +40,10 @@ async def main() -> None:
     sealed: set[str] = set()
 
     async def on_end(msg: object) -> None:
-        ended.add(getattr(msg, "headers", {}).get("ce-subject", ""))
+        ended.add(run_of(msg))
 
     async def on_sealed(msg: object) -> None:
-        sealed.add(getattr(msg, "headers", {}).get("ce-subject", ""))
+        sealed.add(run_of(msg))
 
     await admin.bus.nc.subscribe("run.bench.*.exec.succeeded", cb=on_end)
     await admin.bus.nc.subscribe("run.bench.*.evidence.sealed", cb=on_sealed)

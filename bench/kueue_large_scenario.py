@@ -57,6 +57,7 @@ from kueue_scenario import Shape, drive, platform_yaml, report  # bench/ is this
 from pipeline import cpu_seconds, rss, simulated_stack, stack_up
 from storage import Store, gained, stores
 
+from taugrid.bus.envelope import run_of
 from taugrid.client import open_client
 
 LARGE = Shape(
@@ -77,7 +78,7 @@ async def scenario(url: str, data: Path, args: argparse.Namespace) -> dict[str, 
     sealed: set[str] = set()
 
     async def on_sealed(msg: Any) -> None:
-        sealed.add(msg.headers.get("ce-subject", ""))
+        sealed.add(run_of(msg))
 
     await admin.bus.nc.subscribe("run.*.*.evidence.sealed", cb=on_sealed)
     before = await stores(admin.bus.nc)

@@ -37,7 +37,7 @@ import msgspec
 import nats
 from pipeline import cpu_seconds, rss, simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
 
-from taugrid.bus.envelope import from_message
+from taugrid.bus.envelope import from_message, run_of
 from taugrid.client import Client, open_client
 from taugrid.core.errors import TemporaryError
 from taugrid.core.ids import new_run_id, new_submission_id
@@ -140,7 +140,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
         kind = ".".join(parts[3:5]) if parts[0] == "run" else "workload.added"
         if kind in reached:
             reached[kind] += 1
-            stage_times.setdefault(msg.headers.get("ce-subject", ""), {}).setdefault(kind, happened(msg))
+            stage_times.setdefault(run_of(msg), {}).setdefault(kind, happened(msg))
 
     if stages:  # per-stage progress: how many runs each stage has passed, to see where a backlog builds
         await nc.subscribe("run.>", cb=on_stage)
@@ -159,14 +159,14 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
         return from_message(msg.subject, msg.headers, b"").happened or time.time()
 
     async def on_admitted(msg: nats.aio.msg.Msg) -> None:
-        run = msg.headers.get("ce-subject", "")
+        run = run_of(msg)
         if run not in admitted:
             admitted[run], seen_admitted[run] = happened(msg), time.time()
 
     ended_by: dict[str, str] = {}  # run id → the terminal event's type (exec.succeeded, policy.rejected, ...)
 
     async def on_terminal(msg: nats.aio.msg.Msg) -> None:
-        run = msg.headers.get("ce-subject", "")
+        run = run_of(msg)
         if run not in finished:
             finished[run], seen_finished[run] = happened(msg), time.time()
             ended_by[run] = ".".join(msg.subject.split(".")[3:5])

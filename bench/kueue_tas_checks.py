@@ -18,7 +18,7 @@ import msgspec
 from kueue_tas_shape import HOSTNAME_LABEL, RACK_LABEL, TasClass  # bench/ is on sys.path
 from nats.aio.msg import Msg
 
-from taugrid.bus.envelope import from_message
+from taugrid.bus.envelope import from_message, run_of
 from taugrid.core.contracts import AdmissionAdmitted, PodSetTopology
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
@@ -26,7 +26,7 @@ _REQUEUED = re.compile(r"-r(\d+)$")  # a requeued workload's pods: <workload>-<i
 
 
 def _run(msg: Msg) -> str:
-    return (msg.headers or {}).get("ce-subject", "")
+    return run_of(msg)
 
 
 def _happened(msg: Msg) -> float:

@@ -37,6 +37,7 @@ import nats
 import psutil
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
+from taugrid.bus.envelope import run_of
 from taugrid.client import open_client
 from taugrid.core.ids import new_run_id, new_submission_id
 from taugrid.stack import natsserver
@@ -147,12 +148,12 @@ class Watch:
 
     async def start(self, nc: Any) -> None:
         async def on_admitted(msg: Any) -> None:
-            self.admitted.setdefault(msg.headers.get("ce-subject", ""), time.time())
+            self.admitted.setdefault(run_of(msg), time.time())
             self.changed.set()
 
         async def on_end(msg: Any) -> None:
             kind = ".".join(msg.subject.rsplit(".", 2)[-2:])
-            self.ended.setdefault(msg.headers.get("ce-subject", ""), (time.time(), kind))
+            self.ended.setdefault(run_of(msg), (time.time(), kind))
             self.changed.set()
 
         await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)

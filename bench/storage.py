@@ -32,6 +32,7 @@ import msgspec
 import psutil
 from pipeline import PLATFORM, RUN, simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
 
+from taugrid.bus.envelope import run_of
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
 from taugrid.stack import natsserver
@@ -130,7 +131,7 @@ async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> 
     changed = asyncio.Event()
 
     async def on_sealed(msg: Any) -> None:
-        sealed.add(msg.headers.get("ce-subject", ""))
+        sealed.add(run_of(msg))
         changed.set()
 
     await admin.bus.nc.subscribe("run.*.*.evidence.sealed", cb=on_sealed)

@@ -12,9 +12,9 @@ import pytest
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.topology import ConsumerSpec
-from taugrid.core.contracts import CancelRequested
+from taugrid.core.contracts import CancelDecision, CancelRequested
 from taugrid.core.errors import PermanentError, TemporaryError
 
 
@@ -34,9 +34,17 @@ async def test_emit_is_deduplicated_by_deterministic_id(bus: Bus) -> None:
                         payload=CancelRequested(reason="x"))
     assert s1 == s2
     msg = await bus.js.get_msg("RUNS", seq=s1)
-    assert msg.headers["ce-type"] == "io.taugrid.run.cancel.requested.v1"
+    assert msg.headers["ce-type"] == "io.taugrid.run.cancel.requested.v1"  # a person's request keeps every header
     assert msg.headers["ce-subject"] == run
     assert msg.headers["Nats-Msg-Id"] == f"{run}.1.cancel.requested"
+    # a service's event is stored compact (issue 27): its subject says the type, workspace and run
+    s3 = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="cancel.accepted",
+                        payload=CancelDecision(request_id=f"{run}.1.cancel.requested", by="alice"))
+    msg = await bus.js.get_msg("RUNS", seq=s3)
+    assert sorted(msg.headers) == ["Nats-Msg-Id", "ce-source", "ce-time"]
+    ev = from_message(msg.subject, msg.headers, msg.data)
+    assert (ev.id, ev.ce_type, ev.subject, ev.workspace, ev.attempt, ev.source) == (
+        f"{run}.1.cancel.accepted", "io.taugrid.run.cancel.accepted.v1", run, "ws", 1, "/svc/test")
 
 
 async def _loop_for(bus: Bus, name: str, subject: str, handler, max_deliver: int = 3) -> ConsumerLoop:

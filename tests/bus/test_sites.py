@@ -11,14 +11,20 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from nats.js.api import StreamConfig
+from nats.js.api import RawStreamMsg, StreamConfig
 
 from taugrid.bus import connect, sites
 from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import from_message
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
 from tests.sitebus import start_site, stop
+
+
+def event_id(msg: RawStreamMsg) -> str:
+    """The id a reader takes: ``ce-id``, else ``Nats-Msg-Id`` (a service's event stores only that one, issue 27)."""
+    return from_message(msg.subject or "", msg.headers, msg.data or b"").id
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
@@ -41,7 +47,7 @@ async def subjects(bus: Bus, stream: str) -> list[tuple[str, str]]:
     out = []
     for seq in range(int(info.state.first_seq or 1), int(info.state.last_seq or 0) + 1):
         msg = await bus.js.get_msg(stream, seq)
-        out.append((msg.subject or "", (msg.headers or {}).get("ce-id", "")))
+        out.append((msg.subject or "", event_id(msg)))
     return out
 
 

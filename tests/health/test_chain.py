@@ -24,6 +24,7 @@ import msgspec
 import pytest
 
 from taugrid.bus import Bus, platformstore
+from taugrid.bus.envelope import from_message
 from taugrid.bus.replay import replay
 from taugrid.client.client import Client
 from taugrid.core.contracts import LogChunk
@@ -231,12 +232,11 @@ async def history(bus: Bus, run_id: str, node: str) -> list[tuple[float, str, di
     out = []
     for stream, subject in (("RUNS", f"run.*.{run_id}.>"), ("NODES", f"node.{node}.>")):
         for m in await replay(bus, stream=stream, subject=subject):
-            headers = m.headers or {}
             kind = m.subject.split(".", 3)[3] if stream == "RUNS" else "node." + m.subject.split(".", 2)[2]
             if kind == "node.sample":
                 continue
             out.append((m.metadata.timestamp.timestamp(), kind, msgspec.json.decode(m.data),
-                        int(headers.get("ce-attempt", "0") or 0)))
+                        from_message(m.subject, m.headers, m.data).attempt))
     return sorted(out, key=lambda e: e[0])
 
 

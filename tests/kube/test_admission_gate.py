@@ -15,7 +15,7 @@ import nats.js.errors
 
 from taugrid import runrecord
 from taugrid.bus import Bus, kv
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import Event, from_message
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.events import run_subject
 from taugrid.core.states import RunRecord
@@ -82,12 +82,13 @@ async def record(bus: Bus, run_id: str, *, state: str, attempt: int = 1) -> None
 
 
 async def stored(bus: Bus, run_id: str, event_type: str) -> list[str]:
-    """The ``ce-attempt`` of the last ``event_type`` stored for the run ([] when there is none)."""
+    """The attempt (``ce-attempt``, 1 when the stored event leaves it out) of the last ``event_type`` stored for the
+    run ([] when there is none)."""
     try:
         msg = await bus.js.get_last_msg("RUNS", run_subject(WORKSPACE, run_id, event_type))
     except nats.js.errors.NotFoundError:
         return []
-    return [msg.headers["ce-attempt"]]
+    return [str(from_message(msg.subject, msg.headers, msg.data).attempt)]
 
 
 async def test_a_runs_record_is_read_when_first_seen_and_before_its_end_only(bus: Bus) -> None:

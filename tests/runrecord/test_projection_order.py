@@ -23,7 +23,7 @@ from taugrid import runrecord
 from taugrid.bus import Bus, connect, identity
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.replay import batches as replay_batches
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import ConsumerSpec
@@ -156,7 +156,8 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
         for run in runs:
             record, _ = await runrecord.get(publisher, ws, run)
             assert record is not None, run
-            seqs = sorted(m.metadata.sequence.stream for m in stored if m.headers["ce-subject"] == run)
+            seqs = sorted(m.metadata.sequence.stream for m in stored
+                          if from_message(m.subject, m.headers, m.data).subject == run)
             assert ([h["seq"] for h in record.history], record.state) == (seqs, "running"), record.history
     finally:
         loop.stopping.set()

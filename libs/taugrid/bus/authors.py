@@ -6,7 +6,10 @@ stream acts on a stage's event only when
 
 - its headers agree with its subject (``Event.problem``: the subject alone says workspace, run and type),
 - its ``ce-source`` names a service that ``publishing.SERVICE_PUBLISH`` allows to publish the subject, and
-- it is signed by that same service's key, as the ``service_keys`` bucket lists it.
+- it is signed by that same service's key, as the ``service_keys`` bucket lists it. A service's event stores no
+  ``tau-signer`` (``envelope.compact``): its signature is checked against the key of the service its
+  ``ce-source`` names, which is the only key that could pass here anyway; a ``tau-signer`` that is there must
+  still be that service's.
 
 People's requests (``publishing.PERSON_REQUESTS``) pass here: their own signature is checked where they are
 handled (``signers``). A permission mistake, a stolen routine credential that may publish a subject, or a
@@ -61,6 +64,7 @@ class Authors:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.services: dict[str, str] = {}  # public key → service
+        self.keys: dict[str, str] = {}  # service → public key (an event without tau-signer is checked by it)
         self.read_at = 0.0
         self._reading: asyncio.Lock = asyncio.Lock()
 
@@ -91,6 +95,7 @@ class Authors:
             if found != self.services:
                 log.info("service keys: %s", ", ".join(sorted(found.values())) or "none (no authentication)")
             self.services = found
+            self.keys = {service: key for key, service in found.items()}
 
     async def problem(self, ev: Event) -> str | None:
         """Why a stage must not act on ``ev``; None when it may."""
@@ -104,12 +109,15 @@ class Authors:
             return claimed
         if self.bus.identity is None:
             return None  # a bus without authentication: nobody to tell apart, no keys to check against
-        if not self.services or (ev.signer and ev.signer not in self.services):
+        claimed_service = ev.source.removeprefix(publishing.SOURCE_PREFIX)
+        if not self.services or (ev.signer and ev.signer not in self.services) or \
+                (not ev.signer and ev.signature and claimed_service not in self.keys):
             await self._refresh()
         if not self.services:  # authenticated, but the bootstrap has not recorded the keys yet (a chart's Job
             # runs after the services start): wait for them rather than act on an event nobody can vouch for
             raise TemporaryError("no service keys recorded yet (the bootstrap publishes them)", delay=2.0)
-        service = self.services.get(ev.signer)
+        signer = ev.signer or (self.keys.get(claimed_service, "") if ev.signature else "")
+        service = self.services.get(signer)
         if service is None:
             return (f"{ev.type} on {ev.nats_subject} is not signed by any service's key (signer "
                     f"{ev.signer or 'none'}): only {', '.join(allowed) or 'no service'} may publish it")
@@ -117,7 +125,18 @@ class Authors:
             return (f"{ev.type} on {ev.nats_subject} is signed by {service}, which may not publish it as "
                     f"{ev.source!r}: only {', '.join(allowed) or 'no service'} may")
         try:
-            verify_service_signature(ev)
+            verify_service_signature(ev, public_key=signer)
         except SignatureInvalid as exc:
-            return f"{ev.type} on {ev.nats_subject} claims {service}'s key, but {exc}"
+            if ev.signer or not await self._rotated(claimed_service, signer):
+                return f"{ev.type} on {ev.nats_subject} claims {service}'s key, but {exc}"
+            try:  # no tau-signer, and the service's key changed since we read it: check against the new one
+                verify_service_signature(ev, public_key=self.keys[claimed_service])
+            except SignatureInvalid as again:
+                return f"{ev.type} on {ev.nats_subject} claims {service}'s key, but {again}"
         return None
+
+    async def _rotated(self, service: str, key: str) -> bool:
+        """Whether reading the keys again (at most every ``REFRESH_S``) gives ``service`` another key than
+        ``key``: a rotation this connection had not seen, for an event that names no signer."""
+        await self._refresh()
+        return self.keys.get(service, key) != key

@@ -37,6 +37,7 @@ from taugrid.bus.envelope import (
     DELEGATION_HEADER,
     SIGNED_TYPES,
     Event,
+    compact,
     headers_for,
     sign_headers,
     sign_service_headers,
@@ -260,11 +261,17 @@ class Bus:
         )
         if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
             headers[DELEGATION_HEADER] = delegation
-        if self.seed is not None and family == "run" and event_type in SIGNED_TYPES:
+        request = family == "run" and event_type in SIGNED_TYPES
+        service_signed = False
+        if self.seed is not None and request:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)
         elif self.signing_key is not None and family != "log":  # log chunks are read by people only, never acted on
             sign_service_headers(self.signing_key, nats_subject=subject, headers=headers, body=data)
-        ack = await self._store(subject, data, headers)
+            service_signed = True
+        # a service's event is stored without the headers readers derive (envelope.compact; issue 27); a
+        # person's request keeps all of them, as the published contract asks of every client
+        ack = await self._store(subject, data, headers if request else
+                                compact(subject, headers, service_signed=service_signed))
         if ack.duplicate and ack.stream in PEOPLE_WRITABLE_STREAMS and event_type not in SIGNED_TYPES:
             squatter = await self.subject_at(ack.stream, ack.seq)
             if _laneless(squatter) != _laneless(subject):
@@ -275,7 +282,7 @@ class Bus:
                 log.warning("message id %s of %s was taken by a message on %s (seq %d): publishing under the "
                             "service's own id", msg_id, subject, squatter, ack.seq)
                 headers["Nats-Msg-Id"] = self._unforgeable_id(subject, msg_id)
-                ack = await self._store(subject, data, headers)
+                ack = await self._store(subject, data, compact(subject, headers, service_signed=service_signed))
         return ack.seq
 
     def _unforgeable_id(self, subject: str, msg_id: str) -> str:

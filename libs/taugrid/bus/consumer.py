@@ -3,13 +3,13 @@
 One durable pull consumer per service (two for the stages before admission: the high priority lane's durable
 beside the default one, ``topology.LANE_DURABLES``, each fetched by its own loop so a high-lane event never
 waits behind the default lane's backlog); replicas bind to the same durable and the server hands each message to
-one of them. Messages are keyed by run (``ce-subject``): one run's events are handled one after another in
-stream order (each waits for the previous one of its key to be handled, not for its ack to be confirmed: the ack
-round trip is off a run's critical path, and a lost ack only brings an already handled message back, which every
-handler takes as a repeat), different runs concurrently. A loop made ``ordered=False`` hands a run's next event
-to its handler without waiting, in the order fetched, and the handler keeps each run's order itself (the run_state
-projection, ``runrecord.Projector``, which writes the events of a run that arrive meanwhile together). Fetching is
-pipelined:
+one of them. Messages are keyed by run (``ce-subject``, else the run its subject names: ``envelope.ordering_key``):
+one run's events are handled one after another in stream order (each waits for the previous one of its key to be
+handled, not for its ack to be confirmed: the ack round trip is off a run's critical path, and a lost ack only
+brings an already handled message back, which every handler takes as a repeat), different runs concurrently. A loop
+made ``ordered=False`` hands a run's next event to its handler without waiting, in the order fetched, and the
+handler keeps each run's order itself (the run_state projection, ``runrecord.Projector``, which writes the events of
+a run that arrive meanwhile together). Fetching is pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
 one slow run never holds the others back. Every verb is confirmed by the server (sent as a request, again until
 answered: ``_settle``), so one sent while a server restarts or a cluster elects a new leader is not lost.
@@ -44,7 +44,7 @@ from opentelemetry.trace import SpanKind
 from taugrid.bus import identity, metrics, tracing
 from taugrid.bus.authors import Authors
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.envelope import Event, from_message, ordering_key, with_id
 from taugrid.bus.errors import CLOSED, TIMEOUT, UNAVAILABLE
 from taugrid.core import publishing
 from taugrid.core.errors import NotYet, PermanentError, TemporaryError
@@ -79,7 +79,7 @@ def nak(delay: float) -> bytes:
 async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
     """Copy a poison message to ``dlq.<stream>.<durable>`` with the error, deduplicated by stream sequence."""
     meta = msg.metadata
-    headers = dict(msg.headers or {})
+    headers = with_id(msg.headers)  # the event keeps its id; the copy gets the DLQ's
     headers.pop("Nats-Msg-Id", None)
     headers.update({
         "Nats-Msg-Id": f"dlq.{meta.stream}.{durable}.{meta.sequence.stream}",
@@ -189,7 +189,7 @@ class ConsumerLoop:
                         inflight.add(task)
                         task.add_done_callback(finished)
                         continue
-                    key = (m.headers or {}).get("ce-subject") or m.subject
+                    key = ordering_key(m.subject, m.headers)
                     handled: asyncio.Future[None] = running.create_future()
                     task = asyncio.create_task(self._after(tails.get(key), m, handled))
                     tails[key] = handled

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import msgspec
 
 from taugrid.bus.connection import Bus
+from taugrid.bus.envelope import with_id
 from taugrid.bus.errors import MISSING, UNAVAILABLE
 from taugrid.core.errors import NotFound, PermanentError, PermissionDenied
 
@@ -109,7 +110,7 @@ async def replay(bus: Bus, seqs: Iterable[int]) -> list[DeadLetter]:
             raise PermanentError(
                 f"dead letter #{seq}: its original ({letter.stream} #{letter.stream_seq}) is no longer in its "
                 "stream (aged out or purged); nothing to replay") from None
-        headers = dict(original.headers or {})
+        headers = with_id(original.headers)  # the event keeps its id (a compact one's is its Nats-Msg-Id)
         first_id = headers.get("Nats-Msg-Id") or f"{letter.stream}.{letter.stream_seq}"
         headers["Nats-Msg-Id"] = f"{first_id}.replay-{seq}"  # else the server would drop it as a duplicate
         headers["x-replay-of"] = f"{letter.stream}.{letter.stream_seq}"

@@ -139,7 +139,8 @@ def _string(description: str, **extra: Any) -> dict[str, Any]:
 def _header_schemas() -> dict[str, Any]:
     common = {
         "ce-specversion": _string("CloudEvents version", const=SPEC_VERSION),
-        "ce-id": _string("event id, unique per event; equals Nats-Msg-Id. A run event's is "
+        "ce-id": _string("event id, unique per event; equals Nats-Msg-Id (a service's event then leaves it "
+                         "out), except on an event re-stored under another message id. A run event's is "
                          "`<run_id>.<attempt>.<stage>.<outcome>[.<suffix>]` (a cancel adds a random suffix so "
                          "each request is its own event)"),
         "ce-type": _string(f"`{CE_PREFIX}<family>.<stage>.<outcome>.v<version>`, e.g. "
@@ -167,6 +168,14 @@ def _header_schemas() -> dict[str, Any]:
         **common,
         USER_HEADER: _string("the run's verified submitter (the user name whose signature the submitter "
                              "checked), on every event a service publishes after submit.accepted"),
+        SIGNATURE_HEADER: _string("the publishing service's ed25519 signature (scheme tau-svc-v1: the request "
+                                  "form's lines, then ce-source, ce-workspace, ce-attempt and ce-tauuser, each "
+                                  "header left out counted at its derived value) by the key the bootstrap "
+                                  "recorded for the service ce-source names (KV service_keys); absent on a bus "
+                                  "without authentication and on log chunks", pattern="^[A-Za-z0-9_-]{86}$"),
+        SIGNER_HEADER: _string("left out by taugrid's services: the signing key is the one recorded for the "
+                               "service ce-source names; one that is present must be that key",
+                               pattern="^U[A-Z2-7]{55}$"),
     }
     signed = {
         **common,
@@ -182,8 +191,16 @@ def _header_schemas() -> dict[str, Any]:
     }
     return {
         "CloudEventHeaders": {
-            "type": "object", "description": "headers of an event a service publishes",
-            "properties": service, "required": required,
+            "type": "object",
+            "description": "headers of an event a service publishes, stored compact (issue 27): a header whose "
+                           "value a reader derives is left out when it has exactly that value, and a reader "
+                           "takes the derived one: ce-specversion `1.0`; ce-id the Nats-Msg-Id; ce-attempt `1`; "
+                           "on a run event (`run.<ws>.<run>.<stage>.<outcome>[.high]`) ce-type "
+                           "`io.taugrid.run.<stage>.<outcome>.v1`, ce-subject `<run>` and ce-workspace `<ws>`; "
+                           "on a log chunk (`log.<ws>.<run>.<attempt>`) ce-subject and ce-workspace the same "
+                           "way. A header that is present is read as it is, and one that contradicts the "
+                           "subject gets the message refused",
+            "properties": service, "required": ["ce-source", "ce-time"],
         },
         "SignedRequestHeaders": {
             "type": "object",

@@ -150,8 +150,11 @@ for await (const m of messages) {
   const type = m.subject.split(".").slice(3).join(".");
   const data = m.json();
   seen.push(type);
+  // a service's event leaves out what its subject says (docs/asyncapi.yaml, "Compact headers"): the run is the
+  // subject's third token and the type io.taugrid.run.<stage>.<outcome>.v1
   console.log(JSON.stringify({
-    type, run: m.headers?.get("ce-subject"), ce_type: m.headers?.get("ce-type"),
+    type, run: m.headers?.get("ce-subject") || m.subject.split(".")[2],
+    ce_type: m.headers?.get("ce-type") || `io.taugrid.run.${type}.v1`,
     user: m.headers?.get("ce-tauuser") || "", seq: m.seq, data,
   }));
   if (TERMINAL.has(type)) terminal = type;

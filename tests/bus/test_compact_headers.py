@@ -1,0 +1,143 @@
+"""A service's event is stored without the headers its subject or its ``ce-source`` say (issue 27), and reads,
+orders and verifies exactly as the full form did: nothing an attacker changes passes."""
+
+from __future__ import annotations
+
+import nkeys
+import pytest
+
+from taugrid.bus import identity
+from taugrid.bus.envelope import (
+    SIGNATURE_HEADER,
+    SIGNER_HEADER,
+    SignatureInvalid,
+    compact,
+    from_message,
+    headers_for,
+    ordering_key,
+    sign_service_headers,
+    verify_service_signature,
+)
+
+RUN = "hello-3f2a9c"
+SUBJECT = f"run.team-a.{RUN}.policy.approved"
+BODY = b'{"run":{"run_id":"hello-3f2a9c"}}'
+KEY = nkeys.from_seed(identity.new_user_seed())
+TRACE = "00-28422da026bec296c0d6983c45428324-41afdc1dafc72b14-01"
+
+
+def full(subject: str = SUBJECT, *, run: str = RUN, workspace: str = "team-a", attempt: int = 1,
+         event_type: str = "policy.approved", msg_id: str = "") -> dict[str, str]:
+    headers = headers_for(event_id=msg_id or f"{run}.{attempt}.{event_type}", event_type=event_type,
+                          source="/svc/policy", subject=run, workspace=workspace, attempt=attempt, traceparent=TRACE,
+                          user="alice", time="2026-12-02T00:22:35.746Z")
+    sign_service_headers(KEY, nats_subject=subject, headers=headers, body=BODY)
+    return headers
+
+
+def test_a_run_event_stores_only_what_its_subject_and_source_do_not_say() -> None:
+    stored = compact(SUBJECT, full(), service_signed=True)
+    assert sorted(stored) == ["Nats-Msg-Id", "ce-source", "ce-tauuser", "ce-time", SIGNATURE_HEADER, "traceparent"]
+    assert stored["Nats-Msg-Id"] == f"{RUN}.1.policy.approved"
+    def size(headers: dict[str, str]) -> int:  # as NATS writes them: "name: value\r\n"
+        return sum(len(k) + len(v) + 4 for k, v in headers.items())
+
+    assert (size(full()), size(stored)) == (533, 296)
+
+
+def test_the_compact_form_reads_as_the_full_one() -> None:
+    whole = from_message(SUBJECT, full(), BODY, seq=7, stored=1.5)
+    short = from_message(SUBJECT, compact(SUBJECT, full(), service_signed=True), BODY, seq=7, stored=1.5)
+    fields = ("id", "type", "source", "subject", "time", "workspace", "attempt", "traceparent", "ce_type", "user",
+              "problem", "seq", "stored", "lane")
+    assert {f: getattr(short, f) for f in fields} == {f: getattr(whole, f) for f in fields}
+    assert (short.id, short.ce_type, short.subject, short.workspace, short.attempt) == (
+        f"{RUN}.1.policy.approved", "io.taugrid.run.policy.approved.v1", RUN, "team-a", 1)
+    assert short.signer == "" and whole.signer == KEY.public_key.decode()
+    assert short.to_json_head() | {"signer": ""} == whole.to_json_head() | {"signer": ""}
+
+
+def test_the_signature_over_the_full_form_verifies_on_the_compact_one() -> None:
+    ev = from_message(SUBJECT, compact(SUBJECT, full(), service_signed=True), BODY)
+    assert verify_service_signature(ev, public_key=KEY.public_key.decode()) == KEY.public_key.decode()
+    high = f"{SUBJECT}.high"
+    ev = from_message(high, compact(high, full(high), service_signed=True), BODY)
+    assert verify_service_signature(ev, public_key=KEY.public_key.decode()) == KEY.public_key.decode()
+
+
+@pytest.mark.parametrize("tamper", ["body", "workspace", "run", "type", "time", "source", "user", "attempt",
+                                    "msg-id", "ce-id", "trace-free", "other-key"])
+def test_any_change_to_a_compact_event_breaks_its_signature(tamper: str) -> None:
+    stored, subject, body, key = compact(SUBJECT, full(), service_signed=True), SUBJECT, BODY, KEY.public_key.decode()
+    if tamper == "body":
+        body = b'{"run":{"run_id":"other"}}'
+    elif tamper == "workspace":
+        subject = f"run.team-b.{RUN}.policy.approved"
+    elif tamper == "run":
+        subject = "run.team-a.other-run.policy.approved"
+    elif tamper == "type":
+        subject = f"run.team-a.{RUN}.render.applied"
+    elif tamper == "time":
+        stored["ce-time"] = "2020-01-01T00:00:00.000Z"
+    elif tamper == "source":
+        stored["ce-source"] = "/svc/renderer"
+    elif tamper == "user":
+        stored["ce-tauuser"] = "mallory"
+    elif tamper == "attempt":
+        stored["ce-attempt"] = "2"
+    elif tamper == "msg-id":  # the id a reader derives ce-id from: it is signed through it
+        stored["Nats-Msg-Id"] = f"{RUN}.2.policy.approved"
+    elif tamper == "ce-id":
+        stored["ce-id"] = f"{RUN}.1.policy.approved.x"
+    elif tamper == "trace-free":  # a header the form never covered stays free, as before: traceparent
+        stored.pop("traceparent")
+    else:
+        key = identity.public_key(identity.new_user_seed())
+    ev = from_message(subject, stored, body)
+    if tamper == "trace-free":
+        assert verify_service_signature(ev, public_key=key) == key
+        return
+    with pytest.raises(SignatureInvalid):
+        verify_service_signature(ev, public_key=key)
+
+
+def test_a_derived_header_written_back_agrees_or_is_refused() -> None:
+    stored = compact(SUBJECT, full(), service_signed=True)
+    same = from_message(SUBJECT, {**stored, "ce-subject": RUN, "ce-workspace": "team-a", "ce-attempt": "1"}, BODY)
+    assert same.problem == "" and verify_service_signature(same, public_key=KEY.public_key.decode())
+    moved = from_message(SUBJECT, {**stored, "ce-subject": "bobs-run"}, BODY)
+    assert moved.problem == (f"ce-subject says 'bobs-run' where the subject says '{RUN}' on {SUBJECT}: the subject "
+                             "decides, so this message is refused")
+
+
+def test_values_a_reader_could_not_derive_are_kept() -> None:
+    odd = "a.b"  # not its own subject token (a_b)
+    subject = "run.team-a.a_b.policy.approved"
+    assert compact(subject, full(subject, run=odd), service_signed=True)["ce-subject"] == odd
+    second = full(attempt=2)
+    assert compact(SUBJECT, second, service_signed=True)["ce-attempt"] == "2"
+    squatted = {**full(), "Nats-Msg-Id": f"{RUN}.1.policy.approved.mark"}  # Bus.publish's unforgeable id
+    kept = compact(SUBJECT, squatted, service_signed=True)
+    assert kept["ce-id"] == f"{RUN}.1.policy.approved"
+    assert from_message(SUBJECT, kept, BODY).id == f"{RUN}.1.policy.approved"
+    watch = "k8s.local.pod.default.hello-3f2a9c-a1-pod.modified"
+    headers = headers_for(event_id="pod-x.2", event_type="pod.modified", family="k8s", source="/svc/local-cluster",
+                          subject=RUN, workspace="team-a", attempt=1, traceparent="", dedup=False)
+    assert sorted(compact(watch, headers, service_signed=False)) == [
+        "ce-id", "ce-source", "ce-subject", "ce-time", "ce-type", "ce-workspace"]
+
+
+def test_a_persons_request_is_never_compacted_by_the_bus() -> None:
+    """Bus.publish stores people's requests whole (the published contract asks every client for them); compact
+    itself keeps a tau-signer that is not a service's."""
+    subject = f"run.team-a.{RUN}.cancel.requested"
+    headers = full(subject, event_type="cancel.requested")
+    assert compact(subject, headers, service_signed=False)[SIGNER_HEADER] == KEY.public_key.decode()
+
+
+def test_a_run_is_kept_in_order_by_the_same_key_compact_or_not() -> None:
+    assert ordering_key(SUBJECT, compact(SUBJECT, full(), service_signed=True)) == ordering_key(SUBJECT, full()) == RUN
+    assert ordering_key(f"{SUBJECT}.high", {}) == RUN
+    assert ordering_key(f"log.team-a.{RUN}.1", {}) == RUN
+    assert ordering_key("k8s.local.pod.default.p.modified", {"ce-subject": RUN}) == RUN
+    assert ordering_key("node.n1.sample", {}) == "node.n1.sample"
