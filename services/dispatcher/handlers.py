@@ -81,6 +81,24 @@ def admitted(workload: dict[str, Any]) -> bool:
     return any(c.get("type") in ("QuotaReserved", "Admitted") and c.get("status") == "True" for c in conditions)
 
 
+def preempted(workload: dict[str, Any]) -> str:
+    """Why a Workload's cluster preempted it (Kueue's Evicted is True with reason Preempted and it holds no quota
+    now): the condition's message; "" otherwise. Other evictions (a PodsReady timeout, a deactivation) are
+    retried by that cluster as before and reopen nothing."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    why = next((c for c in conditions if c.get("type") == "Evicted" and c.get("status") == "True"
+                and c.get("reason") == "Preempted"), None)
+    if why is None or admitted(workload):
+        return ""
+    return str(why.get("message") or "no message")
+
+
+def version(obj: dict[str, Any]) -> int:
+    """An object's resourceVersion as its cluster numbers its changes (0 when absent)."""
+    got = str((obj.get("metadata") or {}).get("resourceVersion") or "0")
+    return int(got) if got.isdigit() else 0
+
+
 class Dispatcher:
     def __init__(self, bus: Bus, platform: Callable[[], Awaitable[Platform]], *,
                  clock: Callable[[], float] = time.time) -> None:
@@ -90,6 +108,9 @@ class Dispatcher:
         self._suspicion = ""  # the last self-suspicion logged, so it is logged once per change
         self._rounds: set[str] = set()  # keys of undecided Incremental dispatches this process made or saw
         self._full_scan_at = float("-inf")
+        # the clusters whose lease was lost at the last leases pass (None before the first: every cluster holding
+        # its lease then may have rejoined while no dispatcher ran)
+        self._lost_before: set[str] | None = None
 
     # --- the renderer's requests (backend.dispatch.apply|delete) ---
 
@@ -116,9 +137,10 @@ class Dispatcher:
         elif not rec.chosen and not rec.deleted:  # a redelivery: the same copies and event, dropped as repeats
             await self._send(rec, f"{rec.mode}: nominated {', '.join(rec.nominated)}")
 
-    async def _send(self, rec: DispatchRecord, reason: str) -> None:
-        """A reservation to each nominated cluster: queue the run's workload and reserve quota, start nothing."""
-        for cluster in rec.nominated:
+    async def _send(self, rec: DispatchRecord, reason: str, *, only: tuple[str, ...] | None = None) -> None:
+        """A reservation to each nominated cluster (``only`` those, when given): queue the run's workload and
+        reserve quota, start nothing."""
+        for cluster in rec.nominated if only is None else only:
             await self._request(rec, cluster, "reserve")
         await self._event(rec, "dispatch.nominated", rec.nominated, reason, suffix=str(len(rec.nominated)))
 
@@ -150,6 +172,11 @@ class Dispatcher:
 
         async def handle(ev: Event) -> None:
             change = ev.payload(WatchEvent)
+            if change.object.get("kind") == "Workload" and preempted(change.object):
+                # the run's own status first (it is queued again), while the record still names this cluster
+                await self.mirror(cluster, ev, change)
+                await self.on_report(cluster, change)
+                return
             await self.on_report(cluster, change)
             await self.mirror(cluster, ev, change)
 
@@ -175,7 +202,9 @@ class Dispatcher:
         subject = k8s_subject(cluster, kind, str(meta.get("namespace") or ""), str(meta["name"]), change.type)
         await self.bus.publish(subject, WatchEvent(type=change.type, object=obj, cluster=cluster),
                                event_type=f"{kind.lower()}.{change.type.lower()}", ce_subject=run_id,
-                               msg_id=f"{cluster}.{ev.id}",
+                               # a copy reserved again after a reopening may repeat the site's ids (its versions
+                               # restart when it forgot the workload): the reopening count keeps them new
+                               msg_id=f"{cluster}.{ev.id}{_requeued(rec)}",
                                workspace=rec.apply.workspace, attempt=int(attempt), family="k8s")
 
     async def on_report(self, cluster: str, change: WatchEvent) -> None:
@@ -183,6 +212,9 @@ class Dispatcher:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if obj.get("kind") == "Workload" and change.type != "DELETED" and finished(obj):
             await self._finished(cluster, labels)
+            return
+        if obj.get("kind") == "Workload" and change.type != "DELETED" and (why := preempted(obj)):
+            await self._preempted(cluster, labels, why, version(obj))
             return
         if obj.get("kind") != "Workload" or change.type == "DELETED" or not admitted(obj):
             return
@@ -199,6 +231,10 @@ class Dispatcher:
             if cluster in rec.nominated:
                 await self._withdraw(rec, cluster, "the run was taken back")
             return
+        if rec.finished:  # a copy reserved after the run ended (a stale reservation come again): never counted
+            if cluster in rec.nominated and change.type != "DELETED":
+                await self._withdraw(rec, cluster, f"the run finished at {rec.chosen}")
+            return
         decision = on_admitted(cluster, rec.nominated, rec.chosen or None)
         if decision.verdict == "refuse":
             log.warning("%s: %s", run_id, decision.reason)
@@ -209,7 +245,7 @@ class Dispatcher:
         if decision.verdict == "won" and rec.announced:
             return  # the winner's later changes (a run of days changes its Workload often): all was said
         if decision.verdict == "claim":
-            rec = msgspec.structs.replace(rec, chosen=cluster)
+            rec = msgspec.structs.replace(rec, chosen=cluster, chosen_version=version(obj))
             # written once: a concurrent claim makes this a Conflict, redelivered, and then read as withdraw/won
             revision = await kv.save(self.bus, BUCKET, k, rec, revision=revision)
         await self._request(rec, cluster, "apply")  # only now may the run start, and only there
@@ -228,6 +264,33 @@ class Dispatcher:
         rec, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
         if rec is not None and rec.chosen == cluster and not rec.finished:
             await kv.save(self.bus, BUCKET, k, msgspec.structs.replace(rec, finished=True), revision=revision)
+
+    async def _preempted(self, cluster: str, labels: dict[str, str], why: str, at_version: int) -> None:
+        """The chosen cluster preempted the run (its engine evicted it for a higher priority): it no longer holds
+        the run's quota, so the run goes back to nomination, as MultiKueue redoes the admission on every eligible
+        worker once the admitting one loses it (kueue#8302). The evicting cluster keeps its copy, queued there
+        again as a reservation (the site holds it back from starting), and stays nominated; the others get new
+        reservations; whichever admits first is chosen as before. An eviction of a copy that was not chosen
+        counted for nothing and changes nothing."""
+        run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
+        if not run_id or not attempt.isdigit():
+            return
+        k = key(run_id, int(attempt))
+        rec, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if rec is None or rec.chosen != cluster or rec.finished or rec.deleted or at_version < rec.chosen_version:
+            return
+        platform = await self.platform()
+        d = platform.dispatch
+        candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in rec.lost]
+        mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"  # as it was dispatched
+        step = nominate(candidates, [cluster], mode=mode, now=self.clock(), step=d.incremental_step,
+                        round_timeout=d.round_timeout)
+        rec = msgspec.structs.replace(rec, chosen="", announced=False, chosen_version=0, requeues=rec.requeues + 1,
+                                      nominated=list(step.clusters), round_started=step.round_started)
+        await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the choice is open again: compare-and-set
+        self._track(rec)
+        log.warning("%s: %s preempted it (%s): nominated again", run_id, cluster, why)
+        await self._send(rec, f"{cluster} preempted it ({why}); {mode}: nominated {', '.join(rec.nominated)} again")
 
     async def _withdraw(self, rec: DispatchRecord, cluster: str, reason: str) -> None:
         req = rec.apply
@@ -312,9 +375,47 @@ class Dispatcher:
                 log.warning("cluster %s lost (%s): requeueing its runs", name, verdict.reason)
                 lost.append(name)
         for name in lost:
-            await self._requeue_lost(platform, name, platform.dispatch.worker_lost_timeout)
+            await self._requeue_lost(platform, name, platform.dispatch.worker_lost_timeout, set(lost))
+        holding = {name for name in named if name in current and not current[name][0].lost}
+        back = holding if self._lost_before is None else holding & self._lost_before
+        self._lost_before = set(lost)
+        if back:
+            await self._renominate(platform, back)
 
-    async def _requeue_lost(self, platform: Platform, cluster: str, timeout: float) -> None:
+    async def _renominate(self, platform: Platform, back: set[str]) -> None:
+        """Clusters that rejoined (lost, then fenced and renewing again) may be nominated again for the runs still
+        waiting that had left them out as lost: a run requeued while every other cluster was lost had nobody
+        to go to (kueue#8302 asks that a run lost with its worker be admitted on any cluster). Only undecided runs;
+        a run chosen elsewhere meanwhile stays there."""
+        d = platform.dispatch
+        for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
+            returning = sorted(set(rec.lost) & back)
+            if rec.chosen or rec.deleted or rec.finished or not returning:
+                continue
+            k = key(rec.apply.run_id, rec.apply.attempt)
+            current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+            if current != rec:
+                continue  # changed meanwhile: the next rejoin (or process start) reads it again
+            gone = [c for c in rec.lost if c not in back]
+            candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in gone]
+            mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"
+            # nobody nominated (all were lost): a round starts now; otherwise Incremental's next round adds them
+            step = nominate(candidates, rec.nominated, mode=mode, now=self.clock(), step=d.incremental_step,
+                            round_started=rec.round_started if rec.nominated else None,
+                            round_timeout=d.round_timeout)
+            rec = msgspec.structs.replace(rec, lost=gone, requeues=rec.requeues + (1 if step.added else 0),
+                                          nominated=list(step.clusters), round_started=step.round_started)
+            await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+            self._track(rec)
+            if step.added:
+                log.info("%s: %s rejoined: nominated %s", rec.apply.run_id, ", ".join(returning),
+                         ", ".join(step.added))
+                await self._send(rec, f"{', '.join(returning)} rejoined; {mode}: nominated "
+                                      f"{', '.join(step.added)}", only=step.added)
+
+    async def _requeue_lost(self, platform: Platform, cluster: str, timeout: float, lost_now: set[str]) -> None:
+        """Requeue the runs chosen at ``cluster``, lost, among the clusters not lost now (one lost earlier in the
+        attempt that has rejoined since counts again)."""
         reason = f"{cluster} lost: no lease renewal for over {timeout:g}s"
         d = platform.dispatch
         for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
@@ -324,17 +425,20 @@ class Dispatcher:
             current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
             if current != rec:
                 continue  # changed meanwhile: the next pass reads it again
-            gone = [*rec.lost, cluster]
+            gone = [*(c for c in rec.lost if c in lost_now and c != cluster), cluster]
             candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in gone]
             mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"  # as it was dispatched
             step = nominate(candidates, [], mode=mode, now=self.clock(), step=d.incremental_step,
                             round_timeout=d.round_timeout)
-            rec = msgspec.structs.replace(rec, chosen="", announced=False, lost=gone, requeues=rec.requeues + 1,
-                                          nominated=list(step.clusters), round_started=step.round_started)
+            rec = msgspec.structs.replace(rec, chosen="", announced=False, chosen_version=0, lost=gone,
+                                          requeues=rec.requeues + 1, nominated=list(step.clusters),
+                                          round_started=step.round_started)
             await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the new choice is open: compare-and-set
             self._track(rec)
             await self._withdraw(rec, cluster, reason)  # its delete waits in the site's SITE_IN for its return
-            await self._send(rec, step.reason)
+            waiting = (f"no cluster to nominate: {', '.join(gone)} lost; it waits for one to rejoin"
+                       if not step.clusters and eligible(platform.clusters, rec.cluster_queue) else step.reason)
+            await self._send(rec, waiting)
 
     async def _event(self, rec: DispatchRecord, event_type: str, clusters: list[str], reason: str, *,
                      suffix: str = "") -> None:

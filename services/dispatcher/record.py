@@ -23,8 +23,12 @@ class DispatchRecord(msgspec.Struct, frozen=True):
     announced: bool = False  # dispatch.chosen and the withdrawals are published (a later change of the winner's
     # Workload says nothing again, even after the streams' dedup window)
     finished: bool = False  # the chosen cluster reported the run's Workload finished: a loss no longer requeues it
-    lost: list[str] = msgspec.field(default_factory=list)  # clusters lost while chosen: never nominated again
-    requeues: int = 0  # times requeued after a loss: the ids of the requests sent since carry it
+    lost: list[str] = msgspec.field(default_factory=list)  # clusters lost while chosen: not nominated again
+    # until they rejoin (fenced, renewing their lease again)
+    requeues: int = 0  # times the choice was reopened (a loss, an eviction at the chosen cluster, a lost cluster
+    # back for a run still waiting): the ids of the requests and events sent since carry it
+    chosen_version: int = 0  # the resourceVersion of the chosen cluster's admission that won: an eviction it
+    # reports with a lower one is older than that admission (a redelivery) and reopens nothing
 
 
 def key(run_id: str, attempt: int) -> str:

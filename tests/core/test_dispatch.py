@@ -105,5 +105,18 @@ def test_the_run_record_keeps_where_its_attempt_went_and_tau_status_says_why() -
     assert not states.apply(r, "dispatch.chosen", 1, chosen, 2.0)  # an older attempt's choice
     assert states.apply(r, "dispatch.chosen", 2, chosen, 3.0)
     assert (r.cluster, r.cluster_reason, r.state) == ("onprem-c", "onprem-c admitted it first", "applied")
-    assert not states.apply(r, "dispatch.nominated", 2, {"clusters": ["a"], "mode": "AllAtOnce", "reason": ""}, 4.0)
     assert "  cluster: onprem-c (onprem-c admitted it first)" in phase_tree(r).splitlines()
+    # another cluster's withdrawal changes nothing; the chosen one's (it was lost) reopens the choice
+    assert not states.apply(r, "dispatch.withdrawn", 2, {"clusters": ["a"], "mode": "AllAtOnce",
+                                                          "reason": "onprem-c admitted it first"}, 4.0)
+    lost = {"clusters": ["onprem-c"], "mode": "AllAtOnce", "reason": "onprem-c lost: no lease renewal for over 2s"}
+    assert not states.apply(r, "dispatch.withdrawn", 1, lost, 5.0)  # an older attempt's
+    assert states.apply(r, "dispatch.withdrawn", 2, lost, 5.0)
+    assert "  cluster: none now (onprem-c lost: no lease renewal for over 2s)" in phase_tree(r).splitlines()
+    assert not states.apply(r, "dispatch.nominated", 2, {"clusters": ["a"], "mode": "AllAtOnce", "reason": ""}, 6.0)
+    assert states.apply(r, "dispatch.chosen", 2, {**chosen, "clusters": ["a"], "reason": "a admitted it first"}, 7.0)
+    # the chosen cluster preempted the run: nominated again, the choice is open
+    again = {"clusters": ["a", "b"], "mode": "AllAtOnce", "reason": "a preempted it (by r2); AllAtOnce: nominated a, b "
+             "again"}
+    assert states.apply(r, "dispatch.nominated", 2, again, 8.0)
+    assert (r.cluster, r.cluster_reason) == ("", again["reason"])

@@ -180,6 +180,15 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         record.cluster, record.cluster_reason = str(data["clusters"][0]), str(data.get("reason") or "")
         record.updated = at
         return True
+    if event_type in ("dispatch.withdrawn", "dispatch.nominated"):  # the choice reopened: its cluster lost, or it
+        # preempted the run; the next dispatch.chosen names the new one
+        clusters = data.get("clusters") or []
+        reopened = record.cluster and (event_type == "dispatch.nominated" or record.cluster in clusters)
+        if record.state in TERMINAL or attempt != record.attempt or not reopened:
+            return False
+        record.cluster, record.cluster_reason = "", str(data.get("reason") or "")
+        record.updated = at
+        return True
     if not allowed(record, event_type, attempt):
         return False
     record.updated = at

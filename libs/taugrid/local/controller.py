@@ -323,6 +323,10 @@ class LocalCluster:
             async with self.lock.first(high):
                 await self._chosen(name)
             return
+        if hold and name in self.wls and self.wls[name].state == "deleted":
+            raise TemporaryError(f"{name} is still stopping here: reserved again once it has")  # redelivered
+        if hold and name in self.finished:  # reserved again after it went from here (this cluster was lost and
+            self.finished.pop(name)  # fenced it, or was withdrawn): a reservation starts nothing by itself
         if name in self.wls or name in self.finished or name in self._applying:
             return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
@@ -435,10 +439,13 @@ class LocalCluster:
 
     async def _chosen(self, name: str) -> None:
         """The dispatcher chose this cluster for a reservation: its pods start now if admission reserved its
-        quota already, else as soon as it does (a plain workload from then on)."""
+        quota already, else as soon as it does (a plain workload from then on). At a site a reservation chosen
+        but preempted since (pending again) stays held: the dispatcher reopens the choice on its eviction."""
         wl = self.wls.get(name)
         if wl is None or not wl.held:
             return
+        if self.site and wl.state == "pending":  # evicted since it reported its admission: the dispatcher reopens
+            return  # the choice when it reads that, and this copy waits as a reservation meanwhile
         wl.held = False
         if wl.state == "reserved":
             await self._create_pods(wl, wl.held_gpus, wl.held_nodes, time.time())
@@ -638,6 +645,9 @@ class LocalCluster:
         objects.job_suspended(wl.job)
         await self.publish(wl, wl.job["kind"], wl.job, "modified")
         wl.pods, wl.state, wl.last_pending = [], "pending", ""
+        # at a site the eviction sends the run back to the dispatcher (kueue#8302): it queues here again as a
+        # reservation and starts only if this cluster is chosen again
+        wl.held = wl.held or self.site
         wl.requeues += 1
         wl.retry_reason = "Preempted"
         await self.save(wl)

@@ -1,0 +1,211 @@
+"""A run's choice reopened on a real nats-server (issue 28 items 3, 4): the chosen cluster preempting the run sends
+it back to nomination, as MultiKueue redoes the admission once the admitting worker loses it (kueue#8302); and a
+run requeued while every other cluster was lost is nominated again at the first lost cluster that rejoins.
+Reports are handed in as the cluster's hub stream passes them on; leases are written into the hub's bucket as a
+site's renewals and the dispatcher's declarations would leave them, timed by a clock the test moves."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import yaml
+
+from taugrid.bus import kv, sites, streams
+from taugrid.bus.connection import Bus
+from taugrid.bus.sites import SiteLease
+from taugrid.config.platform import Platform, load_platform
+from taugrid.core.contracts import WatchEvent
+from taugrid_services.dispatcher.handlers import Dispatcher
+from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
+from tests.dispatcher.test_dispatcher import admitted, apply_for, request, steps
+from tests.platforms import lab_platform
+from tests.sitebus import fixed
+
+RUNS = itertools.count(1)
+
+
+def platform(names: tuple[str, str, str], dispatch: dict[str, Any]) -> Platform:
+    """``names[0]`` preferred, ``names[1]`` spill-over, ``names[2]`` serving only another queue (its renewals keep
+    the hub from suspecting itself when the other two fall silent)."""
+    a, b, c = names
+    clusters = [{"name": a, "backend": "local"}, {"name": b, "backend": "local", "preference": 1},
+                {"name": c, "backend": "local", "cluster_queues": ["gpu"]}]
+    data = yaml.safe_load(lab_platform(clusters=clusters, dispatch=dispatch))
+    data["cluster_queues"].append({"name": "gpu", "resource_groups": [{"covered_resources": ["cpu"], "flavors": [
+        {"name": "default", "resources": [{"name": "cpu", "nominal_quota": 8}]}]}]})
+    return load_platform(yaml.safe_dump(data))
+
+
+def preempted(run: str, version: int) -> WatchEvent:
+    """The run's Workload as a site's engine leaves it after preempting it (local/objects.evict)."""
+    return WatchEvent(type="MODIFIED", cluster="ignored", object={
+        "kind": "Workload", "metadata": {"name": f"job-{run}-a1", "namespace": "default",
+                                          "resourceVersion": str(version),
+                                          "labels": {"taugrid.io/run-id": run, "taugrid.io/attempt": "1"}},
+        "status": {"conditions": [
+            {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a "
+             "workload (UID: hi-a1) due to prioritization in the ClusterQueue"},
+            {"type": "QuotaReserved", "status": "False", "reason": "Pending"}]}})
+
+
+def admitted_at(run: str, version: int) -> WatchEvent:
+    ev = admitted(run)
+    ev.object["metadata"]["resourceVersion"] = str(version)
+    return ev
+
+
+async def record(bus: Bus, run: str) -> DispatchRecord:
+    rec, _ = await kv.load(bus, BUCKET, key(run, 1), DispatchRecord)
+    assert rec is not None
+    return rec
+
+
+async def ids(bus: Bus, run: str, cluster: str) -> list[str]:
+    """The ids of the requests ``cluster`` was sent for ``run``, in order."""
+    out = []
+    first, last = await streams.bounds(bus, "BACKEND")
+    for seq in range(first, last + 1):
+        ev = await streams.at(bus, "BACKEND", seq)
+        if ev is not None and ev.subject == run and ev.nats_subject.startswith(f"backend.{cluster}."):
+            out.append(ev.id)
+    return out
+
+
+async def test_the_chosen_cluster_preempting_the_run_sends_it_back_to_nomination(bus: Bus) -> None:
+    run = f"preempted-{next(RUNS)}"
+    a, b = "pre-a", "pre-b"
+    d = Dispatcher(bus, fixed(platform((a, b, "pre-c"), {"mode": "AllAtOnce"})))
+    await request(bus, d, apply_for(run))
+    await d.on_report(a, admitted_at(run, 4))
+    assert (await record(bus, run)).chosen_version == 4
+    await d.on_report(b, preempted(run, 9))  # a copy that was never chosen: it counted for nothing
+    await d.on_report(a, preempted(run, 3))  # older than the admission that won (a redelivery): nothing reopens
+    assert (await record(bus, run)).chosen == a
+
+    await d.on_report(a, preempted(run, 6))
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.nominated, rec.requeues, rec.announced) == ("", [a, b], 1, False)
+    await d.on_report(a, preempted(run, 6))  # the same report again: the choice is open already
+    assert (await record(bus, run)).requeues == 1
+    await d.on_report(b, admitted_at(run, 12))  # the other cluster admits first this time
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.chosen_version) == (b, 12)
+    # a keeps its copy queued as a reservation, is sent it again under a new id (its site drops it: it holds it),
+    # and has it withdrawn once b won; b's first copy was withdrawn, then reserved again, then applied
+    assert await ids(bus, run, a) == [f"{run}.1.reserve.{a}", f"{run}.1.apply.{a}", f"{run}.1.reserve.{a}.r1",
+                                      f"{run}.1.delete.{a}.r1"]
+    assert await ids(bus, run, b) == [f"{run}.1.reserve.{b}", f"{run}.1.delete.{b}", f"{run}.1.reserve.{b}.r1",
+                                      f"{run}.1.apply.{b}.r1"]
+    message = ("Preempted to accommodate a workload (UID: hi-a1) due to prioritization in the ClusterQueue")
+    assert await steps(bus, run) == [
+        ("dispatch.nominated", [a, b], f"AllAtOnce: nominated {a}, {b}"),
+        ("dispatch.chosen", [a], f"{a} admitted it first"),
+        ("dispatch.withdrawn", [b], f"{a} admitted it first"),
+        ("dispatch.nominated", [a, b], f"{a} preempted it ({message}); AllAtOnce: nominated {a}, {b} again"),
+        ("dispatch.chosen", [b], f"{b} admitted it first"),
+        ("dispatch.withdrawn", [a], f"{b} admitted it first"),
+    ]
+
+
+async def test_a_preempted_incremental_run_keeps_its_cluster_and_adds_the_next_step(bus: Bus) -> None:
+    run = f"preempted-{next(RUNS)}"
+    a, b = "inc-a", "inc-b"
+    d = Dispatcher(bus, fixed(platform((a, b, "inc-c"), {"mode": "Incremental", "incremental_step": 1})))
+    await request(bus, d, apply_for(run))
+    await d.on_report(a, admitted_at(run, 2))
+    await d.on_report(a, preempted(run, 3))
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.nominated) == ("", [a, b])  # a stays nominated, b is the next step
+    assert (await steps(bus, run))[-1][1:] == ([a, b], f"{a} preempted it (Preempted to accommodate a workload "
+                                                       "(UID: hi-a1) due to prioritization in the ClusterQueue); "
+                                                       f"Incremental: nominated {a}, {b} again")
+
+
+async def test_a_run_left_with_every_cluster_lost_is_nominated_at_the_first_that_rejoins(bus: Bus) -> None:
+    run = f"rejoin-{next(RUNS)}"
+    a, b, c = "rj-a", "rj-b", "rj-c"
+    now = [1000.0]
+    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+                   clock=lambda: now[0])
+
+    async def renew(*names: str, generation: int = 1) -> None:
+        for name in names:
+            await kv.put(bus, sites.LEASES, name, SiteLease(generation, False))
+
+    await renew(a, b, c)
+    await d.leases_pass()
+    await request(bus, d, apply_for(run))
+    await d.on_report(a, admitted(run))
+    assert (await record(bus, run)).chosen == a
+
+    now[0] += 11  # a falls silent past the timeout; b and c renew
+    await renew(b, c)
+    await d.leases_pass()
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.lost, rec.nominated) == ("", [a], [b])
+    await d.on_report(b, admitted(run))
+
+    now[0] += 11  # now b falls silent too while a is still away: nobody is left to nominate
+    await renew(c)
+    await d.leases_pass()
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.lost, rec.nominated) == ("", [a, b], [])
+    now[0] += 1
+    await d.leases_pass()  # still lost: nothing moves
+    assert (await record(bus, run)).nominated == []
+
+    await renew(a, generation=2)  # a fenced its orphan and rejoined under the hub's generation
+    now[0] += 1
+    await d.leases_pass()
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.lost, rec.nominated, rec.requeues) == ("", [b], [a], 3)
+    await d.on_report(a, admitted(run))
+    assert (await record(bus, run)).chosen == a
+    assert await ids(bus, run, a) == [f"{run}.1.reserve.{a}", f"{run}.1.apply.{a}", f"{run}.1.delete.{a}.r1",
+                                      f"{run}.1.reserve.{a}.r3", f"{run}.1.apply.{a}.r3"]
+    assert await steps(bus, run) == [
+        ("dispatch.nominated", [a, b], f"AllAtOnce: nominated {a}, {b}"),
+        ("dispatch.chosen", [a], f"{a} admitted it first"),
+        ("dispatch.withdrawn", [b], f"{a} admitted it first"),
+        ("dispatch.withdrawn", [a], f"{a} lost: no lease renewal for over 10s"),
+        ("dispatch.nominated", [b], f"AllAtOnce: nominated {b}"),
+        ("dispatch.chosen", [b], f"{b} admitted it first"),
+        ("dispatch.withdrawn", [b], f"{b} lost: no lease renewal for over 10s"),
+        ("dispatch.nominated", [], f"no cluster to nominate: {a}, {b} lost; it waits for one to rejoin"),
+        ("dispatch.nominated", [a], f"{a} rejoined; AllAtOnce: nominated {a}"),
+        ("dispatch.chosen", [a], f"{a} admitted it first"),
+    ]
+    # a second dispatcher (a restart) finds nothing left to renominate: the run is decided
+    again = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+                       clock=lambda: now[0])
+    await again.leases_pass()
+    assert len(await steps(bus, run)) == 10
+
+
+async def test_a_cluster_lost_earlier_in_the_attempt_counts_again_once_it_rejoined(bus: Bus) -> None:
+    run = f"rejoin-{next(RUNS)}"
+    a, b, c = "rk-a", "rk-b", "rk-c"
+    now = [1000.0]
+    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+                   clock=lambda: now[0])
+    for name in (a, b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    await d.leases_pass()
+    await request(bus, d, apply_for(run))
+    await d.on_report(a, admitted(run))
+    now[0] += 11
+    for name in (b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    await d.leases_pass()  # a lost: requeued at b
+    await d.on_report(b, admitted(run))
+    await kv.put(bus, sites.LEASES, a, SiteLease(2, False))  # a rejoins while the run is chosen at b
+    now[0] += 1
+    await d.leases_pass()  # decided at b: nothing to renominate
+    assert (await record(bus, run)).chosen == b
+    now[0] += 11
+    for name in (a, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(2 if name == a else 1, False))
+    await d.leases_pass()  # b lost: a, back, is nominated
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.lost, rec.nominated) == ("", [b], [a])

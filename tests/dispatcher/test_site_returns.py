@@ -1,0 +1,101 @@
+"""What a site does with a run whose choice the dispatcher reopens, on a real leaf server (issue 28 items 3, 4): a
+workload it stopped (an orphan fenced after a loss, a withdrawn copy) may be reserved there again, since a
+reservation starts nothing by itself; a reservation of one still stopping waits (redelivered); a chosen run it
+preempts queues again as a reservation, and the dispatcher's apply of it, sent before the site's eviction reached
+the dispatcher, does not start it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from taugrid.bus import connect
+from taugrid.bus.connection import Bus
+from taugrid.core.contracts import BackendDelete
+from taugrid.core.errors import TemporaryError
+from taugrid.local.controller import LocalCluster
+from taugrid_services.dispatcher.handlers import preempted
+from tests.dispatcher.test_across_sites import until
+from tests.dispatcher.test_site_preemption import PLATFORM, prioritised
+from tests.sitebus import link, site_cluster, start_hub, start_site
+
+
+async def test_a_stopped_workload_may_be_reserved_again_and_a_preempted_one_waits_as_a_reservation(
+        tmp_path: Path) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    hub_proc, hub_port, leaf_port = start_hub(tmp_path)
+    procs.append(hub_proc)
+    hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
+    stopping = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    site: Bus | None = None
+    cluster: LocalCluster | None = None
+    try:
+        proc, port = start_site(tmp_path, "site-a", leaf_port)
+        procs.append(proc)
+        site = await link(hub, port, "site-a")
+        cluster = await site_cluster(site, tmp_path, "site-a", PLATFORM)
+        tasks.append(asyncio.create_task(cluster.admission_loop(stopping)))
+        c = cluster
+
+        def state(run: str) -> str:
+            got = c.wls.get(f"{run}-a1")
+            return got.state if got is not None else ("finished" if f"{run}-a1" in c.finished else "absent")
+
+        async def is_(run: str, wanted: str) -> bool:
+            await c.housekeep()
+            return state(run) == wanted
+
+        # chosen and running, then stopped (as a fenced orphan is): remembered as finished here
+        lo = prioritised("ret-lo", "low")
+        await c.apply(lo, hold=True)
+        await until(lambda: is_("ret-lo", "reserved"))
+        await c.apply(lo)
+        await until(lambda: is_("ret-lo", "running"))
+        gone = BackendDelete(run_id=lo.run_id, workspace=lo.workspace, attempt=1, kind="Job", namespace="default",
+                             name="ret-lo-a1", reason="site-a was declared lost")
+        async with c.lock:
+            await c.delete(gone)
+        assert state("ret-lo") == "deleted"
+        with pytest.raises(TemporaryError, match="ret-lo-a1 is still stopping here"):
+            await c.apply(lo, hold=True)
+        await until(lambda: is_("ret-lo", "finished"))
+        await c.apply(lo)  # a plain apply of a finished run stays a repeat, never run again
+        assert state("ret-lo") == "finished"
+        await c.apply(lo, hold=True)  # the dispatcher reserves it here again: accepted, nothing started
+        await until(lambda: is_("ret-lo", "reserved"))
+        assert c.wls["ret-lo-a1"].held and c.wls["ret-lo-a1"].pods == []
+        await c.apply(lo)  # chosen again
+        await until(lambda: is_("ret-lo", "running"))
+
+        # a higher priority preempts it (the lab queue has one CPU): it queues again held, not to start unchosen
+        hi = prioritised("ret-hi", "high")
+        await c.apply(hi, hold=True)
+        await until(lambda: is_("ret-hi", "reserved"))
+        await until(lambda: is_("ret-lo", "pending"))
+        wl = c.wls["ret-lo-a1"]
+        assert wl.held and wl.pods == []
+        assert preempted(wl.workload).startswith("Preempted to accommodate a workload (ret-hi-a1)")
+        await c.apply(lo)  # an apply sent before the dispatcher read the eviction: it stays held
+        assert c.wls["ret-lo-a1"].held
+        async with c.lock:  # withdrawn once another cluster wins: its quota never held, it may come back
+            await c.delete(BackendDelete(run_id=lo.run_id, workspace=lo.workspace, attempt=1, kind="Job",
+                                         namespace="default", name="ret-lo-a1", reason="site-b admitted it first"))
+        assert state("ret-lo") == "absent"
+    finally:
+        stopping.set()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 5)
+        if cluster is not None:
+            await cluster.kubelet.close()
+        await hub.close()
+        if site is not None:
+            await site.close()
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
