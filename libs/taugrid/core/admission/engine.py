@@ -393,12 +393,9 @@ class Engine:
             delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (ws.requeue_count - 1))
             ws.requeue_at = now + delay
             heapq.heappush(self._backoff, (ws.requeue_at, ws.workload.name, ws.version))
-            ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=R.BACKOFF,
-                                   message=f"Requeued after eviction ({reason}); retry at t={ws.requeue_at:g}",
-                                   position=0, ahead=0, requeue_at=ws.requeue_at)
+            ws.why = (R.BACKOFF, f"Requeued after eviction ({reason}); retry at t={ws.requeue_at:g}", ())
         else:
-            ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=R.PENDING,
-                                   message=f"Requeued after eviction ({reason})", position=0, ahead=0)
+            ws.why = (R.PENDING, f"Requeued after eviction ({reason})", ())
             q.push(ws)
 
     # -- the cycle ---------------------------------------------------------------------------------------
@@ -435,7 +432,7 @@ class Engine:
         self._node_event = False
         self._violations = []
         entries: list[_Entry] = []
-        classic, settled = not self.fair_sharing, 0
+        classic, settled, cluster = not self.fair_sharing, 0, self.cluster
         for q in self.queues.values():
             ws = q.pop_head(self.states)
             if ws is None:
@@ -448,19 +445,20 @@ class Engine:
                 ws.parked = True
                 q.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
                 continue
-            q.head_epochs = self._epochs(q)
-            memo = self._memo_of(ws, q)
+            q.head_epochs = (q.root.epoch, cluster.epoch if cluster is not None else 0)  # ``_epochs``, inline
+            memo = self._memo_of(ws, q) if q.memos else None
             if memo is not None:
                 # Its nomination would repeat the memo's (no victims either).
-                assert isinstance(memo.assignment, Assignment)
                 ws.on_nodes = memo.on_nodes
                 if classic:
-                    # Settled here: its processing (a pending record, parked) has no effect on any other head's
-                    # and reads nothing another head's processing changes, and taking an entry out of the
-                    # classical order leaves the others' order as it was, so the cycle decides as if it were
-                    # sorted and processed in its place (the fair-sharing tournament is not so: a head scores
-                    # its queue's subtree, so it stays an entry there).
-                    self._settle(ws, q, memo.assignment)
+                    # Settled here, as ``_process`` would (its pending record, parked; a PREEMPT verdict of a
+                    # queue that may reclaim ``Any`` holds nothing): that has no effect on any other head and
+                    # reads nothing another head's processing changes, and taking an entry out of the classical
+                    # order leaves the others' order as it was, so the cycle decides as if it were sorted and
+                    # processed in its place (the fair-sharing tournament is not so: a head scores its queue's
+                    # subtree, so it stays an entry there).
+                    ws.why = memo.why
+                    q.park(ws)
                     settled += 1
                 else:
                     entries.append((ws, q, memo.assignment, []))
@@ -642,14 +640,9 @@ class Engine:
                 del heads[pick[1].spec.name]
                 yield pick
 
-    def _set_pending(self, ws: WState, reason: str, message: str, waiting_for: tuple[str, ...] = ()) -> None:
-        p = ws.pending  # a head settled again as it was (a memo's verdict, each time it is tried) keeps its record
-        if (p is not None and p.reason == reason and p.message == message and p.waiting_for == waiting_for
-                and p.requeue_at is None and p.position == p.ahead == 0 and p.workload == ws.workload.name
-                and p.cluster_queue == ws.cq):
-            return
-        ws.pending = R.Pending(workload=ws.workload.name, cluster_queue=ws.cq, reason=reason, message=message,
-                               position=0, ahead=0, waiting_for=waiting_for)
+    @staticmethod
+    def _set_pending(ws: WState, reason: str, message: str, waiting_for: tuple[str, ...] = ()) -> None:
+        ws.why = (reason, message, waiting_for)
 
     def quota_taken(self, q: CQQueue) -> None:
         """Quota and node room were taken in ``q`` (an admission, an elastic growth): see ``_node_parked``."""
@@ -676,7 +669,8 @@ class Engine:
                 q.memo_epochs = q.head_epochs
             shape = _shape(ws, self._shapes)
             q.memos.pop(shape, None)
-            q.memos[shape] = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, ws.on_nodes)
+            reason = a.reason if a.mode == Mode.NO_FIT else a.reason or R.WAITING_FOR_QUOTA  # as ``_process``
+            q.memos[shape] = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, (reason, a.message, ()), ws.on_nodes)
             if len(q.memos) > MEMO_SLOTS:
                 del q.memos[next(iter(q.memos))]
 
@@ -705,16 +699,6 @@ class Engine:
         if ws.queue_ts == memo.queue_ts or not q.newer_equal:
             return memo
         return None
-
-    def _settle(self, ws: WState, q: CQQueue, a: Assignment) -> None:
-        """What ``_process`` does with a memo's verdict (``NO_FIT``, or ``PREEMPT`` without victims in a queue
-        that may reclaim ``Any``, which holds nothing for the cycle): its pending record, then parked where its
-        verdict says (``ws.on_nodes``, the memo's: nothing is read to settle it)."""
-        if a.mode == Mode.NO_FIT:
-            self._set_pending(ws, a.reason, a.message)
-        else:
-            self._set_pending(ws, a.reason or R.WAITING_FOR_QUOTA, a.message)
-        q.park(ws)
 
     def _node_targets(self, ws: WState, q: CQQueue, a: Assignment) -> list[Target]:
         """Victims that free node room for a head whose quota fits (none overlapping this cycle's victims)."""
@@ -909,7 +893,7 @@ class Engine:
                            for p in a.pod_sets),
             placements=placements, admitted_at=now, topology_assignments=dict(a.topology))
         ws.status, ws.usage, ws.admission, ws.placements = ADMITTED, dict(a.usage), adm, placements
-        ws.admitted_at, ws.pending, ws.preempting = now, None, False
+        ws.admitted_at, ws.why, ws.preempting = now, None, False
         ws.pod_set_usage = [dict(p.usage) for p in a.pod_sets]
         ws.last_resize = now  # an elastic workload's cooldown runs from its admission
         self._admit_seq += 1
@@ -951,9 +935,7 @@ class Engine:
 
     def _pending_at(self, ws: WState, q: CQQueue, order: list[WState], pos: int) -> R.Pending:
         name = ws.workload.name
-        base = ws.pending or R.Pending(workload=name, cluster_queue=ws.cq, reason=R.PENDING, message=R.MSG_QUEUED,
-                                       position=0, ahead=0)
-        reason, message, waiting = base.reason, base.message, base.waiting_for
+        reason, message, waiting = ws.why or (R.PENDING, R.MSG_QUEUED, ())
         if q.strict and q.blocked and pos > 1 and ws.requeue_at is None:
             head = order[0].workload.name
             reason, message, waiting = R.PENDING, R.msg_strict_fifo(head, ws.cq), (head,)

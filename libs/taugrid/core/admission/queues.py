@@ -21,15 +21,20 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .model import ClusterQueue, QueueingStrategy, WithinClusterQueue, Workload
 from .quota import FR, QNode
-from .results import Admission, Pending, PodPlacement
+from .results import Admission, PodPlacement
+
+if TYPE_CHECKING:
+    from .nominate import Assignment
 
 PENDING = "pending"
 ADMITTED = "admitted"
 
 HeapEntry = tuple[int, float, int, str, int]  # (-priority, queue_ts, seq, name, version)
+Why = tuple[str, str, tuple[str, ...]]  # a pending workload's (reason, message, workloads it waits for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,8 @@ class Memo:
     workload: Workload
     queue_ts: float
     epochs: tuple[int, int]  # (its cohort tree's quota epoch, the nodes' epoch) when it was nominated
-    assignment: object  # its nominate.Assignment (NO_FIT, or PREEMPT without victims), never changed after
+    assignment: Assignment  # NO_FIT, or PREEMPT without victims; never changed after
+    why: Why  # the pending record it gives every head it settles (one tuple shared by all of them)
     on_nodes: bool = False  # its nomination read what the nodes hold now (see ``WState.on_nodes``)
 
 
@@ -65,7 +71,9 @@ class WState:
     usage: dict[FR, int] = field(default_factory=dict)
     admission: Admission | None = None
     placements: tuple[PodPlacement, ...] = ()
-    pending: Pending | None = None
+    # Why it is pending, as its last verdict said (``Engine._set_pending``); the record a query returns is built
+    # from it (``Engine._pending_at``), so settling a head costs no allocation (a memo's heads share its tuple).
+    why: Why | None = None
     pod_set_usage: list[dict[FR, int]] = field(default_factory=list)  # admitted: usage per pod set
     # Elastic (elastic.py): usage and pods taken off by an in-place shrink, held until the pods are gone;
     # for a preemptor, the shrinks it waits for; the last resize time (cooldown).
@@ -79,8 +87,8 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "root", "heap", "parked", "parked_on_nodes", "admitted", "blocked", "waiting",
-                 "inactive", "memos", "memo_epochs", "head_epochs", "newer_equal", "_seq")
+    __slots__ = ("spec", "node", "root", "strict", "heap", "parked", "parked_on_nodes", "admitted", "blocked",
+                 "waiting", "inactive", "memos", "memo_epochs", "head_epochs", "newer_equal", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
         self.spec = spec
@@ -91,6 +99,7 @@ class CQQueue:
         self.root = root  # its cohort tree's root (the tree is fixed for an engine's life), read every cycle
         # Preemption candidates depend on the preemptor's queue timestamp (a memo must match it too).
         self.newer_equal = spec.preemption.within_cluster_queue == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+        self.strict = spec.queueing_strategy == QueueingStrategy.STRICT_FIFO
         self.heap: list[HeapEntry] = []
         self.parked: list[HeapEntry] = []  # verdicts of quota alone: back on a capacity event in the cohort tree
         self.parked_on_nodes: list[HeapEntry] = []  # verdicts that read the nodes: back on any node release too
@@ -110,10 +119,6 @@ class CQQueue:
     def memo(self) -> Memo | None:
         """The latest memo, if any."""
         return next(reversed(self.memos.values())) if self.memos else None
-
-    @property
-    def strict(self) -> bool:
-        return self.spec.queueing_strategy == QueueingStrategy.STRICT_FIFO
 
     def push(self, ws: WState) -> None:
         if not ws.seq:
@@ -135,9 +140,12 @@ class CQQueue:
             return waiting  # Kueue processes a preemptor whose victims are gone before new heads
         if self.blocked:
             return None
-        while self.heap:
-            ws = self.live(heapq.heappop(self.heap), states)
-            if ws is not None and not ws.parked:
+        heap = self.heap
+        while heap:
+            entry = heapq.heappop(heap)
+            ws = states.get(entry[3])  # ``live``, inline: this runs once per queue of every cycle
+            if (ws is not None and ws.version == entry[4] and ws.status == PENDING and ws.requeue_at is None
+                    and not ws.parked):
                 return ws
         return None
 
