@@ -29,6 +29,7 @@ from taugrid.bus.topology import (
     SITE_DISPATCHER_DURABLE,
     SOURCES_STORE,
     UPLOADS_STORE,
+    site_delivery,
 )
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import token
@@ -324,14 +325,15 @@ def leaf_user(cluster: str) -> str:
 def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Permissions:
     """What site ``cluster``'s leaf node may do on the hub, from the leaf's side (publish: what it sends into the
     hub; subscribe: what the hub sends it). Only what its links and its lease need: source BACKEND filtered to its
-    own requests (``backend.<cluster>.>``), read and write its own lease key, write its own ``site_capacity`` key
-    (its capacity and usage), read the hub's dispatch records (a returning site's orphans), receive replies on
-    ``inbox`` (its local cluster's); the hub may call its JetStream
-    API (to source its ``SITE_OUT``). Everything else (any event subject, another cluster's lease or requests,
-    every other stream and bucket) is refused by the hub.
+    own requests (``backend.<cluster>.>``), delivered to it on its own ``sitelink.<cluster>.in.…``; deliver its
+    reports to the hub on its own ``sitelink.<cluster>.out.…`` (``topology.site_delivery``); read and write its
+    own lease key, write its own ``site_capacity`` key (its capacity and usage), read the hub's dispatch records
+    (a returning site's orphans), receive replies on ``inbox`` (its
+    local cluster's); the hub may call its JetStream API (to source its ``SITE_OUT``). Everything else (any event
+    subject, another cluster's lease, requests or deliveries, every other stream and bucket) is refused by the hub.
 
-    Not closed here (docs §16): the sourcing's delivery and reply subjects (``$JS.S.*``, ``$JSC.R.*``) are random
-    names the server makes, shared by every site, so they cannot be bound to one cluster."""
+    Shared by every site still (docs §16): the sourcing's consumer-create replies (``$JSC.R.<random>``: consumer
+    info, no message) and flow-control replies (``$JS.FC.…``, empty), whose subjects the server makes."""
     api = f"$JS.{hub_domain}.API"
     leases, dispatch = "KV_site_leases", "KV_dispatch"
     return Permissions(
@@ -340,8 +342,9 @@ def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Pe
                  f"{api}.$KV.site_capacity.{cluster}",  # its own capacity record (bus/sitecapacity.py)
                  f"{api}.DIRECT.GET.{leases}.$KV.site_leases.{cluster}",
                  f"{api}.STREAM.INFO.{dispatch}", f"{api}.DIRECT.GET.{dispatch}.$KV.dispatch.>",
-                 "$JSC.R.*", "$JS.S.*", "$JS.FC.>"),
-        subscribe=(f"$JS.{cluster}.API.>", "$JS.S.*", "$JSC.R.*", f"{inbox}.>", "$JS.FC.>"))
+                 "$JSC.R.*", f"{site_delivery(cluster, 'out')}.>", "$JS.FC.>"),
+        subscribe=(f"$JS.{cluster}.API.>", f"{site_delivery(cluster, 'in')}.>", "$JSC.R.*", f"{inbox}.>",
+                   "$JS.FC.>"))
 
 
 def authorization_conf(accounts_: Sequence[Account], leaves: Sequence[LeafUser] = ()) -> str:
@@ -416,9 +419,10 @@ def markdown_table() -> str:
     rows.append("| a site's leaf node, `leaf-<cluster>` (a password user; many clusters, §13d) | across its link: "
                 "consumers on BACKEND filtered to `backend.<cluster>.>` (its `SITE_IN`), its own `site_leases` key "
                 "(read, compare-and-set), its own `site_capacity` key (put), direct gets of the `dispatch` records, "
-                "the sourcing's `$JS.S.*`/`$JSC.R.*`; "
-                "receives only the hub's calls to its own API (`$JS.<cluster>.API.>`), its local cluster's replies "
-                "(`_INBOX.<its key>.>`) and those deliveries "
+                "its own link's deliveries to the hub (`sitelink.<cluster>.out.>`), the sourcing's replies "
+                "(`$JSC.R.*`, `$JS.FC.>`); receives only the hub's calls to its own API (`$JS.<cluster>.API.>`), its "
+                "own requests' deliveries (`sitelink.<cluster>.in.>`), its local cluster's replies "
+                "(`_INBOX.<its key>.>`) and those replies "
                 "| `tau up` with clusters: one per site |")
     rows.append("| everyone but `bootstrap` | subscribe only `_INBOX.<own public key>.>`; never create, update or "
                 "delete a service's durable consumer, nor pull from, ack for or read one that is not their own; "

@@ -5,9 +5,14 @@ two sides catch up when it returns, each message stored once (JetStream sourcing
 sequence it stored, and a source message is stored once per sequence).
 
 - hub → site: the site's ``SITE_IN`` stream sources the hub's BACKEND, filtered to ``backend.<cluster>.>``: the
-  requests addressed to this cluster only.
+  requests addressed to this cluster only, delivered on ``sitelink.<cluster>.in.…``.
 - site → hub: the site publishes its reports (``k8s.<cluster>.>``, its nodes, logs) into its own ``SITE_OUT``
-  stream, and the hub's ``SITE_<CLUSTER>`` stream sources it with the subject transform ``> → site.<cluster>.>``.
+  stream, and the hub's ``SITE_<CLUSTER>`` stream sources it with the subject transform ``> → site.<cluster>.>``,
+  delivered on ``sitelink.<cluster>.out.…``.
+
+Each link's deliveries have a subject space of the cluster's own (``topology.site_delivery``; the server's default
+is ``$JS.S.<random>`` for every link alike), so the hub lets each site's leaf node receive and send only its own
+(``permissions.leaf_permissions``): a site cannot read another's requests nor feed another's reports in.
 
 Trust: the hub stamps the cluster's name itself. Whatever subject a site writes, its messages land only in its
 own ``SITE_<CLUSTER>`` stream on the hub, under ``site.<cluster>.``; a reader that takes the cluster from the
@@ -35,10 +40,10 @@ from nats.js.kv import KeyValue
 
 from taugrid.bus import sitecapacity
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, UNAVAILABLE, conflicted, unavailable
-from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE
+from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, REFUSED, UNAVAILABLE, conflicted, unavailable
+from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE, site_delivery
 from taugrid.core import siteleases
-from taugrid.core.errors import TemporaryError
+from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.siteleases import Renewal
 
 HUB_DOMAIN = "hub"
@@ -82,9 +87,29 @@ def api_prefix(domain: str) -> str:
     return f"$JS.{domain}.API"
 
 
-async def _add(bus: Bus, config: StreamConfig) -> None:
+STREAM_IN_USE = 10058  # the server's "stream name already in use with a different configuration"
+
+
+async def _add(bus: Bus, config: StreamConfig, *, may_update: bool = False) -> None:
+    """Make the stream; one made by an earlier taugrid with another config is updated where the caller may
+    (``may_update``: a site's own server), else refused with the fix (the hub: only the break-glass identity
+    changes streams there)."""
     try:
         await bus.js.add_stream(config)
+    except REFUSED as exc:
+        if getattr(exc, "err_code", None) != STREAM_IN_USE:
+            raise unavailable(f"creating stream {config.name}", exc) from exc
+        if not may_update:
+            deliver = next((s.external.deliver for s in config.sources or () if s.external), None)
+            raise PermanentError(
+                f"stream {config.name} exists with another configuration (made by an earlier taugrid, whose link "
+                "delivered on $JS.S.<random>, which every site could read): update its source to deliver on "
+                f"{deliver} with the break-glass identity, or delete it and start again (it is sourced from the "
+                "site anew)") from exc
+        try:
+            await bus.js.update_stream(config)
+        except UNAVAILABLE as exc2:
+            raise unavailable(f"updating stream {config.name}", exc2) from exc2
     except UNAVAILABLE as exc:
         raise unavailable(f"creating stream {config.name}", exc) from exc
 
@@ -96,7 +121,8 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
     await _add(site, StreamConfig(
         name=SITE_IN, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
         sources=[StreamSource(name=backend_stream, filter_subject=f"backend.{cluster}.>",
-                              external=ExternalStream(api=api_prefix(hub_domain)))]))
+                              external=ExternalStream(api=api_prefix(hub_domain),
+                                                      deliver=site_delivery(cluster, "in")))]), may_update=True)
     await _add(site, StreamConfig(
         name=SITE_OUT, subjects=site_out_subjects(cluster), retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE, max_age=max_age, duplicate_window=600.0))
@@ -121,7 +147,8 @@ async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) ->
     ``site_capacity`` buckets."""
     await _add(hub, StreamConfig(
         name=hub_stream(cluster), retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
-        sources=[StreamSource(name=SITE_OUT, external=ExternalStream(api=api_prefix(cluster)),
+        sources=[StreamSource(name=SITE_OUT, external=ExternalStream(api=api_prefix(cluster),
+                                                                    deliver=site_delivery(cluster, "out")),
                               subject_transforms=[SubjectTransform(src=">", dest=hub_subject(cluster))])]))
     try:
         await hub.js.add_consumer(hub_stream(cluster), ConsumerConfig(

@@ -60,6 +60,15 @@ SITE_DISPATCHER_DURABLE = "dispatcher"
 # A site's local cluster's durable on its own SITE_IN (``TAU_SITE``; made by ``sites.provision_site``).
 SITE_LOCAL_DURABLE = "local-cluster"
 
+
+def site_delivery(cluster: str, way: str) -> str:
+    """Where the sourcing consumer of one side of ``cluster``'s link delivers (``bus/sites.py``): ``in``, the hub's
+    requests to the site (its ``SITE_IN``); ``out``, the site's reports to the hub (its ``SITE_OUT``). One subject
+    space per cluster, so each site's leaf user is let receive and send only its own deliveries
+    (``permissions.leaf_permissions``), never another site's, as the server's default ``$JS.S.<random>`` would be."""
+    return f"sitelink.{cluster}.{way}"
+
+
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 
