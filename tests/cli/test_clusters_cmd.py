@@ -29,8 +29,10 @@ from tests.dispatcher.test_site_reservations import run_request
 from tests.platforms import lab_platform
 from tests.sitebus import site_cluster, start_hub, start_site, stop
 
-CLUSTERS = [{"name": "site-a", "backend": "local"}, {"name": "cloud", "backend": "kubernetes", "preference": 5,
-                                                       "cluster_queues": ["lab"]}]
+# site-a holds 1 CPU of lab where the platform's lab has 8 (its own quota, ``siteplatform.for_cluster``)
+CLUSTERS = [{"name": "site-a", "backend": "local",
+             "quotas": [{"cluster_queue": "lab", "flavor": "default", "resources": {"cpu": "1"}}]},
+            {"name": "cloud", "backend": "kubernetes", "preference": 5, "cluster_queues": ["lab"]}]
 
 
 def tau(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -48,11 +50,11 @@ async def test_each_cluster_shows_its_link_lag_runs_capacity_and_usage(tmp_path:
     local = None
     try:
         await bootstrap(hub_bus)
-        text = lab_platform(clusters=CLUSTERS, quota={"cpu": "1", "memory": "16Gi"})
+        text = lab_platform(clusters=CLUSTERS)
         await platformstore.put_text(hub_bus, text)
         await sites.provision_hub(hub_bus, "site-a")
         await sites.provision_site(site_bus, "site-a")
-        # the site's local cluster: one reservation holds its 1 CPU of quota, the next waits
+        # the site's local cluster: one reservation holds its own 1 CPU of quota, the next waits
         local = await site_cluster(site_bus, tmp_path, "site-a", text)
         for run in ("r5", "r6"):
             await local.apply(run_request(run, seconds=60.0), hold=True)

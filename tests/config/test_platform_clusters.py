@@ -128,3 +128,64 @@ def test_a_platform_dumped_whole_loads_again() -> None:
     for text in (BASE, THREE):
         dumped = yaml.safe_dump(load_platform(text).model_dump(mode="json"))
         assert load_platform(dumped) == load_platform(text)
+
+
+QUOTAS = """\
+resource_flavors:
+  - name: default
+cluster_queues:
+  - name: research
+    cohort: all
+    resource_groups:
+      - covered_resources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8, lending_limit: 4}]}]
+  - name: batch
+    resource_groups:
+      - covered_resources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominal_quota: 8}]}]
+cohorts: [{name: all}]
+clusters:
+  - name: onprem-a
+    backend: local
+    quotas: [{cluster_queue: research, flavor: default, resources: {cpu: 32}}]
+  - {name: cloud, backend: local}
+"""
+
+
+def test_a_clusters_own_quota_replaces_the_platforms_at_its_site_only() -> None:
+    from taugrid.config.siteplatform import for_cluster
+
+    p = load_platform(QUOTAS)
+    at_a = for_cluster(p, "onprem-a")
+    assert [(q.name, q.nominal("cpu")) for q in at_a.cluster_queues] == [("research", 32.0), ("batch", 8.0)]
+    assert at_a.cluster_queues[0].resource_groups[0].flavors[0].resources[0].lending_limit == "4"
+    assert [(q.name, q.nominal("cpu")) for q in p.cluster_queues] == [("research", 8.0), ("batch", 8.0)]
+    assert for_cluster(p, "cloud") is p and for_cluster(p, "elsewhere") is p
+
+
+def test_a_clusters_quota_names_a_served_queue_its_flavor_and_resources() -> None:
+    def quota(entry: str, serves: str = "") -> str:
+        return QUOTAS.replace("quotas: [{cluster_queue: research, flavor: default, resources: {cpu: 32}}]",
+                              f"quotas: [{entry}]" + (f"\n    cluster_queues: [{serves}]" if serves else ""))
+
+    at = "clusters[0].quotas[0]"
+    assert issues(quota("{cluster_queue: reserch, flavor: default, resources: {cpu: 32}}")) == [
+        (f"{at}.cluster_queue", 17, "unknown cluster queue 'reserch'; did you mean 'research'?",
+         "use one of: research, batch")]
+    assert issues(quota("{cluster_queue: batch, flavor: default, resources: {cpu: 32}}", serves="research")) == [
+        (f"{at}.cluster_queue", 17, "onprem-a does not serve 'batch': its quota there would never hold a run",
+         "add batch to its cluster_queues, or remove this quota")]
+    assert issues(quota("{cluster_queue: research, flavor: spot, resources: {cpu: 32}}")) == [
+        (f"{at}.flavor", 17, "research has no flavor 'spot'", "use one of its flavors: default")]
+    assert issues(quota("{cluster_queue: research, flavor: default, resources: {nvidia.com/gpu: 8, cpu: 2}}")) == [
+        (f"{at}.resources.cpu", 17, "below research's lending_limit 4 for cpu",
+         "give this cluster at least the lending limit, or lower the limit"),
+        (f"{at}.resources.nvidia.com/gpu", 17, "research/default has no quota for 'nvidia.com/gpu'",
+         "use one of: cpu (a resource the platform's flavor lists)")]
+    assert issues(quota("{cluster_queue: research, flavor: default, resources: {cpu: lots}}")) == [
+        (f"{at}.resources.cpu", 17, "cpu 'lots' is not a quantity (examples: 2, 500m, 64Gi)",
+         "write a quantity such as 16, 500m or 64Gi")]
+    assert issues(quota("{cluster_queue: research, flavor: default, resources: {cpu: 8}}, "
+                        "{cluster_queue: research, flavor: default, resources: {cpu: 9}}")) == [
+        ("clusters[0].quotas[1]", 17, "a second quota for research/default at onprem-a",
+         "give each ClusterQueue and flavor one entry, with every resource in it")]

@@ -52,7 +52,9 @@ def check_platform(platform: Platform, *, file: str = "platform.yaml", lines: Li
     _workspaces(platform, add)
     _people(platform, add)
     check_topologies(platform, add)
-    check_clusters(platform.clusters, [q.name for q in platform.all_cluster_queues()], add, platform.dispatch)
+    check_clusters(platform.clusters, [q.name for q in platform.all_cluster_queues()], add, platform.dispatch,
+                   {q.name: {f.name: {r.name: r.lending_limit for r in f.resources}
+                             for g in q.resource_groups for f in g.flavors} for q in platform.cluster_queues})
     return issues
 
 

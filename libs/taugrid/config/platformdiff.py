@@ -162,7 +162,8 @@ def inert_here(p: Platform, backend: str) -> list[str]:
         out.append("clusters/dispatch act from the next start of a local stack (`tau down`, `tau up`), which then "
                    "runs a hub, a leaf server and a simulated local cluster per cluster and the dispatcher; until "
                    "then a stack started without them sends every run to this stack's own backend, and one started "
-                   "with them keeps the clusters and lease timing it started with (docs §13d)")
+                   "with them keeps the clusters and lease timing it started with, a cluster's quotas reaching its "
+                   "site with this revision (docs §13d)")
     elif p.clusters:
         out.append("clusters/dispatch are stored, but the chart starts no dispatcher or sites: the renderer sends "
                    "every run to this stack's own backend (docs §16 'Many clusters, what is left')")

@@ -28,6 +28,7 @@ from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.clusters import DISPATCH, NAME_PATTERN
 from taugrid.config.platform import Platform
+from taugrid.config.siteplatform import for_cluster
 from taugrid.core.admission import Resize
 from taugrid.core.contracts import BackendApply, BackendDelete, PodSetTopology, WatchEvent
 from taugrid.core.errors import ConfigError, TemporaryError
@@ -186,6 +187,8 @@ class LocalCluster:
         if got is None or got[1] == self.platform_rev:
             return
         p, rev = got
+        if self.site:  # a site admits with its own quotas (platform.yaml clusters[].quotas), the rest as written
+            p = for_cluster(p, self.name)
         self.lq = {(lq.namespace, lq.name): lq.cluster_queue for lq in p.local_queues}
         self.priorities = {pc.name: (pc.value, pc.preemptible) for pc in p.priority_classes}
         self.platform, self.platform_rev = p, rev
