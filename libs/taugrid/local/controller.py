@@ -473,7 +473,10 @@ class LocalCluster:
                                                     reason=f"{self.name} was declared lost"))
             await sites.rejoin(self.bus, self.name, got.generation)
         self.lease_generation = got.generation
-        await self.report_capacity()
+        try:
+            await self.report_capacity()
+        except TemporaryError as exc:  # the lease is renewed; the record goes at the next pass
+            log.warning("capacity of %s not reported to the hub: %s", self.name, exc)
 
     async def report_capacity(self) -> None:
         """At a site: this cluster's capacity and usage into the hub's ``site_capacity`` (its own key), only when
