@@ -14,7 +14,9 @@ from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.topology import ConsumerSpec
-from taugrid.core.contracts import CancelDecision, CancelRequested
+from taugrid.cli.views import event_json_lines
+from taugrid.core import wirejson
+from taugrid.core.contracts import CancelDecision, CancelRequested, PolicyApproved, ResolvedRun
 from taugrid.core.errors import PermanentError, TemporaryError
 
 
@@ -133,3 +135,21 @@ async def test_two_replicas_share_one_durable(bus: Bus, bootstrapped: str) -> No
     runs = [r for _, r in got]
     assert sorted(runs) == sorted(f"r{n}" for n in range(60))  # each exactly once
     assert {i for i, _ in got} == {1, 2}  # both replicas worked
+
+
+async def test_a_run_event_is_stored_without_its_defaults_and_read_back_whole(bus: Bus) -> None:
+    """issue 27: the body leaves out every field at its default (core/wirejson); every reader gets them back."""
+    run = f"r-{uuid.uuid4().hex[:6]}"
+    approved = PolicyApproved(run=ResolvedRun(run_id=run, submission_id="s", workspace="ws", namespace="default",
+                                              name=run, priority=100), platform_revision=3)
+    seq = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="policy.approved", payload=approved)
+    msg = await bus.js.get_msg("RUNS", seq=seq)
+    assert msg.data == wirejson.encode(approved)
+    assert msgspec.json.decode(msg.data) == {"run": {"run_id": run, "submission_id": "s", "workspace": "ws",
+                                                     "namespace": "default", "name": run, "priority": 100},
+                                             "platform_revision": 3}
+    ev = from_message(msg.subject, msg.headers, msg.data, seq=seq)
+    assert ev.payload(PolicyApproved) == approved
+    assert ev.as_dict() == msgspec.to_builtins(approved)  # the projection, tau events, the evidence read this
+    line = msgspec.json.decode(event_json_lines([ev]))
+    assert line["data"] == msgspec.to_builtins(approved)  # tau events --output json

@@ -43,6 +43,7 @@ from taugrid.bus.envelope import (
     sign_service_headers,
 )
 from taugrid.bus.errors import CLOSED, DENIED, MISSING, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
+from taugrid.core import wirejson
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import HIGH_LANE, lane_of, message_id, run_subject
 from taugrid.core.limits import EVENT_MAX_BYTES, size_text
@@ -247,7 +248,13 @@ class Bus:
         (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one. ``time``: see ``headers_for``.
         ``dedup=False`` leaves out ``Nats-Msg-Id`` (``msg_id`` is still the ``ce-id``), for a publisher whose ids
         never repeat, so the stream has nothing to drop (see ``headers_for``)."""
-        data = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
+        request = family == "run" and event_type in SIGNED_TYPES
+        if isinstance(payload, bytes):
+            data = payload
+        elif family == "run" and not request:  # stored twice for every run: fields at defaults left out (wirejson)
+            data = wirejson.encode(payload)
+        else:
+            data = msgspec.json.encode(payload)
         if len(data) > EVENT_MAX_BYTES:
             raise PayloadTooLarge(
                 f"{event_type} for {ce_subject} is {len(data)} bytes; events are limited to "
@@ -261,7 +268,6 @@ class Bus:
         )
         if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
             headers[DELEGATION_HEADER] = delegation
-        request = family == "run" and event_type in SIGNED_TYPES
         service_signed = False
         if self.seed is not None and request:
             sign_headers(self.seed, nats_subject=subject, headers=headers, body=data)

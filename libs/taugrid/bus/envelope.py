@@ -109,9 +109,18 @@ class Event(msgspec.Struct, kw_only=True):
         return nesting.decode(self.data, kind)
 
     def as_dict(self) -> dict[str, Any]:
-        """The data as plain JSON values (for logs, `tau events`, the state projection)."""
+        """The data as plain JSON values (for logs, `tau events`, the state projection). A run event's is read
+        through its contract Struct, so a field its publisher left out at its default (``core/wirejson``) is
+        there with that default, as it always was; a payload that is not its Struct's is read as it is."""
         if not self.data:
             return {}
+        kind = RUN_EVENTS.get(self.type) if self.nats_subject.startswith("run.") else None
+        if kind is not None:
+            try:
+                typed: dict[str, Any] = msgspec.to_builtins(nesting.decode(self.data, kind))
+                return typed
+            except msgspec.ValidationError:
+                pass
         value = nesting.decode_any(self.data)
         return value if isinstance(value, dict) else {"value": value}
 

@@ -11,7 +11,7 @@ import msgspec
 from taugrid.cli.common import color
 from taugrid.client.summaries import event_detail
 from taugrid.core import nesting
-from taugrid.core.events import ce_type
+from taugrid.core.events import RUN_EVENTS, ce_type
 from taugrid.core.states import OPTIONAL_PHASES, PHASE_NAMES, RunRecord
 
 if TYPE_CHECKING:
@@ -189,7 +189,9 @@ class _JsonLine(msgspec.Struct):
 
 def event_json_lines(events: list[Event]) -> bytes:
     """JSON Lines of ``Event.to_json()`` for a batch, in one buffer: the payload, already JSON on the wire, is
-    checked and embedded as it is instead of being decoded and encoded again. A payload that does not decode
+    checked and embedded as it is instead of being decoded to Python values and encoded again; a run event's
+    goes through its contract Struct (decoded and encoded in C), so the fields its publisher left out at their
+    defaults (``core/wirejson``) are printed, as ``Event.as_dict`` gives them. A payload that does not decode
     (not JSON, or nested past ``EVENT_MAX_DEPTH``) is ``"data": null`` with ``"undecodable"`` saying why."""
     lines = []
     for ev in events:
@@ -197,7 +199,7 @@ def event_json_lines(events: list[Event]) -> bytes:
         undecodable: str | msgspec.UnsetType = msgspec.UNSET
         try:
             if data[:1] == b"{" and not nesting.nests_deeper(data):
-                data = msgspec.json.decode(data, type=msgspec.Raw)  # validates, keeps the bytes
+                data = _typed(data, RUN_EVENTS.get(ev.type) if ev.nats_subject.startswith("run.") else None)
             else:
                 data = ev.as_dict()
         except msgspec.DecodeError as exc:
@@ -205,6 +207,16 @@ def event_json_lines(events: list[Event]) -> bytes:
         lines.append(_JsonLine(ev.id, _ce_type(ev.type), ev.type, ev.source, ev.subject, ev.time, ev.workspace,
                                ev.attempt, ev.traceparent, ev.seq, ev.user, ev.signer, data, undecodable))
     return _JSON.encode_lines(lines)
+
+
+def _typed(data: bytes, kind: type[msgspec.Struct] | None) -> Any:
+    """A run event's payload as its Struct (whole when encoded), else the bytes checked and kept as they are."""
+    if kind is not None:
+        try:
+            return msgspec.json.decode(data, type=kind)
+        except msgspec.ValidationError:  # not its Struct's (an older or foreign body): shown as stored
+            pass
+    return msgspec.json.decode(data, type=msgspec.Raw)  # validates, keeps the bytes
 
 
 @functools.lru_cache(maxsize=1024)
