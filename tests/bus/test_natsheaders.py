@@ -51,3 +51,36 @@ VALUES = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E),
 def test_same_headers_as_nats_py_on_blocks_as_clients_write_them(pairs: list[tuple[str, str]], tail: bytes) -> None:
     raw = b"".join(f"{name}: {value}\r\n".encode() for name, value in pairs) + tail
     assert natsheaders.parse_header_lines(raw) == ORIGINAL(raw)
+
+
+BLOCKS = st.lists(LINE_PARTS, max_size=12).map(b"".join)
+PLAIN_BLOCKS = st.tuples(st.lists(st.tuples(NAMES, VALUES), max_size=8),
+                         st.sampled_from([b"\r\n", b"\r\n\r\n", b"\r\n\r\n\r\n"])).map(
+    lambda pt: b"".join(f"{name}: {value}\r\n".encode() for name, value in pt[0]) + pt[1])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(BLOCKS, PLAIN_BLOCKS), max_size=6))
+def test_a_batch_of_blocks_reads_as_nats_py_reads_each(blocks: list[bytes]) -> None:
+    assert natsheaders.parse_header_blocks(blocks) == [ORIGINAL(b) for b in blocks]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PLAIN_BLOCKS, min_size=1, max_size=6))
+def test_a_batch_of_blocks_as_clients_write_them_reads_as_nats_py_reads_each(blocks: list[bytes]) -> None:
+    got = natsheaders.parse_header_blocks(blocks)
+    assert got == [ORIGINAL(b) for b in blocks]
+    assert [list(h) for h in got] == [list(ORIGINAL(b)) for b in blocks]  # the names in the same order too
+
+
+def test_a_batch_with_odd_values_reads_as_nats_py_reads_each() -> None:
+    plain = b"ce-id: a\r\nce-type: io.taugrid.run.exec.running.v1\r\nce-id: b\r\nempty: \r\n: nameless\r\n\r\n"
+    odd = [b'quote: say "hi"\r\n\r\n', b"back: a\\b\r\n\r\n", b"sep: a: b\r\n\r\n", b"lead:  x\r\n\r\n",
+           b"trail: x \r\n\r\n", b"tab:\tx\r\n\r\n", b"na me: x\r\n\r\n", b"a:b: c\r\n\r\n", b"nocolon\r\n\r\n",
+           b"mid: 1\r\n\r\nafter: 2\r\n\r\n", b"utf: caf\xc3\xa9\r\n\r\n", b"bad: \xff\r\n\r\n", b"lone: a\rb\r\n\r\n",
+           b"end: no blank line\r\n", b"x: 1\r\n\r\n\r\n"]
+    assert natsheaders.parse_header_blocks([plain, plain]) == [ORIGINAL(plain)] * 2
+    assert list(natsheaders.parse_header_blocks([plain])[0]) == ["ce-id", "ce-type", "empty", ""]
+    for block in odd:
+        assert natsheaders.parse_header_blocks([plain, block, plain]) == [ORIGINAL(plain), ORIGINAL(block),
+                                                                          ORIGINAL(plain)], block

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,62 @@ async def test_json_lines_of_an_undecodable_payload_say_why_after_the_data() -> 
     assert list(doc) == [*ev.to_json_head(), "data", "undecodable"]
     assert (doc["data"], doc["seq"], doc["type"]) == (None, 3, "io.taugrid.run.exec.running.v1")
     assert doc["undecodable"].startswith("JSON is malformed")
+
+
+ODD_HEADERS = [  # each beside the CloudEvents attributes of a cancel.requested, as any client may write them
+    b"x-note: a: b\r\n", b'x-quote: say "hi" \\o/\r\n', b"x-lead:  spaced \r\n", b"x-utf: caf\xc3\xa9\r\n",
+    b"x-dup: 1\r\nx-dup: 2\r\n", b"bad name: x\r\n", b"x-tab:\tv\r\n", b"x-empty: \r\n", b"x-colon:x\r\n",
+    b"x-blank: 1\r\n\r\nx-after: 2\r\n", b"x-bad: \xff\xfe\r\n",
+]
+
+
+async def _store_odd_history(bus: Bus, ws: str) -> None:
+    port = int(bus.nc.connected_url.port)  # type: ignore[union-attr]
+    for i, extra in enumerate(ODD_HEADERS):
+        subject = f"run.{ws}.{ws}-odd{i}.cancel.requested"
+        block = (b"NATS/1.0\r\nce-type: io.taugrid.run.cancel.requested.v1\r\nce-id: " + f"{ws}-odd{i}".encode()
+                 + b"\r\nce-workspace: " + ws.encode() + b"\r\n" + extra + b"\r\n")
+        await _publish_raw(port, subject, block, b'{"reason":"odd"}')
+    # past nats-py's 32 KB reads and past the bulk reader's 64 KB, so both are read in pieces
+    for size in (40_000, 300_000):
+        await bus.emit(workspace=ws, run_id=f"{ws}-big{size}", attempt=1, event_type="cancel.requested",
+                       payload=CancelRequested(reason="x" * size))
+    await _emit_many(bus, ws, 9)
+
+
+async def _read_all(bus: Bus, subject: str) -> list[Any]:
+    return [ev for b in [b async for b in replay.batches(bus, subject, batch=4)] for ev in b]
+
+
+async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_messages_and_a_gap(
+        bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taugrid.bus import bulkparse
+
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    await _store_odd_history(bus, ws)
+    before = await _read_all(bus, f"run.{ws}.>")
+    await bus.js.delete_msg("RUNS", before[-3].seq)  # a gap in the stream's sequence
+    read_in_bulk = []
+    frames = bulkparse.BulkParser._frames
+
+    async def counted(self: bulkparse.BulkParser, data: bytes, batch: Any) -> None:
+        read_in_bulk.append(len(data))
+        await frames(self, data, batch)
+
+    monkeypatch.setattr(bulkparse.BulkParser, "_frames", counted)
+    bulk = await _read_all(bus, f"run.{ws}.>")
+    assert sum(read_in_bulk) > 340_000  # the history came through the bulk reader
+    monkeypatch.undo()
+    assert bulk == before[:-3] + before[-2:]
+    assert not isinstance(bus.nc._ps, bulkparse.BulkParser)  # nats-py's parser is back after the replay
+    monkeypatch.setattr(bulkparse, "CHECKED", False)  # the wire read by nats-py, each message handed over raw
+    per_message = await _read_all(bus, f"run.{ws}.>")
+    monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # no hook at all: nats-py's Msg, as any subscriber reads
+    via_msgs = await _read_all(bus, f"run.{ws}.>")
+    assert bulk == per_message == via_msgs
+    assert event_json_lines(bulk) == event_json_lines(per_message) == event_json_lines(via_msgs)
+    assert len(bulk) == len(ODD_HEADERS) + 2 + 9 - 1  # less the deleted one
+    assert sorted(len(ev.data) for ev in bulk)[-2:] == [40_000 + 31, 300_000 + 31]  # {"reason":"…","requested_by":""}
+    headers = {ev.subject: ev.headers for ev in bulk}
+    assert headers[f"{ws}-odd0"]["x-note"] == "a: b" and headers[f"{ws}-odd2"]["x-lead"] == "spaced"
+    assert headers[f"{ws}-odd4"]["x-dup"] == "2" and "bad name" not in headers[f"{ws}-odd5"]

@@ -1,29 +1,35 @@
 """Messages for one subscription handed over as the wire gave them, for a long replay to read in bulk.
 
-nats-py turns every message it receives into a ``Msg`` (its headers parsed, a queue put, a task woken, a
-callback awaited) before anyone sees it: at a replay's tens of thousands of messages a second that is most of
-the reading. ``route`` registers a function that receives a subscription's messages instead, as
-``(subject, reply, header block, payload)`` bytes from nats-py's protocol parser, and ``stored_events`` reads
-them into ``Event``s exactly as a subscription's ``Msg`` would be read: the same header parsing (nats-py's, with
-``natsheaders``' faster equal parser), then ``envelope.from_message``. Every other subscription's message goes
-through nats-py as before.
+nats-py turns every message it receives into a ``Msg`` (its control line matched by regular expressions, its
+headers parsed, a queue put, a task woken, a callback awaited) before anyone sees it: at a replay's tens of
+thousands of messages a second that is most of the reading. ``route`` registers a sink that receives a
+subscription's messages instead, as lists of ``(subject, reply, header block, payload)`` bytes, and
+``stored_events`` reads them into ``Event``s exactly as a subscription's ``Msg`` would be read: the same header
+parsing (nats-py's, through ``natsheaders``, a batch at a time), then ``envelope.from_message``. Every other
+subscription's message goes through nats-py as before.
 
-The hook is nats-py's ``Client._process_msg``, wrapped on the one connection asked for while a routed
-subscription lasts (``unroute`` of the last one puts nats-py's back), and only while nats-py ships the method it
-was checked against (its docstring and parameters, as nats-py 2.16 has them); otherwise ``route`` returns False
-and the caller reads through an ordinary subscription.
+Two hooks on the one connection asked for, while a routed subscription lasts (``unroute`` of the last one puts
+nats-py's back): ``bulkparse.BulkParser`` in place of the connection's protocol parser reads the routed
+messages of each buffer in one pass; and a wrapper of ``Client._process_msg`` catches a routed message nats-py's
+own parser still reads (a frame after a line the bulk reader leaves to nats-py). Each only while nats-py ships
+what it was checked against (``_process_msg``'s docstring and parameters, the parser's expressions, as nats-py
+2.16 has them); without the first, ``route`` returns False and the caller reads through an ordinary
+subscription.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from nats.aio.client import Client
 
+from taugrid.bus import bulkparse, natsheaders
 from taugrid.bus.envelope import Event, from_message
 
-Sink = Callable[[bytes, bytes, bytes | None, bytes], None]
+Raw = bulkparse.Frame
+Sink = bulkparse.Sink
 
 _ORIGINAL = Client.__dict__["_process_msg"]
 _CHECKED = (inspect.getdoc(_ORIGINAL) or "").strip() == "Process MSG sent by server." and \
@@ -48,12 +54,13 @@ class _Router:
         stats = self.nc.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
-        sink(subject, reply, headers, data)
+        sink([(subject, reply, headers, data)])
 
 
 def route(nc: Client, sid: int, sink: Sink) -> bool:
     """Hand subscription ``sid``'s messages on ``nc`` to ``sink`` (synchronously, from the reading loop, in
-    order); False, and nothing changed, when this nats-py is not the one the hook was checked against."""
+    order, in lists); False, and nothing changed, when this nats-py is not the one the hook was checked
+    against."""
     if not _CHECKED:
         return False
     router = nc.__dict__.get("_process_msg")
@@ -61,12 +68,23 @@ def route(nc: Client, sid: int, sink: Sink) -> bool:
         router = _Router(nc)
         nc._process_msg = router  # type: ignore[method-assign]
     router.sinks[sid] = sink
+    if bulkparse.CHECKED:
+        reader: Any = nc._ps
+        if not isinstance(reader, bulkparse.BulkParser):
+            reader = bulkparse.BulkParser(nc, reader)
+            nc._ps = reader
+        reader.sinks[str(sid).encode()] = sink  # the id as SUB wrote it, and the server writes it back
     return True
 
 
 def unroute(nc: Client, sid: int) -> None:
-    """Stop routing ``sid``; with no subscription left to route, nats-py's own method is back in place (every
-    other message then pays nothing for the hook)."""
+    """Stop routing ``sid``; with no subscription left to route, nats-py's own methods are back in place (every
+    other message then pays nothing for the hooks)."""
+    reader: Any = nc._ps
+    if isinstance(reader, bulkparse.BulkParser):
+        reader.sinks.pop(str(sid).encode(), None)
+        if not reader.sinks:
+            reader.detach()
     router = nc.__dict__.get("_process_msg")
     if isinstance(router, _Router):
         router.sinks.pop(sid, None)
@@ -74,30 +92,42 @@ def unroute(nc: Client, sid: int) -> None:
             del nc.__dict__["_process_msg"]
 
 
-Raw = tuple[bytes, bytes, "bytes | None", bytes]  # subject, reply, header block, payload
-
-
 async def stored_events(nc: Client, raws: list[Raw]) -> list[Event]:
     """The Event a subscription would read from each stored message a JetStream consumer delivered
     (``from_message`` over its parsed headers, with its stream sequence and stored time from the reply subject).
     A plain header block (``NATS/1.0`` then header lines, as every stored message has) is parsed here as
-    nats-py's ``_process_headers`` parses it; any other (a status line, a block too short to hold one) by
-    nats-py itself."""
-    parse = Client._parse_header_lines
+    nats-py's ``_process_headers`` parses it, the batch's together (``natsheaders.parse_header_blocks``); any
+    other (a status line, a block too short to hold one) by nats-py itself. The reply subjects are split
+    together too when they all have the usual nine tokens."""
+    bodies = [block[_LINE_END:] if block and len(block) > _LINE_END and block[_LINE_SIZE] != 0x20 else None
+              for _, _, block, _ in raws]
+    parsed = iter(natsheaders.parse_header_blocks([body for body in bodies if body is not None]))
+    places = _places(raws)
     out = []
-    for subject, reply, block, data in raws:
-        headers: dict[str, str] | None = None
-        if block:
-            try:
-                if len(block) > _LINE_END and block[_LINE_SIZE] != 0x20:  # no status after the first line
-                    headers = parse(block[_LINE_END:])
-                else:
-                    headers = await nc._process_headers(block)
-            except Exception:  # noqa: BLE001 - as nats-py: its own reading decides (and reports) what is wrong
-                headers = await nc._process_headers(block)
-        tokens = reply.split(b".")
-        out.append(from_message(subject.decode(), headers, data, seq=stream_seq(tokens), stored=stored_at(tokens)))
+    for (subject, _reply, block, data), body, (seq, stored) in zip(raws, bodies, places, strict=True):
+        headers: dict[str, str] | None
+        if body is not None:
+            headers = next(parsed)
+        elif block:
+            headers = await nc._process_headers(block)
+        else:
+            headers = None
+        out.append(from_message(subject.decode(), headers, data, seq=seq, stored=stored))
     return out
+
+
+def _places(raws: list[Raw]) -> list[tuple[int, float]]:
+    """(stream sequence, stored time) of each message, from its reply subject (``stream_seq``, ``stored_at``):
+    all the subjects split at once when each has the nine tokens of a consumer without a domain."""
+    tokens = b".".join([reply for _, reply, _, _ in raws]).split(b".")
+    count = len(raws)
+    if len(tokens) == 9 * count and tokens[0::9].count(b"$JS") == count and tokens[1::9].count(b"ACK") == count:
+        return list(zip(map(int, tokens[5::9]), [int(ns) / 1e9 for ns in tokens[7::9]], strict=True))
+    places = []
+    for _, reply, _, _ in raws:
+        each = reply.split(b".")
+        places.append((stream_seq(each), stored_at(each)))
+    return places
 
 
 _LINE_SIZE = len(_HEADER_LINE)

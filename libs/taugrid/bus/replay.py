@@ -106,7 +106,8 @@ async def batches(
 
     Built for tens of thousands of events a second: the pull requests are sent by hand (``no_wait``: the server
     answers at once with what it holds, then a status) to an inbox whose messages come raw from the wire
-    (``rawmsgs``: no ``Msg``, queue, task or callback per message) and are read into Events a request at a time;
+    (``rawmsgs``, ``bulkparse``: each read buffer walked once, no regular expression, ``Msg``, queue, task or
+    callback per message) and are read into Events a request at a time (headers and reply subjects in bulk);
     the next request is sent as soon as one is answered, so the server delivers it while this one is read and
     handed over. Where ``rawmsgs`` cannot hook this nats-py, the inbox is an ordinary subscription with a
     callback. Either way a message is read by ``envelope.from_message`` (its run, workspace and type from the
@@ -131,7 +132,7 @@ async def batches(
     sub = None
     try:
         sub = await bus.nc.subscribe(bus.nc.new_inbox(), cb=inbox.collect_msg)
-        raw = rawmsgs.route(bus.nc, sub._id, inbox.collect_raw)
+        raw = rawmsgs.route(bus.nc, sub._id, inbox.collect_raw)  # lists of wire messages, a buffer's at a time
         left = int(info.num_pending or 0)
         idle = 0
         request, reply = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", sub.subject
@@ -201,12 +202,13 @@ class _Inbox:
         self.current = _Request(wanted)
         return self.current
 
-    def collect_raw(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
+    def collect_raw(self, frames: list[rawmsgs.Raw]) -> None:
+        """A run of wire messages; one without a reply subject comes alone (``bulkparse``)."""
         current = self.current
-        if not reply:
+        if not frames[0][1]:
             current.answered.set()
             return
-        current.raws.append((subject, reply, headers, data))
+        current.raws += frames
         if len(current.raws) >= current.wanted:
             current.answered.set()
 
