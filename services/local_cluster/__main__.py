@@ -27,15 +27,15 @@ async def start(svc: Service) -> None:
         # a returning site stops its orphans (runs requeued elsewhere while it was away) before anything else
         try:
             await cluster.lease_pass()
-        except TemporaryError as exc:  # the hub is out of reach: the site works on, renewing every tick
-            log.warning("no lease renewal at start: %s", exc)
+        except TemporaryError as exc:  # the hub is out of reach: running work goes on; admission and requests
+            log.warning("no lease renewal at start: %s", exc)  # wait for a renewal (``lease_held``)
         # a quarter of the platform's worker_lost_timeout, at most 5 s (read at start: a change needs a restart)
         timeout = cluster.platform.dispatch.worker_lost_timeout if cluster.platform else WORKER_LOST_TIMEOUT_S
         svc.every(renew_period(timeout), cluster.lease_pass)
         # a site's requests are the dispatcher's, sourced from the hub into its own SITE_IN (docs §13d); its
         # nodes' cordons have no stream here yet (§16)
         svc.loops.append(ConsumerLoop(svc.bus, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,
-                                      handler=cluster.on_backend))
+                                      handler=cluster.on_backend, gate=cluster.lease_held))
     else:
         svc.consume("local-cluster", cluster.on_backend)
         svc.consume("local-cluster-nodes", cluster.on_node)

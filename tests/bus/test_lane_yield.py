@@ -77,3 +77,31 @@ async def test_a_stopped_high_lane_never_holds_the_default_lane_back(bus: Bus) -
     high.stopping.set()
     await high._loop(psub=None)  # stopping at once: the loop's end marks it drained
     assert high.drained.is_set()
+
+
+async def test_a_closed_gate_holds_every_fetch_until_it_opens(bus: Bus) -> None:
+    """``ConsumerLoop(gate=…)``: a returning site's SITE_IN consumer fetches nothing until its lease is renewed
+    (``LocalCluster.lease_held``); then the backlog is handled as ever."""
+    tag = uuid.uuid4().hex[:8]
+    await ensure_consumer(bus, ConsumerSpec(f"gate-{tag}", "LOGS", [f"log.gate{tag}.*.1"], ack_wait=10))
+    for i in range(3):
+        await bus.js.publish(f"log.gate{tag}.r{i}.1", b"x", headers={"ce-subject": f"r{i}"})
+    handled: list[str] = []
+
+    async def handler(ev: Event) -> None:
+        handled.append(ev.subject)
+
+    gate = asyncio.Event()
+    loop = ConsumerLoop(bus, stream="LOGS", durable=f"gate-{tag}", handler=handler, fetch_timeout=0.1, gate=gate)
+    task = asyncio.create_task(loop.run())
+    try:
+        await asyncio.sleep(0.4)  # four of its fetch timeouts: it looked at the gate again and fetched nothing
+        assert handled == []
+        gate.set()
+        async with asyncio.timeout(10):
+            while len(handled) < 3:
+                await asyncio.sleep(0.02)
+        assert sorted(handled) == ["r0", "r1", "r2"]
+    finally:
+        loop.stopping.set()
+        await task

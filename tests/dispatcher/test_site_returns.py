@@ -2,7 +2,9 @@
 workload it stopped (an orphan fenced after a loss, a withdrawn copy) may be reserved there again, since a
 reservation starts nothing by itself; a reservation of one still stopping waits (redelivered); a chosen run it
 preempts queues again as a reservation, and the dispatcher's apply of it, sent before the site's eviction reached
-the dispatcher, does not start it."""
+the dispatcher, does not start it. And a site whose lease renewal failed (its hub out of reach) admits nothing and
+takes no request from its ``SITE_IN`` (the consumer's gate: tests/bus/test_lane_yield.py) until a renewal succeeds
+(fencing first, had the hub declared it lost)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.bus import connect
+from taugrid.bus import connect, sites
+from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
 from taugrid.core.contracts import BackendDelete
 from taugrid.core.errors import TemporaryError
 from taugrid.local.controller import LocalCluster
+from taugrid.stack import natsserver
+from taugrid.stack.natsserver import Leaf
 from taugrid_services.dispatcher.handlers import preempted
 from tests.dispatcher.test_across_sites import until
 from tests.dispatcher.test_site_preemption import PLATFORM, prioritised
-from tests.sitebus import link, site_cluster, start_hub, start_site
+from tests.dispatcher.test_site_reservations import PLATFORM as WIDE
+from tests.dispatcher.test_site_reservations import run_request
+from tests.sitebus import link, site_cluster, start_hub, start_site, stop
 
 
 async def test_a_stopped_workload_may_be_reserved_again_and_a_preempted_one_waits_as_a_reservation(
@@ -99,3 +106,63 @@ async def test_a_stopped_workload_may_be_reserved_again_and_a_preempted_one_wait
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+async def test_a_site_away_from_its_hub_admits_nothing_until_a_renewal_goes_through(tmp_path: Path) -> None:
+    hub_proc, hub_port, leaf_port = start_hub(tmp_path)
+    procs = {"hub": hub_proc}
+    hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
+    stopping = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    site: Bus | None = None
+    cluster: LocalCluster | None = None
+    try:
+        await bootstrap(hub)  # the hub's site_leases bucket
+        procs["site-a"], port = start_site(tmp_path, "site-a", leaf_port)
+        site = await link(hub, port, "site-a")
+        c = cluster = await site_cluster(site, tmp_path, "site-a", WIDE)
+        tasks.append(asyncio.create_task(c.admission_loop(stopping)))
+        await c.lease_pass()
+        assert c.lease_held.is_set()
+
+        stop(procs["hub"])  # the hub goes: the next renewal fails
+        with pytest.raises(TemporaryError):
+            await c.lease_pass()
+        assert not c.lease_held.is_set()
+        held = run_request("away-1", seconds=60.0)
+        await c.apply(held, hold=True)  # a request it had taken before: it waits, not admitted
+        await c.tick()
+        assert c.wls["away-1-a1"].state == "pending"
+
+        # the hub is back on its port and store: the first renewal that goes through lets the site admit again
+        procs["hub"], _ = start_hub_again(tmp_path, hub_port, leaf_port)
+
+        async def renewed() -> bool:
+            with contextlib.suppress(TemporaryError):
+                await c.lease_pass()  # not declared lost: nothing to fence
+            return c.lease_held.is_set()
+
+        await until(renewed)
+
+        async def reserved() -> bool:
+            return c.wls["away-1-a1"].state == "reserved"
+
+        await until(reserved)
+    finally:
+        stopping.set()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 5)
+        if cluster is not None:
+            await cluster.kubelet.close()
+        with contextlib.suppress(Exception):
+            await hub.close()
+        if site is not None:
+            await site.close()
+        stop(*procs.values())
+
+
+def start_hub_again(tmp_path: Path, port: int, leaf_port: int) -> tuple[subprocess.Popen[bytes], int]:
+    """The hub's server restarted on its client and leaf ports and its store."""
+    return natsserver.start(tmp_path / "hub", port=port, log_file=tmp_path / "hub.log",
+                            leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))

@@ -81,6 +81,11 @@ async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
     meta = msg.metadata
     headers = with_id(msg.headers)  # the event keeps its id; the copy gets the DLQ's
     headers.pop("Nats-Msg-Id", None)
+    # a sourced message (a site's SITE_IN, a hub's SITE_<CLUSTER>) names its origin in a header the server refuses
+    # in a publish ("message stream source header is not allowed"): the copy keeps it under another name
+    origin = headers.pop("Nats-Stream-Source", None)
+    if origin is not None:
+        headers["x-dlq-stream-source"] = origin
     headers.update({
         "Nats-Msg-Id": f"dlq.{meta.stream}.{durable}.{meta.sequence.stream}",
         "x-dlq-consumer": durable,
@@ -110,8 +115,11 @@ def retry_delay(exc: TemporaryError, delivered: int) -> float:
 class ConsumerLoop:
     def __init__(self, bus: Bus, *, stream: str, durable: str, handler: Handler, batch: int = 32,
                  fetch_timeout: float = 1.0, tails: dict[str, asyncio.Future[None]] | None = None,
-                 ordered: bool = True) -> None:
+                 ordered: bool = True, gate: asyncio.Event | None = None) -> None:
+        """``gate``: fetch only while it is set (what was fetched already is handled): a returning site's
+        requests wait for its lease renewal (``LocalCluster.lease_held``)."""
         self.bus, self.stream, self.durable, self.handler = bus, stream, durable, handler
+        self.gate = gate
         self.ordered = ordered
         self.batch, self.fetch_timeout = batch, fetch_timeout
         # key → when its latest message is handled (set before its ack goes out); the next one of that key waits
@@ -162,6 +170,10 @@ class ConsumerLoop:
         try:
             while not self.stopping.is_set():
                 await room.wait()
+                if self.gate is not None and not self.gate.is_set():
+                    with contextlib.suppress(TimeoutError):  # looked at again now and then: it may be stopping
+                        await asyncio.wait_for(self.gate.wait(), timeout=self.fetch_timeout)
+                    continue
                 if self.yields_to is not None and not self.yields_to.drained.is_set():
                     with contextlib.suppress(TimeoutError):  # looked at again now and then: it may be stopping
                         await asyncio.wait_for(self.yields_to.drained.wait(), timeout=self.fetch_timeout)

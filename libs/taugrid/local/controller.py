@@ -121,6 +121,11 @@ class LocalCluster:
         self.site = given.process.site
         self.name = site_name(given.process.cluster) if self.site else "local"
         self.lease_generation = 1  # the site's lease generation on the hub (``lease_pass``)
+        # At a site: cleared when a lease renewal fails or says fence, set again once one succeeds (fenced first):
+        # meanwhile nothing is admitted and the site's SITE_IN consumer fetches nothing (its ``gate``), so a
+        # returning site handles no request and starts nothing before it has stopped its orphans
+        self.lease_held = asyncio.Event()
+        self.lease_held.set()
         self._capacity_sent: SiteCapacity | None = None  # the last record the hub took (``report_capacity``)
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
@@ -459,8 +464,13 @@ class LocalCluster:
         """At a site: renew this cluster's lease on the hub. When the hub declared it lost (its runs requeued
         elsewhere), first stop every workload whose run attempt the hub no longer has chosen here (the orphans),
         then rejoin under the hub's generation (core/siteleases.py)."""
-        got = await sites.renew(self.bus, self.name, self.lease_generation)
+        try:
+            got = await sites.renew(self.bus, self.name, self.lease_generation)
+        except Exception:
+            self.lease_held.clear()  # the hub out of reach: it may declare this cluster lost meanwhile
+            raise
         if got.fence:
+            self.lease_held.clear()  # until every orphan is stopped (a failure below keeps it cleared)
             held = {wl.name: sites.dispatch_key(wl.run_id, wl.attempt) for wl in self.wls.values()
                     if wl.state in ("pending", "reserved", "running")}
             chosen = await sites.chosen_at_hub(self.bus, set(held.values()))
@@ -473,6 +483,11 @@ class LocalCluster:
                                                     reason=f"{self.name} was declared lost"))
             await sites.rejoin(self.bus, self.name, got.generation)
         self.lease_generation = got.generation
+        if not self.lease_held.is_set():
+            log.info("cluster %s holds its lease (generation %d): admitting and taking requests again", self.name,
+                     got.generation)
+            self.lease_held.set()
+            self.wake()
         try:
             await self.report_capacity()
         except TemporaryError as exc:  # the lease is renewed; the record goes at the next pass
@@ -566,6 +581,8 @@ class LocalCluster:
         or ``ADMIT_BATCH`` admissions or fruitless cycles) wakes the loop again rather than holding the lock, so
         housekeeping interleaves with a long burst."""
         await self.refresh_platform()
+        if not self.lease_held.is_set():  # a site away from its hub, or fencing: ``lease_pass`` wakes us
+            return
         if self.readiness.blocked(self.wls.values()):
             # Kueue's blockAdmission: an admitted workload is not ready yet (``readiness`` wakes us once it is);
             # every waiting run is told why at the next housekeeping, not half a second later
