@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from taugrid.core import contracts as c
-from taugrid.core.watched import LAST_APPLIED, slim
+from taugrid.core.watched import LAST_APPLIED, PROVENANCE, slim
 from taugrid.kube.translate import translate
 from tests.kube import test_progress, test_translate
 
@@ -84,3 +84,17 @@ def test_a_workload_keeps_its_queue_active_flag_and_pod_set_template_metadata_an
     event = {"apiVersion": "v1", "kind": "Event", "reason": "FailedScheduling", "note": "0/3 nodes",
              "regarding": {"kind": "Pod", "name": "r1-a1-0"}, "spec": {"kept": True}}
     assert slim(event) == event  # kinds the module does not know go as they are
+
+
+def test_a_job_loses_the_renderers_provenance_annotations_and_keeps_those_the_watcher_reads() -> None:
+    kept = {"taugrid.io/traceparent": "00-ab-cd-01", "taugrid.io/run-labelled": "true",
+            "taugrid.io/queue-position": "3", "environment.taugrid.io/cuda": "12.4"}
+    provenance = {"taugrid.io/config-hash": "df63" * 16, "taugrid.io/source-digest": "", "taugrid.io/workspace": "ws",
+                  "taugrid.io/submission-id": "1a23421b8d8727833a71744", "taugrid.io/run-name": "store"}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "r1-a1", "uid": "j1", "labels": LABELS, "annotations": {**provenance, **kept}},
+           "status": {"active": 1}}
+    assert set(provenance) == PROVENANCE
+    assert slim(job)["metadata"] == {"name": "r1-a1", "uid": "j1", "labels": LABELS, "annotations": kept}
+    assert translate(c.WatchEvent(type="MODIFIED", object=slim(job))) == translate(
+        c.WatchEvent(type="MODIFIED", object=job))

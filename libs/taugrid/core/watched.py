@@ -12,8 +12,11 @@ job and workload were ~2 KB each, eight changes a run. The one consumer, the adm
   (labels, annotations: how a real Kueue Workload is told ours and carries the run's traceparent);
 - Job, RayJob, RayCluster: nothing.
 
-So ``slim`` keeps exactly that for those kinds and drops ``metadata.managedFields`` and kubectl's
-last-applied annotation of every kind; other kinds (core Events, ClusterQueues, nodes) go as they are. Pure.
+So ``slim`` keeps exactly that for those kinds and drops ``metadata.managedFields``, kubectl's last-applied
+annotation and the renderer's provenance annotations (``PROVENANCE``: config hash, source digest, submission
+id, workspace, run name; ~250 bytes on each of a run's Job changes, issue 27: the manifests keep them, and the
+watcher reads the run, workspace and attempt from the labels) of every kind; other kinds (core Events,
+ClusterQueues, nodes) go as they are. Pure.
 ``tests/kube/test_watched.py`` checks that every object the translation and progress tests read translates the
 same slimmed.
 """
@@ -24,6 +27,11 @@ from collections.abc import Mapping
 from typing import Any
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# The renderer's annotations (render/common.py) that no consumer of K8S reads; the traceparent, the queue
+# position, the run-labelled mark, the preemptor, the resize and the environment annotations stay.
+PROVENANCE = frozenset({"taugrid.io/config-hash", "taugrid.io/source-digest", "taugrid.io/submission-id",
+                        "taugrid.io/workspace", "taugrid.io/run-name"})
+_DROPPED_ANNOTATIONS = PROVENANCE | {LAST_APPLIED}
 _CONTAINER_KEYS = ("name", "image")
 _SPEC_DROPPED = ("Job", "RayJob", "RayCluster")
 
@@ -50,8 +58,8 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in meta.items() if k != "managedFields"}
     annotations = meta.get("annotations")
-    if isinstance(annotations, Mapping) and LAST_APPLIED in annotations:
-        out["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    if isinstance(annotations, Mapping) and not _DROPPED_ANNOTATIONS.isdisjoint(annotations):
+        out["annotations"] = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
     return out
 
 
