@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import operator
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from taugrid.core.errors import NotFound, PermanentError
 
@@ -73,40 +73,34 @@ def _frozen_pod_set(ps: PodSet) -> tuple[object, ...]:
     return tuple(values)
 
 
-class _Shape:
-    """A hashable shape whose hash is worked out once (a tuple's is not kept, and its dataclasses' cost)."""
+class _Shapes:
+    """Numbers the shapes an engine meets (what a memo must match, see ``Engine._memo_of``): every field of every
+    pod set, tolerations, placement, priority and preemptibility. Workloads of one shape get one number, kept on
+    their state until the workload object changes, so a memo is found by an int, and 100,000 pending runs keep no
+    object of their own for it that the garbage collector must walk again and again (each run's own shape once
+    made a full collection, ≈ 0.35 s at that scale, land in every ~30th parked cycle)."""
 
-    __slots__ = ("key", "hash")
+    __slots__ = ("ids", "serial")
 
-    def __init__(self, key: tuple[object, ...]) -> None:
-        self.key, self.hash = key, hash(key)
+    def __init__(self) -> None:
+        self.ids: dict[tuple[object, ...], int] = {}
+        self.serial = 0
 
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, _Shape) and self.hash == other.hash and self.key == other.key)
-
-
-def _shape(ws: WState, shared: dict[tuple[object, ...], _Shape] | None = None) -> Hashable:
-    """What a memo must match (see ``Engine._memo_of``), hashable: every field of every pod set, tolerations,
-    placement, priority and preemptibility; kept on the state until its workload object changes. With
-    ``shared`` (the engine's), workloads of one shape share one object: the state keeps no object of its own,
-    so 100,000 pending runs add nothing the garbage collector must walk again and again (each run's own shape
-    once made every full collection in a run of parked cycles cost ≈ 0.35 s at that scale)."""
-    w = ws.workload
-    if ws.shape_of is w:
-        return ws.shape
-    key = (w.priority, w.preemptible, w.placement, w.tolerations, *map(_frozen_pod_set, w.pod_sets))
-    shape = shared.get(key) if shared is not None else None
-    if shape is None:
-        shape = _Shape(key)
-        if shared is not None:
-            if len(shared) >= SHAPES_KEPT:
-                shared.clear()  # many distinct shapes: sharing starts afresh rather than growing without bound
-            shared[key] = shape
-    ws.shape, ws.shape_of = shape, w
-    return shape
+    def of(self, ws: WState) -> int:
+        w = ws.workload
+        if ws.shape_of is w:
+            return ws.shape
+        key = (w.priority, w.preemptible, w.placement, w.tolerations, *map(_frozen_pod_set, w.pod_sets))
+        sid = self.ids.get(key)
+        if sid is None:
+            if len(self.ids) >= SHAPES_KEPT:
+                # Many distinct shapes: numbering starts afresh rather than growing without bound. Numbers are
+                # never given twice, so a memo kept under an old number merely stops matching (a nomination).
+                self.ids.clear()
+            self.serial += 1
+            sid = self.ids[key] = self.serial
+        ws.shape, ws.shape_of = sid, w
+        return sid
 
 
 class Engine:
@@ -164,7 +158,7 @@ class Engine:
         # whose queues read state outside the cohort tree.
         self.memo = memo and self.kai is None
         self.nominations = 0  # heads nominated, not settled by a memo (what a bench reports beside the heads)
-        self._shapes: dict[tuple[object, ...], _Shape] = {}  # one object per shape, shared (see ``_shape``)
+        self._shapes = _Shapes()  # one number per shape (see ``_Shapes``)
         self._oracle_empty: set[tuple[FR, int]] = set()  # the current nomination's empty oracle answers
         self._elastic: set[str] = set()  # admitted at some point and elastic: what ``grow`` looks at
         self._awaiting: set[str] = set()  # preemptors waiting for elastic victims to shrink
@@ -210,7 +204,7 @@ class Engine:
         if old is not None:  # a Kueue scale-up slice: charged only the pods it adds
             ws.replaces, ws.requests = old.workload.name, E.slice_requests(self, workload, old)
         if self.memo:
-            _shape(ws, self._shapes)  # once, as it arrives: what every cycle that meets it as a head compares
+            self._shapes.of(ws)  # once, as it arrives: what every cycle that meets it as a head compares
         self.states[workload.name] = ws
         q = self.queues[cq]
         q.push(ws)
@@ -667,7 +661,7 @@ class Engine:
             if q.memo_epochs != q.head_epochs:
                 q.memos.clear()  # memos of other epochs can never hit again (epochs only grow)
                 q.memo_epochs = q.head_epochs
-            shape = _shape(ws, self._shapes)
+            shape = self._shapes.of(ws)
             q.memos.pop(shape, None)
             reason = a.reason if a.mode == Mode.NO_FIT else a.reason or R.WAITING_FOR_QUOTA  # as ``_process``
             q.memos[shape] = Memo(ws.workload, ws.queue_ts, q.head_epochs, a, (reason, a.message, ()), ws.on_nodes)
@@ -684,7 +678,7 @@ class Engine:
         """The queue's memo whose verdict nominating ``ws`` now would give, or None. One does when nothing a
         nomination reads changed since the memo's head was nominated (both epochs equal: no usage, admitted
         workload or node changed in its cohort tree or on the nodes, simulations aside) and ``ws`` asks for the
-        same thing (``_shape``): the same pod sets (requests, counts, selectors, excluded nodes, topology),
+        same thing (``_Shapes``): the same pod sets (requests, counts, selectors, excluded nodes, topology),
         tolerations, placement, priority and preemptibility. Its preemption candidates are then the same too:
         they depend on the preemptor's priority and, under ``LowerOrNewerEqualPriority`` only, on its queue
         timestamp, which must then be equal."""
@@ -693,7 +687,7 @@ class Engine:
         w = ws.workload
         if w.elastic is not None:
             return None  # as ``_memo_shape_ok``, inline: this runs once per head of every cycle
-        memo = q.memos.get(ws.shape if ws.shape_of is w else _shape(ws, self._shapes))
+        memo = q.memos.get(ws.shape if ws.shape_of is w else self._shapes.of(ws))
         if memo is None:
             return None
         if ws.queue_ts == memo.queue_ts or not q.newer_equal:
@@ -751,7 +745,7 @@ class Engine:
         # that cannot always reclaim holds capacity for the cycle: a verdict with a side effect, not memoized).
         alone = a.mode == Mode.NO_FIT or (a.mode == Mode.PREEMPT and not targets and q.spec.preemption.
                                           reclaim_within_cohort == ReclaimWithinCohort.ANY)
-        if alone and not (q.memos and (m := q.memos.get(_shape(ws, self._shapes))) is not None
+        if alone and not (q.memos and (m := q.memos.get(self._shapes.of(ws))) is not None
                           and m.assignment is a):
             self._remember(ws, q, a)
         if a.mode == Mode.NO_FIT:

@@ -19,7 +19,6 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -82,7 +81,7 @@ class WState:
     awaiting: set[str] = field(default_factory=set)
     last_resize: float = float("-inf")
     replaces: str | None = None  # a Kueue scale-up slice: the admitted workload it replaces
-    shape: Hashable = None  # what a memo must match (``engine._shape``), for ``shape_of``
+    shape: int = 0  # the number of what a memo must match (``engine._Shapes``), for ``shape_of``
     shape_of: Workload | None = None
 
 
@@ -110,7 +109,7 @@ class CQQueue:
         # The heads whose nomination alone made them inadmissible, latest first, one per shape, all nominated at
         # the same epochs (see ``Engine._memo_of``): a later head of one of these shapes meets the same fate
         # while the epochs hold.
-        self.memos: dict[Hashable, Memo] = {}  # by the head's shape (``engine._shape``), oldest first
+        self.memos: dict[int, Memo] = {}  # by the number of the head's shape (``engine._Shapes``), oldest first
         self.memo_epochs: tuple[int, int] | None = None  # the epochs of every memo in ``memos``
         self.head_epochs: tuple[int, int] = (0, 0)  # epochs this cycle's head was nominated at
         self._seq = 0
