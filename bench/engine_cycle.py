@@ -2,9 +2,14 @@
 with ``--kueue-baseline`` (not in ``make bench``) a simulated-time replay of Kueue's baseline shape (5 cohorts x 6
 ClusterQueues, 15,000 workloads), and the
 engine at scale (issue 30 item 4): 100,000 pending over 1,000 ClusterQueues, every cycle after the first (none
-can admit) and an idle cycle checked against their targets; exits 1 on a miss. Timings are wall clock: on a
-shared machine read them beside the load average it prints (``--reference`` also times the engine without its
-memo of inadmissible heads, for the ratio).
+can admit) and an idle cycle checked against their targets; exits 1 on a miss. The scale check times each
+cycle on two clocks and judges the process clock: the CPU the engine spends on the cycle, which is what a cycle
+costs, whereas on a shared machine the wall clock adds however long the process waited for a core (both are
+printed, with the load average). The garbage the 100,000 submissions leave is collected before the first timed
+cycle, and the full collections that still land in timed cycles are counted and printed (one costs ≈ 0.3 s of
+CPU at this scale, whoever made the garbage). The cycles after the first are split into those that nominated
+some head afresh (a queue's head changed shape) and those settled by memos alone. ``--reference`` also times
+the engine without its memo of inadmissible heads, for the ratio.
 
 Usage: python bench/engine_cycle.py [--cqs 100] [--cohorts 10] [--pending 10000] [--kueue-baseline]
                                     [--scale-cqs 1000] [--scale-pending 100000] [--reference] [--no-scale]
@@ -13,6 +18,7 @@ Usage: python bench/engine_cycle.py [--cqs 100] [--cohorts 10] [--pending 10000]
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import os
 import statistics
@@ -78,48 +84,99 @@ CYCLE_TARGET_MS = 10.0  # every cycle after the first at 100k pending x 1,000 Cl
 IDLE_TARGET_MS = 1.0  # "an idle cycle near zero"
 
 
-def _timed(engine: Engine, now: float) -> float:
-    t0 = time.perf_counter()
-    engine.cycle(now)
-    return (time.perf_counter() - t0) * 1e3
+class Timed:
+    """Each cycle's time on the process clock (CPU; what is judged) and the wall clock, the heads it nominated
+    afresh, and the full garbage collections that ran inside timed cycles."""
 
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.cpu: list[float] = []
+        self.wall: list[float] = []
+        self.nominated: list[int] = []
+        self.full_gcs = 0
+        self._inside = False
+        gc.callbacks.append(self._gc)
 
-def _to_quiescence(engine: Engine) -> list[float]:
-    times = []
-    while not engine.quiescent():
-        times.append(_timed(engine, 0.0))
-    return times
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2 and self._inside:
+            self.full_gcs += 1
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._gc)
+
+    def cycle(self, now: float) -> None:
+        n0 = self.engine.nominations
+        self._inside = True
+        c0, w0 = time.process_time(), time.perf_counter()
+        self.engine.cycle(now)
+        c1, w1 = time.process_time(), time.perf_counter()
+        self._inside = False
+        self.cpu.append((c1 - c0) * 1e3)
+        self.wall.append((w1 - w0) * 1e3)
+        self.nominated.append(self.engine.nominations - n0)
+
+    def to_quiescence(self) -> Timed:
+        while not self.engine.quiescent():
+            self.cycle(0.0)
+        return self
 
 
 def _stats(times: list[float]) -> str:
     if not times:
         return "no cycles"
     q = sorted(times)
-    return (f"{len(times)} cycles, mean {statistics.fmean(times):.2f} ms, median {q[len(q) // 2]:.2f}, "
-            f"p95 {q[int(len(q) * 0.95)]:.2f}, max {q[-1]:.1f}")
+    return (f"mean {statistics.fmean(times):.2f} ms, median {q[len(q) // 2]:.2f}, p95 {q[int(len(q) * 0.95)]:.2f}, "
+            f"max {q[-1]:.1f}")
+
+
+def _report(label: str, t: Timed) -> None:
+    print(f"  {label:18s} {len(t.cpu)} cycles; cpu {_stats(t.cpu)}; wall {_stats(t.wall)}"
+          + (f"; {t.full_gcs} full collection(s) inside" if t.full_gcs else ""))
 
 
 def bench_scale(n_cqs: int, n_cohorts: int, n_pending: int, *, memo: bool = True) -> tuple[float, float]:
     """Kueue's heavy shape: every ClusterQueue fills its nominal quota in the first cycle, then no head can be
-    admitted (the cohorts are full and nobody borrows); returns (mean ms of the cycles after the first, mean
-    ms of an idle cycle)."""
+    admitted (the cohorts are full and nobody borrows); returns (mean cpu ms of the cycles after the first, mean
+    cpu ms of an idle cycle)."""
     engine = Engine(make_cqs(n_cqs, n_cohorts), memo=memo)
+    c0 = time.process_time()
     for i in range(n_pending):
         engine.submit(workload(i, f"cq{i % n_cqs}", i % 3, float(i)), 0.0)
+    submit_ms = (time.process_time() - c0) * 1e3
+    gc.collect()  # the submissions' garbage is not a cycle's cost
     label = "scale" if memo else "scale, reference: no memo"
     print(f"[{label}] {n_cqs} CQs in {n_cohorts} cohorts, {n_pending} pending; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    first = _timed(engine, 0.0)
-    print(f"  first cycle:       {first:8.2f} ms (admits one head per ClusterQueue)")
-    churn = _to_quiescence(engine)
-    print(f"  cycles after it:   {_stats(churn)} (nothing admissible)")
-    idle = [_timed(engine, 0.0) for _ in range(50)]
-    print(f"  idle cycle:        {_stats(idle)}")
+    print(f"  submit:            {submit_ms / n_pending * 1e3:.1f} us cpu a run")
+    first = Timed(engine)
+    first.cycle(0.0)
+    first.close()
+    print(f"  first cycle:       cpu {first.cpu[0]:.2f} ms, wall {first.wall[0]:.2f} (admits one head per "
+          f"ClusterQueue)")
+    churn = Timed(engine).to_quiescence()
+    churn.close()
+    _report("cycles after it:", churn)
+    fresh = [i for i, n in enumerate(churn.nominated) if n]
+    parked = [i for i, n in enumerate(churn.nominated) if not n]
+    if fresh:
+        print(f"    of which {len(fresh)} nominated heads afresh ({sum(churn.nominated)} nominations): cpu "
+              f"{sum(churn.cpu[i] for i in fresh):.1f} ms in all, "
+              f"{' '.join(f'{churn.cpu[i]:.1f}' for i in fresh)}")
+    if parked:
+        pc = sorted(churn.cpu[i] for i in parked)
+        print(f"    and {len(parked)} settled every head by a memo: cpu mean {statistics.fmean(pc):.2f} ms, "
+              f"median {pc[len(pc) // 2]:.2f}")
+    idle = Timed(engine)
+    for _ in range(50):
+        idle.cycle(0.0)
+    idle.close()
+    _report("idle cycle:", idle)
     # One event: a finished run frees quota in one cohort; its parked heads return and are tried again.
     engine.finish(next(iter(engine.admitted_names())), 0.0)
-    event = _to_quiescence(engine)
-    print(f"  after one finish:  {_stats(event)}")
-    return (statistics.fmean(churn) if churn else 0.0), statistics.fmean(idle)
+    event = Timed(engine).to_quiescence()
+    event.close()
+    _report("after one finish:", event)
+    return (statistics.fmean(churn.cpu) if churn.cpu else 0.0), statistics.fmean(idle.cpu)
 
 
 def bench_kueue_baseline(n_cohorts: int = 5, per_cohort: int = 6) -> None:
@@ -198,7 +255,7 @@ def main() -> None:
         return
     cycle, idle = bench_scale(args.scale_cqs, args.scale_cohorts, args.scale_pending)
     misses = []
-    print(f"  target: cycles after the first <= {CYCLE_TARGET_MS:g} ms (mean {cycle:.2f}), "
+    print(f"  target (cpu): cycles after the first <= {CYCLE_TARGET_MS:g} ms (mean {cycle:.2f}), "
           f"idle <= {IDLE_TARGET_MS:g} ms (mean {idle:.2f})")
     if cycle > CYCLE_TARGET_MS:
         misses.append(f"cycle {cycle:.2f} ms > {CYCLE_TARGET_MS:g} ms")
