@@ -35,7 +35,9 @@ from taugrid.access import permissions
 from taugrid.bus import connect, creds, sites
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import from_message
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.topology import SITE_LOCAL_DURABLE
 from taugrid.core.errors import PermanentError
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
@@ -176,3 +178,69 @@ async def test_a_hub_stream_made_with_the_shared_deliveries_is_refused_with_the_
     with pytest.raises(PermanentError, match=r"stream SITE_SITE_A exists with another configuration .* update its "
                                              r"source to deliver on sitelink\.site-a\.out with the break-glass"):
         await sites.provision_hub(private_bus, "site-a")
+
+
+async def test_a_site_acts_only_on_requests_a_service_that_may_send_them_signed(tmp_path: Path) -> None:
+    """trust.md rule 2 at a site: its local cluster checks each request in its ``SITE_IN`` against the hub's service
+    keys copied to the site (``provision_site(service_keys=…)``), so a request on the hub's BACKEND that the
+    dispatcher did not sign as it stands (here the bootstrap identity, which may publish anything on the hub,
+    replays the dispatcher's apply with another body) is refused at the site, not applied (about 2 s here)."""
+    boot, boot_path = _identity(tmp_path, "bootstrap")
+    disp, disp_path = _identity(tmp_path, "dispatcher")
+    local, local_path = _identity(tmp_path, "local_cluster")
+    leaf_port = free_port()
+    hub_auth, site_auth = tmp_path / "hub-auth.conf", tmp_path / "site-auth.conf"
+    hub_auth.write_text(permissions.authorization_conf(
+        [permissions.Account("bootstrap", boot.public_key, permissions.bootstrap_permissions()),
+         permissions.Account("dispatcher", disp.public_key, permissions.service_permissions(
+             permissions.SERVICE_ROLES["dispatcher"], disp.public_key))],
+        [permissions.LeafUser("site-a", "pw-a", permissions.inbox_prefix(local.public_key))]))
+    site_auth.write_text("authorization {\n  users = [\n" + "".join(
+        f'    {{"nkey": "{key}"}}\n' for key in (boot.public_key, local.public_key)) + "  ]\n}\n")
+    hub_proc, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log", auth_conf=hub_auth,
+                                          leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
+    site_proc, site_port = natsserver.start(
+        tmp_path / "site-a", log_file=tmp_path / "site-a.log", auth_conf=site_auth,
+        leaf=Leaf("site-a", hub_url=f"nats-leaf://leaf-site-a:pw-a@127.0.0.1:{leaf_port}",
+                  deny_exports=sites.SITE_DENY_EXPORTS, deny_imports=sites.SITE_DENY_IMPORTS))
+    hub = await connect(f"nats://127.0.0.1:{hub_port}", name="bootstrap", creds=boot_path)
+    dispatcher = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher", creds=disp_path)
+    site_boot = await connect(f"nats://127.0.0.1:{site_port}", name="bootstrap", creds=boot_path)
+    site = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster", creds=local_path)
+    handled: list[str] = []
+
+    async def apply(event: Event) -> None:
+        handled.append(event.id)
+
+    loop = ConsumerLoop(site, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE, handler=apply, fetch_timeout=0.2)
+    task: asyncio.Task[None] | None = None
+    try:
+        await bootstrap(hub)
+        await sites.provision_hub(hub, "site-a")
+        await sites.provision_site(site_boot, "site-a", service_keys={"dispatcher": disp.public_key})
+        task = asyncio.create_task(loop.run())
+        await dispatcher.publish("backend.site-a.apply", b'{"run": "r1"}', event_type="apply", ce_subject="r1",
+                                 msg_id="r1.1.apply.site-a", family="backend")
+        genuine = await hub.js.get_msg("BACKEND", 1)
+        forged = dict(genuine.headers or {}, **{"Nats-Msg-Id": "r2.1.apply.site-a"})
+        await hub.js.publish("backend.site-a.apply", b'{"run": "r2"}', headers=forged)
+        deadline = time.monotonic() + 20
+        while len(await _stored(site_boot, "DLQ")) < 1 or not handled:
+            assert time.monotonic() < deadline, f"handled {handled}, DLQ {await _stored(site_boot, 'DLQ')}"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the forged request is settled, never handled
+        assert handled == ["r1.1.apply.site-a"]
+        refused = await site_boot.js.get_msg("DLQ", 1)
+        assert refused.subject == f"dlq.{sites.SITE_IN}.{SITE_LOCAL_DURABLE}"
+        assert (refused.headers or {})["x-dlq-subject"] == "backend.site-a.apply"
+        assert "claims dispatcher's key, but" in (refused.headers or {})["x-dlq-error"]
+        assert refused.data == b'{"run": "r2"}'
+    finally:
+        loop.stopping.set()
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 5)
+        for bus in (hub, dispatcher, site_boot, site):
+            with contextlib.suppress(Exception):
+                await bus.close()
+        stop(site_proc, hub_proc)

@@ -39,17 +39,19 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from taugrid.bus import sitecapacity
+from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, REFUSED, UNAVAILABLE, conflicted, unavailable
-from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE, site_delivery
+from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE, STREAMS, site_delivery
 from taugrid.core import siteleases
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.siteleases import Renewal
 
 HUB_DOMAIN = "hub"
-# The KV buckets a site's local cluster needs on its own server: its workloads, and the platform it admits by (put
-# there by whoever provisions the site: the hub's is not mirrored yet, docs §16).
-SITE_BUCKETS = ("local_cluster", "platform")
+# The KV buckets a site's local cluster needs on its own server: its workloads, the platform it admits by, and the
+# hub's services' public keys it checks each request's author by (``SITE_IN`` is a checked stream,
+# ``publishing.CHECKED_STREAMS``); the last two put there by whoever provisions the site (not mirrored, docs §16).
+SITE_BUCKETS = ("local_cluster", "platform", "service_keys")
 SITE_IN = "SITE_IN"
 SITE_OUT = "SITE_OUT"
 # What a site's leaf remote denies (``natsserver.Leaf``): its watch changes never leave as plain publishes (only
@@ -115,9 +117,12 @@ async def _add(bus: Bus, config: StreamConfig, *, may_update: bool = False) -> N
 
 
 async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAIN, backend_stream: str = "BACKEND",
-                         max_age: float = 7 * _DAY) -> None:
-    """On the site's leaf server: ``SITE_IN`` (the hub's requests for this cluster, sourced across the link) and
-    ``SITE_OUT`` (this site's reports, stored here first)."""
+                         max_age: float = 7 * _DAY, service_keys: dict[str, str] | None = None) -> None:
+    """On the site's leaf server: ``SITE_IN`` (the hub's requests for this cluster, sourced across the link),
+    ``SITE_OUT`` (this site's reports, stored here first), a ``DLQ`` (the requests its local cluster refuses) and
+    the local cluster's buckets, with ``service_keys`` (service → public key, the hub's) recorded there: the site
+    acts on a request only when signed by a service that may send it (``authors.Authors``), as the hub's
+    consumers do, not on the hub's permissions alone."""
     await _add(site, StreamConfig(
         name=SITE_IN, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
         sources=[StreamSource(name=backend_stream, filter_subject=f"backend.{cluster}.>",
@@ -126,6 +131,9 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
     await _add(site, StreamConfig(
         name=SITE_OUT, subjects=site_out_subjects(cluster), retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE, max_age=max_age, duplicate_window=600.0))
+    dlq = next(spec for spec in STREAMS if spec.name == "DLQ")
+    await _add(site, StreamConfig(name=dlq.name, subjects=dlq.subjects, retention=RetentionPolicy.LIMITS,
+                                  storage=StorageType.FILE, max_age=dlq.max_age))
     try:
         # the site's local cluster reads its requests here (``TAU_SITE``), not from a BACKEND of its own
         await site.js.add_consumer(SITE_IN, ConsumerConfig(
@@ -137,6 +145,8 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
             except NO_BUCKET:
                 await site.js.create_key_value(KeyValueConfig(bucket=bucket, history=KV_BUCKETS[bucket],
                                                               storage=StorageType.FILE, direct=True))
+        if service_keys:
+            await publish_keys(site, service_keys)
     except UNAVAILABLE as exc:
         raise unavailable(f"provisioning site {cluster}'s local cluster", exc) from exc
 

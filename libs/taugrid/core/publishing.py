@@ -43,8 +43,9 @@ SERVICE_PUBLISH: dict[str, tuple[str, ...]] = {
 PERSON_REQUESTS: tuple[str, ...] = ("run.*.*.submit.requested", f"run.*.*.submit.requested.{HIGH_LANE}",
                                      "run.*.*.cancel.requested")
 
-# Streams whose consumers check ce-source (LOGS is only read by people; DLQ is never acted on).
-CHECKED_STREAMS = frozenset({"RUNS", "K8S", "NODES", "BACKEND"})
+# Streams whose consumers check ce-source (LOGS is only read by people; DLQ is never acted on). SITE_IN is a site's
+# copy of its BACKEND requests (bus/sites.py), checked at the site against the hub's keys copied there.
+CHECKED_STREAMS = frozenset({"RUNS", "K8S", "NODES", "BACKEND", "SITE_IN"})
 
 SOURCE_PREFIX = "/svc/"
 

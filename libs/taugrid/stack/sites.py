@@ -170,7 +170,9 @@ class Sites:
             for server in self.servers.values():
                 site = await connect(server.url, name="supervisor-site", creds=self.ids.bootstrap_creds)
                 try:
-                    await bus_sites.provision_site(site, server.name)
+                    # the hub's services' keys: the site checks who sent each request it acts on
+                    await bus_sites.provision_site(site, server.name, service_keys={
+                        name: identity.public_key for name, identity in self.ids.services.items()})
                     await _put_platform(site, platform_text)
                 finally:
                     await site.close()
