@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from taugrid.bus import Bus, kv
+from taugrid.core import wirejson
 
 
 async def test_create_once_compare_and_set_and_a_deleted_key_created_again(bus: Bus) -> None:
@@ -32,14 +33,19 @@ async def test_create_once_compare_and_set_and_a_deleted_key_created_again(bus: 
 
 
 async def test_run_records_are_stored_compressed_and_every_reader_sees_their_json(bus: Bus) -> None:
-    """issue 27: ``run_state`` values are stored gzip-compressed; get, load, a listing, a wildcard read, an update
-    and a watch all hand out the JSON, and a record stored plain (an earlier release's) still reads as it is."""
+    """issue 27: ``run_state`` values are stored gzip-compressed, their fields at defaults left out
+    (``core/wirejson``); get, load, a listing, a wildcard read, an update and a watch all hand out that JSON, which
+    decodes to the whole record (and a gate's summary of it), and a record stored plain (an earlier release's,
+    defaults included) still reads as it is."""
     from taugrid.core.states import Phase, RunRecord
+    from taugrid.runrecord.read import Summary
 
     ws = f"pk{uuid.uuid4().hex[:6]}"
     record = RunRecord(run_id="packed-1", workspace=ws, state="running",
                        phases=[Phase(name=f"phase-{i}", status="done", detail="node vm") for i in range(12)])
-    plain = msgspec.json.encode(record)
+    plain = wirejson.encode(record)
+    assert len(plain) < len(msgspec.json.encode(record)) and msgspec.json.decode(plain, type=RunRecord) == record
+    assert msgspec.json.decode(plain, type=Summary) == Summary(state="running", attempt=1, user="")
     revision = await kv.save(bus, "run_state", f"run.{ws}.packed-1", record, revision=0)
     stored = await bus.js.get_msg("KV_run_state", seq=revision)
     assert stored.data[:2] == b"\x1f\x8b" and len(stored.data) < len(plain) // 2
