@@ -101,12 +101,12 @@ async def _report(site: Bus, cluster: str, n: int) -> None:
 
 async def test_a_site_neither_hears_nor_feeds_another_sites_link(tmp_path: Path) -> None:
     boot, boot_path = _identity(tmp_path, "bootstrap")
-    local, local_path = _identity(tmp_path, "local_cluster")
+    local = {c: _identity(tmp_path, f"local_cluster-{c}") for c in SITES}  # each site's own (stack.sites)
     leaf_port = free_port()
     auth = tmp_path / "auth.conf"
     auth.write_text(permissions.authorization_conf(
         [permissions.Account("bootstrap", boot.public_key, permissions.bootstrap_permissions())],
-        [permissions.LeafUser(c, f"pw-{c}", permissions.inbox_prefix(local.public_key)) for c in SITES]))
+        [permissions.LeafUser(c, f"pw-{c}", permissions.inbox_prefix(local[c][0].public_key)) for c in SITES]))
     hub_proc, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log", auth_conf=auth,
                                           leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
     procs, site_ports = [hub_proc], {}
@@ -117,7 +117,7 @@ async def test_a_site_neither_hears_nor_feeds_another_sites_link(tmp_path: Path)
                       deny_exports=sites.SITE_DENY_EXPORTS, deny_imports=sites.SITE_DENY_IMPORTS))
         procs.append(proc)
     hub = await connect(f"nats://127.0.0.1:{hub_port}", name="bootstrap", creds=boot_path)
-    site = {c: await connect(f"nats://127.0.0.1:{site_ports[c]}", name="local-cluster", creds=local_path)
+    site = {c: await connect(f"nats://127.0.0.1:{site_ports[c]}", name="local-cluster", creds=local[c][1])
             for c in SITES}
     attacker = await connect(f"nats://127.0.0.1:{site_ports['site-b']}", name="attacker")
     try:
@@ -156,8 +156,10 @@ async def test_a_site_neither_hears_nor_feeds_another_sites_link(tmp_path: Path)
             ("site.site-a.k8s.site-a.Workload.ns.w1.modified", "site-a.w1")]
         assert await _stored(site["site-a"], sites.SITE_IN) == [("backend.site-a.apply", "site-a.1")]
         # nothing of site-a's crossed to site-b: none of its requests, deliveries or reports
-        theirs = [(m.subject, event_id(m)) for m in heard
-                  if event_id(m).startswith("site-a.") or m.subject.startswith(("backend.site-a", "k8s.site-a"))]
+        # (nor the hub's replies to its local cluster: its lease read and write above)
+        inbox = permissions.inbox_prefix(local["site-a"][0].public_key)
+        theirs = [(m.subject, event_id(m)) for m in heard if event_id(m).startswith("site-a.")
+                  or m.subject.startswith(("backend.site-a", "k8s.site-a", inbox))]
         assert theirs == []
         # while site-b's own request reached its server (so the listener did listen)
         assert ("backend.site-b.apply", "site-b.1") in [(m.subject, event_id(m)) for m in heard]

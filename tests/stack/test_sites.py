@@ -39,7 +39,8 @@ def test_the_renderer_sends_to_the_dispatcher_and_each_site_runs_its_own_simulat
     assert sites.service_env(running, "renderer", "") == {"TAU_CLUSTER": "dispatch"}
     assert sites.service_env(running, "local_cluster", "west") == {
         "TAU_NATS_URL": "nats://127.0.0.1:4999", "TAU_SITE": "on", "TAU_CLUSTER": "west", "TAU_LOCAL_SIMULATE": "on",
-        "TAU_DATA_DIR": str(tmp_path / "sites" / "west" / "data"), "TAU_NODE_NAME": "west-node"}
+        "TAU_DATA_DIR": str(tmp_path / "sites" / "west" / "data"), "TAU_NODE_NAME": "west-node",
+        "TAU_NATS_CREDS": str(tmp_path / "creds" / "svc-local_cluster-west.nk")}
     assert (tmp_path / "sites" / "west" / "data").is_dir()
     assert sites.service_env(running, "policy", "") == {}
 
@@ -51,7 +52,11 @@ def test_each_site_has_a_leaf_user_whose_password_is_kept_and_closed(tmp_path: P
     assert first == again
     assert [u.user for u in first] == ["leaf-east", "leaf-west"]
     assert first[0].password != first[1].password and len(first[0].password) >= 40
-    assert {u.inbox for u in first} == {inbox_prefix(ids.services["local_cluster"].public_key)}
+    # each site's local cluster has a key of its own, so its replies reach no other site's leaf node
+    keys = [sites.Sites(tmp_path, ids, ["east", "west"]).local_cluster(n).public_key for n in ("east", "west")]
+    assert [u.inbox for u in first] == [inbox_prefix(k) for k in keys]
+    assert len(set(keys) | {ids.services["local_cluster"].public_key}) == 3
+    assert stat.S_IMODE((tmp_path / "creds" / "svc-local_cluster-east.nk").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "creds" / "leaf-east.pw").stat().st_mode) == 0o600
     conf = auth.render(ids, None, first)
     assert conf.count('"user": "leaf-') == 2 and f'"password": "{first[0].password}"' in conf

@@ -8,7 +8,9 @@ linked to the hub with the deny lists of ``bus.sites`` and a leaf user of its ow
 (``sites.provision_site``/``provision_hub``) and the hub's platform is copied into each site's ``platform`` bucket
 (the site admits by it), at start and on every platform revision.
 
-Invariants: a site's server admits only the stack's bootstrap identity and the local cluster's key; a leaf
+Invariants: a site's server admits only the stack's bootstrap identity and that site's local cluster, whose key is
+the site's own (``creds/svc-local_cluster-<name>.nk``: its replies across the link come to an inbox of its own,
+which no other site's leaf user may receive, and no other site's local cluster may connect there); a leaf
 password is made once (``creds/leaf-<name>.pw``, 0600) and kept across restarts; nothing here decides where a run
 goes (the dispatcher does). What ``tau up`` cannot run is refused before anything starts (``refusal``).
 """
@@ -25,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from taugrid.access.permissions import LeafUser, inbox_prefix
+from taugrid.bus import creds
 from taugrid.bus import sites as bus_sites
 from taugrid.config.clusters import DISPATCH
 from taugrid.config.platform import Platform
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
-from taugrid.stack.auth import StackIdentities, write_conf
+from taugrid.stack.auth import StackIdentities, ensure_key, write_conf
 from taugrid.stack.natsserver import Leaf
 
 if TYPE_CHECKING:
@@ -99,7 +102,15 @@ class Sites:
         return [self._user(name) for name in self.cluster_names]
 
     def _user(self, name: str) -> LeafUser:
-        return LeafUser(name, self._password(name), inbox_prefix(self.ids.services["local_cluster"].public_key))
+        return LeafUser(name, self._password(name), inbox_prefix(self.local_cluster(name).public_key))
+
+    def local_cluster_creds(self, name: str) -> Path:
+        return self.ids.creds_dir / f"svc-local_cluster-{name}.nk"
+
+    def local_cluster(self, name: str) -> creds.Identity:
+        """Site ``name``'s local cluster's identity, made once: each site's own, so that the replies the hub sends
+        across one site's link (to ``_INBOX.<its key>``) are let through no other site's."""
+        return ensure_key(self.local_cluster_creds(name), "local_cluster")
 
     def _password(self, name: str) -> str:
         path = self.ids.creds_dir / f"leaf-{name}.pw"
@@ -112,8 +123,8 @@ class Sites:
             return path.read_text().strip()
 
     def _auth_conf(self, server: SiteServer) -> Path:
-        """A site's server admits the bootstrap identity (it provisions the site) and the local cluster."""
-        users = [{"nkey": self.ids.bootstrap.public_key}, {"nkey": self.ids.services["local_cluster"].public_key}]
+        """A site's server admits the bootstrap identity (it provisions the site) and its own local cluster."""
+        users = [{"nkey": self.ids.bootstrap.public_key}, {"nkey": self.local_cluster(server.name).public_key}]
         path = server.root / "auth.conf"
         write_conf(path, "authorization {\n  users = [\n" + "".join(f"    {json.dumps(u)}\n" for u in users)
                    + "  ]\n}\n")
@@ -200,14 +211,16 @@ class Sites:
 def service_env(stack_sites: Sites, service: str, site: str) -> dict[str, str]:
     """What a service of a many-cluster stack is told besides the usual: the renderer sends every run to the
     dispatcher (``backend.dispatch.*``); a site's local cluster runs against its site's server as that cluster,
-    its pods simulated (a site has no object store of sources, docs §16), its files in the site's own data dir."""
+    its pods simulated (a site has no object store of sources, docs §16), its files in the site's own data dir, its
+    key the site's own (``Sites.local_cluster``)."""
     if service == "renderer":
         return {"TAU_CLUSTER": DISPATCH}
     if service == "local_cluster" and site:
         server = stack_sites.servers[site]
         server.data_dir.mkdir(parents=True, exist_ok=True)
         return {"TAU_NATS_URL": server.url, "TAU_SITE": "on", "TAU_CLUSTER": site, "TAU_LOCAL_SIMULATE": "on",
-                "TAU_DATA_DIR": str(server.data_dir), "TAU_NODE_NAME": f"{site}-node"}
+                "TAU_DATA_DIR": str(server.data_dir), "TAU_NODE_NAME": f"{site}-node",
+                "TAU_NATS_CREDS": str(stack_sites.local_cluster_creds(site))}
     return {}
 
 
