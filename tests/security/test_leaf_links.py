@@ -20,7 +20,7 @@ from taugrid.bus import connect, creds, sitecapacity, sites
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import Bus
 from taugrid.core.errors import TemporaryError
-from taugrid.core.sitecapacity import SiteCapacity
+from taugrid.core.sitecapacity import QueueShare, SiteCapacity
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
@@ -88,6 +88,9 @@ async def test_a_site_reaches_only_its_own_requests_and_lease_on_the_hub(tmp_pat
             await sites._write_across(site, "site-b", sites.SiteLease(1), last=0, hub_domain=sites.HUB_DOMAIN)
         with pytest.raises(TemporaryError):  # another cluster's capacity record: no answer, nothing stored
             await sitecapacity.report(site, "site-b", SiteCapacity(nodes=99), hub_domain=sites.HUB_DOMAIN)
+        with pytest.raises(TemporaryError):  # its own, but past the bucket's size: refused, the last one kept
+            await sitecapacity.report(site, "site-a", SiteCapacity(queues=[
+                QueueShare(f"queue-{i}", nominal={"cpu": 1.0}) for i in range(3000)]), hub_domain=sites.HUB_DOMAIN)
         with pytest.raises(Exception):  # noqa: B017
             await hub_js.key_value("run_state")
         with pytest.raises(Exception):  # noqa: B017 - another cluster's requests

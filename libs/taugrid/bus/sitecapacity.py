@@ -6,12 +6,13 @@ Trust: a site writes only its own key. Its leaf user on the hub may publish ``$J
 cluster>`` and no other key of the bucket (``permissions.leaf_permissions``), so whatever its own server is told,
 the hub stores nothing it says under another cluster's name; the figures themselves are the site's word.
 
-Invariant: one value per key (history 1), so the bucket's size is one record per cluster, however often sites
-report; nothing here starts servers or keeps state.
+Invariant: one value per key (history 1) of at most ``MAX_RECORD_BYTES``, so the bucket's size is one bounded
+record per cluster, however often or however much a site writes; nothing here starts servers or keeps state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import msgspec
@@ -20,16 +21,22 @@ from nats.js.api import StreamConfig
 from taugrid.bus import kv
 from taugrid.bus.bootstrap import kv_config
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import NO_BUCKET, UNAVAILABLE, unavailable
+from taugrid.bus.errors import MISSING, NO_BUCKET, UNAVAILABLE, unavailable
 from taugrid.core.sitecapacity import SiteCapacity
 
 BUCKET = "site_capacity"
 log = logging.getLogger("taugrid.bus")
 
 
+# A record is a few hundred bytes per ClusterQueue; the server refuses a larger write, so a site cannot fill the
+# hub's store through its one key (history 1: at most this much per cluster).
+MAX_RECORD_BYTES = 64 * 1024
+
+
 def bucket_config() -> StreamConfig:
-    """The hub's bucket: one revision per cluster, as the bootstrap makes its own buckets."""
-    return kv_config(BUCKET, history=1, replicas=1)
+    """The hub's bucket: one revision per cluster, as the bootstrap makes its own buckets, records of at most
+    ``MAX_RECORD_BYTES``."""
+    return dataclasses.replace(kv_config(BUCKET, history=1, replicas=1), max_msg_size=MAX_RECORD_BYTES)
 
 
 async def provision_hub(hub: Bus) -> None:
@@ -75,3 +82,15 @@ async def reports(hub: Bus, clusters: list[str]) -> dict[str, SiteCapacity]:
         except msgspec.DecodeError as exc:
             log.warning("cluster %s's capacity record does not decode, left out: %s", cluster, exc)
     return out
+
+
+async def writes(hub: Bus) -> int:
+    """How many records the sites have written into the hub's bucket since it was made (its stream's last
+    sequence): what the reports cost the bus, for benchmarks; 0 without a bucket."""
+    try:
+        info = await hub.js.stream_info(f"KV_{BUCKET}")
+    except MISSING:
+        return 0
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading the hub's {BUCKET} bucket", exc) from exc
+    return int(info.state.last_seq or 0)
