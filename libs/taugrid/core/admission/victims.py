@@ -205,6 +205,8 @@ def get_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappin
             p = p.parent
         return True
 
+    if not candidates:
+        return []
     sim = sim_factory(requests)
     for borrow in attempts:
         chosen: list[_Elem] = []
