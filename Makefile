@@ -70,8 +70,18 @@ $(TORCH_VENV)/.installed:
 	PYTHONWARNINGS=ignore $(TORCH_VENV)/bin/pip install --quiet torch==2.13.0
 	@touch $@
 
-test-slow: $(TEST_STAMP) bytecode $(TORCH_VENV)/.installed
-	TAU_TEST_TORCH_PYTHON=$(abspath $(TORCH_VENV))/bin/python $(BIN)/python -m pytest -q -m slow tests/e2e
+# tests/e2e/test_elastic_ray.py runs an elastic Ray run on a real Ray cluster (a head pod and worker pods): its runs
+# use .venv-ray, the same system Python with plain ray from PyPI (an 80 MB manylinux wheel; no dashboard extras).
+RAY_VENV := .venv-ray
+$(RAY_VENV)/.installed:
+	@echo "==> creating $(RAY_VENV) with Ray"
+	test -x $(RAY_VENV)/bin/python || $(TORCH_PY) -m venv $(RAY_VENV)
+	PYTHONWARNINGS=ignore $(RAY_VENV)/bin/pip install --quiet ray==2.60.0
+	@touch $@
+
+test-slow: $(TEST_STAMP) bytecode $(TORCH_VENV)/.installed $(RAY_VENV)/.installed
+	TAU_TEST_TORCH_PYTHON=$(abspath $(TORCH_VENV))/bin/python TAU_TEST_RAY_PYTHON=$(abspath $(RAY_VENV))/bin/python \
+		$(BIN)/python -m pytest -q -m slow tests/e2e
 
 # Static checks, first and cheap: ruff's lint rules (no reformatting), the import-linter contracts
 # (docs/architecture.md §14) and mypy (its cache in .mypy_cache makes a second run take seconds).
@@ -121,4 +131,4 @@ image:
 	fi
 
 clean:
-	rm -rf $(VENV) $(TORCH_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache build/typecheck
+	rm -rf $(VENV) $(TORCH_VENV) $(RAY_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache build/typecheck

@@ -81,6 +81,8 @@ async def test_an_elastic_rayjobs_workers_grow_shrink_for_a_preemptor_and_grow_b
     assert [(s, i, g) for s, i, _, g in pods(c, "ray-a1")] == [(HEAD, 0, []), (W, 0, [0]), (W, 1, [1]), (W, 2, [2])]
     assert {p.pod_set: p.obj["metadata"]["labels"]["ray.io/node-type"] for p in wl.pods} == {HEAD: "head",
                                                                                            W: "worker"}
+    # workers are named as an Indexed Job's pods (a grown one with a stamp), so a shrink's record drops the right one
+    assert sorted(p.name.split("-")[2] for p in wl.pods) == ["0", "1", "2", "head"]
     await c.apply(BackendApply(run_id="hi", workspace="default", attempt=1,
                                manifests=[job("hi-a1", pods=2, priority="high", seconds=1.5)]))
     await until(c, lambda: len([p for p in c.wls["hi-a1"].pods if p.phase == "Running"]) == 2)

@@ -6,6 +6,8 @@ group's ``rayStartParams`` are kept where the local cluster does not decide, and
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from taugrid.local import raycluster
@@ -58,9 +60,11 @@ def test_a_worker_waits_for_the_head_and_joins_it_blocking() -> None:
                            "41000), 1).close()' 2>/dev/null; do")
     assert "exit 1; fi; sleep 0.5; done" in wait
     # the group's own params where the local cluster does not decide (its port and block are ours)
-    assert join == ("exec ray start --address=127.0.0.1:41000 --block --temp-dir=/tmp/tau-ray-41000 "
+    # its own temp dir (nodes sharing one race for socket names), tried three times
+    assert join == ("n=0; until ray start --address=127.0.0.1:41000 --block --temp-dir=/tmp/tau-ray-41000-41001 "
                     "--disable-usage-stats --dashboard-agent-listen-port=41001 --num-cpus=1 --num-gpus=1 "
-                    "--object-store-memory=80000000 '--resources={\"tpu\": 0}'")
+                    "--object-store-memory=80000000 '--resources={\"tpu\": 0}'; do n=$((n+1)); "
+                    "if [ $n -ge 3 ]; then exit 1; fi; sleep 2; done")
     assert "RAY_ADDRESS" not in env_of(pod)
 
 
@@ -79,3 +83,17 @@ def test_a_fixed_size_rayjob_runs_its_entrypoint_in_one_pod() -> None:
     pod = pod_manifest(job, POD, index=0, pods=1, env={}, rdzv_port=0, memory_limit=0, hang_timeout_s=0)
     assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", "python train.py"]
     assert "RAY_ADDRESS" not in env_of(pod)
+
+
+def test_temp_dirs_are_every_node_of_one_cluster() -> None:
+    """What the controller removes once a Ray cluster's workload is done: its head's and each worker's temp dir,
+    never another cluster's whose port starts with the same digits."""
+    made = [Path(raycluster.temp_dir(65539)), Path(raycluster.temp_dir(65539, 40001)),
+            Path(raycluster.temp_dir(655391)), Path(raycluster.temp_dir(655391, 40001))]
+    try:
+        for d in made:
+            d.mkdir(exist_ok=True)
+        assert raycluster.temp_dirs(65539) == [Path("/tmp/tau-ray-65539"), Path("/tmp/tau-ray-65539-40001")]
+    finally:
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)

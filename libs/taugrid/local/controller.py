@@ -14,6 +14,7 @@ import contextlib
 import heapq
 import logging
 import re
+import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -378,16 +379,16 @@ class LocalCluster:
         prio_name = labels.get("kueue.x-k8s.io/priority-class", "")
         prio, preemptible = self.priorities.get(prio_name, (0, True))
         per_pod, pods_wanted, memory_limit = self._requests(main)
-        ann = {**meta.get("annotations", {}), **template(main).get("metadata", {}).get("annotations", {})}
-        fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
-        gpu_mem = int(float(ann.get("taugrid.io/gpu-memory", 0) or 0))  # MiB, as render.common writes it
-        if fraction or gpu_mem:
         head: dict[str, float] = {}
         if raycluster.is_ray_cluster(main):  # an elastic RayJob: Kueue's two pod sets, a head and its workers
             head = {r: amount(r, v) for r, v in raycluster.requests_of(raycluster.head_group(main)).items()}
             per_pod = {r: amount(r, v) for r, v in raycluster.requests_of(raycluster.worker_group(main)).items()}
             pods_wanted = int(raycluster.worker_group(main).get("replicas", 1))
             memory_limit = 0  # each pod keeps its own container's limit
+        ann = {**meta.get("annotations", {}), **template(main).get("metadata", {}).get("annotations", {})}
+        fraction = float(ann.get("taugrid.io/gpu-fraction", 0) or 0)
+        gpu_mem = int(float(ann.get("taugrid.io/gpu-memory", 0) or 0))  # MiB, as render.common writes it
+        if fraction or gpu_mem:
             per_pod[GPU] = 0.0
         pod_sets = [{"name": name, "count": n,
                      "template": {"spec": {"containers": [{"name": "main", "resources": {"requests": {
@@ -727,8 +728,9 @@ class LocalCluster:
             wl.rdzv_port = free_port()  # torchrun's rendezvous, or a Ray cluster's head (its GCS port)
         # (pod set, index, name) per pod, in the engine's order: ``gpus`` and ``nodes`` follow it
         if wl.head_per_pod:
+            # workers named as an Indexed Job's pods, so a shrink's record drops the right ones (``states``)
             pods = [(raycluster.HEAD, 0, f"{wl.name}-head")] + [
-                (raycluster.WORKERS, i, f"{wl.name}-worker-{i}") for i in range(wl.pods_wanted)]
+                (raycluster.WORKERS, i, f"{wl.name}-{i}") for i in range(wl.pods_wanted)]
         else:
             pods = [("", i, f"{wl.name}-{i}" if wl.pods_wanted > 1 else f"{wl.name}-pod")
                     for i in range(wl.pods_wanted)]
@@ -878,6 +880,9 @@ class LocalCluster:
             elif (time.time() >= p.sim_end and p.added) or wl.state == "deleted":  # announced Running first
                 ended.append(p)
         await self._each(self._end_simulated(wl, p) for p in ended)  # together: one round trip for the run's pods
+        head = next((p for p in wl.pods if p.pod_set == raycluster.HEAD), None)
+        if head is not None and head.phase not in ("Running", "Pending"):
+            await self._end_workers(wl)  # a Ray cluster ends with its head (the entrypoint), as KubeRay's does
         if any(p.phase in ("Running", "Pending") for p in wl.pods):
             return
         self.admitter.release(wl.name)
@@ -889,9 +894,6 @@ class LocalCluster:
         failed = [p for p in ([head] if head is not None else wl.pods) if p.phase != "Succeeded"]
         now = time.time()
         if failed:
-        head = next((p for p in wl.pods if p.pod_set == raycluster.HEAD), None)
-        if head is not None and head.phase not in ("Running", "Pending"):
-            await self._end_workers(wl)  # a Ray cluster ends with its head (the entrypoint), as KubeRay's does
             reason, msg = failure(failed[0])
             if reason == "EnvironmentFailed":  # never ran: the installer's words are the reason (a RayJob's too)
                 msg = failed[0].obj["status"]["containerStatuses"][0]["state"]["terminated"].get("message", msg)
@@ -907,16 +909,6 @@ class LocalCluster:
         await self.save(wl)
         self._forget(wl)
 
-    def _forget(self, wl: LocalWorkload, *, may_return: bool = False) -> None:
-        """``may_return``: a withdrawn reservation, which nothing ran: the dispatcher may reserve the same workload
-        here again after a loss elsewhere, so it is not remembered as done and its objects' versions go on (their
-        event ids stay new within the streams' dedup window)."""
-        self.wls.pop(wl.name, None)
-        if may_return:
-            return
-        self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
-        self.finished[wl.name] = None
-        while len(self.finished) > FINISHED_MEMORY:
     async def _end_workers(self, wl: LocalWorkload) -> None:
         """A Ray cluster's head ended: stop its workers (SIGTERM, SIGKILL after the grace) and start no more."""
         for p in wl.pods:
@@ -933,12 +925,25 @@ class LocalCluster:
                 self._ending.add(p.name)
                 await self.podsync.stop(p, "Completed")
 
+    def _forget(self, wl: LocalWorkload, *, may_return: bool = False) -> None:
+        """``may_return``: a withdrawn reservation, which nothing ran: the dispatcher may reserve the same workload
+        here again after a loss elsewhere, so it is not remembered as done and its objects' versions go on (their
+        event ids stay new within the streams' dedup window)."""
+        self.wls.pop(wl.name, None)
+        self._ending.difference_update(p.name for p in wl.pods)
+        if wl.head_per_pod and wl.rdzv_port and not may_return:  # its Ray nodes' session files (logs, sockets)
+            for d in raycluster.temp_dirs(wl.rdzv_port):
+                shutil.rmtree(d, ignore_errors=True)
+        if may_return:
+            return
+        self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
+        self.finished[wl.name] = None
+        while len(self.finished) > FINISHED_MEMORY:
             self.finished.popitem(last=False)
 
     def _drop_versions(self, *objs: dict[str, Any]) -> None:
         """Forget the resourceVersions of objects that will not change again (one entry per object ever
         published would otherwise grow without bound); an object published after all continues from the
-        self._ending.difference_update(p.name for p in wl.pods)
         resourceVersion its metadata carries."""
         for obj in objs:
             self._versions.pop(obj["metadata"].get("uid", obj["metadata"]["name"]), None)

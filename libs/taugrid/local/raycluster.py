@@ -1,4 +1,5 @@
-"""An elastic RayJob on the local pool: a Ray cluster of a head pod and worker pods, as KubeRay runs one. Pure.
+"""An elastic RayJob on the local pool: a Ray cluster of a head pod and worker pods, as KubeRay runs one. Pure
+(``temp_dirs`` only lists /tmp).
 
 A fixed-size RayJob runs locally as one pod (its entrypoint, no Ray cluster: ``jobpods``). An elastic one
 (``policy.mode: elastic``; Kueue's ``kueue.x-k8s.io/elastic-job`` opt-in with taugrid's ``taugrid.io/elastic``
@@ -20,12 +21,14 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from taugrid.core.quantity import parse_cpu
 
 HEAD = "head"
 WORKERS = "workers"
+START_TRIES = 3  # a worker's ``ray start`` attempts
 OBJECT_STORE_BYTES = 100_000_000  # Ray's minimum is 75 MiB; its default (30 % of memory) is far too much here
 ELASTIC_OPT_IN = "kueue.x-k8s.io/elastic-job"
 ELASTIC_RANGE = "taugrid.io/elastic"
@@ -61,11 +64,20 @@ def address(port: int) -> str:
     return f"127.0.0.1:{port}"
 
 
-def temp_dir(port: int) -> str:
-    """Ray's session directory root for the cluster of the workload whose head listens on ``port``: short (Ray's
-    socket paths live under it, and a Unix socket path has at most 107 bytes), one per cluster, under /tmp (every
-    run user may create it)."""
-    return f"/tmp/tau-ray-{port}"
+def temp_dir(port: int, agent_port: int = 0) -> str:
+    """Ray's session directory root of one node of the cluster whose head listens on ``port`` (the worker with its
+    own ``agent_port``): short (Ray's socket paths live under it, and a Unix socket path has at most 107 bytes),
+    under /tmp (every run user may create it), one per node: nodes starting together in one directory race for
+    the same socket names (``raylet``, ``raylet.1``, ...; a raylet that loses fails to bind and the node never
+    starts)."""
+    return f"/tmp/tau-ray-{port}" + (f"-{agent_port}" if agent_port else "")
+
+
+def temp_dirs(port: int) -> list[Path]:
+    """Every node's temp dir of the cluster whose head listens on ``port`` (removed once the workload is done: Ray
+    leaves its session's logs behind)."""
+    return sorted(p for p in Path("/tmp").glob(f"tau-ray-{port}*")
+                  if p.name == f"tau-ray-{port}" or p.name.startswith(f"tau-ray-{port}-"))
 
 
 def _flags(params: Mapping[str, Any], defaults: Mapping[str, str]) -> list[str]:
@@ -92,18 +104,22 @@ def head_command(job: Mapping[str, Any], *, port: int, agent_port: int) -> list[
 
 
 def worker_command(job: Mapping[str, Any], *, port: int, agent_port: int, gpus: int) -> list[str]:
-    """A worker pod's command: wait for the head's port, then join it and block (SIGTERM stops the node)."""
+    """A worker pod's command: wait for the head's port, then join it and block (SIGTERM stops the node and the
+    shell); a start that fails (or a node that dies) is tried again, three times in all, as KubeRay restarts a
+    worker's container."""
     group = worker_group(job)
     defaults = {"num-cpus": _cpus(requests_of(group)), "num-gpus": str(gpus),
                 "object-store-memory": str(OBJECT_STORE_BYTES)}
-    join = ["ray", "start", f"--address={address(port)}", "--block", f"--temp-dir={temp_dir(port)}",
+    join = ["ray", "start", f"--address={address(port)}", "--block", f"--temp-dir={temp_dir(port, agent_port)}",
             "--disable-usage-stats", f"--dashboard-agent-listen-port={agent_port}",
             *_flags(group.get("rayStartParams") or {}, defaults)]
     probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 1).close()"
     wait = (f"n=0; until python -c {shlex.quote(probe)} 2>/dev/null; do n=$((n+1)); "
             f"if [ $n -ge 600 ]; then echo 'the Ray head at {address(port)} did not come up in 5 minutes' >&2; "
             "exit 1; fi; sleep 0.5; done")
-    return ["/bin/sh", "-c", f"{_NO_RAY}\n{wait}\nexec {shlex.join(join)}"]
+    tries = (f"n=0; until {shlex.join(join)}; do n=$((n+1)); if [ $n -ge {START_TRIES} ]; then exit 1; fi; "
+             "sleep 2; done")
+    return ["/bin/sh", "-c", f"{_NO_RAY}\n{wait}\n{tries}"]
 
 
 def head_env(port: int) -> dict[str, str]:

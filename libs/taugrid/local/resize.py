@@ -79,7 +79,7 @@ async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     stamp = f"g{int(now * 1000) % 100_000_000}"  # an index may come back after a shrink: a new pod, a new name
     pod_set = raycluster.WORKERS if wl.head_per_pod else ""
     for pl in r.placements:
-        name = f"{wl.name}-{'worker-' if pod_set else ''}{pl.index}-{stamp}"
+        name = f"{wl.name}-{pl.index}-{stamp}"
         node = pl.node or c.node
         wl.pods.append(LocalPod(name=name, index=pl.index, obj=objects.pod(wl.job, name=name, node=node,
                                                                            index=pl.index, at=now, pod_set=pod_set),
