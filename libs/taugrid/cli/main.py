@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "diagnose": ("diagnose_cmd", "diagnose", "Why a run failed (or where it stands):..."),
     "dlq": ("dlq_cmd", "dlq", "Dead letters: events a service refused or..."),
     "down": ("stack", "down", "Stop the embedded stack: services drain,..."),
-    "events": ("runs", "events", "Replay run events from the stream (the..."),
+    "events": ("events_cmd", "events", "Replay run events from the stream (the..."),
     "evidence": ("evidence_cmd", "evidence", "Show a run's sealed evidence bundle..."),
     "list": ("runs", "list_runs", "List runs, newest first: AGE is the time..."),
     "login": ("identity_cmd", "login", "Store credentials for a remote taugrid..."),

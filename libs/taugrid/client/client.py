@@ -16,29 +16,30 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from taugrid import runrecord
-from taugrid.bus import identity, platformstore, replay, tracing
+from taugrid.bus import identity, replay, tracing
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.envelope import Event
-from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import ReplayCursor
-from taugrid.client import again, platformplan
-from taugrid.client.again import Again
-from taugrid.client.interpreter import submitting_python
-from taugrid.config.platform import Platform, load_platform
-from taugrid.config.project import check_project, project_root
-from taugrid.config.source import raise_issues
-from taugrid.config.taujob import TauConfig, load_tau_config, load_tau_config_shared
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
 from taugrid.core.errors import ConfigError, NotFound, PermanentError, PermissionDenied
 from taugrid.core.events import TERMINAL_EVENTS, message_id
 from taugrid.core.ids import new_run_id, new_submission_id, token
 from taugrid.core.states import RunRecord
-from taugrid.sources import snapshots
-from taugrid.sources.archive import snapshot, source_object
+
+if TYPE_CHECKING:
+    from taugrid.bus.platformread import PlatformReader
+    from taugrid.client import platformplan
+    from taugrid.client.again import Again
+    from taugrid.config.platform import Platform
+    from taugrid.config.taujob import TauConfig
+
+# Reading (status, list, events) is what most commands and scripts do, so the modules only submitting and the
+# platform need (the run-config and platform models, pydantic; the project snapshot; the run record's
+# projection) are imported where they are used: `tau events` starts without them (docs §13 "Replay").
 
 LANE_PLATFORM_S = 5.0  # how long the platform read for a lane claim is reused (a sweep submits many runs at once)
 POD_END_HOLD_S = 5.0  # the longest an attempt's end waits in the console for its log lines to be read
@@ -54,6 +55,8 @@ class CancelRefused(PermanentError):
 
 def _parsed_or_none(text: str, path: str) -> TauConfig | None:
     """The config for a lane claim; None when it does not parse (the submitter rejects it with the reason)."""
+    from taugrid.config.taujob import load_tau_config_shared
+
     try:
         return load_tau_config_shared(text, path=path)
     except ConfigError:
@@ -65,8 +68,16 @@ class Client:
         self.bus = bus
         self._workspaces: dict[str, str] = {}  # run id → workspace, for runs this client submitted or read
         self._readable: tuple[list[str] | None] | None = None  # cached ``readable_workspaces``
-        self._platforms = PlatformReader(bus)
+        self._platform_reader: PlatformReader | None = None
         self._platform: tuple[float, Platform | None] | None = None  # (read at, platform) for lane claims
+
+    @property
+    def _platforms(self) -> PlatformReader:
+        if self._platform_reader is None:
+            from taugrid.bus.platformread import PlatformReader
+
+            self._platform_reader = PlatformReader(self.bus)
+        return self._platform_reader
 
     async def close(self) -> None:
         # every publish and KV write already awaited its ack; a drain would wait on subscriptions whose reader
@@ -87,6 +98,8 @@ class Client:
 
         ``config_text`` submits that config instead of the file's (a sweep driver's variant of it); the
         project snapshot is still ``config_path``'s folder."""
+        from taugrid.config.taujob import load_tau_config
+
         text = config_text if config_text is not None else config_path.read_text()
         cfg = config or load_tau_config(text, path=str(config_path))  # fast errors here; the submitter's is the record
         ws = workspace or (cfg.policy.workspace if cfg.policy and cfg.policy.workspace else "")
@@ -118,6 +131,12 @@ class Client:
     async def _project_request(self, config_path: Path, text: str, cfg: TauConfig) -> SubmitRequested:
         """A submission of the project holding ``config_path`` as it is now (``text`` parsed as ``cfg``): its
         snapshot uploaded, its interpreter found; no submission id or workspace yet."""
+        from taugrid.client.interpreter import submitting_python
+        from taugrid.config.project import check_project, project_root
+        from taugrid.config.source import raise_issues
+        from taugrid.sources import snapshots
+        from taugrid.sources.archive import snapshot, source_object
+
         raise_issues(check_project(cfg, config_path.parent.resolve()))
         excludes = list(cfg.run.working_dir_excludes or []) if cfg.run else []
         root, subdir = project_root(cfg, config_path.parent)
@@ -179,16 +198,22 @@ class Client:
     ) -> Again:
         """A new run from ``run_id``'s last checkpoint (or ``checkpoint``), with its config and code or with
         ``project``'s as they are now (``again.resume``)."""
+        from taugrid.client import again
+
         return await again.resume(self, run_id, checkpoint=checkpoint, force=force, submission_id=submission_id,
                                   project=project)
 
     async def retry(self, run_id: str, *, submission_id: str | None = None, project: Path | None = None) -> Again:
         """A new run of the finished ``run_id`` from the start, with its config and code or with ``project``'s
         as they are now (``again.retry``)."""
+        from taugrid.client import again
+
         return await again.retry(self, run_id, submission_id=submission_id, project=project)
 
     async def project_request(self, config_path: Path) -> tuple[SubmitRequested, TauConfig]:
         """A submission of the project at ``config_path`` as it is now (``_project_request``), and its config."""
+        from taugrid.config.taujob import load_tau_config
+
         text = config_path.read_text()
         cfg = load_tau_config(text, path=str(config_path))
         return await self._project_request(config_path, text, cfg), cfg
@@ -278,6 +303,8 @@ class Client:
 
     async def status(self, run_id: str, *, workspace: str | None = None) -> RunRecord:
         """The run's record; by id alone, it is looked for in the workspaces this connection may read."""
+        from taugrid import runrecord
+
         ws = workspace or self._workspaces.get(run_id)
         if ws is not None:
             record, _ = await runrecord.get(self.bus, ws, run_id)
@@ -303,6 +330,8 @@ class Client:
         ``*`` when the run is not known yet, which only a platform admin may read."""
         if run_id in self._workspaces:
             return self._workspaces[run_id]
+        from taugrid import runrecord
+
         record = await runrecord.find(self.bus, run_id, workspaces=await self.readable_workspaces())
         if record is None or not record.workspace:
             return "*"
@@ -316,6 +345,8 @@ class Client:
 
     async def list(self) -> list[RunRecord]:
         """The runs of the workspaces this connection may read (a person: only their own workspaces)."""
+        from taugrid import runrecord
+
         records = await runrecord.list_records(self.bus, workspaces=await self.readable_workspaces())
         return sorted(records, key=lambda r: r.created)
 
@@ -418,15 +449,22 @@ class Client:
         """Merge ``text`` onto the stored platform and store it (``platformplan``): (what it changes, the new
         revision, or the current one when it changes nothing). An invalid text is refused before anything sees
         it; a dropped workspace with runs or members raises ``PlatformRefused`` unless ``prune``."""
+        from taugrid.client import platformplan
+
         return await platformplan.apply(self.bus, text, path=path, prune=prune)
 
     async def platform_plan(self, text: str, *, path: str = "platform.yaml", prune: bool = False) -> platformplan.Plan:
         """What ``platform_apply`` would store and change, without writing."""
+        from taugrid.client import platformplan
+
         return await platformplan.plan(self.bus, text, path=path, prune=prune)
 
     async def platform_put(self, text: str, *, path: str, revision: int) -> int:
         """Store ``text`` as it is if the platform is still at ``revision`` (``Conflict`` otherwise): an exact edit
         of what was read (``tau admin user``), not a merge."""
+        from taugrid.bus import platformstore
+        from taugrid.config.platform import load_platform
+
         load_platform(text, path=path)
         return await platformstore.put_text(self.bus, text, revision=revision)
 
@@ -443,6 +481,8 @@ class Client:
         return namespace_workspace(cfg, load_platform(got[0]))
 
     async def platform_get(self) -> tuple[str, int] | None:
+        from taugrid.bus import platformstore
+
         return await platformstore.get_text(self.bus)
 
 
@@ -544,6 +584,14 @@ async def open_client(
     )
     bus.seed = bus.identity.seed.encode() if bus.identity and bus.identity.seed else identity.load_user_seed()
     return Client(bus)
+
+
+def __getattr__(name: str) -> object:
+    if name == "Again":  # what ``resume`` and ``retry`` return, kept importable from here without loading it
+        from taugrid.client.again import Again
+
+        return Again
+    raise AttributeError(f"module 'taugrid.client.client' has no attribute {name!r}")
 
 
 __all__ = ["Again", "CancelRefused", "Client", "open_client"]

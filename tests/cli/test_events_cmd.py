@@ -1,0 +1,42 @@
+"""`tau events --output json` against a real nats-server: the stored history, byte for byte as nats-py's own
+reading gives it (odd headers, a large message), written by a process that never loads the run-config or
+platform models."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from taugrid.bus import Bus, rawmsgs, replay
+from taugrid.cli.views import event_json_lines
+from taugrid.core.contracts import CancelRequested, ExecRunning
+
+NOT_LOADED = ("pydantic", "taugrid.config.taujob", "taugrid.config.platform", "taugrid.runrecord")
+
+
+async def test_tau_events_prints_what_nats_py_reads_and_loads_no_models(
+        bus: Bus, bootstrapped: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    for i in range(30):
+        await bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1, event_type="exec.running",
+                       payload=ExecRunning(node="n", pod=f"p{i}", environment={"python": "3.12"}))
+    await bus.emit(workspace=ws, run_id=f"{ws}-big", attempt=1, event_type="cancel.requested",
+                   payload=CancelRequested(reason="x" * 200_000))
+    monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # the reference: nats-py's Msg, as any subscriber reads
+    expected = event_json_lines([ev async for ev in replay.follow(bus, "run.>")])
+    monkeypatch.undo()
+    env = {**os.environ, "TAU_NATS_URL": bootstrapped, "TAU_DATA_DIR": str(tmp_path), "HOME": str(tmp_path)}
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-X", "importtime", "-m", "taugrid.cli.main", "events", "--output", "json"],
+        capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == expected
+    assert f'"workspace":"{ws}"'.encode() in done.stdout
+    loaded = {line.rsplit(b"|", 1)[-1].strip().decode() for line in done.stderr.splitlines()}
+    assert not loaded & set(NOT_LOADED)
