@@ -1,7 +1,9 @@
 """What ``kueue_tas_scenario.py`` hears of each run on the bus, and the check of each run's placement.
 
 ``Heard`` listens to every run's admissions (with the topology assignment the event carries), preemptions and
-ends, each at its ``ce-time`` (the cluster's clock: when the local cluster admitted, preempted or ended it), and
+ends, each at its ``ce-time`` (the cluster's clock: when the local cluster admitted, preempted or ended it; an
+end's is when it found the run's pods ended and released its quota, before it reported the end), each admission
+also at the moment this bench heard it (through the admission watcher, as Kueue's recorder times what it sees), and
 to the pods the local cluster publishes (each pod's node and completion index, per admission attempt). ``check``
 judges one admitted run by its last admission: the assignment must exist, hold every pod and keep the request
 (one rack for a required class, whole slices per rack for a balanced class), and every pod must run on the node
@@ -39,11 +41,13 @@ class Heard:
     preemptions: dict[str, list[float]] = field(default_factory=dict)
     finished: dict[str, float] = field(default_factory=dict)
     pods: dict[str, dict[tuple[int, int], str]] = field(default_factory=dict)  # (requeues, index) → node
+    heard: dict[str, float] = field(default_factory=dict)  # run → when its last admission event reached us
 
     async def on_admitted(self, msg: Msg) -> None:
         event = msgspec.json.decode(msg.data, type=AdmissionAdmitted)
         main = next((t for t in event.topology if t.pod_set == "main"), None)
         self.admissions.setdefault(_run(msg), []).append((_happened(msg), main))
+        self.heard[_run(msg)] = time.time()
 
     async def on_preempted(self, msg: Msg) -> None:
         self.preemptions.setdefault(_run(msg), []).append(_happened(msg))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import heapq
+import itertools
 import logging
 import re
 import shutil
@@ -75,6 +77,7 @@ FINISHED_MARKER_TTL_S = 600.0
 PENDING_REFRESH_S = 3.0
 PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
+PENDING_NEWS = 64  # waiting runs' status updates published by one housekeeping pass, at most
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what changed without one
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
@@ -178,6 +181,11 @@ class LocalCluster:
         self._sim_timer: asyncio.TimerHandle | None = None
         self._sim_armed = 0.0
         self._sim_passes: set[asyncio.Task[None]] = set()
+        # Simulated runs found ended and released (``_release_ended``), by when: their ends are reported as of
+        # then (the events' ce-time), since their quota was free from then, where the reports come after the
+        # admissions the release allowed
+        self._ended_at: dict[str, float] = {}
+        self._freed = False  # capacity released since the last admission began (``_release_ended``)
         self._ending: set[str] = set()  # Ray workers told to stop because their head ended
 
     # ---------------------------------------------------------------- platform and restart
@@ -314,16 +322,19 @@ class LocalCluster:
     async def apply(self, req: BackendApply, *, traceparent: str = "", high: bool = False, hold: bool = False) -> None:
         """``hold``: a reservation (``held``), admitted but not started until an apply of the same workload comes.
         A new workload: saved and announced (its Job and Workload ADDED) before the engine or the control loop
-        sees it. It takes the lock only for a platform refresh that is due: applies run concurrently (up to the
-        consumer's in-flight limit), since one held the lock for its round trip, so applies were handled one
-        bus round trip at a time (about 80/s under a burst's load), below Kueue's scenario's arrival rate. Nothing
+        sees it. It takes the lock only to read a platform revision its request was resolved against and this
+        cluster has not read: applies run concurrently (up to the consumer's in-flight limit), since one held the
+        lock for its round trip, so applies were handled one bus round trip at a time (about 80/s under a burst's
+        load), below Kueue's scenario's arrival rate. The periodic read is housekeeping's (every tick, under its
+        lock): applies that waited on the lock for it held up the applies behind them (Kueue's TAS scenario through
+        the pipeline: a lock wait of 1.2 s for the median apply at load 13, the lock held by admissions). Nothing
         else can touch the workload meanwhile: it joins ``wls`` and the engine together once its events are out,
         and a run's later requests (its delete) wait for this one in the consumer (one run's events in order)."""
-        if req.platform_revision > self.platform_rev:
-            self._platform_checked = 0.0  # resolved against a revision this cluster has not read: read it now
-        if self._platform_due():
+        if req.platform_revision > self.platform_rev:  # resolved against a revision this cluster has not read
             async with self.lock.first(high):
-                await self.refresh_platform()
+                if req.platform_revision > self.platform_rev:  # not read meanwhile by the apply ahead of this one
+                    self._platform_checked = 0.0
+                    await self.refresh_platform()
         main = next((m for m in req.manifests if m.get("kind") in ("Job", "RayJob")), None)
         if main is None:
             return
@@ -581,6 +592,7 @@ class LocalCluster:
         batch, so victims are stopped before anything later is admitted. A batch that ends early (a preemption,
         or ``ADMIT_BATCH`` admissions or fruitless cycles) wakes the loop again rather than holding the lock, so
         housekeeping interleaves with a long burst."""
+        self._freed = False
         await self.refresh_platform()
         if not self.lease_held.is_set():  # a site away from its hub, or fencing: ``lease_pass`` wakes us
             return
@@ -632,8 +644,11 @@ class LocalCluster:
             why = self.admitter.pending_all()
             if self.readiness.blocked(self.wls.values()):
                 why = {n: Pending(WAITING_REASON, WAITING_MESSAGE, p.position) for n, p in why.items()}
-            news = [wl for wl in list(self.wls.values())
-                    if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)]
+            # at most PENDING_NEWS a pass (the rest the next half second): a burst of arrivals made one pass publish
+            # a thousand of them under the lock, ends and admissions queued behind it (Kueue's TAS scenario)
+            news = list(itertools.islice((wl for wl in list(self.wls.values())
+                                          if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)),
+                                         PENDING_NEWS))
             await self._each(self.publish(wl, "Workload", wl.workload, "modified") for wl in news)
         await self._supervise_many(list(self.wls.values()))
         if now - self._snapshot_at > 2.0:
@@ -755,9 +770,11 @@ class LocalCluster:
         await self._launch_pending(wl)
 
     async def _launch_pending(self, wl: LocalWorkload) -> None:
-        if not wl.announced:
-            await self.publish(wl, "Workload", wl.workload, "modified")
-            await self.publish(wl, wl.job["kind"], wl.job, "modified")
+        if not wl.announced:  # the Workload's admission and the Job's start together: one round trip
+            # as of the admission (the Admitted condition's time): Kueue's usage counts from then, and the report
+            # comes a save and a round trip later, seconds under load
+            await _all(self.publish(wl, "Workload", wl.workload, "modified", at=wl.admitted_at),
+                       self.publish(wl, wl.job["kind"], wl.job, "modified", at=wl.admitted_at))
             wl.announced = True
         # a run's pods are announced together (a bus round trip for all, not one per pod); one that fails stays
         # unannounced and is announced by the next tick
@@ -822,6 +839,11 @@ class LocalCluster:
         due: list[str] = []
         while self._sim_ends and self._sim_ends[0][0] <= now:
             due.append(heapq.heappop(self._sim_ends)[1])
+        # The runs whose pods have all ended give their capacity back now, not once this pass holds the lock (it
+        # waits behind admissions publishing their starts, seconds a batch under load): the next admission, by
+        # whichever pass holds the lock next, uses it.
+        if self._release_ended([self.wls[n] for n in dict.fromkeys(due) if n in self.wls]):
+            self.wake()
         task = asyncio.create_task(self._supervise_due(due))
         self._sim_passes.add(task)
         task.add_done_callback(self._sim_pass_done)
@@ -838,7 +860,8 @@ class LocalCluster:
     async def _supervise_many(self, wls: list[LocalWorkload]) -> None:
         """``_supervise`` each running or deleted workload of ``wls``, once the capacity of those whose simulated
         pods have all ended is released and admitted (see ``_supervise_due``; housekeeping finds ends too)."""
-        if self._release_ended(wls):
+        self._release_ended(wls)
+        if self._freed:  # released here or by the simulated ends' timer since the last admission
             await self._admit()
         # after the admission: a run it preempted is pending again, not to be supervised (nor released)
         await self._each(self._supervise(wl) for wl in wls if wl.state in ("running", "deleted"))
@@ -846,21 +869,26 @@ class LocalCluster:
     def _release_ended(self, wls: Iterable[LocalWorkload]) -> bool:
         """Release the quota and node room of the running simulated workloads whose every pod has ended (as
         ``_supervise`` will find them), before their ends are reported: the capacity is free from then on.
-        ``_supervise`` releases them again once reported, which is then a no-op. True if any was released."""
+        ``_supervise`` releases them again once reported, which is then a no-op. True if any was released.
+
+        Synchronous, so the simulated ends' timer calls it outside the lock: only a workload the engine holds
+        admitted is released (one a cycle preempted meanwhile is pending there, still in state running here
+        until its preemption is published, and must stay queued)."""
         now, released = time.time(), False
+        engine = self.admitter.engine
         for wl in wls:
-            if wl.state == "running" and wl.pods and all(
+            if wl.state == "running" and wl.pods and engine is not None and engine.is_admitted(wl.name) and all(
                     p.phase not in ("Running", "Pending") or (p.phase == "Running" and p.sim_end and p.added
                                                               and now >= p.sim_end) for p in wl.pods):
                 self.admitter.release(wl.name)
-                released = True
+                self._ended_at.setdefault(wl.name, now)
+                released = self._freed = True
         return released
 
-    async def _end_simulated(self, wl: LocalWorkload, p: LocalPod) -> None:
+    async def _end_simulated(self, wl: LocalWorkload, p: LocalPod, at: float) -> None:
         if wl.state != "deleted":  # published first: a failed publish leaves it Running, tried again
-            objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started,
-                                   at=time.time())
-            await self.publish(wl, "Pod", p.obj, "modified")
+            objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started, at=at)
+            await self.publish(wl, "Pod", p.obj, "modified", at=at)
         p.phase = "Succeeded" if wl.state != "deleted" else "Failed"
 
     def _sim_pass_done(self, task: asyncio.Task[None]) -> None:
@@ -879,7 +907,9 @@ class LocalCluster:
                 await self.podsync.ship_logs(wl, p, final=False)
             elif (time.time() >= p.sim_end and p.added) or wl.state == "deleted":  # announced Running first
                 ended.append(p)
-        await self._each(self._end_simulated(wl, p) for p in ended)  # together: one round trip for the run's pods
+        ended_at = self._ended_at.get(wl.name, 0.0)  # when its simulated pods were found ended and released
+        await self._each(self._end_simulated(wl, p, ended_at or time.time())
+                         for p in ended)  # together: one round trip for the run's pods
         head = next((p for p in wl.pods if p.pod_set == raycluster.HEAD), None)
         if head is not None and head.phase not in ("Running", "Pending"):
             await self._end_workers(wl)  # a Ray cluster ends with its head (the entrypoint), as KubeRay's does
@@ -892,7 +922,7 @@ class LocalCluster:
             return
         # a Ray cluster's outcome is its entrypoint's: the workers were stopped, or left, on their own
         failed = [p for p in ([head] if head is not None else wl.pods) if p.phase != "Succeeded"]
-        now = time.time()
+        now = ended_at or time.time()
         if failed:
             reason, msg = failure(failed[0])
             if reason == "EnvironmentFailed":  # never ran: the installer's words are the reason (a RayJob's too)
@@ -902,9 +932,9 @@ class LocalCluster:
             objects.job_finished(wl.job, succeeded=False, reason=reason, message=msg, at=now)
         else:
             objects.job_finished(wl.job, succeeded=True, reason="Completed", message="", at=now)
-        await self.publish(wl, wl.job["kind"], wl.job, "modified")
         objects.finish(wl.workload, succeeded=not failed, message="Job finished", at=now)
-        await self.publish(wl, "Workload", wl.workload, "modified")
+        await _all(self.publish(wl, wl.job["kind"], wl.job, "modified", at=ended_at),  # one round trip for both
+                   self.publish(wl, "Workload", wl.workload, "modified", at=ended_at))
         wl.state = "finished"
         await self.save(wl)
         self._forget(wl)
@@ -930,6 +960,7 @@ class LocalCluster:
         here again after a loss elsewhere, so it is not remembered as done and its objects' versions go on (their
         event ids stay new within the streams' dedup window)."""
         self.wls.pop(wl.name, None)
+        self._ended_at.pop(wl.name, None)
         self._ending.difference_update(p.name for p in wl.pods)
         if wl.head_per_pod and wl.rdzv_port and not may_return:  # its Ray nodes' session files (logs, sockets)
             for d in raycluster.temp_dirs(wl.rdzv_port):
@@ -956,7 +987,9 @@ class LocalCluster:
             return HIGH_LANE
         return ""
 
-    async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str) -> None:
+    async def publish(self, wl: LocalWorkload, kind: str, obj: dict[str, Any], change: str, *, at: float = 0.0
+                      ) -> None:
+        """``at``: when the change happened, where that was before this publish (the event's ce-time); now if 0."""
         meta = obj["metadata"]
         uid = meta.get("uid", meta["name"])
         version = self._versions.get(uid, int(meta.get("resourceVersion", "0") or 0)) + 1
@@ -968,8 +1001,22 @@ class LocalCluster:
                 k8s_subject(self.name, kind, meta.get("namespace", ""), meta["name"], change, lane=wl.lane), watch,
                 event_type=f"{kind.lower()}.{change}", ce_subject=wl.run_id, msg_id=f"{uid}.{version}",
                 workspace=wl.workspace, attempt=wl.attempt, family="k8s", traceparent=wl.traceparent, user=wl.user,
+                time=_iso(at) if at else "",
                 dedup=False,  # every publish is the object's next version: its id never repeats (headers_for)
             )
+
+
+async def _all(*steps: Awaitable[None]) -> None:
+    """Await ``steps`` together (published in this order: one connection keeps it) and raise the first failure,
+    once every step has ended."""
+    for result in await asyncio.gather(*steps, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
+
+
+def _iso(at: float) -> str:
+    """An event's ce-time for epoch seconds ``at``: RFC 3339 in UTC to the millisecond, as ``envelope.now_iso``."""
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def site_name(cluster: str) -> str:
