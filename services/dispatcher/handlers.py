@@ -33,7 +33,7 @@ from taugrid.bus.envelope import Event
 from taugrid.config.clusters import eligible
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import BackendApply, BackendDelete, DispatchStep, WatchEvent
-from taugrid.core.dispatch import Mode, nominate, on_admitted, withdrawals
+from taugrid.core.dispatch import Mode, nominate, on_admitted, preemption_grant, withdrawals
 from taugrid.core.errors import PermanentError
 from taugrid.core.events import HIGH_LANE, backend_subject, k8s_subject, run_subject
 from taugrid.core.siteleases import Lease, judge
@@ -46,6 +46,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # the undecided Incremental ones this process knows: the whole bucket is every run's request (2,000 runs: 5 MB).
 FULL_SCAN_S = 60.0
 RUN_LABEL = "taugrid.io/run-id"
+GATED = "PreemptionGated"  # core/admission/results.PREEMPTION_GATED, as a site words it
 ATTEMPT_LABEL = "taugrid.io/attempt"
 _WORKLOAD_KINDS = ("Job", "RayJob")  # what a withdrawal deletes (their Workloads and pods go with them)
 
@@ -70,6 +71,11 @@ def finished(workload: dict[str, Any]) -> bool:
     return any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
 
 
+def _timed(rec: DispatchRecord) -> bool:
+    """Whether an undecided dispatch waits on the timer: an Incremental round, or a preemption grant to pass on."""
+    return not rec.chosen and not rec.deleted and (rec.mode == "Incremental" or bool(set(rec.gated) - set(rec.granted)))
+
+
 def _requeued(rec: DispatchRecord) -> str:
     """The id suffix of what is sent after the ``requeues``-th requeue: new ids, not repeats the streams drop."""
     return f".r{rec.requeues}" if rec.requeues else ""
@@ -91,6 +97,14 @@ def preempted(workload: dict[str, Any]) -> str:
     if why is None or admitted(workload):
         return ""
     return str(why.get("message") or "no message")
+
+
+def preemption_gated(workload: dict[str, Any]) -> bool:
+    """Whether a Workload waits at its cluster because it could be admitted only by preempting and may not yet
+    (Kueue's QuotaReserved False with reason PreemptionGated, KEP-8303)."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("reason") == GATED
+               for c in conditions)
 
 
 def version(obj: dict[str, Any]) -> int:
@@ -216,6 +230,9 @@ class Dispatcher:
         if obj.get("kind") == "Workload" and change.type != "DELETED" and (why := preempted(obj)):
             await self._preempted(cluster, labels, why, version(obj))
             return
+        if obj.get("kind") == "Workload" and change.type != "DELETED" and preemption_gated(obj):
+            await self._gated(cluster, labels)
+            return
         if obj.get("kind") != "Workload" or change.type == "DELETED" or not admitted(obj):
             return
         run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
@@ -286,11 +303,51 @@ class Dispatcher:
         step = nominate(candidates, [cluster], mode=mode, now=self.clock(), step=d.incremental_step,
                         round_timeout=d.round_timeout)
         rec = msgspec.structs.replace(rec, chosen="", announced=False, chosen_version=0, requeues=rec.requeues + 1,
-                                      nominated=list(step.clusters), round_started=step.round_started)
+                                      nominated=list(step.clusters), round_started=step.round_started,
+                                      gated=[], granted=[], granted_at=0.0)  # gated again everywhere (KEP-8303)
         await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the choice is open again: compare-and-set
         self._track(rec)
         log.warning("%s: %s preempted it (%s): nominated again", run_id, cluster, why)
         await self._send(rec, f"{cluster} preempted it ({why}); {mode}: nominated {', '.join(rec.nominated)} again")
+
+    async def _gated(self, cluster: str, labels: dict[str, str]) -> None:
+        """A nominated cluster could admit the run only by preempting, and waits (its copy is gated): noted in the
+        record, in the order clusters said so, and the grant decided (``_pass_grant``)."""
+        run_id, attempt = labels.get(RUN_LABEL), labels.get(ATTEMPT_LABEL, "")
+        if not run_id or not attempt.isdigit():
+            return
+        k = key(run_id, int(attempt))
+        rec, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if rec is None or rec.chosen or rec.deleted or rec.finished or cluster not in rec.nominated:
+            return
+        if cluster not in rec.gated:
+            rec = msgspec.structs.replace(rec, gated=[*rec.gated, cluster])
+            await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        self._track(rec)
+        await self._pass_grant(rec)
+
+    async def _pass_grant(self, rec: DispatchRecord) -> None:
+        """Let one gated cluster preempt for the run when none may or the one let has had its time
+        (``core.dispatch.preemption_grant``): written by compare-and-set, then the reservation sent again to it with
+        ``may_preempt`` (id ``….reserve.<cluster>.grant``) and ``dispatch.granted``. The timer (``next_rounds``)
+        passes a grant on once its time is up."""
+        platform = await self.platform()
+        grant = preemption_grant(rec.gated, rec.granted, rec.granted_at, now=self.clock(),
+                                 timeout=platform.dispatch.preemption_gate_timeout)
+        if not grant.cluster:
+            return
+        k = key(rec.apply.run_id, rec.apply.attempt)
+        current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
+        if current != rec:
+            return  # changed meanwhile (a report, another replica): decided again on its next report or tick
+        rec = msgspec.structs.replace(rec, granted=[*rec.granted, grant.cluster], granted_at=self.clock())
+        await kv.save(self.bus, BUCKET, k, rec, revision=revision)
+        req = msgspec.structs.replace(rec.apply, may_preempt=True)
+        subject = backend_subject(grant.cluster, "reserve") + (f".{HIGH_LANE}" if req.lane == HIGH_LANE else "")
+        await self.bus.publish(subject, req, event_type="reserve", ce_subject=req.run_id,
+                               msg_id=f"{req.run_id}.{req.attempt}.reserve.{grant.cluster}.grant{_requeued(rec)}",
+                               workspace=req.workspace, attempt=req.attempt, family="backend")
+        await self._event(rec, "dispatch.granted", [grant.cluster], grant.reason, suffix=grant.cluster)
 
     async def _withdraw(self, rec: DispatchRecord, cluster: str, reason: str) -> None:
         req = rec.apply
@@ -310,12 +367,13 @@ class Dispatcher:
     # --- Incremental rounds ---
 
     def _track(self, rec: DispatchRecord) -> None:
-        if rec.mode == "Incremental" and not rec.chosen and not rec.deleted:
+        if _timed(rec):
             self._rounds.add(key(rec.apply.run_id, rec.apply.attempt))
 
     async def next_rounds(self) -> None:
-        """Every undecided Incremental dispatch whose round has run out gets its next clusters. Those this process
-        knows are read one by one; every ``FULL_SCAN_S`` the whole bucket is read for the others (another
+        """Every undecided Incremental dispatch whose round has run out gets its next clusters, and a preemption
+        grant whose time is up passes on to the next cluster waiting to preempt. Those this process knows are read
+        one by one; every ``FULL_SCAN_S`` the whole bucket is read for the others (another
         replica's, an earlier process's), so such a round may start up to that much late."""
         platform = await self.platform()
         now = self.clock()
@@ -327,11 +385,16 @@ class Dispatcher:
             undecided = [rec for k in sorted(self._rounds)
                          if (rec := (await kv.load(self.bus, BUCKET, k, DispatchRecord))[0]) is not None]
         for rec in undecided:
-            if rec.mode == "Incremental" and not rec.chosen and not rec.deleted:
-                self._track(rec)
-                await self._next_round(platform, rec)
-            else:
+            if not _timed(rec):
                 self._rounds.discard(key(rec.apply.run_id, rec.apply.attempt))
+                continue
+            self._track(rec)
+            if rec.mode == "Incremental":
+                await self._next_round(platform, rec)
+            if set(rec.gated) - set(rec.granted):  # a cluster waits to preempt: the grant may pass on
+                rec = (await kv.load(self.bus, BUCKET, key(rec.apply.run_id, rec.apply.attempt), DispatchRecord))[0] \
+                    or rec
+                await self._pass_grant(rec)
 
     async def _next_round(self, platform: Platform, rec: DispatchRecord) -> None:
         d = platform.dispatch
@@ -432,7 +495,7 @@ class Dispatcher:
                             round_timeout=d.round_timeout)
             rec = msgspec.structs.replace(rec, chosen="", announced=False, chosen_version=0, lost=gone,
                                           requeues=rec.requeues + 1, nominated=list(step.clusters),
-                                          round_started=step.round_started)
+                                          round_started=step.round_started, gated=[], granted=[], granted_at=0.0)
             await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the new choice is open: compare-and-set
             self._track(rec)
             await self._withdraw(rec, cluster, reason)  # its delete waits in the site's SITE_IN for its return

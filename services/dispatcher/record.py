@@ -27,6 +27,11 @@ class DispatchRecord(msgspec.Struct, frozen=True):
     # until they rejoin (fenced, renewing their lease again)
     requeues: int = 0  # times the choice was reopened (a loss, an eviction at the chosen cluster, a lost cluster
     # back for a run still waiting): the ids of the requests and events sent since carry it
+    # one cluster at a time may preempt for the run (core/dispatch.preemption_grant): the nominated clusters that
+    # reported they could admit it only by preempting, in that order, those let preempt so far, and since when
+    gated: list[str] = msgspec.field(default_factory=list)
+    granted: list[str] = msgspec.field(default_factory=list)
+    granted_at: float = 0.0
     chosen_version: int = 0  # the resourceVersion of the chosen cluster's admission that won: an eviction it
     # reports with a lower one is older than that admission (a redelivery) and reopens nothing
 

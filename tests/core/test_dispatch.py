@@ -120,3 +120,19 @@ def test_the_run_record_keeps_where_its_attempt_went_and_tau_status_says_why() -
              "again"}
     assert states.apply(r, "dispatch.nominated", 2, again, 8.0)
     assert (r.cluster, r.cluster_reason) == ("", again["reason"])
+
+
+def test_one_cluster_at_a_time_may_preempt_for_a_run() -> None:
+    """KEP-8303's ungating, first come first served: the first cluster to need to preempt is let; the next waits
+    until the one let has had the gate timeout without the run admitted."""
+    from taugrid.core.dispatch import Grant, preemption_grant
+
+    assert preemption_grant([], [], 0.0, now=NOW) == Grant("", None, "no other cluster waits to preempt for it")
+    assert preemption_grant(["b", "a"], [], 0.0, now=NOW) == Grant(
+        "b", None, "b may preempt for it (the first cluster that needs to; one at a time)")
+    assert preemption_grant(["b", "a"], ["b"], NOW, now=NOW + 299.0) == Grant(
+        "", 1.0, "b may preempt for it; a wait until 300s have passed")
+    assert preemption_grant(["b", "a"], ["b"], NOW, now=NOW + 300.0) == Grant(
+        "a", None, "a may preempt for it: b did not get it admitted within 300s")
+    assert preemption_grant(["b", "a"], ["b", "a"], NOW, now=NOW + 900.0).cluster == ""  # every one was let
+    assert preemption_grant(["b", "a", "c"], ["b"], NOW, now=NOW + 60.0, timeout=60.0).cluster == "a"

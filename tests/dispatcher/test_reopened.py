@@ -15,7 +15,7 @@ from taugrid.bus import kv, sites, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.sites import SiteLease
 from taugrid.config.platform import Platform, load_platform
-from taugrid.core.contracts import WatchEvent
+from taugrid.core.contracts import BackendApply, WatchEvent
 from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 from tests.dispatcher.test_dispatcher import admitted, apply_for, request, steps
@@ -209,3 +209,67 @@ async def test_a_cluster_lost_earlier_in_the_attempt_counts_again_once_it_rejoin
     await d.leases_pass()  # b lost: a, back, is nominated
     rec = await record(bus, run)
     assert (rec.chosen, rec.lost, rec.nominated) == ("", [b], [a])
+
+
+def gated(run: str) -> WatchEvent:
+    """The run's Workload as a site leaves a reservation that could fit only by preempting (local engine)."""
+    return WatchEvent(type="MODIFIED", cluster="ignored", object={
+        "kind": "Workload", "metadata": {"name": f"job-{run}-a1", "namespace": "default", "resourceVersion": "3",
+                                          "labels": {"taugrid.io/run-id": run, "taugrid.io/attempt": "1"}},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "PreemptionGated",
+                                   "message": "Workload could preempt to fit, but its preemption is gated"}]}})
+
+
+async def grants(bus: Bus, run: str) -> list[tuple[str, bool]]:
+    """The reservations sent for ``run`` that let a cluster preempt: (id, may_preempt)."""
+    out = []
+    first, last = await streams.bounds(bus, "BACKEND")
+    for seq in range(first, last + 1):
+        ev = await streams.at(bus, "BACKEND", seq)
+        if ev is not None and ev.subject == run and ev.id.split(".")[-1].startswith("grant"):
+            out.append((ev.id, ev.payload(BackendApply).may_preempt))
+    return out
+
+
+async def test_one_cluster_at_a_time_may_preempt_and_the_grant_passes_on_after_its_timeout(bus: Bus) -> None:
+    run = f"gated-{next(RUNS)}"
+    a, b = "gt-a", "gt-b"
+    now = [1000.0]
+    d = Dispatcher(bus, fixed(platform((a, b, "gt-c"), {"mode": "AllAtOnce", "preemption_gate_timeout": "60s"})),
+                   clock=lambda: now[0])
+    await request(bus, d, apply_for(run))
+    await d.on_report(b, gated(run))  # b first needs to preempt: it may
+    await d.on_report(a, gated(run))  # a too: it waits while b has its turn
+    await d.on_report(b, gated(run))  # a repeat changes nothing
+    rec = await record(bus, run)
+    assert (rec.gated, rec.granted, rec.granted_at) == ([b, a], [b], 1000.0)
+    assert await grants(bus, run) == [(f"{run}.1.reserve.{b}.grant", True)]
+    now[0] += 59
+    await d.next_rounds()
+    assert (await record(bus, run)).granted == [b]
+    now[0] += 1  # b has had its 60 s without the run admitted: a may preempt now
+    await d.next_rounds()
+    assert (await record(bus, run)).granted == [b, a]
+    await d.on_report(a, admitted(run))
+    now[0] += 600
+    await d.next_rounds()  # decided: nothing more is granted
+    assert await grants(bus, run) == [(f"{run}.1.reserve.{b}.grant", True), (f"{run}.1.reserve.{a}.grant", True)]
+    assert [s for s in await steps(bus, run) if s[0] != "dispatch.withdrawn"] == [
+        ("dispatch.nominated", [a, b], f"AllAtOnce: nominated {a}, {b}"),
+        ("dispatch.granted", [b], f"{b} may preempt for it (the first cluster that needs to; one at a time)"),
+        ("dispatch.granted", [a], f"{a} may preempt for it: {b} did not get it admitted within 60s"),
+        ("dispatch.chosen", [a], f"{a} admitted it first"),
+    ]
+
+
+async def test_a_gated_report_from_a_cluster_not_nominated_or_after_the_choice_grants_nothing(bus: Bus) -> None:
+    run = f"gated-{next(RUNS)}"
+    a, b, c = "gn-a", "gn-b", "gn-c"
+    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce"})))
+    await request(bus, d, apply_for(run))
+    await d.on_report(c, gated(run))  # c serves another queue: never nominated
+    await d.on_report(a, admitted(run))
+    await d.on_report(b, gated(run))  # after the choice: b's copy is being withdrawn
+    rec = await record(bus, run)
+    assert (rec.gated, rec.granted) == ([], [])
+    assert await grants(bus, run) == []

@@ -13,6 +13,7 @@ import contextlib
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from taugrid.bus import connect, sites
@@ -23,7 +24,7 @@ from taugrid.core.errors import TemporaryError
 from taugrid.local.controller import LocalCluster
 from taugrid.stack import natsserver
 from taugrid.stack.natsserver import Leaf
-from taugrid_services.dispatcher.handlers import preempted
+from taugrid_services.dispatcher.handlers import preempted, preemption_gated
 from tests.dispatcher.test_across_sites import until
 from tests.dispatcher.test_site_preemption import PLATFORM, prioritised
 from tests.dispatcher.test_site_reservations import PLATFORM as WIDE
@@ -79,13 +80,24 @@ async def test_a_stopped_workload_may_be_reserved_again_and_a_preempted_one_wait
         await c.apply(lo)  # chosen again
         await until(lambda: is_("ret-lo", "running"))
 
-        # a higher priority preempts it (the lab queue has one CPU): it queues again held, not to start unchosen
+        # a higher priority's reservation could preempt it (the lab queue has one CPU) but is gated: it waits
         hi = prioritised("ret-hi", "high")
         await c.apply(hi, hold=True)
+
+        async def gated() -> bool:
+            await c.housekeep()  # publishes the waiting run's reason
+            return preemption_gated(c.wls["ret-hi-a1"].workload)  # as the dispatcher reads it
+
+        await until(gated)
+        assert state("ret-lo") == "running" and state("ret-hi") == "pending"
+        # the dispatcher lets this cluster preempt (the same reservation, may_preempt): lo is preempted, and queues
+        # again held, not to start unless chosen again
+        await c.apply(msgspec.structs.replace(hi, may_preempt=True), hold=True)
+        assert c.wls["ret-hi-a1"].preempt_granted
         await until(lambda: is_("ret-hi", "reserved"))
         await until(lambda: is_("ret-lo", "pending"))
         wl = c.wls["ret-lo-a1"]
-        assert wl.held and wl.pods == []
+        assert wl.held and wl.pods == [] and not wl.preempt_granted
         assert preempted(wl.workload).startswith("Preempted to accommodate a workload (ret-hi-a1)")
         await c.apply(lo)  # an apply sent before the dispatcher read the eviction: it stays held
         assert c.wls["ret-lo-a1"].held

@@ -79,6 +79,9 @@ class Dispatch(Strict):
     worker_lost_timeout: Duration = Field(
         default=900.0, description="how long a cluster's lease may go unrenewed before its admitted runs are "
         "requeued on the others (Kueue's workerLostTimeout, 15 minutes); never while every cluster is silent")
+    preemption_gate_timeout: Duration = Field(
+        default=300.0, description="one cluster at a time may preempt for a run: how long the cluster let do so "
+        "has before the next cluster waiting to preempt is let (MultiKueue's PreemptionGateTimeout, 5 minutes)")
 
 
 def serves(cluster: Cluster, cluster_queue: str) -> bool:

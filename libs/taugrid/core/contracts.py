@@ -380,8 +380,9 @@ class HealthDegraded(Struct, frozen=True):
 
 
 class DispatchStep(Struct, frozen=True):
-    """A dispatcher step for a run's attempt (``dispatch.nominated`` / ``chosen`` / ``withdrawn``, core/dispatch.py):
-    the clusters it concerns (nominated, the one chosen, those withdrawn), the nomination mode and why."""
+    """A dispatcher step for a run's attempt (``dispatch.nominated`` / ``chosen`` / ``withdrawn`` / ``granted``,
+    core/dispatch.py): the clusters it concerns (nominated, the one chosen, those withdrawn, the one let preempt for
+    it), the nomination mode and why."""
 
     clusters: list[str]
     mode: str
@@ -421,6 +422,10 @@ class BackendApply(Struct, frozen=True):
     # The platform revision the run was resolved against: a local cluster still on an older one reads the
     # platform before it admits this (else a run submitted right after an apply could land on a removed node).
     platform_revision: int = 0
+    # On a reservation (``backend.<cluster>.reserve``): the dispatcher lets this cluster preempt for the run. A
+    # site's reservation preempts nothing without it (one cluster at a time may: MultiKueue's orchestrated
+    # preemption, KEP-8303); sent again with it to the cluster granted.
+    may_preempt: bool = False
 
 
 class BackendDelete(Struct, frozen=True):

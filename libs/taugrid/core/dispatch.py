@@ -10,6 +10,11 @@ clusters come in preference order (``config.clusters.eligible``: lower ``prefere
 equals), which is Kueue's ``MultiKueueIncrementalDispatcherRespectConfigOrder``: on-premises clusters first, the
 cloud only when they have not admitted in time (ordered spill-over, kueue#9270).
 
+Preemption, one cluster at a time (Kueue's orchestrated preemption, KEP-8303): a copy that could fit at its cluster
+only by preempting waits there *gated* and says so; ``preemption_grant`` lets the first cluster that said so
+preempt, and the next one only when the one let has not got the run admitted within the gate timeout (its
+preemption failed or did not suffice), so one high-priority run never evicts work on every cluster at once.
+
 Invariants: ``nominate`` never drops a nominated cluster and never nominates one twice; ``on_admitted`` lets a
 cluster win only if it was nominated and no other cluster won, so the chosen cluster is decided once (the caller
 writes it with a compare-and-set and, losing that race, asks again with the winner it read).
@@ -24,6 +29,7 @@ from typing import Literal
 Mode = Literal["AllAtOnce", "Incremental"]
 DEFAULT_STEP = 3  # Kueue's DefaultStepSize
 ROUND_TIMEOUT_S = 300.0  # Kueue's incrementalDispatcherRoundTimeout
+PREEMPTION_GATE_TIMEOUT_S = 300.0  # KEP-8303's PreemptionGateTimeout default
 
 
 @dataclass(frozen=True)
@@ -98,3 +104,32 @@ def on_admitted(cluster: str, nominated: Sequence[str], chosen: str | None) -> A
 def withdrawals(chosen: str, nominated: Sequence[str]) -> list[str]:
     """The copies to take back once ``chosen`` won: every other nominated cluster, in nomination order."""
     return [c for c in nominated if c != chosen]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Which cluster to let preempt for a run now (``cluster``; "" none), how long until the grant may pass on
+    (``wait_s``; None: nothing to wait for) and why."""
+
+    cluster: str
+    wait_s: float | None
+    reason: str
+
+
+def preemption_grant(gated: Sequence[str], granted: Sequence[str], granted_at: float, *, now: float,
+                     timeout: float = PREEMPTION_GATE_TIMEOUT_S) -> Grant:
+    """One cluster at a time may preempt for a run not admitted anywhere yet. ``gated``: the nominated clusters that
+    reported they could admit it only by preempting, in the order they did (first come, first served);
+    ``granted``: those let preempt so far, in order, the last since ``granted_at``. The first gated cluster not let
+    yet is let when none is, or when the last one let has had ``timeout`` without the run being admitted."""
+    waiting = [c for c in gated if c not in granted]
+    if not waiting:
+        return Grant("", None, "no other cluster waits to preempt for it")
+    if granted and now - granted_at < timeout:
+        return Grant("", timeout - (now - granted_at),
+                     f"{granted[-1]} may preempt for it; {', '.join(waiting)} wait until {timeout:g}s have passed")
+    if not granted:
+        return Grant(waiting[0], None, f"{waiting[0]} may preempt for it (the first cluster that needs to; "
+                                       "one at a time)")
+    return Grant(waiting[0], None, f"{waiting[0]} may preempt for it: {granted[-1]} did not get it admitted "
+                                   f"within {timeout:g}s")

@@ -49,6 +49,7 @@ RUN_EVENTS: dict[str, type[msgspec.Struct]] = {
     "dispatch.nominated": c.DispatchStep,
     "dispatch.chosen": c.DispatchStep,
     "dispatch.withdrawn": c.DispatchStep,
+    "dispatch.granted": c.DispatchStep,  # one cluster at a time may preempt for the run: this one now
 }
 
 # Events after which a run never changes state again (evidence.sealed follows them).

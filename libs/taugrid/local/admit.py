@@ -59,6 +59,7 @@ class Request:
     gpus: list[list[int]] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)  # per pod: the pool node it runs on ("" = unknown)
     elastic: adm.Elastic | None = None  # an elastic run's range (``job_elastic``)
+    preemption_gated: bool = False  # a site's reservation not (yet) let preempt by the dispatcher (§13d)
     # A Ray cluster's head pod's requests (``raycluster``): the workload is Kueue's two RayJob pod sets, ``head``
     # (one pod) and ``workers`` (``pods`` pods of ``per_pod``, the pod set that resizes); empty: one pod set.
     head: dict[str, float] = field(default_factory=dict)
@@ -352,7 +353,7 @@ class LocalAdmitter:
             req.name, req.cluster_queue, (*head, main),
             priority=req.priority, preemptible=req.preemptible, created_at=req.created,
             placement=adm.PlacementStrategy(req.placement if req.placement in ("binpack", "spread") else "binpack"),
-            elastic=req.elastic,
+            elastic=req.elastic, preemption_gated=req.preemption_gated,
         )
 
     def submit(self, req: Request) -> None:

@@ -343,6 +343,10 @@ class LocalCluster:
             async with self.lock.first(high):
                 await self._chosen(name)
             return
+        if hold and req.may_preempt and name in self.wls and self.wls[name].held:
+            async with self.lock.first(high):
+                await self._let_preempt(self.wls[name])
+            return
         if hold and name in self.wls and self.wls[name].state == "deleted":
             raise TemporaryError(f"{name} is still stopping here: reserved again once it has")  # redelivered
         if hold and name in self.finished:  # reserved again after it went from here (this cluster was lost and
@@ -351,6 +355,7 @@ class LocalCluster:
             return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
         wl.held = hold
+        wl.preempt_granted = req.may_preempt
         wl.traceparent = traceparent
         wl.lane = self._lane(wl)
         wl.user = run_user(req.run_id)  # the request's verified submitter (its handler's ``identity.run_user``)
@@ -455,7 +460,19 @@ class LocalCluster:
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
                        excluded_nodes=tuple(wl.excluded_nodes), topology=job_topology(wl.job),
                        flavors=_admitted_flavors(wl), gpus=gpus, nodes=nodes, elastic=job_elastic(wl.job),
-                       head=dict(wl.head_per_pod))
+                       head=dict(wl.head_per_pod), preemption_gated=self.site and wl.held and not wl.preempt_granted)
+
+    async def _let_preempt(self, wl: LocalWorkload) -> None:
+        """The dispatcher let this cluster preempt for a reservation it holds: waiting, it goes back to the engine
+        ungated (its queue position kept: it keeps its creation time)."""
+        if wl.preempt_granted:
+            return
+        wl.preempt_granted = True
+        await self.save(wl)
+        if wl.state == "pending":
+            self.admitter.release(wl.name)
+            self.admitter.submit(self._request(wl))
+            self.wake()
 
     async def _chosen(self, name: str) -> None:
         """The dispatcher chose this cluster for a reservation: its pods start now if admission reserved its
@@ -687,6 +704,7 @@ class LocalCluster:
         # at a site the eviction sends the run back to the dispatcher (kueue#8302): it queues here again as a
         # reservation and starts only if this cluster is chosen again
         wl.held = wl.held or self.site
+        wl.preempt_granted = False  # gated again, as KEP-8303 re-applies the gate on eviction
         wl.requeues += 1
         wl.retry_reason = "Preempted"
         await self.save(wl)

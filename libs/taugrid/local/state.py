@@ -65,6 +65,9 @@ class LocalWorkload(msgspec.Struct, kw_only=True):
     held: bool = False
     held_gpus: list[list[int]] = msgspec.field(default_factory=list)
     held_nodes: list[str] = msgspec.field(default_factory=list)
+    # A held reservation preempts nothing until the dispatcher lets it (a reserve with ``may_preempt``): one cluster
+    # at a time may preempt for a run (MultiKueue's orchestrated preemption, docs §13d); cleared when it is preempted
+    preempt_granted: bool = False
     pods: list[LocalPod] = msgspec.field(default_factory=list)
     requeues: int = 0
     admitted_at: float = 0.0  # when this admission started the pods: activeDeadlineSeconds counts from here

@@ -807,6 +807,10 @@ class Engine:
             if not targets:
                 admitted.append(self._admit(ws, q, a, placements, now))
                 return
+        if targets and ws.workload.preemption_gated:  # every way to preempt ends here (quota, nodes, recomputed)
+            self._set_pending(ws, R.PREEMPTION_GATED, R.MSG_PREEMPTION_GATED)
+            self._park(ws, q, reads)
+            return
         plan = E.shrink_plan(self, ws, lambda evicted: self._fits_after(ws, q, a, evicted), targets)
         if plan is not None:  # elastic victims give up pods instead of being evicted whole
             targets, shrinks = plan

@@ -282,6 +282,9 @@ class Workload:
     # Kueue ``kueue.x-k8s.io/workload-slice-replacement-for``: this workload is a scale-up slice of the admitted
     # workload named; it is charged only the pods it adds, on the flavors the old slice has, and replaces it.
     replaces: str | None = None
+    # MultiKueue's preemption gate (KEP-8303, OrchestratedPreemption): a copy reserved at one of several clusters
+    # may be admitted where it fits but preempts nothing until the dispatcher lets it (it waits PreemptionGated)
+    preemption_gated: bool = False
 
     def elastic_index(self) -> int | None:
         """Index of the pod set that resizes, None for a fixed-size workload."""

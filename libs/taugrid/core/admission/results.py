@@ -21,6 +21,7 @@ WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 UNSCHEDULABLE = "Unschedulable"
 INADMISSIBLE = "Inadmissible"
 BACKOFF = "Backoff"
+PREEMPTION_GATED = "PreemptionGated"  # Kueue's QuotaReserved reason (KEP-8303): it could preempt, but is gated
 TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"  # Kueue: no TAS domain holds the pods, even all freed
 
 # Preempted reasons (Kueue).
@@ -43,6 +44,8 @@ MSG_OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with anot
 MSG_DEFERRED_FIT = ("Workload has overlapping preemption targets with another workload, but will fit after these "
                     "preemptions complete")
 MSG_QUEUED = "Waiting for the next scheduling cycle"
+MSG_PREEMPTION_GATED = ("Workload could preempt to fit, but its preemption is gated: one cluster at a time may "
+                        "preempt for it (MultiKueue's orchestrated preemption)")
 
 
 def msg_pending_preemption(n: int, why: str = "") -> str:
