@@ -123,8 +123,15 @@ def test_values_a_reader_could_not_derive_are_kept() -> None:
     watch = "k8s.local.pod.default.hello-3f2a9c-a1-pod.modified"
     headers = headers_for(event_id="pod-x.2", event_type="pod.modified", family="k8s", source="/svc/local-cluster",
                           subject=RUN, workspace="team-a", attempt=1, traceparent="", dedup=False)
-    assert sorted(compact(watch, headers, service_signed=False)) == [
-        "ce-id", "ce-source", "ce-subject", "ce-time", "ce-type", "ce-workspace"]
+    stored = compact(watch, headers, service_signed=False)
+    # its run and workspace are not in its subject; its type is (io.taugrid.k8s.<kind>.<change>.v1)
+    assert sorted(stored) == ["ce-id", "ce-source", "ce-subject", "ce-time", "ce-workspace"]
+    ev = from_message(watch, stored, b"{}")
+    assert (ev.type, ev.ce_type, ev.id, ev.subject, ev.workspace) == (
+        "pod.modified", "io.taugrid.k8s.pod.modified.v1", "pod-x.2", RUN, "team-a")
+    assert from_message(f"{watch}.high", stored, b"{}").ce_type == "io.taugrid.k8s.pod.modified.v1"
+    renamed = {**headers, "ce-type": "io.taugrid.k8s.pod.modified.v2"}  # another version: kept
+    assert compact(watch, renamed, service_signed=False)["ce-type"] == "io.taugrid.k8s.pod.modified.v2"
 
 
 def test_a_persons_request_is_never_compacted_by_the_bus() -> None:

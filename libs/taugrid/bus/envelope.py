@@ -24,7 +24,8 @@ Any client that can compute ed25519 over these bytes with an nkey can submit (``
 Compact headers (issue 27). A service's event is stored without the headers a reader derives (``compact``, done
 by ``Bus.publish`` after signing): ``ce-specversion`` (always ``1.0``), ``ce-id`` where it equals
 ``Nats-Msg-Id``, ``ce-attempt`` when 1, on a run event ``ce-type``, ``ce-subject`` and ``ce-workspace`` (its
-subject says them), on a log chunk ``ce-subject`` and ``ce-workspace``, and ``tau-signer`` (the key of the
+subject says them), on a log chunk ``ce-subject`` and ``ce-workspace``, on a watch change (``k8s.<cluster>.<kind>.
+<ns>.<name>.<change>``) ``ce-type``, and ``tau-signer`` (the key of the
 service ``ce-source`` names, which the checker looks up: ``authors``). Each is left out only when the value
 ``from_message``/``expanded`` derive is exactly the one signed, so the signature covers the same bytes as
 before and a header that is present still has to agree with the subject. People's requests keep every header.
@@ -209,7 +210,12 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
             _disagreement(about and _token(about), parts[2], "ce-subject")
         workspace, about = parts[1], parts[2]
     else:
-        kind = _short_type(ce) if ce else ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
+        if ce:
+            kind = _short_type(ce)
+        elif parts[0] == "k8s" and len(parts) == 6:  # a watch change left its ce-type out (``compact``)
+            kind, ce = f"{parts[2]}.{parts[5]}", f"{_K8S_TYPE_PREFIX}{parts[2]}.{parts[5]}.v1"
+        else:
+            kind = ".".join(parts[3:5] if parts[0] == "run" else parts[-2:])
         if parts[0] == "log" and len(parts) == 4:
             problem = _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
                 _disagreement(about and _token(about), parts[2], "ce-subject")
@@ -247,6 +253,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
 
 
 _RUN_TYPE_PREFIX = f"{CE_PREFIX}run."
+_K8S_TYPE_PREFIX = f"{CE_PREFIX}k8s."  # k8s.<cluster>.<kind>.<ns>.<name>.<change>: io.taugrid.k8s.<kind>.<change>.v1
 # The run-event headers ``compact`` may leave out because the subject says them, and how a reader derives each
 # from the subject's tokens (laneless): the workspace, the run and the type.
 _FROM_RUN_SUBJECT = (("ce-workspace", 1), ("ce-subject", 2))
@@ -279,6 +286,8 @@ def compact(nats_subject: str, headers: dict[str, str], *, service_signed: bool)
                 del out[name]
         if parts[0] == "run" and out.get("ce-type") == f"{_RUN_TYPE_PREFIX}{parts[3]}.{parts[4]}.v1":
             del out["ce-type"]
+    elif parts[0] == "k8s" and len(parts) == 6 and out.get("ce-type") == f"{_K8S_TYPE_PREFIX}{parts[2]}.{parts[5]}.v1":
+        del out["ce-type"]
     if service_signed:
         out.pop(SIGNER_HEADER, None)
     return out
