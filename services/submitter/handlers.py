@@ -175,7 +175,8 @@ class Submitter:
                 config_hash=parse.config_hash,
                 config_lines=parse.lines,
                 config_managed=parse.managed,
-                config_text=req.config_text,  # what the user wrote, sealed by the evidence
+                # no config_text: the evidence seals the text from this very request (the first stored one,
+                # the only one answered), so a copy here was the config once more in RUNS and AUDIT (issue 27)
                 config_path=req.config_path,
                 source_object=req.source_object,
                 source_digest=req.source_digest,

@@ -229,8 +229,10 @@ def test_diagnose_names_the_failure_and_retry_runs_the_same_code_again(stack: St
     again = stack.json("run", "retry", old)
     assert again["retries"] == old and again["run_id"] != old
     assert stack.wait_state(again["run_id"], {"failed", "succeeded"}, timeout=90)["state"] == "failed"
-    accepted = next(e["data"] for e in stack.events(again["run_id"]) if e["short_type"] == "submit.accepted")
-    assert (accepted["retries"], accepted["config_text"]) == (old, cfg.read_text())
+    events = stack.events(again["run_id"])
+    accepted = next(e["data"] for e in events if e["short_type"] == "submit.accepted")
+    requested = next(e["data"] for e in events if e["short_type"] == "submit.requested")
+    assert (accepted["retries"], requested["config_text"]) == (old, cfg.read_text())
     assert stack.tau("diagnose", "no-such-run").returncode == 3
 
 

@@ -4,8 +4,8 @@ The config is parsed once, by the submitter (``load_tau_config``: YAML, a manage
 rules). What it accepted travels on ``submit.accepted`` as ``Accepted`` (``record``): the validated model as JSON
 values with its aliases folded, the line of each key the file spelled out, and whether it was a managed manifest.
 The policy resolves from ``rebuild`` of that record: pydantic re-validates the folded mapping into the typed
-model, with no YAML, no projection and no reading of the user's text. The text (``config_text``) stays on the
-event because the evidence seals what the user wrote; no stage parses it again.
+model, with no YAML, no projection and no reading of the user's text. The text is not copied onto the event
+(issue 27): the evidence seals it from the ``submit.requested`` this answers; no stage parses it again.
 
 Trust: the record is only ever read from a ``submit.accepted``, which only the submitter may publish (its
 ``ce-source`` and service signature are checked by the consumer before any handler runs), the same trust the

@@ -167,7 +167,9 @@ class SubmitAccepted(Struct, frozen=True):
     submission_id: str
     config: dict[str, Any]  # the validated tau.yaml as JSON values, aliases folded (what the policy resolves)
     config_hash: str
-    config_text: str = ""  # the user's exact text, for the evidence to seal; not parsed after the submitter
+    # Empty since issue 27 (the submitter no longer copies it): the evidence seals the text of the run's first
+    # stored submit.requested, the request this answers; a record of an earlier release may carry it.
+    config_text: str = ""
     config_path: str = "tau.yaml"
     source_object: str = ""
     source_digest: str = ""
