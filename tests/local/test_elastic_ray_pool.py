@@ -16,10 +16,12 @@ import pytest
 
 from taugrid.bus.replay import replay
 from taugrid.core.contracts import BackendApply, WatchEvent
+from taugrid.health.wire import NodeCordon
 from taugrid.kube.translate import translate
 from taugrid.local.controller import LocalCluster
 from tests.local.pools import pool_cluster, settle
 from tests.local.test_elastic_pool import PLATFORM, job
+from tests.local.test_pool import node_event
 
 
 @pytest.fixture
@@ -128,3 +130,52 @@ async def test_a_fixed_size_rayjob_is_still_one_pod(pool: LocalCluster) -> None:
     wl = c.wls["one-a1"]
     assert (wl.pods_wanted, wl.per_pod["nvidia.com/gpu"], wl.per_pod["cpu"]) == (1, 2.0, 3.0)  # head + 2 workers
     assert [p.name for p in wl.pods] == ["one-a1-pod"]
+
+
+async def test_a_restarted_cluster_adopts_the_ray_cluster_as_two_pod_sets(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a restart reads back (the workload record, its pods' pod sets and GPUs) gives the engine the same two
+    pod sets on the same devices, and the cluster the same pods, nothing started twice."""
+    monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")
+    async with pool_cluster(tmp_path, PLATFORM, name="rayrestart") as (bus, c):
+        await c.apply(BackendApply(run_id="ray", workspace="default", attempt=1,
+                                   manifests=[rayjob("ray-a1", workers=2, seconds=600, elastic="1:2:1:0")]))
+        await until(c, lambda: running(c, "ray-a1") == [(HEAD, 0), (W, 0), (W, 1)])
+        again = LocalCluster(bus, data_dir=tmp_path / "again", node="machine",
+                             capacity={"cpu": 4.0, "memory": float(8 << 30)}, gpu_count=0)
+        await again.load()
+        try:
+            assert pods(again, "ray-a1") == pods(c, "ray-a1") == [(HEAD, 0, "Running", []), (W, 0, "Running", [0]),
+                                                                  (W, 1, "Running", [1])]
+            assert again.admitter.engine is not None
+            state = again.admitter.engine.states["ray-a1"]
+            assert [(ps.name, ps.count) for ps in state.workload.pod_sets] == [(HEAD, 1), (W, 2)]
+            assert sorted((pl.pod_set, pl.index, pl.gpus) for pl in state.placements) == [
+                (HEAD, 0, ()), (W, 0, (0,)), (W, 1, (1,))]
+        finally:
+            await again.kubelet.close()
+
+
+async def test_a_drain_under_a_ray_cluster_gives_up_its_workers_there_but_never_its_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 4 for Ray: the drained node's workers (the highest indices) go, the run goes on; a drain of
+    the head's node fails it (the entrypoint runs there), as a drain of torchrun's pod 0 does."""
+    monkeypatch.setenv("TAU_LOCAL_SIMULATE", "1")
+    platform = PLATFORM.replace("    - {name: g1, gpus: 4}", "    - {name: g1, gpus: 2}\n    - {name: g2, gpus: 2}")
+    async with pool_cluster(tmp_path, platform, name="raydrain") as (_bus, c):
+        await c.apply(BackendApply(run_id="ray", workspace="default", attempt=1,
+                                   manifests=[rayjob("ray-a1", workers=3, seconds=600, elastic="1:3:1:0")]))
+        await until(c, lambda: running(c, "ray-a1") == [(HEAD, 0), (W, 0), (W, 1), (W, 2)])
+        wl = c.wls["ray-a1"]
+        assert sorted((p.pod_set, p.index, p.node) for p in wl.pods) == [
+            (HEAD, 0, "g1"), (W, 0, "g1"), (W, 1, "g1"), (W, 2, "g2")]
+        await c.on_node(node_event("node.g2.cordon", NodeCordon(node="g2", reason="XID 79", drain=True)))
+        assert (wl.state, running(c, "ray-a1"), wl.requeues) == ("running", [(HEAD, 0), (W, 0), (W, 1)], 0)
+        [shrunk] = [o.payload for o in translate(WatchEvent(type="MODIFIED", object=wl.job))]
+        assert (shrunk.old_count, shrunk.new_count, shrunk.cause, shrunk.message) == (  # type: ignore[attr-defined]
+            3, 2, "Shrunk", "node g2 drained: XID 79")
+        await c.on_node(node_event("node.g1.cordon", NodeCordon(node="g1", reason="XID 79", drain=True)))
+        await until(c, lambda: "ray-a1" not in c.wls)
+        changes = await replay(c.bus, stream="K8S", subject="k8s.local.rayjob.default.ray-a1.>")
+        outs = [out.event_type for m in changes for out in translate(msgspec.json.decode(m.data, type=WatchEvent))]
+        assert outs[-1] == "exec.failed"

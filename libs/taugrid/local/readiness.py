@@ -30,6 +30,11 @@ Publish = Callable[[LocalWorkload, str, dict[str, Any], str], Awaitable[None]]
 Save = Callable[[LocalWorkload], Awaitable[None]]
 
 
+def pod_count(wl: LocalWorkload) -> int:
+    """All the workload's pods: its pod set's, and a Ray cluster's head beside its workers (``raycluster``)."""
+    return wl.pods_wanted + (1 if wl.head_per_pod else 0)
+
+
 class Readiness:
     def __init__(self, *, podsync: PodSync, admitter: LocalAdmitter, publish: Publish, save: Save,
                  request: Callable[[LocalWorkload], Request], drop_versions: Callable[..., None],
@@ -49,7 +54,7 @@ class Readiness:
     def not_ready(self, wls: Iterable[LocalWorkload]) -> int:
         """Admitted workloads whose pods are not all ready (blockAdmission waits for none)."""
         return sum(1 for wl in wls if wl.state == "running" and not wl.ready
-                   and not rules.pods_ready((p.phase for p in wl.pods), wl.pods_wanted))
+                   and not rules.pods_ready((p.phase for p in wl.pods), pod_count(wl)))
 
     def blocked(self, wls: Iterable[LocalWorkload]) -> bool:
         """Kueue's blockAdmission holds (counted only when it is on: admission asks on every wake-up, so the
@@ -74,7 +79,7 @@ class Readiness:
                 log.warning("waitForPodsReady step for %s failed; retrying next tick: %r", wl.name, exc)
 
     async def _running(self, wl: LocalWorkload, now: float) -> None:
-        if rules.pods_ready((p.phase for p in wl.pods), wl.pods_wanted):
+        if rules.pods_ready((p.phase for p in wl.pods), pod_count(wl)):
             wl.ready = True  # saved with the workload's next change; a restart finds its pods running again
             if self.rule.enable:  # rides on the Workload's next publish: no bus operation of its own
                 objects.set_condition(wl.workload, "PodsReady", "True", rules.STARTED, rules.READY_MESSAGE, now)
