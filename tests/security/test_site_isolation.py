@@ -246,3 +246,45 @@ async def test_a_site_acts_only_on_requests_a_service_that_may_send_them_signed(
             with contextlib.suppress(Exception):
                 await bus.close()
         stop(site_proc, hub_proc)
+
+
+async def test_a_links_flow_control_crosses_under_the_leaf_permissions(tmp_path: Path) -> None:
+    """The flow-control subjects a site's leaf user is let use are narrowed to its link's streams
+    (``$JS.FC.BACKEND.>`` out, ``$JS.FC.SITE_OUT.>`` in): 5 MB each way, past the sourcing consumers' first
+    flow-control window, still crosses whole (without any ``$JS.FC`` grant both sides stop at 8 messages)."""
+    boot, boot_path = _identity(tmp_path, "bootstrap")
+    local, local_path = _identity(tmp_path, "local_cluster")
+    leaf_port = free_port()
+    auth = tmp_path / "auth.conf"
+    auth.write_text(permissions.authorization_conf(
+        [permissions.Account("bootstrap", boot.public_key, permissions.bootstrap_permissions())],
+        [permissions.LeafUser("site-a", "pw-a", permissions.inbox_prefix(local.public_key))]))
+    hub_proc, hub_port = natsserver.start(tmp_path / "hub", log_file=tmp_path / "hub.log", auth_conf=auth,
+                                          leaf=Leaf(sites.HUB_DOMAIN, listen_port=leaf_port))
+    site_proc, site_port = natsserver.start(
+        tmp_path / "site-a", log_file=tmp_path / "site-a.log",
+        leaf=Leaf("site-a", hub_url=f"nats-leaf://leaf-site-a:pw-a@127.0.0.1:{leaf_port}",
+                  deny_exports=sites.SITE_DENY_EXPORTS, deny_imports=sites.SITE_DENY_IMPORTS))
+    hub = await connect(f"nats://127.0.0.1:{hub_port}", name="bootstrap", creds=boot_path)
+    site = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster", creds=local_path)
+    try:
+        await bootstrap(hub)
+        await sites.provision_site(site, "site-a")
+        await sites.provision_hub(hub, "site-a")
+        body = b"x" * (256 << 10)
+        for n in range(20):
+            await hub.js.publish("backend.site-a.apply", body, headers={"Nats-Msg-Id": f"a{n}"})
+            await site.js.publish(f"k8s.site-a.Workload.ns.w{n}.modified", body, headers={"Nats-Msg-Id": f"w{n}"})
+        deadline = time.monotonic() + 20
+        while True:
+            held = ((await site.js.stream_info(sites.SITE_IN)).state.messages,
+                    (await hub.js.stream_info(sites.hub_stream("site-a"))).state.messages)
+            if held == (20, 20):
+                break
+            assert time.monotonic() < deadline, f"SITE_IN and the hub's stream hold {held}, not 20 each"
+            await asyncio.sleep(0.1)
+    finally:
+        for bus in (hub, site):
+            with contextlib.suppress(Exception):
+                await bus.close()
+        stop(site_proc, hub_proc)

@@ -333,7 +333,10 @@ def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Pe
     subject, another cluster's lease, requests or deliveries, every other stream and bucket) is refused by the hub.
 
     Shared by every site still (docs §16): the sourcing's consumer-create replies (``$JSC.R.<random>``: consumer
-    info, no message) and flow-control replies (``$JS.FC.…``, empty), whose subjects the server makes."""
+    info, no message; the hub's ``allow_responses`` does not track a leaf node's, so a site's answers to the hub's
+    calls need the whole space) and its flow-control subjects (``$JS.FC.BACKEND.…`` from the sites,
+    ``$JS.FC.SITE_OUT.…`` to them: empty; a site's stream is ``SITE_OUT`` wherever it is), which the server
+    names."""
     api = f"$JS.{hub_domain}.API"
     leases, dispatch = "KV_site_leases", "KV_dispatch"
     return Permissions(
@@ -342,9 +345,9 @@ def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Pe
                  f"{api}.$KV.site_capacity.{cluster}",  # its own capacity record (bus/sitecapacity.py)
                  f"{api}.DIRECT.GET.{leases}.$KV.site_leases.{cluster}",
                  f"{api}.STREAM.INFO.{dispatch}", f"{api}.DIRECT.GET.{dispatch}.$KV.dispatch.>",
-                 "$JSC.R.*", f"{site_delivery(cluster, 'out')}.>", "$JS.FC.>"),
+                 "$JSC.R.*", f"{site_delivery(cluster, 'out')}.>", "$JS.FC.BACKEND.>"),
         subscribe=(f"$JS.{cluster}.API.>", f"{site_delivery(cluster, 'in')}.>", "$JSC.R.*", f"{inbox}.>",
-                   "$JS.FC.>"))
+                   "$JS.FC.SITE_OUT.>"))
 
 
 def authorization_conf(accounts_: Sequence[Account], leaves: Sequence[LeafUser] = ()) -> str:
@@ -420,9 +423,9 @@ def markdown_table() -> str:
                 "consumers on BACKEND filtered to `backend.<cluster>.>` (its `SITE_IN`), its own `site_leases` key "
                 "(read, compare-and-set), its own `site_capacity` key (put), direct gets of the `dispatch` records, "
                 "its own link's deliveries to the hub (`sitelink.<cluster>.out.>`), the sourcing's replies "
-                "(`$JSC.R.*`, `$JS.FC.>`); receives only the hub's calls to its own API (`$JS.<cluster>.API.>`), its "
-                "own requests' deliveries (`sitelink.<cluster>.in.>`), its local cluster's replies "
-                "(`_INBOX.<its key>.>`) and those replies "
+                "(`$JSC.R.*`, `$JS.FC.BACKEND.>`); receives only the hub's calls to its own API "
+                "(`$JS.<cluster>.API.>`), its own requests' deliveries (`sitelink.<cluster>.in.>`), its local "
+                "cluster's replies (`_INBOX.<its key>.>`), those replies and `$JS.FC.SITE_OUT.>` "
                 "| `tau up` with clusters: one per site |")
     rows.append("| everyone but `bootstrap` | subscribe only `_INBOX.<own public key>.>`; never create, update or "
                 "delete a service's durable consumer, nor pull from, ack for or read one that is not their own; "
