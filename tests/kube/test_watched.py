@@ -98,3 +98,21 @@ def test_a_job_loses_the_renderers_provenance_annotations_and_keeps_those_the_wa
     assert slim(job)["metadata"] == {"name": "r1-a1", "uid": "j1", "labels": LABELS, "annotations": kept}
     assert translate(c.WatchEvent(type="MODIFIED", object=slim(job))) == translate(
         c.WatchEvent(type="MODIFIED", object=job))
+
+
+def test_empty_strings_in_conditions_and_container_states_are_left_out_as_kubernetes_does() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r1-a1-0", "labels": LABELS},
+           "status": {"phase": "Succeeded",
+                      "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "message": "",
+                                      "lastTransitionTime": "2026-12-02T00:22:35Z"}],
+                      "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
+                                             "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                                      "message": ""}}}]}}
+    assert slim(pod)["status"] == {
+        "phase": "Succeeded",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted",
+                        "lastTransitionTime": "2026-12-02T00:22:35Z"}],
+        "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
+                               "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}
+    assert translate(c.WatchEvent(type="MODIFIED", object=slim(pod))) == translate(
+        c.WatchEvent(type="MODIFIED", object=pod))

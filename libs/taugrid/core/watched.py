@@ -15,8 +15,10 @@ job and workload were ~2 KB each, eight changes a run. The one consumer, the adm
 So ``slim`` keeps exactly that for those kinds and drops ``metadata.managedFields``, kubectl's last-applied
 annotation and the renderer's provenance annotations (``PROVENANCE``: config hash, source digest, submission
 id, workspace, run name; ~250 bytes on each of a run's Job changes, issue 27: the manifests keep them, and the
-watcher reads the run, workspace and attempt from the labels) of every kind; other kinds (core Events,
-ClusterQueues, nodes) go as they are. Pure.
+watcher reads the run, workspace and attempt from the labels) of every kind, and in the status of those kinds
+the empty strings of conditions and container states (Kubernetes leaves an empty field out, so every reader
+already takes a missing ``reason`` or ``message`` as ""); other kinds (core Events, ClusterQueues, nodes) go as
+they are. Pure.
 ``tests/kube/test_watched.py`` checks that every object the translation and progress tests read translates the
 same slimmed.
 """
@@ -34,6 +36,7 @@ PROVENANCE = frozenset({"taugrid.io/config-hash", "taugrid.io/source-digest", "t
 _DROPPED_ANNOTATIONS = PROVENANCE | {LAST_APPLIED}
 _CONTAINER_KEYS = ("name", "image")
 _SPEC_DROPPED = ("Job", "RayJob", "RayCluster")
+_KNOWN = frozenset({"Pod", "Workload", *_SPEC_DROPPED})
 
 
 def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,6 +47,9 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
         out["metadata"] = _metadata(meta)
     spec = obj.get("spec")
     kind = str(obj.get("kind") or "")
+    status = obj.get("status")
+    if kind in _KNOWN and isinstance(status, Mapping):
+        out["status"] = _status(status)
     if not isinstance(spec, Mapping):
         return out
     if kind == "Pod":
@@ -61,6 +67,31 @@ def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(annotations, Mapping) and not _DROPPED_ANNOTATIONS.isdisjoint(annotations):
         out["annotations"] = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
     return out
+
+
+def _status(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(status)
+    if isinstance(status.get("conditions"), list):
+        out["conditions"] = [_unempty(c) for c in status["conditions"]]
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if isinstance(status.get(key), list):
+            out[key] = [_container_status(cs) for cs in status[key]]
+    return out
+
+
+def _container_status(cs: Any) -> Any:
+    if not isinstance(cs, Mapping):
+        return cs
+    out = dict(cs)
+    for key in ("state", "lastState"):
+        if isinstance(cs.get(key), Mapping):
+            out[key] = {name: _unempty(detail) for name, detail in cs[key].items()}
+    return out
+
+
+def _unempty(item: Any) -> Any:
+    """A condition or container state less its fields that are the empty string."""
+    return {k: v for k, v in item.items() if v != ""} if isinstance(item, Mapping) else item
 
 
 def _containers(items: Any) -> list[dict[str, Any]]:
