@@ -16,7 +16,7 @@ from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.cli.views import event_json_lines
 from taugrid.core import wirejson
-from taugrid.core.contracts import CancelDecision, CancelRequested, PolicyApproved, ResolvedRun
+from taugrid.core.contracts import BackendApply, CancelDecision, CancelRequested, PolicyApproved, ResolvedRun
 from taugrid.core.errors import PermanentError, TemporaryError
 
 
@@ -153,3 +153,10 @@ async def test_a_run_event_is_stored_without_its_defaults_and_read_back_whole(bu
     assert ev.as_dict() == msgspec.to_builtins(approved)  # the projection, tau events, the evidence read this
     line = msgspec.json.decode(event_json_lines([ev]))
     assert line["data"] == msgspec.to_builtins(approved)  # tau events --output json
+    apply = BackendApply(run_id=run, workspace="ws", attempt=1, manifests=[{"kind": "Job"}], platform_revision=3)
+    seq = await bus.publish(f"backend.t{uuid.uuid4().hex[:6]}.apply", apply, event_type="apply", ce_subject=run,
+                            msg_id=f"{run}.1.apply", workspace="ws", family="backend")
+    msg = await bus.js.get_msg("BACKEND", seq=seq)
+    assert msgspec.json.decode(msg.data) == {"run_id": run, "workspace": "ws", "attempt": 1,
+                                             "manifests": [{"kind": "Job"}], "platform_revision": 3}
+    assert from_message(msg.subject, msg.headers, msg.data).payload(BackendApply) == apply

@@ -251,7 +251,7 @@ class Bus:
         request = family == "run" and event_type in SIGNED_TYPES
         if isinstance(payload, bytes):
             data = payload
-        elif family == "run" and not request:  # stored twice for every run: fields at defaults left out (wirejson)
+        elif family in ("run", "backend") and not request:  # every run's: fields at defaults left out (wirejson)
             data = wirejson.encode(payload)
         else:
             data = msgspec.json.encode(payload)
