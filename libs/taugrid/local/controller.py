@@ -808,7 +808,8 @@ class LocalCluster:
 
     def _sim_start(self, wl: LocalWorkload, p: LocalPod, now: float) -> None:
         """Simulated pool: no process; the pod "runs" for SIMULATED_DURATION seconds from its env."""
-        env = {e["name"]: e.get("value", "") for e in template(wl.job)["spec"]["containers"][0].get("env", [])}
+        spec = template(wl.job, p.pod_set)["spec"]  # a Ray cluster's worker: its group's template
+        env = {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])}
         p.sim_end = now + float(env.get("SIMULATED_DURATION", "1") or 1)
         p.phase, p.started = "Running", now
         objects.pod_running(p.obj, at=now)
