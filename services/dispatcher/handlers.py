@@ -122,8 +122,8 @@ class Dispatcher:
         self._suspicion = ""  # the last self-suspicion logged, so it is logged once per change
         self._rounds: set[str] = set()  # keys of undecided Incremental dispatches this process made or saw
         self._full_scan_at = float("-inf")
-        # the clusters whose lease was lost at the last leases pass (None before the first: every cluster holding
-        # its lease then may have rejoined while no dispatcher ran)
+        # the clusters whose lease is lost as the latest leases pass found them (None before the first: every
+        # cluster holding its lease then may have rejoined while no dispatcher ran); never let preempt
         self._lost_before: set[str] | None = None
 
     # --- the renderer's requests (backend.dispatch.apply|delete) ---
@@ -333,7 +333,7 @@ class Dispatcher:
         passes a grant on once its time is up."""
         platform = await self.platform()
         grant = preemption_grant(rec.gated, rec.granted, rec.granted_at, now=self.clock(),
-                                 timeout=platform.dispatch.preemption_gate_timeout)
+                                 timeout=platform.dispatch.preemption_gate_timeout, lost=self._lost_before or ())
         if not grant.cluster:
             return
         k = key(rec.apply.run_id, rec.apply.attempt)
@@ -437,11 +437,11 @@ class Dispatcher:
             if await sites.declare_lost(self.bus, name, stored, revision) is not None:
                 log.warning("cluster %s lost (%s): requeueing its runs", name, verdict.reason)
                 lost.append(name)
-        for name in lost:
-            await self._requeue_lost(platform, name, platform.dispatch.worker_lost_timeout, set(lost))
         holding = {name for name in named if name in current and not current[name][0].lost}
         back = holding if self._lost_before is None else holding & self._lost_before
         self._lost_before = set(lost)
+        for name in lost:
+            await self._requeue_lost(platform, name, platform.dispatch.worker_lost_timeout, set(lost))
         if back:
             await self._renominate(platform, back)
 
@@ -482,6 +482,8 @@ class Dispatcher:
         reason = f"{cluster} lost: no lease renewal for over {timeout:g}s"
         d = platform.dispatch
         for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
+            if not rec.chosen and not rec.deleted and rec.granted[-1:] == [cluster]:
+                await self._pass_grant(rec)  # the cluster let preempt was lost: the next waiting one is let
             if rec.chosen != cluster or rec.finished or rec.deleted:
                 continue
             k = key(rec.apply.run_id, rec.apply.attempt)

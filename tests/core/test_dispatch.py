@@ -136,3 +136,8 @@ def test_one_cluster_at_a_time_may_preempt_for_a_run() -> None:
         "a", None, "a may preempt for it: b did not get it admitted within 300s")
     assert preemption_grant(["b", "a"], ["b", "a"], NOW, now=NOW + 900.0).cluster == ""  # every one was let
     assert preemption_grant(["b", "a", "c"], ["b"], NOW, now=NOW + 60.0, timeout=60.0).cluster == "a"
+    # the cluster let was lost: it gave up, the next is let at once; a lost cluster is never let
+    assert preemption_grant(["b", "a"], ["b"], NOW, now=NOW + 1.0, lost={"b"}) == Grant(
+        "a", None, "a may preempt for it: b, let before, was lost")
+    assert preemption_grant(["b", "a"], [], 0.0, now=NOW, lost={"b"}).cluster == "a"
+    assert preemption_grant(["b"], [], 0.0, now=NOW, lost={"b"}).cluster == ""

@@ -273,3 +273,27 @@ async def test_a_gated_report_from_a_cluster_not_nominated_or_after_the_choice_g
     rec = await record(bus, run)
     assert (rec.gated, rec.granted) == ([], [])
     assert await grants(bus, run) == []
+
+
+async def test_the_grant_passes_on_at_once_when_the_cluster_let_preempt_is_lost(bus: Bus) -> None:
+    run = f"gated-{next(RUNS)}"
+    a, b, c = "gl-a", "gl-b", "gl-c"
+    now = [1000.0]
+    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+                   clock=lambda: now[0])
+    for name in (a, b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    await d.leases_pass()
+    await request(bus, d, apply_for(run))
+    await d.on_report(a, gated(run))
+    await d.on_report(b, gated(run))
+    assert (await record(bus, run)).granted == [a]
+    now[0] += 11  # a falls silent (b and c renew): lost long before the gate's 300 s
+    for name in (b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    await d.leases_pass()
+    rec = await record(bus, run)
+    assert (rec.granted, rec.granted_at) == ([a, b], now[0])
+    assert [s[1:] for s in await steps(bus, run) if s[0] == "dispatch.granted"] == [
+        ([a], f"{a} may preempt for it (the first cluster that needs to; one at a time)"),
+        ([b], f"{b} may preempt for it: {a}, let before, was lost")]

@@ -22,7 +22,7 @@ writes it with a compare-and-set and, losing that race, asks again with the winn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -117,19 +117,23 @@ class Grant:
 
 
 def preemption_grant(gated: Sequence[str], granted: Sequence[str], granted_at: float, *, now: float,
-                     timeout: float = PREEMPTION_GATE_TIMEOUT_S) -> Grant:
+                     timeout: float = PREEMPTION_GATE_TIMEOUT_S, lost: Collection[str] = ()) -> Grant:
     """One cluster at a time may preempt for a run not admitted anywhere yet. ``gated``: the nominated clusters that
     reported they could admit it only by preempting, in the order they did (first come, first served);
     ``granted``: those let preempt so far, in order, the last since ``granted_at``. The first gated cluster not let
-    yet is let when none is, or when the last one let has had ``timeout`` without the run being admitted."""
-    waiting = [c for c in gated if c not in granted]
+    yet is let when none is, when the last one let has had ``timeout`` without the run being admitted, or at once
+    when that one is ``lost`` (its lease expired: it gave up); a lost cluster is never let."""
+    waiting = [c for c in gated if c not in granted and c not in lost]
+    holder = granted[-1] if granted else ""
     if not waiting:
         return Grant("", None, "no other cluster waits to preempt for it")
-    if granted and now - granted_at < timeout:
+    if holder and holder not in lost and now - granted_at < timeout:
         return Grant("", timeout - (now - granted_at),
-                     f"{granted[-1]} may preempt for it; {', '.join(waiting)} wait until {timeout:g}s have passed")
-    if not granted:
+                     f"{holder} may preempt for it; {', '.join(waiting)} wait until {timeout:g}s have passed")
+    if not holder:
         return Grant(waiting[0], None, f"{waiting[0]} may preempt for it (the first cluster that needs to; "
                                        "one at a time)")
-    return Grant(waiting[0], None, f"{waiting[0]} may preempt for it: {granted[-1]} did not get it admitted "
+    if holder in lost:
+        return Grant(waiting[0], None, f"{waiting[0]} may preempt for it: {holder}, let before, was lost")
+    return Grant(waiting[0], None, f"{waiting[0]} may preempt for it: {holder} did not get it admitted "
                                    f"within {timeout:g}s")
