@@ -8,6 +8,7 @@ history is written a fetched batch at a time, each as one buffer of JSON Lines (
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import sys
 
 import click
@@ -74,13 +75,19 @@ async def _replay_events(
         if run_id:
             await client.status(run_id)  # an unknown run is "not found" (exit 3), not an empty history
         if not follow:  # the stored history: a batch at a time, written in one piece
-            async for got in client.event_batches(run_id=run_id, since=_parse_since(since)):
-                wanted = [ev for ev in got if _wanted(ev.type, types)]
-                if output == "json":
-                    sys.stdout.buffer.write(event_json_lines(wanted))
-                    sys.stdout.buffer.flush()
-                elif wanted:
-                    click.echo("\n".join(event_line(ev) for ev in wanted))
+            # Reading makes no reference cycles, only short-lived objects by the hundred thousand, which the
+            # collector would otherwise walk every 700 allocations (~15 % of this process's CPU): off meanwhile.
+            gc.disable()
+            try:
+                async for got in client.event_batches(run_id=run_id, since=_parse_since(since)):
+                    wanted = [ev for ev in got if _wanted(ev.type, types)]
+                    if output == "json":
+                        sys.stdout.buffer.write(event_json_lines(wanted))
+                        sys.stdout.buffer.flush()
+                    elif wanted:
+                        click.echo("\n".join(event_line(ev) for ev in wanted))
+            finally:
+                gc.enable()
             return
         async for ev in client.events(run_id=run_id, since=_parse_since(since), follow=follow):
             if not _wanted(ev.type, types):
