@@ -6,9 +6,12 @@ is not done again. Decisions are checked against the reference engine in ``test_
 from __future__ import annotations
 
 import gc
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taugrid.core.admission import (
     ClusterQueue,
@@ -23,7 +26,8 @@ from taugrid.core.admission import (
     Workload,
 )
 from taugrid.core.admission import engine as engine_module
-from taugrid.core.admission.queues import WState
+from taugrid.core.admission.queues import CQQueue, WState
+from taugrid.core.admission.quota import QuotaTree
 from taugrid.core.admission.victims import Target
 
 ANY = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY)  # a no-victims verdict is its nomination's alone
@@ -138,3 +142,40 @@ def test_a_head_whose_preemption_oracle_found_no_victims_is_not_searched_again(
     assert searches == (["head"] if memo else ["head", "head"])
     info = engine.pending_info("head")
     assert info is not None and (info.reason, info.message) == ("WaitingForQuota", MESSAGE)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_a_queue_pops_its_pending_runs_in_priority_then_age_order(seed: int) -> None:
+    """A queue's pending runs come out as a sorted list of them would give them (priority, then queue
+    timestamp, then arrival), whether they sit in the heap of recent pushes or in the sorted run, are parked and
+    come back, or return with a new version (an entry left behind is skipped)."""
+    rng = random.Random(seed)
+    cq = ClusterQueue("cq", (ResourceGroup(("cpu",), (FlavorQuotas("f", {"cpu": ResourceQuota(1)}),)),))
+    q = CQQueue(cq, QuotaTree([cq]).cqs["cq"])
+    states: dict[str, WState] = {}
+    popped: WState | None = None
+    for n in range(300):
+        op = rng.choice(["submit"] * rng.choice([1, 4]) + ["pop", "pop", "park", "park", "unpark", "requeue"])
+        if op == "submit":
+            ws = WState(Workload(f"w{n}", "cq", priority=rng.randrange(4)), "cq", [], queue_ts=rng.randrange(6))
+            states[ws.workload.name] = ws
+            q.push(ws)
+        elif op == "requeue" and states:
+            ws = states[rng.choice(sorted(states))]
+            if ws is not popped and not ws.parked:
+                ws.version += 1  # its old entry is stale now
+                ws.queue_ts = rng.randrange(6)
+                q.push(ws)
+        elif op == "park" and popped is not None:
+            q.park(popped)
+            popped = None
+        elif op == "unpark":
+            q.unpark(states)
+        elif op == "pop":
+            if popped is not None:
+                del states[popped.workload.name]  # the last head was admitted: gone from the pending runs
+            waiting = [ws for ws in states.values() if ws is not popped and not ws.parked]
+            expected = min(waiting, key=lambda w: (-w.workload.priority, w.queue_ts, w.seq), default=None)
+            popped = q.pop_head(states)
+            assert popped is expected

@@ -1,11 +1,12 @@
 """Per-ClusterQueue pending heaps and the engine's record of each workload.
 
-Role: keep pending workloads ordered by (priority desc, queue timestamp asc) in a heap per ClusterQueue so a
-cycle pops one head per queue in O(log n), never scanning all pending workloads.
+Role: keep pending workloads ordered by (priority desc, queue timestamp asc) per ClusterQueue so a cycle pops
+one head per queue in amortized O(log n) (from a sorted run, popped from its end, or a heap of what was pushed
+since the run was last sorted), never scanning all pending workloads.
 
 Invariants:
-- a heap entry is live only while its ``version`` equals the workload's ``version`` and the workload is
-  pending and not parked; anything else is a stale entry skipped on pop (lazy deletion);
+- an entry (in the heap or the run) is live only while its ``version`` equals the workload's ``version`` and the
+  workload is pending and not parked; anything else is a stale entry skipped on pop (lazy deletion);
 - BestEffortFIFO parks a head that did not fit (``parked``) until a capacity event in its cohort tree, or, when
   its verdict read what the nodes hold now (``WState.on_nodes``: a TAS assignment or a placement on the live
   nodes), in ``parked_on_nodes`` until such an event or any release of node room (nodes are shared by every
@@ -33,6 +34,7 @@ PENDING = "pending"
 ADMITTED = "admitted"
 
 HeapEntry = tuple[int, float, int, str, int]  # (-priority, queue_ts, seq, name, version)
+MERGE_AT = 16  # pushed entries a queue keeps in its heap at least before sorting them into its run
 Why = tuple[str, str, tuple[str, ...]]  # a pending workload's (reason, message, workloads it waits for)
 
 
@@ -86,7 +88,7 @@ class WState:
 
 
 class CQQueue:
-    __slots__ = ("spec", "node", "root", "strict", "heap", "parked", "parked_on_nodes", "admitted", "blocked",
+    __slots__ = ("spec", "node", "root", "strict", "heap", "run", "parked", "parked_on_nodes", "admitted", "blocked",
                  "waiting", "inactive", "memos", "memo_epochs", "head_epochs", "newer_equal", "_seq")
 
     def __init__(self, spec: ClusterQueue, node: QNode) -> None:
@@ -99,7 +101,12 @@ class CQQueue:
         # Preemption candidates depend on the preemptor's queue timestamp (a memo must match it too).
         self.newer_equal = spec.preemption.within_cluster_queue == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
         self.strict = spec.queueing_strategy == QueueingStrategy.STRICT_FIFO
+        # Pending entries in two parts: ``heap``, those pushed since the last merge, and ``run``, the others
+        # sorted with the next to pop last, so that popping a head (every queue, every cycle) is a list pop, not
+        # a sift through a heap of everything pending (``_pop``); the heap is merged into the run once it holds
+        # a quarter as many (``MERGE_AT``), and parked entries return into the run (``_back``).
         self.heap: list[HeapEntry] = []
+        self.run: list[HeapEntry] = []
         self.parked: list[HeapEntry] = []  # verdicts of quota alone: back on a capacity event in the cohort tree
         self.parked_on_nodes: list[HeapEntry] = []  # verdicts that read the nodes: back on any node release too
         self.admitted: dict[str, WState] = {}
@@ -133,15 +140,37 @@ class CQQueue:
             return None
         return ws
 
+    def _merge(self) -> None:
+        """Sort the pushed entries into the run (the run is one sorted stretch already: C's sort merges it with
+        the pushed ones in about their number of steps beside one pass over it)."""
+        self.run.extend(self.heap)
+        self.run.sort(reverse=True)
+        self.heap = []
+
+    def _first(self) -> HeapEntry | None:
+        """The entry that comes first (lowest) among the run's last and the heap's top, or None."""
+        heap, run = self.heap, self.run
+        if run and (not heap or run[-1] < heap[0]):
+            return run[-1]
+        return heap[0] if heap else None
+
+    def _pop(self) -> HeapEntry:
+        """Remove and return ``_first()`` (there is one)."""
+        heap, run = self.heap, self.run
+        if run and (not heap or run[-1] < heap[0]):
+            return run.pop()
+        return heapq.heappop(heap)
+
     def pop_head(self, states: dict[str, WState]) -> WState | None:
         waiting, self.waiting = self.waiting, None
         if waiting is not None and waiting.status == PENDING and waiting.preempting:
             return waiting  # Kueue processes a preemptor whose victims are gone before new heads
         if self.blocked:
             return None
-        heap = self.heap
-        while heap:
-            entry = heapq.heappop(heap)
+        if len(self.heap) >= MERGE_AT and 4 * len(self.heap) >= len(self.run):
+            self._merge()
+        while self.heap or self.run:
+            entry = self._pop()
             ws = states.get(entry[3])  # ``live``, inline: this runs once per queue of every cycle
             if (ws is not None and ws.version == entry[4] and ws.status == PENDING and ws.requeue_at is None
                     and not ws.parked):
@@ -179,14 +208,14 @@ class CQQueue:
             ws = states.get(entry[3])
             if ws is not None and ws.version == entry[4]:
                 ws.parked = False
-        self.heap.extend(entries)
-        heapq.heapify(self.heap)
+        self.run.extend(entries)
+        self.run.sort(reverse=True)  # two sorted stretches and the parked entries, merged in about linear time
 
     def ordered(self, states: dict[str, WState]) -> list[WState]:
         """Pending workloads of this queue in admission order (for positions; O(n log n), on request only)."""
         seen: set[str] = set()
         out: list[tuple[HeapEntry, WState]] = []
-        for entry in sorted(self.heap + self.parked + self.parked_on_nodes):
+        for entry in sorted(self.heap + self.run + self.parked + self.parked_on_nodes):
             ws = states.get(entry[3])
             if ws is None or ws.version != entry[4] or ws.status != PENDING or entry[3] in seen:
                 continue
@@ -199,9 +228,9 @@ class CQQueue:
             return True
         if self.blocked:
             return False
-        while self.heap:
-            ws = self.live(self.heap[0], states)
+        while (entry := self._first()) is not None:
+            ws = self.live(entry, states)
             if ws is not None and not ws.parked:
                 return True
-            heapq.heappop(self.heap)
+            self._pop()
         return False
