@@ -11,7 +11,8 @@ It exits 0 only when every run was sealed, each with exactly one terminal event 
 ``evidence.sealed``; no run ended at the cut cluster after it was declared lost; each run's last
 ``dispatch.chosen`` names the cluster its record says; and at least one run was requeued (a ``dispatch.withdrawn``
 saying the cluster was lost) when the cut caught runs there. Printed: the runs each cluster ended, the runs
-requeued, submit → chosen and submit → sealed percentiles, and the time to seal everything after the cut.
+requeued, submit → chosen and submit → sealed percentiles, the time to seal everything after the cut, and the
+capacity records the sites wrote to the hub (each writes its own when it changed, at most once a lease period).
 
     .venv/bin/python bench/multicluster_stack.py [--sites 10] [--runs 2000] [--mode AllAtOnce|Incremental]
 """
@@ -33,6 +34,7 @@ from pathlib import Path
 import msgspec
 from pipeline import one_queue_platform, pct  # bench/ is on sys.path
 
+from taugrid.bus import sitecapacity
 from taugrid.bus.replay import batches
 from taugrid.client import Client, open_client
 from taugrid.core.contracts import DispatchStep
@@ -104,10 +106,11 @@ async def burst(data: Path, args: argparse.Namespace) -> dict[str, object]:
                 step = msgspec.to_builtins(ev.payload(DispatchStep)) if ev.type.startswith("dispatch.") else {}
                 events[ev.subject].append((ev.type, ev.happened, step))
         records = {r.run_id: r for r in await client.list()}
+        capacity_writes = await sitecapacity.writes(client.bus)
     finally:
         await client.close()
     return {"ids": ids, "events": events, "records": records, "never_sealed": sorted(pending),
-            "submitted_s": submitted_s, "sealed_after_cut_s": sealed_s}
+            "submitted_s": submitted_s, "sealed_after_cut_s": sealed_s, "capacity_writes": capacity_writes}
 
 
 def judge(result: dict[str, object], args: argparse.Namespace) -> bool:
@@ -142,6 +145,8 @@ def judge(result: dict[str, object], args: argparse.Namespace) -> bool:
           f"{args.cut_for:g} s after {args.runs // 2 + 1} submissions (worker_lost_timeout {args.lost_timeout:g} s)")
     print(f"  submitted in {result['submitted_s']:.1f} s; all sealed {result['sealed_after_cut_s']:.1f} s after "
           f"the cut; {len(requeued)} run(s) requeued off {VICTIM}")
+    print(f"  site capacity records written: {result['capacity_writes']} "
+          f"({int(str(result['capacity_writes'])) / max(1, args.runs):.2f} a run, every site together)")
     print("  ended per cluster: " + ", ".join(f"{c} {n} ({100 * n / total:.0f} %)" for c, n in sorted(ended.items())))
     if to_chosen:
         print(f"  submit → chosen p50 {pct(to_chosen, 50):.1f} s, p95 {pct(to_chosen, 95):.1f} s; submit → sealed "
