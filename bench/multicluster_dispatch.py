@@ -167,6 +167,7 @@ async def main(args: argparse.Namespace) -> int:
     try:
         await bootstrap(hub)
         for s in site_list:
+            await sites.provision_feed(hub, s.name)  # the hub's durable the site's SITE_IN sources
             await s.start(first=True)
             await sites.provision_hub(hub, s.name)
         clusters = "\n".join(f"  - {{name: {n}, backend: local, preference: {i // 3}}}" for i, n in enumerate(names))

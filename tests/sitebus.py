@@ -8,8 +8,11 @@ import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from nats.js.api import StreamConfig
+
 from taugrid.bus import connect, platformstore, sites
 from taugrid.bus.connection import Bus
+from taugrid.bus.errors import MISSING
 from taugrid.config.platform import Platform
 from taugrid.local.controller import LocalCluster
 from taugrid.ports import free_port
@@ -47,6 +50,11 @@ def start_site(tmp_path: Path, name: str, leaf_port: int, port: int | None = Non
 async def link(hub: Bus, port: int, name: str) -> Bus:
     """A connection to site ``name``'s server, its streams made on both sides of the link."""
     site = await connect(f"nats://127.0.0.1:{port}", name="local-cluster")
+    try:
+        await hub.js.stream_info("BACKEND")
+    except MISSING:  # a hub the test did not bootstrap: the stream the site's requests come from
+        await hub.js.add_stream(StreamConfig(name="BACKEND", subjects=["backend.>"]))
+    await sites.provision_feed(hub, name)  # the hub's durable its SITE_IN sources
     await sites.provision_site(site, name)
     await sites.provision_hub(hub, name)
     return site

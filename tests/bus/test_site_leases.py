@@ -9,6 +9,8 @@ import asyncio
 import time
 from pathlib import Path
 
+from nats.js.api import StreamConfig
+
 from taugrid.bus import connect, sites
 from taugrid.bus.sites import LeaseClock, SiteLease
 from taugrid.core.errors import TemporaryError
@@ -22,6 +24,7 @@ async def test_a_site_renews_across_its_link_and_is_fenced_once_the_hub_declares
     hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
     site = await connect(f"nats://127.0.0.1:{site_port}", name="local-cluster")
     try:
+        await hub.js.add_stream(StreamConfig(name="BACKEND", subjects=["backend.>"]))  # what feeds SITE_IN
         await sites.provision_hub(hub, "site-a")
         await sites.provision_site(site, "site-a")
         deadline = time.monotonic() + 20

@@ -130,6 +130,7 @@ async def test_a_site_neither_hears_nor_feeds_another_sites_link(tmp_path: Path)
         await attacker.nc.flush()
         await bootstrap(hub)
         for c in SITES:
+            await sites.provision_feed(hub, c)
             await sites.provision_site(site[c], c)
             await sites.provision_hub(hub, c)
         # what site-b learns of site-a's link: the consumer the hub made on site-a's SITE_OUT, its name and where
@@ -142,6 +143,13 @@ async def test_a_site_neither_hears_nor_feeds_another_sites_link(tmp_path: Path)
                                msg_id="forgery.1", family="k8s")
         await attacker.js.add_consumer("FORGED", ConsumerConfig(
             name=name, deliver_subject=deliver, ack_policy=AckPolicy.NONE))
+        # nor may it make the hub deliver there itself: a consumer on the hub's BACKEND (of its own requests, the
+        # one filter a create subject of its own could name) with that name and subject; a site only resets the
+        # durable the hub made to feed its SITE_IN (topology.site_in_durable)
+        await attacker.nc.publish(f"$JS.hub.API.CONSUMER.CREATE.BACKEND.{name}.backend.site-b.>", json.dumps({
+            "stream_name": "BACKEND", "config": {"name": name, "deliver_subject": deliver, "ack_policy": "none",
+                                                 "filter_subject": "backend.site-b.>"}}).encode())
+        await attacker.nc.flush()
         for c in SITES:
             await hub.publish(f"backend.{c}.apply", b"{}", event_type="apply", ce_subject="r1", msg_id=f"{c}.1",
                               family="backend")
@@ -155,6 +163,8 @@ async def test_a_site_neither_hears_nor_feeds_another_sites_link(tmp_path: Path)
         assert await _stored(hub, sites.hub_stream("site-a")) == [
             ("site.site-a.k8s.site-a.Workload.ns.w1.modified", "site-a.w1")]
         assert await _stored(site["site-a"], sites.SITE_IN) == [("backend.site-a.apply", "site-a.1")]
+        assert sorted(c.name for c in await hub.js.consumers_info("BACKEND") if c.name.startswith(("JS_", "site"))) \
+            == ["site-site-a-in", "site-site-b-in"]
         # nothing of site-a's crossed to site-b: none of its requests, deliveries or reports
         # (nor the hub's replies to its local cluster: its lease read and write above)
         inbox = permissions.inbox_prefix(local["site-a"][0].public_key)
@@ -249,9 +259,10 @@ async def test_a_site_acts_only_on_requests_a_service_that_may_send_them_signed(
 
 
 async def test_a_links_flow_control_crosses_under_the_leaf_permissions(tmp_path: Path) -> None:
-    """The flow-control subjects a site's leaf user is let use are narrowed to its link's streams
-    (``$JS.FC.BACKEND.>`` out, ``$JS.FC.SITE_OUT.>`` in): 5 MB each way, past the sourcing consumers' first
-    flow-control window, still crosses whole (without any ``$JS.FC`` grant both sides stop at 8 messages)."""
+    """The flow-control subjects a site's leaf user is let use are narrowed to its link's
+    (``$JS.FC.BACKEND.site-<cluster>-in.>`` out, ``$JS.FC.SITE_OUT.>`` in): 5 MB each way, past the sourcing
+    consumers' first flow-control window, still crosses whole (without any ``$JS.FC`` grant both sides stop at 8
+    messages)."""
     boot, boot_path = _identity(tmp_path, "bootstrap")
     local, local_path = _identity(tmp_path, "local_cluster")
     leaf_port = free_port()

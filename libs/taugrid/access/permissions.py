@@ -30,6 +30,7 @@ from taugrid.bus.topology import (
     SOURCES_STORE,
     UPLOADS_STORE,
     site_delivery,
+    site_in_durable,
 )
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import token
@@ -324,8 +325,9 @@ def leaf_user(cluster: str) -> str:
 
 def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Permissions:
     """What site ``cluster``'s leaf node may do on the hub, from the leaf's side (publish: what it sends into the
-    hub; subscribe: what the hub sends it). Only what its links and its lease need: source BACKEND filtered to its
-    own requests (``backend.<cluster>.>``), delivered to it on its own ``sitelink.<cluster>.in.…``; deliver its
+    hub; subscribe: what the hub sends it). Only what its links and its lease need: reset the durable the hub made on
+    BACKEND to feed its ``SITE_IN`` (``topology.site_in_durable``: its own requests, ``backend.<cluster>.>``,
+    delivered to it on its own ``sitelink.<cluster>.in``; it may create no consumer on the hub); deliver its
     reports to the hub on its own ``sitelink.<cluster>.out.…`` (``topology.site_delivery``); read and write its
     own lease key, write its own ``site_capacity`` key (its capacity and usage), read the hub's dispatch records
     (a returning site's orphans), receive replies on ``inbox`` (its
@@ -334,19 +336,19 @@ def leaf_permissions(cluster: str, inbox: str, *, hub_domain: str = "hub") -> Pe
 
     Shared by every site still (docs §16): the sourcing's consumer-create replies (``$JSC.R.<random>``: consumer
     info, no message; the hub's ``allow_responses`` does not track a leaf node's, so a site's answers to the hub's
-    calls need the whole space) and its flow-control subjects (``$JS.FC.BACKEND.…`` from the sites,
-    ``$JS.FC.SITE_OUT.…`` to them: empty; a site's stream is ``SITE_OUT`` wherever it is), which the server
+    calls need the whole space) and the flow control of the hub's source of its ``SITE_OUT``
+    (``$JS.FC.SITE_OUT.…`` to the sites: empty; a site's stream is ``SITE_OUT`` wherever it is), which the server
     names."""
     api = f"$JS.{hub_domain}.API"
     leases, dispatch = "KV_site_leases", "KV_dispatch"
     return Permissions(
-        publish=(f"{api}.CONSUMER.CREATE.BACKEND.*.backend.{cluster}.>",
+        publish=(f"{api}.CONSUMER.RESET.BACKEND.{site_in_durable(cluster)}",
                  f"{api}.$KV.site_leases.{cluster}", f"{api}.STREAM.INFO.{leases}",
                  f"{api}.$KV.site_capacity.{cluster}",  # its own capacity record (bus/sitecapacity.py)
                  f"{api}.DIRECT.GET.{leases}.$KV.site_leases.{cluster}",
                  f"{api}.STREAM.INFO.{dispatch}", f"{api}.DIRECT.GET.{dispatch}.$KV.dispatch.>",
-                 "$JSC.R.*", f"{site_delivery(cluster, 'out')}.>", "$JS.FC.BACKEND.>"),
-        subscribe=(f"$JS.{cluster}.API.>", f"{site_delivery(cluster, 'in')}.>", "$JSC.R.*", f"{inbox}.>",
+                 "$JSC.R.*", f"{site_delivery(cluster, 'out')}.>", f"$JS.FC.BACKEND.{site_in_durable(cluster)}.>"),
+        subscribe=(f"$JS.{cluster}.API.>", site_delivery(cluster, "in"), "$JSC.R.*", f"{inbox}.>",
                    "$JS.FC.SITE_OUT.>"))
 
 
@@ -420,11 +422,12 @@ def markdown_table() -> str:
     rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")
     rows.append("| a site's leaf node, `leaf-<cluster>` (a password user; many clusters, §13d) | across its link: "
-                "consumers on BACKEND filtered to `backend.<cluster>.>` (its `SITE_IN`), its own `site_leases` key "
+                "a reset of the hub's durable `site-<cluster>-in` on BACKEND (filtered to `backend.<cluster>.>`, "
+                "its `SITE_IN`'s feed; no consumer create), its own `site_leases` key "
                 "(read, compare-and-set), its own `site_capacity` key (put), direct gets of the `dispatch` records, "
                 "its own link's deliveries to the hub (`sitelink.<cluster>.out.>`), the sourcing's replies "
-                "(`$JSC.R.*`, `$JS.FC.BACKEND.>`); receives only the hub's calls to its own API "
-                "(`$JS.<cluster>.API.>`), its own requests' deliveries (`sitelink.<cluster>.in.>`), its local "
+                "(`$JSC.R.*`, `$JS.FC.BACKEND.site-<cluster>-in.>`); receives only the hub's calls to its own API "
+                "(`$JS.<cluster>.API.>`), its own requests' deliveries (`sitelink.<cluster>.in`), its local "
                 "cluster's replies (`_INBOX.<its key>.>`), those replies and `$JS.FC.SITE_OUT.>` "
                 "| `tau up` with clusters: one per site |")
     rows.append("| everyone but `bootstrap` | subscribe only `_INBOX.<own public key>.>`; never create, update or "

@@ -4,8 +4,9 @@ link only as *sourced streams*, never as plain publishes, so a site keeps runnin
 two sides catch up when it returns, each message stored once (JetStream sourcing resumes from the last source
 sequence it stored, and a source message is stored once per sequence).
 
-- hub → site: the site's ``SITE_IN`` stream sources the hub's BACKEND, filtered to ``backend.<cluster>.>``: the
-  requests addressed to this cluster only, delivered on ``sitelink.<cluster>.in.…``.
+- hub → site: the site's ``SITE_IN`` stream sources the hub's BACKEND through a durable the hub made for it
+  (``topology.site_in_durable``), filtered to ``backend.<cluster>.>``: the requests addressed to this cluster only,
+  delivered on ``sitelink.<cluster>.in``; the site only resets that durable, it creates no consumer on the hub.
 - site → hub: the site publishes its reports (``k8s.<cluster>.>``, its nodes, logs) into its own ``SITE_OUT``
   stream, and the hub's ``SITE_<CLUSTER>`` stream sources it with the subject transform ``> → site.<cluster>.>``,
   delivered on ``sitelink.<cluster>.out.…``.
@@ -33,6 +34,7 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    StreamConsumerSource,
     StreamSource,
     SubjectTransform,
 )
@@ -42,7 +44,14 @@ from taugrid.bus import sitecapacity
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, REFUSED, UNAVAILABLE, conflicted, unavailable
-from taugrid.bus.topology import KV_BUCKETS, SITE_DISPATCHER_DURABLE, SITE_LOCAL_DURABLE, STREAMS, site_delivery
+from taugrid.bus.topology import (
+    KV_BUCKETS,
+    SITE_DISPATCHER_DURABLE,
+    SITE_LOCAL_DURABLE,
+    STREAMS,
+    site_delivery,
+    site_in_durable,
+)
 from taugrid.core import siteleases
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.siteleases import Renewal
@@ -125,9 +134,10 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
     consumers do, not on the hub's permissions alone."""
     await _add(site, StreamConfig(
         name=SITE_IN, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
-        sources=[StreamSource(name=backend_stream, filter_subject=f"backend.{cluster}.>",
-                              external=ExternalStream(api=api_prefix(hub_domain),
-                                                      deliver=site_delivery(cluster, "in")))]), may_update=True)
+        sources=[StreamSource(name=backend_stream, external=ExternalStream(api=api_prefix(hub_domain)),
+                              consumer=StreamConsumerSource(name=site_in_durable(cluster),
+                                                            deliver_subject=site_delivery(cluster, "in")))]),
+               may_update=True)
     await _add(site, StreamConfig(
         name=SITE_OUT, subjects=site_out_subjects(cluster), retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE, max_age=max_age, duplicate_window=600.0))
@@ -151,15 +161,30 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
         raise unavailable(f"provisioning site {cluster}'s local cluster", exc) from exc
 
 
-async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY) -> None:
+async def provision_feed(hub: Bus, cluster: str, *, backend_stream: str = "BACKEND") -> None:
+    """On the hub: the durable on BACKEND that feeds ``cluster``'s ``SITE_IN`` (``topology.site_in_durable``), so
+    the site never creates a consumer on the hub. Made before the site's ``SITE_IN`` (``provision_hub`` makes it
+    too): a source whose durable is missing tries again only about 12 s later."""
+    try:
+        await hub.js.add_consumer(backend_stream, ConsumerConfig(
+            durable_name=site_in_durable(cluster), deliver_subject=site_delivery(cluster, "in"),
+            filter_subject=f"backend.{cluster}.>", ack_policy=AckPolicy.FLOW_CONTROL, flow_control=True,
+            idle_heartbeat=1.0, max_ack_pending=10_000))
+    except UNAVAILABLE as exc:
+        raise unavailable(f"creating the durable that feeds {cluster}'s {SITE_IN}", exc) from exc
+
+
+async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY, backend_stream: str = "BACKEND") -> None:
     """On the hub: ``SITE_<CLUSTER>``, sourcing the site's ``SITE_OUT`` from its domain, each subject prefixed with
-    ``site.<cluster>.`` by the hub, the dispatcher's durable on its Workload changes, and the ``site_leases`` and
-    ``site_capacity`` buckets."""
+    ``site.<cluster>.`` by the hub, the dispatcher's durable on its Workload changes, the durable on BACKEND that
+    feeds the site's ``SITE_IN`` (``topology.site_in_durable``), and the ``site_leases`` and ``site_capacity``
+    buckets."""
     await _add(hub, StreamConfig(
         name=hub_stream(cluster), retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, max_age=max_age,
         sources=[StreamSource(name=SITE_OUT, external=ExternalStream(api=api_prefix(cluster),
                                                                     deliver=site_delivery(cluster, "out")),
                               subject_transforms=[SubjectTransform(src=">", dest=hub_subject(cluster))])]))
+    await provision_feed(hub, cluster, backend_stream=backend_stream)
     try:
         await hub.js.add_consumer(hub_stream(cluster), ConsumerConfig(
             durable_name=DISPATCHER_DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0, max_deliver=20,

@@ -69,6 +69,14 @@ def site_delivery(cluster: str, way: str) -> str:
     return f"sitelink.{cluster}.{way}"
 
 
+def site_in_durable(cluster: str) -> str:
+    """The hub's durable on BACKEND that feeds ``cluster``'s ``SITE_IN`` (``bus/sites.py``): made by the hub's
+    bootstrap identity, filtered to the cluster's requests and delivering to its ``site_delivery(…, "in")``, so a
+    site only resets it across its link and never creates a consumer on the hub (one it made could name any
+    delivery subject: another link's, whose source would take its deliveries for its own)."""
+    return f"site-{cluster}-in"
+
+
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 

@@ -179,6 +179,7 @@ class Sites:
         hub = await connect(hub_url, name="supervisor-sites", creds=self.ids.bootstrap_creds)
         try:
             for server in self.servers.values():
+                await bus_sites.provision_feed(hub, server.name)  # before the site's SITE_IN sources it
                 site = await connect(server.url, name="supervisor-site", creds=self.ids.bootstrap_creds)
                 try:
                     # the hub's services' keys: the site checks who sent each request it acts on
