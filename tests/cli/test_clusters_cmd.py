@@ -18,6 +18,7 @@ import yaml
 
 from taugrid.bus import connect, kv, platformstore, sitecapacity, sites
 from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.connection import Bus
 from taugrid.cli.clusters_cmd import clusters_view
 from taugrid.cli.queue_cmd import clusters_queue_view
 from taugrid.client.clusters import cluster_rows, quota_view
@@ -110,7 +111,9 @@ async def test_each_cluster_shows_its_link_lag_runs_capacity_and_usage(tmp_path:
         assert (got[0]["capacity"]["nodes"], got[1]["capacity"]) == (1, None)
 
         # `tau queue` on this hub (the command is run on a whole stack in tests/e2e/test_clusters.py)
-        reported, totals = await quota_view(hub_bus, platform)
+        view = await quota_view(hub_bus, platform)
+        assert view is not None
+        reported, totals = view
         assert list(reported) == ["site-a"]
         shown_queue = clusters_queue_view(totals, show_pending=5, silent=["cloud"])
         assert [line.split() for line in shown_queue.splitlines()] == [
@@ -175,3 +178,13 @@ def test_help_says_what_it_shows() -> None:
                           text=True, timeout=60)
     shown = " ".join(done.stdout.split())
     assert done.returncode == 0 and "health of each link, lease (lost: its runs were requeued elsewhere), lag" in shown
+
+
+async def test_a_stack_that_runs_no_sites_keeps_its_own_queue_view(private_bus: Bus) -> None:
+    """Clusters applied but not started (a local stack before its restart, or the chart, which starts no sites):
+    no site_capacity bucket, so `tau queue` keeps the stack's own backend's snapshot; provisioned, the hub's."""
+    platform = load_platform(lab_platform(clusters=CLUSTERS))
+    assert await quota_view(private_bus, platform) is None
+    assert await quota_view(private_bus, load_platform(lab_platform())) is None
+    await sitecapacity.provision_hub(private_bus)
+    assert await quota_view(private_bus, platform) == ({}, [])

@@ -52,6 +52,19 @@ async def provision_hub(hub: Bus) -> None:
         raise unavailable(f"reading the hub's {BUCKET} bucket", exc) from exc
 
 
+async def provisioned(hub: Bus) -> bool:
+    """Whether this server is a hub whose sites were provisioned (it has the bucket): a platform may name clusters
+    on a stack that does not run them (applied but not restarted yet, or on Kubernetes, where the chart starts no
+    sites), whose queues are then its own backend's."""
+    try:
+        await hub.kv(BUCKET)
+    except NO_BUCKET:
+        return False
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading the hub's {BUCKET} bucket", exc) from exc
+    return True
+
+
 async def report(site: Bus, cluster: str, record: SiteCapacity, *, hub_domain: str) -> None:
     """Write ``cluster``'s record into the hub's bucket from the site's server: through the hub domain's API
     prefix (the server maps it onto the bucket's subject; a plain ``$KV.`` publish stays on the leaf), as a site
@@ -66,12 +79,8 @@ async def report(site: Bus, cluster: str, record: SiteCapacity, *, hub_domain: s
 async def reports(hub: Bus, clusters: list[str]) -> dict[str, SiteCapacity]:
     """The latest record of each of ``clusters`` that reported; a cluster with none (or no bucket: no site was
     ever provisioned) is absent, and a record that does not decode is logged and left out."""
-    try:
-        await hub.kv(BUCKET)
-    except NO_BUCKET:  # no site was ever provisioned on this stack: nothing reported
+    if not await provisioned(hub):  # no site was ever provisioned on this stack: nothing reported
         return {}
-    except UNAVAILABLE as exc:
-        raise unavailable(f"reading the hub's {BUCKET} bucket", exc) from exc
     out: dict[str, SiteCapacity] = {}
     for cluster in clusters:
         found = await kv.get(hub, BUCKET, cluster)

@@ -4,9 +4,10 @@ It reads one KV key on both backends (``local_cluster``/``queues``): the local c
 Kubernetes kube-bridge writes it from Kueue's ClusterQueue/LocalQueue status and the pending-workloads
 visibility API (``taugrid.kube.queues``), so the CLI never needs Kubernetes credentials.
 
-On a hub whose platform names clusters (docs §13d) the hub runs no cluster of its own: ``tau queue`` shows the
-control plane's quota view instead, each ClusterQueue summed over the clusters serving it with each cluster's
-share (``client.clusters.quota_view``, from the records the sites report into ``site_capacity``)."""
+On a hub whose platform names clusters and whose sites were provisioned (docs §13d) the hub runs no cluster of
+its own: ``tau queue`` shows the control plane's quota view instead, each ClusterQueue summed over the clusters
+serving it with each cluster's share (``client.clusters.quota_view``, from the records the sites report into
+``site_capacity``)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def _fmt(values: dict[str, float]) -> str:
 async def queue(show_pending: int, output: str) -> None:
     async with connected() as client:
         got = await PlatformReader(client.bus).get()
-        if got is not None and got[0].clusters:
-            reported, totals = await quota_view(client.bus, got[0])
+        view = await quota_view(client.bus, got[0]) if got is not None else None
+        if got is not None and view is not None:
+            reported, totals = view
             names = [c.name for c in got[0].clusters]
             if output == "json":
                 emit_json({"clusters": {n: msgspec.to_builtins(reported[n]) for n in names if n in reported},

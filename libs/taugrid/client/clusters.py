@@ -24,7 +24,7 @@ from functools import partial
 import msgspec
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.sitecapacity import reports
+from taugrid.bus.sitecapacity import provisioned, reports
 from taugrid.bus.sites import Link, SiteLease, leases, link
 from taugrid.config.clusters import in_preference_order, serves
 from taugrid.config.platform import Platform
@@ -112,9 +112,12 @@ def usage_text(used: Usage | None) -> str:
     return f"{quota or 'no quota'}; {used.admitted} admitted, {used.pending} pending"
 
 
-async def quota_view(bus: Bus, platform: Platform) -> tuple[dict[str, SiteCapacity], list[QueueTotal]]:
+async def quota_view(bus: Bus, platform: Platform) -> tuple[dict[str, SiteCapacity], list[QueueTotal]] | None:
     """The clusters' last reports and the control plane's quota view: each ClusterQueue summed over the clusters
-    that serve it and reported, its shares in preference order."""
+    that serve it and reported, its shares in preference order. None where this stack runs no sites although its
+    platform names clusters (``sitecapacity.provisioned``): its own backend's queues are the truth there."""
+    if not platform.clusters or not await provisioned(bus):
+        return None
     ordered = in_preference_order(platform.clusters)
     by_name = {c.name: c for c in ordered}
     reported = await reports(bus, [c.name for c in ordered])
