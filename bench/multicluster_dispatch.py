@@ -14,7 +14,8 @@ Exits 0 only when every run was chosen exactly once (one ``dispatch.chosen``, on
 exactly one site and exactly once (the cut site included, after it catches up), with the dispatch ratio per site
 and the times from request to choice printed; 1 otherwise, naming the first few faults.
 
-Simulated sites stand in for the local cluster, which does not act on reservations yet (docs §16).
+Simulated sites stand in for the local cluster, whose reservations, preemption grants and reopened choices are
+tested on real sites in tests/dispatcher (the whole pipeline's bench is bench/multicluster_stack.py).
 """
 
 from __future__ import annotations
