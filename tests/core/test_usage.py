@@ -28,7 +28,8 @@ def test_a_retried_gpu_run_counts_both_attempts_and_its_cost() -> None:
 
 def test_fractions_ray_workers_and_runs_still_going_count_to_now() -> None:
     assert gpus_held(resolved(resources=Resources(gpu_fraction=0.5), nodes=2)) == 1.0
-    assert gpus_held(resolved(resources=Resources(gpu=1), workers=3, gpus_per_worker=2)) == 7.0
+    # a Ray run's resources are its workers' (resolve); its head holds none
+    assert gpus_held(resolved(engine="ray", resources=Resources(gpu=2), workers=3, gpus_per_worker=2)) == 6.0
     evs = [Seen("submit.requested", "q", "ws", 0.0), Seen("policy.approved", "q", "ws", 1.0,
                                                           resolved=resolved(resources=Resources(gpu_fraction=0.25))),
            Seen("submit.requested", "w", "other", 0.0)]

@@ -106,11 +106,16 @@ class RunUsage:
 
 
 def gpus_per_pod(run: ResolvedRun) -> float:
+    """A pod's GPUs: a Job's pod's, a Ray worker's (``resources`` are a Ray run's worker requests)."""
     return run.resources.gpu_fraction or float(run.resources.gpu)
 
 
 def gpus_held(run: ResolvedRun) -> float:
-    return gpus_per_pod(run) * max(1, run.nodes) + run.workers * run.gpus_per_worker
+    """The run's GPUs as written: a Job's pods', or a Ray run's workers' (its head is CPU-only, ``render.rayjob``;
+    counting ``resources`` once more for it gave a Ray run of 3 one-GPU workers 4 GPUs)."""
+    if run.engine == "ray":
+        return float(run.workers * run.gpus_per_worker)
+    return gpus_per_pod(run) * max(1, run.nodes)
 
 
 def gpu_vendor(run: ResolvedRun) -> str:
