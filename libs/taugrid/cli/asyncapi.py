@@ -199,8 +199,8 @@ def _header_schemas() -> dict[str, Any]:
                            "`io.taugrid.run.<stage>.<outcome>.v1`, ce-subject `<run>` and ce-workspace `<ws>`; "
                            "on a log chunk (`log.<ws>.<run>.<attempt>`) ce-subject and ce-workspace the same "
                            "way; on a watch change (`k8s.<cluster>.<kind>.<ns>.<name>.<change>[.high]`) ce-type "
-                           "`io.taugrid.k8s.<kind>.<change>.v1`. A header that is present is read as it is, and one that contradicts the "
-                           "subject gets the message refused",
+                           "`io.taugrid.k8s.<kind>.<change>.v1`. A header that is present is read as it is, and "
+                           "one that contradicts the subject gets the message refused",
             "properties": service, "required": ["ce-source", "ce-time"],
         },
         "SignedRequestHeaders": {
