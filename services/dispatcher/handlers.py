@@ -71,6 +71,11 @@ def finished(workload: dict[str, Any]) -> bool:
     return any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
 
 
+def _waiting(lost: list[str]) -> str:
+    """Why a run has no cluster nominated: every one serving it is lost."""
+    return f"no cluster to nominate: {', '.join(lost)} lost; it waits for one to rejoin"
+
+
 def _timed(rec: DispatchRecord) -> bool:
     """Whether an undecided dispatch waits on the timer: an Incremental round, or a preemption grant to pass on."""
     return not rec.chosen and not rec.deleted and (rec.mode == "Incremental" or bool(set(rec.gated) - set(rec.granted)))
@@ -141,15 +146,26 @@ class Dispatcher:
         if rec is None:
             queue = cluster_queue_of(platform, req.manifests)
             d = platform.dispatch
-            step = nominate(eligible(platform.clusters, queue), [], mode=d.mode, now=self.clock(),
+            candidates, gone = self._split(platform, queue)
+            step = nominate(candidates, [], mode=d.mode, now=self.clock(),
                             step=d.incremental_step, round_timeout=d.round_timeout)
             rec = DispatchRecord(apply=req, cluster_queue=queue, mode=d.mode, nominated=list(step.clusters),
-                                 round_started=step.round_started)
+                                 round_started=step.round_started, lost=gone)
             await kv.save(self.bus, BUCKET, key(req.run_id, req.attempt), rec, revision=revision)
             self._track(rec)
-            await self._send(rec, step.reason)
+            await self._send(rec, _waiting(gone) if gone and not step.clusters else step.reason)
         elif not rec.chosen and not rec.deleted:  # a redelivery: the same copies and event, dropped as repeats
             await self._send(rec, f"{rec.mode}: nominated {', '.join(rec.nominated)}")
+
+    def _split(self, platform: Platform, cluster_queue: str, *, also: str = "") -> tuple[list[str], list[str]]:
+        """The clusters serving ``cluster_queue``, in preference order, split into those that may be nominated and
+        those lost now (``also`` with them): a lost cluster's reservation could only wait in its SITE_IN, and an
+        Incremental round spent on it would hold the run back a whole round. The lost ones are the record's
+        ``lost``: nominated again when they rejoin (``_renominate``)."""
+        lost_now = self._lost_before or set()
+        clusters = eligible(platform.clusters, cluster_queue)
+        gone = [c for c in clusters if c in lost_now or c == also]
+        return [c for c in clusters if c not in gone], gone
 
     async def _send(self, rec: DispatchRecord, reason: str, *, only: tuple[str, ...] | None = None) -> None:
         """A reservation to each nominated cluster (``only`` those, when given): queue the run's workload and
@@ -298,12 +314,12 @@ class Dispatcher:
             return
         platform = await self.platform()
         d = platform.dispatch
-        candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in rec.lost]
+        candidates, gone = self._split(platform, rec.cluster_queue)
         mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"  # as it was dispatched
         step = nominate(candidates, [cluster], mode=mode, now=self.clock(), step=d.incremental_step,
                         round_timeout=d.round_timeout)
         rec = msgspec.structs.replace(rec, chosen="", announced=False, chosen_version=0, requeues=rec.requeues + 1,
-                                      nominated=list(step.clusters), round_started=step.round_started,
+                                      nominated=list(step.clusters), round_started=step.round_started, lost=gone,
                                       gated=[], granted=[], granted_at=0.0)  # gated again everywhere (KEP-8303)
         await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the choice is open again: compare-and-set
         self._track(rec)
@@ -398,7 +414,7 @@ class Dispatcher:
 
     async def _next_round(self, platform: Platform, rec: DispatchRecord) -> None:
         d = platform.dispatch
-        candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in rec.lost]
+        candidates, gone = self._split(platform, rec.cluster_queue)
         step = nominate(candidates, rec.nominated, mode="Incremental",
                         now=self.clock(), round_started=rec.round_started, step=d.incremental_step,
                         round_timeout=d.round_timeout)
@@ -408,7 +424,8 @@ class Dispatcher:
         current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
         if current != rec:
             return  # decided or advanced meanwhile (a report, another replica): the next tick reads it again
-        rec = msgspec.structs.replace(rec, nominated=list(step.clusters), round_started=step.round_started)
+        rec = msgspec.structs.replace(rec, nominated=list(step.clusters), round_started=step.round_started,
+                                      lost=sorted(set(rec.lost) | set(gone)))
         await kv.save(self.bus, BUCKET, k, rec, revision=revision)
         await self._send(rec, step.reason)
 
@@ -418,7 +435,9 @@ class Dispatcher:
         """Judge the platform's clusters' leases by this process's clock; declare each expired one lost by
         compare-and-set (the fence), then requeue the unfinished runs chosen there. A lease already lost has its
         runs requeued again on every pass (a crash between the two steps loses nothing; requeued runs no longer
-        name it). When every live cluster is silent at once nothing is declared: the hub suspects itself."""
+        name it). When every live cluster is silent at once nothing is declared: the hub suspects itself. A
+        cluster removed from the platform is declared lost at once and its runs requeued; one that rejoins counts
+        again for the runs still waiting (``_renominate``)."""
         platform = await self.platform()
         if not platform.clusters:
             return
@@ -437,11 +456,24 @@ class Dispatcher:
             if await sites.declare_lost(self.bus, name, stored, revision) is not None:
                 log.warning("cluster %s lost (%s): requeueing its runs", name, verdict.reason)
                 lost.append(name)
-        holding = {name for name in named if name in current and not current[name][0].lost}
+        # a cluster no longer in the platform is lost for good: fenced (its site, if it still runs, stops what it
+        # holds) and its runs requeued, once (and at a dispatcher's first pass); its lease stays, lost, as the fence
+        removed: list[str] = []
+        for name in sorted(set(current) - set(named)):
+            stored, revision = current[name]
+            if not stored.lost and await sites.declare_lost(self.bus, name, stored, revision) is not None:
+                log.warning("cluster %s is no longer in the platform: requeueing its runs", name)
+                removed.append(name)
+            elif stored.lost and self._lost_before is None:
+                removed.append(name)
+        holding = {name for name in named if name in current and not current[name][0].lost} - set(lost)
         back = holding if self._lost_before is None else holding & self._lost_before
-        self._lost_before = set(lost)
+        self._lost_before = {*lost, *(name for name in current if name not in named)}
+        timeout = platform.dispatch.worker_lost_timeout
         for name in lost:
-            await self._requeue_lost(platform, name, platform.dispatch.worker_lost_timeout, set(lost))
+            await self._requeue_lost(platform, name, f"{name} lost: no lease renewal for over {timeout:g}s")
+        for name in removed:
+            await self._requeue_lost(platform, name, f"{name} is no longer in the platform")
         if back:
             await self._renominate(platform, back)
 
@@ -476,10 +508,9 @@ class Dispatcher:
                 await self._send(rec, f"{', '.join(returning)} rejoined; {mode}: nominated "
                                       f"{', '.join(step.added)}", only=step.added)
 
-    async def _requeue_lost(self, platform: Platform, cluster: str, timeout: float, lost_now: set[str]) -> None:
+    async def _requeue_lost(self, platform: Platform, cluster: str, reason: str) -> None:
         """Requeue the runs chosen at ``cluster``, lost, among the clusters not lost now (one lost earlier in the
         attempt that has rejoined since counts again)."""
-        reason = f"{cluster} lost: no lease renewal for over {timeout:g}s"
         d = platform.dispatch
         for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
             if not rec.chosen and not rec.deleted and rec.granted[-1:] == [cluster]:
@@ -490,8 +521,7 @@ class Dispatcher:
             current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
             if current != rec:
                 continue  # changed meanwhile: the next pass reads it again
-            gone = [*(c for c in rec.lost if c in lost_now and c != cluster), cluster]
-            candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in gone]
+            candidates, gone = self._split(platform, rec.cluster_queue, also=cluster)
             mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"  # as it was dispatched
             step = nominate(candidates, [], mode=mode, now=self.clock(), step=d.incremental_step,
                             round_timeout=d.round_timeout)
@@ -501,9 +531,7 @@ class Dispatcher:
             await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the new choice is open: compare-and-set
             self._track(rec)
             await self._withdraw(rec, cluster, reason)  # its delete waits in the site's SITE_IN for its return
-            waiting = (f"no cluster to nominate: {', '.join(gone)} lost; it waits for one to rejoin"
-                       if not step.clusters and eligible(platform.clusters, rec.cluster_queue) else step.reason)
-            await self._send(rec, waiting)
+            await self._send(rec, _waiting(gone) if gone and not step.clusters else step.reason)
 
     async def _event(self, rec: DispatchRecord, event_type: str, clusters: list[str], reason: str, *,
                      suffix: str = "") -> None:

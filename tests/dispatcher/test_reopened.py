@@ -297,3 +297,57 @@ async def test_the_grant_passes_on_at_once_when_the_cluster_let_preempt_is_lost(
     assert [s[1:] for s in await steps(bus, run) if s[0] == "dispatch.granted"] == [
         ([a], f"{a} may preempt for it (the first cluster that needs to; one at a time)"),
         ([b], f"{b} may preempt for it: {a}, let before, was lost")]
+
+
+async def test_a_new_run_leaves_a_lost_cluster_out_until_it_rejoins(bus: Bus) -> None:
+    """A lost cluster's reservation could only wait in its SITE_IN (and an Incremental round spent on the preferred
+    cluster, lost, would hold every new run back a whole round): a run dispatched meanwhile leaves it out, counted
+    in its record's ``lost``, and gets it nominated when it rejoins."""
+    a, b, c = "lo-a", "lo-b", "lo-c"
+    now = [1000.0]
+    incremental = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "Incremental", "incremental_step": 1,
+                                                             "worker_lost_timeout": "10s"})), clock=lambda: now[0])
+    all_at_once = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+                             clock=lambda: now[0])
+    for name in (a, b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    for d in (incremental, all_at_once):
+        await d.leases_pass()
+    now[0] += 11  # a, the preferred cluster, falls silent and is declared lost
+    for name in (b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    await incremental.leases_pass()
+    await all_at_once.leases_pass()  # (a lost already: it reads that)
+    first, second = f"leftout-{next(RUNS)}", f"leftout-{next(RUNS)}"
+    await request(bus, incremental, apply_for(first))
+    await request(bus, all_at_once, apply_for(second))
+    assert [((r := await record(bus, run)).nominated, r.lost) for run in (first, second)] == [([b], [a]), ([b], [a])]
+    await kv.put(bus, sites.LEASES, a, SiteLease(2, False))  # a fenced and rejoined
+    now[0] += 1
+    await all_at_once.leases_pass()
+    rec = await record(bus, second)
+    assert (rec.nominated, rec.lost) == ([b, a], [])
+    assert (await steps(bus, second))[-1] == ("dispatch.nominated", [b, a], f"{a} rejoined; AllAtOnce: nominated {a}")
+
+
+async def test_a_cluster_removed_from_the_platform_is_fenced_and_its_runs_requeued(bus: Bus) -> None:
+    run = f"removed-{next(RUNS)}"
+    a, b, c = "rm-a", "rm-b", "rm-c"
+    before = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce"})))
+    for name in (a, b, c):
+        await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
+    await before.leases_pass()
+    await request(bus, before, apply_for(run))
+    await before.on_report(a, admitted(run))
+    # the platform without a (b takes its place as the preferred cluster; c still serves only the gpu queue)
+    after = Dispatcher(bus, fixed(platform((b, "rm-d", c), {"mode": "AllAtOnce"})))
+    await kv.put(bus, sites.LEASES, "rm-d", SiteLease(1, False))
+    await after.leases_pass()
+    assert (await sites.leases(bus))[a][0] == SiteLease(2, True)  # fenced: its site, if it runs, stops the run
+    rec = await record(bus, run)
+    assert (rec.chosen, rec.nominated, rec.lost) == ("", [b, "rm-d"], [])
+    assert (await steps(bus, run))[-2:] == [
+        ("dispatch.withdrawn", [a], f"{a} is no longer in the platform"),
+        ("dispatch.nominated", [b, "rm-d"], f"AllAtOnce: nominated {b}, rm-d")]
+    await after.leases_pass()  # done once: nothing is said again
+    assert len(await steps(bus, run)) == 5
