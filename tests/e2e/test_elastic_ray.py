@@ -182,6 +182,9 @@ def check(pool: Stack, tmp_path: Path, exchange: Path, elastic: str) -> None:
     (exchange / "done").touch()
     status = pool.wait_state(elastic, {"succeeded", "failed"}, timeout=180)
     assert status["state"] == "succeeded", status
+    # worker 2 given up at the shrink, a new worker 2 at the growth: the head and the three workers that ran to the end
+    assert sorted(p["name"].split("-a1-")[1].split("-")[0] for p in status["pods"]) == ["0", "1", "2", "head"], (
+        status["pods"])
 
     said = progress(exchange)
     assert said[0] == {"event": "connected", "head": True}  # the driver runs on the head, which takes no tasks
