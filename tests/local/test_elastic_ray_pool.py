@@ -7,6 +7,7 @@ cluster is ``tests/e2e/test_elastic_ray.py`` (slow)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from taugrid.bus.replay import replay
 from taugrid.core.contracts import BackendApply, WatchEvent
 from taugrid.health.wire import NodeCordon
 from taugrid.kube.translate import translate
+from taugrid.local import raycluster
 from taugrid.local.controller import LocalCluster
 from tests.local.pools import pool_cluster, settle
 from tests.local.test_elastic_pool import PLATFORM, job
@@ -179,3 +181,28 @@ async def test_a_drain_under_a_ray_cluster_gives_up_its_workers_there_but_never_
         changes = await replay(c.bus, stream="K8S", subject="k8s.local.rayjob.default.ray-a1.>")
         outs = [out.event_type for m in changes for out in translate(msgspec.json.decode(m.data, type=WatchEvent))]
         assert outs[-1] == "exec.failed"
+
+
+async def test_a_ray_cluster_evicted_whole_comes_back_on_a_new_port_its_old_files_gone(pool: LocalCluster) -> None:
+    """Shrinking to its minimum does not make room (the preemptor needs 3 of the 4 GPUs, the run holds 3 and keeps
+    at least 2): it is evicted as Kueue would, and once the preemptor ends it starts again, its head on a new port
+    (the dying head may hold the old one a while), its old port's Ray files removed."""
+    c = pool
+    await c.apply(BackendApply(run_id="ray", workspace="default", attempt=1,
+                               manifests=[rayjob("ray-a1", workers=3, seconds=600, elastic="2:3:1:0")]))
+    await until(c, lambda: running(c, "ray-a1") == [(HEAD, 0), (W, 0), (W, 1), (W, 2)])
+    wl = c.wls["ray-a1"]
+    old_port = wl.rdzv_port
+    files = [Path(raycluster.temp_dir(old_port)), Path(raycluster.temp_dir(old_port, 1))]
+    for d in files:
+        d.mkdir()
+    try:
+        await c.apply(BackendApply(run_id="hi", workspace="default", attempt=1,
+                                   manifests=[job("hi-a1", pods=3, priority="high", seconds=1.5)]))
+        await until(c, lambda: wl.requeues == 1)
+        assert not any(d.exists() for d in files)
+        await until(c, lambda: running(c, "ray-a1") == [(HEAD, 0), (W, 0), (W, 1), (W, 2)])
+        assert wl.rdzv_port not in (0, old_port)
+    finally:
+        for d in files:
+            shutil.rmtree(d, ignore_errors=True)

@@ -701,6 +701,9 @@ class LocalCluster:
         objects.job_suspended(wl.job)
         await self.publish(wl, wl.job["kind"], wl.job, "modified")
         wl.pods, wl.state, wl.last_pending = [], "pending", ""
+        if wl.head_per_pod:  # a Ray cluster: its dying head may hold its port a while; the next start takes another
+            _remove_ray_files(wl)
+            wl.rdzv_port = 0
         # at a site the eviction sends the run back to the dispatcher (kueue#8302): it queues here again as a
         # reservation and starts only if this cluster is chosen again
         wl.held = wl.held or self.site
@@ -981,9 +984,8 @@ class LocalCluster:
         self.wls.pop(wl.name, None)
         self._ended_at.pop(wl.name, None)
         self._ending.difference_update(p.name for p in wl.pods)
-        if wl.head_per_pod and wl.rdzv_port and not may_return:  # its Ray nodes' session files (logs, sockets)
-            for d in raycluster.temp_dirs(wl.rdzv_port):
-                shutil.rmtree(d, ignore_errors=True)
+        if not may_return:
+            _remove_ray_files(wl)
         if may_return:
             return
         self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
@@ -1049,6 +1051,13 @@ def site_name(cluster: str) -> str:
 def _workspace_user(users: WorkspaceUsers) -> Callable[[Mapping[str, Any]], RunUser]:
     """The OS user a pod runs as: its workspace's (label ``taugrid.io/workspace``)."""
     return lambda pod: users.user(objects.workspace_of(pod))
+
+
+def _remove_ray_files(wl: LocalWorkload) -> None:
+    """A Ray cluster's nodes' session files (logs, sockets), which Ray leaves behind; nothing for other workloads."""
+    if wl.head_per_pod and wl.rdzv_port:
+        for d in raycluster.temp_dirs(wl.rdzv_port):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _admitted_flavors(wl: LocalWorkload) -> dict[str, str]:
