@@ -115,12 +115,24 @@ def outputs(section: dict[str, Any]) -> dict[str, Any]:
 
 
 async def queues(bus: Bus, viewer: Viewer) -> dict[str, Any]:
-    """The ``tau queue`` snapshot; a pending run of a workspace the viewer may not read keeps its position but
-    not its name."""
-    entry = await kv.get(bus, "local_cluster", "queues")
-    if entry is None or not entry.value:
-        return {"queues": [], "time": None}
-    snap: dict[str, Any] = msgspec.json.decode(entry.value)
+    """The ``tau queue`` snapshot (on a hub with clusters, each cluster's share of each ClusterQueue, as the sites
+    report them: ``client.clusters.queue_snapshot``); a pending run of a workspace the viewer may not read keeps
+    its position but not its name."""
+    from taugrid.bus.platformread import PlatformReader
+    from taugrid.bus.sitecapacity import provisioned
+    from taugrid.client.clusters import queue_snapshot, quota_view
+
+    # the platform is read (and checked) only on a hub: this page asks every 3 s
+    got = await PlatformReader(bus).get() if await provisioned(bus) else None
+    view = await quota_view(bus, got[0]) if got is not None else None
+    snap: dict[str, Any]
+    if got is not None and view is not None:
+        snap = queue_snapshot(got[0], view[0])
+    else:
+        entry = await kv.get(bus, "local_cluster", "queues")
+        if entry is None or not entry.value:
+            return {"queues": [], "time": None}
+        snap = msgspec.json.decode(entry.value)
     if viewer.workspaces is not None:
         mine = {r.run_id for r in await runrecord.list_records(bus, workspaces=_workspaces(viewer))}
         for q in snap.get("queues", []):

@@ -26,6 +26,7 @@ from taugrid.bus.topology import (
     CONSUMERS,
     KV_BUCKETS,
     OBJECT_STORE,
+    SITE_CAPACITY_BUCKET,
     SITE_DISPATCHER_DURABLE,
     SOURCES_STORE,
     UPLOADS_STORE,
@@ -38,7 +39,8 @@ from taugrid.core.publishing import SERVICE_PUBLISH
 
 API = "$JS.API"
 READ_STREAMS = ("RUNS", "AUDIT", "LOGS")  # the streams people read, confined to their workspaces
-PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger", "site_leases", "site_capacity")
+PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger", "site_leases",
+                  SITE_CAPACITY_BUCKET)
 # Buckets whose keys are ``run.<workspace>.<run>``: people read only their workspaces' keys there.
 WORKSPACE_KV = ("run_state", "ledger")
 
@@ -214,7 +216,7 @@ def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
         pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>", f"{API}.CONSUMER.INFO.{stream}.*",
                 f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",
                 f"{API}.STREAM.MSG.GET.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>"]
-    for bucket in KV_BUCKETS if role.kv_reads is None else role.kv_reads:
+    for bucket in (*KV_BUCKETS, SITE_CAPACITY_BUCKET) if role.kv_reads is None else role.kv_reads:
         pub += _kv_read(bucket)
     pub += [f"$KV.{bucket}.>" for bucket in role.kv_writes]
     if role.objects in ("read", "write"):

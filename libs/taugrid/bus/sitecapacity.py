@@ -22,9 +22,10 @@ from taugrid.bus import kv
 from taugrid.bus.bootstrap import kv_config
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import MISSING, NO_BUCKET, UNAVAILABLE, unavailable
+from taugrid.bus.topology import SITE_CAPACITY_BUCKET
 from taugrid.core.sitecapacity import SiteCapacity
 
-BUCKET = "site_capacity"
+BUCKET = SITE_CAPACITY_BUCKET
 log = logging.getLogger("taugrid.bus")
 
 

@@ -96,6 +96,10 @@ KV_BUCKETS = {
     "site_leases": 1,  # many clusters: one lease per site, renewed by the site, declared lost by the dispatcher
     "service_keys": 1,  # each service's public nkey, written by the bootstrap identity only (bus/authors.py)
 }
+# Many clusters: each site's capacity and usage, one record per cluster (bus/sitecapacity.py). Made by
+# ``sites.provision_hub``, not the bootstrap: its presence says this stack's sites were provisioned. Read as one of
+# "every bucket" by the roles that read them all (the portal's queues page on a hub).
+SITE_CAPACITY_BUCKET = "site_capacity"
 # KV buckets and object stores: no write to them carries a message id (a compare-and-set, a create-once and an
 # object's rollup do that work), so their duplicate window dedups nothing; the server's 2 min default only made it
 # re-read each one's last 2 min of messages at a restart (issue 27). The server takes no 0 (that is its default).

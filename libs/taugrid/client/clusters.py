@@ -20,6 +20,7 @@ cluster's share (``core.sitecapacity.summed``), what ``tau queue`` shows on a hu
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import msgspec
 
@@ -122,3 +123,22 @@ async def quota_view(bus: Bus, platform: Platform) -> tuple[dict[str, SiteCapaci
     by_name = {c.name: c for c in ordered}
     reported = await reports(bus, [c.name for c in ordered])
     return reported, summed(reported, [c.name for c in ordered], lambda name, q: serves(by_name[name], q))
+
+
+def queue_snapshot(platform: Platform, reported: dict[str, SiteCapacity]) -> dict[str, Any]:
+    """The hub's view in the shape of a cluster's own queue snapshot (``local_cluster``/``queues``), for readers
+    made for that one (the portal's queues page): a row per cluster's share of each ClusterQueue it serves,
+    named ``<queue> @ <cluster>``, in preference order, with its first waiting runs; no ``time`` (each record is
+    as its site last wrote it)."""
+    rows: list[dict[str, object]] = []
+    for c in in_preference_order(platform.clusters):
+        report = reported.get(c.name)
+        for q in report.queues if report is not None else []:
+            if not serves(c, q.cluster_queue):
+                continue
+            rows.append({"cluster_queue": f"{q.cluster_queue} @ {c.name}", "cohort": q.cohort,
+                         "nominal": q.nominal, "used": q.used, "borrowed": q.borrowed, "lent": q.lent,
+                         "admitted": q.admitted, "pending_count": q.pending,
+                         "pending": [{"run_id": run, "workload": "", "position": i}
+                                     for i, run in enumerate(q.first_pending)]})
+    return {"queues": rows, "time": None, "clusters": sorted(reported)}
