@@ -17,6 +17,7 @@ summed over all pods of all pod sets (a gang is charged whole).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -200,6 +201,13 @@ def _tas_mismatch(ps: PodSet, rf: ResourceFlavor, covered: tuple[str, ...], impl
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _plain_flavor(name: str) -> ResourceFlavor:
+    """A flavor the engine was given no definition of: no labels, no taints (one object per name, not one per
+    nomination)."""
+    return ResourceFlavor(name)
+
+
 def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor],
              workload: Workload, requests: list[dict[str, int]], oracle: Oracle | None = None, *,
              known_flavors_only: bool = False, fair_sharing: bool = False,
@@ -234,12 +242,13 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
             shortfalls: list[Shortfall] = []
             for fq in group.flavors:
                 # A recomputation keeps each resource on the flavor it was nominated (Kueue's nomination mapping).
-                stuck = next((r for r in wanted if sticky and sticky.get((ps.name, r), fq.name) != fq.name), None)
+                stuck = (next((r for r in wanted if sticky.get((ps.name, r), fq.name) != fq.name), None)
+                         if sticky else None)
                 if stuck is not None:
                     reasons.append(f"skipping flavor {fq.name} as it is not found in the nomination mapping for "
                                    f"resource {stuck}")
                     continue
-                moved = [r for r in wanted if original and original.get((ps.name, r), fq.name) != fq.name]
+                moved = [r for r in wanted if original.get((ps.name, r), fq.name) != fq.name] if original else None
                 if moved:
                     reasons.extend(f"could not assign {fq.name} flavor since the original workload is assigned: "
                                    f"{original[(ps.name, r)]}" for r in moved if original)
@@ -249,16 +258,16 @@ def nominate(tree: QuotaTree, node: QNode, cq: ClusterQueue, flavors: Mapping[st
                     if known_flavors_only:
                         reasons.append(f"flavor {fq.name} not found")
                         continue
-                    rf = ResourceFlavor(fq.name)
+                    rf = _plain_flavor(fq.name)
                 if topologies is not None:
                     mismatch = _tas_mismatch(ps, rf, group.covered_resources, implied, topologies)
                     if mismatch is not None:
                         reasons.append(mismatch)
                         continue
-                if any(ps.node_selector.get(k, v) != v for k, v in rf.node_labels.items()):
+                if ps.node_selector and any(ps.node_selector.get(k, v) != v for k, v in rf.node_labels.items()):
                     reasons.append(f"flavor {fq.name} doesn't match node affinity")
                     continue
-                taint = untolerated(rf.taints, workload.tolerations + ps.tolerations)
+                taint = untolerated(rf.taints, workload.tolerations + ps.tolerations) if rf.taints else None
                 if taint is not None:
                     reasons.append(f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {fq.name}")
                     continue

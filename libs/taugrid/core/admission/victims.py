@@ -122,8 +122,7 @@ def get_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappin
     bwc_forbidden = bwc.policy == BorrowWithinCohortPolicy.NEVER
 
     def uses(ws: WState) -> bool:
-        return (ws.status == ADMITTED and ws.workload.preemptible
-                and any(fr in frs_need for fr in ws.usage))
+        return ws.status == ADMITTED and ws.workload.preemptible and not frs_need.isdisjoint(ws.usage)
 
     def classify(ws: WState, advantage: bool) -> Variant:
         if not uses(ws):
