@@ -149,3 +149,25 @@ async def test_a_researchers_watch_is_confined_to_her_workspaces(secure_nats: Se
     finally:
         await alice.close()
         await svc.close()
+
+
+def test_on_a_hub_the_queues_are_each_sites_share_as_it_reports() -> None:
+    from taugrid.config.platform import load_platform
+    from taugrid.core.sitecapacity import QueueShare, SiteCapacity
+    from tests.platforms import lab_platform
+
+    hub = load_platform(lab_platform(clusters=[{"name": "east", "backend": "local", "preference": 1},
+                                               {"name": "west", "backend": "local"}]))
+    view = TopView(platform=hub)
+    view.apply("site_capacity", "east", msgspec.json.encode(SiteCapacity(queues=[QueueShare(
+        "lab", nominal={"cpu": 8.0}, used={"cpu": 1.0}, admitted=1, pending=2, first_pending=["w1", "w2"])])))
+    view.apply("site_capacity", "west", msgspec.json.encode(SiteCapacity(queues=[QueueShare(
+        "lab", nominal={"cpu": 4.0})])))
+    rows = view.snapshot(now=NOW, finished=0)["queues"]
+    assert rows == [
+        {"cluster_queue": "lab @ west", "cohort": "", "nominal": {"cpu": 4.0}, "used": {}, "borrowed": {},
+         "admitted": 0, "pending": 0, "next": []},
+        {"cluster_queue": "lab @ east", "cohort": "", "nominal": {"cpu": 8.0}, "used": {"cpu": 1.0}, "borrowed": {},
+         "admitted": 1, "pending": 2, "next": ["w1", "w2"]}]
+    view.apply("site_capacity", "east", None)  # a record gone: its share goes with it
+    assert [q["cluster_queue"] for q in view.snapshot(now=NOW, finished=0)["queues"]] == ["lab @ west"]

@@ -2,7 +2,9 @@
 
 It subscribes to three KV buckets (``bus/kv.watch``: current values, then every change as it is stored):
 ``run_state`` (the run records of the workspaces you may read), ``local_cluster``/``queues`` (the queue snapshot
-``tau queue`` shows, on both backends) and ``node_state`` (the health monitor's verdicts). Nothing is polled:
+``tau queue`` shows, on both backends; on a hub with clusters ``site_capacity``, each site's record, shown as each
+cluster's share of each ClusterQueue: ``client.clusters.queue_snapshot``) and ``node_state`` (the health
+monitor's verdicts). Nothing is polled:
 a frame is drawn when something changed, at most ``FRAME_S`` apart. ``--once`` draws the first complete frame
 and exits (``--output json`` for scripts, schema ``taugrid.io/top/v1``).
 """
@@ -20,10 +22,16 @@ from typing import Any
 import click
 import msgspec
 
+from taugrid.bus.platformread import PlatformReader
+from taugrid.bus.sitecapacity import provisioned
+from taugrid.bus.topology import SITE_CAPACITY_BUCKET
 from taugrid.cli.common import connected, emit_json, output_option, run_async
 from taugrid.cli.views import table
+from taugrid.client.clusters import queue_snapshot
 from taugrid.client.summaries import gpu_kind
+from taugrid.config.platform import Platform
 from taugrid.core.devices import VENDORS
+from taugrid.core.sitecapacity import SiteCapacity
 
 VENDOR_RESOURCES = {v.resource: v.name for v in VENDORS.values()}  # nvidia.com/gpu → nvidia, in table order
 
@@ -39,6 +47,9 @@ class TopView:
     runs: dict[str, Any] = field(default_factory=dict)  # run_state key → RunRecord
     nodes: dict[str, Any] = field(default_factory=dict)  # node_state key → NodeState
     queues: dict[str, Any] | None = None  # the `tau queue` snapshot
+    # on a hub with clusters (None elsewhere): the platform, and each site's last record by cluster
+    platform: Platform | None = None
+    sites: dict[str, SiteCapacity] = field(default_factory=dict)
 
     def apply(self, bucket: str, key: str, value: bytes | None) -> None:
         from taugrid.core.states import RunRecord
@@ -46,6 +57,13 @@ class TopView:
 
         if bucket == "local_cluster":
             self.queues = msgspec.json.decode(value) if value else None
+            return
+        if bucket == SITE_CAPACITY_BUCKET and self.platform is not None:
+            try:
+                self.sites[key] = msgspec.json.decode(value or b"", type=SiteCapacity)
+            except msgspec.DecodeError:
+                self.sites.pop(key, None)  # deleted, or a record this version cannot read
+            self.queues = queue_snapshot(self.platform, self.sites)
             return
         held, kind = (self.runs, RunRecord) if bucket == "run_state" else (self.nodes, NodeState)
         if value is None:
@@ -154,13 +172,15 @@ async def top(once: bool, finished: int, output: str) -> None:
         raise click.UsageError("--output json needs --once (a live view is for a terminal)")
     async with connected() as client:
         readable = await client.readable_workspaces()
-        watches = [("local_cluster", "queues"), ("node_state", "node.>")]
+        got = await PlatformReader(client.bus).get() if await provisioned(client.bus) else None
+        hub = got[0] if got is not None and got[0].clusters else None  # the sites' records (read at start)
+        watches = [(SITE_CAPACITY_BUCKET, ">") if hub else ("local_cluster", "queues"), ("node_state", "node.>")]
         watches += [("run_state", "run.>")] if readable is None else [("run_state", f"run.{token(ws)}.>")
                                                                       for ws in readable]
         changes: asyncio.Queue[tuple[str, str, bytes | None] | None] = asyncio.Queue()
         tasks = [asyncio.create_task(_feed(client.bus, bucket, flt, changes)) for bucket, flt in watches]
         try:
-            await _show(TopView(), changes, tasks, expected=len(watches), once=once, finished=finished,
+            await _show(TopView(platform=hub), changes, tasks, expected=len(watches), once=once, finished=finished,
                         output=output)
         finally:
             for task in tasks:
