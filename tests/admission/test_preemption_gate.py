@@ -38,7 +38,8 @@ def test_a_gated_workload_that_fits_is_admitted() -> None:
 
 def test_a_gated_workload_takes_no_node_room_from_others() -> None:
     """Quota fits, the node does not: the engine would preempt for node room (KAI); gated, it waits instead."""
-    e = Engine([cq("team", gpu=8, preemption=LOWER)], nodes=[Node("n1", tuple(GpuDevice(g, 81920) for g in range(4)), cpu=64, memory=1 << 40)])
+    node = Node("n1", tuple(GpuDevice(g, 81920) for g in range(4)), cpu=64, memory=1 << 40)
+    e = Engine([cq("team", gpu=8, preemption=LOWER)], nodes=[node])
     e.submit(wl("low", "team", gpu=4, prio=1, t=0), 0)
     run_until_quiet(e)
     e.submit(wl("high", "team", gpu=4, prio=10, t=1, preemption_gated=True), 1)
