@@ -171,3 +171,33 @@ async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_m
     headers = {ev.subject: ev.headers for ev in bulk}
     assert headers[f"{ws}-odd0"]["x-note"] == "a: b" and headers[f"{ws}-odd2"]["x-lead"] == "spaced"
     assert headers[f"{ws}-odd4"]["x-dup"] == "2" and "bad name" not in headers[f"{ws}-odd5"]
+
+
+async def test_two_replays_at_once_beside_another_subscription_on_the_same_connection(bus: Bus) -> None:
+    from nats.aio.msg import Msg
+
+    from taugrid.bus import bulkparse
+
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    await _emit_many(bus, ws, 300)
+    plain: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def collect(msg: Msg) -> None:
+        plain.append(msg.data)
+        if len(plain) == 50:
+            arrived.set()
+
+    sub = await bus.nc.subscribe(f"plain.{ws}", cb=collect)
+
+    async def publish() -> None:
+        for i in range(50):
+            await bus.nc.publish(f"plain.{ws}", str(i).encode())
+            await asyncio.sleep(0)
+
+    first, second, _ = await asyncio.gather(_read_all(bus, f"run.{ws}.>"), _read_all(bus, f"run.{ws}.>"), publish())
+    await asyncio.wait_for(arrived.wait(), timeout=5)
+    await sub.unsubscribe()
+    assert first == second and len(first) == 300
+    assert plain == [str(i).encode() for i in range(50)]  # nats-py's own reading, in order, meanwhile
+    assert not isinstance(bus.nc._ps, bulkparse.BulkParser) and "_process_msg" not in bus.nc.__dict__

@@ -1,13 +1,14 @@
 """The NATS protocol stream read in bulk for the subscriptions a long replay routes (``rawmsgs.route``).
 
-nats-py's ``Parser`` tries up to seven regular expressions per frame, copies each payload out of a bytearray it
-shrinks from the front, and awaits ``Client._process_msg`` for every message. ``BulkParser`` stands in for it on
-one connection while a routed subscription lasts: it walks each buffer the reading loop hands over with
-``bytes.find`` and ``bytes.split`` (no regular expression), and hands a routed subscription's messages to its
-sink as one list per buffer, ``(subject, reply, header block or None, payload)`` bytes as nats-py would pass
-them to ``_process_msg``. Everything else goes to nats-py's own parser, a whole frame at a time, so it behaves
-exactly as before: other subscriptions' messages, PING/PONG, INFO, ``+OK``/``-ERR``, and any control line this
-reader does not recognise (from there on, until nats-py's parser is back at a frame boundary).
+nats-py's ``Parser`` matches each control line against regular expressions (the first of seven that fits),
+copies each payload out of a bytearray it shrinks from the front, and awaits ``Client._process_msg`` for every
+message. ``BulkParser`` stands in for it on one connection while a routed subscription lasts: it walks each
+buffer the reading loop hands over with ``bytes.find`` and ``bytes.split`` (no regular expression), and hands a
+routed subscription's messages to its sink as one list per buffer, ``(subject, reply, header block or None,
+payload)`` bytes as nats-py would pass them to ``_process_msg``. Everything else goes to nats-py's own parser, a
+whole frame at a time, so it behaves exactly as before: other subscriptions' messages, PING/PONG, INFO,
+``+OK``/``-ERR``, and any control line this reader does not recognise (from there on, until nats-py's parser is
+back at a frame boundary).
 
 Invariants: frames reach sinks and nats-py in the order the server sent them; this parser only ever stops at a
 frame boundary (an incomplete frame is kept from its control line on, and a long one gathered in pieces without
@@ -79,7 +80,8 @@ class BulkParser:
             self.busy = False
             if self.detaching:
                 self.detaching = False
-                self.detach()
+                if not self.sinks:  # unless a replay was routed again meanwhile
+                    self.detach()
 
     async def _parse(self, data: bytes) -> None:
         original = self.original
