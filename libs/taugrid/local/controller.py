@@ -187,6 +187,7 @@ class LocalCluster:
         self._ended_at: dict[str, float] = {}
         self._freed = False  # capacity released since the last admission began (``_release_ended``)
         self._ending: set[str] = set()  # Ray workers told to stop because their head ended
+        self.releases: set[asyncio.Task[None]] = set()  # shrinks' quota freed once their pods exited (``resize``)
 
     # ---------------------------------------------------------------- platform and restart
     async def refresh_platform(self) -> None:

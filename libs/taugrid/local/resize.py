@@ -1,9 +1,12 @@
 """Carry out the admission engine's resizes of an elastic run on the local pool (``core/admission/elastic.py``).
 
 Role: a grown run gets pods for the new indices (placed where the engine put them, started like any admitted pod);
-a shrunk run has its highest-index pods stopped (SIGTERM, then SIGKILL after the grace) and deleted, and only then
-does the engine free their quota and devices (``release_removed``), so nothing is admitted onto capacity still in
-use. torchrun's elastic agents (``--nnodes=MIN:MAX``, c10d rendezvous on pod 0, which a shrink never removes)
+a shrunk run has its highest-index pods stopped (SIGTERM, then SIGKILL after the grace) and deleted, and only once
+their processes have exited does the engine free their quota and devices (``release_removed``, from a task that
+waits for the kubelet's last status of each), so nothing is admitted onto capacity still in use (Kueue #15661:
+quota freed before the pods stopped). A Ray worker told to stop drains for up to 30 s; a torchrun agent
+finishes its step: the higher-priority run that asked for the shrink waits for that, as on Kubernetes.
+torchrun's elastic agents (``--nnodes=MIN:MAX``, c10d rendezvous on pod 0, which a shrink never removes)
 restart the workers at the new world size; the script resumes from its last checkpoint. An elastic RayJob's pod set
 that resizes is its Ray cluster's workers (``raycluster``): a new worker pod joins the head, a stopped one leaves
 the cluster, and the head pod (the entrypoint) stays.
@@ -14,6 +17,8 @@ start or stop, and a shrink of it is released at once.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any, Protocol
 
@@ -21,8 +26,16 @@ from taugrid.core.admission import Resize
 from taugrid.core.admission import results as R
 from taugrid.local import checkpoints, objects, raycluster
 from taugrid.local.admit import LocalAdmitter, job_elastic
+from taugrid.local.kubelet import PodHandle
+from taugrid.local.lanelock import LaneLock
 from taugrid.local.podsync import PodSync
 from taugrid.local.state import LocalPod, LocalWorkload
+
+log = logging.getLogger(__name__)
+
+# How long a stopped pod may take to exit before its quota is freed regardless (its grace, SIGKILL, then the
+# kubelet's report): a pod whose end is never reported (its shim lost) must not hold quota for ever.
+STOP_WAIT_S = 120.0
 
 
 class LocalCluster(Protocol):
@@ -31,8 +44,10 @@ class LocalCluster(Protocol):
     wls: dict[str, LocalWorkload]
     admitter: LocalAdmitter
     podsync: PodSync
+    lock: LaneLock
     node: str
     simulate: bool
+    releases: set[asyncio.Task[None]]  # shrinks waiting for their removed pods to exit (``_release_when_gone``)
 
     def wake(self) -> None: ...
     async def save(self, wl: LocalWorkload) -> None: ...
@@ -96,11 +111,31 @@ async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
 async def _shrink(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     removed = {pl.index for pl in r.placements}
     gone = [p for p in _resizable(wl) if p.index in removed]
+    # the real processes still running: the quota they hold is freed once they have exited, not when told to stop
+    stopping = [h for p in gone if p.phase == "Running" and not p.sim_end
+                and (h := c.podsync.kubelet.handles.get(p.name)) is not None and not h.done.is_set()]
     await c.podsync.take_down(wl, gone, "Resized", final=True)
     wl.pods = [p for p in wl.pods if not any(p is q for q in gone)]
     wl.pods_wanted = r.new_count
     await c.save(wl)
-    c.admitter.release_removed(wl.name)
+    if not stopping:
+        c.admitter.release_removed(wl.name)
+        return
+    task = asyncio.create_task(_release_when_gone(c, wl.name, stopping), name=f"release-{wl.name}")
+    c.releases.add(task)
+    task.add_done_callback(c.releases.discard)
+
+
+async def _release_when_gone(c: LocalCluster, name: str, stopping: list[PodHandle]) -> None:
+    """Free a shrink's held quota once every removed pod's process has exited (or ``STOP_WAIT_S`` passed)."""
+    try:
+        await asyncio.wait_for(asyncio.gather(*(h.wait() for h in stopping)), STOP_WAIT_S)
+    except TimeoutError:
+        log.warning("workload %s: %d pod(s) a shrink stopped did not report their end within %.0f s; their quota "
+                    "is freed anyway", name, sum(not h.done.is_set() for h in stopping), STOP_WAIT_S)
+    async with c.lock:
+        c.admitter.release_removed(name)
+    c.wake()
 
 
 def _resizable(wl: LocalWorkload) -> list[LocalPod]:
