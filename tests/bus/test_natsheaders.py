@@ -59,13 +59,13 @@ PLAIN_BLOCKS = st.tuples(st.lists(st.tuples(NAMES, VALUES), max_size=8),
     lambda pt: b"".join(f"{name}: {value}\r\n".encode() for name, value in pt[0]) + pt[1])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(BLOCKS, PLAIN_BLOCKS), max_size=6))
 def test_a_batch_of_blocks_reads_as_nats_py_reads_each(blocks: list[bytes]) -> None:
     assert natsheaders.parse_header_blocks(blocks) == [ORIGINAL(b) for b in blocks]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(PLAIN_BLOCKS, min_size=1, max_size=6))
 def test_a_batch_of_blocks_as_clients_write_them_reads_as_nats_py_reads_each(blocks: list[bytes]) -> None:
     got = natsheaders.parse_header_blocks(blocks)
