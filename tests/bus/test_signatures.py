@@ -210,6 +210,7 @@ def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> Non
         "recovery.retrying": ["recovery"], "recovery.gave_up": ["recovery"],
         "health.degraded": ["health-monitor"], "evidence.sealed": ["evidence"],
         "dispatch.nominated": ["dispatcher"], "dispatch.chosen": ["dispatcher"], "dispatch.withdrawn": ["dispatcher"],
+        "dispatch.granted": ["dispatcher"],
     }
 
 
