@@ -179,6 +179,8 @@ def get_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappin
         return ([e for lst in ordered for e in lst if e.cand.evicting]
                 + [e for lst in ordered for e in lst if not e.cand.evicting])
 
+    if not hierarchy and not priority and not same:
+        return []  # nobody to preempt (the common answer when a queue and its cohort are full)
     candidates = evicted_first((hierarchy, priority, same))
     no_other = not hierarchy and not priority
     under_nominal = all(node.nominal.get(fr, 0) > node.usage.get(fr, 0) for fr in frs_need)
@@ -204,8 +206,6 @@ def get_targets(*, tree: QuotaTree, states: Mapping[str, WState], queues: Mappin
             p = p.parent
         return True
 
-    if not candidates:
-        return []
     sim = sim_factory(requests)
     for borrow in attempts:
         chosen: list[_Elem] = []
