@@ -6,11 +6,13 @@ sharing tournament), then admit, preempt or leave each pending with Kueue's reas
 No I/O, no clock: time is the ``now`` argument.
 
 Invariants:
-- a cycle costs O(ClusterQueues + decisions), never O(pending): heads come from heaps; parked workloads are
-  re-heaped (C ``heapify``) only after a capacity event in their cohort tree, or, for a head whose verdict read
-  what the nodes hold now, after any release of node room (``CQQueue.parked_on_nodes``); a head of the same shape as its
-  queue's last inadmissible head is settled by that head's nomination while neither epoch (the cohort tree's
-  quota, the nodes) has moved (``_memo_of``), with the reference engine's decisions (``memo=False``);
+- a cycle costs O(ClusterQueues + decisions), never O(pending): heads come from each queue's sorted run or heap
+  of recent pushes; parked workloads are sorted back into the run (C ``sort``) only after a capacity event in
+  their cohort tree, or, for a head whose verdict read what the nodes hold now, after any release of node room
+  (``CQQueue.parked_on_nodes``); a head of the same shape as one of its queue's last inadmissible heads is
+  settled by that head's nomination while neither epoch (the cohort tree's quota, the nodes) has moved
+  (``_memo_of``), with the reference engine's decisions (``memo=False``), and keeps no object of its own (its
+  shape's number, the memo's pending reason);
 - usage only grows through a fit check against the quota tree, so limits hold (see ``quota``);
 - a gang is charged and placed whole or not at all;
 - victims keep their quota until the end of the cycle that chose them (like Kueue, where they hold it until
