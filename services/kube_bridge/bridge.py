@@ -22,13 +22,15 @@ served and allowed; re-probed every ``VISIBILITY_RETRY_S`` otherwise) for each C
 workloads in order, then writes ``taugrid.kube.queues.snapshot`` to the ``local_cluster`` KV bucket under
 ``queues`` — the key the local cluster writes — so ``tau queue`` reads one place on both backends.
 
-Elastic Jobs (``kube/resize.py``): when a watched Workload is Kueue's admitted scale-up slice of an elastic Job
-(``kueue.x-k8s.io/workload-slice-replacement-for``), the leader records on the Job the growth taugrid asked for
+Elastic Jobs and RayJobs (``kube/resize.py``): when a watched Workload is Kueue's admitted scale-up slice of an
+elastic Job or RayJob (``kueue.x-k8s.io/workload-slice-replacement-for``), the leader records on it the growth
+taugrid asked for
 (``taugrid.io/resize-requested`` → ``taugrid.io/resized``, read as ``exec.resized``), after the change itself
 is published. A failure there (RBAC, a conflict) is logged and left to the slice's next change. Kueue itself never
-changes an elastic Job's size: the leader keeps the watched elastic Jobs, Workloads and queues and, every
-``queue_every_s``, carries out what ``kube/elasticdecide.py`` decides (grow into free quota, shrink for a pending
-higher-priority workload) through ``JobScaler.resize``; the patched Job is kept at once, so the next round sees
+changes an elastic Job's size: the leader keeps the watched elastic Jobs and RayJobs, Workloads and queues and,
+every ``queue_every_s``, carries out what ``kube/elasticdecide.py`` decides (grow into free quota, shrink for a
+pending higher-priority workload) through ``JobScaler.resize`` (a RayJob's Ray cluster: ``resize_rayjob``); the
+patched Job is kept at once, so the next round sees
 the resize in flight and decides nothing more until Kueue has followed it.
 """
 
@@ -163,7 +165,8 @@ class Bridge:
             tasks.append(asyncio.create_task(self._pump(key, watcher), name=f"watch-{key}"))
         if any(resource.kind == "ClusterQueue" for resource, _ in self.resources):
             tasks.append(asyncio.create_task(self._snapshot_queues(stopping), name="queue-snapshot"))
-        if {"Job", "Workload", "ClusterQueue", "LocalQueue"} <= {resource.kind for resource, _ in self.resources}:
+        kinds = {resource.kind for resource, _ in self.resources}
+        if {"Workload", "ClusterQueue", "LocalQueue"} <= kinds and kinds & {"Job", "RayJob"}:
             tasks.append(asyncio.create_task(self._resize_elastic(stopping), name="elastic-resize"))
         try:
             while not stopping.is_set():
@@ -227,10 +230,10 @@ class Bridge:
         kind = str(ev.object.get("kind") or "")
         meta = ev.object.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        store = self.workloads if kind == "Workload" else self.elastic_jobs if kind == "Job" else None
+        store = self.workloads if kind == "Workload" else self.elastic_jobs if kind in ("Job", "RayJob") else None
         if store is None:
             return
-        if ev.type == "DELETED" or (kind == "Job" and (meta.get("annotations") or {}).get(ELASTIC_JOB) != "true"):
+        if ev.type == "DELETED" or (kind != "Workload" and (meta.get("annotations") or {}).get(ELASTIC_JOB) != "true"):
             store.pop(key, None)
         else:
             store[key] = ev.object
@@ -242,12 +245,14 @@ class Bridge:
                                local_queues=self.queue_objects["LocalQueue"].values(),
                                workloads=self.workloads.values(), jobs=self.elastic_jobs, now=time.time())
             for d in decisions:
+                resize = self.scaler.resize_rayjob if d.kind == "RayJob" else self.scaler.resize
                 try:
-                    self.elastic_jobs[(d.namespace, d.job)] = await self.scaler.resize(
+                    self.elastic_jobs[(d.namespace, d.job)] = await resize(
                         d.namespace, d.job, d.pods, cause=d.cause, preemptor=d.preemptor)
-                    log.info("kube-bridge: Job %s/%s to %d pods (%s)", d.namespace, d.job, d.pods, d.cause)
+                    log.info("kube-bridge: %s %s/%s to %d pods (%s)", d.kind, d.namespace, d.job, d.pods, d.cause)
                 except TauError as exc:  # a conflict, the Job gone, RBAC: the next round decides again
-                    log.warning("kube-bridge: resizing Job %s/%s to %d pods: %s", d.namespace, d.job, d.pods, exc)
+                    log.warning("kube-bridge: resizing %s %s/%s to %d pods: %s", d.kind, d.namespace, d.job, d.pods,
+                                exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), timeout=self.queue_every_s)
 

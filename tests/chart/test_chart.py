@@ -396,7 +396,9 @@ def test_kube_bridge_and_health_monitor_get_only_their_grants(render: Render) ->
         (g, r, v) for g, r in [("batch", "jobs"), ("", "pods"), ("", "events"), ("ray.io", "rayjobs"),
                                ("kueue.x-k8s.io", "workloads")] for v in watch} | {
         ("kueue.x-k8s.io", "localqueues", v) for v in ("get", "list", "watch")} | {
-        ("batch", "jobs", v) for v in ("get", "patch")}  # an elastic Job's growth is recorded on it (kube/resize.py)
+        ("batch", "jobs", v) for v in ("get", "patch")} | {  # an elastic Job's growth is recorded on it, and
+        # an elastic RayJob is resized through its RayCluster's worker group (kube/resize.py)
+        ("ray.io", r, v) for r in ("rayjobs", "rayclusters") for v in ("get", "patch")}
     # `tau queue`: ClusterQueue status and the pending-workloads visibility API are cluster-scoped
     assert rules_of(objs, "t-taugrid-kube-bridge-nodes") == {("", "nodes", v) for v in watch} | {
         ("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list", "watch")} | {

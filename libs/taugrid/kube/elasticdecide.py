@@ -15,8 +15,12 @@ the Job's owner; for taugrid's runs that is this module, run by the leading kube
   quota cannot hold takes pods, one at a time, from the queue's elastic Jobs of lower priority above their minimum
   (lowest priority first, then the youngest), until the quota holds it; when even all of them at their minimum
   would not make room, none is shrunk and Kueue preempts as it would.
-- A queue with a resize in flight (a Job's parallelism not yet its Workload's admitted count, or a growth asked
-  for and not admitted) is left alone until Kueue has followed it: a decision is never taken twice.
+- A queue with a resize in flight (a Job's parallelism, or an elastic RayJob's Ray cluster's desired workers as its
+  ``status.rayClusterStatus.desiredWorkerReplicas`` says, not yet its Workload's admitted count; a RayJob's shrink
+  recorded in the last ``RAY_FOLLOW_S`` that Kueue has not recorded; or a growth asked for and not admitted) is
+  left alone until Kueue has followed it: a decision is never taken twice.
+- An elastic RayJob is weighed like a Job by its worker pod set (the group's name; the head is never resized):
+  its count, and its pod's resources, are that pod set's admitted count and ``resourceUsage`` per pod.
 
 Quota is counted per resource over the queue's flavors (as ``tau queue`` shows it), nominal only: borrowing from
 the cohort is not counted on, so a decision never relies on capacity Kueue could take back.
@@ -41,25 +45,31 @@ from taugrid.kube.resize import (
     ElasticRange,
     admitted_count,
     elastic_range,
-    owner_job,
+    owner,
+    worker_group,
 )
 from taugrid.kube.translate import ANNOTATION_RESIZED, LABEL_RUN_ID
 
 SHRUNK_FOR_PREEMPTOR = "ShrunkForPreemptor"
+# How long a RayJob's recorded shrink holds its queue while Kueue has not followed it: KubeRay reconciles the
+# RayCluster, and Kueue the Workload, within seconds; beyond this the record is taken as superseded.
+RAY_FOLLOW_S = 60.0
 
 
 class Decision(NamedTuple):
     namespace: str
     job: str
-    pods: int  # the Job's new parallelism
+    pods: int  # the Job's new parallelism (a RayJob's: its worker group's replicas)
     cause: str
     preemptor: str = ""  # the run a shrink gives its pods to
+    kind: str = "Job"  # or "RayJob"
 
 
 @dataclass
 class _Elastic:
     namespace: str
     job: str
+    kind: str
     cluster_queue: str
     priority: int
     count: int  # pods admitted
@@ -88,7 +98,7 @@ def decide(*, cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterabl
             if cq in free:
                 pending.setdefault(cq, []).append(wl)
             continue
-        found = _elastic(wl, jobs)
+        found = _elastic(wl, jobs, now)
         if found is not None and found.cluster_queue in free:
             elastic.append(found)
     out: list[Decision] = []
@@ -114,7 +124,7 @@ def _growths(mine: list[_Elastic], room: dict[str, float], now: float) -> list[D
             continue
         for r, v in e.per_pod.items():
             room[r] = room.get(r, 0.0) - v * add
-        out.append(Decision(e.namespace, e.job, e.count + add, GROWN))
+        out.append(Decision(e.namespace, e.job, e.count + add, GROWN, kind=e.kind))
     return out
 
 
@@ -139,34 +149,48 @@ def _shrinks(waiting: list[Mapping[str, Any]], mine: list[_Elastic], room: dict[
         for e in victims:
             if taken[id(e)]:
                 counts[id(e)] -= taken[id(e)]
-                out.append(Decision(e.namespace, e.job, counts[id(e)], SHRUNK_FOR_PREEMPTOR, preemptor))
+                out.append(Decision(e.namespace, e.job, counts[id(e)], SHRUNK_FOR_PREEMPTOR, preemptor, e.kind))
         room.clear()
         room.update({r: v - need.get(r, 0.0) for r, v in trial.items()})  # the preemptor's, once admitted
     return out
 
 
-def _elastic(wl: Mapping[str, Any], jobs: Mapping[tuple[str, str], Mapping[str, Any]]) -> _Elastic | None:
+def _elastic(wl: Mapping[str, Any], jobs: Mapping[tuple[str, str], Mapping[str, Any]],
+             now: float) -> _Elastic | None:
     meta = _meta(wl)
-    name = owner_job(wl)
-    job = jobs.get((str(meta.get("namespace", "")), name)) if name else None
-    rng = elastic_range(job) if job else None
-    admitted = admitted_count(wl)
-    if job is None or rng is None or not admitted or (job.get("spec") or {}).get("suspend"):
+    found = owner(wl)
+    job = jobs.get((str(meta.get("namespace", "")), found[1])) if found else None
+    if job is None or found is None or job.get("kind") != found[0]:
+        return None
+    rng = elastic_range(job)
+    # a RayJob resizes its worker group's pod set only; its head stays (Kueue names the pod set as the group)
+    pod_set = str(worker_group(job).get("groupName") or "") if found[0] == "RayJob" else None
+    admitted = admitted_count(wl, pod_set)
+    if rng is None or not admitted or (job.get("spec") or {}).get("suspend"):
         return None
     usage: dict[str, float] = {}
     for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        if pod_set is not None and psa.get("name") != pod_set:
+            continue
         for r, v in (psa.get("resourceUsage") or {}).items():
             usage[r] = usage.get(r, 0.0) + quantity(v)
     job_meta = _meta(job)
     annotations = job_meta.get("annotations") or {}
-    parallelism = int((job.get("spec") or {}).get("parallelism") or 1)
-    return _Elastic(namespace=str(meta.get("namespace", "")), job=str(name),
+    if found[0] == "RayJob":  # its spec keeps the written size (KubeRay reads it once): its Ray cluster's, as
+        # KubeRay copies the RayCluster's status into the RayJob's (one worker group: its clamped replicas)
+        desired = ((job.get("status") or {}).get("rayClusterStatus") or {}).get("desiredWorkerReplicas")
+        size = admitted if desired is None else int(desired)
+        if _unfollowed_shrink(annotations, admitted, now):  # KubeRay's status may lag taugrid's patch
+            size = -1
+    else:
+        size = int((job.get("spec") or {}).get("parallelism") or 1)
+    return _Elastic(namespace=str(meta.get("namespace", "")), job=found[1], kind=found[0],
                     cluster_queue=str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""),
                     priority=_priority(wl), count=admitted, rng=rng,
                     per_pod={r: v / admitted for r, v in usage.items()},
                     since=_last_resize(annotations) or _stamp((job.get("status") or {}).get("startTime"))
                     or _stamp(job_meta.get("creationTimestamp")),
-                    in_flight=parallelism != admitted or bool(annotations.get(ANNOTATION_RESIZE_REQUESTED)))
+                    in_flight=size != admitted or bool(annotations.get(ANNOTATION_RESIZE_REQUESTED)))
 
 
 def _free(cq: Mapping[str, Any]) -> dict[str, float]:
@@ -229,6 +253,18 @@ def _last_resize(annotations: Mapping[str, Any]) -> float:
         return _stamp(json.loads(str(annotations.get(ANNOTATION_RESIZED) or "{}")).get("at"))
     except (ValueError, AttributeError):
         return 0.0
+
+
+def _unfollowed_shrink(annotations: Mapping[str, Any], admitted: int, now: float) -> bool:
+    """Whether taugrid's last recorded resize of a RayJob is a shrink, at most ``RAY_FOLLOW_S`` old, that Kueue
+    has not recorded yet (the Workload still admits the old count). Later, or once the count moved otherwise
+    (KubeRay's autoscaler writes the same replicas), the record no longer holds the queue."""
+    try:
+        record = json.loads(str(annotations.get(ANNOTATION_RESIZED) or "{}"))
+        old, new = int(record["old_count"]), int(record["new_count"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    return new < old == admitted and now - _stamp(record.get("at")) < RAY_FOLLOW_S
 
 
 def _stamp(text: Any) -> float:
