@@ -48,8 +48,12 @@ def test_heads_settled_by_a_memo_share_its_pending_record_and_their_shape_number
     engine = full_queue()
     for i in range(6):
         engine.submit(run(f"w{i}", at=float(i)), 0.0)
-    for _ in range(6):
+    for _ in range(5):
         engine.cycle(0.0)
+    queue = engine.queues["cq"]
+    entry = queue._first()  # w5's, the last head: settled by the memo, it is parked as the very entry popped
+    engine.cycle(0.0)
+    assert entry is not None and entry[3] == "w5" and queue.parked[-1] is entry
     assert engine.quiescent() and sorted(engine.admitted_names()) == ["w0", "w1"]
     memo = engine.queues["cq"].memo
     assert memo is not None and memo.workload.name == "w2" and engine.nominations == 3  # w0, w1, w2

@@ -441,7 +441,9 @@ class Engine:
                 ws.parked = True
                 q.parked.append((-ws.workload.priority, ws.queue_ts, ws.seq, ws.workload.name, ws.version))
                 continue
-            q.head_epochs = (q.root.epoch, cluster.epoch if cluster is not None else 0)  # ``_epochs``, inline
+            quota_epoch, nodes_epoch = q.root.epoch, cluster.epoch if cluster is not None else 0  # ``_epochs``
+            if q.head_epochs != (quota_epoch, nodes_epoch):  # a new tuple only when they moved (none kept)
+                q.head_epochs = (quota_epoch, nodes_epoch)
             memo = self._memo_of(ws, q) if q.memos else None
             if memo is not None:
                 # Its nomination would repeat the memo's (no victims either).
