@@ -152,7 +152,8 @@ def ray_resize_patches(rayjob: Mapping[str, Any], cluster: Mapping[str, Any], co
     if not group:
         raise PermanentError(f"{_what(rayjob)}: its RayCluster {(cluster.get('metadata') or {}).get('name')} has "
                              "no worker group to resize")
-    old = int(group.get("replicas") if group.get("replicas") is not None else 1)  # Kueue counts a missing one as 1
+    written = group.get("replicas")
+    old = 1 if written is None else int(written)  # Kueue counts a missing one as 1
     if count == old:
         return {}, {}
     groups = [dict(g) for g in (cluster.get("spec") or {}).get("workerGroupSpecs") or []]
