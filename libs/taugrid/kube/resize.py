@@ -199,12 +199,6 @@ def slice_admitted_patch(job: Mapping[str, Any], workload: Mapping[str, Any]) ->
     return {"metadata": {"annotations": {ANNOTATION_RESIZED: requested, ANNOTATION_RESIZE_REQUESTED: None}}}
 
 
-def owner_job(workload: Mapping[str, Any]) -> str | None:
-    """The name of the Job a Workload belongs to (its controller ownerReference), None for other owners."""
-    found = owner(workload)
-    return found[1] if found and found[0] == "Job" else None
-
-
 def owner(workload: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of the Job or RayJob a Workload belongs to, None for other owners."""
     for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
