@@ -107,7 +107,7 @@ def test_what_a_backend_does_not_act_on_is_said_not_silently_stored() -> None:
     (local,) = inert_here(sites, "local")
     assert local.startswith("clusters/dispatch act from the next start of a local stack (`tau down`, `tau up`)")
     (kube,) = inert_here(sites, "kubernetes")
-    assert kube.startswith("clusters/dispatch are stored, but the chart starts no dispatcher or sites")
+    assert kube.startswith("clusters/dispatch act on Kubernetes once the release's platform.config names them")
     for note in (local, kube):
         assert "this stack's own backend" in note
     recovery = platform(people="wait_for_pods_ready: {recovery_timeout: 2m}\n")

@@ -144,28 +144,39 @@ its identity only ("taugrid.busCredsVolume"). TAU_LOCAL_ADMIN names the operator
 
 {{/* The env every taugrid container gets. */}}
 {{- define "taugrid.commonEnv" -}}
-{{- if and (not .Values.nats.embedded.enabled) .Values.nats.urlSecret.name }}
+{{ include "taugrid.envFor" (dict "root" . "name" "") }}
+{{- end -}}
+
+{{/* The env of service .name's containers (dict "root" $ "name" "renderer"): TAU_CLUSTER is its own
+("taugrid.clusterOf"); a site's services are told they run at a site (TAU_SITE, as `tau up` tells a site's). */}}
+{{- define "taugrid.envFor" -}}
+{{- $v := .root.Values -}}
+{{- if and (not $v.nats.embedded.enabled) $v.nats.urlSecret.name }}
 - name: TAU_NATS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.nats.urlSecret.name }}
-      key: {{ .Values.nats.urlSecret.key }}
+      name: {{ $v.nats.urlSecret.name }}
+      key: {{ $v.nats.urlSecret.key }}
 {{- else }}
 - name: TAU_NATS_URL
-  value: {{ include "taugrid.natsUrl" . | quote }}
+  value: {{ include "taugrid.natsUrl" .root | quote }}
 {{- end }}
 - name: TAU_BACKEND
   value: kubernetes
 - name: TAU_CLUSTER
-  value: {{ .Values.backend.cluster | quote }}
+  value: {{ include "taugrid.clusterOf" . | quote }}
+{{- if include "taugrid.site" .root }}
+- name: TAU_SITE
+  value: "on"
+{{- end }}
 - name: TAU_LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
-{{- include "taugrid.authEnv" . }}
-{{- if include "taugrid.natsCa" . }}
+  value: {{ $v.logLevel | quote }}
+{{- include "taugrid.authEnv" .root }}
+{{- if include "taugrid.natsCa" .root }}
 - name: TAU_NATS_CA
   value: /etc/taugrid/nats-ca/ca.crt
 {{- end }}
-{{- with .Values.otel.endpoint }}
+{{- with $v.otel.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ . | quote }}
 {{- end }}
@@ -199,4 +210,50 @@ resources:
   {{- toYaml .root.Values.bootstrap.resources | nindent 2 }}
 securityContext:
   {{- include "taugrid.containerSecurityContext" .root | nindent 2 }}
+{{- end -}}
+
+{{/*
+Many clusters (docs §13d). "taugrid.hub": "true" when this release is a control plane whose platform.config names
+clusters (its NATS is the hub, it runs the dispatcher). "taugrid.site": "true" when this release is a worker
+cluster's site (site.enabled): only its leaf server and the services that run at a site.
+*/}}
+{{- define "taugrid.hub" -}}
+{{- if and (not .Values.site.enabled) .Values.platform.enabled (.Values.platform.config.clusters | default list) }}true{{ end -}}
+{{- end -}}
+
+{{- define "taugrid.site" -}}
+{{- if .Values.site.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The services a site runs against its leaf server (taugrid.stack.chartauth.SITE_SERVICES). */}}
+{{- define "taugrid.siteServices" -}}
+{{- list "kube-bridge" "log-shipper" "health-monitor" | toJson -}}
+{{- end -}}
+
+{{/* "true" when service .name's Deployment renders: enabled, and at a site one of the site's services; the
+dispatcher only on a hub, and a hub's kube-bridge and log-shipper not at all. Call with (dict "root" $ "name" "renderer"). */}}
+{{- define "taugrid.serviceOn" -}}
+{{- $svc := index .root.Values.services .name -}}
+{{- if and $svc $svc.enabled -}}
+{{- if include "taugrid.site" .root -}}
+{{- if has .name (include "taugrid.siteServices" .root | fromJsonArray) }}true{{ end -}}
+{{- else if eq .name "dispatcher" -}}
+{{- if include "taugrid.hub" .root }}true{{ end -}}
+{{- else if and (include "taugrid.hub" .root) (has .name (list "kube-bridge" "log-shipper")) -}}
+{{- /* a hub sends no run to its own Kubernetes cluster (as `tau up`'s hub runs no local cluster): a site
+release in the same cluster makes it a worker too */ -}}
+{{- else }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* TAU_CLUSTER of a service: a site's cluster at a site; on a hub the renderer sends every run to the dispatcher
+(backend.dispatch.*, as `tau up` tells it); else backend.cluster. */}}
+{{- define "taugrid.clusterOf" -}}
+{{- if include "taugrid.site" .root -}}
+{{- .root.Values.site.cluster -}}
+{{- else if and (include "taugrid.hub" .root) (eq .name "renderer") -}}
+dispatch
+{{- else -}}
+{{- .root.Values.backend.cluster -}}
+{{- end -}}
 {{- end -}}

@@ -55,8 +55,8 @@ async def provision_hub(hub: Bus) -> None:
 
 async def provisioned(hub: Bus) -> bool:
     """Whether this server is a hub whose sites were provisioned (it has the bucket): a platform may name clusters
-    on a stack that does not run them (applied but not restarted yet, or on Kubernetes, where the chart starts no
-    sites), whose queues are then its own backend's."""
+    on a stack that does not run them (applied but not restarted yet, or a chart release not upgraded with them
+    since), whose queues are then its own backend's."""
     try:
         await hub.kv(BUCKET)
     except NO_BUCKET:

@@ -165,8 +165,10 @@ def inert_here(p: Platform, backend: str) -> list[str]:
                    "with them keeps the clusters and lease timing it started with, a cluster's quotas reaching its "
                    "site with this revision (docs §13d)")
     elif p.clusters:
-        out.append("clusters/dispatch are stored, but the chart starts no dispatcher or sites: the renderer sends "
-                   "every run to this stack's own backend (docs §16 'Many clusters, what is left')")
+        out.append("clusters/dispatch act on Kubernetes once the release's platform.config names them (helm upgrade): "
+                   "the chart then runs the dispatcher and sends every run to it instead of this stack's own backend, "
+                   "but a Kubernetes cluster's site (site.enabled) does not act on its requests yet, so runs "
+                   "dispatched there wait (docs §16 'Many clusters, what is left')")
     if backend == "local" and p.wait_for_pods_ready.recovery_timeout is not None:
         out.append("wait_for_pods_ready.recovery_timeout has nothing to time on the local cluster (a failed pod "
                    "fails its Job, so no workload waits for a replacement); it applies on Kubernetes, through "

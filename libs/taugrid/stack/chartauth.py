@@ -18,6 +18,13 @@ stack's supervisor does, then signals the server to reload (SIGHUP to the pid in
 connect at once, removed people are disconnected, no service restarts. It also reloads when the TLS certificate
 files change (cert-manager renews them in place).
 
+Many clusters (docs §13d): on a hub (the release whose platform names ``clusters``), ``render`` and ``sync``
+take ``--leaves leaves.json`` (``{"<cluster>": {"password": ..., "key": <the site's kube_bridge public key>}}``,
+a Secret the operator writes with ``leaf``) and add one leaf user per cluster with the hub's grant
+(``permissions.leaf_permissions``, as ``tau up`` gives its sites). At a site (``render --site <cluster>``) the
+site's leaf server admits only its bootstrap identity and the services that run there (``SITE_SERVICES``), from
+that site's own identities (a ``chart-credentials`` directory of its own): no people, no other service.
+
 Invariants: one permission table (``access/permissions.py``) for both deployments; seeds are never overwritten
 (re-running the command reuses them, so adding a workspace namespace needs no restart); a platform revision
 that does not parse keeps the previous users.
@@ -32,9 +39,11 @@ import hashlib
 import json
 import logging
 import os
+import re
+import secrets
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +53,7 @@ import yaml
 from taugrid import settings
 from taugrid.access import permissions
 from taugrid.bus import creds
+from taugrid.config.clusters import DISPATCH, NAME_PATTERN
 from taugrid.config.platform import Platform
 from taugrid.core.errors import ConfigError, PermanentError
 from taugrid.stack import auth
@@ -59,6 +69,10 @@ ANCHOR_SIGNING_FILE = "anchor-signing.nk"  # the anchor service's signing seed (
 IDENTITIES_KEY = "identities.json"
 LOCAL_ADMIN_KEY = "local-admin"
 SOURCE_FETCH_KEY = "creds"  # render/source.py CREDS_KEY: the key the renderer mounts into run pods
+# The services a Kubernetes cluster's site runs against its own leaf server (charts/taugrid site.enabled); the
+# first is the one whose replies come back across the link (its key is the leaf user's inbox on the hub).
+SITE_SERVICES = ("kube_bridge", "log_shipper", "health_monitor")
+LEAVES_KEY = "leaves.json"
 
 
 def service_file(service: str) -> str:
@@ -183,12 +197,59 @@ def dump(objs: list[dict[str, Any]]) -> str:
     return "".join("---\n" + yaml.dump(o, Dumper=_Dumper, sort_keys=False) for o in objs)
 
 
-def render_conf(ids: ChartIdentities, platform: Platform | None) -> str:
-    """The server's ``authorization`` block: the chart's identities plus the platform's people."""
+def render_conf(ids: ChartIdentities, platform: Platform | None,
+                leaves: Sequence[permissions.LeafUser] = ()) -> str:
+    """The server's ``authorization`` block: the chart's identities plus the platform's people, and on a hub its
+    sites' leaf users."""
     accounts = permissions.accounts(bootstrap_key=ids.bootstrap, service_keys=ids.services,
                                     people=auth.people(platform, local_admin=ids.admin),
                                     break_glass_key=ids.break_glass or None)
+    return permissions.authorization_conf(accounts, leaves)
+
+
+def render_site_conf(ids: ChartIdentities, cluster: str) -> str:
+    """A site's leaf server's ``authorization`` block: the site's bootstrap identity (it provisions the site's
+    streams) and the site's services (``SITE_SERVICES``), with their grants from the one table; nobody else."""
+    if not re.fullmatch(NAME_PATTERN, cluster) or cluster == DISPATCH:
+        raise PermanentError(f"site cluster {cluster!r}: not a cluster name (a-z, 0-9 and '-', up to 40, not "
+                             f"{DISPATCH!r}); set site.cluster to the name platform.yaml's clusters give it")
+    missing = [s for s in SITE_SERVICES if s not in ids.services]
+    if missing:
+        raise PermanentError(f"the site's identities have no keys for {missing}: write them with this version's "
+                             "`tau admin chart-credentials --dir <the site's own directory>`")
+    accounts = permissions.accounts(bootstrap_key=ids.bootstrap,
+                                    service_keys={s: ids.services[s] for s in SITE_SERVICES}, people=())
     return permissions.authorization_conf(accounts)
+
+
+def load_leaves(path: Path) -> list[permissions.LeafUser]:
+    """The hub's leaf users from ``leaves.json`` (``leaf`` writes it): each cluster's password and its site's
+    ``kube_bridge`` public key, whose inbox is the only one the hub lets through that site's link."""
+    try:
+        data = json.loads(path.read_text())
+        out = [permissions.LeafUser(str(name), str(entry["password"]), permissions.inbox_prefix(str(entry["key"])))
+               for name, entry in sorted(data.items())]
+    except OSError as exc:
+        raise PermanentError(f"cannot read {path}: {exc.strerror or exc}; is clusters.leafSecret applied?") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PermanentError(f"{path}: not a leaves file written by `python -m taugrid.stack.chartauth leaf` "
+                             f"({exc!r})") from exc
+    for leaf in out:
+        if not re.fullmatch(NAME_PATTERN, leaf.cluster) or leaf.cluster == DISPATCH:
+            raise PermanentError(f"{path}: {leaf.cluster!r} is not a cluster name (a-z, 0-9 and '-', up to 40)")
+        if len(leaf.password) < 16 or not re.fullmatch(r"[A-Za-z0-9_-]+", leaf.password):
+            raise PermanentError(f"{path}: {leaf.cluster}'s password must be 16 or more of [A-Za-z0-9_-] (it goes "
+                                 "into the site's leaf URL): write it with `chartauth leaf`")
+    return out
+
+
+def leaf_entry(leaves_file: Path | None, cluster: str, site_identities: ChartIdentities) -> tuple[str, str]:
+    """``leaves.json`` with ``cluster``'s entry added (a password made once, kept when the entry exists; the
+    site's ``kube_bridge`` key as given), and that password for the site's Secret."""
+    data: dict[str, Any] = json.loads(leaves_file.read_text()) if leaves_file and leaves_file.exists() else {}
+    password = str((data.get(cluster) or {}).get("password") or secrets.token_urlsafe(32))
+    data[cluster] = {"password": password, "key": site_identities.services[SITE_SERVICES[0]]}
+    return json.dumps(data, indent=2, sort_keys=True), password
 
 
 def load_identities(path: Path) -> ChartIdentities:
@@ -225,8 +286,9 @@ def _digest(paths: Iterable[Path]) -> str:
 class Syncer:
     """Keeps ``out`` equal to the users of the current platform and reloads the server when it changes."""
 
-    def __init__(self, ids: ChartIdentities, *, out: Path, pid_file: Path, watch: Iterable[Path] = ()) -> None:
-        self.ids, self.out, self.pid_file = ids, out, pid_file
+    def __init__(self, ids: ChartIdentities, *, out: Path, pid_file: Path, watch: Iterable[Path] = (),
+                 leaves: Sequence[permissions.LeafUser] = ()) -> None:
+        self.ids, self.out, self.pid_file, self.leaves = ids, out, pid_file, tuple(leaves)
         self.watch = tuple(watch)
         self.files_digest = _digest(self.watch)
         self.revision = 0
@@ -241,7 +303,7 @@ class Syncer:
             log.error("platform revision %d is invalid, keeping the previous users: %s", revision, exc)
             return
         self.revision = revision
-        if auth.write_conf(self.out, render_conf(self.ids, platform)):
+        if auth.write_conf(self.out, render_conf(self.ids, platform, self.leaves)):
             self._reload(f"bus users updated for platform revision {revision}")
 
     def check_files(self) -> None:
@@ -284,9 +346,14 @@ class Syncer:
 def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m taugrid.stack.chartauth",
                                      description="The chart's NATS users: render once, or follow the platform.")
-    parser.add_argument("command", choices=["render", "sync"])
-    parser.add_argument("--identities", type=Path, required=True, help="identities.json from the Secret")
-    parser.add_argument("--out", type=Path, required=True, help="the auth.conf the server includes")
+    parser.add_argument("command", choices=["render", "sync", "leaf"])
+    parser.add_argument("--identities", type=Path, required=True,
+                        help="identities.json from the Secret (leaf: the site's own)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the auth.conf the server includes (leaf: the leaves.json to write)")
+    parser.add_argument("--leaves", type=Path, help="a hub's leaves.json (clusters.leafSecret): its sites' leaf users")
+    parser.add_argument("--site", metavar="CLUSTER", help="render a site's leaf server's users (site.enabled)")
+    parser.add_argument("--cluster", help="leaf: the cluster whose entry to add to --out")
     parser.add_argument("--pid-file", type=Path, default=Path("/run/nats/nats.pid"))
     parser.add_argument("--watch", type=Path, action="append", default=[], help="reload when this file changes")
     try:
@@ -302,13 +369,31 @@ def _main(argv: list[str] | None = None) -> int:
     except PermanentError as exc:
         print(exc, file=sys.stderr)
         return 2
+    try:
+        if args.command == "leaf":
+            if not args.cluster:
+                print("leaf needs --cluster", file=sys.stderr)
+                return 2
+            text, password = leaf_entry(args.out, args.cluster, ids)
+            auth.write_conf(args.out, text + "\n")
+            print(password)
+            return 0
+        if args.site:
+            auth.write_conf(args.out, render_site_conf(ids, args.site))
+            print(f"wrote {args.out}: site {args.site}: bootstrap, {', '.join(SITE_SERVICES)}")
+            return 0
+        leaves = load_leaves(args.leaves) if args.leaves else []
+    except PermanentError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.command == "render":
-        auth.write_conf(args.out, render_conf(ids, None))
-        print(f"wrote {args.out}: bootstrap, {len(ids.services)} services, admin {ids.admin.name}")
+        auth.write_conf(args.out, render_conf(ids, None, leaves))
+        print(f"wrote {args.out}: bootstrap, {len(ids.services)} services, admin {ids.admin.name}, "
+              f"{len(leaves)} leaf users")
         return 0
-    syncer = Syncer(ids, out=args.out, pid_file=args.pid_file, watch=args.watch)
+    syncer = Syncer(ids, out=args.out, pid_file=args.pid_file, watch=args.watch, leaves=leaves)
     if not args.out.exists():
-        auth.write_conf(args.out, render_conf(ids, None))
+        auth.write_conf(args.out, render_conf(ids, None, leaves))
     asyncio.run(syncer.follow(args.url))
     return 0
 
