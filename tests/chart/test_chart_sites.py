@@ -31,6 +31,7 @@ from taugrid.bus import sites as bus_sites
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.platformstore import get_text
 from taugrid.cli.main import cli
+from taugrid.core.errors import PermanentError
 from taugrid.ports import free_port
 from taugrid.stack import chartauth, chartsites, natsserver
 
@@ -352,3 +353,39 @@ async def test_the_rendered_hub_and_site_link_and_both_ways_cross_it(
             proc.wait(timeout=10)
         for log in logs:
             log.close()
+
+
+def test_chartsites_refuses_a_site_the_platform_does_not_name_before_connecting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    platform = tmp_path / "platform.yaml"
+    platform.write_text("clusters:\n- {name: west, backend: kubernetes}\n")
+    keys = tmp_path / "identities.json"
+    keys.write_text('{"services": {"dispatcher": "UKEY"}}')
+    unreachable = f"nats://127.0.0.1:{free_port()}"
+    assert chartsites.main(["site", "--url", unreachable, "--platform", str(platform), "--cluster", "north",
+                            "--service-keys", str(keys)]) == 2
+    assert capsys.readouterr().err == ("site.cluster 'north' is not among the platform's clusters ['west']: name "
+                                       "the cluster as platform.yaml's clusters do\n")
+    keys.write_text("{}")
+    assert chartsites.main(["site", "--url", unreachable, "--platform", str(platform), "--cluster", "west",
+                            "--service-keys", str(keys)]) == 2
+    assert "not the hub's identities.json" in capsys.readouterr().err
+
+
+def test_the_hubs_auth_sync_keeps_its_sites_leaf_users_on_every_platform_revision(tmp_path: Path) -> None:
+    _data, ids_path = _credentials(tmp_path, "hub")
+    ids = chartauth.load_identities(ids_path)
+    leaves = tmp_path / "leaves.json"
+    leaves.write_text(json.dumps({"west": {"password": "p" * 20, "key": ids.services["kube_bridge"]}}))
+    out = tmp_path / "auth.conf"
+    syncer = chartauth.Syncer(ids, out=out, pid_file=tmp_path / "none.pid", leaves=chartauth.load_leaves(leaves))
+    syncer.apply("clusters:\n- {name: west, backend: kubernetes}\n", 1)
+    (leaf,) = [u for u in _users(out.read_text()) if "user" in u]
+    assert leaf == {"user": "leaf-west", "password": "p" * 20, "permissions": permissions.leaf_permissions(
+        "west", permissions.inbox_prefix(ids.services["kube_bridge"])).as_conf()}
+    leaves.write_text(json.dumps({"west": {"password": "short", "key": "U"}}))
+    with pytest.raises(PermanentError, match="west's password must be 16 or more"):
+        chartauth.load_leaves(leaves)
+    leaves.write_text(json.dumps({"West": {"password": "p" * 20, "key": "U"}}))
+    with pytest.raises(PermanentError, match="'West' is not a cluster name"):
+        chartauth.load_leaves(leaves)

@@ -56,26 +56,33 @@ def hub_service_keys(identities: Path) -> dict[str, str]:
 async def provision_site(site: Bus, cluster: str, platform_text: str, service_keys: dict[str, str], *,
                          where: str = "platform.yaml") -> None:
     """A site's side of its link, and the platform it admits by (the hub's, copied)."""
-    names = clusters_of(platform_text, where=where)
-    if cluster not in names:
-        raise PermanentError(f"site.cluster {cluster!r} is not among the platform's clusters {names}: name the "
-                             "cluster as platform.yaml's clusters do")
+    _check_site(cluster, clusters_of(platform_text, where=where))
     await bus_sites.provision_site(site, cluster, service_keys=service_keys)
     got = await get_text(site)
     if got is None or got[0] != platform_text:
         await put_text(site, platform_text)
 
 
+def _check_site(cluster: str, names: list[str]) -> None:
+    if cluster not in names:
+        raise PermanentError(f"site.cluster {cluster!r} is not among the platform's clusters {names}: name the "
+                             "cluster as platform.yaml's clusters do")
+
+
 async def _run(args: argparse.Namespace) -> int:
     text = args.platform.read_text()
+    names = clusters_of(text, where=str(args.platform))  # what cannot work is refused before connecting
+    keys: dict[str, str] = {}
+    if args.command == "site":
+        _check_site(args.cluster, names)
+        keys = hub_service_keys(args.service_keys)
     bus = await connect(args.url, name=f"chartsites-{args.command}")
     try:
         if args.command == "hub":
-            names = await provision_hub(bus, text, where=str(args.platform))
+            await provision_hub(bus, text, where=str(args.platform))
             print(f"hub: provisioned the links of {', '.join(names) or 'no cluster'}")
         else:
-            await provision_site(bus, args.cluster, text, hub_service_keys(args.service_keys),
-                                 where=str(args.platform))
+            await provision_site(bus, args.cluster, text, keys, where=str(args.platform))
             print(f"site {args.cluster}: provisioned, platform copied")
     finally:
         await bus.close()
