@@ -431,7 +431,7 @@ def markdown_table() -> str:
                 "(`$JSC.R.*`, `$JS.FC.BACKEND.site-<cluster>-in.>`); receives only the hub's calls to its own API "
                 "(`$JS.<cluster>.API.>`), its own requests' deliveries (`sitelink.<cluster>.in`), its local "
                 "cluster's replies (`_INBOX.<its key>.>`), those replies and `$JS.FC.SITE_OUT.>` "
-                "| `tau up` with clusters: one per site |")
+                "| `tau up` with clusters, and the chart's hub (`clusters.leafSecret`): one per site |")
     rows.append("| everyone but `bootstrap` | subscribe only `_INBOX.<own public key>.>`; never create, update or "
                 "delete a service's durable consumer, nor pull from, ack for or read one that is not their own; "
                 "short-lived consumers only, under names of 128 random bits | |")
