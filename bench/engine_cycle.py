@@ -159,9 +159,9 @@ def bench_scale(n_cqs: int, n_cohorts: int, n_pending: int, *, memo: bool = True
     fresh = [i for i, n in enumerate(churn.nominated) if n]
     parked = [i for i, n in enumerate(churn.nominated) if not n]
     if fresh:
+        each = f", {' '.join(f'{churn.cpu[i]:.1f}' for i in fresh)}" if len(fresh) <= 10 else ""
         print(f"    of which {len(fresh)} nominated heads afresh ({sum(churn.nominated)} nominations): cpu "
-              f"{sum(churn.cpu[i] for i in fresh):.1f} ms in all, "
-              f"{' '.join(f'{churn.cpu[i]:.1f}' for i in fresh)}")
+              f"{sum(churn.cpu[i] for i in fresh):.1f} ms in all{each}")
     if parked:
         pc = sorted(churn.cpu[i] for i in parked)
         print(f"    and {len(parked)} settled every head by a memo: cpu mean {statistics.fmean(pc):.2f} ms, "
