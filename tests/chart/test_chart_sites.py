@@ -378,11 +378,21 @@ def test_the_hubs_auth_sync_keeps_its_sites_leaf_users_on_every_platform_revisio
     leaves = tmp_path / "leaves.json"
     leaves.write_text(json.dumps({"west": {"password": "p" * 20, "key": ids.services["kube_bridge"]}}))
     out = tmp_path / "auth.conf"
-    syncer = chartauth.Syncer(ids, out=out, pid_file=tmp_path / "none.pid", leaves=chartauth.load_leaves(leaves))
+    syncer = chartauth.Syncer(ids, out=out, pid_file=tmp_path / "none.pid", leaves_file=leaves)
     syncer.apply("clusters:\n- {name: west, backend: kubernetes}\n", 1)
     (leaf,) = [u for u in _users(out.read_text()) if "user" in u]
     assert leaf == {"user": "leaf-west", "password": "p" * 20, "permissions": permissions.leaf_permissions(
         "west", permissions.inbox_prefix(ids.services["kube_bridge"])).as_conf()}
+    # a cluster's entry added to the Secret (the kubelet updates the mounted file): its leaf user, no restart
+    leaves.write_text(json.dumps({"west": {"password": "p" * 20, "key": ids.services["kube_bridge"]},
+                                  "east": {"password": "q" * 20, "key": ids.services["kube_bridge"]}}))
+    syncer.check_files()
+    assert sorted(u["user"] for u in _users(out.read_text()) if "user" in u) == ["leaf-east", "leaf-west"]
+    assert syncer.platform is not None and "ops" in out.read_text()  # the platform's users kept beside them
+    good = out.read_text()
+    leaves.write_text("{not json")
+    syncer.check_files()
+    assert out.read_text() == good  # a bad edit keeps the previous leaf users
     leaves.write_text(json.dumps({"west": {"password": "short", "key": "U"}}))
     with pytest.raises(PermanentError, match="west's password must be 16 or more"):
         chartauth.load_leaves(leaves)

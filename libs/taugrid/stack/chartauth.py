@@ -284,15 +284,23 @@ def _digest(paths: Iterable[Path]) -> str:
 
 
 class Syncer:
-    """Keeps ``out`` equal to the users of the current platform and reloads the server when it changes."""
+    """Keeps ``out`` equal to the users of the current platform (and, on a hub, of ``leaves_file``: a cluster's
+    entry added to the Secret reaches the server when the kubelet updates the mounted file, no restart) and reloads
+    the server when it changes."""
 
     def __init__(self, ids: ChartIdentities, *, out: Path, pid_file: Path, watch: Iterable[Path] = (),
-                 leaves: Sequence[permissions.LeafUser] = ()) -> None:
-        self.ids, self.out, self.pid_file, self.leaves = ids, out, pid_file, tuple(leaves)
+                 leaves_file: Path | None = None) -> None:
+        self.ids, self.out, self.pid_file, self.leaves_file = ids, out, pid_file, leaves_file
+        self.leaves: tuple[permissions.LeafUser, ...] = tuple(load_leaves(leaves_file)) if leaves_file else ()
+        self.leaves_digest = _digest([leaves_file] if leaves_file else [])
+        self.platform: Platform | None = None
         self.watch = tuple(watch)
         self.files_digest = _digest(self.watch)
         self.revision = 0
         self.reloads = 0
+
+    def conf(self) -> str:
+        return render_conf(self.ids, self.platform, self.leaves)
 
     def apply(self, text: str, revision: int) -> None:
         from taugrid.config.platform import load_platform
@@ -302,11 +310,22 @@ class Syncer:
         except ConfigError as exc:  # `tau platform apply` validates; never lock everyone out over a bad one
             log.error("platform revision %d is invalid, keeping the previous users: %s", revision, exc)
             return
-        self.revision = revision
-        if auth.write_conf(self.out, render_conf(self.ids, platform, self.leaves)):
+        self.revision, self.platform = revision, platform
+        if auth.write_conf(self.out, self.conf()):
             self._reload(f"bus users updated for platform revision {revision}")
 
     def check_files(self) -> None:
+        if self.leaves_file is not None:
+            leaves_digest = _digest([self.leaves_file])
+            if leaves_digest != self.leaves_digest:
+                self.leaves_digest = leaves_digest
+                try:
+                    self.leaves = tuple(load_leaves(self.leaves_file))
+                except PermanentError as exc:  # never drop every site's link over a bad edit
+                    log.error("%s; keeping the previous leaf users", exc)
+                else:
+                    if auth.write_conf(self.out, self.conf()):
+                        self._reload("leaf users updated")
         digest = _digest(self.watch)
         if digest != self.files_digest:
             self.files_digest = digest
@@ -391,9 +410,9 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}: bootstrap, {len(ids.services)} services, admin {ids.admin.name}, "
               f"{len(leaves)} leaf users")
         return 0
-    syncer = Syncer(ids, out=args.out, pid_file=args.pid_file, watch=args.watch, leaves=leaves)
+    syncer = Syncer(ids, out=args.out, pid_file=args.pid_file, watch=args.watch, leaves_file=args.leaves)
     if not args.out.exists():
-        auth.write_conf(args.out, render_conf(ids, None, leaves))
+        auth.write_conf(args.out, syncer.conf())
     asyncio.run(syncer.follow(args.url))
     return 0
 
