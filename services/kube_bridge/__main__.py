@@ -3,26 +3,44 @@
 Environment: ``TAU_CLUSTER`` (name in subjects, default ``default``), ``TAU_KUBECONFIG``/``KUBECONFIG`` and
 ``TAU_KUBE_CONTEXT`` (else the in-cluster service account), ``TAU_KUBE_HOST`` (explicit API URL, tests),
 ``TAU_BRIDGE_LEASE_TTL`` (seconds, default 15), ``TAU_WATCH_NAMESPACES`` (comma list of namespaces to watch
-namespaced kinds in; empty = all namespaces — the Helm chart sets it when RBAC is namespaced).
+namespaced kinds in; empty = all namespaces — the Helm chart sets it when RBAC is namespaced), ``TAU_SITE``
+(the cluster is a site of a hub: the bridge renews the site's lease there, ``site.py``).
 """
 
 from __future__ import annotations
 
+import logging
+
+from taugrid.core.errors import TemporaryError
+from taugrid.core.siteleases import WORKER_LOST_TIMEOUT_S, renew_period
+from taugrid.kube.apply import KubeBackend
 from taugrid.kube.client import KubeApi, api_client_for
 from taugrid.service import Service, main
 from taugrid_services.kube_bridge.bridge import Bridge
+from taugrid_services.kube_bridge.site import KubeSite
+
+log = logging.getLogger("taugrid.kube_bridge")
 
 
 async def start(svc: Service) -> None:
     kube = svc.settings.kube
     api_client = await api_client_for(kube)
+    cluster = svc.settings.process.cluster or "default"
     bridge = Bridge(
         svc.bus,
         KubeApi(api_client),
-        cluster=svc.settings.process.cluster or "default",
+        cluster=cluster,
         lease_ttl_s=kube.bridge_lease_ttl_s,
         namespaces=sorted(kube.watch_namespaces),
     )
+    if svc.settings.process.site:
+        site = KubeSite(svc.bus, KubeBackend(api_client), cluster, namespaces=kube.watch_namespaces)
+        try:  # a returning site deletes its orphans (runs requeued elsewhere while it was away) first
+            await site.lease_pass()
+        except TemporaryError as exc:  # the hub out of reach: running work goes on; the next pass tries again
+            log.warning("no lease renewal at start: %s", exc)
+        # the default worker_lost_timeout's period: the platform's own is the hub's (§16: not read here yet)
+        svc.every(renew_period(WORKER_LOST_TIMEOUT_S), site.lease_pass)
 
     async def run() -> None:
         try:

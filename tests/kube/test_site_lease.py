@@ -1,0 +1,89 @@
+"""A Kubernetes site's lease (issue 28 item 4, docs §13d) on real servers: a hub and the site's leaf nats-server,
+and the site's Kubernetes API emulated over real HTTP (kmock). The kube-bridge's site mode renews the lease
+across the link; once the hub has declared the cluster lost, its next pass deletes the Jobs whose run attempt the
+hub no longer has chosen there (requeued elsewhere, or no record left) before it rejoins under the hub's
+generation, and a delete that fails leaves the lease lost and the site's gate shut until a pass succeeds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from nats.js.api import KeyValueConfig
+
+from taugrid.bus import connect, kv, sites
+from taugrid.bus.sites import SiteLease
+from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.kube.apply import KubeBackend
+from taugrid_services.kube_bridge.site import KubeSite
+from tests.sitebus import link, start_hub, start_site, stop
+
+JOBS = ("batch", "v1", "jobs")
+
+
+def job(run: str, attempt: int | None, *, namespace: str = "team-a") -> dict[str, Any]:
+    """A run's Job as the renderer labels it (``attempt`` None: a foreign Job with no tau labels)."""
+    labels = {} if attempt is None else {"taugrid.io/managed-by": "taugrid", "taugrid.io/run-id": run,
+                                         "taugrid.io/workspace": "ws", "taugrid.io/attempt": str(attempt)}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"{run}-a{attempt or 1}", "namespace": namespace, "labels": labels},
+            "spec": {"suspend": False, "template": {"spec": {"containers": []}}}}
+
+
+async def test_a_kubernetes_site_renews_its_lease_and_deletes_its_orphans_before_it_rejoins(
+        tmp_path: Path, fake_kube: Any) -> None:
+    fake, api_client = fake_kube
+    hub_proc, hub_port, leaf_port = start_hub(tmp_path)
+    site_proc, site_port = start_site(tmp_path, "site-a", leaf_port)
+    hub = await connect(f"nats://127.0.0.1:{hub_port}", name="dispatcher")
+    site_bus = await link(hub, site_port, "site-a")
+    try:
+        kube = KubeBackend(api_client)
+        site = KubeSite(site_bus, kube, "site-a", grace_s=0)
+        deadline = time.monotonic() + 20
+        while True:  # the leaf link comes up within a second or two
+            try:
+                await site.lease_pass()
+                break
+            except TemporaryError:
+                assert time.monotonic() < deadline, "the site never reached the hub"
+                await asyncio.sleep(0.2)
+        assert site.lease.held.is_set() and site.lease.generation == 1
+        assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(1, False)]
+
+        # what runs at the site: run-a chosen here, run-b requeued to site-b meanwhile, run-c's attempt 2 with no
+        # record left on the hub, and a Job of someone else's
+        for obj in (job("run-a", 1), job("run-b", 1), job("run-c", 2, namespace="team-b"), job("theirs", None)):
+            fake.put(JOBS, obj)
+        await hub.js.create_key_value(KeyValueConfig(bucket=sites.DISPATCH_BUCKET))
+        for key, chosen in ((sites.dispatch_key("run-a", 1), "site-a"), (sites.dispatch_key("run-b", 1), "site-b")):
+            await kv.put(hub, sites.DISPATCH_BUCKET, key, msgspec.json.encode({"chosen": chosen}))
+
+        [(lease, revision)] = (await sites.leases(hub)).values()
+        assert await sites.declare_lost(hub, "site-a", lease, revision) == SiteLease(2, True)
+
+        # the first delete is refused (RBAC): nothing rejoins, the gate stays shut, run-c is not reached
+        fake.fail("DELETE", 403, "jobs is forbidden", times=1)
+        try:
+            await site.lease_pass()
+            raise AssertionError("a refused delete must fail the pass")
+        except PermanentError:
+            pass
+        assert not site.lease.held.is_set()
+        assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(2, True)]
+        assert sorted(k[2] for k in fake.objects if k[0] == JOBS) == ["run-a-a1", "run-b-a1", "run-c-a2", "theirs-a1"]
+
+        # the next pass deletes both orphans, then rejoins under generation 2
+        await site.lease_pass()
+        assert sorted(k[2] for k in fake.objects if k[0] == JOBS) == ["run-a-a1", "theirs-a1"]
+        assert site.lease.held.is_set() and site.lease.generation == 2
+        assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(2, False)]
+        await site.lease_pass()  # a plain renewal under the new generation
+        assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(2, False)]
+    finally:
+        await hub.close()
+        await site_bus.close()
+        stop(site_proc, hub_proc)
