@@ -29,6 +29,7 @@ from taugrid.bus import kv, metrics, sitecapacity, sites
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
+from taugrid.bus.sitelease import SiteLeaseKeeper
 from taugrid.config.clusters import DISPATCH, NAME_PATTERN
 from taugrid.config.platform import Platform
 from taugrid.config.siteplatform import for_cluster
@@ -39,7 +40,6 @@ from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
 from taugrid.core.sitecapacity import SiteCapacity
-from taugrid.core.siteleases import orphans
 from taugrid.core.watched import slim
 from taugrid.local import envrefs, objects, raycluster, resize
 from taugrid.local.admit import (
@@ -124,12 +124,12 @@ class LocalCluster:
         # changes, and it answers the dispatcher's reservations; otherwise the one stack's ``local``.
         self.site = given.process.site
         self.name = site_name(given.process.cluster) if self.site else "local"
-        self.lease_generation = 1  # the site's lease generation on the hub (``lease_pass``)
-        # At a site: cleared when a lease renewal fails or says fence, set again once one succeeds (fenced first):
-        # meanwhile nothing is admitted and the site's SITE_IN consumer fetches nothing (its ``gate``), so a
-        # returning site handles no request and starts nothing before it has stopped its orphans
-        self.lease_held = asyncio.Event()
-        self.lease_held.set()
+        # At a site: its lease on the hub (``lease_pass``; bus/sitelease.py, shared with a Kubernetes site's
+        # kube-bridge). ``lease_held`` is cleared when a renewal fails or says fence, set again once one succeeds
+        # (fenced first): meanwhile nothing is admitted and the site's SITE_IN consumer fetches nothing (its
+        # ``gate``), so a returning site handles no request and starts nothing before it has stopped its orphans
+        self.lease = SiteLeaseKeeper(bus, self.name)
+        self.lease_held = self.lease.held
         self._capacity_sent: SiteCapacity | None = None  # the last record the hub took (``report_capacity``)
         self.drain_grace_s = drain_grace_s
         self.bus, self.node = bus, node
@@ -493,35 +493,29 @@ class LocalCluster:
     async def lease_pass(self) -> None:
         """At a site: renew this cluster's lease on the hub. When the hub declared it lost (its runs requeued
         elsewhere), first stop every workload whose run attempt the hub no longer has chosen here (the orphans),
-        then rejoin under the hub's generation (core/siteleases.py)."""
-        try:
-            got = await sites.renew(self.bus, self.name, self.lease_generation)
-        except Exception:
-            self.lease_held.clear()  # the hub out of reach: it may declare this cluster lost meanwhile
-            raise
-        if got.fence:
-            self.lease_held.clear()  # until every orphan is stopped (a failure below keeps it cleared)
-            held = {wl.name: sites.dispatch_key(wl.run_id, wl.attempt) for wl in self.wls.values()
-                    if wl.state in ("pending", "reserved", "running")}
-            chosen = await sites.chosen_at_hub(self.bus, set(held.values()))
-            for name in orphans(held, chosen, self.name):
-                wl = self.wls[name]
-                log.warning("cluster %s was declared lost: stopping %s, requeued elsewhere", self.name, name)
-                async with self.lock:
-                    await self.delete(BackendDelete(run_id=wl.run_id, workspace=wl.workspace, attempt=wl.attempt,
-                                                    kind=str(wl.job["kind"]), namespace=wl.namespace, name=name,
-                                                    reason=f"{self.name} was declared lost"))
-            await sites.rejoin(self.bus, self.name, got.generation)
-        self.lease_generation = got.generation
-        if not self.lease_held.is_set():
-            log.info("cluster %s holds its lease (generation %d): admitting and taking requests again", self.name,
-                     got.generation)
-            self.lease_held.set()
+        then rejoin under the hub's generation (bus/sitelease.py, core/siteleases.py)."""
+        if await self.lease.renew(self._dispatched, self._stop_orphan):
             self.wake()
         try:
             await self.report_capacity()
         except TemporaryError as exc:  # the lease is renewed; the record goes at the next pass
             log.warning("capacity of %s not reported to the hub: %s", self.name, exc)
+
+    @property
+    def lease_generation(self) -> int:
+        return self.lease.generation
+
+    async def _dispatched(self) -> dict[str, str]:
+        """The workloads here that hold quota or run for a dispatched run attempt → its dispatch record key."""
+        return {wl.name: sites.dispatch_key(wl.run_id, wl.attempt) for wl in self.wls.values()
+                if wl.state in ("pending", "reserved", "running")}
+
+    async def _stop_orphan(self, name: str, reason: str) -> None:
+        wl = self.wls[name]
+        async with self.lock:
+            await self.delete(BackendDelete(run_id=wl.run_id, workspace=wl.workspace, attempt=wl.attempt,
+                                            kind=str(wl.job["kind"]), namespace=wl.namespace, name=name,
+                                            reason=reason))
 
     async def report_capacity(self) -> None:
         """At a site: this cluster's capacity and usage into the hub's ``site_capacity`` (its own key), only when
