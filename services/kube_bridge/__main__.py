@@ -4,13 +4,17 @@ Environment: ``TAU_CLUSTER`` (name in subjects, default ``default``), ``TAU_KUBE
 ``TAU_KUBE_CONTEXT`` (else the in-cluster service account), ``TAU_KUBE_HOST`` (explicit API URL, tests),
 ``TAU_BRIDGE_LEASE_TTL`` (seconds, default 15), ``TAU_WATCH_NAMESPACES`` (comma list of namespaces to watch
 namespaced kinds in; empty = all namespaces — the Helm chart sets it when RBAC is namespaced), ``TAU_SITE``
-(the cluster is a site of a hub: the bridge renews the site's lease there, ``site.py``).
+(the cluster is a site of a hub: the bridge renews the site's lease there and carries out the requests in the
+site's ``SITE_IN``, ``site.py``).
 """
 
 from __future__ import annotations
 
 import logging
 
+from taugrid.bus import sites
+from taugrid.bus.consumer import ConsumerLoop
+from taugrid.bus.topology import SITE_LOCAL_DURABLE
 from taugrid.core.errors import TemporaryError
 from taugrid.core.siteleases import WORKER_LOST_TIMEOUT_S, renew_period
 from taugrid.kube.apply import KubeBackend
@@ -41,6 +45,10 @@ async def start(svc: Service) -> None:
             log.warning("no lease renewal at start: %s", exc)
         # the default worker_lost_timeout's period: the platform's own is the hub's (§16: not read here yet)
         svc.every(renew_period(WORKER_LOST_TIMEOUT_S), site.lease_pass)
+        # the dispatcher's requests, sourced from the hub into the site's SITE_IN (the durable a site's
+        # local cluster would read: one backend per site)
+        svc.loops.append(ConsumerLoop(svc.bus, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,
+                                      handler=site.on_request, gate=site.lease.held))
 
     async def run() -> None:
         try:

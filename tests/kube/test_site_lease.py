@@ -1,8 +1,9 @@
 """A Kubernetes site's lease (issue 28 item 4, docs §13d) on real servers: a hub and the site's leaf nats-server,
 and the site's Kubernetes API emulated over real HTTP (kmock). The kube-bridge's site mode renews the lease
-across the link; once the hub has declared the cluster lost, its next pass deletes the Jobs whose run attempt the
-hub no longer has chosen there (requeued elsewhere, or no record left) before it rejoins under the hub's
-generation, and a delete that fails leaves the lease lost and the site's gate shut until a pass succeeds."""
+across the link; once the hub has declared the cluster lost, its next pass deletes the Jobs and reservation
+Workloads whose run attempt the hub no longer has chosen there (requeued elsewhere, or no record left) before it
+rejoins under the hub's generation, and a delete that fails leaves the lease lost and the site's gate shut until a
+pass succeeds."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from taugrid.kube.apply import KubeBackend
 from taugrid_services.kube_bridge.site import KubeSite
 from tests.sitebus import link, start_hub, start_site, stop
 
-JOBS = ("batch", "v1", "jobs")
+JOBS, WORKLOADS = ("batch", "v1", "jobs"), ("kueue.x-k8s.io", "v1beta2", "workloads")
 
 
 def job(run: str, attempt: int | None, *, namespace: str = "team-a") -> dict[str, Any]:
@@ -58,8 +59,13 @@ async def test_a_kubernetes_site_renews_its_lease_and_deletes_its_orphans_before
         # record left on the hub, and a Job of someone else's
         for obj in (job("run-a", 1), job("run-b", 1), job("run-c", 2, namespace="team-b"), job("theirs", None)):
             fake.put(JOBS, obj)
+        # and a reservation (a Workload of ours alone, kube/sitework.py) of run-d, which site-c won meanwhile
+        reserved = job("run-d", 1)
+        fake.put(WORKLOADS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                             "metadata": reserved["metadata"], "spec": {"queueName": "team-a-lq", "podSets": []}})
         await hub.js.create_key_value(KeyValueConfig(bucket=sites.DISPATCH_BUCKET))
-        for key, chosen in ((sites.dispatch_key("run-a", 1), "site-a"), (sites.dispatch_key("run-b", 1), "site-b")):
+        for key, chosen in ((sites.dispatch_key("run-a", 1), "site-a"), (sites.dispatch_key("run-b", 1), "site-b"),
+                            (sites.dispatch_key("run-d", 1), "site-c")):
             await kv.put(hub, sites.DISPATCH_BUCKET, key, msgspec.json.encode({"chosen": chosen}))
 
         [(lease, revision)] = (await sites.leases(hub)).values()
@@ -76,9 +82,10 @@ async def test_a_kubernetes_site_renews_its_lease_and_deletes_its_orphans_before
         assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(2, True)]
         assert sorted(k[2] for k in fake.objects if k[0] == JOBS) == ["run-a-a1", "run-b-a1", "run-c-a2", "theirs-a1"]
 
-        # the next pass deletes both orphans, then rejoins under generation 2
+        # the next pass deletes the three orphans, then rejoins under generation 2
         await site.lease_pass()
         assert sorted(k[2] for k in fake.objects if k[0] == JOBS) == ["run-a-a1", "theirs-a1"]
+        assert [k for k in fake.objects if k[0] == WORKLOADS] == []
         assert site.lease.held.is_set() and site.lease.generation == 2
         assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(2, False)]
         await site.lease_pass()  # a plain renewal under the new generation

@@ -1,9 +1,10 @@
 """What a Kubernetes site runs for the hub, as its lease's fencing reads it (``bus/sitelease.py``, docs §13d).
 
-A run's Job or RayJob carries its run id, workspace and attempt (``translate.run_ref``), so the site's dispatched
-run attempts are read from the cluster itself, never from a copy that could drift: each is keyed ``Kind/ns/name``
-and mapped to the hub's dispatch record key (``sites.dispatch_key``). Stopping one deletes it with Background
-propagation (its pods and Kueue Workload go with it, the way ``tau cancel`` does it).
+A run's Job or RayJob (and a reservation's Workload, ``sitework.reservation``) carries its run id, workspace and
+attempt (``translate.run_ref``), so the site's dispatched run attempts are read from the cluster itself, never
+from a copy that could drift: each is keyed ``Kind/ns/name`` and mapped to the hub's dispatch record key
+(``sites.dispatch_key``). Stopping one deletes it with Background propagation (its pods go with it, the way
+``tau cancel`` does it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from taugrid.kube.client import resource_for
 from taugrid.kube.translate import run_ref
 from taugrid.kube.watch import MANAGED_SELECTOR
 
-RUN_KINDS = (("batch/v1", "Job"), ("ray.io/v1", "RayJob"))
+# a reservation is a Workload of ours alone (``sitework.reservation``): it holds quota, so it is fenced too
+RUN_KINDS = (("batch/v1", "Job"), ("ray.io/v1", "RayJob"), ("kueue.x-k8s.io/v1beta2", "Workload"))
 
 
 def workload_key(kind: str, namespace: str, name: str) -> str:

@@ -1,0 +1,106 @@
+"""The dispatcher's requests at a Kubernetes site (docs §13d), done the way MultiKueue does it across clusters.
+
+MultiKueue (kueue ``pkg/controller/admissionchecks/multikueue``; its concept page) copies only the *Workload* to
+each worker cluster; the worker's own Kueue queues it and reserves quota; the manager then deletes the copies on
+the other workers and creates the Job on the one that reserved first, labelled
+``kueue.x-k8s.io/prebuilt-workload-name`` so that worker's Kueue runs it under the Workload it already admitted.
+Here the dispatcher is the manager and each request arrives in the site's ``SITE_IN``:
+
+* ``reserve``: the run's namespace-level objects are not created yet; only a Kueue Workload for its Job or
+  RayJob (``reservation``): named as the Job, labelled with the run (so its admission, which the kube-bridge's
+  watch publishes into ``SITE_OUT``, is read by the dispatcher as this cluster's), in the Job's LocalQueue, one
+  PodSet per pod group. Nothing runs: no Job exists.
+* ``apply``: the run's manifests, the Job or RayJob labelled with the Workload reserved for it when there is one
+  (``chosen``): Kueue unsuspends it under the quota already reserved. An apply with no reservation here is applied
+  as it is (Kueue queues it itself).
+* ``delete`` (a withdrawal, a cancel, a fenced orphan): the Job or RayJob and the reservation's Workload.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from taugrid.core.contracts import BackendApply, BackendDelete
+from taugrid.core.errors import PermanentError
+from taugrid.kube.apply import KubeBackend
+from taugrid.kube.translate import LABEL_ATTEMPT, LABEL_MANAGED_BY, LABEL_RUN_ID, LABEL_WORKSPACE
+
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
+RUN_OBJECT_KINDS = ("Job", "RayJob")
+RUN_LABELS = (LABEL_MANAGED_BY, LABEL_RUN_ID, LABEL_WORKSPACE, LABEL_ATTEMPT)
+
+
+def run_object(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's Job or RayJob among its manifests; a request without one is refused (nothing to reserve for)."""
+    found = next((m for m in manifests if m.get("kind") in RUN_OBJECT_KINDS), None)
+    if found is None:
+        raise PermanentError("the request names no Job or RayJob: nothing to reserve quota for or to run")
+    return found
+
+
+def pod_sets(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Kueue's PodSets of a Job (``main``, its parallelism) or a RayJob (``head``, then each worker group by its
+    ``groupName`` with its ``replicas``), each with its pod template."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Job":
+        return [{"name": "main", "count": int(spec.get("parallelism", 1)), "template": spec.get("template") or {}}]
+    cluster = spec.get("rayClusterSpec") or {}
+    out = [{"name": "head", "count": 1, "template": (cluster.get("headGroupSpec") or {}).get("template") or {}}]
+    for group in cluster.get("workerGroupSpecs") or []:
+        out.append({"name": str(group.get("groupName") or "workers"), "count": int(group.get("replicas", 1)),
+                    "template": group.get("template") or {}})
+    return out
+
+
+def reservation(req: BackendApply) -> dict[str, Any]:
+    """The Kueue Workload that reserves quota here for the run's Job or RayJob, named as it."""
+    obj = run_object(req.manifests)
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    queue = labels.get(QUEUE_LABEL)
+    if not queue:
+        raise PermanentError(f"{obj['kind']} {meta.get('name')} has no {QUEUE_LABEL} label: Kueue would never "
+                             "admit its reservation (the renderer sets it from the run's queue)")
+    spec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets(obj)}
+    if labels.get(PRIORITY_LABEL):
+        spec |= {"priorityClassName": labels[PRIORITY_LABEL],
+                 "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"}
+    return {"apiVersion": WORKLOAD_API, "kind": "Workload",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace") or "default",
+                         "labels": {k: labels[k] for k in RUN_LABELS if k in labels}},
+            "spec": spec}
+
+
+def chosen(req: BackendApply) -> list[dict[str, Any]]:
+    """The run's manifests, its Job or RayJob to run under the Workload reserved for it (same name)."""
+    out = copy.deepcopy(req.manifests)
+    obj = run_object(out)
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("labels", {})[PREBUILT_LABEL] = meta["name"]
+    return out
+
+
+class SiteWork:
+    """Carries the requests out over the site's Kubernetes API (server-side apply: a redelivery changes nothing)."""
+
+    def __init__(self, kube: KubeBackend) -> None:
+        self.kube = kube
+
+    async def reserve(self, req: BackendApply) -> None:
+        ns = [m for m in req.manifests if m.get("kind") == "Namespace"]  # the Workload's namespace, when new
+        await self.kube.apply([*ns, reservation(req)])
+
+    async def apply(self, req: BackendApply) -> None:
+        obj = run_object(req.manifests)
+        meta = obj.get("metadata") or {}
+        reserved = await self.kube.get("Workload", str(meta.get("namespace") or "default"), str(meta["name"]),
+                                       api_version=WORKLOAD_API)
+        await self.kube.apply(chosen(req) if reserved is not None else req.manifests)
+
+    async def delete(self, req: BackendDelete) -> None:
+        await self.kube.delete(req.kind, req.namespace, req.name, grace_s=req.grace_s)
+        await self.kube.delete("Workload", req.namespace, req.name, api_version=WORKLOAD_API)
