@@ -10,22 +10,32 @@ consumer: it fetches nothing while the hub is out of reach or the site is fencin
 Every replica renews and consumes (the renewal is a compare-and-set on the lease's revision: two replicas under
 one generation both land or retry; applies are server-side applies and deletes are idempotent), so the lease says
 the site and its link are alive, not which replica leads the watches. The reports go out as the watch's changes:
-the reservation's Workload, once Kueue admits it, is published into ``SITE_OUT`` by the leader's watch.
+the reservation's Workload, once Kueue admits it, is published into ``SITE_OUT`` by the leader's watch. Each
+lease pass also writes the site's capacity record into the hub's ``site_capacity`` on change, from the leader's
+queue snapshot (``kube/sitecapacity.py``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from taugrid.bus import sites
+import msgspec
+
+from taugrid.bus import kv, sitecapacity, sites
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.sitelease import SiteLeaseKeeper
 from taugrid.core.contracts import BackendApply, BackendDelete
-from taugrid.core.errors import PermanentError
+from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.sitecapacity import SiteCapacity
 from taugrid.kube import siteruns
 from taugrid.kube.apply import KubeBackend
+from taugrid.kube.sitecapacity import site_capacity
 from taugrid.kube.sitework import SiteWork
+from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY
+
+log = logging.getLogger("taugrid.kube_bridge")
 
 
 class KubeSite:
@@ -34,12 +44,32 @@ class KubeSite:
         self.kube, self.cluster = kube, cluster
         self.namespaces = sorted(set(namespaces))
         self.grace_s = grace_s  # an orphan's pods' grace between SIGTERM and SIGKILL
+        self.bus, self.hub_domain = bus, hub_domain
         self.lease = SiteLeaseKeeper(bus, cluster, hub_domain=hub_domain)
+        self._capacity_sent: SiteCapacity | None = None  # the last record the hub took (``report_capacity``)
         self.work = SiteWork(kube)
 
     async def lease_pass(self) -> None:
-        """Renew the site's lease, fencing first when the hub declared this cluster lost."""
+        """Renew the site's lease, fencing first when the hub declared this cluster lost; then the capacity
+        record, when it changed."""
         await self.lease.renew(self._attempts, self._stop)
+        try:
+            await self.report_capacity()
+        except TemporaryError as exc:  # the lease is renewed; the record goes at the next pass
+            log.warning("capacity of %s not reported to the hub: %s", self.cluster, exc)
+
+    async def report_capacity(self) -> None:
+        """This cluster's capacity and usage into the hub's ``site_capacity`` (its own key), from the queue
+        snapshot the leading bridge last wrote at the site (``kube/sitecapacity.py``), only when it changed
+        since the last write the hub took: at most once a lease period, never per event."""
+        found = await kv.get(self.bus, QUEUES_BUCKET, QUEUES_KEY)
+        if found is None or not found.value:
+            return  # no snapshot yet (no ClusterQueue seen): nothing to report
+        record = site_capacity(msgspec.json.decode(found.value))
+        if record == self._capacity_sent:
+            return
+        await sitecapacity.report(self.bus, self.cluster, record, hub_domain=self.hub_domain)
+        self._capacity_sent = record
 
     async def on_request(self, ev: Event) -> None:
         """``backend.<cluster>.<reserve|apply|delete>[.high]`` from the site's ``SITE_IN``."""

@@ -3,7 +3,7 @@ and the site's Kubernetes API emulated over real HTTP (kmock). The kube-bridge's
 across the link; once the hub has declared the cluster lost, its next pass deletes the Jobs and reservation
 Workloads whose run attempt the hub no longer has chosen there (requeued elsewhere, or no record left) before it
 rejoins under the hub's generation, and a delete that fails leaves the lease lost and the site's gate shut until a
-pass succeeds."""
+pass succeeds. Each pass also writes the site's capacity record on the hub from the bridge's queue snapshot."""
 
 from __future__ import annotations
 
@@ -15,13 +15,29 @@ from typing import Any
 import msgspec
 from nats.js.api import KeyValueConfig
 
-from taugrid.bus import connect, kv, sites
+from taugrid.bus import connect, kv, sitecapacity, sites
 from taugrid.bus.sites import SiteLease
 from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.sitecapacity import QueueShare, SiteCapacity
+from taugrid.kube import queues
 from taugrid.kube.apply import KubeBackend
+from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY
 from taugrid_services.kube_bridge.site import KubeSite
 from tests.sitebus import link, start_hub, start_site, stop
 
+CLUSTER_QUEUE = {  # Kueue's: one workload admitted, another's quota reserved (a reservation), three waiting
+    "metadata": {"name": "team-a-cq"},
+    "spec": {"cohortName": "all", "resourceGroups": [{"flavors": [{"name": "h100", "resources": [
+        {"name": "cpu", "nominalQuota": "32"}, {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}]},
+    "status": {"admittedWorkloads": 1, "reservingWorkloads": 2, "pendingWorkloads": 3,
+               "flavorsUsage": [{"name": "h100", "resources": [{"name": "cpu", "total": "2"},
+                                                               {"name": "nvidia.com/gpu", "total": "1"}]}],
+               "flavorsReservation": [{"name": "h100", "resources": [{"name": "cpu", "total": "4"},
+                                                                     {"name": "nvidia.com/gpu", "total": "2"}]}]}}
+PENDING = {"items": [  # the visibility API's answer (the third waiting run is a foreign one: no run id)
+    {"metadata": {"name": "job-run-y-a1-1b2c3", "labels": {"taugrid.io/run-id": "run-y"}}, "positionInClusterQueue": 1},
+    {"metadata": {"name": "job-run-x-a1-4d5e6", "labels": {"taugrid.io/run-id": "run-x"}}, "positionInClusterQueue": 0},
+    {"metadata": {"name": "theirs"}, "positionInClusterQueue": 2}]}
 JOBS, WORKLOADS = ("batch", "v1", "jobs"), ("kueue.x-k8s.io", "v1beta2", "workloads")
 
 
@@ -54,6 +70,19 @@ async def test_a_kubernetes_site_renews_its_lease_and_deletes_its_orphans_before
                 await asyncio.sleep(0.2)
         assert site.lease.held.is_set() and site.lease.generation == 1
         assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(1, False)]
+        assert await sitecapacity.reports(hub, ["site-a"]) == {}  # no queue snapshot yet: nothing to report
+
+        # the leading bridge's queue snapshot at the site becomes the site's capacity record on the hub
+        snap = queues.snapshot([CLUSTER_QUEUE], [], pending={"team-a-cq": PENDING}, cluster="site-a", now=1.0)
+        await kv.put(site_bus, QUEUES_BUCKET, QUEUES_KEY, msgspec.json.encode(snap))
+        await site.lease_pass()
+        assert await sitecapacity.reports(hub, ["site-a"]) == {"site-a": SiteCapacity(queues=[QueueShare(
+            "team-a-cq", cohort="all", nominal={"cpu": 32.0, "nvidia.com/gpu": 8.0},
+            used={"cpu": 4.0, "nvidia.com/gpu": 2.0}, admitted=2, pending=3, first_pending=["run-x", "run-y"])])}
+        written = await kv.get(hub, sitecapacity.BUCKET, "site-a")
+        await site.lease_pass()  # unchanged: not written again
+        again = await kv.get(hub, sitecapacity.BUCKET, "site-a")
+        assert written is not None and again is not None and again.revision == written.revision
 
         # what runs at the site: run-a chosen here, run-b requeued to site-b meanwhile, run-c's attempt 2 with no
         # record left on the hub, and a Job of someone else's
