@@ -28,6 +28,7 @@ from taugrid.bus.topology import (
     OBJECT_STORE,
     SITE_CAPACITY_BUCKET,
     SITE_DISPATCHER_DURABLE,
+    SITE_LOCAL_DURABLE,
     SOURCES_STORE,
     UPLOADS_STORE,
     site_delivery,
@@ -202,9 +203,30 @@ def _common(public_key: str) -> tuple[list[str], list[str]]:
             [f"{inbox_prefix(public_key)}.>"])
 
 
-def service_permissions(role: ServiceRole, public_key: str) -> Permissions:
+# The services that act for a site at its own leaf server (``site_grants``): a Kubernetes cluster's kube-bridge
+# (docs §13d "A Kubernetes site"); a local site's local cluster has its own server's every permission.
+AT_SITE = ("kube_bridge",)
+SITE_IN_STREAM = "SITE_IN"  # bus/sites.SITE_IN
+
+
+def site_grants(cluster: str, *, hub_domain: str = "hub") -> list[str]:
+    """What a service in ``AT_SITE`` may do besides its role's at site ``cluster``'s leaf server: pull the site's
+    requests from its ``SITE_IN`` (durable ``local-cluster``; its refusals into the site's DLQ), and across the
+    link (the hub domain's API; the hub's leaf grant bounds it again) read and compare-and-set its own lease, put
+    its own ``site_capacity`` record and read the ``dispatch`` records (a returning site's orphans)."""
+    api = f"$JS.{hub_domain}.API"
+    return [*_durable(SITE_IN_STREAM, SITE_LOCAL_DURABLE),
+            f"{api}.STREAM.INFO.KV_site_leases", f"{api}.DIRECT.GET.KV_site_leases.$KV.site_leases.{cluster}",
+            f"{api}.$KV.site_leases.{cluster}", f"{api}.$KV.{SITE_CAPACITY_BUCKET}.{cluster}",
+            f"{api}.STREAM.INFO.KV_dispatch", f"{api}.DIRECT.GET.KV_dispatch.$KV.dispatch.>"]
+
+
+def service_permissions(role: ServiceRole, public_key: str, *, site: str = "") -> Permissions:
+    """``site``: the cluster whose own leaf server this identity is admitted by (``chartauth render --site``)."""
     pub, sub = _common(public_key)
     pub += list(role.emits)
+    if site and role.name in AT_SITE:
+        pub += site_grants(site)
     if any(subject.startswith("run.") for subject in role.emits):
         # a duplicate ack into RUNS is checked against the subject the id was stored on (``Bus.publish``)
         pub.append(f"{API}.STREAM.MSG.GET.RUNS")
@@ -289,9 +311,9 @@ def person_permissions(person: Person) -> Permissions:
 
 
 def accounts(*, bootstrap_key: str, service_keys: dict[str, str], people: Iterable[Person],
-             break_glass_key: str | None = None) -> list[Account]:
+             break_glass_key: str | None = None, site: str = "") -> list[Account]:
     """Every identity the server admits: bootstrap, the break-glass admin (when it has a key), each service that
-    has a key, each person."""
+    has a key, each person. ``site``: the server is that cluster's leaf server (``site_grants``)."""
     out = [Account(BOOTSTRAP, bootstrap_key, bootstrap_permissions(),
                    "provisions streams, consumers, buckets; never changes or deletes a stream")]
     if break_glass_key:
@@ -300,7 +322,7 @@ def accounts(*, bootstrap_key: str, service_keys: dict[str, str], people: Iterab
     for name, key in sorted(service_keys.items()):
         if name not in SERVICE_ROLES:
             raise KeyError(f"no permission table entry for service {name!r}")
-        out.append(Account(name, key, service_permissions(SERVICE_ROLES[name], key), f"service {name}"))
+        out.append(Account(name, key, service_permissions(SERVICE_ROLES[name], key, site=site), f"service {name}"))
     for person in people:
         out.append(Account(person.name, person.public_key, person_permissions(person),
                            f"{person.role} {person.name}"))
@@ -409,6 +431,11 @@ def markdown_table() -> str:
         if role.kv_reads is None and any(s in kv_read for s in perms.publish):
             parts.append("KV read all")
         parts += [f"KV read `{b}`" for b in role.kv_reads or ()]
+        if role.name in AT_SITE:
+            parts.append(f"at a Kubernetes site's own server (`chartauth render --site`, §13d): durable "
+                         f"`{SITE_LOCAL_DURABLE}` on `{SITE_IN_STREAM}`, across its link its own `site_leases` key "
+                         "(read, compare-and-set), its own `site_capacity` key (put), direct gets of the `dispatch` "
+                         "records")
         assert common <= set(perms.publish)
         rows.append(f"| `{role.name}` | {', '.join(parts) or '—'} | {role.why} |")
     rows.append(f"| researcher | `run.<ws>.*.submit.requested` (and `.{HIGH_LANE}`, the priority lane they claim: "

@@ -167,9 +167,8 @@ def inert_here(p: Platform, backend: str) -> list[str]:
     elif p.clusters:
         out.append("clusters/dispatch act on Kubernetes once the release's platform.config names them (helm upgrade): "
                    "the chart then runs the dispatcher and sends every run to it instead of this stack's own backend, "
-                   "but a Kubernetes cluster's site (site.enabled) acts on its requests only with the chart's auth "
-                   "off (its kube-bridge's identity lacks the site's grants), so with auth on runs dispatched there "
-                   "wait (docs §16 'Many clusters, what is left')")
+                   "and each Kubernetes cluster's site (site.enabled) answers it through its kube-bridge, tested "
+                   "against emulated Kubernetes only, not a real Kueue (docs §16 'Many clusters, what is left')")
     if backend == "local" and p.wait_for_pods_ready.recovery_timeout is not None:
         out.append("wait_for_pods_ready.recovery_timeout has nothing to time on the local cluster (a failed pod "
                    "fails its Job, so no workload waits for a replacement); it applies on Kubernetes, through "

@@ -218,7 +218,8 @@ def render_site_conf(ids: ChartIdentities, cluster: str) -> str:
         raise PermanentError(f"the site's identities have no keys for {missing}: write them with this version's "
                              "`tau admin chart-credentials --dir <the site's own directory>`")
     accounts = permissions.accounts(bootstrap_key=ids.bootstrap,
-                                    service_keys={s: ids.services[s] for s in SITE_SERVICES}, people=())
+                                    service_keys={s: ids.services[s] for s in SITE_SERVICES}, people=(),
+                                    site=cluster)  # its kube-bridge acts for the site (``permissions.site_grants``)
     return permissions.authorization_conf(accounts)
 
 
