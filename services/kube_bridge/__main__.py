@@ -16,12 +16,11 @@ from taugrid.bus import sites
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.topology import SITE_LOCAL_DURABLE
 from taugrid.core.errors import TemporaryError
-from taugrid.core.siteleases import WORKER_LOST_TIMEOUT_S, renew_period
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.client import KubeApi, api_client_for
 from taugrid.service import Service, main
 from taugrid_services.kube_bridge.bridge import Bridge
-from taugrid_services.kube_bridge.site import KubeSite
+from taugrid_services.kube_bridge.site import KubeSite, lease_period
 
 log = logging.getLogger("taugrid.kube_bridge")
 
@@ -43,8 +42,8 @@ async def start(svc: Service) -> None:
             await site.lease_pass()
         except TemporaryError as exc:  # the hub out of reach: running work goes on; the next pass tries again
             log.warning("no lease renewal at start: %s", exc)
-        # the default worker_lost_timeout's period: the platform's own is the hub's (§16: not read here yet)
-        svc.every(renew_period(WORKER_LOST_TIMEOUT_S), site.lease_pass)
+        # a quarter of the platform's worker_lost_timeout, at most 5 s (read at start: a change needs a restart)
+        svc.every(await lease_period(svc.bus), site.lease_pass)
         # the dispatcher's requests, sourced from the hub into the site's SITE_IN (the durable a site's
         # local cluster would read: one backend per site)
         svc.loops.append(ConsumerLoop(svc.bus, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,

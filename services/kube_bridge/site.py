@@ -25,10 +25,12 @@ import msgspec
 from taugrid.bus import kv, sitecapacity, sites
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
+from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.sitelease import SiteLeaseKeeper
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.sitecapacity import SiteCapacity
+from taugrid.core.siteleases import WORKER_LOST_TIMEOUT_S, renew_period
 from taugrid.kube import siteruns
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.sitecapacity import site_capacity
@@ -36,6 +38,17 @@ from taugrid.kube.sitework import SiteWork
 from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY
 
 log = logging.getLogger("taugrid.kube_bridge")
+
+
+async def lease_period(bus: Bus) -> float:
+    """How often the site renews its lease: ``renew_period`` of the platform's ``dispatch.worker_lost_timeout`` as
+    stored at the site (the hub's, copied there), read at start as the local cluster does; the default's while
+    the site has no valid platform."""
+    try:
+        got = await PlatformReader(bus).get()
+    except TemporaryError:  # no valid revision at all (PlatformReader logged why)
+        got = None
+    return renew_period(got[0].dispatch.worker_lost_timeout if got is not None else WORKER_LOST_TIMEOUT_S)
 
 
 class KubeSite:

@@ -15,14 +15,15 @@ from typing import Any
 import msgspec
 from nats.js.api import KeyValueConfig
 
-from taugrid.bus import connect, kv, sitecapacity, sites
+from taugrid.bus import connect, kv, platformstore, sitecapacity, sites
 from taugrid.bus.sites import SiteLease
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.sitecapacity import QueueShare, SiteCapacity
 from taugrid.kube import queues
 from taugrid.kube.apply import KubeBackend
 from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY
-from taugrid_services.kube_bridge.site import KubeSite
+from taugrid_services.kube_bridge.site import KubeSite, lease_period
+from tests.dispatcher.test_lost_site import PLATFORM
 from tests.sitebus import link, start_hub, start_site, stop
 
 CLUSTER_QUEUE = {  # Kueue's: one workload admitted, another's quota reserved (a reservation), three waiting
@@ -71,6 +72,10 @@ async def test_a_kubernetes_site_renews_its_lease_and_deletes_its_orphans_before
         assert site.lease.held.is_set() and site.lease.generation == 1
         assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(1, False)]
         assert await sitecapacity.reports(hub, ["site-a"]) == {}  # no queue snapshot yet: nothing to report
+        # the lease period: the default timeout's until the site holds a platform, then its worker_lost_timeout's
+        assert await lease_period(site_bus) == 5.0
+        await platformstore.put_text(site_bus, PLATFORM)  # worker_lost_timeout: 2 s
+        assert await lease_period(site_bus) == 0.5
 
         # the leading bridge's queue snapshot at the site becomes the site's capacity record on the hub
         snap = queues.snapshot([CLUSTER_QUEUE], [], pending={"team-a-cq": PENDING}, cluster="site-a", now=1.0)

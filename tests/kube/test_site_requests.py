@@ -14,14 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from taugrid.bus import connect, sites
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.dlq import dead_letters
 from taugrid.bus.topology import SITE_LOCAL_DURABLE
 from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
+from taugrid.core.errors import PermanentError
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.client import KubeApi
-from taugrid.kube.sitework import PREBUILT_LABEL
+from taugrid.kube.sitework import PREBUILT_LABEL, chosen, reservation
 from taugrid_services.dispatcher.handlers import admitted
 from taugrid_services.kube_bridge.bridge import Bridge
 from taugrid_services.kube_bridge.site import KubeSite
@@ -125,3 +128,28 @@ async def test_a_kubernetes_site_reserves_with_a_workload_runs_the_chosen_job_un
         await hub.close()
         await site_bus.close()
         stop(site_proc, hub_proc)
+
+
+def test_a_rayjobs_reservation_has_a_head_pod_set_and_one_per_worker_group() -> None:
+    head, worker = {"spec": {"containers": [{"name": "head"}]}}, {"spec": {"containers": [{"name": "worker"}]}}
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+              "metadata": {"name": "r9-a1", "namespace": "team-a",
+                           "labels": {"kueue.x-k8s.io/queue-name": "team-a-lq",
+                                      "kueue.x-k8s.io/priority-class": "high", "taugrid.io/run-id": "r9"}},
+              "spec": {"rayClusterSpec": {"headGroupSpec": {"template": head},
+                                          "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3,
+                                                                "template": worker}]}}}
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    req = BackendApply(run_id="r9", workspace="ws", attempt=1, manifests=[namespace, rayjob])
+    assert reservation(req) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": "r9-a1", "namespace": "team-a", "labels": {"taugrid.io/run-id": "r9"}},
+        "spec": {"queueName": "team-a-lq", "priorityClassName": "high",
+                 "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+                 "podSets": [{"name": "head", "count": 1, "template": head},
+                             {"name": "gpu", "count": 3, "template": worker}]}}
+    [ns, labelled] = chosen(req)
+    assert ns == namespace and labelled["metadata"]["labels"][PREBUILT_LABEL] == "r9-a1"
+    assert PREBUILT_LABEL not in rayjob["metadata"]["labels"]  # the request itself is left as it came
+    with pytest.raises(PermanentError, match="names no Job or RayJob"):
+        reservation(BackendApply(run_id="r9", workspace="ws", attempt=1, manifests=[namespace]))
