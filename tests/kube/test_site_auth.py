@@ -2,7 +2,9 @@
 server admits it with its role's grant plus ``permissions.site_grants`` (what ``chartauth render --site`` renders),
 the hub's leaf user lets its replies through (the inbox of its key, as ``chartauth leaf`` records it). On real
 authenticated servers and the Kubernetes API emulated over real HTTP: it renews its lease across the link, takes the
-dispatcher's signed reservation from its ``SITE_IN`` (a Workload, no Job), writes its capacity record, and, once the
+dispatcher's signed reservation from its ``SITE_IN`` (a Workload, no Job), leads its watches (lease and checkpoints in
+the site's ``bridge`` bucket, made as the chart's site Job makes it) so that Kueue's admission of the reservation
+reaches the hub's ``SITE_<CLUSTER>``, writes its capacity record, and, once the
 hub declares it lost, reads the dispatch records, deletes its orphan Job and rejoins. Without the site grant its
 role may do none of it."""
 
@@ -25,11 +27,14 @@ from taugrid.bus.topology import SITE_LOCAL_DURABLE
 from taugrid.core.errors import TemporaryError
 from taugrid.kube import queues
 from taugrid.kube.apply import KubeBackend
+from taugrid.kube.client import KubeApi, resource_for
 from taugrid.ports import free_port
-from taugrid.stack import natsserver
+from taugrid.stack import chartsites, natsserver
 from taugrid.stack.natsserver import Leaf
-from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY
+from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY, Bridge
 from taugrid_services.kube_bridge.site import KubeSite
+from tests.dispatcher.test_across_sites import stored
+from tests.dispatcher.test_lost_site import PLATFORM
 from tests.kube.test_site_lease import CLUSTER_QUEUE, JOBS, WORKLOADS, job
 from tests.kube.test_site_requests import request
 from tests.sitebus import stop
@@ -75,10 +80,13 @@ async def test_the_site_grant_lets_a_kubernetes_sites_bridge_act_for_it_on_authe
     loop = ConsumerLoop(bus, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE, handler=site.on_request,
                         fetch_timeout=0.2, gate=site.lease.held)
     task: asyncio.Task[None] | None = None
+    watching: asyncio.Task[None] | None = None
+    stopping = asyncio.Event()
     try:
         await bootstrap(hub)
         await sites.provision_feed(hub, "site-a")
-        await sites.provision_site(site_boot, "site-a", service_keys={"dispatcher": disp.public_key})
+        # as the chart's site Job does it (its platform names site-a)
+        await chartsites.provision_site(site_boot, "site-a", PLATFORM, {"dispatcher": disp.public_key})
         await sites.provision_hub(hub, "site-a")
         deadline = time.monotonic() + 20
         while True:  # the leaf link comes up within a second or two
@@ -100,6 +108,24 @@ async def test_the_site_grant_lets_a_kubernetes_sites_bridge_act_for_it_on_authe
             await asyncio.sleep(0.05)
         assert [k for k in fake.objects if k[0] == JOBS] == []
 
+        # the leading bridge (its lease and checkpoints in the site's own `bridge` bucket) watches Workloads: Kueue's
+        # admission of the reservation crosses to the hub as this cluster's report
+        watching = asyncio.create_task(Bridge(bus, KubeApi(api_client), cluster="site-a", lease_ttl_s=3.0,
+                                              resources=[(resource_for("Workload"), None)]).run(stopping))
+        prefix = "site.site-a.k8s.site-a.workload.team-a.r1-a1"
+
+        async def reported(change: str) -> None:
+            deadline = time.monotonic() + 10
+            while f"{prefix}.{change}" not in await stored(hub, sites.hub_stream("site-a")):
+                assert time.monotonic() < deadline, await stored(site_boot, sites.SITE_OUT)
+                await asyncio.sleep(0.1)
+
+        await reported("added")  # the reservation as listed, waiting
+        fake.modify(WORKLOADS, "team-a", "r1-a1", lambda o: o.update(status={"conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"}]}))
+        await reported("modified")
+        assert await stored(hub, sites.hub_stream("site-a")) == [f"{prefix}.added", f"{prefix}.modified"]
+
         snap = queues.snapshot([CLUSTER_QUEUE], [], pending=None, cluster="site-a", now=1.0)
         await kv.put(bus, QUEUES_BUCKET, QUEUES_KEY, msgspec.json.encode(snap))
         await site.lease_pass()
@@ -115,6 +141,10 @@ async def test_the_site_grant_lets_a_kubernetes_sites_bridge_act_for_it_on_authe
         assert [k for k in fake.objects if k[0] in (JOBS, WORKLOADS)] == []
         assert [v for v, _ in (await sites.leases(hub)).values()] == [SiteLease(2, False)]
     finally:
+        stopping.set()
+        if watching is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watching, 5)
         loop.stopping.set()
         if task is not None:
             with contextlib.suppress(Exception):

@@ -61,6 +61,8 @@ HUB_DOMAIN = "hub"
 # hub's services' public keys it checks each request's author by (``SITE_IN`` is a checked stream,
 # ``publishing.CHECKED_STREAMS``); the last two put there by whoever provisions the site (not mirrored, docs §16).
 SITE_BUCKETS = ("local_cluster", "platform", "service_keys")
+# A Kubernetes site's (the chart's, ``stack/chartsites.py``): its kube-bridge's leader lease and watch checkpoints too.
+KUBE_SITE_BUCKETS = (*SITE_BUCKETS, "bridge")
 SITE_IN = "SITE_IN"
 SITE_OUT = "SITE_OUT"
 # What a site's leaf remote denies (``natsserver.Leaf``): its watch changes never leave as plain publishes (only
@@ -126,7 +128,8 @@ async def _add(bus: Bus, config: StreamConfig, *, may_update: bool = False) -> N
 
 
 async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAIN, backend_stream: str = "BACKEND",
-                         max_age: float = 7 * _DAY, service_keys: dict[str, str] | None = None) -> None:
+                         max_age: float = 7 * _DAY, service_keys: dict[str, str] | None = None,
+                         buckets: tuple[str, ...] = SITE_BUCKETS) -> None:
     """On the site's leaf server: ``SITE_IN`` (the hub's requests for this cluster, sourced across the link),
     ``SITE_OUT`` (this site's reports, stored here first), a ``DLQ`` (the requests its local cluster refuses) and
     the local cluster's buckets, with ``service_keys`` (service → public key, the hub's) recorded there: the site
@@ -149,7 +152,7 @@ async def provision_site(site: Bus, cluster: str, *, hub_domain: str = HUB_DOMAI
         await site.js.add_consumer(SITE_IN, ConsumerConfig(
             durable_name=SITE_LOCAL_DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0, max_deliver=20,
             max_ack_pending=2000, filter_subject=f"backend.{cluster}.>"))
-        for bucket in SITE_BUCKETS:  # what the site's local cluster keeps at the site, link up or down
+        for bucket in buckets:  # what the site's services keep at the site, link up or down
             try:
                 await site.js.key_value(bucket)
             except NO_BUCKET:

@@ -57,7 +57,7 @@ async def provision_site(site: Bus, cluster: str, platform_text: str, service_ke
                          where: str = "platform.yaml") -> None:
     """A site's side of its link, and the platform it admits by (the hub's, copied)."""
     _check_site(cluster, clusters_of(platform_text, where=where))
-    await bus_sites.provision_site(site, cluster, service_keys=service_keys)
+    await bus_sites.provision_site(site, cluster, service_keys=service_keys, buckets=bus_sites.KUBE_SITE_BUCKETS)
     got = await get_text(site)
     if got is None or got[0] != platform_text:
         await put_text(site, platform_text)
