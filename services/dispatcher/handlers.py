@@ -37,6 +37,7 @@ from taugrid.core.dispatch import Mode, nominate, on_admitted, preemption_grant,
 from taugrid.core.errors import PermanentError
 from taugrid.core.events import HIGH_LANE, backend_subject, k8s_subject, run_subject
 from taugrid.core.siteleases import Lease, judge
+from taugrid.core.workloadstatus import admitted, preempted  # shared with a Kubernetes site
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 
 log = logging.getLogger("taugrid.dispatcher")
@@ -84,24 +85,6 @@ def _timed(rec: DispatchRecord) -> bool:
 def _requeued(rec: DispatchRecord) -> str:
     """The id suffix of what is sent after the ``requeues``-th requeue: new ids, not repeats the streams drop."""
     return f".r{rec.requeues}" if rec.requeues else ""
-
-
-def admitted(workload: dict[str, Any]) -> bool:
-    """Whether a Workload holds quota in its cluster (Kueue's QuotaReserved, or Admitted, is True)."""
-    conditions = (workload.get("status") or {}).get("conditions") or []
-    return any(c.get("type") in ("QuotaReserved", "Admitted") and c.get("status") == "True" for c in conditions)
-
-
-def preempted(workload: dict[str, Any]) -> str:
-    """Why a Workload's cluster preempted it (Kueue's Evicted is True with reason Preempted and it holds no quota
-    now): the condition's message; "" otherwise. Other evictions (a PodsReady timeout, a deactivation) are
-    retried by that cluster as before and reopen nothing."""
-    conditions = (workload.get("status") or {}).get("conditions") or []
-    why = next((c for c in conditions if c.get("type") == "Evicted" and c.get("status") == "True"
-                and c.get("reason") == "Preempted"), None)
-    if why is None or admitted(workload):
-        return ""
-    return str(why.get("message") or "no message")
 
 
 def preemption_gated(workload: dict[str, Any]) -> bool:

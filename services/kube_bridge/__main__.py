@@ -29,13 +29,7 @@ async def start(svc: Service) -> None:
     kube = svc.settings.kube
     api_client = await api_client_for(kube)
     cluster = svc.settings.process.cluster or "default"
-    bridge = Bridge(
-        svc.bus,
-        KubeApi(api_client),
-        cluster=cluster,
-        lease_ttl_s=kube.bridge_lease_ttl_s,
-        namespaces=sorted(kube.watch_namespaces),
-    )
+    site: KubeSite | None = None
     if svc.settings.process.site:
         site = KubeSite(svc.bus, KubeBackend(api_client), cluster, namespaces=kube.watch_namespaces)
         try:  # a returning site deletes its orphans (runs requeued elsewhere while it was away) first
@@ -48,6 +42,14 @@ async def start(svc: Service) -> None:
         # local cluster would read: one backend per site)
         svc.loops.append(ConsumerLoop(svc.bus, stream=sites.SITE_IN, durable=SITE_LOCAL_DURABLE,
                                       handler=site.on_request, gate=site.lease.held))
+    bridge = Bridge(
+        svc.bus,
+        KubeApi(api_client),
+        cluster=cluster,
+        lease_ttl_s=kube.bridge_lease_ttl_s,
+        namespaces=sorted(kube.watch_namespaces),
+        observers=[site.on_change] if site is not None else [],  # a preempted chosen run held back
+    )
 
     async def run() -> None:
         try:

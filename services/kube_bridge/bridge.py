@@ -42,6 +42,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -106,7 +107,10 @@ class Bridge:
         backoff_max_s: float = 30.0,
         namespaces: list[str] | None = None,
         queue_every_s: float = 2.0,
+        observers: list[Callable[[WatchEvent], Awaitable[None]]] | None = None,
     ) -> None:
+        """``observers``: called with each change once it is published (a site's ``KubeSite.on_change``); a
+        failure there is logged and left to the object's next change."""
         self.bus, self.api, self.cluster = bus, api, cluster
         self.holder = holder or f"{socket.gethostname()}-{os.getpid()}"
         self.resources = resources if resources is not None else DEFAULT_RESOURCES
@@ -129,6 +133,7 @@ class Bridge:
         self.scaler = JobScaler(api)
         self.elastic_jobs: dict[tuple[str, str], dict[str, Any]] = {}  # full objects: the decider reads their spec
         self.workloads: dict[tuple[str, str], dict[str, Any]] = {}
+        self.observers = list(observers or [])
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Until ``stopping``: stand by, take the lease when free, watch while holding it."""
@@ -212,6 +217,11 @@ class Bridge:
             self._keep_queue(ev)
             self._keep_elastic(ev)
             await self._elastic_slice(ev)
+            for observe in self.observers:
+                try:
+                    await observe(ev)
+                except TauError as exc:  # the Kubernetes API refused or was away: the next change tries again
+                    log.warning("kube-bridge: acting on %s: %s", (ev.object.get("metadata") or {}).get("name"), exc)
 
     async def _elastic_slice(self, ev: WatchEvent) -> None:
         """An admitted scale-up slice: its Job's requested growth is done (``JobScaler.confirm_slice``)."""

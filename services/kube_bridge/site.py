@@ -27,7 +27,7 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.sitelease import SiteLeaseKeeper
-from taugrid.core.contracts import BackendApply, BackendDelete
+from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.sitecapacity import SiteCapacity
 from taugrid.core.siteleases import WORKER_LOST_TIMEOUT_S, renew_period
@@ -95,6 +95,14 @@ class KubeSite:
             await self.work.delete(ev.payload(BackendDelete))
         else:
             raise PermanentError(f"{ev.nats_subject}: a site's requests are reserve, apply and delete")
+
+    async def on_change(self, ev: WatchEvent) -> None:
+        """Each watch change the leading bridge published: a chosen run Kueue preempted here is held back
+        (``SiteWork.hold_back``)."""
+        if ev.type != "DELETED" and await self.work.hold_back(ev.object):
+            meta = ev.object.get("metadata") or {}
+            log.warning("%s/%s preempted at %s: its Job deleted, its Workload queued again as the reservation",
+                        meta.get("namespace"), meta.get("name"), self.cluster)
 
     async def _attempts(self) -> dict[str, str]:
         return await siteruns.dispatched(self.kube, self.namespaces)

@@ -4,7 +4,8 @@ the hub's leaf user lets its replies through (the inbox of its key, as ``chartau
 authenticated servers and the Kubernetes API emulated over real HTTP: it renews its lease across the link, takes the
 dispatcher's signed reservation from its ``SITE_IN`` (a Workload, no Job), leads its watches (lease and checkpoints in
 the site's ``bridge`` bucket, made as the chart's site Job makes it) so that Kueue's admission of the reservation
-reaches the hub's ``SITE_<CLUSTER>``, writes its capacity record, and, once the
+reaches the hub's ``SITE_<CLUSTER>``, holds a chosen Job that Kueue preempted back (deleted, its Workload kept as the
+reservation), writes its capacity record, and, once the
 hub declares it lost, reads the dispatch records, deletes its orphan Job and rejoins. Without the site grant its
 role may do none of it."""
 
@@ -111,13 +112,14 @@ async def test_the_site_grant_lets_a_kubernetes_sites_bridge_act_for_it_on_authe
         # the leading bridge (its lease and checkpoints in the site's own `bridge` bucket) watches Workloads: Kueue's
         # admission of the reservation crosses to the hub as this cluster's report
         watching = asyncio.create_task(Bridge(bus, KubeApi(api_client), cluster="site-a", lease_ttl_s=3.0,
-                                              resources=[(resource_for("Workload"), None)]).run(stopping))
+                                              resources=[(resource_for("Workload"), None)],
+                                              observers=[site.on_change]).run(stopping))
         prefix = "site.site-a.k8s.site-a.workload.team-a.r1-a1"
 
         async def reported(change: str) -> None:
             deadline = time.monotonic() + 10
             while f"{prefix}.{change}" not in await stored(hub, sites.hub_stream("site-a")):
-                assert time.monotonic() < deadline, await stored(site_boot, sites.SITE_OUT)
+                assert time.monotonic() < deadline, "the preempted Job was never held back"
                 await asyncio.sleep(0.1)
 
         await reported("added")  # the reservation as listed, waiting
@@ -125,6 +127,26 @@ async def test_the_site_grant_lets_a_kubernetes_sites_bridge_act_for_it_on_authe
             {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"}]}))
         await reported("modified")
         assert await stored(hub, sites.hub_stream("site-a")) == [f"{prefix}.added", f"{prefix}.modified"]
+
+        # chosen: the Job runs under the Workload (Kueue adopts it); then Kueue preempts it there: the bridge deletes
+        # the Job and keeps the Workload, queued again as the reservation, so it cannot start again by itself
+        await dispatcher.publish("backend.site-a.apply", req, event_type="apply", ce_subject="r1",
+                                 msg_id="r1.1.apply.site-a", workspace="ws", attempt=1, family="backend")
+        deadline = time.monotonic() + 10
+        while (JOBS, "team-a", "r1-a1") not in fake.objects:
+            assert time.monotonic() < deadline, "the chosen apply was never applied"
+            await asyncio.sleep(0.05)
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "r1-a1", "controller": True,
+                 "uid": fake.objects[(JOBS, "team-a", "r1-a1")]["metadata"]["uid"]}
+        fake.modify(WORKLOADS, "team-a", "r1-a1", lambda o: (o["metadata"].update(ownerReferences=[owner]), o.update(
+            status={"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending"},
+                                   {"type": "Evicted", "status": "True", "reason": "Preempted",
+                                    "message": "Preempted to accommodate a higher priority workload"}]})))
+        deadline = time.monotonic() + 10
+        while (JOBS, "team-a", "r1-a1") in fake.objects:
+            assert time.monotonic() < deadline, "the preempted Job was never held back"
+            await asyncio.sleep(0.05)
+        assert "ownerReferences" not in fake.objects[(WORKLOADS, "team-a", "r1-a1")]["metadata"]
 
         snap = queues.snapshot([CLUSTER_QUEUE], [], pending=None, cluster="site-a", now=1.0)
         await kv.put(bus, QUEUES_BUCKET, QUEUES_KEY, msgspec.json.encode(snap))

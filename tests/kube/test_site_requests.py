@@ -99,6 +99,11 @@ async def test_a_kubernetes_site_reserves_with_a_workload_runs_the_chosen_job_un
         # another run reserved, then withdrawn (another cluster admitted it first): its Workload goes
         await send("reserve", request("r2"))
         await until(lambda: names(WORKLOADS) == ["r1-a1", "r2-a1"])
+        # Kueue preempting a reservation (no Job yet) holds nothing back: it queues on as it is
+        evicted = dict(fake.objects[(WORKLOADS, "team-a", "r2-a1")], status={"conditions": [
+            {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "for a higher priority"}]})
+        assert await site.work.hold_back(evicted) is False
+        assert names(WORKLOADS) == ["r1-a1", "r2-a1"]
         await send("delete", BackendDelete(run_id="r2", workspace="ws", attempt=1, kind="Job", namespace="team-a",
                                            name="r2-a1", reason="site-b admitted it first"))
         await until(lambda: names(WORKLOADS) == ["r1-a1"])

@@ -14,16 +14,22 @@ Here the dispatcher is the manager and each request arrives in the site's ``SITE
   (``chosen``): Kueue unsuspends it under the quota already reserved. An apply with no reservation here is applied
   as it is (Kueue queues it itself).
 * ``delete`` (a withdrawal, a cancel, a fenced orphan): the Job or RayJob and the reservation's Workload.
+* Kueue preempting a chosen run here (``hold_back``): the dispatcher reads the same change and reopens the choice,
+  so the run must not start here again by itself when Kueue admits its Workload again; as the local site queues an
+  evicted run again as a reservation, the Job or RayJob is deleted and its Workload kept, queued as the reservation.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.core.errors import PermanentError
+from taugrid.core.workloadstatus import preempted
 from taugrid.kube.apply import KubeBackend
+from taugrid.kube.client import resource_for
 from taugrid.kube.translate import LABEL_ATTEMPT, LABEL_MANAGED_BY, LABEL_RUN_ID, LABEL_WORKSPACE
 
 PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
@@ -104,3 +110,31 @@ class SiteWork:
     async def delete(self, req: BackendDelete) -> None:
         await self.kube.delete(req.kind, req.namespace, req.name, grace_s=req.grace_s)
         await self.kube.delete("Workload", req.namespace, req.name, api_version=WORKLOAD_API)
+
+    async def hold_back(self, workload: Mapping[str, Any]) -> bool:
+        """A run's Workload here that Kueue preempted while its Job or RayJob exists: the Workload's owner
+        references to it are dropped first (Kueue adopts a prebuilt Workload: deleting its Job would take it
+        along), then the Job or RayJob is deleted; the Workload queues on as the reservation, reported again when
+        Kueue admits it, and only the dispatcher's next apply makes a Job for it. True when it held one back."""
+        meta = workload.get("metadata") or {}
+        if (workload.get("kind") != "Workload" or LABEL_RUN_ID not in (meta.get("labels") or {})
+                or not preempted(workload)):
+            return False
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        run_obj = ""
+        for kind in RUN_OBJECT_KINDS:
+            if await self.kube.get(kind, namespace, name) is not None:
+                run_obj = kind
+                break
+        if not run_obj:
+            return False  # a reservation (no Job yet), or held back already
+        refs = list(meta.get("ownerReferences") or [])
+        kept = [r for r in refs if r.get("kind") not in RUN_OBJECT_KINDS]
+        if kept != refs:
+            await self.kube.api.request(
+                "PATCH", resource_for("Workload", WORKLOAD_API).path(namespace, name),
+                what=f"keep Workload {namespace}/{name} as the reservation", body={"metadata": {"ownerReferences":
+                                                                                              kept or None}},
+                content_type="application/merge-patch+json")
+        await self.kube.delete(run_obj, namespace, name)
+        return True
