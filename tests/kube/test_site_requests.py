@@ -2,7 +2,8 @@
 nats-server, the site's Kubernetes API emulated over real HTTP (kmock), the kube-bridge's site mode consuming its
 ``SITE_IN``. As MultiKueue does it: a reservation creates only a Kueue Workload for the run's Job (no Job: nothing
 can run), whose admission the bridge's watch reports into ``SITE_OUT`` with the run's labels; the chosen apply
-creates the Job labelled with that Workload (``kueue.x-k8s.io/prebuilt-workload-name``); a withdrawal deletes the
+creates the Job labelled with that Workload (``kueue.x-k8s.io/prebuilt-workload-name``); the reservation carries
+Kueue's preemption gate until the dispatcher lets this cluster preempt; a withdrawal deletes the
 Workload; a request Kueue could never admit (no queue) goes to the site's DLQ with the reason."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from taugrid.bus import connect, sites
@@ -24,7 +26,7 @@ from taugrid.core.contracts import BackendApply, BackendDelete, WatchEvent
 from taugrid.core.errors import PermanentError
 from taugrid.kube.apply import KubeBackend
 from taugrid.kube.client import KubeApi
-from taugrid.kube.sitework import PREBUILT_LABEL, chosen, reservation
+from taugrid.kube.sitework import PREBUILT_LABEL, PREEMPTION_GATE_ANNOTATION, chosen, reservation
 from taugrid_services.dispatcher.handlers import admitted
 from taugrid_services.kube_bridge.bridge import Bridge
 from taugrid_services.kube_bridge.site import KubeSite
@@ -64,8 +66,10 @@ async def test_a_kubernetes_site_reserves_with_a_workload_runs_the_chosen_job_un
     task = asyncio.create_task(loop.run())
 
     async def send(verb: str, req: BackendApply | BackendDelete) -> None:  # as the dispatcher sends them
+        grant = isinstance(req, BackendApply) and req.may_preempt
         await hub.publish(f"backend.site-a.{verb}", req, event_type=verb, ce_subject=req.run_id,
-                          msg_id=f"{req.run_id}.{req.attempt}.{verb}.site-a", workspace=req.workspace,
+                          msg_id=f"{req.run_id}.{req.attempt}.{verb}.site-a{'.grant' if grant else ''}",
+                          workspace=req.workspace,
                           attempt=req.attempt, family="backend")
 
     def names(res: tuple[str, str, str]) -> list[str]:
@@ -78,7 +82,13 @@ async def test_a_kubernetes_site_reserves_with_a_workload_runs_the_chosen_job_un
         assert wl["metadata"]["labels"] == {"taugrid.io/managed-by": "taugrid", "taugrid.io/run-id": "r1",
                                             "taugrid.io/workspace": "ws", "taugrid.io/attempt": "1"}
         assert wl["spec"] == {"queueName": "team-a-lq", "podSets": [{"name": "main", "count": 2, "template": TEMPLATE}]}
+        assert wl["metadata"]["annotations"] == {PREEMPTION_GATE_ANNOTATION: "multi-kueue:OrchestratedPreemption"}
         assert names(JOBS) == []  # a reservation runs nothing
+
+        # the dispatcher lets this cluster preempt for it: the same reservation, its gate lifted
+        await send("reserve", msgspec.structs.replace(request("r1"), may_preempt=True))
+        await until(lambda: PREEMPTION_GATE_ANNOTATION not in (
+            fake.objects[(WORKLOADS, "team-a", "r1-a1")]["metadata"].get("annotations") or {}))
 
         # Kueue reserves quota for it; the bridge's watch reports that into SITE_OUT, as the dispatcher reads it
         def admit(o: dict[str, Any]) -> None:
@@ -124,8 +134,8 @@ async def test_a_kubernetes_site_reserves_with_a_workload_runs_the_chosen_job_un
                                            name="r1-a1", reason="cancelled"))
         await until(lambda: (names(WORKLOADS), names(JOBS)) == ([], []))
         assert await stored(site_bus, sites.SITE_IN) == [
-            "backend.site-a.reserve", "backend.site-a.apply", "backend.site-a.reserve", "backend.site-a.delete",
-            "backend.site-a.reserve", "backend.site-a.delete"]
+            "backend.site-a.reserve", "backend.site-a.reserve", "backend.site-a.apply", "backend.site-a.reserve",
+            "backend.site-a.delete", "backend.site-a.reserve", "backend.site-a.delete"]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -148,7 +158,8 @@ def test_a_rayjobs_reservation_has_a_head_pod_set_and_one_per_worker_group() -> 
     req = BackendApply(run_id="r9", workspace="ws", attempt=1, manifests=[namespace, rayjob])
     assert reservation(req) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": "r9-a1", "namespace": "team-a", "labels": {"taugrid.io/run-id": "r9"}},
+        "metadata": {"name": "r9-a1", "namespace": "team-a", "labels": {"taugrid.io/run-id": "r9"},
+                     "annotations": {PREEMPTION_GATE_ANNOTATION: "multi-kueue:OrchestratedPreemption"}},
         "spec": {"queueName": "team-a-lq", "priorityClassName": "high",
                  "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
                  "podSets": [{"name": "head", "count": 1, "template": head},

@@ -9,7 +9,9 @@ Here the dispatcher is the manager and each request arrives in the site's ``SITE
 * ``reserve``: the run's namespace-level objects are not created yet; only a Kueue Workload for its Job or
   RayJob (``reservation``): named as the Job, labelled with the run (so its admission, which the kube-bridge's
   watch publishes into ``SITE_OUT``, is read by the dispatcher as this cluster's), in the Job's LocalQueue, one
-  PodSet per pod group. Nothing runs: no Job exists.
+  PodSet per pod group, and Kueue's preemption gate (``PREEMPTION_GATE_ANNOTATION``), as MultiKueue gates its
+  copies: it preempts nothing until the dispatcher lets this cluster (a reservation with ``may_preempt``, which lifts
+  the gate). Nothing runs: no Job exists.
 * ``apply``: the run's manifests, the Job or RayJob labelled with the Workload reserved for it when there is one
   (``chosen``): Kueue unsuspends it under the quota already reserved. An apply with no reservation here is applied
   as it is (Kueue queues it itself).
@@ -33,6 +35,11 @@ from taugrid.kube.client import resource_for
 from taugrid.kube.translate import LABEL_ATTEMPT, LABEL_MANAGED_BY, LABEL_RUN_ID, LABEL_WORKSPACE
 
 PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+# Kueue's preemption gate (KEP-8303, alpha: feature gate SynchronizedPreemption), MultiKueue's own gate: a gated
+# Workload that could be admitted only by preempting waits with QuotaReserved False, reason PreemptionGated, which the
+# dispatcher reads as this cluster asking to preempt; a reservation with ``may_preempt`` lifts it.
+PREEMPTION_GATE_ANNOTATION = "kueue.x-k8s.io/preemption-gated"
+PREEMPTION_GATE = "multi-kueue:OrchestratedPreemption"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
@@ -75,10 +82,11 @@ def reservation(req: BackendApply) -> dict[str, Any]:
     if labels.get(PRIORITY_LABEL):
         spec |= {"priorityClassName": labels[PRIORITY_LABEL],
                  "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"}
-    return {"apiVersion": WORKLOAD_API, "kind": "Workload",
-            "metadata": {"name": meta["name"], "namespace": meta.get("namespace") or "default",
-                         "labels": {k: labels[k] for k in RUN_LABELS if k in labels}},
-            "spec": spec}
+    out_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta.get("namespace") or "default",
+                                "labels": {k: labels[k] for k in RUN_LABELS if k in labels}}
+    if not req.may_preempt:  # one cluster at a time preempts for a run: the dispatcher lets it (``may_preempt``)
+        out_meta["annotations"] = {PREEMPTION_GATE_ANNOTATION: PREEMPTION_GATE}
+    return {"apiVersion": WORKLOAD_API, "kind": "Workload", "metadata": out_meta, "spec": spec}
 
 
 def chosen(req: BackendApply) -> list[dict[str, Any]]:
@@ -97,8 +105,18 @@ class SiteWork:
         self.kube = kube
 
     async def reserve(self, req: BackendApply) -> None:
+        """A reservation (gated: it preempts nothing), or the dispatcher's grant to preempt for one: the same
+        Workload with its gate lifted."""
         ns = [m for m in req.manifests if m.get("kind") == "Namespace"]  # the Workload's namespace, when new
-        await self.kube.apply([*ns, reservation(req)])
+        wl = reservation(req)
+        await self.kube.apply([*ns, wl])
+        if req.may_preempt:  # lifted explicitly: an apply that omits a field another manager set leaves it
+            meta = wl["metadata"]
+            await self.kube.api.request(
+                "PATCH", resource_for("Workload", WORKLOAD_API).path(meta["namespace"], meta["name"]),
+                what=f"lift the preemption gate of Workload {meta['namespace']}/{meta['name']}",
+                body={"metadata": {"annotations": {PREEMPTION_GATE_ANNOTATION: None}}},
+                content_type="application/merge-patch+json")
 
     async def apply(self, req: BackendApply) -> None:
         obj = run_object(req.manifests)
