@@ -2,9 +2,8 @@
 pass that notices the end, before that run's end is reported. Under load each report is a bus round trip and the
 pass holds the cluster's lock for all of them (every pod's end, the Job's and the Workload's, the save), with the
 next passes queued behind it: admission waited for all of that while the quota stood free (Kueue's TAS scenario
-through the pipeline: a batch of 30 large runs every ~4 s where 1 s of runtime allows one a second). The
-simulated ends' timer frees the capacity at once, even while another pass holds the lock, and the ends are
-reported as of then; an apply waits on the lock only to read a platform revision it was resolved against."""
+through the pipeline: a batch of 30 large runs every ~4 s where 1 s of runtime allows one a second). The ends
+are reported as of the release; an apply waits on the lock only to read a platform revision it names."""
 
 from __future__ import annotations
 
@@ -121,16 +120,14 @@ async def test_an_apply_resolved_against_a_newer_platform_revision_is_admitted_u
     assert {p.node for p in c.wls["fresh-a1"].pods} <= {"n10", "n11"}  # rack r1, the one left
 
 
-async def test_the_simulated_ends_timer_frees_the_capacity_while_another_pass_holds_the_lock(
-        cluster: LocalCluster) -> None:
-    """The timer releases a run whose simulated pods have all ended at once (an admission publishing its starts
-    may hold the lock for seconds under load); its pass then admits the waiting head and reports the end, whose
-    events say when the capacity was freed (their ce-time), not when they went out."""
+async def test_a_simulated_runs_end_is_reported_as_of_the_release_of_its_quota(cluster: LocalCluster) -> None:
+    """The pass that finds a run's simulated pods ended releases its quota and admits the waiting head before it
+    reports the end; the end's events say when the capacity was freed (their ce-time), not when they went out,
+    and the admission it allowed is stamped after it."""
     c = cluster
     for name in ("first-a1", "second-a1"):
         await c.apply(BackendApply(run_id=name[:-3], workspace="default", attempt=1, manifests=[rack_job(name)]))
     await settle(c, lambda: c.wls["first-a1"].state == "running" and all(p.added for p in c.wls["first-a1"].pods))
-    assert c.admitter.engine is not None and c.admitter.engine.is_admitted("first-a1")
     sent: list[tuple[str, float]] = []  # (workload kind change, the change's time as published)
     publish = c.publish
 
@@ -139,27 +136,18 @@ async def test_the_simulated_ends_timer_frees_the_capacity_while_another_pass_ho
         await publish(wl, kind, obj, change, at=at)
 
     c.publish = recording  # type: ignore[method-assign]
-    ended = time.time() - 1.0
     for p in c.wls["first-a1"].pods:
-        p.sim_end = ended
-    c._sim_ends = [(ended, "first-a1")]
-    c.work.clear()
-    await c.lock.acquire()  # another pass holds the lock
-    try:
-        freed_by = time.time()
-        c._sim_pass()  # as its timer calls it
-        freed_at = time.time()
-        assert not c.admitter.engine.is_admitted("first-a1")  # its capacity is free now
-        assert c.work.is_set()  # and the admission loop woken for it
-        assert c.wls["first-a1"].state == "running" and sent == []  # nothing reported yet
-    finally:
-        c.lock.release()
-    await asyncio.gather(*c._sim_passes)  # the pass: the second run admitted, then the first's end reported
+        p.sim_end = time.time() - 1.0
+    before = time.time()
+    await c._supervise_due(["first-a1"])  # as its timer runs it
     assert "first-a1" not in c.wls and c.wls["second-a1"].state == "running"
     times = dict(sent)
     ends = ["first-a1 Pod modified", "first-a1 Job modified", "first-a1 Workload modified"]
-    assert all(freed_by <= times[e] <= freed_at for e in ends)  # as of the release, not of the reports
-    assert times["second-a1 Workload modified"] >= freed_at  # the admission it allowed came after
+    released = times[ends[0]]
+    assert before <= released and all(times[e] == released for e in ends)  # one moment: the release
+    assert times["second-a1 Workload modified"] >= released  # the admission it allowed came after
+    order = [k for k, _ in sent]
+    assert order.index("second-a1 Workload modified") < order.index("first-a1 Pod modified")  # and went out first
 
 
 async def test_an_apply_does_not_wait_on_the_lock_for_the_periodic_platform_read(cluster: LocalCluster) -> None:
