@@ -103,8 +103,11 @@ def test_cancel_twice_interrupted_logs_and_a_closed_pipe_exit_cleanly(stack: Sta
                         "name: sleeper\nentrypoint: main.py\ncompute: {gpus: 0}\n")
     run_id = stack.tau("run", str(cfg.parent), check=True).stdout.strip()
     stack.wait_state(run_id, {"running"}, timeout=120)
+    # SIGINT as at a terminal: a test run started in the background of a non-interactive shell (`cmd &`)
+    # inherits SIGINT ignored, and Python then never installs its handler, so the follower would not hear it
     follower = subprocess.Popen([*TAU, "logs", run_id, "-f"], env=stack.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert follower.stdout is not None
     assert follower.stdout.readline() == "up\n"  # it is connected and following
     follower.send_signal(signal.SIGINT)
