@@ -283,7 +283,9 @@ async def test_the_bridge_grows_an_elastic_rayjob_and_shrinks_it_for_a_higher_pr
     replicas = lambda: fake.objects[(RAYCLUSTERS, NS, CLUSTER)]["spec"]["workerGroupSpecs"][0]["replicas"]  # noqa: E731
     stored = lambda: fake.objects[(RAYJOBS, NS, NAME)]  # noqa: E731
     try:
-        await until(lambda: replicas() == 3)
+        # the RayCluster is patched first, the RayJob's record right after: wait for both
+        await until(lambda: replicas() == 3
+                    and ANNOTATION_RESIZE_REQUESTED in (stored()["metadata"].get("annotations") or {}))
         asked = json.loads(stored()["metadata"]["annotations"][ANNOTATION_RESIZE_REQUESTED])
         assert (asked["old_count"], asked["new_count"], asked["cause"]) == (2, 3, "Grown")
         # KubeRay starts the third worker; Kueue admits the slice, finishes the old one and charges the worker
@@ -299,6 +301,7 @@ async def test_the_bridge_grows_an_elastic_rayjob_and_shrinks_it_for_a_higher_pr
 
         fake.put(WORKLOADS, gpu_waiting(2))  # priority 100 over the run's 10; one GPU is free
         await until(lambda: replicas() == 2)
+        await until(lambda: [e.payload.new_count for e in resized_events(stored())] == [2])  # recorded right after
         for _ in range(5):  # and no more: neither KubeRay nor Kueue has followed yet, nothing is decided twice
             await asyncio.sleep(0.1)
         assert replicas() == 2
