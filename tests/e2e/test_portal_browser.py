@@ -169,8 +169,9 @@ def test_a_run_followed_in_the_browser_from_queued_to_verified(stack: Stack, peo
             page.wait_for_selector(f"#queues a[href='#/runs/{run_id}']")
             assert "#1" in page.inner_text("#queues")
             page.screenshot(path=str(shots / "portal-queues.png"), full_page=True)
-            release.touch()
             page.goto(f"{people['base']}/#/runs/{run_id}")
+            page.wait_for_selector("#run-state .state.queued", timeout=30_000)
+            release.touch()  # only now: the page is open on the run and follows it from queued on
             page.wait_for_selector("#run-state .state.succeeded", timeout=60_000)
             seen = [(s, n) for s, n in page.evaluate("window.__seen") if s]
             page.wait_for_selector("#verify", timeout=30_000)

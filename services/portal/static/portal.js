@@ -117,7 +117,19 @@ async function runPage(runId) {
       showEvidence(runId).catch(e => showError(e.message));
     }
   };
-  const refresh = async () => render(await api(`/api/runs/${encodeURIComponent(runId)}`));
+  let seenSeq = 0;  // the newest event the stream has shown
+  let behind = 0;
+  const refresh = async () => {
+    const record = await api(`/api/runs/${encodeURIComponent(runId)}`);
+    render(record);
+    // The stream reads RUNS, the record is run_record's projection of it, which can lag: a record older than the
+    // events already shown is read again shortly, so the state shown catches up (not at the next event, which
+    // may be the run's end, seconds later).
+    if (record.last_seq < seenSeq && behind++ < 20 && !pending) {
+      pending = setTimeout(() => { pending = null; refresh().catch(e => showError(e.message)); }, 250);
+    } else if (record.last_seq >= seenSeq) behind = 0;
+  };
+  let pending = null;  // one record refresh at a time, however fast events come
   await refresh();
   document.getElementById("cancel").onclick = async () => {
     if (!confirm(`Cancel ${runId}?`)) return;
@@ -130,10 +142,10 @@ async function runPage(runId) {
   const logs = document.getElementById("logs");
   let lineCount = 0;
   const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/stream`);
-  let pending = null;  // one record refresh at a time, however fast events come
   source.addEventListener("run", msg => {
     const ev = JSON.parse(msg.data);
     events.push(ev);
+    seenSeq = Math.max(seenSeq, ev.seq || 0);
     document.getElementById("events-box").innerHTML = table(["time", "event", "detail"], events.map(e =>
       `<tr data-type="${esc(e.type)}"><td class="nowrap">${esc(e.time.slice(11, 23))}</td>` +
       `<td class="nowrap">${esc(e.type)}</td><td>${esc(e.detail)}</td></tr>`));
