@@ -15,6 +15,10 @@ Retention (``platform.yaml``'s ``retention``, ``taugrid.config.retention``): RUN
 AUDIT's max age come from the platform stored in the ``platform`` KV when there is one (else the defaults, which
 are the limits the streams always had). A stream is created with them; one that exists and differs is reported
 like any other difference, and ``--update`` applies it (AUDIT's max age too: its mirror and protections stay).
+
+Interest retention (``topology.StreamSpec.interest``: K8S): such a stream is made with its durables right after it
+(it stores nothing that no durable's filter matches); one an earlier release made with limits retention is
+reported, and ``--update`` switches it, the server then dropping every message its durables have all acked.
 """
 
 from __future__ import annotations
@@ -75,10 +79,15 @@ def _differences(want: StreamConfig, have: StreamConfig) -> list[str]:
         unset = (0, -1, None)  # the server reports an unset limit as -1, 0 or nothing
         if wanted is None or wanted == got or (wanted in unset and got in unset):
             continue
-        out.append(f"{name} is {got!r}, declared {wanted!r}")
+        out.append(f"{name} is {_shown(got)!r}, declared {_shown(wanted)!r}")
     if want.mirror is not None and (have.mirror is None or have.mirror.name != want.mirror.name):
         out.append(f"mirror is {getattr(have.mirror, 'name', None)!r}, declared {want.mirror.name!r}")
     return out
+
+
+def _shown(value: object) -> object:
+    """A setting as the server writes it: an enum (retention, storage, discard) by its value."""
+    return getattr(value, "value", value)
 
 
 async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> list[str]:
@@ -264,13 +273,19 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
     replicas = settings.current().bus.replicas if replicas is None else replicas
     limits = (retention if retention is not None else await stored_retention(bus)).stream_limits()
     drifted: dict[str, list[str]] = {}
+    interest = {s.name for s in STREAMS if s.interest}
     for s in STREAMS:
         max_age, max_bytes = limits.get(s.name, (s.max_age, s.max_bytes))
         drifted[s.name] = await _ensure_stream(bus, StreamConfig(
-            name=s.name, subjects=s.subjects, retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+            name=s.name, subjects=s.subjects, storage=StorageType.FILE,
+            retention=RetentionPolicy.INTEREST if s.interest else RetentionPolicy.LIMITS,
             max_age=max_age, duplicate_window=s.duplicate_window, max_bytes=max_bytes,
             discard=DiscardPolicy.OLD, num_replicas=replicas, allow_direct=s.allow_direct or None,
         ), update=update)
+        if s.interest:  # its durables at once: an interest stream does not store what no durable's filter matches
+            for spec in CONSUMERS.values():
+                if spec.stream == s.name:
+                    await ensure_consumer(bus, spec)
     audit_age = limits[AUDIT_STREAM][0]
     await _ensure_stream(bus, audit_config(replicas, audit_age), update=False)  # a mirror is never re-declared
     if update:
@@ -289,7 +304,8 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
             await bus.js.add_stream(object_store_config(store, ttl=ttl, replicas=replicas))
         drifted[f"OBJ_{store}"] = await _store_settings(bus, store, update=update)
     for spec in CONSUMERS.values():
-        await ensure_consumer(bus, spec)
+        if spec.stream not in interest:  # made above, right after their stream
+            await ensure_consumer(bus, spec)
     for stream, diff in drifted.items():
         for d in diff:
             log.warning("stream %s: %s; not changed (apply with the break-glass identity: "

@@ -7,10 +7,11 @@ max-deliveries advisory for a message whose handler kept failing
 at the original message by stream and sequence.
 
 Replay republishes the original (its subject, data and every header, the CloudEvent attributes and signature
-included) from its own stream, under a new message id, then deletes the dead letter. Every consumer of that
-subject sees it again, not only the one that gave up: handlers are idempotent by message id (what they publish
-is deduplicated by the server), which is what makes this safe. Publishing a service's subject is what only that
-service may do, so replay needs the bootstrap identity (the operator's break-glass credentials).
+included) from its own stream, under a new message id, then deletes the dead letter. A refused message that has left
+its stream (K8S, an interest-retention stream, drops it once terminated) is republished from its copy. Every
+consumer of that subject sees it again, not only the one that gave up: handlers are idempotent by message id (what
+they publish is deduplicated by the server), which is what makes this safe. Publishing a service's subject is what
+only that service may do, so replay needs the bootstrap identity (the operator's break-glass credentials).
 """
 
 from __future__ import annotations
@@ -106,22 +107,30 @@ async def replay(bus: Bus, seqs: Iterable[int]) -> list[DeadLetter]:
             raise NotFound(f"DLQ #{seq} is not a dead letter ({msg.subject})")
         try:
             original = await bus.js.get_msg(letter.stream, letter.stream_seq)
+            subject, data = str(original.subject), original.data or b""
+            headers = with_id(original.headers)  # the event keeps its id (a compact one's is its Nats-Msg-Id)
+            first_id = headers.get("Nats-Msg-Id") or f"{letter.stream}.{letter.stream_seq}"
         except MISSING:
-            raise PermanentError(
-                f"dead letter #{seq}: its original ({letter.stream} #{letter.stream_seq}) is no longer in its "
-                "stream (aged out or purged); nothing to replay") from None
-        headers = with_id(original.headers)  # the event keeps its id (a compact one's is its Nats-Msg-Id)
-        first_id = headers.get("Nats-Msg-Id") or f"{letter.stream}.{letter.stream_seq}"
+            if letter.kind != "refused" or not letter.subject:
+                raise PermanentError(
+                    f"dead letter #{seq}: its original ({letter.stream} #{letter.stream_seq}) is no longer in its "
+                    "stream (aged out or purged); nothing to replay") from None
+            # An interest-retention stream (K8S) drops a message its durables are done with, a refused (terminated)
+            # one too; the letter is its copy: its data and headers (its id and signature among them) as stored.
+            subject, data = letter.subject, msg.data or b""
+            headers = {k: v for k, v in (msg.headers or {}).items()
+                       if not k.startswith("x-dlq-") and k != "Nats-Msg-Id"}
+            first_id = headers.get("ce-id") or f"{letter.stream}.{letter.stream_seq}"
         headers["Nats-Msg-Id"] = f"{first_id}.replay-{seq}"  # else the server would drop it as a duplicate
         headers["x-replay-of"] = f"{letter.stream}.{letter.stream_seq}"
-        ack = await bus.guarded(bus.js.publish(str(original.subject), original.data or b"", headers=headers))
-        if ack.duplicate and await bus.subject_at(ack.stream, ack.seq) != str(original.subject):
+        ack = await bus.guarded(bus.js.publish(subject, data, headers=headers))
+        if ack.duplicate and await bus.subject_at(ack.stream, ack.seq) != subject:
             # The replay's id was taken first on another subject (people may set any Nats-Msg-Id on their requests
             # into RUNS, and the original's id and the letter's number are no secret): the replay was dropped as a
             # duplicate, and its dead letter would have been deleted with nothing replayed. It goes again under
             # an id nobody can have taken.
             headers["Nats-Msg-Id"] = f"{first_id}.replay-{seq}.{secrets.token_hex(16)}"
-            await bus.guarded(bus.js.publish(str(original.subject), original.data or b"", headers=headers))
+            await bus.guarded(bus.js.publish(subject, data, headers=headers))
         await bus.guarded(bus.js.delete_msg(STREAM, seq))
-        done.append(msgspec.structs.replace(letter, subject=str(original.subject)))
+        done.append(msgspec.structs.replace(letter, subject=subject))
     return done

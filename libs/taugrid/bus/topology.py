@@ -22,6 +22,11 @@ class StreamSpec:
     max_bytes: int = -1
     # direct gets (no consumer; any replica answers): the evidence reads a run's events and logs back at its seal
     allow_direct: bool = False
+    # False, limits retention: kept until max_age/max_bytes, whoever read it. True, interest retention: a message
+    # goes once every durable whose filter matches it has acked it (max_age still bounds what an unacked durable
+    # holds), and one no durable's filter matches is not stored at all: for a stream that is only its consumers'
+    # input, never a record anyone replays
+    interest: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,11 @@ STREAMS = [
     # a repeat K8S drops is a watch's re-list after a bridge restart, seconds later; a later one only reaches the
     # admission watcher, whose run events are deterministic and dropped by RUNS' own window. A shorter window is
     # fewer message ids held, and fewer messages re-read at a restart to rebuild them (issue 27).
-    StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY, duplicate_window=120.0),
+    # Interest retention (issue 27): a watch change is only the admission watcher's input (it turns them into the
+    # run events RUNS and AUDIT keep; nothing replays K8S), so one is dropped once both its durables (the lanes)
+    # acked it, and a finished run leaves nothing here. One a durable gave up on (max deliveries) stays for
+    # `tau dlq replay` until max_age; one the watcher refused (terminated) leaves: its DLQ copy is what replays.
+    StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY, duplicate_window=120.0, interest=True),
     StreamSpec("NODES", ["node.>"], max_age=3 * DAY),
     StreamSpec("LOGS", ["log.>"], max_age=14 * DAY, duplicate_window=120.0, allow_direct=True),
     StreamSpec("BACKEND", ["backend.>"], max_age=7 * DAY),
