@@ -5,8 +5,17 @@ from __future__ import annotations
 import msgspec
 
 from taugrid.core import wirejson
-from taugrid.core.contracts import ExecFinished, PhaseReport, PolicyApproved, ResolvedRun, Resources
+from taugrid.core.contracts import (
+    ContainerReport,
+    ExecFinished,
+    PhaseReport,
+    PodSetTopology,
+    PolicyApproved,
+    ResolvedRun,
+    Resources,
+)
 from taugrid.core.events import RUN_EVENTS
+from taugrid.core.states import Phase, PodView, RunRecord
 
 
 def resolved(**changes: object) -> ResolvedRun:
@@ -43,3 +52,44 @@ def test_every_run_event_contract_reads_back_its_compact_form() -> None:
             continue  # covered above with real values; a default-only instance is the edge case here
         value = kind()
         assert msgspec.json.decode(wirejson.encode(value), type=kind) == value, kind.__name__
+
+
+def _left_out_by_the_rule(value: object) -> object:
+    """The rule the module docstring states, walked the plain way: a field is left out when it equals its default
+    and is of the default's type, or equals a fresh value of its default factory."""
+    if isinstance(value, msgspec.Struct):
+        out = {}
+        for f in msgspec.structs.fields(type(value)):
+            field = getattr(value, f.name)
+            if f.default is not msgspec.NODEFAULT and field == f.default and type(field) is type(f.default):
+                continue
+            if f.default_factory is not msgspec.NODEFAULT and field == f.default_factory():
+                continue
+            out[f.encode_name] = _left_out_by_the_rule(field)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_left_out_by_the_rule(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _left_out_by_the_rule(v) for k, v in value.items()}
+    return value
+
+
+def test_a_run_record_with_pods_phases_and_history_leaves_out_exactly_its_defaults() -> None:
+    """The run record is encoded at each of its run's events (the run_state bucket): the quick walk must give the
+    bytes the rule gives, for every kind of field it holds (nested Structs, lists of them, dicts of scalars and of
+    lists, None where a default is not None, 0 where the default is 0.0)."""
+    record = RunRecord(
+        run_id="hello-3f2a9c", workspace="team-a", name="hello", state="succeeded", created=1.5, updated=0,
+        finished=None, exit_code=0, position=None, exclude_nodes=["n1"], resolved=resolved(),
+        environment={"PATH": "/bin"}, last_seq=41,
+        phases=[Phase(name="submitted", status="done", started=1.0, finished=2.0), Phase(name="policy")],
+        pods=[PodView(name="p-0", node="vm", phases=[Phase(name="scheduling", status="done", detail="node vm")],
+                      containers=[ContainerReport(name="main", state="terminated", exit_code=0)]), PodView(name="p-1")],
+        topology=[PodSetTopology(pod_set="main", levels=["rack"], domains=[])],
+        history=[{"seq": 1, "type": "submit.requested", "attempt": 1, "time": "t", "applied": True},
+                 {"seq": 2, "nested": {"a": [1, {"b": None}]}, "list": [[], {}]}])
+    expected = msgspec.json.encode(_left_out_by_the_rule(record))
+    assert wirejson.encode(record) == expected
+    top = msgspec.json.decode(expected)
+    assert (top["updated"], "position" in top, "finished" in top, top["pods"][1]) == (0, False, False, {"name": "p-1"})
+    assert msgspec.json.decode(wirejson.encode(record), type=RunRecord) == record

@@ -11,7 +11,6 @@ A field whose default is a factory (``[]``, ``{}``) is left out when equal to a 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import msgspec
@@ -19,27 +18,49 @@ import msgspec
 _NO = msgspec.NODEFAULT
 
 
-@functools.lru_cache(maxsize=512)
+# Values ``plain`` hands back as they are, looked up by exact type: most fields of a record are one of them, and a
+# record is encoded at each of its run's events (issue 30: the walk was ~15 % of run_record's CPU).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FIELDS: dict[type[msgspec.Struct], tuple[tuple[str, str, Any, Any], ...]] = {}
+_FIELDS_MAX = 512  # Struct types seen (a fixed set in practice; bounded against types made at run time)
+
+
 def _fields(kind: type[msgspec.Struct]) -> tuple[tuple[str, str, Any, Any], ...]:
-    """(attribute, JSON name, default, default factory) of each field of ``kind``; computed once per Struct."""
-    return tuple((f.name, f.encode_name, f.default, f.default_factory) for f in msgspec.structs.fields(kind))
+    """(attribute, JSON name, default, what its default factory makes) of each field of ``kind``; computed once
+    per Struct. A factory is called once here, not at every comparison: the factories of the contracts (``list``,
+    ``dict``, ``set``, a Struct of defaults, a constant list) always make equal values, and the value made is only
+    ever compared with, never handed out."""
+    found = _FIELDS.get(kind)
+    if found is None:
+        if len(_FIELDS) >= _FIELDS_MAX:
+            _FIELDS.clear()
+        found = _FIELDS[kind] = tuple(
+            (f.name, f.encode_name, f.default, _NO if f.default_factory is _NO else f.default_factory())
+            for f in msgspec.structs.fields(kind))
+    return found
 
 
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready values, every Struct inside it as a dict without its fields at their defaults."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
     if isinstance(value, msgspec.Struct):
         out: dict[str, Any] = {}
-        for name, key, default, factory in _fields(type(value)):
+        for name, key, default, made in _fields(kind):
             field = getattr(value, name)
-            if (default is not _NO and field == default and type(field) is type(default)) or \
-                    (factory is not _NO and field == factory()):
+            field_kind = type(field)
+            if default is not _NO:
+                if field_kind is type(default) and field == default:
+                    continue
+            elif made is not _NO and field == made:
                 continue
-            out[key] = plain(field)
+            out[key] = field if field_kind in _SCALARS else plain(field)
         return out
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [v if type(v) in _SCALARS else plain(v) for v in value]
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else plain(v) for k, v in value.items()}
     return value
 
 
