@@ -100,3 +100,19 @@ async def test_a_bucket_made_without_ttls_keeps_the_key_and_says_so(
     assert revision is not None
     assert "Nats-TTL" not in ((await private_bus.js.get_msg("KV_submissions", seq=revision)).headers or {})
     assert "bucket submissions was made without per-message TTLs" in caplog.text
+
+
+async def test_matching_keys_lists_the_keys_of_a_filter_and_nothing_for_a_missing_bucket(bus: Bus) -> None:
+    """The run-record projection asks which workspaces hold a run id (``matching_keys``, one stream-info request
+    decoded into its subjects alone): deleted keys count, other runs' keys do not, and a bucket that does not
+    exist has no keys rather than an error."""
+    run = f"mk-{uuid.uuid4().hex[:8]}"
+    for ws in ("zeta", "alpha"):
+        await kv.put(bus, "run_state", f"run.{ws}.{run}", b"{}")
+    await kv.put(bus, "run_state", f"run.alpha.{run}-other", b"{}")
+    await kv.delete(bus, "run_state", f"run.zeta.{run}")
+    assert await kv.matching_keys(bus, "run_state", f"run.*.{run}") == [f"run.alpha.{run}", f"run.zeta.{run}"]
+    assert await kv.count_keys(bus, "run_state", f"run.*.{run}") == 2
+    assert await kv.matching_keys(bus, "run_state", f"run.*.{run}-none") == []
+    assert await kv.matching_keys(bus, f"no-such-{run}", ">") == []
+    assert await kv.count_keys(bus, f"no-such-{run}", ">") == 0

@@ -321,17 +321,41 @@ async def _filtered_values(bus: Bus, bucket: str, kind: type[T], *, key_filter: 
             await bus.guarded(bus.js.delete_consumer(stream, cfg.name or ""))
 
 
+class _KeyCounts(msgspec.Struct):
+    subjects: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class _KeyCountsAnswer(msgspec.Struct):
+    state: _KeyCounts = msgspec.field(default_factory=_KeyCounts)
+    error: dict[str, object] | None = None
+
+
+async def _key_subjects(bus: Bus, bucket: str, key_filter: str) -> dict[str, int]:
+    """The bucket's subjects matching ``key_filter`` with their message counts, from the stream's per-subject state
+    (one request, whatever the number of keys). Sent through ``Bus.replies`` and decoded into the subject counts
+    alone, not into nats-py's whole ``StreamInfo`` (the run-record projection asks once a run, issue 30, as
+    ``streams.count`` does); an error answer is asked again through nats-py, which raises it (``MISSING`` for a
+    missing bucket) as before."""
+    subject = f"$KV.{bucket}.{key_filter}"
+    answer = await bus.replies.request(f"$JS.API.STREAM.INFO.KV_{bucket}",
+                                       msgspec.json.encode({"subjects_filter": subject}), timeout=10.0)
+    counted = msgspec.json.decode(answer.data, type=_KeyCountsAnswer)
+    if counted.error is None:
+        return counted.state.subjects
+    info = await bus.guarded(bus.js.stream_info(f"KV_{bucket}", subjects_filter=subject))
+    return info.state.subjects or {}
+
+
 async def count_keys(bus: Bus, bucket: str, key_filter: str) -> int:
     """How many keys match ``key_filter`` (NATS wildcards), deleted ones included, from the stream's per-subject
     state (one request, whatever the number of keys)."""
     with timed(KV_SECONDS, bucket, "count"):
         try:
-            info = await bus.guarded(bus.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{key_filter}"))
+            return len(await _key_subjects(bus, bucket, key_filter))
         except MISSING:
             return 0
         except UNAVAILABLE as exc:
             raise unavailable(f"counting {bucket}/{key_filter}", exc) from exc
-    return len(info.state.subjects or {})
 
 
 async def matching_keys(bus: Bus, bucket: str, key_filter: str) -> list[str]:
@@ -339,13 +363,13 @@ async def matching_keys(bus: Bus, bucket: str, key_filter: str) -> list[str]:
     state (one request, whatever the number of keys), sorted."""
     with timed(KV_SECONDS, bucket, "keys"):
         try:
-            info = await bus.guarded(bus.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{key_filter}"))
+            subjects = await _key_subjects(bus, bucket, key_filter)
         except MISSING:
             return []
         except UNAVAILABLE as exc:
             raise unavailable(f"listing {bucket}/{key_filter}", exc) from exc
     prefix = len(f"$KV.{bucket}.")
-    return sorted(subject[prefix:] for subject in info.state.subjects or {})
+    return sorted(subject[prefix:] for subject in subjects)
 
 
 async def last_by_wildcard(bus: Bus, bucket: str, key_filter: str) -> bytes | None:
