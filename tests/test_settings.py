@@ -169,6 +169,20 @@ def test_a_value_that_does_not_parse_names_the_variable_and_the_fix(env: str, va
     assert str(refused.value) == error
 
 
+def test_a_heartbeat_interval_below_the_sample_interval_is_refused_naming_both_and_the_fix() -> None:
+    with pytest.raises(settings.SettingsError) as refused:
+        settings.Settings.from_env({"TAU_NODE_SAMPLE_INTERVAL": "10", "TAU_NODE_HEARTBEAT_INTERVAL": "7.5"})
+    assert str(refused.value) == (
+        "TAU_NODE_HEARTBEAT_INTERVAL=7.5 is below TAU_NODE_SAMPLE_INTERVAL=10: a heartbeat is a sample, so it "
+        "cannot come more often than samples are taken; set TAU_NODE_HEARTBEAT_INTERVAL to 10 or more, or unset it "
+        "for the default (60.0)")
+    with pytest.raises(settings.SettingsError) as refused:  # the default heartbeat would not do either
+        settings.Settings.from_env({"TAU_NODE_SAMPLE_INTERVAL": "90"})
+    assert str(refused.value).endswith("set TAU_NODE_HEARTBEAT_INTERVAL to 90 or more")
+    equal = settings.Settings.from_env({"TAU_NODE_SAMPLE_INTERVAL": "10", "TAU_NODE_HEARTBEAT_INTERVAL": "10"})
+    assert (equal.health.sample_interval_s, equal.health.heartbeat_interval_s) == (10.0, 10.0)
+
+
 def test_a_process_parses_once_and_again_only_when_a_tau_variable_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TAU_NODE_NAME", "n1")
     first = settings.current()

@@ -1,6 +1,8 @@
 """``python -m taugrid_services.node_agent``.
 
 Environment: ``TAU_NODE_NAME`` (default: hostname), ``TAU_NODE_SAMPLE_INTERVAL`` seconds (default 5),
+``TAU_NODE_HEARTBEAT_INTERVAL`` seconds (default 60: a sample nothing judged changed in is published only this
+often, ``health.change``),
 ``TAU_DECLARED_GPUS`` ("2" or "2x80000": declared GPUs instead of NVML, for simulation), ``TAU_IB_SYSFS``
 (the InfiniBand ports' sysfs tree, default ``/sys/class/infiniband``; empty: none). When the platform
 declares ``local.nodes`` (the local backend's pool), one agent samples each of them under its own name
@@ -12,7 +14,8 @@ from __future__ import annotations
 import logging
 
 from taugrid.health.agent import NodeAgent, node_name, probe
-from taugrid.health.pool import AgentPool
+from taugrid.health.change import Thermal
+from taugrid.health.pool import AgentPool, StateWatch
 from taugrid.service import Service, main
 
 log = logging.getLogger("taugrid.node_agent")
@@ -20,13 +23,18 @@ log = logging.getLogger("taugrid.node_agent")
 
 async def start(svc: Service) -> None:
     local, health = svc.settings.local, svc.settings.health
-    agent = NodeAgent(svc.bus, probe(local), node_name(local), ib_root=health.ib_sysfs or None)
+    thermal = Thermal(health.thermal_c, health.thermal_clear_c)
+    agent = NodeAgent(svc.bus, probe(local), node_name(local), ib_root=health.ib_sysfs or None,
+                      heartbeat_s=health.heartbeat_interval_s, thermal=thermal)
     interval = health.sample_interval_s
     first = await agent.sample()
     if first is not None:
         log.info("node %s: %d GPU(s) via %s %s", agent.node, len(first.gpus), first.gpu_source, first.message)
 
-    pool = AgentPool(svc.bus, machine=agent.node, machine_probe=lambda: agent.probe)
+    watch = StateWatch(svc.bus)
+    svc.background(watch.run(svc.stopping))
+    pool = AgentPool(svc.bus, machine=agent.node, machine_probe=lambda: agent.probe,
+                     heartbeat_s=health.heartbeat_interval_s, thermal=thermal, watch=watch)
     pool.agents[agent.node] = agent
 
     async def tick() -> None:

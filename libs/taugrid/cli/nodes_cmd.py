@@ -3,7 +3,8 @@ conditions, whether it is cordoned and why, its repair steps (the one asked, how
 runs on it (of the workspaces you may read; a run is on every node one of its pods runs on). It reads two KV
 buckets, the health monitor's ``node_state`` and ``run_state``, the same on both backends, and, for a local pool,
 each node's topology domain from the platform's ``local.nodes`` labels (``pool_domains``; Kubernetes nodes' labels
-are not on the bus, so their domain is left empty)."""
+are not on the bus, so their domain is left empty). A node without a sample, not even a heartbeat, for two of its
+agent's heartbeat intervals shows as silent (``core.heartbeat``): its verdict is only as fresh as that sample."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ async def nodes(output: str) -> None:
         click.echo("no nodes yet: the health monitor lists a node once its agent has sent a sample")
         return
     domains = any(r["domain"] for r in rows)  # a column only where the pool declares topology levels
-    click.echo(table([[r["node"], str(r["gpus"]), gpu_kind(r), r["verdict"],
+    click.echo(table([[r["node"], str(r["gpus"]), gpu_kind(r),
+                       r["verdict"] + (f" (silent {r['last_sample_age_s']:.0f}s)" if r["silent"] else ""),
                        ("cordoned: " + (r["cordon_reason"] or "?")) if r["cordoned"] else "schedulable",
                        *(["/".join(r["domain"].values()) or "-"] if domains else []),
                        str(len(r["runs"])), "; ".join(f"{k} {v}" for k, v in r["conditions"].items()) or "-"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from taugrid.core.heartbeat import silent, silent_after
 from taugrid.core.states import resize_text
 
 if TYPE_CHECKING:
@@ -73,7 +74,9 @@ def node_rows(states: list[Any], records: list[Any], now: float,
                     "cordoned_for_s": round(now - st.cordon_time, 1) if st.cordoned and st.cordon_time else None,
                     "drained": st.drained, "conditions": failing, "last_validation": st.last_validation,
                     "repair": {"wanted": st.repair_wanted, "steps": st.repairs, "last": st.last_repair},
-                    "last_sample_age_s": round(now - st.last_sample, 1) if st.last_sample else None, "runs": runs,
+                    "last_sample_age_s": round(now - st.last_sample, 1) if st.last_sample else None,
+                    "silent": silent(st.last_sample, st.heartbeat_s, now),
+                    "silent_after_s": silent_after(st.heartbeat_s), "runs": runs,
                     "domain": domains.get(st.node, {})})
     return out
 

@@ -514,6 +514,9 @@ class NodeSample(Struct, frozen=True):
     gpu_vendor: str = ""  # nvidia | amd | intel-gaudi ("" with no GPUs)
     gpu_model: str = ""  # core.devices.MODELS name where known (declared nodes), else the device's own name
     ib_ports: list[IbPort] = msgspec.field(default_factory=list)
+    # Its agent publishes a sample at least this often (a heartbeat when nothing changed; ``health.change``);
+    # 0: every sample it takes. Readers judge a node silent against it (``core.heartbeat``).
+    heartbeat_s: float = 0.0
 
 
 class NodeCondition(Struct, frozen=True):

@@ -1,4 +1,5 @@
-"""The node agent's work per tick: sample the node, publish ``node.<node>.sample``, validate when asked.
+"""The node agent's work per tick: sample the node, publish ``node.<node>.sample`` when the monitor can learn
+from it (a change, a held node, else a heartbeat: ``health.change``), validate and repair when asked.
 
 The monitor asks for validation by setting ``validation_wanted_since`` in the node's ``node_state`` record;
 the agent answers once per request on ``node.<node>.validation``. Probe calls run in a worker thread with a
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import msgspec
 
@@ -21,9 +22,10 @@ from taugrid.core.contracts import NodeSample
 from taugrid.core.events import node_subject
 from taugrid.core.ids import token
 from taugrid.gpulib import nvml_library_missing
+from taugrid.health.change import Publisher, Thermal
 from taugrid.health.ib import read_ports
 from taugrid.health.kmsg import KmsgReader
-from taugrid.health.monitor import read_state
+from taugrid.health.monitor import read_state, state_key
 from taugrid.health.nvml import NvmlProbe
 from taugrid.health.probe import DeclaredProbe, HealthProbe, validate_node
 from taugrid.health.smi import amd_probe, gaudi_probe
@@ -60,10 +62,14 @@ async def publish_sample(bus: Bus, sample: NodeSample) -> int:
 
 class NodeAgent:
     def __init__(self, bus: Bus, probe: HealthProbe, node: str, *, probe_timeout_s: float = 30.0,
-                 ib_root: str | None = None, repairs: dict[str, RepairStep] | None = None) -> None:
+                 ib_root: str | None = None, repairs: dict[str, RepairStep] | None = None,
+                 heartbeat_s: float = 0.0, thermal: Thermal | None = None) -> None:
         """``ib_root``: the sysfs tree of InfiniBand ports to read with each sample (``health.ib``); None: none.
-        ``repairs``: step name → how this node carries it out (default ``REPAIRS``; add or replace steps)."""
+        ``repairs``: step name → how this node carries it out (default ``REPAIRS``; add or replace steps).
+        ``heartbeat_s``: publish only what changed, and a heartbeat this often (``health.change``); 0: publish
+        every sample. ``thermal``: the monitor's thermal thresholds, which a temperature is judged against."""
         self.bus, self.probe, self.node = bus, probe, node
+        self.publisher = Publisher(node, heartbeat_s=heartbeat_s, thermal=thermal)
         self.repairs = {**REPAIRS, **(repairs or {})}
         self.ib_root = ib_root
         self.probe_timeout_s = probe_timeout_s
@@ -71,14 +77,24 @@ class NodeAgent:
         self._validated_for = 0.0
         self._repaired_for = 0.0
 
-    async def tick(self) -> NodeSample | None:
+    async def tick(self, states: Mapping[str, NodeState] | None = None) -> NodeSample | None:
+        """Sample the node, publish the sample if the monitor can learn from it, then carry out a validation or
+        repair step the monitor asks for. ``states``: ``node_state``'s records by key where the caller keeps
+        them current (the pool watches the bucket); else this node's record is read. Returns the sample
+        published (None: none was, because nothing changed or the probe is stuck)."""
+        state = states.get(state_key(self.node)) if states is not None else (
+            await read_state(self.bus, self.node))[0]
         sample = await self.sample()
-        if sample is not None:
+        published = None
+        if sample is not None and self.publisher.why(sample, state):
+            if self.publisher.heartbeat_s:
+                sample = msgspec.structs.replace(sample, heartbeat_s=self.publisher.heartbeat_s)
             await publish_sample(self.bus, sample)
-        state, _ = await read_state(self.bus, self.node)
+            self.publisher.published(sample)
+            published = sample
         await self.validate_if_asked(state)
         await self.repair_if_asked(state)
-        return sample
+        return published
 
     async def sample(self) -> NodeSample | None:
         if self._inflight is not None and not self._inflight.done():

@@ -4,13 +4,23 @@ The local backend's declared nodes have no hardware of their own: each gets a ``
 count and memory, so faults can be injected per node (tests, benchmarks, drills). A declared node that bears
 this machine's name gets the machine's real probe instead. With no ``local.nodes`` there is one agent, this
 machine, as before. The set follows platform revisions: agents of removed nodes stop reporting.
+
+Each agent needs its node's ``node_state`` record every tick (is the node held, is a validation or repair step
+asked for): the pool keeps them all from one watch of the bucket (``StateWatch``), which the monitor writes only
+when a sample was published, instead of reading one record per node per tick (640 reads every 5 s in Kueue's
+TAS scenario). Until the watch has caught up, and while it is down, each agent reads its own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
+import msgspec
+
+from taugrid.bus import kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.platformread import PlatformReader
 from taugrid.config.platform import LocalNode
@@ -18,7 +28,10 @@ from taugrid.core import devices
 from taugrid.core.errors import TemporaryError
 from taugrid.core.quantity import parse_memory
 from taugrid.health.agent import NodeAgent
+from taugrid.health.change import Thermal
+from taugrid.health.monitor import BUCKET
 from taugrid.health.probe import DeclaredProbe, HealthProbe
+from taugrid.health.wire import NodeState
 
 log = logging.getLogger("taugrid.health.pool")
 
@@ -32,11 +45,64 @@ def declared_probe(node: LocalNode) -> DeclaredProbe:
                          vendor=model.vendor if model is not None else "nvidia", model=node.gpu_model or "")
 
 
+class StateWatch:
+    """``node_state``'s ``node.*`` records by key, as one watch of the bucket delivers them; ``current`` is None
+    until the watch has handed out every stored record, and again while it is down (it restarts after a second)."""
+
+    RETRY_S = 1.0
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.states: dict[str, NodeState] = {}
+        self._caught_up = False
+
+    @property
+    def current(self) -> dict[str, NodeState] | None:
+        return self.states if self._caught_up else None
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Keep the records current until ``stopping`` is set."""
+        follower = asyncio.create_task(self._follow())
+        try:
+            await stopping.wait()
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for key, value in kv.watch(self.bus, BUCKET, "node.>"):
+                    if (key, value) == kv.CAUGHT_UP:
+                        self._caught_up = True
+                    elif value is None:
+                        self.states.pop(key, None)
+                    else:
+                        self._store(key, value)
+            except TemporaryError as exc:
+                log.warning("node_state watch stopped (%s): agents read their own records until it is back", exc)
+            self._caught_up = False
+            self.states.clear()
+            await asyncio.sleep(self.RETRY_S)
+
+    def _store(self, key: str, value: bytes) -> None:
+        try:
+            self.states[key] = msgspec.json.decode(value, type=NodeState)
+        except msgspec.DecodeError as exc:
+            log.warning("node_state %s undecodable, left out: %s", key, exc)
+            self.states.pop(key, None)
+
+
 class AgentPool:
     def __init__(self, bus: Bus, *, machine: str, machine_probe: Callable[[], HealthProbe],
-                 probe_timeout_s: float = 30.0) -> None:
+                 probe_timeout_s: float = 30.0, heartbeat_s: float = 0.0, thermal: Thermal | None = None,
+                 watch: StateWatch | None = None) -> None:
+        """``heartbeat_s``, ``thermal``: each agent's (``NodeAgent``). ``watch``: where the agents' records come
+        from (None: each agent reads its own every tick)."""
         self.bus, self.machine, self.machine_probe = bus, machine, machine_probe
-        self.probe_timeout_s = probe_timeout_s
+        self.probe_timeout_s, self.heartbeat_s, self.thermal = probe_timeout_s, heartbeat_s, thermal
+        self.watch = watch
         self.platforms = PlatformReader(bus)
         self.agents: dict[str, NodeAgent] = {}
         self._revision = -1
@@ -59,10 +125,11 @@ class AgentPool:
         for name in sorted(wanted - set(self.agents)):
             probe = self.machine_probe() if name == self.machine or name not in declared else declared_probe(
                 declared[name])
-            self.agents[name] = NodeAgent(self.bus, probe, name, probe_timeout_s=self.probe_timeout_s)
+            self.agents[name] = NodeAgent(self.bus, probe, name, probe_timeout_s=self.probe_timeout_s,
+                                          heartbeat_s=self.heartbeat_s, thermal=self.thermal)
             log.info("node %s: agent started", name)
 
     async def tick(self) -> None:
         await self.refresh()
         for agent in list(self.agents.values()):
-            await agent.tick()
+            await agent.tick(self.watch.current if self.watch is not None else None)

@@ -295,7 +295,7 @@ def evaluate(prev: NodeState | None, sample: NodeSample, *, policy: Policy,
     st = (msgspec.json.decode(msgspec.json.encode(prev), type=NodeState) if prev is not None
           else NodeState(node=sample.node))
     now = sample.time
-    st.last_sample = now
+    st.last_sample, st.heartbeat_s = now, sample.heartbeat_s
     ev = Evaluation(state=st)
     for sig in _level_signals(sample, st, policy):
         cond = st.conditions.get(condition_key(sig.type, sig.gpu))

@@ -6,16 +6,21 @@ Subjects (stream NODES): ``node.<node>.cordon`` (NodeCordon), ``node.<node>.unco
 Like every wire struct, fields are only
 added, with defaults. ``NodeState`` is the health-monitor's per-node projection: it can be rebuilt by
 replaying ``node.*.sample`` (it holds what the rules derived from samples, plus our own cordon decisions).
+
+A node's agent publishes a sample when something the rules judge changed, else a heartbeat every
+``heartbeat_s`` (``health.change``); ``silent`` (``core.heartbeat``) tells a node whose agent stopped from a quiet
+one.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from taugrid.core import heartbeat
 from taugrid.core.contracts import NodeCordon, NodeRepair, NodeUncordon, NodeValidation
 
 __all__ = ["ConditionState", "NodeCordon", "NodeRepair", "NodeState", "NodeUncordon", "NodeValidation",
-           "condition_key"]
+           "condition_key", "silent"]
 
 
 class ConditionState(msgspec.Struct, kw_only=True):
@@ -32,7 +37,8 @@ class ConditionState(msgspec.Struct, kw_only=True):
 
 class NodeState(msgspec.Struct, kw_only=True):
     node: str
-    last_sample: float = 0.0
+    last_sample: float = 0.0  # the last sample published, a change or a heartbeat
+    heartbeat_s: float = 0.0  # the agent's heartbeat interval as its last sample stated it (0: every sample)
     gpu_source: str = "none"
     gpu_vendor: str = ""  # the node's GPUs' vendor and model, as last read (kept while they cannot be read)
     gpu_model: str = ""
@@ -65,3 +71,9 @@ class NodeState(msgspec.Struct, kw_only=True):
 
 def condition_key(ctype: str, gpu: int | None) -> str:
     return ctype if gpu is None else f"{ctype}/{gpu}"
+
+
+def silent(state: NodeState, now: float) -> bool:
+    """No sample, not even a heartbeat, for longer than ``core.heartbeat.silent_after``: the agent (or its node)
+    is gone."""
+    return heartbeat.silent(state.last_sample, state.heartbeat_s, now)

@@ -30,6 +30,7 @@ from taugrid.settings.parse import (
     WHOLE,
     WHOLE_SECONDS,
     Parser,
+    SettingsError,
     Var,
     choice,
     read,
@@ -179,8 +180,20 @@ class HealthSettings:
                                        "how long recovery waits for a node's health to settle before retrying")
     sample_interval_s: float = setting("TAU_NODE_SAMPLE_INTERVAL", 5.0, POSITIVE_SECONDS,
                                        "how often the node agent samples its GPUs")
+    heartbeat_interval_s: float = setting("TAU_NODE_HEARTBEAT_INTERVAL", 60.0, POSITIVE_SECONDS,
+                                          "how often a node publishes a sample when nothing in it changed")
     ib_sysfs: str = setting("TAU_IB_SYSFS", DEFAULT_IB_SYSFS, TEXT,
                             "the InfiniBand ports' sysfs tree the agent reads; set but empty: none", blank=True)
+
+    def __post_init__(self) -> None:
+        # A heartbeat is one of the samples, so it cannot come more often than they are taken.
+        if self.heartbeat_interval_s < self.sample_interval_s:
+            default = fields(self)[[f.name for f in fields(self)].index("heartbeat_interval_s")].default
+            unset = f", or unset it for the default ({default})" if self.sample_interval_s <= default else ""
+            raise SettingsError(
+                f"TAU_NODE_HEARTBEAT_INTERVAL={self.heartbeat_interval_s:g} is below TAU_NODE_SAMPLE_INTERVAL="
+                f"{self.sample_interval_s:g}: a heartbeat is a sample, so it cannot come more often than samples "
+                f"are taken; set TAU_NODE_HEARTBEAT_INTERVAL to {self.sample_interval_s:g} or more{unset}")
 
 
 @dataclass(frozen=True)
