@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pipeline import PLATFORM, RUN, Watch, cpu_seconds, simulated_stack, stack_up  # bench/ is on sys.path
 
 from taugrid.bus import replay
@@ -41,6 +44,19 @@ async def deliveries(js: Any, stream: str, durable: str) -> int:
         return 0
 
 
+@contextlib.asynccontextmanager
+async def holding_k8s(js: Any, durable: str = "bench-hold-k8s") -> AsyncIterator[None]:
+    """K8S keeps a watch change only until the admission watcher's durable acked it (interest retention, issue
+    27): a durable that never acks, made before the runs, holds every new one for a replay afterwards; deleting it
+    lets them go."""
+    await js.add_consumer("K8S", ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT,
+                                                deliver_policy=DeliverPolicy.NEW, filter_subject="k8s.>"))
+    try:
+        yield
+    finally:
+        await js.delete_consumer("K8S", durable)
+
+
 async def counters(js: Any) -> dict[str, int]:
     return {"k8s": await stream_last(js, "K8S"), "runs": await stream_last(js, "RUNS"),
             "kv_bridge": await stream_last(js, "KV_bridge"), "kv_local": await stream_last(js, "KV_local_cluster"),
@@ -59,30 +75,31 @@ async def measure(url: str, data: Path, runs: int) -> None:
                                     name="warmup")
     await watch.until(lambda: warm in watch.ended, timeout=300)
     await asyncio.sleep(3.0)
-    before, cpu_before = await counters(js), cpu_seconds(data)
-    first_k8s = before["k8s"] + 1
-    text = RUN.format(name="count")
-    burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
-                                                      name="count") for _ in range(runs)))
-    await watch.until(lambda: all(r in watch.ended for r in burst), timeout=600)
-    await asyncio.sleep(4.0)  # the last watch events, evidence and projections settle
-    after, cpu_after = await counters(js), cpu_seconds(data)
-    published: Counter[str] = Counter()
-    silent: Counter[str] = Counter()
-    outputs: Counter[str] = Counter()
-    owners: dict[str, RunRef] = {}
-    async for batch in replay.batches(admin.bus, "k8s.>", stream="K8S"):
-        for ev in batch:
-            if ev.seq < first_k8s:
-                continue
-            watch_ev = ev.payload(WatchEvent)
-            what = f"{watch_ev.object.get('kind', '?')} {watch_ev.type}"
-            published[what] += 1
-            remember_owner(watch_ev, owners)
-            outs = [*progress(watch_ev, owners), *translate(watch_ev, owners)]
-            if not outs:
-                silent[what] += 1
-            outputs.update(o.event_type for o in outs)
+    async with holding_k8s(js):  # the burst's watch changes, kept for the replay below
+        before, cpu_before = await counters(js), cpu_seconds(data)
+        first_k8s = before["k8s"] + 1
+        text = RUN.format(name="count")
+        burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
+                                                          name="count") for _ in range(runs)))
+        await watch.until(lambda: all(r in watch.ended for r in burst), timeout=600)
+        await asyncio.sleep(4.0)  # the last watch events, evidence and projections settle
+        after, cpu_after = await counters(js), cpu_seconds(data)
+        published: Counter[str] = Counter()
+        silent: Counter[str] = Counter()
+        outputs: Counter[str] = Counter()
+        owners: dict[str, RunRef] = {}
+        async for batch in replay.batches(admin.bus, "k8s.>", stream="K8S"):
+            for ev in batch:
+                if ev.seq < first_k8s:
+                    continue
+                watch_ev = ev.payload(WatchEvent)
+                what = f"{watch_ev.object.get('kind', '?')} {watch_ev.type}"
+                published[what] += 1
+                remember_owner(watch_ev, owners)
+                outs = [*progress(watch_ev, owners), *translate(watch_ev, owners)]
+                if not outs:
+                    silent[what] += 1
+                outputs.update(o.event_type for o in outs)
     emitted: Counter[str] = Counter()
     async for batch in replay.batches(admin.bus, "run.>", stream="RUNS"):
         for ev in batch:

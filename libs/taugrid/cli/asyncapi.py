@@ -411,7 +411,7 @@ def asyncapi() -> dict[str, Any]:
     }
     streams = {
         s.name: {"subjects": s.subjects, "max_age_s": s.max_age, "duplicate_window_s": s.duplicate_window,
-                 "storage": "file", "retention": "limits"}
+                 "storage": "file", "retention": "interest" if s.interest else "limits"}
         for s in STREAMS
     }
     streams[AUDIT_STREAM] = {"mirror": "RUNS", "deny_delete": True, "deny_purge": True, "storage": "file"}
