@@ -205,3 +205,28 @@ def test_a_shrink_drops_the_removed_pods_from_the_record_and_a_growth_adds_the_n
     assert states.apply(r, "exec.progress", 1, {"source": "pod", "pod": "r1-a1-2-g6118", "pod_phase": "Running"}, 4.0)
     assert states.apply(r, "exec.resized", 1, {"old_count": 2, "new_count": 3, "cause": "Grown"}, 4.1)
     assert [p.name for p in r.pods] == ["r1-a1-0", "r1-a1-1-x7k2p", "r1-a1-2-g6118"]
+
+
+def _running_pods(r: states.RunRecord, names: list[str]) -> None:
+    main = {"name": "main", "kind": "app", "state": "running"}
+    for name in names:
+        assert states.apply(r, "exec.progress", 1, {"source": "pod", "pod": name, "node": f"n-{name[-1]}",
+                                                   "pod_phase": "Running", "containers": [main]}, 2.0)
+
+
+def test_a_completed_job_says_each_pod_still_shown_running_succeeded() -> None:
+    """The local cluster's simulated pods do not publish their ends (issue 30); a Job is Complete only once every
+    index succeeded, so its exec.succeeded ends each pod the record still shows running, in its node."""
+    r = _record()
+    _running_pods(r, ["r1-a1-0", "r1-a1-1"])
+    assert states.apply(r, "exec.succeeded", 1, {"exit_code": 0, "reason": "Completed"}, 3.0)
+    assert [(p.name, p.node, p.phase, [(c.state, c.reason, c.exit_code) for c in p.containers]) for p in r.pods] == [
+        ("r1-a1-0", "n-0", "Succeeded", [("terminated", "Completed", 0)]),
+        ("r1-a1-1", "n-1", "Succeeded", [("terminated", "Completed", 0)])]
+
+
+def test_a_rayjobs_success_says_nothing_of_how_its_pods_ended() -> None:
+    r = _record()
+    _running_pods(r, ["r1-a1-head"])
+    assert states.apply(r, "exec.succeeded", 1, {"exit_code": 0, "reason": "Succeeded"}, 3.0)
+    assert [(p.phase, p.containers[0].state) for p in r.pods] == [("Running", "running")]

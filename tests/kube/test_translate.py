@@ -517,6 +517,36 @@ def test_running_pod_reports_node_and_pod() -> None:
     assert out.payload == c.ExecRunning(node="gpu-node-7", pod="train-3f2a1b-a2-xk2p9")
 
 
+def test_only_the_first_rank_of_a_gang_says_the_run_is_running() -> None:
+    """Issue 30: one exec.running a run, not one a pod. Rank 0 of an Indexed Job says it (Kubernetes annotates the
+    completion index; the local cluster labels it), a requeued gang's new rank 0 says it again; the other ranks and
+    a Ray worker say nothing (each pod's node is in its exec.progress)."""
+    running = {"state": {"running": {"startedAt": "2025-06-01T10:00:00Z"}}}
+
+    def ranked(name: str, index: str, *, where: str = "annotations") -> dict[str, Any]:
+        obj = pod("Running", cs=running)
+        obj["metadata"]["name"] = name
+        obj["metadata"].setdefault(where, {})["batch.kubernetes.io/job-completion-index"] = index
+        return obj
+
+    outs = [translate(ev(ranked(f"train-3f2a1b-a2-{i}-x", str(i))), OWNERS) for i in range(4)]
+    assert [[o.event_type for o in out] for out in outs] == [["exec.running"], [], [], []]
+    assert outs[0][0].payload == c.ExecRunning(node="gpu-node-7", pod="train-3f2a1b-a2-0-x")
+    by_label = [translate(ev(ranked(f"local-{i}", str(i), where="labels")), OWNERS) for i in range(2)]
+    assert [[o.payload.pod for o in out] for out in by_label] == [["local-0"], []]
+    requeued = only(translate(ev(ranked("train-3f2a1b-a2-0-r1", "0")), OWNERS))
+    assert requeued.event_type == "exec.running" and requeued.dedup != outs[0][0].dedup
+    worker = pod("Running", cs=running, labels={"batch.kubernetes.io/controller-uid": JOB_UID,
+                                                "ray.io/node-type": "worker"})
+    assert translate(ev(worker), OWNERS) == []
+    # a rank past the first still reports its failure, the run's end
+    failed = ranked("train-3f2a1b-a2-3-x", "3")
+    failed["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "main", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
+    assert only(translate(ev(failed), OWNERS)).payload == c.ExecFinished(exit_code=3, reason="Error",
+                                                                         node="gpu-node-7")
+
+
 def test_a_pod_preparing_its_environment_reports_progress_then_runs_with_it() -> None:
     waiting = {"waiting": {"reason": "PreparingEnvironment", "message": "installing requirements.txt with uv"}}
     out = only(translate(ev(pod("Pending", cs={"state": waiting})), OWNERS))

@@ -32,6 +32,7 @@ from taugrid.core.errors import TemporaryError
 from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import BUCKET, FINISHED_MARKER_TTL_S, LocalCluster
+from taugrid.local.jobpods import COMPLETION_INDEX
 from taugrid.local.podspec import secret_volumes_dir
 from taugrid.local.runtime import Failed, Preparing, Ready
 from taugrid.local.secrets import write_secret
@@ -554,8 +555,8 @@ async def test_a_simulated_pod_whose_start_is_lost_with_the_bus_starts_again_and
         job(name, main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]))]))
     await until_finished(cluster, name)
     assert failed == [name]
-    phases = [ev["status"].get("phase") for ev in await pod_events(bus, f"{name}-pod")]
-    assert phases[-1] == "Succeeded" and "Running" in phases
+    # announced once, Running (a simulated Job pod's end is its Job's Complete, issue 30)
+    assert [ev["status"].get("phase") for ev in await pod_events(bus, f"{name}-pod")] == ["Running"]
 
 
 async def test_an_apply_redelivered_after_its_workload_finished_does_not_run_it_again(
@@ -635,3 +636,30 @@ async def test_the_only_server_killed_while_pods_start_every_workload_runs_once_
         await bus.close(drain=False)
         for server in restarted:
             stop_server(server)
+
+
+async def test_a_simulated_four_pod_run_is_nine_watch_changes_each_pod_announced_once_where_it_runs(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """Issue 30: the Job and its Workload added, the Workload's admission, each pod once (already Running, with
+    its node and completion index, which Kueue's TAS bench reads), the Job's Complete and the Workload's end.
+    Not published: the Job's start (no reader takes anything from it) nor a pod's end (the Job's Complete says
+    every index succeeded)."""
+    cluster.simulate = True
+    rid = run_id()
+    name = f"{rid}-a1"
+    await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[
+        job(name, main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]), pods=4)]))
+    await until_finished(cluster, name)
+    changes = [msgspec.json.decode(m.data, type=WatchEvent) for m in await replay(bus, stream="K8S",
+                                                                                  subject="k8s.local.>")
+               if rid in m.subject]
+    seen = [(w.object["kind"], w.type, (w.object.get("status") or {}).get("phase", "")) for w in changes]
+    assert sorted(seen) == sorted([("Job", "ADDED", ""), ("Workload", "ADDED", ""), ("Workload", "MODIFIED", ""),
+                                   *[("Pod", "ADDED", "Running")] * 4, ("Job", "MODIFIED", ""),
+                                   ("Workload", "MODIFIED", "")])
+    pods = sorted((w.object["metadata"]["name"], w.object["metadata"]["labels"][COMPLETION_INDEX],
+                   w.object["spec"]["nodeName"]) for w in changes if w.object["kind"] == "Pod")
+    assert pods == [(f"{name}-{i}", str(i), cluster.node) for i in range(4)]
+    job_end = next(w.object for w in changes if w.object["kind"] == "Job" and w.type == "MODIFIED")
+    assert [c["type"] for c in job_end["status"]["conditions"]][-1] == "Complete"
+    assert job_end["status"]["startTime"] <= job_end["status"]["completionTime"]

@@ -111,6 +111,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
 # (the local backend building the run's Python environment inside the started pod) comes before running.
 PHASE_NAMES = ("submitted", "policy", "rendered", "admission", "raycluster", "scheduling", "image-pull", "init",
                "container-start", "environment", "running", "finished")
+# ``ExecFinished.reason`` of a Job's Complete condition (``kube/translate``; a RayJob's success says Succeeded).
+JOB_COMPLETED = "Completed"
 # Phases a run only has when it goes through them (never filled in as skipped).
 OPTIONAL_PHASES = frozenset({"environment"})
 # Phases that ``exec.progress`` reports (per pod, or for the RayCluster) rather than a state transition.
@@ -241,9 +243,23 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if event_type == "render.applied":
         record.object_kind = str(data.get("kind", ""))
         record.object_name = str(data.get("object_name", ""))
+    if event_type == "exec.succeeded" and data.get("reason") == JOB_COMPLETED:
+        _pods_succeeded(record)
     if record.state in TERMINAL:
         record.finished = at
     return True
+
+
+def _pods_succeeded(record: RunRecord) -> None:
+    """A Job is Complete only once every index succeeded, so each pod still shown running has succeeded: the
+    local cluster's simulated pods say their end no more (issue 30: it cost a watch change and an
+    ``exec.progress`` a pod), and a real pod's end that came after its Job's lands on a finished record."""
+    for pod in record.pods:
+        if pod.phase != "Running":
+            continue
+        pod.phase = "Succeeded"
+        pod.containers = [msgspec.structs.replace(ct, state="terminated", reason="Completed", exit_code=0)
+                          if ct.state == "running" else ct for ct in pod.containers]
 
 
 def _pod_index(record: RunRecord, pod: str) -> int:

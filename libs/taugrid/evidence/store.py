@@ -38,7 +38,7 @@ from taugrid.bus.replay import follow, replay
 from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.config.platform import Platform
 from taugrid.core import states
-from taugrid.core.contracts import EvidenceSealed, ExecRunning, LogChunk, PolicyApproved
+from taugrid.core.contracts import EvidenceSealed, ExecProgress, ExecRunning, LogChunk, PolicyApproved
 from taugrid.core.errors import PermanentError, TauError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
@@ -207,7 +207,9 @@ async def collect(
     approved = _payloads(events, "policy.approved", PolicyApproved)
     resolved = approved[-1].run if approved else None
 
-    pods = sorted({p.pod for p in _payloads(events, "exec.running", ExecRunning)} - {""})
+    # every pod of the run: its exec.progress names it (only the first rank's pod says exec.running, issue 30)
+    pods = sorted({p.pod for p in [*_payloads(events, "exec.running", ExecRunning),
+                                   *_payloads(events, "exec.progress", ExecProgress)]} - {""})
     keeper = b.Keeper(run_id, keep_outputs_budget())
 
     def scan() -> dict[str, Any]:

@@ -786,11 +786,14 @@ class LocalCluster:
         await self._launch_pending(wl)
 
     async def _launch_pending(self, wl: LocalWorkload) -> None:
-        if not wl.announced:  # the Workload's admission and the Job's start together: one round trip
+        if not wl.announced:  # the Workload's admission (and a RayJob's start) together: one round trip
             # as of the admission (the Admitted condition's time): Kueue's usage counts from then, and the report
-            # comes a save and a round trip later, seconds under load
+            # comes a save and a round trip later, seconds under load. A Job's start (unsuspended, startTime,
+            # active) is not published: no reader takes anything from it (its pods say running, its Complete
+            # carries the startTime), and it was a watch change a run (issue 30).
             await _all(self.publish(wl, "Workload", wl.workload, "modified", at=wl.admitted_at),
-                       self.publish(wl, wl.job["kind"], wl.job, "modified", at=wl.admitted_at))
+                       *([self.publish(wl, wl.job["kind"], wl.job, "modified", at=wl.admitted_at)]
+                         if wl.job["kind"] != "Job" else []))
             wl.announced = True
         # a run's pods are announced together (a bus round trip for all, not one per pod); one that fails stays
         # unannounced and is announced by the next tick
@@ -900,9 +903,14 @@ class LocalCluster:
         return released
 
     async def _end_simulated(self, wl: LocalWorkload, p: LocalPod, at: float) -> None:
-        if wl.state != "deleted":  # published first: a failed publish leaves it Running, tried again
+        """A simulated pod's end. A Job's pod is not published ending: its Job's Complete, which follows, says
+        every index succeeded (``states`` marks the pods so), and the change cost a watch change and an
+        ``exec.progress`` a pod (issue 30). A Ray cluster's pods are (their RayJob's success does not say how
+        its workers ended)."""
+        if wl.state != "deleted":
             objects.pod_terminated(p.obj, exit_code=0, reason="Completed", message="", started=p.started, at=at)
-            await self.publish(wl, "Pod", p.obj, "modified", at=at)
+            if wl.job["kind"] != "Job":  # published first: a failed publish leaves it Running, tried again
+                await self.publish(wl, "Pod", p.obj, "modified", at=at)
         p.phase = "Succeeded" if wl.state != "deleted" else "Failed"
 
     def _sim_pass_done(self, task: asyncio.Task[None]) -> None:

@@ -1,0 +1,89 @@
+"""What a multi-pod run costs between the local cluster, the K8S stream and the admission watcher (issue 30), on the
+real nats-server of the test session: a simulated 4-pod Job's watch changes, as the local cluster stored them, fed
+to the admission watcher, become exactly one ``exec.running`` (rank 0's) and one ``exec.progress`` a pod; projected,
+the record still shows every pod with its node, and succeeded once the Job completed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from taugrid import runrecord
+from taugrid.bus import Bus, kv, platformstore
+from taugrid.bus.envelope import from_message
+from taugrid.bus.replay import replay
+from taugrid.cli.views import pod_lines
+from taugrid.core import states
+from taugrid.core.contracts import BackendApply
+from taugrid.local.controller import LocalCluster
+from taugrid_services.admission_watcher.handlers import AdmissionWatcher
+from tests.inprocess import one_node_cluster
+from tests.platforms import lab_platform, workspace
+
+PODS = 4
+
+
+def simulated_job(name: str, run_id: str) -> dict[str, Any]:
+    main = {"name": "main", "image": "python:3.11-slim", "command": ["true"],
+            "env": [{"name": "SIMULATED_DURATION", "value": "0.05"}],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"kueue.x-k8s.io/queue-name": "default", "taugrid.io/run-id": run_id,
+                                    "taugrid.io/workspace": "default", "taugrid.io/attempt": "1"}},
+            "spec": {"suspend": True, "backoffLimit": 0, "completions": PODS, "parallelism": PODS,
+                     "completionMode": "Indexed",
+                     "template": {"metadata": {"labels": {}},
+                                  "spec": {"restartPolicy": "Never", "containers": [main],
+                                           "subdomain": f"{name}-headless"}}}}
+
+
+@pytest.fixture
+async def cluster(bus: Bus, tmp_path: Path) -> AsyncIterator[LocalCluster]:
+    await platformstore.put_text(bus, lab_platform(workspaces=[workspace(output_root="/tmp")]))
+    c = await one_node_cluster(bus, tmp_path)
+    c.simulate = True
+    yield c
+    await c.kubelet.close()
+
+
+async def test_a_four_pod_run_is_one_running_and_a_progress_a_pod_and_status_shows_each_pods_node(
+        bus: Bus, cluster: LocalCluster) -> None:
+    run_id = f"cost-{uuid.uuid4().hex[:8]}"
+    name = f"{run_id}-a1"
+    await kv.put(bus, runrecord.BUCKET, runrecord.key("default", run_id),
+                 states.RunRecord(run_id=run_id, workspace="default", state="rendered", attempt=1, user="alice"))
+    await cluster.apply(BackendApply(run_id=run_id, workspace="default", attempt=1,
+                                     manifests=[simulated_job(name, run_id)]))
+    deadline = time.monotonic() + 60
+    while name in cluster.wls and time.monotonic() < deadline:
+        await cluster.tick()
+        await asyncio.sleep(0.05)
+    assert name not in cluster.wls
+    watcher = AdmissionWatcher(bus)
+    changes = [m for m in await replay(bus, stream="K8S", subject="k8s.local.>") if run_id in m.subject]
+    # the Job and its Workload added, the admission, each pod once, the Job's and the Workload's ends
+    assert len(changes) == 5 + PODS, "\n".join(m.subject for m in changes)
+    for m in changes:
+        await watcher.on_event(from_message(m.subject, m.headers, m.data))
+    events = [from_message(m.subject, m.headers, m.data)
+              for m in await replay(bus, stream="RUNS", subject=f"run.default.{run_id}.>")]
+    assert sorted(ev.type for ev in events) == sorted(
+        ["admission.queued", "admission.admitted", *["exec.progress"] * PODS, "exec.running", "exec.succeeded"])
+    [running] = [msgspec.json.decode(ev.data) for ev in events if ev.type == "exec.running"]
+    assert (running["pod"], running["node"]) == (f"{name}-0", cluster.node)
+
+    record = states.RunRecord(run_id=run_id, workspace="default", state="rendered", attempt=1)
+    for ev in events:
+        assert states.apply(record, ev.type, ev.attempt, msgspec.json.decode(ev.data), 1.0), ev.type
+    assert record.state == "succeeded" and record.node == cluster.node
+    ended = "      app  main             terminated (Completed) exit 0"
+    assert pod_lines(record) == ["  pods:", *[line for i in range(PODS) for line in (
+        f"    {name}-{i}  Succeeded  node {cluster.node}", ended)]]
