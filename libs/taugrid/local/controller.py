@@ -362,10 +362,12 @@ class LocalCluster:
         wl.user = run_user(req.run_id)  # the request's verified submitter (its handler's ``identity.run_user``)
         self._applying.add(name)
         # One round trip instead of three: versions are taken in call order before any await, and the state is
-        # still saved before the request is acknowledged.
+        # still saved before the request is acknowledged. A Job's creation is not published (issue 30: a watch
+        # change a run that no reader takes anything from; its Workload's ADDED says the run waits, and the Job
+        # is first seen ending, preempted, resized or deleted); a RayJob's is, as KubeRay's status starts there.
         try:
             await asyncio.gather(self.save(wl),
-                                 self.publish(wl, "Job" if main["kind"] == "Job" else "RayJob", wl.job, "added"),
+                                 *([self.publish(wl, "RayJob", wl.job, "added")] if main["kind"] != "Job" else []),
                                  self.publish(wl, "Workload", wl.workload, "added"))
         except BaseException:
             # Not applied (the bus failed mid-way, e.g. a restarting server): forget it, so the redelivered request
