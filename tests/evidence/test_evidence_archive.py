@@ -97,10 +97,11 @@ async def test_directory_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_
     report = await verify_run(bus, run)
     assert report.problems == [f"attempt 1: log object {log_object} was modified (read from the archive, "
                                 f"directory {root})"]
-    # the bundle rewritten (a different exit code), stored as the service stores it
+    # the bundle rewritten (a different exit code), stored as a release before bases stored it
+    sealed_bytes = await store.read_bundle_bytes(bus, bundle_name(run))
+    assert sealed_bytes is not None
     bundle_file.chmod(0o640)
-    bundle_file.write_bytes(gzip.compress(gzip.decompress(bundle_file.read_bytes()).replace(
-        b'"exit_code":0', b'"exit_code":1'), mtime=0))
+    bundle_file.write_bytes(gzip.compress(sealed_bytes.replace(b'"exit_code":0', b'"exit_code":1'), mtime=0))
     report = await verify_run(bus, run)
     assert not report.ok and report.problems[0].startswith(f"bundle {bundle_name(run)} hashes to ")
     assert report.problems[0].endswith(f"sealed as {digest[:12]}… (the bundle was modified in the archive, "
@@ -145,7 +146,9 @@ async def test_s3_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_path: P
     assert await objects.read(bus, bundle_name(run)) is None
     client = boto3.client("s3", endpoint_url=s3, region_name="us-east-1")
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="tau-evidence")["Contents"])
-    assert keys == [f"site-a/evidence/runs/{run}/attempt-1.log", f"site-a/evidence/runs/{run}/bundle.json"]
+    [base] = [k for k in keys if k.startswith(f"site-a/evidence/bases/{ws}/")]  # the bundle's, copied along
+    assert sorted(set(keys) - {base}) == [f"site-a/evidence/runs/{run}/attempt-1.log",
+                                          f"site-a/evidence/runs/{run}/bundle.json"]
 
     report = await verify_run(bus, run)
     assert (report.problems, report.ok, report.digest, report.archive) == (
@@ -153,7 +156,8 @@ async def test_s3_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_path: P
 
     # someone with write access to the bucket replaces the bundle: the digest on the bus catches it
     key = f"site-a/evidence/{bundle_name(run)}"
-    body = gzip.decompress(client.get_object(Bucket="tau-evidence", Key=key)["Body"].read())
+    body = await store.read_bundle_bytes(bus, bundle_name(run))
+    assert body is not None
     client.put_object(Bucket="tau-evidence", Key=key, Body=gzip.compress(body.replace(b'"exit_code":0',
                                                                                       b'"exit_code":1'), mtime=0))
     report = await verify_run(bus, run)

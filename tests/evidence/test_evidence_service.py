@@ -21,8 +21,8 @@ from taugrid.bus.topology import CONSUMERS, ConsumerSpec
 from taugrid.core import contracts as c
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, log_subject
+from taugrid.evidence import bases, packing, store
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import packing, store
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
@@ -175,10 +175,10 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     data, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
     assert lg.sha256(data) == payload.digest
-    # stored compressed; the digest is the canonical JSON's
+    # stored compressed against the workspace's base (``bases.py``); the digest is the canonical JSON's
     stored = await store.read_object(bus, bundle_name(run))
-    assert stored is not None and stored[:2] == packing.GZIP_MAGIC and packing.unpack(stored) == data
-    assert len(stored) < len(data) // 2
+    assert stored is not None and packing.base_of(stored).startswith(f"bases/{ws}/")
+    assert await bases.unpack(bus, stored) == data and len(stored) < len(data) // 2
     assert doc["config"]["text"] == TAU_YAML and doc["config"]["path"] == "tau.yaml"
     assert doc["resolved"]["output_dir"] == str(tmp_path / "output") and doc["platform"]["revision"] == 7
     assert doc["source"] == {"object": f"sources/{run}.tar", "digest": "sha256:abc"}

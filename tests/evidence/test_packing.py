@@ -4,6 +4,7 @@ compression) read as they are; damaged or oversized compressed bytes are refused
 from __future__ import annotations
 
 import gzip
+import hashlib
 
 import pytest
 
@@ -34,3 +35,28 @@ def test_damaged_cut_or_oversized_compressed_bytes_are_refused(monkeypatch: pyte
     monkeypatch.setattr(packing, "MAX_UNPACKED", 1024)
     with pytest.raises(packing.PackingError, match="inflating past 1024 bytes"):
         packing.unpack(gzip.compress(b"x" * 4096))
+
+
+BASE = f"bases/ws-1/{hashlib.sha256(BUNDLE[-100:]).hexdigest()}"
+
+
+def test_a_bundle_packed_against_a_base_reads_back_only_with_it() -> None:
+    dictionary = BUNDLE[-100:]
+    stored = packing.pack_against(BUNDLE, base=BASE, dictionary=dictionary)
+    assert stored.startswith(packing.DELTA_MAGIC) and packing.base_of(stored) == BASE
+    assert packing.unpack(stored, dictionary=dictionary) == BUNDLE
+    assert packing.base_of(packing.pack(BUNDLE)) == "" and packing.base_of(BUNDLE) == ""
+    with pytest.raises(packing.PackingError, match=f"stored against the base {BASE} read without it"):
+        packing.unpack(stored)
+    with pytest.raises(packing.PackingError, match="names no valid base"):
+        packing.base_of(packing.DELTA_MAGIC + b"runs/../x\n" + stored[-20:])
+    with pytest.raises(ValueError, match="is not a base"):
+        packing.pack_against(BUNDLE, base="bases/ws-1/abc", dictionary=dictionary)
+
+
+def test_a_base_is_checked_against_the_sha256_its_name_carries() -> None:
+    assert packing.dictionary_of(BASE, packing.pack(BUNDLE[-100:])) == BUNDLE[-100:]
+    with pytest.raises(packing.PackingError, match=f"its base {BASE} hashes to .*: it was modified"):
+        packing.dictionary_of(BASE, packing.pack(BUNDLE[-99:]))
+    with pytest.raises(packing.PackingError, match=f"its base {BASE} is damaged: a compressed bundle cut short"):
+        packing.dictionary_of(BASE, packing.pack(BUNDLE[-100:])[:20])

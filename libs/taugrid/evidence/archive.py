@@ -2,7 +2,9 @@
 
 Set by ``platform.yaml``'s ``retention.evidence.archive`` (``taugrid.config.retention``). At each seal the evidence
 service copies the run's bundle and the objects it names under ``runs/<run>/`` (separately stored logs, kept
-outputs) into the archive, reads each copy back and checks it, and only then deletes them from the bus. The bus
+outputs) into the archive, reads each copy back and checks it, and only then deletes them from the bus. The base
+the bundle is stored against (``bases.py``, shared by the workspace's bundles) is copied too and stays on the
+bus: content-addressed and write-once in both places, it is never deleted, so no other bundle loses it. The bus
 keeps the run's ledger, whose seal holds the bundle's digest, and AUDIT keeps ``evidence.sealed`` with the same
 digest: that is what verifies the archived bundle, and the bundle's sha256 of each log verifies the logs, so an
 archive that was changed fails ``tau verify`` (``verify.py``), wherever it is read from.
@@ -236,7 +238,10 @@ async def archive_run(bus: Bus, ledger: lg.Ledger, store: ArchiveStore) -> list[
     if data is None:
         return []
     try:
-        canonical = packing.unpack(data)
+        base = packing.base_of(data)
+        base_stored = await _base(bus, store, base) if base else None
+        dictionary = packing.dictionary_of(base, base_stored) if base_stored is not None else None
+        canonical = packing.unpack(data, dictionary=dictionary)
     except packing.PackingError as exc:
         raise PermanentError(f"bundle {name} on the bus is damaged ({exc}): not archived") from exc
     if lg.sha256(canonical) != seal.digest:
@@ -252,11 +257,23 @@ async def archive_run(bus: Bus, ledger: lg.Ledger, store: ArchiveStore) -> list[
                 continue  # never stored (tau verify reports it as missing, as it would on the bus)
         held[obj] = blob
         await _copy(store, obj, blob)
+    if base and base_stored is not None:  # copied, never removed: other bundles on the bus read with it
+        await _copy(store, base, base_stored)
     await _copy(store, name, data)  # the bundle last: its presence in the archive means the run's objects are there
     for obj in extra:
         await objects.remove(bus, obj)
     await objects.remove(bus, name)
     return [*held, name]
+
+
+async def _base(bus: Bus, store: ArchiveStore, name: str) -> bytes:
+    """The base ``name`` as stored (``bases.py``): on the bus, where it stays, else in the archive already."""
+    found = await objects.read(bus, name)
+    if found is None:
+        found = await asyncio.to_thread(store.get, name)
+    if found is None:
+        raise packing.PackingError(f"its base {name} is missing")
+    return found
 
 
 async def read_object(bus: Bus, name: str) -> tuple[bytes | None, str]:

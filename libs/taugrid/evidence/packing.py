@@ -1,22 +1,34 @@
 """How a bundle is stored: its canonical JSON gzip-compressed (issue 27: a trivial run's bundle, ~20 KB of
-JSON that repeats its config and manifests across its events, stores in a few KB).
+JSON that repeats its config and manifests across its events, stores in a few KB), or deflated against a base
+shared by the workspace's bundles (``bases.py``: the config, manifests and event layout that a sweep's runs
+repeat are stored once, in the base; a trivial run's bundle then stores in ~1.5 KB).
 
 The bundle's digest stays the sha256 of the canonical JSON, never of the stored bytes: the seal, the ledger,
 ``evidence.sealed`` and an exported bundle all name the same bytes as before, so ``tau verify`` checks bundles
 stored either way. A bundle stored before compression is plain JSON (its first byte ``{``), told apart from a
 compressed one by gzip's magic number; both read back as the canonical JSON.
 
+A bundle stored against a base starts with ``DELTA_MAGIC``, then the base's object name and a newline, then a raw
+deflate stream whose preset dictionary is the base's bytes: it reads back only with that base, whose name carries
+its sha256 (the reader checks it, ``bases.py``), and the canonical JSON it inflates to is what the seal's digest
+covers, so a base changed or lost can only fail verification, never pass it.
+
 Pure: no I/O. The compression is deterministic (no file name, mtime 0), so the same bundle stores as the same
-bytes.
+bytes (against the same base).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import re
 import zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
+DELTA_MAGIC = b"taugrid.evidence.delta/1\n"  # neither ``{`` nor gzip's magic: a bundle stored against a base
 MAX_UNPACKED = 512 * 1024 * 1024  # a bundle is at most a few MB; a stored object inflating past this is refused
+DICTIONARY_BYTES = 32 * 1024  # deflate's window: the most of a base a stream can refer back to
+_BASE_NAME = re.compile(r"bases/[A-Za-z0-9_-]+/[0-9a-f]{64}")  # ``bases.base_name``: workspace token, sha256
 
 
 class PackingError(ValueError):
@@ -28,11 +40,54 @@ def pack(canonical: bytes) -> bytes:
     return gzip.compress(canonical, compresslevel=9, mtime=0)
 
 
-def unpack(stored: bytes) -> bytes:
-    """The canonical JSON of a stored bundle, compressed or (stored before compression) plain."""
+def pack_against(canonical: bytes, *, base: str, dictionary: bytes) -> bytes:
+    """The bytes to store for ``canonical`` deflated against the base object ``base`` whose bytes are
+    ``dictionary`` (at most ``DICTIONARY_BYTES``: deflate reaches no further back)."""
+    if not _BASE_NAME.fullmatch(base) or len(dictionary) > DICTIONARY_BYTES:
+        raise ValueError(f"{base!r} ({len(dictionary)} bytes) is not a base a bundle can be stored against")
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS, 9, zdict=dictionary)
+    return DELTA_MAGIC + base.encode() + b"\n" + deflate.compress(canonical) + deflate.flush()
+
+
+def base_of(stored: bytes) -> str:
+    """The base object a stored bundle needs to read back (``pack_against``); "" when it needs none."""
+    if not stored.startswith(DELTA_MAGIC):
+        return ""
+    name, newline, _ = stored[len(DELTA_MAGIC):len(DELTA_MAGIC) + 200].partition(b"\n")
+    text = name.decode("ascii", errors="replace")
+    if not newline or not _BASE_NAME.fullmatch(text):
+        raise PackingError(f"a bundle stored against a base names no valid base ({text[:80]!r})")
+    return text
+
+
+def dictionary_of(base: str, stored: bytes) -> bytes:
+    """The bytes of the base object ``base`` as stored (gzip), checked against the sha256 its name carries;
+    ``PackingError`` saying which when they do not inflate or do not hash to it."""
+    try:
+        dictionary = unpack(stored)
+    except PackingError as exc:
+        raise PackingError(f"its base {base} is damaged: {exc}") from exc
+    got = hashlib.sha256(dictionary).hexdigest()
+    if got != base.rsplit("/", 1)[-1]:
+        raise PackingError(f"its base {base} hashes to {got[:12]}…: it was modified")
+    return dictionary
+
+
+def unpack(stored: bytes, *, dictionary: bytes | None = None) -> bytes:
+    """The canonical JSON of a stored bundle, compressed, deflated against a base (whose bytes the caller read
+    and checked: ``dictionary``), or (stored before compression) plain."""
+    if stored.startswith(DELTA_MAGIC):
+        base = base_of(stored)
+        if dictionary is None:
+            raise PackingError(f"a bundle stored against the base {base} read without it")
+        body = stored[len(DELTA_MAGIC) + len(base) + 1:]
+        return _inflate(zlib.decompressobj(wbits=-zlib.MAX_WBITS, zdict=dictionary), body)
     if not stored.startswith(GZIP_MAGIC):
         return stored
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
+    return _inflate(zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), stored)  # gzip framing
+
+
+def _inflate(inflate: zlib._Decompress, stored: bytes) -> bytes:
     try:
         out = inflate.decompress(stored, MAX_UNPACKED)
     except zlib.error as exc:

@@ -10,7 +10,8 @@ Invariants:
   one, so every handler builds the same ledger, claim and bundle, and the one whose create lands wins.
 - Sealing is idempotent: a bundle already stored for the winning terminal event is reused as it is, never
   rebuilt or overwritten; a fresh collection of the same stream contents yields identical bytes.
-- ``digest`` = sha256 (hex) of the stored bundle bytes; large attempt logs are separate objects whose sha256
+- ``digest`` = sha256 (hex) of the bundle's canonical JSON (stored compressed against its workspace's base,
+  ``bases.py``, which the digest therefore covers too); large attempt logs are separate objects whose sha256
   the bundle records, so the bundle digest covers them too.
 - A ledger written per event by an earlier version (runs in flight across the upgrade) is extended with what it
   lacks, by event id, and sealed the same way.
@@ -44,7 +45,7 @@ from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
 from taugrid.core.redaction import Redactor
-from taugrid.evidence import archive, packing
+from taugrid.evidence import archive, bases, packing
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.local import scratch
@@ -127,7 +128,10 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
     stored, where = await archive.read_object(bus, name)
     if stored is None:
         return None
-    data = packing.unpack(stored)
+    try:
+        data = await bases.unpack(bus, stored)
+    except (bases.BaseMissing, bases.BaseModified) as exc:  # the part it shares with other bundles
+        raise BundleModified(f"bundle {name} cannot be read back: {exc}; run `tau verify {run_id}`") from exc
     doc = msgspec.json.decode(data)
     theirs = str(doc.get("workspace", "")) if isinstance(doc, dict) else ""
     if workspace is not None and token(theirs) != token(workspace):
@@ -143,16 +147,17 @@ async def read_bundle(bus: Bus, run_id: str, *, workspace: str | None = None) ->
 
 
 class BundleModified(TauError):
-    """A bundle read from the evidence archive that does not hash to the digest its ledger's seal keeps (the CLI
-    exits 1, as ``tau verify`` does for a bundle that fails)."""
+    """A bundle read from the evidence archive that does not hash to the digest its ledger's seal keeps, or one
+    whose base (``bases.py``) is missing or changed (the CLI exits 1, as ``tau verify`` does for a bundle that
+    fails)."""
 
 
 async def read_bundle_bytes(bus: Bus, name: str) -> bytes | None:
-    """The canonical JSON of the stored bundle ``name`` (stored compressed, or plain before compression;
-    ``packing``), or None when absent. What its digest is taken over. Read from the bus, else from the evidence
-    archive (``archive.py``) when the platform names one."""
+    """The canonical JSON of the stored bundle ``name`` (stored compressed, against its workspace's base, or plain
+    before compression; ``packing``, ``bases``), or None when absent. What its digest is taken over. Read from the
+    bus, else from the evidence archive (``archive.py``) when the platform names one."""
     stored, _ = await archive.read_object(bus, name)
-    return None if stored is None else packing.unpack(stored)
+    return None if stored is None else await bases.unpack(bus, stored)
 
 
 async def collect(
@@ -512,7 +517,8 @@ async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapp
     data, extra = await collect(bus, ledger, known=known)
     for obj, blob in sorted(extra.items()):
         await put_object(bus, obj, blob, workspace=workspace)
-    await put_object(bus, name, packing.pack(data), workspace=workspace)
+    # against the workspace's base (written first when new): what its runs repeat is stored once
+    await put_object(bus, name, await bases.writer(bus).pack(bus, workspace, data), workspace=workspace)
     return lg.sha256(data)
 
 

@@ -2,7 +2,10 @@
 
 Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
 1. the ledger in KV is an unbroken hash chain;
-2. the stored bundle's sha256 equals the digest the ledger's seal and the ``evidence.sealed`` event announce;
+2. the stored bundle's sha256 equals the digest the ledger's seal and the ``evidence.sealed`` event announce
+   (taken over its canonical JSON; a bundle stored against its workspace's base, ``bases.py``, is inflated with
+   the base, read again and checked against the sha256 its name carries first: a base missing or changed is a
+   problem that names it);
 3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger, ending at the announced head;
 4. every separately stored attempt log matches the sha256 the bundle records;
 5. against AUDIT (the append-only mirror of RUNS): every ledger entry is an event there with the same type and
@@ -31,7 +34,7 @@ from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
-from taugrid.evidence import archive, packing, store
+from taugrid.evidence import archive, bases, packing, store
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 
@@ -228,7 +231,10 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     stored, report.archive = await archive.read_object(bus, report.bundle)  # the bus, else the archive
     from_archive = f" in the archive, {report.archive}" if report.archive else ""
     try:
-        data = None if stored is None else packing.unpack(stored)
+        data = None if stored is None else await bases.unpack(bus, stored, fresh=True)
+    except (bases.BaseMissing, bases.BaseModified) as exc:
+        report.problems.append(f"bundle {report.bundle}: {exc}")
+        return report
     except packing.PackingError as exc:
         report.problems.append(f"bundle {report.bundle} is damaged{from_archive}: {exc}")
         return report
