@@ -60,6 +60,9 @@ def test_without_an_exporter_a_span_carries_its_parents_traceparent_unchanged() 
     with tracing.span("bad", parent="garbage"):  # names no span: a new trace, as the SDK starts one
         fresh = tracing.current_traceparent()
         assert tracing._remote(fresh) is not None and fresh != root
+    with pytest.raises(KeyError), tracing.span("failing", parent=GOOD):  # a handler's error goes through
+        raise KeyError("x")
+    assert tracing.current_traceparent() == ""  # and the span is left all the same
 
 
 def test_with_an_exporter_spans_go_through_opentelemetry_and_current_traceparent_matches_inject(

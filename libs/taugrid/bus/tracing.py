@@ -14,7 +14,8 @@ import contextlib
 import os
 import random
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -57,18 +58,35 @@ def tracer() -> trace.Tracer:
     return _tracer
 
 
-@contextlib.contextmanager
+class _Carry:
+    """The span of a process without an exporter: its traceparent in ``_CARRIED`` while it is entered. A class, not
+    a generator: every message every service handles or publishes opens one (issue 30)."""
+
+    __slots__ = ("carried", "token")
+
+    def __init__(self, carried: str) -> None:
+        self.carried = carried
+        self.token: Token[str] | None = None
+
+    def __enter__(self) -> Span:
+        self.token = _CARRIED.set(self.carried)
+        return INVALID_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _CARRIED.reset(self.token)
+
+
 def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
-         attributes: dict[str, str] | None = None) -> Iterator[Span]:
+         attributes: dict[str, str] | None = None) -> AbstractContextManager[Span]:
     """A span that continues ``parent`` (a traceparent string) when given, else the current span's trace."""
     if _configured and not _exporting:
-        carried = _carried(parent) if parent else (_CARRIED.get() or _root())
-        token = _CARRIED.set(carried)
-        try:
-            yield INVALID_SPAN
-        finally:
-            _CARRIED.reset(token)
-        return
+        return _Carry(_carried(parent) if parent else (_CARRIED.get() or _root()))
+    return _exported(name, parent=parent, kind=kind, attributes=attributes)
+
+
+@contextlib.contextmanager
+def _exported(name: str, *, parent: str, kind: SpanKind, attributes: dict[str, str] | None) -> Iterator[Span]:
     ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
     with tracer().start_as_current_span(name, context=ctx, kind=kind, attributes=attributes or {}) as s:
         yield s

@@ -110,7 +110,7 @@ class RecordCache:
             while len(self._resolved) > self.size:
                 self._resolved.popitem(last=False)
         # the Raw stands where the resolved run was (wirejson hands it to msgspec as it is: spliced in, in place)
-        return wirejson.encode(msgspec.structs.replace(record, resolved=raw))  # type: ignore[arg-type]
+        return wirejson.encode(msgspec.structs.replace(record, resolved=raw))
 
     def __len__(self) -> int:
         return len(self._entries)
