@@ -7,9 +7,11 @@ it calls such a failure the application's: whatever order the events arrive in, 
 turned unhealthy around that time is a platform fault (retried, the node excluded).
 
 Rules: a drain-grade fault (severity ≥ 3, the grade that drains) active on the node and raised no later than
-``settle_s`` after the failure blames the node. With no such fault yet, if the node's agent has not sampled
-since the failure and the failure is younger than ``settle_s``, the answer is "wait" (recovery asks again
-shortly); a node no agent watches (no record) or a clean sample after the failure leaves it to the run.
+``settle_s`` after the failure blames the node. With no such fault yet, if no sample of the node has reached
+the monitor since the failure and the failure is younger than ``settle_s``, the answer is "wait" (recovery asks
+again shortly); a node no agent watches (no record) or a clean sample after the failure leaves it to the run.
+An agent publishes a fault at its next sample but a quiet node only heartbeats (``health.change``), so on a
+healthy node the wait is the whole ``settle_s``: a sample that says nothing changed is never published.
 
 Only a failure a node fault can cause unseen waits (``may_wait``): a sudden death (a crash or an unexplained end)
 of a run that used the node's GPUs or spanned nodes (an InfiniBand fault kills multi-node work). A run without
