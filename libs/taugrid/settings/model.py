@@ -38,6 +38,7 @@ from taugrid.settings.parse import (
 )
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+DEFAULT_HEARTBEAT_S = 60.0  # the node agent's heartbeat (health.change); checked against the sample interval
 DEFAULT_ENGINES = ("docker", "podman")  # tried in order (taugrid.local.runtime)
 DEFAULT_IB_SYSFS = "/sys/class/infiniband"  # taugrid.health.ib.SYSFS_ROOT
 LOWER = Parser(str.lower, "text", "workspace")
@@ -180,7 +181,7 @@ class HealthSettings:
                                        "how long recovery waits for a node's health to settle before retrying")
     sample_interval_s: float = setting("TAU_NODE_SAMPLE_INTERVAL", 5.0, POSITIVE_SECONDS,
                                        "how often the node agent samples its GPUs")
-    heartbeat_interval_s: float = setting("TAU_NODE_HEARTBEAT_INTERVAL", 60.0, POSITIVE_SECONDS,
+    heartbeat_interval_s: float = setting("TAU_NODE_HEARTBEAT_INTERVAL", DEFAULT_HEARTBEAT_S, POSITIVE_SECONDS,
                                           "how often a node publishes a sample when nothing in it changed")
     ib_sysfs: str = setting("TAU_IB_SYSFS", DEFAULT_IB_SYSFS, TEXT,
                             "the InfiniBand ports' sysfs tree the agent reads; set but empty: none", blank=True)
@@ -188,7 +189,7 @@ class HealthSettings:
     def __post_init__(self) -> None:
         # A heartbeat is one of the samples, so it cannot come more often than they are taken.
         if self.heartbeat_interval_s < self.sample_interval_s:
-            default = fields(self)[[f.name for f in fields(self)].index("heartbeat_interval_s")].default
+            default = DEFAULT_HEARTBEAT_S
             unset = f", or unset it for the default ({default})" if self.sample_interval_s <= default else ""
             raise SettingsError(
                 f"TAU_NODE_HEARTBEAT_INTERVAL={self.heartbeat_interval_s:g} is below TAU_NODE_SAMPLE_INTERVAL="
