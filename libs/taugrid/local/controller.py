@@ -957,8 +957,11 @@ class LocalCluster:
         else:
             objects.job_finished(wl.job, succeeded=True, reason="Completed", message="", at=now)
         objects.finish(wl.workload, succeeded=not failed, message="Job finished", at=now)
-        await _all(self.publish(wl, wl.job["kind"], wl.job, "modified", at=ended_at),  # one round trip for both
-                   self.publish(wl, "Workload", wl.workload, "modified", at=ended_at))
+        # One round trip for both. The Workload's Finished is read only by the hub's dispatcher, which frees a
+        # site's reservation on it; elsewhere no reader takes anything from it (the Job's end says the outcome), and
+        # it was a watch change a run (issue 30).
+        await _all(self.publish(wl, wl.job["kind"], wl.job, "modified", at=ended_at),
+                   *([self.publish(wl, "Workload", wl.workload, "modified", at=ended_at)] if self.site else []))
         wl.state = "finished"
         await self.save(wl)
         self._forget(wl)
