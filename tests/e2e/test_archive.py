@@ -5,6 +5,7 @@ each sealed run's bundle there; `tau verify` and `tau evidence --save` read it f
 from __future__ import annotations
 
 import gzip
+import hashlib
 import shutil
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from taugrid.core.ids import token
+from taugrid.evidence import packing
 from tests.e2e.conftest import TEST_PLATFORM, Stack, reachable_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +57,10 @@ def test_a_sealed_run_is_verified_and_exported_from_the_archive(archived: tuple[
     assert (report["ok"], report["problems"], report["archive"]) == (True, [], f"directory {archive}")
     saved = tmp_path / "bundle.json"
     stack.tau("evidence", run_id, "--save", str(saved), check=True)
-    assert saved.read_bytes() == gzip.decompress(bundle.read_bytes())  # the exact sealed bytes, from the archive
+    # the exact sealed bytes, read from the archive with the workspace's base it is stored against (also archived)
+    assert hashlib.sha256(saved.read_bytes()).hexdigest() == report["digest"]
+    base = packing.base_of(bundle.read_bytes())
+    assert base.startswith("bases/") and (archive / base).is_file()
 
     bundle.chmod(0o640)
     bundle.write_bytes(gzip.compress(saved.read_bytes().replace(b'"exit_code":0', b'"exit_code":7'), mtime=0))

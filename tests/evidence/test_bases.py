@@ -17,13 +17,16 @@ from taugrid.bus.envelope import from_message
 from taugrid.bus.platformstore import put_text
 from taugrid.bus.replay import replay
 from taugrid.core import contracts as c
+from taugrid.core.errors import PermissionDenied
 from taugrid.evidence import bases, packing, store
 from taugrid.evidence import ledger as lg
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
 from tests.evidence.test_evidence_service import publish_run
+from tests.identity.test_scoped_reads import PLATFORM
 from tests.owners import acting_as, emit_as_owner
+from tests.secure_nats import SecureNats
 
 
 async def seal(bus: Bus, ws: str, run: str, tmp_path: Path) -> str:
@@ -151,3 +154,21 @@ async def test_the_archive_copies_the_base_keeps_it_on_the_bus_and_verifies_from
     assert (report.ok, report.problems) == (False, [
         f"bundle {bundle_name(runs[1])}: its base {base} hashes to {lg.sha256(forged)[:12]}…: it was modified "
         f"(read from the archive, directory {root})"])
+
+
+async def test_a_base_is_readable_by_its_workspace_only(secure_nats: SecureNats) -> None:
+    text = PLATFORM
+    for who in ("alice", "bob", "carol"):
+        text = text.replace(f"nkey: {who.upper()}", f"nkey: {secure_nats.identity(who).public_key}")
+    boot, evidence, alice = [await secure_nats.connect(n) for n in ("bootstrap", "evidence", "alice")]
+    try:
+        await put_text(boot, text)
+        bundle = b'{"config":{"text":"name: shared\\n"},"events":[' + b'{"type":"exec.running"},' * 50 + b"{}]}"
+        mine, theirs = [await bases.Bases().pack(evidence, ws, bundle) for ws in ("vision", "language")]
+        assert packing.base_of(mine).startswith("bases/vision/")
+        assert await bases.unpack(alice, mine) == bundle  # her workspace's base, read through her grants
+        with pytest.raises(PermissionDenied, match=r"consumer\.create\.obj_evidence\..*\.c\.language\."):
+            await alice.guarded(bases.unpack(alice, theirs))
+    finally:
+        for b in (boot, evidence, alice):
+            await b.close()
