@@ -14,6 +14,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import audit_drift, bootstrap, main
 from taugrid.bus.platformstore import put_text
+from taugrid.bus.topology import AUDIT_FILTERS
 from taugrid.config.retention import AUDIT_MAX_AGE_S, DAY, LOGS_MAX_AGE_S, RUNS_MAX_AGE_S
 from taugrid.core.errors import ConfigError
 
@@ -58,7 +59,8 @@ async def test_a_fresh_bus_gets_the_stored_platforms_limits_and_a_change_waits_f
     assert await limits(private_bus, "RUNS") == (10 * DAY, 1 << 30)
     assert await limits(private_bus, "AUDIT") == (120 * DAY, -1)
     audit = (await private_bus.js.stream_info("AUDIT")).config
-    assert (audit.deny_delete, audit.deny_purge, audit.mirror and audit.mirror.name) == (True, True, "RUNS")
+    assert (audit.deny_delete, audit.deny_purge) == (True, True)
+    assert [(src.name, src.filter_subject) for src in audit.sources or []] == [("RUNS", f) for f in AUDIT_FILTERS]
 
     # a shorter AUDIT age asked for: AUDIT keeping more than asked loses nothing, so it is pending, not an alarm
     await put_text(private_bus, PLATFORM.replace("90d", "30d"))

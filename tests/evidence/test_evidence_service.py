@@ -12,12 +12,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, connect, identity
+from taugrid.bus import Bus, auditread, connect, identity, streams
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import CONSUMERS, ConsumerSpec
+from taugrid.bus.topology import AUDIT_FILTERS, CONSUMERS, ConsumerSpec
 from taugrid.core import contracts as c
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, log_subject
@@ -171,7 +171,12 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     report = await verify_run(bus, run)
     assert report.problems == [] and report.ok and report.digest == payload.digest
-    assert report.entries == 6 and report.audit_events == 7  # the six run events; AUDIT has evidence.sealed too
+    # RUNS holds the six run events and evidence.sealed; AUDIT only what verification needs of them
+    assert (report.entries, report.runs_events, report.audit_events) == (6, 7, 3)
+    audited = await auditread.run_events(bus, f"run.{ws}.{run}.>")
+    assert [ev.type for ev in audited] == ["submit.requested", "exec.succeeded", "evidence.sealed"]
+    runs_seq = {ev.id: ev.seq for ev in await _events(bus, ws, run)}
+    assert [ev.seq for ev in audited] == [runs_seq[ev.id] for ev in audited]  # under their RUNS sequences
 
     data, doc = await store.read_bundle(bus, run)  # type: ignore[misc]
     assert lg.sha256(data) == payload.digest
@@ -286,7 +291,13 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
     )
     problems = (await verify_run(bus, run, audit_wait_s=0)).problems
     assert any(p.startswith("entry 1") and "modified" in p for p in problems)
-    assert any("differs from AUDIT" in p for p in problems)
+    # entry 1 is submit.accepted, which AUDIT no longer keeps: RUNS, which still holds the run, and the sealed
+    # bundle's events say it
+    was = f"payload {'0' * 12}…/{led.entries[1].payload_sha256[:12]}…"
+    assert f"ledger entry 1 ({run}.1.submit.accepted) differs from RUNS: type submit.accepted/submit.accepted, " \
+        f"{was}" in problems
+    assert f"ledger entry 1 ({run}.1.submit.accepted) differs from the sealed bundle's event: type " \
+        f"submit.accepted/submit.accepted, {was}" in problems
 
 
 async def _finish(bus: Bus, ws: str, run: str, kind: str = "exec.succeeded") -> Event:
@@ -308,10 +319,10 @@ async def evidence() -> AsyncIterator[Bus]:
 
 
 async def audit_caught_up(bus: Bus) -> None:
-    """AUDIT mirrors RUNS asynchronously: wait until it holds what RUNS holds now."""
-    want = (await bus.js.stream_info("RUNS")).state.last_seq
+    """AUDIT sources RUNS asynchronously: wait until it holds what RUNS holds now of the kinds it keeps."""
+    want = sum([await streams.count(bus, "RUNS", f) for f in AUDIT_FILTERS])
     for _ in range(100):
-        if (await bus.js.stream_info("AUDIT")).state.last_seq >= want:
+        if (await bus.js.stream_info("AUDIT")).state.messages >= want:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("AUDIT did not catch up with RUNS in 2 s")

@@ -73,8 +73,11 @@ async def write_ledger(bus: Bus, run_id: str, bodies: list[bytes]) -> lg.Ledger:
     return ledger
 
 
+KEPT = ["submit.requested", "cancel.requested", "exec.succeeded"]
+
+
 async def until_audit_holds(bus: Bus, last_seq: int) -> None:
-    """AUDIT mirrors RUNS asynchronously."""
+    """AUDIT sources RUNS asynchronously."""
     for _ in range(100):
         if (await bus.js.stream_info("AUDIT")).state.last_seq == last_seq:
             return
@@ -83,8 +86,8 @@ async def until_audit_holds(bus: Bus, last_seq: int) -> None:
 
 
 async def test_a_rewritten_history_fails_the_anchor_check(plain: Bus, tmp_path: Path) -> None:
-    for i in range(3):
-        await plain.js.publish(f"run.ws.r1.exec.e{i}", b"{}", headers={"Nats-Msg-Id": f"m{i}"})
+    for i, kind in enumerate(KEPT):  # kinds AUDIT keeps of RUNS (topology.AUDIT_KEPT_EVENTS)
+        await plain.js.publish(f"run.ws.r1.{kind}", b"{}", headers={"Nats-Msg-Id": f"m{i}"})
     original = await write_ledger(plain, "r1", [b"a", b"b", b"c"])
     seed = identity.new_user_seed()
     path = tmp_path / "anchors" / "ledger.jsonl"
@@ -109,14 +112,15 @@ async def test_a_rewritten_history_fails_the_anchor_check(plain: Bus, tmp_path: 
     # the attack of the issue: empty RUNS, republish edited events, delete AUDIT and let the bootstrap recreate
     # it (on an authenticated server only the break-glass identity could delete it)
     await plain.js.purge_stream("RUNS")
-    for i in range(2):
-        await plain.js.publish(f"run.ws.r1.exec.e{i}", b'{"edited":true}', headers={"Nats-Msg-Id": f"x{i}"})
+    for i, kind in enumerate(KEPT[:2]):
+        await plain.js.publish(f"run.ws.r1.{kind}", b'{"edited":true}', headers={"Nats-Msg-Id": f"x{i}"})
     await plain.js.delete_stream("AUDIT")
     await bootstrap(plain)
-    await until_audit_holds(plain, 5)
+    # the new AUDIT sources what RUNS holds now, under sequences of its own (a mirror kept RUNS' 4..5)
+    await until_audit_holds(plain, 2)
     problems = await anchor.check(plain, anchor.read(path), run_id="r1", workspace="ws", ledger=original,
                                   trusted=key)
-    assert problems == ["AUDIT holds messages 4..5; an anchor recorded 1..3 (AUDIT was emptied, shrunk or "
+    assert problems == ["AUDIT holds messages 1..2; an anchor recorded 1..3 (AUDIT was emptied, shrunk or "
                         "recreated)"]
 
     # a forged line (edited after signing) is refused before anything else

@@ -6,8 +6,10 @@ chart's ``nats.cluster.replicas: 3``: any one server may die); consumers follow 
 made with another count keeps it). It only *creates*: the bootstrap identity may not change or delete a stream
 (``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is
 reported, not changed (``python -m taugrid.bus.bootstrap --update`` with the break-glass credentials changes it).
-AUDIT's protective settings (mirror of RUNS, deny delete and purge, retention) are re-checked on every run and
-any difference raises an alarm (``audit_drift``; logged at ERROR and returned). An existing consumer gets the
+AUDIT's protective settings (it sources from RUNS every kind ``topology.AUDIT_KEPT_EVENTS`` names and nothing else,
+deny delete and purge, retention) are re-checked on every run and any difference raises an alarm (``audit_drift``;
+logged at ERROR and returned); an earlier release's AUDIT, a mirror of all of RUNS, keeps more and is only reported
+(``audit_notes``). An existing consumer gets the
 declared filter when its own differs (a release narrowed it); its other fields are left as they are (JetStream
 does not allow changing most of them).
 
@@ -47,6 +49,8 @@ from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus, connect
 from taugrid.bus.errors import MISSING, NO_BUCKET, UNAVAILABLE
 from taugrid.bus.topology import (
+    AUDIT_DUPLICATE_WINDOW_S,
+    AUDIT_FILTERS,
     AUDIT_MAX_AGE,
     AUDIT_STREAM,
     CONSUMERS,
@@ -109,22 +113,80 @@ REPLICAS_ENV = "TAU_BUS_REPLICAS"
 
 
 def audit_config(replicas: int = 1, max_age: float = AUDIT_MAX_AGE) -> StreamConfig:
-    """AUDIT mirrors RUNS; deletes and purges are denied so an auditor's replay is complete."""
+    """AUDIT keeps what verification needs of RUNS (``topology.AUDIT_KEPT_EVENTS``), one source per filter (not a
+    mirror: ``topology.AUDIT_DUPLICATE_WINDOW_S`` says why); deletes and purges are denied so an auditor's replay
+    is complete. No subjects of its own: nothing but RUNS writes into it."""
     return StreamConfig(
-        name=AUDIT_STREAM, mirror=StreamSource(name="RUNS"), storage=StorageType.FILE,
-        retention=RetentionPolicy.LIMITS, max_age=max_age, deny_delete=True, deny_purge=True,
-        num_replicas=replicas,
+        name=AUDIT_STREAM, sources=[StreamSource(name="RUNS", filter_subject=f) for f in AUDIT_FILTERS],
+        storage=StorageType.FILE, retention=RetentionPolicy.LIMITS, max_age=max_age, deny_delete=True,
+        deny_purge=True, duplicate_window=AUDIT_DUPLICATE_WINDOW_S, num_replicas=replicas,
     )
+
+
+# AUDIT's settings that protect what it keeps (its duplicate window and direct gets protect nothing)
+_AUDIT_COMPARED = ("retention", "storage", "max_age", "max_bytes", "discard", "deny_delete", "deny_purge", "max_msgs")
+
+
+def _copied(have: StreamConfig) -> list[str]:
+    """The RUNS subjects AUDIT copies: its mirror's filters (all of RUNS without one), else its sources' filters."""
+    picked = [have.mirror] if have.mirror is not None else list(have.sources or [])
+    out = []
+    for src in picked:
+        if src.name == "RUNS":
+            out += [t.src or ">" for t in src.subject_transforms] if src.subject_transforms else \
+                [src.filter_subject or ">"]
+    return out
+
+
+def _covers(wide: str, narrow: str) -> bool:
+    """Whether every subject the filter ``narrow`` matches also matches ``wide``."""
+    w, n = wide.split("."), narrow.split(".")
+    for i, tok in enumerate(w):
+        if tok == ">":
+            return i < len(n)
+        if i >= len(n) or tok not in ("*", n[i]) or (tok != "*" and n[i] in ("*", ">")):
+            return False
+    return len(w) == len(n)
+
+
+def _audit_differences(want: StreamConfig, have: StreamConfig) -> list[str]:
+    out = [d for d in _differences(want, have) if d.split(" ", 1)[0] in _AUDIT_COMPARED]
+    if have.mirror is not None and have.mirror.name != "RUNS":
+        out.append(f"mirror is {have.mirror.name!r}, declared sources of 'RUNS'")
+    foreign = sorted({s.name for s in have.sources or [] if s.name != "RUNS"})
+    if foreign:
+        out.append(f"sources {foreign} besides RUNS (their messages would read as run events)")
+    if have.subjects:
+        out.append(f"subjects is {have.subjects!r}, declared none (whoever may publish them writes into AUDIT)")
+    copied = _copied(have)
+    dropped = [f for f in AUDIT_FILTERS if not any(_covers(c, f) for c in copied)]
+    if dropped:
+        out.append(f"does not keep {', '.join(dropped)} (it copies {copied or 'nothing'} of RUNS), which "
+                   "`tau verify` checks runs against")
+    return out
+
+
+def audit_notes(have: StreamConfig) -> list[str]:
+    """What is worth saying about an AUDIT that keeps *more* than declared (no alarm: nothing is at risk)."""
+    if have.mirror is not None and _copied(have) == [">"]:
+        return [f"{AUDIT_STREAM} mirrors all of RUNS (an earlier release made it): every run event is stored twice "
+                f"(~10 KB a run) where verification needs only {len(AUDIT_FILTERS)} kinds "
+                "(topology.AUDIT_KEPT_EVENTS). A mirror's settings never change. To store less: once its events "
+                "older than RUNS keeps are no longer needed, delete AUDIT with the break-glass identity and run "
+                "python -m taugrid.bus.bootstrap, which makes the filtered one (then start a new anchor file: "
+                "the old anchors record the old AUDIT's sequences)"]
+    return []
 
 
 async def audit_drift(bus: Bus, max_age: float = AUDIT_MAX_AGE) -> list[str]:
     """How AUDIT differs from its protective settings and the retention declared (``max_age``: the platform's
-    ``retention.audit.max_age``); empty when it holds them; a missing AUDIT is drift too."""
+    ``retention.audit.max_age``); empty when it holds them; a missing AUDIT is drift too. An AUDIT that keeps
+    more than declared (an earlier release's mirror of all of RUNS) is no drift: ``audit_notes``."""
     try:
         info = await bus.js.stream_info(AUDIT_STREAM)
     except MISSING:
         return [f"{AUDIT_STREAM} does not exist"]
-    return _differences(audit_config(max_age=max_age), info.config)
+    return _audit_differences(audit_config(max_age=max_age), info.config)
 
 
 async def _update_audit_age(bus: Bus, max_age: float) -> None:
@@ -141,9 +203,12 @@ async def _audit_alarms(bus: Bus, max_age: float) -> tuple[list[str], list[str]]
     difference. Keeping them for less, or any other difference, is an alarm."""
     drift = await audit_drift(bus, max_age)
     try:
-        kept = (await bus.js.stream_info(AUDIT_STREAM)).config.max_age or 0.0
+        have = (await bus.js.stream_info(AUDIT_STREAM)).config
     except MISSING:
-        kept = 0.0
+        have = None
+    kept = (have.max_age or 0.0) if have is not None else 0.0
+    for note in audit_notes(have) if have is not None else []:
+        log.warning("%s", note)
     age = f"max_age is {kept!r}, declared {max_age!r}"
     pending = [d for d in drift if d == age and kept > max_age]
     alarms = [f"ALARM: {AUDIT_STREAM} {d}" + ("" if d != age else " (the platform's retention.audit.max_age "

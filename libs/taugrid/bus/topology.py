@@ -88,6 +88,26 @@ def site_in_durable(cluster: str) -> str:
 
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
+# What AUDIT keeps of RUNS (issue 27: it held every event a second time, ~10 KB and ~10 subjects a run): what an
+# auditor needs to verify a run without trusting the service that sealed it. The bundle holds every event and is
+# chained by the ledger; AUDIT, append-only, pins what no service may forge or rewrite after the fact.
+AUDIT_KEPT_EVENTS: dict[str, str] = {
+    "submit.requested": "the person's signed submission: `tau verify` re-checks the sealed signature against it",
+    "cancel.requested": "a person's signed cancellation: who stopped the run, as they signed it",
+    **{t: "the run's end: the event that claimed the seal, and what a run's replay stops at"
+       for t in sorted(TERMINAL_EVENTS)},
+    "evidence.sealed": "the bundle's digest and ledger head: a bundle or ledger rewritten after the seal fails",
+}
+# A person's laned request carries the lane's token (core/events.LANED_EVENTS): its own filter.
+AUDIT_FILTERS: tuple[str, ...] = tuple(
+    f"run.*.*.{t}{suffix}" for t in AUDIT_KEPT_EVENTS
+    for suffix in ("", f".{HIGH_LANE}") if not suffix or t == "submit.requested"
+)
+# AUDIT sources RUNS (one source per filter) rather than mirroring it: a mirror answers its origin's direct gets
+# (the server makes it inherit RUNS' allow_direct as mirror_direct and adds it to their queue group), and a
+# filtered one answers "not found" for every event it skipped, the evidence's reads by sequence among them.
+# Sourced messages carry no message id the bus relies on (RUNS deduplicated them), so a minimal window: 1 s.
+AUDIT_DUPLICATE_WINDOW_S = 1.0
 
 KV_BUCKETS = {
     # bucket → history depth. run_state keeps one revision: every write is a compare-and-set against the latest

@@ -34,7 +34,16 @@ from taugrid.bus.envelope import (
     SPEC_VERSION,
     USER_HEADER,
 )
-from taugrid.bus.topology import AUDIT_STREAM, OBJECT_STORE, SOURCES_STORE, STREAMS, UPLOADS_STORE, UPLOADS_TTL_S
+from taugrid.bus.topology import (
+    AUDIT_FILTERS,
+    AUDIT_KEPT_EVENTS,
+    AUDIT_STREAM,
+    OBJECT_STORE,
+    SOURCES_STORE,
+    STREAMS,
+    UPLOADS_STORE,
+    UPLOADS_TTL_S,
+)
 from taugrid.core import contracts as c
 from taugrid.core.events import CE_PREFIX, HIGH_LANE, LANED_EVENTS, RUN_EVENTS, TERMINAL_EVENTS, ce_type
 
@@ -316,6 +325,11 @@ def _message(name: str, *, kind: str, family: str, payload: str, signed: bool, s
     }
 
 
+def _run_stream(kind: str) -> str:
+    """Where a run event is stored: RUNS, and AUDIT too for what verification needs (``AUDIT_KEPT_EVENTS``)."""
+    return f"stream RUNS (kept in {AUDIT_STREAM} too)" if kind in AUDIT_KEPT_EVENTS else "stream RUNS"
+
+
 def _run_summary(kind: str) -> str:
     struct = RUN_EVENTS[kind]
     doc = (struct.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
@@ -342,7 +356,7 @@ def asyncapi() -> dict[str, Any]:
                                     signed=signed, summary=_run_summary(kind))
         channels[msg_id] = {
             "address": f"run.{{workspace}}.{{run_id}}.{stage}.{outcome}",
-            "description": f"stream RUNS (mirrored to {AUDIT_STREAM})",
+            "description": _run_stream(kind),
             "parameters": run_params,
             "messages": {msg_id: {"$ref": f"#/components/messages/{msg_id}"}},
         }
@@ -359,7 +373,7 @@ def asyncapi() -> dict[str, Any]:
         msg_id, chan_id = f"run.{kind}", f"run.{kind}.{HIGH_LANE}"
         channels[chan_id] = {
             "address": f"run.{{workspace}}.{{run_id}}.{stage}.{outcome}.{HIGH_LANE}",
-            "description": f"stream RUNS (mirrored to {AUDIT_STREAM}); `{kind}` of a run in the high priority "
+            "description": f"{_run_stream(kind)}; `{kind}` of a run in the high priority "
                            "lane, read by the stage's high-lane durable before the default lane's backlog",
             "parameters": run_params,
             "messages": {msg_id: {"$ref": f"#/components/messages/{msg_id}"}},
@@ -414,7 +428,8 @@ def asyncapi() -> dict[str, Any]:
                  "storage": "file", "retention": "interest" if s.interest else "limits"}
         for s in STREAMS
     }
-    streams[AUDIT_STREAM] = {"mirror": "RUNS", "deny_delete": True, "deny_purge": True, "storage": "file"}
+    streams[AUDIT_STREAM] = {"sources": "RUNS", "filters": list(AUDIT_FILTERS), "deny_delete": True,
+                             "deny_purge": True, "storage": "file"}
     assert set(stream_of) >= {"run", "log", "backend", "k8s", "node", "dlq"}  # every channel's stream exists
     schemas = {**_header_schemas(), **_components(asyncapi=True)}
     return {

@@ -78,8 +78,10 @@ async def _replay_events(
             # Reading makes no reference cycles, only short-lived objects by the hundred thousand, which the
             # collector would otherwise walk every 700 allocations (~15 % of this process's CPU): off meanwhile.
             gc.disable()
+            stored = 0
             try:
                 async for got in client.event_batches(run_id=run_id, since=_parse_since(since)):
+                    stored += len(got)
                     wanted = [ev for ev in got if _wanted(ev.type, types)]
                     if output == "json":
                         sys.stdout.buffer.write(event_json_lines(wanted))
@@ -88,6 +90,8 @@ async def _replay_events(
                         click.echo("\n".join(event_line(ev) for ev in wanted))
             finally:
                 gc.enable()
+            if run_id and not stored and not since:
+                click.echo(_aged_out(run_id), err=True)
             return
         async for ev in client.events(run_id=run_id, since=_parse_since(since), follow=follow):
             if not _wanted(ev.type, types):
@@ -97,6 +101,13 @@ async def _replay_events(
                 sys.stdout.buffer.flush()
             else:
                 click.echo(event_line(ev))
+
+
+def _aged_out(run_id: str) -> str:
+    """Where a known run's events are once RUNS no longer holds them (its max age: ``retention.runs``)."""
+    return (f"run {run_id}: RUNS no longer holds its events (they are kept for retention.runs.max_age). Its sealed "
+            f"evidence holds every one of them: `tau evidence {run_id}`; AUDIT keeps its requests, its end and its "
+            f"seal for longer: `tau verify {run_id}` checks them")
 
 
 def _wanted(event_type: str, types: tuple[str, ...]) -> bool:

@@ -65,10 +65,11 @@ class RunsRetention(_StreamRetention):
 
     stream, min_age_s = "runs", MIN_HISTORY_S
     too_young = ("runs.max_age is under 1d: a run's events must still be on RUNS when it is sealed; write at least "
-                 "1d (older events are read from AUDIT)")
+                 "1d (a run's sealed evidence holds its events after that; AUDIT its requests, end and seal)")
 
     max_age: Duration = Field(default=RUNS_MAX_AGE_S, description="how long RUNS keeps an event (default 30d, "
-                              "at least 1d; older events stay in AUDIT)")
+                              "at least 1d; a sealed run's evidence keeps them all, AUDIT its requests, end "
+                              "and seal)")
     max_bytes: MemoryQuantity | None = Field(default=None, description="RUNS' size; the oldest events go first "
                                              "(default: no size limit; at least 64Mi)")
 
@@ -86,7 +87,8 @@ class LogsRetention(_StreamRetention):
 
 
 class AuditRetention(Strict):
-    """AUDIT, the append-only mirror of RUNS that `tau verify` checks every sealed run against."""
+    """AUDIT, append-only, keeps of RUNS what `tau verify` checks every sealed run against (the people's requests,
+    each run's end and its seal: ``topology.AUDIT_KEPT_EVENTS``)."""
 
     max_age: Duration = Field(default=AUDIT_MAX_AGE_S, description="how long AUDIT keeps an event (default "
                               "365d; at least runs.max_age). `tau verify` of a run older than this reports its "
@@ -190,8 +192,8 @@ class Retention(Strict):
     @pydantic.model_validator(mode="after")
     def _audit_outlives_runs(self) -> Retention:
         if self.audit.max_age < self.runs.max_age:
-            raise ValueError("audit.max_age is shorter than runs.max_age: AUDIT mirrors RUNS and is what `tau "
-                             "verify` checks against; make audit.max_age at least runs.max_age")
+            raise ValueError("audit.max_age is shorter than runs.max_age: AUDIT keeps of RUNS what `tau verify` "
+                             "checks against; make audit.max_age at least runs.max_age")
         return self
 
     def stream_limits(self) -> dict[str, tuple[float, int]]:

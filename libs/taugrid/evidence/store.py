@@ -29,14 +29,13 @@ from typing import Any, TypeVar
 import msgspec
 
 from taugrid import runrecord, settings
-from taugrid.bus import kv, streams
+from taugrid.bus import auditread, kv, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
 from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_object: the bus's copy only)
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import follow, replay
-from taugrid.bus.topology import AUDIT_STREAM
 from taugrid.config.platform import Platform
 from taugrid.core import states
 from taugrid.core.contracts import EvidenceSealed, ExecProgress, ExecRunning, LogChunk, PolicyApproved
@@ -356,7 +355,9 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     the stream between matches), or through a replay where RUNS allows no
     direct gets yet (a stream made before it was declared; ``python -m taugrid.bus.bootstrap --update`` turns
     them on). Events older than RUNS keeps
-    (``max_age``) are read from AUDIT, its mirror, which keeps the same sequence numbers longer. Events from a
+    (``max_age``) are read from AUDIT, which keeps longer only the kinds it keeps (``topology.AUDIT_KEPT_EVENTS``:
+    the people's requests, a run's end) under their RUNS sequences (``auditread``): a run that outlived RUNS'
+    max age is sealed without its intermediate events that aged out. Events from a
     service not allowed to publish their subject are left out: every consumer dead-lettered them, and
     ``tau verify`` does not count them as the run's."""
     ws, run, _ = parse_run_subject(terminal_event.nats_subject)
@@ -381,8 +382,8 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
         if not events or events[-1].seq != through:
             raise TemporaryError(f"RUNS {subject}: seq {through} not read back yet", delay=0.5) from None
     if events[0].type != "submit.requested" and (await streams.bounds(bus, "RUNS"))[0] > 1:
-        first = events[0].seq  # the run's first events may have aged out of RUNS: AUDIT still has them
-        older = [ev async for ev in follow(bus, subject, stream=AUDIT_STREAM) if ev.seq < first]
+        first = events[0].seq  # the run's first events may have aged out of RUNS: AUDIT still has its requests
+        older = [ev for ev in await auditread.run_events(bus, subject) if ev.seq < first]
         events = older + events
     return [ev for ev in events if source_problem(ev.nats_subject, ev.source) is None]
 

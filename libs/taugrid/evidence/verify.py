@@ -7,14 +7,24 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    the base, read again and checked against the sha256 its name carries first: a base missing or changed is a
    problem that names it);
 3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger, ending at the announced head;
+   every ledger entry is one of the bundle's events (same id, type and payload hash);
 4. every separately stored attempt log matches the sha256 the bundle records;
-5. against AUDIT (the append-only mirror of RUNS): every ledger entry is an event there with the same type and
-   payload hash, and every AUDIT event up to the sealing terminal event is in the ledger (events the consumers
-   refused for a wrong ``ce-source`` were never acted on, so they are counted apart, not required);
+5. against the streams, each for what it holds. RUNS, while it still holds the run (30 d by default): every
+   ledger entry at or after RUNS' first sequence is an event there with the same type and payload hash, and
+   every RUNS event of the run up to the sealing terminal event is in the ledger. AUDIT (append-only, keeps
+   ``topology.AUDIT_KEPT_EVENTS``: the people's signed requests, the terminal events and ``evidence.sealed``,
+   365 d): every ledger entry of a kept type is there the same, and every AUDIT event of the run up to the
+   sealing terminal event is in the ledger; an AUDIT an earlier release made mirrors every event, and then
+   every entry is checked against it. Events the consumers refused for a wrong ``ce-source`` were never acted
+   on, so they are counted apart, not required;
 6. the submission's signature sealed in the bundle verifies against the sealed public key, covers the
    ``submit.requested`` that AUDIT holds, and is the key the submitter verified;
 7. the bundle's accounting (queue wait, running time, GPU-seconds, cost) is what its own events give
    (``bundle.accounting`` recomputed from the bundled events and the sealed price).
+An intermediate event (neither a request nor the run's end) is thus vouched for by RUNS while RUNS keeps it, and
+after that by the bundle alone, whose digest AUDIT's ``evidence.sealed`` pins: a ledger or bundle rewritten after
+the seal fails check 2 or 3; one forged at the seal by the sealing service itself fails check 5 only while RUNS
+keeps the run (``tau verify --anchor`` adds the signed anchors' heads, §13b).
 A bundle (and its logs) archived out of the bus (``archive.py``) is read from the archive and checked the same
 way: the digest on the bus (the ledger's seal, ``evidence.sealed`` in AUDIT) is what it must hash to.
 Reads only; never repairs.
@@ -27,16 +37,19 @@ from typing import Any
 
 import msgspec
 
+from taugrid.bus import auditread, streams
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import SignatureInvalid, canonical_form, from_message, verify_form
+from taugrid.bus.envelope import Event, SignatureInvalid, canonical_form, from_message, verify_form
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import AUDIT_STREAM
+from taugrid.bus.topology import AUDIT_KEPT_EVENTS, AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
 from taugrid.evidence import archive, bases, packing, store
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
+
+RUNS_STREAM = "RUNS"
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):
@@ -49,7 +62,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     archive: str = ""  # where the bundle was read when not on the bus (``directory /path``, ``s3://bucket/prefix``)
     ledger_head: str = ""
     entries: int = 0
-    audit_events: int = 0
+    audit_events: int = 0  # the run's events AUDIT holds (the kept types: requests, its end, evidence.sealed)
+    runs_events: int = 0  # the run's events RUNS still holds (none once they aged out: the bundle vouches then)
     refused_events: int = 0  # AUDIT events from a service not allowed to publish them (dead-lettered)
     user: str = ""  # the verified submitter sealed in the bundle
     signer: str = ""  # the public key whose submission signature was re-checked
@@ -57,34 +71,49 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     problems: list[str] = msgspec.field(default_factory=list)
 
 
-class _Audited(msgspec.Struct, frozen=True):
+class _Seen(msgspec.Struct, frozen=True):
     event_type: str
     payload_sha256: str
-    order: int
+    seq: int  # RUNS' sequence (AUDIT's messages name it: ``auditread``)
 
 
-async def _audit(bus: Bus, run_id: str, *, workspace: str = "*"
-                 ) -> tuple[dict[str, _Audited], EvidenceSealed | None, int]:
-    # The workspace is named in the filter: people may read only their workspaces' subjects.
-    msgs = await replay(bus, stream=AUDIT_STREAM, subject=f"run.{workspace}.{token(run_id)}.>")
-    seen: dict[str, _Audited] = {}
+class _Stream(msgspec.Struct):
+    """One stream's view of the run: its events by id, and the first RUNS sequence it can still vouch for."""
+
+    name: str
+    events: dict[str, _Seen]
+    refused: int = 0
     sealed: EvidenceSealed | None = None
-    refused = 0
-    for i, m in enumerate(msgs):
-        ev = from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
-        if source_problem(m.subject, ev.source) is not None:
-            refused += 1  # every consumer dead-lettered it: not part of the run's history
+    holds_from: int = 0  # RUNS: entries stored before its first sequence aged out (0: checked by type instead)
+
+
+def _seen(name: str, events: list[Event], *, holds_from: int = 0) -> _Stream:
+    out = _Stream(name=name, events={}, holds_from=holds_from)
+    for ev in events:
+        if source_problem(ev.nats_subject, ev.source) is not None:
+            out.refused += 1  # every consumer dead-lettered it: not part of the run's history
             continue
-        seen.setdefault(ev.id, _Audited(ev.type, lg.sha256(ev.data or b""), i))
-        if ev.type == "evidence.sealed" and sealed is None:
+        out.events.setdefault(ev.id, _Seen(ev.type, lg.sha256(ev.data or b""), ev.seq))
+        if ev.type == "evidence.sealed" and out.sealed is None:
             try:
-                sealed = ev.payload(EvidenceSealed)
+                out.sealed = ev.payload(EvidenceSealed)
             except msgspec.DecodeError:
                 continue  # not the evidence service's announcement: the check says none was found
-    return seen, sealed, refused
+    return out
 
 
-def _check_identity(doc: dict[str, Any], audit: dict[str, _Audited]) -> list[str]:
+async def _audit(bus: Bus, subject: str) -> _Stream:
+    return _seen(AUDIT_STREAM, await auditread.run_events(bus, subject))
+
+
+async def _runs(bus: Bus, subject: str) -> _Stream:
+    msgs = await replay(bus, stream=RUNS_STREAM, subject=subject)
+    events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    first, _ = await streams.bounds(bus, RUNS_STREAM)
+    return _seen(RUNS_STREAM, events, holds_from=max(first, 1))
+
+
+def _check_identity(doc: dict[str, Any], audit: _Stream) -> list[str]:
     """Re-check the sealed submission signature (see the module docstring, check 6)."""
     ident = doc.get("identity")
     if ident is None:
@@ -101,7 +130,7 @@ def _check_identity(doc: dict[str, Any], audit: dict[str, _Audited]) -> list[str
         verify_form(form, public_key=signer, signature=signature)
     except SignatureInvalid as exc:
         problems.append(f"the sealed submission signature does not verify against the sealed key {signer}: {exc}")
-    got = audit.get(str(signed.get("id", "")))
+    got = audit.events.get(str(signed.get("id", "")))
     if got is None:
         problems.append(f"the signed submission {signed.get('id')} is not in {AUDIT_STREAM}")
     elif got.payload_sha256 != signed.get("body_sha256"):
@@ -112,26 +141,53 @@ def _check_identity(doc: dict[str, Any], audit: dict[str, _Audited]) -> list[str
     return problems
 
 
-def _check_audit(ledger: lg.Ledger, audit: dict[str, _Audited]) -> list[str]:
+def _vouches(stream: _Stream, entry: lg.Entry, *, everything: bool) -> bool:
+    """Whether ``stream`` must hold ``entry``: RUNS from its first sequence on, AUDIT for the kept types (every
+    type when it mirrors all of RUNS)."""
+    if stream.holds_from:
+        return entry.seq >= stream.holds_from
+    return everything or entry.type in AUDIT_KEPT_EVENTS
+
+
+def _check_stream(ledger: lg.Ledger, stream: _Stream) -> list[str]:
+    """Check 5 against one stream: every entry it vouches for is there the same, and nothing it holds of the run
+    up to the sealing terminal event is missing from the ledger."""
+    name, held = stream.name, stream.events
+    everything = any(got.event_type not in AUDIT_KEPT_EVENTS for got in held.values())  # a mirror of all RUNS
     problems = []
     for e in ledger.entries:
-        got = audit.get(e.event_id)
+        got = held.get(e.event_id)
         if got is None:
-            problems.append(f"ledger entry {e.index} ({e.type}, {e.event_id}) is not in {AUDIT_STREAM}")
+            if _vouches(stream, e, everything=everything):
+                problems.append(f"ledger entry {e.index} ({e.type}, {e.event_id}) is not in {name}")
         elif (got.event_type, got.payload_sha256) != (e.type, e.payload_sha256):
             problems.append(
-                f"ledger entry {e.index} ({e.event_id}) differs from {AUDIT_STREAM}: "
+                f"ledger entry {e.index} ({e.event_id}) differs from {name}: "
                 f"type {e.type}/{got.event_type}, payload {e.payload_sha256[:12]}…/"
                 f"{got.payload_sha256[:12]}…"
             )
-    if ledger.seal is not None and ledger.seal.event_id in audit:
-        horizon = audit[ledger.seal.event_id].order
+    if ledger.seal is not None and ledger.seal.event_id in held:
+        horizon = held[ledger.seal.event_id].seq
         in_ledger = {e.event_id for e in ledger.entries}
-        for event_id, got in sorted(audit.items(), key=lambda kv: kv[1].order):
-            if got.order <= horizon and event_id not in in_ledger:
-                problems.append(
-                    f"{AUDIT_STREAM} event {event_id} ({got.event_type}) is missing from the ledger"
-                )
+        for event_id, got in sorted(held.items(), key=lambda kv: kv[1].seq):
+            if got.seq <= horizon and event_id not in in_ledger:
+                problems.append(f"{name} event {event_id} ({got.event_type}) is missing from the ledger")
+    return problems
+
+
+def _check_bundle_events(doc: dict[str, Any], ledger: lg.Ledger) -> list[str]:
+    """Every ledger entry is one of the sealed bundle's events, the same (check 3): what vouches for an
+    intermediate event once RUNS no longer keeps it."""
+    records = {str(r.get("id")): r for r in doc.get("events", []) if isinstance(r, dict)}
+    problems = []
+    for e in ledger.entries:
+        rec = records.get(e.event_id)
+        if rec is None:
+            problems.append(f"ledger entry {e.index} ({e.type}, {e.event_id}) is not among the sealed bundle's events")
+        elif (rec.get("type"), rec.get("payload_sha256")) != (e.type, e.payload_sha256):
+            problems.append(f"ledger entry {e.index} ({e.event_id}) differs from the sealed bundle's event: "
+                            f"type {e.type}/{rec.get('type')}, payload {e.payload_sha256[:12]}…/"
+                            f"{str(rec.get('payload_sha256'))[:12]}…")
     return problems
 
 
@@ -203,16 +259,21 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     report.entries, report.ledger_head = len(ledger.entries), ledger.head
     report.problems += lg.verify(ledger)
 
-    # AUDIT is an asynchronous mirror: give it a moment to catch up before calling an event missing.
+    subject = f"run.{token(workspace)}.{token(run_id)}.>"  # people may read only their workspaces' subjects
+    runs = await _runs(bus, subject)
+    report.runs_events = len(runs.events)
+    report.problems += _check_stream(ledger, runs)
+    # AUDIT sources RUNS asynchronously: give it a moment to catch up before calling an event missing.
     deadline = asyncio.get_running_loop().time() + audit_wait_s
     while True:
-        audit, announced, refused = await _audit(bus, run_id, workspace=token(workspace))
-        audit_problems = _check_audit(ledger, audit)
+        audit = await _audit(bus, subject)
+        audit_problems = _check_stream(ledger, audit)
         if not audit_problems or asyncio.get_running_loop().time() >= deadline:
             break
         await asyncio.sleep(0.2)
-    report.audit_events, report.refused_events = len(audit), refused
+    report.audit_events, report.refused_events = len(audit.events), audit.refused
     report.problems += audit_problems
+    announced = audit.sealed
 
     seal = ledger.seal
     if seal is None or not seal.digest:
@@ -255,6 +316,7 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
         return report
     head = announced.ledger_head if announced else ledger.entries[seal.index].hash
     report.problems += _check_bundle(doc, ledger, head)
+    report.problems += _check_bundle_events(doc, ledger)
     ident = doc.get("identity") or {}
     report.user, report.signer = str(ident.get("user", "")), str(ident.get("signer", ""))
     report.problems += _check_identity(doc, audit)
