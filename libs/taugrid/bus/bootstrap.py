@@ -1,4 +1,4 @@
-"""Provision every stream, the AUDIT mirror, KV buckets, the object store and service consumers.
+"""Provision every stream, AUDIT (what verification needs of RUNS), KV buckets, object stores and consumers.
 
 Idempotent: run it any number of times. ``replicas`` (``--replicas N``, else ``TAU_BUS_REPLICAS``, else 1) is how
 many servers of a JetStream cluster hold each stream, bucket and object store (3 for ``tau up --ha`` and the
@@ -16,7 +16,7 @@ does not allow changing most of them).
 Retention (``platform.yaml``'s ``retention``, ``taugrid.config.retention``): RUNS' and LOGS' max age and size and
 AUDIT's max age come from the platform stored in the ``platform`` KV when there is one (else the defaults, which
 are the limits the streams always had). A stream is created with them; one that exists and differs is reported
-like any other difference, and ``--update`` applies it (AUDIT's max age too: its mirror and protections stay).
+like any other difference, and ``--update`` applies it (AUDIT's max age too: its sources and protections stay).
 
 Interest retention (``topology.StreamSpec.interest``: K8S): such a stream is made with its durables right after it
 (it stores nothing that no durable's filter matches); one an earlier release made with limits retention is
@@ -190,8 +190,8 @@ async def audit_drift(bus: Bus, max_age: float = AUDIT_MAX_AGE) -> list[str]:
 
 
 async def _update_audit_age(bus: Bus, max_age: float) -> None:
-    """Give AUDIT the declared max age (break-glass ``--update``): only the limit changes; a mirror's source
-    cannot change, and the deny flags are kept as they are (their drift stays an alarm)."""
+    """Give AUDIT the declared max age (break-glass ``--update``): only the limit changes; its sources (or an
+    earlier release's mirror) and deny flags are kept as they are (their drift stays an alarm)."""
     info = await bus.js.stream_info(AUDIT_STREAM)
     if info.config.max_age != max_age:
         await bus.guarded(bus.js.update_stream(dataclasses.replace(info.config, max_age=max_age)))
@@ -352,7 +352,7 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
                 if spec.stream == s.name:
                     await ensure_consumer(bus, spec)
     audit_age = limits[AUDIT_STREAM][0]
-    await _ensure_stream(bus, audit_config(replicas, audit_age), update=False)  # a mirror is never re-declared
+    await _ensure_stream(bus, audit_config(replicas, audit_age), update=False)  # AUDIT is never re-declared
     if update:
         await _update_audit_age(bus, audit_age)
     alarms, drifted[AUDIT_STREAM] = await _audit_alarms(bus, audit_age)
