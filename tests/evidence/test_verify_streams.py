@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from nats.js.api import StreamConfig, StreamSource
 
 from taugrid.bus import Bus, auditread, connect
 from taugrid.bus.bootstrap import bootstrap
@@ -39,14 +40,14 @@ async def stack(fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> AsyncI
     await evidence.close()
 
 
-async def sealed_run(bus: Bus, evidence: Bus, out: Path) -> lg.Ledger:
+async def sealed_run(bus: Bus, evidence: Bus, out: Path, *, audited: int = 3) -> lg.Ledger:
     await publish_run(bus, WS, RUN, out, log_lines=["epoch 1"])
     await emit_as_owner(bus, workspace=WS, run_id=RUN, attempt=1, event_type="exec.succeeded",
                         payload=c.ExecFinished(exit_code=0, reason="Completed", node="box", duration_s=3.0))
     terminal = next(ev for ev in await _events(bus, WS, RUN) if ev.type == "exec.succeeded")
     await Evidence(evidence).on_event(terminal)
     for _ in range(100):  # AUDIT sources RUNS asynchronously
-        if len(await auditread.run_events(bus, f"run.{WS}.{RUN}.>")) == 3:
+        if len(await auditread.run_events(bus, f"run.{WS}.{RUN}.>")) == audited:
             break
         await asyncio.sleep(0.02)
     led, _ = await store.load(bus, WS, RUN)
@@ -110,4 +111,25 @@ async def test_a_forged_kept_entry_fails_against_audit_after_runs_let_the_run_go
         f"ledger entry 5 ({RUN}.1.exec.succeeded) differs from AUDIT: {was}",
         "bundle ledger is not a prefix of the run's ledger (one of them was rewritten)",
         f"ledger entry 5 ({RUN}.1.exec.succeeded) differs from the sealed bundle's event: {was}",
+    ]
+
+
+async def test_with_an_earlier_release_s_mirror_every_entry_is_still_checked_against_audit(
+        stack: tuple[Bus, Bus], tmp_path: Path) -> None:
+    bus, evidence = stack
+    # the AUDIT an earlier release made: a mirror of all of RUNS (a mirror's settings never change)
+    await bus.js.delete_stream("AUDIT")
+    await bus.js.add_stream(StreamConfig(name="AUDIT", mirror=StreamSource(name="RUNS"), max_age=365 * 86400.0,
+                                         deny_delete=True, deny_purge=True))
+    led = await sealed_run(bus, evidence, tmp_path, audited=7)
+    report = await verify_run(bus, RUN)
+    assert (report.problems, report.runs_events, report.audit_events) == ([], 7, 7)
+    await bus.js.purge_stream("RUNS")
+    bad = forged(led, 3)
+    await store.update(bus, WS, RUN, lambda _: bad)
+    was = f"type render.applied/render.applied, payload {'f' * 12}…/{led.entries[3].payload_sha256[:12]}…"
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"ledger entry 3 ({RUN}.1.render.applied) differs from AUDIT: {was}",
+        "bundle ledger is not a prefix of the run's ledger (one of them was rewritten)",
+        f"ledger entry 3 ({RUN}.1.render.applied) differs from the sealed bundle's event: {was}",
     ]
