@@ -15,7 +15,7 @@ import logging
 
 from taugrid.health.agent import NodeAgent, node_name, probe
 from taugrid.health.change import Thermal
-from taugrid.health.pool import AgentPool, StateWatch
+from taugrid.health.pool import AgentPool
 from taugrid.service import Service, main
 
 log = logging.getLogger("taugrid.node_agent")
@@ -31,10 +31,14 @@ async def start(svc: Service) -> None:
     if first is not None:
         log.info("node %s: %d GPU(s) via %s %s", agent.node, len(first.gpus), first.gpu_source, first.message)
 
-    watch = StateWatch(svc.bus)
-    svc.background(watch.run(svc.stopping))
     pool = AgentPool(svc.bus, machine=agent.node, machine_probe=lambda: agent.probe,
-                     heartbeat_s=health.heartbeat_interval_s, thermal=thermal, watch=watch)
+                     heartbeat_s=health.heartbeat_interval_s, thermal=thermal, watch_states=True)
+
+    async def close_at_stop() -> None:
+        await svc.stopping.wait()
+        await pool.close()
+
+    svc.background(close_at_stop())
     pool.agents[agent.node] = agent
 
     async def tick() -> None:

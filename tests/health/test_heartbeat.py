@@ -14,12 +14,13 @@ import msgspec
 import pytest
 
 from taugrid.bus import Bus
+from taugrid.bus.bootstrap import bootstrap
 from taugrid.client.summaries import node_rows
 from taugrid.core.contracts import NodeSample
 from taugrid.health.agent import NodeAgent
 from taugrid.health.change import Thermal, phase
 from taugrid.health.monitor import HealthMonitor, read_state, state_key
-from taugrid.health.pool import StateWatch
+from taugrid.health.pool import AgentPool, StateWatch
 from taugrid.health.probe import DeclaredProbe, take_sample
 from taugrid.health.rules import Policy
 from taugrid.health.wire import NodeState
@@ -139,8 +140,7 @@ async def test_a_held_node_is_sampled_every_tick_until_validated_and_released_th
     agent = NodeAgent(bus, probe, node, heartbeat_s=HEARTBEAT_S, thermal=Thermal(90, 85))
     monitor = HealthMonitor(bus, policy=ROOMY)
     watch = StateWatch(bus)
-    stopping = asyncio.Event()
-    follower = asyncio.create_task(watch.run(stopping))
+    watch.start()
     try:
         assert await run_ticks(agent, probe, [START], monitor, watch) == [START]
         probe.inject_xid(0, 79)
@@ -154,8 +154,24 @@ async def test_a_held_node_is_sampled_every_tick_until_validated_and_released_th
         assert state.last_validation.startswith("2 GPU(s) answer")
         assert await sample_count(bus, node) == 5
     finally:
-        stopping.set()
-        await follower
+        await watch.stop()
+
+
+async def test_a_pool_of_one_watches_its_own_record_and_a_pool_of_many_every_record(private_bus: Bus) -> None:
+    bus, machine = private_bus, f"machine-{uuid.uuid4().hex[:6]}"
+    await bootstrap(bus)  # a server of its own with no platform applied: the pool is this machine alone
+    pool = AgentPool(bus, machine=machine, machine_probe=lambda: ClockedProbe(1), watch_states=True)
+    try:
+        await pool.refresh()
+        assert pool.watch is not None and (list(pool.agents), pool.watch.key_filter) == (
+            [machine], state_key(machine))
+        pool.agents["other"] = NodeAgent(bus, ClockedProbe(1), "other")
+        await pool._watch_for_agents()
+        assert pool.watch.key_filter == "node.>"
+    finally:
+        await pool.close()
+    assert pool.watch is None
+
 
 
 async def test_a_node_whose_heartbeats_stop_is_judged_silent_by_tau_nodes(bus: Bus) -> None:

@@ -8,7 +8,8 @@ machine, as before. The set follows platform revisions: agents of removed nodes 
 Each agent needs its node's ``node_state`` record every tick (is the node held, is a validation or repair step
 asked for): the pool keeps them all from one watch of the bucket (``StateWatch``), which the monitor writes only
 when a sample was published, instead of reading one record per node per tick (640 reads every 5 s in Kueue's
-TAS scenario). Until the watch has caught up, and while it is down, each agent reads its own.
+TAS scenario); a pool of one agent watches its own record alone. Until the watch has caught up, and while it is
+down, each agent reads its own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from taugrid.core.errors import TemporaryError
 from taugrid.core.quantity import parse_memory
 from taugrid.health.agent import NodeAgent
 from taugrid.health.change import Thermal
-from taugrid.health.monitor import BUCKET
+from taugrid.health.monitor import BUCKET, state_key
 from taugrid.health.probe import DeclaredProbe, HealthProbe
 from taugrid.health.wire import NodeState
 
@@ -46,34 +47,36 @@ def declared_probe(node: LocalNode) -> DeclaredProbe:
 
 
 class StateWatch:
-    """``node_state``'s ``node.*`` records by key, as one watch of the bucket delivers them; ``current`` is None
-    until the watch has handed out every stored record, and again while it is down (it restarts after a second)."""
+    """``node_state``'s records matching ``key_filter``, by key, as one watch of the bucket delivers them;
+    ``current`` is None until the watch has handed out every stored record, and again while it is down (it
+    restarts after a second)."""
 
     RETRY_S = 1.0
 
-    def __init__(self, bus: Bus) -> None:
-        self.bus = bus
+    def __init__(self, bus: Bus, key_filter: str = "node.>") -> None:
+        self.bus, self.key_filter = bus, key_filter
         self.states: dict[str, NodeState] = {}
         self._caught_up = False
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def current(self) -> dict[str, NodeState] | None:
         return self.states if self._caught_up else None
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Keep the records current until ``stopping`` is set."""
-        follower = asyncio.create_task(self._follow())
-        try:
-            await stopping.wait()
-        finally:
-            follower.cancel()
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await follower
+                await self._task
+        self._task, self._caught_up = None, False
 
     async def _follow(self) -> None:
         while True:
             try:
-                async for key, value in kv.watch(self.bus, BUCKET, "node.>"):
+                async for key, value in kv.watch(self.bus, BUCKET, self.key_filter):
                     if (key, value) == kv.CAUGHT_UP:
                         self._caught_up = True
                     elif value is None:
@@ -82,6 +85,8 @@ class StateWatch:
                         self._store(key, value)
             except TemporaryError as exc:
                 log.warning("node_state watch stopped (%s): agents read their own records until it is back", exc)
+            except Exception:  # the agents read their own records meanwhile: a watch's failure must not end them
+                log.exception("node_state watch failed: agents read their own records until it is back")
             self._caught_up = False
             self.states.clear()
             await asyncio.sleep(self.RETRY_S)
@@ -97,12 +102,13 @@ class StateWatch:
 class AgentPool:
     def __init__(self, bus: Bus, *, machine: str, machine_probe: Callable[[], HealthProbe],
                  probe_timeout_s: float = 30.0, heartbeat_s: float = 0.0, thermal: Thermal | None = None,
-                 watch: StateWatch | None = None) -> None:
-        """``heartbeat_s``, ``thermal``: each agent's (``NodeAgent``). ``watch``: where the agents' records come
-        from (None: each agent reads its own every tick)."""
+                 watch_states: bool = False) -> None:
+        """``heartbeat_s``, ``thermal``: each agent's (``NodeAgent``). ``watch_states``: the agents' records come
+        from one watch (``StateWatch``; ``close`` stops it); else each agent reads its own every tick."""
         self.bus, self.machine, self.machine_probe = bus, machine, machine_probe
         self.probe_timeout_s, self.heartbeat_s, self.thermal = probe_timeout_s, heartbeat_s, thermal
-        self.watch = watch
+        self.watch_states = watch_states
+        self.watch: StateWatch | None = None
         self.platforms = PlatformReader(bus)
         self.agents: dict[str, NodeAgent] = {}
         self._revision = -1
@@ -128,6 +134,24 @@ class AgentPool:
             self.agents[name] = NodeAgent(self.bus, probe, name, probe_timeout_s=self.probe_timeout_s,
                                           heartbeat_s=self.heartbeat_s, thermal=self.thermal)
             log.info("node %s: agent started", name)
+        if self.watch_states:
+            await self._watch_for_agents()
+
+    async def _watch_for_agents(self) -> None:
+        """One agent (a machine's own, as on every node of a cluster) watches its own record alone: a watch of
+        every record on each of a fleet's nodes would hand each of them every node's changes."""
+        wanted = state_key(next(iter(self.agents))) if len(self.agents) == 1 else "node.>"
+        if self.watch is not None and self.watch.key_filter == wanted:
+            return
+        if self.watch is not None:
+            await self.watch.stop()
+        self.watch = StateWatch(self.bus, wanted)
+        self.watch.start()
+
+    async def close(self) -> None:
+        if self.watch is not None:
+            await self.watch.stop()
+            self.watch = None
 
     async def tick(self) -> None:
         await self.refresh()
