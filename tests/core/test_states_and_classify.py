@@ -230,3 +230,20 @@ def test_a_rayjobs_success_says_nothing_of_how_its_pods_ended() -> None:
     _running_pods(r, ["r1-a1-head"])
     assert states.apply(r, "exec.succeeded", 1, {"exit_code": 0, "reason": "Succeeded"}, 3.0)
     assert [(p.phase, p.containers[0].state) for p in r.pods] == [("Running", "running")]
+
+
+def test_an_exec_running_that_lists_the_gang_shows_each_pod_running_on_its_node() -> None:
+    """The local cluster's simulated pods send no started report each (issue 30): their first rank's exec.running
+    lists them, and the record shows each pod and the pod-level phases through, as their reports would have."""
+    r = states.RunRecord(run_id="r1", workspace="ws")
+    for t in ("submit.requested", "submit.accepted", "policy.approved", "render.applied", "admission.admitted"):
+        assert states.apply(r, t, 1, {}, 1.0), t
+    gang = [{"name": "r1-a1-0", "node": "n1"}, {"name": "r1-a1-1", "node": "n2", "index": 1}]
+    assert states.apply(r, "exec.running", 1, {"node": "n1", "pod": "r1-a1-0", "pods": gang}, 2.0)
+    assert r.state == "running" and r.node == "n1"
+    assert [(p.name, p.node, p.phase) for p in r.pods] == [("r1-a1-0", "n1", "Running"), ("r1-a1-1", "n2", "Running")]
+    assert [(p.name, p.status, p.detail) for p in r.phases if p.name in states.POD_PHASES] == [
+        ("scheduling", "done", "2/2 pods"), ("image-pull", "done", "2/2 pods"), ("init", "done", "2/2 pods"),
+        ("container-start", "done", "2/2 pods")]
+    assert states.apply(r, "exec.succeeded", 1, {"exit_code": 0, "reason": "Completed"}, 3.0)
+    assert [p.phase for p in r.pods] == ["Succeeded", "Succeeded"]

@@ -327,3 +327,19 @@ def test_a_preemption_forgets_the_pods_and_their_phases() -> None:
     assert states.apply(record, "admission.preempted", 1, {"reason": "Preempted"}, 30.0)
     assert record.pods == []
     assert _tree(record)[-1] == ("admission", "warning")
+
+
+def test_a_running_pod_of_a_gang_leaves_its_start_to_its_first_ranks_exec_running() -> None:
+    """Issue 30: the local cluster's simulated Job pods start together and name the pod whose ``exec.running`` lists
+    them all; their own started report would tell the record nothing new. A failure is still reported."""
+    started = {"running": {"startedAt": "2026-11-30T10:01:05Z"}}
+    running = {"phase": "Running", "conditions": [SCHEDULED], "containerStatuses": [
+        {"name": "main", "ready": True, "restartCount": 0, "state": started}]}
+    member = pod(running)
+    member["metadata"]["annotations"] = {"taugrid.io/gang-started": "r1-a1-0"}
+    assert progress(watch(member, "ADDED"), {}) == []
+    assert only(pod(running)).pod_phase == "Running"  # no gang: reported as before
+    failed = pod({"phase": "Failed", "conditions": [SCHEDULED], "containerStatuses": [
+        {"name": "main", "restartCount": 0, "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]})
+    failed["metadata"]["annotations"] = {"taugrid.io/gang-started": "r1-a1-0"}
+    assert only(failed).pod_phase == "Failed"

@@ -547,6 +547,20 @@ def test_only_the_first_rank_of_a_gang_says_the_run_is_running() -> None:
                                                                          node="gpu-node-7")
 
 
+def test_a_gangs_first_rank_lists_the_pods_that_started_with_it() -> None:
+    """The local cluster's simulated Job: rank 0's exec.running carries every pod's name, node and rank (issue 30);
+    an annotation that does not read leaves the list empty, the run still running."""
+    running = {"state": {"running": {"startedAt": "2025-06-01T10:00:00Z"}}}
+    first = pod("Running", cs=running)
+    gang = '[{"name":"train-3f2a1b-a2-0","node":"n1"},{"name":"train-3f2a1b-a2-1","node":"n2","index":1}]'
+    first["metadata"]["annotations"] = {"taugrid.io/gang": gang, "taugrid.io/gang-started": "train-3f2a1b-a2-0"}
+    out = only(translate(ev(first), OWNERS))
+    assert out.payload.pods == [c.GangPod(name="train-3f2a1b-a2-0", node="n1"),
+                                c.GangPod(name="train-3f2a1b-a2-1", node="n2", index=1)]
+    first["metadata"]["annotations"]["taugrid.io/gang"] = "[{"
+    assert only(translate(ev(first), OWNERS)).payload == c.ExecRunning(node="gpu-node-7", pod="train-3f2a1b-a2-xk2p9")
+
+
 def test_a_pod_preparing_its_environment_reports_progress_then_runs_with_it() -> None:
     waiting = {"waiting": {"reason": "PreparingEnvironment", "message": "installing requirements.txt with uv"}}
     out = only(translate(ev(pod("Pending", cs={"state": waiting})), OWNERS))

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.controller import BUCKET, FINISHED_MARKER_TTL_S, LocalCluster
 from taugrid.local.jobpods import COMPLETION_INDEX
+from taugrid.local.objects import ANNOTATION_GANG, ANNOTATION_GANG_STARTED
 from taugrid.local.podspec import secret_volumes_dir
 from taugrid.local.runtime import Failed, Preparing, Ready
 from taugrid.local.secrets import write_secret
@@ -659,8 +661,12 @@ async def test_a_simulated_four_pod_run_is_seven_watch_changes_each_pod_announce
     assert sorted(seen) == sorted([("Workload", "ADDED", ""), ("Workload", "MODIFIED", ""),
                                    *[("Pod", "ADDED", "Running")] * 4, ("Job", "MODIFIED", "")])
     pods = sorted((w.object["metadata"]["name"], w.object["metadata"]["labels"][COMPLETION_INDEX],
-                   w.object["spec"]["nodeName"]) for w in changes if w.object["kind"] == "Pod")
-    assert pods == [(f"{name}-{i}", str(i), cluster.node) for i in range(4)]
+                   w.object["spec"]["nodeName"], w.object["metadata"]["annotations"][ANNOTATION_GANG_STARTED])
+                  for w in changes if w.object["kind"] == "Pod")
+    assert pods == [(f"{name}-{i}", str(i), cluster.node, f"{name}-0") for i in range(4)]
+    [first] = [w.object for w in changes if w.object["metadata"]["name"] == f"{name}-0"]
+    assert json.loads(first["metadata"]["annotations"][ANNOTATION_GANG]) == [
+        {"name": f"{name}-{i}", "node": cluster.node, "index": i} for i in range(4)]  # the gang, rank order
     job_end = next(w.object for w in changes if w.object["kind"] == "Job" and w.type == "MODIFIED")
     assert [c["type"] for c in job_end["status"]["conditions"]][-1] == "Complete"
     assert job_end["status"]["startTime"] <= job_end["status"]["completionTime"]

@@ -1,7 +1,8 @@
 """What a multi-pod run costs between the local cluster, the K8S stream and the admission watcher (issue 30), on the
 real nats-server of the test session: a simulated 4-pod Job's watch changes, as the local cluster stored them, fed
-to the admission watcher, become exactly one ``exec.running`` (rank 0's) and one ``exec.progress`` a pod; projected,
-the record still shows every pod with its node, and succeeded once the Job completed."""
+to the admission watcher, become exactly one ``exec.running`` (rank 0's, listing the gang) and no ``exec.progress``;
+projected, the record still shows every pod with its node and its pod-level phases through, and succeeded once the
+Job completed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from taugrid.bus.envelope import from_message
 from taugrid.bus.replay import replay
 from taugrid.cli.views import pod_lines
 from taugrid.core import states
-from taugrid.core.contracts import BackendApply
+from taugrid.core.contracts import BackendApply, GangPod
 from taugrid.local.controller import LocalCluster
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from tests.inprocess import one_node_cluster
@@ -75,15 +76,17 @@ async def test_a_four_pod_run_is_one_running_and_a_progress_a_pod_and_status_sho
         await watcher.on_event(from_message(m.subject, m.headers, m.data))
     events = [from_message(m.subject, m.headers, m.data)
               for m in await replay(bus, stream="RUNS", subject=f"run.default.{run_id}.>")]
-    assert sorted(ev.type for ev in events) == sorted(
-        ["admission.queued", "admission.admitted", *["exec.progress"] * PODS, "exec.running", "exec.succeeded"])
+    assert [ev.type for ev in events] == ["admission.queued", "admission.admitted", "exec.running", "exec.succeeded"]
     [running] = [msgspec.json.decode(ev.data) for ev in events if ev.type == "exec.running"]
     assert (running["pod"], running["node"]) == (f"{name}-0", cluster.node)
+    assert msgspec.convert(running["pods"], list[GangPod]) == [GangPod(name=f"{name}-{i}", node=cluster.node, index=i)
+                                                               for i in range(PODS)]
 
     record = states.RunRecord(run_id=run_id, workspace="default", state="rendered", attempt=1)
     for ev in events:
         assert states.apply(record, ev.type, ev.attempt, msgspec.json.decode(ev.data), 1.0), ev.type
     assert record.state == "succeeded" and record.node == cluster.node
-    ended = "      app  main             terminated (Completed) exit 0"
-    assert pod_lines(record) == ["  pods:", *[line for i in range(PODS) for line in (
-        f"    {name}-{i}  Succeeded  node {cluster.node}", ended)]]
+    assert pod_lines(record) == ["  pods:", *[f"    {name}-{i}  Succeeded  node {cluster.node}" for i in range(PODS)]]
+    assert [(p.name, p.status, p.detail) for p in record.phases if p.name in states.POD_PHASES] == [
+        ("scheduling", "done", f"{PODS}/{PODS} pods"), ("image-pull", "done", f"{PODS}/{PODS} pods"),
+        ("init", "done", f"{PODS}/{PODS} pods"), ("container-start", "done", f"{PODS}/{PODS} pods")]

@@ -256,6 +256,14 @@ class AdmissionPreempted(Struct, frozen=True):
     preemptor: str = ""
 
 
+class GangPod(Struct, frozen=True):
+    """One pod of a gang that started together: its name, its node and its rank (completion index)."""
+
+    name: str
+    node: str = ""
+    index: int = 0
+
+
 class ExecRunning(Struct, frozen=True):
     node: str = ""
     pod: str = ""
@@ -264,6 +272,9 @@ class ExecRunning(Struct, frozen=True):
     # What the process runs with, where the backend knows it (locally: python, python_version, source,
     # env = the cached environment's hash or "", container = the image when it runs in one).
     environment: dict[str, str] = msgspec.field(default_factory=dict)
+    # Every pod of the run, in rank order, where they started together and one event says so (the local
+    # cluster's simulated pods: their own started reports, an ``exec.progress`` a pod, are then not sent; issue 30).
+    pods: list[GangPod] = msgspec.field(default_factory=list)
 
 
 class ExecResized(Struct, frozen=True):

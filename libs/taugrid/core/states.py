@@ -219,6 +219,8 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
         # (an elastic run keeps its size: its Workload is requeued at the count it had, as Kueue's is)
         record.pods, record.topology = [], []
         record.phases = [p for p in record.phases if PHASE_NAMES.index(p.name) <= PHASE_NAMES.index("admission")]
+    if event_type == "exec.running" and data.get("pods"):
+        _gang_started(record, data["pods"], at)
     _update_phases(record, event_type, data, at)
     if event_type == "exec.preparing":
         return True  # progress lives in the phase; the run's reason and message stay as they were
@@ -248,6 +250,25 @@ def apply(record: RunRecord, event_type: str, attempt: int, data: dict[str, Any]
     if record.state in TERMINAL:
         record.finished = at
     return True
+
+
+def _gang_started(record: RunRecord, pods: list[dict[str, Any]], at: float) -> None:
+    """An ``exec.running`` that lists the run's pods (they started together, ``ExecRunning.pods``): each is running
+    on its node with its pod-level phases through, as each pod's own started ``exec.progress`` would have said."""
+    for placed in pods:
+        name = str(placed.get("name", ""))
+        pod = next((p for p in record.pods if p.name == name), None)
+        if pod is None:
+            pod = PodView(name=name)
+            record.pods.append(pod)
+        node = str(placed.get("node", ""))
+        pod.node, pod.phase = node or pod.node, "Running"
+        pod.phases = [Phase(name=n, status="done", detail=f"node {node}".strip() if n == "scheduling" else "")
+                      for n in POD_PHASES]
+    for name in POD_PHASES:
+        told = _across_pods(record.pods, name)
+        if told is not None:
+            _set_phase(record, told, at)
 
 
 def _pods_succeeded(record: RunRecord) -> None:

@@ -211,9 +211,11 @@ async def collect(
     approved = _payloads(events, "policy.approved", PolicyApproved)
     resolved = approved[-1].run if approved else None
 
-    # every pod of the run: its exec.progress names it (only the first rank's pod says exec.running, issue 30)
-    pods = sorted({p.pod for p in [*_payloads(events, "exec.running", ExecRunning),
-                                   *_payloads(events, "exec.progress", ExecProgress)]} - {""})
+    # every pod of the run: its exec.progress names it, or the gang its first rank's exec.running lists (only the
+    # first rank's pod says exec.running, issue 30)
+    running = _payloads(events, "exec.running", ExecRunning)
+    pods = sorted(({r.pod for r in running} | {g.name for r in running for g in r.pods}
+                   | {p.pod for p in _payloads(events, "exec.progress", ExecProgress)}) - {""})
     keeper = b.Keeper(run_id, keep_outputs_budget())
 
     def scan() -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from taugrid.core import contracts as c
-from taugrid.kube.translate import WAITING_ENVIRONMENT, RunEventOut, RunRef, resolve
+from taugrid.kube.translate import ANNOTATION_GANG_STARTED, WAITING_ENVIRONMENT, RunEventOut, RunRef, resolve
 
 EVENT_TYPE = "exec.progress"
 
@@ -56,10 +56,18 @@ def progress(ev: c.WatchEvent, owners: Mapping[str, RunRef] | None = None) -> li
         report = (pod_report(obj) if kind == "Pod" else rayjob_report(obj)) if ref is not None else None
     else:
         return []
-    if ref is None or report is None:
+    if ref is None or report is None or started_with_gang(obj, report):
         return []
     dedup = hashlib.sha256(msgspec.json.encode(report)).hexdigest()[:12]
     return [RunEventOut(ref.workspace, ref.run_id, ref.attempt, EVENT_TYPE, report, dedup)]
+
+
+def started_with_gang(obj: Mapping[str, Any], report: c.ExecProgress) -> bool:
+    """A running pod of a gang whose first rank's ``exec.running`` lists it (``translate.ANNOTATION_GANG``): that
+    event says it started, on which node, so its own started report would tell the record nothing new. What it
+    says later (a failure) is reported as for any pod."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(ANNOTATION_GANG_STARTED)) and report.pod_phase == "Running"
 
 
 # ---------------------------------------------------------------- Pod status

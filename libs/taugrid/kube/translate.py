@@ -84,6 +84,11 @@ WAITING_ENVIRONMENT = "PreparingEnvironment"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # A KubeRay pod's role: only its head (or a Job's first rank) says the run is running.
 RAY_NODE_TYPE = "ray.io/node-type"
+# Pods that started together (the local cluster's simulated Job): the first rank lists them all, JSON
+# ``[{"name", "node", "index"}]`` (read as ``ExecRunning.pods``), and each names the first, whose ``exec.running``
+# says it started (``progress`` sends no started report of its own for it; issue 30).
+ANNOTATION_GANG = "taugrid.io/gang"
+ANNOTATION_GANG_STARTED = "taugrid.io/gang-started"
 # Pod annotations ``environment.taugrid.io/<key>`` say what the process runs with (ExecRunning.environment).
 ENVIRONMENT_ANNOTATION_PREFIX = "environment.taugrid.io/"
 
@@ -546,7 +551,7 @@ def _pod(ev: c.WatchEvent, owners: Mapping[str, RunRef]) -> _Out:
     if phase == "Running" and has_main:
         if not first_rank(obj):
             return []  # the run is running once its first rank is; this pod's node is in its exec.progress
-        payload = c.ExecRunning(node=node, pod=pod, environment=_environment(obj))
+        payload = c.ExecRunning(node=node, pod=pod, environment=_environment(obj), pods=_gang(obj))
         return [("exec.running", payload, _digest(pod))]  # a requeued pod runs again
     scheduled = conds.get("PodScheduled")
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
@@ -567,6 +572,19 @@ def first_rank(obj: Mapping[str, Any]) -> bool:
         return False
     index = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX, "0"))
     return str(index) == "0"
+
+
+def _gang(obj: Mapping[str, Any]) -> list[c.GangPod]:
+    """The pods that started with this one (``ANNOTATION_GANG``); [] when it names none or cannot be read."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GANG)
+    if not raw:
+        return []
+    try:
+        return msgspec.json.decode(str(raw).encode(), type=list[c.GangPod])
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        log.warning("pod %s: unreadable %s annotation %r", (obj.get("metadata") or {}).get("name"), ANNOTATION_GANG,
+                    str(raw)[:200])
+        return []
 
 
 def _init_failure(status: Mapping[str, Any]) -> c.ExecFinished | None:

@@ -779,6 +779,8 @@ class LocalCluster:
         if self.simulate:  # a simulated pod starts at once: recorded Running by this one save
             for p in wl.pods:
                 self._sim_start(wl, p, now)
+            if wl.job["kind"] == "Job":  # started together: the first rank's exec.running says them all (issue 30)
+                objects.gang([p.obj for p in wl.pods], [p.index for p in wl.pods])
         try:
             await self.save(wl)
         except BaseException:

@@ -26,6 +26,10 @@ ANNOTATION_PREEMPTOR_RUN = "taugrid.io/preemptor-run-id"
 ANNOTATION_RESIZED = "taugrid.io/resized"
 # A local pod pulls no image of its own (a host process; a container engine pulls inside the environment step).
 ANNOTATION_NO_IMAGE_PULL = "taugrid.io/no-image-pull"
+# A simulated Job's pods start together (``kube.translate.ANNOTATION_GANG``, ``ANNOTATION_GANG_STARTED``): its first
+# rank lists them all, and every one names the pod whose ``exec.running`` says that it started.
+ANNOTATION_GANG = "taugrid.io/gang"
+ANNOTATION_GANG_STARTED = "taugrid.io/gang-started"
 TAU_LABELS = ("taugrid.io/run-id", "taugrid.io/workspace", "taugrid.io/attempt", "taugrid.io/managed-by")
 
 
@@ -285,3 +289,14 @@ def workspace_of(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     return str(labels.get("taugrid.io/workspace") or meta.get("namespace") or "default")
+
+
+def gang(pods: list[dict[str, Any]], indices: list[int]) -> None:
+    """Mark ``pods`` (a simulated Job's, in rank order, ``indices`` their completion indices) as one gang that starts
+    together: the first lists every pod's name, node and index; each names the first."""
+    first = pods[0]["metadata"]["name"]
+    listed = [{"name": p["metadata"]["name"], "node": p["spec"].get("nodeName", ""), "index": i}
+              for p, i in zip(pods, indices, strict=True)]
+    for p in pods:
+        p["metadata"].setdefault("annotations", {})[ANNOTATION_GANG_STARTED] = first
+    pods[0]["metadata"]["annotations"][ANNOTATION_GANG] = json.dumps(listed, separators=(",", ":"))
