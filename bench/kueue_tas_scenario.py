@@ -253,6 +253,16 @@ def report(r: Outcome, memory: dict[str, float], cpu: dict[str, float]) -> bool:
     return ok
 
 
+async def node_messages(url: str, creds: Path) -> int:
+    """Messages the NODES stream has taken so far (its last sequence): the node agents' samples, mostly."""
+    client = await open_client(url, creds=creds)
+    try:
+        info = await client.bus.js.stream_info("NODES")
+        return int(info.state.last_seq)
+    finally:
+        await client.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fraction", type=float, default=1.0, help="share of Kueue's run counts (cadence unchanged)")
@@ -265,11 +275,16 @@ def main() -> None:
               f"(data dir {data})", flush=True)
         user_creds = msgspec.json.decode((data / "stack.json").read_bytes())["user_creds"]
         cpu_before = cpu_seconds(data)
+        nodes_before, started = asyncio.run(node_messages(url, data / "creds" / "bootstrap.nk")), time.monotonic()
         result = asyncio.run(drive(url, args.fraction, creds=data / "creds" / "bootstrap.nk",
                                    user_creds=user_creds, timeout=args.timeout))
         cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(data).items()}
+        nodes = asyncio.run(node_messages(url, data / "creds" / "bootstrap.nk")) - nodes_before
+        elapsed = time.monotonic() - started
         memory = rss(data)
     ok = report(result, memory, cpu)
+    print(f"NODES: {nodes} message(s) stored while the runs went through, {nodes / max(elapsed, 1e-9):.1f} a second "
+          f"(640 nodes' samples and heartbeats, and any health decision)")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     sys.exit(0 if ok else 1)
 

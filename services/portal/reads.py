@@ -158,7 +158,9 @@ async def nodes(bus: Bus, viewer: Viewer) -> list[dict[str, Any]]:
 
 
 async def gpu_samples(bus: Bus, node: str) -> list[dict[str, Any]]:
-    """Per GPU of the node agent's newest sample (NODES), the figures the portal's GPU table shows."""
+    """Per GPU of the node agent's newest sample (NODES), the figures the portal's GPU table shows, with the
+    sample's time (``sampled_at``): a node's agent publishes a sample when what the health rules judge changed,
+    else a heartbeat a minute (``health.change``), so utilisation and a temperature inside its band may be that old."""
     from taugrid.bus.streams import last
     from taugrid.core.contracts import NodeSample
 
@@ -168,7 +170,8 @@ async def gpu_samples(bus: Bus, node: str) -> list[dict[str, Any]]:
     sample = ev.payload(NodeSample)
     return [{"index": g.index, "name": g.name, "temperature_c": g.temperature_c, "utilization_pct": g.utilization_pct,
              "memory_used_mb": g.memory_used_mb, "memory_total_mb": g.memory_total_mb,
-             "ecc_uncorrected": g.ecc_volatile_uncorrected, "xid_events": g.xid_events} for g in sample.gpus]
+             "ecc_uncorrected": g.ecc_volatile_uncorrected, "xid_events": g.xid_events, "sampled_at": sample.time}
+            for g in sample.gpus]
 
 
 async def usage(bus: Bus, viewer: Viewer, *, by: str, since: dt.datetime | None) -> list[dict[str, Any]]:

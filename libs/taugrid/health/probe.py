@@ -61,14 +61,31 @@ class ActiveProbe(Protocol):
         ...
 
 
+# A reading of this machine younger than this is reused: the local pool's declared nodes (640 in Kueue's TAS
+# scenario) all stand on this machine, and reading /proc/meminfo once for each of them every tick was most of
+# their sampling's CPU. A real node's agent samples every few seconds, so it reads afresh each time.
+FACTS_REUSE_S = 1.0
+_facts: tuple[float, int, int, int, float] | None = None  # (monotonic time read, cpus, memory, available, load)
+
+
+def _machine() -> tuple[float, int, int, int, float]:
+    global _facts
+    now = time.monotonic()
+    facts = _facts
+    if facts is None or now - facts[0] >= FACTS_REUSE_S:
+        mem = psutil.virtual_memory()
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not available on this platform
+            load = 0.0
+        facts = _facts = (now, psutil.cpu_count() or 1, int(mem.total), int(mem.available), load)
+    return facts
+
+
 def machine_facts(node: str, now: float | None = None) -> NodeSample:
-    mem = psutil.virtual_memory()
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # not available on this platform
-        load = 0.0
-    return NodeSample(node=node, time=time.time() if now is None else now, cpus=psutil.cpu_count() or 1,
-                      memory_bytes=int(mem.total), memory_available_bytes=int(mem.available), load_1m=load)
+    _, cpus, memory, available, load = _machine()
+    return NodeSample(node=node, time=time.time() if now is None else now, cpus=cpus, memory_bytes=memory,
+                      memory_available_bytes=available, load_1m=load)
 
 
 def take_sample(probe: HealthProbe, node: str) -> NodeSample:
@@ -126,6 +143,8 @@ def validate_node(probe: HealthProbe, *, expected_gpus: int = 0) -> tuple[bool, 
 
 class DeclaredProbe:
     """Reports ``count`` healthy GPUs of ``memory_mb`` each; tests inject faults with ``inject_*``."""
+
+    blocks = False  # it reads nothing: the agent samples it in its own thread, no worker thread needed
 
     def __init__(self, count: int, memory_mb: int = 81920, *, name: str = "Declared GPU", vendor: str = "nvidia",
                  model: str = "") -> None:

@@ -237,15 +237,17 @@ async function nodesPage() {
     document.getElementById("nodes").innerHTML = table(["node", "GPUs", "health", "scheduling", "domain",
       "failing conditions", "your runs on it"], nodes.map(n => `<tr><td>${esc(n.node)}</td>` +
       `<td class="num">${n.gpus} (${esc(n.gpu_source)})</td>` +
-      `<td>${badge(n.verdict)}</td><td>${n.cordoned ? "cordoned: " + esc(n.cordon_reason) : "schedulable"}</td>` +
+      `<td>${badge(n.verdict)}${n.silent ? ` <span class="muted">silent ${Math.round(n.last_sample_age_s)} s</span>` : ""}</td>` +
+      `<td>${n.cordoned ? "cordoned: " + esc(n.cordon_reason) : "schedulable"}</td>` +
       `<td class="nowrap">${esc(Object.values(n.domain || {}).join("/")) || "-"}</td>` +
       `<td>${Object.entries(n.conditions).map(([k, v]) => esc(k + " " + v)).join("<br>") || "-"}</td>` +
       `<td>${n.runs.map(r => `<a href="#/runs/${encodeURIComponent(r)}">${esc(r)}</a>`).join("<br>") || "-"}</td></tr>`));
     document.getElementById("gpus").innerHTML = table(["node", "GPU", "name", "temp °C", "util %", "memory MiB",
-      "ECC uncorrected", "XIDs"], nodes.flatMap(n => n.gpu_samples.map(g => `<tr><td>${esc(n.node)}</td>` +
+      "ECC uncorrected", "XIDs", "sampled"], nodes.flatMap(n => n.gpu_samples.map(g => `<tr><td>${esc(n.node)}</td>` +
       `<td class="num">${g.index}</td><td>${esc(g.name)}</td><td class="num">${g.temperature_c ?? "-"}</td>` +
       `<td class="num">${g.utilization_pct ?? "-"}</td><td class="num">${g.memory_used_mb} / ${g.memory_total_mb}</td>` +
-      `<td class="num">${g.ecc_uncorrected ?? "-"}</td><td>${esc((g.xid_events || []).join(", ") || "-")}</td></tr>`)));
+      `<td class="num">${g.ecc_uncorrected ?? "-"}</td><td>${esc((g.xid_events || []).join(", ") || "-")}</td>` +
+      `<td class="num">${Math.max(0, Math.round(Date.now() / 1000 - g.sampled_at))} s ago</td></tr>`)));
   };
   await load();
   const timer = setInterval(() => load().catch(e => showError(e.message)), 5000);
