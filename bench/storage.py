@@ -4,7 +4,8 @@ The embedded stack (simulated pods, the one-queue platform of bench/pipeline.py)
 ``--batch`` at a time, each batch waited for until every run is sealed (``evidence.sealed``). Then, from the
 JetStream account (the bootstrap identity): the bytes every stream, KV bucket (``KV_<bucket>``) and object store
 (``OBJ_<store>``) gained over the runs, divided by the runs, with messages and subjects per run beside them and
-the mean header and body bytes of a message (``SAMPLED`` of what each gained);
+the mean header and body bytes of a message (``SAMPLED`` of what each gained); RUNS and AUDIT read back whole
+and split by event type (events, header and body bytes of each type a run: where a cut pays);
 nats-server's resident memory with the stack up, and after a restart of nats-server alone over that history
 (the stack's own configuration and store, every stream's info read once so that each is loaded).
 
@@ -94,6 +95,33 @@ async def split(nc: Any, name: str, first: int, last: int) -> tuple[float, float
     return (heads / n, bodies / n) if n else (0.0, 0.0)
 
 
+BY_TYPE = ("RUNS", "AUDIT")  # streams whose messages are read back whole and counted by event type
+
+
+def event_type(subject: str) -> str:
+    """A run event's ``stage.outcome`` (``.high`` kept: a high-lane request is its own row), else the subject's
+    first token."""
+    tokens = subject.split(".")
+    return ".".join(tokens[3:]) if tokens[0] == "run" and len(tokens) >= 5 else tokens[0]
+
+
+async def by_type(nc: Any, name: str, first: int, last: int) -> dict[str, tuple[int, int, int]]:
+    """Every message of stream ``name`` from ``first`` to ``last`` read back, by event type: (messages, header
+    bytes, body bytes). What a run's events cost each, so that a cut is aimed at the largest."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for seq in range(max(1, first), last + 1):
+        reply = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.MSG.GET.{name}",
+                                                      msgspec.json.encode({"seq": seq}), timeout=10)).data)
+        msg = reply.get("message")
+        if not msg:
+            continue
+        kind = event_type(str(msg.get("subject", "")))
+        n, heads, bodies = out.get(kind, (0, 0, 0))
+        out[kind] = (n + 1, heads + len(base64.b64decode(msg.get("hdrs") or "")),
+                     bodies + len(base64.b64decode(msg.get("data") or "")))
+    return out
+
+
 def gained(before: dict[str, Store], after: dict[str, Store]) -> list[tuple[Store, int, int, int]]:
     """Each store that changed between two readings, most bytes gained first: (its state after, bytes, messages
     and subjects gained)."""
@@ -157,13 +185,15 @@ async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> 
     after = await stores(admin.bus.nc)
     splits = {s.name: await split(admin.bus.nc, s.name, before.get(s.name, Store(s.name, 0, 0, 0)).last_seq + 1,
                                   s.last_seq) for s, *_ in gained(before, after)}
+    types = {name: await by_type(admin.bus.nc, name, before.get(name, Store(name, 0, 0, 0)).last_seq + 1,
+                                 after[name].last_seq) for name in BY_TYPE if name in after}
     log_after = await evidence_log_bytes(js)
     nats_pid = int(msgspec.json.decode((data / "stack.json").read_bytes())["nats_pid"])
     rss_up = nats_rss_mb(nats_pid)
     times = psutil.Process(nats_pid).cpu_times()
     await client.close()
     await admin.close()
-    return {"before": before, "after": after, "splits": splits, "evidence_logs": log_after - log_before,
+    return {"before": before, "after": after, "splits": splits, "types": types, "evidence_logs": log_after - log_before,
             "rss_up": rss_up, "nats_cpu_s": times.user + times.system,
             "started": len(started), "sealed": sum(1 for r in started if r in sealed), "wall_s": time.time() - t0}
 
@@ -241,6 +271,12 @@ def main() -> None:
         head, body = got["splits"].get(s.name, (0.0, 0.0))
         print(f"  {s.name:<22}{s.kind:<8}{per:10.0f}{messages / n:10.2f}{subjects / n:14.2f}{head:13.0f}{body:10.0f}"
               + ("   (logs)" if s.logs else ""))
+    for name, kinds in got["types"].items():
+        print(f"  {name} by event type, a run: {'events':>8}{'headers B':>11}{'body B':>9}{'stored B':>10}"
+              "   (headers and body a message; stored: both, a run)")
+        for kind, (count, heads, bodies) in sorted(kinds.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+            print(f"    {kind:<32}{count / n:8.2f}{heads / max(1, count):11.0f}{bodies / max(1, count):9.0f}"
+                  f"{(heads + bodies) / n:10.0f}")
     ev_logs = got["evidence_logs"] / n
     stored = total - logs - ev_logs
     print(f"  {'all stores':<30}{total:10.0f} B/run; logs {logs:.0f} (LOGS) + {ev_logs:.0f} (evidence attempt logs)")

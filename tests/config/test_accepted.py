@@ -76,6 +76,24 @@ def test_a_refusal_at_resolution_keeps_the_line_the_user_wrote_it_on() -> None:
     assert back.written("policy", "profile") and not back.written("compute", "gpus")
 
 
+def test_a_record_leaves_out_every_default_and_one_written_whole_rebuilds_the_same() -> None:
+    """Issue 27: submit.accepted carries the fields that differ from the model's defaults, nothing more; a record
+    of an earlier release, every default written out, is the same config."""
+    text = ("name: store\nentrypoint: sim.py\ncompute: {gpus: 0, cpu_request: '1', memory_request: 1Mi}\n"
+            "runtime: {env: {SIMULATED_DURATION: '0.05'}}\n")
+    cfg = load_tau_config(text)
+    rec = accepted.record(cfg)
+    assert rec.config == {"name": "store", "engine": "job", "entrypoint": "sim.py",
+                          "runtime": {"env": {"SIMULATED_DURATION": "0.05"}},
+                          "compute": {"gpus": 0, "cpu_request": "1", "memory_request": "1Mi"}}
+    whole = cfg.model_dump(mode="json", exclude_none=True)  # what earlier releases recorded
+    assert whole["resilience"]["retry_on"] == ["Preempted", "Evicted"] and "resilience" not in rec.config
+    for config in (rec.config, whole):
+        back = accepted.rebuild(config, path="tau.yaml", lines=rec.lines, managed=False)
+        assert (back.model_dump(mode="json"), config_hash(back), resolved(back)) == (
+            cfg.model_dump(mode="json"), config_hash(cfg), resolved(cfg))
+
+
 def test_a_record_from_before_lines_were_carried_resolves_without_them() -> None:
     cfg = load_tau_config("name: t\nentrypoint: t.py\npolicy:\n  profile: no-such-profile\n")
     back = accepted.rebuild(accepted.record(cfg).config, path="tau.yaml", lines=[], managed=False)

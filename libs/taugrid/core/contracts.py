@@ -165,7 +165,9 @@ class SubmitAccepted(Struct, frozen=True):
     """The submitter's parse of record (``config.accepted``): later stages read it, never ``config_text``."""
 
     submission_id: str
-    config: dict[str, Any]  # the validated tau.yaml as JSON values, aliases folded (what the policy resolves)
+    # the validated tau.yaml as JSON values, aliases folded, its fields at their defaults left out since issue 27
+    # (config/accepted.rebuild gives them back; an earlier release's record, defaults written out, reads the same)
+    config: dict[str, Any]
     config_hash: str
     # Empty since issue 27 (the submitter no longer copies it): the evidence seals the text of the run's first
     # stored submit.requested, the request this answers; a record of an earlier release may carry it.
