@@ -304,9 +304,9 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
 
 async def stored_per_type(client: Client, shape: Shape = BASELINE) -> dict[str, int]:
     """Messages stored per kind in the streams a run passes through (``run.*.*.<family>.<type>``,
-    ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first. K8S holds
-    only the watch changes the admission watcher has not acked yet (interest retention, issue 27): after a run,
-    none; ``watch_counts.py`` counts the ones published."""
+    ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first. K8S and
+    BACKEND hold only what their readers (the admission watcher, the local cluster) have not acked yet (interest
+    retention, issue 27): after a run, none; ``watch_counts.py`` counts the watch changes published."""
     counts: dict[str, int] = {}
     # The server lists at most 100,000 subjects per request: ask in slices that stay below it (a workspace's runs,
     # one kind of watched object).

@@ -167,6 +167,10 @@ async def main(args: argparse.Namespace) -> int:
     faults: list[str] = []
     try:
         await bootstrap(hub)
+        # BACKEND keeps a request only until its reader acked it (interest retention, issue 27): a durable that
+        # never acks holds them all for the count of the hub's applies below (the hub is this run's own)
+        await hub.js.add_consumer("BACKEND", ConsumerConfig(durable_name="bench-hold-backend",
+                                                            filter_subject="backend.>", ack_policy=AckPolicy.EXPLICIT))
         for s in site_list:
             await sites.provision_feed(hub, s.name)  # the hub's durable the site's SITE_IN sources
             await s.start(first=True)

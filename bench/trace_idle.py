@@ -12,7 +12,7 @@ import statistics
 import time
 
 import msgspec
-from watch_counts import holding_k8s  # bench/ is this script's directory, first on sys.path
+from watch_counts import holding_backend, holding_k8s  # bench/ is this script's directory, first on sys.path
 
 from taugrid import settings
 from taugrid.bus import replay
@@ -32,7 +32,8 @@ async def main() -> None:
     client = await open_client(state["nats_url"], creds=state["user_creds"])
     admin = await open_client(state["nats_url"], creds=data / "creds" / "bootstrap.nk")
     hops: dict[str, list[float]] = {}
-    async with holding_k8s(admin.bus.js):  # K8S keeps a change only until the watcher acked it
+    # K8S and BACKEND keep a message only until its readers acked it: held for the replay below
+    async with holding_k8s(admin.bus.js), holding_backend(admin.bus.js):
         for _ in range(args.runs):
             t0 = time.time()
             since = dt.datetime.fromtimestamp(t0 - 1, tz=dt.UTC)

@@ -45,16 +45,26 @@ async def deliveries(js: Any, stream: str, durable: str) -> int:
 
 
 @contextlib.asynccontextmanager
-async def holding_k8s(js: Any, durable: str = "bench-hold-k8s") -> AsyncIterator[None]:
-    """K8S keeps a watch change only until the admission watcher's durable acked it (interest retention, issue
-    27): a durable that never acks, made before the runs, holds every new one for a replay afterwards; deleting it
-    lets them go."""
-    await js.add_consumer("K8S", ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT,
-                                                deliver_policy=DeliverPolicy.NEW, filter_subject="k8s.>"))
+async def holding(js: Any, stream: str, subjects: str, durable: str) -> AsyncIterator[None]:
+    """K8S and BACKEND keep a message only until the durables whose filter matches it acked it (interest
+    retention, issue 27): a durable that never acks, made before the runs, holds every new one for a replay
+    afterwards; deleting it lets them go."""
+    await js.add_consumer(stream, ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT,
+                                                 deliver_policy=DeliverPolicy.NEW, filter_subject=subjects))
     try:
         yield
     finally:
-        await js.delete_consumer("K8S", durable)
+        await js.delete_consumer(stream, durable)
+
+
+def holding_k8s(js: Any, durable: str = "bench-hold-k8s") -> contextlib.AbstractAsyncContextManager[None]:
+    """The watch changes K8S would drop once the admission watcher acked them, held (``holding``)."""
+    return holding(js, "K8S", "k8s.>", durable)
+
+
+def holding_backend(js: Any, durable: str = "bench-hold-backend") -> contextlib.AbstractAsyncContextManager[None]:
+    """The requests BACKEND would drop once their reader acked them, held (``holding``)."""
+    return holding(js, "BACKEND", "backend.>", durable)
 
 
 async def counters(js: Any) -> dict[str, int]:

@@ -78,3 +78,12 @@ def fixed(platform: Platform) -> Callable[[], Awaitable[Platform]]:
         return platform
 
     return get
+
+
+async def fed(hub: Bus, platform: Platform) -> Callable[[], Awaitable[Platform]]:
+    """``fixed(platform)``, each of its clusters' feeds made on ``hub`` first (``sites.provision_feed``, as the
+    sites' provisioning does): the dispatcher nominates no cluster without one, and BACKEND, an interest-retention
+    stream, holds a cluster's requests for its feed (no site reads it here: they stay for the test to read)."""
+    for cluster in platform.clusters:
+        await sites.provision_feed(hub, cluster.name)
+    return fixed(platform)

@@ -47,6 +47,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # the undecided Incremental ones this process knows: the whole bucket is every run's request (2,000 runs: 5 MB).
 FULL_SCAN_S = 60.0
 RUN_LABEL = "taugrid.io/run-id"
+# How often a request may ask again whether a cluster without a feed has one now (``leases_pass`` always asks).
+FEED_RECHECK_S = 5.0
 GATED = "PreemptionGated"  # core/admission/results.PREEMPTION_GATED, as a site words it
 ATTEMPT_LABEL = "taugrid.io/attempt"
 _WORKLOAD_KINDS = ("Job", "RayJob")  # what a withdrawal deletes (their Workloads and pods go with them)
@@ -72,9 +74,10 @@ def finished(workload: dict[str, Any]) -> bool:
     return any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
 
 
-def _waiting(lost: list[str]) -> str:
-    """Why a run has no cluster nominated: every one serving it is lost."""
-    return f"no cluster to nominate: {', '.join(lost)} lost; it waits for one to rejoin"
+def _waiting(gone: list[str], fed: set[str]) -> str:
+    """Why a run has no cluster nominated: every one serving it is lost, or has no feed yet."""
+    said = [c if c in fed else f"{c} (no feed yet)" for c in gone]
+    return f"no cluster to nominate: {', '.join(said)} lost; it waits for one to rejoin"
 
 
 def _timed(rec: DispatchRecord) -> bool:
@@ -113,6 +116,10 @@ class Dispatcher:
         # the clusters whose lease is lost as the latest leases pass found them (None before the first: every
         # cluster holding its lease then may have rejoined while no dispatcher ran); never let preempt
         self._lost_before: set[str] | None = None
+        # the clusters whose feed (their durable on BACKEND, ``sites.provision_feed``) was seen; a feed is never
+        # deleted, so one seen stays. Those without one: when each was last asked about (``_find_feeds``)
+        self._fed: set[str] = set()
+        self._unfed_asked: dict[str, float] = {}
 
     # --- the renderer's requests (backend.dispatch.apply|delete) ---
 
@@ -129,6 +136,7 @@ class Dispatcher:
         if rec is None:
             queue = cluster_queue_of(platform, req.manifests)
             d = platform.dispatch
+            await self._find_feeds(platform)
             candidates, gone = self._split(platform, queue)
             step = nominate(candidates, [], mode=d.mode, now=self.clock(),
                             step=d.incremental_step, round_timeout=d.round_timeout)
@@ -136,19 +144,44 @@ class Dispatcher:
                                  round_started=step.round_started, lost=gone)
             await kv.save(self.bus, BUCKET, key(req.run_id, req.attempt), rec, revision=revision)
             self._track(rec)
-            await self._send(rec, _waiting(gone) if gone and not step.clusters else step.reason)
+            await self._send(rec, _waiting(gone, self._fed) if gone and not step.clusters else step.reason)
         elif not rec.chosen and not rec.deleted:  # a redelivery: the same copies and event, dropped as repeats
             await self._send(rec, f"{rec.mode}: nominated {', '.join(rec.nominated)}")
 
     def _split(self, platform: Platform, cluster_queue: str, *, also: str = "") -> tuple[list[str], list[str]]:
         """The clusters serving ``cluster_queue``, in preference order, split into those that may be nominated and
-        those lost now (``also`` with them): a lost cluster's reservation could only wait in its SITE_IN, and an
-        Incremental round spent on it would hold the run back a whole round. The lost ones are the record's
-        ``lost``: nominated again when they rejoin (``_renominate``)."""
+        those lost now (``also`` with them) or without a feed (``_find_feeds`` asked first): a lost cluster's
+        reservation could only wait in its SITE_IN, and an Incremental round spent on it would hold the run back a
+        whole round; a cluster with no feed would not even have it kept (BACKEND stores a request only for a
+        durable whose filter matches it). The others are the record's ``lost``: nominated again when they rejoin
+        or their feed appears (``_renominate``)."""
         lost_now = self._lost_before or set()
         clusters = eligible(platform.clusters, cluster_queue)
-        gone = [c for c in clusters if c in lost_now or c == also]
+        gone = [c for c in clusters if c in lost_now or c == also or c not in self._fed]
         return [c for c in clusters if c not in gone], gone
+
+    async def _find_feeds(self, platform: Platform, *, always: bool = False) -> set[str]:
+        """Ask the hub which of the platform's clusters without a known feed have one now (each at most every
+        ``FEED_RECHECK_S``, unless ``always``); the clusters found. A cluster the platform names before its link
+        is provisioned (``tau platform apply`` adding one, the chart's hub Job not yet run) gets no request: BACKEND
+        is an interest-retention stream, and what no durable's filter matches is not stored."""
+        found: set[str] = set()
+        now = self.clock()
+        for cluster in platform.clusters:
+            name = cluster.name
+            asked = self._unfed_asked.get(name)
+            if name in self._fed or (not always and asked is not None and now - asked < FEED_RECHECK_S):
+                continue
+            if await sites.feed_exists(self.bus, name):
+                self._fed.add(name)
+                self._unfed_asked.pop(name, None)
+                found.add(name)
+            else:
+                if name not in self._unfed_asked:
+                    log.warning("cluster %s has no feed on BACKEND (its link is not provisioned): not nominated "
+                                "until it has", name)
+                self._unfed_asked[name] = now
+        return found
 
     async def _send(self, rec: DispatchRecord, reason: str, *, only: tuple[str, ...] | None = None) -> None:
         """A reservation to each nominated cluster (``only`` those, when given): queue the run's workload and
@@ -297,6 +330,7 @@ class Dispatcher:
             return
         platform = await self.platform()
         d = platform.dispatch
+        await self._find_feeds(platform)
         candidates, gone = self._split(platform, rec.cluster_queue)
         mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"  # as it was dispatched
         step = nominate(candidates, [cluster], mode=mode, now=self.clock(), step=d.incremental_step,
@@ -375,6 +409,7 @@ class Dispatcher:
         one by one; every ``FULL_SCAN_S`` the whole bucket is read for the others (another
         replica's, an earlier process's), so such a round may start up to that much late."""
         platform = await self.platform()
+        await self._find_feeds(platform)
         now = self.clock()
         if now - self._full_scan_at >= FULL_SCAN_S:
             self._full_scan_at = now
@@ -424,6 +459,7 @@ class Dispatcher:
         platform = await self.platform()
         if not platform.clusters:
             return
+        fed_now = await self._find_feeds(platform, always=True)
         now = self.clock()
         current = await sites.leases(self.bus)
         named = [c.name for c in platform.clusters]
@@ -452,15 +488,16 @@ class Dispatcher:
         holding = {name for name in named if name in current and not current[name][0].lost} - set(lost)
         back = holding if self._lost_before is None else holding & self._lost_before
         self._lost_before = {*lost, *(name for name in current if name not in named)}
+        back |= fed_now - self._lost_before  # a feed provisioned since: its cluster may be nominated now
         timeout = platform.dispatch.worker_lost_timeout
         for name in lost:
             await self._requeue_lost(platform, name, f"{name} lost: no lease renewal for over {timeout:g}s")
         for name in removed:
             await self._requeue_lost(platform, name, f"{name} is no longer in the platform")
         if back:
-            await self._renominate(platform, back)
+            await self._renominate(platform, back, provisioned=fed_now)
 
-    async def _renominate(self, platform: Platform, back: set[str]) -> None:
+    async def _renominate(self, platform: Platform, back: set[str], *, provisioned: set[str] = frozenset()) -> None:
         """Clusters that rejoined (lost, then fenced and renewing again) may be nominated again for the runs still
         waiting that had left them out as lost: a run requeued while every other cluster was lost had nobody
         to go to (kueue#8302 asks that a run lost with its worker be admitted on any cluster). Only undecided runs;
@@ -474,8 +511,11 @@ class Dispatcher:
             current, revision = await kv.load(self.bus, BUCKET, k, DispatchRecord)
             if current != rec:
                 continue  # changed meanwhile: the next rejoin (or process start) reads it again
-            gone = [c for c in rec.lost if c not in back]
-            candidates = [c for c in eligible(platform.clusters, rec.cluster_queue) if c not in gone]
+            clusters = eligible(platform.clusters, rec.cluster_queue)
+            # a cluster with no feed yet stays out (and in ``lost``, to be nominated once it has one)
+            gone = [c for c in rec.lost if c not in back or c not in self._fed]
+            gone += [c for c in clusters if c not in self._fed and c not in gone]
+            candidates = [c for c in clusters if c not in gone]
             mode: Mode = "Incremental" if rec.mode == "Incremental" else "AllAtOnce"
             # nobody nominated (all were lost): a round starts now; otherwise Incremental's next round adds them
             step = nominate(candidates, rec.nominated, mode=mode, now=self.clock(), step=d.incremental_step,
@@ -488,13 +528,17 @@ class Dispatcher:
             if step.added:
                 log.info("%s: %s rejoined: nominated %s", rec.apply.run_id, ", ".join(returning),
                          ", ".join(step.added))
-                await self._send(rec, f"{', '.join(returning)} rejoined; {mode}: nominated "
-                                      f"{', '.join(step.added)}", only=step.added)
+                rejoined = [c for c in returning if c not in provisioned]
+                why = [f"{', '.join(rejoined)} rejoined"] if rejoined else []
+                why += [f"{c}'s feed exists now" for c in returning if c in provisioned]
+                await self._send(rec, f"{'; '.join(why)}; {mode}: nominated {', '.join(step.added)}",
+                                 only=step.added)
 
     async def _requeue_lost(self, platform: Platform, cluster: str, reason: str) -> None:
         """Requeue the runs chosen at ``cluster``, lost, among the clusters not lost now (one lost earlier in the
         attempt that has rejoined since counts again)."""
         d = platform.dispatch
+        await self._find_feeds(platform)
         for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
             if not rec.chosen and not rec.deleted and rec.granted[-1:] == [cluster]:
                 await self._pass_grant(rec)  # the cluster let preempt was lost: the next waiting one is let
@@ -514,7 +558,7 @@ class Dispatcher:
             await kv.save(self.bus, BUCKET, k, rec, revision=revision)  # the new choice is open: compare-and-set
             self._track(rec)
             await self._withdraw(rec, cluster, reason)  # its delete waits in the site's SITE_IN for its return
-            await self._send(rec, _waiting(gone) if gone and not step.clusters else step.reason)
+            await self._send(rec, _waiting(gone, self._fed) if gone and not step.clusters else step.reason)
 
     async def _event(self, rec: DispatchRecord, event_type: str, clusters: list[str], reason: str, *,
                      suffix: str = "") -> None:

@@ -23,8 +23,9 @@ class DispatchRecord(msgspec.Struct, frozen=True):
     announced: bool = False  # dispatch.chosen and the withdrawals are published (a later change of the winner's
     # Workload says nothing again, even after the streams' dedup window)
     finished: bool = False  # the chosen cluster reported the run's Workload finished: a loss no longer requeues it
-    lost: list[str] = msgspec.field(default_factory=list)  # clusters lost while chosen: not nominated again
-    # until they rejoin (fenced, renewing their lease again)
+    # clusters left out as lost, or as having no feed on BACKEND yet: not nominated until they rejoin (fenced,
+    # renewing their lease again) or get one
+    lost: list[str] = msgspec.field(default_factory=list)
     requeues: int = 0  # times the choice was reopened (a loss, an eviction at the chosen cluster, a lost cluster
     # back for a run still waiting): the ids of the requests and events sent since carry it
     # one cluster at a time may preempt for the run (core/dispatch.preemption_grant): the nominated clusters that

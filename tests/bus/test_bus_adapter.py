@@ -8,6 +8,7 @@ import uuid
 import msgspec
 import nats
 import pytest
+from nats.js.api import ConsumerConfig
 
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
@@ -154,9 +155,16 @@ async def test_a_run_event_is_stored_without_its_defaults_and_read_back_whole(bu
     line = msgspec.json.decode(event_json_lines([ev]))
     assert line["data"] == msgspec.to_builtins(approved)  # tau events --output json
     apply = BackendApply(run_id=run, workspace="ws", attempt=1, manifests=[{"kind": "Job"}], platform_revision=3)
-    seq = await bus.publish(f"backend.t{uuid.uuid4().hex[:6]}.apply", apply, event_type="apply", ce_subject=run,
-                            msg_id=f"{run}.1.apply", workspace="ws", family="backend")
-    msg = await bus.js.get_msg("BACKEND", seq=seq)
+    cluster = f"t{uuid.uuid4().hex[:6]}"
+    # BACKEND keeps a request only for a durable whose filter matches it (interest retention): a feed's
+    await bus.js.add_consumer("BACKEND", ConsumerConfig(durable_name=f"test-{cluster}",
+                                                        filter_subject=f"backend.{cluster}.>"))
+    try:
+        seq = await bus.publish(f"backend.{cluster}.apply", apply, event_type="apply", ce_subject=run,
+                                msg_id=f"{run}.1.apply", workspace="ws", family="backend")
+        msg = await bus.js.get_msg("BACKEND", seq=seq)
+    finally:
+        await bus.js.delete_consumer("BACKEND", f"test-{cluster}")
     assert msgspec.json.decode(msg.data) == {"run_id": run, "workspace": "ws", "attempt": 1,
                                              "manifests": [{"kind": "Job"}], "platform_revision": 3}
     assert from_message(msg.subject, msg.headers, msg.data).payload(BackendApply) == apply

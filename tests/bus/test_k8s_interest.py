@@ -58,7 +58,7 @@ async def test_a_fresh_k8s_keeps_a_watch_change_until_its_lane_s_durable_acked_i
     info = await private_bus.js.stream_info("K8S")
     assert info.config.retention == RetentionPolicy.INTEREST
     assert (await private_bus.js.stream_info("RUNS")).config.retention == RetentionPolicy.LIMITS
-    assert (await private_bus.js.stream_info("BACKEND")).config.retention == RetentionPolicy.LIMITS
+    assert (await private_bus.js.stream_info("NODES")).config.retention == RetentionPolicy.LIMITS
     assert sorted(c.name for c in await private_bus.js.consumers_info("K8S")) == [
         "admission-watcher", "admission-watcher-high"]
 

@@ -26,3 +26,22 @@ async def test_only_the_dispatcher_pulls_from_a_sites_hub_stream(secure_nats):  
     finally:
         for bus in (boot, dispatcher, renderer):
             await bus.close()
+
+
+async def test_the_dispatcher_may_ask_whether_a_clusters_feed_exists_and_no_more(secure_nats):  # type: ignore[no-untyped-def]
+    """It nominates no cluster without a feed (BACKEND, an interest-retention stream, would not keep its request):
+    the info of BACKEND's consumers is its to read, but for the other services' durables there."""
+    boot = await secure_nats.connect("bootstrap")
+    dispatcher = await secure_nats.connect("dispatcher")
+    renderer = await secure_nats.connect("renderer")
+    try:
+        assert not await sites.feed_exists(dispatcher, "site-y")
+        await sites.provision_feed(boot, "site-y")
+        assert await sites.feed_exists(dispatcher, "site-y")
+        with pytest.raises(PermissionDenied, match="consumer.info.backend.local-cluster"):
+            await dispatcher.guarded(dispatcher.js.consumer_info("BACKEND", "local-cluster"))
+        with pytest.raises(PermissionDenied, match="consumer.info.backend.site-y-in"):
+            await renderer.guarded(renderer.js.consumer_info("BACKEND", "site-y-in"))
+    finally:
+        for bus in (boot, dispatcher, renderer):
+            await bus.close()

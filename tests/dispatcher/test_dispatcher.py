@@ -14,7 +14,7 @@ import msgspec
 import pytest
 import yaml
 
-from taugrid.bus import kv, streams
+from taugrid.bus import kv, sites, streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform, load_platform
@@ -23,7 +23,7 @@ from taugrid.core.errors import TemporaryError
 from taugrid_services.dispatcher.handlers import FULL_SCAN_S, Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 from tests.platforms import lab_platform
-from tests.sitebus import fixed
+from tests.sitebus import fed, fixed
 
 RUNS = itertools.count(1)
 
@@ -94,7 +94,7 @@ async def steps(bus: Bus, run: str) -> list[tuple[str, list[str], str]]:
 async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_withdrawn(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
 
-    plat = fixed(platform())
+    plat = await fed(bus, platform())
     d = Dispatcher(bus, plat)
     await request(bus, d, apply_for(run))
     await request(bus, d, apply_for(run))  # redelivered: the same copies, dropped as repeats
@@ -131,7 +131,7 @@ async def test_all_at_once_the_first_admission_wins_and_the_other_copies_are_wit
 async def test_two_clusters_admitting_at_once_leave_one_winner(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
 
-    plat = fixed(platform())
+    plat = await fed(bus, platform())
     replicas = [Dispatcher(bus, plat), Dispatcher(bus, plat)]
     await request(bus, replicas[0], apply_for(run))
     results = await asyncio.gather(replicas[0].on_report("onprem-a", admitted(run)),
@@ -154,7 +154,7 @@ async def test_incremental_rounds_spill_over_by_preference(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
     now = [1000.0]
 
-    plat = fixed(platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "60s"}))
+    plat = await fed(bus, platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "60s"}))
     d = Dispatcher(bus, plat, clock=lambda: now[0])
     await request(bus, d, apply_for(run))
     assert await sent(bus, run) == {"onprem-a.reserve": 1, "onprem-b.reserve": 1}
@@ -182,7 +182,7 @@ async def test_another_replicas_incremental_round_is_picked_up_by_the_full_read(
     replica's get their next round at its next full read (``FULL_SCAN_S``)."""
     run = f"dispatch-{next(RUNS)}"
     now = [5000.0]
-    plat = fixed(platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "30s"}))
+    plat = await fed(bus, platform({"mode": "Incremental", "incremental_step": 2, "round_timeout": "30s"}))
     mine, other = Dispatcher(bus, plat, clock=lambda: now[0]), Dispatcher(bus, plat, clock=lambda: now[0])
     await other.next_rounds()  # its first full read, before the run exists
     await request(bus, mine, apply_for(run))
@@ -198,10 +198,47 @@ async def test_another_replicas_incremental_round_is_picked_up_by_the_full_read(
                                                     ["onprem-a", "onprem-b", "onprem-c", "cloud"]]
 
 
+async def test_a_cluster_without_a_feed_is_nominated_only_once_it_has_one(bus: Bus) -> None:
+    """BACKEND keeps a request only for a durable whose filter matches it (interest retention, issue 27): a cluster
+    the platform names before its link is provisioned (no feed, ``sites.provision_feed``) is sent nothing, and is
+    nominated for the runs still waiting once its feed exists (the next leases pass asks)."""
+    run, late = f"dispatch-{next(RUNS)}", f"late-{next(RUNS)}"
+    plat = load_platform(lab_platform(clusters=[{"name": "onprem-a", "backend": "local"},
+                                                {"name": late, "backend": "local"}]))
+    await sites.provision_feed(bus, "onprem-a")
+    d = Dispatcher(bus, fixed(plat))
+    await request(bus, d, apply_for(run))
+    rec, _ = await kv.load(bus, BUCKET, key(run, 1), DispatchRecord)
+    assert rec is not None and (rec.nominated, rec.lost, rec.requeues) == (["onprem-a"], [late], 0)
+    assert await requests(bus, run) == ["backend.onprem-a.reserve"]
+
+    await d.leases_pass()  # still no feed: nothing changes
+    assert await requests(bus, run) == ["backend.onprem-a.reserve"]
+    await sites.provision_feed(bus, late)
+    await d.leases_pass()
+    assert await requests(bus, run) == ["backend.onprem-a.reserve", f"backend.{late}.reserve"]
+    rec, _ = await kv.load(bus, BUCKET, key(run, 1), DispatchRecord)
+    assert rec is not None and (rec.nominated, rec.lost, rec.requeues) == (["onprem-a", late], [], 1)
+    assert await steps(bus, run) == [
+        ("dispatch.nominated", ["onprem-a"], "AllAtOnce: nominated onprem-a"),
+        ("dispatch.nominated", ["onprem-a", late], f"{late}'s feed exists now; AllAtOnce: nominated {late}")]
+
+
+async def requests(bus: Bus, run: str) -> list[str]:
+    """The subjects of the requests BACKEND holds for ``run`` (none read: every feed's site is absent here)."""
+    out = []
+    first, last = await streams.bounds(bus, "BACKEND")
+    for seq in range(first, last + 1):
+        ev = await streams.at(bus, "BACKEND", seq)
+        if ev is not None and ev.subject == run and not ev.nats_subject.startswith("backend.dispatch."):
+            out.append(ev.nats_subject)
+    return out
+
+
 async def test_a_run_taken_back_withdraws_every_copy(bus: Bus) -> None:
     run = f"dispatch-{next(RUNS)}"
 
-    plat = fixed(platform())
+    plat = await fed(bus, platform())
     d = Dispatcher(bus, plat)
     await request(bus, d, apply_for(run))
     delete = BackendDelete(run_id=run, workspace="ws", attempt=1, kind="Job", namespace="default",

@@ -20,7 +20,7 @@ from taugrid_services.dispatcher.handlers import Dispatcher
 from taugrid_services.dispatcher.record import BUCKET, DispatchRecord, key
 from tests.dispatcher.test_dispatcher import admitted, apply_for, request, steps
 from tests.platforms import lab_platform
-from tests.sitebus import fixed
+from tests.sitebus import fed
 
 RUNS = itertools.count(1)
 
@@ -75,7 +75,7 @@ async def ids(bus: Bus, run: str, cluster: str) -> list[str]:
 async def test_the_chosen_cluster_preempting_the_run_sends_it_back_to_nomination(bus: Bus) -> None:
     run = f"preempted-{next(RUNS)}"
     a, b = "pre-a", "pre-b"
-    d = Dispatcher(bus, fixed(platform((a, b, "pre-c"), {"mode": "AllAtOnce"})))
+    d = Dispatcher(bus, await fed(bus, platform((a, b, "pre-c"), {"mode": "AllAtOnce"})))
     await request(bus, d, apply_for(run))
     await d.on_report(a, admitted_at(run, 4))
     assert (await record(bus, run)).chosen_version == 4
@@ -111,7 +111,7 @@ async def test_the_chosen_cluster_preempting_the_run_sends_it_back_to_nomination
 async def test_a_preempted_incremental_run_keeps_its_cluster_and_adds_the_next_step(bus: Bus) -> None:
     run = f"preempted-{next(RUNS)}"
     a, b = "inc-a", "inc-b"
-    d = Dispatcher(bus, fixed(platform((a, b, "inc-c"), {"mode": "Incremental", "incremental_step": 1})))
+    d = Dispatcher(bus, await fed(bus, platform((a, b, "inc-c"), {"mode": "Incremental", "incremental_step": 1})))
     await request(bus, d, apply_for(run))
     await d.on_report(a, admitted_at(run, 2))
     await d.on_report(a, preempted(run, 3))
@@ -126,7 +126,7 @@ async def test_a_run_left_with_every_cluster_lost_is_nominated_at_the_first_that
     run = f"rejoin-{next(RUNS)}"
     a, b, c = "rj-a", "rj-b", "rj-c"
     now = [1000.0]
-    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+    d = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
                    clock=lambda: now[0])
 
     async def renew(*names: str, generation: int = 1) -> None:
@@ -177,7 +177,7 @@ async def test_a_run_left_with_every_cluster_lost_is_nominated_at_the_first_that
         ("dispatch.chosen", [a], f"{a} admitted it first"),
     ]
     # a second dispatcher (a restart) finds nothing left to renominate: the run is decided
-    again = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+    again = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
                        clock=lambda: now[0])
     await again.leases_pass()
     assert len(await steps(bus, run)) == 10
@@ -187,7 +187,7 @@ async def test_a_cluster_lost_earlier_in_the_attempt_counts_again_once_it_rejoin
     run = f"rejoin-{next(RUNS)}"
     a, b, c = "rk-a", "rk-b", "rk-c"
     now = [1000.0]
-    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+    d = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
                    clock=lambda: now[0])
     for name in (a, b, c):
         await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
@@ -235,7 +235,8 @@ async def test_one_cluster_at_a_time_may_preempt_and_the_grant_passes_on_after_i
     run = f"gated-{next(RUNS)}"
     a, b = "gt-a", "gt-b"
     now = [1000.0]
-    d = Dispatcher(bus, fixed(platform((a, b, "gt-c"), {"mode": "AllAtOnce", "preemption_gate_timeout": "60s"})),
+    d = Dispatcher(bus, await fed(bus, platform((a, b, "gt-c"), {"mode": "AllAtOnce",
+                                                                  "preemption_gate_timeout": "60s"})),
                    clock=lambda: now[0])
     await request(bus, d, apply_for(run))
     await d.on_report(b, gated(run))  # b first needs to preempt: it may
@@ -265,7 +266,7 @@ async def test_one_cluster_at_a_time_may_preempt_and_the_grant_passes_on_after_i
 async def test_a_gated_report_from_a_cluster_not_nominated_or_after_the_choice_grants_nothing(bus: Bus) -> None:
     run = f"gated-{next(RUNS)}"
     a, b, c = "gn-a", "gn-b", "gn-c"
-    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce"})))
+    d = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce"})))
     await request(bus, d, apply_for(run))
     await d.on_report(c, gated(run))  # c serves another queue: never nominated
     await d.on_report(a, admitted(run))
@@ -279,7 +280,7 @@ async def test_the_grant_passes_on_at_once_when_the_cluster_let_preempt_is_lost(
     run = f"gated-{next(RUNS)}"
     a, b, c = "gl-a", "gl-b", "gl-c"
     now = [1000.0]
-    d = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+    d = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
                    clock=lambda: now[0])
     for name in (a, b, c):
         await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
@@ -305,9 +306,10 @@ async def test_a_new_run_leaves_a_lost_cluster_out_until_it_rejoins(bus: Bus) ->
     in its record's ``lost``, and gets it nominated when it rejoins."""
     a, b, c = "lo-a", "lo-b", "lo-c"
     now = [1000.0]
-    incremental = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "Incremental", "incremental_step": 1,
+    incremental = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "Incremental", "incremental_step": 1,
                                                              "worker_lost_timeout": "10s"})), clock=lambda: now[0])
-    all_at_once = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce", "worker_lost_timeout": "10s"})),
+    all_at_once = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce",
+                                                                      "worker_lost_timeout": "10s"})),
                              clock=lambda: now[0])
     for name in (a, b, c):
         await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
@@ -333,14 +335,14 @@ async def test_a_new_run_leaves_a_lost_cluster_out_until_it_rejoins(bus: Bus) ->
 async def test_a_cluster_removed_from_the_platform_is_fenced_and_its_runs_requeued(bus: Bus) -> None:
     run = f"removed-{next(RUNS)}"
     a, b, c = "rm-a", "rm-b", "rm-c"
-    before = Dispatcher(bus, fixed(platform((a, b, c), {"mode": "AllAtOnce"})))
+    before = Dispatcher(bus, await fed(bus, platform((a, b, c), {"mode": "AllAtOnce"})))
     for name in (a, b, c):
         await kv.put(bus, sites.LEASES, name, SiteLease(1, False))
     await before.leases_pass()
     await request(bus, before, apply_for(run))
     await before.on_report(a, admitted(run))
     # the platform without a (b takes its place as the preferred cluster; c still serves only the gpu queue)
-    after = Dispatcher(bus, fixed(platform((b, "rm-d", c), {"mode": "AllAtOnce"})))
+    after = Dispatcher(bus, await fed(bus, platform((b, "rm-d", c), {"mode": "AllAtOnce"})))
     await kv.put(bus, sites.LEASES, "rm-d", SiteLease(1, False))
     await after.leases_pass()
     assert (await sites.leases(bus))[a][0] == SiteLease(2, True)  # fenced: its site, if it runs, stops the run

@@ -67,6 +67,9 @@ class ServiceRole:
     kv_reads: tuple[str, ...] | None = None  # KV buckets it reads; None: all of them
     # a durable of this name it binds on streams made at run time (the hub's SITE_<CLUSTER>, bus/sites.py)
     site_durable: str = ""
+    # reads whether each cluster's feed exists on BACKEND (``sites.feed_exists``): the dispatcher nominates no
+    # cluster before (BACKEND, an interest-retention stream, stores no request no durable's filter matches)
+    feeds: bool = False
 
     @property
     def emits(self) -> tuple[str, ...]:
@@ -83,13 +86,16 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
                     why="projects RUNS into run_state, the record every other stage reads; publishes nothing"),
         ServiceRole("policy", ("policy", "policy-high"), why="the only source of policy decisions"),
-        ServiceRole("renderer", ("renderer", "renderer-high"), why="the only identity that applies to a backend"),
+        ServiceRole("renderer", ("renderer", "renderer-high"), ("manifests",),
+                    why="the only identity that applies to a backend"),
         ServiceRole("admission_watcher", ("admission-watcher", "admission-watcher-high"), ("bridge",),
                     why="translates watch events into run events"),
         ServiceRole("recovery", ("recovery",), why="the only source of retries"),
         ServiceRole("dispatcher", ("dispatcher",), ("dispatch", "site_leases"), site_durable=SITE_DISPATCHER_DURABLE,
+                    feeds=True,
                     why="many clusters: sends a run's copies to the clusters nominated, withdraws the losers' (§13d)"),
-        ServiceRole("evidence", ("evidence",), ("ledger",), "write", replays=("RUNS", "AUDIT", "LOGS"),
+        # manifests: it purges a sealed run's (bus/manifests.py); it reads them only checked against their digest
+        ServiceRole("evidence", ("evidence",), ("ledger", "manifests"), "write", replays=("RUNS", "AUDIT", "LOGS"),
                     why="ledger, sealed bundles"),
         ServiceRole("health_monitor", ("health-monitor", "health-actuator"), ("node_state",),
                     why="node health decisions"),
@@ -234,6 +240,10 @@ def service_permissions(role: ServiceRole, public_key: str, *, site: str = "") -
         pub += _durable(CONSUMERS[durable].stream, durable)
     if role.site_durable:
         pub += _durable("*", role.site_durable)
+    if role.feeds:
+        # whether each cluster's feed (``site-<cluster>-in``) exists; a wildcard takes a whole token, and
+        # ``durable_guard`` still refuses the other services' BACKEND durables' info
+        pub.append(f"{API}.CONSUMER.INFO.BACKEND.*")
     for stream in role.replays:
         pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>", f"{API}.CONSUMER.INFO.{stream}.*",
                 f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",

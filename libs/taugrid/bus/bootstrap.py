@@ -18,9 +18,11 @@ AUDIT's max age come from the platform stored in the ``platform`` KV when there 
 are the limits the streams always had). A stream is created with them; one that exists and differs is reported
 like any other difference, and ``--update`` applies it (AUDIT's max age too: its sources and protections stay).
 
-Interest retention (``topology.StreamSpec.interest``: K8S): such a stream is made with its durables right after it
-(it stores nothing that no durable's filter matches); one an earlier release made with limits retention is
-reported, and ``--update`` switches it, the server then dropping every message its durables have all acked.
+Interest retention (``topology.StreamSpec.interest``: K8S, BACKEND): such a stream is made with its durables right
+after it (it stores nothing that no durable's filter matches); one an earlier release made with limits retention is
+reported, and ``--update`` switches it, the server then dropping every message its durables have all acked. A hub's
+BACKEND also has a feed per cluster (``sites.provision_feed``, made by the sites' provisioning after this): the
+switch keeps what a feed has not acked (a site down), and a request no durable reads ages out as before.
 """
 
 from __future__ import annotations

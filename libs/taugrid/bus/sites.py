@@ -177,6 +177,19 @@ async def provision_feed(hub: Bus, cluster: str, *, backend_stream: str = "BACKE
         raise unavailable(f"creating the durable that feeds {cluster}'s {SITE_IN}", exc) from exc
 
 
+async def feed_exists(hub: Bus, cluster: str, *, backend_stream: str = "BACKEND") -> bool:
+    """Whether ``cluster``'s feed (``provision_feed``) exists on the hub's BACKEND. BACKEND is an interest-retention
+    stream: a request no durable's filter matches is not stored at all, so the dispatcher sends nothing to a
+    cluster before this holds (docs §13d)."""
+    try:
+        await hub.js.consumer_info(backend_stream, site_in_durable(cluster))
+    except MISSING:
+        return False
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading whether {cluster}'s feed exists", exc) from exc
+    return True
+
+
 async def provision_hub(hub: Bus, cluster: str, *, max_age: float = 7 * _DAY, backend_stream: str = "BACKEND") -> None:
     """On the hub: ``SITE_<CLUSTER>``, sourcing the site's ``SITE_OUT`` from its domain, each subject prefixed with
     ``site.<cluster>.`` by the hub, the dispatcher's durable on its Workload changes, the durable on BACKEND that

@@ -53,7 +53,12 @@ STREAMS = [
     StreamSpec("K8S", ["k8s.>"], max_age=7 * DAY, duplicate_window=120.0, interest=True),
     StreamSpec("NODES", ["node.>"], max_age=3 * DAY),
     StreamSpec("LOGS", ["log.>"], max_age=14 * DAY, duplicate_window=120.0, allow_direct=True),
-    StreamSpec("BACKEND", ["backend.>"], max_age=7 * DAY),
+    # Interest retention too (issue 27): a request is only its reader's input (the local cluster's lanes, the
+    # dispatcher, a site's feed ``site-<cluster>-in``, whose flow-control acks say the site's SITE_IN stored it),
+    # so it goes once acked. A request for a cluster with no feed would not be stored at all: the dispatcher
+    # nominates no cluster before its feed exists (``sites.feed_exists``), and every feed is made before a site
+    # is linked. One its reader gave up on stays for `tau dlq replay`; a refused one replays from its DLQ copy.
+    StreamSpec("BACKEND", ["backend.>"], max_age=7 * DAY, interest=True),
     # Poison messages we terminated, plus the server's max-deliveries advisories, so nothing is lost silently.
     StreamSpec("DLQ", ["dlq.>", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"], max_age=30 * DAY),
 ]
@@ -120,6 +125,9 @@ KV_BUCKETS = {
     "bridge": 1,
     "submissions": 1,
     "ledger": 1,  # evidence: one hash-chained ledger per run, compare-and-set updates
+    # renderer: each attempt's manifests by digest, until the evidence seals them and purges the run's keys
+    # (bus/manifests.py; issue 27: render.applied carried them in RUNS for 30 days)
+    "manifests": 1,
     "log_shipper": 1,  # log-shipper: per-pod log position (container, last timestamp, chunk seq)
     "dispatch": 1,  # dispatcher: per run attempt, the clusters nominated and the one chosen (written once, CAS)
     "site_leases": 1,  # many clusters: one lease per site, renewed by the site, declared lost by the dispatcher
