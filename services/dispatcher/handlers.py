@@ -497,11 +497,12 @@ class Dispatcher:
         if back:
             await self._renominate(platform, back, provisioned=fed_now)
 
-    async def _renominate(self, platform: Platform, back: set[str], *, provisioned: set[str] = frozenset()) -> None:
-        """Clusters that rejoined (lost, then fenced and renewing again) may be nominated again for the runs still
-        waiting that had left them out as lost: a run requeued while every other cluster was lost had nobody
-        to go to (kueue#8302 asks that a run lost with its worker be admitted on any cluster). Only undecided runs;
-        a run chosen elsewhere meanwhile stays there."""
+    async def _renominate(self, platform: Platform, back: set[str], *,
+                          provisioned: frozenset[str] | set[str] = frozenset()) -> None:
+        """Clusters that rejoined (lost, then fenced and renewing again), or whose feed exists now (``provisioned``),
+        may be nominated again for the runs still waiting that had left them out as lost: a run requeued while every
+        other cluster was lost had nobody to go to (kueue#8302 asks that a run lost with its worker be admitted on any
+        cluster). Only undecided runs; a run chosen elsewhere meanwhile stays there."""
         d = platform.dispatch
         for rec in await kv.values(self.bus, BUCKET, DispatchRecord):
             returning = sorted(set(rec.lost) & back)
