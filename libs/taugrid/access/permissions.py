@@ -431,6 +431,9 @@ def markdown_table() -> str:
         parts += [f"durable `{d}`" for d in role.durables]
         if role.site_durable:
             parts.append(f"durable `{role.site_durable}` on each `SITE_*` stream")
+        if role.feeds:
+            parts.append("the info of BACKEND's consumers (whether a cluster's feed exists; the other services' "
+                         "durables stay refused)")
         parts += [f"KV put `{b}`" for b in role.kv_writes]
         if role.objects != "none":
             parts.append(f"object store `{OBJECT_STORE}` {role.objects}")
