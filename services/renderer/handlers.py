@@ -6,8 +6,10 @@ Trace continuity on Kubernetes: the objects handed to the backend carry ``taugri
 metadata and pod templates), which kube-bridge puts back on every watch event it republishes. The value is
 the triggering event's own ``traceparent`` header, not this delivery's span: it is the same on every
 redelivery, so a re-apply stays a no-op (a Job's pod template is immutable once it has started). The
-annotation is stamped after rendering and validating, onto copies: ``render.applied`` carries the manifests
-as rendered, without it, and its ``digest`` is ``manifest_digest`` of exactly those.
+annotation is stamped after rendering and validating, onto copies: the manifests as rendered, without it, are
+stored once in the ``manifests`` KV bucket by their digest (``bus/manifests.py``, issue 27: the evidence seals
+them from there and purges them), before the backend sees them, and ``render.applied`` carries that digest,
+``manifest_digest`` of exactly those, not the manifests themselves.
 
 Authorization. A ``cancel.requested`` is acted on only when its signature checks out and the signer is the
 run's own submitter, an admin of its workspace or a platform admin: the answer is ``cancel.accepted`` (which
@@ -28,6 +30,7 @@ import msgspec
 
 from taugrid import runrecord
 from taugrid.access.signers import Refused, Signers
+from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config.platform import Platform
@@ -49,7 +52,7 @@ from taugrid.core.states import TERMINAL, RunRecord
 from taugrid.render import (
     TRACEPARENT_ANNOTATION,
     RenderSettings,
-    manifest_digest,
+    canonical_json,
     render,
     with_annotation,
 )
@@ -103,7 +106,8 @@ class Renderer:
                                 event_type="render.failed",
                                 payload=RenderFailed(attempt=attempt, reason="InvalidManifest", message=str(err)))
             return
-        digest = manifest_digest(manifests)
+        # stored before the backend sees them: an applied run's manifests are always there for its seal
+        digest = await stored_manifests.put(self.bus, run.workspace, run.run_id, canonical_json(manifests))
         applied = manifests
         if ev.traceparent:
             applied = with_annotation(manifests, TRACEPARENT_ANNOTATION, ev.traceparent)
@@ -118,8 +122,7 @@ class Renderer:
         await self.bus.emit(
             workspace=ev.workspace, run_id=run.run_id, attempt=attempt, event_type="render.applied",
             payload=RenderApplied(attempt=attempt, backend=self.backend.name, kind=str(main["kind"]),
-                                  object_name=str(main["metadata"]["name"]), manifests=manifests,
-                                  digest=digest),
+                                  object_name=str(main["metadata"]["name"]), digest=digest),
         )
 
     async def retry(self, ev: Event, req: RecoveryRetrying) -> None:

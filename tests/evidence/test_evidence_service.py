@@ -12,7 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, auditread, connect, identity, streams
+from taugrid.bus import Bus, auditread, connect, identity, kv, streams
+from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, from_message
@@ -25,14 +26,25 @@ from taugrid.evidence import bases, packing, store
 from taugrid.evidence import ledger as lg
 from taugrid.evidence.bundle import INLINE_LOG_BYTES, bundle_name
 from taugrid.evidence.verify import verify_run
+from taugrid.render import canonical_json, manifest_digest
 from taugrid_services.evidence.handlers import Evidence
 from tests.owners import emit_as_owner
 
 TAU_YAML = "name: train\nengine: job\nentrypoint: train.py\ncompute:\n  gpus: 1\n"
 
 
-async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list[str]) -> None:
-    """A realistic run up to exec.running, with its logs on LOGS; the submission is signed, as the client does."""
+MANIFESTS = [{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "RUN-a1", "namespace": "ns-WS"}}]
+
+
+def manifests_of(ws: str, run: str) -> list[dict[str, object]]:
+    """The manifests ``publish_run`` renders for ``run`` of workspace ``ws``."""
+    return msgspec.json.decode(msgspec.json.encode(MANIFESTS).replace(b"RUN", run.encode()).replace(b"WS", ws.encode()))
+
+
+async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list[str], inline: bool = False) -> None:
+    """A realistic run up to exec.running, with its logs on LOGS; the submission is signed, as the client does.
+    Its manifests are stored by digest, as the renderer does (``bus/manifests.py``); ``inline``: carried on
+    ``render.applied`` instead, as an earlier release did."""
     bus.seed = identity.new_user_seed()
     resolved = c.ResolvedRun(
         run_id=run,
@@ -49,11 +61,10 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
         config_hash="cfg123",
         platform_revision=7,
     )
-    manifest = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": f"{run}-a1", "namespace": f"ns-{ws}"},
-    }
+    manifests = manifests_of(ws, run)
+    digest = manifest_digest(manifests)
+    if not inline:
+        assert await stored_manifests.put(bus, ws, run, canonical_json(manifests)) == digest
     steps: list[tuple[str, msgspec.Struct]] = [
         (
             "submit.requested",
@@ -81,8 +92,8 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
                 backend="local",
                 kind="Job",
                 object_name=f"{run}-a1",
-                manifests=[manifest],
-                digest="sha256:m1",
+                manifests=manifests if inline else [],
+                digest=digest,
             ),
         ),
         ("exec.running", c.ExecRunning(node="box", pod=f"{run}-a1-0", pid=42)),
@@ -188,7 +199,15 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert doc["resolved"]["output_dir"] == str(tmp_path / "output") and doc["platform"]["revision"] == 7
     assert doc["source"] == {"object": f"sources/{run}.tar", "digest": "sha256:abc"}
     [att] = doc["attempts"]
-    assert att["render"]["manifests"][0]["kind"] == "Job" and att["render"]["digest"] == "sha256:m1"
+    # the manifests stored by digest, sealed in the bundle, the event's stored body without them (issue 27)
+    assert (att["render"]["manifests"], att["render"]["digest"]) == (manifests_of(ws, run),
+                                                                    manifest_digest(manifests_of(ws, run)))
+    [applied] = [ev for ev in await _events(bus, ws, run) if ev.type == "render.applied"]
+    assert b"manifests" not in applied.data and b'"digest":"sha256:' in applied.data
+    # and purged from the manifests bucket once the ledger was written: the bundle alone keeps them
+    assert await kv.matching_keys(bus, stored_manifests.BUCKET, f"run.{ws}.{run}.*") == [
+        stored_manifests.key(ws, run, manifest_digest(manifests_of(ws, run)))]
+    assert isinstance(await stored_manifests.read(bus, ws, run, att["render"]["digest"]), str)
     assert att["exit"]["event"] == "exec.succeeded" and att["exit"]["exit_code"] == 0
     assert att["logs"]["text"] == "epoch 1\nloss 0.5\ndone\n"
     assert doc["outputs"]["output_dir"]["metrics"][0]["text"] == '{"step":1,"loss":0.5}\n'
@@ -208,7 +227,9 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
                                bundle=bundle_name(run), digest=payload.digest)
     assert lg.verify(led) == []
 
-    # Deterministic: collecting again gives the same bytes; sealing again finds the same seal.
+    # Deterministic: collecting again gives the same bytes (its manifests stored again, as a redelivered render
+    # would: the service never collects a sealed run again); sealing again finds the same seal.
+    await stored_manifests.put(bus, ws, run, canonical_json(manifests_of(ws, run)))
     again, _ = await store.collect(bus, led)
     assert again == data
     terminal = next(ev for ev in events if ev.type == "exec.succeeded")

@@ -11,6 +11,7 @@ import msgspec
 import nats.js.errors
 
 from taugrid.bus import Bus
+from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.envelope import Event
 from taugrid.core.contracts import PolicyApproved, RenderApplied, ResolvedRun
 from taugrid.core.events import run_subject
@@ -85,11 +86,13 @@ async def test_applied_job_and_its_workload_are_republished_with_the_runs_tracep
     job = fake.objects[(JOBS, "team-a", name)]
     assert job["metadata"]["annotations"][TRACEPARENT_ANNOTATION] == TRACEPARENT
     assert job["spec"]["template"]["metadata"]["annotations"][TRACEPARENT_ANNOTATION] == TRACEPARENT
-    # ... while render.applied records the manifests as rendered, and digests exactly those.
+    # ... while render.applied names the manifests as rendered by their digest, stored once by it (issue 27).
     msg = await wait_last(bus, "RUNS", run_subject(run.workspace, run.run_id, "render.applied"))
     applied = msgspec.json.decode(msg.data, type=RenderApplied)
-    assert applied.digest == manifest_digest(applied.manifests)
-    assert TRACEPARENT_ANNOTATION not in applied.manifests[0]["metadata"]["annotations"]
+    rendered = await stored_manifests.read(bus, run.workspace, run.run_id, applied.digest)
+    assert isinstance(rendered, list) and applied.manifests == []
+    assert applied.digest == manifest_digest(rendered)
+    assert TRACEPARENT_ANNOTATION not in rendered[0]["metadata"]["annotations"]
 
     # Kueue's Workload does not copy our annotations, only the pod template: the bridge reads it there.
     fake.put(WORKLOADS, {

@@ -203,12 +203,18 @@ class PolicyApproved(Struct, frozen=True):
     platform_revision: int = 0
 
 
-class RenderApplied(Struct, frozen=True):
+class RenderApplied(Struct, frozen=True, kw_only=True):  # kw_only: digest stays required after manifests
+    """An attempt applied to its backend. ``digest``: ``sha256:`` of the manifests' canonical JSON (sorted keys, no
+    whitespace). Since issue 27 the renderer stores the manifests once, in the ``manifests`` KV bucket under
+    ``run.<workspace>.<run>.<hex of digest>`` until the run is sealed, and leaves ``manifests`` empty here; the
+    sealed evidence bundle holds them (its attempt's ``render``), checked against ``digest``. An earlier
+    release's event carries them whole."""
+
     attempt: int
     backend: str
     kind: str
     object_name: str
-    manifests: list[dict[str, Any]]
+    manifests: list[dict[str, Any]] = msgspec.field(default_factory=list)
     digest: str
 
 

@@ -12,7 +12,7 @@ import datetime as dt
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -278,8 +278,12 @@ def build(
     outputs: dict[str, Any],
     gpu_hour_price: float = 0.0,
     price_revision: int = 0,
+    manifests: Mapping[str, list[dict[str, Any]] | str] | None = None,
 ) -> dict[str, Any]:
-    """The bundle as plain JSON values. ``events``: the run's events up to the terminal one, inclusive."""
+    """The bundle as plain JSON values. ``events``: the run's events up to the terminal one, inclusive.
+    ``manifests``: by digest, the manifests of each ``render.applied`` that names them by digest alone (issue 27,
+    ``bus/manifests.py``), already checked against it, or why they could not be had (the attempt's ``render``
+    then says so under ``manifests_missing``)."""
     terminal = ledger[seal.index]
     config: dict[str, Any] = {}
     resolved: c.ResolvedRun | None = None
@@ -334,7 +338,11 @@ def build(
             }
         elif ev.type == "render.applied":
             ra: c.RenderApplied = ev.payload(c.RenderApplied)
-            attempt(ra.attempt)["render"] = msgspec.to_builtins(ra)
+            render = msgspec.to_builtins(ra)
+            if not ra.manifests:  # stored by digest, not carried (an earlier release's event carries them)
+                got = (manifests or {}).get(ra.digest, "not read at the seal")
+                render.update({"manifests": got} if isinstance(got, list) else {"manifests_missing": got})
+            attempt(ra.attempt)["render"] = render
         elif ev.type == "render.failed":
             rf: c.RenderFailed = ev.payload(c.RenderFailed)
             attempt(rf.attempt)["render_failed"] = msgspec.to_builtins(rf)

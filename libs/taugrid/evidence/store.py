@@ -30,6 +30,7 @@ import msgspec
 
 from taugrid import runrecord, settings
 from taugrid.bus import auditread, kv, streams
+from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
 from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_object: the bus's copy only)
@@ -38,7 +39,14 @@ from taugrid.bus.platformread import PlatformReader
 from taugrid.bus.replay import follow, replay
 from taugrid.config.platform import Platform
 from taugrid.core import states
-from taugrid.core.contracts import EvidenceSealed, ExecProgress, ExecRunning, LogChunk, PolicyApproved
+from taugrid.core.contracts import (
+    EvidenceSealed,
+    ExecProgress,
+    ExecRunning,
+    LogChunk,
+    PolicyApproved,
+    RenderApplied,
+)
 from taugrid.core.errors import PermanentError, TauError, TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
 from taugrid.core.ids import token
@@ -232,6 +240,9 @@ async def collect(
     outputs = await asyncio.to_thread(scan)
     extra.update(keeper.blobs)
     price, price_revision = await _gpu_hour_price(bus, approved[-1] if approved else None)
+    # each attempt's manifests, stored by the digest its render.applied signs (issue 27), checked against it
+    rendered = {ra.digest: await stored_manifests.read(bus, workspace, run_id, ra.digest)
+                for ra in _payloads(events, "render.applied", RenderApplied) if not ra.manifests}
     doc = b.build(
         run_id=run_id,
         workspace=workspace,
@@ -242,6 +253,7 @@ async def collect(
         outputs=outputs,
         gpu_hour_price=price,
         price_revision=price_revision,
+        manifests=rendered,
     )
     return b.encode(b.redacted(doc, redact)), extra
 
@@ -475,6 +487,7 @@ async def seal(bus: Bus, terminal_event: Event) -> Sealed:
         current, revision = await load(bus, workspace, run_id)
         resumed = resumed or current is not None
         if current is not None and current.seal is not None and current.seal.digest:
+            await stored_manifests.release(bus, workspace, run_id)  # a seal interrupted before it released them
             return Sealed(ledger=current, resumed=True)
         known: dict[int, Event] = {}
         if current is None or current.seal is None:
@@ -494,6 +507,8 @@ async def seal(bus: Bus, terminal_event: Event) -> Sealed:
             resumed = True
             await asyncio.sleep(0.005)
             continue
+        # the bundle holds the manifests now, and is never rebuilt once the ledger commits to it
+        await stored_manifests.release(bus, workspace, run_id)
         return Sealed(ledger=ledger, resumed=resumed)
     raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
 

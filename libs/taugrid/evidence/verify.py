@@ -21,6 +21,12 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    ``submit.requested`` that AUDIT holds, and is the key the submitter verified;
 7. the bundle's accounting (queue wait, running time, GPU-seconds, cost) is what its own events give
    (``bundle.accounting`` recomputed from the bundled events and the sealed price).
+8. each attempt's manifests in the bundle hash to the digest its ``render.applied`` signed (since issue 27 that
+   event carries the digest alone, the evidence read the manifests from the ``manifests`` bucket and checked
+   them at the seal: ``bus/manifests.py``); an attempt whose manifests the evidence could not have or check then
+   (``manifests_missing``: purged, never stored, or not hashing to the digest) is a problem naming why. Manifests
+   the workspace's secrets were blanked in (``[REDACTED]``) no longer hash to it and are not re-hashed: the
+   bundle's digest covers them.
 An intermediate event (neither a request nor the run's end) is thus vouched for by RUNS while RUNS keeps it, and
 after that by the bundle alone, whose digest AUDIT's ``evidence.sealed`` pins: a ledger or bundle rewritten after
 the seal fails check 2 or 3; one forged at the seal by the sealing service itself fails check 5 only while RUNS
@@ -45,9 +51,11 @@ from taugrid.bus.topology import AUDIT_KEPT_EVENTS, AUDIT_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
+from taugrid.core.redaction import REDACTED
 from taugrid.evidence import archive, bases, packing, store
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
+from taugrid.render import manifest_digest
 
 RUNS_STREAM = "RUNS"
 
@@ -224,6 +232,26 @@ def _check_accounting(doc: dict[str, Any]) -> list[str]:
     return [f"bundle accounting {k} is {sealed.get(k)!r}, its events give {again[k]!r}" for k in wrong]
 
 
+def _check_manifests(doc: dict[str, Any]) -> list[str]:
+    """Check 8: every applied attempt's manifests are in the bundle and hash to the digest its event signed."""
+    problems = []
+    for att in doc.get("attempts", []):
+        render = att.get("render") if isinstance(att, dict) else None
+        if not isinstance(render, dict):
+            continue  # never applied (render.failed, or no render event)
+        n = att.get("attempt")
+        if "manifests_missing" in render:
+            problems.append(f"attempt {n}: its manifests are not in the bundle: {render['manifests_missing']}")
+            continue
+        manifests = render.get("manifests")
+        if not isinstance(manifests, list) or not all(isinstance(m, dict) for m in manifests):
+            problems.append(f"attempt {n}: the bundle's manifests are not a list of manifests")
+        elif manifest_digest(manifests) != render.get("digest") and REDACTED not in str(manifests):
+            problems.append(f"attempt {n}: the bundle's manifests do not hash to the digest render.applied "
+                            f"signed ({str(render.get('digest'))[:19]}…)")
+    return problems
+
+
 async def _check_logs(bus: Bus, doc: dict[str, Any]) -> list[str]:
     problems = []
     for att in doc.get("attempts", []):
@@ -325,6 +353,7 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     if not accounting_problems and isinstance(doc.get("accounting"), dict):
         report.accounting = doc["accounting"]
     report.problems += await _check_logs(bus, doc)
+    report.problems += _check_manifests(doc)
     report.ok = not report.problems
     return report
 

@@ -50,6 +50,7 @@ __all__ = [
     "RenderSettings",
     "SOURCE_DIR",
     "TRACEPARENT_ANNOTATION",
+    "canonical_json",
     "manifest_digest",
     "object_name",
     "render",
