@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -83,11 +84,15 @@ async def read(bus: Bus, workspace: str, run_id: str, digest: str) -> list[dict[
     return manifests
 
 
-async def release(bus: Bus, workspace: str, run_id: str) -> int:
-    """Purge the run's stored manifests (every attempt's): once its bundle and ledger are written nothing reads
-    them. Returns how many keys were purged; a redelivery within ``MARKER_TTL_S`` purges a marker again, which
-    only renews it."""
-    names = await kv.matching_keys(bus, BUCKET, f"run.{token(workspace)}.{token(run_id)}.*")
+async def release(bus: Bus, workspace: str, run_id: str, digests: Iterable[str] | None = None) -> int:
+    """Purge the run's stored manifests: once its bundle and ledger are written nothing reads them. ``digests``:
+    those of its ``render.applied`` events, when the caller has them (one purge each, no listing: issue 30 counts
+    every request a run makes); None lists the run's keys first. Returns how many keys were purged; a redelivery
+    within ``MARKER_TTL_S`` purges a marker again, which only renews it."""
+    if digests is None:
+        names = await kv.matching_keys(bus, BUCKET, f"run.{token(workspace)}.{token(run_id)}.*")
+    else:
+        names = sorted({key(workspace, run_id, d) for d in digests if d.startswith(DIGEST_PREFIX)})
     for name in names:
         await kv.purge(bus, BUCKET, name, marker_ttl=MARKER_TTL_S)
     return len(names)

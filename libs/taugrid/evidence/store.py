@@ -507,8 +507,11 @@ async def seal(bus: Bus, terminal_event: Event) -> Sealed:
             resumed = True
             await asyncio.sleep(0.005)
             continue
-        # the bundle holds the manifests now, and is never rebuilt once the ledger commits to it
-        await stored_manifests.release(bus, workspace, run_id)
+        # the bundle holds the manifests now, and is never rebuilt once the ledger commits to it; the events in
+        # hand name their keys (none in hand: a seal an earlier version claimed, its keys listed)
+        rendered = [ra.digest for ra in _payloads(list(known.values()), "render.applied", RenderApplied)
+                    if not ra.manifests] if known else None
+        await stored_manifests.release(bus, workspace, run_id, rendered)
         return Sealed(ledger=ledger, resumed=resumed)
     raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
 
