@@ -4,7 +4,9 @@
 ends, each at its ``ce-time`` (the cluster's clock: when the local cluster admitted, preempted or ended it; an
 end's is when it found the run's pods ended and released its quota, before it reported the end), each admission
 also at the moment this bench heard it (through the admission watcher, as Kueue's recorder times what it sees), and
-to the pods the local cluster publishes (each pod's node and completion index, per admission attempt). ``check``
+to where each pod runs (node and completion index, per admission attempt): the gang its first rank's
+``exec.running`` lists (the local cluster's simulated Job pods start as one, and only the first rank's pod is
+published, issue 30), or each pod the local cluster publishes. ``check``
 judges one admitted run by its last admission: the assignment must exist, hold every pod and keep the request
 (one rack for a required class, whole slices per rack for a balanced class), and every pod must run on the node
 its rank was assigned.
@@ -21,7 +23,7 @@ from kueue_tas_shape import HOSTNAME_LABEL, RACK_LABEL, TasClass  # bench/ is on
 from nats.aio.msg import Msg
 
 from taugrid.bus.envelope import from_message, run_of
-from taugrid.core.contracts import AdmissionAdmitted, PodSetTopology
+from taugrid.core.contracts import AdmissionAdmitted, ExecRunning, PodSetTopology
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 _REQUEUED = re.compile(r"-r(\d+)$")  # a requeued workload's pods: <workload>-<index>-r<requeues>
@@ -59,9 +61,15 @@ class Heard:
         obj = msgspec.json.decode(msg.data).get("object") or {}
         meta = obj.get("metadata") or {}
         index = int((meta.get("labels") or {}).get(INDEX_LABEL, "0"))
-        requeued = _REQUEUED.search(meta.get("name", ""))
-        key = (int(requeued.group(1)) if requeued else 0, index)
-        self.pods.setdefault(_run(msg), {})[key] = (obj.get("spec") or {}).get("nodeName", "")
+        self._placed(_run(msg), meta.get("name", ""), index, (obj.get("spec") or {}).get("nodeName", ""))
+
+    async def on_running(self, msg: Msg) -> None:
+        for pod in msgspec.json.decode(msg.data, type=ExecRunning).pods:
+            self._placed(_run(msg), pod.name, pod.index, pod.node)
+
+    def _placed(self, run: str, name: str, index: int, node: str) -> None:
+        requeued = _REQUEUED.search(name)
+        self.pods.setdefault(run, {})[(int(requeued.group(1)) if requeued else 0, index)] = node
 
     def admitted_at(self, run: str) -> float | None:
         """When the run was last admitted (Kueue's recorder times the Admitted condition's last transition)."""

@@ -27,8 +27,9 @@ here that includes the admission watcher's backlog).
 
 Placement (``kueue_tas_checks``): each admitted run's last admission event must carry a topology assignment that
 holds all its pods and keeps its request (every pod in one rack for a required class; whole slices in each rack
-for a balanced class), and each pod the local cluster published (``k8s.local.pod.*.*.added``: ``spec.nodeName``
-and completion index, of the last attempt) must run on the node its rank was assigned; anything else is a
+for a balanced class), and each pod (of the last attempt; its node and completion index from the gang its first
+rank's ``exec.running`` lists, or from the pod the local cluster published, ``k8s.local.pod.*.*.added``) must run
+on the node its rank was assigned; anything else is a
 violation. How often a *preferred* run spread over racks, and how often a balanced run's consecutive-rank slice
 did not share a rack, are printed beside.
 
@@ -150,6 +151,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, time
         await nc.subscribe(f"run.*.*.{t}", cb=heard.on_terminal)
     for subject in ("k8s.local.pod.*.*.added", "k8s.local.pod.*.*.added.*"):
         await nc.subscribe(subject, cb=heard.on_pod)
+    await nc.subscribe("run.*.*.exec.running", cb=heard.on_running)  # a gang's pods, listed by its first rank
     texts = {cls.name: run_yaml(cls) for cls in CLASSES}
     total = sum(count(cls, fraction) for cls in CLASSES) * len(queue_names())
     start = time.time()

@@ -834,8 +834,11 @@ class LocalCluster:
     async def _announce_simulated(self, wl: LocalWorkload, p: LocalPod) -> None:
         """Publish a started simulated pod: its first change already Running, as a watch may first show a pod that
         started at once (one event, not Pending then Running). Saved before: one the bus did not take stays
-        unannounced (``added`` False), is published by the next tick (after a restart too), and ends only then."""
-        await self.publish(wl, "Pod", p.obj, "modified" if p.added else "added")
+        unannounced (``added`` False), is published by the next tick (after a restart too), and ends only then.
+        A gang's pod past its first rank is not published (issue 30): the first rank's change lists it, and no reader
+        takes anything from its own (its start is in the first rank's exec.running, its end in the Job's)."""
+        if not objects.listed_by_first_rank(p.obj):
+            await self.publish(wl, "Pod", p.obj, "modified" if p.added else "added")
         p.added = True
         self._supervise_at(p.sim_end, wl.name)
 

@@ -300,3 +300,10 @@ def gang(pods: list[dict[str, Any]], indices: list[int]) -> None:
     for p in pods:
         p["metadata"].setdefault("annotations", {})[ANNOTATION_GANG_STARTED] = first
     pods[0]["metadata"]["annotations"][ANNOTATION_GANG] = json.dumps(listed, separators=(",", ":"))
+
+
+def listed_by_first_rank(pod: Mapping[str, Any]) -> bool:
+    """A gang's pod past its first rank (``gang``), which the first rank's change lists: name, node, index."""
+    meta = pod.get("metadata") or {}
+    first = (meta.get("annotations") or {}).get(ANNOTATION_GANG_STARTED)
+    return bool(first) and first != meta.get("name")
