@@ -11,7 +11,8 @@ The agent samples every ``TAU_NODE_SAMPLE_INTERVAL`` (5 s) but publishes a sampl
   samples), or a counter the rules turn into a rate (PCIe replays) moved within the last rate window;
 * else a heartbeat, ``TAU_NODE_HEARTBEAT_INTERVAL`` (60 s) after the last one published, so the monitor and the
   readers of ``node_state`` know the node is alive (``wire.silent``). Each node's first heartbeat comes at its
-  own fraction of the interval, so a pool's heartbeats do not all fall on one tick.
+  own fraction of the interval, so a pool's heartbeats do not all fall on one tick. A heartbeat is a whole
+  sample, so a change the monitor never folded in (its message given up on) is stated again within an interval.
 
 This is what fleet agents do: node-problem-detector patches a node condition when it changes and otherwise lets
 the kubelet's periodic status say the node is alive; DCGM's health watches report incidents, not every reading.
