@@ -20,12 +20,19 @@ async def test_the_submitters_parse_is_on_the_record_and_the_policys_refusal_nam
     run = await stack.client.submit_request(SubmitRequested(submission_id="", config_text=text),
                                             workspace="team-a", name="once", span="test")
     evs = await stack.wait_for(run, DONE)
-    [acc] = [e.payload(SubmitAccepted) for e in evs if e.type == "submit.accepted"]
+    [accepted_event] = [e for e in evs if e.type == "submit.accepted"]
+    acc = accepted_event.payload(SubmitAccepted)
     cfg = load_tau_config(text)
     # the text is the request's (sealed from there), not copied onto submit.accepted (issue 27)
     assert (acc.config, acc.config_text, acc.config_managed) == (accepted.record(cfg).config, "", False)
-    [req] = [e.payload(SubmitRequested) for e in evs if e.type == "submit.requested"]
+    [requested] = [e for e in evs if e.type == "submit.requested"]
+    req = requested.payload(SubmitRequested)
     assert req.config_text == text
+    # nor the request's signature, nor the config's defaults (issue 27): the stored body holds the parse as written
+    assert (acc.signature, acc.signer) == ("", requested.signer) and requested.signature
+    assert b'"signature"' not in accepted_event.data and b'"resilience"' not in accepted_event.data
+    assert acc.config == {"name": "once", "engine": "job", "entrypoint": "t.py",
+                          "policy": {"profile": "no-such-profile"}}
     assert ((("policy", "profile"), 4) in acc.config_lines
             and dict(acc.config_lines) == {tuple(p): n for p, n in cfg._lines.items()})
     assert evs[-1].type == "policy.rejected"

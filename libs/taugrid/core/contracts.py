@@ -184,7 +184,9 @@ class SubmitAccepted(Struct, frozen=True):
     python: str = ""
     python_source: str = ""
     signer: str = ""  # the public nkey whose signature the submitter verified
-    signature: str = ""  # that signature (base64url), so evidence can re-check it
+    # Empty since issue 27 (nothing read it): the signature is the answered request's own ``tau-signature``, which
+    # the evidence seals from that request; a record of an earlier release carries a copy.
+    signature: str = ""
     # (key path, line) of each key config_text spelled out: which keys the user wrote and where, for the
     # policy's issues; a managed workflow manifest projected onto the direct config
     config_lines: list[tuple[tuple[str | int, ...], int]] = msgspec.field(default_factory=list)
