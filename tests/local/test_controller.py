@@ -28,7 +28,7 @@ from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.connection import connect
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import SOURCES_STORE
-from taugrid.core.contracts import BackendApply, LogChunk, WatchEvent
+from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
 from taugrid.core.errors import TemporaryError
 from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
@@ -437,6 +437,47 @@ async def test_every_waiting_run_has_one_reason_and_the_place_tau_queue_shows(cl
     [lab] = snap["queues"]
     assert [(p["workload"], p["position"]) for p in lab["pending"]] == list(zip(waiting, positions, strict=True))
     assert positions == list(range(len(waiting)))
+
+
+async def test_a_waiting_run_holds_its_job_as_json_and_a_started_one_as_the_job_it_runs(
+        bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
+    """What a burst leaves the local cluster holding (issue 30 item 5): a waiting workload's Job is its JSON alone,
+    the record and a restarted controller read the same Job, and once admitted the Job is decoded, started and
+    saved as it now is."""
+    cluster.simulate = True
+    for left in list(cluster.wls):  # runs an earlier test left waiting on the session's bus: out of the way first
+        await until_finished(cluster, left)
+    names = []
+    for _ in range(12):  # 8 CPUs of quota (less the node's room), one CPU each: the last few wait
+        rid = run_id()
+        names.append(f"{rid}-a1")
+        big = main(["true"], resources={"requests": {"cpu": "1", "memory": "64Mi"}},
+                   env=[{"name": "SIMULATED_DURATION", "value": "600"}])
+        await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[job(names[-1], big)]))
+    try:
+        assert not any(cluster.wls[n].job_decoded for n in names)
+        await cluster.tick()
+        waiting = [n for n in names if cluster.wls[n].state == "pending"]
+        running = [n for n in names if cluster.wls[n].state == "running"]
+        assert len(waiting) >= 4 and running
+        assert [cluster.wls[n].job_decoded for n in names] == [cluster.wls[n].state == "running" for n in names]
+        first = cluster.wls[waiting[0]].job_view()
+        assert first["metadata"]["uid"] == waiting[0]
+        assert first["spec"]["suspend"] is True and "status" not in first
+        started = await kv.get(bus, BUCKET, f"wl.{running[0]}")
+        assert started is not None
+        assert msgspec.json.decode(started.value)["job"] == cluster.wls[running[0]].job
+        assert cluster.wls[running[0]].job["spec"]["suspend"] is False
+        again = await one_node_cluster(bus, tmp_path)
+        assert again.wls[waiting[0]].job == first
+        assert not again.wls[waiting[-1]].job_decoded
+        await again.kubelet.close()
+    finally:  # the session's bus outlives the test: leave no workload holding the quota
+        for n in names:
+            await cluster.delete(BackendDelete(run_id=n.removesuffix("-a1"), workspace="default", attempt=1,
+                                               kind="Job", namespace="default", name=n))
+        for n in names:
+            await until_finished(cluster, n, timeout=10)
 
 
 async def test_a_simulated_pod_ends_when_its_duration_is_up_without_a_housekeeping_tick(

@@ -83,6 +83,7 @@ SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
 FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
+_UNSYNCED = msgspec.Raw(b"null")  # a new workload's Job JSON until its first save writes it (``LocalWorkload.sync``)
 
 
 class NodeCordonRecord(msgspec.Struct, frozen=True):
@@ -230,7 +231,7 @@ class LocalCluster:
         await self.refresh_platform()
         for wl in await kv.values(self.bus, BUCKET, LocalWorkload, prefix="wl."):
             self.wls[wl.name] = wl
-            self._versions[wl.uid] = int(wl.job["metadata"].get("resourceVersion", "1"))
+            self._versions[wl.uid] = int(wl.job_view()["metadata"].get("resourceVersion", "1"))
         self._refill()
         for wl in list(self.wls.values()):  # pods that kept running under their shims
             for p in wl.pods:
@@ -248,6 +249,7 @@ class LocalCluster:
         if wl.state == "finished":
             await kv.purge(self.bus, BUCKET, f"wl.{wl.name}", marker_ttl=FINISHED_MARKER_TTL_S)
         else:
+            wl.sync()  # the record carries the Job as it is now
             await kv.put(self.bus, BUCKET, f"wl.{wl.name}", wl)
 
     # ---------------------------------------------------------------- backend requests
@@ -381,6 +383,7 @@ class LocalCluster:
         wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
         self.wls[name] = wl
         self.admitter.submit(self._request(wl))
+        wl.pack()  # it waits holding its Job as JSON, decoded when it starts (``LocalWorkload``)
         self.wake()
 
     def _workload_from(self, req: BackendApply, main: dict[str, Any]) -> LocalWorkload:
@@ -417,9 +420,9 @@ class LocalCluster:
         wl_obj = objects.workload(main, uid=uid, queue=queue, priority=prio, priority_class=prio_name,
                                   pod_sets=pod_sets, at=now)
         wl_obj["metadata"]["resourceVersion"] = "1"
-        return LocalWorkload(
+        wl = LocalWorkload(
             name=meta["name"], namespace=ns, uid=uid, run_id=req.run_id, workspace=req.workspace,
-            attempt=req.attempt, job=main, workload=wl_obj, cluster_queue=self.lq.get((ns, queue), ""),
+            attempt=req.attempt, job_json=_UNSYNCED, workload=wl_obj, cluster_queue=self.lq.get((ns, queue), ""),
             priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, head_per_pod=head,
             gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
@@ -429,6 +432,8 @@ class LocalCluster:
             source_object=req.source_object, python=req.python, python_source=req.python_source, image=req.image,
             pip=list(req.pip),
         )
+        wl.keep_job(main)  # its JSON is written by the first save
+        return wl
 
     def _requests(self, main: dict[str, Any]) -> tuple[dict[str, float], int, int]:
         if main["kind"] == "RayJob":
@@ -457,12 +462,13 @@ class LocalCluster:
         gpus, nodes = [list(p.gpus) for p in pods], [p.node for p in pods]
         if wl.state == "reserved":  # admitted with no pods yet: where the engine placed it
             gpus, nodes = [list(g) for g in wl.held_gpus], list(wl.held_nodes)
+        job = wl.job_view()  # a waiting workload's Job is not decoded to be kept
         return Request(name=wl.name, cluster_queue=wl.cluster_queue, priority=wl.priority,
                        created=wl.queued_at or wl.created,
                        pods=wl.pods_wanted, per_pod=wl.per_pod, gpu_fraction=wl.gpu_fraction,
                        gpu_memory_mb=wl.gpu_memory_mb, preemptible=wl.preemptible, placement=wl.placement,
-                       excluded_nodes=tuple(wl.excluded_nodes), topology=job_topology(wl.job),
-                       flavors=_admitted_flavors(wl), gpus=gpus, nodes=nodes, elastic=job_elastic(wl.job),
+                       excluded_nodes=tuple(wl.excluded_nodes), topology=job_topology(job),
+                       flavors=_admitted_flavors(wl), gpus=gpus, nodes=nodes, elastic=job_elastic(job),
                        head=dict(wl.head_per_pod), preemption_gated=self.site and wl.held and not wl.preempt_granted)
 
     async def _let_preempt(self, wl: LocalWorkload) -> None:
