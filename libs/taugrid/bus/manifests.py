@@ -28,8 +28,9 @@ from taugrid.core.ids import token
 
 BUCKET = "manifests"
 DIGEST_PREFIX = "sha256:"
-# A purge marker outlives no reader: the server removes it after this (a delete marker stayed forever, issue 27).
-MARKER_TTL_S = 600.0
+# A purge marker tells only a live watcher, and nothing watches this bucket: the server removes it after this, the
+# shortest per-message TTL it takes (a delete marker stayed forever, an indexed subject per run: issue 27).
+MARKER_TTL_S = 1.0
 MAX_BYTES = 8 * 1024 * 1024  # inflated: far above any run's manifests (an event carried them under 1 MiB)
 
 
