@@ -442,7 +442,8 @@ out.mkdir(parents=True, exist_ok=True)
 async def test_a_two_node_torchrun_job_rendezvouses_across_its_two_pods(stack: Stack) -> None:
     run_id = await stack.client.submit(project(stack, "ddp", TORCHRUN) / "tau.yaml")
     got = record("torchrun-2x1", stack, await stack.events(run_id, timeout=60))
-    assert [t for a, t in got if a == 1] == [*SUCCESS[:-1], "exec.running", "exec.succeeded"], got  # per pod
+    # one exec.running a run, rank 0's, on both backends (issue 30); each pod is in the record (below)
+    assert [t for a, t in got if a == 1] == SUCCESS, got
     await log_lines(stack, run_id, last="rank 1/2")
     lines = await log_lines(stack, run_id, last="rank 0/2")
     if stack.backend == "kubernetes":  # one source fetch per pod
