@@ -441,9 +441,9 @@ async def test_every_waiting_run_has_one_reason_and_the_place_tau_queue_shows(cl
 
 async def test_a_waiting_run_holds_its_job_as_json_and_a_started_one_as_the_job_it_runs(
         bus: Bus, cluster: LocalCluster, tmp_path: Path) -> None:
-    """What a burst leaves the local cluster holding (issue 30 item 5): a waiting workload's Job is its JSON alone,
-    the record and a restarted controller read the same Job, and once admitted the Job is decoded, started and
-    saved as it now is."""
+    """What a burst leaves the local cluster holding (issue 30 item 5): a waiting workload's Job and Workload are
+    their JSON alone, the record and a restarted controller read the same Job, and once admitted the Job is
+    decoded, started and saved as it now is."""
     cluster.simulate = True
     for left in list(cluster.wls):  # runs an earlier test left waiting on the session's bus: out of the way first
         await until_finished(cluster, left)
@@ -455,12 +455,18 @@ async def test_a_waiting_run_holds_its_job_as_json_and_a_started_one_as_the_job_
                    env=[{"name": "SIMULATED_DURATION", "value": "600"}])
         await cluster.apply(BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[job(names[-1], big)]))
     try:
-        assert not any(cluster.wls[n].job_decoded for n in names)
+        assert not any(cluster.wls[n].job_decoded or cluster.wls[n].workload_decoded for n in names)
+        cluster._pending_at = 0.0  # the waiting runs' reasons go out in this tick (the ticks above may have just sent)
         await cluster.tick()
         waiting = [n for n in names if cluster.wls[n].state == "pending"]
         running = [n for n in names if cluster.wls[n].state == "running"]
         assert len(waiting) >= 4 and running
         assert [cluster.wls[n].job_decoded for n in names] == [cluster.wls[n].state == "running" for n in names]
+        # every waiting run's reason went out this tick (a Workload update each), and it waits as JSON again
+        assert [cluster.wls[n].workload_decoded for n in names] == [
+            cluster.wls[n].state == "running" for n in names]
+        assert {cluster.wls[n].workload_view()["status"]["conditions"][-1]["reason"] for n in waiting} == {
+            "WaitingForQuota"}
         first = cluster.wls[waiting[0]].job_view()
         assert first["metadata"]["uid"] == waiting[0]
         assert first["spec"]["suspend"] is True and "status" not in first

@@ -1,5 +1,5 @@
-"""A local workload's record (``taugrid.local.state``): the Job held as JSON while it waits, as a dict once used,
-and written to the record as it is at each save."""
+"""A local workload's record (``taugrid.local.state``): the Job and the Workload held as JSON while it waits, as
+dicts once used, and written to the record as they are at each save."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j-a1", "na
        "spec": {"parallelism": 2, "template": {"spec": {"containers": [{"name": "main", "image": "python:3.11"}]}}}}
 
 
+WORKLOAD = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {"name": "job-j-a1"},
+            "spec": {"queueName": "default"}}
+
+
 def record(job: dict[str, Any]) -> bytes:
     """A record as the local cluster wrote it before the Job was held as JSON: the Job an object under ``job``."""
     return msgspec.json.encode({"name": "j-a1", "namespace": "default", "uid": "r-a1", "run_id": "r",
-                                "workspace": "default", "attempt": 1, "job": job, "workload": {},
+                                "workspace": "default", "attempt": 1, "job": job, "workload": WORKLOAD,
                                 "cluster_queue": "cq", "priority": 0, "created": 1.0, "pods_wanted": 2,
                                 "per_pod": {"cpu": 1.0}})
 
@@ -44,5 +48,19 @@ def test_a_change_to_the_job_is_in_the_next_record_and_survives_packing() -> Non
 def test_a_kept_job_is_the_one_every_reader_sees() -> None:
     wl = msgspec.json.decode(record(JOB), type=LocalWorkload)
     mine = {**JOB, "metadata": {"name": "j-a1", "namespace": "default", "uid": "r-a1"}}
-    wl.keep_job(mine)
+    theirs = {**WORKLOAD, "status": {"conditions": []}}
+    wl.keep(job=mine, workload=theirs)
     assert wl.job is mine and wl.job_view() is mine
+    assert wl.workload is theirs and wl.workload_view() is theirs
+    wl.pack()
+    assert (wl.job, wl.workload) == (mine, theirs)
+
+
+def test_the_workload_is_held_as_the_job_is() -> None:
+    wl = msgspec.json.decode(record(JOB), type=LocalWorkload)
+    assert wl.workload_view() == WORKLOAD and not wl.workload_decoded
+    wl.workload["status"] = {"admission": {"clusterQueue": "cq"}}
+    assert wl.workload_decoded and not wl.job_decoded
+    wl.pack()
+    assert not wl.workload_decoded
+    assert msgspec.json.decode(msgspec.json.encode(wl))["workload"] == {**WORKLOAD, **wl.workload}

@@ -83,7 +83,7 @@ SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
 FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
-_UNSYNCED = msgspec.Raw(b"null")  # a new workload's Job JSON until its first save writes it (``LocalWorkload.sync``)
+_UNSYNCED = msgspec.Raw(b"null")  # a new workload's JSON until its first save writes it (``LocalWorkload.sync``)
 
 
 class NodeCordonRecord(msgspec.Struct, frozen=True):
@@ -209,7 +209,7 @@ class LocalCluster:
         self.priorities = {pc.name: (pc.value, pc.preemptible) for pc in p.priority_classes}
         self.platform, self.platform_rev = p, rev
         for wl in self.wls.values():  # a new revision may move a LocalQueue to another ClusterQueue
-            wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
+            wl.cluster_queue = self.lq.get((wl.namespace, wl.workload_view()["spec"]["queueName"]), wl.cluster_queue)
         self.admitter.configure(p)
         self.podsync.tas = self.admitter.tas
         self.readiness.rule = p.wait_for_pods_ready
@@ -383,7 +383,7 @@ class LocalCluster:
         wl.cluster_queue = self.lq.get((wl.namespace, wl.workload["spec"]["queueName"]), wl.cluster_queue)
         self.wls[name] = wl
         self.admitter.submit(self._request(wl))
-        wl.pack()  # it waits holding its Job as JSON, decoded when it starts (``LocalWorkload``)
+        wl.pack()  # it waits holding its Job and Workload as JSON, decoded when used (``LocalWorkload``)
         self.wake()
 
     def _workload_from(self, req: BackendApply, main: dict[str, Any]) -> LocalWorkload:
@@ -422,7 +422,8 @@ class LocalCluster:
         wl_obj["metadata"]["resourceVersion"] = "1"
         wl = LocalWorkload(
             name=meta["name"], namespace=ns, uid=uid, run_id=req.run_id, workspace=req.workspace,
-            attempt=req.attempt, job_json=_UNSYNCED, workload=wl_obj, cluster_queue=self.lq.get((ns, queue), ""),
+            attempt=req.attempt, job_json=_UNSYNCED, workload_json=_UNSYNCED,
+            cluster_queue=self.lq.get((ns, queue), ""),
             priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, head_per_pod=head,
             gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
@@ -432,7 +433,7 @@ class LocalCluster:
             source_object=req.source_object, python=req.python, python_source=req.python_source, image=req.image,
             pip=list(req.pip),
         )
-        wl.keep_job(main)  # its JSON is written by the first save
+        wl.keep(job=main, workload=wl_obj)  # their JSON is written by the first save
         return wl
 
     def _requests(self, main: dict[str, Any]) -> tuple[dict[str, float], int, int]:
@@ -670,6 +671,9 @@ class LocalCluster:
                                           if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)),
                                          PENDING_NEWS))
             await self._each(self.publish(wl, "Workload", wl.workload, "modified") for wl in news)
+            for wl in news:  # published (under the lock: nothing else holds its dicts): back to JSON while it waits
+                if wl.state == "pending":
+                    wl.pack()
         await self._supervise_many(list(self.wls.values()))
         if now - self._snapshot_at > 2.0:
             self._snapshot_at = now
@@ -1078,7 +1082,7 @@ def _remove_ray_files(wl: LocalWorkload) -> None:
 
 def _admitted_flavors(wl: LocalWorkload) -> dict[str, str]:
     """resource -> flavor from the Workload's recorded admission (empty when it has none)."""
-    adm = (wl.workload.get("status") or {}).get("admission") or {}
+    adm = (wl.workload_view().get("status") or {}).get("admission") or {}
     out: dict[str, str] = {}
     for psa in adm.get("podSetAssignments") or []:
         for r, f in (psa.get("flavors") or {}).items():

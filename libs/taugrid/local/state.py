@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-_KEPT_JOB = "_job"  # a LocalWorkload's decoded Job, outside its fields (``LocalWorkload.job``)
+# a LocalWorkload's decoded Job and Workload, outside its fields (``LocalWorkload.job``, ``LocalWorkload.workload``)
+_KEPT_JOB, _KEPT_WORKLOAD = "_job", "_workload"
 
 
 class LocalPod(msgspec.Struct, kw_only=True):
@@ -30,11 +31,12 @@ class LocalPod(msgspec.Struct, kw_only=True):
 
 
 class LocalWorkload(msgspec.Struct, kw_only=True, dict=True):
-    """``job``: the Job (or RayJob) as a dict. It is kept as its JSON (``job_json``, the record's ``job``) while the
-    workload waits, and decoded on its first use after that (``pack``): a waiting workload is most of what the
-    local cluster holds in a burst (Kueue's TAS scenario: 1,285 waiting at once, 11 KB of Python objects each for
-    the Job against 3 KB of JSON), and Python's allocator keeps the arenas such a peak filled once they are
-    freed, so the peak stayed resident after the burst."""
+    """``job`` and ``workload``: the Job (or RayJob) and the Kueue Workload as dicts. Each is held as its JSON
+    (``job_json``, ``workload_json``: the record's ``job`` and ``workload``) while the workload waits, and decoded
+    on its first use after that, until ``pack``: waiting workloads are most of what the local cluster holds in a
+    burst (Kueue's TAS scenario at fraction 0.2: 1,285 waiting at once; the Job was 11 KB of Python objects each,
+    the Workload 4 KB, against 3 KB and 1 KB of JSON), and Python's allocator keeps the arenas such a peak filled
+    once they are freed, so the peak stayed resident after the burst."""
 
     name: str
     namespace: str
@@ -43,7 +45,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True, dict=True):
     workspace: str
     attempt: int
     job_json: msgspec.Raw = msgspec.field(name="job")  # the Job as JSON; current except while ``job`` is kept
-    workload: dict[str, Any]
+    workload_json: msgspec.Raw = msgspec.field(name="workload")  # likewise the Workload
     cluster_queue: str
     priority: int
     created: float
@@ -97,33 +99,54 @@ class LocalWorkload(msgspec.Struct, kw_only=True, dict=True):
     def job(self) -> dict[str, Any]:
         """The Job as a dict, the one every change is made to: decoded from ``job_json`` on first use and kept
         until ``pack``."""
-        kept: dict[str, Any] | None = self.__dict__.get(_KEPT_JOB)
-        if kept is None:
-            kept = self.__dict__[_KEPT_JOB] = msgspec.json.decode(self.job_json)
-        return kept
+        return self._kept(_KEPT_JOB, self.job_json)
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        """The Workload as a dict, as ``job`` is the Job."""
+        return self._kept(_KEPT_WORKLOAD, self.workload_json)
 
     @property
     def job_decoded(self) -> bool:
         """Whether the Job is held as a dict (from its first use until ``pack``), not as JSON alone."""
         return _KEPT_JOB in self.__dict__
 
-    def keep_job(self, job: dict[str, Any]) -> None:
-        """Hold ``job`` as the workload's Job (its JSON is written by the next ``sync``)."""
-        self.__dict__[_KEPT_JOB] = job
+    @property
+    def workload_decoded(self) -> bool:
+        return _KEPT_WORKLOAD in self.__dict__
+
+    def keep(self, *, job: dict[str, Any], workload: dict[str, Any]) -> None:
+        """Hold these as the workload's Job and Workload (their JSON is written by the next ``sync``)."""
+        self.__dict__[_KEPT_JOB], self.__dict__[_KEPT_WORKLOAD] = job, workload
 
     def job_view(self) -> dict[str, Any]:
         """The Job to read, not to change: the kept dict, else decoded from ``job_json`` and not kept."""
         kept: dict[str, Any] | None = self.__dict__.get(_KEPT_JOB)
         return kept if kept is not None else msgspec.json.decode(self.job_json)
 
+    def workload_view(self) -> dict[str, Any]:
+        """The Workload to read, not to change, as ``job_view``."""
+        kept: dict[str, Any] | None = self.__dict__.get(_KEPT_WORKLOAD)
+        return kept if kept is not None else msgspec.json.decode(self.workload_json)
+
     def sync(self) -> None:
-        """Bring ``job_json`` up to date with the kept Job (before the record is encoded)."""
-        kept = self.__dict__.get(_KEPT_JOB)
-        if kept is not None:
-            self.job_json = msgspec.Raw(msgspec.json.encode(kept))
+        """Bring ``job_json`` and ``workload_json`` up to date with the kept dicts (before the record is
+        encoded)."""
+        job, workload = self.__dict__.get(_KEPT_JOB), self.__dict__.get(_KEPT_WORKLOAD)
+        if job is not None:
+            self.job_json = msgspec.Raw(msgspec.json.encode(job))
+        if workload is not None:
+            self.workload_json = msgspec.Raw(msgspec.json.encode(workload))
 
     def pack(self) -> None:
-        """Hold the Job as JSON only (a waiting workload): ``sync``, then drop the dict. Only where no one else
-        holds the dict to change it: a change made to it afterwards would be lost."""
+        """Hold the Job and the Workload as JSON only (a waiting workload): ``sync``, then drop the dicts. Only
+        where no one else holds a dict to change it: a change made to it afterwards would be lost."""
         self.sync()
         self.__dict__.pop(_KEPT_JOB, None)
+        self.__dict__.pop(_KEPT_WORKLOAD, None)
+
+    def _kept(self, key: str, doc: msgspec.Raw) -> dict[str, Any]:
+        kept: dict[str, Any] | None = self.__dict__.get(key)
+        if kept is None:
+            kept = self.__dict__[key] = msgspec.json.decode(doc)
+        return kept
