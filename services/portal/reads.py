@@ -71,6 +71,8 @@ async def run(bus: Bus, viewer: Viewer, run_id: str) -> RunRecord:
 def run_detail(record: RunRecord) -> dict[str, Any]:
     detail: dict[str, Any] = msgspec.to_builtins(record)
     detail.pop("resolved", None)  # the resolved spec is long; the evidence tab has it
+    if record.evidence_digest:  # a sealed record keeps no history (issue 27): the bundle's events are the run's
+        detail["history_in"] = "evidence"
     return detail
 
 

@@ -183,7 +183,8 @@ async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
     """``ev`` applied to ``record`` (in place, or rebuilt from the stream when ``ev`` is older than what the record
     has folded): the record and whether the state machine took ``ev``; None when the record has it already."""
     if ev.seq and ev.seq <= record.last_seq and (  # a history holds no seq above its record's last_seq
-            any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
+            record.evidence_digest  # sealed: final, its history dropped (``_fold``); the bundle holds the events
+            or any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
         return record, None
     if ev.seq and ev.seq < record.last_seq:
         log.info("%s: %s seq=%s arrived after seq=%s; rebuilding the record from the stream", record_key,
@@ -285,6 +286,12 @@ def _fold(record: states.RunRecord, ev: Event, *, at: float) -> bool:
     changed = states.apply(record, ev.type, ev.attempt, ev.as_dict(), at)
     _enrich(record, ev)
     record.last_seq = max(record.last_seq, ev.seq)
+    if record.evidence_digest:
+        # Sealed (issue 27): the record keeps one revision without its history, which the sealed bundle holds
+        # (its ``events``); ``last_seq`` alone tells what it has folded, as nothing folds into it after the seal
+        # but events stored after it (``_apply``), a late cancel or a duplicate's redelivery.
+        record.history.clear()
+        return changed
     record.history.append({"seq": ev.seq, "type": ev.type, "attempt": ev.attempt, "time": ev.time,
                            "applied": changed})
     del record.history[:-HISTORY]
