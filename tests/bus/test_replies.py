@@ -1,0 +1,78 @@
+"""The requests a service sends (acks, publishes into a stream, KV writes) answered on its routed inbox
+(``connection.Replies``, ``rawmsgs.route(bulk=False)``), against a real nats-server: each answer reaches its own
+request exactly as nats-py would have built it, headers and statuses included, also while a replay's bulk reader
+holds the same connection."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import nats.errors
+import pytest
+
+from taugrid.bus import Bus, bulkparse, rawmsgs, replay
+from taugrid.core.contracts import CancelRequested
+from taugrid.core.events import run_subject
+
+
+async def _responder(bus: Bus, subject: str, *, headers: dict[str, str] | None = None) -> None:
+    async def answer(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(b"re:" + msg.data) if headers is None else \
+            await bus.nc.publish(msg.reply, b"re:" + msg.data, headers=headers)
+
+    await bus.nc.subscribe(subject, cb=answer)
+    await bus.nc.flush()
+
+
+async def _ignore(msg: nats.aio.msg.Msg) -> None:
+    del msg
+
+
+async def test_each_answer_reaches_its_own_request_as_nats_py_builds_it(bus: Bus) -> None:
+    subject = f"svc.{uuid.uuid4().hex[:8]}"
+    await _responder(bus, subject)
+    replies = await asyncio.gather(*(bus.replies.request(subject, str(i).encode(), timeout=5) for i in range(50)))
+    assert [r.data for r in replies] == [f"re:{i}".encode() for i in range(50)]
+    assert {r.headers for r in replies} == {None}
+    assert all(r.subject.startswith(bus.replies.prefix) and r.reply == "" for r in replies)
+    assert isinstance(bus.nc.__dict__["_process_msg"], rawmsgs._Router)  # the routed path answered them
+
+
+async def test_an_answer_with_headers_keeps_them(bus: Bus) -> None:
+    subject = f"svc.{uuid.uuid4().hex[:8]}"
+    await _responder(bus, subject, headers={"x-answer": "yes", "x-count": "2"})
+    reply = await bus.replies.request(subject, b"q", timeout=5)
+    assert (reply.data, reply.headers) == (b"re:q", {"x-answer": "yes", "x-count": "2"})
+
+
+async def test_nobody_listening_is_no_responders_and_silence_a_timeout(bus: Bus) -> None:
+    with pytest.raises(nats.errors.NoRespondersError):  # the server's 503 status, a header block
+        await bus.replies.request(f"nobody.{uuid.uuid4().hex[:8]}", b"q", timeout=5)
+    silent = f"silent.{uuid.uuid4().hex[:8]}"
+    sub = await bus.nc.subscribe(silent, cb=_ignore)  # takes the request, never answers
+    await bus.nc.flush()
+    with pytest.raises(nats.errors.TimeoutError):
+        await bus.replies.request(silent, b"q", timeout=0.3)
+    await sub.unsubscribe()
+    assert bus.replies._pending == {}
+
+
+async def test_publishes_are_acked_while_a_replay_reads_the_same_connection_in_bulk(bus: Bus) -> None:
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    seqs = await asyncio.gather(*(bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1,
+                                           event_type="cancel.requested", payload=CancelRequested(reason="x"))
+                                  for i in range(200)))
+    assert len(set(seqs)) == 200 and all(s > 0 for s in seqs)
+    reading = [b async for b in replay.batches(bus, f"run.{ws}.>", batch=50)]
+    more = await asyncio.gather(*(bus.emit(workspace=ws, run_id=f"{ws}-more{i}", attempt=1,
+                                           event_type="cancel.requested", payload=CancelRequested(reason="y"))
+                                  for i in range(20)))
+    assert sorted(ev.seq for b in reading for ev in b) == sorted(seqs)
+    assert min(more) > max(seqs) and len(set(more)) == 20
+    assert not isinstance(bus.nc._ps, bulkparse.BulkParser)  # the replay's reader is gone, the replies' route kept
+    assert isinstance(bus.nc.__dict__["_process_msg"], rawmsgs._Router)
+    again = await bus.emit(workspace=ws, run_id=f"{ws}-r0", attempt=1, event_type="cancel.requested",
+                           payload=CancelRequested(reason="x"))
+    assert again == seqs[0]  # a repeat: the server's duplicate ack names the stored sequence
+    assert run_subject(ws, f"{ws}-r0", "cancel.requested") == await bus.subject_at("RUNS", again)
