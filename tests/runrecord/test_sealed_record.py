@@ -104,3 +104,19 @@ async def test_a_sealed_record_an_earlier_release_stored_with_its_history_still_
     record, _ = await runrecord.get(bus, ws, run)
     assert record is not None  # from its first write on, the sealed record keeps no history
     assert record == msgspec.structs.replace(old, last_seq=cancel.seq, history=[], updated=record.updated)
+
+
+async def test_a_runs_end_redelivered_after_its_seal_rebuilds_the_record_ended_and_without_history(bus: Bus) -> None:
+    """The seal folded before the run's end (``exec.succeeded``'s first projection failed): the record is sealed
+    but still running, so the late end is not taken for a redelivery; the record is rebuilt from RUNS."""
+    ws, run = await sealed_run(bus)
+    events = await stored_events(bus, ws, run)
+    projector = runrecord.Projector(bus)
+    for ev in [*events[:-2], events[-1]]:
+        await projector.project(ev)
+    early, _ = await runrecord.get(bus, ws, run)
+    assert early is not None and (early.state, early.evidence_digest, early.history) == ("running", "sha256:d", [])
+    assert await projector.project(events[-2])
+    stored, _ = await stored_json(bus, ws, run)
+    assert (stored["state"], stored["exit_code"], stored["evidence_digest"], stored["last_seq"],
+            stored.get("history", [])) == ("succeeded", 0, "sha256:d", events[-1].seq, [])

@@ -10,7 +10,8 @@ projection failed (a KV write lost with a restarting server) or whose delivery w
 after later events of the same run were folded, and folding it then would apply it to a state it predates (a
 ``submit.accepted`` arriving after ``policy.approved`` left the record at ``accepted`` for good, every later
 event an "invalid transition"). So an event older than the record's ``last_seq`` that the record has not seen
-rebuilds the record from the run's stored events, in stream order (``_refold``).
+rebuilds the record from the run's stored events, in stream order (``_refold``). A sealed run's record keeps no
+history (issue 27: the sealed bundle holds its events) and folds nothing at or below its ``last_seq`` (``_apply``).
 A projector may keep a ``RecordCache`` of the records it last wrote: the cached revision is only the CAS
 precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket (so
 an event of a cached record costs one KV write and no read).
@@ -183,7 +184,10 @@ async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
     """``ev`` applied to ``record`` (in place, or rebuilt from the stream when ``ev`` is older than what the record
     has folded): the record and whether the state machine took ``ev``; None when the record has it already."""
     if ev.seq and ev.seq <= record.last_seq and (  # a history holds no seq above its record's last_seq
-            record.evidence_digest  # sealed: final, its history dropped (``_fold``); the bundle holds the events
+            # sealed and ended: no history (``_fold``); what it has not folded by now (a pre-seal event redelivered
+            # after the seal) is in the bundle, and would not move a terminal state. A seal folded before its run's
+            # end (that end's delivery failed) is not final: such a late event rebuilds the record (below)
+            (record.evidence_digest and record.state in states.TERMINAL)
             or any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
         return record, None
     if ev.seq and ev.seq < record.last_seq:
