@@ -7,7 +7,7 @@ Routes (every ``/api`` route but ``/api/portal`` needs a session, see ``sessions
   GET  /api/portal               this portal's public key (what ``tau portal --url`` signs a session for)
   GET  /api/me                   the signed-in person, their role and workspaces
   GET  /api/runs?state=&workspace=&user=&q=&limit=&cursor=   a page of runs, newest first, and the next cursor
-  GET  /api/runs/{run}           the run record: state, phase tree, pods, history
+  GET  /api/runs/{run}           the run record: state, phase tree, pods, history (a sealed run's: history_in evidence)
   GET  /api/runs/{run}/stream    server-sent events: the run's events and log lines as they are stored
   GET  /api/runs/{run}/evidence  the sealed bundle's summary and a fresh verify
   POST /api/runs/{run}/cancel    a cancel on the person's behalf (header ``X-Tau-Portal: 1``)
