@@ -820,6 +820,11 @@ class LocalCluster:
                 await self._simulate(wl, p)
             else:
                 await self.podsync.launch(wl, p)
+        if self.simulate and wl.state == "running" and wl.announced and all(p.added for p in wl.pods) and \
+                wl.job_view()["kind"] == "Job":
+            # started and announced (under the lock: nothing else holds its dicts): a simulated Job's pods end on a
+            # timer, and nothing reads its Job or Workload until then, so it runs holding them as JSON too
+            wl.pack()
 
     def _sim_start(self, wl: LocalWorkload, p: LocalPod, now: float) -> None:
         """Simulated pool: no process; the pod "runs" for SIMULATED_DURATION seconds from its env."""
