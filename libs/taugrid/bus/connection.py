@@ -32,7 +32,7 @@ from nats.js.object_store import ObjectStore
 
 from taugrid import settings
 from taugrid.bus import creds as credentials
-from taugrid.bus import identity, natsheaders, rawmsgs, tracing
+from taugrid.bus import identity, natsheaders, tracing
 from taugrid.bus.envelope import (
     DELEGATION_HEADER,
     SIGNED_TYPES,
@@ -100,9 +100,7 @@ class Replies:
     ``request`` adds a NUID, random bytes, a done callback and a ``wait_for`` timer to each), and one sweep every
     ``SWEEP_S`` while any wait fails those whose time is up with ``nats.errors.TimeoutError``. A request made
     ``guarded`` is failed with ``PermissionDenied`` when the server refuses something on the connection meanwhile
-    (``Bus.denied``), as ``Bus.guarded`` does. The inbox's messages are routed (``rawmsgs.route``, without the
-    bulk reader): an answer resolves its request from the reading loop, without the subscription's queue and the
-    task that awaits a callback per message (every handled message's ack is answered there; issue 30)."""
+    (``Bus.denied``), as ``Bus.guarded`` does."""
 
     SWEEP_S = 0.25
 
@@ -113,9 +111,6 @@ class Replies:
         self._count = 0
         self._sweep: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()
-        self._raw_prefix = b""
-        self._sid = 0
-        self._with_headers: set[asyncio.Future[None]] = set()  # replies being read through nats-py's headers
 
     async def request(self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None,
                       guarded: bool = False) -> Msg:
@@ -123,10 +118,8 @@ class Replies:
             async with self._lock:
                 if not self.prefix:
                     prefix = self.nc.new_inbox() + "."
-                    sub = await self.nc.subscribe(prefix + "*", cb=self._answer)
+                    await self.nc.subscribe(prefix + "*", cb=self._answer)
                     self.prefix = prefix
-                    self._raw_prefix, self._sid = prefix.encode(), sub._id
-                    rawmsgs.route(self.nc, sub._id, self._answers, bulk=False)
         self._count += 1
         token = str(self._count)
         loop = asyncio.get_running_loop()
@@ -142,25 +135,6 @@ class Replies:
         if reply.headers and reply.headers.get("Status") == "503":
             raise nats.errors.NoRespondersError
         return reply
-
-    def _answers(self, frames: list[rawmsgs.Raw]) -> None:
-        """The replies as nats-py's parser read them (``rawmsgs.route``): one without headers (an ack's
-        confirmation, a publish's ack) becomes the ``Msg`` nats-py would build and resolves its request here,
-        without the subscription's queue and task; one with headers (a status such as no responders) goes
-        through nats-py's header reading first, as before."""
-        nc, skip = self.nc, len(self._raw_prefix)
-        for subject, reply, block, data in frames:
-            if block is None:
-                found = self._pending.get(subject[skip:].decode())
-                if found is not None and not found[0].done():
-                    found[0].set_result(nc._build_message(self._sid, subject, reply, data, None))
-            else:
-                self._with_headers.add(task := asyncio.ensure_future(self._answer_raw(subject, reply, block, data)))
-                task.add_done_callback(self._with_headers.discard)
-
-    async def _answer_raw(self, subject: bytes, reply: bytes, block: bytes, data: bytes) -> None:
-        headers = await self.nc._process_headers(block)
-        await self._answer(self.nc._build_message(self._sid, subject, reply, data, headers))
 
     async def _answer(self, msg: Msg) -> None:
         found = self._pending.get(msg.subject[len(self.prefix):])

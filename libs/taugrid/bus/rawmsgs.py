@@ -57,12 +57,10 @@ class _Router:
         sink([(subject, reply, headers, data)])
 
 
-def route(nc: Client, sid: int, sink: Sink, *, bulk: bool = True) -> bool:
+def route(nc: Client, sid: int, sink: Sink) -> bool:
     """Hand subscription ``sid``'s messages on ``nc`` to ``sink`` (synchronously, from the reading loop, in
     order, in lists); False, and nothing changed, when this nats-py is not the one the hook was checked
-    against. ``bulk=False``: the messages still pass nats-py's own parser (no ``BulkParser``), for a
-    subscription whose messages come one at a time among others' (``connection.Replies``: the bulk reader would
-    hand every other message back to nats-py's parser frame by frame)."""
+    against."""
     if not _CHECKED:
         return False
     router = nc.__dict__.get("_process_msg")
@@ -70,7 +68,7 @@ def route(nc: Client, sid: int, sink: Sink, *, bulk: bool = True) -> bool:
         router = _Router(nc)
         nc._process_msg = router  # type: ignore[method-assign]
     router.sinks[sid] = sink
-    if bulk and bulkparse.CHECKED:
+    if bulkparse.CHECKED:
         reader: Any = nc._ps
         if not isinstance(reader, bulkparse.BulkParser):
             reader = bulkparse.BulkParser(nc, reader)
