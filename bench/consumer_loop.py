@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from taugrid.bus import tracing
-from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.envelope import Event
-from tests.secure_nats import started
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.secure_nats
+
+from taugrid.bus import tracing  # noqa: E402
+from taugrid.bus.consumer import ConsumerLoop  # noqa: E402
+from taugrid.bus.envelope import Event  # noqa: E402
+from tests.secure_nats import started  # noqa: E402
 
 
 async def main() -> None:
