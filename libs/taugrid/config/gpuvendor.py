@@ -25,8 +25,7 @@ def offered_vendors(platform: Platform, cluster_queue: str) -> list[devices.Vend
     if cq is None:
         return []
     root = platform.cohort_root(cq.cohort)
-    pool = [cq, *(q for q in platform.cluster_queues
-                  if q is not cq and root and platform.cohort_root(q.cohort) == root)]
+    pool = [cq, *(q for q in (platform.cohort_tree_queues(root) if root else []) if q is not cq)]
     out: list[devices.Vendor] = []
     for q in pool:
         for vendor in _queue_vendors(q):

@@ -381,9 +381,8 @@ def _capacity(
         return
     # a queue in a cohort may borrow, at most everything its cohort tree holds; admission decides the rest
     root = platform.cohort_root(cq.cohort)
-    pool = [
-        q for q in platform.cluster_queues if q is cq or (root and platform.cohort_root(q.cohort) == root)
-    ]
+    # the queue and every written queue of its cohort tree (a project's queue is not written: its limits bound it)
+    pool = platform.cohort_tree_queues(root) if root else [q for q in platform.cluster_queues if q is cq]
     # MIG slices and extra devices are resources of their own: a queue without quota for them never admits
     if cfg.compute.mig_profile:
         gpu_field = ("compute", "mig_profile")
@@ -401,7 +400,8 @@ def _capacity(
         )
     caps = platform.project_limits(cq.name)  # a KAI project: only its limits bound it (idle GPUs are shared)
     for resource, amount in need.items():
-        have = sum(q.nominal(resource) for q in pool) if caps is None else caps.get(resource)
+        have = (caps.get(resource) if caps is not None else platform.cohort_tree_nominal(root, resource) if root
+                else sum(q.nominal(resource) for q in pool))
         if have is not None and amount > have:
             shown = (
                 (format_cpu(amount), format_cpu(have))
