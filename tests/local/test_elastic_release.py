@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from taugrid.core.contracts import BackendApply
+from taugrid.core.contracts import BackendApply, BackendDelete
 from taugrid.local.controller import LocalCluster
 from tests.local.pools import pool_cluster
 from tests.local.test_elastic_pool import PLATFORM, job, running, until
@@ -54,6 +54,16 @@ async def test_a_shrunk_pods_quota_is_freed_only_once_its_process_has_exited(poo
                    "open(f'{d}/hi-{i}.started', 'w').write(repr(time.time()))\n")
     await c.apply(BackendApply(run_id="el", workspace="default", attempt=1, manifests=[
         real(job("el-a1", pods=2, priority="low", seconds=0, elastic="1:3:1:0"), slow_stop)]))
+    try:
+        await shrunk_for_a_newcomer(c, stamps, stamp_start)
+    finally:  # the kept pods sleep for minutes: stopped here, not left running past the test
+        await c.delete(BackendDelete(run_id="el", workspace="default", attempt=1, kind="Job", namespace="default",
+                                     name="el-a1", grace_s=10))
+        await until(c, lambda: {p.name for p in stamps.glob("el-*.exited")} >= {"el-0.exited", "el-1.exited"},
+                    timeout=30)
+
+
+async def shrunk_for_a_newcomer(c: LocalCluster, stamps: Path, stamp_start: str) -> None:
     await until(c, lambda: running(c, "el-a1") == [0, 1, 2], timeout=60)  # grown to 3 of the 4 GPUs
     await until(c, lambda: all(up(c, p.name) for p in c.wls["el-a1"].pods), timeout=60)  # their processes run
     await c.apply(BackendApply(run_id="hi", workspace="default", attempt=1, manifests=[
