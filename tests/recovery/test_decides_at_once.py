@@ -31,6 +31,9 @@ from tests.contract.test_backends import PLATFORM
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user, wait_for_events
 
 DECIDED = {"recovery.gave_up", "recovery.retrying"}
+# "At once" against what it used to be: the next sample (5 s away) or the blame settle (10 s here). Not a
+# performance target (bench/ holds those): a loaded CI machine took 1.27 s once where a quiet one takes ~0.1 s.
+AT_ONCE_S = 3.0
 
 
 @dataclass
@@ -89,18 +92,18 @@ def decision_latency(evs: list[Event], attempt: int = 1) -> float:
     return decided.stored - failed.stored
 
 
-async def test_a_crash_with_no_retries_is_given_up_within_a_second(pipeline: Pipeline) -> None:
+async def test_a_crash_with_no_retries_is_given_up_at_once(pipeline: Pipeline) -> None:
     evs = await pipeline.fail("crash", "sh -c 'exit 3'")
     assert [e.type for e in evs if e.type in DECIDED] == ["recovery.gave_up"]
-    assert decision_latency(evs) < 1.0, decision_latency(evs)
+    assert decision_latency(evs) < AT_ONCE_S, decision_latency(evs)
 
 
-async def test_a_memory_kill_is_given_up_within_a_second(pipeline: Pipeline) -> None:
+async def test_a_memory_kill_is_given_up_at_once(pipeline: Pipeline) -> None:
     evs = await pipeline.fail("oom", "python3 -c 'import time; b = bytearray(600 << 20); time.sleep(30)'",
                               compute="gpus: 0, memory_limit: 200Mi")
     assert first(evs, "exec.failed").as_dict()["reason"] == "OOMKilled"
     assert [e.type for e in evs if e.type in DECIDED] == ["recovery.gave_up"]
-    assert decision_latency(evs) < 1.0, decision_latency(evs)
+    assert decision_latency(evs) < AT_ONCE_S, decision_latency(evs)
 
 
 async def test_a_retry_is_decided_at_once_and_its_backoff_waited_before_the_next_attempt(
@@ -108,12 +111,12 @@ async def test_a_retry_is_decided_at_once_and_its_backoff_waited_before_the_next
     evs = await pipeline.fail("backoff", "sh -c 'exit 3'",
                               "resilience: {max_retries: 1, retry_on: [Error], backoff_initial: 2s}\n")
     retrying = first(evs, "recovery.retrying", 2)
-    assert decision_latency(evs) < 1.0, decision_latency(evs)
+    assert decision_latency(evs) < AT_ONCE_S, decision_latency(evs)
     decision = retrying.payload(RecoveryRetrying)
     assert (decision.attempt, decision.reason, decision.delay_s) == (2, "Error", 2.0)
     assert decision.not_before == pytest.approx(retrying.happened + 2.0, abs=0.05)
     evs = await wait_for_events(pipeline.client, retrying.subject, {"recovery.gave_up"}, timeout=30)
     applied = first(evs, "render.applied", 2)
     assert applied.stored >= decision.not_before  # the renderer held attempt 2 until its backoff was over
-    assert decision_latency(evs, attempt=2) < 1.0
+    assert decision_latency(evs, attempt=2) < AT_ONCE_S
 
