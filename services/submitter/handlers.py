@@ -85,6 +85,14 @@ class Submitter:
         self.pacer = ratelimit.Pacer(bus)
 
     async def on_requested(self, ev: Event) -> None:
+        # in hand from here, before any round trip: a paced workspace's slots go in stream order (ratelimit.Pacer)
+        self.pacer.enter(ev.workspace, ev.seq)
+        try:
+            await self._requested(ev)
+        finally:
+            await self.pacer.leave(ev.workspace, ev.seq)
+
+    async def _requested(self, ev: Event) -> None:
         if not await self._first_for_run(ev):
             raise PermanentError(
                 f"run {ev.subject} in workspace {ev.workspace} already has a submission (another message of the "
@@ -140,7 +148,9 @@ class Submitter:
         else:
             limit = _rate_limit(platform, workspace)
             try:
-                wait = await self.pacer.reserve(workspace, req.submission_id, per_minute=limit)
+                wait = await self.pacer.reserve(workspace, req.submission_id, per_minute=limit,
+                                                seq=ev.seq if workspace == ev.workspace else 0)
+                await self.pacer.leave(ev.workspace, ev.seq)
             except ratelimit.Backlogged as full:
                 await self._reject(ev, [Issue(
                     field="workspace",

@@ -5,7 +5,8 @@ submissions are admitted at once (the burst), then one every ``60 / per_minute``
 rate algorithm over one value per workspace, ``rate.<workspace>`` in the ``submissions`` KV bucket: ``tat``, the
 time from which the next submission would wait. Each new submission reserves the next slot under
 compare-and-set, so the pace holds across submitter replicas and restarts, and slots go in the order the
-submissions are first handled (one reservation at a time per workspace in each replica).
+submissions were stored among those a replica has in hand (one reservation at a time per workspace in each
+replica, each after every earlier one in hand: ``enter``/``leave``).
 
 A submission with a slot in the future gets ``due.<submission id>`` (when it is due) and waits in the stream: the
 submitter naks it until then (``errors.NotYet``) and admits it when it comes back. Such a submission holds one
@@ -61,14 +62,39 @@ class Pacer:
     def __init__(self, bus: Bus, *, max_backlog: int = PACED_SUBMISSIONS_MAX) -> None:
         self.bus, self.max_backlog = bus, max_backlog
         self._turns: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # The stream sequences of the submissions this replica is handling, per workspace, and a condition to wait
+        # on: a new submission reserves only once every earlier one in hand has reserved or left, so slots go in
+        # the order the submissions were stored, not in the order their checks (round trips each) happened to end.
+        self._in_hand: defaultdict[str, set[int]] = defaultdict(set)
+        self._moved = asyncio.Condition()
 
-    async def reserve(self, workspace: str, submission_id: str, *, per_minute: int, now: float | None = None
-                      ) -> float:
+    def enter(self, workspace: str, seq: int) -> None:
+        """``seq`` of ``workspace`` is being handled (called before the handler's first await)."""
+        self._in_hand[workspace].add(seq)
+
+    async def leave(self, workspace: str, seq: int) -> None:
+        """``seq`` reserved, or was handled without reserving."""
+        held = self._in_hand.get(workspace)
+        if held is not None and seq in held:
+            held.discard(seq)
+            if not held:
+                del self._in_hand[workspace]
+            async with self._moved:
+                self._moved.notify_all()
+
+    async def _after_earlier(self, workspace: str, seq: int) -> None:
+        async with self._moved:
+            await self._moved.wait_for(lambda: not any(s < seq for s in self._in_hand.get(workspace, ())))
+
+    async def reserve(self, workspace: str, submission_id: str, *, per_minute: int, now: float | None = None,
+                      seq: int = 0) -> float:
         """Reserve the next slot of ``workspace`` for a new submission: the seconds until it is admitted (0: now;
         ``per_minute`` 0 = unlimited, nothing reserved). Raises ``Backlogged`` when the workspace already has
-        ``max_backlog`` submissions waiting."""
+        ``max_backlog`` submissions waiting. With ``seq`` (one ``enter`` ed), after every earlier one in hand."""
         if per_minute <= 0:
             return 0.0
+        if seq:
+            await self._after_earlier(workspace, seq)
         async with self._turns[workspace]:
             return await self._reserve(workspace, submission_id, per_minute=per_minute, now=now)
 
