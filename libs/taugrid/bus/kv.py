@@ -85,13 +85,21 @@ def unpack(bucket: str, stored: bytes) -> bytes:
     """A value as its writer gave it: inflated when ``bucket`` stores compressed values and this one is."""
     if bucket not in PACKED_BUCKETS or not stored.startswith(_GZIP_MAGIC):
         return stored
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
     try:
-        out = inflate.decompress(stored, _MAX_UNPACKED)
+        return inflate_bounded(stored, _MAX_UNPACKED, wbits=16 + zlib.MAX_WBITS)  # gzip framing
+    except ValueError as exc:
+        raise ValueError(f"a compressed {bucket} value {exc}") from exc
+
+
+def inflate_bounded(stored: bytes, limit: int, *, wbits: int = zlib.MAX_WBITS) -> bytes:
+    """``stored`` inflated, refused (ValueError) when it does not inflate whole within ``limit`` bytes."""
+    inflate = zlib.decompressobj(wbits=wbits)
+    try:
+        out = inflate.decompress(stored, limit)
     except zlib.error as exc:
-        raise ValueError(f"a compressed {bucket} value that does not inflate: {exc}") from exc
+        raise ValueError(f"that does not inflate: {exc}") from exc
     if inflate.unconsumed_tail or not inflate.eof:
-        raise ValueError(f"a compressed {bucket} value cut short or inflating past {_MAX_UNPACKED} bytes")
+        raise ValueError(f"cut short or inflating past {limit} bytes")
     return out
 
 

@@ -44,14 +44,7 @@ def pack(canonical: bytes) -> bytes:
 
 def unpack(stored: bytes) -> bytes:
     """The canonical JSON a value holds; ValueError when it does not inflate within ``MAX_BYTES``."""
-    inflate = zlib.decompressobj()
-    try:
-        out = inflate.decompress(stored, MAX_BYTES)
-    except zlib.error as exc:
-        raise ValueError(f"does not inflate: {exc}") from exc
-    if inflate.unconsumed_tail or not inflate.eof:
-        raise ValueError(f"cut short or inflating past {MAX_BYTES} bytes")
-    return out
+    return kv.inflate_bounded(stored, MAX_BYTES)
 
 
 async def put(bus: Bus, workspace: str, run_id: str, canonical: bytes) -> str:
