@@ -58,7 +58,7 @@ from taugrid.kube import queues
 from taugrid.kube.client import KubeApi, Resource
 from taugrid.kube.elasticdecide import decide
 from taugrid.kube.resize import ELASTIC_JOB, SLICE_REPLACEMENT_FOR, JobScaler
-from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, traceparent_of
+from taugrid.kube.translate import LABEL_JOB_UID, LABEL_RUN_ID, LOCAL_CLUSTER_ANNOTATIONS, traceparent_of
 from taugrid.kube.watch import DEFAULT_RESOURCES, Watcher
 from taugrid_services.kube_bridge.lease import Checkpoints, Lease
 
@@ -90,6 +90,17 @@ def ordering_key(obj: dict[str, Any]) -> str:
         or meta.get("uid")
         or meta.get("name", "")
     )
+
+
+def without_local_annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` (already a copy, ``slim``'s) without the annotations only the local cluster may set
+    (``LOCAL_CLUSTER_ANNOTATIONS``): on a real cluster they would be whatever whoever may annotate it wrote."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if isinstance(annotations, dict) and not LOCAL_CLUSTER_ANNOTATIONS.isdisjoint(annotations):
+        obj["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
+                                                    if k not in LOCAL_CLUSTER_ANNOTATIONS}}
+    return obj
 
 
 class Bridge:
@@ -329,7 +340,8 @@ class Bridge:
         subject = k8s_subject(
             self.cluster, kind, meta.get("namespace") or "", meta.get("name") or "", ev.type
         )
-        carried = WatchEvent(type=ev.type, object=slim(ev.object), cluster=ev.cluster)  # what consumers read
+        carried = WatchEvent(type=ev.type, object=without_local_annotations(slim(ev.object)),
+                             cluster=ev.cluster)  # what consumers read
         while True:
             try:
                 await self.bus.publish(

@@ -31,9 +31,10 @@ import asyncio
 import logging
 import time
 
+from taugrid.bus import kv as kvstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, SignatureInvalid, verify_service_signature
-from taugrid.bus.errors import KEY_ABSENT, NO_BUCKET, NO_KEYS
+from taugrid.bus.errors import KEY_ABSENT, NO_BUCKET
 from taugrid.core import publishing
 from taugrid.core.errors import TemporaryError
 
@@ -82,14 +83,17 @@ class Authors:
             self.read_at = time.monotonic()
             try:
                 kv = await self.bus.kv(BUCKET)
-                names = await kv.keys()
-            except NO_KEYS:
-                names = []
             except NO_BUCKET:
                 return  # an older bus provisioned before the bucket: no keys to check against yet
+            # from the stream's per-subject state, not nats-py's kv.keys(): its watch may end before the first
+            # delivery is counted and answer a partial list under load, and a key left out refuses that service
+            names = await kvstore.matching_keys(self.bus, BUCKET, ">")
             found: dict[str, str] = {}
             for name in names:
-                entry = await kv.get(name)
+                try:
+                    entry = await kv.get(name)
+                except KEY_ABSENT:
+                    continue  # deleted (a retired service)
                 if entry.value:
                     found[entry.value.decode()] = name
             if found != self.services:

@@ -40,10 +40,11 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from taugrid.bus import kv as kvstore
 from taugrid.bus import sitecapacity
 from taugrid.bus.authors import publish_keys
 from taugrid.bus.connection import Bus
-from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, NO_KEYS, REFUSED, UNAVAILABLE, conflicted, unavailable
+from taugrid.bus.errors import KEY_ABSENT, MISSING, NO_BUCKET, REFUSED, UNAVAILABLE, conflicted, unavailable
 from taugrid.bus.topology import (
     KV_BUCKETS,
     SITE_DISPATCHER_DURABLE,
@@ -312,10 +313,9 @@ async def leases(hub: Bus) -> dict[str, tuple[SiteLease, int]]:
     """Every site's lease on the hub with its revision."""
     try:
         kv = await hub.kv(LEASES)
-        try:
-            names = await kv.keys()
-        except NO_KEYS:
-            return {}
+        # from the stream's per-subject state: nats-py's kv.keys() may end its watch before the first delivery
+        # is counted and answer a partial (or empty) list under load
+        names = await kvstore.matching_keys(hub, LEASES, ">")
         out: dict[str, tuple[SiteLease, int]] = {}
         for name in names:
             got, revision = await _read(kv, name)

@@ -269,7 +269,7 @@ async def _check_logs(bus: Bus, doc: dict[str, Any]) -> list[str]:
 
 
 async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
-                     audit_wait_s: float = 2.0) -> VerifyReport:
+                     audit_wait_s: float = 5.0) -> VerifyReport:
     """Re-read and re-check everything recorded for ``run_id``; see the module docstring for the checks.
     ``workspace``: the run's (people pass it: they may read only their workspaces' records); None looks the
     run up by id in every workspace."""
@@ -296,7 +296,9 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     while True:
         audit = await _audit(bus, subject)
         audit_problems = _check_stream(ledger, audit)
-        if not audit_problems or asyncio.get_running_loop().time() >= deadline:
+        # a sealed ledger's evidence.sealed is copied after the entries it follows: wait for it too
+        caught_up = not audit_problems and (ledger.seal is None or audit.sealed is not None)
+        if caught_up or asyncio.get_running_loop().time() >= deadline:
             break
         await asyncio.sleep(0.2)
     report.audit_events, report.refused_events = len(audit.events), audit.refused

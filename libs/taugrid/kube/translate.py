@@ -89,6 +89,10 @@ RAY_NODE_TYPE = "ray.io/node-type"
 # says it started (``progress`` sends no started report of its own for it; issue 30).
 ANNOTATION_GANG = "taugrid.io/gang"
 ANNOTATION_GANG_STARTED = "taugrid.io/gang-started"
+# What only the local cluster says about its own objects. On a real cluster anyone who may annotate a pod or a
+# Workload could set these, and this module would carry a forged gang list (who ran where) or preemptor into the
+# run's record and evidence: the kube bridge drops them from every object before it publishes the change.
+LOCAL_CLUSTER_ANNOTATIONS = frozenset({ANNOTATION_GANG, ANNOTATION_GANG_STARTED, ANNOTATION_PREEMPTOR_RUN})
 # Pod annotations ``environment.taugrid.io/<key>`` say what the process runs with (ExecRunning.environment).
 ENVIRONMENT_ANNOTATION_PREFIX = "environment.taugrid.io/"
 
