@@ -96,7 +96,9 @@ def without_local_annotations(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` (already a copy, ``slim``'s) without the annotations only the local cluster may set
     (``LOCAL_CLUSTER_ANNOTATIONS``): on a real cluster they would be whatever whoever may annotate it wrote."""
     meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return obj
+    annotations = meta.get("annotations")
     if isinstance(annotations, dict) and not LOCAL_CLUSTER_ANNOTATIONS.isdisjoint(annotations):
         obj["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
                                                     if k not in LOCAL_CLUSTER_ANNOTATIONS}}
