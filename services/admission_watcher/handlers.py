@@ -19,12 +19,14 @@ from taugrid.bus.envelope import Event
 from taugrid.bus.topology import CONSUMERS
 from taugrid.core.contracts import WatchEvent
 from taugrid.core.errors import PermanentError, TemporaryError
+from taugrid.core.publishing import SOURCE_PREFIX
 from taugrid.kube.progress import progress
 from taugrid.kube.translate import RunRef, awaits_owner, owner_uids, translate, uids_to_resolve
 from taugrid_services.admission_watcher.owners import Owners
 from taugrid_services.admission_watcher.runs import RunGate
 
 OWNER_WAIT_S = 0.5
+LOCAL_CLUSTER_SOURCE = f"{SOURCE_PREFIX}local-cluster"
 _TRIES_MEMORY = 10_000
 
 
@@ -49,9 +51,13 @@ class AdmissionWatcher:
             if awaits_owner(watch, self.owners):
                 self._wait_for_owner(ev, watch)
             self._tries.pop(ev.id, None)
+        # A real cluster's object is checked against its run's namespace (``RunGate``): its labels are whatever
+        # whoever may create it wrote. The local cluster alone writes its objects (its signed source says it is).
+        namespace = None if ev.source == LOCAL_CLUSTER_SOURCE else \
+            str((watch.object.get("metadata") or {}).get("namespace") or "")
         # Progress first: a pod's detail (why its image cannot be pulled) lands before the failure it explains.
         for out in [*progress(watch, self.owners), *translate(watch, self.owners)]:
-            emit, user = await self.runs.admit(out)
+            emit, user = await self.runs.admit(out, namespace=namespace)
             if not emit:
                 continue  # a finished run or a superseded attempt: history is already decided
             await self.bus.emit(workspace=out.workspace, run_id=out.run_id, attempt=out.attempt,

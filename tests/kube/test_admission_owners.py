@@ -10,11 +10,13 @@ import msgspec
 import nats.js.errors
 import pytest
 
-from taugrid.bus import Bus
+from taugrid import runrecord
+from taugrid.bus import Bus, kv
 from taugrid.bus.envelope import Event, from_message
-from taugrid.core.contracts import AdmissionAdmitted, WatchEvent
+from taugrid.core.contracts import AdmissionAdmitted, ResolvedRun, WatchEvent
 from taugrid.core.errors import PermanentError, TemporaryError
 from taugrid.core.events import run_subject
+from taugrid.core.states import RunRecord
 from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 
 WORKSPACE = "team-a"
@@ -75,12 +77,26 @@ async def admitted(bus: Bus, run_id: str) -> Any:
         return None
 
 
+async def placed(bus: Bus, run_id: str, namespace: str = WORKSPACE) -> None:
+    """The run's record once the policy placed it in ``namespace`` (what a real cluster's object is checked against)."""
+    await kv.put(bus, runrecord.BUCKET, runrecord.key(WORKSPACE, run_id),
+                 RunRecord(run_id=run_id, workspace=WORKSPACE, state="rendered", attempt=1, user="alice",
+                           resolved=ResolvedRun(run_id=run_id, submission_id="s", workspace=WORKSPACE,
+                                                 namespace=namespace, name="train")))
+
+
+async def fresh_placed(bus: Bus) -> tuple[str, str]:
+    run_id, uid = fresh()
+    await placed(bus, run_id)
+    return run_id, uid
+
+
 def fresh() -> tuple[str, str]:
     return f"train-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
 
 
 async def test_a_workload_seen_by_another_replica_is_admitted_for_the_jobs_run(bus: Bus) -> None:
-    run_id, uid = fresh()
+    run_id, uid = await fresh_placed(bus)
     a, b = AdmissionWatcher(bus), AdmissionWatcher(bus)
     owner = job(run_id, uid)
 
@@ -96,7 +112,7 @@ async def test_a_workload_seen_by_another_replica_is_admitted_for_the_jobs_run(b
 
 
 async def test_a_workload_that_beats_its_job_is_retried_until_the_owner_is_recorded(bus: Bus) -> None:
-    run_id, uid = fresh()
+    run_id, uid = await fresh_placed(bus)
     a, b = AdmissionWatcher(bus), AdmissionWatcher(bus)
     owner = job(run_id, uid)
     workload = event("ADDED", admitted_workload(owner))
@@ -112,7 +128,7 @@ async def test_a_workload_that_beats_its_job_is_retried_until_the_owner_is_recor
 
 
 async def test_a_restarted_replica_resolves_from_kv_and_the_first_record_wins(bus: Bus) -> None:
-    run_id, uid = fresh()
+    run_id, uid = await fresh_placed(bus)
     owner = job(run_id, uid)
     await AdmissionWatcher(bus).on_event(event("ADDED", owner))
     relabelled = job("someone-else", uid)  # a uid never changes run: the write-once entry stays
@@ -141,3 +157,10 @@ async def test_a_workload_of_someone_elses_job_is_dropped_without_retries(bus: B
     foreign["metadata"]["name"] = "nightly-etl"
     workload = admitted_workload(foreign, template_labels={"app": "etl"})
     await AdmissionWatcher(bus).on_event(event("ADDED", workload))  # no TemporaryError: not ours
+
+
+async def stored(bus: Bus, run_id: str, event_type: str) -> Any:
+    try:
+        return await bus.js.get_last_msg("RUNS", run_subject(WORKSPACE, run_id, event_type))
+    except nats.js.errors.NotFoundError:
+        return None

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from taugrid import runrecord
-from taugrid.bus import Bus, kv, platformstore
+from taugrid.bus import Bus, connect, kv, platformstore
 from taugrid.bus.envelope import from_message
 from taugrid.bus.replay import replay
 from taugrid.cli.views import pod_lines
@@ -47,12 +47,14 @@ def simulated_job(name: str, run_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def cluster(bus: Bus, tmp_path: Path) -> AsyncIterator[LocalCluster]:
+async def cluster(bus: Bus, bootstrapped: str, tmp_path: Path) -> AsyncIterator[LocalCluster]:
     await platformstore.put_text(bus, lab_platform(workspaces=[workspace(output_root="/tmp")]))
-    c = await one_node_cluster(bus, tmp_path)
+    own = await connect(bootstrapped, name="local-cluster")  # its changes' source, as the stack's local cluster's
+    c = await one_node_cluster(own, tmp_path)
     c.simulate = True
     yield c
     await c.kubelet.close()
+    await own.close()
 
 
 async def test_a_four_pod_run_is_one_running_and_a_progress_a_pod_and_status_shows_each_pods_node(

@@ -80,16 +80,26 @@ async def require_resolved(bus: Bus, ev: Event) -> tuple[states.RunRecord, Resol
     return record, record.resolved
 
 
+class _Placed(msgspec.Struct):
+    namespace: str = ""
+
+
 class Summary(msgspec.Struct):
     """The part of a record a gate needs (msgspec skips the rest, history included)."""
 
     state: str = "new"
     attempt: int = 1
     user: str = ""
+    resolved: _Placed | None = None  # the policy's decision, of which only the namespace is read
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the run's objects were rendered into; "" before the policy decided."""
+        return self.resolved.namespace if self.resolved is not None else ""
 
 
 async def summary(bus: Bus, workspace: str, run_id: str) -> Summary | None:
-    """State, attempt and verified user of a run (None: no record yet), decoded without the history."""
+    """State, attempt, verified user and namespace of a run (None: no record yet), decoded without the history."""
     found = await kv.get(bus, BUCKET, key(workspace, run_id))
     if found is None or not found.value:
         return None
