@@ -6,8 +6,8 @@ by the submitter) must be a member of the workspace; the priority class must be 
 (``resolve_run``).
 
 The config: resolved from the submitter's parse on ``submit.accepted`` (``config.accepted.rebuild``), which only
-the submitter may publish (the consumer checks its ``ce-source`` and signature first); ``config_text`` is never
-parsed here.
+the submitter may publish (the consumer checks its ``ce-source`` and signature first); no text is parsed on the
+way to a decision. Only a refusal reads the request's text back, for the line of each key it names (``keylines``).
 
 Priority lanes: ``submit.accepted`` arrives on the default durable or the high lane's (``policy-high``); the
 resolved priority alone decides the lane of ``policy.approved`` (``Platform.high_lane``)."""
@@ -25,9 +25,10 @@ from taugrid.bus.envelope import Event
 from taugrid.config import accepted
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run, resume_point
-from taugrid.core.contracts import Issue, PolicyApproved, Rejected, SubmitAccepted, issues_of
+from taugrid.core.contracts import Issue, PolicyApproved, Rejected, ResolvedRun, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE
+from taugrid_services.policy import keylines
 
 
 class Policy:
@@ -70,24 +71,16 @@ class Policy:
                 return
             platform, revision = pinned, acc.platform_revision
         try:
-            # the submitter's parse, not config_text: the submitter alone may publish submit.accepted
-            cfg = accepted.rebuild(acc.config, path=acc.config_path, lines=acc.config_lines,
-                                   managed=acc.config_managed)
-            run = resolve_run(
-                cfg,
-                platform,
-                run_id=ev.subject,
-                submission_id=acc.submission_id,
-                workspace=ev.workspace or None,
-                platform_revision=revision,
-                config_hash=acc.config_hash,
-                source_object=acc.source_object,
-                source_digest=acc.source_digest,
-                user=acc.user,
-                project_subdir=posixpath.dirname(acc.config_path),
-            )
+            run = _resolve(ev, acc, platform, revision, acc.config_lines)
         except ConfigError as err:
-            await self._reject(ev, issues_of(err), message=str(err))
+            refusal = err
+            if not acc.config_lines:  # only a refusal names lines: read them back from the request's text
+                lines = await keylines.of_request(self.bus, ev, acc)
+                try:
+                    _resolve(ev, acc, platform, revision, lines)
+                except ConfigError as placed:  # the same refusal (lines only choose fields and lines), placed
+                    refusal = placed
+            await self._reject(ev, issues_of(refusal), message=str(refusal))
             return
         if acc.python:  # the submitting environment's interpreter: the local backend runs `python` with it
             run = msgspec.structs.replace(run, python=acc.python, python_source=acc.python_source)
@@ -139,6 +132,27 @@ class Policy:
             event_type="policy.rejected",
             payload=Rejected(reasons=reasons, message=message or reasons[0].message),
         )
+
+
+def _resolve(ev: Event, acc: SubmitAccepted, platform: Platform, revision: int,
+             lines: list[accepted.KeyLine]) -> ResolvedRun:
+    """The run ``acc`` resolves to (raises ``ConfigError``): the submitter's parse, not the text, since the submitter
+    alone may publish submit.accepted. ``lines`` (each written key's line) change only which field and line a
+    refusal names, never whether it resolves: ``keylines``."""
+    cfg = accepted.rebuild(acc.config, path=acc.config_path, lines=lines, managed=acc.config_managed)
+    return resolve_run(
+        cfg,
+        platform,
+        run_id=ev.subject,
+        submission_id=acc.submission_id,
+        workspace=ev.workspace or None,
+        platform_revision=revision,
+        config_hash=acc.config_hash,
+        source_object=acc.source_object,
+        source_digest=acc.source_digest,
+        user=acc.user,
+        project_subdir=posixpath.dirname(acc.config_path),
+    )
 
 
 def _not_member(platform: Platform, user: str, workspace: str) -> Issue | None:

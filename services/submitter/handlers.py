@@ -183,7 +183,8 @@ class Submitter:
                 submission_id=req.submission_id,
                 config=parse.config,
                 config_hash=parse.config_hash,
-                config_lines=parse.lines,
+                # no config_lines: only a refusal reads them, and the policy then reads them back from this
+                # request's text (services/policy/keylines.py), ~290 B more of every run in RUNS (issue 27)
                 config_managed=parse.managed,
                 # no config_text: the evidence seals the text from this very request (the first stored one,
                 # the only one answered), so a copy here was the config once more in RUNS and AUDIT (issue 27)

@@ -1,7 +1,8 @@
-"""The config is parsed once, by the submitter: ``submit.accepted`` carries its parse (the folded config, the line of
-each key the user wrote) beside the user's exact text, and the policy resolves from that parse, never the text
-again: a refusal at resolution still names the line, and an accepted event whose text says something else is
-resolved as its parse says."""
+"""The config is parsed once, by the submitter: ``submit.accepted`` carries its parse (the folded config), and the
+policy resolves from that parse, never the text again: an accepted event whose text says something else is
+resolved as its parse says. A refusal at resolution still names the line, read back from the request's text
+(``services/policy/keylines``), and only from the request the submitter answered, whose text hashes to the
+accepted config."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ async def test_the_submitters_parse_is_on_the_record_and_the_policys_refusal_nam
     assert b'"signature"' not in accepted_event.data and b'"resilience"' not in accepted_event.data
     assert acc.config == {"name": "once", "engine": "job", "entrypoint": "t.py",
                           "policy": {"profile": "no-such-profile"}}
-    assert ((("policy", "profile"), 4) in acc.config_lines
-            and dict(acc.config_lines) == {tuple(p): n for p, n in cfg._lines.items()})
+    # nor the key lines (issue 27): only a refusal names them, and the policy reads them back from the request
+    assert acc.config_lines == [] and b'"config_lines"' not in accepted_event.data
     assert evs[-1].type == "policy.rejected"
     [issue] = evs[-1].payload(Rejected).reasons
     assert (issue.field, issue.line) == ("policy.profile", 4)
@@ -55,3 +56,23 @@ async def test_the_policy_resolves_the_accepted_parse_not_the_text(stack: Stack)
     approved = evs[-1].payload(PolicyApproved).run
     assert (approved.name, approved.config_hash, approved.command[-1]) == (
         "from-parse", parsed.config_hash, "parsed.py")
+
+
+async def test_a_refusal_places_its_keys_only_from_the_answered_request(stack: Stack) -> None:
+    """No request stored for the run (an accepted record published without one): the refusal is the same, its key
+    named without a line. An earlier release's record carrying its key lines is placed by them."""
+    parsed = accepted.record(load_tau_config("name: lines\nentrypoint: t.py\npolicy:\n  profile: no-such\n"))
+    placed = {}
+    for lines in ([], [(("policy",), 3), (("policy", "profile"), 7)]):
+        sid = new_submission_id()
+        run = new_run_id("lines", sid)
+        await emit_as_owner(stack.admin, workspace="team-a", run_id=run, attempt=1, event_type="submit.accepted",
+                            user="owner", payload=SubmitAccepted(
+                                submission_id=sid, config=parsed.config, config_hash=parsed.config_hash,
+                                config_lines=lines, user="owner"))
+        evs = await stack.wait_for(run, DONE)
+        assert evs[-1].type == "policy.rejected"
+        [issue] = evs[-1].payload(Rejected).reasons
+        placed[len(lines)] = (issue.field, issue.line, issue.message)
+    assert placed == {0: ("policy.profile", None, "unknown compute profile 'no-such'"),
+                      2: ("policy.profile", 7, "unknown compute profile 'no-such'")}

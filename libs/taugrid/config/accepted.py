@@ -3,8 +3,10 @@
 The config is parsed once, by the submitter (``load_tau_config``: YAML, a managed manifest's projection, the
 rules). What it accepted travels on ``submit.accepted`` as ``Accepted`` (``record``): the validated model as JSON
 values with its aliases folded and every field at its default left out (issue 27: a trivial config's ~670 B were
-~500 B of defaults the model gives back), the line of each key the file spelled out, and whether it was a managed
-manifest. A record of an earlier release, its defaults written out, rebuilds the same.
+~500 B of defaults the model gives back), and whether it was a managed manifest. A record of an earlier release,
+its defaults written out, rebuilds the same. The line of each key the file spelled out (``lines``) no longer
+travels (issue 27): it only places a refusal's keys, and the policy reads it back from the request's text when it
+refuses (``services/policy/keylines``); an earlier release's record carries it.
 The policy resolves from ``rebuild`` of that record: pydantic re-validates the folded mapping into the typed
 model, with no YAML, no projection and no reading of the user's text. The text is not copied onto the event
 (issue 27): the evidence seals it from the ``submit.requested`` this answers; no stage parses it again.
@@ -15,9 +17,9 @@ policy gave ``config_text`` on that event before.
 
 Invariant: ``rebuild`` of ``record(cfg)`` resolves as ``cfg`` does: the same ``config_hash``, the same
 ``written`` keys and lines, the same ``managed`` (tests/config/test_fuzz.py and tests/config/test_accepted.py),
-as long as its key lines fit ``ACCEPTED_LINES_MAX_BYTES`` (each line names its key's whole path, so they could
-otherwise outgrow the event): past that only the shallowest keys' lines are kept, and an issue about a deeper
-key names its nearest kept parent's line.
+as long as its key lines fit ``ACCEPTED_LINES_MAX_BYTES`` (each line names its key's whole path; the bound was
+the event's, and the policy's read-back keeps it so that a refusal reads as before): past that only the shallowest
+keys' lines are kept, and an issue about a deeper key names its nearest kept parent's line.
 """
 
 from __future__ import annotations

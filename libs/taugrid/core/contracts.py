@@ -187,8 +187,9 @@ class SubmitAccepted(Struct, frozen=True):
     # Empty since issue 27 (nothing read it): the signature is the answered request's own ``tau-signature``, which
     # the evidence seals from that request; a record of an earlier release carries a copy.
     signature: str = ""
-    # (key path, line) of each key config_text spelled out: which keys the user wrote and where, for the
-    # policy's issues; a managed workflow manifest projected onto the direct config
+    # (key path, line) of each key config_text spelled out, for the policy's issues (a managed workflow manifest
+    # projected onto the direct config). Empty since issue 27: only a refusal names lines, and the policy then
+    # reads them back from the answered request's text (services/policy/keylines); an earlier release's carries them.
     config_lines: list[tuple[tuple[str | int, ...], int]] = msgspec.field(default_factory=list)
     config_managed: bool = False
 
