@@ -16,8 +16,9 @@ from nats.aio.subscription import Subscription
 from taugrid.bus import Bus, connect, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.creds import new_identity
-from taugrid.bus.platformread import PARSED_KEPT, PlatformReader
+from taugrid.bus.platformread import PARSED_KEPT, PlatformReader, shared_reader
 from taugrid.config.platform import Platform
+from taugrid.evidence import archive
 from taugrid.stack import natsserver
 from tests.platforms import lab_platform, workspace
 
@@ -136,3 +137,16 @@ async def test_pinned_revisions_are_fetched_by_sequence_and_parses_are_bounded(s
     assert await counted.since_start() == {"text": 1, "direct": 0, "seq": PARSED_KEPT + 1, "mark": PARSED_KEPT + 2}
     assert len(reader._parsed) == PARSED_KEPT
     assert await reader.at(revisions[-1] + 1000) is None
+
+
+async def test_the_modules_of_a_process_share_one_reader_per_connection(stack: tuple[Bus, Counted]) -> None:
+    """The evidence service finds its archive (``evidence.archive``) and prices a seal (``evidence.store``) from
+    the platform: one reader serves both, so each revision is fetched, parsed and held once in the process."""
+    bus, counted = stack
+    revision = await platformstore.put_text(bus, people("alice"))
+    await counted.start()
+    assert await archive.configured(bus) is None  # the lab platform names no archive
+    pinned = await shared_reader(bus).at(revision)
+    assert isinstance(pinned, Platform) and pinned is (await shared_reader(bus).get() or (None,))[0]
+    assert shared_reader(bus) is shared_reader(bus) and shared_reader(counted.watcher) is not shared_reader(bus)
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 3}

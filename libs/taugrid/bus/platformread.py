@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections import OrderedDict
 
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import UNAVAILABLE
-from taugrid.config.platform import Platform, load_platform
+from taugrid.config.platform import Platform, load_platform_kept
 from taugrid.core.errors import ConfigError, TauError, TemporaryError
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class PlatformReader:
         known = self._known(revision)
         if known is None:
             try:
-                known = load_platform(text, path=f"platform.yaml@{revision}")
+                known = load_platform_kept(text, path=f"platform.yaml@{revision}")
             except ConfigError as err:
                 known = err
                 log.error("platform revision %d is invalid and is not used: %s", revision, err)
@@ -145,3 +146,18 @@ class PlatformReader:
         out = [(e.value.decode(), int(e.revision or 0)) for e in entries
                if e.value and (e.revision or 0) < below and e.operation is None]
         return sorted(out, key=lambda t: -t[1])
+
+
+# One reader per connection for the modules of a process that read the platform apart (the evidence service
+# prices a seal in one and finds the archive in another): each revision is then fetched, parsed and held once
+# (a parsed platform of 1,000 ClusterQueues is ~10 MB).
+_SHARED: weakref.WeakKeyDictionary[Bus, PlatformReader] = weakref.WeakKeyDictionary()
+
+
+def shared_reader(bus: Bus) -> PlatformReader:
+    """The process's one ``PlatformReader`` on ``bus``, made on first use."""
+    reader = _SHARED.get(bus)
+    if reader is None:
+        reader = _SHARED[bus] = PlatformReader(bus)
+    return reader
+

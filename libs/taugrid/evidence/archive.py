@@ -26,7 +26,6 @@ import asyncio
 import os
 import secrets
 import stat
-import weakref
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,7 +33,7 @@ import msgspec
 
 from taugrid.bus import objects
 from taugrid.bus.connection import Bus
-from taugrid.bus.platformread import PlatformReader
+from taugrid.bus.platformread import shared_reader
 from taugrid.config.retention import Archive
 from taugrid.core.errors import ConfigError, PermanentError, TemporaryError
 from taugrid.core.ids import token
@@ -179,16 +178,13 @@ def store_for(archive: Archive) -> ArchiveStore:
     return DirectoryStore(archive.directory) if archive.directory is not None else S3Store(archive)
 
 
-# One platform reader per connection (each revision parsed once); stores are kept per archive setting.
-_READERS: weakref.WeakKeyDictionary[Bus, PlatformReader] = weakref.WeakKeyDictionary()
+# Stores are kept per archive setting.
 _STORES: dict[str, ArchiveStore] = {}
 
 
 async def configured(bus: Bus) -> ArchiveStore | None:
     """The archive the current platform names; None when it names none (or no platform is stored)."""
-    reader = _READERS.get(bus)
-    if reader is None:
-        reader = _READERS[bus] = PlatformReader(bus)
+    reader = shared_reader(bus)  # the process's one reader: each revision parsed and held once
     platform = await reader.get_or_none()
     archive = platform.retention.evidence.archive if platform is not None else None
     if archive is None:

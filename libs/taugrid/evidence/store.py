@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -35,7 +34,7 @@ from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
 from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_object: the bus's copy only)
 from taugrid.bus.objects import write as put_object
-from taugrid.bus.platformread import PlatformReader
+from taugrid.bus.platformread import shared_reader
 from taugrid.bus.replay import follow, replay
 from taugrid.config.platform import Platform
 from taugrid.core import states
@@ -300,10 +299,6 @@ async def _log_messages(bus: Bus, subject: str, *, since: float | None) -> list[
         return [from_message(m.subject, m.headers, m.data) for m in await replay(bus, stream="LOGS", subject=subject)]
 
 
-# One reader per connection: it parses each platform revision once (every run of a revision is priced from it).
-_READERS: weakref.WeakKeyDictionary[Bus, PlatformReader] = weakref.WeakKeyDictionary()
-
-
 async def _gpu_hour_price(bus: Bus, approved: PolicyApproved | None) -> tuple[float, int]:
     """(price of a GPU-hour on the run's compute profile, the platform revision it comes from) as the platform
     stood when the run was approved; (0, 0) when the run was never approved or that revision (or the profile)
@@ -313,9 +308,7 @@ async def _gpu_hour_price(bus: Bus, approved: PolicyApproved | None) -> tuple[fl
     revision = approved.platform_revision or approved.run.platform_revision
     if not revision:
         return 0.0, 0
-    reader = _READERS.get(bus)
-    if reader is None:
-        reader = _READERS[bus] = PlatformReader(bus)
+    reader = shared_reader(bus)  # the process's one reader: each revision parsed and held once
     platform = await reader.at(revision)  # a TemporaryError retries the seal, never prices it 0
     if not isinstance(platform, Platform):
         return 0.0, 0
