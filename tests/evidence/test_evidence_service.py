@@ -217,20 +217,27 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert [e["type"] for e in doc["events"]][-1] == "exec.succeeded"
     assert doc["ledger"]["head"] == payload.ledger_head and len(doc["ledger"]["entries"]) == 6
 
-    # The ledger holds exactly the run's events up to its terminal event, in stream order, sealed and announced.
+    # The KV keeps the seal alone (issue 27): the bundle's name and digest, the chain's head and length, the
+    # terminal event's type and attempt, in ~110 bytes (the whole ledger took ~1.3 KB); the entries are the bundle's.
     led, _ = await store.load(bus, ws, run)
-    assert led is not None
+    assert led is not None and led.entries == () and (led.count, led.head) == (6, payload.ledger_head)
+    assert led.seal == lg.Seal(event_id="", type="exec.succeeded", attempt=1, index=5, bundle=bundle_name(run),
+                               digest=payload.digest, head=payload.ledger_head)
+    assert len(lg.encode(led)) == 89 + len(run) + len(ws)
+    # Read back from the bundle, checked against that seal: exactly the run's events up to its terminal event, in
+    # stream order.
+    full = await store.read_ledger(bus, ws, run)
+    assert full is not None
     events = await _events(bus, ws, run)
-    assert [e.event_id for e in led.entries] == [ev.id for ev in events[:6]]
-    assert [e.seq for e in led.entries] == [ev.seq for ev in events[:6]]
-    assert led.seal == lg.Seal(event_id=events[5].id, type="exec.succeeded", attempt=1, index=5,
-                               bundle=bundle_name(run), digest=payload.digest)
-    assert lg.verify(led) == []
+    assert [e.event_id for e in full.entries] == [ev.id for ev in events[:6]]
+    assert [e.seq for e in full.entries] == [ev.seq for ev in events[:6]]
+    assert full.seal == msgspec.structs.replace(led.seal, event_id=events[5].id)
+    assert lg.verify(full) == []
 
     # Deterministic: collecting again gives the same bytes (its manifests stored again, as a redelivered render
     # would: the service never collects a sealed run again); sealing again finds the same seal.
     await stored_manifests.put(bus, ws, run, canonical_json(manifests_of(ws, run)))
-    again, _ = await store.collect(bus, led)
+    again, _ = await store.collect(bus, full)
     assert again == data
     terminal = next(ev for ev in events if ev.type == "exec.succeeded")
     resealed = await store.seal(bus, terminal)
@@ -304,17 +311,17 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
     report = await verify_run(bus, run)
     assert not report.ok and any("the bundle was modified" in p for p in report.problems)
 
-    led, _ = await store.load(bus, ws, run)
-    assert led is not None
-    bad = msgspec.structs.replace(led.entries[1], payload_sha256="0" * 64)
-    await store.update(
-        bus, ws, run, lambda cur: msgspec.structs.replace(cur, entries=(cur.entries[0], bad, *cur.entries[2:]))
-    )
+    # the KV rewritten as a whole ledger (the form an earlier release stored), one entry changed
+    entries = store.bundle_entries(doc)
+    bad = msgspec.structs.replace(entries[1], payload_sha256="0" * 64)
+    await store.update(bus, ws, run, lambda cur: msgspec.structs.replace(
+        cur, entries=(entries[0], bad, *entries[2:]), seal=msgspec.structs.replace(
+            cur.seal, event_id=entries[5].event_id, head="") if cur.seal is not None else None))
     problems = (await verify_run(bus, run, audit_wait_s=0)).problems
     assert any(p.startswith("entry 1") and "modified" in p for p in problems)
     # entry 1 is submit.accepted, which AUDIT no longer keeps: RUNS, which still holds the run, and the sealed
     # bundle's events say it
-    was = f"payload {'0' * 12}…/{led.entries[1].payload_sha256[:12]}…"
+    was = f"payload {'0' * 12}…/{entries[1].payload_sha256[:12]}…"
     assert f"ledger entry 1 ({run}.1.submit.accepted) differs from RUNS: type submit.accepted/submit.accepted, " \
         f"{was}" in problems
     assert f"ledger entry 1 ({run}.1.submit.accepted) differs from the sealed bundle's event: type " \
@@ -368,7 +375,7 @@ async def test_no_ledger_before_the_terminal_event_then_one_with_exactly_the_run
     assert await store.announce(evidence, sealed) is True
     assert await store.announce(evidence, msgspec.structs.replace(sealed, resumed=True)) is False  # a redelivery
     events = [ev for ev in await _events(bus, ws, run) if ev.type != "evidence.sealed"]
-    assert [e.event_id for e in sealed.ledger.entries] == [ev.id for ev in events]
+    assert [e.event_id for e in (await store.with_entries(bus, sealed.ledger)).entries] == [ev.id for ev in events]
     assert ((await store.load(bus, ws, run))[0], sealed.resumed) == (sealed.ledger, False)
     assert sealed.ledger.seal is not None and sealed.ledger.seal.digest
     assert len(await sealed_events(bus, ws, run)) == 1
@@ -402,7 +409,7 @@ async def test_a_seal_interrupted_at_any_step_completes_once_with_the_same_diges
     [announcement] = [ev.payload(c.EvidenceSealed) for ev in await sealed_events(bus, ws, run)]
     led, _ = await store.load(bus, ws, run)
     assert led is not None and led.seal is not None
-    assert (announcement.digest, led.seal.digest, led.entries) == (digest, digest, first.ledger.entries)
+    assert (announcement.digest, led.seal.digest, led) == (digest, digest, first.ledger)
     await audit_caught_up(bus)
     report = await verify_run(bus, run)
     assert report.problems == [] and report.digest == digest
@@ -428,7 +435,7 @@ async def test_concurrent_racing_terminal_events_seal_once_by_the_first_in_the_s
         await a.close()
         await b.close()
     [announcement] = [ev.payload(c.EvidenceSealed) for ev in await sealed_events(bus, ws, run)]
-    led, _ = await store.load(bus, ws, run)
+    led = await store.read_ledger(bus, ws, run)
     assert led is not None and led.seal is not None
     assert (led.seal.event_id, led.seal.index, len(led.entries)) == (cancelled.id, 5, 6)
     assert (announcement.terminal_state, announcement.digest) == ("cancelled", led.seal.digest)
@@ -445,7 +452,7 @@ async def test_a_ledger_written_per_event_before_the_upgrade_is_extended_and_sea
     await store.update(bus, ws, run, lambda cur: lg.extend(cur, early))  # as the earlier version left it
     terminal = await _finish(bus, ws, run)
     await Evidence(evidence).on_event(terminal)
-    led, _ = await store.load(bus, ws, run)
+    led = await store.read_ledger(bus, ws, run)  # sealed: the KV keeps the seal alone, the entries are the bundle's
     events = await _events(bus, ws, run)
     assert led is not None and led.seal is not None and led.seal.digest
     assert [e.event_id for e in led.entries] == [ev.id for ev in events if ev.type != "evidence.sealed"]

@@ -19,6 +19,7 @@ from taugrid.bus.bootstrap import bootstrap
 from taugrid.core import contracts as c
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
+from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
 from tests.evidence.test_evidence_service import _events, publish_run
@@ -50,14 +51,14 @@ async def sealed_run(bus: Bus, evidence: Bus, out: Path, *, audited: int = 3) ->
         if len(await auditread.run_events(bus, f"run.{WS}.{RUN}.>")) == audited:
             break
         await asyncio.sleep(0.02)
-    led, _ = await store.load(bus, WS, RUN)
+    led = await store.read_ledger(bus, WS, RUN)  # its entries from the sealed bundle, checked against the seal
     assert led is not None and led.seal is not None
     return led
 
 
 def forged(ledger: lg.Ledger, index: int) -> lg.Ledger:
     """``ledger`` with entry ``index``'s payload hash replaced and the chain recomputed from there: a consistent
-    chain, as someone able to write the ledger would leave it."""
+    chain, as someone able to write the ledger would leave it (stored whole, the form an earlier release kept)."""
     entries, prev = [], lg.GENESIS
     for e in ledger.entries:
         draft = msgspec.structs.replace(e, prev=prev, hash="",
@@ -87,7 +88,7 @@ async def test_a_forged_intermediate_entry_fails_against_runs_while_it_holds_the
     ]
 
     # RUNS lets the run go (its max age; here a purge): AUDIT and the bundle still verify the honest ledger
-    await store.update(bus, WS, RUN, lambda _: led)
+    await store.update(bus, WS, RUN, lambda _: lg.seal_only(led))
     await bus.js.purge_stream("RUNS")
     report = await verify_run(bus, RUN)
     assert (report.problems, report.runs_events, report.audit_events) == ([], 0, 3)
@@ -132,4 +133,66 @@ async def test_with_an_earlier_release_s_mirror_every_entry_is_still_checked_aga
         f"ledger entry 3 ({RUN}.1.render.applied) differs from AUDIT: {was}",
         "bundle ledger is not a prefix of the run's ledger (one of them was rewritten)",
         f"ledger entry 3 ({RUN}.1.render.applied) differs from the sealed bundle's event: {was}",
+    ]
+
+
+async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tuple[Bus, Bus], tmp_path: Path) -> None:
+    """The KV keeps the seal alone (issue 27); the entries are the bundle's. Whoever rewrites one of them without
+    the other, or both together, fails: the bundle against the seal's digest and head, the seal against AUDIT's
+    evidence.sealed, which pins the same digest, head and length."""
+    bus, evidence = stack
+    led = await sealed_run(bus, evidence, tmp_path)
+    kept, _ = await store.load(bus, WS, RUN)
+    assert kept == lg.seal_only(led) and kept is not None and kept.entries == () and kept.seal is not None
+    await bus.js.purge_stream("RUNS")  # the bundle alone vouches for the intermediate events now
+    seal, sealed_digest, name = kept.seal, kept.seal.digest, bundle_name(RUN)
+    assert led.seal is not None
+    led_seal = led.seal
+
+    # the seal's head rewritten alone: the bundle's chain no longer ends at it
+    await store.update(bus, WS, RUN, lambda cur: msgspec.structs.replace(
+        cur, seal=msgspec.structs.replace(seal, head="e" * 64)))
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"the sealed bundle's ledger ends at {led.head[:12]}…, the seal on the bus records the head "
+        f"{'e' * 12}… (one of them was rewritten)"]
+    with pytest.raises(store.BundleModified, match="holds another ledger than the sealed one"):
+        await store.read_ledger(bus, WS, RUN)
+
+    # its length rewritten alone: the bundle's chain is shorter, and evidence.sealed announced 6
+    await store.update(bus, WS, RUN, lambda cur: msgspec.structs.replace(
+        cur, seal=msgspec.structs.replace(seal, index=6)))
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        "the sealed bundle's ledger has 6 entries, the seal on the bus records 7",
+        "evidence.sealed announced 6 ledger entries, the seal records 7"]
+    await store.update(bus, WS, RUN, lambda _: kept)
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == []
+
+    # the bundle's ledger rewritten alone (entry 3, render.applied, with a consistent chain and its event record
+    # to match): it no longer hashes to the sealed digest, nor ends at the sealed head
+    bad = forged(led, 3)
+    got = await store.read_bundle(bus, RUN)
+    assert got is not None
+    _, doc = got
+    records = [{**r, "payload_sha256": "f" * 64} if r["id"] == bad.entries[3].event_id else r
+               for r in doc["events"]]
+    rewritten = lg.canonical({**doc, "events": records, "ledger": {
+        "head": bad.head, "entries": [msgspec.to_builtins(e) for e in bad.entries]}})
+    digest = lg.sha256(rewritten)
+    await store.put_object(bus, name, rewritten, workspace=WS)
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"the sealed bundle's ledger ends at {bad.head[:12]}…, the seal on the bus records the head "
+        f"{led.head[:12]}… (one of them was rewritten)",
+        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
+        f"bundle ledger ends at {bad.head[:12]}…, evidence.sealed announced {led.head[:12]}…",
+    ]
+
+    # and with the seal rewritten to match it (someone holding the evidence service's credentials, after the
+    # fact): AUDIT's evidence.sealed still names the sealed digest and head
+    await store.update(bus, WS, RUN, lambda _: lg.seal_only(msgspec.structs.replace(
+        bad, seal=msgspec.structs.replace(led_seal, digest=digest))))
+    assert await store.read_ledger(bus, WS, RUN) is not None  # consistent on the bus: the KV and the bundle agree
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"evidence.sealed announced {sealed_digest[:12]}…, the ledger records {digest[:12]}…",
+        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
+        f"bundle ledger ends at {bad.head[:12]}…, evidence.sealed announced {led.head[:12]}…",
     ]

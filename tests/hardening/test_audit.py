@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import nkeys
 import pytest
 from nats.js.api import StreamConfig
@@ -128,3 +129,50 @@ async def test_a_rewritten_history_fails_the_anchor_check(plain: Bus, tmp_path: 
     assert (await anchor.check(plain, [forged], run_id="r1", workspace="ws", ledger=rewritten,
                                trusted=key))[0].endswith(
         "does not verify: signature does not match the request (tampered, or signed by another key)")
+
+
+def sealed(run_id: str, bodies: list[bytes], digest: str) -> lg.Ledger:
+    """A ledger of ``bodies`` closed by a terminal event, sealed with the bundle digest ``digest``."""
+    ledger = lg.Ledger(run_id=run_id, workspace="ws")
+    for i, body in enumerate(bodies):
+        ledger = lg.append(ledger, fake_event(run_id, i, body))
+    end = Event(id=f"{run_id}.1.end", type="exec.succeeded", source="/svc/test", subject=run_id,
+                time="2026-01-01T00:00:00Z", data=b"{}", attempt=1, seq=len(bodies) + 1)
+    ledger = lg.claim_seal(lg.append(ledger, end), end)
+    assert ledger.seal is not None
+    return msgspec.structs.replace(ledger, seal=msgspec.structs.replace(
+        ledger.seal, bundle=f"runs/{run_id}/bundle.json", digest=digest))
+
+
+async def test_a_sealed_ledger_kept_as_its_seal_alone_is_anchored_and_a_rewrite_is_caught(
+        plain: Bus, tmp_path: Path) -> None:
+    """Issue 27: a sealed run's ledger is kept on the bus as its seal (the bundle's digest, the chain's head and
+    length), its entries in the bundle. The anchor records them from the seal; a ledger rewritten together with
+    its bundle (another chain, its seal naming the new bundle) or a bundle replaced under the same chain fails."""
+    original = sealed("r2", [b"a", b"b"], "d" * 64)
+    await kv.put(plain, "ledger", "run.ws.r2", lg.encode(lg.seal_only(original)))
+    seed = identity.new_user_seed()
+    key = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    path = tmp_path / "anchors" / "ledger.jsonl"
+    anchor.append(path, anchor.sign(await anchor.take(plain), seed))
+    [doc] = anchor.read(path)
+    assert doc["runs"]["ws/r2"] == {"head": original.head, "entries": 3, "digest": "d" * 64}
+    for honest in (original, lg.seal_only(original)):  # with its entries read back from the bundle, or the seal
+        assert await anchor.check(plain, anchor.read(path), run_id="r2", workspace="ws", ledger=honest,
+                                  trusted=key) == []
+
+    rewritten = sealed("r2", [b"a", b"B"], "e" * 64)
+    for ledger in (rewritten, lg.seal_only(rewritten)):
+        assert await anchor.check(plain, anchor.read(path), run_id="r2", workspace="ws", ledger=ledger,
+                                  trusted=key) == [
+            f"ledger entry 2 hashes to {rewritten.head[:12]}…, the anchor of {doc['time']} recorded "
+            f"{original.head[:12]}… (history was rewritten)"]
+    replaced = lg.seal_only(sealed("r2", [b"a", b"b"], "e" * 64))
+    assert await anchor.check(plain, anchor.read(path), run_id="r2", workspace="ws", ledger=replaced,
+                              trusted=key) == [
+        f"the ledger seals {'e' * 12}…, the anchor of {doc['time']} recorded {'d' * 12}… (the sealed bundle was "
+        "replaced)"]
+    truncated = lg.seal_only(sealed("r2", [b"a"], "d" * 64))
+    assert await anchor.check(plain, anchor.read(path), run_id="r2", workspace="ws", ledger=truncated,
+                              trusted=key) == [
+        f"the ledger holds 2 entries; the anchor of {doc['time']} recorded 3 (history was truncated or rewritten)"]

@@ -9,6 +9,10 @@ nkey (ed25519, base64url) over the canonical JSON of the line without its ``sign
 ``{"schema": "taugrid.anchor/v1", "time", "signer", "audit": {"first_seq", "last_seq", "last_digest",
 "drift"}, "runs": {"<ws>/<run>": {"head", "entries", "digest"}}, "signature"}``
 
+A sealed run's ledger is kept on the bus as its seal alone (``ledger.seal_only``): ``take`` records its head and
+length from the seal, and ``check`` compares the entries ``store.read_ledger`` read back from the sealed bundle
+(checked against that seal), so a ledger rewritten with its bundle has another digest or head than anchored.
+
 ``check`` first refuses any line not signed by the pinned anchor key (``trusted``: the key ``tau up`` pinned in the
 operator's own folder, or ``tau verify --anchor-key``), never by whichever key signed the file's first line, since
 whoever can rewrite the file can re-sign it with a key of their own. Then it compares a run's current ledger and
@@ -72,7 +76,7 @@ async def take(bus: Bus) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
     for ledger in await kv.values(bus, BUCKET, lg.Ledger, decode=lg.decode):
         runs[f"{ledger.workspace}/{ledger.run_id}"] = {
-            "head": ledger.head, "entries": len(ledger.entries),
+            "head": ledger.head, "entries": ledger.count,  # a sealed one's from its seal: the KV keeps no entries
             "digest": ledger.seal.digest if ledger.seal is not None else "",
         }
     first, last = await streams.bounds(bus, AUDIT_STREAM)
@@ -148,15 +152,19 @@ async def check(bus: Bus, anchors: list[dict[str, Any]], *, run_id: str, workspa
     mine = [doc for doc in anchors if name in (doc.get("runs") or {})]
     if not mine:
         problems.append(f"no anchor in the file covers run {run_id}")
-    entries = ledger.entries if ledger is not None else ()
+    count = ledger.count if ledger is not None else 0
     for doc in mine:  # every anchor: a later one may already have recorded a rewritten history
         want = doc["runs"][name]
         n = int(want["entries"])
-        if len(entries) < n:
-            problems.append(f"the ledger holds {len(entries)} entries; the anchor of {doc['time']} recorded {n} "
+        held = _hash_at(ledger, n - 1) if ledger is not None and 0 < n <= count else ""
+        if count < n:
+            problems.append(f"the ledger holds {count} entries; the anchor of {doc['time']} recorded {n} "
                             "(history was truncated or rewritten)")
-        elif n and entries[n - 1].hash != want["head"]:
-            problems.append(f"ledger entry {n - 1} hashes to {entries[n - 1].hash[:12]}…, the anchor of "
+        elif n and held is None:
+            problems.append(f"the anchor of {doc['time']} recorded entry {n - 1}, which is in the run's sealed "
+                            "bundle: read the ledger with its entries (store.read_ledger) to check it")
+        elif n and held != want["head"]:
+            problems.append(f"ledger entry {n - 1} hashes to {str(held)[:12]}…, the anchor of "
                             f"{doc['time']} recorded {str(want['head'])[:12]}… (history was rewritten)")
         elif want.get("digest") and ledger is not None and (ledger.seal is None
                                                              or ledger.seal.digest != want["digest"]):
@@ -178,6 +186,14 @@ async def check(bus: Bus, anchors: list[dict[str, Any]], *, run_id: str, workspa
                             "(AUDIT was recreated)")
             break
     return problems
+
+
+def _hash_at(ledger: lg.Ledger, index: int) -> str | None:
+    """The hash of entry ``index``: held in the ledger, or the sealed head for the last entry of one stored as its
+    seal alone; None for an earlier entry of that one (it is in the bundle)."""
+    if ledger.entries:
+        return ledger.entries[index].hash
+    return ledger.head if index == ledger.count - 1 else None
 
 
 def _first_and_last(anchors: list[dict[str, Any]]) -> list[dict[str, Any]]:

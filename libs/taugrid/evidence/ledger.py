@@ -7,13 +7,18 @@ Pure (no I/O). Invariants:
 - ``append`` (and ``extend``) is idempotent by event id: a redelivered event is never appended twice.
 - The seal is claimed once per run (``claim_seal``): the first terminal event to claim it wins, and a later
   terminal event (a duplicate, or a racing cancel vs. give-up) leaves the claim as it is.
+- A sealed ledger is stored as its seal alone (``seal_only``, issue 27): the entries are in the sealed bundle, whose
+  digest the seal keeps, and the seal keeps the chain's head and (``index + 1``) its length, so the entries read
+  back from the bundle are the sealed ones only when the bundle hashes to the digest, the chain is unbroken, as
+  long, and ends at the head (``with_entries``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
@@ -52,8 +57,8 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     hash: str = ""
 
 
-class Seal(msgspec.Struct, frozen=True, kw_only=True):
-    """The terminal event that won the seal, and (once written) the bundle it produced."""
+class Seal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The terminal event that won the seal, and (once written) the bundle it produced and the chain it closes."""
 
     event_id: str
     type: str
@@ -64,9 +69,12 @@ class Seal(msgspec.Struct, frozen=True, kw_only=True):
     # Written by releases that updated the ledger after publishing evidence.sealed; RUNS holding the announcement
     # is the record of it now (the ledger is written once, at the seal), so a current ledger keeps False.
     emitted: bool = False
+    # The hash of the terminal entry (``entries[index]``): what the bundle's ledger must end at when the stored
+    # ledger keeps the seal alone (``seal_only``). "" in a seal written before issue 27's cut.
+    head: str = ""
 
 
-class Ledger(msgspec.Struct, frozen=True, kw_only=True):
+class Ledger(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     run_id: str
     workspace: str = ""
     schema: str = SCHEMA
@@ -74,8 +82,22 @@ class Ledger(msgspec.Struct, frozen=True, kw_only=True):
     seal: Seal | None = None
 
     @property
+    def in_bundle(self) -> bool:
+        """Stored as its seal alone: the entries are the sealed bundle's (``with_entries`` reads them back)."""
+        return not self.entries and self.seal is not None and bool(self.seal.head)
+
+    @property
     def head(self) -> str:
-        return self.entries[-1].hash if self.entries else GENESIS
+        if self.entries:
+            return self.entries[-1].hash
+        return self.seal.head if self.in_bundle and self.seal is not None else GENESIS
+
+    @property
+    def count(self) -> int:
+        """How many entries the chain has, whether they are held here or in the sealed bundle."""
+        if self.entries:
+            return len(self.entries)
+        return self.seal.index + 1 if self.in_bundle and self.seal is not None else 0
 
     def find(self, event_id: str) -> Entry | None:
         for e in self.entries:
@@ -184,19 +206,91 @@ def verify(ledger: Ledger) -> list[str]:
     return problems
 
 
+def seal_only(ledger: Ledger) -> Ledger:
+    """What the ``ledger`` KV keeps of a sealed run (issue 27: the entries were stored twice, here and in the
+    bundle): the seal with the chain's head, the entries left to the bundle its digest names, and so the terminal
+    event's id, which is the last of them (``with_entries`` puts it back). A ledger with entries past its terminal
+    one (written per event by an earlier release: the bundle does not hold them) or not sealed with a digest yet
+    is kept whole."""
+    seal = ledger.seal
+    if seal is None or not _HEX64.fullmatch(seal.digest) or len(ledger.entries) != seal.index + 1:
+        return ledger
+    return msgspec.structs.replace(
+        ledger, entries=(), seal=msgspec.structs.replace(seal, event_id="", head=ledger.entries[seal.index].hash))
+
+
+def with_entries(ledger: Ledger, entries: list[Entry] | tuple[Entry, ...]) -> tuple[Ledger, list[str]]:
+    """A ledger stored as its seal alone (``seal_only``) with ``entries``, read from the sealed bundle, its seal's
+    terminal event id put back, and every reason they are not the chain the seal closes (empty when they are): a
+    break in the chain, another length than the seal's, another head, a last entry of another type or attempt.
+    The caller checks that the bundle hashes to the seal's digest (which covers these entries). A ledger that holds
+    its entries is returned as it is."""
+    seal = ledger.seal
+    if not ledger.in_bundle or seal is None:
+        return ledger, []
+    problems = [f"bundle ledger: {p}" for p in verify_entries(entries)]
+    if len(entries) != seal.index + 1:
+        problems.append(f"the sealed bundle's ledger has {len(entries)} entries, the seal on the bus records "
+                        f"{seal.index + 1}")
+    if not entries:
+        return ledger, problems
+    last = entries[-1]
+    if last.hash != seal.head:
+        problems.append(f"the sealed bundle's ledger ends at {last.hash[:12]}…, the seal on the bus records the "
+                        f"head {seal.head[:12]}… (one of them was rewritten)")
+    if (last.type, last.attempt) != (seal.type, seal.attempt):
+        problems.append(f"the sealed bundle's ledger ends at {last.type} of attempt {last.attempt}, the seal on the "
+                        f"bus records {seal.type} of attempt {seal.attempt}")
+    return msgspec.structs.replace(ledger, entries=tuple(entries),
+                                   seal=msgspec.structs.replace(seal, event_id=last.event_id)), problems
+
+
 def prefix(ledger: Ledger, index: int) -> tuple[Entry, ...]:
     """Entries ``0..index`` inclusive: the part of the chain a bundle sealed at ``index`` commits to."""
     return ledger.entries[: index + 1]
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_Sha256 = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+
+
+class _SealOnly(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """A ledger stored as its seal alone (``seal_only``), as a MessagePack array: ~100 bytes where its JSON took
+    ~270 gzip-compressed (issue 27: the key's subject and headers are another ~130 a run). Its first byte is a
+    MessagePack fixarray's (0x97, 0x98), never a JSON ledger's ``{`` nor gzip's 0x1f."""
+
+    run_id: str
+    workspace: str
+    type: str
+    attempt: int
+    index: int
+    digest: _Sha256
+    head: _Sha256
+    bundle: str = ""  # "" when the bundle has its usual name (``bundle.bundle_name``)
+
+
 def encode(ledger: Ledger) -> bytes:
-    """The ``ledger`` KV value: the ledger's JSON gzip-compressed (``packing``; issue 27: each entry's ``prev``
-    repeats the hash before it, so a run's ledger stores in under a third of its JSON). Never hashed: entry hashes
-    are over ``canonical`` entries."""
+    """The ``ledger`` KV value. A ledger stored as its seal alone (``seal_only``): ``_SealOnly``. Else its JSON
+    (defaults left out) gzip-compressed (``packing``; issue 27: each entry's ``prev`` repeats the hash before it,
+    so a whole ledger stores in under a third of its JSON). Never hashed: entry hashes are over ``canonical``
+    entries, the seal's digest over the bundle."""
+    seal = ledger.seal
+    if ledger.in_bundle and seal is not None and not seal.event_id:
+        default = f"runs/{ledger.run_id}/bundle.json"  # bundle.bundle_name (the bundle module imports this one)
+        return msgspec.msgpack.encode(_SealOnly(
+            run_id=ledger.run_id, workspace=ledger.workspace, type=seal.type, attempt=seal.attempt,
+            index=seal.index, digest=bytes.fromhex(seal.digest), head=bytes.fromhex(seal.head),
+            bundle="" if seal.bundle == default else seal.bundle))
     return packing.pack(msgspec.json.encode(ledger))
 
 
 def decode(data: bytes) -> Ledger:
-    """A ``ledger`` KV value, compressed or (written by earlier releases) plain JSON; ``packing.PackingError`` (a
-    ``ValueError``) when it does not inflate."""
+    """A ``ledger`` KV value: a seal alone (``_SealOnly``), a compressed ledger, or (written by earlier releases)
+    plain JSON; ``packing.PackingError`` (a ``ValueError``) when it does not inflate, ``msgspec.DecodeError``
+    (also a ``ValueError``) when it is none of them."""
+    if data[:1] in (b"\x97", b"\x98"):
+        kept = msgspec.msgpack.decode(data, type=_SealOnly)
+        return Ledger(run_id=kept.run_id, workspace=kept.workspace, seal=Seal(
+            event_id="", type=kept.type, attempt=kept.attempt, index=kept.index,
+            bundle=kept.bundle or f"runs/{kept.run_id}/bundle.json", digest=kept.digest.hex(), head=kept.head.hex()))
     return msgspec.json.decode(packing.unpack(data), type=Ledger)

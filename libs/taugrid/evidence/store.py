@@ -5,6 +5,12 @@ Invariants:
   workspaces' ledgers), written when the run is sealed: the run's events up to and including its first terminal
   event (stream order) are read back from RUNS (``run_history``) and chained in that order; a run not sealed yet
   has no ledger. Every write is a compare-and-set (the first one a create), and a lost race re-reads.
+- The key keeps the seal alone (``ledger.seal_only``, issue 27: ~250 bytes a run where the whole ledger took
+  ~1.4 KB, and the bundle holds the same entries): the bundle's name and digest, the chain's head, its length, the
+  terminal event's type and attempt. The entries are read back from the sealed bundle where they are needed
+  (``read_ledger``, ``tau verify``), and count as the run's only when the bundle hashes to the seal's digest and
+  its chain is unbroken, as long, and ends at the sealed head: only the evidence service writes the key (with
+  compare-and-set) and the bundle, and AUDIT's ``evidence.sealed`` and the anchors pin the same digest and head.
 - A run is sealed once, by its first terminal event in stream order: whichever terminal event of the run is
   handled (a duplicate, a racing cancel vs. give-up, a second replica), the history read back ends at that first
   one, so every handler builds the same ledger, claim and bundle, and the one whose create lands wins.
@@ -78,6 +84,8 @@ def run_of(ev: Event) -> tuple[str, str]:
 
 
 async def load(bus: Bus, workspace: str, run_id: str) -> tuple[lg.Ledger | None, int]:
+    """The run's ledger as the KV stores it (a sealed one as its seal alone: ``read_ledger`` adds the entries)
+    and its revision; (None, 0) when it has none."""
     found = await kv.get(bus, BUCKET, key(workspace, run_id))
     if found is None or not found.value:
         return None, 0
@@ -108,6 +116,48 @@ async def update(bus: Bus, workspace: str, run_id: str, change: Callable[[lg.Led
     raise TemporaryError(f"ledger contention on {run_id}", delay=0.2)
 
 
+async def read_ledger(bus: Bus, workspace: str, run_id: str) -> lg.Ledger | None:
+    """The run's ledger with its entries (None when it has no ledger): as the KV stores it when it holds them,
+    else read from the sealed bundle (on the bus, else in the evidence archive) and checked against the seal the
+    KV keeps (``with_entries``); ``BundleModified`` when the bundle is missing, does not hash to the sealed digest,
+    or its ledger is not the sealed chain."""
+    ledger, _ = await load(bus, workspace, run_id)
+    return None if ledger is None else await with_entries(bus, ledger)
+
+
+async def with_entries(bus: Bus, ledger: lg.Ledger) -> lg.Ledger:
+    """``ledger`` with its entries read from its sealed bundle when the KV keeps its seal alone (see
+    ``read_ledger``); as it is otherwise."""
+    seal = ledger.seal
+    if not ledger.in_bundle or seal is None:
+        return ledger
+    name = seal.bundle or b.bundle_name(ledger.run_id)
+    try:
+        data = await read_bundle_bytes(bus, name)
+    except (packing.PackingError, bases.BaseMissing, bases.BaseModified) as exc:
+        raise BundleModified(f"the ledger of {ledger.run_id} is in its bundle {name}, which cannot be read back: "
+                             f"{exc}; run `tau verify {ledger.run_id}`") from exc
+    if data is None:
+        raise BundleModified(f"the ledger of {ledger.run_id} is in its bundle {name}, which is missing; run "
+                             f"`tau verify {ledger.run_id}`")
+    if lg.sha256(data) != seal.digest:
+        raise BundleModified(f"bundle {name} hashes to {lg.sha256(data)[:12]}…, sealed as {seal.digest[:12]}…: it "
+                             f"was modified; run `tau verify {ledger.run_id}`")
+    full, problems = lg.with_entries(ledger, bundle_entries(msgspec.json.decode(data)))
+    if problems:
+        raise BundleModified(f"bundle {name} holds another ledger than the sealed one ({problems[0]}); run "
+                             f"`tau verify {ledger.run_id}`")
+    return full
+
+
+def bundle_entries(doc: Any) -> list[lg.Entry]:
+    """The ledger entries a decoded bundle holds; ``msgspec.ValidationError`` (a ``ValueError``) when they are not
+    entries."""
+    ledger = doc.get("ledger") if isinstance(doc, dict) else None
+    held = ledger.get("entries", []) if isinstance(ledger, dict) else []
+    return msgspec.convert(held, type=list[lg.Entry])
+
+
 def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
     seal = ledger.seal
     if seal is None or not seal.digest:
@@ -115,9 +165,9 @@ def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
     return EvidenceSealed(
         attempt=seal.attempt,
         terminal_state=b.terminal_state(seal.type),
-        bundle=seal.bundle,
+        bundle=seal.bundle or b.bundle_name(ledger.run_id),
         digest=seal.digest,
-        ledger_head=ledger.entries[seal.index].hash,
+        ledger_head=seal.head or ledger.entries[seal.index].hash,
         entries=seal.index + 1,
     )
 
@@ -465,9 +515,10 @@ class Sealed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def seal(bus: Bus, terminal_event: Event) -> Sealed:
-    """Seal the run of ``terminal_event``: build its ledger, store its bundle once, write the ledger with the
-    bundle's digest in one compare-and-set (a create for a fresh run): the run's only ledger write. The caller
-    announces it (``announce``).
+    """Seal the run of ``terminal_event``: build its ledger, store its bundle once, write the seal (the bundle's
+    digest and the chain's head: ``ledger.seal_only``, the entries being the bundle's) in one compare-and-set (a
+    create for a fresh run): the run's only ledger write. The caller announces it (``announce``). ``Sealed.ledger``
+    is what the KV holds.
 
     When another terminal event came first in the stream, the seal (and the bundle) is that event's."""
     if terminal_event.type not in TERMINAL_EVENTS:
@@ -494,6 +545,7 @@ async def seal(bus: Bus, terminal_event: Event) -> Sealed:
         assert ledger.seal is not None
         ledger = msgspec.structs.replace(
             ledger, seal=msgspec.structs.replace(ledger.seal, bundle=b.bundle_name(run_id), digest=digest))
+        ledger = lg.seal_only(ledger)
         try:
             await kv.save(bus, BUCKET, key(workspace, run_id), lg.encode(ledger), revision=revision)
         except kv.Conflict:  # another handler sealed it meanwhile (the same ledger) or an old one appended

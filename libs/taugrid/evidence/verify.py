@@ -1,13 +1,18 @@
 """Independent re-verification of a run's evidence, for ``tau verify RUN`` and ``tau evidence RUN``.
 
 Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
-1. the ledger in KV is an unbroken hash chain;
-2. the stored bundle's sha256 equals the digest the ledger's seal and the ``evidence.sealed`` event announce
-   (taken over its canonical JSON; a bundle stored against its workspace's base, ``bases.py``, is inflated with
-   the base, read again and checked against the sha256 its name carries first: a base missing or changed is a
-   problem that names it);
-3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger, ending at the announced head;
-   every ledger entry is one of the bundle's events (same id, type and payload hash);
+1. the ledger is an unbroken hash chain. A sealed run's KV keeps its seal alone (issue 27, ``ledger.seal_only``:
+   the bundle's digest, the chain's head and length, the terminal event's type and attempt): its entries are then
+   the sealed bundle's, which must be an unbroken chain as long as the seal says, ending at its head, at its
+   terminal event (``ledger.with_entries``); a ledger the KV keeps whole (sealed by an earlier release) is checked
+   as it is;
+2. the stored bundle's sha256 equals the digest the ledger's seal and the ``evidence.sealed`` event announce, and
+   the seal's length the one it announced (taken over its canonical JSON; a bundle stored against its
+   workspace's base, ``bases.py``, is inflated with the base, read again and checked against the sha256 its name
+   carries first: a base missing or changed is a problem that names it);
+3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger (when the KV keeps it whole),
+   ending at the announced head; every ledger entry is one of the bundle's events (same id, type and payload
+   hash);
 4. every separately stored attempt log matches the sha256 the bundle records;
 5. against the streams, each for what it holds. RUNS, while it still holds the run (30 d by default): every
    ledger entry at or after RUNS' first sequence is an event there with the same type and payload hash, and
@@ -29,7 +34,8 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    bundle's digest covers them.
 An intermediate event (neither a request nor the run's end) is thus vouched for by RUNS while RUNS keeps it, and
 after that by the bundle alone, whose digest AUDIT's ``evidence.sealed`` pins: a ledger or bundle rewritten after
-the seal fails check 2 or 3; one forged at the seal by the sealing service itself fails check 5 only while RUNS
+the seal fails check 1, 2 or 3 (the seal and the bundle rewritten together: check 2 and 3, against AUDIT); one
+forged at the seal by the sealing service itself fails check 5 only while RUNS
 keeps the run (``tau verify --anchor`` adds the signed anchors' heads, §13b).
 A bundle (and its logs) archived out of the bus (``archive.py``) is read from the archive and checked the same
 way: the digest on the bus (the ledger's seal, ``evidence.sealed`` in AUDIT) is what it must hash to.
@@ -199,13 +205,17 @@ def _check_bundle_events(doc: dict[str, Any], ledger: lg.Ledger) -> list[str]:
     return problems
 
 
-def _check_bundle(doc: dict[str, Any], ledger: lg.Ledger, announced_head: str) -> list[str]:
+def _check_bundle(doc: dict[str, Any], ledger: lg.Ledger, announced_head: str, *,
+                  chain_checked: bool = False) -> list[str]:
+    """The bundle's own ledger (check 3). ``chain_checked``: the ledger's entries are the bundle's, their chain
+    checked already (``ledger.with_entries``), so it is not reported twice."""
     problems = []
     try:
-        entries = msgspec.convert(doc.get("ledger", {}).get("entries", []), type=list[lg.Entry])
+        entries = store.bundle_entries(doc)
     except msgspec.ValidationError as exc:
         return [f"bundle ledger is malformed: {exc}"]
-    problems += [f"bundle ledger: {p}" for p in lg.verify_entries(entries)]
+    if not chain_checked:
+        problems += [f"bundle ledger: {p}" for p in lg.verify_entries(entries)]
     if entries and announced_head and entries[-1].hash != announced_head:
         problems.append(
             f"bundle ledger ends at {entries[-1].hash[:12]}…, evidence.sealed announced "
@@ -284,8 +294,26 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
             f"no ledger for run {run_id} (unknown run, or not sealed yet: a run's ledger is written at its seal)"
         )
         return report
-    report.entries, report.ledger_head = len(ledger.entries), ledger.head
-    report.problems += lg.verify(ledger)
+    report.entries, report.ledger_head = ledger.count, ledger.head  # what the bus keeps: a sealed one's seal
+    seal = ledger.seal
+    doc: dict[str, Any] | None = None
+    if seal is not None and seal.digest:
+        report.sealed = True
+        report.bundle = seal.bundle or b.bundle_name(run_id)
+        doc = await _read_bundle(bus, report)
+    from_bundle = ledger.in_bundle
+    if from_bundle:  # the KV keeps the seal alone: the entries are the bundle's, which must be the sealed chain
+        if doc is None:
+            return report  # why it cannot be read is said; nothing else of the run can be checked without it
+        try:
+            entries = store.bundle_entries(doc)
+        except msgspec.ValidationError as exc:
+            report.problems.append(f"bundle ledger is malformed: {exc}")
+            return report
+        ledger, attached = lg.with_entries(ledger, entries)
+        report.problems += attached
+    else:
+        report.problems += lg.verify(ledger)
 
     subject = f"run.{token(workspace)}.{token(run_id)}.>"  # people may read only their workspaces' subjects
     runs = await _runs(bus, subject)
@@ -310,42 +338,28 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
         report.problems.append("run is not sealed yet (no terminal event, or sealing has not finished)")
         report.ok = False
         return report
-    report.sealed = True
-    report.bundle = seal.bundle or b.bundle_name(run_id)
     report.announced_digest = announced.digest if announced else seal.digest
     if announced is None:
         report.problems.append(f"no evidence.sealed event for {run_id} in {AUDIT_STREAM}")
-    elif announced.digest != seal.digest:
-        report.problems.append(
-            f"evidence.sealed announced {announced.digest[:12]}…, the ledger records " f"{seal.digest[:12]}…"
-        )
-    stored, report.archive = await archive.read_object(bus, report.bundle)  # the bus, else the archive
-    from_archive = f" in the archive, {report.archive}" if report.archive else ""
-    try:
-        data = None if stored is None else await bases.unpack(bus, stored, fresh=True)
-    except (bases.BaseMissing, bases.BaseModified) as exc:
-        report.problems.append(f"bundle {report.bundle}: {exc}")
-        return report
-    except packing.PackingError as exc:
-        report.problems.append(f"bundle {report.bundle} is damaged{from_archive}: {exc}")
-        return report
-    if data is None:
-        report.problems.append(f"bundle {report.bundle} is missing from the evidence object store (and from the "
-                               f"evidence archive, when the platform names one)")
-        return report
-    report.digest = lg.sha256(data)
-    if report.digest != report.announced_digest:
+    else:
+        if announced.digest != seal.digest:
+            report.problems.append(
+                f"evidence.sealed announced {announced.digest[:12]}…, the ledger records {seal.digest[:12]}…"
+            )
+        if announced.entries != seal.index + 1:
+            report.problems.append(f"evidence.sealed announced {announced.entries} ledger entries, the seal "
+                                   f"records {seal.index + 1}")
+    if report.digest and report.digest != report.announced_digest:
+        from_archive = f" in the archive, {report.archive}" if report.archive else ""
         report.problems.append(
             f"bundle {report.bundle} hashes to {report.digest[:12]}…, sealed as "
             f"{report.announced_digest[:12]}… (the bundle was modified{from_archive})"
         )
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        report.problems.append(f"bundle {report.bundle} is not JSON: {exc}")
+    if doc is None:
+        report.ok = False
         return report
-    head = announced.ledger_head if announced else ledger.entries[seal.index].hash
-    report.problems += _check_bundle(doc, ledger, head)
+    head = announced.ledger_head if announced else seal.head if from_bundle else _sealed_head(ledger)
+    report.problems += _check_bundle(doc, ledger, head, chain_checked=from_bundle)
     report.problems += _check_bundle_events(doc, ledger)
     ident = doc.get("identity") or {}
     report.user, report.signer = str(ident.get("user", "")), str(ident.get("signer", ""))
@@ -358,6 +372,41 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     report.problems += _check_manifests(doc)
     report.ok = not report.problems
     return report
+
+
+def _sealed_head(ledger: lg.Ledger) -> str:
+    """The hash of a whole ledger's terminal entry ("" when its seal points past its entries: ``lg.verify`` said)."""
+    seal = ledger.seal
+    return ledger.entries[seal.index].hash if seal is not None and seal.index < len(ledger.entries) else ""
+
+
+async def _read_bundle(bus: Bus, report: VerifyReport) -> dict[str, Any] | None:
+    """The sealed bundle ``report.bundle`` decoded, read from the bus, else the archive (``report.archive``: where),
+    its sha256 recomputed (``report.digest``); None, with the reason in ``report.problems``, when it cannot be."""
+    stored, report.archive = await archive.read_object(bus, report.bundle)  # the bus, else the archive
+    from_archive = f" in the archive, {report.archive}" if report.archive else ""
+    try:
+        data = None if stored is None else await bases.unpack(bus, stored, fresh=True)
+    except (bases.BaseMissing, bases.BaseModified) as exc:
+        report.problems.append(f"bundle {report.bundle}: {exc}")
+        return None
+    except packing.PackingError as exc:
+        report.problems.append(f"bundle {report.bundle} is damaged{from_archive}: {exc}")
+        return None
+    if data is None:
+        report.problems.append(f"bundle {report.bundle} is missing from the evidence object store (and from the "
+                               f"evidence archive, when the platform names one)")
+        return None
+    report.digest = lg.sha256(data)
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        report.problems.append(f"bundle {report.bundle} is not JSON: {exc}")
+        return None
+    if not isinstance(doc, dict):
+        report.problems.append(f"bundle {report.bundle} is not a JSON object")
+        return None
+    return doc
 
 
 def as_dict(report: VerifyReport) -> dict[str, Any]:
