@@ -101,7 +101,7 @@ class Policy:
             run_id=ev.subject,
             attempt=1,
             event_type="policy.approved",
-            payload=PolicyApproved(run=run, platform_revision=revision),
+            payload=PolicyApproved(run=run),  # its platform revision is run.platform_revision (issue 27)
             # the real priority decides the renderer's lane, whatever lane the submission came on
             lane=HIGH_LANE if platform.high_lane(run.workspace, run.priority_class) else "",
         )

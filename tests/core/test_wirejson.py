@@ -11,6 +11,7 @@ from taugrid.core.contracts import (
     PhaseReport,
     PodSetTopology,
     PolicyApproved,
+    Resilience,
     ResolvedRun,
     Resources,
 )
@@ -93,3 +94,29 @@ def test_a_run_record_with_pods_phases_and_history_leaves_out_exactly_its_defaul
     top = msgspec.json.decode(expected)
     assert (top["updated"], "position" in top, "finished" in top, top["pods"][1]) == (0, False, False, {"name": "p-1"})
     assert msgspec.json.decode(wirejson.encode(record), type=RunRecord) == record
+
+
+def test_a_resolved_runs_checkpoint_directories_are_left_out_when_they_follow_from_its_output_directory() -> None:
+    """issue 27: ``checkpoint_dir`` is ``<output_dir>/checkpoints`` and ``resilience.checkpoint_path`` the checkpoint
+    directory unless the config or a resume says otherwise; stored, they are left out then and read back whole."""
+    out = "/data/runs/team-a/hello-3f2a9c"
+    run = resolved(output_dir=out)
+    assert (run.checkpoint_dir, run.resilience.checkpoint_path) == (f"{out}/checkpoints", f"{out}/checkpoints")
+    compact = wirejson.encode(run)
+    assert b"checkpoint" not in compact and b'"resilience"' not in compact
+    assert msgspec.json.decode(compact, type=ResolvedRun) == run
+    # written out where they say something else: a resume point (the rest of resilience at its defaults), a
+    # checkpoint directory of its own (as a test or an earlier release may have it)
+    resumed = resolved(output_dir=out, resilience=Resilience(max_retries=2, checkpoint_path="/data/runs/team-a/x/c"))
+    assert (b'"resilience":{"max_retries":2,"checkpoint_path":"/data/runs/team-a/x/c"}' in wirejson.encode(resumed)
+            and msgspec.json.decode(wirejson.encode(resumed), type=ResolvedRun) == resumed)
+    retried = resolved(output_dir=out, resilience=Resilience(max_retries=2))
+    assert retried.resilience.checkpoint_path == f"{out}/checkpoints"
+    assert b'"resilience":{"max_retries":2}' in wirejson.encode(retried)
+    assert msgspec.json.decode(wirejson.encode(retried), type=ResolvedRun) == retried
+    own = resolved(output_dir=out, checkpoint_dir="/data/runs/team-a/ckpt")
+    assert (b'"checkpoint_dir":"/data/runs/team-a/ckpt"' in wirejson.encode(own)
+            and own.resilience.checkpoint_path == "/data/runs/team-a/ckpt"
+            and msgspec.json.decode(wirejson.encode(own), type=ResolvedRun) == own)
+    # an earlier release's event, every field written out, reads the same
+    assert msgspec.json.decode(msgspec.json.encode(run), type=ResolvedRun) == run

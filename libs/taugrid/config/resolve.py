@@ -28,7 +28,7 @@ from taugrid.config.platformtopology import queue_topologies
 from taugrid.config.source import make_issue, raise_issues
 from taugrid.config.taujob import TauConfig
 from taugrid.config.taurules import check_rules, entrypoint_escape
-from taugrid.core.contracts import Issue, Resilience, ResolvedRun, Resources
+from taugrid.core.contracts import Issue, Resilience, ResolvedRun, Resources, checkpoints_of
 from taugrid.core.devices import GPU_RESOURCES
 from taugrid.core.events import HIGH_LANE
 from taugrid.core.ids import is_run_id
@@ -114,7 +114,7 @@ def resolve_run(
     priority_class, priority, preemptible = _priority(cfg, platform, ws, issues)
     node_selector = _node_selector(cfg, profile, issues)
     output_dir = _output_dir(cfg, ws, run_id, issues)
-    checkpoint_dir = f"{output_dir}/checkpoints"
+    checkpoint_dir = checkpoints_of(output_dir)  # ResolvedRun derives it so when stored JSON leaves it out
     r = cfg.resilience
     checkpoint_path = (
         _inside_workspace(r.checkpoint_path, ws, run_id, ("resilience", "checkpoint_path"), issues)

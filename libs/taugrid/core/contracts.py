@@ -58,7 +58,12 @@ class Resilience(Struct, frozen=True):
 
 
 class ResolvedRun(Struct, frozen=True):
-    """A run after platform policy: everything a renderer needs, nothing it must look up."""
+    """A run after platform policy: everything a renderer needs, nothing it must look up.
+
+    ``checkpoint_dir`` is ``<output_dir>/checkpoints`` and ``resilience.checkpoint_path`` the checkpoint directory
+    unless the config or a resume says otherwise: stored JSON leaves them out when they are (``wire_derived``,
+    ``core/wirejson``; issue 27: ~160 B of every ``policy.approved``), and decoding gives them back here, so every
+    reader sees them whole. They follow from fields of the same service-signed value, never from elsewhere."""
 
     run_id: str
     submission_id: str
@@ -139,6 +144,24 @@ class ResolvedRun(Struct, frozen=True):
     python: str = ""
     python_source: str = ""
 
+    def __post_init__(self) -> None:
+        # what stored JSON left out because it follows from output_dir (wire_derived); "" is never resolved
+        if not self.checkpoint_dir and self.output_dir:
+            msgspec.structs.force_setattr(self, "checkpoint_dir", checkpoints_of(self.output_dir))
+        if not self.resilience.checkpoint_path and self.checkpoint_dir:
+            msgspec.structs.force_setattr(self, "resilience", msgspec.structs.replace(
+                self.resilience, checkpoint_path=self.checkpoint_dir))
+
+    def wire_derived(self) -> dict[str, Any]:
+        """The fields that follow from the others, with the values they then have (``core/wirejson``)."""
+        return {"checkpoint_dir": checkpoints_of(self.output_dir),
+                "resilience": {"checkpoint_path": self.checkpoint_dir}}
+
+
+def checkpoints_of(output_dir: str) -> str:
+    """A run's checkpoint directory, given its output directory (``config/resolve`` resolves it so)."""
+    return f"{output_dir}/checkpoints" if output_dir else ""
+
 
 # ---- run lifecycle payloads (subject run.<ws>.<run>.<stage>.<outcome>) ----
 
@@ -203,6 +226,8 @@ class Rejected(Struct, frozen=True):
 
 class PolicyApproved(Struct, frozen=True):
     run: ResolvedRun
+    # 0 since issue 27: ``run.platform_revision`` says it (every reader takes ``platform_revision or
+    # run.platform_revision``); an earlier release's event repeats it here
     platform_revision: int = 0
 
 

@@ -7,6 +7,11 @@ their own encoding (``omit_defaults`` is not set on them): the run record, the e
 ``--output json`` write them whole; only what is stored on the bus for every run, twice (RUNS and AUDIT), is
 written without what a reader knows anyway (issue 27: ~1.7 KB of a trivial run's ~7 KB of run-event bodies).
 A field whose default is a factory (``[]``, ``{}``) is left out when equal to a fresh one.
+
+A Struct may also name fields that follow from its others (``wire_derived``: each such field's name and the value
+it then has; for a Struct field, a mapping of that Struct's own derived fields). Such a field is left out when it
+has that value, and the Struct's ``__post_init__`` gives it back at decoding, where it finds the field at its
+default: the invariant above holds for it too (``ResolvedRun``'s checkpoint directories, issue 27).
 """
 
 from __future__ import annotations
@@ -40,12 +45,28 @@ def _fields(kind: type[msgspec.Struct]) -> tuple[tuple[str, str, Any, Any], ...]
     return found
 
 
-def plain(value: Any) -> Any:
-    """``value`` as JSON-ready values, every Struct inside it as a dict without its fields at their defaults."""
+def _derives(kind: type[msgspec.Struct]) -> bool:
+    """Whether ``kind`` names fields that follow from its others (``wire_derived``); looked up once per Struct."""
+    found = _DERIVES.get(kind)
+    if found is None:
+        if len(_DERIVES) >= _FIELDS_MAX:
+            _DERIVES.clear()
+        found = _DERIVES[kind] = callable(getattr(kind, "wire_derived", None))
+    return found
+
+
+_DERIVES: dict[type[msgspec.Struct], bool] = {}
+
+
+def plain(value: Any, derived: dict[str, Any] | None = None) -> Any:
+    """``value`` as JSON-ready values, every Struct inside it as a dict without its fields at their defaults, nor
+    those at the value they follow from the Struct's others (``derived``: its container's say about its fields)."""
     kind = type(value)
     if kind in _SCALARS:
         return value
     if isinstance(value, msgspec.Struct):
+        if _derives(kind):
+            derived = {**(derived or {}), **value.wire_derived()}  # type: ignore[attr-defined]
         out: dict[str, Any] = {}
         for name, key, default, made in _fields(kind):
             field = getattr(value, name)
@@ -55,6 +76,15 @@ def plain(value: Any) -> Any:
                     continue
             elif made is not _NO and field == made:
                 continue
+            if derived is not None and name in derived:
+                follows = derived[name]
+                if isinstance(follows, dict) and isinstance(field, msgspec.Struct):
+                    nested = plain(field, follows)
+                    if nested or (default is _NO and made is _NO):  # {} of a field with a default: decoding
+                        out[key] = nested                               # gives that back, then derives the rest
+                    continue
+                if field == follows:
+                    continue
             out[key] = field if field_kind in _SCALARS else plain(field)
         return out
     if isinstance(value, (list, tuple)):
