@@ -1,7 +1,7 @@
-"""A sealed run's record against a real nats-server (issue 27): one revision without its history, which the sealed
-bundle holds; what ``tau status`` and the portal show of it is what they showed before; late events after the seal
-(a redelivery, a cancel) neither resurrect nor change it; a record an earlier release stored, history and all,
-still reads and folds."""
+"""A sealed run's record against a real nats-server (issue 27): one revision without its history and signer, which
+the sealed bundle holds; what ``tau status`` and the portal show of it is what they showed before, but the signer;
+late events after the seal (a redelivery, a cancel) neither resurrect nor change it; a record an earlier release
+stored, history and all, still reads and folds."""
 
 from __future__ import annotations
 
@@ -47,21 +47,25 @@ async def test_a_sealed_record_keeps_no_history_and_shows_what_it_showed_before(
         assert await projector.project(ev)
     before, _ = await runrecord.get(bus, ws, run)
     assert before is not None and [h["seq"] for h in before.history] == [ev.seq for ev in events[:-1]]
+    signer = events[1].payload(c.SubmitAccepted).signer
+    assert events[1].type == "submit.accepted" and signer and before.signer == signer
     await projector.project(events[-1])
     stored, _ = await stored_json(bus, ws, run)
     assert (stored["state"], stored["evidence_digest"], stored["last_seq"]) == ("succeeded", "sha256:d",
                                                                                 events[-1].seq)
-    assert stored.get("history", []) == []
+    # nor the signer's key, which no reader takes from the record (the bundle's identity holds it)
+    assert stored.get("history", []) == [] and "signer" not in stored
     after, _ = await runrecord.get(bus, ws, run)
-    assert after is not None
-    # the record an earlier release kept: this one with the history it dropped, the seal's entry last
-    earlier = msgspec.structs.replace(after, history=[*before.history, {
+    assert after is not None and after.signer == ""
+    # the record an earlier release kept: this one with the history it dropped, the seal's entry last, and its signer
+    earlier = msgspec.structs.replace(after, signer=signer, history=[*before.history, {
         "seq": events[-1].seq, "type": "evidence.sealed", "attempt": 1, "time": events[-1].time, "applied": False}])
-    assert status_json(after) == status_json(earlier)  # `tau status --output json` never showed the history
+    # `tau status --output json` never showed the history; the signer it showed is the bundle's now
+    assert {**status_json(after), "signer": signer} == status_json(earlier)
     detail, old_detail = run_detail(after), run_detail(earlier)
-    assert (detail.pop("history"), detail.pop("history_in")) == ([], "evidence")
-    old_detail.pop("history"), old_detail.pop("history_in")
-    assert detail == old_detail
+    assert (detail.pop("history"), detail.pop("history_in"), detail.pop("signer")) == ([], "evidence", "")
+    old_detail.pop("history"), old_detail.pop("history_in"), old_detail.pop("signer")
+    assert detail == old_detail  # the portal shows the signer from the bundle (its evidence tab)
 
 
 async def test_late_events_after_the_seal_neither_resurrect_nor_change_the_record(bus: Bus) -> None:

@@ -293,8 +293,11 @@ def _fold(record: states.RunRecord, ev: Event, *, at: float) -> bool:
     if record.evidence_digest:
         # Sealed (issue 27): the record keeps one revision without its history, which the sealed bundle holds
         # (its ``events``); ``last_seq`` alone tells what it has folded, as nothing folds into it after the seal
-        # but events stored after it (``_apply``), a late cancel or a duplicate's redelivery.
+        # but events stored after it (``_apply``), a late cancel or a duplicate's redelivery. Nor the signer's key
+        # (~66 B of a sealed record, compressed), which no reader takes from the record: the bundle's identity
+        # holds it, verified (``tau verify``, the portal's evidence tab).
         record.history.clear()
+        record.signer = ""
         return changed
     record.history.append({"seq": ev.seq, "type": ev.type, "attempt": ev.attempt, "time": ev.time,
                            "applied": changed})
