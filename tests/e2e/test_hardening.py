@@ -104,8 +104,9 @@ async def rewrite_ledger(stack: Stack, run_id: str) -> None:
     url = json.loads((stack.data_dir / "stack.json").read_text())["nats_url"]
     bus = await connect(url, name="attacker", creds=stack.data_dir / "creds" / "bootstrap.nk")
     try:
-        ledger = await store.find(bus, run_id)
-        assert ledger is not None
+        sealed = await store.find(bus, run_id)
+        assert sealed is not None and sealed.in_bundle  # the KV keeps the seal alone (issue 27)
+        ledger = await store.with_entries(bus, sealed)  # the entries, from the bundle the seal names
         forged = lg.Ledger(run_id=ledger.run_id, workspace=ledger.workspace)
         for e in ledger.entries:
             forged = lg.append(forged, _Forged(e))
