@@ -81,10 +81,12 @@ def test_the_embedded_stack_gives_each_replica_its_own_metrics_port(monkeypatch:
     assert len(set(ports)) == len(ports) == 32 * len(SERVICES) and min(ports) == 19000  # type: ignore[type-var]
 
 
-def test_queue_gauges_follow_the_queue_snapshot_and_scrape_with_the_standard_parser() -> None:
+def test_queue_gauges_follow_the_queue_snapshot_and_scrape_with_the_standard_parser(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
+    monkeypatch.setattr(metrics, "SERVED", True)  # as after ``serve``: the process has a /metrics endpoint
     metrics.observe_queues([{"cluster_queue": "mq", "pending": [{"run_id": "a"}, {"run_id": "b"}], "admitted": 3,
                              "nominal": {"nvidia.com/gpu": 8.0, "cpu": 64.0}, "used": {"nvidia.com/gpu": 6.0},
                              "borrowed": {"nvidia.com/gpu": 1.0}, "lent": {}}])
@@ -186,3 +188,13 @@ async def test_kv_and_object_store_operations_are_timed_and_served(bus: Bus, mon
                     if s.name == "taugrid_object_seconds_sum" and s.labels == {"store": "evidence", "op": "read",
                                                                                 "outcome": "ok"})
     assert read_sum > 0
+
+
+def test_queue_gauges_are_not_kept_where_no_metrics_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off by default (the embedded stack): a platform of 1,000 ClusterQueues would hold 4,000 series no one reads."""
+    monkeypatch.setattr(metrics, "SERVED", False)
+    metrics.observe_queues([{"cluster_queue": "unserved", "pending": [], "admitted": 1, "nominal": {"cpu": 4.0}}])
+    assert REGISTRY.get_sample_value("taugrid_queue_admitted", {"cluster_queue": "unserved"}) is None
+    assert REGISTRY.get_sample_value("taugrid_queue_quota",
+                                     {"cluster_queue": "unserved", "resource": "cpu", "kind": "nominal"}) is None
+

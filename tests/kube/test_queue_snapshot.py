@@ -16,7 +16,7 @@ from typing import Any
 import nats.js.errors
 import pytest
 
-from taugrid.bus import Bus
+from taugrid.bus import Bus, metrics
 from taugrid.cli.queue_cmd import queue_view
 from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.queues import quantity, snapshot
@@ -112,8 +112,9 @@ async def _snapshot_written(bus: Bus, since: float, timeout: float = 15.0) -> di
 
 @pytest.mark.parametrize("served", [True, False])
 async def test_clusterqueue_status_becomes_the_exact_tau_queue_json(
-        bus: Bus, bootstrapped: str, fake_kube: Any, served: bool) -> None:
+        bus: Bus, bootstrapped: str, fake_kube: Any, served: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     fake, api_client = fake_kube
+    monkeypatch.setattr(metrics, "SERVED", True)  # the chart serves /metrics: the bridge's queue gauges are kept
     fake.put(CQS, cluster_queue("vision", gpus="8", used_gpus="6", borrowed_gpus="0", pending=2, admitted=1))
     fake.put(CQS, cluster_queue("language", gpus="4", used_gpus="6", borrowed_gpus="2", pending=0, admitted=2))
     fake.put(LQS, LOCAL_QUEUE)
