@@ -56,6 +56,16 @@ def test_services_connect_without_nats_py_loading_aiohttp() -> None:
     assert _first_loading_each(modules, ("aiohttp",)) == {name: [] for name in modules}
 
 
+def test_only_the_renderer_loads_the_manifest_schema_validator() -> None:
+    """jsonschema, kubernetes_validate and the run config models come with the ``taugrid.render`` package (about
+    4 MB resident); the local cluster reads only the names renderer and backend share (``core.manifestkeys``)."""
+    modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES if svc != "renderer"]
+    assert _first_loading_each(modules, ("taugrid.render", "jsonschema")) == {name: [] for name in modules}
+    renderer = "taugrid_services.renderer.__main__"
+    assert _first_loading_each([renderer], ("taugrid.render", "jsonschema")) == {
+        renderer: ["taugrid.render", "jsonschema"]}  # the probe sees them where they are imported
+
+
 async def test_a_websocket_url_is_refused_with_what_to_use_instead() -> None:
     from taugrid.bus.connection import connect
     from taugrid.core.errors import PermanentError

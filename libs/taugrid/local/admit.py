@@ -25,16 +25,16 @@ from taugrid.core import admission as adm
 from taugrid.core import devices
 from taugrid.core.contracts import PodSetTopology, TopologyDomain
 from taugrid.core.errors import PermanentError
-from taugrid.core.quantity import parse_cpu, parse_memory
-from taugrid.local import raycluster
-from taugrid.local.kaiqueues import kai_spec, with_department_quota
-from taugrid.render.common import (
+from taugrid.core.manifestkeys import (
     TOPOLOGY_PREFERRED,
     TOPOLOGY_REQUIRED,
     TOPOLOGY_SLICE,
     TOPOLOGY_SLICE_SIZE,
     TOPOLOGY_UNCONSTRAINED,
 )
+from taugrid.core.quantity import parse_cpu, parse_memory
+from taugrid.local import raycluster
+from taugrid.local.kaiqueues import kai_spec, with_department_quota
 
 GPU = "nvidia.com/gpu"
 _UNLIMITED_CPU = 1e6

@@ -14,9 +14,9 @@ import copy
 import re
 from typing import Any
 
+from taugrid.core.manifestkeys import FETCH_CONTAINER
 from taugrid.local import raycluster
 from taugrid.local.rendezvous import local_command
-from taugrid.render.source import FETCH_CONTAINER
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 HANG_ANNOTATION = "taugrid.io/hang-timeout"

@@ -27,6 +27,7 @@ from taugrid.core import devices
 from taugrid.core.contracts import LogChunk
 from taugrid.core.errors import NotFound
 from taugrid.core.events import log_subject
+from taugrid.core.manifestkeys import FETCH_CONTAINER, SOURCE_DIGEST_ANNOTATION, SOURCE_VOLUME
 from taugrid.local import envrefs, objects, runas
 from taugrid.local.containers import ENGINE_ANNOTATION
 from taugrid.local.jobpods import main_container, pod_manifest, replace_python, template
@@ -39,7 +40,6 @@ from taugrid.local.runtime import Failed, PodRuntimes, Preparing, Ready, Runtime
 from taugrid.local.secrets import SecretStore
 from taugrid.local.state import LocalPod, LocalWorkload
 from taugrid.ports import free_port
-from taugrid.render.source import FETCH_CONTAINER, SOURCE_DIGEST_ANNOTATION, SOURCE_VOLUME
 from taugrid.settings import LocalSettings, current
 from taugrid.sources import snapshots
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from taugrid.core import manifestkeys
 from taugrid.core.contracts import ResolvedRun, Resources
 from taugrid.core.devices import vendor_of_resource
 from taugrid.core.errors import PermanentError
@@ -27,12 +28,13 @@ LABEL_PREFIX = "taugrid.io/"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GPU_RESOURCE = "nvidia.com/gpu"
-TOPOLOGY_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-TOPOLOGY_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-TOPOLOGY_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
-TOPOLOGY_SLICE = "kueue.x-k8s.io/podset-slice-required-topology"
-TOPOLOGY_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
-TOPOLOGY_GROUP = "kueue.x-k8s.io/podset-group-name"
+# Kueue's pod-set topology annotations, defined below the renderer so the local cluster reads them without it
+TOPOLOGY_REQUIRED = manifestkeys.TOPOLOGY_REQUIRED
+TOPOLOGY_PREFERRED = manifestkeys.TOPOLOGY_PREFERRED
+TOPOLOGY_UNCONSTRAINED = manifestkeys.TOPOLOGY_UNCONSTRAINED
+TOPOLOGY_SLICE = manifestkeys.TOPOLOGY_SLICE
+TOPOLOGY_SLICE_SIZE = manifestkeys.TOPOLOGY_SLICE_SIZE
+TOPOLOGY_GROUP = manifestkeys.TOPOLOGY_GROUP
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DATA_MOUNT = "/data"
 # Set by the renderer service on what it applies (never by ``render``), read back by kube-bridge.

@@ -28,20 +28,22 @@ from typing import Any
 import msgspec
 
 from taugrid import __version__
+from taugrid.core import manifestkeys
 from taugrid.core.contracts import ResolvedRun
 from taugrid.core.errors import PermanentError
-from taugrid.render.common import LABEL_PREFIX, container_security
+from taugrid.render.common import container_security
 from taugrid.settings import of as settings_of
 from taugrid.settings.model import RendererSettings
 
 SOURCE_DIR = "/tau/source"
-SOURCE_VOLUME = "tau-source"
-FETCH_CONTAINER = "tau-source-fetch"
+# The fetch container's names, defined below the renderer so the local cluster reads them without it
+SOURCE_VOLUME = manifestkeys.SOURCE_VOLUME
+FETCH_CONTAINER = manifestkeys.FETCH_CONTAINER
+SOURCE_DIGEST_ANNOTATION = manifestkeys.SOURCE_DIGEST_ANNOTATION
 CREDS_VOLUME = "tau-nats-creds"
 CREDS_DIR = "/etc/taugrid/nats"
 CREDS_KEY = "creds"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-SOURCE_DIGEST_ANNOTATION = f"{LABEL_PREFIX}source-digest"
 DEFAULT_FETCH_IMAGE = f"ghcr.io/taugrid/taugrid:{__version__}"
 DEFAULT_FETCH_NATS_URL = "nats://taugrid-nats.taugrid.svc:4222"
 # The fetch streams the archive to disk, so its memory does not grow with the project.
