@@ -164,6 +164,15 @@ async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tupl
     assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
         "the sealed bundle's ledger has 6 entries, the seal on the bus records 7",
         "evidence.sealed announced 6 ledger entries, the seal records 7"]
+    # the seal pointed at a copy of its bundle under another name: the same bytes, but not what was announced
+    other = f"runs/{RUN}-copy/bundle.json"
+    stored = await store.read_object(bus, name)
+    assert stored is not None
+    await store.put_object(bus, other, stored, workspace=WS)
+    await store.update(bus, WS, RUN, lambda cur: msgspec.structs.replace(
+        cur, seal=msgspec.structs.replace(seal, bundle=other)))
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"evidence.sealed announced the bundle {name}, the seal names {other}"]
     await store.update(bus, WS, RUN, lambda _: kept)
     assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == []
 

@@ -7,7 +7,7 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    terminal event (``ledger.with_entries``); a ledger the KV keeps whole (sealed by an earlier release) is checked
    as it is;
 2. the stored bundle's sha256 equals the digest the ledger's seal and the ``evidence.sealed`` event announce, and
-   the seal's length the one it announced (taken over its canonical JSON; a bundle stored against its
+   the seal's bundle name and length the ones it announced (taken over its canonical JSON; a bundle stored against its
    workspace's base, ``bases.py``, is inflated with the base, read again and checked against the sha256 its name
    carries first: a base missing or changed is a problem that names it);
 3. the bundle's own ledger copy is an unbroken chain, a prefix of the KV ledger (when the KV keeps it whole),
@@ -346,6 +346,9 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
             report.problems.append(
                 f"evidence.sealed announced {announced.digest[:12]}…, the ledger records {seal.digest[:12]}…"
             )
+        if announced.bundle != report.bundle:
+            report.problems.append(f"evidence.sealed announced the bundle {announced.bundle}, the seal names "
+                                   f"{report.bundle}")
         if announced.entries != seal.index + 1:
             report.problems.append(f"evidence.sealed announced {announced.entries} ledger entries, the seal "
                                    f"records {seal.index + 1}")
