@@ -14,6 +14,7 @@ resolved priority alone decides the lane of ``policy.approved`` (``Platform.high
 
 from __future__ import annotations
 
+import functools
 import posixpath
 
 import msgspec
@@ -25,6 +26,7 @@ from taugrid.bus.envelope import Event
 from taugrid.config import accepted
 from taugrid.config.platform import Platform
 from taugrid.config.resolve import resolve_run, resume_point
+from taugrid.config.taujob import config_hash
 from taugrid.core.contracts import Issue, PolicyApproved, Rejected, ResolvedRun, SubmitAccepted, issues_of
 from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE
@@ -52,6 +54,9 @@ class Policy:
             acc = ev.payload(SubmitAccepted)
         except msgspec.ValidationError as exc:
             raise ConfigError(f"malformed submit.accepted: {exc}") from exc
+        if not acc.config_hash:  # since issue 27 the policy hashes the parse it resolves (an earlier release's says it)
+            acc = msgspec.structs.replace(acc, config_hash=_config_hash(
+                msgspec.json.encode(acc.config, order="sorted"), acc.config_managed))
         platform, revision = await self.platform()
         if (not await self.signers.is_local_admin(acc.signer)
                 and (problem := _not_member(platform, acc.user, ev.workspace)) is not None):
@@ -101,7 +106,7 @@ class Policy:
             run_id=ev.subject,
             attempt=1,
             event_type="policy.approved",
-            payload=PolicyApproved(run=run),  # its platform revision is run.platform_revision (issue 27)
+            payload=PolicyApproved(run=run, platform_revision=revision),  # stored once, in run (wire_derived)
             # the real priority decides the renderer's lane, whatever lane the submission came on
             lane=HIGH_LANE if platform.high_lane(run.workspace, run.priority_class) else "",
         )
@@ -111,6 +116,8 @@ class Policy:
         workspace that was resolved against that revision from the same config. The body is the submitter's to
         write, and an older revision may have allowed what the current one does not (a priority class, an image,
         a larger run): pinned freely, it resolved a new config under a policy since withdrawn."""
+        if not acc.config_hash:
+            return None  # a config this version does not rebuild: resolving it refuses it, naming why
         original = None
         if acc.reproduces:
             original, _ = await runrecord.get(self.bus, ev.workspace, acc.reproduces)
@@ -132,6 +139,18 @@ class Policy:
             event_type="policy.rejected",
             payload=Rejected(reasons=reasons, message=message or reasons[0].message),
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _config_hash(config: bytes, managed: bool) -> str:
+    """``config_hash`` of the accepted parse ``config`` (its JSON, keys sorted): the hash the submitter's record
+    gave, since the rebuilt model dumps as the parsed one did (``config/accepted``); "" when this version does not
+    rebuild it (the resolution then refuses it). Memoised: a workspace submits the same few configs again and again
+    (~0.1 ms a hash)."""
+    try:
+        return config_hash(accepted.rebuild(msgspec.json.decode(config), path="", lines=[], managed=managed))
+    except ConfigError:
+        return ""
 
 
 def _resolve(ev: Event, acc: SubmitAccepted, platform: Platform, revision: int,

@@ -5,7 +5,8 @@ only a refusal reads them: resolution itself depends on what the config says, ne
 resolves without them, and only when it refuses does it read them back from the config's text: the run's first
 stored ``submit.requested``, the request the submitter answered (its sequence is the submitter's claim of the run
 in the ``submissions`` bucket, which only the submitter writes), parsed as the submitter parsed it
-(``config.accepted.record``) and used only when that parse hashes to the accepted ``config_hash``.
+(``config.accepted.record``) and used only when that parse hashes as the accepted one (``acc.config_hash``, which
+the policy fills in from the parse it resolves).
 
 Trust: the lines only say where a refusal's key is in the user's own file (its field and line); what the policy
 decides comes from ``submit.accepted`` alone. A request that is gone (aged out of RUNS), another request on the run's

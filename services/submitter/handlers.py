@@ -182,7 +182,7 @@ class Submitter:
             payload=SubmitAccepted(
                 submission_id=req.submission_id,
                 config=parse.config,
-                config_hash=parse.config_hash,
+                # no config_hash: the policy hashes the parse it resolves, the same value (~80 B a run, issue 27)
                 # no config_lines: only a refusal reads them, and the policy then reads them back from this
                 # request's text (services/policy/keylines.py), ~290 B more of every run in RUNS (issue 27)
                 config_managed=parse.managed,

@@ -80,7 +80,8 @@ async def publish_run(bus: Bus, ws: str, run: str, out: Path, *, log_lines: list
         (
             "submit.accepted",
             c.SubmitAccepted(
-                submission_id="sub-1", config={"name": "train"}, config_hash="cfg123", config_text=TAU_YAML,
+                # as this release's submitter writes it: no config_hash (the policy's is the resolved run's)
+                submission_id="sub-1", config={"name": "train"}, config_text=TAU_YAML,
                 user="ada", signer=identity.public_key(bus.seed),
             ),
         ),
@@ -196,6 +197,7 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert stored is not None and packing.base_of(stored).startswith(f"bases/{ws}/")
     assert await bases.unpack(bus, stored) == data and len(stored) < len(data) // 2
     assert doc["config"]["text"] == TAU_YAML and doc["config"]["path"] == "tau.yaml"
+    assert doc["config"]["config_hash"] == "cfg123"  # the resolved run's, submit.accepted carrying none (issue 27)
     assert doc["resolved"]["output_dir"] == str(tmp_path / "output") and doc["platform"]["revision"] == 7
     assert doc["source"] == {"object": f"sources/{run}.tar", "digest": "sha256:abc"}
     [att] = doc["attempts"]

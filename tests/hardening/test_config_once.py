@@ -34,8 +34,10 @@ async def test_the_submitters_parse_is_on_the_record_and_the_policys_refusal_nam
     assert b'"signature"' not in accepted_event.data and b'"resilience"' not in accepted_event.data
     assert acc.config == {"name": "once", "engine": "job", "entrypoint": "t.py",
                           "policy": {"profile": "no-such-profile"}}
-    # nor the key lines (issue 27): only a refusal names them, and the policy reads them back from the request
-    assert acc.config_lines == [] and b'"config_lines"' not in accepted_event.data
+    # nor the key lines nor the config's hash (issue 27): only a refusal names lines, and the policy reads them back
+    # from the request; it hashes the parse it resolves itself
+    assert (acc.config_lines, acc.config_hash) == ([], "")
+    assert b'"config_lines"' not in accepted_event.data and b'"config_hash"' not in accepted_event.data
     assert evs[-1].type == "policy.rejected"
     [issue] = evs[-1].payload(Rejected).reasons
     assert (issue.field, issue.line) == ("policy.profile", 4)
@@ -45,17 +47,19 @@ async def test_the_policy_resolves_the_accepted_parse_not_the_text(stack: Stack)
     """Only the submitter may publish submit.accepted, and what it parsed is what runs: the text rides along for
     the evidence (here it would not even parse)."""
     parsed = accepted.record(load_tau_config("name: from-parse\nentrypoint: parsed.py\n"))
-    sid = new_submission_id()
-    run = new_run_id("from-parse", sid)
-    await emit_as_owner(stack.admin, workspace="team-a", run_id=run, attempt=1, event_type="submit.accepted",
-                        user="owner", payload=SubmitAccepted(
-                            submission_id=sid, config=parsed.config, config_hash=parsed.config_hash,
-                            config_text="name: [not: yaml", config_lines=parsed.lines, user="owner"))
-    evs = await stack.wait_for(run, DONE)
-    assert evs[-1].type == "policy.approved"
-    approved = evs[-1].payload(PolicyApproved).run
-    assert (approved.name, approved.config_hash, approved.command[-1]) == (
-        "from-parse", parsed.config_hash, "parsed.py")
+    # as this release's submitter writes it (the policy hashes the parse), and as an earlier one did (its hash)
+    for carried in ("", parsed.config_hash):
+        sid = new_submission_id()
+        run = new_run_id("from-parse", sid)
+        await emit_as_owner(stack.admin, workspace="team-a", run_id=run, attempt=1, event_type="submit.accepted",
+                            user="owner", payload=SubmitAccepted(
+                                submission_id=sid, config=parsed.config, config_hash=carried,
+                                config_text="name: [not: yaml", config_lines=parsed.lines, user="owner"))
+        evs = await stack.wait_for(run, DONE)
+        assert evs[-1].type == "policy.approved"
+        approved = evs[-1].payload(PolicyApproved).run
+        assert (approved.name, approved.config_hash, approved.command[-1]) == (
+            "from-parse", parsed.config_hash, "parsed.py")
 
 
 async def test_a_refusal_places_its_keys_only_from_the_answered_request(stack: Stack) -> None:

@@ -191,7 +191,9 @@ class SubmitAccepted(Struct, frozen=True):
     # the validated tau.yaml as JSON values, aliases folded, its fields at their defaults left out since issue 27
     # (config/accepted.rebuild gives them back; an earlier release's record, defaults written out, reads the same)
     config: dict[str, Any]
-    config_hash: str
+    # Empty since issue 27: the policy hashes the parse it resolves (``config_hash`` of the rebuilt model, the value
+    # the submitter's parse hashes to) onto ``ResolvedRun.config_hash``; an earlier release's record carries it.
+    config_hash: str = ""
     # Empty since issue 27 (the submitter no longer copies it): the evidence seals the text of the run's first
     # stored submit.requested, the request this answers; a record of an earlier release may carry it.
     config_text: str = ""
@@ -226,9 +228,17 @@ class Rejected(Struct, frozen=True):
 
 class PolicyApproved(Struct, frozen=True):
     run: ResolvedRun
-    # 0 since issue 27: ``run.platform_revision`` says it (every reader takes ``platform_revision or
-    # run.platform_revision``); an earlier release's event repeats it here
+    # the revision the run was resolved against: ``run.platform_revision``, so stored JSON leaves it out when it is
+    # (``wire_derived``, issue 27) and decoding gives it back; an earlier release's event repeats it
     platform_revision: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.platform_revision and self.run.platform_revision:
+            msgspec.structs.force_setattr(self, "platform_revision", self.run.platform_revision)
+
+    def wire_derived(self) -> dict[str, Any]:
+        """The fields that follow from the others, with the values they then have (``core/wirejson``)."""
+        return {"platform_revision": self.run.platform_revision}
 
 
 class RenderApplied(Struct, frozen=True, kw_only=True):  # kw_only: digest stays required after manifests

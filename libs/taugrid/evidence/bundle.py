@@ -360,6 +360,8 @@ def build(
         attempt(n)
     if "text" in config:
         config["sha256"] = sha256(str(config["text"]).encode())
+    if not config.get("config_hash") and resolved is not None:  # issue 27: the policy's hash of the parse it
+        config["config_hash"] = resolved.config_hash            # resolved (an earlier submit.accepted carries it)
     records = [event_record(ev) for ev in events]
     return {
         "schema": SCHEMA,
