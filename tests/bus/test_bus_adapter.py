@@ -13,7 +13,8 @@ from nats.js.api import ConsumerConfig
 from taugrid.bus import Bus, connect
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.envelope import Event, dedup_key, from_message, store_time
+from taugrid.bus.replay import follow
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.cli.views import event_json_lines
 from taugrid.core import wirejson
@@ -39,15 +40,26 @@ async def test_emit_is_deduplicated_by_deterministic_id(bus: Bus) -> None:
     msg = await bus.js.get_msg("RUNS", seq=s1)
     assert msg.headers["ce-type"] == "io.taugrid.run.cancel.requested.v1"  # a person's request keeps every header
     assert msg.headers["ce-subject"] == run
-    assert msg.headers["Nats-Msg-Id"] == f"{run}.1.cancel.requested"
-    # a service's event is stored compact (issue 27): its subject says the type, workspace and run
-    s3 = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="cancel.accepted",
+    assert msg.headers["ce-id"] == f"{run}.1.cancel.requested"  # deduplicated by its short key (issue 27)
+    assert msg.headers["Nats-Msg-Id"] == dedup_key(f"{run}.1.cancel.requested")
+    assert msg.headers["ce-time"]  # signed, and checked for freshness
+    # a service's event is stored compact (issue 27): its subject says the type, workspace and run, a short key
+    # with its suffix the id, and the store its time
+    s3 = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="cancel.accepted", dedup="a1",
                         payload=CancelDecision(request_id=f"{run}.1.cancel.requested", by="alice"))
+    s4 = await bus.emit(workspace="ws", run_id=run, attempt=1, event_type="cancel.accepted", dedup="a1",
+                        payload=CancelDecision(request_id=f"{run}.1.cancel.requested", by="alice"))
+    assert s4 == s3
     msg = await bus.js.get_msg("RUNS", seq=s3)
-    assert sorted(msg.headers) == ["Nats-Msg-Id", "ce-source", "ce-time"]
-    ev = from_message(msg.subject, msg.headers, msg.data)
+    assert sorted(msg.headers) == ["Nats-Msg-Id", "ce-source"]
+    assert msg.headers["Nats-Msg-Id"] == f"{dedup_key(f'{run}.1.cancel.accepted.a1')}:a1"
+    ev = from_message(msg.subject, msg.headers, msg.data, stored=msg.time.timestamp())
     assert (ev.id, ev.ce_type, ev.subject, ev.workspace, ev.attempt, ev.source) == (
-        f"{run}.1.cancel.accepted", "io.taugrid.run.cancel.accepted.v1", run, "ws", 1, "/svc/test")
+        f"{run}.1.cancel.accepted.a1", "io.taugrid.run.cancel.accepted.v1", run, "ws", 1, "/svc/test")
+    assert ev.time == store_time(msg.time.timestamp())
+    # a replay reads the store's nanoseconds (get_msg: nats-py's microseconds): the same millisecond but at its edge
+    replayed = [e async for e in follow(bus, f"run.ws.{run}.cancel.accepted")]
+    assert [e.id for e in replayed] == [ev.id] and abs(replayed[0].happened - ev.happened) <= 0.001
 
 
 async def _loop_for(bus: Bus, name: str, subject: str, handler, max_deliver: int = 3) -> ConsumerLoop:

@@ -12,11 +12,16 @@ from taugrid.bus.envelope import (
     SIGNER_HEADER,
     SignatureInvalid,
     compact,
+    dedup_key,
     from_message,
     headers_for,
+    now_iso,
     ordering_key,
     sign_service_headers,
+    store_stamps,
+    store_time,
     verify_service_signature,
+    with_id,
 )
 
 RUN = "hello-3f2a9c"
@@ -27,10 +32,12 @@ TRACE = "00-28422da026bec296c0d6983c45428324-41afdc1dafc72b14-01"
 
 
 def full(subject: str = SUBJECT, *, run: str = RUN, workspace: str = "team-a", attempt: int = 1,
-         event_type: str = "policy.approved", msg_id: str = "") -> dict[str, str]:
+         event_type: str = "policy.approved", msg_id: str = "", now: bool = False) -> dict[str, str]:
+    """A service's signed headers; ``now``: stamped "now" (no ce-time, as ``Bus.publish`` writes a run event
+    published at once), else with a relayed time."""
     headers = headers_for(event_id=msg_id or f"{run}.{attempt}.{event_type}", event_type=event_type,
                           source="/svc/policy", subject=run, workspace=workspace, attempt=attempt, traceparent=TRACE,
-                          user="alice", time="2026-12-02T00:22:35.746Z")
+                          user="alice", time="" if now else "2026-12-02T00:22:35.746Z", store_stamped=now)
     sign_service_headers(KEY, nats_subject=subject, headers=headers, body=BODY)
     return headers
 
@@ -38,11 +45,15 @@ def full(subject: str = SUBJECT, *, run: str = RUN, workspace: str = "team-a", a
 def test_a_run_event_stores_only_what_its_subject_and_source_do_not_say() -> None:
     stored = compact(SUBJECT, full(), service_signed=True)
     assert sorted(stored) == ["Nats-Msg-Id", "ce-source", "ce-tauuser", "ce-time", SIGNATURE_HEADER, "traceparent"]
-    assert stored["Nats-Msg-Id"] == f"{RUN}.1.policy.approved"
-    def size(headers: dict[str, str]) -> int:  # as NATS writes them: "name: value\r\n"
-        return sum(len(k) + len(v) + 4 for k, v in headers.items())
+    assert stored["Nats-Msg-Id"] == dedup_key(f"{RUN}.1.policy.approved") == "wjMxcap4NiAZmLOu"
+    assert (size(full()), size(stored)) == (533, 282)
+    now = compact(SUBJECT, full(now=True), service_signed=True)  # stamped by the store: no ce-time
+    assert sorted(now) == ["Nats-Msg-Id", "ce-source", "ce-tauuser", SIGNATURE_HEADER, "traceparent"]
+    assert size(now) == 247
 
-    assert (size(full()), size(stored)) == (533, 296)
+
+def size(headers: dict[str, str]) -> int:  # as NATS writes them: "name: value\r\n"
+    return sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
 def test_the_compact_form_reads_as_the_full_one() -> None:
@@ -66,7 +77,7 @@ def test_the_signature_over_the_full_form_verifies_on_the_compact_one() -> None:
 
 
 @pytest.mark.parametrize("tamper", ["body", "workspace", "run", "type", "time", "source", "user", "attempt",
-                                    "msg-id", "ce-id", "trace-free", "other-key"])
+                                    "msg-id", "long-msg-id", "ce-id", "trace-free", "other-key"])
 def test_any_change_to_a_compact_event_breaks_its_signature(tamper: str) -> None:
     stored, subject, body, key = compact(SUBJECT, full(), service_signed=True), SUBJECT, BODY, KEY.public_key.decode()
     if tamper == "body":
@@ -85,7 +96,9 @@ def test_any_change_to_a_compact_event_breaks_its_signature(tamper: str) -> None
         stored["ce-tauuser"] = "mallory"
     elif tamper == "attempt":
         stored["ce-attempt"] = "2"
-    elif tamper == "msg-id":  # the id a reader derives ce-id from: it is signed through it
+    elif tamper == "msg-id":  # the key a reader derives ce-id from: another suffix is another id
+        stored["Nats-Msg-Id"] = f"{stored['Nats-Msg-Id']}:x"
+    elif tamper == "long-msg-id":  # an id in the long form, as stored before: signed through it too
         stored["Nats-Msg-Id"] = f"{RUN}.2.policy.approved"
     elif tamper == "ce-id":
         stored["ce-id"] = f"{RUN}.1.policy.approved.x"
@@ -148,3 +161,101 @@ def test_a_run_is_kept_in_order_by_the_same_key_compact_or_not() -> None:
     assert ordering_key(f"log.team-a.{RUN}.1", {}) == RUN
     assert ordering_key("k8s.local.pod.default.p.modified", {"ce-subject": RUN}) == RUN
     assert ordering_key("node.n1.sample", {}) == "node.n1.sample"
+
+
+# ---------------------------------------------------------------- short message ids, store-stamped times
+
+
+STORED = 1764656535.746321  # 2025-12-02T06:22:15.746321Z, when the stream stored it
+
+
+@pytest.mark.parametrize("subject", [SUBJECT, f"{SUBJECT}.high"])
+@pytest.mark.parametrize(("attempt", "suffix"), [(1, ""), (1, "445cc79581bc"), (2, "node-1.7"), (12, "")])
+def test_a_short_message_id_reads_back_as_the_whole_id(subject: str, attempt: int, suffix: str) -> None:
+    """The stream deduplicates by the key (the id's digest); a reader gets the id from the subject, the attempt
+    and the suffix after the key, in either lane."""
+    whole = f"{RUN}.{attempt}.policy.approved" + (f".{suffix}" if suffix else "")
+    stored = compact(subject, full(subject, attempt=attempt, msg_id=whole), service_signed=True)
+    assert stored["Nats-Msg-Id"] == dedup_key(whole) + (f":{suffix}" if suffix else "")
+    assert "ce-id" not in stored and len(dedup_key(whole)) == 16
+    ev = from_message(subject, stored, BODY)
+    assert (ev.id, ev.attempt) == (whole, attempt)
+    assert verify_service_signature(ev, public_key=KEY.public_key.decode()) == KEY.public_key.decode()
+
+
+def test_distinct_ids_get_distinct_keys_and_a_repeat_the_same() -> None:
+    ids = [f"{RUN}.1.policy.approved", f"{RUN}.2.policy.approved", f"{RUN}.1.policy.approved.a",
+           f"{RUN}.1.policy.approved.b", f"{RUN}x.1.policy.approved"]
+    assert len({dedup_key(i) for i in ids}) == len(ids)
+    assert dedup_key(ids[0]) == dedup_key(f"{RUN}.1.policy.approved")
+
+
+def test_a_message_stored_with_long_ids_and_its_time_reads_as_it_did() -> None:
+    """History stored before: ``Nats-Msg-Id`` the whole id (no ce-id), ``ce-time`` present; whatever the run id's
+    length (one of 16 characters or more has no dot among the first 16)."""
+    for run in (RUN, "warmup-980e187a5c7aa81f", "abcdefghijklmnop"):
+        subject = f"run.team-a.{run}.admission.admitted"
+        whole = f"{run}.1.admission.admitted.445cc79581bc"
+        old = {"ce-source": "/svc/admission-watcher", "ce-time": "2026-12-02T06:36:16.736Z", "Nats-Msg-Id": whole}
+        ev = from_message(subject, old, b"{}", stored=STORED)
+        assert (ev.id, ev.time, ev.subject) == (whole, "2026-12-02T06:36:16.736Z", run)
+
+
+def test_a_copy_under_another_message_id_keeps_the_whole_id() -> None:
+    """The DLQ and `tau dlq replay` store the event under another Nats-Msg-Id: its ce-id is written out first."""
+    whole = f"{RUN}.1.policy.approved.s1"
+    stored = compact(SUBJECT, full(msg_id=whole, now=True), service_signed=True)
+    copy = with_id(SUBJECT, stored)
+    assert copy["ce-id"] == whole and "ce-time" not in copy
+    copy["Nats-Msg-Id"] = "dlq.RUNS.policy.7"
+    ev = from_message(SUBJECT, copy, BODY)
+    assert ev.id == whole
+    assert verify_service_signature(ev, public_key=KEY.public_key.decode()) == KEY.public_key.decode()
+
+
+def test_an_event_stamped_now_reads_the_time_the_stream_stored_it() -> None:
+    ev = from_message(SUBJECT, compact(SUBJECT, full(now=True), service_signed=True), BODY, stored=STORED)
+    assert ev.time == store_time(STORED) == "2025-12-02T06:22:15.746Z"
+    assert len(ev.time) == len(now_iso()) and ev.happened == 1764656535.746
+    assert verify_service_signature(ev, public_key=KEY.public_key.decode()) == KEY.public_key.decode()
+    # read without a store time (a message never stored): no time, as a message without a ce-time always had
+    assert from_message(SUBJECT, compact(SUBJECT, full(now=True), service_signed=True), BODY).time == ""
+    # a relayed time is kept and wins over the store's
+    relayed = from_message(SUBJECT, compact(SUBJECT, full(), service_signed=True), BODY, stored=STORED)
+    assert relayed.time == "2026-12-02T00:22:35.746Z"
+
+
+def test_a_store_time_is_written_alike_from_a_delivery_and_from_a_raw_read() -> None:
+    """A consumer's delivery gives nats-py's timestamp (the nanoseconds rounded to the microsecond), a replay
+    the nanoseconds / 1e9: the same time text from both, at a millisecond's edge too."""
+    import datetime as dt
+
+    for nanos in (1764656535_746321000, 1764656535_999999600, 1764656535_000000400, 1764656535_999_499_999):
+        delivered = dt.datetime.fromtimestamp(nanos / 1_000_000_000.0, dt.UTC).timestamp()
+        assert store_time(delivered) == store_time(nanos / 1e9)
+
+
+@pytest.mark.parametrize("tamper", ["add-time", "drop-time"])
+def test_a_time_added_to_or_taken_off_a_signed_event_breaks_its_signature(tamper: str) -> None:
+    """Stamped by the store, the event is signed with no time: a ce-time added later (to shift when it
+    happened) fails; one taken off an event signed with its time (to have the store's instead) fails too."""
+    if tamper == "add-time":
+        stored = compact(SUBJECT, full(now=True), service_signed=True)
+        stored["ce-time"] = "2026-12-02T00:00:00.000Z"
+    else:
+        stored = compact(SUBJECT, full(), service_signed=True)
+        del stored["ce-time"]
+    with pytest.raises(SignatureInvalid):
+        verify_service_signature(from_message(SUBJECT, stored, BODY, stored=STORED), public_key=KEY.public_key.decode())
+
+
+def test_only_a_services_run_event_leaves_its_time_to_the_store() -> None:
+    assert store_stamps(SUBJECT) and store_stamps(f"{SUBJECT}.high")
+    assert not store_stamps(f"run.team-a.{RUN}.submit.requested")  # a person signs and is checked on its time
+    assert not store_stamps(f"run.team-a.{RUN}.submit.requested.high")
+    assert not store_stamps(f"run.team-a.{RUN}.cancel.requested")
+    assert not store_stamps(f"log.team-a.{RUN}.1") and not store_stamps("k8s.local.pod.default.p.modified")
+    # a person's request read without its ce-time has none: its freshness check refuses it
+    request = {k: v for k, v in full(f"run.team-a.{RUN}.cancel.requested", event_type="cancel.requested").items()
+               if k != "ce-time"}
+    assert from_message(f"run.team-a.{RUN}.cancel.requested", request, BODY, stored=STORED).time == ""

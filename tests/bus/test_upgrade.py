@@ -19,8 +19,11 @@ from tests.owners import emit_as_owner
 
 
 async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
-    private_bus: Bus, caplog: pytest.LogCaptureFixture
+    private_bus: Bus, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # no projection keeps a run_state record here: the seal reads the run by subject at once, not after waiting
+    # for a record (store._projection_may_catch_up)
+    monkeypatch.setattr(store, "PROJECTION_WAIT_S", 0.0)
     # what the earlier release made: RUNS without direct gets, the evidence durable on every run event
     await private_bus.js.add_stream(StreamConfig(name="RUNS", subjects=["run.>"], max_age=30 * 86400.0))
     await private_bus.js.add_consumer("RUNS", ConsumerConfig(durable_name="evidence", ack_policy=AckPolicy.EXPLICIT,

@@ -38,9 +38,11 @@ from taugrid.bus.envelope import (
     SIGNED_TYPES,
     Event,
     compact,
+    dedup_key,
     headers_for,
     sign_headers,
     sign_service_headers,
+    store_stamps,
 )
 from taugrid.bus.errors import CLOSED, DENIED, MISSING, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
 from taugrid.core import wirejson
@@ -245,7 +247,8 @@ class Bus:
         traceparent: str | None = None, user: str = "", delegation: str = "", time: str = "", dedup: bool = True,
     ) -> int:
         """Publish one CloudEvent into a stream and return its stream sequence. A person's request
-        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one. ``time``: see ``headers_for``.
+        (``SIGNED_TYPES``) is signed with ``self.seed`` when the bus has one. ``time``: see ``headers_for``; a
+        service's run event published "now" carries none (``envelope.store_stamps``: the store's time is its).
         ``dedup=False`` leaves out ``Nats-Msg-Id`` (``msg_id`` is still the ``ce-id``), for a publisher whose ids
         never repeat, so the stream has nothing to drop (see ``headers_for``)."""
         request = family == "run" and event_type in SIGNED_TYPES
@@ -264,8 +267,10 @@ class Bus:
             event_id=msg_id, event_type=event_type, source=f"/svc/{self.source}", subject=ce_subject,
             workspace=workspace, attempt=attempt,
             traceparent=tracing.current_traceparent() if traceparent is None else traceparent, family=family,
-            user=user, time=time, dedup=dedup,
+            user=user, time=time, dedup=dedup, store_stamped=not request and store_stamps(subject),
         )
+        if request and dedup:  # the request keeps its ce-id: a short key deduplicates it as well (issue 27)
+            headers["Nats-Msg-Id"] = dedup_key(msg_id)
         if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
             headers[DELEGATION_HEADER] = delegation
         service_signed = False

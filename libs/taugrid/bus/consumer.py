@@ -79,7 +79,7 @@ def nak(delay: float) -> bytes:
 async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
     """Copy a poison message to ``dlq.<stream>.<durable>`` with the error, deduplicated by stream sequence."""
     meta = msg.metadata
-    headers = with_id(msg.headers)  # the event keeps its id; the copy gets the DLQ's
+    headers = with_id(msg.subject, msg.headers)  # the event keeps its id; the copy gets the DLQ's
     headers.pop("Nats-Msg-Id", None)
     # a sourced message (a site's SITE_IN, a hub's SITE_<CLUSTER>) names its origin in a header the server refuses
     # in a publish ("message stream source header is not allowed"): the copy keeps it under another name

@@ -108,7 +108,7 @@ async def replay(bus: Bus, seqs: Iterable[int]) -> list[DeadLetter]:
         try:
             original = await bus.js.get_msg(letter.stream, letter.stream_seq)
             subject, data = str(original.subject), original.data or b""
-            headers = with_id(original.headers)  # the event keeps its id (a compact one's is its Nats-Msg-Id)
+            headers = with_id(subject, original.headers)  # the event keeps its id (a compact one's: derived)
             first_id = headers.get("Nats-Msg-Id") or f"{letter.stream}.{letter.stream_seq}"
         except MISSING:
             if letter.kind != "refused" or not letter.subject:

@@ -29,6 +29,18 @@ subject says them), on a log chunk ``ce-subject`` and ``ce-workspace``, on a wat
 service ``ce-source`` names, which the checker looks up: ``authors``). Each is left out only when the value
 ``from_message``/``expanded`` derive is exactly the one signed, so the signature covers the same bytes as
 before and a header that is present still has to agree with the subject. People's requests keep every header.
+
+Short message ids and store-stamped times (issue 27). A run event's ``Nats-Msg-Id`` is not its ``ce-id``
+(``<run>.<attempt>.<stage>.<outcome>[.<suffix>]``, ~40-60 bytes) but ``dedup_key`` of it, 16 characters (96 bits
+of its sha256), with ``:<suffix>`` after them when it has one: the stream deduplicates as before (the key is as
+deterministic as the id), and a reader derives the ``ce-id`` from the subject, ``ce-attempt`` and the suffix
+(``from_message``; the signature covers the derived id, so a changed suffix fails it). A message stored before
+keeps its long ``Nats-Msg-Id`` and reads as it did. A service's run event whose author stamps "now" carries no
+``ce-time``: its time is when RUNS stored it, which the server stamps and no publisher sets (``from_message``
+writes it as a ``ce-time`` would be, from ``stored``), and its signature covers the time as absent, so a
+``ce-time`` added later fails the check, as does one taken off an event signed with it. A relayed time (a run
+event made from a watch event keeps the watch event's time) and a person's request (its signed ``ce-time`` is
+checked for freshness) keep theirs.
 """
 
 from __future__ import annotations
@@ -156,25 +168,29 @@ def now_iso() -> str:
 def headers_for(
     *, event_id: str, event_type: str, source: str, subject: str, workspace: str, attempt: int,
     traceparent: str, family: str = "run", user: str = "", time: str = "", dedup: bool = True,
+    store_stamped: bool = False,
 ) -> dict[str, str]:
     """``time``: when the fact happened, where the publisher only relays it (a run event made from a watch
-    event keeps the watch event's time); "" is now. ``dedup=False``: no ``Nats-Msg-Id``, for a publisher whose
-    ids do not repeat (the local cluster's watch changes: each is its object's next resourceVersion; only a
-    restart between a publish and saving the workload repeats one, and that repeat reaches the admission
-    watcher alone, whose run events are deterministic and dropped by RUNS' window), so the stream holds no id
-    for it (issue 27: ~48 bytes on each stored message, and ids the server keeps and re-reads at a restart)."""
+    event keeps the watch event's time); "" is now, and with ``store_stamped`` (a service's run event:
+    ``store_stamps``) no ``ce-time`` at all: the reader takes the time the stream stored it. ``dedup=False``: no
+    ``Nats-Msg-Id``, for a publisher whose ids do not repeat (the local cluster's watch changes: each is its
+    object's next resourceVersion; only a restart between a publish and saving the workload repeats one, and
+    that repeat reaches the admission watcher alone, whose run events are deterministic and dropped by RUNS'
+    window), so the stream holds no id for it (issue 27: ~48 bytes on each stored message, and ids the server
+    keeps and re-reads at a restart)."""
     headers = {
         "ce-specversion": SPEC_VERSION,
         "ce-id": event_id,
         "ce-type": ce_type(event_type, family=family),
         "ce-source": source,
         "ce-subject": subject,
-        "ce-time": time or now_iso(),
         "ce-workspace": workspace,
         "ce-attempt": str(attempt),
         # no content-type: every body is JSON (the contract's defaultContentType), and 32 bytes on each of a
         # run's ~40 stored messages were ~1.3 KB a run (issue 27)
     }
+    if time or not store_stamped:
+        headers["ce-time"] = time or now_iso()
     if dedup:
         headers["Nats-Msg-Id"] = event_id
     if traceparent:
@@ -203,7 +219,8 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         parts = parts[:-1]  # the lane token
     workspace, about = get("ce-workspace", ""), get("ce-subject", "")
     problem = ""
-    if parts[0] == "run" and len(parts) == 5:
+    run_event = parts[0] == "run" and len(parts) == 5
+    if run_event:
         kind = f"{parts[3]}.{parts[4]}"
         problem = _disagreement(ce and _short_type(ce), kind, "ce-type") or \
             _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
@@ -222,19 +239,28 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
             workspace, about = parts[1], parts[2]
     if problem:
         problem = f"{problem} on {subject}: the subject decides, so this message is refused"
-    elif not ce and parts[0] == "run" and len(parts) == 5:
+    elif not ce and run_event:
         ce = f"{_RUN_TYPE_PREFIX}{kind}.v1"  # left out by ``compact``: the subject says it
     attempt_text = get("ce-attempt", "1")
     try:
         attempt = 1 if attempt_text == "1" else int(attempt_text)
     except ValueError:
         attempt = 1
+    event_id = get("ce-id")
+    if event_id is None:
+        event_id = get("Nats-Msg-Id", "")
+        if run_event and _is_short_id(event_id):  # ``compact``'s key: the id is the subject's, the suffix its own
+            base = f"{parts[2]}.{attempt_text}.{kind}"
+            event_id = base if len(event_id) == DEDUP_KEY_CHARS else f"{base}.{event_id[DEDUP_KEY_CHARS + 1:]}"
+    time = get("ce-time")
+    if time is None:  # a service's run event stamped "now" is stamped by the store (``store_stamps``)
+        time = store_time(stored) if stored and run_event and kind not in SIGNED_TYPES else ""
     return Event(
-        id=get("ce-id", get("Nats-Msg-Id", "")),
+        id=event_id,
         type=kind,
         source=get("ce-source", ""),
         subject=about,
-        time=get("ce-time", ""),
+        time=time,
         data=data,
         nats_subject=subject,
         workspace=workspace,
@@ -266,6 +292,54 @@ def _laneless_parts(subject: str) -> list[str]:
     return parts
 
 
+DEDUP_KEY_CHARS = 16  # 12 bytes of sha256, base64url: 96 bits
+_SUFFIX_MARK = ":"  # never in a run id or a subject token, so a long id (``<run>.<attempt>…``) never reads as a key
+
+
+def dedup_key(event_id: str) -> str:
+    """The short ``Nats-Msg-Id`` of an event whose ``ce-id`` is ``event_id``: 96 bits of its sha256, as
+    deterministic as the id (a repeat is dropped by the stream's window) and as unlikely to meet another's within
+    it as a random 96-bit value; one that does on another subject is caught as a squatted id (``Bus.publish``)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(event_id.encode()).digest()[:12]).decode()
+
+
+def _short_id(parts: list[str], attempt_text: str, event_id: str) -> str:
+    """A run event's short ``Nats-Msg-Id`` (``dedup_key``, then ``:<suffix>`` when the id has one) when its
+    ``event_id`` is the one its laneless subject ``parts`` and attempt derive, else "" (the id is kept)."""
+    base = f"{parts[2]}.{attempt_text}.{parts[3]}.{parts[4]}"
+    if event_id == base:
+        return dedup_key(event_id)
+    if event_id.startswith(base + "."):
+        return f"{dedup_key(event_id)}{_SUFFIX_MARK}{event_id[len(base) + 1:]}"
+    return ""
+
+
+def _is_short_id(msg_id: str) -> bool:
+    """Whether a run event's ``Nats-Msg-Id`` is a short one (``_short_id``) rather than a long id stored before."""
+    return len(msg_id) >= DEDUP_KEY_CHARS and msg_id[DEDUP_KEY_CHARS:DEDUP_KEY_CHARS + 1] in ("", _SUFFIX_MARK) \
+        and "." not in msg_id[:DEDUP_KEY_CHARS]
+
+
+def store_stamps(nats_subject: str) -> bool:
+    """Whether an event published on ``nats_subject`` at "now" leaves its time to the store (no ``ce-time``): a
+    service's run event; a person's request keeps the ``ce-time`` it signs (its freshness is checked)."""
+    parts = _laneless_parts(nats_subject)
+    return parts[0] == "run" and len(parts) == 5 and f"{parts[3]}.{parts[4]}" not in SIGNED_TYPES
+
+
+@functools.lru_cache(maxsize=256)
+def _second_text(second: int) -> str:
+    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def store_time(stored: float) -> str:
+    """``stored`` (epoch seconds) as a ``ce-time`` is written (``now_iso``: RFC 3339, UTC, milliseconds): rounded
+    to the microsecond first, as nats-py reads a delivery's timestamp, so every reader writes one message's time
+    alike."""
+    second, micro = divmod(round(stored * 1_000_000), 1_000_000)
+    return f"{_second_text(second)}.{micro // 1000:03d}Z"
+
+
 def compact(nats_subject: str, headers: dict[str, str], *, service_signed: bool) -> dict[str, str]:
     """The headers a service's event is stored with: ``headers`` (as signed) less those a reader derives with
     exactly the same value (the module docstring lists them; ``expanded`` puts them back). A value that differs
@@ -275,11 +349,16 @@ def compact(nats_subject: str, headers: dict[str, str], *, service_signed: bool)
     out = dict(headers)
     if out.get("ce-specversion") == SPEC_VERSION:
         del out["ce-specversion"]
+    parts = _laneless_parts(nats_subject)
+    if parts[0] == "run" and len(parts) == 5 and "ce-id" in out and out.get("Nats-Msg-Id") == out["ce-id"]:
+        short = _short_id(parts, out.get("ce-attempt", "1"), out["ce-id"])
+        if short:
+            out["Nats-Msg-Id"] = short
+            del out["ce-id"]
     if "ce-id" in out and out.get("Nats-Msg-Id") == out["ce-id"]:
         del out["ce-id"]
     if out.get("ce-attempt") == "1":
         del out["ce-attempt"]
-    parts = _laneless_parts(nats_subject)
     if (parts[0] == "run" and len(parts) == 5) or (parts[0] == "log" and len(parts) == 4):
         for name, index in _FROM_RUN_SUBJECT:
             if out.get(name) == parts[index]:
@@ -319,13 +398,15 @@ def ordering_key(nats_subject: str, headers: dict[str, str] | None) -> str:
     return nats_subject
 
 
-def with_id(headers: dict[str, str] | None) -> dict[str, str]:
-    """A copy of a stored message's headers with its ``ce-id`` written out, for a copy that is stored under
-    another ``Nats-Msg-Id`` (the DLQ's, a replay's): a compact event's id is its ``Nats-Msg-Id``, and the id
-    (which its signature covers) must not become the copy's."""
+def with_id(nats_subject: str, headers: dict[str, str] | None) -> dict[str, str]:
+    """A copy of the headers of a message stored on ``nats_subject`` with its ``ce-id`` written out, for a copy
+    that is stored under another ``Nats-Msg-Id`` (the DLQ's, a replay's): a compact event's id is read from its
+    ``Nats-Msg-Id`` (as it is, or derived from a short one with the subject), and the id (which its signature
+    covers) must not become the copy's. Its time is not written out: a store-stamped event (``store_stamps``) is
+    signed without one, and a copy stored again takes the time it is stored at."""
     out = dict(headers or {})
     if "ce-id" not in out and out.get("Nats-Msg-Id"):
-        out["ce-id"] = out["Nats-Msg-Id"]
+        out["ce-id"] = from_message(nats_subject, out, b"").id
     return out
 
 

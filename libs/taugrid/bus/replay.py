@@ -264,7 +264,8 @@ async def follow(
                     continue
                 return
             meta = msg.metadata
-            ev = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream)
+            ev = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
+                              stored=meta.timestamp.timestamp())
             if not ev.problem:  # headers contradicting the subject: never read (envelope.from_message)
                 yield ev
             if cursor is not None:

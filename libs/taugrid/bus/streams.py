@@ -26,7 +26,8 @@ async def _get(bus: Bus, stream: str, **where: object) -> Event | None:
         return None
     except UNAVAILABLE as exc:
         raise unavailable(f"reading {stream} ({where})", exc) from exc
-    return from_message(msg.subject or "", msg.headers, msg.data or b"", seq=int(msg.seq or 0))
+    return from_message(msg.subject or "", msg.headers, msg.data or b"", seq=int(msg.seq or 0),
+                        stored=msg.time.timestamp() if msg.time else 0.0)
 
 
 async def last(bus: Bus, stream: str, subject: str) -> Event | None:
@@ -138,6 +139,17 @@ async def history(bus: Bus, stream: str, subject: str, *, through: int | None = 
     return out
 
 
+def _stored_at(stamp: str) -> float:
+    """A direct get's ``Nats-Time-Stamp`` (RFC 3339, nanoseconds, UTC) as epoch seconds, the same float a delivery
+    gives for the message (its nanoseconds / 1e9), so a store-stamped event's time reads alike (0.0 when absent)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        second = int(dt.datetime.fromisoformat(whole).replace(tzinfo=dt.UTC).timestamp())
+        return (second * 1_000_000_000 + int(fraction[:9].ljust(9, "0") or 0)) / 1e9
+    except ValueError:
+        return 0.0
+
+
 def _rfc3339(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat().replace("+00:00", "Z")
 
@@ -164,4 +176,5 @@ async def _direct(bus: Bus, stream: str, request: dict[str, object]) -> Event | 
     if status:
         raise TemporaryError(f"reading {stream} ({what}) answered {status}", delay=1.0)
     return from_message(headers.get("Nats-Subject", ""), headers, msg.data or b"",
-                        seq=int(headers.get("Nats-Sequence", "0") or 0))
+                        seq=int(headers.get("Nats-Sequence", "0") or 0),
+                        stored=_stored_at(headers.get("Nats-Time-Stamp", "")))

@@ -25,6 +25,7 @@ from taugrid.access import delegation
 from taugrid.bus.dlq import ADVISORY_PREFIX
 from taugrid.bus.dlq import STREAM as DLQ_STREAM
 from taugrid.bus.envelope import (
+    DEDUP_KEY_CHARS,
     DELEGATION_HEADER,
     SIGNATURE_HEADER,
     SIGNATURE_MAX_AGE_S,
@@ -148,10 +149,11 @@ def _string(description: str, **extra: Any) -> dict[str, Any]:
 def _header_schemas() -> dict[str, Any]:
     common = {
         "ce-specversion": _string("CloudEvents version", const=SPEC_VERSION),
-        "ce-id": _string("event id, unique per event; equals Nats-Msg-Id (a service's event then leaves it "
-                         "out), except on an event re-stored under another message id. A run event's is "
+        "ce-id": _string("event id, unique per event. A run event's is "
                          "`<run_id>.<attempt>.<stage>.<outcome>[.<suffix>]` (a cancel adds a random suffix so "
-                         "each request is its own event)"),
+                         "each request is its own event); a service's event leaves it out where a reader derives "
+                         "it from Nats-Msg-Id (see CloudEventHeaders), and keeps it on an event re-stored under "
+                         "another message id"),
         "ce-type": _string(f"`{CE_PREFIX}<family>.<stage>.<outcome>.v<version>`, e.g. "
                            f"`{ce_type('submit.requested')}`; the version lives here, never in the subject",
                            pattern=r"^io\.taugrid\.[a-z]+\.[a-z_.]+\.v[0-9]+$"),
@@ -159,7 +161,8 @@ def _header_schemas() -> dict[str, Any]:
                              "`/svc/portal` (the web portal, for a person: see Delegation); a service's event "
                              "is trusted only from the service the catalogue names"),
         "ce-subject": _string("the run id for run events (the node or run for others)"),
-        "ce-time": _string("RFC 3339 UTC time with milliseconds, e.g. 2026-11-30T12:00:00.123Z"),
+        "ce-time": _string("RFC 3339 UTC time with milliseconds, e.g. 2026-11-30T12:00:00.123Z; a service's run "
+                           "event published when it happened leaves it out (its time is when RUNS stored it)"),
         "ce-workspace": _string("the run's workspace (taugrid extension)"),
         "ce-attempt": _string("the run's attempt, from 1, as decimal text (taugrid extension)",
                               pattern="^[1-9][0-9]*$"),
@@ -167,9 +170,12 @@ def _header_schemas() -> dict[str, Any]:
                                 "defaultContentType); left out by taugrid's publishers (issue 27: 32 bytes on "
                                 "every stored message), accepted from a client that sends it",
                                 const="application/json"),
-        "Nats-Msg-Id": _string("equals ce-id; JetStream drops a repeat within the stream's duplicate window. "
-                               "Absent on the local cluster's watch changes (k8s.local.…), whose ids do not "
-                               "repeat (each is its object's next resourceVersion)"),
+        "Nats-Msg-Id": _string("deterministic, so JetStream drops a repeat within the stream's duplicate window: "
+                               f"ce-id itself, or its key (issue 27): the first {DEDUP_KEY_CHARS} characters of the "
+                               "base64url sha256 of ce-id (taugrid's client sends it on a request, which keeps its "
+                               "ce-id), then on a service's run event `:<suffix>` when the id has a suffix. Absent "
+                               "on the local cluster's watch changes (k8s.local.…), whose ids do not repeat (each "
+                               "is its object's next resourceVersion)"),
         "traceparent": _string("W3C trace context (optional)"),
     }
     required = ["ce-specversion", "ce-id", "ce-type", "ce-source", "ce-subject", "ce-time"]
@@ -203,14 +209,17 @@ def _header_schemas() -> dict[str, Any]:
             "type": "object",
             "description": "headers of an event a service publishes, stored compact (issue 27): a header whose "
                            "value a reader derives is left out when it has exactly that value, and a reader "
-                           "takes the derived one: ce-specversion `1.0`; ce-id the Nats-Msg-Id; ce-attempt `1`; "
+                           "takes the derived one: ce-specversion `1.0`; ce-id the Nats-Msg-Id, or from a key "
+                           "`<key>[:<suffix>]` on a run event `<run>.<attempt>.<stage>.<outcome>` (the subject's, "
+                           "ce-attempt's) then `.<suffix>`; ce-attempt `1`; ce-time (a run event's) the time the "
+                           "stream stored it; "
                            "on a run event (`run.<ws>.<run>.<stage>.<outcome>[.high]`) ce-type "
                            "`io.taugrid.run.<stage>.<outcome>.v1`, ce-subject `<run>` and ce-workspace `<ws>`; "
                            "on a log chunk (`log.<ws>.<run>.<attempt>`) ce-subject and ce-workspace the same "
                            "way; on a watch change (`k8s.<cluster>.<kind>.<ns>.<name>.<change>[.high]`) ce-type "
                            "`io.taugrid.k8s.<kind>.<change>.v1`. A header that is present is read as it is, and "
                            "one that contradicts the subject gets the message refused",
-            "properties": service, "required": ["ce-source", "ce-time"],
+            "properties": service, "required": ["ce-source"],
         },
         "SignedRequestHeaders": {
             "type": "object",
