@@ -78,7 +78,10 @@ def test_a_batch_with_odd_values_reads_as_nats_py_reads_each() -> None:
     odd = [b'quote: say "hi"\r\n\r\n', b"back: a\\b\r\n\r\n", b"sep: a: b\r\n\r\n", b"lead:  x\r\n\r\n",
            b"trail: x \r\n\r\n", b"tab:\tx\r\n\r\n", b"na me: x\r\n\r\n", b"a:b: c\r\n\r\n", b"nocolon\r\n\r\n",
            b"mid: 1\r\n\r\nafter: 2\r\n\r\n", b"utf: caf\xc3\xa9\r\n\r\n", b"bad: \xff\r\n\r\n", b"lone: a\rb\r\n\r\n",
-           b"end: no blank line\r\n", b"x: 1\r\n\r\n\r\n"]
+           b"end: no blank line\r\n", b"x: 1\r\n\r\n\r\n",
+           # control characters and DEL, which the batch leaves to the JSON reader (or refuses) rather than a scan
+           b"del: a\x7fb\r\n\r\n", b"ctl: a\x01b\r\n\r\n", b"lf: a\nb\r\n\r\n", b"x\x1cy: 1\r\n\r\n",
+           b"ff: a\x0c\r\n\r\n", b"nul\x00: 1\r\n\r\n", b"high: \x80\r\n\r\n"]
     assert natsheaders.parse_header_blocks([plain, plain]) == [ORIGINAL(plain)] * 2
     assert list(natsheaders.parse_header_blocks([plain])[0]) == ["ce-id", "ce-type", "empty", ""]
     for block in odd:

@@ -75,8 +75,10 @@ DELEGATION_HEADER = "tau-delegation"  # see access/delegation.py
 SIGNED_TYPES = frozenset({"submit.requested", "cancel.requested"})
 
 
-class Event(msgspec.Struct, kw_only=True):
-    """A decoded event: CloudEvents attributes plus the raw payload and where it sat in the stream."""
+class Event(msgspec.Struct):
+    """A decoded event: CloudEvents attributes plus the raw payload and where it sat in the stream. Built by
+    keyword everywhere but ``from_message``, which passes its fields in order (``_FIELDS``): with nineteen
+    keywords msgspec's matching of names cost more than the rest of reading a replayed event's envelope."""
 
     id: str
     type: str  # short form, e.g. "policy.approved"
@@ -222,9 +224,10 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     run_event = parts[0] == "run" and len(parts) == 5
     if run_event:
         kind = f"{parts[3]}.{parts[4]}"
-        problem = _disagreement(ce and _short_type(ce), kind, "ce-type") or \
-            _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
-            _disagreement(about and _token(about), parts[2], "ce-subject")
+        if ce or workspace or about:  # a compact event has none of them: nothing to compare
+            problem = _disagreement(ce and _short_type(ce), kind, "ce-type") or \
+                _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
+                _disagreement(about and _token(about), parts[2], "ce-subject")
         workspace, about = parts[1], parts[2]
     else:
         if ce:
@@ -240,7 +243,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     if problem:
         problem = f"{problem} on {subject}: the subject decides, so this message is refused"
     elif not ce and run_event:
-        ce = f"{_RUN_TYPE_PREFIX}{kind}.v1"  # left out by ``compact``: the subject says it
+        ce = _run_ce_type(kind)  # left out by ``compact``: the subject says it
     attempt_text = get("ce-attempt", "1")
     try:
         attempt = 1 if attempt_text == "1" else int(attempt_text)
@@ -255,27 +258,35 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     time = get("ce-time")
     if time is None:  # a service's run event stamped "now" is stamped by the store (``store_stamps``)
         time = store_time(stored) if stored and run_event and kind not in SIGNED_TYPES else ""
-    return Event(
-        id=event_id,
-        type=kind,
-        source=get("ce-source", ""),
-        subject=about,
-        time=time,
-        data=data,
-        nats_subject=subject,
-        workspace=workspace,
-        attempt=attempt,
-        traceparent=get("traceparent", ""),
-        seq=seq,
-        ce_type=ce,
-        user=get(USER_HEADER, ""),
-        signer=get(SIGNER_HEADER, ""),
-        signature=get(SIGNATURE_HEADER, ""),
-        delegation=get(DELEGATION_HEADER, ""),
-        stored=stored,
-        problem=problem,
-        headers=h,
+    return Event(  # in ``_FIELDS`` order
+        event_id,  # id
+        kind,  # type
+        get("ce-source", ""),  # source
+        about,  # subject
+        time,  # time
+        data,
+        subject,  # nats_subject
+        workspace,
+        attempt,
+        get("traceparent", ""),
+        seq,
+        ce,  # ce_type
+        get(USER_HEADER, ""),  # user
+        get(SIGNER_HEADER, ""),  # signer
+        get(SIGNATURE_HEADER, ""),  # signature
+        get(DELEGATION_HEADER, ""),  # delegation
+        stored,
+        problem,
+        h,  # headers
     )
+
+
+# ``from_message`` passes Event's fields by position, in this order; an Event whose fields moved would be read
+# wrong without a word, so the module refuses to load instead.
+_FIELDS = ("id", "type", "source", "subject", "time", "data", "nats_subject", "workspace", "attempt", "traceparent",
+           "seq", "ce_type", "user", "signer", "signature", "delegation", "stored", "problem", "headers")
+if Event.__struct_fields__ != _FIELDS:
+    raise ImportError(f"envelope.from_message passes Event's fields in the order {_FIELDS}, not the Struct's")
 
 
 _RUN_TYPE_PREFIX = f"{CE_PREFIX}run."
@@ -419,6 +430,11 @@ def run_of(msg: Any) -> str:
 # Pure functions of a header value, bounded so a publisher's endless distinct values cannot grow them.
 _short_type = functools.lru_cache(maxsize=4096)(short_type)
 _token = functools.lru_cache(maxsize=4096)(token)
+
+
+@functools.lru_cache(maxsize=4096)
+def _run_ce_type(kind: str) -> str:
+    return f"{_RUN_TYPE_PREFIX}{kind}.v1"
 
 
 def _disagreement(claimed: str, actual: str, header: str) -> str:

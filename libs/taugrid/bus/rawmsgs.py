@@ -98,36 +98,35 @@ async def stored_events(nc: Client, raws: list[Raw]) -> list[Event]:
     A plain header block (``NATS/1.0`` then header lines, as every stored message has) is parsed here as
     nats-py's ``_process_headers`` parses it, the batch's together (``natsheaders.parse_header_blocks``); any
     other (a status line, a block too short to hold one) by nats-py itself. The reply subjects are split
-    together too when they all have the usual nine tokens."""
+    together too when they all have the usual nine tokens, and the subjects decoded together (a subject holds
+    no blank: the control line it came in is split on blanks, so one joined by blanks splits back the same)."""
     bodies = [block[_LINE_END:] if block and len(block) > _LINE_END and block[_LINE_SIZE] != 0x20 else None
               for _, _, block, _ in raws]
-    parsed = iter(natsheaders.parse_header_blocks([body for body in bodies if body is not None]))
-    places = _places(raws)
-    out = []
-    for (subject, _reply, block, data), body, (seq, stored) in zip(raws, bodies, places, strict=True):
-        headers: dict[str, str] | None
-        if body is not None:
-            headers = next(parsed)
-        elif block:
-            headers = await nc._process_headers(block)
-        else:
-            headers = None
-        out.append(from_message(subject.decode(), headers, data, seq=seq, stored=stored))
-    return out
+    plain = [body for body in bodies if body is not None]
+    headers: list[dict[str, str] | None] = natsheaders.parse_header_blocks(plain)  # type: ignore[assignment]
+    if len(plain) != len(raws):  # a status line or no headers here and there: in their places
+        parsed = iter(headers)
+        headers = []
+        for (_, _, block, _), body in zip(raws, bodies, strict=True):
+            headers.append(next(parsed) if body is not None else await nc._process_headers(block) if block else None)
+    seqs, stored = _places(raws)
+    subjects = b" ".join([subject for subject, _, _, _ in raws]).decode().split(" ")
+    return list(map(from_message, subjects, headers, [data for _, _, _, data in raws], seqs, stored))
 
 
-def _places(raws: list[Raw]) -> list[tuple[int, float]]:
-    """(stream sequence, stored time) of each message, from its reply subject (``stream_seq``, ``stored_at``):
-    all the subjects split at once when each has the nine tokens of a consumer without a domain."""
+def _places(raws: list[Raw]) -> tuple[list[int], list[float]]:
+    """The stream sequence and stored time of each message, from its reply subject (``stream_seq``,
+    ``stored_at``): all the subjects split at once when each has the nine tokens of a consumer without a domain."""
     tokens = b".".join([reply for _, reply, _, _ in raws]).split(b".")
     count = len(raws)
     if len(tokens) == 9 * count and tokens[0::9].count(b"$JS") == count and tokens[1::9].count(b"ACK") == count:
-        return list(zip(map(int, tokens[5::9]), [int(ns) / 1e9 for ns in tokens[7::9]], strict=True))
-    places = []
+        return list(map(int, tokens[5::9])), [int(ns) / 1e9 for ns in tokens[7::9]]
+    seqs, stored = [], []
     for _, reply, _, _ in raws:
         each = reply.split(b".")
-        places.append((stream_seq(each), stored_at(each)))
-    return places
+        seqs.append(stream_seq(each))
+        stored.append(stored_at(each))
+    return seqs, stored
 
 
 _LINE_SIZE = len(_HEADER_LINE)

@@ -12,6 +12,7 @@ from taugrid.cli.common import color
 from taugrid.client.summaries import event_detail
 from taugrid.core import nesting
 from taugrid.core.events import RUN_EVENTS, ce_type
+from taugrid.core.limits import EVENT_MAX_DEPTH
 from taugrid.core.states import OPTIONAL_PHASES, PHASE_NAMES, RunRecord
 
 if TYPE_CHECKING:
@@ -192,14 +193,20 @@ def event_json_lines(events: list[Event]) -> bytes:
     checked and embedded as it is instead of being decoded to Python values and encoded again; a run event's
     goes through its contract Struct (decoded and encoded in C), so the fields its publisher left out at their
     defaults (``core/wirejson``) are printed, as ``Event.as_dict`` gives them. A payload that does not decode
-    (not JSON, or nested past ``EVENT_MAX_DEPTH``) is ``"data": null`` with ``"undecodable"`` saying why."""
+    (not JSON, or nested past ``EVENT_MAX_DEPTH``) is ``"data": null`` with ``"undecodable"`` saying why.
+
+    A payload with no more opening brackets than ``EVENT_MAX_DEPTH`` cannot nest deeper, so only one with more
+    is measured (``nesting.nests_deeper``); each contract's decoder is built once (``_run_decoder``):
+    ``msgspec.json.decode`` with a ``type`` looks the type up on every call, which cost as much as the decoding."""
     lines = []
+    unset = msgspec.UNSET
     for ev in events:
         data: Any = ev.data
-        undecodable: str | msgspec.UnsetType = msgspec.UNSET
+        undecodable: str | msgspec.UnsetType = unset
         try:
-            if data[:1] == b"{" and not nesting.nests_deeper(data):
-                data = _typed(data, RUN_EVENTS.get(ev.type) if ev.nats_subject.startswith("run.") else None)
+            if data[:1] == b"{" and (data.count(b"{") + data.count(b"[") <= EVENT_MAX_DEPTH or
+                                     not nesting.nests_deeper(data)):
+                data = _typed(data, _run_decoder(ev.type) if ev.nats_subject.startswith("run.") else None)
             else:
                 data = ev.as_dict()
         except msgspec.DecodeError as exc:
@@ -209,14 +216,24 @@ def event_json_lines(events: list[Event]) -> bytes:
     return _JSON.encode_lines(lines)
 
 
-def _typed(data: bytes, kind: type[msgspec.Struct] | None) -> Any:
+def _typed(data: bytes, decoder: msgspec.json.Decoder[Any] | None) -> Any:
     """A run event's payload as its Struct (whole when encoded), else the bytes checked and kept as they are."""
-    if kind is not None:
+    if decoder is not None:
         try:
-            return msgspec.json.decode(data, type=kind)
+            return decoder.decode(data)
         except msgspec.ValidationError:  # not its Struct's (an older or foreign body): shown as stored
             pass
-    return msgspec.json.decode(data, type=msgspec.Raw)  # validates, keeps the bytes
+    return _RAW.decode(data)  # validates, keeps the bytes
+
+
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+
+
+@functools.lru_cache(maxsize=1024)
+def _run_decoder(short: str) -> msgspec.json.Decoder[Any] | None:
+    """The decoder of a run event type's contract Struct (None for a type without one)."""
+    kind = RUN_EVENTS.get(short)
+    return msgspec.json.Decoder(kind) if kind is not None else None
 
 
 @functools.lru_cache(maxsize=1024)
