@@ -10,7 +10,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig
 
-from taugrid.bus import Bus, connect
+from taugrid.bus import Bus, connect, streams
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event, dedup_key, from_message, store_time
@@ -60,6 +60,8 @@ async def test_emit_is_deduplicated_by_deterministic_id(bus: Bus) -> None:
     # a replay reads the store's nanoseconds (get_msg: nats-py's microseconds): the same millisecond but at its edge
     replayed = [e async for e in follow(bus, f"run.ws.{run}.cancel.accepted")]
     assert [e.id for e in replayed] == [ev.id] and abs(replayed[0].happened - ev.happened) <= 0.001
+    [direct] = await streams.at_many(bus, "RUNS", [s3])  # a direct get's Nats-Time-Stamp: the nanoseconds too
+    assert direct is not None and (direct.id, direct.time) == (replayed[0].id, replayed[0].time)
 
 
 async def _loop_for(bus: Bus, name: str, subject: str, handler, max_deliver: int = 3) -> ConsumerLoop:

@@ -30,6 +30,10 @@ def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stac
     types = [e["short_type"] for e in events]
     assert [t for t in types if t in STAGES] == STAGES
     assert {"id", "type", "source", "subject", "time", "traceparent", "data"} <= set(events[0])
+    # every event has its time and its whole id, those stored without either (a service's run event stamped by
+    # the store, under its id's short key: issue 27) as well
+    assert all(len(e["time"]) == 24 and e["id"].startswith(f"{run_id}.{e['attempt']}.{e['short_type']}")
+               for e in events), [(e["id"], e["time"]) for e in events]
     trace_ids = {e["traceparent"].split("-")[1] for e in events}
     assert len(trace_ids) == 1, trace_ids
     sources = {e["source"] for e in events}
@@ -45,6 +49,8 @@ def test_quickstart_succeeds_with_every_stage_in_order_and_one_trace(stack: Stac
     assert bundle["terminal"]["state"] == "succeeded" and "train.py" in bundle["config"]["text"]
     human = stack.tau("evidence", run_id, check=True).stdout
     assert "succeeded" in human and "attempt 1: exec.succeeded exit=0" in human
+    assert [(e["id"], e["time"]) for e in bundle["events"]] == [(e["id"], e["time"]) for e in events
+                                                                 if e["seq"] <= bundle["terminal"]["seq"]]
     accounting = bundle["accounting"]  # sealed with the run, recomputed by verify from the bundled events
     assert accounting["running_s"] > 0 and accounting["clock"] == "ce-time" and verify["accounting"] == accounting
     assert "  accounting  queued " in human
