@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from taugrid.bus.envelope import Event
+from taugrid.evidence import bundle, packing, store
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import packing
 
 
 def ev(n: int, kind: str = "exec.running", data: bytes = b"{}") -> Event:
@@ -89,3 +89,33 @@ def test_first_terminal_event_wins_the_seal() -> None:
     assert lg.claim_seal(led, ev(1)) is led  # non-terminal events never claim
     with pytest.raises(ValueError):
         lg.claim_seal(chain(1), ev(7, "exec.succeeded"))
+
+
+def test_a_bundle_keeps_its_chain_as_its_event_records_and_lists_it_only_when_they_differ() -> None:
+    """Issue 27: each entry is its event's attributes chained, so a bundle whose records are exactly the chain's
+    events keeps the head alone and every reader recomputes the entries; a chain with an event not among the
+    records (aged out of RUNS before an earlier release's per-event ledger was sealed) is listed, as before."""
+    events = [msgspec.structs.replace(ev(i, data=f'{{"i":{i}}}'.encode()),
+                                      traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" if i == 1
+                                      else "") for i in range(4)]
+    led = lg.extend(lg.Ledger(run_id="r", workspace="w"), events)
+    records = [bundle.event_record(e) for e in events]
+    assert "traceparent" not in records[0] and records[1]["traceparent"] == events[1].traceparent
+    assert bundle.chain_of(records) == list(led.entries)
+    kept = bundle.ledger_section(led.head, led.entries, records)
+    assert kept == {"head": led.head, "entries": "events"}
+    assert store.bundle_entries({"events": records, "ledger": kept}) == list(led.entries)
+
+    listed = bundle.ledger_section(led.head, led.entries, [records[0], *records[2:]])
+    assert listed == {"head": led.head, "entries": [msgspec.to_builtins(e) for e in led.entries]}
+    assert store.bundle_entries({"events": records[:1], "ledger": listed}) == list(led.entries)
+
+    # a record changed in any attribute the entry keeps yields another chain, ending at another head
+    for field, value in [("payload_sha256", "f" * 64), ("time", "2025-01-01T00:00:09Z"), ("traceparent", ""),
+                         ("source", "/svc/other"), ("seq", 99), ("id", "r.1.forged")]:
+        changed = [records[0], {**records[1], field: value}, *records[2:]]
+        assert bundle.chain_of(changed)[-1].hash != led.head, field
+    with pytest.raises(msgspec.ValidationError):
+        bundle.chain_of([{"id": "r.1.x", "seq": "1"}])
+    with pytest.raises(msgspec.ValidationError):
+        store.bundle_entries({"events": "not records", "ledger": kept})

@@ -17,6 +17,7 @@ from nats.js.api import StreamConfig, StreamSource
 from taugrid.bus import Bus, auditread, connect
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.core import contracts as c
+from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
@@ -205,3 +206,56 @@ async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tupl
         f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
         f"bundle ledger ends at {bad.head[:12]}…, evidence.sealed announced {led.head[:12]}…",
     ]
+
+
+async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_misses_the_sealed_head(
+        stack: tuple[Bus, Bus], tmp_path: Path) -> None:
+    """Issue 27: the bundle keeps the ledger's head and its events, the entries recomputed from them by every
+    reader. An event record rewritten, with the bundle's head to match, chains to another head than the seal's and
+    AUDIT's evidence.sealed; with the seal rewritten to match too, AUDIT still names the sealed digest and head."""
+    bus, evidence = stack
+    led = await sealed_run(bus, evidence, tmp_path)
+    got = await store.read_bundle(bus, RUN)
+    assert got is not None
+    _, doc = got
+    assert doc["ledger"] == {"head": led.head, "entries": "events"}
+    assert store.bundle_entries(doc) == list(led.entries) and len(led.entries) == 6
+    kept, _ = await store.load(bus, WS, RUN)
+    assert kept is not None and kept.seal is not None
+    await bus.js.purge_stream("RUNS")  # the bundle alone vouches for the intermediate events now
+    name, sealed_digest = bundle_name(RUN), kept.seal.digest
+
+    records = [{**r, "payload_sha256": "f" * 64} if r["type"] == "render.applied" else r for r in doc["events"]]
+    head = b.chain_of(records)[-1].hash
+    rewritten = lg.canonical({**doc, "events": records, "ledger": {"head": head, "entries": "events"}})
+    digest = lg.sha256(rewritten)
+    await store.put_object(bus, name, rewritten, workspace=WS)
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"the sealed bundle's ledger ends at {head[:12]}…, the seal on the bus records the head "
+        f"{led.head[:12]}… (one of them was rewritten)",
+        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
+        f"bundle ledger ends at {head[:12]}…, evidence.sealed announced {led.head[:12]}…",
+    ]
+    with pytest.raises(store.BundleModified, match="hashes to"):
+        await store.read_ledger(bus, WS, RUN)
+
+    await store.update(bus, WS, RUN, lambda cur: msgspec.structs.replace(
+        cur, seal=msgspec.structs.replace(kept.seal, digest=digest, head=head)))
+    assert await store.read_ledger(bus, WS, RUN) is not None  # consistent on the bus: the KV and the bundle agree
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"evidence.sealed announced {sealed_digest[:12]}…, the ledger records {digest[:12]}…",
+        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
+        f"bundle ledger ends at {head[:12]}…, evidence.sealed announced {led.head[:12]}…",
+    ]
+
+
+async def test_a_bundle_listing_its_entries_as_earlier_releases_wrote_them_still_verifies(
+        stack: tuple[Bus, Bus], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bus, evidence = stack
+    monkeypatch.setattr(b, "ledger_section", lambda head, entries, records: {
+        "head": head, "entries": [msgspec.to_builtins(e) for e in entries]})
+    led = await sealed_run(bus, evidence, tmp_path)
+    got = await store.read_bundle(bus, RUN)
+    assert got is not None and got[1]["ledger"]["entries"] == [msgspec.to_builtins(e) for e in led.entries]
+    report = await verify_run(bus, RUN)
+    assert (report.problems, report.entries, report.ledger_head) == ([], 6, led.head)

@@ -23,7 +23,7 @@ from taugrid.core import contracts as c
 from taugrid.core.redaction import Redactor
 from taugrid.core.states import TRANSITIONS
 from taugrid.core.usage import Seen, fold
-from taugrid.evidence.ledger import Entry, Seal, canonical, sha256
+from taugrid.evidence.ledger import GENESIS, Entry, Seal, canonical, entry_hash, sha256
 
 SCHEMA = "taugrid.evidence.bundle/v1"
 INLINE_LOG_BYTES = 256 * 1024  # an attempt's log larger than this is stored as its own object
@@ -197,6 +197,8 @@ def event_record(ev: Event) -> dict[str, Any]:
         "workspace": ev.workspace,
         "payload_sha256": sha256(ev.data or b""),
     }
+    if ev.traceparent:  # the ledger entry's too: the chain is recomputed from these records (``chain_of``)
+        record["traceparent"] = ev.traceparent
     try:
         record["data"] = ev.as_dict()
     except msgspec.DecodeError as exc:
@@ -386,8 +388,49 @@ def build(
         "accounting": accounting(run_id, workspace, records, gpu_hour_price=gpu_hour_price,
                                  price_revision=price_revision),
         "events": records,
-        "ledger": {"head": terminal.hash, "entries": [msgspec.to_builtins(e) for e in ledger]},
+        "ledger": ledger_section(terminal.hash, ledger, records),
     }
+
+
+CHAINED_FROM_EVENTS = "events"  # a bundle's ``ledger.entries`` when they are its event records, chained
+
+
+def ledger_section(head: str, entries: tuple[Entry, ...], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bundle's ``ledger``: its head, and its entries as ``CHAINED_FROM_EVENTS`` when they are exactly the chain
+    of its event records (``chain_of``), else listed (issue 27: each listed entry repeats its event's attributes
+    next to two sha256 hex strings that deflate cannot shrink, ~490 of a trivial run's ~1,520 stored bytes). An
+    entry's hash is a function of its event's attributes and the hash before it, so a hash written down vouches
+    for nothing a reader cannot recompute: what pins the chain is its head, which the seal, ``evidence.sealed``
+    in AUDIT and the anchors keep, and the bundle's digest. Listed still when an event of the chain is not among
+    the records (aged out of RUNS before the seal of a ledger an earlier release kept per event)."""
+    try:
+        derived = chain_of(records) == list(entries)
+    except msgspec.ValidationError:
+        derived = False
+    if derived:
+        return {"head": head, "entries": CHAINED_FROM_EVENTS}
+    return {"head": head, "entries": [msgspec.to_builtins(e) for e in entries]}
+
+
+def chain_of(records: list[Any]) -> list[Entry]:
+    """The ledger entries of a bundle's event records (``event_record``), in their order, chained from
+    ``GENESIS`` as ``ledger.extend`` chains the events themselves. ``msgspec.ValidationError`` (a ``ValueError``)
+    when a record is not one (a bundle modified: its digest no longer matches the seal's either)."""
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise msgspec.ValidationError("the bundle's events are not a list of event records")
+    drafts = msgspec.convert(
+        [{"index": i, "seq": r.get("seq"), "event_id": r.get("id"), "type": r.get("type"),
+          "attempt": r.get("attempt"), "time": r.get("time"), "source": r.get("source"),
+          "traceparent": r.get("traceparent", ""), "payload_sha256": r.get("payload_sha256"), "prev": ""}
+         for i, r in enumerate(records)], type=list[Entry])
+    chain: list[Entry] = []
+    prev = GENESIS
+    for draft in drafts:
+        entry = msgspec.structs.replace(draft, prev=prev)
+        entry = msgspec.structs.replace(entry, hash=entry_hash(entry))
+        chain.append(entry)
+        prev = entry.hash
+    return chain
 
 
 def redacted(bundle: dict[str, Any], redact: Redactor) -> dict[str, Any]:

@@ -151,10 +151,14 @@ async def with_entries(bus: Bus, ledger: lg.Ledger) -> lg.Ledger:
 
 
 def bundle_entries(doc: Any) -> list[lg.Entry]:
-    """The ledger entries a decoded bundle holds; ``msgspec.ValidationError`` (a ``ValueError``) when they are not
-    entries."""
+    """The ledger entries a decoded bundle holds: listed, or (``b.CHAINED_FROM_EVENTS``, issue 27) recomputed from
+    its event records (``b.chain_of``), which every reader then checks as it checks listed ones (unbroken, as long
+    as the seal, ending at the sealed and announced head); ``msgspec.ValidationError`` (a ``ValueError``) when
+    they are not entries."""
     ledger = doc.get("ledger") if isinstance(doc, dict) else None
     held = ledger.get("entries", []) if isinstance(ledger, dict) else []
+    if held == b.CHAINED_FROM_EVENTS:
+        return b.chain_of(doc.get("events", []))
     return msgspec.convert(held, type=list[lg.Entry])
 
 
