@@ -230,9 +230,16 @@ def test_a_store_time_is_written_alike_from_a_delivery_and_from_a_raw_read() -> 
     the nanoseconds / 1e9: the same time text from both, at a millisecond's edge too."""
     import datetime as dt
 
-    for nanos in (1764656535_746321000, 1764656535_999999600, 1764656535_000000400, 1764656535_999_499_999):
-        delivered = dt.datetime.fromtimestamp(nanos / 1_000_000_000.0, dt.UTC).timestamp()
-        assert store_time(delivered) == store_time(nanos / 1e9)
+    # the last four were a millisecond apart when the microseconds were rounded from ``stored * 1e6``
+    for nanos in (1764656535_746321000, 1764656535_999999600, 1764656535_000000400, 1764656535_999_499_999,
+                  1764657164_892999499, 1764657040_888999399, 1764657343_865999399, 1764657255_155999504):
+        delivered = dt.datetime.fromtimestamp(nanos / 1_000_000_000.0, dt.UTC)
+        assert store_time(delivered.timestamp()) == store_time(nanos / 1e9) == \
+            delivered.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    for day in (0, 20_000, 20_424, 40_000):  # any date, against the standard library's own text
+        stored = day * 86_400 + 86_399.9996
+        assert store_time(stored) == dt.datetime.fromtimestamp(stored, dt.UTC).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
 
 
 @pytest.mark.parametrize("tamper", ["add-time", "drop-time"])

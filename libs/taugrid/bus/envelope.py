@@ -338,17 +338,29 @@ def store_stamps(nats_subject: str) -> bool:
     return parts[0] == "run" and len(parts) == 5 and f"{parts[3]}.{parts[4]}" not in SIGNED_TYPES
 
 
-@functools.lru_cache(maxsize=256)
+_EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
+
+
+@functools.lru_cache(maxsize=1024)
 def _second_text(second: int) -> str:
-    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    """``<date>T<hh:mm:ss>.`` of epoch second ``second`` (a replay reads many events of one second)."""
+    day, in_day = divmod(second, 86_400)
+    hour, rest = divmod(in_day, 3_600)
+    minute, sec = divmod(rest, 60)
+    return f"{dt.date.fromordinal(_EPOCH_DAY + day).isoformat()}T{hour:02d}:{minute:02d}:{sec:02d}."
 
 
 def store_time(stored: float) -> str:
-    """``stored`` (epoch seconds) as a ``ce-time`` is written (``now_iso``: RFC 3339, UTC, milliseconds): rounded
-    to the microsecond first, as nats-py reads a delivery's timestamp, so every reader writes one message's time
-    alike."""
-    second, micro = divmod(round(stored * 1_000_000), 1_000_000)
-    return f"{_second_text(second)}.{micro // 1000:03d}Z"
+    """``stored`` (epoch seconds) as a ``ce-time`` is written (``now_iso``: RFC 3339, UTC, milliseconds). Rounded
+    to the microsecond first exactly as ``datetime.fromtimestamp`` rounds (the fraction, half to even), which is
+    how nats-py reads a delivery's timestamp: a delivery's time (those microseconds) and a replay's or a direct
+    get's (the nanoseconds / 1e9) then give one message the same text, at a millisecond's edge too (rounding
+    ``stored * 1e6`` instead gave another millisecond for about one message in two thousand)."""
+    second = int(stored)
+    micro = round((stored - second) * 1_000_000)
+    if micro >= 1_000_000:
+        second, micro = second + 1, micro - 1_000_000
+    return f"{_second_text(second)}{micro // 1000:03d}Z"
 
 
 def compact(nats_subject: str, headers: dict[str, str], *, service_signed: bool) -> dict[str, str]:
