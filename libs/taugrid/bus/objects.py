@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime as dt
 import hashlib
 import json
 import secrets
 from typing import BinaryIO
 
-from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo, ObjectMetaOptions
+from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectInfo
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.errors import DAMAGED, MISSING, OBJECT_GONE, TIMEOUT, UNAVAILABLE, unavailable
@@ -157,11 +156,14 @@ async def _write(bus: Bus, name: str, data: bytes, *, workspace: str) -> None:
         for offset in range(0, len(data), _CHUNK):
             await bus.guarded(bus.js.publish(chunks, data[offset:offset + _CHUNK]))
             count += 1
-        info = ObjectInfo(name=name, bucket=OBJECT_STORE, nuid=nuid, size=len(data), chunks=count,
-                          mtime=dt.datetime.now(dt.UTC).isoformat(), digest=_digest(data),
-                          options=ObjectMetaOptions(max_chunk_size=_CHUNK))
-        await bus.guarded(bus.js.publish(_meta_subject(name), json.dumps(info.as_dict()).encode(),
-                                         headers={"Nats-Rollup": "sub"}))
+        # What a reader needs of the metadata, nats-py's and the nats CLI's included (issue 27: ~120 B of every
+        # object): no ``mtime`` (the message's own stored time says when), no ``options`` (the default chunk
+        # size), no ``deleted: false``, compact JSON; and the rollup header only when an older metadata message
+        # is there to roll up.
+        meta = {"name": name, "bucket": OBJECT_STORE, "nuid": nuid, "size": len(data), "chunks": count,
+                "digest": _digest(data)}
+        await bus.guarded(bus.js.publish(_meta_subject(name), json.dumps(meta, separators=(",", ":")).encode(),
+                                         headers={"Nats-Rollup": "sub"} if old is not None else None))
         if old is not None and old.nuid != nuid:
             await bus.js.purge_stream(f"OBJ_{OBJECT_STORE}", subject=f"$O.{OBJECT_STORE}.C.{old.nuid}")
     except UNAVAILABLE as exc:
