@@ -4,7 +4,7 @@
 only a refusal reads them: resolution itself depends on what the config says, never on where. So the policy
 resolves without them, and only when it refuses does it read them back from the config's text: the run's first
 stored ``submit.requested``, the request the submitter answered (its sequence is the submitter's claim of the run
-in the ``submissions`` bucket, which only the submitter writes), parsed as the submitter parsed it
+in the ``submissions`` bucket, ``id.<run>``, which only the submitter writes), parsed as the submitter parsed it
 (``config.accepted.record``) and used only when that parse hashes as the accepted one (``acc.config_hash``, which
 the policy fills in from the parse it resolves).
 
@@ -30,10 +30,10 @@ from taugrid.core.errors import ConfigError
 async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.KeyLine]:
     """The key lines of the config ``acc`` accepted for run ``ev.subject`` (``ev``: its ``submit.accepted``), or
     ``[]`` when they cannot be read back as the submitter parsed them."""
-    claim = await kv.get(bus, "submissions", f"run.{ev.workspace}.{ev.subject}")
-    if claim is None or not claim.value.isdigit():
+    seq = await _first_request(bus, ev)
+    if not seq:
         return []
-    request = await streams.at(bus, "RUNS", int(claim.value))
+    request = await streams.at(bus, "RUNS", seq)
     if request is None or (request.type, request.workspace, request.subject) != (
             "submit.requested", ev.workspace, ev.subject):
         return []
@@ -43,3 +43,17 @@ async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.
     except (ConfigError, msgspec.MsgspecError):  # a body or a text that no longer decodes or parses: no lines
         return []
     return parse.lines if parse.config_hash == acc.config_hash else []
+
+
+async def _first_request(bus: Bus, ev: Event) -> int:
+    """The stream sequence of the run's first stored request, as the submitter claimed it: ``id.<run>`` →
+    ``<ws>:<seq>`` (its workspace must be the run's), or, claimed by an earlier release, ``run.<ws>.<run>`` →
+    ``<seq>``; 0 when neither says."""
+    claim = await kv.get(bus, "submissions", f"id.{ev.subject}")
+    text = claim.value.decode(errors="replace") if claim is not None else ""
+    if ":" in text:
+        ws, _, seq = text.rpartition(":")
+        return int(seq) if ws == ev.workspace and seq.isdigit() else 0
+    earlier = await kv.get(bus, "submissions", f"run.{ev.workspace}.{ev.subject}")
+    return int(earlier.value) if earlier is not None and earlier.value.isdigit() else 0
+

@@ -49,7 +49,7 @@ from taugrid_services.submitter import ratelimit
 # indexed subject per run ever submitted). It only has to outlive a repeat of its request: a signed request
 # is refused 300 s after it was signed (``envelope.SIGNATURE_MAX_AGE_S``) and a paced one waits at most
 # ``PACED_SUBMISSIONS_MAX`` slots of a minute (8.3 h), both well within a day. The run's own claim
-# (``run.<ws>.<run>``, ``_first_for_run``) is kept: it stops a late request answering into a sealed run.
+# (``id.<run>``, ``_first_for_run``) is kept: it stops a late request answering into a sealed run.
 SUBMISSION_ID_TTL_S = 24 * 3600.0
 
 
@@ -222,22 +222,18 @@ class Submitter:
         """Whether this message (by its stream sequence, the same on every redelivery) is the first request
         stored for its run, the only one the submitter answers. Anyone who may submit in a workspace can
         publish on any run's subject there, signed or not, or replay an old request; answering such a
-        request (a rejection, say) would write into someone else's run. Run and workspace are the subject's."""
-        claim, mine = f"run.{ev.workspace}.{ev.subject}", str(ev.seq).encode()
-        if await kv.create(self.bus, "submissions", claim, mine) is None:
-            held = await kv.get(self.bus, "submissions", claim)
-            if held is None or held.value != mine:
-                return False
-        await self._claim_run_id(ev)
-        return True
+        request (a rejection, say) would write into someone else's run. Run and workspace are the subject's.
 
-    async def _claim_run_id(self, ev: Event) -> None:
-        """A run id names one run on the whole platform: evidence objects (``runs/<run>/…``), the archive and the
-        services' wildcard reads (``run.*.<run>``) key by it alone. Run ids are visible to every person, so a
-        researcher submitting in her workspace under a colleague's run id would have her run's seal replace
-        the colleague's bundle. The first workspace to claim ``id.<run>`` keeps it; a request of another
-        workspace is dead-lettered unanswered (an answer would be sealed under the same names)."""
-        ws = ev.workspace.encode()
+        A run id names one run on the whole platform, too: evidence objects (``runs/<run>/…``), the archive and
+        the services' wildcard reads (``run.*.<run>``) key by it alone. Run ids are visible to every person, so a
+        researcher submitting in her workspace under a colleague's run id would have her run's seal replace the
+        colleague's bundle. The first workspace to claim the id keeps it; a request of another workspace is
+        dead-lettered unanswered (an answer would be sealed under the same names).
+
+        One create-once key claims both (issue 27: two keys a run before, ~145 B): ``id.<run>`` → ``<ws>:<seq>``,
+        the workspace that first submitted the run id and its first stored request's sequence (the policy's key
+        lines read it back, ``keylines.py``). An earlier release's ``id.<run>`` holds the workspace alone, the
+        sequence in ``run.<ws>.<run>`` (``_first_by_run_key``)."""
         key = f"id.{ev.subject}"
         held = await kv.get(self.bus, "submissions", key)
         if held is None:
@@ -246,17 +242,35 @@ class Submitter:
             # request through when it is handled again (a redelivery after a crash or a failed listing).
             others = [k.split(".")[1] for k in await kv.matching_keys(self.bus, "run_state", f"run.*.{ev.subject}")
                       if k.split(".")[1] != ev.workspace]
-            owner = others[0].encode() if others else ws
-            if await kv.create(self.bus, "submissions", key, owner) is None:
+            # A run an earlier release claimed before run ids were claimed keeps its first request's sequence in
+            # ``run.<ws>.<run>``: that request stays the only one answered (a replayed one is not).
+            earlier = await kv.get(self.bus, "submissions", f"run.{ev.workspace}.{ev.subject}")
+            first = earlier.value if earlier is not None and earlier.value.isdigit() else str(ev.seq).encode()
+            claim = others[0].encode() if others else ev.workspace.encode() + b":" + first
+            if await kv.create(self.bus, "submissions", key, claim) is None:
                 held = await kv.get(self.bus, "submissions", key)  # another replica claimed it meanwhile
-            theirs = owner if held is None else (held.value or b"")
+            value = claim if held is None else held.value or b""
         else:
-            theirs = held.value or b""
-        if theirs != ws:
+            value = held.value or b""
+        text = value.decode(errors="replace")
+        theirs, with_seq, seq = text.rpartition(":") if ":" in text else (text, "", "")
+        if theirs != ev.workspace:
             raise PermanentError(
-                f"run id {ev.subject} belongs to a run of workspace {theirs.decode(errors='replace')}: a run "
-                f"of workspace {ev.workspace} under the same id is refused unanswered; submit it again (`tau run` "
-                "picks a new id)")
+                f"run id {ev.subject} belongs to a run of workspace {theirs}: a run of workspace {ev.workspace} "
+                "under the same id is refused unanswered; submit it again (`tau run` picks a new id)")
+        if with_seq:
+            return seq == str(ev.seq)
+        return await self._first_by_run_key(ev)
+
+    async def _first_by_run_key(self, ev: Event) -> bool:
+        """``_first_for_run`` for a run whose id an earlier release claimed (its workspace alone): that release
+        kept the first request's sequence in ``run.<ws>.<run>``."""
+        claim, mine = f"run.{ev.workspace}.{ev.subject}", str(ev.seq).encode()
+        if await kv.create(self.bus, "submissions", claim, mine) is None:
+            held = await kv.get(self.bus, "submissions", claim)
+            if held is None or held.value != mine:
+                return False
+        return True
 
     async def _check_source(self, req: SubmitRequested) -> Issue | None:
         """A submission's snapshot must be in the store under its content address and hash to it (a

@@ -205,6 +205,39 @@ async def test_the_submitter_answers_only_the_first_request_stored_for_a_run(bus
     assert [m.subject.rsplit(".", 2)[1:] for m in stored] == [
         ["submit", "requested"], ["submit", "requested"], ["submit", "rejected"]]  # one answer: the first's
     assert [from_message(m.subject, m.headers, m.data).type for m in stored][2:] == ["submit.rejected"]
+    # one key claims the run id and its first request (issue 27: two keys a run before)
+    claim = await kv.get(bus, "submissions", f"id.{run}")
+    assert claim is not None and claim.value == f"{ws}:{first.seq}".encode()
+    assert await kv.get(bus, "submissions", f"run.{ws}.{run}") is None
+
+
+@pytest.mark.parametrize("earlier", ["id and run keys", "run key alone"])
+async def test_a_run_an_earlier_release_claimed_still_answers_only_its_first_request(bus: Bus, earlier: str) -> None:
+    """An earlier release claimed a run in ``run.<ws>.<run>`` (its first request's sequence) and, later releases,
+    its id in ``id.<run>`` (the workspace alone): a replayed request is still refused, the first still answered."""
+    ws, run = f"w{uuid.uuid4().hex[:8]}", f"old-{uuid.uuid4().hex[:16]}"
+    subject = f"run.{ws}.{run}.submit.requested"
+    for n in (1, 2):
+        body = msgspec.json.encode(SubmitRequested(submission_id=f"s{n}-{run}", config_text="name: x\n",
+                                                   workspace=ws))
+        await bus.js.publish(subject, body, headers=headers_for(
+            event_id=f"{run}.req{n}", event_type="submit.requested", source="/client", subject=run,
+            workspace=ws, attempt=1, traceparent=""))
+    first, second = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
+                     for m in await replay(bus, stream="RUNS", subject=subject)]
+    await kv.create(bus, "submissions", f"run.{ws}.{run}", str(first.seq).encode())
+    if earlier == "id and run keys":
+        await kv.create(bus, "submissions", f"id.{run}", ws.encode())
+    submitter = Submitter(bus)
+    with pytest.raises(PermanentError, match=f"run {run} in workspace {ws} already has a submission"):
+        await submitter.on_requested(second)
+    await submitter.on_requested(first)
+    stored = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run}.>")
+    assert [from_message(m.subject, m.headers, m.data).type for m in stored] == [
+        "submit.requested", "submit.requested", "submit.rejected"]
+    claim = await kv.get(bus, "submissions", f"id.{run}")
+    assert claim is not None and claim.value == (ws.encode() if earlier == "id and run keys"
+                                                 else f"{ws}:{first.seq}".encode())
 
 
 async def test_the_portal_never_serves_another_workspaces_bundle_for_a_run_id(bus: Bus) -> None:
