@@ -43,7 +43,9 @@ BASE = f"bases/ws-1/{hashlib.sha256(BUNDLE[-100:]).hexdigest()}"
 def test_a_bundle_packed_against_a_base_reads_back_only_with_it() -> None:
     dictionary = BUNDLE[-100:]
     stored = packing.pack_against(BUNDLE, base=BASE, dictionary=dictionary)
-    assert stored.startswith(packing.DELTA_MAGIC) and packing.base_of(stored) == BASE
+    assert stored.startswith(packing.COMPACT_MAGIC) and packing.base_of(stored) == BASE
+    # the base's name packed (issue 27): magic, the workspace token's length and the token, the raw sha256
+    assert stored[:4 + 1 + 4 + 32] == packing.COMPACT_MAGIC + b"\x04ws-1" + bytes.fromhex(BASE[-64:])
     assert packing.unpack(stored, dictionary=dictionary) == BUNDLE
     assert packing.base_of(packing.pack(BUNDLE)) == "" and packing.base_of(BUNDLE) == ""
     with pytest.raises(packing.PackingError, match=f"stored against the base {BASE} read without it"):
@@ -60,3 +62,26 @@ def test_a_base_is_checked_against_the_sha256_its_name_carries() -> None:
         packing.dictionary_of(BASE, packing.pack(BUNDLE[-99:]))
     with pytest.raises(packing.PackingError, match=f"its base {BASE} is damaged: a compressed bundle cut short"):
         packing.dictionary_of(BASE, packing.pack(BUNDLE[-100:])[:20])
+
+
+def test_a_bundle_an_earlier_release_stored_against_a_base_with_its_name_written_out_reads_the_same() -> None:
+    dictionary = BUNDLE[-100:]
+    compact = packing.pack_against(BUNDLE, base=BASE, dictionary=dictionary)
+    body = compact[4 + 1 + 4 + 32:]
+    earlier = packing.DELTA_MAGIC + BASE.encode() + b"\n" + body
+    assert packing.base_of(earlier) == BASE and packing.unpack(earlier, dictionary=dictionary) == BUNDLE
+    assert len(earlier) - len(compact) == len(packing.DELTA_MAGIC) + len(BASE) + 1 - (4 + 1 + 4 + 32)  # 60 B
+
+
+@pytest.mark.parametrize("header", [
+    packing.COMPACT_MAGIC,  # cut after the magic
+    packing.COMPACT_MAGIC + b"\x00" + bytes(32),  # no workspace
+    packing.COMPACT_MAGIC + b"\x04ws-1" + bytes(31),  # the sha256 cut short
+    packing.COMPACT_MAGIC + b"\x04ws/1" + bytes(32),  # not a workspace token
+])
+def test_a_packed_base_name_that_is_no_base_is_refused(header: bytes) -> None:
+    with pytest.raises(packing.PackingError, match="names no valid base"):
+        packing.base_of(header)
+    with pytest.raises(packing.PackingError, match="names no valid base"):
+        packing.unpack(header, dictionary=b"x")
+
