@@ -43,8 +43,9 @@ SUBMISSION_MAX_BYTES = 512 * KIB
 EVENT_MAX_BYTES = 2 * MIB
 """Any event a service or client publishes: a quarter of the server's ``max_payload`` (8 MB)."""
 ACCEPTED_LINES_MAX_BYTES = 64 * KIB
-"""The key lines ``submit.accepted`` carries (``config.accepted``), as JSON: each names its key's whole path, so a
-45 KB config of 3,000 keys under one 1,000-character key was 3 MB of them; real configs need a few KB."""
+"""The key lines the policy reads back to place a refusal (``config.accepted``; ``submit.accepted`` carried them
+before issue 27), as JSON: each names its key's whole path, so a 45 KB config of 3,000 keys under one
+1,000-character key was 3 MB of them; real configs need a few KB."""
 
 SNAPSHOT_MAX_BYTES = 64 * MIB
 """A project snapshot's files, before archiving (the client refuses more, naming the biggest files)."""
