@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from taugrid.bus.envelope import Event
+from taugrid.cli.evidence_cmd import _ledger_head
 from taugrid.evidence import bundle, packing, store
 from taugrid.evidence import ledger as lg
 
@@ -93,17 +94,19 @@ def test_first_terminal_event_wins_the_seal() -> None:
 
 def test_a_bundle_keeps_its_chain_as_its_event_records_and_lists_it_only_when_they_differ() -> None:
     """Issue 27: each entry is its event's attributes chained, so a bundle whose records are exactly the chain's
-    events keeps the head alone and every reader recomputes the entries; a chain with an event not among the
-    records (aged out of RUNS before an earlier release's per-event ledger was sealed) is listed, as before."""
-    events = [msgspec.structs.replace(ev(i, data=f'{{"i":{i}}}'.encode()),
-                                      traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" if i == 1
-                                      else "") for i in range(4)]
+    events writes neither its entries nor its head, and every reader recomputes them; a chain with an event not
+    among the records (aged out of RUNS before an earlier release's per-event ledger was sealed) is listed, with
+    its head, as before."""
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    events = [msgspec.structs.replace(ev(i, data=f'{{"i":{i}}}'.encode()), traceparent=tp)
+              for i, tp in enumerate(["", trace, trace, ""])]
     led = lg.extend(lg.Ledger(run_id="r", workspace="w"), events)
-    records = [bundle.event_record(e) for e in events]
-    assert "traceparent" not in records[0] and records[1]["traceparent"] == events[1].traceparent
+    records = bundle.event_records(events)
+    # a record names its traceparent where it changes: the second (from "") and the last (back to "")
+    assert [r.get("traceparent") for r in records] == [None, trace, None, ""]
     assert bundle.chain_of(records) == list(led.entries)
     kept = bundle.ledger_section(led.head, led.entries, records)
-    assert kept == {"head": led.head, "entries": "events"}
+    assert kept == {"entries": "events"}
     assert store.bundle_entries({"events": records, "ledger": kept}) == list(led.entries)
 
     listed = bundle.ledger_section(led.head, led.entries, [records[0], *records[2:]])
@@ -111,11 +114,22 @@ def test_a_bundle_keeps_its_chain_as_its_event_records_and_lists_it_only_when_th
     assert store.bundle_entries({"events": records[:1], "ledger": listed}) == list(led.entries)
 
     # a record changed in any attribute the entry keeps yields another chain, ending at another head
-    for field, value in [("payload_sha256", "f" * 64), ("time", "2025-01-01T00:00:09Z"), ("traceparent", ""),
-                         ("source", "/svc/other"), ("seq", 99), ("id", "r.1.forged")]:
-        changed = [records[0], {**records[1], field: value}, *records[2:]]
-        assert bundle.chain_of(changed)[-1].hash != led.head, field
+    for at, field, value in [(1, "payload_sha256", "f" * 64), (1, "time", "2025-01-01T00:00:09Z"),
+                             (2, "traceparent", ""), (1, "source", "/svc/other"), (1, "seq", 99),
+                             (1, "id", "r.1.forged"), (3, "traceparent", trace)]:
+        changed = [{**r, field: value} if i == at else r for i, r in enumerate(records)]
+        assert bundle.chain_of(changed)[-1].hash != led.head, (at, field)
     with pytest.raises(msgspec.ValidationError):
         bundle.chain_of([{"id": "r.1.x", "seq": "1"}])
     with pytest.raises(msgspec.ValidationError):
         store.bundle_entries({"events": "not records", "ledger": kept})
+
+
+def test_tau_evidence_shows_the_head_of_a_chain_it_recomputes_as_of_one_listed() -> None:
+    events = [ev(i, data=f'{{"i":{i}}}'.encode()) for i in range(3)]
+    led = lg.extend(lg.Ledger(run_id="r", workspace="w"), events)
+    records = bundle.event_records(events)
+    listed = {"head": led.head, "entries": [msgspec.to_builtins(e) for e in led.entries]}
+    assert _ledger_head({"events": records, "ledger": {"entries": "events"}}) == led.head
+    assert _ledger_head({"events": records, "ledger": listed}) == led.head
+    assert _ledger_head({"events": "not records", "ledger": {"entries": "events"}}) is None

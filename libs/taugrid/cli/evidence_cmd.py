@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,7 +19,7 @@ from taugrid.cli.common import (
     output_option,
     run_async,
 )
-from taugrid.evidence.store import read_bundle
+from taugrid.evidence.store import bundle_entries, read_bundle
 from taugrid.evidence.verify import as_dict, verify_run
 
 
@@ -63,9 +64,16 @@ async def evidence(run_id: str, save: Path | None, output: str) -> None:
             f"  attempt {a.get('attempt')}: {exit_.get('event', '-')} exit={exit_.get('exit_code')} "
             f"reason={exit_.get('reason', '')} log lines={a.get('logs', {}).get('lines', 0)}"
         )
-    click.echo(
-        f"  events      {len(bundle.get('events', []))}, ledger head {bundle.get('ledger', {}).get('head')}"
-    )
+    click.echo(f"  events      {len(bundle.get('events', []))}, ledger head {_ledger_head(bundle)}")
+
+
+def _ledger_head(bundle: dict[str, Any]) -> str | None:
+    """The bundle's chain head: written (listed entries), or its event records' chain's (issue 27)."""
+    try:
+        entries = bundle_entries(bundle)
+    except ValueError:
+        return None
+    return entries[-1].hash if entries else None
 
 
 @click.command(help="Re-verify a run's evidence: bundle digest, hash chain, every event against the bundle and, "

@@ -184,6 +184,19 @@ def _hash_file(root_fd: int, rel: str, *, keep: int, head: int) -> tuple[int, st
     return size, h.hexdigest(), data
 
 
+def event_records(events: list[Event]) -> list[dict[str, Any]]:
+    """The bundle's records of ``events`` (``event_record``), each with its ``traceparent`` when it differs from
+    the record's before (from ""): the ledger entries keep it, so the chain is recomputed from these records
+    (``chain_of``), and a run's events mostly carry one (issue 27: ~60 B of a bundle, repeated)."""
+    records, before = [], ""
+    for ev in events:
+        record = event_record(ev)
+        if ev.traceparent != before:
+            record["traceparent"] = before = ev.traceparent
+        records.append(record)
+    return records
+
+
 def event_record(ev: Event) -> dict[str, Any]:
     """The bundle's record of one event; one whose payload does not decode (hostile nesting, not JSON) is kept
     with ``data: null`` and why, so the run is still sealed and its ledger still matches AUDIT."""
@@ -197,8 +210,6 @@ def event_record(ev: Event) -> dict[str, Any]:
         "workspace": ev.workspace,
         "payload_sha256": sha256(ev.data or b""),
     }
-    if ev.traceparent:  # the ledger entry's too: the chain is recomputed from these records (``chain_of``)
-        record["traceparent"] = ev.traceparent
     try:
         record["data"] = ev.as_dict()
     except msgspec.DecodeError as exc:
@@ -364,7 +375,7 @@ def build(
         config["sha256"] = sha256(str(config["text"]).encode())
     if not config.get("config_hash") and resolved is not None:  # issue 27: the policy's hash of the parse it
         config["config_hash"] = resolved.config_hash            # resolved (an earlier submit.accepted carries it)
-    records = [event_record(ev) for ev in events]
+    records = event_records(events)
     return {
         "schema": SCHEMA,
         "run_id": run_id,
@@ -396,8 +407,8 @@ CHAINED_FROM_EVENTS = "events"  # a bundle's ``ledger.entries`` when they are it
 
 
 def ledger_section(head: str, entries: tuple[Entry, ...], records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The bundle's ``ledger``: its head, and its entries as ``CHAINED_FROM_EVENTS`` when they are exactly the chain
-    of its event records (``chain_of``), else listed (issue 27: each listed entry repeats its event's attributes
+    """The bundle's ``ledger``: its entries as ``CHAINED_FROM_EVENTS`` when they are exactly the chain of its event
+    records (``chain_of``), else listed with its head (issue 27: each listed entry repeats its event's attributes
     next to two sha256 hex strings that deflate cannot shrink, ~490 of a trivial run's ~1,520 stored bytes). An
     entry's hash is a function of its event's attributes and the hash before it, so a hash written down vouches
     for nothing a reader cannot recompute: what pins the chain is its head, which the seal, ``evidence.sealed``
@@ -407,22 +418,25 @@ def ledger_section(head: str, entries: tuple[Entry, ...], records: list[dict[str
         derived = chain_of(records) == list(entries)
     except msgspec.ValidationError:
         derived = False
-    if derived:
-        return {"head": head, "entries": CHAINED_FROM_EVENTS}
+    if derived:  # its head too is the chain's: recomputed, not written (~45 B)
+        return {"entries": CHAINED_FROM_EVENTS}
     return {"head": head, "entries": [msgspec.to_builtins(e) for e in entries]}
 
 
 def chain_of(records: list[Any]) -> list[Entry]:
-    """The ledger entries of a bundle's event records (``event_record``), in their order, chained from
-    ``GENESIS`` as ``ledger.extend`` chains the events themselves. ``msgspec.ValidationError`` (a ``ValueError``)
-    when a record is not one (a bundle modified: its digest no longer matches the seal's either)."""
+    """The ledger entries of a bundle's event records (``event_records``: a record without ``traceparent`` has
+    the one before it), in their order, chained from ``GENESIS`` as ``ledger.extend`` chains the events
+    themselves. ``msgspec.ValidationError`` (a ``ValueError``) when a record is not one (a bundle modified: its
+    digest no longer matches the seal's either)."""
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise msgspec.ValidationError("the bundle's events are not a list of event records")
-    drafts = msgspec.convert(
-        [{"index": i, "seq": r.get("seq"), "event_id": r.get("id"), "type": r.get("type"),
-          "attempt": r.get("attempt"), "time": r.get("time"), "source": r.get("source"),
-          "traceparent": r.get("traceparent", ""), "payload_sha256": r.get("payload_sha256"), "prev": ""}
-         for i, r in enumerate(records)], type=list[Entry])
+    fields, traceparent = [], ""
+    for i, r in enumerate(records):
+        traceparent = r.get("traceparent", traceparent)
+        fields.append({"index": i, "seq": r.get("seq"), "event_id": r.get("id"), "type": r.get("type"),
+                       "attempt": r.get("attempt"), "time": r.get("time"), "source": r.get("source"),
+                       "traceparent": traceparent, "payload_sha256": r.get("payload_sha256"), "prev": ""})
+    drafts = msgspec.convert(fields, type=list[Entry])
     chain: list[Entry] = []
     prev = GENESIS
     for draft in drafts:
