@@ -221,7 +221,8 @@ def _check_bundle(doc: dict[str, Any], ledger: lg.Ledger, announced_head: str, *
             f"bundle ledger ends at {entries[-1].hash[:12]}…, evidence.sealed announced "
             f"{announced_head[:12]}…"
         )
-    held = doc.get("ledger") if isinstance(doc.get("ledger"), dict) else {}
+    ledger_doc = doc.get("ledger")
+    held: dict[str, Any] = ledger_doc if isinstance(ledger_doc, dict) else {}
     derived = held.get("entries") == b.CHAINED_FROM_EVENTS  # its head is the recomputed chain's, not written
     if (not derived or "head" in held) and held.get("head") != (entries[-1].hash if entries else None):
         problems.append("bundle ledger head does not match its last entry")
