@@ -13,10 +13,12 @@ from taugrid.bus.envelope import (
     SignatureInvalid,
     compact,
     dedup_key,
+    expanded,
     from_message,
     headers_for,
     now_iso,
     ordering_key,
+    run_traceparent,
     sign_service_headers,
     store_stamps,
     store_time,
@@ -32,11 +34,13 @@ TRACE = "00-28422da026bec296c0d6983c45428324-41afdc1dafc72b14-01"
 
 
 def full(subject: str = SUBJECT, *, run: str = RUN, workspace: str = "team-a", attempt: int = 1,
-         event_type: str = "policy.approved", msg_id: str = "", now: bool = False) -> dict[str, str]:
+         event_type: str = "policy.approved", msg_id: str = "", now: bool = False,
+         traceparent: str = TRACE) -> dict[str, str]:
     """A service's signed headers; ``now``: stamped "now" (no ce-time, as ``Bus.publish`` writes a run event
     published at once), else with a relayed time."""
     headers = headers_for(event_id=msg_id or f"{run}.{attempt}.{event_type}", event_type=event_type,
-                          source="/svc/policy", subject=run, workspace=workspace, attempt=attempt, traceparent=TRACE,
+                          source="/svc/policy", subject=run, workspace=workspace, attempt=attempt,
+                          traceparent=traceparent,
                           user="alice", time="" if now else "2026-12-02T00:22:35.746Z", store_stamped=now)
     sign_service_headers(KEY, nats_subject=subject, headers=headers, body=BODY)
     return headers
@@ -266,3 +270,62 @@ def test_only_a_services_run_event_leaves_its_time_to_the_store() -> None:
     request = {k: v for k, v in full(f"run.team-a.{RUN}.cancel.requested", event_type="cancel.requested").items()
                if k != "ce-time"}
     assert from_message(f"run.team-a.{RUN}.cancel.requested", request, BODY, stored=STORED).time == ""
+
+
+# ---------------------------------------------------------------- derived traceparents
+
+
+DERIVED = run_traceparent(RUN)
+
+
+def test_a_runs_derived_traceparent_is_sha256_of_its_id() -> None:
+    """The documented hash (envelope's docstring): trace id and span id from sha256 of the run id, sampled."""
+    assert DERIVED == "00-5f4134f9c629140babcbe44d6dfe9fdb-16c5bd24cb11ee66-01"
+    assert run_traceparent("other-run") != DERIVED
+
+
+@pytest.mark.parametrize("subject", [SUBJECT, f"{SUBJECT}.high"])
+def test_a_run_event_in_its_runs_derived_trace_stores_none_and_reads_it_back(subject: str) -> None:
+    headers = full(subject, traceparent=DERIVED, now=True)
+    stored = compact(subject, headers, service_signed=True)
+    assert sorted(stored) == ["Nats-Msg-Id", "ce-source", "ce-tauuser", SIGNATURE_HEADER]
+    assert size(compact(subject, full(subject, now=True), service_signed=True)) - size(stored) == 70
+    ev = from_message(subject, stored, BODY)
+    assert ev.traceparent == DERIVED and ev.to_json_head()["traceparent"] == DERIVED
+    assert expanded(ev)["traceparent"] == DERIVED
+    assert verify_service_signature(ev, public_key=KEY.public_key.decode()) == KEY.public_key.decode()
+    log = f"log.team-a.{RUN}.1"  # a log chunk carries the run's trace too
+    chunk = headers_for(event_id=f"{RUN}.1.log.0", event_type="log.chunk", family="log", source="/svc/log-shipper",
+                        subject=RUN, workspace="team-a", attempt=1, traceparent=DERIVED, dedup=False)
+    assert "traceparent" not in compact(log, chunk, service_signed=False)
+    assert from_message(log, compact(log, chunk, service_signed=False), b"{}").traceparent == DERIVED
+
+
+def test_a_traceparent_the_subject_does_not_derive_is_stored_and_read_as_it_is() -> None:
+    """A submission inside a trace of its own (an ambient OpenTelemetry context), another run's derived trace,
+    and any traceparent on a message whose subject names no run are kept; one stored before reads as stored."""
+    assert compact(SUBJECT, full(), service_signed=True)["traceparent"] == TRACE
+    other = run_traceparent("bobs-run")
+    kept = compact(SUBJECT, full(traceparent=other), service_signed=True)
+    assert kept["traceparent"] == other and from_message(SUBJECT, kept, BODY).traceparent == other
+    watch = "k8s.local.pod.default.hello-3f2a9c-a1-pod.modified"
+    headers = headers_for(event_id="pod-x.2", event_type="pod.modified", family="k8s", source="/svc/local-cluster",
+                          subject=RUN, workspace="team-a", attempt=1, traceparent=DERIVED, dedup=False)
+    assert compact(watch, headers, service_signed=False)["traceparent"] == DERIVED
+    assert from_message(watch, {"ce-type": "io.taugrid.k8s.pod.modified.v1"}, b"{}").traceparent == ""
+    assert from_message("node.n1.sample", {}, b"{}").traceparent == ""
+    stored_before = {**full(), "traceparent": TRACE}
+    assert from_message(SUBJECT, stored_before, BODY).traceparent == TRACE
+
+
+def test_a_traceparent_is_covered_by_no_signature_so_deriving_it_changes_none() -> None:
+    """Adding, taking off or changing a run event's traceparent leaves its signature valid, as it always did
+    (neither form covers it): the derived value can make a reader see nothing a service signed differently."""
+    stored = compact(SUBJECT, full(traceparent=DERIVED), service_signed=True)
+    key = KEY.public_key.decode()
+    for variant in (stored, {**stored, "traceparent": DERIVED}, {**stored, "traceparent": TRACE}):
+        ev = from_message(SUBJECT, variant, BODY)
+        assert verify_service_signature(ev, public_key=key) == key
+        assert (ev.id, ev.type, ev.subject, ev.workspace, ev.source, ev.user, ev.time) == (
+            f"{RUN}.1.policy.approved", "policy.approved", RUN, "team-a", "/svc/policy", "alice",
+            "2026-12-02T00:22:35.746Z")

@@ -8,7 +8,7 @@ import uuid
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, identity
+from taugrid.bus import Bus, identity, tracing
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import (
@@ -19,6 +19,7 @@ from taugrid.bus.envelope import (
     canonical_form,
     from_message,
     headers_for,
+    run_traceparent,
     sign_headers,
     verify_signature,
 )
@@ -189,6 +190,35 @@ async def test_a_bus_with_a_seed_signs_requests_and_only_requests(bus: Bus) -> N
     assert verify_signature(ev) == ev.signer and ev.signer.startswith("U")
     approved = await bus.js.get_last_msg("RUNS", f"run.{ws}.{r1}.policy.approved")
     assert approved.headers is not None and SIGNER_HEADER not in approved.headers
+
+
+async def test_a_run_event_in_its_runs_derived_trace_is_stored_without_it_a_request_too(bus: Bus) -> None:
+    """Issue 27: the run's derived traceparent is left out of a signed request and a service's event alike (no
+    signature covers it) and read back; a trace of the caller's own is stored as it is."""
+    ws = f"w{uuid.uuid4().hex[:8]}"
+    r1, r2 = f"r-{ws}", f"s-{ws}"
+    other = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    bus.seed = identity.new_user_seed()
+    try:
+        for run, parent in ((r1, ""), (r2, other)):
+            with tracing.span("tau cancel", parent=parent, root=run_traceparent(run)):
+                await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                               payload=CancelRequested(), dedup="n1")
+                with acting_as(bus, "policy"):
+                    await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="policy.approved",
+                                   payload=PolicyApproved(run=ResolvedRun(run_id=run, submission_id="s", workspace=ws,
+                                                                          namespace="default", name=run)))
+    finally:
+        bus.seed = None
+    for run, trace in ((r1, run_traceparent(r1)), (r2, other)):
+        for kind in ("cancel.requested", "policy.approved"):
+            msg = await bus.js.get_last_msg("RUNS", f"run.{ws}.{run}.{kind}")
+            assert (msg.headers or {}).get("traceparent") == (None if run == r1 else other)
+            ev = from_message(msg.subject, msg.headers, msg.data)
+            assert ev.traceparent == trace
+    req = await bus.js.get_last_msg("RUNS", f"run.{ws}.{r1}.cancel.requested")
+    ev = from_message(req.subject, req.headers, req.data)
+    assert verify_signature(ev) == ev.signer
 
 
 def test_every_run_event_has_exactly_the_publishers_the_catalogue_names() -> None:

@@ -9,6 +9,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from taugrid.bus import tracing
+from taugrid.bus.envelope import run_traceparent
 
 PROPAGATOR = TraceContextTextMapPropagator()
 GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -75,3 +76,23 @@ def test_with_an_exporter_spans_go_through_opentelemetry_and_current_traceparent
         assert tracing.current_traceparent() == carrier["traceparent"]
         assert carrier["traceparent"].split("-")[1] == GOOD.split("-")[1]
         assert carrier["traceparent"].split("-")[2] != GOOD.split("-")[2]  # a span of its own
+
+
+def test_a_span_outside_any_trace_starts_at_its_root_and_a_trace_of_the_callers_wins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client's submission (``root``: its run's derived traceparent) starts the run's trace there unless it is
+    made inside a trace of the caller's own (a parent, an enclosing span), which its events then carry."""
+    root = run_traceparent("hello-3f2a9c")
+    tracing.setup("test")
+    with tracing.span("tau run", root=root):
+        assert tracing.current_traceparent() == root
+    with tracing.span("driver", parent=GOOD), tracing.span("tau run", root=root):
+        assert tracing.current_traceparent() == GOOD
+    with tracing.span("tau run", parent=GOOD, root=root):
+        assert tracing.current_traceparent() == GOOD
+    monkeypatch.setattr(tracing, "_exporting", True)  # a span of its own, in the run's trace
+    with tracing.span("tau run", root=root):
+        carried = tracing.current_traceparent()
+        assert carried.split("-")[1] == root.split("-")[1] and carried != root
+    with tracing.span("driver", parent=GOOD), tracing.span("tau run", root=root):
+        assert tracing.current_traceparent().split("-")[1] == GOOD.split("-")[1]

@@ -39,6 +39,7 @@ from taugrid.bus.envelope import (
     Event,
     compact,
     dedup_key,
+    derived_traceparent,
     headers_for,
     sign_headers,
     sign_service_headers,
@@ -271,6 +272,8 @@ class Bus:
         )
         if request and dedup:  # the request keeps its ce-id: a short key deduplicates it as well (issue 27)
             headers["Nats-Msg-Id"] = dedup_key(msg_id)
+        if request and derived_traceparent(subject, headers.get("traceparent", "")):
+            del headers["traceparent"]  # the run's derived trace, which a reader gives it (envelope; issue 27)
         if delegation and event_type in SIGNED_TYPES:  # signed with our key, on behalf of the token's person
             headers[DELEGATION_HEADER] = delegation
         service_signed = False

@@ -41,6 +41,19 @@ writes it as a ``ce-time`` would be, from ``stored``), and its signature covers 
 ``ce-time`` added later fails the check, as does one taken off an event signed with it. A relayed time (a run
 event made from a watch event keeps the watch event's time) and a person's request (its signed ``ce-time`` is
 checked for freshness) keep theirs.
+
+Derived traceparents (issue 27). A run's events carry the trace of its submission from hop to hop, the same
+``traceparent`` on every one (~70 bytes on each of a run's ~12 stored events). A client that submits outside any
+trace (no ambient OpenTelemetry context: ``tracing.span``'s ``root``) starts the run's trace at ``run_traceparent``
+of its run id: ``00-<hex of sha256(run id)[:16]>-<hex of sha256(run id)[16:24]>-01``. A run event or log chunk whose
+``traceparent`` is exactly that of the run its subject names is stored without it (``compact``; a person's request
+too, ``Bus.publish``), and ``from_message`` gives an event of a run (or log chunk) that has none that value. Any
+other traceparent (a submission made inside a trace of the submitter's own, a span an exporting service started)
+is stored as it is and read as it is, and so is one stored before. No signature covers a traceparent (neither
+``canonical_form`` nor ``service_form``), so leaving it out changes no signed byte; a reader's derived value is a
+function of the subject the server vouches for, and an event that carries one is read with that one, as before.
+Since then a run event stored with no traceparent (a timer's event, a request from a client that sends none) reads
+as in the run's derived trace, where it read as in none.
 """
 
 from __future__ import annotations
@@ -216,6 +229,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     h = headers or {}
     get = h.get
     ce = get("ce-type", "")
+    traceparent = get("traceparent")
     parts = subject.split(".")
     if parts[-1] == HIGH_LANE and lane_of(subject):
         parts = parts[:-1]  # the lane token
@@ -229,6 +243,8 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
                 _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
                 _disagreement(about and _token(about), parts[2], "ce-subject")
         workspace, about = parts[1], parts[2]
+        if traceparent is None:  # left out by ``compact``: the run's derived trace
+            traceparent = run_traceparent(about)
     else:
         if ce:
             kind = _short_type(ce)
@@ -240,6 +256,8 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
             problem = _disagreement(workspace and _token(workspace), parts[1], "ce-workspace") or \
                 _disagreement(about and _token(about), parts[2], "ce-subject")
             workspace, about = parts[1], parts[2]
+            if traceparent is None:
+                traceparent = run_traceparent(about)
     if problem:
         problem = f"{problem} on {subject}: the subject decides, so this message is refused"
     elif not ce and run_event:
@@ -268,7 +286,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         subject,  # nats_subject
         workspace,
         attempt,
-        get("traceparent", ""),
+        traceparent or "",
         seq,
         ce,  # ce_type
         get(USER_HEADER, ""),  # user
@@ -301,6 +319,23 @@ def _laneless_parts(subject: str) -> list[str]:
     if parts[-1] == HIGH_LANE and lane_of(subject):
         parts = parts[:-1]
     return parts
+
+
+@functools.lru_cache(maxsize=4096)  # a replay reads a run's events together; a hash per event was ~0.4 us
+def run_traceparent(run_id: str) -> str:
+    """The ``traceparent`` of run ``run_id`` submitted outside any trace (module docstring, "Derived
+    traceparents"): trace id and span id the first 16 and next 8 bytes of sha256 of the run id, sampled (01).
+    An all-zero id (invalid in W3C trace context) would need a sha256 starting with 64 zero bits."""
+    digest = hashlib.sha256(run_id.encode()).hexdigest()
+    return f"00-{digest[:32]}-{digest[32:48]}-01"
+
+
+def derived_traceparent(nats_subject: str, traceparent: str) -> bool:
+    """Whether ``traceparent`` on a message published on ``nats_subject`` is the one a reader derives for it
+    (``run_traceparent`` of the run a run event's or log chunk's subject names), so it need not be stored."""
+    parts = _laneless_parts(nats_subject)
+    return ((parts[0] == "run" and len(parts) == 5) or (parts[0] == "log" and len(parts) == 4)) \
+        and traceparent == run_traceparent(parts[2])
 
 
 DEDUP_KEY_CHARS = 16  # 12 bytes of sha256, base64url: 96 bits
@@ -368,8 +403,8 @@ def compact(nats_subject: str, headers: dict[str, str], *, service_signed: bool)
     """The headers a service's event is stored with: ``headers`` (as signed) less those a reader derives with
     exactly the same value (the module docstring lists them; ``expanded`` puts them back). A value that differs
     from the derived one (a run id that is not its own subject token, a ``ce-id`` the squatting rule moved off
-    ``Nats-Msg-Id``, an attempt past 1) is kept. ``service_signed``: ``tau-signer`` goes too (the checker takes
-    the key of the service ``ce-source`` names). About 250 of a run event's ~590 header bytes (issue 27)."""
+    ``Nats-Msg-Id``, an attempt past 1, a traceparent other than the run's derived one) is kept.
+    ``service_signed``: ``tau-signer`` goes too (the checker takes the key of the service ``ce-source`` names)."""
     out = dict(headers)
     if out.get("ce-specversion") == SPEC_VERSION:
         del out["ce-specversion"]
@@ -387,6 +422,8 @@ def compact(nats_subject: str, headers: dict[str, str], *, service_signed: bool)
         for name, index in _FROM_RUN_SUBJECT:
             if out.get(name) == parts[index]:
                 del out[name]
+        if out.get("traceparent") == run_traceparent(parts[2]):
+            del out["traceparent"]
         if parts[0] == "run" and out.get("ce-type") == f"{_RUN_TYPE_PREFIX}{parts[3]}.{parts[4]}.v1":
             del out["ce-type"]
     elif parts[0] == "k8s" and len(parts) == 6 and out.get("ce-type") == f"{_K8S_TYPE_PREFIX}{parts[2]}.{parts[5]}.v1":
@@ -405,6 +442,8 @@ def expanded(event: Event) -> dict[str, str]:
     derived = {"ce-specversion": SPEC_VERSION, "ce-id": event.id, "ce-attempt": "1"}
     if event.ce_type:
         derived["ce-type"] = event.ce_type
+    if event.traceparent:  # no signature covers it; put back so the headers read as they were published
+        derived["traceparent"] = event.traceparent
     if (parts[0] == "run" and len(parts) == 5) or (parts[0] == "log" and len(parts) == 4):
         derived.update((name, parts[index]) for name, index in _FROM_RUN_SUBJECT)
     return {**derived, **h} if any(name not in h for name in derived) else h

@@ -78,10 +78,15 @@ class _Carry:
 
 
 def span(name: str, *, parent: str = "", kind: SpanKind = SpanKind.INTERNAL,
-         attributes: dict[str, str] | None = None) -> AbstractContextManager[Span]:
-    """A span that continues ``parent`` (a traceparent string) when given, else the current span's trace."""
+         attributes: dict[str, str] | None = None, root: str = "") -> AbstractContextManager[Span]:
+    """A span that continues ``parent`` (a traceparent string) when given, else the current span's trace, else
+    ``root`` when given (a client's submission: its run's ``envelope.run_traceparent``, which every event of the
+    run then carries and the bus need not store), else a new trace. With an exporter the span is a child of
+    ``root``: the run's trace id, a span id of its own."""
     if _configured and not _exporting:
-        return _Carry(_carried(parent) if parent else (_CARRIED.get() or _root()))
+        return _Carry(_carried(parent) if parent else (_CARRIED.get() or root or _root()))
+    if not parent and root and not trace.get_current_span().get_span_context().is_valid:
+        parent = root
     return _exported(name, parent=parent, kind=kind, attributes=attributes)
 
 

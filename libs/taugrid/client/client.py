@@ -22,7 +22,7 @@ import msgspec
 
 from taugrid.bus import identity, replay, tracing
 from taugrid.bus.connection import Bus, connect
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import Event, run_traceparent
 from taugrid.bus.replay import ReplayCursor
 from taugrid.core.contracts import CancelDecision, CancelRequested, LogChunk, SubmitRequested
 from taugrid.core.errors import ConfigError, NotFound, PermanentError, PermissionDenied
@@ -109,7 +109,8 @@ class Client:
         run_id = new_run_id(cfg.name or "", sid)  # no name: "run-<hex>"
         req = msgspec.structs.replace(await self._project_request(config_path, text, cfg), submission_id=sid,
                                       workspace=ws)
-        with tracing.span("tau run", attributes={"taugrid.run_id": run_id}):
+        # outside a trace of the caller's, the run's derived one: its events then store no traceparent (issue 27)
+        with tracing.span("tau run", attributes={"taugrid.run_id": run_id}, root=run_traceparent(run_id)):
             await self.bus.emit(
                 workspace=ws, run_id=run_id, attempt=1, event_type="submit.requested", payload=req,
                 lane=await self.lane(cfg, ws),
@@ -236,7 +237,7 @@ class Client:
         sid = submission_id or new_submission_id()
         new_id = new_run_id(name, sid)
         req = msgspec.structs.replace(req, submission_id=sid, workspace=workspace, user=_user())
-        with tracing.span(span, attributes={"taugrid.run_id": new_id}):
+        with tracing.span(span, attributes={"taugrid.run_id": new_id}, root=run_traceparent(new_id)):
             await self.bus.emit(workspace=workspace, run_id=new_id, attempt=1, event_type="submit.requested",
                                 payload=req, lane=await self.lane(_parsed_or_none(req.config_text, req.config_path),
                                                                   workspace))
