@@ -78,6 +78,7 @@ def run_detail(record: RunRecord) -> dict[str, Any]:
 
 async def evidence(bus: Bus, record: RunRecord) -> dict[str, Any]:
     """The sealed bundle's summary and a fresh ``tau verify`` of it (``sealed: false`` before the seal)."""
+    from taugrid.evidence.bundle import config_sha256
     from taugrid.evidence.store import BundleModified, read_bundle
     from taugrid.evidence.verify import as_dict, verify_run
 
@@ -89,8 +90,8 @@ async def evidence(bus: Bus, record: RunRecord) -> dict[str, Any]:
         return {"sealed": False}
     _, doc = got
     report = as_dict(await verify_run(bus, record.run_id, workspace=record.workspace))
-    config, source = doc.get("config") or {}, doc.get("source") or {}
-    summary = {"terminal_state": (doc.get("terminal") or {}).get("state"), "config_sha256": config.get("sha256"),
+    source = doc.get("source") or {}
+    summary = {"terminal_state": (doc.get("terminal") or {}).get("state"), "config_sha256": config_sha256(doc),
                "source_digest": source.get("digest") if isinstance(source, dict) else None,
                "platform_revision": (doc.get("platform") or {}).get("revision"),
                "identity": {k: (doc.get("identity") or {}).get(k) for k in ("user", "signer")},

@@ -7,6 +7,7 @@ import pytest
 
 from taugrid.bus.envelope import Event
 from taugrid.cli.evidence_cmd import _ledger_head
+from taugrid.core.redaction import Redactor
 from taugrid.evidence import bundle, packing, store
 from taugrid.evidence import ledger as lg
 
@@ -133,3 +134,19 @@ def test_tau_evidence_shows_the_head_of_a_chain_it_recomputes_as_of_one_listed()
     assert _ledger_head({"events": records, "ledger": {"entries": "events"}}) == led.head
     assert _ledger_head({"events": records, "ledger": listed}) == led.head
     assert _ledger_head({"events": "not records", "ledger": {"entries": "events"}}) is None
+
+
+def test_a_bundle_writes_its_config_texts_sha256_only_where_a_secret_was_blanked_in_it() -> None:
+    """Issue 27: the text's sha256 is recomputed from the text (``config_sha256``: the portal's evidence tab),
+    except where a workspace secret was blanked in the sealed text: then it attests the text as submitted."""
+    text = "name: x\nruntime: {env: {TOKEN: hunter2-secret}}\n"
+    doc = {"config": {"text": text, "path": "tau.yaml"}, "resolved": None, "recovery": [], "outputs": {},
+           "attempts": [], "events": []}
+    for kept in (bundle.redacted(doc, Redactor([])), bundle.redacted(doc, Redactor(["not-in-it"]))):
+        assert "sha256" not in kept["config"] and bundle.config_sha256(kept) == lg.sha256(text.encode())
+    blanked = bundle.redacted(doc, Redactor(["hunter2-secret"]))
+    assert "hunter2-secret" not in blanked["config"]["text"]
+    assert blanked["config"]["sha256"] == bundle.config_sha256(blanked) == lg.sha256(text.encode())
+    # a bundle an earlier release sealed records it always
+    assert bundle.config_sha256({"config": {"text": "other", "sha256": "ab" * 32}}) == "ab" * 32
+    assert bundle.config_sha256({"config": {}}) is None and bundle.config_sha256({}) is None

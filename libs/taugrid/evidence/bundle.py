@@ -371,8 +371,7 @@ def build(
             recovery.append({"event": ev.type, "attempt": ev.attempt, "seq": ev.seq, **data})
     for n in logs:
         attempt(n)
-    if "text" in config:
-        config["sha256"] = sha256(str(config["text"]).encode())
+    # no config.sha256: it is its text's (``config_sha256``), written only where ``redacted`` blanks a secret in it
     if not config.get("config_hash") and resolved is not None:  # issue 27: the policy's hash of the parse it
         config["config_hash"] = resolved.config_hash            # resolved (an earlier submit.accepted carries it)
     records = event_records(events)
@@ -457,9 +456,24 @@ def redacted(bundle: dict[str, Any], redact: Redactor) -> dict[str, Any]:
     out = dict(bundle)
     for key in ("config", "resolved", "recovery", "outputs"):
         out[key] = redact.doc(bundle[key])
+    text = bundle["config"].get("text")
+    if isinstance(text, str) and out["config"].get("text") != text:  # the sealed text's sha256 is the original's
+        out["config"] = {**out["config"], "sha256": sha256(text.encode())}
     out["attempts"] = [{k: v if k == "logs" else redact.doc(v) for k, v in a.items()} for a in bundle["attempts"]]
     out["events"] = [{**rec, "data": redact.doc(rec["data"])} for rec in bundle["events"]]
     return out
+
+
+def config_sha256(doc: Mapping[str, Any]) -> str | None:
+    """The sha256 of the user's config text as submitted: the one the bundle records (a text a secret was blanked
+    in, ``redacted``; every bundle sealed before issue 27's cut), else its text's (issue 27: ~40 B of a bundle
+    whose text differs from its base's); None when the bundle holds no text."""
+    config = doc.get("config")
+    if not isinstance(config, dict):
+        return None
+    if isinstance(config.get("sha256"), str):
+        return str(config["sha256"])
+    return sha256(config["text"].encode()) if isinstance(config.get("text"), str) else None
 
 
 def signed_attributes(ev: Event) -> dict[str, str]:
