@@ -135,6 +135,13 @@ def test_a_payload_is_refused_past_sixty_four_levels_and_brackets_in_strings_do_
     assert time.process_time() - start < 1.0
 
 
+def test_the_depth_check_answers_a_short_payload_by_its_length_and_still_counts_a_long_one() -> None:
+    # each level takes a byte, so a payload no longer than the limit is never deeper; one byte more can be
+    assert [nesting.nests_deeper(data, limit=3) for data in (b"[[[", b"[[[[", b"[[[]]]", b"[[]]x", b'"[[[["')] == [
+        False, True, False, False, False]
+    assert nesting.nests_deeper(b"[" * 65 + b"]" * 65) and not nesting.nests_deeper(b"[" * 64 + b"]" * 64)
+
+
 async def publish_deep(bus: Bus, ws: str, run: str, event_type: str = "cancel.requested") -> int:
     """What eve could publish: a person's request on a run of her workspace, its body 200,000 levels deep."""
     return await bus.publish(f"run.{ws}.{run}.{event_type}", DEEP, event_type=event_type, ce_subject=run,

@@ -12,6 +12,7 @@ parser it replaces (its docstring is checked), so an upgrade that changes that p
 from __future__ import annotations
 
 import re
+from itertools import repeat
 
 import msgspec
 from nats.aio.client import Client
@@ -83,7 +84,7 @@ def parse_header_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
     if not blocks:
         return []
     count = len(blocks)
-    if sum(block.endswith(_BLOCK_END) for block in blocks) != count:
+    if not all(map(bytes.endswith, blocks, repeat(_BLOCK_END, count))):
         return [parse_header_lines(b) for b in blocks]
     batch = _JOINT.join([block[:-4] for block in blocks])
     if not batch.isascii() or b"\\" in batch or b"\x7f" in batch or batch.count(b'"') != 2 * (count - 1) or \

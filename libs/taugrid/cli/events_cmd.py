@@ -82,7 +82,7 @@ async def _replay_events(
             try:
                 async for got in client.event_batches(run_id=run_id, since=_parse_since(since)):
                     stored += len(got)
-                    wanted = [ev for ev in got if _wanted(ev.type, types)]
+                    wanted = [ev for ev in got if _wanted(ev.type, types)] if types else got
                     if output == "json":
                         sys.stdout.buffer.write(event_json_lines(wanted))
                         sys.stdout.buffer.flush()

@@ -195,8 +195,8 @@ def event_json_lines(events: list[Event]) -> bytes:
     defaults (``core/wirejson``) are printed, as ``Event.as_dict`` gives them. A payload that does not decode
     (not JSON, or nested past ``EVENT_MAX_DEPTH``) is ``"data": null`` with ``"undecodable"`` saying why.
 
-    A payload with no more opening brackets than ``EVENT_MAX_DEPTH`` cannot nest deeper, so only one with more
-    is measured (``nesting.nests_deeper``); each contract's decoder is built once (``_run_decoder``):
+    A payload no longer than ``EVENT_MAX_DEPTH`` bytes cannot nest deeper (each level takes a bracket), so only a
+    longer one is measured (``nesting.nests_deeper``); each contract's decoder is built once (``_run_decoder``):
     ``msgspec.json.decode`` with a ``type`` looks the type up on every call, which cost as much as the decoding."""
     lines = []
     unset = msgspec.UNSET
@@ -204,8 +204,7 @@ def event_json_lines(events: list[Event]) -> bytes:
         data: Any = ev.data
         undecodable: str | msgspec.UnsetType = unset
         try:
-            if data[:1] == b"{" and (data.count(b"{") + data.count(b"[") <= EVENT_MAX_DEPTH or
-                                     not nesting.nests_deeper(data)):
+            if data[:1] == b"{" and (len(data) <= EVENT_MAX_DEPTH or not nesting.nests_deeper(data)):
                 data = _typed(data, _run_decoder(ev.type) if ev.nats_subject.startswith("run.") else None)
             else:
                 data = ev.as_dict()

@@ -36,9 +36,10 @@ def depth(data: bytes) -> int:
 
 
 def nests_deeper(data: bytes, limit: int = EVENT_MAX_DEPTH) -> bool:
-    """Whether ``data`` nests more than ``limit`` levels deep; an ordinary payload, with fewer brackets than the
-    limit, is answered by two ``bytes.count`` calls."""
-    return data.count(b"[") + data.count(b"{") > limit and depth(data) > limit
+    """Whether ``data`` nests more than ``limit`` levels deep; a payload no longer than the limit (each level takes
+    a byte) is answered by its length, an ordinary one, with fewer brackets than the limit, by two ``bytes.count``
+    calls."""
+    return len(data) > limit and data.count(b"[") + data.count(b"{") > limit and depth(data) > limit
 
 
 def too_deep(limit: int = EVENT_MAX_DEPTH) -> msgspec.DecodeError:
