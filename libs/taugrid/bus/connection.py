@@ -41,6 +41,7 @@ from taugrid.bus.envelope import (
     dedup_key,
     derived_traceparent,
     headers_for,
+    run_traceparent,
     sign_headers,
     sign_service_headers,
     store_stamps,
@@ -337,9 +338,13 @@ class Bus:
         an event relayed from another (``headers_for``); "" is now."""
         if user is None:
             user = await self._run_user(workspace, run_id)
-        with tracing.span(f"publish {event_type}", attributes={"taugrid.run_id": run_id}):
+        subject = run_subject(workspace, run_id, event_type, lane=lane)
+        # outside a trace (a client's submission or cancel, a service's timer), the run's derived one, which the
+        # bus does not store (envelope.run_traceparent; issue 27), where a new random trace was started each time
+        with tracing.span(f"publish {event_type}", attributes={"taugrid.run_id": run_id},
+                          root=run_traceparent(subject.split(".")[2])):
             return await self.publish(
-                run_subject(workspace, run_id, event_type, lane=lane), payload, event_type=event_type,
+                subject, payload, event_type=event_type,
                 ce_subject=run_id,
                 msg_id=message_id(run_id, attempt, event_type, suffix=dedup), workspace=workspace,
                 attempt=attempt, user=user, delegation=delegation, time=time,
