@@ -176,7 +176,10 @@ def _header_schemas() -> dict[str, Any]:
                                "ce-id), then on a service's run event `:<suffix>` when the id has a suffix. Absent "
                                "on the local cluster's watch changes (k8s.local.…), whose ids do not repeat (each "
                                "is its object's next resourceVersion)"),
-        "traceparent": _string("W3C trace context (optional)"),
+        "traceparent": _string("W3C trace context (optional). A run event or log chunk without one is in its "
+                               "run's derived trace (issue 27): `00-<t>-<s>-01`, t the first 32 and s the next 16 "
+                               "hex digits of sha256 of the run id (the subject's `<run>` token); taugrid's "
+                               "publishers leave that value out, a client may too, and keep any other"),
     }
     required = ["ce-specversion", "ce-id", "ce-type", "ce-source", "ce-subject", "ce-time"]
     service = {
@@ -212,7 +215,7 @@ def _header_schemas() -> dict[str, Any]:
                            "takes the derived one: ce-specversion `1.0`; ce-id the Nats-Msg-Id, or from a key "
                            "`<key>[:<suffix>]` on a run event `<run>.<attempt>.<stage>.<outcome>` (the subject's, "
                            "ce-attempt's) then `.<suffix>`; ce-attempt `1`; ce-time (a run event's) the time the "
-                           "stream stored it; "
+                           "stream stored it; traceparent (a run event's, a log chunk's) the run's derived one; "
                            "on a run event (`run.<ws>.<run>.<stage>.<outcome>[.high]`) ce-type "
                            "`io.taugrid.run.<stage>.<outcome>.v1`, ce-subject `<run>` and ce-workspace `<ws>`; "
                            "on a log chunk (`log.<ws>.<run>.<attempt>`) ce-subject and ce-workspace the same "
