@@ -179,7 +179,8 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert len(sealed) == 1
     payload = sealed[0].payload(c.EvidenceSealed)
     assert (payload.terminal_state, payload.attempt, payload.entries) == ("succeeded", 1, 6)
-    assert payload.bundle == bundle_name(run)
+    # the usual bundle name is not stored (RUNS and AUDIT), and reads back as the run's
+    assert (payload.bundle, payload.bundle_of(run)) == ("", bundle_name(run)) and b'"bundle"' not in sealed[0].data
 
     report = await verify_run(bus, run)
     assert report.problems == [] and report.ok and report.digest == payload.digest
@@ -270,6 +271,21 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert await store.read_bundle(bus, run) == (data, doc)
     report = await verify_run(bus, run)
     assert report.problems == [] and report.digest == payload.digest
+
+
+def test_evidence_sealed_names_a_bundle_only_under_another_name_than_the_runs_usual_one() -> None:
+    def sealed(bundle: str) -> c.EvidenceSealed:
+        return store.sealed_payload(lg.Ledger(run_id="r1", workspace="w", seal=lg.Seal(
+            event_id="", type="exec.succeeded", attempt=1, index=5, bundle=bundle, digest="d" * 64, head="h" * 64)))
+
+    for usual in ("", "runs/r1/bundle.json"):
+        assert sealed(usual) == c.EvidenceSealed(attempt=1, terminal_state="succeeded", digest="d" * 64,
+                                                 ledger_head="h" * 64, entries=6)
+        assert sealed(usual).bundle_of("r1") == "runs/r1/bundle.json"
+    assert sealed("runs/r1-copy/bundle.json").bundle_of("r1") == "runs/r1-copy/bundle.json"
+    # an earlier release's announcement writes the usual name out: read as it is
+    assert c.EvidenceSealed(attempt=1, terminal_state="succeeded", bundle="runs/r1/bundle.json", digest="d",
+                            ledger_head="h", entries=6).bundle_of("r1") == "runs/r1/bundle.json"
 
 
 async def _events(bus: Bus, ws: str, run: str) -> list[Event]:

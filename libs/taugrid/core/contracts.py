@@ -448,13 +448,22 @@ class DispatchStep(Struct, frozen=True):
     reason: str
 
 
-class EvidenceSealed(Struct, frozen=True):
+class EvidenceSealed(Struct, frozen=True, kw_only=True):  # kw_only: digest stays required after bundle
+    """A run sealed; ``bundle`` "" names the run's usual bundle object, runs/<run>/bundle.json."""
+
     attempt: int
     terminal_state: str
-    bundle: str
+    # "" for the usual name of the run the subject names (``bundle_of``; issue 27: ~50 B stored twice, RUNS and
+    # AUDIT); an earlier release's event writes it out
+    bundle: str = ""
     digest: str
     ledger_head: str
     entries: int
+
+    def bundle_of(self, run_id: str) -> str:
+        """The bundle's object name, ``run_id`` being the run the event's subject names (what the bus vouches
+        for: only the run's own subject is read)."""
+        return self.bundle or f"runs/{run_id}/bundle.json"  # evidence.bundle.bundle_name (core imports no evidence)
 
 
 # ---- backend, Kubernetes-shaped and node payloads ----

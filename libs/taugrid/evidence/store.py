@@ -169,7 +169,7 @@ def sealed_payload(ledger: lg.Ledger) -> EvidenceSealed:
     return EvidenceSealed(
         attempt=seal.attempt,
         terminal_state=b.terminal_state(seal.type),
-        bundle=seal.bundle or b.bundle_name(ledger.run_id),
+        bundle="" if seal.bundle == b.bundle_name(ledger.run_id) else seal.bundle,  # "": the usual name
         digest=seal.digest,
         ledger_head=seal.head or ledger.entries[seal.index].hash,
         entries=seal.index + 1,

@@ -349,8 +349,9 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
             report.problems.append(
                 f"evidence.sealed announced {announced.digest[:12]}…, the ledger records {seal.digest[:12]}…"
             )
-        if announced.bundle != report.bundle:
-            report.problems.append(f"evidence.sealed announced the bundle {announced.bundle}, the seal names "
+        announced_bundle = announced.bundle_of(run_id)  # "" announced: the run's usual name, as a seal keeps it
+        if announced_bundle != report.bundle:
+            report.problems.append(f"evidence.sealed announced the bundle {announced_bundle}, the seal names "
                                    f"{report.bundle}")
         if announced.entries != seal.index + 1:
             report.problems.append(f"evidence.sealed announced {announced.entries} ledger entries, the seal "
