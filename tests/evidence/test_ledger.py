@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from taugrid.bus.envelope import Event
+from taugrid.bus.envelope import Event, run_traceparent
 from taugrid.cli.evidence_cmd import _ledger_head
 from taugrid.core.redaction import Redactor
 from taugrid.evidence import bundle, packing, store
@@ -124,6 +124,31 @@ def test_a_bundle_keeps_its_chain_as_its_event_records_and_lists_it_only_when_th
         bundle.chain_of([{"id": "r.1.x", "seq": "1"}])
     with pytest.raises(msgspec.ValidationError):
         store.bundle_entries({"events": "not records", "ledger": kept})
+
+
+def test_a_bundle_counts_its_records_traceparents_from_its_runs_derived_one() -> None:
+    """Issue 27: a run's events mostly carry its derived traceparent (``envelope.run_traceparent``), so the bundle's
+    first record writes it only where it differs ("run-events", read from the bundle's run id); an earlier bundle's
+    "events" counts from "" as before."""
+    trace, other = run_traceparent("r"), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    for tps, written in [([trace, trace, other], [None, None, other]), (["", trace, ""], ["", trace, ""])]:
+        events = [msgspec.structs.replace(ev(i, data=f'{{"i":{i}}}'.encode()), traceparent=tp)
+                  for i, tp in enumerate(tps)]
+        led = lg.extend(lg.Ledger(run_id="r", workspace="w"), events)
+        records = bundle.event_records(events, trace=trace)
+        assert [r.get("traceparent") for r in records] == written
+        kept = bundle.ledger_section(led.head, led.entries, records, trace=trace)
+        assert kept == {"entries": "run-events"}
+        assert store.bundle_entries({"run_id": "r", "events": records, "ledger": kept}) == list(led.entries)
+        assert _ledger_head({"run_id": "r", "events": records, "ledger": kept}) == led.head
+        # another run id (the bundle's digest covers it) counts from another traceparent: another head
+        if written[0] is None:
+            assert store.bundle_entries({"run_id": "r2", "events": records, "ledger": kept})[-1].hash != led.head
+        # an earlier bundle's records, counted from "", read as they were
+        earlier = bundle.event_records(events)
+        assert bundle.ledger_section(led.head, led.entries, earlier) == {"entries": "events"}
+        assert store.bundle_entries({"run_id": "r", "events": earlier, "ledger": {"entries": "events"}}) == \
+            list(led.entries)
 
 
 def test_tau_evidence_shows_the_head_of_a_chain_it_recomputes_as_of_one_listed() -> None:

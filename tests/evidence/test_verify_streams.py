@@ -16,6 +16,7 @@ from nats.js.api import StreamConfig, StreamSource
 
 from taugrid.bus import Bus, auditread, connect
 from taugrid.bus.bootstrap import bootstrap
+from taugrid.bus.envelope import run_traceparent
 from taugrid.core import contracts as c
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
@@ -218,7 +219,8 @@ async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_miss
     got = await store.read_bundle(bus, RUN)
     assert got is not None
     _, doc = got
-    assert doc["ledger"] == {"entries": "events"}
+    # counted from the run's derived traceparent, which every event of it carries: no record writes one
+    assert doc["ledger"] == {"entries": "run-events"} and all("traceparent" not in r for r in doc["events"])
     assert store.bundle_entries(doc) == list(led.entries) and len(led.entries) == 6
     kept, _ = await store.load(bus, WS, RUN)
     assert kept is not None and kept.seal is not None
@@ -226,7 +228,7 @@ async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_miss
     name, sealed_digest = bundle_name(RUN), kept.seal.digest
 
     records = [{**r, "payload_sha256": "f" * 64} if r["type"] == "render.applied" else r for r in doc["events"]]
-    head = b.chain_of(records)[-1].hash
+    head = b.chain_of(records, trace=run_traceparent(RUN))[-1].hash
     rewritten = lg.canonical({**doc, "events": records})
     digest = lg.sha256(rewritten)
     await store.put_object(bus, name, rewritten, workspace=WS)
@@ -252,7 +254,7 @@ async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_miss
 async def test_a_bundle_listing_its_entries_as_earlier_releases_wrote_them_still_verifies(
         stack: tuple[Bus, Bus], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bus, evidence = stack
-    monkeypatch.setattr(b, "ledger_section", lambda head, entries, records: {
+    monkeypatch.setattr(b, "ledger_section", lambda head, entries, records, **_: {
         "head": head, "entries": [msgspec.to_builtins(e) for e in entries]})
     led = await sealed_run(bus, evidence, tmp_path)
     got = await store.read_bundle(bus, RUN)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 import taugrid
-from taugrid.bus.envelope import SIGNATURE_SCHEME, Event
+from taugrid.bus.envelope import SIGNATURE_SCHEME, Event, run_traceparent
 from taugrid.core import contracts as c
 from taugrid.core.redaction import Redactor
 from taugrid.core.states import TRANSITIONS
@@ -184,11 +184,13 @@ def _hash_file(root_fd: int, rel: str, *, keep: int, head: int) -> tuple[int, st
     return size, h.hexdigest(), data
 
 
-def event_records(events: list[Event]) -> list[dict[str, Any]]:
+def event_records(events: list[Event], *, trace: str = "") -> list[dict[str, Any]]:
     """The bundle's records of ``events`` (``event_record``), each with its ``traceparent`` when it differs from
-    the record's before (from ""): the ledger entries keep it, so the chain is recomputed from these records
-    (``chain_of``), and a run's events mostly carry one (issue 27: ~60 B of a bundle, repeated)."""
-    records, before = [], ""
+    the record's before (from ``trace``: the run's derived one, ``envelope.run_traceparent``, which most runs'
+    events carry, or "" as earlier bundles count): the ledger entries keep it, so the chain is recomputed from
+    these records (``chain_of``), and a run's events mostly carry one (issue 27: ~60 B of a bundle, repeated;
+    the first record's too, from the run's, ~35 B stored)."""
+    records, before = [], trace
     for ev in events:
         record = event_record(ev)
         if ev.traceparent != before:
@@ -374,7 +376,8 @@ def build(
     # no config.sha256: it is its text's (``config_sha256``), written only where ``redacted`` blanks a secret in it
     if not config.get("config_hash") and resolved is not None:  # issue 27: the policy's hash of the parse it
         config["config_hash"] = resolved.config_hash            # resolved (an earlier submit.accepted carries it)
-    records = event_records(events)
+    trace = run_traceparent(run_id)  # what the first record is counted from: the run's, not written (issue 27)
+    records = event_records(events, trace=trace)
     return {
         "schema": SCHEMA,
         "run_id": run_id,
@@ -398,38 +401,44 @@ def build(
         "accounting": accounting(run_id, workspace, records, gpu_hour_price=gpu_hour_price,
                                  price_revision=price_revision),
         "events": records,
-        "ledger": ledger_section(terminal.hash, ledger, records),
+        "ledger": ledger_section(terminal.hash, ledger, records, trace=trace),
     }
 
 
 CHAINED_FROM_EVENTS = "events"  # a bundle's ``ledger.entries`` when they are its event records, chained
+# the same, its first record's traceparent, where it names none, its run's derived one (``run_traceparent`` of the
+# bundle's ``run_id``), not "" as an earlier bundle's "events" reads
+CHAINED_FROM_RUN_EVENTS = "run-events"
+CHAINED = (CHAINED_FROM_EVENTS, CHAINED_FROM_RUN_EVENTS)
 
 
-def ledger_section(head: str, entries: tuple[Entry, ...], records: list[dict[str, Any]]) -> dict[str, Any]:
+def ledger_section(head: str, entries: tuple[Entry, ...], records: list[dict[str, Any]], *,
+                   trace: str = "") -> dict[str, Any]:
     """The bundle's ``ledger``: its entries as ``CHAINED_FROM_EVENTS`` when they are exactly the chain of its event
     records (``chain_of``), else listed with its head (issue 27: each listed entry repeats its event's attributes
     next to two sha256 hex strings that deflate cannot shrink, ~490 of a trivial run's ~1,520 stored bytes). An
     entry's hash is a function of its event's attributes and the hash before it, so a hash written down vouches
     for nothing a reader cannot recompute: what pins the chain is its head, which the seal, ``evidence.sealed``
     in AUDIT and the anchors keep, and the bundle's digest. Listed still when an event of the chain is not among
-    the records (aged out of RUNS before the seal of a ledger an earlier release kept per event)."""
+    the records (aged out of RUNS before the seal of a ledger an earlier release kept per event). ``trace``: the
+    traceparent the records were counted from (``event_records``): the run's, or "" (``CHAINED_FROM_EVENTS``)."""
     try:
-        derived = chain_of(records) == list(entries)
+        derived = chain_of(records, trace=trace) == list(entries)
     except msgspec.ValidationError:
         derived = False
     if derived:  # its head too is the chain's: recomputed, not written (~45 B)
-        return {"entries": CHAINED_FROM_EVENTS}
+        return {"entries": CHAINED_FROM_RUN_EVENTS if trace else CHAINED_FROM_EVENTS}
     return {"head": head, "entries": [msgspec.to_builtins(e) for e in entries]}
 
 
-def chain_of(records: list[Any]) -> list[Entry]:
+def chain_of(records: list[Any], *, trace: str = "") -> list[Entry]:
     """The ledger entries of a bundle's event records (``event_records``: a record without ``traceparent`` has
-    the one before it), in their order, chained from ``GENESIS`` as ``ledger.extend`` chains the events
-    themselves. ``msgspec.ValidationError`` (a ``ValueError``) when a record is not one (a bundle modified: its
-    digest no longer matches the seal's either)."""
+    the one before it, the first ``trace``), in their order, chained from ``GENESIS`` as ``ledger.extend`` chains
+    the events themselves. ``msgspec.ValidationError`` (a ``ValueError``) when a record is not one (a bundle
+    modified: its digest no longer matches the seal's either)."""
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise msgspec.ValidationError("the bundle's events are not a list of event records")
-    fields, traceparent = [], ""
+    fields, traceparent = [], trace
     for i, r in enumerate(records):
         traceparent = r.get("traceparent", traceparent)
         fields.append({"index": i, "seq": r.get("seq"), "event_id": r.get("id"), "type": r.get("type"),

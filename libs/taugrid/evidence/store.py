@@ -37,7 +37,7 @@ from taugrid import runrecord, settings
 from taugrid.bus import auditread, kv, streams
 from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message
+from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message, run_traceparent
 from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_object: the bus's copy only)
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import shared_reader
@@ -151,7 +151,7 @@ async def with_entries(bus: Bus, ledger: lg.Ledger) -> lg.Ledger:
 
 
 def bundle_entries(doc: Any) -> list[lg.Entry]:
-    """The ledger entries a decoded bundle holds: listed, or (``b.CHAINED_FROM_EVENTS``, issue 27) recomputed from
+    """The ledger entries a decoded bundle holds: listed, or (``b.CHAINED``, issue 27) recomputed from
     its event records (``b.chain_of``), which every reader then checks as it checks listed ones (unbroken, as long
     as the seal, ending at the sealed and announced head); ``msgspec.ValidationError`` (a ``ValueError``) when
     they are not entries."""
@@ -159,6 +159,9 @@ def bundle_entries(doc: Any) -> list[lg.Entry]:
     held = ledger.get("entries", []) if isinstance(ledger, dict) else []
     if held == b.CHAINED_FROM_EVENTS:
         return b.chain_of(doc.get("events", []))
+    if held == b.CHAINED_FROM_RUN_EVENTS:  # counted from the traceparent derived from the run id the bundle names,
+        # which its digest covers: another id yields another chain, which misses the sealed head
+        return b.chain_of(doc.get("events", []), trace=run_traceparent(str(doc.get("run_id", ""))))
     return msgspec.convert(held, type=list[lg.Entry])
 
 
