@@ -20,6 +20,7 @@ from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import AUDIT_FILTERS, CONSUMERS, ConsumerSpec
 from taugrid.core import contracts as c
+from taugrid.core import wirejson
 from taugrid.core.errors import TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, log_subject
 from taugrid.evidence import bases, packing, store
@@ -179,8 +180,10 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
     assert len(sealed) == 1
     payload = sealed[0].payload(c.EvidenceSealed)
     assert (payload.terminal_state, payload.attempt, payload.entries) == ("succeeded", 1, 6)
-    # the usual bundle name is not stored (RUNS and AUDIT), and reads back as the run's
-    assert (payload.bundle, payload.bundle_of(run)) == ("", bundle_name(run)) and b'"bundle"' not in sealed[0].data
+    # the usual bundle name is not stored (RUNS and AUDIT), and reads back as the run's; nor are the first attempt
+    # and "succeeded", the defaults
+    assert (payload.bundle, payload.bundle_of(run)) == ("", bundle_name(run))
+    assert list(msgspec.json.decode(sealed[0].data)) == ["digest", "ledger_head", "entries"]
 
     report = await verify_run(bus, run)
     assert report.problems == [] and report.ok and report.digest == payload.digest
@@ -283,6 +286,13 @@ def test_evidence_sealed_names_a_bundle_only_under_another_name_than_the_runs_us
                                                  ledger_head="h" * 64, entries=6)
         assert sealed(usual).bundle_of("r1") == "runs/r1/bundle.json"
     assert sealed("runs/r1-copy/bundle.json").bundle_of("r1") == "runs/r1-copy/bundle.json"
+    # a later attempt's or another end's seal writes them out
+    failed = store.sealed_payload(lg.Ledger(run_id="r1", workspace="w", seal=lg.Seal(
+        event_id="", type="recovery.gave_up", attempt=3, index=9, digest="d" * 64, head="h" * 64)))
+    stored = wirejson.encode(failed)
+    assert msgspec.json.decode(stored) == {"attempt": 3, "terminal_state": "failed", "digest": "d" * 64,
+                                           "ledger_head": "h" * 64, "entries": 10}
+    assert msgspec.json.decode(stored, type=c.EvidenceSealed) == failed
     # an earlier release's announcement writes the usual name out: read as it is
     assert c.EvidenceSealed(attempt=1, terminal_state="succeeded", bundle="runs/r1/bundle.json", digest="d",
                             ledger_head="h", entries=6).bundle_of("r1") == "runs/r1/bundle.json"

@@ -448,11 +448,13 @@ class DispatchStep(Struct, frozen=True):
     reason: str
 
 
-class EvidenceSealed(Struct, frozen=True, kw_only=True):  # kw_only: digest stays required after bundle
+class EvidenceSealed(Struct, frozen=True, kw_only=True):  # kw_only: digest stays required after the defaults
     """A run sealed; ``bundle`` "" names the run's usual bundle object, runs/<run>/bundle.json."""
 
-    attempt: int
-    terminal_state: str
+    # defaults the most common seal's, so stored JSON leaves them out there (``core/wirejson``; issue 27: ~40 B
+    # stored twice, RUNS and AUDIT); every reader decodes them back, an earlier release's event writes them out
+    attempt: int = 1
+    terminal_state: str = "succeeded"
     # "" for the usual name of the run the subject names (``bundle_of``; issue 27: ~50 B stored twice, RUNS and
     # AUDIT); an earlier release's event writes it out
     bundle: str = ""
