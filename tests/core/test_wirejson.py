@@ -8,6 +8,8 @@ from taugrid.core import wirejson
 from taugrid.core.contracts import (
     ContainerReport,
     ExecFinished,
+    ExecRunning,
+    GangPod,
     PhaseReport,
     PodSetTopology,
     PolicyApproved,
@@ -120,3 +122,23 @@ def test_a_resolved_runs_checkpoint_directories_are_left_out_when_they_follow_fr
             and msgspec.json.decode(wirejson.encode(own), type=ResolvedRun) == own)
     # an earlier release's event, every field written out, reads the same
     assert msgspec.json.decode(msgspec.json.encode(run), type=ResolvedRun) == run
+
+
+def test_a_running_events_pod_and_node_are_left_out_when_they_are_its_first_listed_pods() -> None:
+    """issue 27: a gang's first pod's ``exec.running`` lists the pods that started with it, itself first; stored, its
+    own pod and node are left out then and read back from that first pod, and written out where they differ."""
+    gang = [GangPod(name="r-a1-0", node="vm"), GangPod(name="r-a1-1", node="n2", index=1)]
+    cases = [
+        (ExecRunning(node="vm", pod="r-a1-0", pods=gang),
+         b'{"pods":[{"name":"r-a1-0","node":"vm"},{"name":"r-a1-1","node":"n2","index":1}]}'),
+        (ExecRunning(node="n2", pod="r-a1-1", pods=gang),
+         b'{"node":"n2","pod":"r-a1-1","pods":[{"name":"r-a1-0","node":"vm"},{"name":"r-a1-1","node":"n2","index":1}]}'),
+        (ExecRunning(pod="r-a1-0", pods=gang[:1]), b'{"pod":"r-a1-0","pods":[{"name":"r-a1-0","node":"vm"}]}'),
+        (ExecRunning(node="vm", pod="r-a1-0"), b'{"node":"vm","pod":"r-a1-0"}'),
+        (ExecRunning(), b"{}"),
+    ]
+    for value, stored in cases:
+        assert wirejson.encode(value) == stored
+        assert msgspec.json.decode(stored, type=ExecRunning) == value
+    # an earlier release's event, every field written out, reads the same
+    assert msgspec.json.decode(msgspec.json.encode(cases[0][0]), type=ExecRunning) == cases[0][0]

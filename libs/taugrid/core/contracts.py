@@ -322,6 +322,20 @@ class ExecRunning(Struct, frozen=True):
     # cluster's simulated pods: their own started reports, an ``exec.progress`` a pod, are then not sent; issue 30).
     pods: list[GangPod] = msgspec.field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # what stored JSON left out because the first pod listed says it (wire_derived; a pod always has a name)
+        if self.pods and not self.node and not self.pod:
+            msgspec.structs.force_setattr(self, "node", self.pods[0].node)
+            msgspec.structs.force_setattr(self, "pod", self.pods[0].name)
+
+    def wire_derived(self) -> dict[str, Any]:
+        """The fields that follow from the others (``core/wirejson``): the event's pod and node where they are the
+        first listed pod's, as a gang's first pod's ``exec.running`` says (issue 27: ~50 B of a one-pod run's)."""
+        first = self.pods[0] if self.pods else None
+        if first is None or (self.node, self.pod) != (first.node, first.name):
+            return {}
+        return {"node": first.node, "pod": first.name}
+
 
 class ExecResized(Struct, frozen=True):
     """``exec.resized``: an elastic run changed its number of pods while running (docs §10 Elastic workloads).
