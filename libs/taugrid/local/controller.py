@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import gc
 import heapq
 import itertools
 import logging
@@ -34,7 +33,6 @@ from taugrid.bus.sitelease import SiteLeaseKeeper
 from taugrid.config.clusters import DISPATCH, NAME_PATTERN
 from taugrid.config.platform import Platform
 from taugrid.config.siteplatform import for_cluster
-from taugrid.core import heap
 from taugrid.core.admission import Resize
 from taugrid.core.contracts import BackendApply, BackendDelete, PodSetTopology, WatchEvent
 from taugrid.core.errors import ConfigError, TemporaryError
@@ -82,7 +80,6 @@ FRONT_OF_LINE = 10
 PENDING_NEWS = 64  # waiting runs' status updates published by one housekeeping pass, at most
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what changed without one
-TRIM_PEAK = 1000  # workloads held at once before a drained backlog is worth a collection and a heap trim
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
 FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
@@ -175,7 +172,6 @@ class LocalCluster:
         self._snapshot_at = 0.0
         self._platform_checked = 0.0
         self._pending_at = 0.0
-        self._held_peak = 0  # the most workloads held since the heap was last trimmed (``_trim_after_drain``)
         self._blocked = False  # admission held by Kueue's blockAdmission at the last wake-up
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
         self.work = asyncio.Event()  # set on new work or freed capacity (``wake``)
@@ -682,21 +678,6 @@ class LocalCluster:
         if now - self._snapshot_at > 2.0:
             self._snapshot_at = now
             await self._publish_queues(now)
-        self._trim_after_drain()
-
-    def _trim_after_drain(self) -> None:
-        """A drained backlog's memory back to the system, once: a waiting workload is kept as its JSON (``pack``),
-        a few kilobytes each in glibc's heap, and tens of thousands of them freed around the few records that
-        outlive them stayed resident (Kueue's large-scale scenario: 96 MB after 50,000 runs, 74-77 after 5,000;
-        issue 27's 80). When what is held falls to a quarter of a peak of at least ``TRIM_PEAK`` workloads, the
-        collector runs and the heap's free pages are released (``heap.trim``): a few times a backlog, never per
-        workload."""
-        held = len(self.wls)
-        self._held_peak = max(self._held_peak, held)
-        if self._held_peak >= TRIM_PEAK and held <= self._held_peak // 4:
-            gc.collect()
-            heap.trim()
-            self._held_peak = held
 
     @staticmethod
     async def _each(coros: Iterable[Awaitable[None]]) -> None:
