@@ -173,17 +173,22 @@ async def test_an_event_from_the_wrong_service_is_dead_lettered_and_never_handle
         await task
 
 
+async def request_and_approval(bus: Bus, ws: str, run: str) -> None:
+    """A person's signed ``cancel.requested`` on ``run``, then the policy's ``policy.approved`` of it."""
+    await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                   payload=CancelRequested(), dedup="n1")
+    with acting_as(bus, "policy"):
+        await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="policy.approved",
+                       payload=PolicyApproved(run=ResolvedRun(run_id=run, submission_id="s", workspace=ws,
+                                                              namespace="default", name=run)))
+
+
 async def test_a_bus_with_a_seed_signs_requests_and_only_requests(bus: Bus) -> None:
     ws = f"w{uuid.uuid4().hex[:8]}"
     r1 = f"r-{ws}"  # run ids are unique across the session: message ids are deduplicated by the stream
     bus.seed = identity.new_user_seed()
     try:
-        await bus.emit(workspace=ws, run_id=r1, attempt=1, event_type="cancel.requested",
-                       payload=CancelRequested(), dedup="n1")
-        with acting_as(bus, "policy"):
-            await bus.emit(workspace=ws, run_id=r1, attempt=1, event_type="policy.approved",
-                           payload=PolicyApproved(run=ResolvedRun(run_id=r1, submission_id="s", workspace=ws,
-                                                                  namespace="default", name=r1)))
+        await request_and_approval(bus, ws, r1)
     finally:
         bus.seed = None
     req = await bus.js.get_last_msg("RUNS", f"run.{ws}.{r1}.cancel.requested")
@@ -203,12 +208,7 @@ async def test_a_run_event_in_its_runs_derived_trace_is_stored_without_it_a_requ
     try:
         for run, parent in ((r1, ""), (r2, other)):  # r1 outside any trace: emit's span starts the derived one
             with tracing.span("caller", parent=parent) if parent else contextlib.nullcontext():
-                await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
-                               payload=CancelRequested(), dedup="n1")
-                with acting_as(bus, "policy"):
-                    await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="policy.approved",
-                                   payload=PolicyApproved(run=ResolvedRun(run_id=run, submission_id="s", workspace=ws,
-                                                                          namespace="default", name=run)))
+                await request_and_approval(bus, ws, run)
     finally:
         bus.seed = None
     for run, trace in ((r1, run_traceparent(r1)), (r2, other)):

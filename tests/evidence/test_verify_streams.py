@@ -70,6 +70,26 @@ def forged(ledger: lg.Ledger, index: int) -> lg.Ledger:
     return msgspec.structs.replace(ledger, entries=tuple(entries))
 
 
+def rewritten_bundle_problems(name: str, *, head: str, sealed_head: str, digest: str,
+                              sealed_digest: str) -> list[str]:
+    """What ``tau verify`` reports of a bundle rewritten to chain to ``head`` while the seal still pins the original."""
+    return [
+        f"the sealed bundle's ledger ends at {head[:12]}…, the seal on the bus records the head "
+        f"{sealed_head[:12]}… (one of them was rewritten)",
+        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
+        f"bundle ledger ends at {head[:12]}…, evidence.sealed announced {sealed_head[:12]}…",
+    ]
+
+
+def rewritten_seal_problems(name: str, *, head: str, sealed_head: str, digest: str, sealed_digest: str) -> list[str]:
+    """... and with the seal on the bus rewritten to match it: AUDIT's evidence.sealed still names the originals."""
+    return [
+        f"evidence.sealed announced {sealed_digest[:12]}…, the ledger records {digest[:12]}…",
+        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
+        f"bundle ledger ends at {head[:12]}…, evidence.sealed announced {sealed_head[:12]}…",
+    ]
+
+
 async def test_a_forged_intermediate_entry_fails_against_runs_while_it_holds_the_run_and_the_bundle_after(
         stack: tuple[Bus, Bus], tmp_path: Path) -> None:
     bus, evidence = stack
@@ -190,23 +210,16 @@ async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tupl
         "head": bad.head, "entries": [msgspec.to_builtins(e) for e in bad.entries]}})
     digest = lg.sha256(rewritten)
     await store.put_object(bus, name, rewritten, workspace=WS)
-    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
-        f"the sealed bundle's ledger ends at {bad.head[:12]}…, the seal on the bus records the head "
-        f"{led.head[:12]}… (one of them was rewritten)",
-        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
-        f"bundle ledger ends at {bad.head[:12]}…, evidence.sealed announced {led.head[:12]}…",
-    ]
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == rewritten_bundle_problems(
+        name, head=bad.head, sealed_head=led.head, digest=digest, sealed_digest=sealed_digest)
 
     # and with the seal rewritten to match it (someone holding the evidence service's credentials, after the
     # fact): AUDIT's evidence.sealed still names the sealed digest and head
     await store.update(bus, WS, RUN, lambda _: lg.seal_only(msgspec.structs.replace(
         bad, seal=msgspec.structs.replace(led_seal, digest=digest))))
     assert await store.read_ledger(bus, WS, RUN) is not None  # consistent on the bus: the KV and the bundle agree
-    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
-        f"evidence.sealed announced {sealed_digest[:12]}…, the ledger records {digest[:12]}…",
-        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
-        f"bundle ledger ends at {bad.head[:12]}…, evidence.sealed announced {led.head[:12]}…",
-    ]
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == rewritten_seal_problems(
+        name, head=bad.head, sealed_head=led.head, digest=digest, sealed_digest=sealed_digest)
 
 
 async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_misses_the_sealed_head(
@@ -232,23 +245,16 @@ async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_miss
     rewritten = lg.canonical({**doc, "events": records})
     digest = lg.sha256(rewritten)
     await store.put_object(bus, name, rewritten, workspace=WS)
-    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
-        f"the sealed bundle's ledger ends at {head[:12]}…, the seal on the bus records the head "
-        f"{led.head[:12]}… (one of them was rewritten)",
-        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
-        f"bundle ledger ends at {head[:12]}…, evidence.sealed announced {led.head[:12]}…",
-    ]
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == rewritten_bundle_problems(
+        name, head=head, sealed_head=led.head, digest=digest, sealed_digest=sealed_digest)
     with pytest.raises(store.BundleModified, match="hashes to"):
         await store.read_ledger(bus, WS, RUN)
 
     await store.update(bus, WS, RUN, lambda cur: msgspec.structs.replace(
         cur, seal=msgspec.structs.replace(kept.seal, digest=digest, head=head)))
     assert await store.read_ledger(bus, WS, RUN) is not None  # consistent on the bus: the KV and the bundle agree
-    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
-        f"evidence.sealed announced {sealed_digest[:12]}…, the ledger records {digest[:12]}…",
-        f"bundle {name} hashes to {digest[:12]}…, sealed as {sealed_digest[:12]}… (the bundle was modified)",
-        f"bundle ledger ends at {head[:12]}…, evidence.sealed announced {led.head[:12]}…",
-    ]
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == rewritten_seal_problems(
+        name, head=head, sealed_head=led.head, digest=digest, sealed_digest=sealed_digest)
 
 
 async def test_a_bundle_listing_its_entries_as_earlier_releases_wrote_them_still_verifies(

@@ -185,17 +185,24 @@ async def test_a_researcher_can_neither_use_nor_redefine_a_services_durable(secu
         await alice.close()
 
 
-async def test_the_submitter_answers_only_the_first_request_stored_for_a_run(bus: Bus) -> None:
-    ws, run = f"w{uuid.uuid4().hex[:8]}", f"victim-{uuid.uuid4().hex[:16]}"
+async def two_requests(bus: Bus, ws: str, run: str, *, submission_ids: tuple[str, str]) -> tuple[Event, Event]:
+    """Two ``submit.requested`` stored on one run's subject (unsigned, as anyone allowed there could), read back."""
     subject = f"run.{ws}.{run}.submit.requested"
-    for n in (1, 2):  # the victim's request, then another (unsigned, or a replay) on the same run's subject
-        body = msgspec.json.encode(SubmitRequested(submission_id=f"s{n}", config_text="name: x\n",
+    for n, submission_id in enumerate(submission_ids, 1):
+        body = msgspec.json.encode(SubmitRequested(submission_id=submission_id, config_text="name: x\n",
                                                    workspace=ws))
         await bus.js.publish(subject, body, headers=headers_for(
             event_id=f"{run}.req{n}", event_type="submit.requested", source="/client", subject=run,
             workspace=ws, attempt=1, traceparent=""))
     first, second = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
                      for m in await replay(bus, stream="RUNS", subject=subject)]
+    return first, second
+
+
+async def test_the_submitter_answers_only_the_first_request_stored_for_a_run(bus: Bus) -> None:
+    ws, run = f"w{uuid.uuid4().hex[:8]}", f"victim-{uuid.uuid4().hex[:16]}"
+    # the victim's request, then another (unsigned, or a replay) on the same run's subject
+    first, second = await two_requests(bus, ws, run, submission_ids=("s1", "s2"))
     submitter = Submitter(bus)
     await submitter.on_requested(first)
     await submitter.on_requested(first)  # a redelivery of the first is answered again (deduplicated)
@@ -216,15 +223,7 @@ async def test_a_run_an_earlier_release_claimed_still_answers_only_its_first_req
     """An earlier release claimed a run in ``run.<ws>.<run>`` (its first request's sequence) and, later releases,
     its id in ``id.<run>`` (the workspace alone): a replayed request is still refused, the first still answered."""
     ws, run = f"w{uuid.uuid4().hex[:8]}", f"old-{uuid.uuid4().hex[:16]}"
-    subject = f"run.{ws}.{run}.submit.requested"
-    for n in (1, 2):
-        body = msgspec.json.encode(SubmitRequested(submission_id=f"s{n}-{run}", config_text="name: x\n",
-                                                   workspace=ws))
-        await bus.js.publish(subject, body, headers=headers_for(
-            event_id=f"{run}.req{n}", event_type="submit.requested", source="/client", subject=run,
-            workspace=ws, attempt=1, traceparent=""))
-    first, second = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)
-                     for m in await replay(bus, stream="RUNS", subject=subject)]
+    first, second = await two_requests(bus, ws, run, submission_ids=(f"s1-{run}", f"s2-{run}"))
     await kv.create(bus, "submissions", f"run.{ws}.{run}", str(first.seq).encode())
     if earlier == "id and run keys":
         await kv.create(bus, "submissions", f"id.{run}", ws.encode())
