@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from taugrid import backend
+from taugrid.bus import platformread
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core.events import TERMINAL_EVENTS
@@ -33,6 +34,12 @@ class Evidence:
     async def on_event(self, ev: Event) -> None:
         if ev.type not in TERMINAL_EVENTS:
             return  # delivered under the durable's earlier filter (``run.>``, before an upgrade): nothing to do
+        # The seal reads the platform three times (the archive a bundle not on the bus may be in, the run's price,
+        # the archive to move it to): one mark serves them, the platform as the seal first read it (issue 30)
+        with platformread.one_mark():
+            await self._seal(ev)
+
+    async def _seal(self, ev: Event) -> None:
         sealed = await store.seal(self.bus, ev)
         announced = await store.announce(self.bus, sealed)
         # after the announcement, and on every delivery: a redelivery finishes a move an outage interrupted

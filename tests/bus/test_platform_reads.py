@@ -16,7 +16,7 @@ from nats.aio.subscription import Subscription
 from taugrid.bus import Bus, connect, platformstore
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.creds import new_identity
-from taugrid.bus.platformread import PARSED_KEPT, PlatformReader, shared_reader
+from taugrid.bus.platformread import PARSED_KEPT, PlatformReader, one_mark, shared_reader
 from taugrid.config.platform import Platform
 from taugrid.evidence import archive
 from taugrid.stack import natsserver
@@ -89,14 +89,54 @@ async def test_reads_of_an_unchanged_platform_fetch_its_text_once(stack: tuple[B
 
 
 async def test_concurrent_reads_of_a_new_revision_fetch_it_once(stack: tuple[Bus, Counted]) -> None:
-    """A service handles many messages at once: all that meet a new revision wait for one fetch of it."""
+    """A service handles many messages at once: all that meet a new revision wait for one fetch of it, and those
+    that asked while the first one's mark was in flight share the next mark (two in all, not twenty)."""
     bus, counted = stack
     revision = await platformstore.put_text(bus, people("alice"))
     reader = PlatformReader(bus)
     await counted.start()
     got = await asyncio.gather(*(reader.get() for _ in range(20)))
     assert {g[1] for g in got if g is not None} == {revision} and len({id(g[0]) for g in got if g}) == 1
-    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 20}
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 2}
+
+
+async def test_a_read_that_starts_after_an_apply_sees_it_though_a_mark_was_in_flight(
+        stack: tuple[Bus, Counted]) -> None:
+    """Shared marks stay as fresh as one's own: a read begun while an earlier read's mark was in flight (asked
+    before the apply below returned) waits for a mark asked after it began, and sees the apply."""
+    bus, counted = stack
+    first = await platformstore.put_text(bus, people("alice", "bob"))
+    reader = PlatformReader(bus)
+    assert (await reader.get() or (None, 0))[1] == first
+    await counted.start()
+    earlier = asyncio.ensure_future(reader.get())  # its mark is asked now, before bob's removal
+    while (await counted.since_start())["mark"] == 0:  # the server has the request
+        await asyncio.sleep(0.001)
+    second = await platformstore.put_text(bus, people("alice"))  # bob removed; the apply returned
+    later = await reader.get()
+    assert later is not None and later[1] == second and later[0].user_by_nkey(BOB) is None
+    # asked before the apply, answered before or after the server stored it: either revision is right for it
+    assert (await earlier or (None, 0))[1] in (first, second)
+    assert (await counted.since_start())["mark"] == 2
+
+
+async def test_one_mark_serves_the_reads_of_a_handler(stack: tuple[Bus, Counted]) -> None:
+    """The evidence's seal reads the platform for the archive a bundle may be in, the run's price and the archive
+    to move it to: within ``one_mark`` the three cost one mark; the next seal asks again, and sees an apply made
+    in between."""
+    bus, counted = stack
+    revision = await platformstore.put_text(bus, people("alice"))
+    await counted.start()
+    with one_mark():
+        assert await archive.configured(bus) is None
+        pinned = await shared_reader(bus).at(revision)
+        assert isinstance(pinned, Platform) and await archive.configured(bus) is None
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 1}
+    newer = await platformstore.put_text(bus, people("alice", "bob"))
+    with one_mark():
+        got = await shared_reader(bus).get()
+        assert got is not None and got[1] == newer and await shared_reader(bus).at(revision) is not None
+    assert await counted.since_start() == {"text": 2, "direct": 0, "seq": 1, "mark": 2}
 
 
 async def test_an_apply_is_seen_by_the_next_read(stack: tuple[Bus, Counted]) -> None:

@@ -15,14 +15,26 @@ under the newer mark until the bucket is written again). A revision is immutable
 so parses are kept by revision number (the last ``PARSED_KEPT``: a parsed 1,000-queue platform holds tens of MB).
 ``at`` serves the current revision from memory (it is kept, being current) and fetches any other, so a revision
 the bucket no longer keeps is still reported so.
+
+Marks asked together are asked once (``_Marks``): a ``get`` that starts while the reader's mark request is in
+flight (sent before it began, so possibly older than an apply that returned since) waits for the next request,
+sent when that one is answered and shared by every ``get`` that started meanwhile. Each ``get`` is still
+answered by a mark asked after it began, so exactly as fresh as before; a service handling a burst (the
+submitter, the policy, the evidence: a run's marks were five of its ~30 JetStream API requests, issue 30) asks
+two a wave rather than one a message, and an idle one, one a message as before. Within ``one_mark()`` (a
+handler whose platform reads need not be fresher than its first: the evidence's seal, pricing the run and finding
+the archive) the reads after the first reuse its mark.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 from taugrid.bus import platformstore
 from taugrid.bus.connection import Bus
@@ -38,9 +50,67 @@ PARSED_KEPT = 4  # parsed revisions held: the current one, the last good one, a 
 
 _NO_ANSWER: tuple[type[Exception], ...] = (TauError, *UNAVAILABLE)  # no grant, a server away, an invalid platform
 
+class _Marks:
+    """The bucket's mark for concurrent readers, each answered by a request sent after it asked: the first asks at
+    once; those that ask while a request is in flight (sent before them, so it may predate an apply that returned
+    since) share the next one, sent as soon as that one is answered. A failed request fails all who shared it,
+    as each one's own would have."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._sending: asyncio.Future[platformstore.Mark] | None = None  # the request in flight
+        self._next: asyncio.Future[platformstore.Mark] | None = None  # the one after it, not sent yet
+
+    async def ask(self) -> platformstore.Mark:
+        if self._sending is None:
+            return await self._send()
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._after(self._sending))
+            self._next.add_done_callback(_retrieved)
+        return await asyncio.shield(self._next)
+
+    async def _send(self) -> platformstore.Mark:
+        sending = self._sending = asyncio.ensure_future(platformstore.mark(self.bus))
+        sending.add_done_callback(_retrieved)  # every asker may have gone (cancelled): its failure is no warning
+        try:
+            return await asyncio.shield(sending)
+        finally:
+            if self._sending is sending:
+                self._sending = None
+
+    async def _after(self, previous: asyncio.Future[platformstore.Mark]) -> platformstore.Mark:
+        await asyncio.wait([previous])  # its outcome is its own askers'
+        self._next = None  # who asks from now on waits for the request after this one
+        return await self._send()
+
+
+def _retrieved(fut: asyncio.Future[platformstore.Mark]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+# The marks ``one_mark()`` holds for the task it runs in (and the tasks that task starts): connection → mark.
+_ONE_MARK: ContextVar[dict[int, platformstore.Mark] | None] = ContextVar("platform_one_mark", default=None)
+
+
+@contextlib.contextmanager
+def one_mark() -> Iterator[None]:
+    """Within it, the platform reads of this task after its first on a connection reuse that first read's mark:
+    they see the platform as the first one saw it, as if it had been read once (one request, not one a read). For
+    a handler whose reads decide nothing a later apply must change at once (the evidence's seal: the run's price
+    at the revision it was approved against, and the archive its bundle goes to); never around a check of a
+    person's rights, which must see an apply that returned before the read."""
+    token = _ONE_MARK.set({})
+    try:
+        yield
+    finally:
+        _ONE_MARK.reset(token)
+
+
 class PlatformReader:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self._marks = _Marks(bus)
         self._parsed: OrderedDict[int, Platform | ConfigError] = OrderedDict()  # least recently used first
         self._good: tuple[int, int, Platform] | None = None  # (current revision, the good one chosen for it, it)
         # The bucket's mark when the current revision (0: none stored) was last fetched: while the mark is the
@@ -69,7 +139,7 @@ class PlatformReader:
 
     async def _current(self) -> tuple[Platform | ConfigError, int] | None:
         """The current revision, parsed (or its ConfigError), fetched only when the bucket changed since."""
-        mark = await platformstore.mark(self.bus)
+        mark = await self._mark()
         held = self._held(mark)
         if held is not None:
             return held or None
@@ -85,6 +155,16 @@ class PlatformReader:
             if got is None:
                 return None
             return self._parse(*got), got[1]
+
+    async def _mark(self) -> platformstore.Mark:
+        """The bucket's mark, asked after this call began (``_Marks``), or the one ``one_mark()`` holds."""
+        held = _ONE_MARK.get()
+        if held is not None and (mark := held.get(id(self.bus))) is not None:
+            return mark
+        mark = await self._marks.ask()
+        if held is not None:
+            held.setdefault(id(self.bus), mark)
+        return mark
 
     def _held(self, mark: platformstore.Mark) -> tuple[Platform | ConfigError, int] | tuple[()] | None:
         """What was read under ``mark``: the current revision parsed, () when none is stored, None when the text
