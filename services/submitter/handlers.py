@@ -22,6 +22,7 @@ or, when the run already moved on, does nothing.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 from taugrid import runrecord
@@ -93,6 +94,19 @@ class Submitter:
             await self.pacer.leave(ev.workspace, ev.seq)
 
     async def _requested(self, ev: Event) -> None:
+        # The platform (its mark: one round trip) is read while the run's claim is checked, not after it: the
+        # claim still decides first, and the signer is still checked against a platform read after the request
+        # arrived (issue 30: the sequential round trips were most of this stage's idle latency).
+        platform_read = asyncio.ensure_future(self.signers.platform())
+        try:
+            await self._answer(ev, platform_read)
+        finally:
+            if not platform_read.done():
+                platform_read.cancel()  # a request refused before it needed the platform
+            elif not platform_read.cancelled():
+                platform_read.exception()  # its failure, if any, was raised where it was awaited or is moot
+
+    async def _answer(self, ev: Event, platform_read: asyncio.Future[Platform | None]) -> None:
         if not await self._first_for_run(ev):
             raise PermanentError(
                 f"run {ev.subject} in workspace {ev.workspace} already has a submission (another message of the "
@@ -123,7 +137,7 @@ class Submitter:
                 ],
             )
             return
-        platform = await self.signers.platform()  # read once per submission: the signer and the rate limit
+        platform = await platform_read  # read once per submission: the signer and the rate limit
         try:
             user, signer = await self.signers.identify_on(ev, platform)
         except Refused as refused:
@@ -235,16 +249,20 @@ class Submitter:
         lines read it back, ``keylines.py``). An earlier release's ``id.<run>`` holds the workspace alone, the
         sequence in ``run.<ws>.<run>`` (``_first_by_run_key``)."""
         key = f"id.{ev.subject}"
-        held = await kv.get(self.bus, "submissions", key)
-        if held is None:
-            # A run submitted before runs claimed their ids holds it by its record alone. The claim is written
-            # for its owner, found first: a claim written for this workspace and then refused would let the same
-            # request through when it is handled again (a redelivery after a crash or a failed listing).
-            others = [k.split(".")[1] for k in await kv.matching_keys(self.bus, "run_state", f"run.*.{ev.subject}")
-                      if k.split(".")[1] != ev.workspace]
+        # The three reads at once (one round trip, not three in a row: issue 30's idle latency): a new run, the
+        # usual request, needs all of them, and a repeat only reads two keys it does not use.
+        held, records, earlier = await asyncio.gather(
+            kv.get(self.bus, "submissions", key),
+            # A run submitted before runs claimed their ids holds it by its record alone.
+            kv.matching_keys(self.bus, "run_state", f"run.*.{ev.subject}"),
             # A run an earlier release claimed before run ids were claimed keeps its first request's sequence in
             # ``run.<ws>.<run>``: that request stays the only one answered (a replayed one is not).
-            earlier = await kv.get(self.bus, "submissions", f"run.{ev.workspace}.{ev.subject}")
+            kv.get(self.bus, "submissions", f"run.{ev.workspace}.{ev.subject}"))
+        if held is None:
+            # The claim is written for its owner, found first: a claim written for this workspace and then refused
+            # would let the same request through when it is handled again (a redelivery after a crash or a failed
+            # listing).
+            others = [k.split(".")[1] for k in records if k.split(".")[1] != ev.workspace]
             first = earlier.value if earlier is not None and earlier.value.isdigit() else str(ev.seq).encode()
             claim = others[0].encode() if others else ev.workspace.encode() + b":" + first
             if await kv.create(self.bus, "submissions", key, claim) is None:
