@@ -9,7 +9,9 @@ handled, not for its ack to be confirmed: the ack round trip is off a run's crit
 brings an already handled message back, which every handler takes as a repeat), different runs concurrently. A loop
 made ``ordered=False`` hands a run's next event to its handler without waiting, in the order fetched, and the
 handler keeps each run's order itself (the run_state projection, ``runrecord.Projector``, which writes the events of
-a run that arrive meanwhile together). Fetching is pipelined:
+a run that arrive meanwhile together). A fetch is one pull request that the server answers as soon as it holds a
+message (``pull.Puller``: nats-py's fetch could keep a delivered message until its request expired, up to the
+fetch timeout). Fetching is pipelined:
 the next batch is fetched while earlier ones are still being handled, up to ``2 × batch`` messages in flight, so
 one slow run never holds the others back. Every verb is confirmed by the server (sent as a request, again until
 answered: ``_settle``), so one sent while a server restarts or a cluster elects a new leader is not lost.
@@ -46,6 +48,7 @@ from taugrid.bus.authors import Authors
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message, ordering_key, with_id
 from taugrid.bus.errors import CLOSED, TIMEOUT, UNAVAILABLE
+from taugrid.bus.pull import Puller
 from taugrid.core import publishing
 from taugrid.core.errors import NotYet, PermanentError, TemporaryError
 
@@ -142,7 +145,8 @@ class ConsumerLoop:
         self.yields_to = other
 
     async def run(self) -> None:
-        psub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.stream)
+        psub = Puller(self.bus.nc, stream=self.stream, durable=self.durable)
+        await psub.start()
         try:
             await self._loop(psub)
         finally:
