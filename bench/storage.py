@@ -11,8 +11,16 @@ nats-server's resident memory with the stack up, and after a restart of nats-ser
 
 Targets (issue 27): ≤ 10 KB stored per finished run, logs aside (the LOGS stream and the evidence's attempt
 logs are a run's own output, counted but not held to it); nats-server ≤ 100 MB resident after a restart over
-5,000 runs. Exits 1 when a target is missed or a run did not seal. ``--runs 300`` gives the per-run figures
-in a few minutes (they do not depend on the machine's load); the restart target is judged at 5,000.
+5,000 runs, ≤ 200 MB over 100,000. Exits 1 when a target is missed or a run did not seal. ``--runs 300`` gives
+the per-run figures in a few minutes (they do not depend on the machine's load); the restart target is judged at
+5,000.
+
+``--replicate N`` (``bench/replica.py``) then copies the measured runs' stored messages, in a copy of the store,
+until it holds N runs (a replica, printed as such: not N real runs), restarts nats-server alone on it, and prints
+its resident memory and its live heap by kind from Go's heap profile; ``--replicate-wait`` restarts it again once
+RUNS' 600 s duplicate window has passed (``--replicate-recent K`` copies published after that wait), which is the
+figure judged, and ``--replicate-attribute`` the live heap each store takes. The 200 MB target is judged on a
+replica of 100,000 or more.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,7 +40,8 @@ from typing import Any
 
 import msgspec
 import psutil
-from pipeline import PLATFORM, RUN, simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
+import replica  # bench/ is this script's directory, first on sys.path
+from pipeline import PLATFORM, RUN, simulated_stack, stack_up
 
 from taugrid.bus.envelope import run_of
 from taugrid.client import open_client
@@ -41,6 +51,8 @@ from taugrid.stack import natsserver
 PER_RUN_TARGET_B = 10 * 1024
 RESTART_RSS_TARGET_MB = 100.0
 RESTART_TARGET_RUNS = 5000  # the history the restart target is stated for
+REPLICA_RSS_TARGET_MB = 200.0
+REPLICA_TARGET_RUNS = 100_000
 
 
 @dataclass
@@ -237,6 +249,49 @@ async def restarted_rss(data: Path) -> tuple[float, float]:
         proc.wait(timeout=30)
 
 
+def print_restart(label: str, r: replica.Restart) -> None:
+    print(f"  {label:<42}{r.rss_mb:8.1f} → {r.rss_later_mb:.1f} 5 s later; {r.subjects:,} subjects; "
+          f"live heap after a GC {r.live_mb:.1f} (Go's heap {r.heap_sys_mb:.1f}); CPU to recover {r.cpu_s:.1f} s")
+    for kind in r.kinds[:6]:
+        print(f"      {kind.bytes / 2**20:8.1f} MB  {kind.kind}")
+
+
+def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: bool) -> bool:
+    """A replica of the measured runs up to ``runs`` (bench/replica.py) in a copy of the store, nats-server
+    restarted on it; True unless the 200 MB target is judged and missed."""
+    store = data / "replica" / "js"
+    shutil.copytree(data / "nats" / "js", store)
+    log = data / "replica" / "nats.log"
+    print(f"\nreplica (not real runs): the measured runs' stored messages copied up to {runs:,} runs, every store "
+          "a run keeps (bench/replica.py says what a copy changes)")
+    found = replica.measured(store, log)
+    copies = max(0, runs - len(found))
+    first = max(0, copies - recent) if wait else copies
+    spent = replica.add_copies(store, log, found, 0, first)
+    restarts = [("restart right away (every copy in the 600 s window)", replica.restart(store, log))]
+    if wait:
+        print(f"  waiting {replica.WINDOW_S:.0f} s for RUNS' duplicate window to pass", file=sys.stderr)
+        time.sleep(replica.WINDOW_S + 5)
+        spent += replica.add_copies(store, log, found, first, copies - first)
+        restarts.append((f"restart after the window ({copies - first} copies since)", replica.restart(store, log)))
+    print(f"nats-server resident memory (MB) over the replica ({copies:,} copies of {len(found)} runs, {spent:.0f} s "
+          f"publishing; GOMEMLIMIT={os.environ.get('GOMEMLIMIT', 'unset')})")
+    for label, r in restarts:
+        print_restart(label, r)
+    if attribute:
+        print("  live heap each store takes (restarted without it):")
+        for name, (subjects, mb) in replica.attribute(store, log).items():
+            print(f"    {name:<18}{subjects / runs:6.2f} subjects a run  {mb:7.1f} MB  "
+                  f"({mb * 2**20 / max(1, subjects):.0f} B a subject)")
+    judged = runs >= REPLICA_TARGET_RUNS
+    final = restarts[-1][1]
+    ok = final.rss_later_mb <= REPLICA_RSS_TARGET_MB or not judged
+    print(f"  target ≤ {REPLICA_RSS_TARGET_MB:g} MB after a restart over {REPLICA_TARGET_RUNS:,} runs: "
+          + (("ok" if ok else "MISSED") + f" ({final.rss_later_mb:.1f} MB, a replica)" if judged
+             else f"not judged ({runs:,} runs)"))
+    return ok
+
+
 def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -247,16 +302,20 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=250, help="runs submitted at once, each batch waited for")
     ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for one batch to seal")
     ap.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    ap.add_argument("--replicate", type=int, default=0, metavar="N",
+                    help="then a replica of the measured runs up to N runs, nats-server restarted on it")
+    ap.add_argument("--replicate-wait", action="store_true",
+                    help="restart the replica again once RUNS' 600 s duplicate window has passed (judged)")
+    ap.add_argument("--replicate-recent", type=int, default=0, metavar="K",
+                    help="with --replicate-wait, copies published after the wait (recent traffic)")
+    ap.add_argument("--replicate-attribute", action="store_true",
+                    help="the live heap each store of the replica takes (a restart without each)")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-storage-")
     with stack_up(data, env, tau, PLATFORM, keep=True) as url:
         got = asyncio.run(drive(url, data, args.runs, args.batch, args.timeout))
     disk = disk_bytes(data / "nats")
     rss_first, rss_later = asyncio.run(restarted_rss(data))
-    if not args.keep:
-        subprocess.run(["rm", "-rf", str(data)], check=False)
-    else:
-        print(f"data directory kept: {data}")
 
     n = max(1, got["started"])
     print(f"\ntaugrid storage bench: {got['started']} runs, {got['sealed']} sealed in {got['wall_s']:.0f} s; "
@@ -294,8 +353,18 @@ def main() -> None:
     print(f"  after a restart over that history         {rss_first:8.1f} → {rss_later:.1f} 5 s later     "
           f"target ≤ {RESTART_RSS_TARGET_MB:g} MB over {RESTART_TARGET_RUNS} runs  "
           + (("ok" if ok_rss else "MISSED") if judged else f"(not judged: {got['started']} runs)"))
+    ok_replica = True
+    try:
+        if args.replicate:
+            ok_replica = replicated(data, args.replicate, wait=args.replicate_wait, recent=args.replicate_recent,
+                                    attribute=args.replicate_attribute)
+    finally:
+        if not args.keep:
+            subprocess.run(["rm", "-rf", str(data)], check=False)
+        else:
+            print(f"data directory kept: {data}")
     print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    sys.exit(0 if ok and ok_bytes and ok_rss else 1)
+    sys.exit(0 if ok and ok_bytes and ok_rss and ok_replica else 1)
 
 
 if __name__ == "__main__":
