@@ -99,9 +99,10 @@ async def measure(url: str, data: Path, runs: int) -> None:
                 inbox_of.setdefault(prefix, set()).add(what[4:])
             by_sender[prefix, what] += 1
 
-    sub = await nc.subscribe(">", cb=on_any, pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30)
-    stored0, delivered0 = await stored(js), await delivered(js)
+    stored0, delivered0 = await stored(js), await delivered(js)  # before counting: the bench's own requests
     api0 = int((await js.account_info()).api.total)
+    sub = await nc.subscribe(">", cb=on_any, pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30)
+    await nc.flush()
     text = RUN.format(name="count")
     burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
                                                       name="count") for _ in range(runs)))
@@ -109,8 +110,8 @@ async def measure(url: str, data: Path, runs: int) -> None:
     await asyncio.sleep(6.0)  # the seals (the evidence runs niced) and the projections settle
     counting = False
     await sub.unsubscribe()
+    api1 = int((await js.account_info()).api.total) - 1  # less this very request
     stored1, delivered1 = await stored(js), await delivered(js)
-    api1 = int((await js.account_info()).api.total)
     n = max(1, len(burst))
     print(f"\nbus traffic per run over a burst of {len(burst)} simulated runs "
           f"({sum(1 for r in burst if r in watch.ended)} ended)")
