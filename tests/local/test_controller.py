@@ -462,10 +462,12 @@ async def test_a_waiting_run_holds_its_job_as_json_and_a_started_one_as_the_job_
         running = [n for n in names if cluster.wls[n].state == "running"]
         assert len(waiting) >= 4 and running
         # every waiting run's reason went out this tick (a Workload update each) and it waits as JSON again; a
-        # started simulated Job, announced, runs holding its Job as JSON too until its pods end (its Workload
-        # is decoded again here: the lab's waitForPodsReady marks it PodsReady, published with its next change)
-        assert not any(cluster.wls[n].job_decoded for n in names)
-        assert not any(cluster.wls[n].workload_decoded for n in waiting)
+        # started simulated Job, announced, runs holding its Job, Workload and pods as JSON too until its pods end
+        # (the lab's waitForPodsReady marked it PodsReady, kept in its Workload's JSON for its next change)
+        assert not any(cluster.wls[n].decoded for n in names)
+        assert [c["status"] for c in cluster.wls[running[0]].workload_view()["status"]["conditions"]
+                if c["type"] == "PodsReady"] == ["True"]
+        assert [p.obj["status"]["phase"] for p in cluster.wls[running[0]].pods] == ["Running"]
         assert {cluster.wls[n].workload_view()["status"]["conditions"][-1]["reason"] for n in waiting} == {
             "WaitingForQuota"}
         first = cluster.wls[waiting[0]].job_view()

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from taugrid.local.state import LocalWorkload
+from taugrid.local.state import LocalPod, LocalWorkload
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j-a1", "namespace": "default"},
        "spec": {"parallelism": 2, "template": {"spec": {"containers": [{"name": "main", "image": "python:3.11"}]}}}}
@@ -64,3 +64,30 @@ def test_the_workload_is_held_as_the_job_is() -> None:
     wl.pack()
     assert not wl.workload_decoded
     assert msgspec.json.decode(msgspec.json.encode(wl))["workload"] == {**WORKLOAD, **wl.workload}
+
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j-a1-0", "uid": "pod-j-a1-0"},
+       "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}}
+
+
+def test_a_new_pod_is_written_to_the_record_as_it_is_at_the_save_and_packed_with_its_workload() -> None:
+    wl = msgspec.json.decode(record(JOB), type=LocalWorkload)
+    pod = LocalPod.holding(POD, name="j-a1-0", index=0, node="node-1")
+    wl.pods.append(pod)
+    assert pod.obj is POD and pod.obj_decoded and wl.decoded
+    wl.sync()
+    assert msgspec.json.decode(msgspec.json.encode(wl))["pods"][0]["obj"] == POD
+    pod.obj["status"]["phase"] = "Succeeded"
+    wl.pack()
+    assert not pod.obj_decoded and not wl.decoded
+    back = msgspec.json.decode(msgspec.json.encode(wl), type=LocalWorkload)
+    assert back.pods[0].obj == {**POD, "status": {"phase": "Succeeded"}}
+    assert back.pods[0].obj_decoded and not back.pods[1:]  # read back as JSON, decoded (and kept) on its first use
+
+
+def test_a_record_written_before_pods_were_held_as_json_reads_the_same() -> None:
+    old = msgspec.json.decode(record(JOB))
+    old["pods"] = [{"name": "j-a1-0", "index": 0, "obj": POD, "phase": "Running", "node": "node-1"}]
+    wl = msgspec.json.decode(msgspec.json.encode(old), type=LocalWorkload)
+    assert not wl.decoded
+    assert wl.pods[0].obj == POD and wl.pods[0].phase == "Running"

@@ -781,7 +781,7 @@ class LocalCluster:
             name += f"-r{wl.requeues}" if wl.requeues else ""  # a requeued pod is a new pod
             node = nodes[k] if nodes and k < len(nodes) else self.node
             obj = objects.pod(wl.job, name=name, node=node, index=i, at=now, pod_set=pod_set)
-            wl.pods.append(LocalPod(name=name, index=i, obj=obj, gpus=gpus[k] if k < len(gpus) else [], node=node,
+            wl.pods.append(LocalPod.holding(obj, name=name, index=i, gpus=gpus[k] if k < len(gpus) else [], node=node,
                                     pod_set=pod_set))
         wl.state, wl.announced = "running", False
         wl.admitted_at = now

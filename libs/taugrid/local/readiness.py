@@ -82,7 +82,10 @@ class Readiness:
         if rules.pods_ready((p.phase for p in wl.pods), pod_count(wl)):
             wl.ready = True  # saved with the workload's next change; a restart finds its pods running again
             if self.rule.enable:  # rides on the Workload's next publish: no bus operation of its own
+                packed = not wl.decoded
                 objects.set_condition(wl.workload, "PodsReady", "True", rules.STARTED, rules.READY_MESSAGE, now)
+                if packed:  # it ran holding its Job, Workload and pods as JSON (a started simulated Job): so it
+                    wl.pack()  # runs on, the condition in its JSON (the dict kept to its end: 7 KB a workload)
                 if self.rule.block_admission:
                     self.wake()
             return

@@ -96,9 +96,9 @@ async def _grow(c: LocalCluster, wl: LocalWorkload, r: Resize) -> None:
     for pl in r.placements:
         name = f"{wl.name}-{pl.index}-{stamp}"
         node = pl.node or c.node
-        wl.pods.append(LocalPod(name=name, index=pl.index, obj=objects.pod(wl.job, name=name, node=node,
-                                                                           index=pl.index, at=now, pod_set=pod_set),
-                                gpus=list(pl.gpus), node=node, pod_set=pod_set))
+        wl.pods.append(LocalPod.holding(objects.pod(wl.job, name=name, node=node, index=pl.index, at=now,
+                                                    pod_set=pod_set),
+                                        name=name, index=pl.index, gpus=list(pl.gpus), node=node, pod_set=pod_set))
     wl.pods_wanted = r.new_count
     if c.simulate:
         for p in wl.pods:

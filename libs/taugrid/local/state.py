@@ -9,14 +9,22 @@ from typing import Any
 
 import msgspec
 
-# a LocalWorkload's decoded Job and Workload, outside its fields (``LocalWorkload.job``, ``LocalWorkload.workload``)
-_KEPT_JOB, _KEPT_WORKLOAD = "_job", "_workload"
+# a LocalWorkload's decoded Job and Workload, outside its fields (``LocalWorkload.job``, ``LocalWorkload.workload``),
+# and a LocalPod's decoded Pod (``LocalPod.obj``)
+_KEPT_JOB, _KEPT_WORKLOAD, _KEPT_POD = "_job", "_workload", "_obj"
+_UNSYNCED = msgspec.Raw(b"null")  # a new pod's JSON until its workload's next ``sync`` writes it
 
 
-class LocalPod(msgspec.Struct, kw_only=True):
+class LocalPod(msgspec.Struct, kw_only=True, dict=True):
+    """``obj``: the Pod as a dict, held as its JSON (``obj_json``, the record's ``obj``) while its workload is
+    packed (``LocalWorkload.pack``: a started simulated Job's pods, which nothing reads until they end), decoded on
+    its first use after that. A running workload's pod was its biggest part (about 8 KB of Python objects a pod,
+    the template's spec copied in, against 2 KB of JSON), and what a burst's running workloads held stayed resident
+    after it (Python's allocator keeps an arena while any block in it lives)."""
+
     name: str
     index: int
-    obj: dict[str, Any]
+    obj_json: msgspec.Raw = msgspec.field(name="obj")  # the Pod as JSON; current except while ``obj`` is kept
     phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Deleted
     added: bool = False  # the Pod's ADDED event has been published
     gpus: list[int] = msgspec.field(default_factory=list)
@@ -28,6 +36,35 @@ class LocalPod(msgspec.Struct, kw_only=True):
     # its pod set: "" for a workload's one pod set (a Job's pods, a fixed RayJob's pod); an elastic RayJob's Ray
     # cluster has a ``head`` pod and ``workers`` pods (``raycluster``), each pod set indexed from 0
     pod_set: str = ""
+
+    @classmethod
+    def holding(cls, obj: dict[str, Any], **fields: Any) -> LocalPod:
+        """A new pod holding ``obj`` as its Pod (its JSON is written by its workload's next ``sync``)."""
+        pod = cls(obj_json=_UNSYNCED, **fields)
+        pod.__dict__[_KEPT_POD] = obj
+        return pod
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The Pod as a dict, the one every change is made to: decoded from ``obj_json`` on first use and kept
+        until ``pack``."""
+        kept: dict[str, Any] | None = self.__dict__.get(_KEPT_POD)
+        if kept is None:
+            kept = self.__dict__[_KEPT_POD] = msgspec.json.decode(self.obj_json)
+        return kept
+
+    @property
+    def obj_decoded(self) -> bool:
+        return _KEPT_POD in self.__dict__
+
+    def sync(self) -> None:
+        obj = self.__dict__.get(_KEPT_POD)
+        if obj is not None:
+            self.obj_json = msgspec.Raw(msgspec.json.encode(obj))
+
+    def pack(self) -> None:
+        self.sync()
+        self.__dict__.pop(_KEPT_POD, None)
 
 
 class LocalWorkload(msgspec.Struct, kw_only=True, dict=True):
@@ -129,21 +166,31 @@ class LocalWorkload(msgspec.Struct, kw_only=True, dict=True):
         kept: dict[str, Any] | None = self.__dict__.get(_KEPT_WORKLOAD)
         return kept if kept is not None else msgspec.json.decode(self.workload_json)
 
+    @property
+    def decoded(self) -> bool:
+        """Whether any of its Job, Workload or pods is held as a dict (not as JSON alone)."""
+        return self.job_decoded or self.workload_decoded or any(p.obj_decoded for p in self.pods)
+
     def sync(self) -> None:
-        """Bring ``job_json`` and ``workload_json`` up to date with the kept dicts (before the record is
-        encoded)."""
+        """Bring ``job_json``, ``workload_json`` and each pod's ``obj_json`` up to date with the kept dicts (before
+        the record is encoded)."""
         job, workload = self.__dict__.get(_KEPT_JOB), self.__dict__.get(_KEPT_WORKLOAD)
         if job is not None:
             self.job_json = msgspec.Raw(msgspec.json.encode(job))
         if workload is not None:
             self.workload_json = msgspec.Raw(msgspec.json.encode(workload))
+        for p in self.pods:
+            p.sync()
 
     def pack(self) -> None:
-        """Hold the Job and the Workload as JSON only (a waiting workload): ``sync``, then drop the dicts. Only
-        where no one else holds a dict to change it: a change made to it afterwards would be lost."""
+        """Hold the Job, the Workload and the pods as JSON only (a waiting workload, a started simulated Job):
+        ``sync``, then drop the dicts. Only where no one else holds a dict to change it: a change made to it
+        afterwards would be lost."""
         self.sync()
         self.__dict__.pop(_KEPT_JOB, None)
         self.__dict__.pop(_KEPT_WORKLOAD, None)
+        for p in self.pods:
+            p.pack()
 
     def _kept(self, key: str, doc: msgspec.Raw) -> dict[str, Any]:
         kept: dict[str, Any] | None = self.__dict__.get(key)
