@@ -401,3 +401,56 @@ def add_copies(store: Path, log: Path, found: list[Template], start: int, count:
         if refused:
             raise RuntimeError(f"{refused} of {sent} copied messages were refused (see above)")
         return time.time() - t0
+
+
+# A design not built, measured on the replica: run history keyed by run. The events stay published on
+# `run.<ws>.<run>.<stage>.<outcome>` (permissions and consumers' filters as they are), but what is kept for history
+# is a stream sourcing RUNS with a subject transform to one subject a run, whose messages' `Nats-Stream-Source`
+# header (written by the server, which removes one a sourced message carried and refuses a publish that carries
+# one) names each event's own subject; AUDIT's kept events likewise; RUNS and AUDIT then hold nothing of sealed
+# runs, as RUNS with interest retention would once its durables and the history's source acked them.
+KEYED_STREAMS = ("HISTORY", "AUDIT_BY_RUN")
+
+
+async def _api(nc: Any, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+    reply: dict[str, Any] = msgspec.json.decode((await nc.request(subject, msgspec.json.encode(body), timeout=60)).data)
+    if "error" in reply:
+        raise RuntimeError(f"{subject}: {reply['error']}")
+    return reply
+
+
+async def _keyed_by_run(url: str, audit_filters: tuple[str, ...]) -> tuple[int, int]:
+    nc = await nats.connect(url)
+    try:
+        to_run = "hist.{{wildcard(1)}}.{{wildcard(2)}}"
+        history = {"name": "HISTORY", "storage": "file", "duplicate_window": 1_000_000_000,
+                   "sources": [{"name": "RUNS", "subject_transforms": [
+                       {"src": "run.*.*.*.*", "dest": to_run}, {"src": "run.*.*.*.*.*", "dest": to_run}]}]}
+        audit = {"name": "AUDIT_BY_RUN", "storage": "file", "duplicate_window": 1_000_000_000,
+                 "sources": [{"name": "RUNS", "subject_transforms": [
+                     {"src": f, "dest": "audit.{{wildcard(1)}}.{{wildcard(2)}}"}]} for f in audit_filters]}
+        await _api(nc, "$JS.API.STREAM.CREATE.HISTORY", history)
+        await _api(nc, "$JS.API.STREAM.CREATE.AUDIT_BY_RUN", audit)
+        events = int((await _api(nc, "$JS.API.STREAM.INFO.RUNS", {}))["state"]["messages"])
+        kept = int((await _api(nc, "$JS.API.STREAM.INFO.AUDIT", {}))["state"]["messages"])
+        deadline = time.time() + 1800
+        while time.time() < deadline:
+            got = int((await _api(nc, "$JS.API.STREAM.INFO.HISTORY", {}))["state"]["messages"])
+            got_audit = int((await _api(nc, "$JS.API.STREAM.INFO.AUDIT_BY_RUN", {}))["state"]["messages"])
+            if got >= events and got_audit >= kept:
+                break
+            await asyncio.sleep(2)
+        else:
+            raise RuntimeError(f"HISTORY holds {got} of RUNS' {events} events after 30 min")
+        await _api(nc, "$JS.API.STREAM.PURGE.RUNS", {})
+        await _api(nc, "$JS.API.STREAM.DELETE.AUDIT", {})  # AUDIT denies purges; the replica's copy goes whole
+        return events, got_audit
+    finally:
+        await nc.close()
+
+
+def keyed_by_run(store: Path, log: Path, audit_filters: tuple[str, ...]) -> tuple[int, int]:
+    """Turn the replica into what run history keyed by run would hold (``KEYED_STREAMS``, above); returns the
+    events HISTORY and AUDIT_BY_RUN took."""
+    with server(store, log) as (url, _proc, _prof):
+        return asyncio.run(_keyed_by_run(url, audit_filters))

@@ -20,7 +20,8 @@ until it holds N runs (a replica, printed as such: not N real runs), restarts na
 its resident memory and its live heap by kind from Go's heap profile; ``--replicate-wait`` restarts it again once
 RUNS' 600 s duplicate window has passed (``--replicate-recent K`` copies published after that wait), which is the
 figure judged, and ``--replicate-attribute`` the live heap each store takes. The 200 MB target is judged on a
-replica of 100,000 or more.
+replica of 100,000 or more. ``--replicate-keyed-by-run`` measures a design not built on the same replica: run
+history kept one subject a run (``replica.KEYED_STREAMS`` says how), a what-if, printed as such.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import replica  # bench/ is this script's directory, first on sys.path
 from pipeline import PLATFORM, RUN, simulated_stack, stack_up
 
 from taugrid.bus.envelope import run_of
+from taugrid.bus.topology import AUDIT_FILTERS
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
 from taugrid.stack import natsserver
@@ -256,7 +258,7 @@ def print_restart(label: str, r: replica.Restart) -> None:
         print(f"      {kind.bytes / 2**20:8.1f} MB  {kind.kind}")
 
 
-def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: bool) -> bool:
+def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: bool, keyed: bool) -> bool:
     """A replica of the measured runs up to ``runs`` (bench/replica.py) in a copy of the store, nats-server
     restarted on it; True unless the 200 MB target is judged and missed."""
     store = data / "replica" / "js"
@@ -268,7 +270,12 @@ def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: boo
     copies = max(0, runs - len(found))
     first = max(0, copies - recent) if wait else copies
     spent = replica.add_copies(store, log, found, 0, first)
-    restarts = [("restart right away (every copy in the 600 s window)", replica.restart(store, log))]
+    if keyed:
+        events, kept = replica.keyed_by_run(store, log, AUDIT_FILTERS)
+        print(f"  keyed by run (a design not built): HISTORY took RUNS' {events:,} events, AUDIT_BY_RUN {kept:,}; "
+              "RUNS purged, AUDIT deleted")
+    restarts = [("restart right away" + ("" if keyed else " (every copy in the 600 s window)"),
+                 replica.restart(store, log))]
     if wait:
         print(f"  waiting {replica.WINDOW_S:.0f} s for RUNS' duplicate window to pass", file=sys.stderr)
         time.sleep(replica.WINDOW_S + 5)
@@ -280,7 +287,8 @@ def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: boo
         print_restart(label, r)
     if attribute:
         print("  live heap each store takes (restarted without it):")
-        for name, (subjects, mb) in replica.attribute(store, log).items():
+        names = (*replica.KEYED_STREAMS, *replica.ATTRIBUTED[2:]) if keyed else replica.ATTRIBUTED
+        for name, (subjects, mb) in replica.attribute(store, log, names).items():
             print(f"    {name:<18}{subjects / runs:6.2f} subjects a run  {mb:7.1f} MB  "
                   f"({mb * 2**20 / max(1, subjects):.0f} B a subject)")
     judged = runs >= REPLICA_TARGET_RUNS
@@ -310,6 +318,8 @@ def main() -> None:
                     help="with --replicate-wait, copies published after the wait (recent traffic)")
     ap.add_argument("--replicate-attribute", action="store_true",
                     help="the live heap each store of the replica takes (a restart without each)")
+    ap.add_argument("--replicate-keyed-by-run", action="store_true",
+                    help="a what-if: the replica's run history re-keyed by run (bench/replica.py KEYED_STREAMS)")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-storage-")
     with stack_up(data, env, tau, PLATFORM, keep=True) as url:
@@ -357,7 +367,7 @@ def main() -> None:
     try:
         if args.replicate:
             ok_replica = replicated(data, args.replicate, wait=args.replicate_wait, recent=args.replicate_recent,
-                                    attribute=args.replicate_attribute)
+                                    attribute=args.replicate_attribute, keyed=args.replicate_keyed_by_run)
     finally:
         if not args.keep:
             subprocess.run(["rm", "-rf", str(data)], check=False)
