@@ -30,9 +30,10 @@ from taugrid.bus.replay import replay
 from taugrid.bus.topology import SOURCES_STORE
 from taugrid.core.contracts import BackendApply, BackendDelete, LogChunk, WatchEvent
 from taugrid.core.errors import TemporaryError
+from taugrid.kube.translate import translate
 from taugrid.local.cleanup import remove_finished_pods
 from taugrid.local.containers import ENGINE_ANNOTATION
-from taugrid.local.controller import BUCKET, FINISHED_MARKER_TTL_S, LocalCluster
+from taugrid.local.controller import BUCKET, FINISHED_MARKER_TTL_S, PENDING_REFRESH_S, LocalCluster
 from taugrid.local.jobpods import COMPLETION_INDEX
 from taugrid.local.objects import ANNOTATION_GANG, ANNOTATION_GANG_STARTED
 from taugrid.local.podspec import secret_volumes_dir
@@ -409,6 +410,44 @@ async def test_a_burst_on_one_cluster_queue_is_admitted_one_head_per_cycle_back_
     await cluster.tick()
     assert [cluster.wls[n].state for n in names] == ["running"] * 5
     assert cluster.cycles - cycles == 6  # five cycles of one admission each (one ClusterQueue), then an empty one
+
+
+async def test_a_run_admitted_soon_is_queued_once_and_one_left_untried_for_seconds_gets_its_place(
+        bus: Bus, cluster: LocalCluster) -> None:
+    """Issue 30: a housekeeping pass that falls between a run's apply and the cycle that admits it publishes no
+    "Waiting for the next scheduling cycle" (its Workload's ADDED said it waits; a 300-run burst queued a fifth
+    of its runs twice), while a run no cycle has considered for as long as a position is refreshed gets that
+    reason and its place."""
+    cluster.simulate = True
+    quick, slow = f"{run_id()}-a1", f"{run_id()}-a1"
+    for name in (quick, slow):
+        await cluster.apply(BackendApply(run_id=name[:-3], workspace="default", attempt=1,
+                                         manifests=[job(name, main(["true"]))]))
+    now = time.time()
+    cluster.wls[quick].created = now  # just applied
+    cluster.wls[slow].created = now - PENDING_REFRESH_S  # left untried as long as a position is refreshed
+    cluster._pending_at = 0.0  # this pass works out the waiting runs' reasons
+    await cluster.housekeep()  # before any cycle: both are untried
+    assert (cluster.wls[quick].last_pending, cluster.wls[slow].last_pending) == (
+        "", "Pending|Waiting for the next scheduling cycle|1")
+    await until_finished(cluster, quick)
+    await until_finished(cluster, slow)
+    changes: dict[str, list[WatchEvent]] = {quick: [], slow: []}
+    for m in await replay(bus, stream="K8S", subject="k8s.local.>"):
+        name = next((n for n in changes if n in m.subject), None)
+        if name is not None:
+            changes[name].append(msgspec.json.decode(m.data, type=WatchEvent))
+    seen = {name: [(ev.object["kind"], ev.type, [(out.event_type, getattr(out.payload, "message", ""),
+                                                    getattr(out.payload, "position", None))
+                                                   for out in translate(ev)])
+                   for ev in evs] for name, evs in changes.items()}
+    admitted = [("Workload", "MODIFIED", [("admission.admitted", "", None)]),
+                ("Pod", "ADDED", [("exec.running", "", None)]),
+                ("Job", "MODIFIED", [("exec.succeeded", "", None)])]
+    added = ("Workload", "ADDED", [("admission.queued", "waiting for Kueue to consider the workload", None)])
+    assert seen[quick] == [added, *admitted]
+    assert seen[slow] == [added, ("Workload", "MODIFIED", [
+        ("admission.queued", "Waiting for the next scheduling cycle", 1)]), *admitted]
 
 
 async def test_every_waiting_run_has_one_reason_and_the_place_tau_queue_shows(cluster: LocalCluster) -> None:

@@ -23,6 +23,7 @@ from taugrid.config.platform import Platform
 from taugrid.config.platformtopology import HOSTNAME_LABEL, node_labels
 from taugrid.core import admission as adm
 from taugrid.core import devices
+from taugrid.core.admission import results as adm_results
 from taugrid.core.contracts import PodSetTopology, TopologyDomain
 from taugrid.core.errors import PermanentError
 from taugrid.core.manifestkeys import (
@@ -173,6 +174,11 @@ class Pending:
     reason: str
     message: str
     position: int  # runs ahead of it in its ClusterQueue (0: next), as `tau queue` numbers them
+
+    @property
+    def untried(self) -> bool:
+        """The engine's words for a workload no cycle has considered yet (it has no reason of its own)."""
+        return (self.reason, self.message) == (adm_results.PENDING, adm_results.MSG_QUEUED)
 
 
 @dataclass
