@@ -193,6 +193,28 @@ def test_a_process_parses_once_and_again_only_when_a_tau_variable_changes(monkey
     assert settings.current().local.node_name == "n2"
 
 
+def test_the_variables_are_walked_again_only_when_the_environment_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some callers ask once a message (the evidence four times a seal): an unchanged environment is not walked
+    again (a copy of CPython's own dict of it is compared), a changed one is, and a removed variable is seen."""
+    walks: list[tuple[tuple[str, str], ...]] = []
+    walk = settings._tau_items
+
+    def counted() -> tuple[tuple[str, str], ...]:
+        walks.append(walk())
+        return walks[-1]
+
+    monkeypatch.setattr(settings, "_tau_items", counted)
+    monkeypatch.setenv("TAU_NODE_NAME", "n1")
+    first = settings.current()
+    assert {id(settings.current()) for _ in range(100)} == {id(first)}
+    assert len(walks) == 1
+    monkeypatch.setenv("PATH_UNRELATED_TO_TAU", "y")
+    assert (settings.current() is first, len(walks)) == (True, 2)
+    monkeypatch.delenv("TAU_NODE_NAME")
+    assert (settings.current().local.node_name, len(walks)) == ("", 3)
+    assert (settings.current().local.node_name, len(walks)) == ("", 3)
+
+
 def test_a_service_with_a_bad_value_stops_at_its_start_naming_it() -> None:
     env = {**os.environ, "TAU_HEALTH_DRAIN_GRACE_S": "soon", "TAU_NATS_URL": "nats://127.0.0.1:1"}
     done = subprocess.run([sys.executable, "-m", "taugrid_services.recovery"], env=env, capture_output=True,
