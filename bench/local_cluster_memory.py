@@ -14,7 +14,7 @@ workloads held (waiting), pymalloc's arenas and the bytes in use in them (``sys.
 and where the objects that hold pymalloc's arenas at the end were allocated. No limit is judged: the stack's
 ``kueue_large_scenario.py`` judges the service.
 
-Usage: python bench/local_cluster_memory.py [--runs 20000] [--rate 0] [--in-flight 64] [--trace]
+Usage: python bench/local_cluster_memory.py [--runs 20000] [--rate 0 | --burst] [--in-flight 64] [--trace]
 """
 
 from __future__ import annotations
@@ -103,11 +103,12 @@ def malloc_stats() -> dict[str, int]:
 def probe(cluster: LocalCluster, label: str) -> dict[str, Any]:
     stats = malloc_stats()
     waiting = sum(1 for w in cluster.wls.values() if w.state == "pending")
+    decoded = sum(1 for w in cluster.wls.values() if w.decoded)  # Job, Workload or a pod held as dicts
     row = {"rss": psutil.Process().memory_info().rss / 2**20, "held": len(cluster.wls), "waiting": waiting,
-           "finished": len(cluster.finished), **stats}
+           "finished": len(cluster.finished), "decoded": decoded, **stats}
     print(f"{label:>12}  rss {row['rss']:6.1f} MB  held {row['held']:6d}  waiting {waiting:6d}  finished "
-          f"{row['finished']:6d}  arenas {stats.get('arenas', 0):4d} (peak {stats.get('arenas_peak', 0):4d})  "
-          f"in use {stats.get('in_use', 0) / 2**20:6.1f} MB", flush=True)
+          f"{row['finished']:6d}  decoded {decoded:5d}  arenas {stats.get('arenas', 0):4d} "
+          f"(peak {stats.get('arenas_peak', 0):4d})  in use {stats.get('in_use', 0) / 2**20:6.1f} MB", flush=True)
     return row
 
 
@@ -242,7 +243,9 @@ async def drive(args: argparse.Namespace, url: str, data: Path) -> None:
             await cluster.housekeep()
             await asyncio.sleep(0.2)
 
-    tasks = [asyncio.create_task(cluster.admission_loop(stopping)), asyncio.create_task(ticks())]
+    tasks: list[asyncio.Task[None]] = []
+    if not args.burst:
+        tasks += [asyncio.create_task(cluster.admission_loop(stopping)), asyncio.create_task(ticks())]
     templates = {cls: template(cls) for cls in LARGE.classes}
     slots = asyncio.Semaphore(args.in_flight)
     peak: dict[str, Any] = {"held": -1}
@@ -279,6 +282,12 @@ async def drive(args: argparse.Namespace, url: str, data: Path) -> None:
         task = asyncio.create_task(apply(i, cls, c, q))
         pending.add(task)
         task.add_done_callback(pending.discard)
+    if args.burst:  # every run waits applied; then the cluster admits, runs and ends them all at once
+        while pending:
+            await asyncio.sleep(0.05)
+        probe(cluster, "applied")
+        tasks += [asyncio.create_task(cluster.admission_loop(stopping)), asyncio.create_task(ticks())]
+        cluster.wake()
     while pending or cluster.wls:
         await asyncio.sleep(0.2)
     wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
@@ -316,6 +325,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=20_000, help="runs applied (Kueue's large-scale has 50,000)")
     ap.add_argument("--rate", type=float, default=0.0, help="applies a second (0: as fast as --in-flight allow)")
+    ap.add_argument("--burst", action="store_true", help="apply every run before the cluster admits any, then "
+                    "let it admit, run and end them all: a backlog of --runs at once")
     ap.add_argument("--in-flight", type=int, default=64, help="applies under way at once, as the service's consumer")
     ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--trace", action="store_true", help="tracemalloc: allocation sites and arena survivors")

@@ -539,6 +539,7 @@ async def test_a_simulated_pod_ends_when_its_duration_is_up_without_a_housekeepi
     await cluster.tick()  # admitted and started; no further tick is called below
     await asyncio.wait_for(_until(lambda: name not in cluster.wls), timeout=10)  # finished and forgotten
     assert wl.state == "finished"
+    assert not wl.decoded  # gone: held as JSON (a batch of ends holds its workloads until the batch is done)
     assert [p.phase for p in wl.pods] == ["Succeeded"]
     assert wl.job["status"]["conditions"][-1]["type"] == "Complete"
 

@@ -83,6 +83,11 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what changed without one
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
+# Starts and ends under way at once, at most (the rest wait their turn, in order): each holds its Job, Workload and
+# pods as dicts from its first step to its last publish, and a burst's were all under way together (1,000 ends at
+# once: 40 KB each, where at most 64 publishes are in flight anyway, ``_inflight``); Python's allocator kept the
+# arenas they filled after the burst (issue 27: the local cluster ended at 96-118 MB after Kueue's large-scale)
+STEPS_AT_ONCE = 64
 FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
 _UNSYNCED = msgspec.Raw(b"null")  # a new workload's JSON until its first save writes it (``LocalWorkload.sync``)
 
@@ -644,9 +649,9 @@ class LocalCluster:
         for ev in preempted:
             if ev.victim in self.wls:
                 await self._preempt(self.wls[ev.victim], ev.reason, ev.message, ev.preemptor, now)
-        await self._each(self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes, topology=g.topology)
-                         for g in granted
-                         if g.name in self.wls and self.wls[g.name].state == "pending")
+        await self._each((self._start(self.wls[g.name], g.flavors, g.gpus, now, nodes=g.nodes, topology=g.topology)
+                          for g in granted
+                          if g.name in self.wls and self.wls[g.name].state == "pending"), at_once=STEPS_AT_ONCE)
         for r in resized:  # elastic runs (after the starts: a run may grow in the cycle that admits it)
             await resize.apply(self, r)
         if preempted or len(granted) >= ADMIT_BATCH or examined >= ADMIT_BATCH:
@@ -681,10 +686,20 @@ class LocalCluster:
             await self._publish_queues(now)
 
     @staticmethod
-    async def _each(coros: Iterable[Awaitable[None]]) -> None:
+    async def _each(coros: Iterable[Awaitable[None]], *, at_once: int = 0) -> None:
         """Run per-workload steps concurrently; one workload's failure (e.g. a publish timeout under load) is
-        logged and retried on the next tick instead of aborting everyone else's."""
-        for result in await asyncio.gather(*coros, return_exceptions=True):
+        logged and retried on the next tick instead of aborting everyone else's. ``at_once``: at most that many
+        under way (0: all), the rest begun, in order, as those end; a step not begun has decoded nothing."""
+        steps: Iterable[Awaitable[None]] = coros
+        if at_once:
+            slots = asyncio.Semaphore(at_once)
+
+            async def in_turn(step: Awaitable[None]) -> None:
+                async with slots:
+                    await step
+
+            steps = [in_turn(step) for step in coros]
+        for result in await asyncio.gather(*steps, return_exceptions=True):
             if isinstance(result, Exception):
                 log.warning("local cluster step failed; retrying next tick: %r", result)
 
@@ -909,7 +924,8 @@ class LocalCluster:
         if self._freed:  # released since the last admission began
             await self._admit()
         # after the admission: a run it preempted is pending again, not to be supervised (nor released)
-        await self._each(self._supervise(wl) for wl in wls if wl.state in ("running", "deleted"))
+        await self._each((self._supervise(wl) for wl in wls if wl.state in ("running", "deleted")),
+                         at_once=STEPS_AT_ONCE)
 
     def _release_ended(self, wls: Iterable[LocalWorkload]) -> bool:
         """Release the quota and node room of the running simulated workloads whose every pod has ended (as
@@ -1022,6 +1038,9 @@ class LocalCluster:
         if may_return:
             return
         self._drop_versions(wl.job, wl.workload, *(p.obj for p in wl.pods))
+        # as JSON from here: a batch of ends holds its workloads until the whole batch is done, and a burst's
+        # finished workloads' dicts were all alive together (issue 27)
+        wl.pack()
         self.finished[wl.name] = None
         while len(self.finished) > FINISHED_MEMORY:
             self.finished.popitem(last=False)
