@@ -33,6 +33,7 @@ from taugrid.bus.sitelease import SiteLeaseKeeper
 from taugrid.config.clusters import DISPATCH, NAME_PATTERN
 from taugrid.config.platform import Platform
 from taugrid.config.siteplatform import for_cluster
+from taugrid.core import heap
 from taugrid.core.admission import Resize
 from taugrid.core.contracts import BackendApply, BackendDelete, PodSetTopology, WatchEvent
 from taugrid.core.errors import ConfigError, TemporaryError
@@ -88,6 +89,7 @@ ADMIT_BATCH = 256  # admissions decided before their starts are published togeth
 # once: 40 KB each, where at most 64 publishes are in flight anyway, ``_inflight``); Python's allocator kept the
 # arenas they filled after the burst (issue 27: the local cluster ended at 96-118 MB after Kueue's large-scale)
 STEPS_AT_ONCE = 64
+TRIM_PEAK = 256  # workloads held at once before a drained backlog is worth a heap trim (``_trim_after_drain``)
 FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
 _UNSYNCED = msgspec.Raw(b"null")  # a new workload's JSON until its first save writes it (``LocalWorkload.sync``)
 
@@ -178,6 +180,7 @@ class LocalCluster:
         self._snapshot_at = 0.0
         self._platform_checked = 0.0
         self._pending_at = 0.0
+        self._held_peak = 0  # the most workloads held since the heap was last trimmed (``_trim_after_drain``)
         self._blocked = False  # admission held by Kueue's blockAdmission at the last wake-up
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
         self.work = asyncio.Event()  # set on new work or freed capacity (``wake``)
@@ -684,6 +687,20 @@ class LocalCluster:
         if now - self._snapshot_at > 2.0:
             self._snapshot_at = now
             await self._publish_queues(now)
+        self._trim_after_drain()
+
+    def _trim_after_drain(self) -> None:
+        """A drained backlog's memory back to the system: a waiting workload holds its Job and Workload as JSON,
+        a running one its pods too (``LocalWorkload.pack``), a few kilobytes each in the C heap, where glibc keeps
+        the pages a burst freed (``core/heap``). When what is held falls to a quarter of a peak of at least
+        ``TRIM_PEAK`` workloads, the heap's free pages are released: once a backlog, never per tick (a trim walks
+        the heap). Python's own arenas are not the C heap's: what a burst's small objects filled stays (the
+        starts and ends under way are bounded for that, ``STEPS_AT_ONCE``)."""
+        held = len(self.wls)
+        self._held_peak = max(self._held_peak, held)
+        if self._held_peak >= TRIM_PEAK and held <= self._held_peak // 4:
+            heap.trim()
+            self._held_peak = held
 
     @staticmethod
     async def _each(coros: Iterable[Awaitable[None]], *, at_once: int = 0) -> None:

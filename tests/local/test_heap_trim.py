@@ -1,0 +1,38 @@
+"""The local cluster gives a drained backlog's C heap back (``LocalCluster._trim_after_drain``): a heap trim when
+what it holds falls to a quarter of a peak of at least ``TRIM_PEAK`` workloads, once a backlog, never per tick."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from taugrid.local import controller
+from taugrid.local.controller import TRIM_PEAK, LocalCluster
+
+
+def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
+    cluster = SimpleNamespace(wls={}, _held_peak=0)
+
+    def tick(held: int) -> None:
+        cluster.wls = dict.fromkeys(range(held))
+        LocalCluster._trim_after_drain(cluster)  # type: ignore[arg-type]
+
+    for held in (10, TRIM_PEAK - 1, 0):  # a peak under TRIM_PEAK is not worth a trim
+        tick(held)
+    assert trims == []
+    for held in (4 * TRIM_PEAK, 2 * TRIM_PEAK, TRIM_PEAK + 1):  # not yet down to a quarter
+        tick(held)
+    assert (trims, cluster._held_peak) == ([], 4 * TRIM_PEAK)
+    tick(TRIM_PEAK)  # a quarter of the peak: trimmed once, the peak starts again from what is held
+    assert (trims, cluster._held_peak) == ([1], TRIM_PEAK)
+    for held in (TRIM_PEAK, TRIM_PEAK // 2, TRIM_PEAK // 4 + 1):
+        tick(held)
+    assert trims == [1]
+    tick(TRIM_PEAK // 4)  # a quarter of the new peak of TRIM_PEAK
+    assert (trims, cluster._held_peak) == ([1, 1], TRIM_PEAK // 4)
+    for held in (0, 0, 0):  # a peak under TRIM_PEAK: an idle cluster is not trimmed tick after tick
+        tick(held)
+    assert trims == [1, 1]
