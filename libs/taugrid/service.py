@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -107,6 +108,7 @@ async def run(name: str, start: StartFn, *, url: str | None = None, given: Setti
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, svc.stop)
     log.info("%s started (pid %s) with %d consumer(s)", name, os.getpid(), len(svc.loops))
+    freeze_started()
     say_ready(given.process.ready_file)
     tasks = [asyncio.create_task(lp.run()) for lp in svc.loops] + [asyncio.create_task(t) for t in svc.tasks]
     stop_wait = asyncio.create_task(svc.stopping.wait())
@@ -121,6 +123,17 @@ async def run(name: str, start: StartFn, *, url: str | None = None, given: Setti
     log.info("%s drained and stopped", name)
     if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
         sys.exit(1)
+
+
+def freeze_started() -> None:
+    """What a service's start imported and built stays for its life: its cyclic garbage collected once, then the
+    rest kept out of the cyclic collector's later passes (``gc.freeze``; objects still go when their last
+    reference does). Issue 30, idle p99: a full pass over a started service's objects, which the allocations of its
+    first events trigger, took 40-120 ms of a run's path at each stage (up to 470 ms under load); traced over the
+    first 20 idle runs of fresh stacks, the services' collections of generations 1 and 2 took 200.6 / 253.2 ms in
+    all, 4.8 / 2.0 ms with this."""
+    gc.collect()
+    gc.freeze()
 
 
 READY_FILE_ENV = "TAU_READY_FILE"  # as taugrid.stack.scaling names it (the bus layer does not import the stack)
