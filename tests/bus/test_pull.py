@@ -15,6 +15,7 @@ import pytest
 
 from taugrid.bus import Bus
 from taugrid.bus.bootstrap import ensure_consumer
+from taugrid.bus.errors import REFUSED
 from taugrid.bus.pull import Puller
 from taugrid.bus.topology import ConsumerSpec
 
@@ -101,5 +102,22 @@ async def test_an_earlier_requests_late_status_never_ends_a_later_fetch(bus: Bus
         await bus.nc.publish(f"{puller.prefix}0", b"", headers={"Status": "408", "Description": "Request Timeout"})
         await bus.js.publish(f"{prefix}.r1.1", b"one")
         assert [m.data for m in await fetch] == [b"one"]
+    finally:
+        await puller.unsubscribe()
+
+
+async def test_a_fetch_whose_durable_is_deleted_meanwhile_raises_rather_than_asking_again_at_once(bus: Bus) -> None:
+    """The server cuts the waiting request short (409); with nothing fetched the fetch raises the server's answer, so
+    the consumer loop pauses (``ConsumerLoop``: a failed fetch waits 0.5 s) instead of asking again and again."""
+    durable, _ = await a_durable(bus)
+    puller = Puller(bus.nc, stream="LOGS", durable=durable)
+    await puller.start()
+    try:
+        fetch = asyncio.create_task(puller.fetch(32, WAIT_S))
+        await waiting_requests(bus, durable, 1)
+        await bus.js.delete_consumer("LOGS", durable)
+        with pytest.raises(REFUSED) as refused:
+            await fetch
+        assert refused.value.code == 409  # type: ignore[attr-defined]  # nats-py's APIError
     finally:
         await puller.unsubscribe()

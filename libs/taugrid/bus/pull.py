@@ -33,13 +33,12 @@ from nats.js.errors import APIError
 # How long past the request's own expiry a fetch waits for the server's answer: the server ends every request
 # itself, so this only bounds a request lost with its server (a reconnect, a new consumer leader).
 ANSWER_GRACE_S = 0.5
-# the request is over: nothing more waits (404), it expired (408), or the server cut it short (409: a leader
-# change, its consumer's limits); the next fetch asks again, as nats-py's did
 # How long a fetch that holds messages waits for the next answer: the server sends a request's messages and its
 # end together, so a longer gap means a request that is not ending (one that waits for a full batch, which this
 # module never sends, but another subscriber of the inbox could): what it brings later goes to the next fetch.
 FOLLOW_S = 0.05
-_ENDS = (api.StatusCode.NO_MESSAGES, api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT)
+# the request is over: nothing more waits (404) or it expired (408); the next fetch asks again
+_ENDS = (api.StatusCode.NO_MESSAGES, api.StatusCode.REQUEST_TIMEOUT)
 
 
 class Puller:
@@ -92,9 +91,9 @@ class Puller:
                 got.append(msg)
             elif msg.subject != reply or status == api.StatusCode.CONTROL_MESSAGE:
                 continue  # an earlier request's end (a status comes on its request's own subject), or a heartbeat
-            elif status in _ENDS:
-                break
-            else:
+            elif status in _ENDS or (status == api.StatusCode.CONFLICT and got):
+                break  # or a 409 cut it short (its consumer deleted, a new leader): what came is handed over
+            else:  # refused, or cut short with nothing: raised, so the loop pauses instead of asking at once again
                 raise APIError.from_msg(msg)
         if not got:
             raise TimeoutError(f"no message for {self.subject} within {timeout:.1f}s")
