@@ -24,6 +24,7 @@ import asyncio
 import ctypes
 import gc
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -298,8 +299,9 @@ async def drive(args: argparse.Namespace, url: str, data: Path) -> None:
     await asyncio.gather(*tasks, sampler, return_exceptions=True)
     print(f"{applied} runs applied and finished in {wall:.1f} s; process CPU {cpu:.1f} s, "
           f"{1000 * cpu / max(1, applied):.2f} ms a run")
-    print(f"peak: held {peak['held']}, waiting {peak.get('waiting')}, rss {peak.get('rss', 0):.1f} MB, arenas "
-          f"{peak.get('arenas')}, in use {peak.get('in_use', 0) / 2**20:.1f} MB")
+    if peak["held"] >= 0:  # sampled at least once
+        print(f"peak: held {peak['held']}, waiting {peak.get('waiting')}, rss {peak.get('rss', 0):.1f} MB, arenas "
+              f"{peak.get('arenas')}, in use {peak.get('in_use', 0) / 2**20:.1f} MB")
     gc.collect()
     probe(cluster, "end")
     if args.trim:
@@ -345,6 +347,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
