@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +336,20 @@ def stack_up(data: Path, env: dict[str, str], tau: list[str], platform: str, *, 
         else:
             shutil.rmtree(data, ignore_errors=True)
 
+
+
+def burst_diagnostic(doc: str | None, prefix: str, default_runs: int,
+                     measure: Callable[[str, Path, int], Awaitable[None]]) -> None:
+    """The command line of a diagnostic that submits ``--runs`` runs at once to a fresh simulated stack with the
+    bench's platform and prints what ``measure(url, data_dir, runs)`` counts (``run_traffic.py``,
+    ``watch_counts.py``: counts, no targets)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=default_runs, help="runs submitted at once")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
+    args = ap.parse_args()
+    data, env, tau = simulated_stack(prefix)
+    with stack_up(data, env, tau, PLATFORM, keep=args.keep) as url:
+        asyncio.run(measure(url, data, args.runs))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,14 +10,13 @@ asserts nothing and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pipeline import PLATFORM, RUN, Watch, simulated_stack, stack_up  # bench/ is on sys.path
+from pipeline import RUN, Watch, burst_diagnostic  # bench/ is on sys.path
 
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
@@ -148,14 +147,7 @@ async def measure(url: str, data: Path, runs: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=100, help="runs submitted at once")
-    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
-    args = ap.parse_args()
-    data, env, tau = simulated_stack("tau-bench-traffic-")
-    with stack_up(data, env, tau, PLATFORM, keep=args.keep) as url:
-        asyncio.run(measure(url, data, args.runs))
-
+    burst_diagnostic(__doc__, "tau-bench-traffic-", 100, measure)
 
 if __name__ == "__main__":
     main()

@@ -8,7 +8,6 @@ A diagnostic: it asserts nothing and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 from collections import Counter
@@ -18,7 +17,7 @@ from typing import Any
 
 import msgspec
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from pipeline import PLATFORM, RUN, Watch, cpu_seconds, simulated_stack, stack_up  # bench/ is on sys.path
+from pipeline import RUN, Watch, burst_diagnostic, cpu_seconds  # bench/ is on sys.path
 
 from taugrid.bus import replay
 from taugrid.client import open_client
@@ -140,14 +139,7 @@ async def measure(url: str, data: Path, runs: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=200, help="runs submitted at once")
-    ap.add_argument("--keep", action="store_true", help="keep the data directory (service logs) afterwards")
-    args = ap.parse_args()
-    data, env, tau = simulated_stack("tau-bench-watch-")
-    with stack_up(data, env, tau, PLATFORM, keep=args.keep) as url:
-        asyncio.run(measure(url, data, args.runs))
-
+    burst_diagnostic(__doc__, "tau-bench-watch-", 200, measure)
 
 if __name__ == "__main__":
     main()

@@ -7,9 +7,11 @@ well before that."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -29,6 +31,17 @@ async def a_durable(bus: Bus) -> tuple[str, str]:
     return f"pull-{tag}", f"log.pull{tag}"
 
 
+@contextlib.asynccontextmanager
+async def started_puller(bus: Bus, durable: str) -> AsyncIterator[Puller]:
+    """``durable``'s Puller, started, unsubscribed at the end."""
+    puller = Puller(bus.nc, stream="LOGS", durable=durable)
+    await puller.start()
+    try:
+        yield puller
+    finally:
+        await puller.unsubscribe()
+
+
 async def waiting_requests(bus: Bus, durable: str, at_least: int) -> None:
     """Until the server holds ``at_least`` pull requests of ``durable`` (the fetch has asked)."""
     async with asyncio.timeout(WAIT_S):
@@ -38,9 +51,7 @@ async def waiting_requests(bus: Bus, durable: str, at_least: int) -> None:
 
 async def test_a_message_stored_while_a_fetch_waits_is_handed_over_when_stored(bus: Bus) -> None:
     durable, prefix = await a_durable(bus)
-    puller = Puller(bus.nc, stream="LOGS", durable=durable)
-    await puller.start()
-    try:
+    async with started_puller(bus, durable) as puller:
         fetch = asyncio.create_task(puller.fetch(32, WAIT_S))
         await waiting_requests(bus, durable, 1)
         stored = time.monotonic()
@@ -48,8 +59,6 @@ async def test_a_message_stored_while_a_fetch_waits_is_handed_over_when_stored(b
         got = await fetch
         assert [m.data for m in got] == [b"one"]
         assert time.monotonic() - stored < WAIT_S / 2  # not at the request's expiry
-    finally:
-        await puller.unsubscribe()
 
 
 async def test_a_message_an_earlier_full_batch_request_takes_is_handed_over_at_once(bus: Bus) -> None:
@@ -57,9 +66,7 @@ async def test_a_message_an_earlier_full_batch_request_takes_is_handed_over_at_o
     is the one the server serves first; what it is given reaches the fetch waiting now, without waiting for that
     request's 32 messages or its expiry."""
     durable, prefix = await a_durable(bus)
-    puller = Puller(bus.nc, stream="LOGS", durable=durable)
-    await puller.start()
-    try:
+    async with started_puller(bus, durable) as puller:
         await bus.nc.publish(puller.subject, json.dumps({"batch": 32, "expires": int(WAIT_S * 1e9)}).encode(),
                              reply=f"{puller.prefix}0")
         fetch = asyncio.create_task(puller.fetch(32, WAIT_S))
@@ -69,17 +76,13 @@ async def test_a_message_an_earlier_full_batch_request_takes_is_handed_over_at_o
         got = await fetch
         assert [(m.subject, m.data) for m in got] == [(f"{prefix}.r1.1", b"one")]
         assert time.monotonic() - stored < WAIT_S / 2
-    finally:
-        await puller.unsubscribe()
 
 
 async def test_a_backlog_comes_in_batches_and_an_empty_durable_times_out(bus: Bus) -> None:
     durable, prefix = await a_durable(bus)
     for i in range(5):
         await bus.js.publish(f"{prefix}.r{i}.1", str(i).encode())
-    puller = Puller(bus.nc, stream="LOGS", durable=durable)
-    await puller.start()
-    try:
+    async with started_puller(bus, durable) as puller:
         first = await puller.fetch(3, WAIT_S)
         rest = await puller.fetch(3, WAIT_S)  # two left: answered at once with them, not at expiry
         assert [m.data for m in first + rest] == [b"0", b"1", b"2", b"3", b"4"]
@@ -87,37 +90,27 @@ async def test_a_backlog_comes_in_batches_and_an_empty_durable_times_out(bus: Bu
             await m.ack()
         with pytest.raises(TimeoutError):
             await puller.fetch(3, 0.2)
-    finally:
-        await puller.unsubscribe()
 
 
 async def test_an_earlier_requests_late_status_never_ends_a_later_fetch(bus: Bus) -> None:
     durable, prefix = await a_durable(bus)
-    puller = Puller(bus.nc, stream="LOGS", durable=durable)
-    await puller.start()
-    try:
+    async with started_puller(bus, durable) as puller:
         fetch = asyncio.create_task(puller.fetch(32, WAIT_S))
         await waiting_requests(bus, durable, 1)
         # what a request this side stopped waiting for gets at its expiry, arriving now
         await bus.nc.publish(f"{puller.prefix}0", b"", headers={"Status": "408", "Description": "Request Timeout"})
         await bus.js.publish(f"{prefix}.r1.1", b"one")
         assert [m.data for m in await fetch] == [b"one"]
-    finally:
-        await puller.unsubscribe()
 
 
 async def test_a_fetch_whose_durable_is_deleted_meanwhile_raises_rather_than_asking_again_at_once(bus: Bus) -> None:
     """The server cuts the waiting request short (409); with nothing fetched the fetch raises the server's answer, so
     the consumer loop pauses (``ConsumerLoop``: a failed fetch waits 0.5 s) instead of asking again and again."""
     durable, _ = await a_durable(bus)
-    puller = Puller(bus.nc, stream="LOGS", durable=durable)
-    await puller.start()
-    try:
+    async with started_puller(bus, durable) as puller:
         fetch = asyncio.create_task(puller.fetch(32, WAIT_S))
         await waiting_requests(bus, durable, 1)
         await bus.js.delete_consumer("LOGS", durable)
         with pytest.raises(REFUSED) as refused:
             await fetch
         assert refused.value.code == 409  # type: ignore[attr-defined]  # nats-py's APIError
-    finally:
-        await puller.unsubscribe()
