@@ -5,7 +5,8 @@
 
 For a before/after comparison on this shared machine: start one stack per tree (``TAU_DATA_DIR`` of its own,
 ``TAU_LOCAL_SIMULATE=1``, the tree first on ``PYTHONPATH``) with ``bench/pipeline.py``'s platform applied
-(``one_queue_platform("bench")``), then ``idle_ab.py DIR_A DIR_B``. A diagnostic: it checks no target."""
+(``one_queue_platform("bench")``), then ``idle_ab.py DIR_A DIR_B``. A diagnostic: it checks no target,
+but exits 1 when a run did not end within 30 s (its figures would be the wait until the bench gave up)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class Side:
         self.changed = asyncio.Event()
         self.to_admit: list[float] = []
         self.to_succeed: list[float] = []
+        self.given_up = 0  # kept runs not ended within 30 s: their figures are the wait until then, not a time
         self.cpu_s = 0.0
         self.client: Any = None
         self.admin: Any = None
@@ -62,7 +64,8 @@ class Side:
                 self.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.changed.wait(), timeout=1.0)
-            if keep:  # a run that never got there counts until the bench gave up on it
+            if keep:  # a run that never got there counts until the bench gave up on it, and is counted
+                self.given_up += run_id not in self.ended
                 self.to_admit.append(1000 * (self.admitted.get(run_id, time.time()) - t0))
                 self.to_succeed.append(1000 * (self.ended.get(run_id, time.time()) - t0))
             await asyncio.sleep(0.3)
@@ -75,7 +78,7 @@ class Side:
         await self.admin.close()
 
 
-async def main() -> None:
+async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data_dirs", nargs="+", type=Path, help="the data directories of running stacks")
     ap.add_argument("--runs", type=int, default=10, help="idle runs a batch")
@@ -88,14 +91,18 @@ async def main() -> None:
     for r in range(args.rounds):
         for side in sides if r % 2 == 0 else sides[::-1]:
             await side.batch(args.runs)
+    given_up = 0
     for side in sides:
         a, s = side.to_admit, side.to_succeed
-        print(f"{side.data}: {len(a)} idle runs; submit → admitted p50 {pct(a, 50):.1f}  p90 {pct(a, 90):.1f}  "
+        given_up += side.given_up
+        print(f"{side.data}: {len(a)} idle runs ({side.given_up} not ended in 30 s); "
+              f"submit → admitted p50 {pct(a, 50):.1f}  p90 {pct(a, 90):.1f}  "
               f"p99 {pct(a, 99):.1f} ms; → succeeded (50 ms pod) p50 {pct(s, 50):.1f}  p99 {pct(s, 99):.1f} ms; "
               f"services' CPU {1000 * side.cpu_s / max(1, len(a)):.1f} ms a run")
         await side.close()
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    return 1 if given_up else 0  # a percentile over runs that never ended would read as a time
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    raise SystemExit(asyncio.run(main()))

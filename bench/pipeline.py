@@ -38,7 +38,7 @@ import psutil
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
 from taugrid.bus.envelope import run_of
-from taugrid.client import open_client
+from taugrid.client import Client, open_client
 from taugrid.core.ids import new_run_id, new_submission_id
 from taugrid.stack import natsserver
 
@@ -337,6 +337,33 @@ def stack_up(data: Path, env: dict[str, str], tau: list[str], platform: str, *, 
             shutil.rmtree(data, ignore_errors=True)
 
 
+
+
+async def warmed_stack(url: str, data: Path) -> tuple[Client, Client, Watch]:
+    """The bench user's client and the stack admin's on the stack in ``data``, and a ``Watch`` of every run's end,
+    once one warm-up run ended and the stack had 3 s to settle (the diagnostics count a burst, not a first run)."""
+    state = msgspec.json.decode((data / "stack.json").read_bytes())
+    client = await open_client(url, creds=state["user_creds"])
+    admin = await open_client(url, creds=data / "creds" / "bootstrap.nk")
+    watch = Watch()
+    await watch.start(admin.bus.nc)
+    warm = await client.submit_text(RUN.format(name="warmup"), workspace="bench", submission_id=new_submission_id(),
+                                    name="warmup")
+    if not await watch.until(lambda: warm in watch.ended, timeout=300):
+        raise SystemExit("the warm-up run did not end in 300 s")
+    await asyncio.sleep(3.0)
+    return client, admin, watch
+
+
+async def ended_burst(client: Client, watch: Watch, runs: int, *, timeout: float = 600) -> list[str]:
+    """``runs`` runs submitted at once; their ids once every one ended. A burst that does not end in ``timeout``
+    stops the diagnostic (exit 1): figures a run divided over runs still under way would read low."""
+    text = RUN.format(name="count")
+    burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
+                                                      name="count") for _ in range(runs)))
+    if not await watch.until(lambda: all(r in watch.ended for r in burst), timeout=timeout):
+        raise SystemExit(f"{sum(r not in watch.ended for r in burst)} of {runs} runs did not end in {timeout:.0f} s")
+    return burst
 
 def burst_diagnostic(doc: str | None, prefix: str, default_runs: int,
                      measure: Callable[[str, Path, int], Awaitable[None]]) -> None:

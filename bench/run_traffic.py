@@ -15,11 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from pipeline import RUN, Watch, burst_diagnostic  # bench/ is on sys.path
-
-from taugrid.client import open_client
-from taugrid.core.ids import new_submission_id
+from pipeline import burst_diagnostic, ended_burst, warmed_stack  # bench/ is on sys.path
 
 
 def kind_of(subject: str, reply: str) -> str:
@@ -72,16 +68,8 @@ async def delivered(js: Any) -> dict[str, int]:
 
 
 async def measure(url: str, data: Path, runs: int) -> None:
-    state = msgspec.json.decode((data / "stack.json").read_bytes())
-    client = await open_client(url, creds=state["user_creds"])
-    admin = await open_client(url, creds=data / "creds" / "bootstrap.nk")
+    client, admin, watch = await warmed_stack(url, data)
     js, nc = admin.bus.js, admin.bus.nc
-    watch = Watch()
-    await watch.start(nc)
-    warm = await client.submit_text(RUN.format(name="warmup"), workspace="bench", submission_id=new_submission_id(),
-                                    name="warmup")
-    await watch.until(lambda: warm in watch.ended, timeout=300)
-    await asyncio.sleep(3.0)
     seen: Counter[str] = Counter()
     by_sender: Counter[tuple[str, str]] = Counter()  # (reply inbox prefix, what) of requests, KV writes, publishes
     inbox_of: dict[str, set[str]] = {}  # reply inbox prefix → the durables whose acks it asked for (its process)
@@ -102,10 +90,7 @@ async def measure(url: str, data: Path, runs: int) -> None:
     api0 = int((await js.account_info()).api.total)
     sub = await nc.subscribe(">", cb=on_any, pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30)
     await nc.flush()
-    text = RUN.format(name="count")
-    burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
-                                                      name="count") for _ in range(runs)))
-    await watch.until(lambda: all(r in watch.ended for r in burst), timeout=600)
+    burst = await ended_burst(client, watch, runs)
     await asyncio.sleep(6.0)  # the seals (the evidence runs niced) and the projections settle
     counting = False
     await sub.unsubscribe()

@@ -18,10 +18,12 @@ the per-run figures in a few minutes (they do not depend on the machine's load);
 ``--replicate N`` (``bench/replica.py``) then copies the measured runs' stored messages, in a copy of the store,
 until it holds N runs (a replica, printed as such: not N real runs), restarts nats-server alone on it, and prints
 its resident memory and its live heap by kind from Go's heap profile; ``--replicate-wait`` restarts it again once
-RUNS' 600 s duplicate window has passed (``--replicate-recent K`` copies published after that wait), which is the
-figure judged, and ``--replicate-attribute`` the live heap each store takes. The 200 MB target is judged on a
-replica of 100,000 or more. ``--replicate-keyed-by-run`` measures a design not built on the same replica: run
-history kept one subject a run (``replica.KEYED_STREAMS`` says how), a what-if, printed as such.
+RUNS' 600 s duplicate window has passed (``--replicate-recent K`` copies published after that wait); the last
+restart is the figure judged (the one after the window with ``--replicate-wait``, else the one right after the
+copies, which reads higher), and ``--replicate-attribute`` the live heap each store takes. The 200 MB target is
+judged on a replica of 100,000 or more. ``--replicate-keyed-by-run`` measures a design not built on the same
+replica: run history kept one subject a run (``replica.KEYED_STREAMS`` says how), a what-if, printed as such and
+not judged.
 """
 
 from __future__ import annotations
@@ -292,12 +294,14 @@ def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: boo
         for name, (subjects, mb) in replica.attribute(store, log, names).items():
             print(f"    {name:<18}{subjects / runs:6.2f} subjects a run  {mb:7.1f} MB  "
                   f"({mb * 2**20 / max(1, subjects):.0f} B a subject)")
-    judged = runs >= REPLICA_TARGET_RUNS
+    # a what-if's store is not the design built: its figure is printed, never judged against the target
+    judged = runs >= REPLICA_TARGET_RUNS and not keyed
     final = restarts[-1][1]
     ok = final.rss_later_mb <= REPLICA_RSS_TARGET_MB or not judged
+    unjudged = "a what-if, not the design built" if keyed else f"{runs:,} runs"
     print(f"  target ≤ {REPLICA_RSS_TARGET_MB:g} MB after a restart over {REPLICA_TARGET_RUNS:,} runs: "
           + (("ok" if ok else "MISSED") + f" ({final.rss_later_mb:.1f} MB, a replica)" if judged
-             else f"not judged ({runs:,} runs)"))
+             else f"not judged ({unjudged}: {final.rss_later_mb:.1f} MB)"))
     return ok
 
 

@@ -15,14 +15,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from pipeline import RUN, Watch, burst_diagnostic, cpu_seconds  # bench/ is on sys.path
+from pipeline import burst_diagnostic, cpu_seconds, ended_burst, warmed_stack  # bench/ is on sys.path
 
 from taugrid.bus import replay
-from taugrid.client import open_client
 from taugrid.core.contracts import WatchEvent
-from taugrid.core.ids import new_submission_id
 from taugrid.kube.progress import progress
 from taugrid.kube.translate import RunRef, remember_owner, translate
 
@@ -74,23 +71,12 @@ async def counters(js: Any) -> dict[str, int]:
 
 
 async def measure(url: str, data: Path, runs: int) -> None:
-    state = msgspec.json.decode((data / "stack.json").read_bytes())
-    client = await open_client(url, creds=state["user_creds"])
-    admin = await open_client(url, creds=data / "creds" / "bootstrap.nk")
+    client, admin, watch = await warmed_stack(url, data)
     js = admin.bus.js
-    watch = Watch()
-    await watch.start(admin.bus.nc)
-    warm = await client.submit_text(RUN.format(name="warmup"), workspace="bench", submission_id=new_submission_id(),
-                                    name="warmup")
-    await watch.until(lambda: warm in watch.ended, timeout=300)
-    await asyncio.sleep(3.0)
     async with holding_k8s(js):  # the burst's watch changes, kept for the replay below
         before, cpu_before = await counters(js), cpu_seconds(data)
         first_k8s = before["k8s"] + 1
-        text = RUN.format(name="count")
-        burst = await asyncio.gather(*(client.submit_text(text, workspace="bench", submission_id=new_submission_id(),
-                                                          name="count") for _ in range(runs)))
-        await watch.until(lambda: all(r in watch.ended for r in burst), timeout=600)
+        burst = await ended_burst(client, watch, runs)
         await asyncio.sleep(4.0)  # the last watch events, evidence and projections settle
         after, cpu_after = await counters(js), cpu_seconds(data)
         published: Counter[str] = Counter()

@@ -25,6 +25,7 @@ from taugrid.config import accepted
 from taugrid.config.taujob import load_tau_config_shared
 from taugrid.core.contracts import SubmitAccepted, SubmitRequested
 from taugrid.core.errors import ConfigError
+from taugrid.core.ids import run_claim
 
 
 async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.KeyLine]:
@@ -51,8 +52,8 @@ async def _first_request(bus: Bus, ev: Event) -> int:
     ``<seq>``; 0 when neither says."""
     claim = await kv.get(bus, "submissions", f"id.{ev.subject}")
     text = claim.value.decode(errors="replace") if claim is not None else ""
-    if ":" in text:
-        ws, _, seq = text.rpartition(":")
+    ws, seq = run_claim(text)
+    if seq is not None:
         return int(seq) if ws == ev.workspace and seq.isdigit() else 0
     earlier = await kv.get(bus, "submissions", f"run.{ev.workspace}.{ev.subject}")
     return int(earlier.value) if earlier is not None and earlier.value.isdigit() else 0

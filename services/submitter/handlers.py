@@ -36,7 +36,7 @@ from taugrid.config.resolve import lane_for
 from taugrid.config.taujob import TauConfig, load_tau_config_shared
 from taugrid.core.contracts import Issue, Rejected, SubmitAccepted, SubmitRequested, issues_of
 from taugrid.core.errors import ConfigError, NotFound, NotYet, PermanentError
-from taugrid.core.ids import token
+from taugrid.core.ids import run_claim, token
 from taugrid.core.limits import (
     DEFAULT_SUBMISSIONS_PER_MINUTE,
     SNAPSHOT_UPLOAD_MAX_BYTES,
@@ -271,12 +271,12 @@ class Submitter:
         else:
             value = held.value or b""
         text = value.decode(errors="replace")
-        theirs, with_seq, seq = text.rpartition(":") if ":" in text else (text, "", "")
+        theirs, seq = run_claim(text)
         if theirs != ev.workspace:
             raise PermanentError(
                 f"run id {ev.subject} belongs to a run of workspace {theirs}: a run of workspace {ev.workspace} "
                 "under the same id is refused unanswered; submit it again (`tau run` picks a new id)")
-        if with_seq:
+        if seq is not None:
             return seq == str(ev.seq)
         return await self._first_by_run_key(ev)
 

@@ -8,7 +8,7 @@ import io
 import json
 import secrets
 
-from taugrid.bus import Bus, objects
+from taugrid.bus import Bus, objects, streams
 from taugrid.bus.topology import OBJECT_STORE
 
 
@@ -40,7 +40,10 @@ async def test_an_objects_metadata_keeps_what_readers_need_and_one_message_a_nam
     assert await objects.download(bus, name, sink) == 5 and sink.getvalue() == b"first"
 
     # replaced: the new metadata rolls the old one up, and the old chunks are purged
+    old_chunks = f"$O.{OBJECT_STORE}.C.{info['nuid']}"
+    assert await streams.count(bus, f"OBJ_{OBJECT_STORE}", old_chunks) == 1
     await objects.write(bus, name, b"second!", workspace="ws")
+    assert await streams.count(bus, f"OBJ_{OBJECT_STORE}", old_chunks) == 0
     [meta] = await _metas(bus, name)
     assert json.loads(meta)["size"] == 7 and await objects.read(bus, name) == b"second!"
     assert await objects.remove(bus, name) and await objects.read(bus, name) is None

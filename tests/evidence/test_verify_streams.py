@@ -224,9 +224,10 @@ async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tupl
 
 async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_misses_the_sealed_head(
         stack: tuple[Bus, Bus], tmp_path: Path) -> None:
-    """Issue 27: the bundle keeps the ledger's head and its events, the entries recomputed from them by every
-    reader. An event record rewritten, with the bundle's head to match, chains to another head than the seal's and
-    AUDIT's evidence.sealed; with the seal rewritten to match too, AUDIT still names the sealed digest and head."""
+    """Issue 27: the bundle keeps its events and says its ledger is them (no entries, no head of its own), the
+    entries and the head recomputed from them by every reader. An event record rewritten chains to another head
+    than the seal's and AUDIT's evidence.sealed; with the seal rewritten to match too, AUDIT still names the sealed
+    digest and head."""
     bus, evidence = stack
     led = await sealed_run(bus, evidence, tmp_path)
     got = await store.read_bundle(bus, RUN)

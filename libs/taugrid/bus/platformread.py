@@ -95,8 +95,9 @@ _ONE_MARK: ContextVar[dict[int, platformstore.Mark] | None] = ContextVar("platfo
 
 @contextlib.contextmanager
 def one_mark() -> Iterator[None]:
-    """Within it, the platform reads of this task after its first on a connection reuse that first read's mark:
-    they see the platform as the first one saw it, as if it had been read once (one request, not one a read). For
+    """Within it, the platform reads of this task after its first on a connection reuse that first read's mark
+    (one mark request, not one a read): each serves what is held under that mark, or else fetches the current
+    text, so a read is never older than the first one (an apply made meanwhile may show in a later read). For
     a handler whose reads decide nothing a later apply must change at once (the evidence's seal: the run's price
     at the revision it was approved against, and the archive its bundle goes to); never around a check of a
     person's rights, which must see an apply that returned before the read."""
@@ -139,7 +140,7 @@ class PlatformReader:
 
     async def _current(self) -> tuple[Platform | ConfigError, int] | None:
         """The current revision, parsed (or its ConfigError), fetched only when the bucket changed since."""
-        mark = await self._mark()
+        mark, reused = await self._mark()
         held = self._held(mark)
         if held is not None:
             return held or None
@@ -151,20 +152,22 @@ class PlatformReader:
             # Fetched from the leader, which answered the mark: a replica's direct get may lag it, and a text older
             # than its mark would be held until the next write to the bucket.
             got = await platformstore.get_text(self.bus, leader=True)
-            self._seen = (mark, got[1] if got is not None else 0)
+            if not reused:  # a ``one_mark`` mark may be older than the text just fetched: it must not label it
+                self._seen = (mark, got[1] if got is not None else 0)
             if got is None:
                 return None
             return self._parse(*got), got[1]
 
-    async def _mark(self) -> platformstore.Mark:
-        """The bucket's mark, asked after this call began (``_Marks``), or the one ``one_mark()`` holds."""
+    async def _mark(self) -> tuple[platformstore.Mark, bool]:
+        """The bucket's mark, asked after this call began (``_Marks``), or the one ``one_mark()`` holds (then
+        True: reused, possibly older than the bucket's latest write)."""
         held = _ONE_MARK.get()
         if held is not None and (mark := held.get(id(self.bus))) is not None:
-            return mark
+            return mark, True
         mark = await self._marks.ask()
         if held is not None:
             held.setdefault(id(self.bus), mark)
-        return mark
+        return mark, False
 
     def _held(self, mark: platformstore.Mark) -> tuple[Platform | ConfigError, int] | tuple[()] | None:
         """What was read under ``mark``: the current revision parsed, () when none is stored, None when the text

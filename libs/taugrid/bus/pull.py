@@ -12,11 +12,12 @@ of it), and a short run's end waited up to half a second more (``exec.succeeded`
 Here each fetch sends one request, ``no_wait`` with ``expires``: the server (2.15.1 here; ``tests/bus/test_pull.py``
 holds it to this) keeps it until a message comes, hands over what it holds (up to ``batch``), and ends it at once
 with a 404 when nothing more waits (or a 408 at expiry when nothing came). A fetch waits for its own request's end
-(at most its expiry and a grace after it, or ``FOLLOW_S`` after the last message it got), so it leaves no request
-behind that could take the next message; each request has a reply subject of its own (``<inbox>.<n>``, on which
-the server sends its statuses), so a late status of an earlier one is never taken for the answer. A message that
-reaches the subscription while no fetch waits (delivered to a request given up after the grace) is handed over
-by the next fetch, never left to its ack wait.
+(at most its expiry and a grace after it, or ``FOLLOW_S`` after the last message it got), so in the usual case it
+leaves no request behind that could take the next message; each request has a reply subject of its own
+(``<inbox>.<n>``, on which the server sends its statuses), so a late status of an earlier one is never taken for
+the answer. A message that reaches the subscription while no fetch waits (delivered to a request given up after
+the grace or ``FOLLOW_S``, still open at the server) is handed over by the next fetch; until then its ack wait
+runs (a loop that stops fetching leaves it to its redelivery).
 """
 
 from __future__ import annotations

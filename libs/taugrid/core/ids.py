@@ -53,6 +53,14 @@ def is_run_id(text: str) -> bool:
     return _RUN_ID.fullmatch(text) is not None
 
 
+
+def run_claim(text: str) -> tuple[str, str | None]:
+    """The submitter's claim of a run id (``submissions`` KV, ``id.<run>``): ``<ws>:<seq>`` (the workspace and the
+    RUNS sequence of the run's first request) or ``<ws>`` alone; (workspace, sequence or None). Read by the
+    submitter and the policy alike, so the two never read the claim differently."""
+    ws, colon, seq = text.rpartition(":")
+    return (ws, seq) if colon else (text, None)
+
 def new_submission_id() -> str:
     """Time-ordered random id for a client submission (clients may supply their own for idempotency)."""
     return f"{int(time.time() * 1000):x}{secrets.token_hex(6)}"

@@ -64,6 +64,10 @@ class LocalPod(msgspec.Struct, kw_only=True, dict=True):
 
     def pack(self) -> None:
         self.sync()
+        self.drop()
+
+    def drop(self) -> None:
+        """Forget the dict, its JSON being current (``sync`` just ran)."""
         self.__dict__.pop(_KEPT_POD, None)
 
 
@@ -190,7 +194,7 @@ class LocalWorkload(msgspec.Struct, kw_only=True, dict=True):
         self.__dict__.pop(_KEPT_JOB, None)
         self.__dict__.pop(_KEPT_WORKLOAD, None)
         for p in self.pods:
-            p.pack()
+            p.drop()  # encoded by the ``sync`` above: not again
 
     def _kept(self, key: str, doc: msgspec.Raw) -> dict[str, Any]:
         kept: dict[str, Any] | None = self.__dict__.get(key)
