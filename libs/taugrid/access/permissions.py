@@ -23,7 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from taugrid.bus.topology import (
+    AUDIT_PREFIX,
     CONSUMERS,
+    FEEDS,
+    HISTORY_PREFIX,
     KV_BUCKETS,
     OBJECT_STORE,
     SITE_CAPACITY_BUCKET,
@@ -39,7 +42,11 @@ from taugrid.core.ids import token
 from taugrid.core.publishing import SERVICE_PUBLISH
 
 API = "$JS.API"
-READ_STREAMS = ("RUNS", "AUDIT", "LOGS")  # the streams people read, confined to their workspaces
+# the streams people read, confined to their workspaces by the subjects' workspace token (``READ_PREFIXES``)
+READ_STREAMS = ("RUNS", "HISTORY", "AUDIT", "LOGS")
+# Each read stream's subject prefixes: ``<prefix>.<ws>.>``. HISTORY and AUDIT keep a run's events under one
+# subject a run (``topology.FEEDS``); an AUDIT an earlier release made holds them under RUNS' own subjects too.
+READ_PREFIXES = {"RUNS": ("run",), "HISTORY": (HISTORY_PREFIX,), "AUDIT": (AUDIT_PREFIX, "run"), "LOGS": ("log",)}
 PEOPLE_KV_READ = ("run_state", "platform", "local_cluster", "node_state", "ledger", "site_leases",
                   SITE_CAPACITY_BUCKET)
 # Buckets whose keys are ``run.<workspace>.<run>``: people read only their workspaces' keys there.
@@ -83,7 +90,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     why="accepts submissions (verifies their uploaded snapshot and promotes it into `sources`, "
                         "which only it writes)"),
         ServiceRole("run_record", ("runstate", "runstate-high"), ("run_state",),
-                    replays=("RUNS",),  # a run's record is rebuilt from its events when one arrives late
+                    replays=("RUNS", "HISTORY"),  # a run's record is rebuilt from its events when one arrives late
                     why="projects RUNS into run_state, the record every other stage reads; publishes nothing"),
         ServiceRole("policy", ("policy", "policy-high"), why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer", "renderer-high"), ("manifests",),
@@ -95,7 +102,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     feeds=True,
                     why="many clusters: sends a run's copies to the clusters nominated, withdraws the losers' (§13d)"),
         # manifests: it purges a sealed run's (bus/manifests.py); it reads them only checked against their digest
-        ServiceRole("evidence", ("evidence",), ("ledger", "manifests"), "write", replays=("RUNS", "AUDIT", "LOGS"),
+        ServiceRole("evidence", ("evidence",), ("ledger", "manifests"), "write", replays=("RUNS", "HISTORY", "AUDIT", "LOGS"),
                     why="ledger, sealed bundles"),
         ServiceRole("health_monitor", ("health-monitor", "health-actuator"), ("node_state",),
                     why="node health decisions"),
@@ -110,7 +117,7 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     why="the run pod's init container: fetches the source snapshot, nothing else"),
         ServiceRole("anchor", replays=("AUDIT",), kv_reads=("ledger", "platform"),  # platform: AUDIT's max age
                     why="Kubernetes: signs the ledger heads and AUDIT's position to a file outside the bus"),
-        ServiceRole("portal", (), (), "read", replays=("RUNS", "AUDIT", "LOGS", "NODES"),
+        ServiceRole("portal", (), (), "read", replays=("RUNS", "HISTORY", "AUDIT", "LOGS", "NODES"),
                     why="the web portal: reads for each signed-in person (filtered by the portal), cancels for them"),
         ServiceRole("auth_sync", kv_reads=("platform",),
                     why="Kubernetes: renders the server's users from the platform and reloads it"),
@@ -121,8 +128,10 @@ BREAK_GLASS = "breakglass"
 # What even the bootstrap identity may not do, so no routine credential can rewrite the audit trail: change or
 # delete a stream's configuration (``update_stream(AUDIT, max_msgs=1)`` would empty it), purge AUDIT or RUNS,
 # delete single messages from them. Only the break-glass identity (kept offline by the operator) may.
+# The feeds' delivery subjects too (``topology.FEEDS``): HISTORY and AUDIT take what arrives there as RUNS' events.
 STREAM_GUARD = (f"{API}.STREAM.UPDATE.>", f"{API}.STREAM.DELETE.>", f"{API}.STREAM.PURGE.AUDIT",
-                f"{API}.STREAM.PURGE.RUNS", f"{API}.STREAM.MSG.DELETE.AUDIT", f"{API}.STREAM.MSG.DELETE.RUNS")
+                f"{API}.STREAM.PURGE.RUNS", f"{API}.STREAM.MSG.DELETE.AUDIT", f"{API}.STREAM.MSG.DELETE.RUNS",
+                f"{API}.STREAM.PURGE.HISTORY", f"{API}.STREAM.MSG.DELETE.HISTORY", "feed.>")
 
 
 def bootstrap_permissions() -> Permissions:
@@ -273,8 +282,9 @@ def durable_guard(*, own: Iterable[str] = ()) -> tuple[str, ...]:
     subject is refused outright: short-lived consumers are made with ``CONSUMER.CREATE``."""
     mine = set(own)
     out = [f"{API}.CONSUMER.DURABLE.CREATE.>"]
-    for spec in CONSUMERS.values():
-        stream, name = spec.stream, spec.durable
+    durables = [(spec.stream, spec.durable) for spec in CONSUMERS.values()]
+    durables += [("RUNS", feed.durable) for feed in FEEDS]  # HISTORY's and AUDIT's: no service owns them
+    for stream, name in durables:
         out += [f"{API}.CONSUMER.CREATE.{stream}.{name}", f"{API}.CONSUMER.CREATE.{stream}.{name}.>",
                 f"{API}.CONSUMER.DELETE.{stream}.{name}"]
         if name not in mine:
@@ -293,8 +303,7 @@ def person_permissions(person: Person) -> Permissions:
         pub += [f"run.{ws}.*.submit.requested", f"run.{ws}.*.submit.requested.{HIGH_LANE}",
                 f"run.{ws}.*.cancel.requested"]
         for stream in READ_STREAMS:
-            prefix = "log" if stream == "LOGS" else "run"
-            pub.append(f"{API}.CONSUMER.CREATE.{stream}.*.{prefix}.{ws}.>")
+            pub += [f"{API}.CONSUMER.CREATE.{stream}.*.{prefix}.{ws}.>" for prefix in READ_PREFIXES[stream]]
     if admin:  # all events of every workspace (`tau events` with no filter)
         pub += [f"{API}.CONSUMER.CREATE.{stream}.*.>" for stream in READ_STREAMS]
         pub.append("$KV.platform.>")

@@ -1,34 +1,42 @@
 """AUDIT read back as the run events it keeps, each at the sequence RUNS stored it under.
 
-AUDIT sources RUNS, one source per kept filter (``topology.AUDIT_FILTERS``), so its own sequence numbers are not
-RUNS', and events from different sources may land in another order than RUNS stored them. The server names each
-sourced message's origin in its ``Nats-Stream-Source`` header (``RUNS <seq> <filter> <destination> <subject>
-<id>``): readers get RUNS' sequence and RUNS' order back. An AUDIT an earlier release made mirrors all of RUNS: its
-messages carry no such header and keep RUNS' sequences as they are.
+AUDIT sources RUNS through its feeds (``topology.FEEDS``), keeping a run's events under one subject a run
+(``a.<ws>.<run>``), so its own sequence numbers are not RUNS', and events from its two feeds may land in another
+order than RUNS stored them. The server names each sourced message's origin in its ``Nats-Stream-Source`` header
+(``RUNS[:C=<consumer>] <seq> <filter> <destination> <subject> <id>``), which ``envelope.from_message`` reads back:
+RUNS' subject and sequence, so RUNS' order. An AUDIT an earlier release made holds them under RUNS' own subjects
+(sourced one filter at a time, or mirrored: a mirror's messages carry no such header and keep RUNS' sequences as
+they are); both are read.
 """
 
 from __future__ import annotations
 
 from taugrid.bus.connection import Bus
-from taugrid.bus.envelope import Event, from_message
+from taugrid.bus.envelope import SOURCE_HEADER, Event, from_message, sourced
+from taugrid.bus.history import in_runs_order, wanted
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import AUDIT_STREAM
+from taugrid.bus.topology import AUDIT_PREFIX, AUDIT_STREAM
 
-SOURCE_HEADER = "Nats-Stream-Source"
+__all__ = ["SOURCE_HEADER", "origin_sequence", "run_events"]
 
 
 def origin_sequence(headers: dict[str, str] | None, seq: int) -> int:
     """RUNS' sequence of an AUDIT message: its source header's, else its own (a mirrored message keeps it)."""
-    parts = (headers or {}).get(SOURCE_HEADER, "").split(" ")
-    if len(parts) >= 2 and parts[0].split(":")[0] == "RUNS" and parts[1].isdigit():
-        return int(parts[1])
-    return seq
+    origin = (headers or {}).get(SOURCE_HEADER)
+    return sourced(origin, "", seq)[1] if origin is not None else seq
+
+
+def _keyed(subject: str) -> str:
+    """AUDIT's one subject a run for a filter on a run's RUNS subjects (``run.<ws>.<run>.>``)."""
+    parts = subject.split(".")
+    return ".".join([AUDIT_PREFIX, *parts[1:3]]) if len(parts) >= 3 and ">" not in parts[1:3] else \
+        ".".join([AUDIT_PREFIX, *[p for p in parts[1:3] if p != ">"], ">"])
 
 
 async def run_events(bus: Bus, subject: str) -> list[Event]:
     """The events AUDIT holds on ``subject`` (a run's: ``run.<ws>.<run>.>``), in RUNS' order, each with its RUNS
     sequence as ``seq``."""
-    msgs = await replay(bus, stream=AUDIT_STREAM, subject=subject)
-    events = [from_message(m.subject, m.headers, m.data,
-                           seq=origin_sequence(m.headers, m.metadata.sequence.stream)) for m in msgs]
-    return sorted(events, key=lambda ev: ev.seq)
+    msgs = [*await replay(bus, stream=AUDIT_STREAM, subject=_keyed(subject)),
+            *await replay(bus, stream=AUDIT_STREAM, subject=subject)]  # an earlier release's AUDIT
+    events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    return in_runs_order(wanted(subject, events))

@@ -43,7 +43,9 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    StreamConsumerSource,
     StreamSource,
+    SubjectTransform,
 )
 
 from taugrid import settings
@@ -56,6 +58,8 @@ from taugrid.bus.topology import (
     AUDIT_MAX_AGE,
     AUDIT_STREAM,
     CONSUMERS,
+    FEEDS,
+    HISTORY_STREAM,
     KV_BUCKETS,
     OBJECT_STORE,
     SOURCES_STORE,
@@ -64,6 +68,7 @@ from taugrid.bus.topology import (
     UPLOADS_STORE,
     UPLOADS_TTL_S,
     ConsumerSpec,
+    FeedSpec,
 )
 from taugrid.config.retention import Retention
 from taugrid.core.errors import ConfigError, TauError
@@ -114,29 +119,102 @@ async def _ensure_stream(bus: Bus, config: StreamConfig, *, update: bool) -> lis
 REPLICAS_ENV = "TAU_BUS_REPLICAS"
 
 
+def feed_sources(into: str) -> list[StreamSource]:
+    """The sources of ``into`` (HISTORY or AUDIT): RUNS through each of its feeds (``topology.FEEDS``), with the
+    feed's transform to one subject a run."""
+    out = []
+    for feed in FEEDS:
+        if feed.into == into:
+            src, dest = feed.transform
+            out.append(StreamSource(name="RUNS", consumer=StreamConsumerSource(name=feed.durable,
+                                                                               deliver_subject=feed.deliver),
+                                    subject_transforms=[SubjectTransform(src=src, dest=dest)]))
+    return out
+
+
 def audit_config(replicas: int = 1, max_age: float = AUDIT_MAX_AGE) -> StreamConfig:
-    """AUDIT keeps what verification needs of RUNS (``topology.AUDIT_KEPT_EVENTS``), one source per filter (not a
-    mirror: ``topology.AUDIT_DUPLICATE_WINDOW_S`` says why); deletes and purges are denied so an auditor's replay
-    is complete. No subjects of its own: nothing but RUNS writes into it."""
+    """AUDIT keeps what verification needs of RUNS (``topology.AUDIT_KEPT_EVENTS``): its feeds' filters, one
+    subject a run (``topology.FEEDS``; not a mirror: ``topology.AUDIT_DUPLICATE_WINDOW_S`` says why); deletes and
+    purges are denied so an auditor's replay is complete. No subjects of its own: nothing but RUNS writes into
+    it."""
     return StreamConfig(
-        name=AUDIT_STREAM, sources=[StreamSource(name="RUNS", filter_subject=f) for f in AUDIT_FILTERS],
+        name=AUDIT_STREAM, sources=feed_sources(AUDIT_STREAM),
         storage=StorageType.FILE, retention=RetentionPolicy.LIMITS, max_age=max_age, deny_delete=True,
         deny_purge=True, duplicate_window=AUDIT_DUPLICATE_WINDOW_S, num_replicas=replicas,
     )
+
+
+def history_config(replicas: int = 1, max_age: float = 30 * 86400.0, max_bytes: int = -1) -> StreamConfig:
+    """HISTORY keeps every run event under one subject a run (``topology.FEEDS``) for RUNS' retention (the
+    platform's ``retention.runs``); deletes and purges denied, as RUNS' were (``permissions.STREAM_GUARD``). No
+    subjects of its own. Direct gets: a run's events are read back by their subject."""
+    return StreamConfig(
+        name=HISTORY_STREAM, sources=feed_sources(HISTORY_STREAM), storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS, max_age=max_age, max_bytes=max_bytes, discard=DiscardPolicy.OLD,
+        deny_delete=True, deny_purge=True, allow_direct=True, duplicate_window=AUDIT_DUPLICATE_WINDOW_S,
+        num_replicas=replicas,
+    )
+
+
+def feed_config(feed: FeedSpec, start: int = 0) -> ConsumerConfig:
+    """A feed's push durable on RUNS: flow-control acks (the sourcing stream acks what it stored), from
+    RUNS' first event (a RUNS an earlier release kept with limits retention is copied whole), or from ``start``."""
+    return ConsumerConfig(
+        durable_name=feed.durable, description=f"feeds {feed.into} (flow-control acks: RUNS keeps an event until "
+                                               f"{feed.into} stored it)",
+        deliver_subject=feed.deliver, ack_policy=AckPolicy.FLOW_CONTROL, flow_control=True, idle_heartbeat=1.0,
+        max_ack_pending=10_000, deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+        opt_start_seq=start or None, filter_subjects=list(feed.filters) if len(feed.filters) > 1 else None,
+        filter_subject=feed.filters[0] if len(feed.filters) == 1 else None,
+    )
+
+
+async def ensure_feed(bus: Bus, feed: FeedSpec) -> None:
+    """Create the feed's durable if missing (an AUDIT an earlier release made keeps the RUNS events it holds: its
+    feed starts after the last of them); give an existing one the declared filters."""
+    try:
+        info = await bus.js.consumer_info("RUNS", feed.durable)
+    except MISSING:
+        start = await _audit_sourced_through(bus) + 1 if feed.into == AUDIT_STREAM else 0
+        await bus.js.add_consumer("RUNS", feed_config(feed, start if start > 1 else 0))
+        return
+    have = list(info.config.filter_subjects or ([info.config.filter_subject] if info.config.filter_subject else []))
+    if sorted(have) != sorted(feed.filters):
+        log.info("feed %s: filter %s, declared %s; updating it", feed.durable, have, list(feed.filters))
+        await bus.js.add_consumer("RUNS", dataclasses.replace(
+            info.config, filter_subjects=list(feed.filters) if len(feed.filters) > 1 else None,
+            filter_subject=feed.filters[0] if len(feed.filters) == 1 else None))
+
+
+async def _audit_sourced_through(bus: Bus) -> int:
+    """The RUNS sequence of the last event an existing AUDIT holds (0: none, or no AUDIT)."""
+    from taugrid.bus import streams
+
+    _, last = await streams.bounds(bus, AUDIT_STREAM)
+    if not last:
+        return 0
+    ev = await streams.at(bus, AUDIT_STREAM, last)
+    return ev.seq if ev is not None else 0
 
 
 # AUDIT's settings that protect what it keeps (its duplicate window and direct gets protect nothing)
 _AUDIT_COMPARED = ("retention", "storage", "max_age", "max_bytes", "discard", "deny_delete", "deny_purge", "max_msgs")
 
 
-def _copied(have: StreamConfig) -> list[str]:
-    """The RUNS subjects AUDIT copies: its mirror's filters (all of RUNS without one), else its sources' filters."""
+def _copied(have: StreamConfig, feeds: dict[str, list[str]] | None = None) -> list[str]:
+    """The RUNS subjects AUDIT copies: its mirror's filters (all of RUNS without one), else its sources' filters;
+    a source through a feed copies what the feed's durable delivers (``feeds``: durable → its filters)."""
     picked = [have.mirror] if have.mirror is not None else list(have.sources or [])
     out = []
     for src in picked:
-        if src.name == "RUNS":
-            out += [t.src or ">" for t in src.subject_transforms] if src.subject_transforms else \
-                [src.filter_subject or ">"]
+        if src.name != "RUNS":
+            continue
+        through = getattr(src, "consumer", None)
+        if through is not None:
+            out += (feeds or {}).get(through.name, [])
+            continue
+        out += [t.src or ">" for t in src.subject_transforms] if src.subject_transforms else \
+            [src.filter_subject or ">"]
     return out
 
 
@@ -151,7 +229,8 @@ def _covers(wide: str, narrow: str) -> bool:
     return len(w) == len(n)
 
 
-def _audit_differences(want: StreamConfig, have: StreamConfig) -> list[str]:
+def _audit_differences(want: StreamConfig, have: StreamConfig,
+                       feeds: dict[str, list[str]] | None = None) -> list[str]:
     out = [d for d in _differences(want, have) if d.split(" ", 1)[0] in _AUDIT_COMPARED]
     if have.mirror is not None and have.mirror.name != "RUNS":
         out.append(f"mirror is {have.mirror.name!r}, declared sources of 'RUNS'")
@@ -160,7 +239,7 @@ def _audit_differences(want: StreamConfig, have: StreamConfig) -> list[str]:
         out.append(f"sources {foreign} besides RUNS (their messages would read as run events)")
     if have.subjects:
         out.append(f"subjects is {have.subjects!r}, declared none (whoever may publish them writes into AUDIT)")
-    copied = _copied(have)
+    copied = _copied(have, feeds)
     dropped = [f for f in AUDIT_FILTERS if not any(_covers(c, f) for c in copied)]
     if dropped:
         out.append(f"does not keep {', '.join(dropped)} (it copies {copied or 'nothing'} of RUNS), which "
@@ -168,8 +247,20 @@ def _audit_differences(want: StreamConfig, have: StreamConfig) -> list[str]:
     return out
 
 
+def _plain_sources(have: StreamConfig) -> bool:
+    """Whether AUDIT sources RUNS without its feeds (an earlier release's: one source per kept filter)."""
+    return any(s.name == "RUNS" and getattr(s, "consumer", None) is None for s in have.sources or [])
+
+
 def audit_notes(have: StreamConfig) -> list[str]:
-    """What is worth saying about an AUDIT that keeps *more* than declared (no alarm: nothing is at risk)."""
+    """What is worth saying about an AUDIT that keeps *more* than declared, or keeps it as an earlier release
+    did (no alarm: it holds what verification needs)."""
+    if have.mirror is None and _plain_sources(have):
+        return [f"{AUDIT_STREAM} sources RUNS without its feeds (an earlier release made it): RUNS now lets an event "
+                "go once its durables acked it, and such a source is no durable, so an event could go before it "
+                "is copied while the server re-establishes the source. Switch it with the break-glass identity: "
+                "python -m taugrid.bus.bootstrap --update (what it holds stays; its feeds copy RUNS' events after "
+                "the last it holds)"]
     if have.mirror is not None and _copied(have) == [">"]:
         return [f"{AUDIT_STREAM} mirrors all of RUNS (an earlier release made it): every run event is stored twice "
                 f"(~10 KB a run) where verification needs only {len(AUDIT_FILTERS)} kinds "
@@ -188,15 +279,27 @@ async def audit_drift(bus: Bus, max_age: float = AUDIT_MAX_AGE) -> list[str]:
         info = await bus.js.stream_info(AUDIT_STREAM)
     except MISSING:
         return [f"{AUDIT_STREAM} does not exist"]
-    return _audit_differences(audit_config(max_age=max_age), info.config)
+    feeds: dict[str, list[str]] = {}
+    for src in info.config.sources or []:
+        through = getattr(src, "consumer", None)
+        if src.name == "RUNS" and through is not None:
+            try:
+                cfg = (await bus.js.consumer_info("RUNS", through.name)).config
+            except MISSING:
+                continue  # copies nothing: its kinds are reported as not kept
+            feeds[through.name] = list(cfg.filter_subjects or ([cfg.filter_subject] if cfg.filter_subject else []))
+    return _audit_differences(audit_config(max_age=max_age), info.config, feeds)
 
 
 async def _update_audit_age(bus: Bus, max_age: float) -> None:
     """Give AUDIT the declared max age (break-glass ``--update``): only the limit changes; its sources (or an
     earlier release's mirror) and deny flags are kept as they are (their drift stays an alarm)."""
     info = await bus.js.stream_info(AUDIT_STREAM)
-    if info.config.max_age != max_age:
-        await bus.guarded(bus.js.update_stream(dataclasses.replace(info.config, max_age=max_age)))
+    config = info.config
+    if config.mirror is None and _plain_sources(config):
+        config = dataclasses.replace(config, sources=feed_sources(AUDIT_STREAM))
+    if config != info.config or config.max_age != max_age:
+        await bus.guarded(bus.js.update_stream(dataclasses.replace(config, max_age=max_age)))
 
 
 async def _audit_alarms(bus: Bus, max_age: float) -> tuple[list[str], list[str]]:
@@ -353,6 +456,12 @@ async def bootstrap(bus: Bus, *, update: bool = False, replicas: int | None = No
             for spec in CONSUMERS.values():
                 if spec.stream == s.name:
                     await ensure_consumer(bus, spec)
+            if s.name == "RUNS":  # before HISTORY and AUDIT: a source whose durable is missing retries ~12 s later
+                for feed in FEEDS:
+                    await ensure_feed(bus, feed)
+    runs_age, runs_bytes = limits.get("RUNS", (30 * 86400.0, -1))
+    drifted[HISTORY_STREAM] = await _ensure_stream(bus, history_config(replicas, runs_age, runs_bytes),
+                                                   update=update)
     audit_age = limits[AUDIT_STREAM][0]
     await _ensure_stream(bus, audit_config(replicas, audit_age), update=False)  # AUDIT is never re-declared
     if update:

@@ -228,6 +228,9 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     reduced through small caches (a stream holds a few types and workspaces over and over)."""
     h = headers or {}
     get = h.get
+    origin = get(SOURCE_HEADER)
+    if origin is not None:  # a copy HISTORY or AUDIT keeps: read as RUNS stored it (``sourced``)
+        subject, seq = sourced(origin, subject, seq)
     ce = get("ce-type", "")
     traceparent = get("traceparent")
     parts = subject.split(".")
@@ -297,6 +300,21 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
         problem,
         h,  # headers
     )
+
+
+# Written by nats-server on a message a stream sourced (a publish carrying it is refused, error 10227, and sourcing
+# replaces one a message carried): ``<stream>[:C=<consumer>] <seq> <filter> <dest> <subject> <id>``.
+SOURCE_HEADER = "Nats-Stream-Source"
+
+
+def sourced(origin: str, subject: str, seq: int) -> tuple[str, int]:
+    """(subject, sequence) a message a stream sourced from RUNS had there, from its source header ``origin``
+    (HISTORY and AUDIT keep a run's events under one subject a run: ``topology.FEEDS``); a copy of another
+    stream's message keeps the ``subject`` and ``seq`` it is stored under."""
+    parts = origin.split(" ", 5)
+    if len(parts) >= 5 and parts[0].partition(":")[0] == "RUNS" and parts[1].isdigit():
+        return parts[4], int(parts[1])
+    return subject, seq
 
 
 # ``from_message`` passes Event's fields by position, in this order; an Event whose fields moved would be read

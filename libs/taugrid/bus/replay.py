@@ -22,7 +22,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from taugrid.bus import rawmsgs
+from taugrid.bus import history, rawmsgs
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.errors import MISSING, TIMEOUT, UNAVAILABLE, unavailable
@@ -111,7 +111,13 @@ async def batches(
     the next request is sent as soon as one is answered, so the server delivers it while this one is read and
     handed over. Where ``rawmsgs`` cannot hook this nats-py, the inbox is an ordinary subscription with a
     callback. Either way a message is read by ``envelope.from_message`` (its run, workspace and type from the
-    subject), and one whose headers contradict its subject is left out."""
+    subject), and one whose headers contradict its subject is left out.
+
+    RUNS (``stream``'s default) is read from HISTORY, where its events stay (``bus/history.py``): ``subject``, a
+    filter on RUNS' subjects, is read on the runs' subjects there and what it does not match left out."""
+    asked = subject
+    if stream == history.RUNS_STREAM:
+        stream, subject = history.HISTORY_STREAM, history.stored_filter(subject)
     name = f"tau-{secrets.token_hex(16)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
         name=name,
@@ -151,6 +157,8 @@ async def batches(
             ahead = await ask() if left > 0 and idle < 5 else None  # delivered while this one is read
             if current.count:
                 events = await rawmsgs.stored_events(bus.nc, current.raws) if raw else current.events()
+                if stream == history.HISTORY_STREAM:
+                    events = history.wanted(asked, events)
                 yield [ev for ev in events if not ev.problem]  # contradicting headers: never read
             current = ahead
         if left > 0:
@@ -229,7 +237,7 @@ async def follow(
     """Events on ``subject`` in stream order (from ``since`` when given) through an ordered consumer; with
     ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing. A
     ``cursor`` is kept up to date with what has been yielded. Without ``live`` or a cursor the stored history
-    is read in batches (``batches``)."""
+    is read in batches (``batches``). RUNS is read from HISTORY, as ``batches`` says."""
     if not live and cursor is None:
         feed = batches(bus, subject, stream=stream, since=since)
         async with contextlib.aclosing(feed):
@@ -237,6 +245,10 @@ async def follow(
                 for ev in got:
                     yield ev
         return
+    asked = subject
+    if stream == history.RUNS_STREAM:
+        stream, subject = history.HISTORY_STREAM, history.stored_filter(subject)
+    everything = stream != history.HISTORY_STREAM or history.whole(asked)
     # Named, so the create request's subject carries the filter and the server's permissions can confine it
     # to the caller's workspaces.
     name = f"tau-{secrets.token_hex(16)}"
@@ -266,7 +278,8 @@ async def follow(
             meta = msg.metadata
             ev = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
                               stored=meta.timestamp.timestamp())
-            if not ev.problem:  # headers contradicting the subject: never read (envelope.from_message)
+            # headers contradicting the subject: never read (envelope.from_message)
+            if not ev.problem and (everything or history.matches(asked, ev.nats_subject)):
                 yield ev
             if cursor is not None:
                 cursor.yielded = meta.sequence.consumer

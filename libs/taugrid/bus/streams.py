@@ -137,7 +137,8 @@ async def history(bus: Bus, stream: str, subject: str, *, through: int | None = 
         if through is not None and ev.seq > through:
             break
         out.append(ev)
-        seq = ev.seq + 1
+        # where the stream stored it: a copy HISTORY or AUDIT keeps reads at its RUNS sequence (``from_message``)
+        seq = int(ev.headers.get("Nats-Sequence") or ev.seq) + 1
     if through is not None and (not out or out[-1].seq != through):
         raise TemporaryError(f"{stream} {subject}: seq {through} is not among the messages read back", delay=0.5)
     return out

@@ -42,7 +42,11 @@ class ConsumerSpec:
 
 
 STREAMS = [
-    StreamSpec("RUNS", ["run.>"], max_age=30 * DAY, allow_direct=True),
+    # Interest retention (issue 27): RUNS is the stages' input, not the record. An event goes once every durable
+    # whose filter matches it acked it, the history's and AUDIT's feeds (``FEEDS``) among them, so a sealed run
+    # leaves nothing here and nats-server's per-subject index does not grow with history (~9 subjects a run
+    # here, where HISTORY keeps one). What a run did is read from HISTORY (``bus/history.py``).
+    StreamSpec("RUNS", ["run.>"], max_age=30 * DAY, allow_direct=True, interest=True),
     # a repeat K8S drops is a watch's re-list after a bridge restart, seconds later; a later one only reaches the
     # admission watcher, whose run events are deterministic and dropped by RUNS' own window. A shorter window is
     # fewer message ids held, and fewer messages re-read at a restart to rebuild them (issue 27).
@@ -91,6 +95,25 @@ def site_in_durable(cluster: str) -> str:
     return f"site-{cluster}-in"
 
 
+# Run history keyed by run (issue 27: nats-server keeps an index entry per subject of every stream, and RUNS held
+# a run's 9 events under 9 subjects for 30 days: ~210 MB of the server's heap over 100,000 runs). HISTORY keeps
+# every run event under one subject a run, ``h.<ws>.<run>``, AUDIT what verification needs under ``a.<ws>.<run>``.
+# Neither has subjects of its own: each sources RUNS through durables of RUNS (``FEEDS``) whose flow-control acks
+# say it stored them (RUNS, an interest stream, lets an event go only then), with a subject transform. The server
+# writes each copy's origin in its ``Nats-Stream-Source`` header (``RUNS:C=<consumer> <seq> <filter> <dest>
+# <subject> <id>``), which a publish may not carry (nats-server refuses it, error 10227) and sourcing replaces, so
+# an event read back keeps the subject, hence the workspace, run and type, that RUNS stored it under, and its RUNS
+# sequence (``envelope.from_message``).
+HISTORY_STREAM = "HISTORY"
+HISTORY_PREFIX = "h"
+AUDIT_PREFIX = "a"
+
+
+def history_subject(workspace: str, run_id: str) -> str:
+    """The one subject HISTORY keeps run ``run_id``'s events under."""
+    return f"{HISTORY_PREFIX}.{workspace}.{run_id}"
+
+
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 # What AUDIT keeps of RUNS (issue 27: it held every event a second time, ~10 KB and ~10 subjects a run): what an
@@ -113,6 +136,39 @@ AUDIT_FILTERS: tuple[str, ...] = tuple(
 # filtered one answers "not found" for every event it skipped, the evidence's reads by sequence among them.
 # Sourced messages carry no message id the bus relies on (RUNS deduplicated them), so a minimal window: 1 s.
 AUDIT_DUPLICATE_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """A push durable of RUNS that feeds a stream sourcing it (``HISTORY``, ``AUDIT``): flow-control acks, so RUNS
+    keeps an event until the stream stored it. ``tokens``: how many tokens its subjects have (5, a run event; 6, a
+    laned one), the one transform its source applies (a subject the transform does not match would be stored
+    under its own subject, so a feed's filters have exactly that many tokens)."""
+
+    durable: str
+    into: str
+    filters: tuple[str, ...]
+    tokens: int
+
+    @property
+    def deliver(self) -> str:
+        """Where the server delivers it. No identity may publish there (``permissions.STREAM_GUARD``): a message
+        published on it would be taken by the source as RUNS' own."""
+        return f"feed.{self.durable}"
+
+    @property
+    def transform(self) -> tuple[str, str]:
+        """(src, dest) of its source's subject transform: the run's workspace and id, its own prefix."""
+        prefix = HISTORY_PREFIX if self.into == HISTORY_STREAM else AUDIT_PREFIX
+        return ".".join(["run"] + ["*"] * (self.tokens - 1)), f"{prefix}.$1.$2"
+
+
+FEEDS: tuple[FeedSpec, ...] = (
+    FeedSpec("history", HISTORY_STREAM, ("run.*.*.*.*",), 5),
+    FeedSpec("history-high", HISTORY_STREAM, (f"run.*.*.*.*.{HIGH_LANE}",), 6),
+    FeedSpec("audit", AUDIT_STREAM, tuple(f for f in AUDIT_FILTERS if f.count(".") == 4), 5),
+    FeedSpec("audit-high", AUDIT_STREAM, tuple(f for f in AUDIT_FILTERS if f.count(".") == 5), 6),
+)
 
 KV_BUCKETS = {
     # bucket → history depth. run_state keeps one revision: every write is a compare-and-set against the latest
