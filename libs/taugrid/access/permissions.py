@@ -102,8 +102,8 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     feeds=True,
                     why="many clusters: sends a run's copies to the clusters nominated, withdraws the losers' (§13d)"),
         # manifests: it purges a sealed run's (bus/manifests.py); it reads them only checked against their digest
-        ServiceRole("evidence", ("evidence",), ("ledger", "manifests"), "write", replays=("RUNS", "HISTORY", "AUDIT", "LOGS"),
-                    why="ledger, sealed bundles"),
+        ServiceRole("evidence", ("evidence",), ("ledger", "manifests"), "write",
+                    replays=("RUNS", "HISTORY", "AUDIT", "LOGS"), why="ledger, sealed bundles"),
         ServiceRole("health_monitor", ("health-monitor", "health-actuator"), ("node_state",),
                     why="node health decisions"),
         ServiceRole("node_agent", why="samples this node"),
