@@ -279,15 +279,19 @@ async def audit_drift(bus: Bus, max_age: float = AUDIT_MAX_AGE) -> list[str]:
         info = await bus.js.stream_info(AUDIT_STREAM)
     except MISSING:
         return [f"{AUDIT_STREAM} does not exist"]
+    # What a feed delivers is its durable's filters, which only the bootstrap identity may set (``ensure_feed``
+    # holds them to the declared ones; ``permissions.durable_guard`` refuses everyone else's create, and the
+    # anchor, which calls this too, may not even read them): a source through a declared feed with the declared
+    # transform copies the declared filters; any other source copies nothing counted.
+    declared = {f.durable: f for f in FEEDS if f.into == AUDIT_STREAM}
     feeds: dict[str, list[str]] = {}
     for src in info.config.sources or []:
         through = getattr(src, "consumer", None)
-        if src.name == "RUNS" and through is not None:
-            try:
-                cfg = (await bus.js.consumer_info("RUNS", through.name)).config
-            except MISSING:
-                continue  # copies nothing: its kinds are reported as not kept
-            feeds[through.name] = list(cfg.filter_subjects or ([cfg.filter_subject] if cfg.filter_subject else []))
+        feed = declared.get(through.name) if src.name == "RUNS" and through is not None else None
+        transforms = [(t.src, t.dest) for t in src.subject_transforms or []]
+        if feed is not None and through is not None and through.deliver_subject == feed.deliver \
+                and transforms == [feed.transform]:
+            feeds[feed.durable] = list(feed.filters)
     return _audit_differences(audit_config(max_age=max_age), info.config, feeds)
 
 
