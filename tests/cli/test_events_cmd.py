@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, kv, rawmsgs, replay
+from taugrid.bus import Bus, history, kv, rawmsgs, replay
 from taugrid.cli.views import event_json_lines
 from taugrid.core.contracts import CancelRequested, ExecRunning
 from taugrid.core.states import RunRecord
@@ -28,8 +28,10 @@ async def test_tau_events_prints_what_nats_py_reads_and_loads_no_models(
     for i in range(30):
         await bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1, event_type="exec.running",
                        payload=ExecRunning(node="n", pod=f"p{i}", environment={"python": "3.12"}))
-    await bus.emit(workspace=ws, run_id=f"{ws}-big", attempt=1, event_type="cancel.requested",
-                   payload=CancelRequested(reason="x" * 200_000))
+    big = await bus.emit(workspace=ws, run_id=f"{ws}-big", attempt=1, event_type="cancel.requested",
+                         payload=CancelRequested(reason="x" * 200_000))
+    # HISTORY holds the last one, hence every one before it (one feed, theirs, copies RUNS in order)
+    await history.run_events(bus, ws, f"{ws}-big", through=big)
     monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # the reference: nats-py's Msg, as any subscriber reads
     expected = event_json_lines([ev async for ev in replay.follow(bus, "run.>")])
     monkeypatch.undo()
@@ -44,16 +46,16 @@ async def test_tau_events_prints_what_nats_py_reads_and_loads_no_models(
     assert not loaded & set(NOT_LOADED)
 
 
-async def test_tau_events_of_a_run_runs_no_longer_holds_says_where_its_events_are(
+async def test_tau_events_of_a_run_history_no_longer_holds_says_where_its_events_are(
         bus: Bus, bootstrapped: str, tmp_path: Path) -> None:
     ws, run = f"w{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:6]}"
     record = RunRecord(run_id=run, workspace=ws, state="succeeded", created=1.0, updated=2.0, user="ann")
-    await kv.put(bus, "run_state", f"run.{ws}.{run}", msgspec.json.encode(record))  # its events aged out of RUNS
+    await kv.put(bus, "run_state", f"run.{ws}.{run}", msgspec.json.encode(record))  # its events aged out of HISTORY
     env = {**os.environ, "TAU_NATS_URL": bootstrapped, "TAU_DATA_DIR": str(tmp_path), "HOME": str(tmp_path)}
     done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "taugrid.cli.main", "events", "--run", run],
                                    capture_output=True, env=env, timeout=120)
     assert (done.returncode, done.stdout) == (0, b"")
     assert done.stderr.decode().strip() == (
-        f"run {run}: RUNS no longer holds its events (they are kept for retention.runs.max_age). Its sealed "
+        f"run {run}: HISTORY no longer holds its events (they are kept for retention.runs.max_age). Its sealed "
         f"evidence holds every one of them: `tau evidence {run}`; AUDIT keeps its requests, its end and its seal "
         f"for longer: `tau verify {run}` checks them")

@@ -5,6 +5,7 @@ new one is read back from the stream as it was submitted (no services run)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -58,11 +59,14 @@ class Old:
             await boot.close()
 
     async def request(self, run_id: str) -> SubmitRequested:
-        """The new run's submission, as it went onto the stream."""
+        """The new run's submission, as it went onto the stream: read back from HISTORY, whose feed copies it a
+        moment after RUNS stored it."""
         bus = await self.server.connect("carol")
         try:
-            async for ev in Client(bus).replay(f"run.vision.{run_id}.submit.>"):
-                return ev.payload(SubmitRequested)
+            for _ in range(200):
+                async for ev in Client(bus).replay(f"run.vision.{run_id}.submit.>"):
+                    return ev.payload(SubmitRequested)
+                await asyncio.sleep(0.05)
         finally:
             await bus.close()
         raise AssertionError(f"no submission of {run_id}")

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from taugrid.bus import platformstore
+from taugrid.bus.envelope import Event
 from taugrid.client import Client
 from tests.inprocess import private_server
 
@@ -21,9 +23,20 @@ async def test_a_config_naming_only_a_namespace_is_submitted_to_its_workspace(tm
         client = Client(bus)
         await platformstore.put_text(bus, (REPO / "deploy" / "platform.yaml").read_text())
         run_id = await client.submit(project / "tau.yaml")
-        [event] = [e async for e in client.replay(f"run.*.{run_id}.>")]
+        [event] = await stored(client, run_id)
         assert (event.type, event.workspace) == ("submit.requested", "language")
         (project / "tau.yaml").write_text("name: t\nentrypoint: t.py\n")  # no namespace: the default workspace
         other = await client.submit(project / "tau.yaml")
-        [event] = [e async for e in client.replay(f"run.*.{other}.>")]
+        [event] = await stored(client, other)
         assert event.workspace == "default"
+
+
+async def stored(client: Client, run_id: str) -> list[Event]:
+    """The run's events in any workspace, read back from HISTORY once its feed has copied the submission (a moment
+    after RUNS stored it)."""
+    for _ in range(200):
+        events = [e async for e in client.replay(f"run.*.{run_id}.>")]
+        if events:
+            return events
+        await asyncio.sleep(0.05)
+    return []

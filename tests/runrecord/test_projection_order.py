@@ -4,7 +4,8 @@ An event whose projection fails (its KV write lost while the only nats-server re
 later events of the same run were projected. The record must still end as the in-order fold of the run's
 events: before the fix a ``submit.accepted`` redelivered after ``policy.approved`` left the record at
 ``accepted`` for good, every later event an "invalid transition" (the stall the nats-server-kill chaos test
-showed). The second test kills and restarts a real server mid-burst and checks every record against the stream.
+showed). The second test kills and restarts a real server mid-burst and checks every record against the run's
+events as HISTORY keeps them (RUNS, an interest stream, keeps an event only until its readers acked it).
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ import msgspec
 from prometheus_client import REGISTRY
 
 from taugrid import runrecord
-from taugrid.bus import Bus, connect, identity
+from taugrid.bus import Bus, connect, history, identity
 from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.envelope import Event, from_message
-from taugrid.bus.replay import batches as replay_batches
-from taugrid.bus.replay import replay
+from taugrid.bus.envelope import Event
 from taugrid.bus.topology import ConsumerSpec
 from taugrid.core import contracts as c
 from taugrid.core.errors import TemporaryError
@@ -118,13 +117,14 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
                         handler=lambda ev: runrecord.project(projector, ev, cache=cache))
     projecting = asyncio.create_task(loop.run())
     restarted: list[subprocess.Popen[bytes]] = []
+    last: dict[str, int] = {}  # each run's last event's RUNS sequence
 
     async def publish_run(run: str) -> None:
         for kind, payload in lifecycle(publisher, ws, run):
             while True:  # a publish that got no ack is sent again under the same id, as services do
                 try:
-                    await emit_as_owner(publisher, workspace=ws, run_id=run, attempt=1, event_type=kind,
-                                        payload=payload)
+                    last[run] = await emit_as_owner(publisher, workspace=ws, run_id=run, attempt=1, event_type=kind,
+                                                    payload=payload)
                     break
                 except TemporaryError:
                     await asyncio.sleep(0.2)
@@ -151,13 +151,14 @@ async def test_records_match_the_stream_after_the_only_server_is_killed_mid_burs
             await asyncio.sleep(0.1)
         loop.stopping.set()
         await projecting
-        stored = await replay(publisher, stream="RUNS", subject=f"run.{ws}.>")
-        assert len(stored) == 5 * len(runs)
+        # each run's events as HISTORY keeps them, once its feed (sourcing RUNS again after the restart) holds the
+        # run's last one
+        stored = {run: await history.run_events(publisher, ws, run, through=last[run], wait_s=60) for run in runs}
+        assert sum(len(events) for events in stored.values()) == 5 * len(runs)
         for run in runs:
             record, _ = await runrecord.get(publisher, ws, run)
             assert record is not None, run
-            seqs = sorted(m.metadata.sequence.stream for m in stored
-                          if from_message(m.subject, m.headers, m.data).subject == run)
+            seqs = [ev.seq for ev in stored[run] if ev.subject == run]  # in RUNS order, at their RUNS sequences
             assert ([h["seq"] for h in record.history], record.state) == (seqs, "running"), record.history
     finally:
         loop.stopping.set()
@@ -201,8 +202,10 @@ def run_state_writes() -> float:
                                      {"bucket": "run_state", "op": "save", "outcome": "ok"}) or 0.0
 
 
-async def stored_events(bus: Bus, ws: str, run: str) -> list[Event]:
-    return [ev async for batch in replay_batches(bus, f"run.{ws}.{run}.>", stream="RUNS") for ev in batch]
+async def stored_events(bus: Bus, ws: str, run: str, through: int) -> list[Event]:
+    """The run's events as HISTORY keeps them, in RUNS order, once it holds ``through``, the RUNS sequence of the
+    run's last event the test stored (HISTORY's feed copies an event a moment after RUNS stored it)."""
+    return await history.run_events(bus, ws, run, through=through)
 
 
 async def test_a_runs_events_arriving_during_its_write_are_written_together_in_stream_order(bus: Bus) -> None:
@@ -210,8 +213,8 @@ async def test_a_runs_events_arriving_during_its_write_are_written_together_in_s
     is written at once, the four that arrive meanwhile in one more write, folded in the order they came."""
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
-        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
-    events = await stored_events(bus, ws, run)
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
     projector, before = runrecord.Projector(bus), run_state_writes()
     changed = await asyncio.gather(*(projector.project(ev) for ev in events))
     record, _ = await runrecord.get(bus, ws, run)
@@ -229,8 +232,8 @@ async def test_a_runs_events_arriving_during_its_write_are_written_together_in_s
 async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -> None:
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
-        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
-    events = await stored_events(bus, ws, run)
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
     events[2] = msgspec.structs.replace(events[2], data=b'{"run": 5}')  # policy.approved, undecodable
     projector = runrecord.Projector(bus)
     outcomes = await asyncio.gather(*(projector.project(ev) for ev in events), return_exceptions=True)
@@ -252,8 +255,8 @@ async def test_a_lingering_event_is_written_with_the_runs_next_one_which_does_no
     monkeypatch.setattr(runrecord.projection, "LINGER_S", 60.0)
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in [*lifecycle(bus, ws, run), ("exec.succeeded", c.ExecFinished(exit_code=0))]:
-        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
-    events = await stored_events(bus, ws, run)
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
     assert [ev.type for ev in events[4:]] == ["exec.running", "exec.succeeded"]
     projector = runrecord.Projector(bus)
     for ev in events[:4]:
@@ -276,8 +279,8 @@ async def test_a_lingering_event_alone_is_written_after_the_linger(bus: Bus, mon
     monkeypatch.setattr(runrecord.projection, "LINGER_S", 0.01)
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
-        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
-    events = await stored_events(bus, ws, run)
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
     projector = runrecord.Projector(bus)
     for ev in events[:4]:
         assert await projector.project(ev)

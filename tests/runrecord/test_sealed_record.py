@@ -24,12 +24,13 @@ SEALED = c.EvidenceSealed(attempt=1, terminal_state="succeeded", bundle="b", dig
                           entries=6)
 
 
-async def sealed_run(bus: Bus) -> tuple[str, str]:
+async def sealed_run(bus: Bus) -> tuple[str, str, int]:
+    """A sealed run's workspace, id and the RUNS sequence of its seal."""
     ws, run = f"rs{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in [*lifecycle(bus, ws, run), ("exec.succeeded", c.ExecFinished(exit_code=0, node="box")),
                           ("evidence.sealed", SEALED)]:
-        await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
-    return ws, run
+        seal = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    return ws, run, seal
 
 
 async def stored_json(bus: Bus, ws: str, run: str) -> tuple[dict[str, object], int]:
@@ -39,8 +40,8 @@ async def stored_json(bus: Bus, ws: str, run: str) -> tuple[dict[str, object], i
 
 
 async def test_a_sealed_record_keeps_no_history_and_shows_what_it_showed_before(bus: Bus) -> None:
-    ws, run = await sealed_run(bus)
-    events = await stored_events(bus, ws, run)
+    ws, run, seal = await sealed_run(bus)
+    events = await stored_events(bus, ws, run, seal)
     assert [ev.type for ev in events][-2:] == ["exec.succeeded", "evidence.sealed"]
     projector = runrecord.Projector(bus)
     for ev in events[:-1]:
@@ -69,18 +70,18 @@ async def test_a_sealed_record_keeps_no_history_and_shows_what_it_showed_before(
 
 
 async def test_late_events_after_the_seal_neither_resurrect_nor_change_the_record(bus: Bus) -> None:
-    ws, run = await sealed_run(bus)
+    ws, run, seal = await sealed_run(bus)
     projector = runrecord.Projector(bus)
-    for ev in await stored_events(bus, ws, run):
+    for ev in await stored_events(bus, ws, run, seal):
         await projector.project(ev)
     sealed, revision = await stored_json(bus, ws, run)
     # every event of the run redelivered, the seal among them, by a projector without the record cached
-    redelivered = [await runrecord.Projector(bus).project(ev) for ev in await stored_events(bus, ws, run)]
+    redelivered = [await runrecord.Projector(bus).project(ev) for ev in await stored_events(bus, ws, run, seal)]
     assert redelivered == [False] * 7 and await stored_json(bus, ws, run) == (sealed, revision)
     # a cancel stored after the seal: folded (not applied to a succeeded run), no history kept, once
-    await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
-                        payload=c.CancelRequested())
-    cancel = (await stored_events(bus, ws, run))[-1]
+    cancelled = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                                    payload=c.CancelRequested())
+    cancel = (await stored_events(bus, ws, run, cancelled))[-1]
     assert cancel.type == "cancel.requested" and not await projector.project(cancel)
     stored, after_cancel = await stored_json(bus, ws, run)
     assert (stored["state"], stored["last_seq"], stored.get("history", []), stored.get("cancel_requested", False),
@@ -90,8 +91,8 @@ async def test_late_events_after_the_seal_neither_resurrect_nor_change_the_recor
 
 
 async def test_a_sealed_record_an_earlier_release_stored_with_its_history_still_reads_and_folds(bus: Bus) -> None:
-    ws, run = await sealed_run(bus)
-    events = await stored_events(bus, ws, run)
+    ws, run, seal = await sealed_run(bus)
+    events = await stored_events(bus, ws, run, seal)
     old = RunRecord(run_id=run, workspace=ws, state="succeeded", user="ada", name="train",
                     evidence_digest="sha256:d", last_seq=events[-1].seq,
                     history=[{"seq": ev.seq, "type": ev.type, "attempt": 1, "time": ev.time, "applied": True}
@@ -101,9 +102,9 @@ async def test_a_sealed_record_an_earlier_release_stored_with_its_history_still_
     revision = (await stored_json(bus, ws, run))[1]
     assert not await runrecord.Projector(bus).project(events[3])  # a redelivery: nothing written
     assert (await stored_json(bus, ws, run))[1] == revision
-    await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
-                        payload=c.CancelRequested())
-    cancel = (await stored_events(bus, ws, run))[-1]
+    cancelled = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                                    payload=c.CancelRequested())
+    cancel = (await stored_events(bus, ws, run, cancelled))[-1]
     assert not await runrecord.Projector(bus).project(cancel)
     record, _ = await runrecord.get(bus, ws, run)
     assert record is not None  # from its first write on, the sealed record keeps no history
@@ -112,9 +113,9 @@ async def test_a_sealed_record_an_earlier_release_stored_with_its_history_still_
 
 async def test_a_runs_end_redelivered_after_its_seal_rebuilds_the_record_ended_and_without_history(bus: Bus) -> None:
     """The seal folded before the run's end (``exec.succeeded``'s first projection failed): the record is sealed
-    but still running, so the late end is not taken for a redelivery; the record is rebuilt from RUNS."""
-    ws, run = await sealed_run(bus)
-    events = await stored_events(bus, ws, run)
+    but still running, so the late end is not taken for a redelivery; the record is rebuilt from HISTORY."""
+    ws, run, seal = await sealed_run(bus)
+    events = await stored_events(bus, ws, run, seal)
     projector = runrecord.Projector(bus)
     for ev in [*events[:-2], events[-1]]:
         await projector.project(ev)

@@ -7,8 +7,10 @@ max-deliveries advisory for a message whose handler kept failing
 at the original message by stream and sequence.
 
 Replay republishes the original (its subject, data and every header, the CloudEvent attributes and signature
-included) from its own stream, under a new message id, then deletes the dead letter. A refused message that has left
-its stream (K8S, an interest-retention stream, drops it once terminated) is republished from its copy. Every
+included) from its own stream, under a new message id, then deletes the dead letter. An interest-retention stream
+(RUNS, K8S, BACKEND) drops a refused message once its readers are done with it (terminated by the one that
+refused it, acked by the others): it is republished from its copy. One whose handler kept failing stays in its
+stream, which the durable that gave up never acked (nats-server keeps it), and is read there by sequence. Every
 consumer of that subject sees it again, not only the one that gave up: handlers are idempotent by message id (what
 they publish is deduplicated by the server), which is what makes this safe. Publishing a service's subject is what
 only that service may do, so replay needs the bootstrap identity (the operator's break-glass credentials).
@@ -115,8 +117,9 @@ async def replay(bus: Bus, seqs: Iterable[int]) -> list[DeadLetter]:
                 raise PermanentError(
                     f"dead letter #{seq}: its original ({letter.stream} #{letter.stream_seq}) is no longer in its "
                     "stream (aged out or purged); nothing to replay") from None
-            # An interest-retention stream (K8S) drops a message its durables are done with, a refused (terminated)
-            # one too; the letter is its copy: its data and headers (its id and signature among them) as stored.
+            # An interest-retention stream (RUNS, K8S, BACKEND) drops a message its durables are done with, a
+            # refused (terminated) one too; the letter is its copy: its data and headers (its id and signature among
+            # them) as stored.
             subject, data = letter.subject, msg.data or b""
             headers = {k: v for k, v in (msg.headers or {}).items()
                        if not k.startswith("x-dlq-") and k != "Nats-Msg-Id"}

@@ -38,7 +38,11 @@ from taugrid.bus.envelope import (
 from taugrid.bus.topology import (
     AUDIT_FILTERS,
     AUDIT_KEPT_EVENTS,
+    AUDIT_PREFIX,
     AUDIT_STREAM,
+    FEEDS,
+    HISTORY_PREFIX,
+    HISTORY_STREAM,
     OBJECT_STORE,
     SOURCES_STORE,
     STREAMS,
@@ -313,10 +317,15 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
    the policy decide the lane again from the platform, and `submit.accepted` and `policy.approved` of a run
    they keep in the high lane carry the same `.{HIGH_LANE}` suffix.
 4. Follow with a JetStream consumer (ordered, deliver all) on stream RUNS filtered to
-   `run.<workspace>.<run_id>.>`: events arrive in order; `{', '.join(sorted(TERMINAL_EVENTS))}` end the
+   `run.<workspace>.<run_id>.>`, made before the publish of step 3: RUNS keeps an event only until the stages
+   have read it (interest retention). Events arrive in order; `{', '.join(sorted(TERMINAL_EVENTS))}` end the
    run's lifecycle, and `evidence.sealed` comes last. A success reads: submit.requested, submit.accepted,
    policy.approved, render.applied, admission.queued (optional), admission.admitted, exec.preparing
    (optional, repeated), exec.running, exec.succeeded, evidence.sealed.
+   Later, read them from stream {HISTORY_STREAM}, which keeps every event of a run, in the order RUNS stored
+   them, under one subject, `{HISTORY_PREFIX}.<workspace>.<run_id>`: each message's `Nats-Stream-Source` header
+   (written by nats-server: `RUNS:C=<consumer> <RUNS sequence> <filter> <destination> <RUNS subject> <id>`)
+   names the subject and sequence it was stored under in RUNS, hence its type.
 
 Authentication: connect as the same user nkey (NATS nkey authentication: the client signs the server's
 nonce with the seed; every NATS client library offers it), or with a `.creds` file the platform gave you
@@ -338,8 +347,10 @@ def _message(name: str, *, kind: str, family: str, payload: str, signed: bool, s
 
 
 def _run_stream(kind: str) -> str:
-    """Where a run event is stored: RUNS, and AUDIT too for what verification needs (``AUDIT_KEPT_EVENTS``)."""
-    return f"stream RUNS (kept in {AUDIT_STREAM} too)" if kind in AUDIT_KEPT_EVENTS else "stream RUNS"
+    """Where a run event is stored: RUNS (until the stages have read it), kept in HISTORY, and in AUDIT too for
+    what verification needs (``AUDIT_KEPT_EVENTS``)."""
+    kept = f"{HISTORY_STREAM} and {AUDIT_STREAM}" if kind in AUDIT_KEPT_EVENTS else HISTORY_STREAM
+    return f"stream RUNS (kept in {kept})"
 
 
 def _run_summary(kind: str) -> str:
@@ -440,8 +451,14 @@ def asyncapi() -> dict[str, Any]:
                  "storage": "file", "retention": "interest" if s.interest else "limits"}
         for s in STREAMS
     }
-    streams[AUDIT_STREAM] = {"sources": "RUNS", "filters": list(AUDIT_FILTERS), "deny_delete": True,
-                             "deny_purge": True, "storage": "file"}
+    # sourced from RUNS through its feeds (``topology.FEEDS``): one subject a run, each message's
+    # ``Nats-Stream-Source`` header naming its RUNS subject and sequence
+    streams[HISTORY_STREAM] = {"sources": "RUNS", "subjects": f"{HISTORY_PREFIX}.{{workspace}}.{{run_id}}",
+                               "filters": [f for feed in FEEDS if feed.into == HISTORY_STREAM for f in feed.filters],
+                               "deny_delete": True, "deny_purge": True, "storage": "file", "retention": "limits"}
+    streams[AUDIT_STREAM] = {"sources": "RUNS", "subjects": f"{AUDIT_PREFIX}.{{workspace}}.{{run_id}}",
+                             "filters": list(AUDIT_FILTERS), "deny_delete": True, "deny_purge": True,
+                             "storage": "file"}
     assert set(stream_of) >= {"run", "log", "backend", "k8s", "node", "dlq"}  # every channel's stream exists
     schemas = {**_header_schemas(), **_components(asyncapi=True)}
     return {

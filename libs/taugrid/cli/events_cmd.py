@@ -104,8 +104,8 @@ async def _replay_events(
 
 
 def _aged_out(run_id: str) -> str:
-    """Where a known run's events are once RUNS no longer holds them (its max age: ``retention.runs``)."""
-    return (f"run {run_id}: RUNS no longer holds its events (they are kept for retention.runs.max_age). Its sealed "
+    """Where a known run's events are once HISTORY no longer holds them (its max age: ``retention.runs``)."""
+    return (f"run {run_id}: HISTORY no longer holds its events (they are kept for retention.runs.max_age). Its sealed "
             f"evidence holds every one of them: `tau evidence {run_id}`; AUDIT keeps its requests, its end and its "
             f"seal for longer: `tau verify {run_id}` checks them")
 

@@ -98,11 +98,13 @@ async def _original(client: Client, record: RunRecord) -> SubmitRequested:
     run_id = record.run_id
     if record.state not in TERMINAL:
         raise PermanentError(f"run {run_id} is still {record.state}: cancel it first (`tau cancel {run_id}`)")
-    # `submit.>`: the request travels on `submit.requested` or, in the high lane, `submit.requested.high`
+    # `submit.>`: the request travels on `submit.requested` or, in the high lane, `submit.requested.high`; read
+    # from HISTORY, where a run's events stay (``replay.follow``)
     async for ev in client.replay(f"run.{token(record.workspace)}.{token(run_id)}.submit.>"):
         if ev.type == "submit.requested":
             return ev.payload(SubmitRequested)
-    raise NotFound(f"the submission of {run_id} is no longer in the RUNS stream")
+    raise NotFound(f"the submission of {run_id} is no longer in HISTORY (a run's events are kept for "
+                   "retention.runs.max_age)")
 
 
 def _compute(req: SubmitRequested) -> object:

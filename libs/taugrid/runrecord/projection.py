@@ -10,8 +10,9 @@ projection failed (a KV write lost with a restarting server) or whose delivery w
 after later events of the same run were folded, and folding it then would apply it to a state it predates (a
 ``submit.accepted`` arriving after ``policy.approved`` left the record at ``accepted`` for good, every later
 event an "invalid transition"). So an event older than the record's ``last_seq`` that the record has not seen
-rebuilds the record from the run's stored events, in stream order (``_refold``). A sealed run's record keeps no
-history (issue 27: the sealed bundle holds its events) and folds nothing at or below its ``last_seq`` (``_apply``).
+rebuilds the record from the run's events as HISTORY keeps them, in RUNS order (``_refold``: RUNS, an interest
+stream, lets an event go once its readers acked it). A sealed run's record keeps no history (issue 27: the
+sealed bundle holds its events) and folds nothing at or below its ``last_seq`` (``_apply``).
 A projector may keep a ``RecordCache`` of the records it last wrote: the cached revision is only the CAS
 precondition, so a stale entry (another replica wrote since) fails the write and is re-read from the bucket (so
 an event of a cached record costs one KV write and no read).
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from taugrid.bus import kv, replay
+from taugrid.bus import history, kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.core import states, wirejson
@@ -39,7 +40,6 @@ from taugrid.core.errors import PermissionDenied, TemporaryError
 from taugrid.runrecord.read import BUCKET, event_key, load_key
 
 log = logging.getLogger("taugrid.runrecord")
-STREAM = "RUNS"
 HISTORY = 200  # history entries a record keeps (the newest)
 
 
@@ -181,8 +181,8 @@ async def _may_open(bus: Bus, events: Sequence[Event], record_key: str) -> bool:
 
 async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
                  record_key: str) -> tuple[states.RunRecord, bool | None]:
-    """``ev`` applied to ``record`` (in place, or rebuilt from the stream when ``ev`` is older than what the record
-    has folded): the record and whether the state machine took ``ev``; None when the record has it already."""
+    """``ev`` applied to ``record`` (in place, or rebuilt from the run's history when ``ev`` is older than what the
+    record has folded): the record and whether the state machine took ``ev``; None when the record has it already."""
     if ev.seq and ev.seq <= record.last_seq and (  # a history holds no seq above its record's last_seq
             # sealed and ended: no history (``_fold``); what it has not folded by now (a pre-seal event redelivered
             # after the seal) is in the bundle, and would not move a terminal state. A seal folded before its run's
@@ -191,11 +191,11 @@ async def _apply(bus: Bus, record: states.RunRecord, ev: Event, *,
             or any(h.get("seq") == ev.seq for h in record.history) or _beyond_history(record, ev.seq)):
         return record, None
     if ev.seq and ev.seq < record.last_seq:
-        log.info("%s: %s seq=%s arrived after seq=%s; rebuilding the record from the stream", record_key,
+        log.info("%s: %s seq=%s arrived after seq=%s; rebuilding the record from the run's history", record_key,
                  ev.type, ev.seq, record.last_seq)
         try:
             return await _refold(bus, record, ev, record_key=record_key), True
-        except PermissionDenied as exc:  # an identity without `replay RUNS` (permissions.SERVICE_ROLES)
+        except PermissionDenied as exc:  # an identity without HISTORY's reads (permissions.SERVICE_ROLES)
             log.error("cannot rebuild %s for its late event seq=%s (%s); folding it out of order", record_key,
                       ev.seq, exc)
     return record, _fold(record, ev, at=time.time())
@@ -311,21 +311,26 @@ def _beyond_history(record: states.RunRecord, seq: int) -> bool:
 
 
 async def _refold(bus: Bus, record: states.RunRecord, late: Event, *, record_key: str) -> states.RunRecord:
-    """The record rebuilt from every stored event of ``late``'s run, in stream order (``late`` among them), each
-    applied at the time the stream stored it. Events of the run not delivered yet are folded now too; when they
-    arrive they are in the history, so they change nothing."""
+    """The record rebuilt from ``late``'s run's events as HISTORY keeps them (``history.run_events``), in RUNS
+    order (``late`` among them), each applied at the time HISTORY stored it (a millisecond after RUNS did). They
+    are read through the newest event the record has folded (its ``last_seq``), waiting for HISTORY's feed to hold
+    it: after a server restart, what makes events arrive late, the feed takes seconds to copy again, and a record
+    rebuilt from less would drop events it had folded, which are not delivered again (past
+    ``history.CATCH_UP_S``, ``TemporaryError``: ``late`` is delivered again later). The run's later events fold
+    when they are delivered."""
+    _, workspace, run = record_key.split(".", 2)  # HISTORY's subject holds the tokens RUNS' subject has
+    events = await history.run_events(bus, workspace, run, through=max(record.last_seq, late.seq))
     rebuilt = states.RunRecord(run_id=record.run_id, workspace=record.workspace, created=record.created)
     seen = False
-    async for batch in replay.batches(bus, f"{record_key}.>", stream=STREAM):
-        for ev in batch:
-            if ev.subject != late.subject:
-                continue  # another run whose id sanitises to the same token
-            seen = seen or ev.seq == late.seq
-            try:
-                _fold(rebuilt, ev, at=ev.stored or time.time())
-            except msgspec.DecodeError:
-                continue  # dead-lettered on its own delivery; it never changed the record
-    if not seen:  # the stream no longer holds it (retention): fold it last rather than lose it
+    for ev in events:
+        if ev.subject != late.subject:
+            continue  # another run whose id sanitises to the same token
+        seen = seen or ev.seq == late.seq
+        try:
+            _fold(rebuilt, ev, at=ev.stored or time.time())
+        except msgspec.DecodeError:
+            continue  # dead-lettered on its own delivery; it never changed the record
+    if not seen:  # HISTORY no longer holds it (retention): fold it last rather than lose it
         _fold(rebuilt, late, at=time.time())
     return rebuilt
 
