@@ -77,7 +77,8 @@ def _ledger_head(bundle: dict[str, Any]) -> str | None:
 
 
 @click.command(help="Re-verify a run's evidence: bundle digest, hash chain, every event against the bundle and, "
-               "while RUNS holds the run, RUNS, and its requests, end and seal against AUDIT. "
+               "while HISTORY holds the run, the events RUNS stored as HISTORY keeps them, and its requests, end "
+               "and seal against AUDIT. "
                "With --anchor, also against a signed anchor file kept outside the bus "
                "($TAU_DATA_DIR/anchors/ledger.jsonl locally), which detects a rewritten history; every anchor "
                "must be signed by the pinned anchor key (the one `tau up` pinned, or --anchor-key).")
