@@ -1,6 +1,7 @@
 """Dead letters on a real nats-server: an undecodable payload is dead-lettered on its first delivery (it will never
 decode), a handler that keeps failing ends as the server's max-deliveries advisory, both are listed with their
-consumer, subject and reason, and a replay republishes the original event, which the consumer then handles."""
+consumer, subject and reason, and a replay republishes the original event (from RUNS, or from its copy once RUNS, an
+interest stream, let it go), which the consumer then handles."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import uuid
 
 import pytest
 
-from taugrid.bus import Bus, dlq
-from taugrid.bus.bootstrap import ensure_consumer
+from taugrid.bus import Bus, dlq, history, streams
+from taugrid.bus.bootstrap import bootstrap, ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
-from taugrid.bus.topology import ConsumerSpec
+from taugrid.bus.topology import FEEDS, ConsumerSpec
 from taugrid.core.contracts import SubmitAccepted
 from taugrid.core.errors import NotFound
 from tests.owners import acting_as
@@ -129,6 +130,56 @@ async def test_a_handler_that_keeps_failing_ends_as_a_max_deliveries_dead_letter
         assert (letter.kind, letter.stream_seq, letter.subject, letter.error) == (
             "max-deliveries", seq, f"run.{ws}.{run_id}.submit.accepted", "handler failed 2 deliveries")
         assert tries == 2
+    finally:
+        await stop_loop(loop, task)
+
+
+async def test_a_refused_run_event_runs_let_go_is_replayed_from_its_dead_letter_into_history(
+        private_bus: Bus) -> None:
+    """RUNS is an interest stream (issue 27): a run event its one reader refused leaves RUNS once HISTORY's and
+    AUDIT's feeds stored it. ``tau dlq replay`` republishes the DLQ's copy, which the reader then handles, and
+    HISTORY keeps the replay after the original, naming it."""
+    bus = private_bus
+    assert await bootstrap(bus, replicas=1) == []
+    feeds = {feed.durable for feed in FEEDS}
+    for info in await bus.js.consumers_info("RUNS"):  # the stages' durables: none runs here to ack the event
+        if info.name not in feeds:
+            await bus.js.delete_consumer("RUNS", info.name)
+    ws, run_id = f"w{uuid.uuid4().hex[:8]}", "r1"
+    durable = f"dlq-{ws}"
+    seen: list[int] = []
+
+    async def handler(ev: Event) -> None:
+        seen.append(ev.seq)
+        if len(seen) == 1:
+            ev.payload(SubmitAccepted)  # the first one's payload never decodes
+
+    loop, task = await start_loop(bus, durable, f"run.{ws}.*.submit.accepted", handler)
+    try:
+        with acting_as(bus, "submitter"):
+            seq = await bus.publish(f"run.{ws}.{run_id}.submit.accepted", b'{"not": "a submission"}',
+                                    event_type="submit.accepted", ce_subject=run_id, msg_id=f"m-{ws}",
+                                    workspace=ws)
+
+        async def let_go() -> bool:
+            return bool(await dlq.dead_letters(bus, durable=durable)) and not await streams.holds(
+                bus, "RUNS", f"run.{ws}.>")
+
+        await until(let_go)
+        [letter] = await dlq.dead_letters(bus, durable=durable)
+        assert (letter.kind, letter.stream, letter.stream_seq, letter.subject) == (
+            "refused", "RUNS", seq, f"run.{ws}.{run_id}.submit.accepted")
+        assert await streams.at(bus, "RUNS", seq) is None  # terminated, and stored by both feeds: gone from RUNS
+
+        [replayed] = await dlq.replay(bus, [letter.seq])
+        assert (replayed.seq, replayed.subject) == (letter.seq, letter.subject)
+        await until(lambda: _true(len(seen) == 2))
+        assert seen[0] == seq and seen[1] > seq  # the same event, republished from its copy
+        kept = await history.run_events(bus, ws, run_id, through=seen[1])
+        assert [(ev.seq, ev.type, ev.data, ev.headers.get("x-replay-of")) for ev in kept] == [
+            (seq, "submit.accepted", b'{"not": "a submission"}', None),
+            (seen[1], "submit.accepted", b'{"not": "a submission"}', f"RUNS.{seq}")]
+        assert await dlq.dead_letters(bus) == []
     finally:
         await stop_loop(loop, task)
 
