@@ -1,7 +1,7 @@
 """Evidence handler: a run's terminal event seals it (its ledger, its bundle, ``evidence.sealed``).
 
 The durable receives only the terminal events (``topology.CONSUMERS["evidence"]``); the run's other events are
-read back from RUNS at the seal, in stream order (``taugrid.evidence.store.run_history``). Per run: the bundle,
+read back from HISTORY at the seal, in RUNS' order (``taugrid.evidence.store.run_history``). Per run: the bundle,
 one create of the ledger (with the seal and the bundle's digest), ``evidence.sealed``. Idempotent, because
 redelivery happens (also after a successful ack when the server dies), and restart safe, because the terminal
 event is acked only once all of that is done:
@@ -9,8 +9,8 @@ event is acked only once all of that is done:
   (cancelled vs. gave_up), finds the ledger sealed, or builds the same one (first wins);
 - a bundle already stored for the winning event is reused, not rebuilt;
 - ``evidence.sealed`` carries the deterministic id ``<run>.<attempt>.evidence.sealed`` (the stream drops a
-  republish), and a seal resumed later looks for it in RUNS before publishing (RUNS is the record that it was
-  made: the ledger's ``seal.emitted`` is no longer written).
+  republish), and a seal resumed later looks for it in HISTORY before publishing (HISTORY is the record that it
+  was made: the ledger's ``seal.emitted`` is no longer written).
 """
 
 from __future__ import annotations

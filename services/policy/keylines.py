@@ -9,23 +9,36 @@ in the ``submissions`` bucket, ``id.<run>``, which only the submitter writes), p
 the policy fills in from the parse it resolves).
 
 Trust: the lines only say where a refusal's key is in the user's own file (its field and line); what the policy
-decides comes from ``submit.accepted`` alone. A request that is gone (aged out of RUNS), another request on the run's
-subject, or a text that does not hash to the accepted config gives no lines, and the refusal names its fields
-without them, as it did for an accepted record of a release before ``config_lines``.
+decides comes from ``submit.accepted`` alone. A request that is gone (aged out of HISTORY, or not copied there
+within ``REQUEST_WAIT_S``), another request on the run's subject, or a text that does not hash to the accepted config
+gives no lines, and the refusal names its fields without them, as it did for an accepted record of a release before
+``config_lines``.
+
+The request is read from HISTORY, among the run's events (``bus/history.py``: one subject a run, each event at its
+RUNS sequence): RUNS lets an event go once its consumers acked it, and the submitter acked the request before it
+published ``submit.accepted``. HISTORY's feed copies it about a millisecond after RUNS stored it (the high lane's
+through a feed of its own), so it is looked for again for a moment.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import msgspec
 
-from taugrid.bus import kv, streams
+from taugrid.bus import history, kv
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
 from taugrid.config import accepted
 from taugrid.config.taujob import load_tau_config_shared
 from taugrid.core.contracts import SubmitAccepted, SubmitRequested
 from taugrid.core.errors import ConfigError
-from taugrid.core.ids import run_claim
+from taugrid.core.ids import run_claim, token
+
+# how long a refusal waits for HISTORY to hold the request the submitter answered before naming its keys without
+# lines (it is there long before in the usual case: RUNS stored it before the submitter read it)
+REQUEST_WAIT_S = 2.0
 
 
 async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.KeyLine]:
@@ -34,7 +47,7 @@ async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.
     seq = await _first_request(bus, ev)
     if not seq:
         return []
-    request = await streams.at(bus, "RUNS", seq)
+    request = await _stored_at(bus, ev, seq)
     if request is None or (request.type, request.workspace, request.subject) != (
             "submit.requested", ev.workspace, ev.subject):
         return []
@@ -46,8 +59,20 @@ async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.
     return parse.lines if parse.config_hash == acc.config_hash else []
 
 
+async def _stored_at(bus: Bus, ev: Event, seq: int) -> Event | None:
+    """Run ``ev.subject``'s event RUNS stored at ``seq``, read from the run's events in HISTORY; None when HISTORY
+    does not hold it within ``REQUEST_WAIT_S`` (aged out, another run's sequence)."""
+    deadline = time.monotonic() + REQUEST_WAIT_S
+    while True:
+        found = next((got for got in await history.run_events(bus, token(ev.workspace), token(ev.subject))
+                      if got.seq == seq), None)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
 async def _first_request(bus: Bus, ev: Event) -> int:
-    """The stream sequence of the run's first stored request, as the submitter claimed it: ``id.<run>`` →
+    """The RUNS sequence of the run's first stored request, as the submitter claimed it: ``id.<run>`` →
     ``<ws>:<seq>`` (its workspace must be the run's), or, claimed by an earlier release, ``run.<ws>.<run>`` →
     ``<seq>``; 0 when neither says."""
     claim = await kv.get(bus, "submissions", f"id.{ev.subject}")

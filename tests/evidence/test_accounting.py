@@ -11,17 +11,16 @@ import subprocess
 from pathlib import Path
 
 import msgspec
-import pytest
 
-from taugrid.bus import Bus, connect, identity, platformstore
+from taugrid.bus import Bus, connect, history, identity, platformstore
 from taugrid.bus.bootstrap import bootstrap
-from taugrid.bus.envelope import Event, from_message
-from taugrid.bus.replay import replay
+from taugrid.bus.envelope import Event
 from taugrid.core import contracts as c
 from taugrid.evidence import store
 from taugrid.evidence.bundle import accounting
 from taugrid.evidence.verify import _check_accounting, verify_run
 from taugrid_services.evidence.handlers import Evidence
+from tests.evidence.test_evidence_service import fed
 from tests.owners import emit_as_owner
 from tests.platforms import lab_platform
 
@@ -33,17 +32,14 @@ def _at(ev: Event) -> float:
 
 
 async def _run_events(bus: Bus, ws: str, run: str) -> list[Event]:
-    msgs = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run}.>")
-    # with the stored time, as a consumer delivers them: a service's event stamped "now" is timed by the store
-    return [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream,
-                         stored=m.metadata.timestamp.timestamp()) for m in msgs]
+    # as HISTORY keeps them, where the seal reads them: with their stored time (a service's event stamped "now" is
+    # timed by the store), in RUNS' order at their RUNS sequences
+    await fed(bus)
+    return await history.run_events(bus, ws, run)
 
 
 async def test_the_bundle_carries_the_runs_accounting_and_verify_recomputes_it(
-        fresh_nats: tuple[subprocess.Popen[bytes], int, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    # no projection keeps a run_state record here: the seal reads the run by subject at once, not after waiting
-    # for a record (store._projection_may_catch_up)
-    monkeypatch.setattr(store, "PROJECTION_WAIT_S", 0.0)
+        fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> None:
     bus = await connect(f"nats://127.0.0.1:{fresh_nats[1]}", name="test")
     sealer = await connect(f"nats://127.0.0.1:{fresh_nats[1]}", name="evidence")
     bus.seed = identity.new_user_seed()  # the submission is signed, as the client signs it

@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import boto3
-import msgspec
 import pytest
 from moto.server import ThreadedMotoServer
 
-from taugrid.bus import Bus, objects
+from taugrid.bus import Bus, auditread, objects
 from taugrid.bus.bootstrap import bootstrap
 from taugrid.bus.envelope import from_message
 from taugrid.bus.platformstore import put_text
@@ -63,10 +62,10 @@ async def sealed_digest(bus: Bus, ws: str, run: str) -> str:
     """The seal's digest as AUDIT keeps it: AUDIT sources RUNS, so the copy lands a moment after the publish."""
     subject = f"run.{ws}.{run}.evidence.sealed"
     deadline = time.monotonic() + 10
-    while not (found := await replay(bus, stream="AUDIT", subject=subject)) and time.monotonic() < deadline:
+    while not (found := await auditread.run_events(bus, subject)) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    [m] = found
-    return msgspec.json.decode(m.data, type=c.EvidenceSealed).digest
+    [ev] = found
+    return ev.payload(c.EvidenceSealed).digest
 
 
 async def test_directory_archive_verifies_and_a_changed_one_fails(bus: Bus, tmp_path: Path) -> None:

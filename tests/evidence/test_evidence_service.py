@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,16 +11,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from taugrid.bus import Bus, auditread, connect, identity, streams
+from taugrid.bus import Bus, auditread, connect, history, identity
 from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.bootstrap import ensure_consumer
 from taugrid.bus.consumer import ConsumerLoop
-from taugrid.bus.envelope import Event, from_message
-from taugrid.bus.replay import replay
-from taugrid.bus.topology import AUDIT_FILTERS, CONSUMERS, ConsumerSpec
+from taugrid.bus.envelope import Event
+from taugrid.bus.topology import AUDIT_STREAM, CONSUMERS, FEEDS, HISTORY_STREAM, ConsumerSpec
 from taugrid.core import contracts as c
 from taugrid.core import wirejson
-from taugrid.core.errors import TemporaryError
 from taugrid.core.events import TERMINAL_EVENTS, log_subject
 from taugrid.evidence import bases, packing, store
 from taugrid.evidence import ledger as lg
@@ -144,8 +141,7 @@ async def drain(bus: Bus, durable: str, ws: str, until, made: list[Evidence] | N
 
 
 async def sealed_events(bus: Bus, ws: str, run: str) -> list[Event]:
-    msgs = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run}.evidence.sealed")
-    return [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    return [ev for ev in await _events(bus, ws, run) if ev.type == "evidence.sealed"]
 
 
 def announced(ws: str, run: str, bus: Bus):  # type: ignore[no-untyped-def]
@@ -187,7 +183,7 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     report = await verify_run(bus, run)
     assert report.problems == [] and report.ok and report.digest == payload.digest
-    # RUNS holds the six run events and evidence.sealed; AUDIT only what verification needs of them
+    # HISTORY holds the six run events and evidence.sealed; AUDIT only what verification needs of them
     assert (report.entries, report.runs_events, report.audit_events) == (6, 7, 3)
     audited = await auditread.run_events(bus, f"run.{ws}.{run}.>")
     assert [ev.type for ev in audited] == ["submit.requested", "exec.succeeded", "evidence.sealed"]
@@ -298,9 +294,22 @@ def test_evidence_sealed_names_a_bundle_only_under_another_name_than_the_runs_us
                             ledger_head="h", entries=6).bundle_of("r1") == "runs/r1/bundle.json"
 
 
+async def fed(bus: Bus, stream: str = HISTORY_STREAM) -> None:
+    """HISTORY and AUDIT source RUNS through their feeds (``topology.FEEDS``) asynchronously: wait until ``stream``'s
+    have copied everything RUNS stored so far (nothing left to deliver, nothing delivered and not yet stored)."""
+    for _ in range(250):
+        infos = [await bus.js.consumer_info("RUNS", f.durable) for f in FEEDS if f.into == stream]
+        if all(not i.num_pending and not i.num_ack_pending for i in infos):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{stream}'s feeds did not copy what RUNS stored in 5 s")
+
+
 async def _events(bus: Bus, ws: str, run: str) -> list[Event]:
-    msgs = await replay(bus, stream="RUNS", subject=f"run.{ws}.{run}.>")
-    return [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    """The run's events as HISTORY keeps them (RUNS lets an event go once its consumers acked it): in RUNS' order,
+    each at its RUNS sequence."""
+    await fed(bus)
+    return await history.run_events(bus, ws, run)
 
 
 async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: Bus, tmp_path: Path) -> None:
@@ -350,10 +359,10 @@ async def test_racing_terminal_events_seal_once_and_tampering_is_reported(bus: B
             cur.seal, event_id=entries[5].event_id, head="") if cur.seal is not None else None))
     problems = (await verify_run(bus, run, audit_wait_s=0)).problems
     assert any(p.startswith("entry 1") and "modified" in p for p in problems)
-    # entry 1 is submit.accepted, which AUDIT no longer keeps: RUNS, which still holds the run, and the sealed
+    # entry 1 is submit.accepted, which AUDIT no longer keeps: HISTORY, which still holds the run, and the sealed
     # bundle's events say it
     was = f"payload {'0' * 12}…/{entries[1].payload_sha256[:12]}…"
-    assert f"ledger entry 1 ({run}.1.submit.accepted) differs from RUNS: type submit.accepted/submit.accepted, " \
+    assert f"ledger entry 1 ({run}.1.submit.accepted) differs from HISTORY: type submit.accepted/submit.accepted, " \
         f"{was}" in problems
     assert f"ledger entry 1 ({run}.1.submit.accepted) differs from the sealed bundle's event: type " \
         f"submit.accepted/submit.accepted, {was}" in problems
@@ -378,13 +387,8 @@ async def evidence() -> AsyncIterator[Bus]:
 
 
 async def audit_caught_up(bus: Bus) -> None:
-    """AUDIT sources RUNS asynchronously: wait until it holds what RUNS holds now of the kinds it keeps."""
-    want = sum([await streams.count(bus, "RUNS", f) for f in AUDIT_FILTERS])
-    for _ in range(100):
-        if (await bus.js.stream_info("AUDIT")).state.messages >= want:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("AUDIT did not catch up with RUNS in 2 s")
+    """AUDIT sources RUNS asynchronously: wait until it holds what RUNS stored so far of the kinds it keeps."""
+    await fed(bus, AUDIT_STREAM)
 
 
 def test_the_evidence_durable_receives_only_terminal_events() -> None:
@@ -445,7 +449,7 @@ async def test_a_seal_interrupted_at_any_step_completes_once_with_the_same_diges
     report = await verify_run(bus, run)
     assert report.problems == [] and report.digest == digest
 
-    # Redelivered after the stream's duplicate window: the announcement found in RUNS is not published again.
+    # Redelivered after the stream's duplicate window: the announcement found in HISTORY is not published again.
     assert await store.announce(evidence, await store.seal(evidence, terminal)) is False
 
 
@@ -492,24 +496,24 @@ async def test_a_ledger_written_per_event_before_the_upgrade_is_extended_and_sea
     assert (await verify_run(bus, run)).ok
 
 
-async def test_a_projected_run_is_read_at_its_recorded_sequences_and_anything_unlisted_by_subject(
+async def test_a_run_is_read_from_its_one_subject_in_history_projected_or_not(
     bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fast path: the run_state record's sequences, proven complete by the subject index's count, read at
-    those sequences (no walk of the stream by subject). A run with an event the record does not list (a
-    projection behind) is read by subject from its submission's sequence, not from the start of the stream, and
-    both give the same events."""
+    """The seal reads a run's events from its one subject in HISTORY (``h.<ws>.<run>``: the server's per-subject
+    index finds them, no walk of RUNS by subject), whether or not its run_state record lists them all (a
+    projection behind): both give the run's events, in RUNS' order at their RUNS sequences, through its terminal
+    event; a run's later events are left out."""
     from taugrid import runrecord
     from taugrid.bus import streams
 
-    walked: list[tuple[str, int]] = []
+    read: list[tuple[str, str, int]] = []
     by_subject = streams.history
 
-    async def history(*args, **kwargs):  # type: ignore[no-untyped-def]
-        walked.append((args[2], kwargs.get("start", 1)))
+    async def walked(*args, **kwargs):  # type: ignore[no-untyped-def]
+        read.append((args[1], args[2], kwargs.get("start", 1)))
         return await by_subject(*args, **kwargs)
 
-    monkeypatch.setattr(streams, "history", history)
+    monkeypatch.setattr(streams, "history", walked)
     ws = f"ev{uuid.uuid4().hex[:6]}"
     projected, behind = f"proj-{uuid.uuid4().hex[:6]}", f"lag-{uuid.uuid4().hex[:6]}"
     for run in (projected, behind):
@@ -520,19 +524,15 @@ async def test_a_projected_run_is_read_at_its_recorded_sequences_and_anything_un
     lagging = await _finish(bus, ws, behind)
     for ev in (await _events(bus, ws, behind))[:-2]:  # exec.running and the terminal event not projected yet
         await runrecord.project(bus, ev)
+    await _finish(bus, ws, behind, "recovery.gave_up")  # after the terminal event: not the sealed run's
 
-    fast = await store.run_history(bus, terminal)
-    assert [ev.id for ev in fast] == [ev.id for ev in await _events(bus, ws, projected)]
-    assert walked == []
-    just_stored = msgspec.structs.replace(lagging, stored=time.time())
-    with pytest.raises(TemporaryError, match="does not list all its events yet"):
-        await store.run_history(bus, just_stored)  # the projection may catch up: sealed a little later
-    assert walked == []
-    slow = await store.run_history(bus, msgspec.structs.replace(lagging, stored=time.time() - 10))
-    behind_events = await _events(bus, ws, behind)
-    assert [ev.id for ev in slow] == [ev.id for ev in behind_events]
-    assert behind_events[0].type == "submit.requested" and behind_events[0].seq > 1
-    assert walked == [(f"run.{ws}.{behind}.>", behind_events[0].seq)]
+    for run, end in ((projected, terminal), (behind, lagging)):
+        read.clear()
+        got = await store.run_history(bus, end)
+        assert read == [(HISTORY_STREAM, f"h.{ws}.{run}", 1)]  # one read of its subject from the start
+        events = await _events(bus, ws, run)
+        assert [(ev.id, ev.seq) for ev in got] == [(ev.id, ev.seq) for ev in events if ev.seq <= end.seq]
+        assert got[0].type == "submit.requested" and got[-1].id == end.id and got[-1].seq > got[0].seq
 
 
 async def test_an_elastic_runs_resizes_are_sealed_with_their_attempt_in_order(bus: Bus, tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
 """`tau verify` with AUDIT keeping only what verification needs (issue 27), against real nats-servers: an
-intermediate ledger entry is checked against RUNS while RUNS holds the run and against the sealed bundle's events
-always; the people's requests, the run's end and its seal against AUDIT. A forged intermediate entry fails, saying
-why, both while RUNS holds the run and after RUNS let it go."""
+intermediate ledger entry is checked against HISTORY (RUNS' events, one subject a run) while HISTORY holds the run and
+against the sealed bundle's events always; the people's requests, the run's end and its seal against AUDIT. A forged
+intermediate entry fails, saying why, both while HISTORY holds the run and after HISTORY let it go."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from taugrid.evidence import store
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
-from tests.evidence.test_evidence_service import _events, publish_run
+from tests.evidence.test_evidence_service import _events, fed, publish_run
 from tests.owners import emit_as_owner
 
 WS, RUN = "vs", "train-vs1"
@@ -32,7 +33,8 @@ WS, RUN = "vs", "train-vs1"
 
 @pytest.fixture
 async def stack(fresh_nats: tuple[subprocess.Popen[bytes], int, Path]) -> AsyncIterator[tuple[Bus, Bus]]:
-    """A private bootstrapped server (this test purges its RUNS): a test connection and the evidence service's."""
+    """A private bootstrapped server (this test ages its HISTORY out): a test connection and the evidence
+    service's."""
     url = f"nats://127.0.0.1:{fresh_nats[1]}"
     boot = await connect(url, name="bootstrap")
     assert await bootstrap(boot, replicas=1) == []
@@ -53,9 +55,24 @@ async def sealed_run(bus: Bus, evidence: Bus, out: Path, *, audited: int = 3) ->
         if len(await auditread.run_events(bus, f"run.{WS}.{RUN}.>")) == audited:
             break
         await asyncio.sleep(0.02)
+    await fed(bus)  # and HISTORY, evidence.sealed among what it holds
     led = await store.read_ledger(bus, WS, RUN)  # its entries from the sealed bundle, checked against the seal
     assert led is not None and led.seal is not None
     return led
+
+
+async def history_lets_go(bus: Bus) -> None:
+    """HISTORY lets every run go, as its max age does after 30 days (purges are denied it): a max age of 1 s,
+    waited out, then its own again."""
+    config = (await bus.js.stream_info("HISTORY")).config
+    await bus.js.update_stream(dataclasses.replace(config, max_age=1.0))
+    for _ in range(100):
+        if (await bus.js.stream_info("HISTORY")).state.messages == 0:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("HISTORY kept its messages past a max age of 1 s")
+    await bus.js.update_stream(config)
 
 
 def forged(ledger: lg.Ledger, index: int) -> lg.Ledger:
@@ -90,28 +107,28 @@ def rewritten_seal_problems(name: str, *, head: str, sealed_head: str, digest: s
     ]
 
 
-async def test_a_forged_intermediate_entry_fails_against_runs_while_it_holds_the_run_and_the_bundle_after(
+async def test_a_forged_intermediate_entry_fails_against_history_while_it_holds_the_run_and_the_bundle_after(
         stack: tuple[Bus, Bus], tmp_path: Path) -> None:
     bus, evidence = stack
     led = await sealed_run(bus, evidence, tmp_path)
     report = await verify_run(bus, RUN)
     assert (report.problems, report.entries, report.runs_events, report.audit_events) == ([], 6, 7, 3)
 
-    # render.applied (entry 3) is no kind AUDIT keeps: RUNS, while it holds the run, and the bundle catch it
+    # render.applied (entry 3) is no kind AUDIT keeps: HISTORY, while it holds the run, and the bundle catch it
     bad = forged(led, 3)
     assert lg.verify(bad) == [] and bad.entries[3].type == "render.applied"
     await store.update(bus, WS, RUN, lambda _: bad)
     was = f"type render.applied/render.applied, payload {'f' * 12}…/{led.entries[3].payload_sha256[:12]}…"
     report = await verify_run(bus, RUN, audit_wait_s=0)
     assert report.problems == [
-        f"ledger entry 3 ({RUN}.1.render.applied) differs from RUNS: {was}",
+        f"ledger entry 3 ({RUN}.1.render.applied) differs from HISTORY: {was}",
         "bundle ledger is not a prefix of the run's ledger (one of them was rewritten)",
         f"ledger entry 3 ({RUN}.1.render.applied) differs from the sealed bundle's event: {was}",
     ]
 
-    # RUNS lets the run go (its max age; here a purge): AUDIT and the bundle still verify the honest ledger
+    # HISTORY lets the run go (its max age): AUDIT and the bundle still verify the honest ledger
     await store.update(bus, WS, RUN, lambda _: lg.seal_only(led))
-    await bus.js.purge_stream("RUNS")
+    await history_lets_go(bus)
     report = await verify_run(bus, RUN)
     assert (report.problems, report.runs_events, report.audit_events) == ([], 0, 3)
     # and the forged one still fails, now on the bundle alone
@@ -122,11 +139,11 @@ async def test_a_forged_intermediate_entry_fails_against_runs_while_it_holds_the
     ]
 
 
-async def test_a_forged_kept_entry_fails_against_audit_after_runs_let_the_run_go(
+async def test_a_forged_kept_entry_fails_against_audit_after_history_let_the_run_go(
         stack: tuple[Bus, Bus], tmp_path: Path) -> None:
     bus, evidence = stack
     led = await sealed_run(bus, evidence, tmp_path)
-    await bus.js.purge_stream("RUNS")
+    await history_lets_go(bus)
     bad = forged(led, 5)  # exec.succeeded, the run's end: AUDIT keeps it
     await store.update(bus, WS, RUN, lambda _: bad)
     was = f"type exec.succeeded/exec.succeeded, payload {'f' * 12}…/{led.entries[5].payload_sha256[:12]}…"
@@ -147,7 +164,7 @@ async def test_with_an_earlier_release_s_mirror_every_entry_is_still_checked_aga
     led = await sealed_run(bus, evidence, tmp_path, audited=7)
     report = await verify_run(bus, RUN)
     assert (report.problems, report.runs_events, report.audit_events) == ([], 7, 7)
-    await bus.js.purge_stream("RUNS")
+    await history_lets_go(bus)
     bad = forged(led, 3)
     await store.update(bus, WS, RUN, lambda _: bad)
     was = f"type render.applied/render.applied, payload {'f' * 12}…/{led.entries[3].payload_sha256[:12]}…"
@@ -166,7 +183,7 @@ async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tupl
     led = await sealed_run(bus, evidence, tmp_path)
     kept, _ = await store.load(bus, WS, RUN)
     assert kept == lg.seal_only(led) and kept is not None and kept.entries == () and kept.seal is not None
-    await bus.js.purge_stream("RUNS")  # the bundle alone vouches for the intermediate events now
+    await history_lets_go(bus)  # the bundle alone vouches for the intermediate events now
     seal, sealed_digest, name = kept.seal, kept.seal.digest, bundle_name(RUN)
     assert led.seal is not None
     led_seal = led.seal
@@ -238,7 +255,7 @@ async def test_a_bundle_keeps_its_chain_as_its_events_and_a_rewritten_event_miss
     assert store.bundle_entries(doc) == list(led.entries) and len(led.entries) == 6
     kept, _ = await store.load(bus, WS, RUN)
     assert kept is not None and kept.seal is not None
-    await bus.js.purge_stream("RUNS")  # the bundle alone vouches for the intermediate events now
+    await history_lets_go(bus)  # the bundle alone vouches for the intermediate events now
     name, sealed_digest = bundle_name(RUN), kept.seal.digest
 
     records = [{**r, "payload_sha256": "f" * 64} if r["type"] == "render.applied" else r for r in doc["events"]]

@@ -61,7 +61,7 @@ async def finish_and_seal(bus: Bus, ws: str, run: str) -> dict[str, Any]:
 
 
 async def stored_event(bus: Bus, subject: str) -> Event:
-    """The event as RUNS holds it (without a stored time, so the seal walks the run's subjects at once rather than
-    waiting for a run-record projection these tests do not run)."""
+    """The event as RUNS holds it, as the evidence's durable would deliver it (RUNS keeps a terminal event until
+    that durable acked it, and no evidence service runs here)."""
     [m] = await replay(bus, stream="RUNS", subject=subject)
     return from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream)

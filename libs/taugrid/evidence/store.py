@@ -3,8 +3,9 @@
 Invariants:
 - One KV key per run (``run.<workspace>.<run_id>``, so people's permissions can confine reads to their
   workspaces' ledgers), written when the run is sealed: the run's events up to and including its first terminal
-  event (stream order) are read back from RUNS (``run_history``) and chained in that order; a run not sealed yet
-  has no ledger. Every write is a compare-and-set (the first one a create), and a lost race re-reads.
+  event (RUNS' order) are read back from HISTORY, which keeps them as RUNS stored them (``run_history``), and
+  chained in that order; a run not sealed yet has no ledger. Every write is a compare-and-set (the first one a
+  create), and a lost race re-reads.
 - The key keeps the seal alone (``ledger.seal_only``, issue 27: ~250 bytes a run where the whole ledger took
   ~1.4 KB, and the bundle holds the same entries): the bundle's name and digest, the chain's head, its length, the
   terminal event's type and attempt. The entries are read back from the sealed bundle where they are needed
@@ -27,23 +28,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
-from taugrid import runrecord, settings
-from taugrid.bus import auditread, kv, streams
+from taugrid import settings
+from taugrid.bus import auditread, history, kv, streams
 from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message, run_traceparent
 from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_object: the bus's copy only)
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import shared_reader
-from taugrid.bus.replay import follow, replay
+from taugrid.bus.replay import replay
+from taugrid.bus.topology import HISTORY_STREAM
 from taugrid.config.platform import Platform
-from taugrid.core import states
 from taugrid.core.contracts import (
     EvidenceSealed,
     ExecProgress,
@@ -53,7 +53,7 @@ from taugrid.core.contracts import (
     RenderApplied,
 )
 from taugrid.core.errors import PermanentError, TauError, TemporaryError
-from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject, run_subject
+from taugrid.core.events import TERMINAL_EVENTS, parse_run_subject
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
 from taugrid.core.redaction import Redactor
@@ -228,27 +228,30 @@ async def collect(
 ) -> tuple[bytes, dict[str, bytes]]:
     """The canonical bundle bytes for the ledger's seal, and the separate log objects it references.
 
-    ``known``: events already in hand, by stream sequence (the consumer delivered them); the rest are fetched.
+    ``known``: events already in hand, by RUNS sequence (read for the seal); the rest are read from HISTORY.
     """
     seal = ledger.seal
     if seal is None:
         raise ValueError(f"run {ledger.run_id} has no terminal event yet")
     run_id = ledger.run_id
     terminal = ledger.entries[seal.index]
-    # Direct gets by the sequences the ledger recorded: O(entries), where a filtered replay would make the
-    # server scan every subject of RUNS for each sealed run.
+    # The events the ledger recorded, by their RUNS sequence: those in hand, the rest read once from the run's
+    # subject in HISTORY (direct gets, one a message of the run's)
     events = []
+    stored: dict[int, Event] | None = None
     for entry in ledger.entries:
         if not entry.seq:
             continue
         held = known.get(entry.seq) if known is not None else None
-        if held is not None and held.id == entry.event_id:
-            events.append(held)
-            continue
-        stored = await streams.at(bus, "RUNS", entry.seq)
-        if stored is None:
-            continue  # aged out of RUNS (max_age); the ledger still proves it existed
-        events.append(stored)
+        if held is None or held.id != entry.event_id:
+            if stored is None:
+                ws = ledger.workspace or next((ev.workspace for ev in (known or {}).values() if ev.workspace), "")
+                stored = {ev.seq: ev for ev in await history.run_events(bus, token(ws), token(run_id))} if ws \
+                    else {}
+            held = stored.get(entry.seq)
+        if held is None:
+            continue  # aged out of HISTORY (max_age); the ledger still proves it existed
+        events.append(held)
     # The bundle covers the run up to its terminal event; later events (evidence.sealed, a losing terminal
     # event) must not change the bytes of a bundle that is collected again.
     events = [ev for ev in events if ev.seq <= terminal.seq] if terminal.seq else events
@@ -411,97 +414,35 @@ def _commits_to(data: bytes, seal: lg.Seal) -> bool:
 
 
 async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
-    """The run's events in stream order, up to and including ``terminal_event``, as its consumers accepted them.
+    """The run's events in RUNS' order, up to and including ``terminal_event``, as its consumers accepted them.
 
-    Read from RUNS at the sequences the run's record lists when they provably are all of them
-    (``_by_projected_sequences``); a record a step behind is waited for a little (``_projection_may_catch_up``);
-    else by direct gets on the run's subjects from its submission's sequence (``streams.history``, which walks
-    the stream between matches), or through a replay where RUNS allows no
-    direct gets yet (a stream made before it was declared; ``python -m taugrid.bus.bootstrap --update`` turns
-    them on). Events older than RUNS keeps
-    (``max_age``) are read from AUDIT, which keeps longer only the kinds it keeps (``topology.AUDIT_KEPT_EVENTS``:
-    the people's requests, a run's end) under their RUNS sequences (``auditread``): a run that outlived RUNS'
-    max age is sealed without its intermediate events that aged out. Events from a
-    service not allowed to publish their subject are left out: every consumer dead-lettered them, and
-    ``tau verify`` does not count them as the run's."""
+    Read from HISTORY, which keeps a run's events under one subject (``bus/history.py``: direct gets on the run's
+    subject, each event at its RUNS sequence), once it holds ``terminal_event`` (its feed copies it about a
+    millisecond after RUNS stored it: a ``TemporaryError`` retries the seal should it not in ``history.CATCH_UP_S``).
+    RUNS itself keeps only what its consumers have still to read (interest retention). Events older than HISTORY
+    keeps (``max_age``, RUNS' retention) are read from AUDIT, which keeps longer only the kinds it keeps
+    (``topology.AUDIT_KEPT_EVENTS``: the people's requests, a run's end) under their RUNS sequences
+    (``auditread``): a run that outlived HISTORY's max age is sealed without its intermediate events that aged out.
+    Events from a service not allowed to publish their subject are left out: every consumer dead-lettered them,
+    and ``tau verify`` does not count them as the run's."""
     ws, run, _ = parse_run_subject(terminal_event.nats_subject)
-    subject = f"run.{ws}.{run}.>"
-    through = terminal_event.seq
-    record, _ = await runrecord.get(bus, ws, run)
-    known = await _by_projected_sequences(bus, record, subject, through)
-    for pause in _CATCH_UP_PAUSES_S:  # the projection is usually milliseconds behind: look again first
-        if known is not None or not _projection_may_catch_up(record, terminal_event):
-            break
-        await asyncio.sleep(pause)
-        record, _ = await runrecord.get(bus, ws, run)
-        known = await _by_projected_sequences(bus, record, subject, through)
-    if known is not None:
-        return [ev for ev in known if source_problem(ev.nats_subject, ev.source) is None]
-    if _projection_may_catch_up(record, terminal_event):
-        raise TemporaryError(f"run {run}: its run_state record does not list all its events yet", delay=0.5)
-    try:
-        events = await streams.history(bus, "RUNS", subject, through=through, start=_first_sequence(record))
-    except streams.DirectGetUnavailable:
-        events = [ev async for ev in follow(bus, subject, stream="RUNS") if ev.seq <= through]
-        if not events or events[-1].seq != through:
-            raise TemporaryError(f"RUNS {subject}: seq {through} not read back yet", delay=0.5) from None
-    if events[0].type != "submit.requested" and (await streams.bounds(bus, "RUNS"))[0] > 1:
-        first = events[0].seq  # the run's first events may have aged out of RUNS: AUDIT still has its requests
-        older = [ev for ev in await auditread.run_events(bus, subject) if ev.seq < first]
+    events = await history.run_events(bus, ws, run, through=terminal_event.seq)
+    if events[0].type != "submit.requested" and not await _history_holds_every_run(bus):
+        first = events[0].seq  # the run's first events may have aged out of HISTORY: AUDIT still has its requests
+        older = [ev for ev in await auditread.run_events(bus, f"run.{ws}.{run}.>") if ev.seq < first]
         events = older + events
     return [ev for ev in events if source_problem(ev.nats_subject, ev.source) is None]
 
 
-PROJECTION_WAIT_S = 3.0  # how long after its terminal event a run waits for its record before a walk by subject
-_CATCH_UP_PAUSES_S = (0.01, 0.03, 0.06)  # looks again in-process before a retry (0.5 s) is asked for
-
-
-def _projection_may_catch_up(record: states.RunRecord | None, terminal_event: Event) -> bool:
-    """Whether to seal a little later rather than walk the stream by subject: the record is short of events
-    only because the projection is a step behind (its history is not cut at ``runrecord.HISTORY``), and the
-    terminal event is recent. In a burst a run may end before its record has its last events, and a walk makes
-    the server scan the stream from each of the run's events to the next. The consumer's retry delays (0.5 s,
-    doubled) make it at most four deliveries."""
-    if record is not None and len(record.history) >= runrecord.HISTORY:
-        return False  # a cut history never lists them all: walk now
-    return bool(terminal_event.stored) and time.time() - terminal_event.stored < PROJECTION_WAIT_S
-
-
-def _first_sequence(record: states.RunRecord | None) -> int:
-    """Where the run's events start in RUNS: its ``submit.requested``'s sequence when its record lists it (every
-    other event of the run comes after it), else 1. The walk by subject then covers the run's own span of the
-    stream, not the whole stream before it (``streams.history``: on a 150k-message RUNS a run's first get from
-    sequence 1 cost the server ~140 ms)."""
-    if record is not None:
-        for entry in record.history:
-            if entry.get("type") == "submit.requested" and int(entry.get("seq") or 0) > 0:
-                return int(entry["seq"])
-    return 1
-
-
-async def _by_projected_sequences(bus: Bus, record: states.RunRecord | None, subject: str, through: int
-                                  ) -> list[Event] | None:
-    """The run's events read at the sequences its run_state record lists (its history) plus the terminal event's,
-    when those are provably all of them: the server's subject index counts exactly as many messages stored on the
-    run's subjects, and every one read back is on them. None otherwise (no record, a projection behind, a history
-    cut at ``runrecord.HISTORY``, events stored after the terminal one, an event aged out of RUNS): the caller
-    then finds them by subject.
-
-    Why not always by subject: a direct get ``next_by_subj`` on a wildcard walks the stream from its start
-    sequence to the next match, and a run's events lie far apart in a busy stream (Kueue's 15,000-run scenario:
-    ~20 ms of server CPU per get on a 150k-message RUNS); a get at a sequence, and a count from the index, do not."""
-    if record is None:
-        return None
-    seqs = sorted({int(h.get("seq") or 0) for h in record.history} | {through})
-    if seqs[0] <= 0 or seqs[-1] != through or await streams.count(bus, "RUNS", subject) != len(seqs):
-        return None
-    prefix = subject[:-1]  # "run.<ws>.<run>."
-    events: list[Event] = []
-    for ev in await streams.at_many(bus, "RUNS", seqs):
-        if ev is None or not ev.nats_subject.startswith(prefix):
-            return None
-        events.append(ev)
-    return events
+async def _history_holds_every_run(bus: Bus) -> bool:
+    """Whether HISTORY still holds every event RUNS ever stored: its first message is RUNS' first (sequence 1).
+    Not once it let one go (its first sequence is past 1), nor when it was made after RUNS had let some go
+    (an earlier release's RUNS, kept with limits retention, is copied from its first event on)."""
+    first, last = await streams.bounds(bus, HISTORY_STREAM)
+    if first > 1 or not last:
+        return first <= 1  # empty: never held anything (first 0), or let everything go
+    held = await streams.at(bus, HISTORY_STREAM, first)
+    return held is not None and held.seq <= 1
 
 
 def sealed_ledger(base: lg.Ledger, events: list[Event]) -> lg.Ledger:
@@ -596,17 +537,19 @@ async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapp
 
 
 async def announce(bus: Bus, sealed: Sealed) -> bool:
-    """Publish ``evidence.sealed`` once; False when it was on the bus already (RUNS holds it).
+    """Publish ``evidence.sealed`` once; False when it was on the bus already (HISTORY holds it).
 
-    Its message id is deterministic (``<run>.<attempt>.evidence.sealed``), so the stream drops a republish within
-    its duplicate window; a seal resumed (the ledger was written before: a redelivery, an interrupted or concurrent
-    seal) first looks for the announcement in RUNS, which is the record that it was made."""
+    Its message id is deterministic (``<run>.<attempt>.evidence.sealed``), so RUNS drops a republish within its
+    duplicate window; a seal resumed (the ledger was written before: a redelivery, an interrupted or concurrent
+    seal) first looks for the announcement among the run's events in HISTORY, which is the record that it was made
+    (RUNS lets an event go once its consumers acked it). A copy still on its way to HISTORY (about a millisecond)
+    is the duplicate window's to drop."""
     ledger = sealed.ledger
     claim = ledger.seal
     if claim is None or not claim.digest:
         raise ValueError(f"run {ledger.run_id} is not sealed")
-    if sealed.resumed and await streams.last(bus, "RUNS", run_subject(ledger.workspace, ledger.run_id,
-                                                                       "evidence.sealed")) is not None:
+    if sealed.resumed and any(ev.type == "evidence.sealed" for ev in await history.run_events(
+            bus, token(ledger.workspace), token(ledger.run_id))):
         return False
     await bus.emit(workspace=ledger.workspace, run_id=ledger.run_id, attempt=claim.attempt,
                    event_type="evidence.sealed", payload=sealed_payload(ledger), dedup="")

@@ -14,9 +14,12 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    ending at the announced head; every ledger entry is one of the bundle's events (same id, type and payload
    hash);
 4. every separately stored attempt log matches the sha256 the bundle records;
-5. against the streams, each for what it holds. RUNS, while it still holds the run (30 d by default): every
-   ledger entry at or after RUNS' first sequence is an event there with the same type and payload hash, and
-   every RUNS event of the run up to the sealing terminal event is in the ledger. AUDIT (append-only, keeps
+5. against the streams, each for what it holds. HISTORY (every event RUNS stored, under one subject a run, for
+   RUNS' retention: 30 d by default; RUNS itself lets an event go once its consumers acked it), while it still
+   holds the run: every ledger entry from the run's first event HISTORY holds on (every entry when that is its
+   ``submit.requested``, which comes first: nothing of the run aged out) is an event there with the same type and
+   payload hash, and every HISTORY event of the run up to the sealing terminal event is in the ledger. AUDIT
+   (append-only, keeps
    ``topology.AUDIT_KEPT_EVENTS``: the people's signed requests, the terminal events and ``evidence.sealed``,
    365 d): every ledger entry of a kept type is there the same, and every AUDIT event of the run up to the
    sealing terminal event is in the ledger; an AUDIT an earlier release made mirrors every event, and then
@@ -32,11 +35,13 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    (``manifests_missing``: purged, never stored, or not hashing to the digest) is a problem naming why. Manifests
    the workspace's secrets were blanked in (``[REDACTED]``) no longer hash to it and are not re-hashed: the
    bundle's digest covers them.
-An intermediate event (neither a request nor the run's end) is thus vouched for by RUNS while RUNS keeps it, and
-after that by the bundle alone, whose digest AUDIT's ``evidence.sealed`` pins: a ledger or bundle rewritten after
-the seal fails check 1, 2 or 3 (the seal and the bundle rewritten together: check 2 and 3, against AUDIT); one
-forged at the seal by the sealing service itself fails check 5 only while RUNS
-keeps the run (``tau verify --anchor`` adds the signed anchors' heads, §13b).
+An intermediate event (neither a request nor the run's end) is thus vouched for by HISTORY while HISTORY keeps it,
+and after that by the bundle alone, whose digest AUDIT's ``evidence.sealed`` pins: a ledger or bundle rewritten
+after the seal fails check 1, 2 or 3 (the seal and the bundle rewritten together: check 2 and 3, against AUDIT);
+one forged at the seal by the sealing service itself fails check 5 only while HISTORY keeps the run
+(``tau verify --anchor`` adds the signed anchors' heads, §13b). Both streams are read through consumers filtered
+on the run's subject (people may create them only in their workspaces) and copy RUNS asynchronously: each is read
+again for a moment before an event is called missing.
 A bundle (and its logs) archived out of the bus (``archive.py``) is read from the archive and checked the same
 way: the digest on the bus (the ledger's seal, ``evidence.sealed`` in AUDIT) is what it must hash to.
 Reads only; never repairs.
@@ -49,11 +54,11 @@ from typing import Any
 
 import msgspec
 
-from taugrid.bus import auditread, streams
+from taugrid.bus import auditread, history
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, SignatureInvalid, canonical_form, from_message, verify_form
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import AUDIT_KEPT_EVENTS, AUDIT_STREAM
+from taugrid.bus.topology import AUDIT_KEPT_EVENTS, AUDIT_STREAM, HISTORY_STREAM
 from taugrid.core.contracts import EvidenceSealed
 from taugrid.core.ids import token
 from taugrid.core.publishing import source_problem
@@ -63,7 +68,8 @@ from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
 from taugrid.render import manifest_digest
 
-RUNS_STREAM = "RUNS"
+# HISTORY's ``holds_from`` when it holds nothing of the run: no entry is required there
+_NOTHING_HELD = 2**63
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):
@@ -77,7 +83,9 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     ledger_head: str = ""
     entries: int = 0
     audit_events: int = 0  # the run's events AUDIT holds (the kept types: requests, its end, evidence.sealed)
-    runs_events: int = 0  # the run's events RUNS still holds (none once they aged out: the bundle vouches then)
+    # the run's events HISTORY still holds, RUNS' record of them (none once they aged out: the bundle vouches then;
+    # named for RUNS in this schema, whose events they are)
+    runs_events: int = 0
     refused_events: int = 0  # AUDIT events from a service not allowed to publish them (dead-lettered)
     user: str = ""  # the verified submitter sealed in the bundle
     signer: str = ""  # the public key whose submission signature was re-checked
@@ -98,7 +106,7 @@ class _Stream(msgspec.Struct):
     events: dict[str, _Seen]
     refused: int = 0
     sealed: EvidenceSealed | None = None
-    holds_from: int = 0  # RUNS: entries stored before its first sequence aged out (0: checked by type instead)
+    holds_from: int = 0  # HISTORY: entries RUNS stored before this sequence may have aged out (0: AUDIT, by type)
 
 
 def _seen(name: str, events: list[Event], *, holds_from: int = 0) -> _Stream:
@@ -120,11 +128,19 @@ async def _audit(bus: Bus, subject: str) -> _Stream:
     return _seen(AUDIT_STREAM, await auditread.run_events(bus, subject))
 
 
-async def _runs(bus: Bus, subject: str) -> _Stream:
-    msgs = await replay(bus, stream=RUNS_STREAM, subject=subject)
-    events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
-    first, _ = await streams.bounds(bus, RUNS_STREAM)
-    return _seen(RUNS_STREAM, events, holds_from=max(first, 1))
+async def _history(bus: Bus, subject: str) -> _Stream:
+    """The run's events HISTORY holds, each as RUNS stored it (``envelope.from_message``), and from which RUNS
+    sequence on it vouches for the run's entries: every one when it still holds the run's ``submit.requested``
+    (the run's first event: HISTORY lets the oldest go first, so nothing of the run did), else from the first event
+    of the run it holds (the ones before may have aged out), none when it holds none.
+
+    Every message on the run's subject is read, as the seal read them (``store.run_history``), one whose headers
+    contradict its subject too (``replay.batches`` leaves those out, the ledger does not)."""
+    msgs = await replay(bus, stream=HISTORY_STREAM, subject=history.stored_filter(subject))
+    events = history.in_runs_order(history.wanted(subject, [
+        from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]))
+    holds_from = _NOTHING_HELD if not events else 1 if events[0].type == "submit.requested" else events[0].seq
+    return _seen(HISTORY_STREAM, events, holds_from=holds_from)
 
 
 def _check_identity(doc: dict[str, Any], audit: _Stream) -> list[str]:
@@ -156,8 +172,8 @@ def _check_identity(doc: dict[str, Any], audit: _Stream) -> list[str]:
 
 
 def _vouches(stream: _Stream, entry: lg.Entry, *, everything: bool) -> bool:
-    """Whether ``stream`` must hold ``entry``: RUNS from its first sequence on, AUDIT for the kept types (every
-    type when it mirrors all of RUNS)."""
+    """Whether ``stream`` must hold ``entry``: HISTORY from where it holds the run on, AUDIT for the kept types
+    (every type when it mirrors all of RUNS)."""
     if stream.holds_from:
         return entry.seq >= stream.holds_from
     return everything or entry.type in AUDIT_KEPT_EVENTS
@@ -191,7 +207,7 @@ def _check_stream(ledger: lg.Ledger, stream: _Stream) -> list[str]:
 
 def _check_bundle_events(doc: dict[str, Any], ledger: lg.Ledger) -> list[str]:
     """Every ledger entry is one of the sealed bundle's events, the same (check 3): what vouches for an
-    intermediate event once RUNS no longer keeps it."""
+    intermediate event once HISTORY no longer keeps it."""
     records = {str(r.get("id")): r for r in doc.get("events", []) if isinstance(r, dict)}
     problems = []
     for e in ledger.entries:
@@ -319,19 +335,20 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
         report.problems += lg.verify(ledger)
 
     subject = f"run.{token(workspace)}.{token(run_id)}.>"  # people may read only their workspaces' subjects
-    runs = await _runs(bus, subject)
-    report.runs_events = len(runs.events)
-    report.problems += _check_stream(ledger, runs)
-    # AUDIT sources RUNS asynchronously: give it a moment to catch up before calling an event missing.
+    # HISTORY and AUDIT source RUNS asynchronously: give them a moment to catch up before calling an event missing.
     deadline = asyncio.get_running_loop().time() + audit_wait_s
     while True:
+        kept = await _history(bus, subject)
+        kept_problems = _check_stream(ledger, kept)
         audit = await _audit(bus, subject)
         audit_problems = _check_stream(ledger, audit)
         # a sealed ledger's evidence.sealed is copied after the entries it follows: wait for it too
-        caught_up = not audit_problems and (ledger.seal is None or audit.sealed is not None)
+        caught_up = not kept_problems and not audit_problems and (ledger.seal is None or audit.sealed is not None)
         if caught_up or asyncio.get_running_loop().time() >= deadline:
             break
         await asyncio.sleep(0.2)
+    report.runs_events = len(kept.events)
+    report.problems += kept_problems
     report.audit_events, report.refused_events = len(audit.events), audit.refused
     report.problems += audit_problems
     announced = audit.sealed
