@@ -21,11 +21,11 @@ import msgspec
 from prometheus_client import REGISTRY
 
 from taugrid import runrecord
-from taugrid.bus import Bus, connect, history, identity
-from taugrid.bus.bootstrap import bootstrap, ensure_consumer
+from taugrid.bus import Bus, connect, history, identity, streams
+from taugrid.bus.bootstrap import bootstrap, ensure_consumer, ensure_feed
 from taugrid.bus.consumer import ConsumerLoop
 from taugrid.bus.envelope import Event
-from taugrid.bus.topology import ConsumerSpec
+from taugrid.bus.topology import FEEDS, ConsumerSpec
 from taugrid.core import contracts as c
 from taugrid.core.errors import TemporaryError
 from taugrid.stack import natsserver
@@ -288,3 +288,36 @@ async def test_a_lingering_event_alone_is_written_after_the_linger(bus: Bus, mon
     assert await asyncio.wait_for(projector.project(events[4]), 10) and run_state_writes() - before == 1
     record, _ = await runrecord.get(bus, ws, run)
     assert record is not None and (record.state, record.node) == ("running", "box")
+
+
+async def test_a_late_event_rebuilds_the_record_once_history_holds_what_it_folded(private_bus: Bus) -> None:
+    """A record is rebuilt from HISTORY, which a feed fills a moment after RUNS stored each event, and seconds after
+    a server restart, what makes events arrive late: the rebuild waits for HISTORY to hold the newest event the
+    record folded, so it drops none of them (they are not delivered again)."""
+    bus = private_bus
+    assert await bootstrap(bus, replicas=1) == []
+    [feed] = [feed for feed in FEEDS if feed.durable == "history"]
+    await bus.js.delete_consumer("RUNS", feed.durable)  # HISTORY copies nothing until it is made again
+    ws, run = f"rl{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    seqs = [await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+            for kind, payload in lifecycle(bus, ws, run)]
+    events = [await streams.at(bus, "RUNS", seq) for seq in seqs]  # still in RUNS: the stages' durables hold them
+    assert all(events) and not await history.run_events(bus, ws, run)
+    for ev in [events[0], *events[2:]]:  # submit.accepted's first projection failed
+        assert ev is not None
+        await runrecord.project(bus, ev)
+    late = events[1]
+    assert late is not None and late.type == "submit.accepted"
+    rebuilding = asyncio.create_task(runrecord.project(bus, late))
+    await asyncio.sleep(0.5)
+    assert not rebuilding.done()  # waiting for HISTORY to hold exec.running
+    await ensure_feed(bus, feed)  # the feed again, from RUNS' first event: HISTORY's source takes it up in seconds
+    try:
+        changed = await asyncio.wait_for(rebuilding, 15)
+    except TemporaryError:  # not within history.CATCH_UP_S: the event is delivered again, as its consumer would
+        changed = await asyncio.wait_for(runrecord.project(bus, late), 15)
+    assert changed
+    record, _ = await runrecord.get(bus, ws, run)
+    assert record is not None and record.state == "running"
+    assert [(h["seq"], h["type"], h["applied"]) for h in record.history] == [
+        (ev.seq, ev.type, True) for ev in events if ev is not None]
