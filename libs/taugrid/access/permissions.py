@@ -243,8 +243,9 @@ def service_permissions(role: ServiceRole, public_key: str, *, site: str = "") -
     if site and role.name in AT_SITE:
         pub += site_grants(site)
     if any(subject.startswith("run.") for subject in role.emits):
-        # a duplicate ack into RUNS is checked against the subject the id was stored on (``Bus.publish``)
-        pub.append(f"{API}.STREAM.MSG.GET.RUNS")
+        # a duplicate ack into RUNS is checked against the subject the id was stored on (``Bus.publish``), read
+        # from the run's history once RUNS let it go (interest retention, issue 27)
+        pub += [f"{API}.STREAM.MSG.GET.RUNS", f"{API}.DIRECT.GET.HISTORY"]
     for durable in role.durables:
         pub += _durable(CONSUMERS[durable].stream, durable)
     if role.site_durable:

@@ -288,7 +288,7 @@ class Bus:
         ack = await self._store(subject, data, headers if request else
                                 compact(subject, headers, service_signed=service_signed))
         if ack.duplicate and ack.stream in PEOPLE_WRITABLE_STREAMS and event_type not in SIGNED_TYPES:
-            squatter = await self.subject_at(ack.stream, ack.seq)
+            squatter = await self.subject_at(ack.stream, ack.seq) or await self._kept_subject(subject, ack.seq)
             if _laneless(squatter) != _laneless(subject):
                 # Someone stored another message under this event's id first (a researcher may set any
                 # Nats-Msg-Id on her own cancel subject, and so made a colleague's exec.succeeded vanish as a
@@ -299,6 +299,24 @@ class Bus:
                 headers["Nats-Msg-Id"] = self._unforgeable_id(subject, msg_id)
                 ack = await self._store(subject, data, compact(subject, headers, service_signed=service_signed))
         return ack.seq
+
+    async def _kept_subject(self, subject: str, seq: int) -> str:
+        """The subject RUNS stored its message ``seq`` under, read from the history of ``subject``'s run once RUNS
+        let it go (interest retention, issue 27: RUNS keeps an event only until its readers acked it, and its
+        duplicate window still holds the id): "" when that run's history holds no message ``seq``, which is then
+        another run's, a squatter's. The original was stored before this duplicate, so its copy is in HISTORY
+        within milliseconds; it is looked for a second at most."""
+        from taugrid.bus import history  # history reads through this adapter
+
+        parts = _laneless(subject).split(".")
+        if len(parts) != 5 or parts[0] != "run":
+            return ""
+        for pause in (0.0, 0.01, 0.05, 0.2, 0.7):
+            await asyncio.sleep(pause)
+            for ev in await history.run_events(self, parts[1], parts[2]):
+                if ev.seq == seq:
+                    return ev.nats_subject
+        return ""
 
     def _unforgeable_id(self, subject: str, msg_id: str) -> str:
         """A message id for ``msg_id`` on ``subject`` that only holders of this service's key can compute, the
