@@ -1,7 +1,8 @@
 """AUDIT keeps what verification needs of RUNS (issue 27), against a real nats-server: exactly the people's
-requests, a run's end and its seal, under their RUNS sequences; RUNS' direct gets still answered by RUNS; the
-bootstrap's drift check alarms on a kept kind dropped, never on the filter, and reports an earlier release's
-mirror of all of RUNS without an alarm."""
+requests, a run's end and its seal, read back at their RUNS sequences (AUDIT keeps them under one subject a run,
+``a.<ws>.<run>``, through its two feeds); RUNS' direct gets still answered by RUNS; the bootstrap's drift check
+alarms on a kept kind dropped, never on the filter, and reports an earlier release's mirror of all of RUNS without
+an alarm."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from taugrid.bus.bootstrap import _covers, audit_drift, bootstrap
 from taugrid.bus.topology import AUDIT_FILTERS, AUDIT_KEPT_EVENTS
 from taugrid.core.events import TERMINAL_EVENTS
 from taugrid.core.publishing import PERSON_REQUESTS
+from tests.feeds import AUDIT_FEEDS, fed_by
 
 # a run's subjects as its stages publish them, a high-lane run's laned ones with their sixth token
 RUN = ["submit.requested.high", "submit.accepted.high", "policy.approved.high", "render.applied",
@@ -50,7 +52,7 @@ async def test_a_run_s_audit_holds_exactly_its_request_cancellation_end_and_seal
     assert held == [("submit.requested", seqs["submit.requested.high"]), ("cancel.requested", seqs["cancel.requested"]),
                     ("exec.cancelled", seqs["exec.cancelled"]), ("evidence.sealed", seqs["evidence.sealed"])]
     # RUNS' direct gets are RUNS' own: a mirror would have answered some of them for RUNS ("not found" for every
-    # event it did not keep)
+    # event it did not keep). RUNS still holds them: no stage reads its durables on this bus
     for _ in range(10):
         got = await streams.at_many(bus, "RUNS", list(seqs.values()))
         assert [ev.type if ev else None for ev in got] == [k.removesuffix(".high") for k in RUN]
@@ -60,7 +62,9 @@ async def test_the_bootstrap_makes_a_filtered_audit_and_finds_no_drift_in_it(pri
     assert await bootstrap(private_bus, replicas=1) == []
     config = (await private_bus.js.stream_info("AUDIT")).config
     assert config.mirror is None and not config.subjects
-    assert [(s.name, s.filter_subject) for s in config.sources or []] == [("RUNS", f) for f in AUDIT_FILTERS]
+    # every kept kind, through the two feeds (issue 27: not one plain source per kind any more)
+    assert await fed_by(private_bus, "AUDIT") == AUDIT_FEEDS
+    assert sorted(f for *_, filters in AUDIT_FEEDS for f in filters) == sorted(AUDIT_FILTERS)
     assert await audit_drift(private_bus) == []
     assert await bootstrap(private_bus, replicas=1) == []
 

@@ -10,6 +10,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from taugrid.access import permissions
+from taugrid.bus import history
 from taugrid.bus.bootstrap import consumer_config
 from taugrid.bus.topology import CONSUMERS, SOURCES_STORE, UPLOADS_STORE
 from taugrid.client import Client
@@ -88,16 +89,21 @@ async def test_a_researcher_submits_and_cancels_only_in_their_workspaces(secure_
 async def test_a_researcher_reads_only_their_workspaces_events(secure_nats):
     bob = await secure_nats.connect("bob")
     run = new_run_id("bobs", "b1")
-    await bob.emit(workspace="language", run_id=run, attempt=1, event_type="submit.requested",
-                   payload=_request("language"))
+    seq = await bob.emit(workspace="language", run_id=run, attempt=1, event_type="submit.requested",
+                         payload=_request("language"))
     await bob.close()
+    boot = await secure_nats.connect("bootstrap")
+    try:  # a replay reads HISTORY, whose feed copies the event from RUNS a moment after RUNS stored it
+        await history.run_events(boot, "language", run, through=seq)
+    finally:
+        await boot.close()
     alice = Client(await secure_nats.connect("alice"))
     bob = Client(await secure_nats.connect("bob"))
     try:
         seen = [ev.type async for ev in bob.replay(f"run.language.{run}.>")]
         assert seen == ["submit.requested"]
-        with pytest.raises(PermissionDenied, match="consumer.create.runs"):
-            [ev async for ev in alice.replay(f"run.language.{run}.>")]
+        with pytest.raises(PermissionDenied, match=rf"consumer\.create\.history\.tau-\w+\.h\.language\.{run}"):
+            [ev async for ev in alice.replay(f"run.language.{run}.>")]  # read from HISTORY (bus/history.py)
         with pytest.raises(PermissionDenied):  # every workspace at once is not theirs either
             [ev async for ev in alice.replay("run.>")]
         with pytest.raises(PermissionDenied):  # nor the logs, nor the AUDIT mirror

@@ -10,15 +10,23 @@ from typing import Any
 
 import pytest
 
-from taugrid.bus import Bus, rawmsgs, replay
+from taugrid.bus import Bus, auditread, history, rawmsgs, replay
 from taugrid.cli.views import event_json_lines
 from taugrid.core.contracts import CancelRequested
 
 
 async def _emit_many(bus: Bus, ws: str, count: int) -> None:
     # run ids unique to the test: message ids (`<run>.<attempt>.<type>`) are deduplicated across workspaces
-    await asyncio.gather(*(bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1, event_type="cancel.requested",
-                                    payload=CancelRequested(reason=f"n{i}")) for i in range(count)))
+    seqs = await asyncio.gather(*(bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1,
+                                           event_type="cancel.requested", payload=CancelRequested(reason=f"n{i}"))
+                                  for i in range(count)))
+    await _copied(bus, ws, f"{ws}-r{max(range(count), key=seqs.__getitem__)}", max(seqs))
+
+
+async def _copied(bus: Bus, ws: str, run: str, seq: int) -> None:
+    """Once HISTORY holds RUNS' event ``seq`` of ``run``, and so every earlier five-token event (one feed copies
+    them, in RUNS' order): a replay reads HISTORY, which copies an event a moment after RUNS stored it."""
+    await history.run_events(bus, ws, run, through=seq)
 
 
 async def test_history_comes_in_fetched_batches_in_stream_order_with_stream_sequences(bus: Bus) -> None:
@@ -27,8 +35,10 @@ async def test_history_comes_in_fetched_batches_in_stream_order_with_stream_sequ
     got = [batch async for batch in replay.batches(bus, f"run.{ws}.>", batch=1000)]
     assert [len(b) for b in got] == [1000, 1000, 500]
     events = [ev for b in got for ev in b]
-    stored = await replay.replay(bus, stream="RUNS", subject=f"run.{ws}.>")  # nats-py's own metadata parse
-    assert [ev.seq for ev in events] == [m.metadata.sequence.stream for m in stored]
+    # read from HISTORY (bus/history.py), each at its RUNS sequence: what nats-py's own parse of the copies' source
+    # headers gives (one feed copies these five-token events, in RUNS' order)
+    stored = await replay.replay(bus, stream="HISTORY", subject=f"h.{ws}.>")
+    assert [ev.seq for ev in events] == [auditread.origin_sequence(m.headers, 0) for m in stored]
     assert sorted(ev.subject for ev in events) == sorted(f"{ws}-r{i}" for i in range(2500))
     assert [ev async for ev in replay.follow(bus, f"run.{ws}.>")] == events  # follow reads the same path
 
@@ -122,6 +132,8 @@ ODD_HEADERS = [  # each beside the CloudEvents attributes of a cancel.requested,
 
 
 async def _store_odd_history(bus: Bus, ws: str) -> None:
+    """Odd headers, two large events, nine ordinary ones, then another workspace's event between this one's last
+    three and its last two: a gap in the sequences the replay reads (HISTORY denies deleting one)."""
     port = int(bus.nc.connected_url.port)  # type: ignore[union-attr]
     for i, extra in enumerate(ODD_HEADERS):
         subject = f"run.{ws}.{ws}-odd{i}.cancel.requested"
@@ -133,6 +145,12 @@ async def _store_odd_history(bus: Bus, ws: str) -> None:
         await bus.emit(workspace=ws, run_id=f"{ws}-big{size}", attempt=1, event_type="cancel.requested",
                        payload=CancelRequested(reason="x" * size))
     await _emit_many(bus, ws, 9)
+    await bus.emit(workspace=f"{ws}x", run_id=f"{ws}x-gap", attempt=1, event_type="cancel.requested",
+                   payload=CancelRequested(reason="elsewhere"))
+    for i in range(2):
+        seq = await bus.emit(workspace=ws, run_id=f"{ws}-late{i}", attempt=1, event_type="cancel.requested",
+                             payload=CancelRequested(reason=f"late {i}"))
+    await _copied(bus, ws, f"{ws}-late1", seq)
 
 
 async def _read_all(bus: Bus, subject: str) -> list[Any]:
@@ -146,7 +164,7 @@ async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_m
     ws = f"w{uuid.uuid4().hex[:6]}"
     await _store_odd_history(bus, ws)
     before = await _read_all(bus, f"run.{ws}.>")
-    await bus.js.delete_msg("RUNS", before[-3].seq)  # a gap in the stream's sequence
+    assert [b.seq - a.seq for a, b in zip(before[-3:-1], before[-2:], strict=True)] == [2, 1]  # the gap
     read_in_bulk = []
     frames = bulkparse.BulkParser._frames
 
@@ -158,7 +176,7 @@ async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_m
     bulk = await _read_all(bus, f"run.{ws}.>")
     assert sum(read_in_bulk) > 340_000  # the history came through the bulk reader
     monkeypatch.undo()
-    assert bulk == before[:-3] + before[-2:]
+    assert bulk == before
     assert not isinstance(bus.nc._ps, bulkparse.BulkParser)  # nats-py's parser is back after the replay
     monkeypatch.setattr(bulkparse, "CHECKED", False)  # the wire read by nats-py, each message handed over raw
     per_message = await _read_all(bus, f"run.{ws}.>")
@@ -166,7 +184,7 @@ async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_m
     via_msgs = await _read_all(bus, f"run.{ws}.>")
     assert bulk == per_message == via_msgs
     assert event_json_lines(bulk) == event_json_lines(per_message) == event_json_lines(via_msgs)
-    assert len(bulk) == len(ODD_HEADERS) + 2 + 9 - 1  # less the deleted one
+    assert len(bulk) == len(ODD_HEADERS) + 2 + 9 + 2  # not the other workspace's
     assert sorted(len(ev.data) for ev in bulk)[-2:] == [40_000 + 31, 300_000 + 31]  # {"reason":"…","requested_by":""}
     headers = {ev.subject: ev.headers for ev in bulk}
     assert headers[f"{ws}-odd0"]["x-note"] == "a: b" and headers[f"{ws}-odd2"]["x-lead"] == "spaced"

@@ -1,14 +1,14 @@
 """`tau up` on a data dir an earlier release made: the bootstrap narrows the evidence durable to the declared
-filter, reports RUNS' missing direct gets (the break-glass ``--update`` turns them on), and the evidence reads a
-run's history either way."""
+filter, reports RUNS' missing direct gets and limits retention (the break-glass ``--update`` turns direct gets and
+interest retention on), and the evidence reads a run's history either way (from HISTORY, whose feed copies RUNS'
+events from the first)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, KeyValueConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, KeyValueConfig, RetentionPolicy, StreamConfig
 
 from taugrid.bus import Bus, streams
 from taugrid.bus.bootstrap import bootstrap
@@ -19,11 +19,8 @@ from tests.owners import emit_as_owner
 
 
 async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
-    private_bus: Bus, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    private_bus: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # no projection keeps a run_state record here: the seal reads the run by subject at once, not after waiting
-    # for a record (store._projection_may_catch_up)
-    monkeypatch.setattr(store, "PROJECTION_WAIT_S", 0.0)
     # what the earlier release made: RUNS without direct gets, the evidence durable on every run event
     await private_bus.js.add_stream(StreamConfig(name="RUNS", subjects=["run.>"], max_age=30 * 86400.0))
     await private_bus.js.add_consumer("RUNS", ConsumerConfig(durable_name="evidence", ack_policy=AckPolicy.EXPLICIT,
@@ -34,8 +31,9 @@ async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
     assert sorted(info.config.filter_subjects or []) == sorted(CONSUMERS["evidence"].filters)
     assert not (await private_bus.js.stream_info("RUNS")).config.allow_direct
     assert "stream RUNS: allow_direct is False, declared True; not changed" in caplog.text
+    assert "stream RUNS: retention is 'limits', declared 'interest'; not changed" in caplog.text
 
-    # the evidence reads the run back through a replay until the stream allows direct gets, then by them
+    # the evidence reads the run back from HISTORY, before RUNS allows direct gets and after
     await emit_as_owner(private_bus, workspace="ws", run_id="r1", attempt=1, event_type="cancel.requested",
                         payload=c.CancelRequested(reason="early"))
     await emit_as_owner(private_bus, workspace="ws", run_id="r2", attempt=1, event_type="exec.running",
@@ -44,21 +42,18 @@ async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
                         payload=c.ExecFinished(exit_code=0))
     await emit_as_owner(private_bus, workspace="ws", run_id="r1", attempt=1, event_type="cancel.requested",
                         payload=c.CancelRequested(reason="late"))
-    terminal = await streams.at(private_bus, "RUNS", 3)
+    terminal = await streams.at(private_bus, "RUNS", 3)  # as the evidence durable delivers it
     assert terminal is not None and terminal.type == "exec.succeeded"
     want = [(1, "cancel.requested"), (3, "exec.succeeded")]
     assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want
 
     assert await bootstrap(private_bus, update=True, replicas=1) == []
-    assert (await private_bus.js.stream_info("RUNS")).config.allow_direct
+    runs = (await private_bus.js.stream_info("RUNS")).config
+    assert runs.allow_direct and runs.retention == RetentionPolicy.INTEREST
     assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want
 
-    # the run's first event aged out of RUNS: AUDIT, which keeps the people's requests longer, still gives it, at
-    # its RUNS sequence (AUDIT holds r1's three events, no exec.running: a kind it does not keep)
-    for _ in range(100):
-        if (await private_bus.js.stream_info("AUDIT")).state.messages >= 3:
-            break
-        await asyncio.sleep(0.02)
+    # the run's first event gone from RUNS (interest retention lets it go once its readers acked it): HISTORY,
+    # which keeps the runs' events, still gives it, at its RUNS sequence
     await private_bus.js.delete_msg("RUNS", 1)
     assert await streams.at(private_bus, "RUNS", 1) is None
     assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want

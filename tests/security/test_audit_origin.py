@@ -1,9 +1,11 @@
-"""AUDIT's origin header, attacked as a researcher would: the RUNS sequence `tau verify` and the evidence take from a
-kept event's ``Nats-Stream-Source`` header (``bus/auditread.py``) is the server's word, never a publisher's.
+"""AUDIT's and HISTORY's origin header, attacked as a researcher would: the RUNS sequence `tau verify` and the
+evidence take from a kept event's ``Nats-Stream-Source`` header (``bus/auditread.py``, ``bus/history.py``) is the
+server's word, never a publisher's.
 
-nats-server writes that header when AUDIT sources an event from RUNS, and refuses a publish that carries one
-(``message stream source header is not allowed``); a design that takes more from it (an event's own subject, docs
-§16 "nats-server's memory") relies on the same refusal.
+nats-server writes that header when AUDIT or HISTORY sources an event from RUNS, and refuses a publish that carries
+one (``message stream source header is not allowed``). Both keep a run's events under one subject a run, so a
+reader takes the event's own subject from the header too (``envelope.from_message``): its workspace, run and type
+rest on the same refusal.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import msgspec
 import pytest
 from nats.js.errors import BadRequestError
 
-from taugrid.bus import Bus, auditread
+from taugrid.bus import Bus, auditread, history
 from taugrid.bus.envelope import headers_for
 from taugrid.bus.replay import replay
 from taugrid.core.contracts import SubmitRequested
@@ -40,16 +42,20 @@ async def test_a_researcher_cannot_write_the_origin_audit_readers_take_from_the_
             10227, "message stream source header is not allowed")
 
         ack = await alice.js.publish(subject, body, headers=headers)
-        for _ in range(100):  # AUDIT sources it from RUNS asynchronously
-            kept = await replay(boot, stream="AUDIT", subject=f"run.vision.{run}.>")
-            if kept:
-                break
-            await asyncio.sleep(0.02)
-        assert [m.subject for m in kept] == [subject]
-        origin = (kept[0].headers or {})["Nats-Stream-Source"].split(" ")
-        assert (origin[0], origin[1], origin[-2]) == ("RUNS", str(ack.seq), subject)
+        # AUDIT and HISTORY source it from RUNS asynchronously, through their feeds, under one subject a run
+        for stream, keyed in (("AUDIT", f"a.vision.{run}"), ("HISTORY", f"h.vision.{run}")):
+            for _ in range(100):
+                kept = await replay(boot, stream=stream, subject=keyed)
+                if kept:
+                    break
+                await asyncio.sleep(0.02)
+            assert [m.subject for m in kept] == [keyed]
+            origin = (kept[0].headers or {})["Nats-Stream-Source"].split(" ")
+            assert (origin[0].partition(":")[0], origin[1], origin[-2]) == ("RUNS", str(ack.seq), subject)
         assert [(ev.seq, ev.type) for ev in await auditread.run_events(boot, f"run.vision.{run}.>")] == [
             (ack.seq, "submit.requested")]
+        assert [(ev.seq, ev.type, ev.nats_subject) for ev in await history.run_events(boot, "vision", run)] == [
+            (ack.seq, "submit.requested", subject)]
     finally:
         await alice.close()
         await boot.close()

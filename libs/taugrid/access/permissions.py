@@ -92,7 +92,9 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
         ServiceRole("run_record", ("runstate", "runstate-high"), ("run_state",),
                     replays=("RUNS", "HISTORY"),  # a run's record is rebuilt from its events when one arrives late
                     why="projects RUNS into run_state, the record every other stage reads; publishes nothing"),
-        ServiceRole("policy", ("policy", "policy-high"), why="the only source of policy decisions"),
+        ServiceRole("policy", ("policy", "policy-high"),
+                    replays=("HISTORY",),  # a refusal's key lines: the answered request, read back (keylines)
+                    why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer", "renderer-high"), ("manifests",),
                     why="the only identity that applies to a backend"),
         ServiceRole("admission_watcher", ("admission-watcher", "admission-watcher-high"), ("bridge",),
@@ -291,6 +293,12 @@ def durable_guard(*, own: Iterable[str] = ()) -> tuple[str, ...]:
         if name not in mine:
             out += [f"{API}.CONSUMER.MSG.NEXT.{stream}.{name}", f"{API}.CONSUMER.INFO.{stream}.{name}",
                     f"$JS.ACK.{stream}.{name}.>"]
+    # A feed's name on any stream: a push consumer delivers wherever its creator says, and the sourcing stream
+    # knows its feed's deliveries by the consumer name in their ack subject (nats-server's sourcing compares the
+    # name; 2.15.1 was seen to ignore another stream's consumer of that name, tests/security/test_history_feeds.py),
+    # so no one but the bootstrap makes a consumer that could pass for one.
+    for feed in FEEDS:
+        out += [f"{API}.CONSUMER.CREATE.*.{feed.durable}", f"{API}.CONSUMER.CREATE.*.{feed.durable}.>"]
     return tuple(out)
 
 
@@ -425,11 +433,12 @@ def markdown_table() -> str:
     """The permission table for docs/architecture.md, from the same code that renders the server config."""
     key = "U" + "K" * 55
     rows = ["| identity | may publish (besides `$JS.API.INFO`, `$JS.API.STREAM.INFO.*`, `$JS.API.STREAM.NAMES`, "
-            "`$JS.FC.>`; and `$JS.API.STREAM.MSG.GET.RUNS` for a service that publishes run events, to check a "
-            "duplicate message id's subject, §4) | why |",
+            "`$JS.FC.>`; and `$JS.API.STREAM.MSG.GET.RUNS`, `$JS.API.DIRECT.GET.HISTORY` for a service that "
+            "publishes run events, to check a duplicate message id's subject, §4) | why |",
             "|---|---|---|",
-            f"| `{BOOTSTRAP}` | everything except changing or deleting a stream, purging AUDIT/RUNS or deleting "
-            "their messages (creates streams, consumers, KV buckets, the object store) "
+            f"| `{BOOTSTRAP}` | everything except changing or deleting a stream, purging AUDIT/RUNS/HISTORY or "
+            "deleting their messages, and publishing on the feeds' delivery subjects (`feed.>`: HISTORY and AUDIT "
+            "take what arrives there as RUNS' events) (creates streams, consumers, KV buckets, the object store) "
             "| `tau up`, the chart's bootstrap Job |",
             f"| `{BREAK_GLASS}` | everything | the operator's offline key (written once outside the data dir, "
             "`~/.config/taugrid/stacks/<id>/breakglass.nk`): stream changes and deletions |"]
@@ -463,7 +472,8 @@ def markdown_table() -> str:
         rows.append(f"| `{role.name}` | {', '.join(parts) or '—'} | {role.why} |")
     rows.append(f"| researcher | `run.<ws>.*.submit.requested` (and `.{HIGH_LANE}`, the priority lane they claim: "
                 "the submitter and the policy decide it again), `run.<ws>.*.cancel.requested`, consumers filtered to "
-                "`run.<ws>.>` on RUNS/AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
+                "`run.<ws>.>` on RUNS, `h.<ws>.>` on HISTORY, `a.<ws>.>` (and an earlier release's `run.<ws>.>`) "
+                "on AUDIT and `log.<ws>.>` on LOGS, for each of their workspaces; KV read "
                 f"{', '.join(f'`{b}`' for b in PEOPLE_KV_READ if b not in WORKSPACE_KV)}, and "
                 f"{', '.join(f'`{b}`' for b in WORKSPACE_KV)} only under `run.<ws>.>` (direct gets and named "
                 f"consumers, whose subjects name the key); object store `{SOURCES_STORE}` read, "
@@ -471,7 +481,7 @@ def markdown_table() -> str:
                 f"`{OBJECT_STORE}` read of their workspaces' objects (chunks under `$O.{OBJECT_STORE}.C.<ws>.>`; "
                 "any object's metadata) "
                 "| people, from `platform.yaml` |")
-    rows.append("| platform-admin | as a researcher in every workspace, every RUNS/AUDIT/LOGS subject, KV put "
+    rows.append("| platform-admin | as a researcher in every workspace, every RUNS/HISTORY/AUDIT/LOGS subject, KV put "
                 "`platform`, read the DLQ | `tau platform apply`, `tau admin`, `tau dlq list` |")
     rows.append("| a site's leaf node, `leaf-<cluster>` (a password user; many clusters, §13d) | across its link: "
                 "a reset of the hub's durable `site-<cluster>-in` on BACKEND (filtered to `backend.<cluster>.>`, "
@@ -484,6 +494,7 @@ def markdown_table() -> str:
                 "| `tau up` with clusters, and the chart's hub (`clusters.leafSecret`): one per site |")
     rows.append("| everyone but `bootstrap` | subscribe only `_INBOX.<own public key>.>`; never create, update or "
                 "delete a service's durable consumer, nor pull from, ack for or read one that is not their own; "
+                f"no consumer on any stream under a feed's name ({', '.join(f'`{f.durable}`' for f in FEEDS)}); "
                 "short-lived consumers only, under names of 128 random bits | |")
     return "\n".join(rows) + "\n"
 

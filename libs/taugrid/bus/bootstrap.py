@@ -296,11 +296,20 @@ async def audit_drift(bus: Bus, max_age: float = AUDIT_MAX_AGE) -> list[str]:
 
 
 async def _update_audit_age(bus: Bus, max_age: float) -> None:
-    """Give AUDIT the declared max age (break-glass ``--update``): only the limit changes; its sources (or an
-    earlier release's mirror) and deny flags are kept as they are (their drift stays an alarm)."""
+    """Give AUDIT the declared max age (break-glass ``--update``): only the limit changes; its deny flags and an
+    earlier release's mirror are kept as they are (their drift stays an alarm). An earlier release's plain sources
+    are switched to its feeds, each restarted first after the last RUNS event AUDIT holds: the plain sources went
+    on copying since the feed was made (``ensure_feed``), and what they copied is not copied again. (An event they
+    copy in the moment between that restart and the switch comes again: AUDIT drops it as a duplicate when it
+    carries a message id, else it is held twice and read once, ``auditread``.)"""
     info = await bus.js.stream_info(AUDIT_STREAM)
     config = info.config
     if config.mirror is None and _plain_sources(config):
+        start = await _audit_sourced_through(bus) + 1
+        for feed in FEEDS:
+            if feed.into == AUDIT_STREAM:
+                await bus.js.delete_consumer("RUNS", feed.durable)
+                await bus.js.add_consumer("RUNS", feed_config(feed, start if start > 1 else 0))
         config = dataclasses.replace(config, sources=feed_sources(AUDIT_STREAM))
     if config != info.config or config.max_age != max_age:
         await bus.guarded(bus.js.update_stream(dataclasses.replace(config, max_age=max_age)))

@@ -9,7 +9,9 @@ HISTORY's filter on the run's subject (``stored_filter``), and what that subject
 out by the event's own subject (``wanted``).
 
 Two feeds source HISTORY (the high lane's events have a sixth token), so a run's events may be stored in another
-order than RUNS stored them: ``run_events`` sorts them by their RUNS sequence. A copy seen twice (a source that
+order than RUNS stored them: ``run_events`` sorts them by their RUNS sequence, and a reader that must have the whole
+run up to an event (``through``) waits until HISTORY holds every event of the run RUNS still holds up to it (one
+feed may lag the other by seconds while its source is re-established). A copy seen twice (a source that
 restarted from an earlier position; anyone's consumer delivering RUNS' messages to a feed's subject, which only
 RUNS' own messages could be) reads as the same event at the same sequence and is kept once.
 """
@@ -22,7 +24,7 @@ import time
 from taugrid.bus import streams
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event
-from taugrid.bus.topology import HISTORY_PREFIX, HISTORY_STREAM, history_subject
+from taugrid.bus.topology import FEEDS, HISTORY_PREFIX, HISTORY_STREAM, history_subject
 from taugrid.core.errors import TemporaryError
 
 RUNS_STREAM = "RUNS"
@@ -86,17 +88,38 @@ async def run_events(bus: Bus, workspace: str, run_id: str, *, through: int | No
                      wait_s: float = CATCH_UP_S) -> list[Event]:
     """Run ``run_id``'s events in RUNS' order, each at its RUNS sequence (direct gets on its HISTORY subject, one
     request a message, no consumer). ``through``: a RUNS sequence the caller saw stored (a terminal event it
-    handles): HISTORY is read again until it holds that one, for up to ``wait_s``, then ``TemporaryError``;
-    events after it are left out."""
+    handles): HISTORY is read again until it holds that one and every earlier event of the run (``_uncopied``),
+    for up to ``wait_s``, then ``TemporaryError``; events after it are left out."""
     subject = history_subject(workspace, run_id)
     deadline = time.monotonic() + wait_s
     while True:
+        # RUNS first: an event it no longer holds was acked by both feeds, so HISTORY held it before this read
+        pending = await _uncopied(bus, workspace, run_id, through) if through is not None else set()
         events = in_runs_order(await streams.history(bus, HISTORY_STREAM, subject))
         if through is None:
             return events
-        if any(ev.seq == through for ev in events):
+        held = {ev.seq for ev in events}
+        if through in held and pending <= held:
             return [ev for ev in events if ev.seq <= through]
         if time.monotonic() >= deadline:
-            raise TemporaryError(f"{HISTORY_STREAM} does not hold RUNS' event {through} of run {run_id} after "
+            missing = sorted(({through} | pending) - held)
+            raise TemporaryError(f"{HISTORY_STREAM} does not hold RUNS' events {missing} of run {run_id} after "
                                  f"{wait_s:.0f} s (is its feed sourcing it?)", delay=1.0)
         await asyncio.sleep(0.002)
+
+
+def _copied(subject: str) -> bool:
+    """Whether a feed copies what RUNS stores on ``subject`` into HISTORY."""
+    return any(matches(f, subject) for feed in FEEDS if feed.into == HISTORY_STREAM for f in feed.filters)
+
+
+async def _uncopied(bus: Bus, workspace: str, run_id: str, through: int) -> set[int]:
+    """The RUNS sequences, up to ``through``, of the run's events RUNS still holds: those HISTORY must hold before
+    the run's history is whole. Each feed copies in RUNS' order, but the two feeds go at their own pace: one
+    re-established after a restart (or at a fresh bootstrap, ~0.1 s) lags the other, so holding ``through`` says
+    nothing of an earlier event the other feed copies (a high-lane run's request)."""
+    try:
+        held = await streams.history(bus, RUNS_STREAM, f"run.{workspace}.{run_id}.>")
+    except streams.DirectGetUnavailable:  # an earlier release's RUNS, until the break-glass --update: ``through``
+        return set()  # alone is waited for
+    return {ev.seq for ev in held if ev.seq <= through and _copied(ev.nats_subject)}
