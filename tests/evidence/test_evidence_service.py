@@ -500,9 +500,9 @@ async def test_a_run_is_read_from_its_one_subject_in_history_projected_or_not(
     bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The seal reads a run's events from its one subject in HISTORY (``h.<ws>.<run>``: the server's per-subject
-    index finds them, no walk of RUNS by subject), whether or not its run_state record lists them all (a
-    projection behind): both give the run's events, in RUNS' order at their RUNS sequences, through its terminal
-    event; a run's later events are left out."""
+    index finds them), once, whether or not its run_state record lists them all (a projection behind): both give
+    the run's events, in RUNS' order at their RUNS sequences, through its terminal event; a run's later events are
+    left out."""
     from taugrid import runrecord
     from taugrid.bus import streams
 
@@ -529,7 +529,8 @@ async def test_a_run_is_read_from_its_one_subject_in_history_projected_or_not(
     for run, end in ((projected, terminal), (behind, lagging)):
         read.clear()
         got = await store.run_history(bus, end)
-        assert read == [(HISTORY_STREAM, f"h.{ws}.{run}", 1)]  # one read of its subject from the start
+        # one read of its subject from the start (what RUNS still holds of the run may be read too: history.py)
+        assert [r for r in read if r[0] == HISTORY_STREAM] == [(HISTORY_STREAM, f"h.{ws}.{run}", 1)]
         events = await _events(bus, ws, run)
         assert [(ev.id, ev.seq) for ev in got] == [(ev.id, ev.seq) for ev in events if ev.seq <= end.seq]
         assert got[0].type == "submit.requested" and got[-1].id == end.id and got[-1].seq > got[0].seq

@@ -417,8 +417,9 @@ async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     """The run's events in RUNS' order, up to and including ``terminal_event``, as its consumers accepted them.
 
     Read from HISTORY, which keeps a run's events under one subject (``bus/history.py``: direct gets on the run's
-    subject, each event at its RUNS sequence), once it holds ``terminal_event`` (its feed copies it about a
-    millisecond after RUNS stored it: a ``TemporaryError`` retries the seal should it not in ``history.CATCH_UP_S``).
+    subject, each event at its RUNS sequence), once it holds them through ``terminal_event`` (``history.run_events``
+    waits for its feeds, which copy an event about a millisecond after RUNS stored it: a ``TemporaryError`` retries
+    the seal should they not in ``history.CATCH_UP_S``).
     RUNS itself keeps only what its consumers have still to read (interest retention). Events older than HISTORY
     keeps (``max_age``, RUNS' retention) are read from AUDIT, which keeps longer only the kinds it keeps
     (``topology.AUDIT_KEPT_EVENTS``: the people's requests, a run's end) under their RUNS sequences
