@@ -38,6 +38,7 @@ from taugrid.bus.envelope import (
 from taugrid.bus.topology import (
     AUDIT_FILTERS,
     AUDIT_KEPT_EVENTS,
+    AUDIT_MAX_AGE,
     AUDIT_PREFIX,
     AUDIT_STREAM,
     FEEDS,
@@ -166,7 +167,9 @@ def _header_schemas() -> dict[str, Any]:
                              "is trusted only from the service the catalogue names"),
         "ce-subject": _string("the run id for run events (the node or run for others)"),
         "ce-time": _string("RFC 3339 UTC time with milliseconds, e.g. 2026-11-30T12:00:00.123Z; a service's run "
-                           "event published when it happened leaves it out (its time is when RUNS stored it)"),
+                           "event published when it happened leaves it out (its time is when the stream it is "
+                           "read from stored it: RUNS, or HISTORY or AUDIT, whose copy follows RUNS' while their "
+                           "feeds keep up, about a millisecond later)"),
         "ce-workspace": _string("the run's workspace (taugrid extension)"),
         "ce-attempt": _string("the run's attempt, from 1, as decimal text (taugrid extension)",
                               pattern="^[1-9][0-9]*$"),
@@ -322,10 +325,12 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
    run's lifecycle, and `evidence.sealed` comes last. A success reads: submit.requested, submit.accepted,
    policy.approved, render.applied, admission.queued (optional), admission.admitted, exec.preparing
    (optional, repeated), exec.running, exec.succeeded, evidence.sealed.
-   Later, read them from stream {HISTORY_STREAM}, which keeps every event of a run, in the order RUNS stored
-   them, under one subject, `{HISTORY_PREFIX}.<workspace>.<run_id>`: each message's `Nats-Stream-Source` header
-   (written by nats-server: `RUNS:C=<consumer> <RUNS sequence> <filter> <destination> <RUNS subject> <id>`)
-   names the subject and sequence it was stored under in RUNS, hence its type.
+   Later, read them from stream {HISTORY_STREAM}, which keeps every event of a run under one subject,
+   `{HISTORY_PREFIX}.<workspace>.<run_id>`, body and headers as RUNS stored them: each message's
+   `Nats-Stream-Source` header (written by nats-server, which refuses a publish that carries one:
+   `RUNS:C=<consumer> <RUNS sequence> <filter> <destination> <RUNS subject> <id>`) names the subject and
+   sequence it was stored under in RUNS, hence its type. Order them by that sequence: the high lane's events
+   come through a feed of their own, and may be stored before an earlier event of the default lane's.
 
 Authentication: connect as the same user nkey (NATS nkey authentication: the client signs the server's
 nonce with the seed; every NATS client library offers it), or with a `.creds` file the platform gave you
@@ -451,14 +456,16 @@ def asyncapi() -> dict[str, Any]:
                  "storage": "file", "retention": "interest" if s.interest else "limits"}
         for s in STREAMS
     }
+    runs = next(s for s in STREAMS if s.name == "RUNS")
     # sourced from RUNS through its feeds (``topology.FEEDS``): one subject a run, each message's
     # ``Nats-Stream-Source`` header naming its RUNS subject and sequence
     streams[HISTORY_STREAM] = {"sources": "RUNS", "subjects": f"{HISTORY_PREFIX}.{{workspace}}.{{run_id}}",
                                "filters": [f for feed in FEEDS if feed.into == HISTORY_STREAM for f in feed.filters],
-                               "deny_delete": True, "deny_purge": True, "storage": "file", "retention": "limits"}
+                               "deny_delete": True, "deny_purge": True, "storage": "file", "retention": "limits",
+                               "max_age_s": runs.max_age}  # retention.runs, as RUNS' (config/retention.py)
     streams[AUDIT_STREAM] = {"sources": "RUNS", "subjects": f"{AUDIT_PREFIX}.{{workspace}}.{{run_id}}",
                              "filters": list(AUDIT_FILTERS), "deny_delete": True, "deny_purge": True,
-                             "storage": "file"}
+                             "storage": "file", "retention": "limits", "max_age_s": AUDIT_MAX_AGE}
     assert set(stream_of) >= {"run", "log", "backend", "k8s", "node", "dlq"}  # every channel's stream exists
     schemas = {**_header_schemas(), **_components(asyncapi=True)}
     return {

@@ -5,9 +5,13 @@ Applied by the bootstrap (``taugrid.bus.bootstrap``) when it creates a stream; a
 differs is reported, and ``python -m taugrid.bus.bootstrap --update`` (the break-glass identity: the bootstrap
 identity may not change a stream) applies it. The archive is written by the evidence service at each seal
 (``taugrid.evidence.archive``). Invariants: every default here is the limit the bus had before the setting
-existed (RUNS 30 d, LOGS 14 d, AUDIT 365 d, no size limits, evidence kept on the bus); nothing here can make
-the bus forget something verification still needs: AUDIT keeps at least as long as RUNS, and evidence leaves
-the bus only into an archive, never by age.
+existed (run history 30 d, LOGS 14 d, AUDIT 365 d, no size limits, evidence kept on the bus); nothing here can
+make the bus forget something verification still needs: AUDIT keeps at least as long as HISTORY, and evidence
+leaves the bus only into an archive, never by age.
+
+``runs`` (the key it always had) bounds the run history (issue 27): HISTORY keeps every run's events for it (the
+record read back), and RUNS, the stages' input since it has interest retention, keeps an event at most that long
+while a stage has not acked it (one acked by every reader goes at once, whatever this says).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ DAY = 86400.0
 RUNS_MAX_AGE_S = 30 * DAY
 LOGS_MAX_AGE_S = 14 * DAY
 AUDIT_MAX_AGE_S = 365 * DAY
-MIN_HISTORY_S = DAY  # a run's events must outlive the run's seal: the evidence reads them back from RUNS
+MIN_HISTORY_S = DAY  # a run's events must outlive the run's seal: the evidence reads them back from HISTORY
 MIN_LOGS_S = 3600.0  # the evidence reads a run's logs back at its seal
 MIN_BYTES = 64 * 1024 * 1024  # below this a stream drops a busy run's events before its seal
 
@@ -61,17 +65,19 @@ class _StreamRetention(Strict):
 
 
 class RunsRetention(_StreamRetention):
-    """The RUNS stream: every run's events, read back at the seal and by `tau events`/replays."""
+    """The runs' events: HISTORY keeps every run's (read back at the seal, by `tau events`, the portal and
+    `tau verify`) for this long; RUNS, the stages' input, keeps an event its stages have not acked at most this
+    long (``stream_limits``: both streams get these limits)."""
 
     stream, min_age_s = "runs", MIN_HISTORY_S
-    too_young = ("runs.max_age is under 1d: a run's events must still be on RUNS when it is sealed; write at least "
-                 "1d (a run's sealed evidence holds its events after that; AUDIT its requests, end and seal)")
+    too_young = ("runs.max_age is under 1d: a run's events must still be in HISTORY when it is sealed; write at "
+                 "least 1d (a run's sealed evidence holds its events after that; AUDIT its requests, end and seal)")
 
-    max_age: Duration = Field(default=RUNS_MAX_AGE_S, description="how long RUNS keeps an event (default 30d, "
-                              "at least 1d; a sealed run's evidence keeps them all, AUDIT its requests, end "
-                              "and seal)")
-    max_bytes: MemoryQuantity | None = Field(default=None, description="RUNS' size; the oldest events go first "
-                                             "(default: no size limit; at least 64Mi)")
+    max_age: Duration = Field(default=RUNS_MAX_AGE_S, description="how long HISTORY keeps a run's events, and RUNS "
+                              "an event its stages have not read (default 30d, at least 1d; a sealed run's "
+                              "evidence keeps them all, AUDIT its requests, end and seal)")
+    max_bytes: MemoryQuantity | None = Field(default=None, description="HISTORY's size, and RUNS'; the oldest "
+                                             "events go first (default: no size limit; at least 64Mi)")
 
 
 class LogsRetention(_StreamRetention):
@@ -91,8 +97,8 @@ class AuditRetention(Strict):
     each run's end and its seal: ``topology.AUDIT_KEPT_EVENTS``)."""
 
     max_age: Duration = Field(default=AUDIT_MAX_AGE_S, description="how long AUDIT keeps an event (default "
-                              "365d; at least runs.max_age). `tau verify` of a run older than this reports its "
-                              "events missing from AUDIT")
+                              "365d; at least runs.max_age, HISTORY's). `tau verify` of a run older than this "
+                              "reports its events missing from AUDIT")
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -181,8 +187,8 @@ class EvidenceRetention(Strict):
 
 
 class Retention(Strict):
-    """What the bus keeps, with the defaults it always had (RUNS 30d, LOGS 14d, AUDIT 365d, evidence on the bus).
-    K8S (7d), BACKEND (7d), NODES (3d) and DLQ (30d) are fixed: they hold no history a person reads back."""
+    """What the bus keeps, with the defaults it always had (run history 30d, LOGS 14d, AUDIT 365d, evidence on the
+    bus). K8S (7d), BACKEND (7d), NODES (3d) and DLQ (30d) are fixed: they hold no history a person reads back."""
 
     runs: RunsRetention = Field(default_factory=RunsRetention)
     logs: LogsRetention = Field(default_factory=LogsRetention)
@@ -192,12 +198,14 @@ class Retention(Strict):
     @pydantic.model_validator(mode="after")
     def _audit_outlives_runs(self) -> Retention:
         if self.audit.max_age < self.runs.max_age:
-            raise ValueError("audit.max_age is shorter than runs.max_age: AUDIT keeps of RUNS what `tau verify` "
-                             "checks against; make audit.max_age at least runs.max_age")
+            raise ValueError("audit.max_age is shorter than runs.max_age: AUDIT keeps of the runs' events what "
+                             "`tau verify` checks against; make audit.max_age at least runs.max_age")
         return self
 
     def stream_limits(self) -> dict[str, tuple[float, int]]:
-        """Stream name → (max_age seconds, max_bytes or -1) for the streams this setting governs."""
+        """Stream name → (max_age seconds, max_bytes or -1) for the streams this setting governs. RUNS' limits are
+        HISTORY's too (the bootstrap gives them to ``history_config``): RUNS keeps them as its bound on what its
+        durables have not acked."""
         def size(v: str | None) -> int:
             return parse_memory(v) if v is not None else -1
 
