@@ -50,7 +50,8 @@ async def test_no_person_service_or_bootstrap_publishes_on_a_feed_subject(secure
                     await bus.guarded(bus.js.publish(feed.deliver, b"{}", timeout=5))
         finally:
             await bus.close()
-    # what the refusal guards: a publish the server let through would reach the feed's source, not a stream
+    # the refusals are the permissions': the break-glass identity, allowed everything, is not refused (no stream
+    # answers a publish there: only a feed's source listens, on its own subject)
     breakglass = await secure_nats.connect(permissions.BREAK_GLASS)
     try:
         with pytest.raises(NoStreamResponseError):

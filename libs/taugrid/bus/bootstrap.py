@@ -1,28 +1,32 @@
-"""Provision every stream, AUDIT (what verification needs of RUNS), KV buckets, object stores and consumers.
+"""Provision every stream, HISTORY (every run event, one subject a run) and AUDIT (what verification needs of RUNS),
+their feeds on RUNS, KV buckets, object stores and consumers.
 
 Idempotent: run it any number of times. ``replicas`` (``--replicas N``, else ``TAU_BUS_REPLICAS``, else 1) is how
-many servers of a JetStream cluster hold each stream, bucket and object store (3 for ``tau up --ha`` and the
-chart's ``nats.cluster.replicas: 3``: any one server may die); consumers follow their stream's count (a stream
-made with another count keeps it). It only *creates*: the bootstrap identity may not change or delete a stream
-(``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is
-reported, not changed (``python -m taugrid.bus.bootstrap --update`` with the break-glass credentials changes it).
-AUDIT's protective settings (it sources from RUNS every kind ``topology.AUDIT_KEPT_EVENTS`` names and nothing else,
-deny delete and purge, retention) are re-checked on every run and any difference raises an alarm (``audit_drift``;
-logged at ERROR and returned); an earlier release's AUDIT, a mirror of all of RUNS, keeps more and is only reported
-(``audit_notes``). An existing consumer gets the
-declared filter when its own differs (a release narrowed it); its other fields are left as they are (JetStream
-does not allow changing most of them).
+many servers of a JetStream cluster hold each stream, bucket and object store (3 for ``tau up --ha`` and the chart's
+``nats.cluster.replicas: 3``: any one server may die); consumers follow their stream's count (a stream made with
+another count keeps it). It only *creates*: the bootstrap identity may not change or delete a stream
+(``permissions.STREAM_GUARD``), so an existing stream whose configuration differs from the declared one is reported,
+not changed (``python -m taugrid.bus.bootstrap --update`` with the break-glass credentials changes it). AUDIT's
+protective settings (it sources from RUNS, through its feeds, every kind ``topology.AUDIT_KEPT_EVENTS`` names and
+nothing else, deny delete and purge, retention) are re-checked on every run and any difference raises an alarm
+(``audit_drift``; logged at ERROR and returned); an earlier release's AUDIT, a mirror of all of RUNS, keeps more and
+is only reported (``audit_notes``). An existing consumer gets the declared filter when its own differs (a release
+narrowed it); its other fields are left as they are (JetStream does not allow changing most of them).
 
 Retention (``platform.yaml``'s ``retention``, ``taugrid.config.retention``): RUNS' and LOGS' max age and size and
-AUDIT's max age come from the platform stored in the ``platform`` KV when there is one (else the defaults, which
-are the limits the streams always had). A stream is created with them; one that exists and differs is reported
-like any other difference, and ``--update`` applies it (AUDIT's max age too: its sources and protections stay).
+AUDIT's max age come from the platform stored in the ``platform`` KV when there is one (else the defaults, which are
+the limits the streams always had); RUNS' are HISTORY's too (``retention.runs``). A stream is created with them; one
+that exists and differs is reported like any other difference, and ``--update`` applies it (AUDIT's max age too: its
+protections stay).
 
-Interest retention (``topology.StreamSpec.interest``: K8S, BACKEND): such a stream is made with its durables right
-after it (it stores nothing that no durable's filter matches); one an earlier release made with limits retention is
-reported, and ``--update`` switches it, the server then dropping every message its durables have all acked. A hub's
-BACKEND also has a feed per cluster (``sites.provision_feed``, made by the sites' provisioning after this): the
-switch keeps what a feed has not acked (a site down), and a request no durable reads ages out as before.
+Interest retention (``topology.StreamSpec.interest``: RUNS, K8S, BACKEND): such a stream is made with its durables
+right after it (it stores nothing that no durable's filter matches), RUNS with HISTORY's and AUDIT's feeds
+(``topology.FEEDS``) too; one an earlier release made with limits retention is reported, and ``--update`` switches
+it, the server then dropping every message its durables have all acked. An earlier release's RUNS is copied into
+HISTORY from its first event; its AUDIT (a plain source per kept kind) is reported (``audit_notes``), and
+``--update`` switches it to its feeds, which copy what it did not hold. A hub's BACKEND also has a feed per cluster
+(``sites.provision_feed``, made by the sites' provisioning after this): the switch keeps what a feed has not acked
+(a site down), and a request no durable reads ages out as before.
 """
 
 from __future__ import annotations

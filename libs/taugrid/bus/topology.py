@@ -131,7 +131,7 @@ AUDIT_FILTERS: tuple[str, ...] = tuple(
     f"run.*.*.{t}{suffix}" for t in AUDIT_KEPT_EVENTS
     for suffix in ("", f".{HIGH_LANE}") if not suffix or t == "submit.requested"
 )
-# AUDIT sources RUNS (one source per filter) rather than mirroring it: a mirror answers its origin's direct gets
+# AUDIT sources RUNS (through its feeds, ``FEEDS``) rather than mirroring it: a mirror answers its origin's direct gets
 # (the server makes it inherit RUNS' allow_direct as mirror_direct and adds it to their queue group), and a
 # filtered one answers "not found" for every event it skipped, the evidence's reads by sequence among them.
 # Sourced messages carry no message id the bus relies on (RUNS deduplicated them), so a minimal window: 1 s.
@@ -233,7 +233,7 @@ CONSUMERS = {
              "run.*.*.health.degraded"],
         ),
         # only what seals a run (never laned: core/events.py LANED_EVENTS); the run's other events are read back
-        # from RUNS at the seal (evidence/store.py run_history)
+        # from HISTORY at the seal (evidence/store.py run_history)
         ConsumerSpec("evidence", "RUNS", [f"run.*.*.{t}" for t in sorted(TERMINAL_EVENTS)],
                      description="seals a run at its terminal event"),
         ConsumerSpec("health-monitor", "NODES", ["node.*.sample"]),
