@@ -36,6 +36,7 @@ from taugrid.bus import identity, natsheaders, tracing
 from taugrid.bus.envelope import (
     DELEGATION_HEADER,
     SIGNED_TYPES,
+    SOURCE_HEADER,
     Event,
     compact,
     dedup_key,
@@ -44,9 +45,11 @@ from taugrid.bus.envelope import (
     run_traceparent,
     sign_headers,
     sign_service_headers,
+    sourced,
     store_stamps,
 )
 from taugrid.bus.errors import CLOSED, DENIED, MISSING, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
+from taugrid.bus.topology import HISTORY_STREAM, history_subject
 from taugrid.core import wirejson
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import HIGH_LANE, lane_of, message_id, run_subject
@@ -306,16 +309,29 @@ class Bus:
         duplicate window still holds the id): "" when that run's history holds no message ``seq``, which is then
         another run's, a squatter's. The original was stored before this duplicate, so its copy is in HISTORY
         within milliseconds; it is looked for a second at most."""
-        from taugrid.bus import history  # history reads through this adapter
-
         parts = _laneless(subject).split(".")
         if len(parts) != 5 or parts[0] != "run":
             return ""
+        kept = history_subject(parts[1], parts[2])
         for pause in (0.0, 0.01, 0.05, 0.2, 0.7):
             await asyncio.sleep(pause)
-            for ev in await history.run_events(self, parts[1], parts[2]):
-                if ev.seq == seq:
-                    return ev.nats_subject
+            at = 1
+            while True:  # the run's copies, by direct gets on its one subject (``bus/history.py`` reads them so)
+                try:
+                    msg = await self.replies.request(f"$JS.API.DIRECT.GET.{HISTORY_STREAM}",
+                                                     msgspec.json.encode({"seq": at, "next_by_subj": kept}),
+                                                     timeout=5.0, guarded=True)
+                except (*TIMEOUT, *CLOSED, *NO_RESPONDERS) as exc:
+                    raise TemporaryError(f"reading {kept} from {HISTORY_STREAM} failed: {exc!r}", delay=1.0) from exc
+                headers = msg.headers or {}
+                if headers.get("Status") or SOURCE_HEADER not in headers:
+                    break  # 404: no more of the run's copies
+                stored, origin = sourced(headers[SOURCE_HEADER], "", 0)
+                if origin == seq:
+                    return stored
+                at = int(headers.get("Nats-Sequence") or 0) + 1
+                if at <= 1:
+                    break
         return ""
 
     def _unforgeable_id(self, subject: str, msg_id: str) -> str:
