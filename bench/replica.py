@@ -1,13 +1,21 @@
 """A replica of measured runs, many times over, and nats-server's memory after a restart on it (issue 27).
 
-Storing 100,000 real runs takes the embedded stack half an hour or more on two cores, so ``bench/storage.py
+Storing 100,000 real runs takes the embedded stack a long while on two cores (half an hour or more before run
+history was kept by run; 5,000 runs sealed in 50-75 s since), so ``bench/storage.py
 --replicate N`` measures a restart over N runs differently: it takes the messages its real runs left in the store
 (``COPIED``: every stream, KV bucket and object store a run keeps anything in) and publishes copies of them, in a
 copy of the store, until it holds N runs' worth. Each copy has a new run id, submission id and object nuid of the
 same length (in subjects, headers and bodies; a gzip or deflate body keeps its bytes, ids and all), a new
 ``Nats-Msg-Id`` of the same length, and no ``Nats-Expected-*`` header (a copy is not a compare-and-set); an
-object's metadata subject is its new name's base64. AUDIT is not copied: it sources RUNS, so the server files
-the copies of the events it keeps itself, with their ``Nats-Stream-Source`` headers. Messages carrying a
+object's metadata subject is its new name's base64. A run's events are taken from HISTORY (RUNS, an interest
+stream, keeps nothing of a finished run) as RUNS stored them (their subject from the ``Nats-Stream-Source`` header
+the server wrote, which a publish may not carry) and published to RUNS: HISTORY and AUDIT take them through their
+own feeds (``topology.FEEDS``), so the server writes their copies and headers itself, as it does for a running
+stack, and RUNS lets each event go once the feeds stored it. The stack is not running meanwhile, so the services'
+durables on RUNS would hold every copy (an interest stream keeps an event until each durable whose filter matches
+acked it): ``add_copies`` deletes them first and makes them again, with their own settings, at the end of RUNS
+once it drained, which is what a running stack's durables are at once they acked every finished run's events.
+Messages carrying a
 ``Nats-TTL`` are copied too and expire as theirs would (the local cluster's purge markers after 600 s; the
 submission-id keys after 24 h, so a restart within a day counts them, as a real one would).
 
@@ -16,9 +24,10 @@ once every stream answered and 5 s later, and its live heap after a forced GC by
 allocation's stack). ``attribute`` restarts it once without each store's directory to say what each holds.
 
 What a replica is not: its copies were all stored within a minute or two, so a restart right away finds every
-one of them inside RUNS' 600 s duplicate window (the server re-reads them to rebuild its message ids, which a
-history spread over days would not make it do); a restart once that window has passed separates the two. Its
-timestamps, block boundaries and message order are the replica's, not a month of traffic's.
+one of them inside RUNS' 600 s duplicate window (the server re-reads what RUNS still holds of them to rebuild its
+message ids, which a history spread over days would not make it do; once the feeds drained RUNS that is nothing,
+and the two restarts read alike); a restart once that window has passed separates the two. Its timestamps, block
+boundaries and message order are the replica's, not a month of traffic's.
 """
 
 from __future__ import annotations
@@ -42,14 +51,20 @@ import msgspec
 import nats
 import psutil
 
+from taugrid.bus.envelope import SOURCE_HEADER, sourced
+from taugrid.bus.topology import FEEDS, HISTORY_STREAM
 from taugrid.core.ids import new_submission_id
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 
-# the stores a run keeps messages in, whose messages are copied; AUDIT follows RUNS by its sources
-COPIED = ("RUNS", "KV_run_state", "KV_ledger", "KV_submissions", "KV_local_cluster", "KV_manifests", "OBJ_evidence")
-# the stores whose share of the live heap `attribute` measures
-ATTRIBUTED = ("RUNS", "AUDIT", "OBJ_evidence", "KV_run_state", "KV_ledger", "KV_submissions")
+# the stores a run keeps messages in, whose messages are copied; HISTORY's are published to RUNS as the events they
+# were, and HISTORY and AUDIT take them through their feeds
+COPIED = ("HISTORY", "KV_run_state", "KV_ledger", "KV_submissions", "KV_local_cluster", "KV_manifests",
+          "OBJ_evidence")
+# the stores whose share of the live heap `attribute` measures (RUNS holds nothing of a finished run)
+ATTRIBUTED = ("HISTORY", "AUDIT", "OBJ_evidence", "KV_run_state", "KV_ledger", "KV_submissions")
+FEED_DURABLES = frozenset(f.durable for f in FEEDS)
+DRAIN_S = 3600.0  # how long the feeds are given to take every copy out of RUNS
 RUN_ID = re.compile(rb"store-[0-9a-f]{16}")  # bench/storage.py names its measured runs `store`
 CHUNK = re.compile(r"^\$O\.evidence\.C\.[^.]+\.([0-9A-Za-z]+)$")
 WINDOW_S = 600.0  # RUNS' duplicate window: a restart later than this after the last copy does not re-read them
@@ -89,7 +104,8 @@ def parse_headers(raw: bytes) -> dict[str, str]:
 
 
 async def read_stream(nc: Any, name: str) -> list[Stored]:
-    """Every message stream ``name`` holds (none when it does not exist), by the JetStream API's message get."""
+    """Every message stream ``name`` holds (none when it does not exist), by the JetStream API's message get.
+    HISTORY's are read as the RUNS events they copy: RUNS' subject, without the source header (``as_published``)."""
     info = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"{}", timeout=10)).data)
     if "error" in info:
         return []
@@ -100,9 +116,20 @@ async def read_stream(nc: Any, name: str) -> list[Stored]:
                                                       msgspec.json.encode({"seq": seq}), timeout=10)).data)
         msg = reply.get("message")
         if msg:
-            out.append(Stored(name, str(msg["subject"]), parse_headers(base64.b64decode(msg.get("hdrs") or "")),
-                              base64.b64decode(msg.get("data") or "")))
+            stored = Stored(name, str(msg["subject"]), parse_headers(base64.b64decode(msg.get("hdrs") or "")),
+                            base64.b64decode(msg.get("data") or ""))
+            out.append(as_published(stored) if name == HISTORY_STREAM else stored)
     return out
+
+
+def as_published(m: Stored) -> Stored:
+    """A HISTORY copy as its event was published to RUNS: RUNS' subject (``envelope.sourced``), every header but
+    the server's source header (a publish carrying one is refused)."""
+    origin = m.headers.get(SOURCE_HEADER)
+    if origin is None:
+        raise RuntimeError(f"HISTORY message on {m.subject} has no {SOURCE_HEADER} header")
+    subject, _ = sourced(origin, m.subject, 0)
+    return Stored("RUNS", subject, {k: v for k, v in m.headers.items() if k != SOURCE_HEADER}, m.data)
 
 
 def group(messages: list[Stored]) -> list[Template]:
@@ -393,23 +420,63 @@ def measured(store: Path, log: Path) -> list[Template]:
 
 
 def add_copies(store: Path, log: Path, found: list[Template], start: int, count: int) -> float:
-    """Publish copies ``start`` … ``start + count - 1`` of the measured runs (taken in turn) into ``store``;
-    returns the seconds it took. Raises when the server refused any."""
+    """Publish copies ``start`` … ``start + count - 1`` of the measured runs (taken in turn) into ``store``, the
+    services' durables on RUNS set aside meanwhile (``without_service_durables``) and RUNS drained by the feeds;
+    returns the seconds it took. Raises when the server refused any, or RUNS did not drain in ``DRAIN_S``."""
     with server(store, log) as (url, _proc, _prof):
         t0 = time.time()
-        sent, refused = asyncio.run(publish(url, (copy_of(found[i % len(found)]) for i in range(start, start + count))))
+
+        async def copied() -> tuple[int, int]:
+            async with without_service_durables(url):
+                return await publish(url, (copy_of(found[i % len(found)]) for i in range(start, start + count)))
+
+        sent, refused = asyncio.run(copied())
         if refused:
             raise RuntimeError(f"{refused} of {sent} copied messages were refused (see above)")
         return time.time() - t0
 
 
-# A design not built, measured on the replica: run history keyed by run. The events stay published on
-# `run.<ws>.<run>.<stage>.<outcome>` (permissions and consumers' filters as they are), but what is kept for history
-# is a stream sourcing RUNS with a subject transform to one subject a run, whose messages' `Nats-Stream-Source`
-# header (written by the server, which removes one a sourced message carried and refuses a publish that carries
-# one) names each event's own subject; AUDIT's kept events likewise; RUNS and AUDIT then hold nothing of sealed
-# runs, as RUNS with interest retention would once its durables and the history's source acked them.
-KEYED_STREAMS = ("HISTORY", "AUDIT_BY_RUN")
+async def _runs_state(nc: Any) -> dict[str, Any]:
+    state: dict[str, Any] = (await _api(nc, "$JS.API.STREAM.INFO.RUNS", {}))["state"]
+    return state
+
+
+@contextlib.asynccontextmanager
+async def without_service_durables(url: str) -> Any:
+    """The durables of RUNS other than the feeds deleted (their settings kept), and made again afterwards from the
+    end of RUNS once the feeds took every event out of it (``DRAIN_S`` at most; printed as it goes): the copies
+    are finished runs, which a running stack's durables would have acked, so none of them holds one."""
+    nc = await nats.connect(url)
+    try:
+        names = (await _api(nc, "$JS.API.CONSUMER.NAMES.RUNS", {})).get("consumers") or []
+        kept = {}
+        for name in names:
+            if name in FEED_DURABLES:
+                continue
+            kept[name] = (await _api(nc, f"$JS.API.CONSUMER.INFO.RUNS.{name}", {}))["config"]
+            await _api(nc, f"$JS.API.CONSUMER.DELETE.RUNS.{name}", {})
+        yield
+        t0 = time.time()
+        said = t0
+        while True:
+            state = await _runs_state(nc)
+            held = int(state.get("messages", 0))
+            if held == 0:
+                break
+            if time.time() - t0 > DRAIN_S:
+                raise RuntimeError(f"RUNS still holds {held} events {DRAIN_S:.0f} s after the copies: the feeds "
+                                   "did not take them")
+            if time.time() - said > 60:
+                print(f"  RUNS still holds {held:,} events, {time.time() - t0:.0f} s after the copies")
+                said = time.time()
+            await asyncio.sleep(2)
+        print(f"  RUNS drained {time.time() - t0:.0f} s after the copies; {len(kept)} service durables made again "
+              f"from sequence {int(state['last_seq']) + 1:,}")
+        for name, config in kept.items():
+            config = {**config, "deliver_policy": "by_start_sequence", "opt_start_seq": int(state["last_seq"]) + 1}
+            await _api(nc, f"$JS.API.CONSUMER.CREATE.RUNS.{name}", {"stream_name": "RUNS", "config": config})
+    finally:
+        await nc.close()
 
 
 async def _api(nc: Any, subject: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -417,40 +484,3 @@ async def _api(nc: Any, subject: str, body: dict[str, Any]) -> dict[str, Any]:
     if "error" in reply:
         raise RuntimeError(f"{subject}: {reply['error']}")
     return reply
-
-
-async def _keyed_by_run(url: str, audit_filters: tuple[str, ...]) -> tuple[int, int]:
-    nc = await nats.connect(url)
-    try:
-        to_run = "hist.{{wildcard(1)}}.{{wildcard(2)}}"
-        history = {"name": "HISTORY", "storage": "file", "duplicate_window": 1_000_000_000,
-                   "sources": [{"name": "RUNS", "subject_transforms": [
-                       {"src": "run.*.*.*.*", "dest": to_run}, {"src": "run.*.*.*.*.*", "dest": to_run}]}]}
-        audit = {"name": "AUDIT_BY_RUN", "storage": "file", "duplicate_window": 1_000_000_000,
-                 "sources": [{"name": "RUNS", "subject_transforms": [
-                     {"src": f, "dest": "audit.{{wildcard(1)}}.{{wildcard(2)}}"}]} for f in audit_filters]}
-        await _api(nc, "$JS.API.STREAM.CREATE.HISTORY", history)
-        await _api(nc, "$JS.API.STREAM.CREATE.AUDIT_BY_RUN", audit)
-        events = int((await _api(nc, "$JS.API.STREAM.INFO.RUNS", {}))["state"]["messages"])
-        kept = int((await _api(nc, "$JS.API.STREAM.INFO.AUDIT", {}))["state"]["messages"])
-        deadline = time.time() + 1800
-        while time.time() < deadline:
-            got = int((await _api(nc, "$JS.API.STREAM.INFO.HISTORY", {}))["state"]["messages"])
-            got_audit = int((await _api(nc, "$JS.API.STREAM.INFO.AUDIT_BY_RUN", {}))["state"]["messages"])
-            if got >= events and got_audit >= kept:
-                break
-            await asyncio.sleep(2)
-        else:
-            raise RuntimeError(f"HISTORY holds {got} of RUNS' {events} events after 30 min")
-        await _api(nc, "$JS.API.STREAM.PURGE.RUNS", {})
-        await _api(nc, "$JS.API.STREAM.DELETE.AUDIT", {})  # AUDIT denies purges; the replica's copy goes whole
-        return events, got_audit
-    finally:
-        await nc.close()
-
-
-def keyed_by_run(store: Path, log: Path, audit_filters: tuple[str, ...]) -> tuple[int, int]:
-    """Turn the replica into what run history keyed by run would hold (``KEYED_STREAMS``, above); returns the
-    events HISTORY and AUDIT_BY_RUN took."""
-    with server(store, log) as (url, _proc, _prof):
-        return asyncio.run(_keyed_by_run(url, audit_filters))

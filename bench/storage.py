@@ -4,8 +4,12 @@ The embedded stack (simulated pods, the one-queue platform of bench/pipeline.py)
 ``--batch`` at a time, each batch waited for until every run is sealed (``evidence.sealed``). Then, from the
 JetStream account (the bootstrap identity): the bytes every stream, KV bucket (``KV_<bucket>``) and object store
 (``OBJ_<store>``) gained over the runs, divided by the runs, with messages and subjects per run beside them and
-the mean header and body bytes of a message (``SAMPLED`` of what each gained); RUNS and AUDIT read back whole
-and split by event type (events, header and body bytes of each type a run: where a cut pays);
+the mean header and body bytes of a message (``SAMPLED`` of what each gained); HISTORY and AUDIT (which keep the
+run events by run, sourced from RUNS through their feeds: ``topology.FEEDS``) read back whole and split by event
+type, each copy read as RUNS stored it (``envelope.sourced``; events, header and body bytes of each type a run:
+where a cut pays). RUNS, an interest stream, keeps an event only until every durable whose filter matches it
+acked it, the feeds among them: the figures are read once it drained (``DRAIN_S`` at most), and what it still
+holds is printed by event type;
 nats-server's resident memory with the stack up, and after a restart of nats-server alone over that history
 (the stack's own configuration and store, every stream's info read once so that each is loaded).
 
@@ -20,10 +24,10 @@ until it holds N runs (a replica, printed as such: not N real runs), restarts na
 its resident memory and its live heap by kind from Go's heap profile; ``--replicate-wait`` restarts it again once
 RUNS' 600 s duplicate window has passed (``--replicate-recent K`` copies published after that wait); the last
 restart is the figure judged (the one after the window with ``--replicate-wait``, else the one right after the
-copies, which reads higher), and ``--replicate-attribute`` the live heap each store takes. The 200 MB target is
-judged on a replica of 100,000 or more. ``--replicate-keyed-by-run`` measures a design not built on the same
-replica: run history kept one subject a run (``replica.KEYED_STREAMS`` says how), a what-if, printed as such and
-not judged.
+copies, which read higher while RUNS kept every event), and ``--replicate-attribute`` the live heap each store
+takes. The 200 MB target is judged on a replica of 100,000 or more. (The what-if ``--replicate-keyed-by-run``
+measured run history kept one subject a run before it was built; it is the design built now, so the flag is
+gone.)
 """
 
 from __future__ import annotations
@@ -46,8 +50,7 @@ import psutil
 import replica  # bench/ is this script's directory, first on sys.path
 from pipeline import PLATFORM, RUN, simulated_stack, stack_up
 
-from taugrid.bus.envelope import run_of
-from taugrid.bus.topology import AUDIT_FILTERS
+from taugrid.bus.envelope import SOURCE_HEADER, run_of, sourced
 from taugrid.client import open_client
 from taugrid.core.ids import new_submission_id
 from taugrid.stack import natsserver
@@ -68,6 +71,7 @@ class Store:
     messages: int
     subjects: int
     last_seq: int = 0
+    first_seq: int = 0
 
     @property
     def kind(self) -> str:
@@ -86,7 +90,7 @@ async def stores(nc: Any) -> dict[str, Store]:
         info = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"{}", timeout=10)).data)
         st = info["state"]
         out[name] = Store(name, int(st.get("bytes", 0)), int(st.get("messages", 0)), int(st.get("num_subjects", 0)),
-                          int(st.get("last_seq", 0)))
+                          int(st.get("last_seq", 0)), int(st.get("first_seq", 0)))
     return out
 
 
@@ -111,7 +115,10 @@ async def split(nc: Any, name: str, first: int, last: int) -> tuple[float, float
     return (heads / n, bodies / n) if n else (0.0, 0.0)
 
 
-BY_TYPE = ("RUNS", "AUDIT")  # streams whose messages are read back whole and counted by event type
+# streams whose messages the runs gained are read back whole and counted by event type: the run history and the
+# audit copies (what RUNS still holds once it drained, ``drained``, is read the same way)
+BY_TYPE = ("HISTORY", "AUDIT")
+DRAIN_S = 60.0  # how long RUNS is given to let its acked events go before the stores are read
 
 
 def event_type(subject: str) -> str:
@@ -123,19 +130,39 @@ def event_type(subject: str) -> str:
 
 async def by_type(nc: Any, name: str, first: int, last: int) -> dict[str, tuple[int, int, int]]:
     """Every message of stream ``name`` from ``first`` to ``last`` read back, by event type: (messages, header
-    bytes, body bytes). What a run's events cost each, so that a cut is aimed at the largest."""
+    bytes, body bytes). What a run's events cost each, so that a cut is aimed at the largest. A copy HISTORY or
+    AUDIT keeps (one subject a run) is typed by the subject RUNS stored it under, from its ``Nats-Stream-Source``
+    header, whose bytes count in its headers. Each get asks for the next message at or after a sequence, so the
+    gaps of an interest stream cost nothing."""
     out: dict[str, tuple[int, int, int]] = {}
-    for seq in range(max(1, first), last + 1):
-        reply = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.MSG.GET.{name}",
-                                                      msgspec.json.encode({"seq": seq}), timeout=10)).data)
+    seq = max(1, first)
+    while seq <= last:
+        reply = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.MSG.GET.{name}", msgspec.json.encode(
+            {"seq": seq, "next_by_subj": ">"}), timeout=10)).data)
         msg = reply.get("message")
-        if not msg:
-            continue
-        kind = event_type(str(msg.get("subject", "")))
+        if not msg or int(msg.get("seq", 0)) > last:
+            break  # nothing at or after seq (or past the range)
+        seq = int(msg["seq"]) + 1
+        raw = base64.b64decode(msg.get("hdrs") or "")
+        subject = str(msg.get("subject", ""))
+        origin = replica.parse_headers(raw).get(SOURCE_HEADER) if raw else None
+        if origin is not None:
+            subject, _ = sourced(origin, subject, 0)
+        kind = event_type(subject)
         n, heads, bodies = out.get(kind, (0, 0, 0))
-        out[kind] = (n + 1, heads + len(base64.b64decode(msg.get("hdrs") or "")),
-                     bodies + len(base64.b64decode(msg.get("data") or "")))
+        out[kind] = (n + 1, heads + len(raw), bodies + len(base64.b64decode(msg.get("data") or "")))
     return out
+
+
+async def drained(nc: Any, timeout: float = DRAIN_S) -> tuple[Store, float]:
+    """RUNS once it holds nothing (its durables and the feeds acked every event), or after ``timeout`` seconds:
+    its state and the seconds waited."""
+    t0 = time.time()
+    while True:
+        runs = (await stores(nc))["RUNS"]
+        if runs.messages == 0 or time.time() - t0 > timeout:
+            return runs, time.time() - t0
+        await asyncio.sleep(1.0)
 
 
 def gained(before: dict[str, Store], after: dict[str, Store]) -> list[tuple[Store, int, int, int]]:
@@ -198,11 +225,15 @@ async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> 
         print(f"  {len(started)} runs submitted, {sum(1 for r in started if r in sealed)} sealed, "
               f"{time.time() - t0:.0f} s", file=sys.stderr)
     await asyncio.sleep(3.0)  # projections and the last acks settle
+    runs_left, drain_s = await drained(admin.bus.nc)
     after = await stores(admin.bus.nc)
     splits = {s.name: await split(admin.bus.nc, s.name, before.get(s.name, Store(s.name, 0, 0, 0)).last_seq + 1,
                                   s.last_seq) for s, *_ in gained(before, after)}
     types = {name: await by_type(admin.bus.nc, name, before.get(name, Store(name, 0, 0, 0)).last_seq + 1,
                                  after[name].last_seq) for name in BY_TYPE if name in after}
+    # what RUNS still holds, whoever's run it is (the warm-up's included): nothing once every durable acked
+    runs_held = await by_type(admin.bus.nc, "RUNS", runs_left.first_seq, runs_left.last_seq) \
+        if runs_left.messages else {}
     log_after = await evidence_log_bytes(js)
     nats_pid = int(msgspec.json.decode((data / "stack.json").read_bytes())["nats_pid"])
     rss_up = nats_rss_mb(nats_pid)
@@ -211,6 +242,7 @@ async def drive(url: str, data: Path, runs: int, batch: int, timeout: float) -> 
     await admin.close()
     return {"before": before, "after": after, "splits": splits, "types": types, "evidence_logs": log_after - log_before,
             "rss_up": rss_up, "nats_cpu_s": times.user + times.system,
+            "runs_left": runs_left, "drain_s": drain_s, "runs_held": runs_held,
             "started": len(started), "sealed": sum(1 for r in started if r in sealed), "wall_s": time.time() - t0}
 
 
@@ -260,24 +292,20 @@ def print_restart(label: str, r: replica.Restart) -> None:
         print(f"      {kind.bytes / 2**20:8.1f} MB  {kind.kind}")
 
 
-def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: bool, keyed: bool) -> bool:
+def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: bool) -> bool:
     """A replica of the measured runs up to ``runs`` (bench/replica.py) in a copy of the store, nats-server
     restarted on it; True unless the 200 MB target is judged and missed."""
     store = data / "replica" / "js"
     shutil.copytree(data / "nats" / "js", store)
     log = data / "replica" / "nats.log"
     print(f"\nreplica (not real runs): the measured runs' stored messages copied up to {runs:,} runs, every store "
-          "a run keeps (bench/replica.py says what a copy changes)")
+          "a run keeps, the run events published to RUNS and kept by HISTORY's and AUDIT's feeds "
+          "(bench/replica.py says what a copy changes)")
     found = replica.measured(store, log)
     copies = max(0, runs - len(found))
     first = max(0, copies - recent) if wait else copies
     spent = replica.add_copies(store, log, found, 0, first)
-    if keyed:
-        events, kept = replica.keyed_by_run(store, log, AUDIT_FILTERS)
-        print(f"  keyed by run (a design not built): HISTORY took RUNS' {events:,} events, AUDIT_BY_RUN {kept:,}; "
-              "RUNS purged, AUDIT deleted")
-    restarts = [("restart right away" + ("" if keyed else " (every copy in the 600 s window)"),
-                 replica.restart(store, log))]
+    restarts = [("restart right away (every copy in the 600 s window)", replica.restart(store, log))]
     if wait:
         print(f"  waiting {replica.WINDOW_S:.0f} s for RUNS' duplicate window to pass", file=sys.stderr)
         with replica.server(store, log):  # up meanwhile, as a real one: TTLs expire (the purge markers' 600 s)
@@ -285,24 +313,28 @@ def replicated(data: Path, runs: int, *, wait: bool, recent: int, attribute: boo
         spent += replica.add_copies(store, log, found, first, copies - first)
         restarts.append((f"restart after the window ({copies - first} copies since)", replica.restart(store, log)))
     print(f"nats-server resident memory (MB) over the replica ({copies:,} copies of {len(found)} runs, {spent:.0f} s "
-          f"publishing; GOMEMLIMIT={os.environ.get('GOMEMLIMIT', 'unset')})")
+          f"publishing and feeding; GOMEMLIMIT={os.environ.get('GOMEMLIMIT', 'unset')})")
     for label, r in restarts:
         print_restart(label, r)
     if attribute:
         print("  live heap each store takes (restarted without it):")
-        names = (*replica.KEYED_STREAMS, *replica.ATTRIBUTED[2:]) if keyed else replica.ATTRIBUTED
-        for name, (subjects, mb) in replica.attribute(store, log, names).items():
+        for name, (subjects, mb) in replica.attribute(store, log).items():
             print(f"    {name:<18}{subjects / runs:6.2f} subjects a run  {mb:7.1f} MB  "
                   f"({mb * 2**20 / max(1, subjects):.0f} B a subject)")
-    # a what-if's store is not the design built: its figure is printed, never judged against the target
-    judged = runs >= REPLICA_TARGET_RUNS and not keyed
+    judged = runs >= REPLICA_TARGET_RUNS
     final = restarts[-1][1]
     ok = final.rss_later_mb <= REPLICA_RSS_TARGET_MB or not judged
-    unjudged = "a what-if, not the design built" if keyed else f"{runs:,} runs"
     print(f"  target ≤ {REPLICA_RSS_TARGET_MB:g} MB after a restart over {REPLICA_TARGET_RUNS:,} runs: "
           + (("ok" if ok else "MISSED") + f" ({final.rss_later_mb:.1f} MB, a replica)" if judged
-             else f"not judged ({unjudged}: {final.rss_later_mb:.1f} MB)"))
+             else f"not judged ({runs:,} runs: {final.rss_later_mb:.1f} MB)"))
     return ok
+
+
+def print_types(kinds: dict[str, tuple[int, int, int]], n: int) -> None:
+    """One row an event type, most bytes first: events, header and body bytes a message, and both over ``n``."""
+    for kind, (count, heads, bodies) in sorted(kinds.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+        print(f"    {kind:<32}{count / n:8.2f}{heads / max(1, count):11.0f}{bodies / max(1, count):9.0f}"
+              f"{(heads + bodies) / n:10.0f}")
 
 
 def disk_bytes(path: Path) -> int:
@@ -323,8 +355,6 @@ def main() -> None:
                     help="with --replicate-wait, copies published after the wait (recent traffic)")
     ap.add_argument("--replicate-attribute", action="store_true",
                     help="the live heap each store of the replica takes (a restart without each)")
-    ap.add_argument("--replicate-keyed-by-run", action="store_true",
-                    help="a what-if: the replica's run history re-keyed by run (bench/replica.py KEYED_STREAMS)")
     args = ap.parse_args()
     data, env, tau = simulated_stack("tau-bench-storage-")
     with stack_up(data, env, tau, PLATFORM, keep=True) as url:
@@ -348,9 +378,12 @@ def main() -> None:
     for name, kinds in got["types"].items():
         print(f"  {name} by event type, a run: {'events':>8}{'headers B':>11}{'body B':>9}{'stored B':>10}"
               "   (headers and body a message; stored: both, a run)")
-        for kind, (count, heads, bodies) in sorted(kinds.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
-            print(f"    {kind:<32}{count / n:8.2f}{heads / max(1, count):11.0f}{bodies / max(1, count):9.0f}"
-                  f"{(heads + bodies) / n:10.0f}")
+        print_types(kinds, n)
+    left: Store = got["runs_left"]
+    print(f"  RUNS after {got['drain_s']:.0f} s (at most {DRAIN_S:.0f}): {left.messages} events, {left.bytes} B, "
+          f"{left.subjects} subjects still held" + (" (drained)" if not left.messages else ", by event type, all of "
+                                                     "them (headers and body a message; stored: both, in all):"))
+    print_types(got["runs_held"], 1)
     ev_logs = got["evidence_logs"] / n
     stored = total - logs - ev_logs
     print(f"  {'all stores':<30}{total:10.0f} B/run; logs {logs:.0f} (LOGS) + {ev_logs:.0f} (evidence attempt logs)")
@@ -372,7 +405,7 @@ def main() -> None:
     try:
         if args.replicate:
             ok_replica = replicated(data, args.replicate, wait=args.replicate_wait, recent=args.replicate_recent,
-                                    attribute=args.replicate_attribute, keyed=args.replicate_keyed_by_run)
+                                    attribute=args.replicate_attribute)
     finally:
         if not args.keep:
             subprocess.run(["rm", "-rf", str(data)], check=False)

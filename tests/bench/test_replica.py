@@ -12,6 +12,10 @@ from types import ModuleType
 import msgspec
 import nats
 import pytest
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
+
+from taugrid.bus.bootstrap import audit_config, feed_config, history_config
+from taugrid.bus.topology import FEEDS
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 RUN = "store-0123456789abcdef"
@@ -26,12 +30,22 @@ def replica(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return importlib.import_module("replica")
 
 
+SERVICE = ConsumerConfig(durable_name="runstate", ack_policy=AckPolicy.EXPLICIT, filter_subject="run.*.*.*.*")
+
+
 async def _stored_run(url: str) -> None:
-    """One measured run's messages as the stack stores them: two events (message ids), a KV key written by
-    compare-and-set, a submission-id key, an object's chunk and metadata; and what names no measured run."""
+    """One measured run's messages as the stack stores them: two events (message ids), kept by HISTORY (one
+    subject a run) and AUDIT through their feeds and acked by a service's durable, so RUNS (interest retention)
+    keeps none; a KV key written by compare-and-set, a submission-id key, an object's chunk and metadata; and what
+    names no measured run."""
     nc = await nats.connect(url)
     js = nc.jetstream()
-    await js.add_stream(name="RUNS", subjects=["run.>"])
+    await js.add_stream(StreamConfig(name="RUNS", subjects=["run.>"], retention=RetentionPolicy.INTEREST))
+    for feed in FEEDS:
+        await js.add_consumer("RUNS", feed_config(feed))
+    await js.add_stream(history_config())
+    await js.add_stream(audit_config())
+    await js.add_consumer("RUNS", SERVICE)
     await js.add_stream(name="KV_submissions", subjects=["$KV.submissions.>"], allow_msg_ttl=True)
     await js.add_stream(name="OBJ_evidence", subjects=["$O.evidence.C.>", "$O.evidence.M.>"])
     await js.publish(f"run.bench.{RUN}.submit.requested", f'{{"submission_id":"{SUBMISSION}"}}'.encode(),
@@ -44,11 +58,46 @@ async def _stored_run(url: str) -> None:
     await js.publish(f"$O.evidence.C.bench.{NUID}", b"\x1f\x8b bundle bytes")
     meta = {"name": NAME, "bucket": "evidence", "nuid": f"bench.{NUID}", "size": 16, "chunks": 1}
     await js.publish("$O.evidence.M." + base64.urlsafe_b64encode(NAME.encode()).decode(), msgspec.json.encode(meta))
+    await _settled(nc, history=3)
+    service = await js.pull_subscribe_bind("runstate", stream="RUNS")
+    for msg in await service.fetch(3, timeout=10):
+        await msg.ack_sync()
+    for _ in range(100):  # RUNS lets an event go once the last durable acked it
+        if await _held(nc, "RUNS") == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await _held(nc, "RUNS") == 0
     await nc.close()
 
 
+async def _held(nc: nats.NATS, name: str) -> int:
+    return int((await nc.jetstream().stream_info(name)).state.messages)
+
+
+async def _settled(nc: nats.NATS, *, history: int) -> None:
+    """Until HISTORY holds ``history`` events (its feeds copy them from RUNS), 10 s at most."""
+    for _ in range(100):
+        if await _held(nc, "HISTORY") >= history:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"HISTORY holds {await _held(nc, 'HISTORY')} events, not {history}")
+
+
+async def _after_copies(url: str) -> tuple[int, int, int, ConsumerConfig, int]:
+    """(RUNS', HISTORY's and AUDIT's messages, the service durable's settings and pending events)."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        info = await js.consumer_info("RUNS", "runstate")
+        return (await _held(nc, "RUNS"), await _held(nc, "HISTORY"), await _held(nc, "AUDIT"), info.config,
+                int(info.num_pending or 0))
+    finally:
+        await nc.close()
+
+
 def test_a_copy_is_the_run_under_new_ids_of_the_same_length_and_the_server_stores_it(
-        replica: ModuleType, tmp_path: Path) -> None:
+        replica: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replica, "DRAIN_S", 30.0)  # a RUNS the feeds do not drain fails in 30 s, not an hour
     store = tmp_path / "js"
     with replica.server(store, tmp_path / "nats.log") as (url, _proc, _prof):
         asyncio.run(_stored_run(url))
@@ -76,8 +125,17 @@ def test_a_copy_is_the_run_under_new_ids_of_the_same_length_and_the_server_store
     assert by_subject[f"$O.evidence.C.bench.{new_nuid}"] == ({}, b"\x1f\x8b bundle bytes")
     assert len(copy) == 6
 
+    assert not any("Nats-Stream-Source" in h for _, h, _ in copy)  # a publish carrying it is refused
+
     replica.add_copies(store, tmp_path / "nats.log", found, 0, 3)  # raises if the server refused one
     assert sorted(t.run_id.decode()[:6] for t in replica.measured(store, tmp_path / "nats.log")) == ["store-"] * 4
+    with replica.server(store, tmp_path / "nats.log") as (url, _proc, _prof):
+        runs, history, audit, service, pending = asyncio.run(_after_copies(url))
+    # the feeds took every copied event out of RUNS into HISTORY (the warm-up's event, the run's 2 and 3 copies of
+    # them), AUDIT the submit.requested it keeps (the warm-up's, the run's, 3 copies), and the service's durable,
+    # deleted while the copies were published, is back with its settings and nothing pending
+    assert (runs, history, audit, pending) == (0, 1 + 2 + 3 * 2, 1 + 1 + 3, 0)
+    assert (service.filter_subject, service.ack_policy) == ("run.*.*.*.*", AckPolicy.EXPLICIT)
 
 
 PROFILE = """heap profile: 3: 8390656 [3: 8390656] @ heap/1048576
