@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from taugrid.bus import Bus
-from taugrid.bus.topology import AUDIT_FILTERS
+from taugrid.bus.topology import AUDIT_FILTERS, FEEDS
 
 
 async def fed_by(bus: Bus, stream: str) -> list[tuple[str, str, str, list[tuple[str, str]], list[str]]]:
@@ -24,8 +24,9 @@ AUDIT_FEEDS = [
     ("RUNS", "audit", "feed.audit", [("run.*.*.*.*", "a.$1.$2")], [f for f in AUDIT_FILTERS if f.count(".") == 4]),
     ("RUNS", "audit-high", "feed.audit-high", [("run.*.*.*.*.*", "a.$1.$2")], ["run.*.*.submit.requested.high"]),
 ]
-# HISTORY's feeds: every run event, of five tokens and of six (laned), one subject a run
+# HISTORY's feeds: every kind of run event AUDIT does not keep, of five tokens and of six (laned), one subject a run
 HISTORY_FEEDS = [
-    ("RUNS", "history", "feed.history", [("run.*.*.*.*", "h.$1.$2")], ["run.*.*.*.*"]),
-    ("RUNS", "history-high", "feed.history-high", [("run.*.*.*.*.*", "h.$1.$2")], ["run.*.*.*.*.high"]),
+    ("RUNS", "history", "feed.history", [("run.*.*.*.*", "h.$1.$2")], list(FEEDS[0].filters)),
+    ("RUNS", "history-high", "feed.history-high", [("run.*.*.*.*.*", "h.$1.$2")],
+     ["run.*.*.policy.approved.high", "run.*.*.submit.accepted.high"]),
 ]

@@ -1,8 +1,11 @@
 """HISTORY keeps every run event under one subject a run (issue 27), against a real nats-server.
 
-- A run's events, of five tokens and laned (six), sit under ``h.<ws>.<run>`` and ``history.run_events`` reads
-  them back in RUNS' order, each at its RUNS sequence, with its RUNS subject and type; RUNS, an interest stream,
-  holds them until the stages' durables and the feeds acked them, then nothing.
+- A run's events, of five tokens and laned (six), sit under ``h.<ws>.<run>``, the kinds AUDIT keeps under
+  ``a.<ws>.<run>`` only, and ``history.run_events`` reads them back from both in RUNS' order, each at its RUNS
+  sequence, with its RUNS subject and type; RUNS, an interest stream, holds them until the stages' durables and the
+  feeds acked them, then nothing.
+- Every kind of run event, in each lane it travels, is copied by exactly one feed (RUNS stores nothing no durable's
+  filter matches), and every run subject a service or a person may publish is one of them.
 - A bus an earlier release made (RUNS with limits retention, AUDIT one plain source per kept kind): the bootstrap
   copies RUNS' events into HISTORY and reports what it may not change; ``--update`` switches RUNS to interest and
   AUDIT to its feeds, which copy what AUDIT did not hold, once.
@@ -19,7 +22,9 @@ from nats.js.api import RetentionPolicy, StreamConfig, StreamSource
 
 from taugrid.bus import Bus, auditread, history
 from taugrid.bus.bootstrap import audit_drift, audit_notes, bootstrap
-from taugrid.bus.topology import AUDIT_FILTERS, CONSUMERS
+from taugrid.bus.topology import AUDIT_FILTERS, AUDIT_KEPT_EVENTS, CONSUMERS, FEEDS, HISTORY_KINDS
+from taugrid.core.events import HIGH_LANE, LANED_EVENTS, RUN_EVENTS
+from taugrid.core.publishing import PERSON_REQUESTS, SERVICE_PUBLISH, subject_matches
 from tests.feeds import AUDIT_FEEDS, HISTORY_FEEDS, fed_by
 
 DAY = 86400.0
@@ -93,7 +98,8 @@ async def test_history_holds_every_event_of_a_run_in_runs_order_and_runs_nothing
     # in RUNS' order at RUNS' sequences, though the laned three came through the other feed
     assert read(events) == expected(ws, run, RUN, mine)
     assert read(await history.run_events(bus, ws, other, through=theirs[-1])) == expected(ws, other, OTHER, theirs)
-    assert await held(bus, "HISTORY") == {f"h.{ws}.{run}": len(RUN), f"h.{ws}.{other}": len(OTHER)}
+    # HISTORY holds what AUDIT does not: not the request, the end or the seal (AUDIT's copies are the run's)
+    assert await held(bus, "HISTORY") == {f"h.{ws}.{run}": len(RUN) - 3, f"h.{ws}.{other}": 1}
     # AUDIT keeps the kinds it keeps of the same run, under its own one subject a run (its feeds, too, may copy
     # at their own pace: the laned request's may come up later on a fresh bus)
     for _ in range(200):
@@ -177,3 +183,23 @@ async def test_an_earlier_release_s_bus_is_copied_into_history_and_switched_by_u
         (mids[0], "submit.requested"), (mids[1], "exec.cancelled")]
     assert read(await history.run_events(bus, ws, new, through=news[-1])) == expected(
         ws, new, ["submit.requested", "cancel.requested", "exec.cancelled"], news)
+
+
+def test_every_kind_of_run_event_is_kept_by_exactly_one_feed_and_nothing_publishable_is_kept_by_none() -> None:
+    kinds = [f"run.ws.r.{t}" for t in RUN_EVENTS] + [f"run.ws.r.{t}.{HIGH_LANE}" for t in sorted(LANED_EVENTS)]
+    for subject in kinds:
+        keepers = [feed.durable for feed in FEEDS if any(subject_matches(f, subject) for f in feed.filters)]
+        kind = subject.removeprefix("run.ws.r.").removesuffix(f".{HIGH_LANE}")
+        want = ("audit" if kind in AUDIT_KEPT_EVENTS else "history") + ("-high" if subject.endswith(HIGH_LANE) else "")
+        assert keepers == [want], (subject, keepers)
+    assert set(HISTORY_KINDS) == set(RUN_EVENTS) - set(AUDIT_KEPT_EVENTS)
+    # what may be published under run.> (the services' table and people's requests) is only these kinds
+    patterns = [p for pats in SERVICE_PUBLISH.values() for p in pats if p.startswith("run.")] + list(PERSON_REQUESTS)
+    for pattern in patterns:
+        parts = pattern.split(".")
+        assert parts[:3] == ["run", "*", "*"], pattern
+        if parts[-1] == ">":  # a stage's whole family (run.*.*.admission.>): its kinds are the catalogue's
+            stage = parts[3]
+            assert [t for t in RUN_EVENTS if t.startswith(f"{stage}.")], pattern
+        else:
+            assert any(subject_matches(pattern, s) for s in kinds), pattern

@@ -60,8 +60,9 @@ async def test_no_person_service_or_bootstrap_publishes_on_a_feed_subject(secure
         await breakglass.close()
 
 
-async def _emit(bus: Bus, ws: str, run: str, *, lane: str = "") -> int:
-    subject = f"run.{ws}.{run}.submit.requested" + (f".{lane}" if lane else "")
+async def _emit(bus: Bus, ws: str, run: str, *, lane: str = "", kind: str = "submit.requested") -> int:
+    """A run event stored in RUNS: a person's request (AUDIT keeps it), or as a stage would publish ``kind``."""
+    subject = f"run.{ws}.{run}.{kind}" + (f".{lane}" if lane else "")
     ack = await bus.guarded(bus.js.publish(subject, b"{}", headers={"Nats-Msg-Id": uuid.uuid4().hex}))
     return int(ack.seq)
 
@@ -79,9 +80,10 @@ async def test_a_researcher_reads_no_other_workspaces_history_or_audit(alice: Bu
 async def test_a_researcher_reads_her_workspaces_history_and_audit_and_gets_nothing_by_direct_get(
         secure_nats: SecureNats, alice: Bus) -> None:
     run = f"r-{uuid.uuid4().hex[:12]}"
-    seq = await _emit(alice, "vision", run)
+    await _emit(alice, "vision", run)  # AUDIT keeps her request; HISTORY what a stage publishes of the run
     boot = await secure_nats.connect("bootstrap")
     try:
+        seq = await _emit(boot, "vision", run, kind="submit.accepted")
         await history.run_events(boot, "vision", run, through=seq)
     finally:
         await boot.close()
@@ -118,20 +120,22 @@ async def _held(boot: Bus) -> dict[str, int]:
 
 async def test_a_consumer_delivering_to_a_feed_stores_no_forged_event_and_skips_no_genuine_one(
         tmp_path: Path) -> None:
-    """On a server of its own, so the history feed's delivery count is known. alice pads her workspace's
-    HISTORY with one laned request more than the history feed has delivered (laned events come through the
-    other feed, so its count stays), then aims consumers at the feed's subject, their deliveries counted so the
+    """On a server of its own, so the history feed's delivery count is known. Her workspace's HISTORY is padded
+    with one laned acceptance more than the history feed has delivered (laned events come through the other feed,
+    so its count stays; published by the bootstrap identity, as the submitter would: people publish only the
+    requests AUDIT keeps), then aims consumers at the feed's subject, their deliveries counted so the
     last one's delivery sequence is the next the feed's source expects, at a stream sequence past the last it
     took: named as the feed, the server would store it and skip RUNS' events up to that sequence."""
     async with started(tmp_path) as server:
         alice, boot = await server.connect("alice"), await server.connect("bootstrap")
         try:
             run, pad = f"r-{uuid.uuid4().hex[:12]}", f"p-{uuid.uuid4().hex[:12]}"
-            first = await _emit(alice, "vision", run)
+            first = await _emit(boot, "vision", run, kind="submit.accepted")
             await history.run_events(boot, "vision", run, through=first)
             feed = await boot.js.consumer_info("RUNS", "history")
             delivered = int(feed.delivered.consumer_seq)
-            padded = [await _emit(alice, "vision", pad, lane="high") for _ in range(delivered + 1)]
+            padded = [await _emit(boot, "vision", pad, lane="high", kind="submit.accepted")
+                      for _ in range(delivered + 1)]
             await history.run_events(boot, "vision", pad, through=padded[-1])
             _, last = await streams.bounds(boot, HISTORY_STREAM)
             start = last - delivered  # her HISTORY consumer's deliveries: the last `delivered + 1` messages
@@ -149,11 +153,11 @@ async def test_a_consumer_delivering_to_a_feed_stores_no_forged_event_and_skips_
             assert [c.delivered.consumer_seq for c in got] == [delivered + 1, delivered + 1]  # her padding
 
             # the feed goes on: a genuine event after it is copied, nothing was skipped nor added
-            second = await _emit(alice, "vision", run)
+            second = await _emit(boot, "vision", run, kind="submit.accepted")
             events = await history.run_events(boot, "vision", run, through=second)
             assert [(ev.seq, ev.type, ev.nats_subject) for ev in events] == [
-                (first, "submit.requested", f"run.vision.{run}.submit.requested"),
-                (second, "submit.requested", f"run.vision.{run}.submit.requested")]
+                (first, "submit.accepted", f"run.vision.{run}.submit.accepted"),
+                (second, "submit.accepted", f"run.vision.{run}.submit.accepted")]
             assert [ev.seq for ev in await history.run_events(boot, "vision", pad)] == padded
             assert await _held(boot) == {f"h.vision.{run}": 2, f"h.vision.{pad}": delivered + 1}
         finally:

@@ -90,10 +90,12 @@ SERVICE_ROLES: dict[str, ServiceRole] = {
                     why="accepts submissions (verifies their uploaded snapshot and promotes it into `sources`, "
                         "which only it writes)"),
         ServiceRole("run_record", ("runstate", "runstate-high"), ("run_state",),
-                    replays=("RUNS", "HISTORY"),  # a run's record is rebuilt from its events when one arrives late
+                    # a run's record is rebuilt from its events when one arrives late (HISTORY, AUDIT: bus/history)
+                    replays=("RUNS", "HISTORY", "AUDIT"),
                     why="projects RUNS into run_state, the record every other stage reads; publishes nothing"),
         ServiceRole("policy", ("policy", "policy-high"),
-                    replays=("HISTORY",),  # a refusal's key lines: the answered request, read back (keylines)
+                    # a refusal's key lines: the answered request, which AUDIT keeps, read back (keylines)
+                    replays=("HISTORY", "AUDIT"),
                     why="the only source of policy decisions"),
         ServiceRole("renderer", ("renderer", "renderer-high"), ("manifests",),
                     why="the only identity that applies to a backend"),
@@ -247,7 +249,7 @@ def service_permissions(role: ServiceRole, public_key: str, *, site: str = "") -
     if any(subject.startswith("run.") for subject in role.emits):
         # a duplicate ack into RUNS is checked against the subject the id was stored on (``Bus.publish``), read
         # from the run's history once RUNS let it go (interest retention, issue 27)
-        pub += [f"{API}.STREAM.MSG.GET.RUNS", f"{API}.DIRECT.GET.HISTORY"]
+        pub += [f"{API}.STREAM.MSG.GET.RUNS", f"{API}.DIRECT.GET.HISTORY", f"{API}.DIRECT.GET.AUDIT"]
     for durable in role.durables:
         pub += _durable(CONSUMERS[durable].stream, durable)
     if role.site_durable:

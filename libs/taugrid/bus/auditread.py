@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SOURCE_HEADER, Event, from_message, sourced
-from taugrid.bus.history import in_runs_order, wanted
+from taugrid.bus.kept import audit_filter, in_runs_order, wanted
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import AUDIT_PREFIX, AUDIT_STREAM
+from taugrid.bus.topology import AUDIT_STREAM
 
 __all__ = ["SOURCE_HEADER", "origin_sequence", "run_events"]
 
@@ -26,17 +26,10 @@ def origin_sequence(headers: dict[str, str] | None, seq: int) -> int:
     return sourced(origin, "", seq)[1] if origin is not None else seq
 
 
-def _keyed(subject: str) -> str:
-    """AUDIT's one subject a run for a filter on a run's RUNS subjects (``run.<ws>.<run>.>``)."""
-    parts = subject.split(".")
-    return ".".join([AUDIT_PREFIX, *parts[1:3]]) if len(parts) >= 3 and ">" not in parts[1:3] else \
-        ".".join([AUDIT_PREFIX, *[p for p in parts[1:3] if p != ">"], ">"])
-
-
 async def run_events(bus: Bus, subject: str) -> list[Event]:
     """The events AUDIT holds on ``subject`` (a run's: ``run.<ws>.<run>.>``), in RUNS' order, each with its RUNS
     sequence as ``seq``."""
-    msgs = [*await replay(bus, stream=AUDIT_STREAM, subject=_keyed(subject)),
+    msgs = [*await replay(bus, stream=AUDIT_STREAM, subject=audit_filter(subject)),
             *await replay(bus, stream=AUDIT_STREAM, subject=subject)]  # an earlier release's AUDIT
     events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
     return in_runs_order(wanted(subject, events))

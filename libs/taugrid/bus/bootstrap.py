@@ -145,6 +145,7 @@ def audit_config(replicas: int = 1, max_age: float = AUDIT_MAX_AGE) -> StreamCon
         name=AUDIT_STREAM, sources=feed_sources(AUDIT_STREAM),
         storage=StorageType.FILE, retention=RetentionPolicy.LIMITS, max_age=max_age, deny_delete=True,
         deny_purge=True, duplicate_window=AUDIT_DUPLICATE_WINDOW_S, num_replicas=replicas,
+        allow_direct=True,  # a run's kept events read back by their one subject (``history.run_events``)
     )
 
 
@@ -315,6 +316,8 @@ async def _update_audit_age(bus: Bus, max_age: float) -> None:
                 await bus.js.delete_consumer("RUNS", feed.durable)
                 await bus.js.add_consumer("RUNS", feed_config(feed, start if start > 1 else 0))
         config = dataclasses.replace(config, sources=feed_sources(AUDIT_STREAM))
+    if config.mirror is None and not config.allow_direct:  # readers fall back to a replay until then
+        config = dataclasses.replace(config, allow_direct=True)
     if config != info.config or config.max_age != max_age:
         await bus.guarded(bus.js.update_stream(dataclasses.replace(config, max_age=max_age)))
 

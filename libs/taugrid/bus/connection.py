@@ -49,7 +49,7 @@ from taugrid.bus.envelope import (
     store_stamps,
 )
 from taugrid.bus.errors import CLOSED, DENIED, MISSING, NO_RESPONDERS, TIMEOUT, UNAVAILABLE
-from taugrid.bus.topology import HISTORY_STREAM, history_subject
+from taugrid.bus.topology import AUDIT_STREAM, HISTORY_STREAM, audit_subject, history_subject
 from taugrid.core import wirejson
 from taugrid.core.errors import PermanentError, PermissionDenied, TemporaryError
 from taugrid.core.events import HIGH_LANE, lane_of, message_id, run_subject
@@ -312,26 +312,30 @@ class Bus:
         parts = _laneless(subject).split(".")
         if len(parts) != 5 or parts[0] != "run":
             return ""
-        kept = history_subject(parts[1], parts[2])
+        ws, run = parts[1], parts[2]
+        where = ((HISTORY_STREAM, history_subject(ws, run)), (AUDIT_STREAM, audit_subject(ws, run)))
         for pause in (0.0, 0.01, 0.05, 0.2, 0.7):
             await asyncio.sleep(pause)
-            at = 1
-            while True:  # the run's copies, by direct gets on its one subject (``bus/history.py`` reads them so)
-                try:
-                    msg = await self.replies.request(f"$JS.API.DIRECT.GET.{HISTORY_STREAM}",
-                                                     msgspec.json.encode({"seq": at, "next_by_subj": kept}),
-                                                     timeout=5.0, guarded=True)
-                except (*TIMEOUT, *CLOSED, *NO_RESPONDERS) as exc:
-                    raise TemporaryError(f"reading {kept} from {HISTORY_STREAM} failed: {exc!r}", delay=1.0) from exc
-                headers = msg.headers or {}
-                if headers.get("Status") or SOURCE_HEADER not in headers:
-                    break  # 404: no more of the run's copies
-                stored, origin = sourced(headers[SOURCE_HEADER], "", 0)
-                if origin == seq:
-                    return stored
-                at = int(headers.get("Nats-Sequence") or 0) + 1
-                if at <= 1:
-                    break
+            for stream, kept in where:
+                at = 1
+                while True:  # the run's copies, by direct gets on its one subject (``bus/history.py`` reads them so)
+                    try:
+                        msg = await self.replies.request(f"$JS.API.DIRECT.GET.{stream}",
+                                                         msgspec.json.encode({"seq": at, "next_by_subj": kept}),
+                                                         timeout=5.0, guarded=True)
+                    except NO_RESPONDERS:
+                        break  # an earlier release's AUDIT answers no direct gets
+                    except (*TIMEOUT, *CLOSED) as exc:
+                        raise TemporaryError(f"reading {kept} from {stream} failed: {exc!r}", delay=1.0) from exc
+                    headers = msg.headers or {}
+                    if headers.get("Status") or SOURCE_HEADER not in headers:
+                        break  # 404: no more of the run's copies
+                    stored, origin = sourced(headers[SOURCE_HEADER], "", 0)
+                    if origin == seq:
+                        return stored
+                    at = int(headers.get("Nats-Sequence") or 0) + 1
+                    if at <= 1:
+                        break
         return ""
 
     def _unforgeable_id(self, subject: str, msg_id: str) -> str:

@@ -22,10 +22,11 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from taugrid.bus import history, rawmsgs
+from taugrid.bus import kept, rawmsgs
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.errors import MISSING, TIMEOUT, UNAVAILABLE, unavailable
+from taugrid.bus.topology import HISTORY_STREAM
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
@@ -116,8 +117,8 @@ async def batches(
     RUNS (``stream``'s default) is read from HISTORY, where its events stay (``bus/history.py``): ``subject``, a
     filter on RUNS' subjects, is read on the runs' subjects there and what it does not match left out."""
     asked = subject
-    if stream == history.RUNS_STREAM:
-        stream, subject = history.HISTORY_STREAM, history.stored_filter(subject)
+    if stream == kept.RUNS_STREAM:
+        stream, subject = HISTORY_STREAM, kept.stored_filter(subject)
     name = f"tau-{secrets.token_hex(16)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
         name=name,
@@ -157,8 +158,8 @@ async def batches(
             ahead = await ask() if left > 0 and idle < 5 else None  # delivered while this one is read
             if current.count:
                 events = await rawmsgs.stored_events(bus.nc, current.raws) if raw else current.events()
-                if stream == history.HISTORY_STREAM:
-                    events = history.wanted(asked, events)
+                if stream == HISTORY_STREAM:
+                    events = kept.wanted(asked, events)
                 yield [ev for ev in events if not ev.problem]  # contradicting headers: never read
             current = ahead
         if left > 0:
@@ -246,9 +247,9 @@ async def follow(
                     yield ev
         return
     asked = subject
-    if stream == history.RUNS_STREAM:
-        stream, subject = history.HISTORY_STREAM, history.stored_filter(subject)
-    everything = stream != history.HISTORY_STREAM or history.whole(asked)
+    if stream == kept.RUNS_STREAM:
+        stream, subject = HISTORY_STREAM, kept.stored_filter(subject)
+    everything = stream != HISTORY_STREAM or kept.whole(asked)
     # Named, so the create request's subject carries the filter and the server's permissions can confine it
     # to the caller's workspaces.
     name = f"tau-{secrets.token_hex(16)}"
@@ -279,7 +280,7 @@ async def follow(
             ev = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
                               stored=meta.timestamp.timestamp())
             # headers contradicting the subject: never read (envelope.from_message)
-            if not ev.problem and (everything or history.matches(asked, ev.nats_subject)):
+            if not ev.problem and (everything or kept.matches(asked, ev.nats_subject)):
                 yield ev
             if cursor is not None:
                 cursor.yielded = meta.sequence.consumer

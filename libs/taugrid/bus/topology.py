@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from taugrid.core.events import HIGH_LANE, TERMINAL_EVENTS
+from taugrid.core.events import HIGH_LANE, LANED_EVENTS, RUN_EVENTS, TERMINAL_EVENTS
 
 DAY = 86400.0
 
@@ -114,6 +114,12 @@ def history_subject(workspace: str, run_id: str) -> str:
     return f"{HISTORY_PREFIX}.{workspace}.{run_id}"
 
 
+def audit_subject(workspace: str, run_id: str) -> str:
+    """The one subject AUDIT keeps run ``run_id``'s kept events under (an earlier release's AUDIT kept them under
+    RUNS' own subjects)."""
+    return f"{AUDIT_PREFIX}.{workspace}.{run_id}"
+
+
 AUDIT_STREAM = "AUDIT"
 AUDIT_MAX_AGE = 365 * DAY
 # What AUDIT keeps of RUNS (issue 27: it held every event a second time, ~10 KB and ~10 subjects a run): what an
@@ -163,9 +169,17 @@ class FeedSpec:
         return ".".join(["run"] + ["*"] * (self.tokens - 1)), f"{prefix}.$1.$2"
 
 
+# HISTORY keeps every kind of run event AUDIT does not: for the kinds AUDIT keeps, AUDIT's copy is the run's
+# history (it keeps them at least as long, ``retention.audit`` ≥ ``retention.runs``), and a second copy in HISTORY
+# was ~1.9 KB of a trivial run's ~10.8 KB stored (the request, its end and its seal; issue 27). A kind no feed copies
+# would not be kept at all (RUNS stores nothing no durable's filter matches), so the two feeds' filters together
+# name every kind of ``events.RUN_EVENTS``, each once (``tests/bus/test_history.py``), and a service may publish no
+# other (``publishing.SERVICE_PUBLISH``, the servers' permissions).
+HISTORY_KINDS: tuple[str, ...] = tuple(t for t in RUN_EVENTS if t not in AUDIT_KEPT_EVENTS)
 FEEDS: tuple[FeedSpec, ...] = (
-    FeedSpec("history", HISTORY_STREAM, ("run.*.*.*.*",), 5),
-    FeedSpec("history-high", HISTORY_STREAM, (f"run.*.*.*.*.{HIGH_LANE}",), 6),
+    FeedSpec("history", HISTORY_STREAM, tuple(f"run.*.*.{t}" for t in HISTORY_KINDS), 5),
+    FeedSpec("history-high", HISTORY_STREAM,
+             tuple(f"run.*.*.{t}.{HIGH_LANE}" for t in sorted(LANED_EVENTS) if t not in AUDIT_KEPT_EVENTS), 6),
     FeedSpec("audit", AUDIT_STREAM, tuple(f for f in AUDIT_FILTERS if f.count(".") == 4), 5),
     FeedSpec("audit-high", AUDIT_STREAM, tuple(f for f in AUDIT_FILTERS if f.count(".") == 5), 6),
 )
