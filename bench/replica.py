@@ -52,14 +52,14 @@ import nats
 import psutil
 
 from taugrid.bus.envelope import SOURCE_HEADER, sourced
-from taugrid.bus.topology import FEEDS, HISTORY_STREAM
+from taugrid.bus.topology import AUDIT_STREAM, FEEDS, HISTORY_STREAM
 from taugrid.core.ids import new_submission_id
 from taugrid.ports import free_port
 from taugrid.stack import natsserver
 
-# the stores a run keeps messages in, whose messages are copied; HISTORY's are published to RUNS as the events they
-# were, and HISTORY and AUDIT take them through their feeds
-COPIED = ("HISTORY", "KV_run_state", "KV_ledger", "KV_submissions", "KV_local_cluster", "KV_manifests",
+# the stores a run keeps messages in, whose messages are copied; HISTORY's and AUDIT's are published to RUNS as the
+# events they were (AUDIT's kinds are in AUDIT only), and HISTORY and AUDIT take them through their feeds
+COPIED = ("HISTORY", "AUDIT", "KV_run_state", "KV_ledger", "KV_submissions", "KV_local_cluster", "KV_manifests",
           "OBJ_evidence")
 # the stores whose share of the live heap `attribute` measures (RUNS holds nothing of a finished run)
 ATTRIBUTED = ("HISTORY", "AUDIT", "OBJ_evidence", "KV_run_state", "KV_ledger", "KV_submissions")
@@ -105,7 +105,8 @@ def parse_headers(raw: bytes) -> dict[str, str]:
 
 async def read_stream(nc: Any, name: str) -> list[Stored]:
     """Every message stream ``name`` holds (none when it does not exist), by the JetStream API's message get.
-    HISTORY's are read as the RUNS events they copy: RUNS' subject, without the source header (``as_published``)."""
+    HISTORY's and AUDIT's are read as the RUNS events they copy: RUNS' subject, without the source header
+    (``as_published``)."""
     info = msgspec.json.decode((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"{}", timeout=10)).data)
     if "error" in info:
         return []
@@ -118,16 +119,16 @@ async def read_stream(nc: Any, name: str) -> list[Stored]:
         if msg:
             stored = Stored(name, str(msg["subject"]), parse_headers(base64.b64decode(msg.get("hdrs") or "")),
                             base64.b64decode(msg.get("data") or ""))
-            out.append(as_published(stored) if name == HISTORY_STREAM else stored)
+            out.append(as_published(stored) if name in (HISTORY_STREAM, AUDIT_STREAM) else stored)
     return out
 
 
 def as_published(m: Stored) -> Stored:
-    """A HISTORY copy as its event was published to RUNS: RUNS' subject (``envelope.sourced``), every header but
-    the server's source header (a publish carrying one is refused)."""
+    """A HISTORY or AUDIT copy as its event was published to RUNS: RUNS' subject (``envelope.sourced``), every
+    header but the server's source header (a publish carrying one is refused)."""
     origin = m.headers.get(SOURCE_HEADER)
     if origin is None:
-        raise RuntimeError(f"HISTORY message on {m.subject} has no {SOURCE_HEADER} header")
+        raise RuntimeError(f"{m.stream} message on {m.subject} has no {SOURCE_HEADER} header")
     subject, _ = sourced(origin, m.subject, 0)
     return Stored("RUNS", subject, {k: v for k, v in m.headers.items() if k != SOURCE_HEADER}, m.data)
 
