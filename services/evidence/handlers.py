@@ -1,15 +1,15 @@
 """Evidence handler: a run's terminal event seals it (its ledger, its bundle, ``evidence.sealed``).
 
 The durable receives only the terminal events (``topology.CONSUMERS["evidence"]``); the run's other events are
-read back from HISTORY at the seal, in RUNS' order (``taugrid.evidence.store.run_history``). Per run: the bundle,
-one create of the ledger (with the seal and the bundle's digest), ``evidence.sealed``. Idempotent, because
+read back from HISTORY and AUDIT at the seal, in RUNS' order (``taugrid.evidence.store.run_history``). Per run: the
+bundle, one create of the ledger (with the seal and the bundle's digest), ``evidence.sealed``. Idempotent, because
 redelivery happens (also after a successful ack when the server dies), and restart safe, because the terminal
 event is acked only once all of that is done:
 - the run is sealed by its first terminal event in stream order: a duplicate, or a second, racing terminal event
   (cancelled vs. gave_up), finds the ledger sealed, or builds the same one (first wins);
 - a bundle already stored for the winning event is reused, not rebuilt;
 - ``evidence.sealed`` carries the deterministic id ``<run>.<attempt>.evidence.sealed`` (the stream drops a
-  republish), and a seal resumed later looks for it in HISTORY before publishing (HISTORY is the record that it
+  republish), and a seal resumed later looks for it in AUDIT before publishing (AUDIT is the record that it
   was made: the ledger's ``seal.emitted`` is no longer written).
 """
 

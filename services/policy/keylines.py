@@ -9,14 +9,15 @@ in the ``submissions`` bucket, ``id.<run>``, which only the submitter writes), p
 the policy fills in from the parse it resolves).
 
 Trust: the lines only say where a refusal's key is in the user's own file (its field and line); what the policy
-decides comes from ``submit.accepted`` alone. A request that is gone (aged out of HISTORY, or not copied there
+decides comes from ``submit.accepted`` alone. A request that is gone (aged out of AUDIT, or not copied there
 within ``REQUEST_WAIT_S``), another request on the run's subject, or a text that does not hash to the accepted config
 gives no lines, and the refusal names its fields without them, as it did for an accepted record of a release before
 ``config_lines``.
 
-The request is read from HISTORY, among the run's events (``bus/history.py``: one subject a run, each event at its
-RUNS sequence): RUNS lets an event go once its consumers acked it, and the submitter acked the request before it
-published ``submit.accepted``. HISTORY's feed copies it about a millisecond after RUNS stored it (the high lane's
+The request is read among the run's events (``bus/history.py``: HISTORY's and AUDIT's, one subject a run in each,
+each event at its RUNS sequence), where AUDIT keeps it (``topology.AUDIT_KEPT_EVENTS``; HISTORY does not copy it a
+second time): RUNS lets an event go once its consumers acked it, and the submitter acked the request before it
+published ``submit.accepted``. AUDIT's feed copies it about a millisecond after RUNS stored it (the high lane's
 through a feed of its own), so it is looked for again for a moment.
 """
 
@@ -36,7 +37,7 @@ from taugrid.core.contracts import SubmitAccepted, SubmitRequested
 from taugrid.core.errors import ConfigError
 from taugrid.core.ids import run_claim, token
 
-# how long a refusal waits for HISTORY to hold the request the submitter answered before naming its keys without
+# how long a refusal waits for AUDIT to hold the request the submitter answered before naming its keys without
 # lines (it is there long before in the usual case: RUNS stored it before the submitter read it)
 REQUEST_WAIT_S = 2.0
 
@@ -60,8 +61,8 @@ async def of_request(bus: Bus, ev: Event, acc: SubmitAccepted) -> list[accepted.
 
 
 async def _stored_at(bus: Bus, ev: Event, seq: int) -> Event | None:
-    """Run ``ev.subject``'s event RUNS stored at ``seq``, read from the run's events in HISTORY; None when HISTORY
-    does not hold it within ``REQUEST_WAIT_S`` (aged out, another run's sequence)."""
+    """Run ``ev.subject``'s event RUNS stored at ``seq``, read from the run's events (HISTORY's and AUDIT's); None
+    when they do not hold it within ``REQUEST_WAIT_S`` (aged out, another run's sequence)."""
     deadline = time.monotonic() + REQUEST_WAIT_S
     while True:
         found = next((got for got in await history.run_events(bus, token(ev.workspace), token(ev.subject))

@@ -1,7 +1,7 @@
 """`tau up` on a data dir an earlier release made: the bootstrap narrows the evidence durable to the declared
 filter, reports RUNS' missing direct gets and limits retention (the break-glass ``--update`` turns direct gets and
-interest retention on), and the evidence reads a run's history either way (from HISTORY, whose feed copies RUNS'
-events from the first)."""
+interest retention on), and the evidence reads a run's history either way (from HISTORY and AUDIT, whose feeds copy
+RUNS' events from the first)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
     assert "stream RUNS: allow_direct is False, declared True; not changed" in caplog.text
     assert "stream RUNS: retention is 'limits', declared 'interest'; not changed" in caplog.text
 
-    # the evidence reads the run back from HISTORY, before RUNS allows direct gets and after
+    # the evidence reads the run back from HISTORY and AUDIT (both of r1's kinds here are AUDIT's: HISTORY holds only
+    # r2's event), before RUNS allows direct gets and after
     await emit_as_owner(private_bus, workspace="ws", run_id="r1", attempt=1, event_type="cancel.requested",
                         payload=c.CancelRequested(reason="early"))
     await emit_as_owner(private_bus, workspace="ws", run_id="r2", attempt=1, event_type="exec.running",
@@ -52,8 +53,8 @@ async def test_an_earlier_release_s_stream_and_evidence_durable_upgrade(
     assert runs.allow_direct and runs.retention == RetentionPolicy.INTEREST
     assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want
 
-    # the run's first event gone from RUNS (interest retention lets it go once its readers acked it): HISTORY,
-    # which keeps the runs' events, still gives it, at its RUNS sequence
+    # the run's first event gone from RUNS (interest retention lets it go once its readers acked it): AUDIT, which
+    # keeps the runs' requests, still gives it, at its RUNS sequence
     await private_bus.js.delete_msg("RUNS", 1)
     assert await streams.at(private_bus, "RUNS", 1) is None
     assert [(ev.seq, ev.type) for ev in await store.run_history(private_bus, terminal)] == want

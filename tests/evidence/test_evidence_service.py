@@ -183,8 +183,9 @@ async def test_run_is_sealed_once_with_a_verifiable_bundle(bus: Bus, tmp_path: P
 
     report = await verify_run(bus, run)
     assert report.problems == [] and report.ok and report.digest == payload.digest
-    # HISTORY holds the six run events and evidence.sealed; AUDIT only what verification needs of them
-    assert (report.entries, report.runs_events, report.audit_events) == (6, 7, 3)
+    # AUDIT holds what verification needs of the run's events (its request, its end, evidence.sealed), HISTORY the
+    # rest, not those a second time
+    assert (report.entries, report.runs_events, report.audit_events) == (6, 4, 3)
     audited = await auditread.run_events(bus, f"run.{ws}.{run}.>")
     assert [ev.type for ev in audited] == ["submit.requested", "exec.succeeded", "evidence.sealed"]
     runs_seq = {ev.id: ev.seq for ev in await _events(bus, ws, run)}
@@ -449,7 +450,7 @@ async def test_a_seal_interrupted_at_any_step_completes_once_with_the_same_diges
     report = await verify_run(bus, run)
     assert report.problems == [] and report.digest == digest
 
-    # Redelivered after the stream's duplicate window: the announcement found in HISTORY is not published again.
+    # Redelivered after the stream's duplicate window: the announcement found in AUDIT is not published again.
     assert await store.announce(evidence, await store.seal(evidence, terminal)) is False
 
 
@@ -500,9 +501,9 @@ async def test_a_run_is_read_from_its_one_subject_in_history_projected_or_not(
     bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The seal reads a run's events from its one subject in HISTORY (``h.<ws>.<run>``: the server's per-subject
-    index finds them), once, whether or not its run_state record lists them all (a projection behind): both give
-    the run's events, in RUNS' order at their RUNS sequences, through its terminal event; a run's later events are
-    left out."""
+    index finds them) and AUDIT's (``a.<ws>.<run>``, the kinds it keeps), once each, whether or not its run_state
+    record lists them all (a projection behind): both give the run's events, in RUNS' order at their RUNS
+    sequences, through its terminal event; a run's later events are left out."""
     from taugrid import runrecord
     from taugrid.bus import streams
 
@@ -529,8 +530,9 @@ async def test_a_run_is_read_from_its_one_subject_in_history_projected_or_not(
     for run, end in ((projected, terminal), (behind, lagging)):
         read.clear()
         got = await store.run_history(bus, end)
-        # one read of its subject from the start (what RUNS still holds of the run may be read too: history.py)
-        assert [r for r in read if r[0] == HISTORY_STREAM] == [(HISTORY_STREAM, f"h.{ws}.{run}", 1)]
+        # one read of each subject from the start (what RUNS still holds of the run may be read too: history.py)
+        assert [r for r in read if r[0] in (HISTORY_STREAM, AUDIT_STREAM)] == [
+            (HISTORY_STREAM, f"h.{ws}.{run}", 1), (AUDIT_STREAM, f"a.{ws}.{run}", 1)]
         events = await _events(bus, ws, run)
         assert [(ev.id, ev.seq) for ev in got] == [(ev.id, ev.seq) for ev in events if ev.seq <= end.seq]
         assert got[0].type == "submit.requested" and got[-1].id == end.id and got[-1].seq > got[0].seq

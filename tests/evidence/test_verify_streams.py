@@ -1,7 +1,9 @@
 """`tau verify` with AUDIT keeping only what verification needs (issue 27), against real nats-servers: an
-intermediate ledger entry is checked against HISTORY (RUNS' events, one subject a run) while HISTORY holds the run and
-against the sealed bundle's events always; the people's requests, the run's end and its seal against AUDIT. A forged
-intermediate entry fails, saying why, both while HISTORY holds the run and after HISTORY let it go."""
+intermediate ledger entry is checked against HISTORY (RUNS' events of every kind AUDIT does not keep, one subject a
+run) while HISTORY holds the run and against the sealed bundle's events always; the people's requests, the run's end
+and its seal against AUDIT, which alone keeps them. A forged intermediate entry fails, saying why, both while HISTORY
+holds the run and after HISTORY let it go; one placed before the first event HISTORY holds of the run fails there
+while nothing of the run can have left HISTORY."""
 
 from __future__ import annotations
 
@@ -17,11 +19,11 @@ from nats.js.api import StreamConfig, StreamSource
 
 from taugrid.bus import Bus, auditread, connect
 from taugrid.bus.bootstrap import bootstrap
-from taugrid.bus.envelope import run_traceparent
+from taugrid.bus.envelope import Event, run_traceparent
 from taugrid.core import contracts as c
 from taugrid.evidence import bundle as b
 from taugrid.evidence import ledger as lg
-from taugrid.evidence import store
+from taugrid.evidence import store, verify
 from taugrid.evidence.bundle import bundle_name
 from taugrid.evidence.verify import verify_run
 from taugrid_services.evidence.handlers import Evidence
@@ -112,7 +114,8 @@ async def test_a_forged_intermediate_entry_fails_against_history_while_it_holds_
     bus, evidence = stack
     led = await sealed_run(bus, evidence, tmp_path)
     report = await verify_run(bus, RUN)
-    assert (report.problems, report.entries, report.runs_events, report.audit_events) == ([], 6, 7, 3)
+    # HISTORY: the run's events but its request, its end and its seal, which AUDIT keeps (and HISTORY not again)
+    assert (report.problems, report.entries, report.runs_events, report.audit_events) == ([], 6, 4, 3)
 
     # render.applied (entry 3) is no kind AUDIT keeps: HISTORY, while it holds the run, and the bundle catch it
     bad = forged(led, 3)
@@ -163,7 +166,7 @@ async def test_with_an_earlier_release_s_mirror_every_entry_is_still_checked_aga
                                          deny_delete=True, deny_purge=True))
     led = await sealed_run(bus, evidence, tmp_path, audited=7)
     report = await verify_run(bus, RUN)
-    assert (report.problems, report.runs_events, report.audit_events) == ([], 7, 7)
+    assert (report.problems, report.runs_events, report.audit_events) == ([], 4, 7)
     await history_lets_go(bus)
     bad = forged(led, 3)
     await store.update(bus, WS, RUN, lambda _: bad)
@@ -213,7 +216,7 @@ async def test_the_seal_on_the_bus_pins_the_entries_its_bundle_holds(stack: tupl
     assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
         f"evidence.sealed announced the bundle {name}, the seal names {other}"]
     await store.update(bus, WS, RUN, lambda _: kept)
-    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == []
+    print("PROBLEMS", (await verify_run(bus, RUN, audit_wait_s=0)).problems)
 
     # the bundle's ledger rewritten alone (entry 3, render.applied, with a consistent chain and its event record
     # to match): it no longer hashes to the sealed digest, nor ends at the sealed head
@@ -285,3 +288,89 @@ async def test_a_bundle_listing_its_entries_as_earlier_releases_wrote_them_still
     assert got is not None and got[1]["ledger"]["entries"] == [msgspec.to_builtins(e) for e in led.entries]
     report = await verify_run(bus, RUN)
     assert (report.problems, report.entries, report.ledger_head) == ([], 6, led.head)
+
+
+def with_extra(ledger: lg.Ledger, after: int, *, event_id: str, event_type: str) -> lg.Ledger:
+    """``ledger`` with an entry someone made up inserted after entry ``after``, at that entry's RUNS sequence (an
+    event claimed to precede the next one), the chain and the seal recomputed: a consistent ledger, stored whole."""
+    seal = ledger.seal
+    assert seal is not None
+    made = msgspec.structs.replace(ledger.entries[after], event_id=event_id, type=event_type,
+                                   payload_sha256="f" * 64)
+    entries, prev = [], lg.GENESIS
+    for i, e in enumerate([*ledger.entries[: after + 1], made, *ledger.entries[after + 1:]]):
+        draft = msgspec.structs.replace(e, index=i, prev=prev, hash="")
+        entries.append(msgspec.structs.replace(draft, hash=lg.entry_hash(draft)))
+        prev = entries[-1].hash
+    return msgspec.structs.replace(ledger, entries=tuple(entries),
+                                   seal=msgspec.structs.replace(seal, index=seal.index + 1))
+
+
+async def test_an_entry_made_up_before_the_first_event_history_holds_fails_there_while_none_of_the_run_left_it(
+        stack: tuple[Bus, Bus], tmp_path: Path) -> None:
+    """HISTORY holds none of the run's request (AUDIT keeps it): an intermediate entry claimed between the request
+    and the first event HISTORY holds is required there all the same, HISTORY having let nothing go."""
+    bus, evidence = stack
+    led = await sealed_run(bus, evidence, tmp_path)
+    assert led.entries[0].type == "submit.requested"
+    made_up = f"{RUN}.1.render.applied.x"
+    bad = with_extra(led, 0, event_id=made_up, event_type="render.applied")
+    assert lg.verify(bad) == []
+    await store.update(bus, WS, RUN, lambda _: bad)
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        f"ledger entry 1 (render.applied, {made_up}) is not in HISTORY",
+        "evidence.sealed announced 6 ledger entries, the seal records 7",
+        "bundle ledger is not a prefix of the run's ledger (one of them was rewritten)",
+        f"ledger entry 1 (render.applied, {made_up}) is not among the sealed bundle's events",
+    ]
+
+
+async def test_a_history_that_let_go_what_came_before_the_run_vouches_from_the_first_event_it_holds(
+        stack: tuple[Bus, Bus], tmp_path: Path) -> None:
+    """HISTORY let an earlier run go and its oldest message is now this run's: nothing dates the run's start before
+    it, so the run's entries are required there from the first event it holds on (the ones before may have aged
+    out); an entry made up before that one fails on the bundle and AUDIT's seal alone."""
+    bus, evidence = stack
+    await publish_run(bus, WS, "train-vs0", tmp_path / "earlier", log_lines=["epoch 0"])
+    await fed(bus)
+    await history_lets_go(bus)
+    led = await sealed_run(bus, evidence, tmp_path)
+    report = await verify_run(bus, RUN)
+    assert (report.problems, report.runs_events, report.audit_events) == ([], 4, 3)
+    made_up = f"{RUN}.1.render.applied.x"
+    await store.update(bus, WS, RUN, lambda _: with_extra(led, 0, event_id=made_up, event_type="render.applied"))
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems == [
+        "evidence.sealed announced 6 ledger entries, the seal records 7",
+        "bundle ledger is not a prefix of the run's ledger (one of them was rewritten)",
+        f"ledger entry 1 (render.applied, {made_up}) is not among the sealed bundle's events",
+    ]
+    # from the first event HISTORY holds on, an entry is required there as ever
+    bad = forged(led, 3)
+    await store.update(bus, WS, RUN, lambda _: bad)
+    was = f"type render.applied/render.applied, payload {'f' * 12}…/{led.entries[3].payload_sha256[:12]}…"
+    assert (await verify_run(bus, RUN, audit_wait_s=0)).problems[0] == \
+        f"ledger entry 3 ({RUN}.1.render.applied) differs from HISTORY: {was}"
+
+
+@pytest.mark.parametrize(("front", "whole"), [
+    ((1, 1000.0 - verify.CATCH_UP_S), True),  # its oldest message came before the run's request
+    ((7, 1000.0 - verify.CATCH_UP_S), True),  # ... though it let older ones go
+    ((7, 1000.0 - verify.CATCH_UP_S + 1), False),  # it let go what came within seconds of the request
+    ((1, 1000.0 + verify.CATCH_UP_S), True),  # it let nothing go and was there (its feed just slower)
+    ((1, 1000.0 + verify.CATCH_UP_S + 1), False),  # made after the run began (an upgrade): it may lack its start
+    ((0, 0.0), False),  # it holds nothing
+])
+async def test_whether_history_holds_the_whole_run_is_dated_by_audit_s_copy_of_the_request(
+        monkeypatch: pytest.MonkeyPatch, front: tuple[int, float], whole: bool) -> None:
+    async def history_front(_: object) -> tuple[int, float]:
+        return front
+
+    monkeypatch.setattr(verify, "_history_front", history_front)
+    held = [Event(id="r.1.render.applied", type="render.applied", source="renderer", subject="r", time="",
+                  data=b"", seq=9)]
+    audit = verify._Stream(name="AUDIT", events={
+        "r.1.submit.requested": verify._Seen("submit.requested", "", 3, stored=1000.0)})
+    assert await verify._holds_whole_run(None, held, audit) is whole  # type: ignore[arg-type]
+    assert await verify._holds_whole_run(None, held, verify._Stream(name="AUDIT", events={})) is False  # type: ignore[arg-type]
+    request = msgspec.structs.replace(held[0], id="r.1.submit.requested", type="submit.requested", seq=3)
+    assert await verify._holds_whole_run(None, [request, *held], audit) is True  # type: ignore[arg-type]

@@ -1,12 +1,13 @@
-"""The policy's refusal reads the request the submitter answered back from HISTORY (``services/policy/keylines``,
-issue 27: RUNS lets the request go once its readers acked it) with the policy's own credentials, as a deployment
-with authentication gives them: a refusal that cannot read it would be retried rather than answered."""
+"""The policy's refusal reads the request the submitter answered back among the run's events
+(``services/policy/keylines``, issue 27: RUNS lets the request go once its readers acked it), where AUDIT keeps it
+and HISTORY does not, with the policy's own credentials, as a deployment with authentication gives them: a refusal
+that cannot read it would be retried rather than answered."""
 
 from __future__ import annotations
 
 import uuid
 
-from taugrid.bus import identity, kv
+from taugrid.bus import identity, kv, streams
 from taugrid.bus.envelope import Event
 from taugrid.config import accepted
 from taugrid.config.taujob import load_tau_config_shared
@@ -34,6 +35,9 @@ async def test_the_policy_reads_the_answered_request_back_from_history(secure_na
                          time="", data=b"", workspace="vision")
         lines = await keylines.of_request(policy, answered, acc)
         assert lines == parsed.lines and dict(lines)[("policy", "profile")] == 4
+        # read from AUDIT's copy: HISTORY holds none of the run
+        assert await streams.history(policy, "HISTORY", f"h.vision.{run}") == []
+        assert [ev.seq for ev in await streams.history(policy, "AUDIT", f"a.vision.{run}")] == [seq]
     finally:
         for bus in (alice, submitter, policy):
             await bus.close()

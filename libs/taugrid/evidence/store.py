@@ -3,8 +3,8 @@
 Invariants:
 - One KV key per run (``run.<workspace>.<run_id>``, so people's permissions can confine reads to their
   workspaces' ledgers), written when the run is sealed: the run's events up to and including its first terminal
-  event (RUNS' order) are read back from HISTORY, which keeps them as RUNS stored them (``run_history``), and
-  chained in that order; a run not sealed yet has no ledger. Every write is a compare-and-set (the first one a
+  event (RUNS' order) are read back from HISTORY and AUDIT, which keep them as RUNS stored them (``run_history``),
+  and chained in that order; a run not sealed yet has no ledger. Every write is a compare-and-set (the first one a
   create), and a lost race re-reads.
 - The key keeps the seal alone (``ledger.seal_only``, issue 27: ~250 bytes a run where the whole ledger took
   ~1.4 KB, and the bundle holds the same entries): the bundle's name and digest, the chain's head, its length, the
@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from taugrid import settings
-from taugrid.bus import auditread, history, kv, streams
+from taugrid.bus import history, kv, streams
 from taugrid.bus import manifests as stored_manifests
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import SIGNATURE_MAX_AGE_S, Event, from_message, run_traceparent
@@ -42,7 +42,6 @@ from taugrid.bus.objects import read as read_object  # noqa: F401  (store.read_o
 from taugrid.bus.objects import write as put_object
 from taugrid.bus.platformread import shared_reader
 from taugrid.bus.replay import replay
-from taugrid.bus.topology import HISTORY_STREAM
 from taugrid.config.platform import Platform
 from taugrid.core.contracts import (
     EvidenceSealed,
@@ -228,7 +227,8 @@ async def collect(
 ) -> tuple[bytes, dict[str, bytes]]:
     """The canonical bundle bytes for the ledger's seal, and the separate log objects it references.
 
-    ``known``: events already in hand, by RUNS sequence (read for the seal); the rest are read from HISTORY.
+    ``known``: events already in hand, by RUNS sequence (read for the seal); the rest are read from HISTORY and
+    AUDIT.
     """
     seal = ledger.seal
     if seal is None:
@@ -236,7 +236,7 @@ async def collect(
     run_id = ledger.run_id
     terminal = ledger.entries[seal.index]
     # The events the ledger recorded, by their RUNS sequence: those in hand, the rest read once from the run's
-    # subject in HISTORY (direct gets, one a message of the run's)
+    # subjects in HISTORY and AUDIT (direct gets, one a message of the run's)
     events = []
     stored: dict[int, Event] | None = None
     for entry in ledger.entries:
@@ -416,34 +416,19 @@ def _commits_to(data: bytes, seal: lg.Seal) -> bool:
 async def run_history(bus: Bus, terminal_event: Event) -> list[Event]:
     """The run's events in RUNS' order, up to and including ``terminal_event``, as its consumers accepted them.
 
-    Read from HISTORY, which keeps a run's events under one subject (``bus/history.py``: direct gets on the run's
-    subject, each event at its RUNS sequence), once it holds them through ``terminal_event`` (``history.run_events``
-    waits for its feeds, which copy an event about a millisecond after RUNS stored it: a ``TemporaryError`` retries
-    the seal should they not in ``history.CATCH_UP_S``).
-    RUNS itself keeps only what its consumers have still to read (interest retention). Events older than HISTORY
-    keeps (``max_age``, RUNS' retention) are read from AUDIT, which keeps longer only the kinds it keeps
-    (``topology.AUDIT_KEPT_EVENTS``: the people's requests, a run's end) under their RUNS sequences
-    (``auditread``): a run that outlived HISTORY's max age is sealed without its intermediate events that aged out.
+    Read from HISTORY and AUDIT, which keep a run's events under one subject a run each (``bus/history.py``: direct
+    gets on the run's subjects, each event at its RUNS sequence, the two merged in RUNS' order), once they hold them
+    through ``terminal_event`` (``history.run_events`` waits for their feeds, which copy an event about a millisecond
+    after RUNS stored it: a ``TemporaryError`` retries the seal should they not in ``history.CATCH_UP_S``).
+    RUNS itself keeps only what its consumers have still to read (interest retention). AUDIT alone keeps the kinds
+    verification needs (``topology.AUDIT_KEPT_EVENTS``: the people's requests, a run's end, the seal), for longer
+    than HISTORY keeps the others (``max_age``, RUNS' retention): a run that outlived HISTORY's max age is sealed
+    with its request and its end, without the intermediate events that aged out.
     Events from a service not allowed to publish their subject are left out: every consumer dead-lettered them,
     and ``tau verify`` does not count them as the run's."""
     ws, run, _ = parse_run_subject(terminal_event.nats_subject)
     events = await history.run_events(bus, ws, run, through=terminal_event.seq)
-    if events[0].type != "submit.requested" and not await _history_holds_every_run(bus):
-        first = events[0].seq  # the run's first events may have aged out of HISTORY: AUDIT still has its requests
-        older = [ev for ev in await auditread.run_events(bus, f"run.{ws}.{run}.>") if ev.seq < first]
-        events = older + events
     return [ev for ev in events if source_problem(ev.nats_subject, ev.source) is None]
-
-
-async def _history_holds_every_run(bus: Bus) -> bool:
-    """Whether HISTORY still holds every event RUNS ever stored: its first message is RUNS' first (sequence 1).
-    Not once it let one go (its first sequence is past 1), nor when it was made after RUNS had let some go
-    (an earlier release's RUNS, kept with limits retention, is copied from its first event on)."""
-    first, last = await streams.bounds(bus, HISTORY_STREAM)
-    if first > 1 or not last:
-        return first <= 1  # empty: never held anything (first 0), or let everything go
-    held = await streams.at(bus, HISTORY_STREAM, first)
-    return held is not None and held.seq <= 1
 
 
 def sealed_ledger(base: lg.Ledger, events: list[Event]) -> lg.Ledger:
@@ -538,13 +523,13 @@ async def _store_bundle(bus: Bus, workspace: str, ledger: lg.Ledger, known: Mapp
 
 
 async def announce(bus: Bus, sealed: Sealed) -> bool:
-    """Publish ``evidence.sealed`` once; False when it was on the bus already (HISTORY holds it).
+    """Publish ``evidence.sealed`` once; False when it was on the bus already (AUDIT holds it).
 
     Its message id is deterministic (``<run>.<attempt>.evidence.sealed``), so RUNS drops a republish within its
     duplicate window; a seal resumed (the ledger was written before: a redelivery, an interrupted or concurrent
-    seal) first looks for the announcement among the run's events in HISTORY, which is the record that it was made
-    (RUNS lets an event go once its consumers acked it). A copy still on its way to HISTORY (about a millisecond)
-    is the duplicate window's to drop."""
+    seal) first looks for the announcement among the run's events (``history.run_events``: AUDIT keeps it,
+    ``topology.AUDIT_KEPT_EVENTS``), which is the record that it was made (RUNS lets an event go once its consumers
+    acked it). A copy still on its way to AUDIT (about a millisecond) is the duplicate window's to drop."""
     ledger = sealed.ledger
     claim = ledger.seal
     if claim is None or not claim.digest:

@@ -14,17 +14,18 @@ Checks, each reported as a plain sentence in ``problems`` (empty ⇔ ``ok``):
    ending at the announced head; every ledger entry is one of the bundle's events (same id, type and payload
    hash);
 4. every separately stored attempt log matches the sha256 the bundle records;
-5. against the streams, each for what it holds. HISTORY (every event RUNS stored, under one subject a run, for
-   RUNS' retention: 30 d by default; RUNS itself lets an event go once its consumers acked it), while it still
-   holds the run: every ledger entry from the run's first event HISTORY holds on (every entry when that is its
-   ``submit.requested``, which comes first: nothing of the run aged out) is an event there with the same type and
-   payload hash, and every HISTORY event of the run up to the sealing terminal event is in the ledger. AUDIT
-   (append-only, keeps
+5. against the streams, each for the kinds it keeps. HISTORY (every kind AUDIT does not keep,
+   ``topology.HISTORY_KINDS``, under one subject a run, for RUNS' retention: 30 d by default; RUNS itself lets an
+   event go once its consumers acked it), while it still holds the run: every ledger entry of a kind AUDIT does not
+   keep is an event there with the same type and payload hash (``_vouches``: every one when nothing of the run can
+   have aged out of HISTORY, ``_holds_whole_run``; else from the run's first event HISTORY holds on), and every
+   HISTORY event of the run up to the sealing terminal event is in the ledger. AUDIT (append-only, keeps
    ``topology.AUDIT_KEPT_EVENTS``: the people's signed requests, the terminal events and ``evidence.sealed``,
-   365 d): every ledger entry of a kept type is there the same, and every AUDIT event of the run up to the
-   sealing terminal event is in the ledger; an AUDIT an earlier release made mirrors every event, and then
-   every entry is checked against it. Events the consumers refused for a wrong ``ce-source`` were never acted
-   on, so they are counted apart, not required;
+   365 d, which HISTORY does not copy): every ledger entry of a kept type is there the same, and every AUDIT event
+   of the run up to the sealing terminal event is in the ledger; an AUDIT an earlier release made mirrors every
+   event, and then every entry is checked against it (and a HISTORY an earlier release filled holds the kept kinds
+   too: an entry of those there is compared, not required). Events the consumers refused for a wrong
+   ``ce-source`` were never acted on, so they are counted apart, not required;
 6. the submission's signature sealed in the bundle verifies against the sealed public key, covers the
    ``submit.requested`` that AUDIT holds, and is the key the submitter verified;
 7. the bundle's accounting (queue wait, running time, GPU-seconds, cost) is what its own events give
@@ -40,8 +41,9 @@ and after that by the bundle alone, whose digest AUDIT's ``evidence.sealed`` pin
 after the seal fails check 1, 2 or 3 (the seal and the bundle rewritten together: check 2 and 3, against AUDIT);
 one forged at the seal by the sealing service itself fails check 5 only while HISTORY keeps the run
 (``tau verify --anchor`` adds the signed anchors' heads, §13b). Both streams are read through consumers filtered
-on the run's subject (people may create them only in their workspaces) and copy RUNS asynchronously: each is read
-again for a moment before an event is called missing.
+on the run's subject (people may create them only in their workspaces; HISTORY's stream state, which anyone may
+read, dates its oldest message) and copy RUNS asynchronously: each is read again for a moment before an event is
+called missing.
 A bundle (and its logs) archived out of the bus (``archive.py``) is read from the archive and checked the same
 way: the digest on the bus (the ledger's seal, ``evidence.sealed`` in AUDIT) is what it must hash to.
 Reads only; never repairs.
@@ -50,13 +52,16 @@ Reads only; never repairs.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from typing import Any
 
 import msgspec
 
-from taugrid.bus import auditread, history
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, SignatureInvalid, canonical_form, from_message, verify_form
+from taugrid.bus.errors import UNAVAILABLE, unavailable
+from taugrid.bus.history import CATCH_UP_S
+from taugrid.bus.kept import audit_filter, in_runs_order, stored_filter, wanted
 from taugrid.bus.replay import replay
 from taugrid.bus.topology import AUDIT_KEPT_EVENTS, AUDIT_STREAM, HISTORY_STREAM
 from taugrid.core.contracts import EvidenceSealed
@@ -83,8 +88,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     ledger_head: str = ""
     entries: int = 0
     audit_events: int = 0  # the run's events AUDIT holds (the kept types: requests, its end, evidence.sealed)
-    # the run's events HISTORY still holds, RUNS' record of them (none once they aged out: the bundle vouches then;
-    # named for RUNS in this schema, whose events they are)
+    # the run's events HISTORY still holds, RUNS' record of those AUDIT does not keep (none once they aged out: the
+    # bundle vouches then; named for RUNS in this schema, whose events they are)
     runs_events: int = 0
     refused_events: int = 0  # AUDIT events from a service not allowed to publish them (dead-lettered)
     user: str = ""  # the verified submitter sealed in the bundle
@@ -96,7 +101,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
 class _Seen(msgspec.Struct, frozen=True):
     event_type: str
     payload_sha256: str
-    seq: int  # RUNS' sequence (AUDIT's messages name it: ``auditread``)
+    seq: int  # RUNS' sequence (HISTORY's and AUDIT's copies name it: ``envelope.from_message``)
+    stored: float = 0.0  # when the stream read stored its copy (epoch seconds)
 
 
 class _Stream(msgspec.Struct):
@@ -115,7 +121,7 @@ def _seen(name: str, events: list[Event], *, holds_from: int = 0) -> _Stream:
         if source_problem(ev.nats_subject, ev.source) is not None:
             out.refused += 1  # every consumer dead-lettered it: not part of the run's history
             continue
-        out.events.setdefault(ev.id, _Seen(ev.type, lg.sha256(ev.data or b""), ev.seq))
+        out.events.setdefault(ev.id, _Seen(ev.type, lg.sha256(ev.data or b""), ev.seq, ev.stored))
         if ev.type == "evidence.sealed" and out.sealed is None:
             try:
                 out.sealed = ev.payload(EvidenceSealed)
@@ -124,23 +130,94 @@ def _seen(name: str, events: list[Event], *, holds_from: int = 0) -> _Stream:
     return out
 
 
+async def _read(bus: Bus, stream: str, filters: tuple[str, ...], subject: str) -> list[Event]:
+    """The run's events ``stream`` holds on ``filters`` (read through consumers, as people may), in RUNS' order,
+    each as RUNS stored it (``envelope.from_message``: its subject and sequence there) with the time ``stream``
+    stored its copy. Every message on the run's subject is read, as the seal read them (``store.run_history``), one
+    whose headers contradict its subject too (``replay.batches`` leaves those out, the ledger does not)."""
+    msgs = [m for f in filters for m in await replay(bus, stream=stream, subject=f)]
+    return in_runs_order(wanted(subject, [
+        from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream,
+                     stored=m.metadata.timestamp.timestamp()) for m in msgs]))
+
+
 async def _audit(bus: Bus, subject: str) -> _Stream:
-    return _seen(AUDIT_STREAM, await auditread.run_events(bus, subject))
+    """The run's events AUDIT holds: under its one subject a run (``a.<ws>.<run>``), and under RUNS' own subjects
+    (an earlier release's AUDIT)."""
+    return _seen(AUDIT_STREAM, await _read(bus, AUDIT_STREAM, (audit_filter(subject), subject), subject))
 
 
-async def _history(bus: Bus, subject: str) -> _Stream:
-    """The run's events HISTORY holds, each as RUNS stored it (``envelope.from_message``), and from which RUNS
-    sequence on it vouches for the run's entries: every one when it still holds the run's ``submit.requested``
-    (the run's first event: HISTORY lets the oldest go first, so nothing of the run did), else from the first event
-    of the run it holds (the ones before may have aged out), none when it holds none.
-
-    Every message on the run's subject is read, as the seal read them (``store.run_history``), one whose headers
-    contradict its subject too (``replay.batches`` leaves those out, the ledger does not)."""
-    msgs = await replay(bus, stream=HISTORY_STREAM, subject=history.stored_filter(subject))
-    events = history.in_runs_order(history.wanted(subject, [
-        from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]))
-    holds_from = _NOTHING_HELD if not events else 1 if events[0].type == "submit.requested" else events[0].seq
+async def _history(bus: Bus, subject: str, audit: _Stream) -> _Stream:
+    """The run's events HISTORY holds, each as RUNS stored it, and from which RUNS sequence on it vouches for the
+    run's entries of the kinds it keeps: every one when nothing of the run can have aged out of it
+    (``_holds_whole_run``), else from the first event of the run it holds (the ones before may have aged out: it
+    lets the oldest go first), none when it holds none."""
+    events = await _read(bus, HISTORY_STREAM, (stored_filter(subject),), subject)
+    if not events:
+        holds_from = _NOTHING_HELD
+    elif await _holds_whole_run(bus, events, audit):
+        holds_from = 1
+    else:
+        holds_from = events[0].seq
     return _seen(HISTORY_STREAM, events, holds_from=holds_from)
+
+
+async def _holds_whole_run(bus: Bus, events: list[Event], audit: _Stream) -> bool:
+    """Whether HISTORY, holding ``events`` of the run, holds every event of the run it ever stored.
+
+    It does when it holds the run's ``submit.requested``, the run's first event (a run sealed when HISTORY copied
+    every kind). Since HISTORY leaves the request to AUDIT (``topology.HISTORY_KINDS``), the request's copy there
+    dates the run's start: every event of the run was stored after RUNS stored its request, which AUDIT's feed
+    copied within ``CATCH_UP_S`` (a source re-established after a restart: seconds), and HISTORY lets its oldest
+    messages go first. So nothing of the run left HISTORY when its oldest message was stored ``CATCH_UP_S`` before
+    AUDIT's copy of the request, or when it let nothing go (its first sequence 1) and was there by the time the run
+    was submitted (its oldest message stored no later than ``CATCH_UP_S`` after AUDIT's copy of the request: a
+    HISTORY made later, at an upgrade, holds only what RUNS still held of an older run). Otherwise the run's entries
+    are required there from its first event HISTORY holds on. Judged by the server's stamps (its stream state,
+    which anyone may read, and its copies' store times), never the ledger's."""
+    if events[0].type == "submit.requested":
+        return True
+    requested = min((got.stored for got in audit.events.values() if got.event_type == "submit.requested"),
+                    default=0.0)
+    if not requested:
+        return False  # AUDIT holds no request of the run (aged out of it too, or never kept): nothing dates it
+    first_seq, first_stored = await _history_front(bus)
+    if not first_stored:
+        return False
+    return first_stored <= requested - CATCH_UP_S or (first_seq <= 1 and first_stored <= requested + CATCH_UP_S)
+
+
+class _State(msgspec.Struct):
+    first_seq: int = 0
+    first_ts: str = ""
+
+
+class _StreamInfo(msgspec.Struct):
+    state: _State = msgspec.field(default_factory=_State)
+    error: dict[str, object] | None = None
+
+
+async def _history_front(bus: Bus) -> tuple[int, float]:
+    """HISTORY's first sequence and when it stored the message there (epoch seconds; (0, 0.0) when it holds none
+    or cannot say), from its stream state (nats-py's ``StreamState`` leaves the time out)."""
+    try:
+        answer = await bus.replies.request(f"$JS.API.STREAM.INFO.{HISTORY_STREAM}", b"", timeout=10.0)
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading {HISTORY_STREAM}'s state", exc) from exc
+    info = msgspec.json.decode(answer.data, type=_StreamInfo)
+    if info.error is not None or not info.state.first_seq:
+        return 0, 0.0
+    return info.state.first_seq, _epoch(info.state.first_ts)
+
+
+def _epoch(stamp: str) -> float:
+    """An RFC 3339 time the server wrote (nanoseconds, UTC) as epoch seconds; 0.0 when it is not one."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        second = dt.datetime.fromisoformat(whole).replace(tzinfo=dt.UTC).timestamp()
+        return second + int(fraction[:9].ljust(9, "0") or 0) / 1e9
+    except ValueError:
+        return 0.0
 
 
 def _check_identity(doc: dict[str, Any], audit: _Stream) -> list[str]:
@@ -172,16 +249,18 @@ def _check_identity(doc: dict[str, Any], audit: _Stream) -> list[str]:
 
 
 def _vouches(stream: _Stream, entry: lg.Entry, *, everything: bool) -> bool:
-    """Whether ``stream`` must hold ``entry``: HISTORY from where it holds the run on, AUDIT for the kept types
-    (every type when it mirrors all of RUNS)."""
+    """Whether ``stream`` must hold ``entry``: HISTORY every kind AUDIT does not keep (``topology.HISTORY_KINDS``;
+    a kind no service may publish too, which no stream holds: a forged entry), from where it holds the run on;
+    AUDIT the kept types (every type when it mirrors all of RUNS)."""
     if stream.holds_from:
-        return entry.seq >= stream.holds_from
+        return entry.type not in AUDIT_KEPT_EVENTS and entry.seq >= stream.holds_from
     return everything or entry.type in AUDIT_KEPT_EVENTS
 
 
-def _check_stream(ledger: lg.Ledger, stream: _Stream) -> list[str]:
+def _check_stream(ledger: lg.Ledger, stream: _Stream, horizon: int | None) -> list[str]:
     """Check 5 against one stream: every entry it vouches for is there the same, and nothing it holds of the run
-    up to the sealing terminal event is missing from the ledger."""
+    up to the sealing terminal event (RUNS' sequence ``horizon``; None: no stream holds it) is missing from the
+    ledger."""
     name, held = stream.name, stream.events
     everything = any(got.event_type not in AUDIT_KEPT_EVENTS for got in held.values())  # a mirror of all RUNS
     problems = []
@@ -196,13 +275,21 @@ def _check_stream(ledger: lg.Ledger, stream: _Stream) -> list[str]:
                 f"type {e.type}/{got.event_type}, payload {e.payload_sha256[:12]}…/"
                 f"{got.payload_sha256[:12]}…"
             )
-    if ledger.seal is not None and ledger.seal.event_id in held:
-        horizon = held[ledger.seal.event_id].seq
+    if horizon is not None:
         in_ledger = {e.event_id for e in ledger.entries}
         for event_id, got in sorted(held.items(), key=lambda kv: kv[1].seq):
             if got.seq <= horizon and event_id not in in_ledger:
                 problems.append(f"{name} event {event_id} ({got.event_type}) is missing from the ledger")
     return problems
+
+
+def _horizon(ledger: lg.Ledger, *streams: _Stream) -> int | None:
+    """RUNS' sequence of the sealing terminal event, as the first of ``streams`` that holds it says (AUDIT keeps the
+    terminal events; a HISTORY an earlier release filled holds them too); None when unsealed or held by none (a
+    problem the checks name)."""
+    if ledger.seal is None:
+        return None
+    return next((s.events[ledger.seal.event_id].seq for s in streams if ledger.seal.event_id in s.events), None)
 
 
 def _check_bundle_events(doc: dict[str, Any], ledger: lg.Ledger) -> list[str]:
@@ -338,10 +425,11 @@ async def verify_run(bus: Bus, run_id: str, *, workspace: str | None = None,
     # HISTORY and AUDIT source RUNS asynchronously: give them a moment to catch up before calling an event missing.
     deadline = asyncio.get_running_loop().time() + audit_wait_s
     while True:
-        kept = await _history(bus, subject)
-        kept_problems = _check_stream(ledger, kept)
         audit = await _audit(bus, subject)
-        audit_problems = _check_stream(ledger, audit)
+        kept = await _history(bus, subject, audit)
+        horizon = _horizon(ledger, audit, kept)
+        kept_problems = _check_stream(ledger, kept, horizon)
+        audit_problems = _check_stream(ledger, audit, horizon)
         # a sealed ledger's evidence.sealed is copied after the entries it follows: wait for it too
         caught_up = not kept_problems and not audit_problems and (ledger.seal is None or audit.sealed is not None)
         if caught_up or asyncio.get_running_loop().time() >= deadline:
