@@ -1,9 +1,12 @@
 """History in batches against a real nats-server: every stored event once, in stream order, with its stream
-sequence, and `tau events --output json`'s JSON Lines equal to each event's ``to_json``."""
+sequence, and `tau events --output json`'s JSON Lines equal to each event's ``to_json``. RUNS' history is read from
+HISTORY and AUDIT (the kinds AUDIT keeps: cancel.requested, which most of these tests store), merged in RUNS'
+order (``replay.batches``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -12,7 +15,7 @@ import pytest
 
 from taugrid.bus import Bus, auditread, history, rawmsgs, replay
 from taugrid.cli.views import event_json_lines
-from taugrid.core.contracts import CancelRequested
+from taugrid.core.contracts import CancelRequested, ExecRunning
 
 
 async def _emit_many(bus: Bus, ws: str, count: int) -> None:
@@ -24,8 +27,9 @@ async def _emit_many(bus: Bus, ws: str, count: int) -> None:
 
 
 async def _copied(bus: Bus, ws: str, run: str, seq: int) -> None:
-    """Once HISTORY holds RUNS' event ``seq`` of ``run``, and so every earlier five-token event (one feed copies
-    them, in RUNS' order): a replay reads HISTORY, which copies an event a moment after RUNS stored it."""
+    """Once HISTORY or AUDIT holds RUNS' event ``seq`` of ``run``, and so every earlier five-token event of its kind
+    (one feed copies them into each, in RUNS' order): a replay reads them, which copy an event a moment after RUNS
+    stored it."""
     await history.run_events(bus, ws, run, through=seq)
 
 
@@ -35,12 +39,79 @@ async def test_history_comes_in_fetched_batches_in_stream_order_with_stream_sequ
     got = [batch async for batch in replay.batches(bus, f"run.{ws}.>", batch=1000)]
     assert [len(b) for b in got] == [1000, 1000, 500]
     events = [ev for b in got for ev in b]
-    # read from HISTORY (bus/history.py), each at its RUNS sequence: what nats-py's own parse of the copies' source
-    # headers gives (one feed copies these five-token events, in RUNS' order)
-    stored = await replay.replay(bus, stream="HISTORY", subject=f"h.{ws}.>")
+    # read from AUDIT, which alone keeps cancel.requested (bus/kept.py), each at its RUNS sequence: what nats-py's
+    # own parse of the copies' source headers gives (one feed copies these five-token events, in RUNS' order)
+    stored = await replay.replay(bus, stream="AUDIT", subject=f"a.{ws}.>")
     assert [ev.seq for ev in events] == [auditread.origin_sequence(m.headers, 0) for m in stored]
     assert sorted(ev.subject for ev in events) == sorted(f"{ws}-r{i}" for i in range(2500))
     assert [ev async for ev in replay.follow(bus, f"run.{ws}.>")] == events  # follow reads the same path
+
+
+async def test_history_and_audit_are_merged_in_runs_order_each_sequence_once(bus: Bus) -> None:
+    """A kind HISTORY keeps (exec.running) and one only AUDIT keeps (cancel.requested), stored in turn: one replay
+    reads both in RUNS' order, in batches of about ``batch`` (not all at once), and ``follow`` (a snapshot's
+    ordered consumers, and live ones) the same."""
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    kinds = [("cancel.requested", CancelRequested(reason="m")), ("exec.running", ExecRunning(node="n", pod="p"))]
+    seqs = [await bus.emit(workspace=ws, run_id=f"{ws}-r{i // 2}", attempt=1, event_type=kinds[i % 2][0],
+                           payload=kinds[i % 2][1]) for i in range(600)]
+    for k in range(2):  # each feed's last copy: every earlier one of its kind is held too
+        last = max(range(k, 600, 2), key=seqs.__getitem__)
+        await _copied(bus, ws, f"{ws}-r{last // 2}", seqs[last])
+    got = [batch async for batch in replay.batches(bus, f"run.{ws}.>", batch=100)]
+    events = [ev for b in got for ev in b]
+    assert [ev.seq for ev in events] == sorted(seqs)  # each once, in RUNS' order
+    assert [ev.type for ev in events] == [kinds[i % 2][0] for i in range(600)]
+    assert len(got) > 3 and max(len(b) for b in got) <= 200  # streamed: about a batch of each at a time
+    copies = [*await replay.replay(bus, stream="HISTORY", subject=f"h.{ws}.>"),
+              *await replay.replay(bus, stream="AUDIT", subject=f"a.{ws}.>")]
+    assert sorted(auditread.origin_sequence(m.headers, 0) for m in copies) == sorted(seqs)
+    # a filter on one kind reads only the stream that keeps it
+    only = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.*.exec.running")] for ev in b]
+    assert [ev.seq for ev in only] == [ev.seq for ev in events if ev.type == "exec.running"]
+    def seen(evs: list[Any]) -> list[Any]:  # (an ordered consumer's stored time is the metadata's, rounded apart)
+        return [(ev.seq, ev.nats_subject, ev.id, ev.data, ev.headers) for ev in evs]
+
+    followed = [ev async for ev in replay.follow(bus, f"run.{ws}.>", cursor=replay.ReplayCursor())]
+    assert seen(followed) == seen(events)
+    cursor, live = replay.ReplayCursor(), []
+
+    async def read() -> None:
+        async with contextlib.aclosing(replay.follow(bus, f"run.{ws}.>", live=True, cursor=cursor)) as feed:
+            async for ev in feed:
+                live.append(ev)
+
+    reading = asyncio.create_task(read())
+    try:
+        for _ in range(200):  # caught up: both consumers' stored events handed out
+            if await cursor.caught_up():
+                break
+            await asyncio.sleep(0.05)
+        assert seen(live) == seen(events) and len(cursor.parts) == 2
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+
+
+async def test_the_merge_hands_out_each_sequence_once_as_far_as_every_source_has_come() -> None:
+    from taugrid.bus.envelope import from_message
+
+    def evs(*seqs: int) -> list[Any]:
+        return [from_message("run.ws.r.exec.running", {"ce-type": "io.taugrid.run.exec.running.v1"}, b"{}", seq=s)
+                for s in seqs]
+
+    async def feed(*got: list[Any]) -> Any:
+        for b in got:
+            yield b
+
+    # HISTORY's two feeds at their own pace (9 after 10), a copy seen twice (4), AUDIT between
+    history_feed = feed(evs(1, 2, 4, 6), evs(10, 9, 4), evs(12))
+    audit_feed = feed(evs(3, 5), evs(7, 11))
+    got = [[ev.seq for ev in b] async for b in replay._in_runs_order([history_feed, audit_feed])]
+    # each batch as far as both have come; 9, delivered after 10 was handed out, comes with the next
+    assert got == [[1, 2, 3, 4, 5], [6], [7, 9, 10], [11], [12]]
+    assert [b async for b in replay._in_runs_order([feed(), feed()])] == []
 
 
 async def test_a_filter_with_no_history_yields_no_batch(bus: Bus) -> None:

@@ -26,11 +26,13 @@ async def test_tau_events_prints_what_nats_py_reads_and_loads_no_models(
         bus: Bus, bootstrapped: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = f"w{uuid.uuid4().hex[:6]}"
     for i in range(30):
-        await bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1, event_type="exec.running",
-                       payload=ExecRunning(node="n", pod=f"p{i}", environment={"python": "3.12"}))
+        last = await bus.emit(workspace=ws, run_id=f"{ws}-r{i}", attempt=1, event_type="exec.running",
+                              payload=ExecRunning(node="n", pod=f"p{i}", environment={"python": "3.12"}))
     big = await bus.emit(workspace=ws, run_id=f"{ws}-big", attempt=1, event_type="cancel.requested",
                          payload=CancelRequested(reason="x" * 200_000))
-    # HISTORY holds the last one, hence every one before it (one feed, theirs, copies RUNS in order)
+    # HISTORY holds the last exec.running, hence every one before it (one feed copies RUNS' five-token events of
+    # its kinds in order), and AUDIT the cancellation (which HISTORY does not copy: its feed goes at its own pace)
+    await history.run_events(bus, ws, f"{ws}-r29", through=last)
     await history.run_events(bus, ws, f"{ws}-big", through=big)
     monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # the reference: nats-py's Msg, as any subscriber reads
     expected = event_json_lines([ev async for ev in replay.follow(bus, "run.>")])

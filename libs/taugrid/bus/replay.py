@@ -5,7 +5,15 @@ inactivity threshold should we crash), so replays never disturb service consumer
 Reading stops at the pending count taken when the consumer is created: a replay is a snapshot, it never waits
 for messages that are still to come. ``batches`` is the same snapshot as Events, a fetched batch at a time (an
 audit's `tau events` reads tens of thousands); ``follow`` without ``live`` reads through it, and with ``live``
-through an ordered push consumer that keeps going.
+through ordered push consumers that keep going.
+
+RUNS (``batches``' and ``follow``'s default stream) keeps only what the stages have still to read (interest
+retention): its events are read where they stay, HISTORY (``h.<ws>.<run>``) and, for the kinds AUDIT keeps and
+HISTORY does not copy (the request, a cancellation's request, the end, the seal: ``topology.AUDIT_KEPT_EVENTS``),
+AUDIT (``a.<ws>.<run>``): one consumer on each, merged by the RUNS sequence every copy reads back at
+(``envelope.from_message``), each sequence once (``bus/kept.py``). An earlier release's AUDIT kept its events under
+RUNS' own subjects (``run.<ws>.<run>.<stage>.<outcome>``): those are not read here (``bus/auditread`` reads them for
+the evidence), so a run such an AUDIT alone still keeps reads without its kept kinds.
 """
 
 from __future__ import annotations
@@ -13,10 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import heapq
 import json
 import secrets
+import time
+from bisect import bisect_right
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -26,7 +38,7 @@ from taugrid.bus import kept, rawmsgs
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.errors import MISSING, TIMEOUT, UNAVAILABLE, unavailable
-from taugrid.bus.topology import HISTORY_STREAM
+from taugrid.bus.topology import AUDIT_STREAM, HISTORY_STREAM
 from taugrid.core.errors import PermissionDenied, TemporaryError
 
 _BATCH = 256
@@ -78,17 +90,31 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
     return out
 
 
-@dataclass
-class ReplayCursor:
-    """Where a ``follow`` stands: ``caught_up()`` says whether everything stored on its subject so far has been
-    handed out: the server has nothing left for its consumer, and the last message it delivered (which may still
-    be on its way, or in the local buffer) has been yielded."""
+_STALL_S = 1.0  # a live follow hands out what it holds back for a lagging consumer after this long without news
+_SEQ = attrgetter("seq")
 
-    sub: Any = None
+
+@dataclass
+class _Part:
+    """One ordered consumer of a ``follow``: what it has delivered, and what of that is still held back."""
+
+    stream: str
+    name: str
+    sub: Any
+    backlog: int  # messages its filter matched when it was made (delivered by then, or pending)
+    received: int = 0
+    pending: int = 0  # the server's pending count with the last message received
+    last: int = 0  # the highest sequence (``Event.seq``) received
     yielded: int = 0  # consumer sequence (the consumer's delivery count) of the last message handed out
+    held: int = 0  # received and not handed out yet (a merge waiting for the other part)
+
+    def behind(self) -> bool:
+        """Whether it has stored messages still to deliver (as the server said with its last one, or with its
+        consumer before the first): the merge holds back what comes after its last."""
+        return self.pending > 0 if self.received else self.backlog > 0
 
     async def caught_up(self) -> bool:
-        if self.sub is None:
+        if self.held:
             return False
         try:
             info = await self.sub.consumer_info()
@@ -96,6 +122,21 @@ class ReplayCursor:
             return False  # the ordered consumer is being recreated: not known yet
         delivered = int(info.delivered.consumer_seq or 0) if info.delivered else 0
         return int(info.num_pending or 0) == 0 and self.yielded >= delivered
+
+
+@dataclass
+class ReplayCursor:
+    """Where a ``follow`` stands: ``caught_up()`` says whether everything stored on its subject so far has been
+    handed out: for each of its consumers (two for RUNS: HISTORY's and AUDIT's), the server has nothing left, and
+    the last message it delivered (which may still be on its way, in the local buffer, or held back to be handed
+    out in sequence order) has been yielded."""
+
+    parts: list[_Part] = field(default_factory=list)
+
+    async def caught_up(self) -> bool:
+        if not self.parts:
+            return False
+        return all([await part.caught_up() for part in self.parts])
 
 
 async def batches(
@@ -114,11 +155,100 @@ async def batches(
     callback. Either way a message is read by ``envelope.from_message`` (its run, workspace and type from the
     subject), and one whose headers contradict its subject is left out.
 
-    RUNS (``stream``'s default) is read from HISTORY, where its events stay (``bus/history.py``): ``subject``, a
-    filter on RUNS' subjects, is read on the runs' subjects there and what it does not match left out."""
-    asked = subject
-    if stream == kept.RUNS_STREAM:
-        stream, subject = HISTORY_STREAM, kept.stored_filter(subject)
+    RUNS (``stream``'s default) is read from HISTORY and AUDIT, where its events stay (module docstring): one such
+    consumer on each (``subject``, a filter on RUNS' subjects, read on the runs' subjects there, ``since`` on
+    both), merged as they stream in (``_in_runs_order``: nothing is read whole), and what ``subject`` does not
+    match left out. A batch is then what the merge can hand out in order, not ``batch`` events."""
+    if stream != kept.RUNS_STREAM:
+        feed = _stored(bus, stream, subject, since=since, batch=batch)
+        async with contextlib.aclosing(feed):
+            async for events in feed:
+                yield [ev for ev in events if not ev.problem]  # contradicting headers: never read
+        return
+    feeds = [_stored(bus, HISTORY_STREAM, kept.stored_filter(subject), since=since, batch=batch),
+             _stored(bus, AUDIT_STREAM, kept.audit_filter(subject), since=since, batch=batch)]
+    async with contextlib.AsyncExitStack() as stack:
+        for feed in feeds:  # each consumer goes as soon as the caller stops reading
+            await stack.enter_async_context(contextlib.aclosing(feed))
+        async for events in _in_runs_order(feeds):
+            got = [ev for ev in kept.wanted(subject, events) if not ev.problem]  # contradicting headers: never read
+            if got:
+                yield got
+
+
+async def _in_runs_order(feeds: list[AsyncGenerator[list[Event], None]]) -> AsyncGenerator[list[Event], None]:
+    """The events of ``feeds`` (each roughly in RUNS' order: one stream's copies, which two feeds write at their
+    own pace) merged by ``Event.seq``, each sequence once, as they come: what every feed still going has passed
+    (its highest sequence so far, the lowest of those) is handed out, the rest held until then, all of it at the
+    end. The next batch is asked of the feed holding the merge back, so what is held stays about a batch. An
+    event a feed delivers after a later one was handed out (its feed lagging the other's) comes in the next
+    batch."""
+    last = [0] * len(feeds)  # the highest sequence each has given; 0: nothing yet (a sequence is at least 1)
+    going = list(range(len(feeds)))
+    held: list[Event] = []
+    seen = _Seen()
+    while going:
+        i = min(going, key=last.__getitem__)
+        try:
+            got = await anext(feeds[i])
+        except StopAsyncIteration:
+            going.remove(i)
+            got = []
+        if got:
+            top = max(map(_SEQ, got))
+            last[i] = max(last[i], top)
+            held += got
+        if not held:
+            continue
+        marks = [last[j] for j in going]
+        if 0 in marks:
+            continue  # a feed that has given nothing yet may start anywhere
+        held.sort(key=_SEQ)  # two sorted runs, mostly: linear
+        cut = bisect_right(held, min(marks), key=_SEQ) if marks else len(held)
+        out, held = seen.fresh(held[:cut]), held[cut:]
+        if out:
+            yield out
+
+
+class _Seen:
+    """The sequences handed out, a bit each from the first (a set would cost ~60 bytes a sequence over an audit's
+    hundreds of thousands): a copy delivered twice (a feed re-established from an earlier position) goes once."""
+
+    def __init__(self) -> None:
+        self.base: int | None = None
+        self.bits = bytearray()
+        self.below: set[int] = set()  # the few earlier than the first (a lagging feed's)
+
+    def fresh(self, events: list[Event]) -> list[Event]:
+        """``events`` (in sequence order) less those seen before, now seen."""
+        if not events:
+            return events
+        if self.base is None:
+            self.base = events[0].seq
+        base, bits, out = self.base, self.bits, []
+        need = ((events[-1].seq - base) >> 3) + 1
+        if need > len(bits):
+            bits.extend(bytes(need - len(bits) + 4096))
+        for ev in events:
+            off = ev.seq - base
+            if off < 0:
+                if ev.seq in self.below:
+                    continue
+                self.below.add(ev.seq)
+            else:
+                byte, bit = off >> 3, 1 << (off & 7)
+                if bits[byte] & bit:
+                    continue
+                bits[byte] |= bit
+            out.append(ev)
+        return out
+
+
+async def _stored(
+    bus: Bus, stream: str, subject: str, *, since: dt.datetime | None, batch: int,
+) -> AsyncGenerator[list[Event], None]:
+    """``batches``' read of one stream: every message stored on ``subject`` as Events (those with contradicting
+    headers too), a pull request's worth at a time."""
     name = f"tau-{secrets.token_hex(16)}"  # named, so the create request's subject carries the filter
     config = ConsumerConfig(
         name=name,
@@ -157,10 +287,7 @@ async def batches(
             idle = idle + 1 if not current.count else 0
             ahead = await ask() if left > 0 and idle < 5 else None  # delivered while this one is read
             if current.count:
-                events = await rawmsgs.stored_events(bus.nc, current.raws) if raw else current.events()
-                if stream == HISTORY_STREAM:
-                    events = kept.wanted(asked, events)
-                yield [ev for ev in events if not ev.problem]  # contradicting headers: never read
+                yield await rawmsgs.stored_events(bus.nc, current.raws) if raw else current.events()
             current = ahead
         if left > 0:
             raise TemporaryError(f"replay of {subject} from {stream} stalled with {left} to go", delay=1.0)
@@ -236,9 +363,14 @@ async def follow(
     idle_timeout: float = 1.0, cursor: ReplayCursor | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Events on ``subject`` in stream order (from ``since`` when given) through an ordered consumer; with
-    ``live``, keep going with new ones, else stop at the last stored one. A missing stream yields nothing. A
-    ``cursor`` is kept up to date with what has been yielded. Without ``live`` or a cursor the stored history
-    is read in batches (``batches``). RUNS is read from HISTORY, as ``batches`` says."""
+    ``live``, keep going with new ones, else stop at the last stored one (or after ``idle_timeout`` seconds
+    without one). A missing stream yields nothing. A ``cursor`` is kept up to date with what has been yielded.
+    Without ``live`` or a cursor the stored history is read in batches (``batches``).
+
+    RUNS is read from HISTORY and AUDIT, as ``batches`` says: an ordered consumer on each, their events handed
+    out as they come, except that while one has stored messages still to deliver, what the other gives after its
+    last is held back, so the stored history comes in RUNS' order (unless that one gives nothing to hand out for
+    ``_STALL_S`` seconds: a consumer being re-established); each sequence once."""
     if not live and cursor is None:
         feed = batches(bus, subject, stream=stream, since=since)
         async with contextlib.aclosing(feed):
@@ -248,8 +380,76 @@ async def follow(
         return
     asked = subject
     if stream == kept.RUNS_STREAM:
-        stream, subject = HISTORY_STREAM, kept.stored_filter(subject)
-    everything = stream != HISTORY_STREAM or kept.whole(asked)
+        targets = [(HISTORY_STREAM, kept.stored_filter(subject)), (AUDIT_STREAM, kept.audit_filter(subject))]
+        everything = kept.whole(asked)
+    else:
+        targets, everything = [(stream, subject)], True
+    parts: list[_Part] = []
+    pumps: list[asyncio.Task[None]] = []
+    queue: asyncio.Queue[tuple[int, Msg | BaseException]] = asyncio.Queue()
+    try:
+        for target in targets:
+            part = await _open(bus, *target, since=since)
+            if part is not None:
+                parts.append(part)
+        if cursor is not None:
+            cursor.parts = parts
+        pumps = [asyncio.create_task(_pump(i, part, queue)) for i, part in enumerate(parts)]
+        held: list[tuple[int, int, int, int, Event]] = []  # (seq, arrival, part, consumer sequence, event)
+        seen, arrivals, holding = _Seen(), 0, 0.0  # holding: since when the held back have waited for progress
+        while parts:
+            if not live and not held and not any(part.behind() for part in parts):
+                return  # everything stored has come
+            item: Msg | BaseException | None
+            try:
+                i, item = await asyncio.wait_for(queue.get(), timeout=max(0.0, holding + _STALL_S - time.monotonic())
+                                                 if live and held else None if live else idle_timeout)
+            except TimeoutError:
+                if not live and not held:
+                    return
+                i, item = -1, None  # a consumer lagging (re-established): hand out what is held
+            if isinstance(item, BaseException):
+                raise item
+            if item is not None:
+                part, meta = parts[i], item.metadata
+                ev = from_message(item.subject, item.headers, item.data, seq=meta.sequence.stream,
+                                  stored=meta.timestamp.timestamp())
+                part.received += 1
+                part.pending = int(meta.num_pending or 0)
+                part.last = max(part.last, ev.seq)
+                part.held += 1
+                arrivals += 1
+                if not held:
+                    holding = time.monotonic()
+                heapq.heappush(held, (ev.seq, arrivals, i, meta.sequence.consumer, ev))
+            lagging = [part.last for part in parts if part.behind()]
+            stalled = i < 0 or time.monotonic() - holding > _STALL_S
+            mark = min(lagging) if lagging and not stalled else None
+            if held and (mark is None or held[0][0] <= mark):
+                holding = time.monotonic()  # progress: what is still held waits afresh
+            while held and (mark is None or held[0][0] <= mark):
+                _, _, j, consumer_seq, ev = heapq.heappop(held)
+                # headers contradicting the subject: never read (envelope.from_message)
+                if seen.fresh([ev]) and not ev.problem and (everything or kept.matches(asked, ev.nats_subject)):
+                    yield ev
+                parts[j].held -= 1
+                parts[j].yielded = max(parts[j].yielded, consumer_seq)
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for part in parts:
+            with contextlib.suppress(*UNAVAILABLE):  # a draining or closed connection drops it anyway
+                await part.sub.unsubscribe()
+            # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
+            # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
+            with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
+                await bus.guarded(bus.js.delete_consumer(part.stream, part.name))
+
+
+async def _open(bus: Bus, stream: str, subject: str, *, since: dt.datetime | None) -> _Part | None:
+    """An ordered consumer of ``stream`` on ``subject``, and how many stored messages it matched; None when the
+    stream is missing."""
     # Named, so the create request's subject carries the filter and the server's permissions can confine it
     # to the caller's workspaces.
     name = f"tau-{secrets.token_hex(16)}"
@@ -262,34 +462,30 @@ async def follow(
     try:
         sub = await bus.guarded(bus.js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
     except MISSING:
-        return
-    if cursor is not None:
-        cursor.sub = sub
+        return None
+    part = _Part(stream, name, sub, backlog=0)
     try:
-        info = await bus.js.stream_info(stream)
-        if not live and info.state.messages == 0:
-            return
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=idle_timeout if not live else 3600)
-            except TIMEOUT:
-                if live:
-                    continue
-                return
-            meta = msg.metadata
-            ev = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
-                              stored=meta.timestamp.timestamp())
-            # headers contradicting the subject: never read (envelope.from_message)
-            if not ev.problem and (everything or kept.matches(asked, ev.nats_subject)):
-                yield ev
-            if cursor is not None:
-                cursor.yielded = meta.sequence.consumer
-            if not live and meta.num_pending == 0:
-                return
-    finally:
-        with contextlib.suppress(*UNAVAILABLE):  # a draining or closed connection drops it anyway
+        info = await sub.consumer_info()
+    except BaseException:
+        with contextlib.suppress(*UNAVAILABLE):
             await sub.unsubscribe()
-        # Unsubscribing leaves the server's consumer until its inactive threshold: a client that replays
-        # often (a poll per run) would pile up thousands of them and reach the server's consumer limit.
         with contextlib.suppress(*UNAVAILABLE, PermissionDenied):
             await bus.guarded(bus.js.delete_consumer(stream, name))
+        raise
+    part.backlog = int(info.num_pending or 0) + (int(info.delivered.consumer_seq or 0) if info.delivered else 0)
+    return part
+
+
+async def _pump(i: int, part: _Part, queue: asyncio.Queue[tuple[int, Msg | BaseException]]) -> None:
+    """``part``'s messages onto ``queue`` as they come, tagged with ``i``; a failure too, for ``follow`` to raise."""
+    try:
+        while True:
+            try:
+                msg = await part.sub.next_msg(timeout=3600)
+            except TIMEOUT:
+                continue
+            await queue.put((i, msg))
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
+        await queue.put((i, exc))
