@@ -363,8 +363,8 @@ class Client:
     ) -> AsyncIterator[Event]:
         """Events on ``subject`` in stream order; with ``follow``, keep going with live ones. A ``cursor`` lets
         the caller ask whether everything stored so far has been yielded. RUNS (the default) is read from
-        HISTORY, which keeps a run's events after the stages have read them (``replay.follow``): ``subject`` is a
-        filter on run events, ``run.<ws>.<run>.…``."""
+        HISTORY and AUDIT, which keep a run's events after the stages have read them, merged in RUNS' order
+        (``replay.follow``): ``subject`` is a filter on run events, ``run.<ws>.<run>.…``."""
         feed = replay.follow(self.bus, subject, stream=stream, since=since, live=follow, idle_timeout=idle_timeout,
                              cursor=cursor)
         async with contextlib.aclosing(feed):  # the consumer goes as soon as the caller stops reading
