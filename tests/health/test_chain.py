@@ -228,13 +228,13 @@ async def wait_for(check: Callable[[], Any], what: str, timeout: float = 40) -> 
 
 
 async def history(bus: Bus, run_id: str, node: str) -> list[tuple[float, str, dict[str, Any], int]]:
-    """The run's events (as HISTORY keeps them: RUNS lets them go once read) and the node's decisions, in the
-    order the streams stored them."""
+    """The run's events (as HISTORY and AUDIT keep them: RUNS lets them go once read, and AUDIT alone keeps the
+    request, the end and the seal) and the node's decisions, in the order the streams stored them."""
     out = []
-    for stream, subject in (("HISTORY", f"h.*.{run_id}"), ("NODES", f"node.{node}.>")):
+    for stream, subject in (("HISTORY", f"h.*.{run_id}"), ("AUDIT", f"a.*.{run_id}"), ("NODES", f"node.{node}.>")):
         for m in await replay(bus, stream=stream, subject=subject):
-            ev = from_message(m.subject, m.headers, m.data)  # a HISTORY copy reads with its RUNS subject
-            kind = ev.nats_subject.split(".", 3)[3] if stream == "HISTORY" else "node." + m.subject.split(".", 2)[2]
+            ev = from_message(m.subject, m.headers, m.data)  # a HISTORY or AUDIT copy reads with its RUNS subject
+            kind = ev.nats_subject.split(".", 3)[3] if stream != "NODES" else "node." + m.subject.split(".", 2)[2]
             if kind == "node.sample":
                 continue
             out.append((m.metadata.timestamp.timestamp(), kind, msgspec.json.decode(m.data), ev.attempt))

@@ -325,12 +325,14 @@ How to submit and follow a run (what tests/contract/node/submit.mjs does, from t
    run's lifecycle, and `evidence.sealed` comes last. A success reads: submit.requested, submit.accepted,
    policy.approved, render.applied, admission.queued (optional), admission.admitted, exec.preparing
    (optional, repeated), exec.running, exec.succeeded, evidence.sealed.
-   Later, read them from stream {HISTORY_STREAM}, which keeps every event of a run under one subject,
-   `{HISTORY_PREFIX}.<workspace>.<run_id>`, body and headers as RUNS stored them: each message's
+   Later, read them from streams {HISTORY_STREAM} and {AUDIT_STREAM}: {AUDIT_STREAM} keeps the kinds verification
+   needs (the request, a cancellation, the end, `evidence.sealed`) under `{AUDIT_PREFIX}.<workspace>.<run_id>`,
+   {HISTORY_STREAM} every other kind under `{HISTORY_PREFIX}.<workspace>.<run_id>`, body and headers as RUNS stored
+   them: each message's
    `Nats-Stream-Source` header (written by nats-server, which refuses a publish that carries one:
    `RUNS:C=<consumer> <RUNS sequence> <filter> <destination> <RUNS subject> <id>`) names the subject and
-   sequence it was stored under in RUNS, hence its type. Order them by that sequence: the high lane's events
-   come through a feed of their own, and may be stored before an earlier event of the default lane's.
+   sequence it was stored under in RUNS, hence its type. Merge the two and order them by that sequence: each
+   stream's feeds copy at their own pace (the high lane's events come through a feed of their own).
 
 Authentication: connect as the same user nkey (NATS nkey authentication: the client signs the server's
 nonce with the seed; every NATS client library offers it), or with a `.creds` file the platform gave you
@@ -352,9 +354,9 @@ def _message(name: str, *, kind: str, family: str, payload: str, signed: bool, s
 
 
 def _run_stream(kind: str) -> str:
-    """Where a run event is stored: RUNS (until the stages have read it), kept in HISTORY, and in AUDIT too for
-    what verification needs (``AUDIT_KEPT_EVENTS``)."""
-    kept = f"{HISTORY_STREAM} and {AUDIT_STREAM}" if kind in AUDIT_KEPT_EVENTS else HISTORY_STREAM
+    """Where a run event is stored: RUNS (until the stages have read it), kept in AUDIT when verification needs it
+    (``AUDIT_KEPT_EVENTS``), else in HISTORY."""
+    kept = AUDIT_STREAM if kind in AUDIT_KEPT_EVENTS else HISTORY_STREAM
     return f"stream RUNS (kept in {kept})"
 
 
