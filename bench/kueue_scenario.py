@@ -37,6 +37,7 @@ import msgspec
 import nats
 from pipeline import cpu_seconds, rss, simulated_stack, stack_up  # bench/ is this script's directory, first on sys.path
 
+from taugrid.bus import replay
 from taugrid.bus.envelope import from_message, run_of
 from taugrid.client import Client, open_client
 from taugrid.core.errors import TemporaryError
@@ -304,14 +305,19 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
 
 async def stored_per_type(client: Client, shape: Shape = BASELINE) -> dict[str, int]:
     """Messages stored per kind in the streams a run passes through (``run.*.*.<family>.<type>``,
-    ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first. K8S and
-    BACKEND hold only what their readers (the admission watcher, the local cluster) have not acked yet (interest
-    retention, issue 27): after a run, none; ``watch_counts.py`` counts the watch changes published."""
+    ``k8s.local.<kind>.*.*.<change>``, ``backend.local.<verb>``; the lane token dropped), most first. Run events
+    are counted as HISTORY and AUDIT keep them (one subject a run: each read back as the event RUNS stored, whose
+    interest retention lets it go once read, issue 27). K8S and BACKEND hold only what their readers (the
+    admission watcher, the local cluster) have not acked yet (interest retention): after a run, none;
+    ``watch_counts.py`` counts the watch changes published."""
     counts: dict[str, int] = {}
-    # The server lists at most 100,000 subjects per request: ask in slices that stay below it (a workspace's runs,
-    # one kind of watched object).
-    slices = [("RUNS", f"run.ws-{c}-{q}.>") for c, q in shape.queues]
-    slices += [("K8S", f"k8s.local.{kind}.>") for kind in ("job", "workload", "pod")] + [("BACKEND", "backend.>")]
+    for c, q in shape.queues:  # a workspace at a time: HISTORY and AUDIT merged, each event once
+        async for batch in replay.batches(client.bus, f"run.ws-{c}-{q}.>"):
+            for ev in batch:
+                counts[ev.type] = counts.get(ev.type, 0) + 1
+    # The server lists at most 100,000 subjects per request: ask in slices that stay below it (one kind of watched
+    # object).
+    slices = [("K8S", f"k8s.local.{kind}.>") for kind in ("job", "workload", "pod")] + [("BACKEND", "backend.>")]
     for stream, subjects in slices:
         info = await client.bus.js.stream_info(stream, subjects_filter=subjects)
         for subject, n in (info.state.subjects or {}).items():

@@ -239,7 +239,7 @@ async def main(args: argparse.Namespace) -> int:
         # every run chosen once, one apply on the hub, started at one site once
         hub_applies: Counter[str] = Counter()
         chosen_events: Counter[str] = Counter()
-        from taugrid.bus import streams
+        from taugrid.bus import replay, streams
 
         first, last = await streams.bounds(hub, "BACKEND")
         for seq in range(max(first, 1), last + 1):
@@ -247,11 +247,11 @@ async def main(args: argparse.Namespace) -> int:
             if ev is not None and ev.nats_subject.endswith(".apply") and not ev.nats_subject.startswith(
                     "backend.dispatch."):
                 hub_applies[ev.subject] += 1
-        first, last = await streams.bounds(hub, "RUNS")
-        for seq in range(max(first, 1), last + 1):
-            ev = await streams.at(hub, "RUNS", seq)
-            if ev is not None and ev.type == "dispatch.chosen":
-                chosen_events[ev.subject] += 1
+        # RUNS lets an event go once read (interest retention, issue 27): HISTORY keeps the dispatcher's
+        async for batch in replay.batches(hub, "run.>"):
+            for ev in batch:
+                if ev.type == "dispatch.chosen":
+                    chosen_events[ev.subject] += 1
         started: dict[str, list[str]] = defaultdict(list)
         for s in site_list:
             for run, n in s.started.items():
