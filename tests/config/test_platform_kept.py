@@ -8,7 +8,9 @@ import pytest
 
 from taugrid.bus.creds import new_identity
 from taugrid.config.platform import Platform, load_platform, load_platform_kept
+from taugrid.config.siteplatform import for_cluster
 from taugrid.core.errors import ConfigError
+from tests.config.test_platform_clusters import QUOTAS
 from tests.config.test_platform_lookups import TEXT
 from tests.platforms import lab_platform, workspace
 
@@ -27,6 +29,27 @@ def test_the_kept_platform_is_the_parsed_one(text: str) -> None:
     assert kept == parsed
     assert written(kept) == written(parsed)  # what was written, not only what the defaults fill in
     assert kept.model_fields_set == parsed.model_fields_set
+
+
+def test_equal_strings_and_fields_sets_are_one_object_in_the_kept_copy() -> None:
+    kept = load_platform_kept(TEXT)
+    q1, q2 = kept.cluster_queues[0], kept.cluster_queues[1]
+    assert q1.preemption.model_fields_set is q2.preemption.model_fields_set
+    assert q1.queueing_strategy is q2.queueing_strategy  # two strings in the parse
+    flavor = q1.resource_groups[0].flavors[0].name
+    assert flavor == q2.resource_groups[0].flavors[0].name and flavor is q2.resource_groups[0].flavors[0].name
+
+
+def test_a_sites_copy_of_the_kept_platform_leaves_it_as_it_was() -> None:
+    """A set of fields is shared among the kept platform's models: the site's deep copy, whose quotas change,
+    copies each model's set, so neither the kept platform's values nor what it says was written change."""
+    kept = load_platform_kept(QUOTAS)
+    before = (kept.model_dump(), written(kept))
+    at_a = for_cluster(kept, "onprem-a")
+    at_a.cluster_queues[0].resource_groups[0].flavors[0].resources[0].borrowing_limit = "1"
+    assert [(q.name, q.nominal("cpu")) for q in at_a.cluster_queues] == [("research", 32.0), ("batch", 8.0)]
+    assert (kept.model_dump(), written(kept)) == before
+    assert written(load_platform(QUOTAS)) == before[1]
 
 
 def test_lookups_find_the_kept_copys_own_objects() -> None:

@@ -531,9 +531,18 @@ def load_platform_kept(text: str, *, path: str = "platform.yaml") -> Platform:
     of models (a fresh process 55 → 85 MB; rebuilt, 65 MB). The copy goes through ``pickle`` because it holds
     the whole graph in one bytes object outside those arenas, so they empty before the copy is made; the bytes
     are made here from the validated model and read back here, never stored or taken from anyone. The copy is
-    equal to the parse (the same values, the same sharing) and its lookups are built again on first use."""
+    equal to the parse and its lookups are built again on first use.
+
+    Equal strings and equal sets of fields written are one object in the copy (``_share_equal``; ``pickle`` keeps
+    the sharing it is given): a parse makes its own of each, and for 1,000 ClusterQueues and workspaces the
+    11,000 models' ``model_fields_set`` (a set each, 2.8 MB) and their 18,000 strings (0.9 MB, most of them the
+    same few: ``cpu``, ``default``, ``Never``, ``BestEffortFIFO``...) were half of the 7.5 MB kept (shared, a
+    fresh process holds 5.6 MB more once it is read where it held 9.4, and the idle local cluster 62.6 MB where
+    it held 66.9). A set of fields is shared only among a platform's own models, which nothing changes in place
+    once read (a copy, ``model_copy`` or ``siteplatform.for_cluster``'s deep one, copies each model's set)."""
     platform = load_platform(text, path=path)
     platform._lookups = None  # keyed by the lists' ids, which the copy does not keep
+    _share_equal(platform)
     frozen = pickle.dumps(platform, protocol=pickle.HIGHEST_PROTOCOL)
     del platform
     gc.collect()  # whatever of the parse is held only by reference cycles, so its arenas empty too
@@ -542,3 +551,34 @@ def load_platform_kept(text: str, *, path: str = "platform.yaml") -> Platform:
     del frozen
     heap.trim()  # the parse's C-level temporaries (libyaml's, the text's copies) freed below what is kept
     return kept
+
+
+def _share_equal(platform: Platform) -> None:
+    """Make equal strings, and the equal ``__pydantic_fields_set__`` of models, the same object throughout
+    ``platform`` (values of fields, list items, dict keys and values, tuples rebuilt; only these exact types are
+    walked), before it is copied."""
+    strings: dict[str, str] = {}
+    fields: dict[frozenset[str], set[str]] = {}
+
+    def walk(value: object) -> object:
+        if isinstance(value, str):
+            return strings.setdefault(value, value)
+        if isinstance(value, pydantic.BaseModel):
+            written = value.__pydantic_fields_set__
+            shared = fields.setdefault(frozenset(written), written)
+            if shared is not written:
+                object.__setattr__(value, "__pydantic_fields_set__", shared)
+            values = value.__dict__
+            for key, item in values.items():  # values replaced in place: the keys (field names) stay
+                values[key] = walk(item)
+            return value
+        if type(value) is list:
+            value[:] = [walk(item) for item in value]
+            return value
+        if type(value) is dict:
+            return {walk(key): walk(item) for key, item in value.items()}
+        if type(value) is tuple:
+            return tuple(walk(item) for item in value)
+        return value  # numbers, None, anything else: kept as it is
+
+    walk(platform)
