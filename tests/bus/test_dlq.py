@@ -23,6 +23,13 @@ from taugrid.core.errors import NotFound
 from tests.owners import acting_as
 
 
+async def publish_unreadable_acceptance(bus: Bus, ws: str, run_id: str) -> int:
+    """A ``submit.accepted`` from the submitter whose body never decodes as one; its RUNS sequence."""
+    with acting_as(bus, "submitter"):
+        return await bus.publish(f"run.{ws}.{run_id}.submit.accepted", b'{"not": "a submission"}',
+                                 event_type="submit.accepted", ce_subject=run_id, msg_id=f"m-{ws}", workspace=ws)
+
+
 async def until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
     for _ in range(int(timeout / 0.05)):
         if await predicate():
@@ -55,10 +62,7 @@ async def test_an_undecodable_payload_is_dead_lettered_at_once_and_a_replay_is_h
 
     loop, task = await start_loop(bus, durable, f"run.{ws}.*.submit.accepted", handler)
     try:
-        with acting_as(bus, "submitter"):
-            seq = await bus.publish(f"run.{ws}.{run_id}.submit.accepted", b'{"not": "a submission"}',
-                                    event_type="submit.accepted", ce_subject=run_id, msg_id=f"m-{ws}",
-                                    workspace=ws)
+        seq = await publish_unreadable_acceptance(bus, ws, run_id)
 
         async def dead() -> list[dlq.DeadLetter]:
             return await dlq.dead_letters(bus, durable=durable)
@@ -156,10 +160,7 @@ async def test_a_refused_run_event_runs_let_go_is_replayed_from_its_dead_letter_
 
     loop, task = await start_loop(bus, durable, f"run.{ws}.*.submit.accepted", handler)
     try:
-        with acting_as(bus, "submitter"):
-            seq = await bus.publish(f"run.{ws}.{run_id}.submit.accepted", b'{"not": "a submission"}',
-                                    event_type="submit.accepted", ce_subject=run_id, msg_id=f"m-{ws}",
-                                    workspace=ws)
+        seq = await publish_unreadable_acceptance(bus, ws, run_id)
 
         async def let_go() -> bool:
             return bool(await dlq.dead_letters(bus, durable=durable)) and not await streams.holds(

@@ -31,7 +31,6 @@ from taugrid.bus.kept import (  # re-exported: readers of a run's history find t
     RUNS_STREAM,
     audit_filter,
     in_runs_order,
-    matches,
     stored_filter,
     wanted,
     whole,
@@ -44,8 +43,9 @@ from taugrid.bus.topology import (
     history_subject,
 )
 from taugrid.core.errors import TemporaryError
+from taugrid.core.publishing import subject_matches
 
-__all__ = ["CATCH_UP_S", "HISTORY_STREAM", "RUNS_STREAM", "audit_filter", "in_runs_order", "matches", "run_events",
+__all__ = ["CATCH_UP_S", "HISTORY_STREAM", "RUNS_STREAM", "audit_filter", "in_runs_order", "run_events",
            "stored_filter", "wanted", "whole"]
 
 # how long a reader that needs an event RUNS has stored waits for HISTORY to hold it (the feed's copy takes about
@@ -97,7 +97,7 @@ async def _audit_replay(bus: Bus, subject: str) -> list[Event]:
 
 def _copied(subject: str) -> bool:
     """Whether a feed copies what RUNS stores on ``subject`` (into HISTORY or AUDIT)."""
-    return any(matches(f, subject) for feed in FEEDS for f in feed.filters)
+    return any(subject_matches(f, subject) for feed in FEEDS for f in feed.filters)
 
 
 async def _uncopied(bus: Bus, workspace: str, run_id: str, through: int) -> set[int]:

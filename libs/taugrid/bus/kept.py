@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from taugrid.bus.envelope import Event
 from taugrid.bus.topology import AUDIT_PREFIX, HISTORY_PREFIX
+from taugrid.core.publishing import subject_matches
 
 RUNS_STREAM = "RUNS"
 
@@ -43,23 +44,12 @@ def whole(subject: str) -> bool:
     return parts[0] == ">" or (len(parts) <= 4 and parts[-1] == ">")
 
 
-def matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` one or more at the end."""
-    want, got = pattern.split("."), subject.split(".")
-    for i, tok in enumerate(want):
-        if tok == ">":
-            return len(got) > i
-        if i >= len(got) or (tok != "*" and tok != got[i]):
-            return False
-    return len(want) == len(got)
-
-
 def wanted(subject: str, events: list[Event]) -> list[Event]:
     """The events of ``events`` (read from HISTORY on ``stored_filter(subject)``) that RUNS stored on a subject
     ``subject`` matches."""
     if whole(subject):
         return events
-    return [ev for ev in events if matches(subject, ev.nats_subject)]
+    return [ev for ev in events if subject_matches(subject, ev.nats_subject)]
 
 
 def in_runs_order(events: list[Event]) -> list[Event]:

@@ -40,6 +40,7 @@ from taugrid.bus.envelope import Event, from_message
 from taugrid.bus.errors import MISSING, TIMEOUT, UNAVAILABLE, unavailable
 from taugrid.bus.topology import AUDIT_STREAM, HISTORY_STREAM
 from taugrid.core.errors import PermissionDenied, TemporaryError
+from taugrid.core.publishing import subject_matches
 
 _BATCH = 256
 _REPLAY_BATCH = 4096  # messages per pull request when streaming history: fewer round trips, bounded memory
@@ -430,7 +431,7 @@ async def follow(
             while held and (mark is None or held[0][0] <= mark):
                 _, _, j, consumer_seq, ev = heapq.heappop(held)
                 # headers contradicting the subject: never read (envelope.from_message)
-                if seen.fresh([ev]) and not ev.problem and (everything or kept.matches(asked, ev.nats_subject)):
+                if seen.fresh([ev]) and not ev.problem and (everything or subject_matches(asked, ev.nats_subject)):
                     yield ev
                 parts[j].held -= 1
                 parts[j].yielded = max(parts[j].yielded, consumer_seq)
