@@ -92,6 +92,8 @@ StartFn = Callable[[Service], Awaitable[None]]
 async def run(name: str, start: StartFn, *, url: str | None = None, given: Settings | None = None) -> None:
     tracing.setup(name)
     given = given if given is not None else settings.current()
+    # Nothing would read what a service records without /metrics: it then never imports prometheus_client.
+    metrics.record(given.metrics.port is not None)
     bus = None
     while bus is None:
         try:

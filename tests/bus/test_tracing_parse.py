@@ -66,10 +66,20 @@ def test_without_an_exporter_a_span_carries_its_parents_traceparent_unchanged() 
     assert tracing.current_traceparent() == ""  # and the span is left all the same
 
 
+def _as_with_an_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``setup`` leaves a process where ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: the SDK's tracer provider
+    installed (OpenTelemetry takes one per process) and spans made through it."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    monkeypatch.setattr(tracing, "_exporting", True)
+
+
 def test_with_an_exporter_spans_go_through_opentelemetry_and_current_traceparent_matches_inject(
         monkeypatch: pytest.MonkeyPatch) -> None:
     tracing.setup("test")
-    monkeypatch.setattr(tracing, "_exporting", True)
+    _as_with_an_exporter(monkeypatch)
     with tracing.span("x", parent=GOOD):
         carrier: dict[str, str] = {}
         PROPAGATOR.inject(carrier)
@@ -90,7 +100,7 @@ def test_a_span_outside_any_trace_starts_at_its_root_and_a_trace_of_the_callers_
         assert tracing.current_traceparent() == GOOD
     with tracing.span("tau run", parent=GOOD, root=root):
         assert tracing.current_traceparent() == GOOD
-    monkeypatch.setattr(tracing, "_exporting", True)  # a span of its own, in the run's trace
+    _as_with_an_exporter(monkeypatch)  # a span of its own, in the run's trace
     with tracing.span("tau run", root=root):
         carried = tracing.current_traceparent()
         assert carried.split("-")[1] == root.split("-")[1] and carried != root

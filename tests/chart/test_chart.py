@@ -139,7 +139,9 @@ def test_metrics_stay_off_until_one_value_turns_them_on(render: Render) -> None:
 
     from prometheus_client import REGISTRY
 
-    import taugrid.bus.metrics  # noqa: F401 - registers every taugrid metric
+    from taugrid.bus import metrics
+
+    metrics.make_all()  # registers every taugrid metric (a process makes them on first use)
 
     off = render()
     assert not find(off, "Service", "t-taugrid-metrics") and not find(off, "ConfigMap", "t-taugrid-dashboard-queues")

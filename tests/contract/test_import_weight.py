@@ -1,7 +1,9 @@
 """The embedded stack's services (the local backend) start without the Kubernetes client.
 
 kubernetes_asyncio's generated models are about 65 MB resident per process; only the Kubernetes backend needs
-them (kube-bridge, the health monitor's actuator). Memory targets themselves are measured in bench/pipeline.py.
+them (kube-bridge, the health monitor's actuator). Nor do they import prometheus_client or the OpenTelemetry SDK
+where nothing would read what they make (issue 27: about 3.5 MB resident per service together, with the
+http.server, wsgiref and psutil modules they bring). Memory targets themselves are measured in bench/pipeline.py.
 """
 
 from __future__ import annotations
@@ -33,6 +35,56 @@ def _first_loading_each(modules: list[str], watched: tuple[str, ...] = KUBERNETE
     env = {k: v for k, v in os.environ.items() if k != "TAU_BACKEND"}  # the default: local
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
     return {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+
+
+# Imported only where used: prometheus_client where a service serves /metrics (``metrics.record``), the SDK where
+# spans are exported (``tracing.setup`` with OTEL_EXPORTER_OTLP_ENDPOINT set).
+ONLY_WHERE_READ = ("prometheus_client", "opentelemetry.sdk")
+
+
+def _after_start(*, metrics_port: bool, endpoint: bool) -> list[str]:
+    """What a service's start and hot paths do with metrics and tracing (``taugrid.service.run``, a consumer, a KV
+    operation, a span), in a fresh interpreter: which of the modules that only a reader needs it then holds, and
+    the handled-event count the default registry shows ("-" where prometheus_client was not imported)."""
+    probe = (
+        "import sys\n"
+        "from taugrid.bus import metrics, tracing\n"
+        "tracing.setup('probe')\n"
+        f"metrics.record({metrics_port})\n"
+        "with metrics.timed(metrics.KV_SECONDS, 'submissions', 'get'):\n"
+        "    pass\n"
+        "metrics.child(metrics.HANDLED, 'probe', 'submit.accepted', 'ack').observe(0.01)\n"
+        "metrics.DEAD_LETTERS.labels('probe', 'refused').inc()\n"
+        f"if not {endpoint}:  # no span where it could be exported: the exporter, if installed, would send it\n"
+        "    with tracing.span('handle', parent='00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'):\n"
+        "        assert tracing.current_traceparent().endswith('-00f067aa0ba902b7-01')\n"
+        "count = '-'\n"
+        "if 'prometheus_client' in sys.modules:\n"
+        "    from prometheus_client import REGISTRY\n"
+        "    count = REGISTRY.get_sample_value('taugrid_handler_seconds_count', {'durable': 'probe', "
+        "'event_type': 'submit.accepted', 'outcome': 'ack'})\n"
+        f"print(count, *[m for m in {(*ONLY_WHERE_READ, 'http.server', 'psutil')!r} if m in sys.modules])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"}
+    if endpoint:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:1"  # never reached: no span is made
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          env=env).stdout.split()
+
+
+def test_no_embedded_service_imports_metrics_or_the_tracing_sdk_at_start() -> None:
+    modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES]
+    assert _first_loading_each(modules, ONLY_WHERE_READ) == {name: [] for name in modules}
+
+
+def test_a_service_without_a_metrics_port_or_an_exporter_records_nothing_and_imports_neither() -> None:
+    assert _after_start(metrics_port=False, endpoint=False) == ["-"]
+
+
+def test_a_metrics_port_and_an_exporter_bring_what_they_need() -> None:
+    """The probe sees the modules once they are used: each event handled is counted, as before."""
+    assert _after_start(metrics_port=True, endpoint=True) == [
+        "1.0", "prometheus_client", "opentelemetry.sdk", "http.server", "psutil"]
 
 
 def test_no_embedded_service_imports_the_kubernetes_client_at_start() -> None:

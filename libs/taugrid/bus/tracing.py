@@ -6,6 +6,9 @@ is installed. Without an exporter nothing would ever read a span, so a service (
 with a fresh trace id) in a context variable, and what is published inside it carries that ``traceparent``
 unchanged: every event of a run keeps its trace id without any OpenTelemetry work per message on every hop. With
 an exporter (or in a process that never called ``setup``: the API's no-op tracer) spans go through OpenTelemetry.
+The SDK (its tracer provider, and the resource detection that imports psutil) is imported only when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: without it the provider would make no span (issue 27: about 2 MB resident
+in every service).
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import INVALID_SPAN, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -32,22 +33,33 @@ _CARRIED: ContextVar[str] = ContextVar("taugrid_traceparent", default="")
 
 
 def setup(service: str) -> None:
-    """Install a tracer provider once per process."""
+    """Once per process: spans only carry their traceparent from now on, unless ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    is set; then the SDK's tracer provider is installed, exporting over OTLP when the exporter is installed."""
     global _configured, _exporting
     if _configured:
         return
-    provider = TracerProvider(resource=Resource.create({"service.name": f"taugrid-{service}"}))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-            _exporting = True
-        except ImportError:  # exporter is an optional extra: taugrid[otlp]
-            pass
-    trace.set_tracer_provider(provider)
+        _exporting = _provide(service)
     _configured = True
+
+
+def _provide(service: str) -> bool:
+    """Install the SDK's tracer provider; whether it exports."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = TracerProvider(resource=Resource.create({"service.name": f"taugrid-{service}"}))
+    exporting = False
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        exporting = True
+    except ImportError:  # exporter is an optional extra: taugrid[otlp]
+        pass
+    trace.set_tracer_provider(provider)
+    return exporting
 
 
 def tracer() -> trace.Tracer:
