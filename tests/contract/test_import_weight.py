@@ -87,6 +87,16 @@ def test_a_metrics_port_and_an_exporter_bring_what_they_need() -> None:
         "1.0", "prometheus_client", "opentelemetry.sdk", "http.server", "psutil"]
 
 
+def test_services_import_neither_a_command_line_parser_nor_difflib_at_start() -> None:
+    """argparse (with gettext, about 0.4 MB resident) serves only ``python -m taugrid.bus.bootstrap``'s command
+    line, difflib (about 0.2 MB) only a platform mistake's "did you mean". The portal's aiohttp.web imports argparse
+    itself: the probe sees it there."""
+    modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES]
+    portal = "taugrid_services.portal.__main__"
+    assert _first_loading_each(modules, ("argparse", "difflib")) == {
+        name: ["argparse"] if name == portal else [] for name in modules}
+
+
 def test_no_embedded_service_imports_the_kubernetes_client_at_start() -> None:
     modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES]
     assert _first_loading_each(modules) == {name: [] for name in modules}

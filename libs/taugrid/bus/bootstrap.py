@@ -31,7 +31,6 @@ HISTORY from its first event; its AUDIT (a plain source per kept kind) is report
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -563,6 +562,8 @@ async def _main(url: str | None, *, update: bool, replicas: int | None, service_
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here: every service imports this module, only this command line parses arguments
+
     ap = argparse.ArgumentParser(prog="python -m taugrid.bus.bootstrap", description=__doc__)
     ap.add_argument("url", nargs="?", help="the bus (default TAU_NATS_URL); several servers comma separated")
     ap.add_argument("--update", action="store_true", help="apply stream differences (break-glass identity)")

@@ -14,7 +14,6 @@ path, or of its nearest parent that has one.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -237,6 +236,8 @@ def _model_at(model: type[pydantic.BaseModel], loc: Path) -> type[pydantic.BaseM
 
 
 def suggest(word: str, options: list[str]) -> str | None:
+    import difflib  # here: only a mistake needs it, and every service that reads the platform imports this module
+
     found = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return found[0] if found else None
 
