@@ -97,6 +97,30 @@ def test_services_import_neither_a_command_line_parser_nor_difflib_at_start() ->
         name: ["argparse"] if name == portal else [] for name in modules}
 
 
+def test_a_service_reading_a_valid_platform_imports_no_difflib() -> None:
+    """The platform's cross-checks guess a name (difflib) only for a mistake: a valid platform, as every service
+    reads one, leaves it out; a misspelt name brings it (the probe sees it)."""
+    platform = (
+        "resource_flavors: [{name: default}]\n"
+        "cluster_queues: [{name: team, resource_groups: [{covered_resources: [cpu], flavors: [{name: default, "
+        "resources: [{name: cpu, nominal_quota: '8'}]}]}]}]\n"
+        "local_queues: [{name: team, namespace: default, cluster_queue: %s}]\n"
+    )
+    probe = (
+        "import sys\n"
+        "from taugrid.config.platform import load_platform_kept\n"
+        "from taugrid.core.errors import ConfigError\n"
+        "try:\n"
+        "    load_platform_kept(sys.argv[1])\n"
+        "except ConfigError as exc:\n"
+        "    print('refused:', 'did you mean' in str(exc))\n"
+        "print('difflib' in sys.modules)\n"
+    )
+    seen = [subprocess.run([sys.executable, "-c", probe, platform % name], capture_output=True, text=True,
+                           check=True).stdout.split() for name in ("team", "teem")]
+    assert seen == [["False"], ["refused:", "True", "True"]]
+
+
 def test_no_embedded_service_imports_the_kubernetes_client_at_start() -> None:
     modules = [f"taugrid_services.{svc}.__main__" for svc in SERVICES]
     assert _first_loading_each(modules) == {name: [] for name in modules}

@@ -7,7 +7,6 @@ Invariant: ``check_platform`` never raises; it returns every problem at once, ea
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable
 
 from taugrid.config.clusters import check_clusters
@@ -84,6 +83,8 @@ def nearest(word: str, options: list[str]) -> str | None:
     close = suggest(word, options)
     if close is not None:
         return close
+    import difflib  # here: every service checks its platform when it reads one, only a mistake needs a guess
+
     ratios = [difflib.SequenceMatcher(None, word.lower(), o.lower()).ratio() for o in options]
     return options[ratios.index(max(ratios))]
 
