@@ -114,6 +114,30 @@ async def test_the_merge_hands_out_each_sequence_once_as_far_as_every_source_has
     assert [b async for b in replay._in_runs_order([feed(), feed()])] == []
 
 
+def test_the_merge_hands_out_each_sequence_once_across_runs_of_consecutive_sequences_and_repeats() -> None:
+    from taugrid.bus.envelope import from_message
+
+    def evs(*seqs: int) -> list[Any]:
+        return [from_message("run.ws.r.exec.running", {}, b"{}", seq=s) for s in seqs]
+
+    seen = replay._Seen()
+    handed = [[ev.seq for ev in seen.fresh(evs(*batch))] for batch in (
+        range(5, 21),  # consecutive, from the first: bits set a byte at a time (5..20 spans three bytes)
+        range(21, 24),  # consecutive within one byte
+        (18, 19, 24),  # two seen before, one new
+        range(25, 40),
+        (3, 4, 30),  # below the first sequence (a lagging feed's), and a repeat
+        (3, 40, 41),
+        (42, 42, 43),  # a copy delivered twice in one batch
+        (44, 46, 47),  # a gap: 45 may still come
+        (45, 46),
+        (48, 48, 50),  # as many as 48..50 holds, but 49 is not among them
+        (49, 50),
+    )]
+    assert handed == [list(range(5, 21)), [21, 22, 23], [24], list(range(25, 40)), [3, 4], [40, 41], [42, 43],
+                      [44, 46, 47], [45], [48, 50], [49]]
+
+
 async def test_a_filter_with_no_history_yields_no_batch(bus: Bus) -> None:
     assert [b async for b in replay.batches(bus, f"run.w{uuid.uuid4().hex[:6]}.>")] == []
 

@@ -93,6 +93,7 @@ async def replay(bus: Bus, *, stream: str, subject: str, limit: int = 100_000) -
 
 _STALL_S = 1.0  # a live follow hands out what it holds back for a lagging consumer after this long without news
 _SEQ = attrgetter("seq")
+_PROBLEM = attrgetter("problem")
 
 
 @dataclass
@@ -172,7 +173,9 @@ async def batches(
         for feed in feeds:  # each consumer goes as soon as the caller stops reading
             await stack.enter_async_context(contextlib.aclosing(feed))
         async for events in _in_runs_order(feeds):
-            got = [ev for ev in kept.wanted(subject, events) if not ev.problem]  # contradicting headers: never read
+            got = kept.wanted(subject, events)
+            if any(map(_PROBLEM, got)):  # contradicting headers: never read
+                got = [ev for ev in got if not ev.problem]
             if got:
                 yield got
 
@@ -219,17 +222,26 @@ class _Seen:
         self.base: int | None = None
         self.bits = bytearray()
         self.below: set[int] = set()  # the few earlier than the first (a lagging feed's)
+        self.top = 0  # the highest sequence seen (0: none; a sequence is at least 1)
 
     def fresh(self, events: list[Event]) -> list[Event]:
-        """``events`` (in sequence order) less those seen before, now seen."""
+        """``events`` (in sequence order) less those seen before, now seen. A batch of consecutive sequences all
+        past the highest seen (a replay's usual batch: HISTORY's and AUDIT's copies together hold RUNS' sequences
+        one after another) is all fresh: its bits are set a byte at a time, not an event at a time."""
         if not events:
             return events
+        first, last = events[0].seq, events[-1].seq
         if self.base is None:
-            self.base = events[0].seq
+            self.base = first
         base, bits, out = self.base, self.bits, []
-        need = ((events[-1].seq - base) >> 3) + 1
+        need = ((last - base) >> 3) + 1
         if need > len(bits):
             bits.extend(bytes(need - len(bits) + 4096))
+        if first > self.top and last - first + 1 == len(events) and len(set(map(_SEQ, events))) == len(events):
+            _set_bits(bits, first - base, last - base)
+            self.top = last
+            return events
+        self.top = max(self.top, last)
         for ev in events:
             off = ev.seq - base
             if off < 0:
@@ -243,6 +255,18 @@ class _Seen:
                 bits[byte] |= bit
             out.append(ev)
         return out
+
+
+def _set_bits(bits: bytearray, low: int, high: int) -> None:
+    """Set bits ``low`` to ``high`` (both included; bit ``i`` is ``1 << (i & 7)`` of byte ``i >> 3``)."""
+    first, last = low >> 3, high >> 3
+    low_mask, high_mask = (0xFF << (low & 7)) & 0xFF, (1 << ((high & 7) + 1)) - 1
+    if first == last:
+        bits[first] |= low_mask & high_mask
+        return
+    bits[first] |= low_mask
+    bits[first + 1:last] = b"\xff" * (last - first - 1)
+    bits[last] |= high_mask
 
 
 async def _stored(
