@@ -10,8 +10,10 @@ queue's classes on their own clocks) at ``--rate`` runs a second (0: as fast as 
 applies go, so a backlog waits in the cluster, as when submissions outran admission), and end after their
 simulated durations. Prints, every ``--every`` seconds and once every run has ended: resident memory,
 workloads held (waiting), pymalloc's arenas and the bytes in use in them (``sys._debugmallocstats``).
-``--trace`` runs under tracemalloc (slower) and prints the largest allocation sites at the peak and at the end,
-and where the objects that hold pymalloc's arenas at the end were allocated. No limit is judged: the stack's
+``--trace`` runs under tracemalloc (slower; pymalloc's statistics then read 0) and prints the largest allocation
+sites at the peak and at the end, and where the objects that hold pymalloc's arenas at the end were allocated; with
+``--burst``, also what the waiting backlog holds a run, by allocation site, before any is admitted (the JSON of a
+Job and its Workload, over 512 bytes, is the C heap's; the rest pymalloc's). No limit is judged: the stack's
 ``kueue_large_scenario.py`` judges the service.
 
 Usage: python bench/local_cluster_memory.py [--runs 20000] [--rate 0 | --burst] [--in-flight 64] [--trace]
@@ -237,6 +239,7 @@ async def drive(args: argparse.Namespace, url: str, data: Path) -> None:
     await cluster.load()
     gc.collect()
     probe(cluster, "start")
+    before = tracemalloc.take_snapshot() if args.trace else None
     stopping = asyncio.Event()
 
     async def ticks() -> None:
@@ -287,6 +290,15 @@ async def drive(args: argparse.Namespace, url: str, data: Path) -> None:
         while pending:
             await asyncio.sleep(0.05)
         probe(cluster, "applied")
+        if before is not None:  # what the waiting backlog holds, by allocation site
+            gc.collect()
+            grown = tracemalloc.take_snapshot().compare_to(before, "lineno")
+            print(f"waiting backlog: traced +{sum(s.size_diff for s in grown) / 2**20:.1f} MB, "
+                  f"{sum(s.size_diff for s in grown) / max(1, args.runs):.0f} B a run")
+            for s in grown[:args.top]:
+                print(f"  {s.size_diff / max(1, args.runs):7.0f} B {s.count_diff / max(1, args.runs):6.2f}  "
+                      f"{s.traceback[0].filename.split('/taugrid/')[-1]}:{s.traceback[0].lineno}")
+            del grown, before
         tasks += [asyncio.create_task(cluster.admission_loop(stopping)), asyncio.create_task(ticks())]
         cluster.wake()
     while pending or cluster.wls:

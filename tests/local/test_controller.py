@@ -671,6 +671,24 @@ async def test_an_apply_redelivered_after_its_workload_finished_does_not_run_it_
     assert len(added) == 1
 
 
+async def test_workloads_hold_the_strings_their_requests_repeat_once(cluster: LocalCluster) -> None:
+    """Two runs of a workspace, each request decoded on its own (as the service decodes each apply): their workloads
+    share one workspace, namespace and placement string (issue 27: a backlog's small objects stay resident)."""
+    cluster.simulate = True
+    names = []
+    for _ in range(2):
+        rid = run_id()
+        names.append(f"{rid}-a1")
+        request = BackendApply(run_id=rid, workspace="default", attempt=1, manifests=[
+            job(names[-1], main(["true"], env=[{"name": "SIMULATED_DURATION", "value": "0.05"}]))])
+        await cluster.apply(msgspec.json.decode(msgspec.json.encode(request), type=BackendApply))
+    a, b = (cluster.wls[n] for n in names)
+    assert (a.workspace, a.namespace, a.placement) == ("default", "default", "binpack")
+    assert a.workspace is b.workspace and a.namespace is b.namespace and a.placement is b.placement
+    for name in names:
+        await until_finished(cluster, name)
+
+
 async def test_the_only_server_killed_while_pods_start_every_workload_runs_once_and_finishes(
         fresh_nats: tuple[subprocess.Popen[bytes], int, Path], tmp_path: Path) -> None:
     """A real nats-server SIGKILLed just as the third of 12 pods is being recorded Running (that save, and others

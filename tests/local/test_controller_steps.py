@@ -4,8 +4,10 @@ workload's Job, Workload and pods as dicts from its first step to its last publi
 from __future__ import annotations
 
 import asyncio
+import time
 
 from taugrid.local.controller import LocalCluster
+from taugrid.local.lanelock import LaneLock
 
 
 async def test_steps_run_at_most_at_once_in_order_and_one_failure_stops_none() -> None:
@@ -26,3 +28,29 @@ async def test_steps_run_at_most_at_once_in_order_and_one_failure_stops_none() -
     most, began = 0, []
     await LocalCluster._each(step(i) for i in range(10))
     assert (most, began) == (10, list(range(10)))  # unbounded: every step at once, as before
+
+
+async def test_ends_due_while_the_lock_is_held_wait_in_one_pass_that_takes_them_all() -> None:
+    """Simulated pods' ends come due one timer after another while the lock is held (an admission, a pass): one
+    pass waits for the lock and takes them all, in order, once it has it, where a pass each piled up behind the lock
+    (a task and a lock waiter each, 2,000 at once through the stack in Kueue's large-scale: issue 27's memory)."""
+    c = LocalCluster.__new__(LocalCluster)  # the simulated ends' timer alone: no bus
+    c.lock, c.wls = LaneLock(), {n: n for n in "abcd"}  # type: ignore[misc]
+    c._sim_ends, c._sim_timer, c._sim_armed, c._sim_passes, c._sim_due, c._sim_queued = [], None, 0.0, set(), [], False
+    passes: list[list[str]] = []
+
+    async def supervise_many(wls: list[str]) -> None:
+        passes.append(wls)
+
+    c._supervise_many = supervise_many  # type: ignore[assignment,method-assign]
+    async with c.lock:
+        for name in ("a", "b", "a", "c"):
+            c._sim_ends.append((time.time() - 1.0, name))  # due (as ``_supervise_at`` files it)
+            c._sim_pass()  # its timer
+        assert len(c._sim_passes) == 1
+    await asyncio.gather(*c._sim_passes)
+    assert passes == [["a", "b", "c"]]
+    c._sim_ends.append((time.time() - 1.0, "d"))
+    c._sim_pass()  # a later end: a pass of its own
+    await asyncio.gather(*c._sim_passes)
+    assert passes == [["a", "b", "c"], ["d"]]

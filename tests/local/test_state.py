@@ -3,6 +3,7 @@ dicts once used, and written to the record as they are at each save."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import msgspec
@@ -68,6 +69,20 @@ def test_the_workload_is_held_as_the_job_is() -> None:
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j-a1-0", "uid": "pod-j-a1-0"},
        "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}}
+
+
+def test_a_packed_workload_and_its_pods_keep_no_table_for_their_dropped_dicts() -> None:
+    """An emptied ``__dict__`` is cleared: one held per waiting workload and per running pod (issue 27)."""
+    wl = msgspec.json.decode(record(JOB), type=LocalWorkload)
+    pod = LocalPod.holding(POD, name="j-a1-0", index=0, node="node-1")
+    wl.pods.append(pod)
+    wl.job["status"] = {"active": 1}
+    wl.workload["status"] = {}
+    assert sys.getsizeof(wl.__dict__) > sys.getsizeof({})
+    wl.pack()
+    assert (wl.__dict__, pod.__dict__) == ({}, {})
+    assert (sys.getsizeof(wl.__dict__), sys.getsizeof(pod.__dict__)) == (sys.getsizeof({}), sys.getsizeof({}))
+    assert wl.job["status"] == {"active": 1} and pod.obj == POD  # decoded again on use
 
 
 def test_a_new_pod_is_written_to_the_record_as_it_is_at_the_save_and_packed_with_its_workload() -> None:

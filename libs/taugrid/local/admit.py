@@ -39,9 +39,12 @@ from taugrid.local.kaiqueues import kai_spec, with_department_quota
 
 GPU = "nvidia.com/gpu"
 _UNLIMITED_CPU = 1e6
+# A pod set's excluded nodes when it has none (nearly always): one object for all, where ``frozenset(())`` is a new
+# 216-byte set per waiting workload, kept while it waits (issue 27: a backlog's small objects stay resident)
+_NONE_EXCLUDED: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     name: str
     cluster_queue: str  # resolved ClusterQueue ("" when the LocalQueue is unknown)
@@ -349,12 +352,12 @@ class LocalAdmitter:
 
     def _workload(self, req: Request) -> adm.Workload:
         requests = {r: v for r, v in req.per_pod.items() if not (r == GPU and (req.gpu_fraction or req.gpu_memory_mb))}
+        excluded = frozenset(req.excluded_nodes) if req.excluded_nodes else _NONE_EXCLUDED
         main = adm.PodSet(req.pod_sets()[-1][0], req.pods, requests, gpu_fraction=req.gpu_fraction,
-                          gpu_memory_mb=req.gpu_memory_mb, excluded_nodes=frozenset(req.excluded_nodes),
+                          gpu_memory_mb=req.gpu_memory_mb, excluded_nodes=excluded,
                           topology_request=req.topology if self.tas else None)
         # a Ray cluster's head: one pod, never resized, kept off the same nodes (its TAS request is the workers')
-        head = (adm.PodSet(raycluster.HEAD, 1, dict(req.head), excluded_nodes=frozenset(req.excluded_nodes)),
-                ) if req.head else ()
+        head = (adm.PodSet(raycluster.HEAD, 1, dict(req.head), excluded_nodes=excluded),) if req.head else ()
         return adm.Workload(
             req.name, req.cluster_queue, (*head, main),
             priority=req.priority, preemptible=req.preemptible, created_at=req.created,

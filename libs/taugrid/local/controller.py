@@ -17,6 +17,7 @@ import itertools
 import logging
 import re
 import shutil
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -85,13 +86,14 @@ SAFETY_CYCLE_S = 2.0  # admission runs on wake-ups; this timer only catches what
 SIM_PASS_GAP_S = 0.005  # after a simulated pod's end: its clock check passes, and pods ending together share a pass
 ADMIT_BATCH = 256  # admissions decided before their starts are published together
 # Starts and ends under way at once, at most (the rest wait their turn, in order): each holds its Job, Workload and
-# pods as dicts from its first step to its last publish, and a burst's were all under way together (1,000 ends at
-# once: 40 KB each, where at most 64 publishes are in flight anyway, ``_inflight``); Python's allocator kept the
-# arenas they filled after the burst (issue 27: the local cluster ended at 96-118 MB after Kueue's large-scale).
-# Not fewer: the ends of a pass run under the lock, a few round trips each, and admissions wait for all of them
-# (a 3,000-run burst in-process: 61 arenas at 64, 69 at 256, 124-128 unbounded; 256 keeps an admission batch's
-# starts together, as before)
-STEPS_AT_ONCE = 256
+# pods as dicts from its first step to its last publish (about 25 KB of small objects a start: the Job 12, its pod's
+# spec copied 8, the Workload 3), and a burst's were all under way together (1,000 ends at once: 40 KB each, where
+# at most 64 publishes are in flight anyway, ``_inflight``); Python's allocator kept the arenas they filled after the
+# burst (issue 27: the local cluster ended at 96-118 MB after Kueue's large-scale). 128 (256 until session 21): a
+# 2,000-run burst in-process ended at 52 arenas against 57 at 256 and 50 at 64, its CPU no higher; not fewer: the
+# ends of a pass run under the lock, a few round trips each, and admissions wait for all of them (at 64, the stack's
+# ``--fraction 0.1`` held 2,255-2,585 workloads at once).
+STEPS_AT_ONCE = 128
 TRIM_PEAK = 256  # workloads held at once before a drained backlog is worth a heap trim (``_trim_after_drain``)
 FINISHED_MEMORY = 20_000  # names of finished workloads remembered, against redelivered applies
 _UNSYNCED = msgspec.Raw(b"null")  # a new workload's JSON until its first save writes it (``LocalWorkload.sync``)
@@ -194,6 +196,10 @@ class LocalCluster:
         self._sim_timer: asyncio.TimerHandle | None = None
         self._sim_armed = 0.0
         self._sim_passes: set[asyncio.Task[None]] = set()
+        # Ends due and not yet taken by a pass, and whether a pass is waiting for the lock to take them: one waits at
+        # a time (``_sim_pass``)
+        self._sim_due: list[str] = []
+        self._sim_queued = False
         # Simulated runs found ended and released (``_release_ended``), by when: their ends are reported as of
         # then (the events' ce-time), since their quota was free from then, where the reports come after the
         # admissions the release allowed
@@ -373,7 +379,7 @@ class LocalCluster:
         wl.preempt_granted = req.may_preempt
         wl.traceparent = traceparent
         wl.lane = self._lane(wl)
-        wl.user = run_user(req.run_id)  # the request's verified submitter (its handler's ``identity.run_user``)
+        wl.user = sys.intern(run_user(req.run_id))  # the verified submitter (its handler's ``identity.run_user``)
         self._applying.add(name)
         # One round trip instead of three: versions are taken in call order before any await, and the state is
         # still saved before the request is acknowledged. A Job's creation is not published (issue 30: a watch
@@ -432,18 +438,20 @@ class LocalCluster:
         wl_obj = objects.workload(main, uid=uid, queue=queue, priority=prio, priority_class=prio_name,
                                   pod_sets=pod_sets, at=now)
         wl_obj["metadata"]["resourceVersion"] = "1"
+        # Strings many workloads share (their namespace, workspace, interpreter...) are held once (``sys.intern``), not
+        # once per workload as each request decodes them: a backlog's small objects stay resident (issue 27)
         wl = LocalWorkload(
-            name=meta["name"], namespace=ns, uid=uid, run_id=req.run_id, workspace=req.workspace,
-            attempt=req.attempt, job_json=_UNSYNCED, workload_json=_UNSYNCED,
+            name=meta["name"], namespace=sys.intern(ns), uid=uid, run_id=req.run_id,
+            workspace=sys.intern(req.workspace), attempt=req.attempt, job_json=_UNSYNCED, workload_json=_UNSYNCED,
             cluster_queue=self.lq.get((ns, queue), ""),
             priority=prio, created=now, pods_wanted=pods_wanted, per_pod=per_pod, head_per_pod=head,
             gpu_fraction=fraction,
             gpu_memory_mb=gpu_mem, memory_limit=memory_limit, preemptible=preemptible,
-            placement=str(ann.get("taugrid.io/placement", "binpack")),
+            placement=sys.intern(str(ann.get("taugrid.io/placement", "binpack"))),
             excluded_nodes=excluded_nodes(template(main).get("spec", {})),
             hang_timeout_s=float(ann.get("taugrid.io/hang-timeout", 0) or 0),
-            source_object=req.source_object, python=req.python, python_source=req.python_source, image=req.image,
-            pip=list(req.pip),
+            source_object=sys.intern(req.source_object), python=sys.intern(req.python),
+            python_source=sys.intern(req.python_source), image=sys.intern(req.image), pip=list(req.pip),
         )
         wl.keep(job=main, workload=wl_obj)  # their JSON is written by the first save
         return wl
@@ -919,23 +927,31 @@ class LocalCluster:
         self._sim_timer = loop.call_later(max(0.0, first - time.time()) + SIM_PASS_GAP_S, self._sim_pass)
 
     def _sim_pass(self) -> None:
+        """The ends now due join those no pass has taken yet; a pass is begun unless one already waits for the lock,
+        which takes them all once it has it. A pass per timer, each waiting for the lock, piled up while the lock was
+        held (Kueue's large-scale through the stack: 2,000 at once, 1.7 KB each, a task, its coroutine and its lock
+        waiter), and a backlog's peak is what stays resident after it (issue 27)."""
         self._sim_timer = None
         now = time.time()
-        due: list[str] = []
         while self._sim_ends and self._sim_ends[0][0] <= now:
-            due.append(heapq.heappop(self._sim_ends)[1])
-        task = asyncio.create_task(self._supervise_due(due))
-        self._sim_passes.add(task)
-        task.add_done_callback(self._sim_pass_done)
+            self._sim_due.append(heapq.heappop(self._sim_ends)[1])
+        if self._sim_due and not self._sim_queued:
+            self._sim_queued = True
+            task = asyncio.create_task(self._supervise_due())
+            self._sim_passes.add(task)
+            task.add_done_callback(self._sim_pass_done)
         self._arm_sim_timer()
 
-    async def _supervise_due(self, names: list[str]) -> None:
-        """Simulated pods' ends: the capacity of every run whose pods have all ended is released and admitted
-        first, then the ends are reported. Each report is a bus round trip (every pod's end, the Job's, the
-        Workload's, the save) made under the lock, with the next passes queued behind it: admission waited for
-        all of them while the quota stood free (under load, seconds a batch in Kueue's TAS scenario)."""
+    async def _supervise_due(self, names: Iterable[str] = ()) -> None:
+        """Simulated pods' ends (``names`` and every end ``_sim_pass`` queued until this pass has the lock): the
+        capacity of every run whose pods have all ended is released and admitted first, then the ends are reported.
+        Each report is a bus round trip (every pod's end, the Job's, the Workload's, the save) made under the lock,
+        with the next pass queued behind it: admission waited for all of them while the quota stood free (under
+        load, seconds a batch in Kueue's TAS scenario)."""
+        self._sim_due.extend(names)
         async with self.lock:
-            await self._supervise_many([self.wls[n] for n in dict.fromkeys(names) if n in self.wls])
+            due, self._sim_due, self._sim_queued = self._sim_due, [], False
+            await self._supervise_many([self.wls[n] for n in dict.fromkeys(due) if n in self.wls])
 
     async def _supervise_many(self, wls: list[LocalWorkload]) -> None:
         """``_supervise`` each running or deleted workload of ``wls``, once the capacity of those whose simulated

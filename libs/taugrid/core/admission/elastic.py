@@ -212,7 +212,7 @@ def notify_released(engine: Engine, name: str) -> None:
     """Preemptors waiting on this workload's shrink may go again (first in their queue)."""
     for other in engine.states.values():  # in submission order (an event, not every cycle: O(pending) is fine)
         if name in other.awaiting:
-            other.awaiting.discard(name)
+            other.awaiting -= {name}
             if not other.awaiting and other.status == PENDING:
                 engine.queues[other.cq].waiting = other
 

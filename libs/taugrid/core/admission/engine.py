@@ -820,7 +820,7 @@ class Engine:
             targets, shrinks = plan
             for vs, count in shrinks:
                 self._resized.append(E.shrink(self, vs, count, now, R.SHRUNK_FOR_PREEMPTOR, ws.workload.name))
-                ws.awaiting.add(vs.workload.name)
+                ws.awaiting |= {vs.workload.name}
                 self._awaiting.add(ws.workload.name)
         names = [t.name for t in targets] + sorted(ws.awaiting)
         for t in targets:

@@ -80,7 +80,9 @@ class WState:
     # for a preemptor, the shrinks it waits for; the last resize time (cooldown).
     held: dict[FR, int] = field(default_factory=dict)
     held_pods: tuple[PodPlacement, ...] = ()
-    awaiting: set[str] = field(default_factory=set)
+    # one empty set shared by every workload (a set of its own was 216 bytes a waiting workload, issue 27): a new
+    # one is made for each change, which only an elastic preemption's shrinks make
+    awaiting: frozenset[str] = frozenset()
     last_resize: float = float("-inf")
     replaces: str | None = None  # a Kueue scale-up slice: the admitted workload it replaces
     shape: int = 0  # the number of what a memo must match (``engine._Shapes``), for ``shape_of``
