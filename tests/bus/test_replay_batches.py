@@ -219,6 +219,20 @@ async def test_json_lines_of_an_undecodable_payload_say_why_after_the_data() -> 
     assert doc["undecodable"].startswith("JSON is malformed")
 
 
+def test_json_lines_read_deep_many_bracketed_foreign_and_non_run_payloads_as_events_to_json_says() -> None:
+    from taugrid.bus.envelope import from_message
+
+    deep = b'{"a":' * 70 + b"1" + b"}" * 70  # nests past EVENT_MAX_DEPTH (64)
+    shallow = b'{"a":[' + b",".join([b"[]"] * 70) + b"]}"  # more brackets than the limit, two levels deep
+    foreign = b'{"node":5}'  # not exec.running's Struct (its node is a string): shown as stored
+    events = [from_message("run.ws.r1.exec.running", {}, body, seq=n) for n, body in enumerate((deep, foreign), 1)]
+    events += [from_message("node.n1.report", {"ce-type": "io.taugrid.node.report.v1"}, shallow, seq=3)]
+    docs = [json.loads(line) for line in event_json_lines(events).splitlines()]
+    assert docs[0]["data"] is None and docs[0]["undecodable"].startswith("JSON nests deeper than 64 levels")
+    assert (docs[1]["data"], docs[2]["data"]) == ({"node": 5}, {"a": [[]] * 70})
+    assert docs[1:] == [ev.to_json() for ev in events[1:]]
+
+
 ODD_HEADERS = [  # each beside the CloudEvents attributes of a cancel.requested, as any client may write them
     b"x-note: a: b\r\n", b'x-quote: say "hi" \\o/\r\n', b"x-lead:  spaced \r\n", b"x-utf: caf\xc3\xa9\r\n",
     b"x-dup: 1\r\nx-dup: 2\r\n", b"bad name: x\r\n", b"x-tab:\tv\r\n", b"x-empty: \r\n", b"x-colon:x\r\n",

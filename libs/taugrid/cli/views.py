@@ -200,12 +200,22 @@ def event_json_lines(events: list[Event]) -> bytes:
     ``msgspec.json.decode`` with a ``type`` looks the type up on every call, which cost as much as the decoding."""
     lines = []
     unset = msgspec.UNSET
+    raw = _RAW.decode
     for ev in events:
         data: Any = ev.data
         undecodable: str | msgspec.UnsetType = unset
         try:
-            if data[:1] == b"{" and (len(data) <= EVENT_MAX_DEPTH or not nesting.nests_deeper(data)):
-                data = _typed(data, _run_decoder(ev.type) if ev.nats_subject.startswith("run.") else None)
+            # ``nesting.nests_deeper``'s first two answers inline (a call an event cost as much as they do)
+            if data[:1] == b"{" and (len(data) <= EVENT_MAX_DEPTH or data.count(b"[") + data.count(b"{") <=
+                                     EVENT_MAX_DEPTH or not nesting.nests_deeper(data)):
+                decoder = _run_decoder(ev.type) if ev.nats_subject.startswith("run.") else None
+                if decoder is None:
+                    data = raw(data)  # validates, keeps the bytes
+                else:  # its Struct, whole when encoded; a body that is not its Struct's is shown as stored
+                    try:
+                        data = decoder.decode(data)
+                    except msgspec.ValidationError:
+                        data = raw(data)
             else:
                 data = ev.as_dict()
         except msgspec.DecodeError as exc:
@@ -213,16 +223,6 @@ def event_json_lines(events: list[Event]) -> bytes:
         lines.append(_JsonLine(ev.id, _ce_type(ev.type), ev.type, ev.source, ev.subject, ev.time, ev.workspace,
                                ev.attempt, ev.traceparent, ev.seq, ev.user, ev.signer, data, undecodable))
     return _JSON.encode_lines(lines)
-
-
-def _typed(data: bytes, decoder: msgspec.json.Decoder[Any] | None) -> Any:
-    """A run event's payload as its Struct (whole when encoded), else the bytes checked and kept as they are."""
-    if decoder is not None:
-        try:
-            return decoder.decode(data)
-        except msgspec.ValidationError:  # not its Struct's (an older or foreign body): shown as stored
-            pass
-    return _RAW.decode(data)  # validates, keeps the bytes
 
 
 _RAW = msgspec.json.Decoder(msgspec.Raw)
