@@ -131,3 +131,14 @@ def test_a_message_split_across_reads_at_every_byte() -> None:
     expected = reference(stream)
     for cut in range(len(stream) + 1):
         assert bulk(stream, [cut])[0] == expected, cut
+
+
+def test_a_run_of_stored_messages_broken_by_others_reaches_its_sink_whole() -> None:
+    # the routed run's frames are gathered, handed over at each other frame (another subscription's message, a
+    # PING), then gathered again: none may go into a list already handed over
+    stored = [frame(ROUTED, reply=f"$JS.ACK.RUNS.c.1.{n}.{n}.17000.0", headers=HEADERS, data=b"{}") for n in range(9)]
+    stream = b"".join([*stored[:3], frame(9, data=b"z"), *stored[3:6], b"PING\r\n", *stored[6:]])
+    calls, _ = bulk(stream, [])
+    assert calls == reference(stream)
+    assert [call[3] for call in calls if call[0] == "msg" and call[1] == ROUTED] == \
+        [f"$JS.ACK.RUNS.c.1.{n}.{n}.17000.0".encode() for n in range(9)]

@@ -109,12 +109,25 @@ class BulkParser:
         sinks = self.sinks
         size = len(data)
         pos = 0
+        find = data.find
+        current, append = batch.sink, batch.frames.append  # the run being gathered (again after each add, flush)
         while pos < size:
-            eol = data.find(_CRLF, pos)
+            eol = find(_CRLF, pos)
             if eol < 0:
                 self._keep(data, pos, 0)
                 return
             head = data[pos:eol].split()
+            # A replay's usual frame first: a stored message (with its reply subject) for the run's sink, whole
+            # in this buffer; the same outcome as the general reading below, in fewer steps.
+            if len(head) == 6 and head[0] == b"HMSG" and sinks.get(head[2]) is current is not None and \
+                    head[5].isdigit() and head[4].isdigit():
+                start = eol + 2
+                end = start + int(head[5])
+                if end + 2 <= size:
+                    split = start + int(head[4])
+                    append((head[1], head[3], data[start:split] if split > start else None, data[split:end]))
+                    pos = end + 2
+                    continue
             count = len(head)
             op = head[0] if count else b""
             if op == b"HMSG" and (count == 5 or count == 6):
@@ -125,6 +138,7 @@ class BulkParser:
                 batch.flush()
                 if not await self._hand_over(data, pos, eol + 2, size):
                     return
+                current, append = batch.sink, batch.frames.append
                 pos = eol + 2
                 continue
             if not (total.isdigit() and header_size.isdigit()):  # malformed: nats-py's parser says so
@@ -141,6 +155,7 @@ class BulkParser:
                 batch.flush()
                 if not await self._hand_over(data, pos, end + 2, size):
                     return
+                current, append = batch.sink, batch.frames.append
                 pos = end + 2
                 continue
             split = start + int(header_size)
@@ -150,6 +165,7 @@ class BulkParser:
                 batch.frames.append(frame)
             else:
                 batch.add(sink, frame)
+            current, append = batch.sink, batch.frames.append
             pos = end + 2
 
     def _keep(self, data: bytes, pos: int, need: int) -> None:
