@@ -19,7 +19,6 @@ import re
 import shutil
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -41,6 +40,7 @@ from taugrid.core.errors import ConfigError, TemporaryError
 from taugrid.core.events import HIGH_LANE, k8s_subject
 from taugrid.core.ids import token
 from taugrid.core.quantity import parse_memory
+from taugrid.core.recentnames import RecentNames
 from taugrid.core.sitecapacity import SiteCapacity
 from taugrid.core.watched import slim
 from taugrid.local import envrefs, objects, raycluster, resize
@@ -151,8 +151,9 @@ class LocalCluster:
         self.wls: dict[str, LocalWorkload] = {}
         self._applying: set[str] = set()  # workloads whose apply is between its checks and its joining ``wls``
         # Workloads that finished or went away here (bounded): a redelivered apply of one is not run again (a
-        # restarted nats-server may redeliver a request whose ack it confirmed just before it died).
-        self.finished: OrderedDict[str, None] = OrderedDict()
+        # restarted nats-server may redeliver a request whose ack it confirmed just before it died). Held as
+        # digests in flat arrays: names added one by one all through a backlog kept its arenas (issue 27).
+        self.finished = RecentNames(FINISHED_MEMORY)
         self.platform: Platform | None = None
         self.platform_rev = -1
         self.admitter = LocalAdmitter(node=node, capacity=capacity, gpu_count=gpu_count,
@@ -370,8 +371,8 @@ class LocalCluster:
             return
         if hold and name in self.wls and self.wls[name].state == "deleted":
             raise TemporaryError(f"{name} is still stopping here: reserved again once it has")  # redelivered
-        if hold and name in self.finished:  # reserved again after it went from here (this cluster was lost and
-            self.finished.pop(name)  # fenced it, or was withdrawn): a reservation starts nothing by itself
+        if hold:  # reserved again after it went from here (this cluster was lost and fenced it, or was withdrawn):
+            self.finished.discard(name)  # a reservation starts nothing by itself
         if name in self.wls or name in self.finished or name in self._applying:
             return  # redelivered apply: the same run+attempt is the same object, running or done
         wl = self._workload_from(req, main)
@@ -1077,9 +1078,7 @@ class LocalCluster:
         # as JSON from here: a batch of ends holds its workloads until the whole batch is done, and a burst's
         # finished workloads' dicts were all alive together (issue 27)
         wl.pack()
-        self.finished[wl.name] = None
-        while len(self.finished) > FINISHED_MEMORY:
-            self.finished.popitem(last=False)
+        self.finished.add(wl.name)
 
     def _drop_versions(self, *objs: dict[str, Any]) -> None:
         """Forget the resourceVersions of objects that will not change again (one entry per object ever
