@@ -1,5 +1,6 @@
 """The local cluster gives a drained backlog's C heap back (``LocalCluster._trim_after_drain``): a heap trim when
-what it holds falls to a quarter of a peak of at least ``TRIM_PEAK`` workloads, once a backlog, never per tick."""
+what it holds falls to a quarter of a peak of at least ``TRIM_PEAK`` workloads, once a backlog, never per tick; and
+when it holds nothing after at least ``TRIM_PEAK`` workloads ended since the last trim."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from taugrid.local.controller import TRIM_PEAK, LocalCluster
 def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
     monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
-    cluster = SimpleNamespace(wls={}, _held_peak=0)
+    cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0)
 
     def tick(held: int) -> None:
         cluster.wls = dict.fromkeys(range(held))
@@ -36,3 +37,23 @@ def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: py
     for held in (0, 0, 0):  # a peak under TRIM_PEAK: an idle cluster is not trimmed tick after tick
         tick(held)
     assert trims == [1, 1]
+
+
+def test_an_idle_cluster_is_trimmed_once_after_many_runs_none_held_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
+    cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0)
+
+    def tick(held: int, ended: int) -> None:
+        cluster.wls = dict.fromkeys(range(held))
+        cluster._ended_since_trim += ended
+        LocalCluster._trim_after_drain(cluster)  # type: ignore[arg-type]
+
+    tick(0, TRIM_PEAK - 1)  # idle, but too few ended
+    tick(3, 5)  # enough ended, but three still held
+    assert trims == []
+    tick(0, 0)  # idle after TRIM_PEAK + 4 ended: trimmed, the count starts again
+    assert (trims, cluster._ended_since_trim) == ([1], 0)
+    for _ in range(3):  # idle tick after tick: not trimmed again
+        tick(0, 0)
+    assert trims == [1]
