@@ -229,10 +229,8 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     h = headers or {}
     get = h.get
     origin = get(SOURCE_HEADER)
-    if origin is not None:  # a copy HISTORY or AUDIT keeps: read as RUNS stored it (``sourced``, inlined: per event)
-        source = origin.split(" ", 5)
-        if len(source) >= 5 and source[1].isdigit() and (source[0] == "RUNS" or source[0].startswith("RUNS:")):
-            subject, seq = source[4], int(source[1])
+    if origin is not None:  # a copy HISTORY or AUDIT keeps: read as RUNS stored it
+        subject, seq = sourced(origin, subject, seq)
     ce = get("ce-type", "")
     traceparent = get("traceparent")
     parts = subject.split(".")
@@ -275,8 +273,7 @@ def from_message(subject: str, headers: dict[str, str] | None, data: bytes, seq:
     event_id = get("ce-id")
     if event_id is None:
         event_id = get("Nats-Msg-Id", "")
-        if run_event and len(event_id) >= DEDUP_KEY_CHARS and event_id[DEDUP_KEY_CHARS:DEDUP_KEY_CHARS + 1] in \
-                ("", _SUFFIX_MARK) and "." not in event_id[:DEDUP_KEY_CHARS]:  # ``compact``'s key (``_is_short_id``)
+        if run_event and _is_short_id(event_id):  # ``compact``'s key: the id is the subject's, the suffix its own
             base = f"{parts[2]}.{attempt_text}.{kind}"
             event_id = base if len(event_id) == DEDUP_KEY_CHARS else f"{base}.{event_id[DEDUP_KEY_CHARS + 1:]}"
     time = get("ce-time")

@@ -205,9 +205,7 @@ def event_json_lines(events: list[Event]) -> bytes:
         data: Any = ev.data
         undecodable: str | msgspec.UnsetType = unset
         try:
-            # ``nesting.nests_deeper``'s first two answers inline (a call an event cost as much as they do)
-            if data[:1] == b"{" and (len(data) <= EVENT_MAX_DEPTH or data.count(b"[") + data.count(b"{") <=
-                                     EVENT_MAX_DEPTH or not nesting.nests_deeper(data)):
+            if data[:1] == b"{" and (len(data) <= EVENT_MAX_DEPTH or not nesting.nests_deeper(data)):
                 decoder = _run_decoder(ev.type) if ev.nats_subject.startswith("run.") else None
                 if decoder is None:
                     data = raw(data)  # validates, keeps the bytes

@@ -14,14 +14,19 @@ remembered one is about 20,000 / 2**64 (1e-15) per look-up.
 from __future__ import annotations
 
 import hashlib
+import os
 from array import array
 
 _EMPTY = 0  # a table slot never used (ends a probe); a ring slot with no name (one discarded)
 _GONE = 1  # a table slot whose name was removed (a probe goes past it)
 
 
+# Keyed per process (nothing here outlives it): a name chosen to share another's digest cannot be worked out
+_KEY = os.urandom(16)
+
+
 def _digest(name: str) -> int:
-    d = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+    d = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8, key=_KEY).digest(), "little")
     return d if d > _GONE else d + 2  # 0 and 1 mark slots
 
 
