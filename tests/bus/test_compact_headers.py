@@ -18,7 +18,9 @@ from taugrid.bus.envelope import (
     headers_for,
     now_iso,
     ordering_key,
+    received_service_form,
     run_traceparent,
+    service_form,
     sign_service_headers,
     store_stamps,
     store_time,
@@ -116,6 +118,38 @@ def test_any_change_to_a_compact_event_breaks_its_signature(tamper: str) -> None
         return
     with pytest.raises(SignatureInvalid):
         verify_service_signature(ev, public_key=key)
+
+
+@pytest.mark.parametrize("case", ["compact", "full", "now", "high-lane", "attempt", "written-back", "log", "k8s",
+                                  "node", "bare"])
+def test_the_form_read_from_a_received_event_is_the_one_over_its_expanded_headers(case: str) -> None:
+    """A consumer checks a service's signature over ``received_service_form``, read from the event without
+    building ``expanded``: for any event, the bytes ``service_form`` gives over the expanded headers."""
+    subject, stored = SUBJECT, compact(SUBJECT, full(), service_signed=True)
+    if case == "full":
+        stored = full()
+    elif case == "now":
+        stored = compact(SUBJECT, full(now=True), service_signed=True)
+    elif case == "high-lane":
+        subject = f"{SUBJECT}.high"
+        stored = compact(subject, full(subject), service_signed=True)
+    elif case == "attempt":
+        stored = compact(SUBJECT, full(attempt=3), service_signed=True)
+    elif case == "written-back":
+        stored = {**stored, "ce-subject": RUN, "ce-workspace": "team-a", "ce-attempt": "1"}
+    elif case == "log":
+        subject = f"log.team-a.{RUN}.1"
+        stored = compact(subject, full(subject, event_type="log.chunk"), service_signed=True)
+    elif case == "k8s":
+        subject = "k8s.local.workload.team-a.job-1.changed"
+        stored = compact(subject, full(subject, event_type="workload.changed"), service_signed=True)
+    elif case == "node":
+        subject = "node.n1.sample"
+        stored = compact(subject, full(subject, event_type="node.sample"), service_signed=True)
+    else:
+        stored = {}
+    ev = from_message(subject, stored, BODY, seq=3, stored=STORED)
+    assert received_service_form(ev) == service_form(nats_subject=subject, headers=expanded(ev), body=BODY)
 
 
 def test_a_derived_header_written_back_agrees_or_is_refused() -> None:

@@ -42,6 +42,7 @@ log = logging.getLogger("taugrid.authors")
 
 BUCKET = "service_keys"
 REFRESH_S = 2.0
+_PREFIX_LEN = len(publishing.SOURCE_PREFIX)
 
 
 async def publish_keys(bus: Bus, keys: dict[str, str]) -> None:
@@ -101,16 +102,19 @@ class Authors:
             self.services = found
             self.keys = {service: key for key, service in found.items()}
 
-    async def problem(self, ev: Event) -> str | None:
-        """Why a stage must not act on ``ev``; None when it may."""
+    async def problem(self, ev: Event, *, verdict: tuple[bool, tuple[str, ...]] | None = None) -> str | None:
+        """Why a stage must not act on ``ev``; None when it may. ``verdict``: ``publishing.verdict`` of its
+        subject, when the caller has it already (the consumer reads it for every event)."""
         if ev.problem:
             return ev.problem
-        person, allowed = publishing.verdict(ev.nats_subject)
+        person, allowed = publishing.verdict(ev.nats_subject) if verdict is None else verdict
         if person:
             return None
-        claimed = publishing.source_problem(ev.nats_subject, ev.source)
-        if claimed is not None:
-            return claimed
+        source = ev.source
+        if not (source.startswith(publishing.SOURCE_PREFIX) and source[_PREFIX_LEN:] in allowed):
+            claimed = publishing.source_problem(ev.nats_subject, source)  # says why (the same verdict)
+            if claimed is not None:
+                return claimed
         if self.bus.identity is None:
             return None  # a bus without authentication: nobody to tell apart, no keys to check against
         claimed_service = ev.source.removeprefix(publishing.SOURCE_PREFIX)

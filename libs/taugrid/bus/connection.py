@@ -32,7 +32,7 @@ from nats.js.object_store import ObjectStore
 
 from taugrid import settings
 from taugrid.bus import creds as credentials
-from taugrid.bus import identity, natsheaders, tracing
+from taugrid.bus import identity, natsheaders, rawmsgs, tracing
 from taugrid.bus.envelope import (
     DELEGATION_HEADER,
     SIGNED_TYPES,
@@ -114,10 +114,12 @@ class Replies:
     def __init__(self, nc: Client) -> None:
         self.nc = nc
         self.prefix = ""
+        self._sid: int | None = None  # the inbox subscription's, once its answers come as the wire gave them
         self._pending: dict[str, tuple[asyncio.Future[Msg], float, bool]] = {}
         self._count = 0
         self._sweep: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()
+        self._later: list[asyncio.Future[None]] = []  # answers whose status line nats-py's parser reads
 
     async def request(self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None,
                       guarded: bool = False) -> Msg:
@@ -125,7 +127,13 @@ class Replies:
             async with self._lock:
                 if not self.prefix:
                     prefix = self.nc.new_inbox() + "."
-                    await self.nc.subscribe(prefix + "*", cb=self._answer)
+                    sub = await self.nc.subscribe(prefix + "*", cb=self._answer)
+                    # answers handed over as the wire gave them (``rawmsgs.route``, where this nats-py is the one
+                    # it was checked against): no Msg built, queue put and task woken by nats-py for each (an
+                    # ack's confirmation, a publish's ack: several for every message a service handles); a Msg
+                    # is made only for an answer a request still waits for
+                    if rawmsgs.route(self.nc, sub._id, self._frames):
+                        self._sid = sub._id
                     self.prefix = prefix
         self._count += 1
         token = str(self._count)
@@ -148,6 +156,28 @@ class Replies:
         if found is not None and not found[0].done():
             found[0].set_result(msg)
 
+    def _frames(self, frames: list[rawmsgs.Raw]) -> None:
+        """Answers as the reading loop found them (``rawmsgs.route``): each to the request it answers, as nats-py
+        would have read it (``Client._build_message``; the headers by its own parser: a plain block here, one
+        with a status line, as a 503 or a direct get's 404 is, through ``Client._process_headers``)."""
+        skip = len(self.prefix)
+        for subject, reply, block, data in frames:
+            found = self._pending.get(subject[skip:].decode())
+            if found is None or found[0].done():
+                continue
+            headers: dict[str, str] | None = None
+            if block is not None:
+                if len(block) <= _HEADER_LINE_END or block[_HEADER_LINE_SIZE] == _BLANK:
+                    self._later.append(asyncio.ensure_future(self._answer_raw(subject, reply, block, data)))
+                    self._later[-1].add_done_callback(self._later.remove)
+                    continue
+                headers = natsheaders.parse_header_lines(block[_HEADER_LINE_END:]) or None
+            found[0].set_result(Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid))
+
+    async def _answer_raw(self, subject: bytes, reply: bytes, block: bytes, data: bytes) -> None:
+        headers = await self.nc._process_headers(block)
+        await self._answer(Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid))
+
     def _expire(self) -> None:
         now = time.monotonic()
         for waiting, deadline, _ in self._pending.values():
@@ -161,6 +191,12 @@ class Replies:
             if guarded and not waiting.done():
                 waiting.set_exception(error)
 
+
+# A header block's first line (``NATS/1.0``, then a blank and a status for a status line) and where the headers
+# after it start: nats-py's ``NATS_HDR_LINE`` and CRLF.
+_HEADER_LINE_SIZE = len(b"NATS/1.0")
+_HEADER_LINE_END = _HEADER_LINE_SIZE + 2
+_BLANK = 0x20
 
 _UNREACHABLE: tuple[type[Exception], ...] = (OSError, *UNAVAILABLE)  # connecting: no route, or no server
 

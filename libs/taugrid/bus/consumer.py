@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import functools
 import json
 import logging
@@ -99,6 +100,20 @@ async def to_dlq(bus: Bus, msg: Msg, *, durable: str, error: str) -> None:
     await bus.js.publish(f"dlq.{meta.stream}.{durable}", msg.data, headers=headers)
 
 
+def delivery(msg: Msg) -> tuple[int, int, float]:
+    """(stream sequence, deliveries so far, when the stream stored it in epoch seconds) of a delivered message,
+    from its reply subject as nats-py's ``Msg.metadata`` reads them (the stored time through the same
+    ``datetime``, so rounded to the microsecond alike), without building the rest of the metadata for every
+    message: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<timestamp>.<pending>``. Any other form (a
+    domain, an account hash) is read by nats-py."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK":
+        stored = dt.datetime.fromtimestamp(int(tokens[7]) / 1_000_000_000.0, dt.UTC).timestamp()
+        return int(tokens[5]), int(tokens[4]), stored
+    meta = msg.metadata
+    return meta.sequence.stream, meta.num_delivered, meta.timestamp.timestamp()
+
+
 def _resolve(handled: asyncio.Future[None] | None) -> None:
     if handled is not None and not handled.done():
         handled.set_result(None)
@@ -136,6 +151,8 @@ class ConsumerLoop:
         self.drained.set()  # until its first fetch says otherwise: a lane yielding to it starts at once
         self.yields_to: ConsumerLoop | None = None
         self.authors = Authors.of(bus)
+        self.checked = stream in publishing.CHECKED_STREAMS  # its events' authors are checked (``Authors``)
+        self._series: dict[tuple[str, str], Any] = {}  # (event type, outcome) → its HANDLED series
 
     def yield_to(self, other: ConsumerLoop) -> None:
         """Fetch only while ``other`` has no backlog (strict priority: a stage's default lane behind its high
@@ -229,39 +246,37 @@ class ConsumerLoop:
     async def _one(self, msg: Msg, handled: asyncio.Future[None] | None = None) -> None:
         """Handle ``msg`` and settle it; ``handled`` is resolved once the handler's outcome is decided (and any
         DLQ copy written), before the verb's round trip, so the next message of the same key starts then."""
-        meta = msg.metadata
-        event = from_message(msg.subject, msg.headers, msg.data, seq=meta.sequence.stream,
-                             stored=meta.timestamp.timestamp())
-        attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": msg.subject,
+        seq, delivered, stored = delivery(msg)
+        subject = msg.subject
+        event = from_message(subject, msg.headers, msg.data, seq=seq, stored=stored)
+        attrs: dict[str, Any] = {"messaging.system": "nats", "messaging.destination.name": subject,
                                  "messaging.consumer.group.name": self.durable}
-        if meta.num_delivered > 1:
+        if delivered > 1:
             metrics.child(metrics.REDELIVERED, self.durable).inc()
         started = time.perf_counter()
-
-        def outcome(name: str) -> None:
-            metrics.child(metrics.HANDLED, self.durable, event.type, name).observe(time.perf_counter() - started)
-
+        outcome = functools.partial(self._outcome, event.type, started)
         problem = event.problem or None
-        if self.stream in publishing.CHECKED_STREAMS and problem is None:
+        person = False
+        if self.checked and problem is None:
+            person, allowed = publishing.verdict(subject)  # once an event: the check and the run's user read it
             try:
-                problem = await self.authors.problem(event)
+                problem = await self.authors.problem(event, verdict=(person, allowed))
             except TemporaryError as exc:  # its author cannot be checked yet: later, never unchecked
-                delay = retry_delay(exc, meta.num_delivered)
-                log.info("%s: %s seq=%s waits %.1fs: %s", self.durable, msg.subject, meta.sequence.stream, delay, exc)
+                delay = retry_delay(exc, delivered)
+                log.info("%s: %s seq=%s waits %.1fs: %s", self.durable, subject, seq, delay, exc)
                 _resolve(handled)
                 await self._settle(msg, nak(delay))
                 outcome("retry")
                 return
         if problem is not None:
-            log.warning("%s: refusing %s seq=%s: %s", self.durable, msg.subject, meta.sequence.stream, problem)
+            log.warning("%s: refusing %s seq=%s: %s", self.durable, subject, seq, problem)
             await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=f"refused: {problem}"))
             _resolve(handled)
             await self._settle(msg, TERM)
             metrics.DEAD_LETTERS.labels(self.durable, "refused").inc()
             outcome("refused")
             return
-        if self.stream in publishing.CHECKED_STREAMS and event.user and event.subject \
-                and not publishing.verdict(msg.subject)[0]:
+        if self.checked and event.user and event.subject and not person:
             identity.run_user.set((event.subject, event.user))
         stuck = asyncio.get_running_loop().call_later(STUCK_S, self._report_stuck, asyncio.current_task(), msg)
         try:
@@ -270,8 +285,7 @@ class ConsumerLoop:
                 await self.handler(event)
         except (PermanentError, msgspec.DecodeError) as exc:
             error = str(exc) if isinstance(exc, PermanentError) else f"undecodable {event.type} payload: {exc}"
-            log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, msg.subject, meta.sequence.stream,
-                      error)
+            log.error("%s: rejecting %s seq=%s permanently: %s", self.durable, subject, seq, error)
             await self._safe(to_dlq(self.bus, msg, durable=self.durable, error=error))
             _resolve(handled)
             await self._settle(msg, TERM)
@@ -279,16 +293,15 @@ class ConsumerLoop:
                                         else "undecodable").inc()
             outcome("dead_letter")
         except TemporaryError as exc:
-            delay = retry_delay(exc, meta.num_delivered)
-            log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, msg.subject, meta.sequence.stream,
-                     delay, exc)
+            delay = retry_delay(exc, delivered)
+            log.info("%s: %s seq=%s retry in %.1fs: %s", self.durable, subject, seq, delay, exc)
             _resolve(handled)
             await self._settle(msg, nak(delay))
             outcome("retry")
         except Exception as exc:  # unknown: never treated as a run failure, never retried hot
-            delay = min(30.0, 0.5 * 2 ** min(meta.num_delivered, 6))
+            delay = min(30.0, 0.5 * 2 ** min(delivered, 6))
             log.exception("%s: handler error on %s seq=%s (delivery %s); retry in %.1fs: %r", self.durable,
-                          msg.subject, meta.sequence.stream, meta.num_delivered, delay, exc)
+                          subject, seq, delivered, delay, exc)
             _resolve(handled)
             await self._settle(msg, nak(delay))
             outcome("error")
@@ -299,6 +312,14 @@ class ConsumerLoop:
             outcome("ack")
         finally:
             stuck.cancel()
+
+    def _outcome(self, kind: str, started: float, name: str) -> None:
+        """Observe how long handling an event of type ``kind`` took, by outcome ``name`` (the series looked up
+        once per type and outcome: ``metrics.child`` builds its key on every call)."""
+        series = self._series.get((kind, name))
+        if series is None:
+            series = self._series[(kind, name)] = metrics.child(metrics.HANDLED, self.durable, kind, name)
+        series.observe(time.perf_counter() - started)
 
     def _report_stuck(self, task: asyncio.Task[Any] | None, msg: Msg) -> None:
         report_stuck(f"{self.durable}: handler for {msg.subject} seq={msg.metadata.sequence.stream}", task)
