@@ -31,6 +31,8 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.errors import APIError
 
+from taugrid.bus import natsheaders, rawmsgs
+
 # How long past the request's own expiry a fetch waits for the server's answer: the server ends every request
 # itself, so this only bounds a request lost with its server (a reconnect, a new consumer leader).
 ANSWER_GRACE_S = 0.5
@@ -38,6 +40,11 @@ ANSWER_GRACE_S = 0.5
 # end together, so a longer gap means a request that is not ending (one that waits for a full batch, which this
 # module never sends, but another subscriber of the inbox could): what it brings later goes to the next fetch.
 FOLLOW_S = 0.05
+# A header block's first line (``NATS/1.0``, then a blank and a status for a status line) and where the headers
+# after it start: nats-py's ``NATS_HDR_LINE`` and CRLF.
+_HEADER_LINE_SIZE = len(b"NATS/1.0")
+_HEADER_LINE_END = _HEADER_LINE_SIZE + 2
+_BLANK = 0x20
 # the request is over: nothing more waits (404) or it expired (408); the next fetch asks again
 _ENDS = (api.StatusCode.NO_MESSAGES, api.StatusCode.REQUEST_TIMEOUT)
 
@@ -51,17 +58,41 @@ class Puller:
         self.prefix = ""
         self.sub: Any = None
         self._count = 0
-        self._arrived: asyncio.Queue[Msg] = asyncio.Queue()  # every answer, in the order the server sent them
+        # every answer, in the order the server sent them (a Msg, or as the wire gave it: ``_frames``)
+        self._arrived: asyncio.Queue[Msg | rawmsgs.Raw] = asyncio.Queue()
 
     async def start(self) -> None:
         self.prefix = self.nc.new_inbox() + "."
         self.sub = await self.nc.subscribe(self.prefix + "*", cb=self._take)
+        # deliveries handed over as the wire gave them (``rawmsgs.route``, where this nats-py is the one it was
+        # checked against): no Msg built, queue put and task woken by nats-py for each; made into a Msg as nats-py
+        # builds it when a fetch takes it (``_read``)
+        rawmsgs.route(self.nc, self.sub._id, self._frames)
 
     async def _take(self, msg: Msg) -> None:
         self._arrived.put_nowait(msg)
 
+    def _frames(self, frames: list[rawmsgs.Raw]) -> None:
+        for frame in frames:
+            self._arrived.put_nowait(frame)
+
+    async def _read(self, got: Msg | rawmsgs.Raw) -> Msg:
+        """A delivery or status as nats-py reads it (``Client._build_message``; a plain header block by nats-py's
+        parser, ``natsheaders``, a status line through ``Client._process_headers``)."""
+        if isinstance(got, Msg):
+            return got
+        subject, reply, block, data = got
+        headers: dict[str, str] | None = None
+        if block is not None:
+            if len(block) > _HEADER_LINE_END and block[_HEADER_LINE_SIZE] != _BLANK:
+                headers = natsheaders.parse_header_lines(block[_HEADER_LINE_END:]) or None
+            else:
+                headers = await self.nc._process_headers(block)
+        return Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self.sub._id)
+
     async def unsubscribe(self) -> None:
         if self.sub is not None:
+            rawmsgs.unroute(self.nc, self.sub._id)
             await self.sub.unsubscribe()
 
     async def fetch(self, batch: int, timeout: float) -> list[Msg]:
@@ -70,7 +101,7 @@ class Puller:
         refuses the request (no such consumer, say)."""
         got: list[Msg] = []
         while len(got) < batch and not self._arrived.empty():  # delivered while nobody waited: handed over first
-            msg = self._arrived.get_nowait()
+            msg = await self._read(self._arrived.get_nowait())
             if not _status(msg):  # an earlier request's status: that request is over, nothing to do
                 got.append(msg)
         if got:
@@ -83,10 +114,11 @@ class Puller:
         while len(got) < batch:
             left = deadline - time.monotonic() if not got else min(deadline - time.monotonic(), FOLLOW_S)
             try:
-                msg = self._arrived.get_nowait() if not self._arrived.empty() else await asyncio.wait_for(
+                arrived = self._arrived.get_nowait() if not self._arrived.empty() else await asyncio.wait_for(
                     self._arrived.get(), timeout=max(0.0, left))
             except TimeoutError:  # lost with its server, or it holds what it was given: the caller asks again
                 break
+            msg = await self._read(arrived)
             status = _status(msg)
             if not status:
                 got.append(msg)
