@@ -87,3 +87,17 @@ def test_a_batch_with_odd_values_reads_as_nats_py_reads_each() -> None:
     for block in odd:
         assert natsheaders.parse_header_blocks([plain, block, plain]) == [ORIGINAL(plain), ORIGINAL(block),
                                                                           ORIGINAL(plain)], block
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(BLOCKS, PLAIN_BLOCKS), max_size=6), st.sampled_from([b"", b"NATS/1.0\r\n", b"\r\n"]))
+def test_a_batch_read_past_a_prefix_reads_as_nats_py_reads_each_without_it(blocks: list[bytes], prefix: bytes) -> None:
+    with_prefix = [prefix + b for b in blocks]
+    assert natsheaders.parse_header_blocks(with_prefix, len(prefix)) == [ORIGINAL(b) for b in blocks]
+
+
+def test_a_prefix_overlapping_the_blank_line_is_not_read_as_an_empty_block() -> None:
+    # b"NATS/1.0\r\n\r\n": the cut (10 bytes) and the block end (4) overlap; its lines are b"\r\n", not b""
+    blocks = [b"NATS/1.0\r\nce-id: a\r\n\r\n", b"NATS/1.0\r\n\r\n", b"NATS/1.0\r\n\r\n\r\n"]
+    assert natsheaders.parse_header_blocks(blocks, 10) == [{"ce-id": "a"}, {}, {}]
+    assert natsheaders.parse_header_blocks(blocks[:1] * 2, 10) == [{"ce-id": "a"}] * 2

@@ -172,11 +172,12 @@ async def test_raw_reading_gives_the_events_nats_py_would_and_skips_contradictin
     forged = b"NATS/1.0\r\nce-type: io.taugrid.run.cancel.requested.v1\r\nce-workspace: other\r\n\r\n"
     await _publish_raw(port, f"run.{ws}.{ws}-forged.cancel.requested", forged, b'{"reason":"x"}')
     await _emit_many(bus, ws, 2)  # after the forged one: reading carries on past it
+    routed = _routes(bus)
     raw = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=3)] for ev in b]
+    assert _routes(bus) == routed  # the replay's routes are gone with it
     monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # as with a nats-py the hook was not checked against
     via_msgs = [ev for b in [b async for b in replay.batches(bus, f"run.{ws}.>", batch=3)] for ev in b]
     assert raw == via_msgs
-    assert "_process_msg" not in bus.nc.__dict__  # the hook is gone with the last replay that used it
     assert len(raw) == 5  # 5 + 2 emitted, 2 deduplicated (same ids), the forged one left out
     assert [ev.seq for ev in raw] == sorted(ev.seq for ev in raw)
     assert all(ev.stored > 0 and ev.workspace == ws and ev.headers["ce-workspace"] == ws for ev in raw)
@@ -206,6 +207,25 @@ def test_reply_subject_tokens_give_the_stream_sequence_and_the_stored_time() -> 
     for tokens in (plain, domain, with_token):
         assert (rawmsgs.stream_seq(tokens), rawmsgs.stored_at(tokens)) == (42, 1700000000.1234567)
     assert (rawmsgs.stream_seq(["_INBOX", "x"]), rawmsgs.stored_at(["_INBOX", "x"])) == (0, 0.0)
+
+
+def test_reply_subjects_read_together_give_what_each_read_alone_gives() -> None:
+    usual = [f"$JS.ACK.HISTORY.tau-1.1.{seq}.{seq}.17000000001234{seq:05d}.{9 - seq}".encode() for seq in range(1, 6)]
+    # numbers JSON does not write as ``int`` reads them (a leading zero, a plus sign, an underscore, a comma that
+    # would read as two numbers), a domain's reply, a subject that is no reply at all
+    odd = [b"$JS.ACK.RUNS.c.1.007.7.1700000000123456789.0", b"$JS.ACK.RUNS.c.1.+8.7.1700000000123456789.0",
+           b"$JS.ACK.RUNS.c.1.9.7.1_700_000_000_123_456_789.0", b"$JS.ACK.RUNS.c.1.1,2.7.1700000000123456789.0",
+           b"$JS.ACK.RUNS.c.1.3.7.1,2.0", b"$JS.ACK.hub.H.RUNS.c.1.42.7.1700000000123456789.0", b"_INBOX.x"]
+    for replies in [usual, *([*usual[:2], one] for one in odd)]:
+        try:
+            alone = ([rawmsgs.stream_seq(r.split(b".")) for r in replies],
+                     [rawmsgs.stored_at(r.split(b".")) for r in replies])
+        except ValueError:  # "1,2" is no number: reading it together fails the same way
+            with pytest.raises(ValueError):
+                rawmsgs._places(replies)
+            continue
+        assert rawmsgs._places(replies) == alone, replies
+    assert rawmsgs._places(usual)[1][0] == 1700000000.1234
 
 
 async def test_json_lines_of_an_undecodable_payload_say_why_after_the_data() -> None:
@@ -262,6 +282,16 @@ async def _store_odd_history(bus: Bus, ws: str) -> None:
     await _copied(bus, ws, f"{ws}-late1", seq)
 
 
+def _routes(bus: Bus) -> tuple[set[Any], set[Any]]:
+    """The subscriptions routed on ``bus``'s connection: the bulk reader's and the ``_process_msg`` hook's (the
+    bus's own request inbox may keep both for its answers; a replay leaves them as it found them)."""
+    from taugrid.bus import bulkparse
+
+    reader, router = bus.nc._ps, bus.nc.__dict__.get("_process_msg")
+    return (set(reader.sinks) if isinstance(reader, bulkparse.BulkParser) else set(),
+            set(router.sinks) if isinstance(router, rawmsgs._Router) else set())
+
+
 async def _read_all(bus: Bus, subject: str) -> list[Any]:
     return [ev for b in [b async for b in replay.batches(bus, subject, batch=4)] for ev in b]
 
@@ -282,11 +312,12 @@ async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_m
         await frames(self, data, batch)
 
     monkeypatch.setattr(bulkparse.BulkParser, "_frames", counted)
+    routed = _routes(bus)
     bulk = await _read_all(bus, f"run.{ws}.>")
     assert sum(read_in_bulk) > 340_000  # the history came through the bulk reader
     monkeypatch.undo()
     assert bulk == before
-    assert not isinstance(bus.nc._ps, bulkparse.BulkParser)  # nats-py's parser is back after the replay
+    assert _routes(bus) == routed  # the connection's reading is as the replay found it
     monkeypatch.setattr(bulkparse, "CHECKED", False)  # the wire read by nats-py, each message handed over raw
     per_message = await _read_all(bus, f"run.{ws}.>")
     monkeypatch.setattr(rawmsgs, "_CHECKED", False)  # no hook at all: nats-py's Msg, as any subscriber reads
@@ -303,8 +334,6 @@ async def test_the_bulk_reader_gives_what_nats_py_gives_with_odd_headers_large_m
 async def test_two_replays_at_once_beside_another_subscription_on_the_same_connection(bus: Bus) -> None:
     from nats.aio.msg import Msg
 
-    from taugrid.bus import bulkparse
-
     ws = f"w{uuid.uuid4().hex[:6]}"
     await _emit_many(bus, ws, 300)
     plain: list[bytes] = []
@@ -316,6 +345,7 @@ async def test_two_replays_at_once_beside_another_subscription_on_the_same_conne
             arrived.set()
 
     sub = await bus.nc.subscribe(f"plain.{ws}", cb=collect)
+    routed = _routes(bus)
 
     async def publish() -> None:
         for i in range(50):
@@ -327,4 +357,4 @@ async def test_two_replays_at_once_beside_another_subscription_on_the_same_conne
     await sub.unsubscribe()
     assert first == second and len(first) == 300
     assert plain == [str(i).encode() for i in range(50)]  # nats-py's own reading, in order, meanwhile
-    assert not isinstance(bus.nc._ps, bulkparse.BulkParser) and "_process_msg" not in bus.nc.__dict__
+    assert _routes(bus) == routed  # both replays' routes gone, the rest as they were

@@ -12,6 +12,7 @@ parser it replaces (its docstring is checked), so an upgrade that changes that p
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from itertools import repeat
 
 import msgspec
@@ -67,10 +68,11 @@ _JSON = msgspec.json.Decoder(list[dict[str, str]])
 _CHUNK = 512
 
 
-def parse_header_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
-    """``[parse_header_lines(b) for b in blocks]``, for a replay's batch in a few passes over all of it, each in
-    C: the blocks (``Name: Value`` lines ending in a blank line, as every NATS client writes them) are joined
-    into one JSON array of objects by ``bytes.join`` and two ``bytes.replace``, which msgspec reads in one call.
+def parse_header_blocks(blocks: Sequence[bytes], skip: int = 0) -> list[dict[str, str]]:
+    """``[parse_header_lines(b[skip:]) for b in blocks]``, for a replay's batch in a few passes over all of it,
+    each in C: the blocks (``Name: Value`` lines ending in a blank line, as every NATS client writes them) are
+    joined into one JSON array of objects by ``bytes.join`` and two ``bytes.replace``, which msgspec reads in one
+    call. ``skip``: the bytes before each block's lines (a caller's ``NATS/1.0`` line), cut in the same slice.
 
     Only where that gives the same as nats-py's reading, else the batch is read block by block: every block ends
     in ``\r\n\r\n``; every byte is printable ASCII or a line end, without a backslash or a quote (nothing for
@@ -80,22 +82,23 @@ def parse_header_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
     place and the last value, in a JSON object as in nats-py's loop."""
     if len(blocks) > _CHUNK:  # a chunk's joined text stays in the processor's cache (twice as fast as 4,096)
         return [headers for at in range(0, len(blocks), _CHUNK)
-                for headers in parse_header_blocks(blocks[at:at + _CHUNK])]
+                for headers in parse_header_blocks(blocks[at:at + _CHUNK], skip)]
     if not blocks:
         return []
     count = len(blocks)
-    if not all(map(bytes.endswith, blocks, repeat(_BLOCK_END, count))):
-        return [parse_header_lines(b) for b in blocks]
-    batch = _JOINT.join([block[:-4] for block in blocks])
+    # each block's lines end in a blank line (``skip`` + 4 bytes at least: the cut and the end never overlap)
+    if not all(map(bytes.endswith, blocks, repeat(_BLOCK_END, count))) or min(map(len, blocks)) < skip + 4:
+        return [parse_header_lines(b[skip:]) for b in blocks]
+    batch = _JOINT.join([block[skip:-4] for block in blocks])
     if not batch.isascii() or b"\\" in batch or b"\x7f" in batch or batch.count(b'"') != 2 * (count - 1) or \
             b":  " in batch or b" \r\n" in batch or batch.endswith(b" "):
-        return [parse_header_lines(b) for b in blocks]
+        return [parse_header_lines(b[skip:]) for b in blocks]
     try:
         parsed = _JSON.decode(b'[{"' + batch.replace(b": ", b'":"').replace(b"\r\n", b'","') + b'"}]')
     except msgspec.DecodeError:
-        return [parse_header_lines(b) for b in blocks]
+        return [parse_header_lines(b[skip:]) for b in blocks]
     if len(parsed) != count or any(" " in name or ":" in name for name in set().union(*parsed)):
-        return [parse_header_lines(b) for b in blocks]
+        return [parse_header_lines(b[skip:]) for b in blocks]
     return parsed
 
 

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import repeat
+from operator import truediv
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client
 
 from taugrid.bus import bulkparse, natsheaders
@@ -97,32 +100,59 @@ async def stored_events(nc: Client, raws: list[Raw]) -> list[Event]:
     (``from_message`` over its parsed headers, with its stream sequence and stored time from the reply subject).
     A plain header block (``NATS/1.0`` then header lines, as every stored message has) is parsed here as
     nats-py's ``_process_headers`` parses it, the batch's together (``natsheaders.parse_header_blocks``); any
-    other (a status line, a block too short to hold one) by nats-py itself. The reply subjects are split
-    together too when they all have the usual nine tokens, and the subjects decoded together (a subject holds
-    no blank: the control line it came in is split on blanks, so one joined by blanks splits back the same)."""
-    bodies = [block[_LINE_END:] if block and len(block) > _LINE_END and block[_LINE_SIZE] != 0x20 else None
-              for _, _, block, _ in raws]
-    plain = [body for body in bodies if body is not None]
-    headers: list[dict[str, str] | None] = natsheaders.parse_header_blocks(plain)  # type: ignore[assignment]
-    if len(plain) != len(raws):  # a status line or no headers here and there: in their places
-        parsed = iter(headers)
+    other (a status line, a block too short to hold one) by nats-py itself. The frames are taken apart column by
+    column in one C pass (``zip``), the reply subjects split together when they all have the usual nine tokens,
+    and the subjects decoded together (a subject holds no blank: the control line it came in is split on blanks,
+    so one joined by blanks splits back the same)."""
+    if not raws:
+        return []
+    subjects, replies, blocks, payloads = zip(*raws, strict=True)  # each frame four items
+    headers: list[dict[str, str] | None]
+    if _all_plain(blocks):  # a replay's usual batch: every block a plain one
+        headers = natsheaders.parse_header_blocks(blocks, _LINE_END)  # type: ignore[assignment]
+    else:  # a status line or no headers here and there: each in its place
+        bodies = [block[_LINE_END:] if block and len(block) > _LINE_END and block[_LINE_SIZE] != 0x20 else None
+                  for block in blocks]
+        parsed = iter(natsheaders.parse_header_blocks([body for body in bodies if body is not None]))
         headers = []
-        for (_, _, block, _), body in zip(raws, bodies, strict=True):
+        for block, body in zip(blocks, bodies, strict=True):
             headers.append(next(parsed) if body is not None else await nc._process_headers(block) if block else None)
-    seqs, stored = _places(raws)
-    subjects = b" ".join([subject for subject, _, _, _ in raws]).decode().split(" ")
-    return list(map(from_message, subjects, headers, [data for _, _, _, data in raws], seqs, stored))
+    seqs, stored = _places(replies)
+    names = b" ".join(subjects).decode().split(" ")
+    return list(map(from_message, names, headers, payloads, seqs, stored))
 
 
-def _places(raws: list[Raw]) -> tuple[list[int], list[float]]:
+def _all_plain(blocks: Sequence[bytes | None]) -> bool:
+    """Whether every block is a plain header block: ``NATS/1.0``, its line end and more (what ``stored_events``
+    reads from ``_LINE_END`` on; a status line has a blank after ``NATS/1.0``), no block missing."""
+    try:
+        plain = all(map(bytes.startswith, blocks, repeat(_PLAIN_START)))  # type: ignore[arg-type]
+        return plain and min(map(len, blocks)) > _LINE_END  # type: ignore[arg-type]
+    except TypeError:  # a message without headers (None): ``bytes.startswith`` takes bytes only
+        return False
+
+
+_INTS = msgspec.json.Decoder(list[int])
+
+
+def _places(replies: Sequence[bytes]) -> tuple[list[int], list[float]]:
     """The stream sequence and stored time of each message, from its reply subject (``stream_seq``,
-    ``stored_at``): all the subjects split at once when each has the nine tokens of a consumer without a domain."""
-    tokens = b".".join([reply for _, reply, _, _ in raws]).split(b".")
-    count = len(raws)
+    ``stored_at``): all the subjects split at once when each has the nine tokens of a consumer without a domain,
+    and their numbers read as two JSON arrays of integers (in C; where one is not written as JSON writes it, a
+    leading zero, a plus sign, an underscore, each is read by ``int`` as ``stream_seq`` reads it)."""
+    tokens = b".".join(replies).split(b".")
+    count = len(replies)
     if len(tokens) == 9 * count and tokens[0::9].count(b"$JS") == count and tokens[1::9].count(b"ACK") == count:
+        try:  # a token holding a comma would read as two numbers: the counts must agree
+            seqs, stamps = _INTS.decode(b"[" + b",".join(tokens[5::9]) + b"]"), \
+                _INTS.decode(b"[" + b",".join(tokens[7::9]) + b"]")
+        except msgspec.DecodeError:
+            seqs = stamps = []
+        if len(seqs) == count == len(stamps):
+            return seqs, list(map(truediv, stamps, repeat(1e9)))
         return list(map(int, tokens[5::9])), [int(ns) / 1e9 for ns in tokens[7::9]]
     seqs, stored = [], []
-    for _, reply, _, _ in raws:
+    for reply in replies:
         each = reply.split(b".")
         seqs.append(stream_seq(each))
         stored.append(stored_at(each))
@@ -131,6 +161,7 @@ def _places(raws: list[Raw]) -> tuple[list[int], list[float]]:
 
 _LINE_SIZE = len(_HEADER_LINE)
 _LINE_END = _LINE_SIZE + 2  # past the first line's CRLF
+_PLAIN_START = _HEADER_LINE + b"\r\n"
 
 
 def stream_seq(tokens: Sequence[str | bytes]) -> int:

@@ -197,16 +197,21 @@ def event_json_lines(events: list[Event]) -> bytes:
 
     A payload no longer than ``EVENT_MAX_DEPTH`` bytes cannot nest deeper (each level takes a bracket), so only a
     longer one is measured (``nesting.nests_deeper``); each contract's decoder is built once (``_run_decoder``):
-    ``msgspec.json.decode`` with a ``type`` looks the type up on every call, which cost as much as the decoding."""
+    ``msgspec.json.decode`` with a ``type`` looks the type up on every call, which cost as much as the decoding.
+    A type's decoder and full name are looked up once a batch (a dict), not through two caches an event."""
     lines = []
     unset = msgspec.UNSET
     raw = _RAW.decode
+    kinds: dict[str, tuple[str, msgspec.json.Decoder[Any] | None]] = {}  # a batch holds a few types, over and over
     for ev in events:
         data: Any = ev.data
         undecodable: str | msgspec.UnsetType = unset
+        kind = kinds.get(ev.type)
+        if kind is None:
+            kind = kinds[ev.type] = (_ce_type(ev.type), _run_decoder(ev.type))
         try:
             if data[:1] == b"{" and (len(data) <= EVENT_MAX_DEPTH or not nesting.nests_deeper(data)):
-                decoder = _run_decoder(ev.type) if ev.nats_subject.startswith("run.") else None
+                decoder = kind[1] if ev.nats_subject.startswith("run.") else None
                 if decoder is None:
                     data = raw(data)  # validates, keeps the bytes
                 else:  # its Struct, whole when encoded; a body that is not its Struct's is shown as stored
@@ -218,7 +223,7 @@ def event_json_lines(events: list[Event]) -> bytes:
                 data = ev.as_dict()
         except msgspec.DecodeError as exc:
             data, undecodable = None, str(exc)
-        lines.append(_JsonLine(ev.id, _ce_type(ev.type), ev.type, ev.source, ev.subject, ev.time, ev.workspace,
+        lines.append(_JsonLine(ev.id, kind[0], ev.type, ev.source, ev.subject, ev.time, ev.workspace,
                                ev.attempt, ev.traceparent, ev.seq, ev.user, ev.signer, data, undecodable))
     return _JSON.encode_lines(lines)
 
