@@ -251,10 +251,13 @@ class Submitter:
         key = f"id.{ev.subject}"
         # The three reads at once (one round trip, not three in a row: issue 30's idle latency): a new run, the
         # usual request, needs all of them, and a repeat only reads two keys it does not use.
-        held, records, earlier = await asyncio.gather(
+        held, newest, earlier = await asyncio.gather(
             kv.get(self.bus, "submissions", key),
-            # A run submitted before runs claimed their ids holds it by its record alone.
-            kv.matching_keys(self.bus, "run_state", f"run.*.{ev.subject}"),
+            # A run submitted before runs claimed their ids holds it by its record alone. The newest record of the
+            # id is enough (one direct get, not a stream-info request: issue 30): this workspace's own, when there
+            # is one, was opened only where no other workspace's was found first (the projection's ``_may_open``,
+            # or this stage's answer).
+            kv.newest_key(self.bus, "run_state", f"run.*.{ev.subject}"),
             # A run an earlier release claimed before run ids were claimed keeps its first request's sequence in
             # ``run.<ws>.<run>``: that request stays the only one answered (a replayed one is not).
             kv.get(self.bus, "submissions", f"run.{ev.workspace}.{ev.subject}"))
@@ -262,9 +265,9 @@ class Submitter:
             # The claim is written for its owner, found first: a claim written for this workspace and then refused
             # would let the same request through when it is handled again (a redelivery after a crash or a failed
             # listing).
-            others = [k.split(".")[1] for k in records if k.split(".")[1] != ev.workspace]
+            other = newest.split(".")[1] if newest is not None else ev.workspace
             first = earlier.value if earlier is not None and earlier.value.isdigit() else str(ev.seq).encode()
-            claim = others[0].encode() if others else ev.workspace.encode() + b":" + first
+            claim = other.encode() if other != ev.workspace else ev.workspace.encode() + b":" + first
             if await kv.create(self.bus, "submissions", key, claim) is None:
                 held = await kv.get(self.bus, "submissions", key)  # another replica claimed it meanwhile
             value = claim if held is None else held.value or b""

@@ -103,8 +103,8 @@ async def test_a_bucket_made_without_ttls_keeps_the_key_and_says_so(
 
 
 async def test_matching_keys_lists_the_keys_of_a_filter_and_nothing_for_a_missing_bucket(bus: Bus) -> None:
-    """The run-record projection asks which workspaces hold a run id (``matching_keys``, one stream-info request
-    decoded into its subjects alone): deleted keys count, other runs' keys do not, and a bucket that does not
+    """``matching_keys`` lists a filter's keys (one stream-info request decoded into its subjects alone: a run's
+    stored manifests, the services' keys): deleted keys count, other runs' keys do not, and a bucket that does not
     exist has no keys rather than an error."""
     run = f"mk-{uuid.uuid4().hex[:8]}"
     for ws in ("zeta", "alpha"):
@@ -116,3 +116,18 @@ async def test_matching_keys_lists_the_keys_of_a_filter_and_nothing_for_a_missin
     assert await kv.matching_keys(bus, "run_state", f"run.*.{run}-none") == []
     assert await kv.matching_keys(bus, f"no-such-{run}", ">") == []
     assert await kv.count_keys(bus, f"no-such-{run}", ">") == 0
+
+
+async def test_newest_key_is_the_key_of_a_filter_written_last_deleted_ones_included(bus: Bus) -> None:
+    """The submitter and the run-record projection ask which workspace's record of a run id was written last
+    (``newest_key``, one direct get whose subject is the filter): a delete counts as a write, other runs' keys do
+    not, and a filter matching nothing, or a bucket that does not exist, has no newest key rather than an error."""
+    run = f"nk-{uuid.uuid4().hex[:8]}"
+    for ws in ("zeta", "alpha"):
+        await kv.put(bus, "run_state", f"run.{ws}.{run}", b"{}")
+    await kv.put(bus, "run_state", f"run.beta.{run}-other", b"{}")
+    assert await kv.newest_key(bus, "run_state", f"run.*.{run}") == f"run.alpha.{run}"
+    await kv.delete(bus, "run_state", f"run.zeta.{run}")
+    assert await kv.newest_key(bus, "run_state", f"run.*.{run}") == f"run.zeta.{run}"
+    assert await kv.newest_key(bus, "run_state", f"run.*.{run}-none") is None
+    assert await kv.newest_key(bus, f"no-such-{run}", ">") is None

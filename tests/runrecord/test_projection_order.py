@@ -208,9 +208,18 @@ async def stored_events(bus: Bus, ws: str, run: str, through: int) -> list[Event
     return await history.run_events(bus, ws, run, through=through)
 
 
-async def test_a_runs_events_arriving_during_its_write_are_written_together_in_stream_order(bus: Bus) -> None:
+def run_state_lookups() -> float:
+    """``kv.newest_key`` requests on run_state (``_may_open``'s lookup of the run id's other records)."""
+    return sum(REGISTRY.get_sample_value("taugrid_kv_seconds_count",
+                                         {"bucket": "run_state", "op": "newest", "outcome": outcome}) or 0.0
+               for outcome in ("ok", "absent"))
+
+
+async def test_a_runs_events_arriving_during_its_write_are_written_together_in_stream_order(
+        bus: Bus, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """run_record's projection (``Projector`` behind a consumer that does not wait per run): the first event
     is written at once, the four that arrive meanwhile in one more write, folded in the order they came."""
+    monkeypatch.setattr(runrecord.projection, "LINGER", frozenset())  # the mechanism, without lingering events
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
         last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
@@ -227,6 +236,36 @@ async def test_a_runs_events_arriving_during_its_write_are_written_together_in_s
     fresh = await asyncio.gather(*(runrecord.Projector(bus).project(ev) for ev in events))
     assert fresh == [False] * 5 and run_state_writes() - before == 2
     assert (await runrecord.get(bus, ws, run))[0] == record
+
+
+async def test_a_submission_waits_for_its_answer_and_the_policys_decision_and_opens_its_record_with_them(
+        bus: Bus) -> None:
+    """``submit.requested`` and ``submit.accepted`` linger (``LINGER``); ``policy.approved`` ends the wait: one
+    write for the three (and for what came meanwhile), and no lookup of the run id's other records, since the
+    submitter answered (it answers only a request of the workspace that holds the id)."""
+    ws, run = f"rs{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, run):
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
+    projector, writes, lookups = runrecord.Projector(bus), run_state_writes(), run_state_lookups()
+    requested = asyncio.create_task(projector.project(events[0]))
+    accepted = asyncio.create_task(projector.project(events[1]))
+    for _ in range(20):  # both wait in one group: nothing written
+        await asyncio.sleep(0)
+    assert not requested.done() and not accepted.done() and run_state_writes() == writes
+    assert await asyncio.wait_for(projector.project(events[2]), 10)  # the decision: written at once, with them
+    assert await requested and await accepted and run_state_writes() - writes == 1
+    assert run_state_lookups() == lookups
+    record, _ = await runrecord.get(bus, ws, run)
+    assert record is not None and (record.state, record.user, record.queue) == ("approved", "ada", "default")
+    assert [h["seq"] for h in record.history] == [ev.seq for ev in events[:3]]
+    # a request no answer follows (paced, refused, a busy submitter) is written alone after the linger, looked up
+    alone = f"alone-{uuid.uuid4().hex[:6]}"
+    seq = await emit_as_owner(bus, workspace=ws, run_id=alone, attempt=1, event_type="submit.requested",
+                              payload=lifecycle(bus, ws, alone)[0][1])
+    [request] = await stored_events(bus, ws, alone, seq)
+    assert await asyncio.wait_for(projector.project(request), 10)
+    assert (run_state_writes() - writes, run_state_lookups() - lookups) == (2, 1)
 
 
 async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -> None:
@@ -259,8 +298,7 @@ async def test_a_lingering_event_is_written_with_the_runs_next_one_which_does_no
     events = await stored_events(bus, ws, run, last)
     assert [ev.type for ev in events[4:]] == ["exec.running", "exec.succeeded"]
     projector = runrecord.Projector(bus)
-    for ev in events[:4]:
-        assert await projector.project(ev)
+    assert await asyncio.gather(*(projector.project(ev) for ev in events[:4])) == [True] * 4
     before = run_state_writes()
     running = asyncio.create_task(projector.project(events[4]))
     for _ in range(20):  # the running event's group opens (it lingers: nothing written)
@@ -282,8 +320,7 @@ async def test_a_lingering_event_alone_is_written_after_the_linger(bus: Bus, mon
         last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
     events = await stored_events(bus, ws, run, last)
     projector = runrecord.Projector(bus)
-    for ev in events[:4]:
-        assert await projector.project(ev)
+    assert await asyncio.gather(*(projector.project(ev) for ev in events[:4])) == [True] * 4
     before = run_state_writes()
     assert await asyncio.wait_for(projector.project(events[4]), 10) and run_state_writes() - before == 1
     record, _ = await runrecord.get(bus, ws, run)

@@ -51,16 +51,26 @@ PEOPLE_REQUESTS = (FIRST_EVENT, "cancel.requested")  # what people publish (anyo
 # otherwise stay among the cache's most recent 4,096 over a long run); a later event re-reads it from KV.
 LAST_EVENT = "evidence.sealed"
 # Events whose write may wait a moment for the run's next event, to be written with it (issue 30: one KV write
-# fewer each, on the projector and on the server): the run's admission and its pod's phases, which come in
-# quick succession (queued then admitted on an idle queue; admitted, the pod's phases and running within a
-# tick of the local cluster), and which no stage reads back from the record on its path (a stage that must know
-# a run's attempt or end reads the record when it emits a decisive event; the evidence seal reads it after
-# ``exec.succeeded``, which is written at once, with whatever waits). A waiting write goes as soon as an event
-# outside this set arrives for the run, or after ``LINGER_S``: ``tau status`` may show such a phase that much
-# later.
+# fewer each, on the projector and on the server), as they come in quick succession and no stage on the run's
+# path reads back from the record what they change before the event after them is written:
+# - the submission and its answer (``submit.requested``, ``submit.accepted``): the policy's decision follows
+#   within milliseconds and is written at once, with them. Until then no stage reads the record: the policy reads
+#   none, the renderer reads it at the decision only for a cancel or an end, the admission watcher reads the
+#   verified user when the cluster reports the workload (hops after the decision), and the submitter only for a
+#   repeated submission id, where no record and a "submitted" one say the same (the run has not moved on). A
+#   group holding the submitter's answer opens its record without ``_may_open``'s lookup: the submitter answers
+#   only the first request of a run id its workspace holds (``_first_for_run``), a stricter check already made.
+# - the run's rendering, its admission and its pod's phases (``render.applied``, queued then admitted on an idle
+#   queue, the pod's phases and running within a tick of the local cluster): a stage that must know a run's
+#   attempt or end reads the record when it handles a decisive event (``exec.succeeded``, ``exec.failed``, a
+#   retry), and those are written at once, with whatever waits.
+# A waiting write goes as soon as an event outside this set arrives for the run, or after ``LINGER_S``: ``tau
+# status`` may show such a phase that much later, and a run's record appears that much after its request when
+# no answer came meanwhile (a submission paced or refused, a busy submitter).
 # ``exec.running`` is not among them: it is the phase people watch for (the portal, `tau status`), and a short
 # run's end arriving within the linger would have been written with it, so that the record never said running.
-LINGER = frozenset({"admission.queued", "admission.admitted", "exec.progress"})
+LINGER = frozenset({"submit.requested", "submit.accepted", "render.applied", "admission.queued",
+                    "admission.admitted", "exec.progress"})
 LINGER_S = 0.05
 
 
@@ -170,11 +180,14 @@ async def _may_open(bus: Bus, events: Sequence[Event], record_key: str) -> bool:
     if all(ev.type != FIRST_EVENT for ev in events):
         log.info("%s: a request of a run that has no record: nothing recorded", record_key)
         return False
-    others = [key.split(".")[1] for key in await kv.matching_keys(bus, BUCKET, f"run.*.{run}")
-              if key.split(".")[1] != ws]
-    if others:
+    # The newest record of the id, not every one (one direct get, not a stream-info request: issue 30): this
+    # workspace's has not been written (else this would not be asked, but on a redelivery, whose create then
+    # fails and reads it), so any record there is is another workspace's.
+    newest = await kv.newest_key(bus, BUCKET, f"run.*.{run}")
+    other = newest.split(".")[1] if newest is not None else ws
+    if other != ws:
         log.warning("%s: run id %s is a run of %s: this workspace's request under it opens no record", record_key,
-                    run, ", ".join(others))
+                    run, other)
         return False
     return True
 
@@ -247,8 +260,14 @@ class Projector:
                 self._open[record_key] = group
                 try:
                     if ev.type in LINGER:
-                        group.due = loop.create_future()
-                        await asyncio.wait([group.due], timeout=LINGER_S)
+                        # a timer on the future itself, not asyncio.wait's waiter, callbacks and sets: most of a
+                        # run's events linger
+                        due = group.due = loop.create_future()
+                        timer = loop.call_later(LINGER_S, _resolve, due)
+                        try:
+                            await due
+                        finally:
+                            timer.cancel()
                     if previous is not None:
                         await asyncio.wait([previous])  # never raises: always resolved with None
                 finally:
@@ -283,6 +302,11 @@ class Projector:
                 fut.set_result(await project(self.bus, ev, cache=self.cache))
             except Exception as exc:  # noqa: BLE001 - the handler of this event raises it
                 fut.set_exception(exc)
+
+
+def _resolve(due: asyncio.Future[None]) -> None:
+    if not due.done():
+        due.set_result(None)
 
 
 def _fold(record: states.RunRecord, ev: Event, *, at: float) -> bool:
