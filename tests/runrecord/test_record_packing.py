@@ -28,6 +28,13 @@ def test_a_record_is_stored_as_wirejson_writes_it_whether_its_resolved_run_is_ne
     record.resolved = resolved("second")  # a new resolved run (a refold, another policy.approved): its own JSON
     assert cache.packed(record) == wirejson.encode(record)
     assert b'"name":"second"' in cache.packed(record)
+    # its history, written by msgspec at once: the same bytes, an earlier release's entries (more keys) too
+    record.history = [{"seq": 3, "type": "submit.requested", "attempt": 1, "time": "2026-12-02T18:00:00Z",
+                       "applied": True},
+                      {"seq": 9, "type": "exec.progress", "attempt": 1, "time": "", "applied": False,
+                       "pods": [{"name": "p-0", "phase": None}], "note": {"x": 1.5}}]
+    assert cache.packed(record) == wirejson.encode(record)
+    assert msgspec.json.decode(cache.packed(record), type=RunRecord) == record
 
 
 def test_the_resolved_runs_kept_are_bounded_by_the_cache_size() -> None:

@@ -107,21 +107,25 @@ class RecordCache:
         return record_key in self._entries
 
     def packed(self, record: states.RunRecord) -> bytes:
-        """``wirejson.encode(record)``, the same bytes, with its resolved run's JSON encoded once per resolved run."""
+        """``wirejson.encode(record)``, the same bytes, with its resolved run's JSON encoded once per resolved run,
+        and its history encoded by msgspec at once: entries of plain values, which ``wirejson.plain`` would walk
+        value by value to give back as they are (issue 30: its longest list)."""
+        # each Raw stands where its field was (wirejson hands it to msgspec as it is: spliced in, in place)
+        packed: dict[str, msgspec.Raw] = {}
+        if record.history:
+            packed["history"] = msgspec.Raw(msgspec.json.encode(record.history))
         resolved = record.resolved
-        if resolved is None:
-            return wirejson.encode(record)
-        known = self._resolved.get(id(resolved))
-        if known is not None and known[0] is resolved:
-            self._resolved.move_to_end(id(resolved))
-            raw = known[1]
-        else:
-            raw = msgspec.Raw(wirejson.encode(resolved))
-            self._resolved[id(resolved)] = (resolved, raw)
-            while len(self._resolved) > self.size:
-                self._resolved.popitem(last=False)
-        # the Raw stands where the resolved run was (wirejson hands it to msgspec as it is: spliced in, in place)
-        return wirejson.encode(msgspec.structs.replace(record, resolved=raw))
+        if resolved is not None:
+            known = self._resolved.get(id(resolved))
+            if known is not None and known[0] is resolved:
+                self._resolved.move_to_end(id(resolved))
+                packed["resolved"] = known[1]
+            else:
+                packed["resolved"] = raw = msgspec.Raw(wirejson.encode(resolved))
+                self._resolved[id(resolved)] = (resolved, raw)
+                while len(self._resolved) > self.size:
+                    self._resolved.popitem(last=False)
+        return wirejson.encode(msgspec.structs.replace(record, **packed) if packed else record)
 
     def __len__(self) -> int:
         return len(self._entries)
