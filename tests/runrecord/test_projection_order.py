@@ -238,27 +238,25 @@ async def test_a_runs_events_arriving_during_its_write_are_written_together_in_s
     assert (await runrecord.get(bus, ws, run))[0] == record
 
 
-async def test_a_submission_waits_for_its_answer_and_the_policys_decision_and_opens_its_record_with_them(
-        bus: Bus) -> None:
-    """``submit.requested`` and ``submit.accepted`` linger (``LINGER``); ``policy.approved`` ends the wait: one
-    write for the three (and for what came meanwhile), and no lookup of the run id's other records, since the
-    submitter answered (it answers only a request of the workspace that holds the id)."""
+async def test_a_submission_waits_for_its_answer_and_opens_its_record_with_it(bus: Bus) -> None:
+    """``submit.requested`` lingers (``LINGER``); ``submit.accepted`` ends the wait: one write for both, and no
+    lookup of the run id's other records, since the submitter answered (it answers only a request of the
+    workspace that holds the id)."""
     ws, run = f"rs{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):
         last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
     events = await stored_events(bus, ws, run, last)
     projector, writes, lookups = runrecord.Projector(bus), run_state_writes(), run_state_lookups()
     requested = asyncio.create_task(projector.project(events[0]))
-    accepted = asyncio.create_task(projector.project(events[1]))
-    for _ in range(20):  # both wait in one group: nothing written
+    for _ in range(20):  # it waits in its group: nothing written, no record
         await asyncio.sleep(0)
-    assert not requested.done() and not accepted.done() and run_state_writes() == writes
-    assert await asyncio.wait_for(projector.project(events[2]), 10)  # the decision: written at once, with them
-    assert await requested and await accepted and run_state_writes() - writes == 1
+    assert not requested.done() and run_state_writes() == writes and (await runrecord.get(bus, ws, run))[0] is None
+    assert await asyncio.wait_for(projector.project(events[1]), 10)  # the answer: written at once, with it
+    assert await requested and run_state_writes() - writes == 1
     assert run_state_lookups() == lookups
     record, _ = await runrecord.get(bus, ws, run)
-    assert record is not None and (record.state, record.user, record.queue) == ("approved", "ada", "default")
-    assert [h["seq"] for h in record.history] == [ev.seq for ev in events[:3]]
+    assert record is not None and (record.state, record.user) == ("accepted", "ada")
+    assert [h["seq"] for h in record.history] == [ev.seq for ev in events[:2]]
     # a request no answer follows (paced, refused, a busy submitter) is written alone after the linger, looked up
     alone = f"alone-{uuid.uuid4().hex[:6]}"
     seq = await emit_as_owner(bus, workspace=ws, run_id=alone, attempt=1, event_type="submit.requested",

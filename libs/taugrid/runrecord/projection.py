@@ -53,24 +53,24 @@ LAST_EVENT = "evidence.sealed"
 # Events whose write may wait a moment for the run's next event, to be written with it (issue 30: one KV write
 # fewer each, on the projector and on the server), as they come in quick succession and no stage on the run's
 # path reads back from the record what they change before the event after them is written:
-# - the submission and its answer (``submit.requested``, ``submit.accepted``): the policy's decision follows
-#   within milliseconds and is written at once, with them. Until then no stage reads the record: the policy reads
-#   none, the renderer reads it at the decision only for a cancel or an end, the admission watcher reads the
-#   verified user when the cluster reports the workload (hops after the decision), and the submitter only for a
-#   repeated submission id, where no record and a "submitted" one say the same (the run has not moved on). A
-#   group holding the submitter's answer opens its record without ``_may_open``'s lookup: the submitter answers
-#   only the first request of a run id its workspace holds (``_first_for_run``), a stricter check already made.
-# - the run's rendering, its admission and its pod's phases (``render.applied``, queued then admitted on an idle
-#   queue, the pod's phases and running within a tick of the local cluster): a stage that must know a run's
-#   attempt or end reads the record when it handles a decisive event (``exec.succeeded``, ``exec.failed``, a
-#   retry), and those are written at once, with whatever waits.
+# - the submission (``submit.requested``): the submitter's answer follows within milliseconds and is written at
+#   once, with it. Until then a stage that reads the record finds none and waits (``read.require``), never
+#   decides: the renderer's cancel, the admission watcher's verified user. A group holding the submitter's answer
+#   opens its record without ``_may_open``'s lookup: the submitter answers only the first request of a run id its
+#   workspace holds (``_first_for_run``), a stricter check already made.
+# - the run's admission and its pod's phases (queued then admitted on an idle queue; admitted, the pod's phases
+#   and running within a tick of the local cluster): a stage that must know a run's attempt or end reads the
+#   record when it handles a decisive event (``exec.succeeded``, ``exec.failed``, a retry), and those are written
+#   at once, with whatever waits.
 # A waiting write goes as soon as an event outside this set arrives for the run, or after ``LINGER_S``: ``tau
 # status`` may show such a phase that much later, and a run's record appears that much after its request when
 # no answer came meanwhile (a submission paced or refused, a busy submitter).
-# ``exec.running`` is not among them: it is the phase people watch for (the portal, `tau status`), and a short
-# run's end arriving within the linger would have been written with it, so that the record never said running.
-LINGER = frozenset({"submit.requested", "submit.accepted", "render.applied", "admission.queued",
-                    "admission.admitted", "exec.progress"})
+# Not among them: ``submit.accepted`` (the renderer's cancel reads the verified user from a record its request
+# opened alone: a cancel within the linger would be refused as not the submitter's), ``render.applied`` (the
+# cancel reads ``object_name``: it would end a run whose objects exist as never applied), and ``exec.running``, the
+# phase people watch for (the portal, `tau status`): a short run's end arriving within the linger would have
+# been written with it, so that the record never said running.
+LINGER = frozenset({"submit.requested", "admission.queued", "admission.admitted", "exec.progress"})
 LINGER_S = 0.05
 
 
