@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from itertools import repeat
+from operator import contains
 
 import msgspec
 from nats.aio.client import Client
@@ -59,10 +60,12 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
 
 
 # What a batch of blocks may hold: printable ASCII but the backslash a JSON string escapes, and line ends. A quote
-# is allowed only as the joints' (counted). Checked as ASCII without a backslash or DEL, each a single C pass; a
-# control character (a tab, a lone CR or LF) is left to the JSON reader, which refuses one inside a string, and
-# every byte of the batch is inside one of its strings.
+# is allowed only as the joints' (each block is looked at before the join, by ``memchr``: a count of the joined
+# batch's quotes went byte by byte and cost ten times as much). Checked as ASCII without a backslash or DEL, each a
+# single C pass; a control character (a tab, a lone CR or LF) is left to the JSON reader, which refuses one inside
+# a string, and every byte of the batch is inside one of its strings.
 _BLOCK_END = b"\r\n\r\n"
+_QUOTE = ord('"')  # ``bytes`` looks for a byte given as an int at once; given as bytes, after a TypeError it clears
 _JOINT = b'"},{"'
 _JSON = msgspec.json.Decoder(list[dict[str, str]])
 _CHUNK = 512
@@ -89,8 +92,11 @@ def parse_header_blocks(blocks: Sequence[bytes], skip: int = 0) -> list[dict[str
     # each block's lines end in a blank line (``skip`` + 4 bytes at least: the cut and the end never overlap)
     if not all(map(bytes.endswith, blocks, repeat(_BLOCK_END, count))) or min(map(len, blocks)) < skip + 4:
         return [parse_header_lines(b[skip:]) for b in blocks]
-    batch = _JOINT.join([block[skip:-4] for block in blocks])
-    if not batch.isascii() or b"\\" in batch or b"\x7f" in batch or batch.count(b'"') != 2 * (count - 1) or \
+    parts = [block[skip:-4] for block in blocks]
+    if any(map(contains, parts, repeat(_QUOTE, count))):
+        return [parse_header_lines(b[skip:]) for b in blocks]
+    batch = _JOINT.join(parts)
+    if not batch.isascii() or b"\\" in batch or b"\x7f" in batch or \
             b":  " in batch or b" \r\n" in batch or batch.endswith(b" "):
         return [parse_header_lines(b[skip:]) for b in blocks]
     try:
