@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from taugrid.bus import Bus
+from taugrid.bus import Bus, bulkparse, connect, rawmsgs
 from taugrid.bus.bootstrap import ensure_consumer
+from taugrid.bus.consumer import delivery
 from taugrid.bus.errors import REFUSED
 from taugrid.bus.pull import Puller
 from taugrid.bus.topology import ConsumerSpec
@@ -114,3 +115,31 @@ async def test_a_fetch_whose_durable_is_deleted_meanwhile_raises_rather_than_ask
         with pytest.raises(REFUSED) as refused:
             await fetch
         assert refused.value.code == 409  # type: ignore[attr-defined]  # nats-py's APIError
+
+
+@pytest.mark.parametrize("routed", [True, False])
+async def test_a_delivery_read_off_the_wire_is_the_msg_nats_py_builds(
+        bootstrapped: str, monkeypatch: pytest.MonkeyPatch, routed: bool) -> None:
+    """Deliveries and the requests' statuses come from the bulk reader (``rawmsgs.route``) where this nats-py is
+    the one it was checked against, else through nats-py's own subscription: either way a fetch hands over the Msg
+    nats-py builds (its headers, its reply subject, which ``consumer.delivery`` reads as ``Msg.metadata`` does),
+    and a request that expires empty is a timeout."""
+    if not routed:
+        monkeypatch.setattr(rawmsgs, "_CHECKED", False)
+    bus = await connect(bootstrapped, name="test-pull")
+    try:
+        durable, prefix = await a_durable(bus)
+        stored = await bus.js.publish(f"{prefix}.r1.1", b"one", headers={"ce-source": "/svc/x", "x-y": "a b"})
+        async with started_puller(bus, durable) as puller:
+            [msg] = await puller.fetch(3, WAIT_S)
+            meta = msg.metadata
+            assert (msg.subject, msg.data, msg.headers, meta.stream, meta.sequence.stream, meta.num_delivered) == (
+                f"{prefix}.r1.1", b"one", {"ce-source": "/svc/x", "x-y": "a b"}, "LOGS", stored.seq, 1)
+            assert delivery(msg) == (stored.seq, 1, meta.timestamp.timestamp())
+            await msg.ack()
+            with pytest.raises(TimeoutError):
+                await puller.fetch(3, 0.2)
+            reader = bus.nc._ps
+            assert (isinstance(reader, bulkparse.BulkParser) and str(puller.sub._id).encode() in reader.sinks) == routed
+    finally:
+        await bus.close()

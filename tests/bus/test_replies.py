@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import msgspec
 import nats.errors
 import pytest
 
-from taugrid.bus import Bus, bulkparse, history, replay
+from taugrid.bus import Bus, bulkparse, connect, history, rawmsgs, replay
 from taugrid.core.contracts import CancelRequested
 from taugrid.core.events import run_subject
 
@@ -79,3 +80,31 @@ async def test_publishes_are_acked_while_a_replay_reads_the_same_connection_in_b
                            payload=CancelRequested(reason="x"))
     assert again == seqs[0]  # a repeat: the server's duplicate ack names the stored sequence
     assert run_subject(ws, f"{ws}-r0", "cancel.requested") == await bus.subject_at("RUNS", again)
+
+
+@pytest.mark.parametrize("routed", [True, False])
+async def test_answers_read_off_the_wire_are_the_msgs_nats_py_builds(bootstrapped: str, monkeypatch: pytest.MonkeyPatch,
+                                                                     routed: bool) -> None:
+    """The inbox's answers come from the bulk reader (``rawmsgs.route``) where this nats-py is the one it was
+    checked against, else through nats-py's own subscription: either way a request gets the Msg nats-py builds (a
+    plain answer, one with headers, a status line the server writes, nobody listening)."""
+    if not routed:
+        monkeypatch.setattr(rawmsgs, "_CHECKED", False)
+    bus = await connect(bootstrapped, name="test-replies")
+    try:
+        plain, headed = f"svc.{uuid.uuid4().hex[:8]}", f"svc.{uuid.uuid4().hex[:8]}"
+        await _responder(bus, plain)
+        await _responder(bus, headed, headers={"x-answer": "yes"})
+        answer = await bus.replies.request(plain, b"q", timeout=5)
+        assert (answer.subject.startswith(bus.replies.prefix), answer.reply, answer.data, answer.headers) == (
+            True, "", b"re:q", None)
+        answer = await bus.replies.request(headed, b"q", timeout=5)
+        assert (answer.data, answer.headers) == (b"re:q", {"x-answer": "yes"})
+        missing = await bus.replies.request("$JS.API.DIRECT.GET.HISTORY", msgspec.json.encode({"seq": 10**15}),
+                                            timeout=5)
+        assert (missing.data, missing.headers) == (b"", {"Status": "404", "Description": "Message Not Found"})
+        with pytest.raises(nats.errors.NoRespondersError):
+            await bus.replies.request(f"nobody.{uuid.uuid4().hex[:8]}", b"q", timeout=5)
+        assert (bus.replies._sid is not None, isinstance(bus.nc._ps, bulkparse.BulkParser)) == (routed, routed)
+    finally:
+        await bus.close()
