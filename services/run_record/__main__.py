@@ -4,7 +4,8 @@ from taugrid_services.run_record.handlers import Recorder
 
 async def start(svc: Service) -> None:
     r = Recorder(svc.bus)
-    svc.consume("runstate", r.on_event, batch=64, ordered=False)  # the Projector keeps each run's order
+    # the Projector keeps each run's order; a run's lingering events stay in flight meanwhile (projection.LINGER)
+    svc.consume("runstate", r.on_event, batch=256, ordered=False)
 
 
 if __name__ == "__main__":

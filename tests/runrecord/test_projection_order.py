@@ -325,6 +325,32 @@ async def test_a_lingering_event_alone_is_written_after_the_linger(bus: Bus, mon
     assert record is not None and (record.state, record.node) == ("running", "box")
 
 
+async def test_the_admissions_events_wait_longer_than_the_others_for_the_runs_next_one(
+        bus: Bus, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``admission.queued`` waits ``LINGER_ADMISSION_S`` (made a minute: only the run's next event ends it within
+    the test), not ``LINGER_S`` (made 10 ms: it has passed many times over while the queued event still waits);
+    ``exec.running`` ends the wait and both go in one write."""
+    monkeypatch.setattr(runrecord.projection, "LINGER_S", 0.01)
+    monkeypatch.setattr(runrecord.projection, "LINGER_ADMISSION_S", 60.0)
+    ws, run = f"ra{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    steps = lifecycle(bus, ws, run)
+    steps.insert(4, ("admission.queued", c.AdmissionQueued(reason="Pending", cluster_queue="default")))
+    for kind, payload in steps:
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
+    assert [ev.type for ev in events[4:]] == ["admission.queued", "exec.running"]
+    projector = runrecord.Projector(bus)
+    assert await asyncio.gather(*(projector.project(ev) for ev in events[:4])) == [True] * 4
+    before = run_state_writes()
+    queued = asyncio.create_task(projector.project(events[4]))
+    await asyncio.sleep(0.2)
+    assert not queued.done() and run_state_writes() == before
+    assert await asyncio.wait_for(projector.project(events[5]), 10)
+    assert await asyncio.wait_for(queued, 10) and run_state_writes() - before == 1
+    record, _ = await runrecord.get(bus, ws, run)
+    assert record is not None and (record.state, record.queue, record.node) == ("running", "default", "box")
+
+
 async def test_a_late_event_rebuilds_the_record_once_history_holds_what_it_folded(private_bus: Bus) -> None:
     """A record is rebuilt from HISTORY, which a feed fills a moment after RUNS stored each event, and seconds after
     a server restart, what makes events arrive late: the rebuild waits for HISTORY to hold the newest event the

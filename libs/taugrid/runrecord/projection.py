@@ -72,6 +72,13 @@ LAST_EVENT = "evidence.sealed"
 # been written with it, so that the record never said running.
 LINGER = frozenset({"submit.requested", "admission.queued", "admission.admitted", "exec.progress"})
 LINGER_S = 0.05
+# The admission's events wait longer: in a burst a run's queued, admitted and running come 50-130 ms apart (on an
+# idle stack within milliseconds), and the shorter wait wrote each alone. ``tau status`` may show them that late.
+# A waiting event holds its place among the consumer's messages in flight (``ConsumerLoop``: twice its batch),
+# hence run_record's larger batch: with a burst's runs all queued at once, the window filled with waiting events
+# and held back the events that would have ended their wait.
+LINGER_ADMISSION = frozenset({"admission.queued", "admission.admitted", "exec.progress"})
+LINGER_ADMISSION_S = 0.25
 
 
 class RecordCache:
@@ -234,8 +241,9 @@ class Projector:
     the events of a record that arrive while its previous write is in flight are applied together and written
     once (one KV write, not one per event; a run's events come in bursts: a pod's progress and its end). A lone
     event is written at once, as ``project`` writes it, unless it is one of ``LINGER``: its write then waits up to
-    ``LINGER_S`` for the run's next event, and goes with it. When one event of such a group cannot be applied (a payload
-    that does not decode), each is applied on its own, so only that one fails (and is dead-lettered)."""
+    ``LINGER_S`` (``LINGER_ADMISSION_S`` for the admission's) for the run's next event, and goes with it. When
+    one event of such a group cannot be applied (a payload that does not decode), each is applied on its own, so
+    only that one fails (and is dead-lettered)."""
 
     def __init__(self, bus: Bus, cache: RecordCache | None = None) -> None:
         self.bus = bus
@@ -267,7 +275,8 @@ class Projector:
                         # a timer on the future itself, not asyncio.wait's waiter, callbacks and sets: most of a
                         # run's events linger
                         due = group.due = loop.create_future()
-                        timer = loop.call_later(LINGER_S, _resolve, due)
+                        timer = loop.call_later(LINGER_ADMISSION_S if ev.type in LINGER_ADMISSION else LINGER_S,
+                                                _resolve, due)
                         try:
                             await due
                         finally:
