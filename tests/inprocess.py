@@ -78,13 +78,24 @@ class PipelineLoops:
             self.svc[name] = await service_bus(self.url, name)
 
     def consume(self, stream: str, durable: str, handler: Any, service: str,
-                tails: dict[str, asyncio.Future[None]] | None = None) -> ConsumerLoop:
-        """``tails``: another loop's, for a stage's priority lane (as ``Service.consume`` binds it)."""
+                tails: dict[str, asyncio.Future[None]] | None = None, *, batch: int = 32,
+                ordered: bool = True) -> ConsumerLoop:
+        """``tails``: another loop's, for a stage's priority lane (as ``Service.consume`` binds it); ``batch`` and
+        ``ordered`` as the service binds them (``Service.consume``)."""
         loop = ConsumerLoop(self.svc[service], stream=stream, durable=durable, handler=handler,
-                            fetch_timeout=self.fetch_timeout, tails=tails)
+                            fetch_timeout=self.fetch_timeout, tails=tails, batch=batch, ordered=ordered)
         self.loops.append(loop)
         self.tasks.append(asyncio.create_task(loop.run(), name=durable))
         return loop
+
+    def record(self, durable: str = "runstate", tails: dict[str, asyncio.Future[None]] | None = None,
+               recorder: Any = None) -> ConsumerLoop:
+        """The run-record stage on ``durable``, bound as its service binds it (``Recorder.BATCH``, unordered)."""
+        from taugrid_services.run_record.handlers import Recorder
+
+        recorder = recorder or Recorder(self.svc["run-record"])
+        return self.consume("RUNS", durable, recorder.on_event, "run-record", tails, batch=Recorder.BATCH,
+                            ordered=Recorder.ORDERED)
 
     def every(self, seconds: float, tick: Any) -> None:
         """Call ``tick()`` every ``seconds`` until closed (the local cluster's housekeeping)."""

@@ -13,6 +13,13 @@ from taugrid.runrecord import Projector
 
 
 class Recorder:
+    # How its consumer hands events over (``Service.consume``; the in-process test pipelines bind it alike):
+    # unordered, the projector ordering each run's events itself, and a batch large enough that a burst's
+    # lingering events (``projection.LINGER``) do not fill the consumer's window. Ordered, a run's next event would
+    # wait for the lingering one's write, so the linger would hold every event behind it.
+    BATCH = 256
+    ORDERED = False
+
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.projector = Projector(bus)

@@ -98,9 +98,9 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
             stream = CONSUMERS[durable].stream
             default = p.consume(stream, durable, _held(gates[durable], handler), durable)
             p.consume(stream, LANE_DURABLES[durable], handler, durable, tails=default.tails)
-        record = Recorder(svc["run-record"]).on_event
-        projector = p.consume("RUNS", "runstate", record, "run-record")
-        p.consume("RUNS", "runstate-high", record, "run-record", tails=projector.tails)
+        recorder = Recorder(svc["run-record"])
+        projector = p.record(recorder=recorder)
+        p.record("runstate-high", tails=projector.tails, recorder=recorder)
         p.every(0.1, cluster.tick)
         try:
             yield Pipeline(bus, Client(bus), gates)

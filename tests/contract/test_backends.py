@@ -48,7 +48,6 @@ from taugrid_services.log_shipper.shipper import LogShipper
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
-from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user
 from tests.kube.cluster import EmulatedCluster
@@ -148,7 +147,7 @@ async def _running_stack(backend: str, tmp: Path, url: str, bus: Bus) -> AsyncIt
     svc = p.svc
     sub = Submitter(svc["submitter"])
     p.consume("RUNS", "submitter", sub.on_requested, "submitter")
-    p.consume("RUNS", "runstate", Recorder(svc["run-record"]).on_event, "run-record")
+    p.record()
     p.consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
     p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event, "admission-watcher")
     p.consume("RUNS", "recovery", Recovery(svc["recovery"]).on_event, "recovery")
@@ -237,8 +236,8 @@ async def test_cancel_while_running(stack: Stack) -> None:
     await stack.client.cancel(run_id)
     got = record("cancel", stack, await stack.events(run_id))
     assert [t for _, t in got][-4:] == ["exec.running", "cancel.requested", "cancel.accepted", "exec.cancelled"], got
-    record_ = await runrecord.find(stack.bus, run_id)
-    assert record_ is not None and record_.state == "cancelled"
+    record_ = await stack.client.settled(run_id)  # the run_state projection may trail the events just read
+    assert (record_.state, record_.cancelled_by) == ("cancelled", "tester")
 
 
 @pytest.mark.parametrize("stack", ["kubernetes"], indirect=True)  # only Kubernetes has watch connections

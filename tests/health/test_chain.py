@@ -50,7 +50,6 @@ from taugrid_services.kube_bridge.bridge import Bridge
 from taugrid_services.policy.handlers import Policy as PolicyService
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
-from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.health.test_probe import fake_nvml
 from tests.inprocess import PipelineLoops, private_server, sign_as_local_user
@@ -136,7 +135,7 @@ async def running_chain(tmp_path: Path, backend: str, *, platform: str = POOL_PL
         svc = p.svc
         sub = Submitter(svc["submitter"])
         p.consume("RUNS", "submitter", sub.on_requested, "submitter")
-        p.consume("RUNS", "runstate", Recorder(svc["run-record"]).on_event, "run-record")
+        p.record()
         p.consume("RUNS", "policy", PolicyService(svc["policy"]).on_accepted, "policy")
         p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event,
                   "admission-watcher")

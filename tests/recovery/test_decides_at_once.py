@@ -25,7 +25,6 @@ from taugrid_services.admission_watcher.handlers import AdmissionWatcher
 from taugrid_services.policy.handlers import Policy
 from taugrid_services.recovery.handlers import Recovery
 from taugrid_services.renderer.handlers import Renderer
-from taugrid_services.run_record.handlers import Recorder
 from taugrid_services.submitter.handlers import Submitter
 from tests.contract.test_backends import PLATFORM
 from tests.inprocess import PipelineLoops, one_node_cluster, private_server, sign_as_local_user, wait_for_events
@@ -64,7 +63,7 @@ async def pipeline(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pi
         svc = p.svc
         sub = Submitter(svc["submitter"])
         p.consume("RUNS", "submitter", sub.on_requested, "submitter")
-        p.consume("RUNS", "runstate", Recorder(svc["run-record"]).on_event, "run-record")
+        p.record()
         p.consume("RUNS", "policy", Policy(svc["policy"]).on_accepted, "policy")
         p.consume("K8S", "admission-watcher", AdmissionWatcher(svc["admission-watcher"]).on_event,
                   "admission-watcher")

@@ -79,7 +79,7 @@ class Puller:
     async def _read(self, got: Msg | rawmsgs.Raw) -> Msg:
         """A delivery or status as nats-py reads it (``Client._build_message``; a plain header block by nats-py's
         parser, ``natsheaders``, a status line through ``Client._process_headers``)."""
-        if isinstance(got, Msg):
+        if not isinstance(got, tuple):  # built by nats-py already (the ordinary subscription)
             return got
         subject, reply, block, data = got
         headers: dict[str, str] | None = None
