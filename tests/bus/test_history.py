@@ -106,8 +106,16 @@ async def test_history_holds_every_event_of_a_run_in_runs_order_and_runs_nothing
         if await held(bus, "AUDIT") == {f"a.{ws}.{run}": 3, f"a.{ws}.{other}": 2}:
             break
         await asyncio.sleep(0.02)
-    assert [(ev.seq, ev.type) for ev in await auditread.run_events(bus, f"run.{ws}.{run}.>")] == [
+    audited = await auditread.run_events(bus, f"run.{ws}.{run}.>")
+    assert [(ev.seq, ev.type) for ev in audited] == [
         (mine[0], "submit.requested"), (mine[-2], "exec.succeeded"), (mine[-1], "evidence.sealed")]
+    # each read at the time AUDIT stored it, as the direct gets read it: these carry no ce-time, so the store's is
+    # their time (a replay of AUDIT once read them with none: a run sealed while AUDIT's feed lagged, so that
+    # ``history.run_events`` fell back to it, had its end stored in its bundle without a time)
+    direct = {ev.seq: ev for ev in await history.run_events(bus, ws, run, through=mine[-1])}
+    assert [ev.time for ev in audited] == [direct[ev.seq].time for ev in audited]
+    assert all(abs(ev.stored - direct[ev.seq].stored) < 2e-6 for ev in audited)  # a delivery's is to the microsecond
+    assert all(ev.stored > 0 for ev in audited) and audited[1].time.endswith("Z")  # a request's is its own
 
     # RUNS holds every event until the stages' durables have acked it (the feeds acked theirs already)
     assert await messages(bus, "RUNS") == len(RUN) + len(OTHER)

@@ -31,5 +31,8 @@ async def run_events(bus: Bus, subject: str) -> list[Event]:
     sequence as ``seq``."""
     msgs = [*await replay(bus, stream=AUDIT_STREAM, subject=audit_filter(subject)),
             *await replay(bus, stream=AUDIT_STREAM, subject=subject)]  # an earlier release's AUDIT
-    events = [from_message(m.subject, m.headers, m.data, seq=m.metadata.sequence.stream) for m in msgs]
+    # with the time AUDIT stored each (``Msg.metadata``, as a consumer's delivery reads it): a store-stamped event
+    # has no time of its own, and read without it, a run sealed from this reading had its end without one
+    events = [from_message(m.subject, m.headers, m.data, seq=(meta := m.metadata).sequence.stream,
+                           stored=meta.timestamp.timestamp()) for m in msgs]
     return in_runs_order(wanted(subject, events))
