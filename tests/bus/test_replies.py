@@ -11,7 +11,7 @@ import msgspec
 import nats.errors
 import pytest
 
-from taugrid.bus import Bus, bulkparse, connect, history, rawmsgs, replay
+from taugrid.bus import Bus, bulkparse, connect, history, rawmsgs, replay, streams
 from taugrid.core.contracts import CancelRequested
 from taugrid.core.events import run_subject
 
@@ -106,5 +106,56 @@ async def test_answers_read_off_the_wire_are_the_msgs_nats_py_builds(bootstrappe
         with pytest.raises(nats.errors.NoRespondersError):
             await bus.replies.request(f"nobody.{uuid.uuid4().hex[:8]}", b"q", timeout=5)
         assert (bus.replies._sid is not None, isinstance(bus.nc._ps, bulkparse.BulkParser)) == (routed, routed)
+    finally:
+        await bus.close()
+
+
+@pytest.mark.parametrize("routed", [True, False])
+async def test_a_batch_direct_get_gathers_its_messages_then_its_end(bootstrapped: str, monkeypatch: pytest.MonkeyPatch,
+                                                                    routed: bool) -> None:
+    """``Replies.request_all``: every message a batch direct get answers with, in order, then the status that ends
+    it (204 with what is left, or 404 when nothing matched), routed off the wire or through nats-py's subscription;
+    a plain request made meanwhile gets its own answer. ``streams.history`` on one subject reads the same events
+    batched as one at a time, over several batches too; ``last_per_subject`` the last of each subject."""
+    if not routed:
+        monkeypatch.setattr(rawmsgs, "_CHECKED", False)
+    bus = await connect(bootstrapped, name="test-replies-batch")
+    try:
+        name = f"B{uuid.uuid4().hex[:8]}"
+        await bus.js.add_stream(name=name, subjects=[f"{name}.>"], allow_direct=True)
+        for i in range(5):
+            await bus.js.publish(f"{name}.a", f"a{i}".encode(), headers={"x-i": str(i)})
+            if i < 3:
+                await bus.js.publish(f"{name}.b.{i % 2}", f"b{i}".encode())
+        get = f"$JS.API.DIRECT.GET.{name}"
+        await _responder(bus, plain := f"svc.{uuid.uuid4().hex[:8]}")
+        (msgs, end), answer = await asyncio.gather(
+            bus.replies.request_all(get, msgspec.json.encode({"seq": 1, "next_by_subj": f"{name}.a", "batch": 10}),
+                                    timeout=5),
+            bus.replies.request(plain, b"q", timeout=5))
+        assert answer.data == b"re:q"
+        assert [(m.data, m.headers["x-i"], m.headers["Nats-Subject"]) for m in msgs] == [  # type: ignore[index]
+            (f"a{i}".encode(), str(i), f"{name}.a") for i in range(5)]
+        assert (end.headers or {}).get("Status") == "204" and (end.headers or {})["Nats-Num-Pending"] == "0"
+        msgs, end = await bus.replies.request_all(
+            get, msgspec.json.encode({"seq": 1, "next_by_subj": f"{name}.a", "batch": 2}), timeout=5)
+        assert ([m.data for m in msgs], (end.headers or {}).get("Nats-Num-Pending")) == ([b"a0", b"a1"], "3")
+        msgs, end = await bus.replies.request_all(
+            get, msgspec.json.encode({"seq": 1, "next_by_subj": f"{name}.none", "batch": 2}), timeout=5)
+        assert (msgs, (end.headers or {}).get("Status")) == ([], "404")
+
+        monkeypatch.setattr(streams, "BATCH", 2)  # three batches for the five
+        batched = await streams.history(bus, name, f"{name}.a")
+        one_by_one = await streams.history(bus, name, f"{name}.>")  # a wildcard: one direct get a message
+        assert [(ev.data, ev.seq, ev.time, ev.stored) for ev in batched] == [
+            (ev.data, ev.seq, ev.time, ev.stored) for ev in one_by_one if ev.nats_subject == f"{name}.a"]
+        assert [ev.data for ev in batched] == [f"a{i}".encode() for i in range(5)]
+        last = await streams.last_per_subject(bus, name, f"{name}.>", up_to=8)  # the stream's last
+        assert [(ev.nats_subject, ev.data) for ev in last] == [
+            (f"{name}.b.1", b"b1"), (f"{name}.b.0", b"b2"), (f"{name}.a", b"a4")]
+        before = await streams.last_per_subject(bus, name, f"{name}.>", up_to=4)  # a0 b0 a1 b1: the last of each
+        assert [(ev.nats_subject, ev.data) for ev in before] == [
+            (f"{name}.b.0", b"b0"), (f"{name}.a", b"a1"), (f"{name}.b.1", b"b1")]
+        assert await streams.last_per_subject(bus, name, f"{name}.none.>", up_to=8) == []
     finally:
         await bus.close()

@@ -120,9 +120,12 @@ class Replies:
         self._sweep: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()
         self._later: list[asyncio.Future[None]] = []  # answers whose status line nats-py's parser reads
+        self._gathered: dict[str, list[Msg]] = {}  # a request answered by several messages: those so far
 
     async def request(self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None,
-                      guarded: bool = False) -> Msg:
+                      guarded: bool = False, gathered: list[Msg] | None = None) -> Msg:
+        """The answer to one request. ``gathered``: the request is answered by several messages and a status that
+        ends them (``request_all``); they are put there, and the status is the answer."""
         if not self.prefix:
             async with self._lock:
                 if not self.prefix:
@@ -140,6 +143,8 @@ class Replies:
         loop = asyncio.get_running_loop()
         waiting: asyncio.Future[Msg] = loop.create_future()
         self._pending[token] = (waiting, time.monotonic() + timeout, guarded)
+        if gathered is not None:
+            self._gathered[token] = gathered
         if self._sweep is None:
             self._sweep = loop.call_later(self.SWEEP_S, self._expire)
         try:
@@ -147,13 +152,27 @@ class Replies:
             reply = await waiting
         finally:
             self._pending.pop(token, None)
+            if gathered is not None:
+                self._gathered.pop(token, None)
         if reply.headers and reply.headers.get("Status") == "503":
             raise nats.errors.NoRespondersError
         return reply
 
+    async def request_all(self, subject: str, payload: bytes, *, timeout: float) -> tuple[list[Msg], Msg]:
+        """The answers to a request the server answers with several messages and a status that ends them (a batch
+        direct get: its messages, then ``204 EOB``; or a status alone, a 404 when there is nothing): the messages
+        in the order they came, and that status. ``timeout``: for the whole."""
+        gathered: list[Msg] = []
+        return gathered, await self.request(subject, payload, timeout=timeout, gathered=gathered)
+
     async def _answer(self, msg: Msg) -> None:
-        found = self._pending.get(msg.subject[len(self.prefix):])
+        token = msg.subject[len(self.prefix):]
+        found = self._pending.get(token)
         if found is not None and not found[0].done():
+            gathered = self._gathered.get(token)
+            if gathered is not None and not (msg.headers and msg.headers.get("Status")):
+                gathered.append(msg)  # one of several answers: the status after them ends the request
+                return
             found[0].set_result(msg)
 
     def _frames(self, frames: list[rawmsgs.Raw]) -> None:
@@ -172,7 +191,12 @@ class Replies:
                     self._later[-1].add_done_callback(self._later.remove)
                     continue
                 headers = natsheaders.parse_header_lines(block[_HEADER_LINE_END:]) or None
-            found[0].set_result(Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid))
+            msg = Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid)
+            gathered = self._gathered.get(subject[skip:].decode()) if self._gathered else None
+            if gathered is not None:
+                gathered.append(msg)  # one of several answers (``request_all``): no status line, so not the end
+            else:
+                found[0].set_result(msg)
 
     async def _answer_raw(self, subject: bytes, reply: bytes, block: bytes, data: bytes) -> None:
         headers = await self.nc._process_headers(block)

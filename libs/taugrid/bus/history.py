@@ -104,9 +104,11 @@ async def _uncopied(bus: Bus, workspace: str, run_id: str, through: int) -> set[
     """The RUNS sequences, up to ``through``, of the run's events RUNS still holds: those HISTORY must hold before
     the run's history is whole. Each feed copies in RUNS' order, but the two feeds go at their own pace: one
     re-established after a restart (or at a fresh bootstrap, ~0.1 s) lags the other, so holding ``through`` says
-    nothing of an earlier event the other feed copies (a high-lane run's request)."""
+    nothing of an earlier event the other feed copies (a high-lane run's request). The last event of each of the
+    run's subjects is enough (one request, not one an event): a subject's events all go through one feed, which
+    copies them in RUNS' order, so a copy of its last one follows copies of those before it."""
     try:
-        held = await streams.history(bus, RUNS_STREAM, f"run.{workspace}.{run_id}.>")
+        held = await streams.last_per_subject(bus, RUNS_STREAM, f"run.{workspace}.{run_id}.>", up_to=through)
     except streams.DirectGetUnavailable:  # an earlier release's RUNS, until the break-glass --update: ``through``
         return set()  # alone is waited for
     return {ev.seq for ev in held if ev.seq <= through and _copied(ev.nats_subject)}

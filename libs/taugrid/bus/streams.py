@@ -12,6 +12,7 @@ import datetime as dt
 import json
 
 import msgspec
+from nats.aio.msg import Msg
 
 from taugrid.bus.connection import Bus
 from taugrid.bus.envelope import Event, from_message
@@ -126,6 +127,8 @@ async def history(bus: Bus, stream: str, subject: str, *, through: int | None = 
     replay), ``TemporaryError`` when the messages read do not reach ``through``, as a replica that has not caught
     up (any replica may answer a direct get) would give: every message before ``through`` is stored before it, so
     an answer that holds ``through`` holds them all."""
+    if since is None and not _has_wildcard(subject):
+        return await _history_batched(bus, stream, subject, through=through, start=start)
     out: list[Event] = []
     seq = start
     first: dict[str, object] = {"start_time": _rfc3339(since)} if since is not None else {"seq": seq}
@@ -159,6 +162,73 @@ def _rfc3339(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+# The most messages one batch direct get asks for; a subject holding more is read in several.
+BATCH = 1024
+
+
+def _has_wildcard(subject: str) -> bool:
+    return any(token in ("*", ">") for token in subject.split("."))
+
+
+async def _history_batched(bus: Bus, stream: str, subject: str, *, through: int | None, start: int) -> list[Event]:
+    """``history`` on one subject (no wildcard) by batch direct gets (``{"seq", "next_by_subj", "batch"}``): one
+    request for a run's few messages, not one a message. The server counts the subject's messages once a batch,
+    which for one subject is a lookup in its subject index (on a wildcard it walks the stream: ``history``)."""
+    out: list[Event] = []
+    seq = start
+    while True:
+        msgs, more = await _direct_batch(bus, stream, {"seq": seq, "next_by_subj": subject, "batch": BATCH})
+        for msg in msgs:
+            ev = _event_of(msg)
+            if through is not None and ev.seq > through:
+                more = False
+                break
+            out.append(ev)
+        if not more or not msgs:
+            break
+        seq = int((msgs[-1].headers or {}).get("Nats-Sequence") or 0) + 1
+    if through is not None and (not out or out[-1].seq != through):
+        raise TemporaryError(f"{stream} {subject}: seq {through} is not among the messages read back", delay=0.5)
+    return out
+
+
+async def last_per_subject(bus: Bus, stream: str, subject: str, *, up_to: int) -> list[Event]:
+    """The last message at or before sequence ``up_to`` on each subject matching ``subject`` (a filter), in one
+    batch direct get (``{"multi_last", "up_to_seq"}``: the server finds the subjects in its subject index), by
+    stream sequence; empty when none (and when ``up_to`` is past the stream's last sequence: the server answers
+    that with no results, so give one the stream has stored). Raises ``DirectGetUnavailable`` as ``history``
+    does, and ``TemporaryError`` when more subjects match than one request may answer (1,024)."""
+    msgs, _ = await _direct_batch(bus, stream, {"multi_last": [subject], "up_to_seq": up_to})
+    return sorted(map(_event_of, msgs), key=lambda ev: int(ev.headers.get("Nats-Sequence") or 0))
+
+
+async def _direct_batch(bus: Bus, stream: str, request: dict[str, object]) -> tuple[list[Msg], bool]:
+    """The messages a batch direct get ``request`` answers with, and whether more are left past them (the
+    server stops a batch at its byte limit too); none when nothing matches."""
+    what = json.dumps(request)
+    try:
+        msgs, end = await bus.replies.request_all(f"$JS.API.DIRECT.GET.{stream}", what.encode(), timeout=5.0)
+    except NO_RESPONDERS as exc:
+        raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading {stream} ({what})", exc) from exc
+    headers = end.headers or {}
+    status = headers.get("Status", "")
+    if status == "404" and not msgs:
+        return [], False
+    if status != "204":
+        raise TemporaryError(f"reading {stream} ({what}) answered {status or 'no end of batch'}", delay=1.0)
+    return msgs, int(headers.get("Nats-Num-Pending") or 0) > 0
+
+
+def _event_of(msg: Msg) -> Event:
+    """A direct get's message as an Event: its subject, sequence and stored time from the server's headers."""
+    headers = msg.headers or {}
+    return from_message(headers.get("Nats-Subject", ""), headers, msg.data or b"",
+                        seq=int(headers.get("Nats-Sequence", "0") or 0),
+                        stored=_stored_at(headers.get("Nats-Time-Stamp", "")))
+
+
 async def _direct_next(bus: Bus, stream: str, where: dict[str, object], subject: str) -> Event | None:
     """The first message on ``subject`` at or after ``where`` (``{"seq": n}`` or ``{"start_time": t}``; a direct
     get), or None when there is none."""
@@ -180,6 +250,4 @@ async def _direct(bus: Bus, stream: str, request: dict[str, object]) -> Event | 
         return None
     if status:
         raise TemporaryError(f"reading {stream} ({what}) answered {status}", delay=1.0)
-    return from_message(headers.get("Nats-Subject", ""), headers, msg.data or b"",
-                        seq=int(headers.get("Nats-Sequence", "0") or 0),
-                        stored=_stored_at(headers.get("Nats-Time-Stamp", "")))
+    return _event_of(msg)
