@@ -149,14 +149,17 @@ def test_bad_input_gets_clear_errors_and_no_service_dies(stack: Stack, tmp_path:
     assert after == before
 
 
-def test_evidence_runs_niced_and_the_run_path_does_not(stack: Stack) -> None:
-    """A burst's CPU goes to the stages before admission first; the seal follows a run's end anyway."""
+def test_evidence_and_the_run_record_run_niced_and_the_run_path_does_not(stack: Stack) -> None:
+    """A burst's CPU goes to the stages before admission first; the seal follows a run's end anyway, and no stage
+    on the path waits for the run record's projection."""
     nice = {s["service"]: os.getpriority(os.PRIO_PROCESS, s["pid"]) for s in stack.state()["services"]
             if s["replica"] == 0}
     supervisor = os.getpriority(os.PRIO_PROCESS, stack.state()["pid"])
-    assert nice["evidence"] == supervisor + 10
-    assert {svc: n for svc, n in nice.items() if svc != "evidence"} == dict.fromkeys(
-        [svc for svc in nice if svc != "evidence"], supervisor)
+    background = {"evidence", "run_record"}
+    assert {svc: nice[svc] for svc in background} == dict.fromkeys(background, supervisor + 10)
+    assert {svc: n for svc, n in nice.items() if svc not in background} == dict.fromkeys(
+        [svc for svc in nice if svc not in background], supervisor)
+    assert {"submitter", "policy", "renderer", "admission_watcher", "local_cluster"} <= set(nice)
 
 
 def test_two_renderer_replicas_share_the_work_without_duplicates(stack: Stack, tmp_path: Path) -> None:
