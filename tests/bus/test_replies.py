@@ -10,6 +10,7 @@ import uuid
 import msgspec
 import nats.errors
 import pytest
+from nats.aio.msg import Msg
 
 from taugrid.bus import Bus, bulkparse, connect, history, rawmsgs, replay, streams
 from taugrid.core.contracts import CancelRequested
@@ -113,10 +114,11 @@ async def test_answers_read_off_the_wire_are_the_msgs_nats_py_builds(bootstrappe
 @pytest.mark.parametrize("routed", [True, False])
 async def test_a_batch_direct_get_gathers_its_messages_then_its_end(bootstrapped: str, monkeypatch: pytest.MonkeyPatch,
                                                                     routed: bool) -> None:
-    """``Replies.request_all``: every message a batch direct get answers with, in order, then the status that ends
-    it (204 with what is left, or 404 when nothing matched), routed off the wire or through nats-py's subscription;
-    a plain request made meanwhile gets its own answer. ``streams.history`` on one subject reads the same events
-    batched as one at a time, over several batches too; ``last_per_subject`` the last of each subject."""
+    """``Replies.request(gathered=…)``: every message a batch direct get answers with, in order, then the status
+    that ends it (204 with what is left, or 404 when nothing matched), routed off the wire or through nats-py's
+    subscription; a plain request made meanwhile gets its own answer. ``streams.history`` on one subject reads the
+    same events batched as one at a time, over several batches too; ``last_per_subject`` the last of each
+    subject."""
     if not routed:
         monkeypatch.setattr(rawmsgs, "_CHECKED", False)
     bus = await connect(bootstrapped, name="test-replies-batch")
@@ -129,19 +131,19 @@ async def test_a_batch_direct_get_gathers_its_messages_then_its_end(bootstrapped
                 await bus.js.publish(f"{name}.b.{i % 2}", f"b{i}".encode())
         get = f"$JS.API.DIRECT.GET.{name}"
         await _responder(bus, plain := f"svc.{uuid.uuid4().hex[:8]}")
-        (msgs, end), answer = await asyncio.gather(
-            bus.replies.request_all(get, msgspec.json.encode({"seq": 1, "next_by_subj": f"{name}.a", "batch": 10}),
-                                    timeout=5),
-            bus.replies.request(plain, b"q", timeout=5))
+        async def gather(request: dict[str, object]) -> tuple[list[Msg], Msg]:
+            msgs: list[Msg] = []
+            return msgs, await bus.replies.request(get, msgspec.json.encode(request), timeout=5, gathered=msgs)
+
+        (msgs, end), answer = await asyncio.gather(gather({"seq": 1, "next_by_subj": f"{name}.a", "batch": 10}),
+                                                   bus.replies.request(plain, b"q", timeout=5))
         assert answer.data == b"re:q"
         assert [(m.data, m.headers["x-i"], m.headers["Nats-Subject"]) for m in msgs] == [  # type: ignore[index]
             (f"a{i}".encode(), str(i), f"{name}.a") for i in range(5)]
         assert (end.headers or {}).get("Status") == "204" and (end.headers or {})["Nats-Num-Pending"] == "0"
-        msgs, end = await bus.replies.request_all(
-            get, msgspec.json.encode({"seq": 1, "next_by_subj": f"{name}.a", "batch": 2}), timeout=5)
+        msgs, end = await gather({"seq": 1, "next_by_subj": f"{name}.a", "batch": 2})
         assert ([m.data for m in msgs], (end.headers or {}).get("Nats-Num-Pending")) == ([b"a0", b"a1"], "3")
-        msgs, end = await bus.replies.request_all(
-            get, msgspec.json.encode({"seq": 1, "next_by_subj": f"{name}.none", "batch": 2}), timeout=5)
+        msgs, end = await gather({"seq": 1, "next_by_subj": f"{name}.none", "batch": 2})
         assert (msgs, (end.headers or {}).get("Status")) == ([], "404")
 
         monkeypatch.setattr(streams, "BATCH", 2)  # three batches for the five

@@ -125,7 +125,9 @@ class Replies:
     async def request(self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None,
                       guarded: bool = False, gathered: list[Msg] | None = None) -> Msg:
         """The answer to one request. ``gathered``: the request is answered by several messages and a status that
-        ends them (``request_all``); they are put there, and the status is the answer."""
+        ends them (a batch direct get: its messages, then ``204 EOB``; or a status alone, a 404 when there is
+        nothing); the messages are put there in the order they came, and the status is the answer. ``timeout``:
+        for the whole."""
         if not self.prefix:
             async with self._lock:
                 if not self.prefix:
@@ -158,13 +160,6 @@ class Replies:
             raise nats.errors.NoRespondersError
         return reply
 
-    async def request_all(self, subject: str, payload: bytes, *, timeout: float) -> tuple[list[Msg], Msg]:
-        """The answers to a request the server answers with several messages and a status that ends them (a batch
-        direct get: its messages, then ``204 EOB``; or a status alone, a 404 when there is nothing): the messages
-        in the order they came, and that status. ``timeout``: for the whole."""
-        gathered: list[Msg] = []
-        return gathered, await self.request(subject, payload, timeout=timeout, gathered=gathered)
-
     async def _answer(self, msg: Msg) -> None:
         token = msg.subject[len(self.prefix):]
         found = self._pending.get(token)
@@ -194,7 +189,7 @@ class Replies:
             msg = Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid)
             gathered = self._gathered.get(subject[skip:].decode()) if self._gathered else None
             if gathered is not None:
-                gathered.append(msg)  # one of several answers (``request_all``): no status line, so not the end
+                gathered.append(msg)  # one of several answers (``gathered``): no status line, so not the end
             else:
                 found[0].set_result(msg)
 

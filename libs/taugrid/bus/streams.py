@@ -205,13 +205,7 @@ async def last_per_subject(bus: Bus, stream: str, subject: str, *, up_to: int) -
 async def _direct_batch(bus: Bus, stream: str, request: dict[str, object]) -> tuple[list[Msg], bool]:
     """The messages a batch direct get ``request`` answers with, and whether more are left past them (the
     server stops a batch at its byte limit too); none when nothing matches."""
-    what = json.dumps(request)
-    try:
-        msgs, end = await bus.replies.request_all(f"$JS.API.DIRECT.GET.{stream}", what.encode(), timeout=5.0)
-    except NO_RESPONDERS as exc:
-        raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
-    except UNAVAILABLE as exc:
-        raise unavailable(f"reading {stream} ({what})", exc) from exc
+    msgs, end, what = await _ask(bus, stream, request, gathered=[])
     headers = end.headers or {}
     status = headers.get("Status", "")
     if status == "404" and not msgs:
@@ -219,6 +213,21 @@ async def _direct_batch(bus: Bus, stream: str, request: dict[str, object]) -> tu
     if status != "204":
         raise TemporaryError(f"reading {stream} ({what}) answered {status or 'no end of batch'}", delay=1.0)
     return msgs, int(headers.get("Nats-Num-Pending") or 0) > 0
+
+
+async def _ask(bus: Bus, stream: str, request: dict[str, object], *,
+               gathered: list[Msg] | None = None) -> tuple[list[Msg], Msg, str]:
+    """A direct get's answer (with ``gathered``, a batch's: its messages there, the status that ends them as the
+    answer), and the request as sent, with taugrid's errors."""
+    what = json.dumps(request)
+    try:
+        answer = await bus.replies.request(f"$JS.API.DIRECT.GET.{stream}", what.encode(), timeout=5.0,
+                                           gathered=gathered)
+    except NO_RESPONDERS as exc:
+        raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
+    except UNAVAILABLE as exc:
+        raise unavailable(f"reading {stream} ({what})", exc) from exc
+    return gathered or [], answer, what
 
 
 def _event_of(msg: Msg) -> Event:
@@ -237,13 +246,7 @@ async def _direct_next(bus: Bus, stream: str, where: dict[str, object], subject:
 
 async def _direct(bus: Bus, stream: str, request: dict[str, object]) -> Event | None:
     """The message a direct get ``request`` names, or None when there is none."""
-    what = json.dumps(request)
-    try:
-        msg = await bus.replies.request(f"$JS.API.DIRECT.GET.{stream}", what.encode(), timeout=5.0)
-    except NO_RESPONDERS as exc:
-        raise DirectGetUnavailable(f"{stream} answers no direct gets (allow_direct is off)", delay=1.0) from exc
-    except UNAVAILABLE as exc:
-        raise unavailable(f"reading {stream} ({what})", exc) from exc
+    _, msg, what = await _ask(bus, stream, request)
     headers = msg.headers or {}
     status = headers.get("Status", "")
     if status == "404":
