@@ -161,14 +161,19 @@ class Replies:
         return reply
 
     async def _answer(self, msg: Msg) -> None:
-        token = msg.subject[len(self.prefix):]
+        self._deliver(msg.subject[len(self.prefix):], msg)
+
+    def _deliver(self, token: str, msg: Msg) -> None:
+        """``msg`` to the request of ``token``: its answer, or one of several it gathers (``gathered``) until the
+        status that ends them."""
         found = self._pending.get(token)
-        if found is not None and not found[0].done():
-            gathered = self._gathered.get(token)
-            if gathered is not None and not (msg.headers and msg.headers.get("Status")):
-                gathered.append(msg)  # one of several answers: the status after them ends the request
-                return
-            found[0].set_result(msg)
+        if found is None or found[0].done():
+            return
+        gathered = self._gathered.get(token)
+        if gathered is not None and not (msg.headers and msg.headers.get("Status")):
+            gathered.append(msg)
+            return
+        found[0].set_result(msg)
 
     def _frames(self, frames: list[rawmsgs.Raw]) -> None:
         """Answers as the reading loop found them (``rawmsgs.route``): each to the request it answers, as nats-py
@@ -176,7 +181,8 @@ class Replies:
         with a status line, as a 503 or a direct get's 404 is, through ``Client._process_headers``)."""
         skip = len(self.prefix)
         for subject, reply, block, data in frames:
-            found = self._pending.get(subject[skip:].decode())
+            token = subject[skip:].decode()
+            found = self._pending.get(token)
             if found is None or found[0].done():
                 continue
             headers: dict[str, str] | None = None
@@ -186,12 +192,7 @@ class Replies:
                     self._later[-1].add_done_callback(self._later.remove)
                     continue
                 headers = natsheaders.parse_header_lines(block[_HEADER_LINE_END:]) or None
-            msg = Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid)
-            gathered = self._gathered.get(subject[skip:].decode()) if self._gathered else None
-            if gathered is not None:
-                gathered.append(msg)  # one of several answers (``gathered``): no status line, so not the end
-            else:
-                found[0].set_result(msg)
+            self._deliver(token, Msg(self.nc, subject.decode(), reply.decode(), data, headers, _sid=self._sid))
 
     async def _answer_raw(self, subject: bytes, reply: bytes, block: bytes, data: bytes) -> None:
         headers = await self.nc._process_headers(block)

@@ -56,7 +56,7 @@ CATCH_UP_S = 10.0
 async def run_events(bus: Bus, workspace: str, run_id: str, *, through: int | None = None,
                      wait_s: float = CATCH_UP_S) -> list[Event]:
     """Run ``run_id``'s events in RUNS' order, each at its RUNS sequence: HISTORY's and AUDIT's copies, by direct
-    gets on the run's one subject in each (one request a message, no consumer; a replay where AUDIT allows no
+    gets on the run's one subject in each (one batch request a stream, no consumer; a replay where AUDIT allows no
     direct gets: an earlier release's). ``through``: a RUNS sequence the caller saw stored (a terminal event it
     handles): they are read again until they hold that one and every earlier event of the run (``_uncopied``), for
     up to ``wait_s``, then ``TemporaryError``; events after it are left out. A run whose request is in neither (an

@@ -112,12 +112,12 @@ async def history(bus: Bus, stream: str, subject: str, *, through: int | None = 
                   since: float | None = None) -> list[Event]:
     """The messages of ``stream`` on ``subject`` (a filter) from sequence ``start`` through sequence ``through``
     (None: through the last one stored now; an empty list when there is none), in stream order, read by direct
-    gets ``{"seq", "next_by_subj"}``: one request per message, no consumer. On a wildcard filter the server walks
-    the stream from each request's sequence to the next match, so a get costs it the distance between one match
-    and the next (on a busy 150k-message RUNS, a run's first get from sequence 1 took ~140 ms and later ones
-    ~10 ms): where the sequences are known, ``at`` each of them is cheaper (``evidence.store.run_history``).
-    (Not the batch form, ``"batch": N``: for every message it returns the server counts the filter's pending
-    messages, which on a wildcard filter cost it ~2 ms per message on a stream of 240k.)
+    gets, no consumer. On one subject (no wildcard, no ``since``) in batches (``_history_batched``: one request
+    for a run's few messages; the server counts the subject's messages from its subject index). On a wildcard
+    filter one request per message (``{"seq", "next_by_subj"}``): the batch form counts the filter's pending
+    messages, which on a wildcard cost the server ~2 ms per message on a stream of 240k; and the server walks the
+    stream from each request's sequence to the next match, so a get costs it the distance between one match and
+    the next (on a busy 150k-message RUNS, a run's first get from sequence 1 took ~140 ms and later ones ~10 ms).
 
     ``since`` (epoch seconds) starts instead at the first message stored at or after that time (the server
     finds it from its index, ``start_time``): where a caller knows when the messages began but not their
