@@ -183,3 +183,33 @@ def test_a_queue_pops_its_pending_runs_in_priority_then_age_order(seed: int) -> 
             expected = min(waiting, key=lambda w: (-w.workload.priority, w.queue_ts, w.seq), default=None)
             popped = q.pop_head(states)
             assert popped is expected
+
+
+def test_a_drained_queue_forgets_its_memos_and_stale_entries_and_decides_as_before() -> None:
+    engine = full_queue()
+    for i in range(6):
+        engine.submit(run(f"w{i}", at=float(i)), 0.0)
+    while not engine.quiescent():
+        engine.cycle(0.0)
+    queue = engine.queues["cq"]
+    assert engine.settle_idle() == 0  # four wait: nothing is dropped
+    assert queue.memo is not None and queue.memo.workload.name == "w2" and len(queue.parked) == 4
+    admitted: list[str] = []
+    for step in range(6):  # each end frees room for the next head
+        running = sorted(engine.admitted_names())
+        engine.finish(running[0], float(step + 1))
+        admitted += [a.workload for a in engine.cycle(float(step + 1)).admitted]
+    assert admitted == ["w2", "w3", "w4", "w5"] and engine.admitted_names() == []
+    queue.run.append((0, 0.5, 99, "w0", 0))  # a stale entry, as lazy deletion leaves one (w0 ended)
+    assert queue.memo is not None and queue.memo.workload.name == "w2"  # what the backlog left
+    assert engine.settle_idle() == 1
+    assert (queue.memos, queue.memo_epochs, queue.heap, queue.run, queue.parked, queue.parked_on_nodes) == (
+        {}, None, [], [], [], [])
+    for i in range(3):  # the next backlog is decided as the first was
+        engine.submit(run(f"v{i}", at=10.0 + i), 10.0)
+    engine.cycle(10.0)
+    engine.cycle(10.0)
+    engine.cycle(10.0)
+    assert sorted(engine.admitted_names()) == ["v0", "v1"]
+    assert {n: (p.reason, p.message, p.position) for n, p in engine.pending_all().items()} == {
+        "v2": ("WaitingForQuota", MESSAGE, 1)}

@@ -1,6 +1,8 @@
 """The local cluster gives a drained backlog's C heap back (``LocalCluster._trim_after_drain``): a heap trim when
 what it holds falls to a quarter of a peak of at least ``TRIM_PEAK`` workloads, once a backlog, never per tick; and
-when it holds nothing after at least ``TRIM_PEAK`` workloads ended since the last trim."""
+when it holds nothing after at least ``TRIM_PEAK`` workloads ended since the last trim, or after a trim made while
+some of a backlog was still held. Each trim first has the engine's empty queues drop what the backlog left there
+(``Engine.settle_idle``, tests/admission/test_engine_cost.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from taugrid.local.controller import TRIM_PEAK, LocalCluster
 def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
     monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
-    cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0)
+    settled: list[int] = []
+    cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0, _drain_owed=False,
+                              admitter=SimpleNamespace(settle_idle=lambda: settled.append(1) or 0))
 
     def tick(held: int) -> None:
         cluster.wls = dict.fromkeys(range(held))
@@ -34,15 +38,20 @@ def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: py
     assert trims == [1]
     tick(TRIM_PEAK // 4)  # a quarter of the new peak of TRIM_PEAK
     assert (trims, cluster._held_peak) == ([1, 1], TRIM_PEAK // 4)
-    for held in (0, 0, 0):  # a peak under TRIM_PEAK: an idle cluster is not trimmed tick after tick
-        tick(held)
+    tick(TRIM_PEAK // 8)  # the peak under TRIM_PEAK now: no trim until nothing is held
     assert trims == [1, 1]
+    tick(0)  # the backlog's last workload ended: trimmed once more (its last queues are empty only now)
+    assert (trims, settled) == ([1, 1, 1], [1, 1, 1])
+    for held in (0, 0, 0):  # an idle cluster is not trimmed tick after tick
+        tick(held)
+    assert (trims, settled) == ([1, 1, 1], [1, 1, 1])
 
 
 def test_an_idle_cluster_is_trimmed_once_after_many_runs_none_held_long(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
     monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
-    cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0)
+    cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0, _drain_owed=False,
+                              admitter=SimpleNamespace(settle_idle=lambda: 0))
 
     def tick(held: int, ended: int) -> None:
         cluster.wls = dict.fromkeys(range(held))

@@ -228,6 +228,9 @@ class ConsumerLoop:
                     tails[key] = handled
                     inflight.add(task)
                     task.add_done_callback(functools.partial(done, key=key, handled=handled))
+                # the batch and its last message are the tasks' now: not kept while the next fetch waits (a
+                # long-lived few among a backlog's objects keep the allocator's arenas the backlog filled)
+                msgs = m = None
                 if len(inflight) > limit - self.batch:
                     room.clear()
         finally:

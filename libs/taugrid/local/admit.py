@@ -413,6 +413,10 @@ class LocalAdmitter:
         """True when another cycle would examine no head (each waiting run has been tried, or is parked)."""
         return self.engine is None or self.engine.quiescent()
 
+    def settle_idle(self) -> int:
+        """``Engine.settle_idle``: the queues with nothing waiting drop what their backlog left (0: no engine)."""
+        return self.engine.settle_idle() if self.engine is not None else 0
+
     def next_requeue(self) -> float | None:
         """When a backed-off workload returns to its queue, so the admission loop can wake for it."""
         return self.engine.next_requeue() if self.engine is not None else None

@@ -188,6 +188,7 @@ class LocalCluster:
         self._pending_at = 0.0
         self._held_peak = 0  # the most workloads held since the heap was last trimmed (``_trim_after_drain``)
         self._ended_since_trim = 0  # workloads that ended here since then
+        self._drain_owed = False  # trimmed while a backlog was still held: trimmed again once nothing is
         self._blocked = False  # admission held by Kueue's blockAdmission at the last wake-up
         self._inflight = asyncio.Semaphore(64)  # bounded publishes: a burst must not time out the server
         self.work = asyncio.Event()  # set on new work or freed capacity (``wake``)
@@ -709,16 +710,21 @@ class LocalCluster:
         ``TRIM_PEAK`` workloads, the heap's free pages are released: once a backlog, never per tick (a trim walks
         the heap). The same when nothing is held any more and at least ``TRIM_PEAK`` workloads ended since the last
         trim: a long stream of runs, none of them held long, frees its JSON all over the heap too (Kueue's
-        large-scale scenario ended with a 19.6 MB heap and nothing held). Python's own arenas are not the C heap's:
-        what a burst's small objects filled stays (the starts and ends under way are bounded for that,
-        ``STEPS_AT_ONCE``)."""
+        large-scale scenario ended with a 19.6 MB heap and nothing held), and once nothing is held after a trim
+        made while some of a backlog still was (its last quarter's queues, not empty then, are empty now: Kueue's
+        baseline trimmed last at 196 held and never again). Python's own arenas are not the C heap's:
+        an arena goes back only once every object in it is freed, so the starts and ends under way are bounded
+        (``STEPS_AT_ONCE``), and each trim first has the engine's queues that nothing waits in drop what the
+        backlog left there (``Engine.settle_idle``: memos of ended heads, stale entries)."""
         held = len(self.wls)
         self._held_peak = max(self._held_peak, held)
         if (self._held_peak >= TRIM_PEAK and held <= self._held_peak // 4) or (
-                held == 0 and self._ended_since_trim >= TRIM_PEAK):
+                held == 0 and (self._drain_owed or self._ended_since_trim >= TRIM_PEAK)):
+            self.admitter.settle_idle()
             heap.trim()
             self._held_peak = held
             self._ended_since_trim = 0
+            self._drain_owed = held > 0
 
     @staticmethod
     async def _each(coros: Iterable[Awaitable[None]], *, at_once: int = 0) -> None:

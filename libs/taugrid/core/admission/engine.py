@@ -971,6 +971,11 @@ class Engine:
         """Usage per (flavor, resource) in m-units (cpu millicores, milli-GPU, memory milli-bytes)."""
         return {fr: v for fr, v in self.queues[cluster_queue].node.usage.items() if v}
 
+    def settle_idle(self) -> int:
+        """After a backlog drained: each queue with nothing waiting forgets its stale entries and memos
+        (``CQQueue.settle_empty``); how many queues were empty. Walks every queue's entries: not per cycle."""
+        return sum(q.settle_empty(self.states) for q in self.queues.values())
+
     def quiescent(self) -> bool:
         """True when a cycle would consider no head (everything admitted, parked, blocked or backing off)."""
         if self._dirty or any(taken != self._taken for taken in self._node_parked.values()):

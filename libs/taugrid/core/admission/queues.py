@@ -232,6 +232,20 @@ class CQQueue:
             out.append((entry, ws))
         return [ws for _, ws in out]
 
+    def settle_empty(self, states: dict[str, WState]) -> bool:
+        """Forget what only waiting workloads needed once none waits here (nothing live in any list, no
+        preemptor): the stale entries lazy deletion left and the memos, a shortcut only, each holding a head that
+        may have ended long ago (its Workload, assignment and reason: small objects made during the backlog,
+        kept for the engine's life, up to ``engine.MEMO_SLOTS`` a queue). Decisions do not change: a stale entry is
+        skipped when popped, and a head without a memo is nominated. Whether it was empty."""
+        if self.waiting is not None or any(
+                self.live(entry, states) is not None
+                for entries in (self.heap, self.run, self.parked, self.parked_on_nodes) for entry in entries):
+            return False
+        self.heap, self.run, self.parked, self.parked_on_nodes = [], [], [], []
+        self.memos, self.memo_epochs, self._popped = {}, None, None
+        return True
+
     def has_active(self, states: dict[str, WState]) -> bool:
         if self.waiting is not None:
             return True
