@@ -266,6 +266,42 @@ async def test_a_submission_waits_for_its_answer_and_opens_its_record_with_it(bu
     assert (run_state_writes() - writes, run_state_lookups() - lookups) == (2, 1)
 
 
+async def test_an_approval_waits_for_the_apply_and_is_written_with_it(bus: Bus) -> None:
+    """``policy.approved`` lingers (``LINGER``): the renderer's ``render.applied`` ends the wait, one write for both;
+    an approval no apply follows is written alone after ``LINGER_S``."""
+    ws, run = f"rv{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, run):
+        last = await emit_as_owner(bus, workspace=ws, run_id=run, attempt=1, event_type=kind, payload=payload)
+    events = await stored_events(bus, ws, run, last)
+    assert [ev.type for ev in events[:4]] == ["submit.requested", "submit.accepted", "policy.approved",
+                                              "render.applied"]
+    projector, writes = runrecord.Projector(bus), run_state_writes()
+    assert await asyncio.gather(*(projector.project(ev) for ev in events[:2])) == [True, True]
+    assert run_state_writes() - writes == 1
+    approved = asyncio.create_task(projector.project(events[2]))
+    for _ in range(20):  # it waits in its group: the record still says accepted
+        await asyncio.sleep(0)
+    record, _ = await runrecord.get(bus, ws, run)
+    assert not approved.done() and run_state_writes() - writes == 1 and record is not None
+    assert (record.state, record.resolved) == ("accepted", None)
+    assert await asyncio.wait_for(projector.project(events[3]), 10)  # the apply: written at once, with it
+    assert await approved and run_state_writes() - writes == 2
+    record, _ = await runrecord.get(bus, ws, run)
+    assert record is not None and record.state == "rendered" and record.resolved is not None
+    assert [h["type"] for h in record.history] == [ev.type for ev in events[:4]]
+    # an approval no apply follows (a render that never came) is written alone once the linger is over
+    alone = f"alone-{uuid.uuid4().hex[:6]}"
+    for kind, payload in lifecycle(bus, ws, alone)[:3]:
+        last = await emit_as_owner(bus, workspace=ws, run_id=alone, attempt=1, event_type=kind, payload=payload)
+    first = await stored_events(bus, ws, alone, last)
+    assert await asyncio.gather(*(projector.project(ev) for ev in first[:2])) == [True, True]
+    writes = run_state_writes()
+    assert await asyncio.wait_for(projector.project(first[2]), 10)
+    assert run_state_writes() - writes == 1
+    record, _ = await runrecord.get(bus, ws, alone)
+    assert record is not None and record.state == "approved"
+
+
 async def test_an_event_that_does_not_apply_fails_alone_in_its_group(bus: Bus) -> None:
     ws, run = f"rp{uuid.uuid4().hex[:6]}", f"train-{uuid.uuid4().hex[:6]}"
     for kind, payload in lifecycle(bus, ws, run):

@@ -58,6 +58,11 @@ LAST_EVENT = "evidence.sealed"
 #   decides: the renderer's cancel, the admission watcher's verified user. A group holding the submitter's answer
 #   opens its record without ``_may_open``'s lookup: the submitter answers only the first request of a run id its
 #   workspace holds (``_first_for_run``), a stricter check already made.
+# - the policy's approval (``policy.approved``): the renderer's apply follows within milliseconds (its
+#   ``render.applied`` is written at once, with it). No stage reads the resolved run back from the record before
+#   then: the renderer takes it from the approval itself, and its cancel check reads the user (written with the
+#   submitter's answer), the cancel and ``object_name`` (written with ``render.applied``); a retry or a reproduction
+#   reads it runs later. A render that fails ends the wait as any event outside this set does.
 # - the run's admission and its pod's phases (queued then admitted on an idle queue; admitted, the pod's phases
 #   and running within a tick of the local cluster): a stage that must know a run's attempt or end reads the
 #   record when it handles a decisive event (``exec.succeeded``, ``exec.failed``, a retry), and those are written
@@ -70,7 +75,8 @@ LAST_EVENT = "evidence.sealed"
 # cancel reads ``object_name``: it would end a run whose objects exist as never applied), and ``exec.running``, the
 # phase people watch for (the portal, `tau status`): a short run's end arriving within the linger would have
 # been written with it, so that the record never said running.
-LINGER = frozenset({"submit.requested", "admission.queued", "admission.admitted", "exec.progress"})
+LINGER = frozenset({"submit.requested", "policy.approved", "admission.queued", "admission.admitted",
+                    "exec.progress"})
 LINGER_S = 0.05
 # The admission's events wait longer: in a burst a run's queued, admitted and running come 50-130 ms apart (on an
 # idle stack within milliseconds), and the shorter wait wrote each alone. ``tau status`` may show them that late.
