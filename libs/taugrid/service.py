@@ -42,6 +42,7 @@ class Service:
         self.loops: list[ConsumerLoop] = []
         self.tasks: list[Coroutine[Any, Any, None]] = []
         self.stopping = asyncio.Event()
+        self.recycling = ""  # why the process starts itself afresh once drained (``recycle``), or ""
 
     def consume(self, durable: str, handler: Handler, *, batch: int = 32, ordered: bool = True) -> ConsumerLoop:
         """Bind ``durable`` with ``handler``; a stage with a high priority lane (``topology.LANE_DURABLES``)
@@ -85,11 +86,23 @@ class Service:
         for loop in self.loops:
             loop.stopping.set()
 
+    def recycle(self, why: str) -> None:
+        """Stop as on SIGTERM (in-flight handlers finish, acks flushed, the bus closed), then ``main`` starts the
+        service afresh in this process (``os.execv``: the same pid, arguments and environment), as uWSGI's
+        ``reload-on-rss`` and Celery's ``max-memory-per-child`` recycle a worker: for what an allocator keeps
+        after a peak and no ``free`` can give back (Python's arenas, pinned by a few objects that outlive it).
+        Only for a service that picks its state up again at start, as every service here does after a crash."""
+        if not self.recycling:
+            log.warning("recycling: %s", why)
+            self.recycling = why
+            self.stop()
+
 
 StartFn = Callable[[Service], Awaitable[None]]
 
 
-async def run(name: str, start: StartFn, *, url: str | None = None, given: Settings | None = None) -> None:
+async def run(name: str, start: StartFn, *, url: str | None = None, given: Settings | None = None) -> str:
+    """Run the service until it is stopped; why it asked to be started afresh (``Service.recycle``), or ""."""
     tracing.setup(name)
     given = given if given is not None else settings.current()
     # Nothing would read what a service records without /metrics: it then never imports prometheus_client.
@@ -125,6 +138,7 @@ async def run(name: str, start: StartFn, *, url: str | None = None, given: Setti
     log.info("%s drained and stopped", name)
     if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
         sys.exit(1)
+    return svc.recycling
 
 
 def freeze_started() -> None:
@@ -184,4 +198,8 @@ def main(name: str, start: StartFn) -> None:
         uvloop.install()
     except ImportError:  # uvloop is optional on platforms without it
         pass
-    asyncio.run(run(name, start, given=given))
+    if asyncio.run(run(name, start, given=given)):  # recycled: this program again, in this process
+        for handler in logging.getLogger().handlers:  # what is buffered would be lost with this image
+            handler.flush()
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])

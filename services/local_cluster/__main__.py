@@ -41,6 +41,8 @@ async def start(svc: Service) -> None:
         svc.consume("local-cluster-nodes", cluster.on_node)
     svc.background(cluster.admission_loop(svc.stopping))  # cycles on new work or freed capacity
     svc.every(0.2, cluster.housekeep)  # pods to launch and supervise, reasons, the queue snapshot
+    cluster.recycle = svc.recycle  # started afresh once a drained backlog left it swollen (RECYCLE_ABOVE_MB)
+    cluster.started()
 
 
 if __name__ == "__main__":

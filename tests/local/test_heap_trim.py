@@ -18,8 +18,10 @@ def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: py
     trims: list[int] = []
     monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
     settled: list[int] = []
+    recycle_checks: list[int] = []
     cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0, _drain_owed=False,
-                              admitter=SimpleNamespace(settle_idle=lambda: settled.append(1) or 0))
+                              admitter=SimpleNamespace(settle_idle=lambda: settled.append(1) or 0),
+                              _recycle_if_swollen=lambda: recycle_checks.append(len(cluster.wls)))
 
     def tick(held: int) -> None:
         cluster.wls = dict.fromkeys(range(held))
@@ -41,17 +43,17 @@ def test_a_drained_backlog_is_trimmed_once_and_a_small_one_never(monkeypatch: py
     tick(TRIM_PEAK // 8)  # the peak under TRIM_PEAK now: no trim until nothing is held
     assert trims == [1, 1]
     tick(0)  # the backlog's last workload ended: trimmed once more (its last queues are empty only now)
-    assert (trims, settled) == ([1, 1, 1], [1, 1, 1])
+    assert (trims, settled, recycle_checks) == ([1, 1, 1], [1, 1, 1], [0])  # only then: nothing held
     for held in (0, 0, 0):  # an idle cluster is not trimmed tick after tick
         tick(held)
-    assert (trims, settled) == ([1, 1, 1], [1, 1, 1])
+    assert (trims, settled, recycle_checks) == ([1, 1, 1], [1, 1, 1], [0])
 
 
 def test_an_idle_cluster_is_trimmed_once_after_many_runs_none_held_long(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
     monkeypatch.setattr(controller.heap, "trim", lambda: trims.append(1) or True)
     cluster = SimpleNamespace(wls={}, _held_peak=0, _ended_since_trim=0, _drain_owed=False,
-                              admitter=SimpleNamespace(settle_idle=lambda: 0))
+                              admitter=SimpleNamespace(settle_idle=lambda: 0), _recycle_if_swollen=lambda: None)
 
     def tick(held: int, ended: int) -> None:
         cluster.wls = dict.fromkeys(range(held))
@@ -66,3 +68,19 @@ def test_an_idle_cluster_is_trimmed_once_after_many_runs_none_held_long(monkeypa
     for _ in range(3):  # idle tick after tick: not trimmed again
         tick(0, 0)
     assert trims == [1]
+
+
+@pytest.mark.parametrize(("started", "now", "recycled"), [(50.0, 110.0, True), (50.0, 73.0, False),
+                                                           (None, 110.0, False), (50.0, None, False)])
+def test_a_drained_backlog_that_left_the_process_swollen_recycles_it(
+        monkeypatch: pytest.MonkeyPatch, started: float | None, now: float | None, recycled: bool) -> None:
+    """``RECYCLE_ABOVE_MB`` (24) above what it held once started: the service is asked to start afresh; less, or
+    nothing to compare (no /proc, no baseline), it is not."""
+    asked: list[str] = []
+    monkeypatch.setattr(controller.heap, "resident_mb", lambda: now)
+    cluster = SimpleNamespace(recycle=asked.append, started_mb=started)
+    LocalCluster._recycle_if_swollen(cluster)  # type: ignore[arg-type]
+    assert len(asked) == int(recycled)
+    if recycled:
+        assert asked[0] == ("a drained backlog left the local cluster at 110 MB resident, 60 MB above its start; "
+                            "nothing is held")

@@ -1,0 +1,50 @@
+"""``Service.recycle``: a service asks to be started afresh, stops as on SIGTERM (its loops and timers end, its bus
+is closed), and ``main`` then runs the same program again in the same process (``os.execv``: same pid, arguments
+and environment); a service that stops for any other reason is not started again."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from taugrid import service
+from taugrid.service import Service
+
+
+async def test_a_recycled_service_drains_and_says_why(bootstrapped: str) -> None:
+    ticks: list[int] = []
+    seen: list[Service] = []
+
+    async def start(svc: Service) -> None:
+        seen.append(svc)
+
+        async def tick() -> None:
+            ticks.append(1)
+            if len(ticks) == 3:
+                svc.recycle("swollen")
+                svc.recycle("asked twice")  # the first reason stands
+
+        svc.every(0.01, tick)
+
+    why = await asyncio.wait_for(service.run("recycle-test", start, url=bootstrapped), 20)
+    [svc] = seen
+    assert (why, svc.recycling, len(ticks)) == ("swollen", "swollen", 3)
+    assert svc.stopping.is_set() and svc.bus.nc.is_closed
+
+
+@pytest.mark.parametrize(("why", "execs"), [("swollen", 1), ("", 0)])
+def test_main_runs_the_program_again_only_when_recycled(monkeypatch: pytest.MonkeyPatch, why: str,
+                                                         execs: int) -> None:
+    calls: list[tuple[str, list[str]]] = []
+
+    async def run(name: str, start: object, *, given: object = None) -> str:
+        return why
+
+    monkeypatch.setattr(service, "run", run)
+    monkeypatch.setattr(service.os, "execv", lambda path, args: calls.append((path, list(args))))
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "taugrid_services.local_cluster"])
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # main installs uvloop's policy: not in this test process
+    service.main("recycle-test", lambda svc: asyncio.sleep(0))
+    assert calls == [(sys.executable, [sys.executable, "-m", "taugrid_services.local_cluster"])] * execs
