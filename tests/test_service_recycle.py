@@ -5,7 +5,10 @@ and environment); a service that stops for any other reason is not started again
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,34 @@ def test_main_runs_the_program_again_only_when_recycled(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "uvloop", None)  # main installs uvloop's policy: not in this test process
     service.main("recycle-test", lambda svc: asyncio.sleep(0))
     assert calls == [(sys.executable, [sys.executable, "-m", "taugrid_services.local_cluster"])] * execs
+
+
+PROGRAM = """
+import os, sys
+from pathlib import Path
+from taugrid.service import main
+
+log = Path(sys.argv[1])
+
+async def start(svc):
+    starts = log.read_text().splitlines() if log.exists() else []
+    log.write_text("\\n".join([*starts, str(os.getpid())]) + "\\n")
+    if not starts:
+        svc.recycle("the first start asks for a second")
+    else:
+        svc.stop()
+
+main("recycle-program", start)
+"""
+
+
+def test_a_recycled_program_runs_again_in_the_same_process(bootstrapped: str, tmp_path: Path) -> None:
+    """The real ``os.execv``: the program's second start sees the first one's record, under the same pid, and the
+    process then ends as a stopped service does (exit 0)."""
+    log = tmp_path / "starts"
+    env = {**os.environ, "TAU_NATS_URL": bootstrapped}
+    done = subprocess.run([sys.executable, "-c", PROGRAM, str(log)], env=env, timeout=60, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    first, second = log.read_text().splitlines()
+    assert first == second and "recycling: the first start asks for a second" in done.stderr

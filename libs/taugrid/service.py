@@ -133,7 +133,8 @@ async def run(name: str, start: StartFn, *, url: str | None = None, given: Setti
             log.error("%s: task died: %r", name, t.exception())
             svc.stop()
     svc.stop()
-    await asyncio.wait(tasks, timeout=10)
+    if tasks:  # (a service may declare none)
+        await asyncio.wait(tasks, timeout=10)
     await bus.close()
     log.info("%s drained and stopped", name)
     if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
