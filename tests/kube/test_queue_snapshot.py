@@ -96,14 +96,20 @@ async def _tau_queue_json(nats_url: str) -> dict[str, Any]:
     return result
 
 
-async def _snapshot_written(bus: Bus, since: float, timeout: float = 15.0) -> dict[str, Any]:
+async def _snapshot_written(bus: Bus, since: float, timeout: float = 15.0, *,
+                            queues: frozenset[str] = frozenset(), local_queues: int = 0) -> dict[str, Any]:
+    """The first snapshot written since ``since`` that holds ``queues`` and ``local_queues`` LocalQueues (the
+    bridge writes one every ``queue_every_s`` from what its watches delivered so far: its first may precede the
+    rest of its initial list, docs §16)."""
     kv = await bus.kv(QUEUES_BUCKET)
     async with asyncio.timeout(timeout):
         while True:
             try:
                 entry = await kv.get(QUEUES_KEY)
                 snap: dict[str, Any] = json.loads(entry.value or b"{}")
-                if snap.get("backend") == "kubernetes" and snap["time"] >= since:
+                if snap.get("backend") == "kubernetes" and snap["time"] >= since and \
+                        queues <= {q["cluster_queue"] for q in snap["queues"]} and \
+                        len(snap["local_queues"]) >= local_queues:
                     return snap
             except nats.js.errors.KeyNotFoundError:
                 pass
@@ -129,7 +135,7 @@ async def test_clusterqueue_status_becomes_the_exact_tau_queue_json(
     started = time.time()
     task = asyncio.create_task(bridge.run(stop))
     try:
-        written = await _snapshot_written(bus, started)
+        written = await _snapshot_written(bus, started, queues=frozenset({"vision", "language"}), local_queues=1)
         out = await _tau_queue_json(bootstrapped)
         from prometheus_client import REGISTRY  # the bridge's queue gauges follow the snapshot it wrote
 
