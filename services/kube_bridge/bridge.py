@@ -141,6 +141,7 @@ class Bridge:
         self.checkpoints: Checkpoints | None = None
         self.queue_every_s = queue_every_s
         self.queue_objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {k: {} for k in QUEUE_KINDS}
+        self._queues_gone: set[tuple[str, str]] | None = None  # queues deleted while they are listed (seeding)
         self.visibility_version: str | None = None
         self._visibility_probed_at = -VISIBILITY_RETRY_S
         self.scaler = JobScaler(api)
@@ -287,13 +288,42 @@ class Bridge:
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if ev.type == "DELETED":
             self.queue_objects[kind].pop(key, None)
+            if self._queues_gone is not None:  # being listed (``_seed_queues``): not to be put back
+                self._queues_gone.add(key)
         else:
             self.queue_objects[kind][key] = ev.object
 
+    async def _seed_queues(self) -> None:
+        """The snapshot's queues whole from the start: each queue kind listed once. Its watch delivers them too,
+        but one resumed from its checkpoint only what changed since, and one that lists first one at a time: a
+        snapshot of what it had delivered missed every queue that had not changed, or most of them. What a watch
+        delivered meanwhile is newer and stays; a queue it deleted meanwhile is not put back."""
+        self._queues_gone = set()
+        for _, resource, selector, namespace in self._scopes():
+            kept = self.queue_objects.get(resource.kind)
+            if kept is None:
+                continue
+            items, _ = await Watcher(self.api, resource, cluster=self.cluster, namespace=namespace,
+                                     label_selector=selector).listed()
+            for item in items:
+                meta = item.get("metadata") or {}
+                key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                if key not in self._queues_gone:
+                    kept.setdefault(key, item)
+        self._queues_gone = None
+
     async def _snapshot_queues(self, stopping: asyncio.Event) -> None:
-        """Every ``queue_every_s``: the queue snapshot into KV (nothing until a ClusterQueue was seen)."""
+        """Every ``queue_every_s``: the queue snapshot into KV, once the queues were listed (``_seed_queues``;
+        nothing while there is no ClusterQueue)."""
+        seeded = False
         while not stopping.is_set():
-            cqs = list(self.queue_objects["ClusterQueue"].values())
+            if not seeded:
+                try:
+                    await self._seed_queues()
+                    seeded = True
+                except TauError as exc:  # the API away or refusing: no snapshot yet, listed again next round
+                    log.warning("kube-bridge: listing the queues for their snapshot: %s", exc)
+            cqs = list(self.queue_objects["ClusterQueue"].values()) if seeded else []
             if cqs:
                 pending = await self._pending([str(cq["metadata"]["name"]) for cq in cqs])
                 snap = queues.snapshot(cqs, self.queue_objects["LocalQueue"].values(), pending=pending,

@@ -18,9 +18,12 @@ import pytest
 
 from taugrid.bus import Bus, metrics
 from taugrid.cli.queue_cmd import queue_view
+from taugrid.core.ids import token
 from taugrid.kube.client import KubeApi, resource_for
 from taugrid.kube.queues import quantity, snapshot
+from taugrid_services.kube_bridge.bridge import BUCKET as BRIDGE_BUCKET
 from taugrid_services.kube_bridge.bridge import QUEUES_BUCKET, QUEUES_KEY, Bridge
+from taugrid_services.kube_bridge.lease import Checkpoints
 
 CQS, LQS = ("kueue.x-k8s.io", "v1beta2", "clusterqueues"), ("kueue.x-k8s.io", "v1beta2", "localqueues")
 
@@ -116,21 +119,31 @@ async def _snapshot_written(bus: Bus, since: float, timeout: float = 15.0, *,
             await asyncio.sleep(0.1)
 
 
+def _lab_queues(fake: Any) -> None:
+    """Two ClusterQueues of cohort ``lab`` (vision holds 6 of its 8 GPUs, language 6 of 4, 2 borrowed) and the
+    LocalQueue ``team-vision/default``."""
+    fake.put(CQS, cluster_queue("vision", gpus="8", used_gpus="6", borrowed_gpus="0", pending=2, admitted=1))
+    fake.put(CQS, cluster_queue("language", gpus="4", used_gpus="6", borrowed_gpus="2", pending=0, admitted=2))
+    fake.put(LQS, LOCAL_QUEUE)
+
+
+def _queue_bridge(bus: Bus, api_client: Any, cluster: str, holder: str) -> Bridge:
+    return Bridge(bus, KubeApi(api_client, retries=0), cluster=cluster, holder=holder,
+                  resources=[(resource_for("ClusterQueue"), None), (resource_for("LocalQueue"), None)],
+                  lease_ttl_s=1.0, checkpoint_every_s=0.1, backoff_max_s=0.1, queue_every_s=0.2)
+
+
 @pytest.mark.parametrize("served", [True, False])
 async def test_clusterqueue_status_becomes_the_exact_tau_queue_json(
         bus: Bus, bootstrapped: str, fake_kube: Any, served: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     fake, api_client = fake_kube
     monkeypatch.setattr(metrics, "SERVED", True)  # the chart serves /metrics: the bridge's queue gauges are kept
-    fake.put(CQS, cluster_queue("vision", gpus="8", used_gpus="6", borrowed_gpus="0", pending=2, admitted=1))
-    fake.put(CQS, cluster_queue("language", gpus="4", used_gpus="6", borrowed_gpus="2", pending=0, admitted=2))
-    fake.put(LQS, LOCAL_QUEUE)
+    _lab_queues(fake)
     if served:
         fake.pending_workloads = {"vision": [pending_workload("big-9f1e", 1, 100),
                                              pending_workload("eval-77a0", 0, 500)]}
     cluster = f"c{uuid.uuid4().hex[:8]}"
-    bridge = Bridge(bus, KubeApi(api_client, retries=0), cluster=cluster, holder="q",
-                    resources=[(resource_for("ClusterQueue"), None), (resource_for("LocalQueue"), None)],
-                    lease_ttl_s=1.0, checkpoint_every_s=0.1, backoff_max_s=0.1, queue_every_s=0.2)
+    bridge = _queue_bridge(bus, api_client, cluster, "q")
     stop = asyncio.Event()
     started = time.time()
     task = asyncio.create_task(bridge.run(stop))
@@ -211,3 +224,27 @@ def test_human_tau_queue_of_a_kubernetes_snapshot_without_visibility() -> None:
         "(pending runs are listed only where Kueue's visibility API is served; counts shown)",
         "(snapshot 2.5s old from cluster prod)",
     ]
+
+
+async def test_a_bridge_resuming_its_watches_from_checkpoints_still_snapshots_every_queue(
+        bus: Bus, fake_kube: Any) -> None:
+    """Restarted (or taking the lease over), the bridge resumes each watch from its checkpoint, which delivers
+    only what changed since: queues that did not change are listed for the snapshot all the same."""
+    fake, api_client = fake_kube
+    _lab_queues(fake)
+    cluster = f"c{uuid.uuid4().hex[:8]}"
+    checkpoints = Checkpoints(bus, BRIDGE_BUCKET, token(cluster))
+    for plural in ("clusterqueues", "localqueues"):  # both watches were current when the last holder stopped
+        await checkpoints.put(plural, str(fake.rv))
+    bridge = _queue_bridge(bus, api_client, cluster, "r")
+    stop = asyncio.Event()
+    started = time.time()
+    task = asyncio.create_task(bridge.run(stop))
+    try:
+        written = await _snapshot_written(bus, started)  # the first snapshot written: whole
+    finally:
+        stop.set()
+        await task
+    assert all(w.relists == 0 for w in bridge.watchers.values())  # resumed, not relisted
+    assert [q["cluster_queue"] for q in written["queues"]] == ["language", "vision"]
+    assert [(lq["namespace"], lq["name"]) for lq in written["local_queues"]] == [("team-vision", "default")]

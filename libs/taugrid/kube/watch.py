@@ -114,8 +114,9 @@ class Watcher:
             query["labelSelector"] = self.label_selector
         return query
 
-    async def _relist(self) -> AsyncIterator[WatchEvent]:
-        """List everything; emit the difference against the known set; adopt the list's resourceVersion."""
+    async def listed(self) -> tuple[list[dict[str, Any]], str]:
+        """Every object in scope now, page by page (each with its apiVersion and kind), and the list's
+        resourceVersion; changes nothing here (``_relist`` is what also adopts them)."""
         path = self.resource.path(self.namespace)
         items: list[dict[str, Any]] = []
         query = self._query()
@@ -128,15 +129,18 @@ class Watcher:
             if not meta.get("continue"):
                 break
             query = {**self._query(), "continue": meta["continue"]}
-        self.relists += 1
-        list_rv = str(meta.get("resourceVersion") or "")
         api_version, kind = self.resource.api_version, self.resource.kind
-        current: dict[str, dict[str, Any]] = {}
         for item in items:
             # List items omit apiVersion/kind; restore them so every emitted object is self-describing.
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
-            current[_uid(item)] = item
+        return items, str(meta.get("resourceVersion") or "")
+
+    async def _relist(self) -> AsyncIterator[WatchEvent]:
+        """List everything; emit the difference against the known set; adopt the list's resourceVersion."""
+        items, list_rv = await self.listed()
+        self.relists += 1
+        current: dict[str, dict[str, Any]] = {_uid(item): item for item in items}
         previous, self.known = self.known, current
         events = []
         for uid, obj in current.items():
