@@ -37,6 +37,25 @@ async def test_a_recycled_service_drains_and_says_why(bootstrapped: str) -> None
     assert svc.stopping.is_set() and svc.bus.nc.is_closed
 
 
+async def test_a_stop_asked_while_draining_to_be_recycled_is_for_good(bootstrapped: str) -> None:
+    """SIGTERM (``terminate``) during a recycle's drain wins: ``tau down`` waits for the process to exit, not for
+    it to start again; and a recycle asked once stopping changes nothing."""
+    seen: list[Service] = []
+
+    async def start(svc: Service) -> None:
+        seen.append(svc)
+
+        async def tick() -> None:
+            svc.recycle("swollen")
+            svc.terminate()
+            svc.recycle("asked again while stopping")
+
+        svc.every(0.01, tick)
+
+    why = await asyncio.wait_for(service.run("recycle-test", start, url=bootstrapped), 20)
+    assert (why, seen[0].recycling, seen[0].stopping.is_set()) == ("", "", True)
+
+
 @pytest.mark.parametrize(("why", "execs"), [("swollen", 1), ("", 0)])
 def test_main_runs_the_program_again_only_when_recycled(monkeypatch: pytest.MonkeyPatch, why: str,
                                                          execs: int) -> None:

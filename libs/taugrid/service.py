@@ -86,13 +86,20 @@ class Service:
         for loop in self.loops:
             loop.stopping.set()
 
+    def terminate(self) -> None:
+        """SIGTERM/SIGINT: stop for good, even while draining to be recycled (``tau down`` waits for the exit)."""
+        if self.recycling:
+            log.info("not recycling after all: told to stop")
+            self.recycling = ""
+        self.stop()
+
     def recycle(self, why: str) -> None:
         """Stop as on SIGTERM (in-flight handlers finish, acks flushed, the bus closed), then ``main`` starts the
         service afresh in this process (``os.execv``: the same pid, arguments and environment), as uWSGI's
         ``reload-on-rss`` and Celery's ``max-memory-per-child`` recycle a worker: for what an allocator keeps
         after a peak and no ``free`` can give back (Python's arenas, pinned by a few objects that outlive it).
         Only for a service that picks its state up again at start, as every service here does after a crash."""
-        if not self.recycling:
+        if not self.recycling and not self.stopping.is_set():  # (stopping already: for good)
             log.warning("recycling: %s", why)
             self.recycling = why
             self.stop()
@@ -121,7 +128,7 @@ async def run(name: str, start: StartFn, *, url: str | None = None, given: Setti
         svc.every(5.0, lambda: _consumer_gauges(bus, svc.loops))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, svc.stop)
+        loop.add_signal_handler(sig, svc.terminate)
     log.info("%s started (pid %s) with %d consumer(s)", name, os.getpid(), len(svc.loops))
     freeze_started()
     say_ready(given.process.ready_file)

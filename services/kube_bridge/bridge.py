@@ -105,6 +105,12 @@ def without_local_annotations(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def _queue_key(obj: dict[str, Any]) -> tuple[str, str]:
+    """A queue object's (namespace, name): "" for a ClusterQueue's namespace."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
 class Bridge:
     def __init__(
         self,
@@ -141,7 +147,8 @@ class Bridge:
         self.checkpoints: Checkpoints | None = None
         self.queue_every_s = queue_every_s
         self.queue_objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {k: {} for k in QUEUE_KINDS}
-        self._queues_gone: set[tuple[str, str]] | None = None  # queues deleted while they are listed (seeding)
+        # queues a watch changed or deleted while they are listed (``_seed_queues``); None when not listing
+        self._queues_touched: set[tuple[str, tuple[str, str]]] | None = None
         self.visibility_version: str | None = None
         self._visibility_probed_at = -VISIBILITY_RETRY_S
         self.scaler = JobScaler(api)
@@ -284,33 +291,35 @@ class Bridge:
         kind = str(ev.object.get("kind") or "")
         if kind not in self.queue_objects:
             return
-        meta = ev.object.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        key = _queue_key(ev.object)
+        if self._queues_touched is not None:  # being listed (``_seed_queues``): what the watch says is newer
+            self._queues_touched.add((kind, key))
         if ev.type == "DELETED":
             self.queue_objects[kind].pop(key, None)
-            if self._queues_gone is not None:  # being listed (``_seed_queues``): not to be put back
-                self._queues_gone.add(key)
         else:
             self.queue_objects[kind][key] = ev.object
 
     async def _seed_queues(self) -> None:
-        """The snapshot's queues whole from the start: each queue kind listed once. Its watch delivers them too,
-        but one resumed from its checkpoint only what changed since, and one that lists first one at a time: a
-        snapshot of what it had delivered missed every queue that had not changed, or most of them. What a watch
-        delivered meanwhile is newer and stays; a queue it deleted meanwhile is not put back."""
-        self._queues_gone = set()
-        for _, resource, selector, namespace in self._scopes():
-            kept = self.queue_objects.get(resource.kind)
-            if kept is None:
-                continue
-            items, _ = await Watcher(self.api, resource, cluster=self.cluster, namespace=namespace,
-                                     label_selector=selector).listed()
-            for item in items:
-                meta = item.get("metadata") or {}
-                key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-                if key not in self._queues_gone:
-                    kept.setdefault(key, item)
-        self._queues_gone = None
+        """The snapshot's queues whole as this lead begins: each queue kind listed once (by its watcher's scope)
+        and taken as the view, replacing what an earlier lead kept (a queue deleted since is gone). Its watch
+        delivers them too, but one resumed from its checkpoint only what changed since, and one that lists first
+        one at a time: a snapshot of what it had delivered missed every queue that had not changed, or most of
+        them. What a watch delivered while the list was read is newer and stays (a deletion too)."""
+        self._queues_touched = set()
+        try:
+            listed: dict[str, dict[tuple[str, str], dict[str, Any]]] = {kind: {} for kind in self.queue_objects}
+            for key, resource, _, _ in self._scopes():
+                if resource.kind in listed:
+                    items, _ = await self.watchers[key].listed()
+                    listed[resource.kind].update((_queue_key(item), item) for item in items)
+            touched = self._queues_touched
+            for kind, kept in self.queue_objects.items():
+                view = {k: v for k, v in listed[kind].items() if (kind, k) not in touched}
+                view.update((k, v) for k, v in kept.items() if (kind, k) in touched)
+                kept.clear()
+                kept.update(view)
+        finally:
+            self._queues_touched = None
 
     async def _snapshot_queues(self, stopping: asyncio.Event) -> None:
         """Every ``queue_every_s``: the queue snapshot into KV, once the queues were listed (``_seed_queues``;

@@ -248,3 +248,27 @@ async def test_a_bridge_resuming_its_watches_from_checkpoints_still_snapshots_ev
     assert all(w.relists == 0 for w in bridge.watchers.values())  # resumed, not relisted
     assert [q["cluster_queue"] for q in written["queues"]] == ["language", "vision"]
     assert [(lq["namespace"], lq["name"]) for lq in written["local_queues"]] == [("team-vision", "default")]
+
+
+async def test_a_new_lead_drops_a_queue_deleted_while_another_held_the_lease(bus: Bus, fake_kube: Any) -> None:
+    """The lease comes back to a bridge that kept an earlier lead's view: the queues are listed again and taken
+    as the view, so a ClusterQueue deleted meanwhile (its deletion before the resumed watch's checkpoint) is gone."""
+    fake, api_client = fake_kube
+    _lab_queues(fake)
+    cluster = f"c{uuid.uuid4().hex[:8]}"
+    bridge = _queue_bridge(bus, api_client, cluster, "s")
+    for lead, want in enumerate((["language", "vision"], ["vision"])):
+        if lead:
+            fake.remove(CQS, None, "language")
+            checkpoints = Checkpoints(bus, BRIDGE_BUCKET, token(cluster))
+            for plural in ("clusterqueues", "localqueues"):  # the deletion is older than the checkpoint
+                await checkpoints.put(plural, str(fake.rv))
+        stop = asyncio.Event()
+        started = time.time()
+        task = asyncio.create_task(bridge.run(stop))
+        try:
+            written = await _snapshot_written(bus, started)
+        finally:
+            stop.set()
+            await task
+        assert [q["cluster_queue"] for q in written["queues"]] == want

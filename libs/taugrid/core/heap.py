@@ -3,14 +3,12 @@
 glibc's ``free`` returns memory to the system only from the top of the heap; pages freed in the middle (a parse's
 temporaries below the objects it keeps) stay resident until ``malloc_trim`` releases them. A service calls
 ``trim`` after such a peak (a new platform revision parsed), never per message: a trim walks the whole heap.
-Elsewhere than glibc (musl, macOS) there is no ``malloc_trim`` and ``trim`` does nothing. ``resident_mb`` says
-what the process holds now, for a service that recycles itself once a backlog left it far above its start.
+Elsewhere than glibc (musl, macOS) there is no ``malloc_trim`` and ``trim`` does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
 from functools import cache
 
@@ -28,18 +26,3 @@ def trim() -> bool:
     """Release the heap's free pages to the system; whether any were released (False where there is no glibc)."""
     malloc_trim = _malloc_trim()
     return bool(malloc_trim(0)) if malloc_trim is not None else False
-
-
-def resident_mb() -> float | None:
-    """This process's resident memory in MB (Linux's ``/proc/self/statm``); None where there is none."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            pages = int(statm.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * _page_size() / 2**20
-
-
-@cache
-def _page_size() -> int:
-    return os.sysconf("SC_PAGE_SIZE")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import msgspec
+import psutil
 
 from taugrid.bus import kv, metrics, sitecapacity, sites
 from taugrid.bus.connection import Bus
@@ -107,6 +108,11 @@ class NodeCordonRecord(msgspec.Struct, frozen=True):
 
     node: str
     reason: str
+
+
+def resident_mb() -> float:
+    """This process's resident memory in MB (psutil, as the machine inventory reads the host)."""
+    return float(psutil.Process().memory_info().rss) / 2**20
 
 
 def excluded_nodes(pod_spec: dict[str, Any]) -> list[str]:
@@ -737,7 +743,7 @@ class LocalCluster:
 
     def started(self) -> None:
         """Note what the process holds once started (the baseline ``_recycle_if_swollen`` compares with)."""
-        self.started_mb = heap.resident_mb()
+        self.started_mb = resident_mb()
 
     def _recycle_if_swollen(self) -> None:
         """Nothing held after a backlog, yet the process still holds ``RECYCLE_ABOVE_MB`` more than once started:
@@ -746,9 +752,9 @@ class LocalCluster:
         its start, 44-48 MB of it in wholly free pools, and freeing the kinds found did not lower it, docs §16).
         The service starts afresh (``Service.recycle``), which picks every workload and pod up again from the
         bus as after a crash; nothing runs now, and what arrives meanwhile waits in its stream."""
-        now_mb = heap.resident_mb()
-        if self.recycle is None or self.started_mb is None or now_mb is None:
+        if self.recycle is None or self.started_mb is None:
             return
+        now_mb = resident_mb()
         if now_mb - self.started_mb >= RECYCLE_ABOVE_MB:
             self.recycle(f"a drained backlog left the local cluster at {now_mb:.0f} MB resident, "
                          f"{now_mb - self.started_mb:.0f} MB above its start; nothing is held")
