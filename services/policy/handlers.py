@@ -1,5 +1,8 @@
 """Policy resolution. Idempotent: the same config and platform revision resolve to the same spec, published
-with a deterministic message id; the platform is re-read per event so a new revision applies immediately.
+with a deterministic message id; the platform is read per event as of the request: the submitter's mark of the
+platform bucket, asked after the request was stored, rides in ``submit.accepted`` and is asked again only when this
+reader holds its platform under another (``PlatformReader.get(vouched=…)``), so an apply that returned before a
+request binds it.
 
 Authorization the bus cannot express: on a platform that lists users, the submission's verified user (stamped
 by the submitter) must be a member of the workspace; the priority class must be one the workspace allows
@@ -39,10 +42,11 @@ class Policy:
         self.signers = Signers(bus)  # the stack's local admin belongs to every workspace
         self.reader = self.signers.reader  # one reader: each revision fetched and parsed once in this process
 
-    async def platform(self) -> tuple[Platform, int]:
+    async def platform(self, vouched: str = "") -> tuple[Platform, int]:
         """The newest platform revision that validates (an invalid one is never acted on); a
-        ``TemporaryError`` while there is none, so the run waits for the fix instead of dying here."""
-        got = await self.reader.get()
+        ``TemporaryError`` while there is none, so the run waits for the fix instead of dying here. ``vouched``:
+        the mark the submitter asked after the request was stored (``PlatformReader.get``)."""
+        got = await self.reader.get(vouched=vouched)
         if got is None:
             raise TemporaryError(
                 "no platform policy applied yet (run `tau platform apply` or `tau up`)", delay=2.0
@@ -57,10 +61,12 @@ class Policy:
         if not acc.config_hash:  # since issue 27 the policy hashes the parse it resolves (an earlier release's says it)
             acc = msgspec.structs.replace(acc, config_hash=_config_hash(
                 msgspec.json.encode(acc.config, order="sorted"), acc.config_managed))
-        platform, revision = await self.platform()
+        # as fresh as the submitter's read, made after the request was stored: an apply that returned before the
+        # request binds it, and the mark is asked again only when this reader holds another one
+        platform, revision = await self.platform(acc.platform_mark)
         if (not await self.signers.is_local_admin(acc.signer)
                 and (problem := _not_member(platform, acc.user, ev.workspace)) is not None):
-            await self._reject(ev, [problem])  # membership always by the current platform
+            await self._reject(ev, [problem])  # membership by the platform as of the request, never a pinned one
             return
         if acc.platform_revision:  # `tau reproduce`: resolve exactly as the original run was
             if (problem := await self._not_a_reproduction(ev, acc)) is not None:

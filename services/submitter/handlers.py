@@ -97,7 +97,7 @@ class Submitter:
         # The platform (its mark: one round trip) is read while the run's claim is checked, not after it: the
         # claim still decides first, and the signer is still checked against a platform read after the request
         # arrived (issue 30: the sequential round trips were most of this stage's idle latency).
-        platform_read = asyncio.ensure_future(self.signers.platform())
+        platform_read = asyncio.ensure_future(self.signers.platform_marked())
         try:
             await self._answer(ev, platform_read)
         finally:
@@ -106,7 +106,7 @@ class Submitter:
             elif not platform_read.cancelled():
                 platform_read.exception()  # its failure, if any, was raised where it was awaited or is moot
 
-    async def _answer(self, ev: Event, platform_read: asyncio.Future[Platform | None]) -> None:
+    async def _answer(self, ev: Event, platform_read: asyncio.Future[tuple[Platform | None, str]]) -> None:
         if not await self._first_for_run(ev):
             raise PermanentError(
                 f"run {ev.subject} in workspace {ev.workspace} already has a submission (another message of the "
@@ -137,7 +137,8 @@ class Submitter:
                 ],
             )
             return
-        platform = await platform_read  # read once per submission: the signer and the rate limit
+        # read once per submission: the signer and the rate limit; its mark goes on to the policy (``platform_mark``)
+        platform, platform_mark = await platform_read
         try:
             user, signer = await self.signers.identify_on(ev, platform)
         except Refused as refused:
@@ -214,6 +215,7 @@ class Submitter:
                 python=req.python,
                 python_source=req.python_source,
                 signer=signer,
+                platform_mark=platform_mark,
                 # no signature: it is the request's own (its tau-signature header, which the evidence seals from
                 # the request this answers), ~100 B more of every run in RUNS that nothing read (issue 27)
             ),

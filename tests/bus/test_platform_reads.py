@@ -154,6 +154,49 @@ async def test_an_apply_is_seen_by_the_next_read(stack: tuple[Bus, Counted]) -> 
     assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 1}
 
 
+async def test_a_mark_vouched_by_the_stage_before_serves_the_held_text_without_asking(
+        stack: tuple[Bus, Counted]) -> None:
+    """The submitter asks the mark after a request was stored and hands its token on (``submit.accepted``); the
+    policy, holding its text under that same mark, resolves without asking again. A request stored before an
+    apply returned keeps the platform its submitter saw (the apply did not bind it); one whose submitter saw the
+    apply hands a newer mark, which the policy asks for and fetches, so the apply binds it."""
+    bus, counted = stack
+    first = await platformstore.put_text(bus, people("alice", "bob"))
+    submitter, policy = PlatformReader(bus), PlatformReader(bus)
+    assert (await policy.get() or (None, 0))[1] == first  # the policy's text, held under the bucket's mark
+    await counted.start()
+    got, token = await submitter.get_marked()
+    assert got is not None and got[1] == first and token
+    assert (await policy.get(vouched=token) or (None, 0))[1] == first
+    assert await counted.since_start() == {"text": 1, "direct": 0, "seq": 0, "mark": 1}  # the submitter's alone
+
+    second = await platformstore.put_text(bus, people("alice"))  # bob removed after the request above
+    held = await policy.get(vouched=token)  # the request the submitter answered under the older mark
+    assert held is not None and held[1] == first and held[0].user_by_nkey(BOB) is not None
+    assert (await counted.since_start())["mark"] == 1
+
+    _, newer = await submitter.get_marked()  # the next request, stored after the apply returned
+    assert newer and newer != token
+    got = await policy.get(vouched=newer)  # not the mark the policy holds: asked, and the new text fetched
+    assert got is not None and got[1] == second and got[0].user_by_nkey(BOB) is None
+    assert await counted.since_start() == {"text": 3, "direct": 0, "seq": 0, "mark": 3}
+    again = await policy.get(vouched=newer)  # held under it now
+    assert again is not None and again[1] == second
+    assert (await counted.since_start())["mark"] == 3
+
+
+async def test_a_vouched_mark_from_a_one_mark_read_is_never_handed_on(stack: tuple[Bus, Counted]) -> None:
+    """Within ``one_mark`` a read may reuse a mark asked before an apply returned: no token is given for it, so
+    nothing downstream takes it as fresh."""
+    bus, _ = stack
+    await platformstore.put_text(bus, people("alice"))
+    reader = PlatformReader(bus)
+    with one_mark():
+        _, first = await reader.get_marked()
+        _, reused = await reader.get_marked()
+    assert first and reused == ""
+
+
 async def test_a_write_to_another_key_costs_one_fetch_and_keeps_the_parse(stack: tuple[Bus, Counted]) -> None:
     bus, counted = stack
     revision = await platformstore.put_text(bus, people("alice"))

@@ -43,6 +43,11 @@ class Signers:
         got = await self.reader.get()
         return got[0] if got is not None else None
 
+    async def platform_marked(self) -> tuple[Platform | None, str]:
+        """``platform()`` and the token of the bucket's mark asked for it (``PlatformReader.get_marked``)."""
+        got, token = await self.reader.get_marked()
+        return (got[0] if got is not None else None), token
+
     async def local_user(self) -> platformstore.LocalUser | None:
         """The embedded stack's person: ``TAU_LOCAL_ADMIN`` (``<name>:<public key>``, set by the supervisor for
         its services) when set, else what ``tau up`` stored in the platform bucket."""

@@ -25,6 +25,11 @@ submitter, the policy, the evidence: a run's marks were five of its ~30 JetStrea
 two a wave rather than one a message, and an idle one, one a message as before. Within ``one_mark()`` (a
 handler whose platform reads need not be fresher than its first: the evidence's seal, pricing the run and finding
 the archive) the reads after the first reuse its mark.
+
+A mark can be handed on (``get_marked``, ``get(vouched=…)``): the submitter asks one after a request was stored and
+puts its token in ``submit.accepted``; the policy, holding its text under that same mark, serves it without asking
+(every apply that returned before the request is in it; issue 30: one round trip of every idle run's path). Only
+a mark the call itself asked is handed on, never a ``one_mark`` one.
 """
 
 from __future__ import annotations
@@ -85,6 +90,11 @@ class _Marks:
         return await self._send()
 
 
+def mark_token(mark: platformstore.Mark) -> str:
+    """A mark as a stage hands it to the next one (``SubmitAccepted.platform_mark``): equal tokens, equal marks."""
+    return f"{mark.last_seq}/{mark.messages}/{mark.created}"
+
+
 def _retrieved(fut: asyncio.Future[platformstore.Mark]) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -139,25 +149,37 @@ class PlatformReader:
             self._parsed.move_to_end(revision)
         return known
 
-    async def _current(self) -> tuple[Platform | ConfigError, int] | None:
-        """The current revision, parsed (or its ConfigError), fetched only when the bucket changed since."""
+    async def _current(self, vouched: str = "") -> tuple[Platform | ConfigError, int] | None:
+        """The current revision, parsed (or its ConfigError), fetched only when the bucket changed since.
+        ``vouched``: a mark (``mark_token``) another stage asked after the request at hand was stored; while it is
+        the one this reader holds a text under, that text is served without asking (``get``)."""
+        return (await self._current_marked(vouched))[0]
+
+    async def _current_marked(self, vouched: str = "") -> tuple[tuple[Platform | ConfigError, int] | None, str]:
+        """``_current`` and the token of the mark it was read under, asked by this call ("" when reused from
+        ``one_mark`` or taken from ``vouched``: no freshness this call can vouch for)."""
+        if vouched and self._seen is not None and mark_token(self._seen[0]) == vouched:
+            held = self._held(self._seen[0])
+            if held is not None:
+                return held or None, ""
         mark, reused = await self._mark()
         held = self._held(mark)
         if held is not None:
-            return held or None
+            return held or None, "" if reused else mark_token(mark)
         async with self._fetching:  # concurrent handlers that met the same new mark fetch the text once
             held = self._held(mark)
             if held is not None:
-                return held or None
+                return held or None, "" if reused else mark_token(mark)
             # Marked before fetching: a write in between only makes the next mark differ, never hides a revision.
             # Fetched from the leader, which answered the mark: a replica's direct get may lag it, and a text older
             # than its mark would be held until the next write to the bucket.
             got = await platformstore.get_text(self.bus, leader=True)
             if not reused:  # a ``one_mark`` mark may be older than the text just fetched: it must not label it
                 self._seen = (mark, got[1] if got is not None else 0)
+            token = "" if reused else mark_token(mark)
             if got is None:
-                return None
-            return self._parse(*got), got[1]
+                return None, token
+            return (self._parse(*got), got[1]), token
 
     async def _mark(self) -> tuple[platformstore.Mark, bool]:
         """The bucket's mark, asked after this call began (``_Marks``), or the one ``one_mark()`` holds (then
@@ -181,12 +203,26 @@ class PlatformReader:
         known = self._known(revision)
         return (known, revision) if known is not None else None
 
-    async def get(self) -> tuple[Platform, int] | None:
-        """(platform, its revision) of the newest valid revision; None before any is applied."""
-        got = await self._current()
+    async def get(self, *, vouched: str = "") -> tuple[Platform, int] | None:
+        """(platform, its revision) of the newest valid revision; None before any is applied.
+
+        ``vouched``: the bucket's mark (``mark_token``) as a stage before this one read it after the request at
+        hand was stored (the submitter's, in ``submit.accepted``). A reader holding its text under that very mark
+        serves it without asking the bucket again: every apply that returned before the request is in it, which is
+        all a fresh mark would add for that request (an apply returning meanwhile may or may not bind a request
+        already in flight either way). Any other mark, or none, is asked as without it."""
+        return (await self.get_marked(vouched=vouched))[0]
+
+    async def get_marked(self, *, vouched: str = "") -> tuple[tuple[Platform, int] | None, str]:
+        """``get``, and the token of the bucket's mark this call asked (``mark_token``; "" when it asked none):
+        what a later stage may be handed as ``vouched`` for the same request."""
+        got, token = await self._current_marked(vouched)
         if got is None:
-            return None
-        current, revision = got
+            return None, token
+        return await self._valid(*got), token
+
+    async def _valid(self, current: Platform | ConfigError, revision: int) -> tuple[Platform, int]:
+        """The newest valid revision at or below ``revision`` (whose parse is ``current``)."""
         if isinstance(current, Platform):
             return current, revision
         if self._good is not None and self._good[0] == revision:

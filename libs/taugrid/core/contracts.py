@@ -217,6 +217,10 @@ class SubmitAccepted(Struct, frozen=True):
     # reads them back from the answered request's text (services/policy/keylines); an earlier release's carries them.
     config_lines: list[tuple[tuple[str | int, ...], int]] = msgspec.field(default_factory=list)
     config_managed: bool = False
+    # The platform bucket's mark the submitter asked after this request was stored (``platformread.mark_token``):
+    # a policy holding its platform under the same mark resolves without asking again (issue 30: one round trip
+    # of every idle run's path); any other mark, or none (an earlier release's record), is asked as before.
+    platform_mark: str = ""
 
 
 class Rejected(Struct, frozen=True):
