@@ -27,7 +27,8 @@ def held() -> Iterator[int]:
 
 
 def probes_first(monkeypatch: pytest.MonkeyPatch, busy: int, *, at: int = 1) -> list[int]:
-    """``free_port`` answering ``busy`` at its ``at``-th call (the race lost), real probes otherwise; the ports given."""
+    """``free_port`` answering ``busy`` at its ``at``-th call (the race lost), real probes otherwise: the ports it
+    gave."""
     given: list[int] = []
 
     def probe() -> int:
