@@ -162,10 +162,36 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     def happened(msg: nats.aio.msg.Msg) -> float:
         return from_message(msg.subject, msg.headers, b"").happened or time.time()
 
+    # Each run's spans of holding quota, by both clocks: from an admission to its preemption or end. A preempted
+    # run is back in its queue, holding nothing, until it is admitted again (counted from its first admission to
+    # its end, the quota it held read above 100 % in a scenario where large runs preempt the others).
+    spans: dict[str, list[list[float]]] = {}
+    seen_spans: dict[str, list[list[float]]] = {}
+    preemptions = [0]
+
+    def open_span(into: dict[str, list[list[float]]], run: str, at: float) -> None:
+        runs = into.setdefault(run, [])
+        if not runs or len(runs[-1]) == 2:  # a redelivered admission adds nothing
+            runs.append([at])
+
+    def close_span(into: dict[str, list[list[float]]], run: str, at: float) -> None:
+        runs = into.get(run)
+        if runs and len(runs[-1]) == 1:
+            runs[-1].append(max(at, runs[-1][0]))
+
     async def on_admitted(msg: nats.aio.msg.Msg) -> None:
         run = run_of(msg)
+        at = happened(msg)
         if run not in admitted:
-            admitted[run], seen_admitted[run] = happened(msg), time.time()
+            admitted[run], seen_admitted[run] = at, time.time()
+        open_span(spans, run, at)
+        open_span(seen_spans, run, time.time())
+
+    async def on_preempted(msg: nats.aio.msg.Msg) -> None:
+        run = run_of(msg)
+        preemptions[0] += 1
+        close_span(spans, run, happened(msg))
+        close_span(seen_spans, run, time.time())
 
     ended_by: dict[str, str] = {}  # run id → the terminal event's type (exec.succeeded, policy.rejected, ...)
 
@@ -176,6 +202,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
             ended_by[run] = ".".join(msg.subject.split(".")[3:5])
 
     await nc.subscribe("run.*.*.admission.admitted", cb=on_admitted)
+    await nc.subscribe("run.*.*.admission.preempted", cb=on_preempted)
     for t in ("exec.succeeded", "recovery.gave_up", "submit.rejected", "policy.rejected", "exec.cancelled"):
         await nc.subscribe(f"run.*.*.{t}", cb=on_terminal)
     texts = {cls: run_yaml(cls, shape) for cls in shape.classes}
@@ -278,14 +305,22 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
     await client.close()
     await submitter.close()
     # Usage is averaged over the busy period (until the last run finished), as Kueue's test reports it: the units
-    # each run held from its admission to its end (a run never finished holds them until the bench gave up).
+    # each run held in each span from an admission to its preemption or its end (a run never finished holds them
+    # until the bench gave up).
     units = {cls: shape.classes[cls][1] for cls in shape.classes}
-    held = sum(units[cls] * (finished.get(run_id, end) - admitted[run_id])
-               for run_id, cls, _ in submissions if run_id in admitted)
+
+    def held_s(run_spans: list[list[float]], last: float) -> float:
+        return sum((s[1] if len(s) == 2 else max(last, s[0])) - s[0] for s in run_spans)
+
+    held = sum(units[cls] * held_s(spans.get(run_id, []), finished.get(run_id, end)) for run_id, cls, _ in submissions)
     usage_pct = 100.0 * held / quota / max(wall, 1e-9)
-    seen_held = sum(units[cls] * (seen_finished.get(run_id, end) - seen_admitted[run_id])
-                    for run_id, cls, _ in submissions if run_id in seen_admitted)
+    seen_held = sum(units[cls] * held_s(seen_spans.get(run_id, []), seen_finished.get(run_id, end))
+                    for run_id, cls, _ in submissions)
     seen_usage_pct = 100.0 * seen_held / quota / max(seen_wall, 1e-9)
+    # How long a run of each class held its quota beyond its own work (its last span: admission to end, less the
+    # run's duration): pods starting and ending, the end noticed and the quota released, under the scenario's load.
+    overhead = {cls: _mean([held_s(spans[r][-1:], finished[r]) - shape.classes[c][2] for r, c, _ in submissions
+                            if c == cls and r in finished and spans.get(r)]) for cls in shape.classes}
     # What of that was the jobs' own work (units × duration): the rest is quota held while pods started and ended.
     work = sum(units[cls] * shape.classes[cls][2] for run_id, cls, _ in submissions if run_id in finished)
     work_pct = 100.0 * work / quota / max(wall, 1e-9)
@@ -300,7 +335,7 @@ async def drive(url: str, fraction: float, *, creds: Path, user_creds: str, stag
             "admitted": sum(1 for r, _, _ in submissions if r in admitted),
             "finished": sum(1 for r, _, _ in submissions if r in finished), "wall_s": wall,
             "succeeded": sum(1 for r, _, _ in submissions if ended_by.get(r) == "exec.succeeded"),
-            "usage_pct": usage_pct, "work_pct": work_pct,
+            "usage_pct": usage_pct, "work_pct": work_pct, "preemptions": preemptions[0], "overhead_s": overhead,
             **{c: _mean(v) for c, v in by_class.items()},
             "seen": {"wall_s": seen_wall, "usage_pct": seen_usage_pct,
                      **{c: _mean(v) for c, v in seen_by_class.items()}}}
@@ -388,6 +423,10 @@ def report(result: dict[str, object], shape: Shape, memory: dict[str, float], cp
     print(f"(of the quota, the jobs' own work (units x duration) used {float(result['work_pct']):.2f} %; the rest of"
           " the usage above is quota held from admission to the end by the cluster's clock: pods starting and "
           "ending, and admission cycles)")
+    overhead: dict[str, float] = result["overhead_s"]  # type: ignore[assignment]
+    print(f"(preemptions {result['preemptions']}; quota held beyond the run's own work, mean s a run, its last span: "
+          + ", ".join(f"{c} {overhead[c]:.3f}" for c in sorted(shape.classes, key=lambda c: -shape.classes[c][1]))
+          + ")")
     breakdown: dict[str, dict[str, float]] = result["breakdown"]  # type: ignore[assignment]
     if breakdown:  # where each class's time goes: mean seconds from submission to each stage's event (its ce-time)
         print("\nmean s from submission to " + "".join(f"{k.split('.')[-1]:>10}" for k in STAGES))

@@ -7,7 +7,7 @@
 - burst: N runs submitted at once to one ClusterQueue with room for all; admissions/s from the first submit
 - bus operations per run over the burst: messages stored (events, KV writes, objects), deliveries to
   durable consumers, JetStream API requests (consumer fetches, KV reads, info)
-- replay: `tau events --output json` over the whole history, events/s
+- replay: `tau events --output json` over the whole history, events/s (printed; `bench/replay.py` judges it)
 - `tau --help` wall time (best of 5), and resident memory per service process before and after the burst
 - CPU time per run of each process over the burst (user + system): what a run costs the machine, which the
   other figures on a shared machine only show through its load
@@ -45,7 +45,9 @@ from taugrid.stack import natsserver
 TARGETS = {  # figure: (target, "≤" or "≥")
     "idle_admitted_p50_ms": (10.0, "≤"), "idle_admitted_p99_ms": (40.0, "≤"),  # issue 30's (issue 11's: 15 / 60)
     # issue 30's (issue 11's: 200 admissions/s, and no CPU target)
-    "burst_admissions_per_s": (500.0, "≥"), "cpu_ms_per_run": (8.0, "≤"), "replay_events_per_s": (50_000.0, "≥"),
+    # (replay's 50k events/s is bench/replay.py's to judge, over 100,000 events: the few thousand here are read in
+    # less time than `tau` takes to start, so their rate says how quickly the CLI starts)
+    "burst_admissions_per_s": (500.0, "≥"), "cpu_ms_per_run": (8.0, "≤"),
     "tau_help_s": (0.25, "≤"), "rss_after_mb_max": (80.0, "≤"),
 }
 
@@ -421,8 +423,9 @@ def main() -> None:
         row("bus: JetStream API requests per run", ops["api"], "reqs")
     else:
         print("  bus operations per run: not readable with the stack's identities")
-    ok &= row(f"replay ({events} events, tau events -o json)", events / replay_s, "events/s",
-              "replay_events_per_s", bus["pull_ack_msg_per_s"])
+    row(f"replay ({events} events, tau events -o json)", events / replay_s, "events/s", None, bus["pull_ack_msg_per_s"])
+    print("  (replay at 50k events/s is judged by bench/replay.py, over 100,000 events; the rate above includes "
+          "the CLI's start)")
     ok &= row("tau --help (best of 5)", help_s, "s", "tau_help_s")
     print("resident memory per process (MB): before the burst → after")
     for name, after in sorted(result["rss_after_mb"].items()):
