@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from taugrid.local.controller import LocalCluster
+import msgspec
+
+from taugrid.local.controller import LocalCluster, _simulated_end_due, _simulated_until_later
 from taugrid.local.lanelock import LaneLock
+from taugrid.local.state import LocalPod, LocalWorkload
 
 
 async def test_steps_run_at_most_at_once_in_order_and_one_failure_stops_none() -> None:
@@ -54,3 +57,34 @@ async def test_ends_due_while_the_lock_is_held_wait_in_one_pass_that_takes_them_
     c._sim_pass()  # a later end: a pass of its own
     await asyncio.gather(*c._sim_passes)
     assert passes == [["a", "b", "c"], ["d"]]
+
+
+def _running(*pods: LocalPod, state: str = "running") -> LocalWorkload:
+    return LocalWorkload(name="j-a1", namespace="default", uid="r-a1", run_id="r", workspace="default", attempt=1,
+                         job_json=msgspec.Raw(b"{}"), workload_json=msgspec.Raw(b"{}"), cluster_queue="cq", priority=0,
+                         created=1.0, pods_wanted=len(pods), per_pod={"cpu": 1.0}, state=state, pods=list(pods))
+
+
+def _pod(index: int, *, sim_end: float, added: bool = True, phase: str = "Running") -> LocalPod:
+    return LocalPod(name=f"j-a1-{index}", index=index, obj_json=msgspec.Raw(b"{}"), phase=phase, added=added,
+                    sim_end=sim_end)
+
+
+def test_housekeeping_leaves_only_a_run_whose_simulated_pods_all_run_announced_until_later() -> None:
+    """Housekeeping supervises every held run each pass but one whose simulated pods all run, announced (their ends'
+    timer armed), until later: ``_supervise`` would find nothing to do for it. A pod due, unannounced, ended or
+    real (logs to ship), or the run deleted, and it is supervised."""
+    now = 1_000.0
+    later, due = now + 5.0, now - 0.1
+    assert _simulated_until_later(_running(_pod(0, sim_end=later), _pod(1, sim_end=later)), now) is True
+    assert _simulated_until_later(_running(_pod(0, sim_end=later), _pod(1, sim_end=due)), now) is False
+    assert _simulated_until_later(_running(_pod(0, sim_end=later, added=False)), now) is False
+    assert _simulated_until_later(_running(_pod(0, sim_end=later), _pod(1, sim_end=due, phase="Succeeded")),
+                                  now) is False
+    assert _simulated_until_later(_running(_pod(0, sim_end=0.0)), now) is False  # a real process: its logs
+    assert _simulated_until_later(_running(_pod(0, sim_end=later), state="deleted"), now) is False
+    assert _simulated_until_later(_running(), now) is False
+    # the end ``_supervise`` takes is the same rule: due once announced and its time is up, or deleted at once
+    assert [_simulated_end_due(_running(), _pod(0, sim_end=t, added=a), now)
+            for t, a in ((due, True), (due, False), (later, True))] == [True, False, False]
+    assert _simulated_end_due(_running(state="deleted"), _pod(0, sim_end=later), now) is True

@@ -79,7 +79,7 @@ BUCKET = "local_cluster"
 FINISHED_MARKER_TTL_S = 600.0
 PENDING_REFRESH_S = 3.0
 PENDING_PASS_S = 0.5  # waiting runs' reasons and positions are worked out once a housekeeping pass of this period
-# ... or, once a pass takes long (it sorts every queue and words every waiting run: 100-460 ms for Kueue's baseline's
+# ... or, once a pass takes long (it sorts every queue and words every waiting run: 100-660 ms for Kueue's baseline's
 # 12,000 waiting on two loaded cores, under the lock that ends and admissions wait for), once this many times as long
 # as the last one took: the pass costs at most a tenth of the process, and a deep backlog's reasons come a little
 # later (they go out at most PENDING_NEWS a pass anyway, and a run's at most every PENDING_REFRESH_S).
@@ -1068,7 +1068,7 @@ class LocalCluster:
                 continue
             if not p.sim_end:
                 await self.podsync.ship_logs(wl, p, final=False)
-            elif (time.time() >= p.sim_end and p.added) or wl.state == "deleted":  # announced Running first
+            elif _simulated_end_due(wl, p, time.time()):
                 ended.append(p)
         ended_at = self._ended_at.get(wl.name, 0.0)  # when its simulated pods were found ended and released
         await self._each(self._end_simulated(wl, p, ended_at or time.time())
@@ -1173,11 +1173,18 @@ class LocalCluster:
             )
 
 
+def _simulated_end_due(wl: LocalWorkload, p: LocalPod, now: float) -> bool:
+    """Does the simulated pod ``p``, running, end at ``now``: its time is up and it was announced Running first (its
+    ends' timer was armed then, ``_announce_simulated``), or its workload was deleted?"""
+    return (now >= p.sim_end and p.added) or wl.state == "deleted"
+
+
 def _simulated_until_later(wl: LocalWorkload, now: float) -> bool:
     """Does ``_supervise`` find nothing to do for ``wl`` at ``now``: a running workload whose pods are all simulated,
-    announced Running and due to end later (no logs to ship, no end, no Job's end)?"""
+    announced Running (so a timer supervises it at their ends) and not due to end (no logs to ship, no end, no
+    Job's end)?"""
     return wl.state == "running" and bool(wl.pods) and all(
-        p.phase == "Running" and p.sim_end and p.added and now < p.sim_end for p in wl.pods)
+        p.phase == "Running" and p.sim_end and p.added and not _simulated_end_due(wl, p, now) for p in wl.pods)
 
 
 async def _all(*steps: Awaitable[None]) -> None:
