@@ -7,8 +7,10 @@ nominalQuota 20, borrowingLimit 100, reclaimWithinCohort Any, withinClusterQueue
 ClusterQueue 350 small (1 unit, 200 ms, priority 50, one every 100 ms), 100 medium (5 units, 500 ms,
 priority 100, every 500 ms), 50 large (20 units, 1000 ms, priority 200, every 1200 ms) = 15,000 runs.
 
-Prints wall time, average ClusterQueue usage and mean time to admission per class beside Kueue's limits. Usage
-is the quota the runs held, from their own events: each run's units from its ``admission.admitted`` to its end,
+Prints wall time, average ClusterQueue usage and mean time to admission per class beside Kueue's limits and,
+for the full scenario, issue 30's aims (``ISSUE30_AIMS``: wall 100 s, usage 85 %, admission 5 / 20 / 60 s), both
+judged. Usage is the quota the runs held, from their own events: each run's units over each span from an
+``admission.admitted`` to its ``admission.preempted`` or its end (a preempted run back in its queue holds none),
 summed and divided by the 30 ClusterQueues' nominal quota over the wall time (the local cluster's ``queues``
 snapshot, printed every second as it stands, is written only now and then, so sampling it under-counts).
 Times are the cluster's: an event's ``ce-time``, which the admission watcher copies from the watch event (when
@@ -21,7 +23,7 @@ unfinished run makes the wall time the time the bench gave up, and two submissio
 lost run. Also prints each service's resident memory after the scenario against issue 11's aim (80 MB; checked
 too, on the reading ``SETTLE_S`` after the last run ended, the stack idle: by then the local cluster has trimmed,
 or started afresh when a drained backlog left it swollen; the reading at the end is printed beside it) and the CPU
-per run of each process. Exits 1 when a limit or that aim is missed, or a run was never admitted
+per run of each process. Exits 1 when a limit or an aim is missed, or a run was never admitted
 or did not succeed.
 """
 
@@ -52,6 +54,8 @@ CLASSES = {  # name: (count per CQ, units, seconds, priority class, interval)
     "large": (50, 20, 1.0, "p200", 1.2),
 }
 KUEUE_LIMITS = {"wall_s": 425.0, "usage_pct": 50.0, "large": 23.0, "medium": 90.0, "small": 260.0}
+# Issue 30's aims for the full baseline (the work alone needs ~66 s at full quota), judged beside Kueue's limits
+ISSUE30_AIMS = {"wall_s": 100.0, "usage_pct": 85.0, "large": 5.0, "medium": 20.0, "small": 60.0}
 SETTLE_S = 5.0  # after the last run ended, before resident memory is read a second time
 RSS_AIM_MB = 80.0  # issue 11: resident memory per service after 15,000 runs (nats-server is not one)
 
@@ -393,18 +397,20 @@ def main() -> None:
         time.sleep(SETTLE_S)  # what each service still holds once the stack is idle (the local cluster trims, or
         # starts afresh, then)
         settled = rss(data)
-    sys.exit(0 if report(result, BASELINE, memory, cpu, settled=settled) else 1)
+    # the aims are the full scenario's: a fraction's fewer runs meet them more easily (printed, not judged)
+    aims = ISSUE30_AIMS if args.fraction == 1.0 else {}
+    sys.exit(0 if report(result, BASELINE, memory, cpu, settled=settled, aims=aims) else 1)
 
 
 def report(result: dict[str, object], shape: Shape, memory: dict[str, float], cpu: dict[str, float], *,
            settled: dict[str, float] | None = None,
-           judge_limits: bool = True) -> bool:
-    """Print the scenario's figures beside Kueue's limits, the services' resident memory and CPU per run; False
-    when a run was lost, never admitted or did not succeed, a service is above the memory aim, or (when
-    ``judge_limits``) one of Kueue's limits is missed."""
+           judge_limits: bool = True, aims: dict[str, float] | None = None) -> bool:
+    """Print the scenario's figures beside Kueue's limits (and ``aims``, where given), the services' resident
+    memory and CPU per run; False when a run was lost, never admitted or did not succeed, a service is above the
+    memory aim, an aim given is missed, or (when ``judge_limits``) one of Kueue's limits is missed."""
     runs = int(result["runs"])  # type: ignore[call-overload]
     ok = result["finished"] == result["distinct"] == result["admitted"] == result["succeeded"] == runs
-    print("\nmetric                      taugrid      Kueue limit")
+    print("\nmetric                      taugrid      Kueue limit" + ("     issue 30 aim" if aims else ""))
     print(f"runs started                {runs}")
     lost = "" if result["distinct"] == runs else "  LOST RUNS"
     print(f"distinct run ids            {result['distinct']}/{runs}{lost}")
@@ -419,10 +425,16 @@ def report(result: dict[str, object], shape: Shape, memory: dict[str, float], cp
         met = value <= limit if sense == "≤" else value >= limit
         ok &= met or not judge_limits
         verdict = ("ok" if met else "MISSED") if judge_limits else f"({'met' if met else 'missed'}, not judged)"
-        print(f"{label:<28}{value:8.2f}    {sense} {limit:g}  {verdict}")
+        aimed = ""
+        if aims and key in aims:
+            aim_met = value <= aims[key] if sense == "≤" else value >= aims[key]
+            ok &= aim_met
+            aimed = f"{sense} {aims[key]:g}  {'ok' if aim_met else 'MISSED'}"
+        print(f"{label:<28}{value:8.2f}    " + (f"{f'{sense} {limit:g}  {verdict}':<17}{aimed}" if aimed
+                                                 else f"{sense} {limit:g}  {verdict}"))
     print(f"(of the quota, the jobs' own work (units x duration) used {float(result['work_pct']):.2f} %; the rest of"
-          " the usage above is quota held from admission to the end by the cluster's clock: pods starting and "
-          "ending, and admission cycles)")
+          " the usage above is quota held beyond it, from each admission to its preemption or end by the cluster's"
+          " clock: pods starting and ending, admission cycles, and the work of preempted runs that was lost)")
     overhead: dict[str, float] = result["overhead_s"]  # type: ignore[assignment]
     print(f"(preemptions {result['preemptions']}; quota held beyond the run's own work, mean s a run, its last span: "
           + ", ".join(f"{c} {overhead[c]:.3f}" for c in sorted(shape.classes, key=lambda c: -shape.classes[c][1]))
