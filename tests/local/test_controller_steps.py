@@ -8,7 +8,7 @@ import time
 
 import msgspec
 
-from taugrid.local.controller import LocalCluster, _simulated_end_due, _simulated_until_later
+from taugrid.local.controller import LocalCluster, _simulated_end_due, _simulated_until_later, pending_pass_period
 from taugrid.local.lanelock import LaneLock
 from taugrid.local.state import LocalPod, LocalWorkload
 
@@ -88,3 +88,10 @@ def test_housekeeping_leaves_only_a_run_whose_simulated_pods_all_run_announced_u
     assert [_simulated_end_due(_running(), _pod(0, sim_end=t, added=a), now)
             for t, a in ((due, True), (due, False), (later, True))] == [True, False, False]
     assert _simulated_end_due(_running(state="deleted"), _pod(0, sim_end=later), now) is True
+
+
+def test_the_pending_pass_costs_a_tenth_of_the_process_within_half_a_second_and_the_refresh_period() -> None:
+    """Reasons and positions of every waiting run: a quick pass every 0.5 s, a long one (a deep backlog) ten times
+    its duration later, yet never later than a waiting run's refresh period (3 s), so a new run's reason is late
+    by at most that however long the pass."""
+    assert [pending_pass_period(t) for t in (0.001, 0.1, 0.2, 0.66, 5.0)] == [0.5, 1.0, 2.0, 3.0, 3.0]

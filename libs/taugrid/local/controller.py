@@ -82,7 +82,9 @@ PENDING_PASS_S = 0.5  # waiting runs' reasons and positions are worked out once 
 # ... or, once a pass takes long (it sorts every queue and words every waiting run: 100-660 ms for Kueue's baseline's
 # 12,000 waiting on two loaded cores, under the lock that ends and admissions wait for), once this many times as long
 # as the last one took: the pass costs at most a tenth of the process, and a deep backlog's reasons come a little
-# later (they go out at most PENDING_NEWS a pass anyway, and a run's at most every PENDING_REFRESH_S).
+# later (they go out at most PENDING_NEWS a pass anyway, and a run's at most every PENDING_REFRESH_S). Never less
+# often than every PENDING_REFRESH_S, though: a new run's first reason (no quota, no node) waits at most that long
+# however deep the backlog (a pass of seconds would otherwise leave reasons stale for tens of seconds).
 PENDING_PASS_SHARE = 10.0
 PLATFORM_CHECK_S = 1.0
 FRONT_OF_LINE = 10
@@ -713,7 +715,7 @@ class LocalCluster:
             news = list(itertools.islice((wl for wl in list(self.wls.values())
                                           if wl.state == "pending" and self._pending_news(wl, why.get(wl.name), now)),
                                          PENDING_NEWS))
-            self._pending_every = max(PENDING_PASS_S, PENDING_PASS_SHARE * (time.perf_counter() - began))
+            self._pending_every = pending_pass_period(time.perf_counter() - began)
             await self._each(self.publish(wl, "Workload", wl.workload, "modified") for wl in news)
             for wl in news:  # published (under the lock: nothing else holds its dicts): back to JSON while it waits
                 if wl.state == "pending":
@@ -1171,6 +1173,12 @@ class LocalCluster:
                 time=_iso(at) if at else "",
                 dedup=False,  # every publish is the object's next version: its id never repeats (headers_for)
             )
+
+
+def pending_pass_period(took_s: float) -> float:
+    """Seconds until the next pending pass after one that took ``took_s``: ``PENDING_PASS_SHARE`` times as long,
+    within ``PENDING_PASS_S`` and ``PENDING_REFRESH_S``."""
+    return min(PENDING_REFRESH_S, max(PENDING_PASS_S, PENDING_PASS_SHARE * took_s))
 
 
 def _simulated_end_due(wl: LocalWorkload, p: LocalPod, now: float) -> bool:
