@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import uuid
 from typing import Any
@@ -87,7 +88,8 @@ async def test_history_and_audit_are_merged_in_runs_order_each_sequence_once(bus
             if await cursor.caught_up():
                 break
             await asyncio.sleep(0.05)
-        assert seen(live) == seen(events) and len(cursor.parts) == 2
+        # HISTORY's and AUDIT's consumers, and RUNS' own live tail
+        assert seen(live) == seen(events) and len(cursor.parts) == 3
     finally:
         reading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -358,3 +360,54 @@ async def test_two_replays_at_once_beside_another_subscription_on_the_same_conne
     assert first == second and len(first) == 300
     assert plain == [str(i).encode() for i in range(50)]  # nats-py's own reading, in order, meanwhile
     assert _routes(bus) == routed  # both replays' routes gone, the rest as they were
+
+
+async def _pause_feed(bus: Bus, feed: str, until: dt.datetime | None) -> None:
+    """Pause (until ``until``) or resume (None) RUNS' feed ``feed`` into its copy: its copies are not made."""
+    body = {"pause_until": until.isoformat().replace("+00:00", "Z")} if until else {}
+    reply = await bus.nc.request(f"$JS.API.CONSUMER.PAUSE.RUNS.{feed}", json.dumps(body).encode(), timeout=5)
+    answer = json.loads(reply.data)
+    assert "error" not in answer, answer
+    assert answer["paused"] is (until is not None)
+
+
+async def test_a_live_follow_keeps_runs_order_while_one_copy_lags_the_other(bus: Bus) -> None:
+    """HISTORY's feed held back (a loaded server's lag, made certain by pausing it): a run's exec.running (a kind
+    HISTORY keeps) then its cancel.requested (one AUDIT keeps) are followed live in RUNS' order, the first though
+    its copy is not made yet; once the feed copies it, it is not handed out again."""
+    ws = f"w{uuid.uuid4().hex[:6]}"
+    run = f"{ws}-r0"
+    cursor, live = replay.ReplayCursor(), []
+
+    async def read() -> None:
+        async with contextlib.aclosing(replay.follow(bus, f"run.{ws}.>", live=True, cursor=cursor)) as feed:
+            async for ev in feed:
+                live.append(ev)
+
+    reading = asyncio.create_task(read())
+    await _pause_feed(bus, "history", dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5))
+    try:
+        for _ in range(100):
+            if len(cursor.parts) == 3:
+                break
+            await asyncio.sleep(0.05)
+        ran = await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="exec.running",
+                             payload=ExecRunning(node="n", pod="p"))
+        asked = await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                               payload=CancelRequested(reason="m"))
+        for _ in range(100):
+            if len(live) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert [(ev.seq, ev.type) for ev in live] == [(ran, "exec.running"), (asked, "cancel.requested")]
+        assert await replay.replay(bus, stream="HISTORY", subject=f"h.{ws}.>") == []  # not copied yet
+    finally:
+        await _pause_feed(bus, "history", None)
+    try:
+        await _copied(bus, ws, run, ran)  # the feed copies it now
+        await asyncio.sleep(0.3)
+        assert [(ev.seq, ev.type) for ev in live] == [(ran, "exec.running"), (asked, "cancel.requested")]
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading

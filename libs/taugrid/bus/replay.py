@@ -104,15 +104,22 @@ class _Part:
     name: str
     sub: Any
     backlog: int  # messages its filter matched when it was made (delivered by then, or pending)
+    # A copy (HISTORY, AUDIT) read beside RUNS' own live tail: only what it held when it was made is read from it;
+    # a copy made after that is of an event RUNS itself hands out (``follow``)
+    backlog_only: bool = False
     received: int = 0
     pending: int = 0  # the server's pending count with the last message received
     last: int = 0  # the highest sequence (``Event.seq``) received
     yielded: int = 0  # consumer sequence (the consumer's delivery count) of the last message handed out
     held: int = 0  # received and not handed out yet (a merge waiting for the other part)
+    upto: int = 0  # the highest consumer sequence received
 
     def behind(self) -> bool:
         """Whether it has stored messages still to deliver (as the server said with its last one, or with its
-        consumer before the first): the merge holds back what comes after its last."""
+        consumer before the first; for ``backlog_only``, of those it held when made): the merge holds back what
+        comes after its last."""
+        if self.backlog_only:
+            return self.upto < self.backlog
         return self.pending > 0 if self.received else self.backlog > 0
 
     async def caught_up(self) -> bool:
@@ -395,7 +402,15 @@ async def follow(
     RUNS is read from HISTORY and AUDIT, as ``batches`` says: an ordered consumer on each, their events handed
     out as they come, except that while one has stored messages still to deliver, what the other gives after its
     last is held back, so the stored history comes in RUNS' order (unless that one gives nothing to hand out for
-    ``_STALL_S`` seconds: a consumer being re-established); each sequence once."""
+    ``_STALL_S`` seconds: a consumer being re-established); each sequence once.
+
+    With ``live``, RUNS' own events come from a third ordered consumer, on RUNS, made first: RUNS keeps every
+    event until each feed copied it (interest retention), so what it no longer holds then is in the copies' stored
+    history, and what it holds or stores later it hands out itself, in its order. The copies are read only as far
+    as they held when made. Read live from the copies alone, an event could come before an earlier one whose copy
+    was not made yet (AUDIT's ``recovery.gave_up`` before HISTORY's ``exec.failed``, HISTORY's feed lagging):
+    nothing told the merge to wait for it. Where RUNS cannot be read (no stream, no permission) the copies are
+    followed live as before."""
     if not live and cursor is None:
         feed = batches(bus, subject, stream=stream, since=since)
         async with contextlib.aclosing(feed):
@@ -412,11 +427,18 @@ async def follow(
     parts: list[_Part] = []
     pumps: list[asyncio.Task[None]] = []
     queue: asyncio.Queue[tuple[int, Msg | BaseException]] = asyncio.Queue()
+    tail: _Part | None = None  # RUNS' own live tail (the docstring)
     try:
+        if live and stream == kept.RUNS_STREAM:
+            with contextlib.suppress(PermissionDenied):
+                tail = await _open(bus, stream, asked, since=since)
         for target in targets:
             part = await _open(bus, *target, since=since)
             if part is not None:
+                part.backlog_only = tail is not None
                 parts.append(part)
+        if tail is not None:
+            parts.append(tail)
         if cursor is not None:
             cursor.parts = parts
         pumps = [asyncio.create_task(_pump(i, part, queue)) for i, part in enumerate(parts)]
@@ -437,6 +459,10 @@ async def follow(
                 raise item
             if item is not None:
                 part, meta = parts[i], item.metadata
+                part.upto = max(part.upto, meta.sequence.consumer)
+                if part.backlog_only and meta.sequence.consumer > part.backlog:
+                    part.yielded = max(part.yielded, meta.sequence.consumer)  # RUNS' tail hands this event out
+                    continue
                 ev = from_message(item.subject, item.headers, item.data, seq=meta.sequence.stream,
                                   stored=meta.timestamp.timestamp())
                 part.received += 1
