@@ -10,6 +10,7 @@ import contextlib
 import datetime as dt
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -32,6 +33,25 @@ async def _copied(bus: Bus, ws: str, run: str, seq: int) -> None:
     (one feed copies them into each, in RUNS' order): a replay reads them, which copy an event a moment after RUNS
     stored it."""
     await history.run_events(bus, ws, run, through=seq)
+
+
+@contextlib.asynccontextmanager
+async def _following(bus: Bus, subject: str) -> AsyncIterator[tuple[replay.ReplayCursor, list[Any]]]:
+    """A live ``replay.follow`` of ``subject`` read in the background: its cursor and the events so far."""
+    cursor, live = replay.ReplayCursor(), []
+
+    async def read() -> None:
+        async with contextlib.aclosing(replay.follow(bus, subject, live=True, cursor=cursor)) as feed:
+            async for ev in feed:
+                live.append(ev)
+
+    reading = asyncio.create_task(read())
+    try:
+        yield cursor, live
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
 
 
 async def test_history_comes_in_fetched_batches_in_stream_order_with_stream_sequences(bus: Bus) -> None:
@@ -75,25 +95,13 @@ async def test_history_and_audit_are_merged_in_runs_order_each_sequence_once(bus
 
     followed = [ev async for ev in replay.follow(bus, f"run.{ws}.>", cursor=replay.ReplayCursor())]
     assert seen(followed) == seen(events)
-    cursor, live = replay.ReplayCursor(), []
-
-    async def read() -> None:
-        async with contextlib.aclosing(replay.follow(bus, f"run.{ws}.>", live=True, cursor=cursor)) as feed:
-            async for ev in feed:
-                live.append(ev)
-
-    reading = asyncio.create_task(read())
-    try:
+    async with _following(bus, f"run.{ws}.>") as (cursor, live):
         for _ in range(200):  # caught up: both consumers' stored events handed out
             if await cursor.caught_up():
                 break
             await asyncio.sleep(0.05)
         # HISTORY's and AUDIT's consumers, and RUNS' own live tail
         assert seen(live) == seen(events) and len(cursor.parts) == 3
-    finally:
-        reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reading
 
 
 async def test_the_merge_hands_out_each_sequence_once_as_far_as_every_source_has_come() -> None:
@@ -377,37 +385,25 @@ async def test_a_live_follow_keeps_runs_order_while_one_copy_lags_the_other(bus:
     its copy is not made yet; once the feed copies it, it is not handed out again."""
     ws = f"w{uuid.uuid4().hex[:6]}"
     run = f"{ws}-r0"
-    cursor, live = replay.ReplayCursor(), []
-
-    async def read() -> None:
-        async with contextlib.aclosing(replay.follow(bus, f"run.{ws}.>", live=True, cursor=cursor)) as feed:
-            async for ev in feed:
-                live.append(ev)
-
-    reading = asyncio.create_task(read())
-    await _pause_feed(bus, "history", dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5))
-    try:
-        for _ in range(100):
-            if len(cursor.parts) == 3:
-                break
-            await asyncio.sleep(0.05)
-        ran = await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="exec.running",
-                             payload=ExecRunning(node="n", pod="p"))
-        asked = await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
-                               payload=CancelRequested(reason="m"))
-        for _ in range(100):
-            if len(live) == 2:
-                break
-            await asyncio.sleep(0.05)
-        assert [(ev.seq, ev.type) for ev in live] == [(ran, "exec.running"), (asked, "cancel.requested")]
-        assert await replay.replay(bus, stream="HISTORY", subject=f"h.{ws}.>") == []  # not copied yet
-    finally:
-        await _pause_feed(bus, "history", None)
-    try:
+    async with _following(bus, f"run.{ws}.>") as (cursor, live):
+        await _pause_feed(bus, "history", dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5))
+        try:
+            for _ in range(100):
+                if len(cursor.parts) == 3:
+                    break
+                await asyncio.sleep(0.05)
+            ran = await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="exec.running",
+                                 payload=ExecRunning(node="n", pod="p"))
+            asked = await bus.emit(workspace=ws, run_id=run, attempt=1, event_type="cancel.requested",
+                                   payload=CancelRequested(reason="m"))
+            for _ in range(100):
+                if len(live) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert [(ev.seq, ev.type) for ev in live] == [(ran, "exec.running"), (asked, "cancel.requested")]
+            assert await replay.replay(bus, stream="HISTORY", subject=f"h.{ws}.>") == []  # not copied yet
+        finally:
+            await _pause_feed(bus, "history", None)
         await _copied(bus, ws, run, ran)  # the feed copies it now
         await asyncio.sleep(0.3)
         assert [(ev.seq, ev.type) for ev in live] == [(ran, "exec.running"), (asked, "cancel.requested")]
-    finally:
-        reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reading
